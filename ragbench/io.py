@@ -1,0 +1,82 @@
+"""Small I/O helpers used everywhere: atomic writes, JSONL with file:line errors, fingerprints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+class InputFileError(ValueError):
+    """A malformed input file; the message names the file, the line and the field."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, message: str, field: str | None = None):
+        where = f"{path}:{line}" if line is not None else str(path)
+        what = f" field {field!r}:" if field else ""
+        super().__init__(f"{where}:{what} {message}")
+        self.path, self.line, self.field = str(path), line, field
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write to a temporary file in the same folder, fsync, then rename: never half-written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def dumps_canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
+    """Atomically write rows (dicts, or objects with ``to_json``) one per line, canonical JSON."""
+    lines = [r.to_json() if hasattr(r, "to_json") else dumps_canonical(r) for r in rows]
+    return atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line_number, object) for each non-blank line; malformed JSON names file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputFileError(path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise InputFileError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike, block: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()

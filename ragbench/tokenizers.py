@@ -1,0 +1,142 @@
+"""Token counting with a named tokenizer, shared by datasets (context lengths), chunking and
+context assembly (token budgets).
+
+``get_tokenizer(name)`` accepts a model preset name (the embedded SmolLM2 tokenizer is read from
+its GGUF file, offline), a local folder holding a Hugging Face tokenizer, or ``"whitespace"``: a
+dependency-free tokenizer for fast tests and for users with no model at hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character span of each token of ``encode(text)`` in ``text``."""
+        ...
+
+
+class WhitespaceTokenizer:
+    """Each run of non-space characters is a token; ids are stable hashes (no vocabulary)."""
+
+    name = "whitespace"
+    _re = re.compile(r"\S+")
+
+    def __init__(self) -> None:
+        self._vocab: dict[str, int] = {}
+        self._inv: list[str] = []
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for m in self._re.finditer(text):
+            tok = m.group()
+            if tok not in self._vocab:
+                self._vocab[tok] = len(self._inv)
+                self._inv.append(tok)
+            ids.append(self._vocab[tok])
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self._inv[i] for i in ids)
+
+    def count(self, text: str) -> int:
+        return sum(1 for _ in self._re.finditer(text))
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in self._re.finditer(text)]
+
+
+class HFTokenizer:
+    """A transformers fast tokenizer without special tokens (they belong to the prompt template)."""
+
+    def __init__(self, name: str, tok) -> None:
+        self.name = name
+        self.hf = tok
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=True)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        enc = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [tuple(span) for span in enc["offset_mapping"]]
+
+
+@functools.lru_cache(maxsize=8)
+def get_tokenizer(name: str = "smollm2-135m-instruct") -> Tokenizer:
+    if name == "whitespace":
+        return WhitespaceTokenizer()
+    from ragbench.llm.presets import PRESETS
+
+    if name in PRESETS:
+        preset = PRESETS[name]
+        if preset.source.startswith("asset:"):
+            from ragbench.assets import asset_path
+
+            return HFTokenizer(name, _load_gguf(asset_path(preset.source.removeprefix("asset:"))))
+        return HFTokenizer(name, _load_hf(preset.source))
+    path = Path(name)
+    if path.suffix == ".gguf" and path.exists():
+        return HFTokenizer(name, _load_gguf(path))
+    if path.is_dir():
+        return HFTokenizer(name, _load_hf(str(path)))
+    from ragbench.registry import unknown
+
+    raise unknown("tokenizer", name, ["whitespace", *PRESETS, "<folder or .gguf path>"])
+
+
+def _load_gguf(gguf: Path):
+    """Reading a tokenizer out of a GGUF file takes ~6 s; keep a converted copy in the cache dir
+    (keyed by path, size and mtime) so later loads take well under a second."""
+    import hashlib
+
+    from ragbench.assets import cache_dir
+
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    folder = cache_dir() / "tokenizers" / f"{gguf.stem}-{key}"
+    if (folder / "tokenizer.json").exists():
+        return _load_hf(str(folder))
+    tok = _load_hf(str(gguf.parent), gguf_file=gguf.name)
+    import os
+    import tempfile
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-")
+    tok.save_pretrained(tmp)
+    try:
+        os.replace(tmp, folder)  # atomic; a concurrent writer may have won, which is fine
+    except OSError:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tok
+
+
+def _load_hf(source: str, **kwargs):
+    import logging
+
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return AutoTokenizer.from_pretrained(source, **kwargs)

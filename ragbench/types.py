@@ -1,0 +1,199 @@
+"""Core data contracts: plain frozen dataclasses that round-trip through JSON exactly.
+
+Data flow: Example -> GenerationRequest(s) -> Completion -> Record (one results-table row).
+Nested values in ``meta`` must be JSON types (dict/list/str/int/float/bool/None); tuples are
+used for the typed sequence fields so the objects stay hashable-ish and immutable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+class _JsonMixin:
+    """to_dict / from_dict / to_json / from_json shared by every contract type."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+    def to_json(self) -> str:
+        # sort_keys + fixed separators: the canonical form used for fingerprints and byte-identical files
+        return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - set(names)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}; valid: {sorted(names)}")
+        kwargs = {}
+        for name, value in data.items():
+            kwargs[name] = _coerce(cls, name, value)
+        return cls(**kwargs)  # type: ignore[call-arg]
+
+    @classmethod
+    def from_json(cls: type[T], text: str) -> T:
+        return cls.from_dict(json.loads(text))  # type: ignore[attr-defined]
+
+
+def _coerce(cls: type, name: str, value: Any) -> Any:
+    nested = _NESTED.get((cls.__name__, name))
+    if nested is not None and value is not None:
+        return tuple(nested.from_dict(v) for v in value)
+    if name in _TUPLE_FIELDS.get(cls.__name__, ()) and value is not None:
+        return tuple(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Document(_JsonMixin):
+    """One source document of an example's long context."""
+
+    id: str
+    text: str
+    title: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Example(_JsonMixin):
+    """A question over a long context.
+
+    ``documents`` are the full long context, in order. ``meta`` holds task facts: context tokens,
+    needle depth, task name, and ``evidence``: a list of ``[doc_id, start, end]`` character spans
+    that contain the answer, so gold chunks can be computed after any chunking.
+    """
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    documents: tuple[Document, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def evidence(self) -> list[tuple[str, int, int]]:
+        return [(str(d), int(s), int(e)) for d, s, e in self.meta.get("evidence", [])]
+
+    @property
+    def context(self) -> str:
+        """The documents joined as they are placed in a long-context prompt."""
+        return join_documents(self.documents)
+
+
+DOCUMENT_SEPARATOR = "\n\n"
+
+
+def join_documents(documents: tuple[Document, ...] | list[Document]) -> str:
+    parts = []
+    for d in documents:
+        parts.append(f"{d.title}\n{d.text}" if d.title else d.text)
+    return DOCUMENT_SEPARATOR.join(parts)
+
+
+@dataclass(frozen=True)
+class Chunk(_JsonMixin):
+    """A retrievable piece of a document; ``start``/``end`` are character offsets in it."""
+
+    id: str
+    doc_id: str
+    text: str
+    start: int
+    end: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScoredChunk(_JsonMixin):
+    chunk: Chunk
+    score: float
+
+
+@dataclass(frozen=True)
+class GenerationRequest(_JsonMixin):
+    """One prompt for an LLM.
+
+    ``prompt`` is the user content (a chat template is applied by backends for instruct models).
+    ``prefix`` optionally names the leading part of ``prompt`` that other requests share (the long
+    document, placed first), so backends can compute its KV cache once and reuse it.
+    """
+
+    prompt: str
+    max_new_tokens: int = 32
+    temperature: float = 0.0  # 0 = greedy
+    stop: tuple[str, ...] = ()
+    prefix: str = ""
+    system: str = ""
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.prefix and not self.prompt.startswith(self.prefix):
+            raise ValueError("GenerationRequest.prefix must be a prefix of prompt")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class Completion(_JsonMixin):
+    """Generated text plus the accounting every cost number is computed from."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int = 0
+    prefill_seconds: float = 0.0  # time to first token
+    decode_seconds: float = 0.0
+    peak_memory_bytes: int | None = None
+    finish_reason: str = ""
+    model: str = ""
+    cached: bool = False  # served from the completion cache (accounting is the original run's)
+    usage_estimated: bool = False  # token counts estimated locally, not reported by the server
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_seconds(self) -> float:
+        return self.prefill_seconds + self.decode_seconds
+
+
+@dataclass(frozen=True)
+class Record(_JsonMixin):
+    """One results-table row: (example, strategy, parameter point) -> prediction, scores, cost."""
+
+    example_id: str
+    strategy: str
+    params: dict[str, Any]
+    prediction: str
+    answers: tuple[str, ...] = ()
+    scores: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+_TUPLE_FIELDS: dict[str, tuple[str, ...]] = {
+    "Example": ("answers",),
+    "GenerationRequest": ("stop",),
+    "Record": ("answers",),
+}
+_NESTED: dict[tuple[str, str], type] = {("Example", "documents"): Document}
+
+
+def _scored_from_dict(data: dict[str, Any]) -> ScoredChunk:
+    return ScoredChunk(chunk=Chunk.from_dict(data["chunk"]), score=float(data["score"]))
+
+
+ScoredChunk.from_dict = staticmethod(_scored_from_dict)  # type: ignore[method-assign,assignment]
