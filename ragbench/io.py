@@ -62,7 +62,7 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise InputFileError(path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(obj, dict):

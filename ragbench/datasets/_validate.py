@@ -1,0 +1,145 @@
+"""Field validation for dataset importers: JSON-path-aware type checks and file:line errors.
+
+Importers raise ``FieldError(where, message)`` with the JSON path of the bad value;
+``read_jsonl`` and ``json_line_of`` turn it into one ``InputFileError`` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import json.decoder
+import json.scanner
+import os
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ragbench.io import InputFileError, iter_jsonl
+
+STRINGS = "list of strings"  # a pseudo-type for check
+
+
+class FieldError(Exception):
+    """A field-level validation failure; ``where`` is the JSON path of the offending value."""
+
+    def __init__(self, where: tuple[str | int, ...], message: str):
+        super().__init__(message)
+        self.where, self.message = where, message
+
+    @property
+    def field(self) -> str | None:
+        out = ""
+        for part in self.where:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+        return out or None
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+    }[type(value)]
+
+
+def check(value: Any, kind: Any, where: tuple) -> Any:
+    if kind is STRINGS:
+        if not isinstance(value, list):
+            raise FieldError(where, f"expected a list of strings, got {json_type(value)}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise FieldError(
+                    where + (i,), f"expected a string (list of strings), got {json_type(item)}"
+                )
+        return value
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = {
+            str: "a string",
+            int: "an integer",
+            dict: "an object",
+            list: "a list",
+            bool: "a boolean",
+        }
+        raise FieldError(where, f"expected {names[kind]}, got {json_type(value)}")
+    return value
+
+
+def req(obj: dict, key: str, kind: Any, where: tuple = ()) -> Any:
+    if key not in obj:
+        raise FieldError(where + (key,), "missing required field")
+    return check(obj[key], kind, where + (key,))
+
+
+def opt(obj: dict, key: str, kind: Any, default: Any, where: tuple = ()) -> Any:
+    if obj.get(key) is None:
+        return default
+    return check(obj[key], kind, where + (key,))
+
+
+def no_unknown(obj: dict, valid: Iterable[str], where: tuple = ()) -> None:
+    extra = sorted(set(obj) - set(valid))
+    if extra:
+        raise FieldError(where + (extra[0],), f"unknown field; valid: {', '.join(sorted(valid))}")
+
+
+def read_jsonl(path: str | os.PathLike, convert: Callable[[dict], Any], id_field: str) -> list[Any]:
+    """Convert each JSONL row, turning a FieldError into InputFileError(file, line, field)."""
+    out, first_line = [], {}
+    for lineno, row in iter_jsonl(path):
+        try:
+            item = convert(row)
+        except FieldError as bad:
+            raise InputFileError(path, lineno, bad.message, bad.field) from None
+        if item.id in first_line:
+            msg = f"duplicate id {item.id!r} (first on line {first_line[item.id]})"
+            raise InputFileError(path, lineno, msg, id_field)
+        first_line[item.id] = lineno
+        out.append(item)
+    return out
+
+
+def json_line_of(text: str, where: tuple) -> int:
+    """Line of the value at JSON path ``where``: re-parses with the pure-Python scanner, which
+    lets us record where each object starts (the C scanner, used for the fast path, cannot)."""
+    spans: dict[int, tuple[int, int]] = {}
+
+    def parse_object(s_and_end, *args, **kwargs):
+        obj, end = json.decoder.JSONObject(s_and_end, *args, **kwargs)
+        spans[id(obj)] = (s_and_end[1] - 1, end)
+        return obj, end
+
+    decoder = json.JSONDecoder()
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    node = decoder.decode(text)
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    pos = 0
+    for part in where:
+        if isinstance(node, dict) and id(node) in spans:
+            start, end = spans[id(node)]
+            pos = _key_position(text, part, start, end, spans.values()) if part in node else start
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break
+    else:
+        if isinstance(node, dict) and id(node) in spans:
+            pos = spans[id(node)][0]
+    return bisect.bisect_right(newlines, pos) + 1
+
+
+def _key_position(text: str, key: Any, start: int, end: int, spans: Iterable[tuple]) -> int:
+    """Offset of ``"key":`` directly inside the object spanning [start, end)."""
+    nested = [(s, e) for s, e in spans if start < s < end]
+    for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", text[start:end]):
+        at = start + m.start()
+        if not any(s <= at < e for s, e in nested):
+            return at
+    return start

@@ -1,0 +1,300 @@
+"""Corpus preparation: text cleaning, exact dedup and MinHash-LSH near-duplicate removal.
+
+- ``clean_text``: mojibake repair with ftfy (conservative settings: no quote uncurling, no HTML
+  unescaping, no width/ligature folding), control characters removed except ``\\n`` and ``\\t``,
+  line breaks unified, Unicode spaces -> ``" "``, runs of spaces collapsed, trailing spaces
+  stripped, at most one blank line in a row, NFC.
+- Exact duplicates: sha256 of the normalised text (cleaned, casefolded, whitespace collapsed).
+- Near duplicates: datasketch ``MinHash`` over word 5-gram shingles, candidates from
+  ``MinHashLSH``, confirmed when the estimated Jaccard similarity is >= ``threshold``.
+- Items are visited in order and compared only with items already kept, so the first occurrence
+  is always the one kept and a rerun with the same parameters drops the same ids. Every drop is
+  reported with its reason (``exact`` or ``near``), the kept id it duplicates and the estimate.
+
+``dedup_documents`` works on a list of Documents (e.g. a BEIR corpus) and never edits text.
+``dedup_file`` works on a ragbench JSONL file of Examples: it cleans each example's text
+(question, answers, document titles and texts; ``meta["evidence"]`` spans are moved to the
+cleaned text, and a document whose spans cannot be moved is left as it was) and drops an example
+when its *question* normalises to the same text as an earlier kept example's and its *context*
+(the joined documents) is an exact or near duplicate of that example's. Matching on the context
+alone (``key="context"``) would drop every SQuAD question after the first on a paragraph, which
+is rarely what a data pipeline means. Do not dedup generated needle sweeps: the points of a depth
+sweep share question and haystack, so all but the first per length are near duplicates. Only
+``meta["evidence"]`` spans are moved by cleaning; other offsets in ``meta`` (e.g. NIAH's
+``needle_start``) are not, so pass ``clean=False`` for files whose offsets must stay exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ragbench.registry import unknown
+from ragbench.types import Document, Example
+
+SHINGLE_WORDS = 5
+DEDUP_KEYS = ("question+context", "context")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")  # Cc except \t \n, BOM
+_LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
+_SPACES = re.compile(r"[^\S\n\t]+")  # any whitespace but newline and tab (incl. NBSP, U+3000)
+_TRAILING = re.compile(r"[ \t]+\n")
+_BLANK_LINES = re.compile(r"\n{3,}")
+_WORD = re.compile(r"\w+")
+
+
+# --------------------------------------------------------------------------- cleaning
+
+
+def clean_text(text: str) -> str:
+    import ftfy
+
+    config = ftfy.TextFixerConfig(
+        unescape_html=False,
+        uncurl_quotes=False,
+        fix_latin_ligatures=False,
+        fix_character_width=False,
+        normalization="NFC",
+    )
+    text = ftfy.fix_text(text, config)
+    text = _LINE_BREAKS.sub("\n", text)
+    text = _CONTROL.sub("", text)
+    text = _SPACES.sub(" ", text)
+    text = _TRAILING.sub("\n", text)
+    text = _BLANK_LINES.sub("\n\n", text)
+    return unicodedata.normalize("NFC", text.strip())
+
+
+def normalize_for_hash(text: str) -> str:
+    """Cleaned, casefolded, all whitespace collapsed to single spaces."""
+    return " ".join(clean_text(text).casefold().split())
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(normalize_for_hash(text).encode("utf-8")).hexdigest()
+
+
+def _move_span(old: str, new: str, start: int, end: int, slack: int = 16) -> tuple[int, int] | None:
+    """Where old[start:end] lies in new == clean_text(old), or None if it cannot be found."""
+    piece = clean_text(old[start:end])
+    if not piece:
+        return None
+    expect = len(clean_text(old[:start]))
+    hits = [
+        new.find(piece, max(0, expect - slack)),
+        new.rfind(piece, 0, expect + slack + len(piece)),
+    ]
+    hits = [h for h in hits if h >= 0 and abs(h - expect) <= slack + 1]
+    if not hits:
+        return None
+    best = min(hits, key=lambda h: abs(h - expect))
+    return best, best + len(piece)
+
+
+def _clean_document(doc: Document, spans: list[tuple[int, int]]):
+    """(cleaned document, moved spans) or (doc, spans) unchanged when a span cannot be moved."""
+    text = clean_text(doc.text)
+    title = clean_text(doc.title)
+    if text == doc.text:
+        return replace(doc, title=title), spans, True
+    moved = [_move_span(doc.text, text, s, e) for s, e in spans]
+    if any(m is None for m in moved):
+        return replace(doc, title=title), spans, False
+    return replace(doc, text=text, title=title), moved, True
+
+
+def clean_example(example: Example) -> tuple[Example, list[str]]:
+    """Clean question, answers and documents; returns (example, ids of documents left as-is)."""
+    evidence = [list(span) for span in example.meta.get("evidence", [])]
+    docs, skipped = [], []
+    for doc in example.documents:
+        mine = [i for i, span in enumerate(evidence) if span[0] == doc.id]
+        new_doc, spans, ok = _clean_document(doc, [(evidence[i][1], evidence[i][2]) for i in mine])
+        for i, (s, e) in zip(mine, spans, strict=True):
+            evidence[i] = [doc.id, s, e]
+        docs.append(new_doc)
+        if not ok:
+            skipped.append(doc.id)
+    meta = dict(example.meta)
+    if "evidence" in meta:
+        meta["evidence"] = evidence
+    return (
+        replace(
+            example,
+            question=clean_text(example.question),
+            answers=tuple(clean_text(a) for a in example.answers),
+            documents=tuple(docs),
+            meta=meta,
+        ),
+        skipped,
+    )
+
+
+# --------------------------------------------------------------------------- dedup
+
+
+def shingles(text: str, n: int = SHINGLE_WORDS) -> set[str]:
+    """Word n-grams of the normalised text; a text shorter than n words is one shingle."""
+    return _shingles(normalize_for_hash(text), n)
+
+
+def _shingles(normalised: str, n: int = SHINGLE_WORDS) -> set[str]:
+    words = _WORD.findall(normalised)
+    if len(words) < n:
+        return {" ".join(words)} if words else set()
+    return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def find_duplicates(
+    texts: Sequence[str],
+    *,
+    threshold: float = 0.8,
+    num_perm: int = 128,
+    seed: int = 1,
+    groups: Sequence[str] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """{index: {"reason", "duplicate_of" (index), "jaccard"}} for every text to drop.
+
+    A text is compared only with earlier *kept* texts (of the same group when ``groups`` is
+    given), so the first occurrence always survives.
+    """
+    from datasketch import MinHash, MinHashLSH
+
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if num_perm < 2:
+        raise ValueError(f"num_perm must be >= 2, got {num_perm}")
+    if groups is not None and len(groups) != len(texts):
+        raise ValueError("groups must have one entry per text")
+    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    template = MinHash(num_perm=num_perm, seed=seed)
+    shared = {"permutations": template.permutations}  # generated once, not once per text
+    if hasattr(template, "scheme"):  # datasketch >= 2.0 wants the scheme with permutations
+        shared["scheme"] = template.scheme
+    kept_by_hash: dict[str, int] = {}
+    sketches: dict[int, Any] = {}
+    drops: dict[int, dict[str, Any]] = {}
+    for i, text in enumerate(texts):
+        group = groups[i] if groups is not None else ""
+        normalised = normalize_for_hash(text)
+        digest = hashlib.sha256(f"{group}\0{normalised}".encode()).hexdigest()
+        if digest in kept_by_hash:
+            drops[i] = {"reason": "exact", "duplicate_of": kept_by_hash[digest], "jaccard": 1.0}
+            continue
+        grams = _shingles(normalised)
+        sketch = MinHash(num_perm=num_perm, seed=seed, **shared)
+        sketch.update_batch([g.encode("utf-8") for g in sorted(grams)])
+        best: tuple[int, float] | None = None
+        for key in lsh.query(sketch) if grams else ():
+            j = int(key)
+            if groups is not None and groups[j] != group:
+                continue
+            estimate = float(sketch.jaccard(sketches[j]))
+            if estimate >= threshold and (best is None or j < best[0]):
+                best = (j, estimate)
+        if best is not None:
+            drops[i] = {"reason": "near", "duplicate_of": best[0], "jaccard": round(best[1], 4)}
+            continue
+        kept_by_hash[digest] = i
+        if grams:
+            sketches[i] = sketch
+            lsh.insert(str(i), sketch)
+    return drops
+
+
+def _report(ids: Sequence[str], drops: dict[int, dict[str, Any]], params: dict) -> dict[str, Any]:
+    dropped = [
+        {
+            "id": ids[i],
+            "reason": d["reason"],
+            "duplicate_of": ids[d["duplicate_of"]],
+            "jaccard": d["jaccard"],
+        }
+        for i, d in sorted(drops.items())
+    ]
+    return {
+        "n_in": len(ids),
+        "n_kept": len(ids) - len(drops),
+        "exact_duplicates": sum(d["reason"] == "exact" for d in drops.values()),
+        "near_duplicates": sum(d["reason"] == "near" for d in drops.values()),
+        "dropped": dropped,
+        "params": params,
+    }
+
+
+def dedup_documents(
+    docs: Sequence[Document], threshold: float = 0.8, num_perm: int = 128, seed: int = 1
+) -> tuple[list[Document], dict[str, Any]]:
+    """(kept documents in order, report). Text is compared normalised but never edited."""
+    drops = find_duplicates(
+        [d.text for d in docs], threshold=threshold, num_perm=num_perm, seed=seed
+    )
+    params = {
+        "threshold": threshold,
+        "num_perm": num_perm,
+        "seed": seed,
+        "shingle_words": SHINGLE_WORDS,
+    }
+    kept = [d for i, d in enumerate(docs) if i not in drops]
+    return kept, _report([d.id for d in docs], drops, params)
+
+
+def dedup_examples(
+    examples: Sequence[Example],
+    threshold: float = 0.8,
+    num_perm: int = 128,
+    seed: int = 1,
+    *,
+    key: str = "question+context",
+) -> tuple[list[Example], dict[str, Any]]:
+    """(kept examples in order, report); see the module docstring for what counts as a duplicate."""
+    if key not in DEDUP_KEYS:
+        raise unknown("dedup key", key, DEDUP_KEYS)
+    groups = (
+        [normalize_for_hash(e.question) for e in examples] if key == "question+context" else None
+    )
+    texts = [e.context for e in examples]
+    drops = find_duplicates(texts, threshold=threshold, num_perm=num_perm, seed=seed, groups=groups)
+    params = {"threshold": threshold, "num_perm": num_perm, "seed": seed, "key": key}
+    params["shingle_words"] = SHINGLE_WORDS
+    kept = [e for i, e in enumerate(examples) if i not in drops]
+    return kept, _report([e.id for e in examples], drops, params)
+
+
+def dedup_file(
+    path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    threshold: float = 0.8,
+    num_perm: int = 128,
+    seed: int = 1,
+    *,
+    clean: bool = True,
+    key: str = "question+context",
+) -> dict[str, Any]:
+    """Clean (optional) and deduplicate a ragbench JSONL file; write the result atomically.
+
+    Returns stats: counts, the dropped ids with reasons, which documents cleaning left as-is
+    (their evidence spans could not be moved), and both fingerprints.
+    """
+    from ragbench.datasets.formats import fingerprint, read_examples, write_examples
+
+    examples = read_examples(path)
+    fingerprint_in = fingerprint(examples)
+    cleaned, changed, skipped = examples, 0, []
+    if clean:
+        cleaned = []
+        for e in examples:
+            new, left = clean_example(e)
+            changed += new != e
+            skipped += [f"{e.id}:{doc_id}" for doc_id in left]
+            cleaned.append(new)
+    kept, report = dedup_examples(cleaned, threshold, num_perm, seed, key=key)
+    write_examples(out_path, kept)
+    report |= {"input": str(path), "output": str(out_path), "cleaned": clean}
+    report |= {"examples_changed_by_cleaning": changed, "documents_not_cleaned": skipped}
+    report |= {"fingerprint_in": fingerprint_in, "fingerprint_out": fingerprint(kept)}
+    return report

@@ -1,0 +1,392 @@
+"""Dataset files: ragbench JSONL plus importers for LongBench, RULER, SQuAD and BEIR.
+
+Every importer returns ``list[Example]``. ``write_examples`` stores examples as canonical JSONL
+(one ``Example.to_json()`` per line, written atomically) and ``fingerprint`` is the sha256 of
+exactly those bytes, so a run that records it names the data it used.
+
+Choices, per format:
+
+- ``jsonl``: ragbench's own format, read strictly: unknown fields, wrong types, duplicate example
+  or document ids and ``meta.evidence`` spans outside their document are errors.
+- ``longbench``: ``context`` becomes one document (id ``"{_id}/context"``), ``input`` the
+  question. ``dataset``, ``length``, ``all_classes`` and any extra fields go to ``meta``. No
+  evidence spans: LongBench answers are often free-form, so a string match would mislead.
+- ``ruler``: RULER's ``input`` is one string (instructions, context, question). With RULER's
+  templates the question follows the context on its own line, so the last non-empty line is the
+  question and everything before it is kept as one document (id ``"{index}/input"``). Evidence
+  spans are the verbatim occurrences of each expected output in that document.
+- ``squad``: v1.1 and v2.0 JSON. One example per question; its paragraph is the only document
+  (id ``"{article}-{paragraph}"``, title = article title). ``answer_start`` offsets become
+  ``meta["evidence"]`` spans and must match the answer text. v2 unanswerable questions are kept
+  with ``answers=()`` and ``meta["unanswerable"] = True``. Line numbers in errors point into the
+  JSON text (real SQuAD files are one line; the field path, e.g.
+  ``data[0].paragraphs[2].qas[1].answers[0].answer_start``, locates the fault exactly).
+- ``beir``: a corpus is shared by every query and is too big to copy into each example. So each
+  query with a judgement in the chosen qrels split (default: test, else dev, else train) becomes
+  an example whose ``documents`` are only its *relevant* corpus documents (score > 0, in qrels
+  order), with ``meta["qrels"] = {doc_id: score}`` (every judged document),
+  ``meta["corpus_path"]`` (as given) and ``meta["corpus_sha256"]``. BEIR has no answer strings,
+  so ``answers=()``. Long-context prompting over these documents is an oracle (gold-only)
+  context; retrieval over the whole corpus uses ``load_beir(path)``, which returns the corpus
+  once plus queries and qrels in the BEIR ``{qid: {doc_id: score}}`` shape.
+
+Every malformed input raises one ``ragbench.io.InputFileError`` naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ragbench.datasets._validate import (
+    STRINGS,
+    FieldError,
+    check,
+    json_line_of,
+    no_unknown,
+    opt,
+    read_jsonl,
+    req,
+)
+from ragbench.io import InputFileError, atomic_write_text, sha256_bytes, sha256_file
+from ragbench.registry import unknown
+from ragbench.types import Document, Example
+
+FORMATS = ("jsonl", "longbench", "ruler", "squad", "beir")
+BEIR_SPLITS = ("test", "dev", "train")  # default preference order for the qrels file
+
+PathLike = str | os.PathLike
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def load(fmt: str, path: PathLike, **options: Any) -> list[Example]:
+    """Import ``path`` in format ``fmt`` (one of ``FORMATS``); options go to the importer."""
+    loaders: dict[str, Callable[..., list[Example]]] = {
+        "jsonl": read_examples,
+        "longbench": load_longbench,
+        "ruler": load_ruler,
+        "squad": load_squad,
+        "beir": load_beir_examples,
+    }
+    if fmt not in loaders:
+        raise unknown("dataset format", fmt, FORMATS)
+    return loaders[fmt](path, **options)
+
+
+def _canonical(examples: Iterable[Example]) -> str:
+    return "".join(e.to_json() + "\n" for e in examples)
+
+
+def write_examples(path: PathLike, examples: Iterable[Example]) -> Path:
+    """Atomically write canonical ragbench JSONL; duplicate example ids are refused."""
+    examples = list(examples)
+    seen: set[str] = set()
+    for e in examples:
+        if e.id in seen:
+            raise ValueError(f"duplicate example id {e.id!r}; ids must be unique in a file")
+        seen.add(e.id)
+    return atomic_write_text(path, _canonical(examples))
+
+
+def fingerprint(examples: Iterable[Example]) -> str:
+    """sha256 of the canonical JSONL bytes: equals ``sha256_file`` of ``write_examples``' file."""
+    return sha256_bytes(_canonical(examples).encode("utf-8"))
+
+
+def read_examples(path: PathLike) -> list[Example]:
+    """Read ragbench JSONL strictly (see the module docstring)."""
+    return read_jsonl(path, _example_from_row, id_field="id")
+
+
+# --------------------------------------------------------------------------- ragbench JSONL
+
+_EXAMPLE_KEYS = ("id", "question", "answers", "documents", "meta")
+_DOCUMENT_KEYS = ("id", "text", "title", "meta")
+
+
+def _example_from_row(row: dict) -> Example:
+    no_unknown(row, _EXAMPLE_KEYS)
+    docs: list[Document] = []
+    for i, d in enumerate(req(row, "documents", list)):
+        where = ("documents", i)
+        check(d, dict, where)
+        no_unknown(d, _DOCUMENT_KEYS, where)
+        doc = Document(
+            id=req(d, "id", str, where),
+            text=req(d, "text", str, where),
+            title=opt(d, "title", str, "", where),
+            meta=opt(d, "meta", dict, {}, where),
+        )
+        if any(doc.id == prev.id for prev in docs):
+            raise FieldError(where + ("id",), f"duplicate document id {doc.id!r} in this example")
+        docs.append(doc)
+    meta = opt(row, "meta", dict, {})
+    _check_evidence(meta.get("evidence"), {d.id: d for d in docs})
+    return Example(
+        id=req(row, "id", str),
+        question=req(row, "question", str),
+        answers=tuple(req(row, "answers", STRINGS)),
+        documents=tuple(docs),
+        meta=meta,
+    )
+
+
+def _check_evidence(evidence: Any, docs: dict[str, Document]) -> None:
+    if evidence is None:
+        return
+    check(evidence, list, ("meta", "evidence"))
+    for i, span in enumerate(evidence):
+        where = ("meta", "evidence", i)
+        ok = isinstance(span, list) and len(span) == 3 and isinstance(span[0], str)
+        if not ok or not all(isinstance(x, int) and not isinstance(x, bool) for x in span[1:]):
+            raise FieldError(where, "expected [doc_id, start, end] (string, integer, integer)")
+        doc_id, start, end = span
+        if doc_id not in docs:
+            raise FieldError(where, f"unknown document id {doc_id!r}; documents: {', '.join(docs)}")
+        if not 0 <= start <= end <= len(docs[doc_id].text):
+            n = len(docs[doc_id].text)
+            raise FieldError(
+                where, f"span {start}:{end} is outside document {doc_id!r} ({n} chars)"
+            )
+
+
+# --------------------------------------------------------------------------- LongBench
+
+_LONGBENCH_FIELDS = {"input": str, "context": str, "answers": STRINGS, "length": int}
+_LONGBENCH_FIELDS |= {"dataset": str, "_id": str}
+
+
+def load_longbench(path: PathLike) -> list[Example]:
+    return read_jsonl(path, _longbench_example, id_field="_id")
+
+
+def _longbench_example(row: dict) -> Example:
+    v = {key: req(row, key, kind) for key, kind in _LONGBENCH_FIELDS.items()}
+    all_classes = opt(row, "all_classes", STRINGS, None)
+    meta = {k: val for k, val in row.items() if k not in _LONGBENCH_FIELDS}
+    meta |= {"source": "longbench", "dataset": v["dataset"], "length": v["length"]}
+    meta["all_classes"] = all_classes
+    doc = Document(id=f"{v['_id']}/context", text=v["context"])
+    return Example(v["_id"], v["input"], tuple(v["answers"]), (doc,), meta)
+
+
+# --------------------------------------------------------------------------- RULER
+
+_RULER_FIELDS = {"index": int, "input": str, "outputs": STRINGS, "length": int}
+
+
+def load_ruler(path: PathLike) -> list[Example]:
+    return read_jsonl(path, _ruler_example, id_field="index")
+
+
+def split_ruler_input(text: str) -> tuple[str, str]:
+    """(context, question): the question is the last non-empty line, the context all before it."""
+    context, sep, question = text.rstrip().rpartition("\n")
+    if not sep or not context.strip() or not question.strip():
+        raise ValueError("expected the context followed by the question on its own last line")
+    return context, question.strip()
+
+
+def _find_all(text: str, needle: str) -> list[tuple[int, int]]:
+    spans, start = [], text.find(needle)
+    while needle and start >= 0:
+        spans.append((start, start + len(needle)))
+        start = text.find(needle, start + len(needle))
+    return spans
+
+
+def _ruler_example(row: dict) -> Example:
+    v = {key: req(row, key, kind) for key, kind in _RULER_FIELDS.items()}
+    try:
+        context, question = split_ruler_input(v["input"])
+    except ValueError as exc:
+        raise FieldError(("input",), str(exc)) from None
+    doc = Document(id=f"{v['index']}/input", text=context)
+    evidence = sorted({span for out in v["outputs"] for span in _find_all(context, out)})
+    meta = {k: val for k, val in row.items() if k not in _RULER_FIELDS}
+    meta |= {"source": "ruler", "index": v["index"], "length": v["length"]}
+    meta["evidence"] = [[doc.id, s, e] for s, e in evidence]
+    return Example(str(v["index"]), question, tuple(v["outputs"]), (doc,), meta)
+
+
+# --------------------------------------------------------------------------- SQuAD
+
+
+def load_squad(path: PathLike) -> list[Example]:
+    """SQuAD v1.1 / v2.0 JSON (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
+        raise InputFileError(path, exc.lineno, msg) from None
+    try:
+        return _squad_examples(data)
+    except FieldError as bad:
+        raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None
+
+
+def _squad_examples(data: Any) -> list[Example]:
+    check(data, dict, ())
+    version = opt(data, "version", str, "")
+    examples: list[Example] = []
+    seen: set[str] = set()
+    for a, article in enumerate(req(data, "data", list)):
+        where = ("data", a)
+        check(article, dict, where)
+        title = opt(article, "title", str, "", where)
+        for p, para in enumerate(req(article, "paragraphs", list, where)):
+            pwhere = where + ("paragraphs", p)
+            check(para, dict, pwhere)
+            doc = Document(id=f"{a}-{p}", text=req(para, "context", str, pwhere), title=title)
+            for q, qa in enumerate(req(para, "qas", list, pwhere)):
+                example = _squad_example(qa, pwhere + ("qas", q), doc, version)
+                if example.id in seen:
+                    raise FieldError(
+                        pwhere + ("qas", q, "id"), f"duplicate question id {example.id!r}"
+                    )
+                seen.add(example.id)
+                examples.append(example)
+    return examples
+
+
+def _squad_answers(qa: dict, key: str, where: tuple, doc: Document) -> list[tuple[str, int]]:
+    out = []
+    for i, ans in enumerate(req(qa, key, list, where)):
+        awhere = where + (key, i)
+        check(ans, dict, awhere)
+        text, start = req(ans, "text", str, awhere), req(ans, "answer_start", int, awhere)
+        found = doc.text[start : start + len(text)] if start >= 0 else ""
+        if found != text:
+            msg = f"{start} does not point at the answer text {text!r} (the context has {found!r})"
+            raise FieldError(awhere + ("answer_start",), msg)
+        out.append((text, start))
+    return out
+
+
+def _squad_example(qa: Any, where: tuple, doc: Document, version: str) -> Example:
+    check(qa, dict, where)
+    qid, question = req(qa, "id", str, where), req(qa, "question", str, where)
+    unanswerable = opt(qa, "is_impossible", bool, False, where)
+    answers = _squad_answers(qa, "answers", where, doc)
+    if unanswerable and answers:
+        raise FieldError(where + ("answers",), "must be empty when is_impossible is true")
+    if not unanswerable and not answers:
+        raise FieldError(
+            where + ("answers",), "empty for an answerable question (v2: set is_impossible)"
+        )
+    texts = list(dict.fromkeys(t for t, _ in answers))
+    spans = list(dict.fromkeys((s, s + len(t)) for t, s in answers))
+    meta: dict[str, Any] = {"source": "squad", "version": version, "title": doc.title}
+    meta |= {"unanswerable": unanswerable, "evidence": [[doc.id, s, e] for s, e in spans]}
+    if unanswerable and qa.get("plausible_answers"):
+        plausible = _squad_answers(qa, "plausible_answers", where, doc)
+        meta["plausible_answers"] = list(dict.fromkeys(t for t, _ in plausible))
+    return Example(qid, question, tuple(texts), (doc,), meta)
+
+
+# --------------------------------------------------------------------------- BEIR
+
+
+@dataclass(frozen=True)
+class BeirData:
+    """A BEIR dataset: the corpus once, queries, and qrels ``{qid: {doc_id: score}}``."""
+
+    corpus: dict[str, Document]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    split: str
+    corpus_path: Path
+
+
+def load_beir(path: PathLike, split: str | None = None) -> BeirData:
+    root = Path(path)
+    if not root.is_dir():
+        msg = "expected a BEIR folder holding corpus.jsonl, queries.jsonl and qrels/<split>.tsv"
+        raise InputFileError(root, None, msg)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        if not (root / name).is_file():
+            raise InputFileError(root / name, None, "missing (required in a BEIR folder)")
+    corpus = {d.id: d for d in read_jsonl(root / "corpus.jsonl", _beir_doc, id_field="_id")}
+    queries = read_jsonl(root / "queries.jsonl", _beir_query, id_field="_id")
+    qmap = {q.id: q.text for q in queries}
+    qrels_file = _qrels_file(root, split)
+    qrels = _read_qrels(qrels_file, qmap, corpus)
+    return BeirData(corpus, qmap, qrels, qrels_file.stem, root / "corpus.jsonl")
+
+
+def load_beir_examples(path: PathLike, split: str | None = None) -> list[Example]:
+    """One example per judged query (see the module docstring for the representation)."""
+    data = load_beir(path, split)
+    corpus_sha = sha256_file(data.corpus_path)
+    examples = []
+    for qid, question in data.queries.items():
+        judged = data.qrels.get(qid)
+        if not judged:
+            continue
+        relevant = tuple(data.corpus[d] for d, score in judged.items() if score > 0)
+        meta = {"source": "beir", "split": data.split, "qrels": dict(judged)}
+        meta |= {"corpus_path": str(data.corpus_path), "corpus_sha256": corpus_sha}
+        meta["evidence"] = [[d.id, 0, len(d.text)] for d in relevant]
+        examples.append(Example(qid, question, (), relevant, meta))
+    return examples
+
+
+def _beir_doc(row: dict) -> Document:
+    meta = opt(row, "metadata", dict, {})
+    title = opt(row, "title", str, "")
+    return Document(id=req(row, "_id", str), text=req(row, "text", str), title=title, meta=meta)
+
+
+def _beir_query(row: dict) -> Document:  # a Document is a handy (id, text) pair here
+    return Document(id=req(row, "_id", str), text=req(row, "text", str))
+
+
+def _qrels_file(root: Path, split: str | None) -> Path:
+    available = sorted(p.stem for p in (root / "qrels").glob("*.tsv"))
+    if split is None:
+        split = next((s for s in BEIR_SPLITS if s in available), None)
+        if split is None:
+            msg = f"no qrels file; expected one of {', '.join(s + '.tsv' for s in BEIR_SPLITS)}"
+            raise InputFileError(root / "qrels", None, msg)
+    elif split not in available:
+        raise unknown("BEIR split", split, available)
+    return root / "qrels" / f"{split}.tsv"
+
+
+def _qrels_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                yield lineno, line.rstrip("\r\n").split("\t")
+
+
+def _read_qrels(path: Path, queries: dict, corpus: dict) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    for n, (lineno, cols) in enumerate(_qrels_rows(path)):
+        if n == 0 and len(cols) == 3 and not re.fullmatch(r"-?\d+", cols[2].strip()):
+            continue  # the header row (query-id, corpus-id, score)
+        if len(cols) != 3:
+            msg = f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(cols)}"
+            raise InputFileError(path, lineno, msg, "columns")
+        qid, did, score = (c.strip() for c in cols)
+        if not re.fullmatch(r"-?\d+", score):
+            raise InputFileError(path, lineno, f"expected an integer, got {score!r}", "score")
+        if qid not in queries:
+            raise InputFileError(path, lineno, f"unknown query id {qid!r}", "query-id")
+        if did not in corpus:
+            raise InputFileError(path, lineno, f"unknown document id {did!r}", "corpus-id")
+        if did in qrels.setdefault(qid, {}):
+            raise InputFileError(path, lineno, f"duplicate judgement of {did!r}", "corpus-id")
+        qrels[qid][did] = int(score)
+    return qrels

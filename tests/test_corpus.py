@@ -1,0 +1,207 @@
+"""Corpus preparation: cleaning, exact dedup and MinHash-LSH near-duplicate removal."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ragbench.datasets import corpus, formats
+from ragbench.registry import UnknownNameError
+from ragbench.types import Document, Example
+
+VOCAB = [f"w{i}" for i in range(2000)]
+
+
+def _words(seed: int, n: int = 200) -> list[str]:
+    rng = random.Random(seed)
+    return [rng.choice(VOCAB) for _ in range(n)]
+
+
+def _long_text(seed: int) -> str:
+    return " ".join(_words(seed))
+
+
+def _one_word_changed(text: str, at: int = 100) -> str:
+    words = text.split()
+    words[at] = "CHANGED"
+    return " ".join(words)
+
+
+# --------------------------------------------------------------------------- cleaning
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("cafÃ©", "café"),  # mojibake (UTF-8 read as Latin-1)
+        ("The â€œquotedâ€\x9d word", "The \u201cquoted\u201d word"),  # curly quotes kept
+        ("bell\x07 null\x00 esc\x1b del\x7f", "bell null esc del"),
+        ("keep\ttabs\nand newlines", "keep\ttabs\nand newlines"),
+        ("a  \u00a0 b\u3000c", "a b c"),  # Unicode spaces -> one space
+        ("line one   \r\nline two\r\n\r\n\r\n\r\nend  ", "line one\nline two\n\nend"),
+        ("\ufeffBOM first", "BOM first"),
+        ("cafe\u0301", "caf\u00e9"),  # NFC
+        ("5 &amp; 6", "5 &amp; 6"),  # no HTML unescaping: the text may be about HTML
+    ],
+)
+def test_clean_text(raw, clean):
+    assert corpus.clean_text(raw) == clean
+
+
+def test_normalized_hash_ignores_case_and_whitespace_only():
+    assert corpus.text_hash("Hello   World\n") == corpus.text_hash("hello world")
+    assert corpus.text_hash("cafÃ© noir") == corpus.text_hash("Café Noir")
+    assert corpus.text_hash("hello world") != corpus.text_hash("hello word")
+
+
+def test_shingles_are_word_5grams():
+    assert corpus.shingles("a b c d e f") == {"a b c d e", "b c d e f"}
+    assert corpus.shingles("Too Short!") == {"too short"}
+    assert corpus.shingles("  ") == set()
+
+
+# --------------------------------------------------------------------------- dedup
+
+
+def _docs(texts: dict[str, str]) -> list[Document]:
+    return [Document(id=k, text=v) for k, v in texts.items()]
+
+
+def test_dedup_documents_exact_near_and_distinct():
+    base = _long_text(1)
+    docs = _docs(
+        {
+            "a": base,
+            "b": _long_text(2),
+            "a-exact": "  " + base.upper().replace(" ", "\n", 3) + "\n",  # same normalised text
+            "a-near": _one_word_changed(base),
+            "c": _long_text(3),
+            "b-near": _one_word_changed(_long_text(2), at=10),
+        }
+    )
+    kept, report = corpus.dedup_documents(docs)
+    assert [d.id for d in kept] == ["a", "b", "c"]
+    assert kept[0] is docs[0]  # text never edited
+    dropped = {d["id"]: d for d in report["dropped"]}
+    assert dropped["a-exact"] == {
+        "id": "a-exact",
+        "reason": "exact",
+        "duplicate_of": "a",
+        "jaccard": 1.0,
+    }
+    assert dropped["a-near"]["reason"] == "near" and dropped["a-near"]["duplicate_of"] == "a"
+    assert dropped["b-near"]["duplicate_of"] == "b"
+    assert 0.8 <= dropped["a-near"]["jaccard"] < 1.0
+    assert (report["n_in"], report["n_kept"]) == (6, 3)
+    assert (report["exact_duplicates"], report["near_duplicates"]) == (1, 2)
+    assert report["params"] == {"threshold": 0.8, "num_perm": 128, "seed": 1, "shingle_words": 5}
+
+
+def test_dedup_keeps_the_first_occurrence_and_is_deterministic():
+    base = _long_text(7)
+    near = _one_word_changed(base)
+    kept, report = corpus.dedup_documents(_docs({"x": near, "y": base}))
+    assert [d.id for d in kept] == ["x"] and report["dropped"][0]["duplicate_of"] == "x"
+    docs = _docs({f"d{i}": _long_text(i % 5) for i in range(20)})
+    first = corpus.dedup_documents(docs)
+    assert first == corpus.dedup_documents(docs)
+    assert [d.id for d in first[0]] == ["d0", "d1", "d2", "d3", "d4"]
+
+
+def test_threshold_controls_near_duplicates():
+    base = _long_text(11)
+    words = base.split()
+    half = " ".join(words[:100] + _words(99, 100))  # shares about a third of its shingles
+    docs = _docs({"a": base, "half": half})
+    assert len(corpus.dedup_documents(docs, threshold=0.8)[0]) == 2
+    assert len(corpus.dedup_documents(docs, threshold=0.2, num_perm=256, seed=3)[0]) == 1
+    with pytest.raises(ValueError, match="threshold"):
+        corpus.dedup_documents(docs, threshold=0)
+    with pytest.raises(ValueError, match="num_perm"):
+        corpus.dedup_documents(docs, num_perm=1)
+
+
+def test_short_and_empty_texts_only_dedup_exactly():
+    docs = _docs({"a": "yes", "b": "Yes.", "c": "no", "d": "", "e": "  "})
+    kept, report = corpus.dedup_documents(docs)
+    assert [d.id for d in kept] == ["a", "c", "d"]
+    assert {d["id"]: d["duplicate_of"] for d in report["dropped"]} == {"b": "a", "e": "d"}
+
+
+# --------------------------------------------------------------------------- examples and files
+
+
+def _example(eid: str, question: str, text: str, evidence=None) -> Example:
+    meta = {"evidence": evidence} if evidence is not None else {}
+    return Example(eid, question, ("ans",), (Document(f"{eid}/doc", text),), meta)
+
+
+def test_clean_example_moves_evidence_spans():
+    text = "Intro  text\x00 with cafÃ©.\r\n\r\n\r\nThe   magic number is 4817263.  Tail."
+    start = text.index("4817263")
+    ex = _example("e", "What  is it?\x07", text, [["e/doc", start, start + 7]])
+    cleaned, skipped = corpus.clean_example(ex)
+    doc = cleaned.documents[0]
+    assert doc.text == "Intro text with café.\n\nThe magic number is 4817263. Tail."
+    assert cleaned.question == "What is it?" and skipped == []
+    ((_, s, e),) = cleaned.evidence
+    assert doc.text[s:e] == "4817263"
+
+
+def test_clean_example_leaves_a_document_whose_span_cannot_move():
+    text = "abc\x00def ghi"
+    ex = _example("e", "q", text, [["e/doc", 3, 4]])  # the span is only the control char
+    cleaned, skipped = corpus.clean_example(ex)
+    assert skipped == ["e/doc"] and cleaned.documents[0].text == text
+    assert cleaned.evidence == [("e/doc", 3, 4)]
+
+
+def test_dedup_examples_matches_question_and_context():
+    ctx = _long_text(21)
+    examples = [
+        _example("q1", "Who?", ctx),
+        _example("q2", "When?", ctx),  # same paragraph, another question: kept
+        _example("q1-again", "  who? ", _one_word_changed(ctx)),  # near dup: dropped
+        _example("other", "Who?", _long_text(22)),
+    ]
+    kept, report = corpus.dedup_examples(examples)
+    assert [e.id for e in kept] == ["q1", "q2", "other"]
+    assert report["dropped"][0]["id"] == "q1-again" and report["dropped"][0]["reason"] == "near"
+    kept, _ = corpus.dedup_examples(examples, key="context")
+    assert [e.id for e in kept] == ["q1", "other"]
+    with pytest.raises(UnknownNameError, match="valid: context, question\\+context"):
+        corpus.dedup_examples(examples, key="contxt")
+
+
+def test_dedup_file_cleans_dedups_and_fingerprints(tmp_path):
+    ctx = _long_text(31)
+    examples = [
+        _example("a", "Who?", "cafÃ© " + ctx, [["a/doc", 0, 5]]),
+        _example("b", "Who?", "café " + _one_word_changed(ctx)),
+        _example("c", "What?", _long_text(32)),
+    ]
+    src = formats.write_examples(tmp_path / "in.jsonl", examples)
+    stats = corpus.dedup_file(src, tmp_path / "out.jsonl")
+    out = formats.read_examples(tmp_path / "out.jsonl")
+    assert [e.id for e in out] == ["a", "c"]
+    assert out[0].documents[0].text.startswith("café w") and out[0].evidence == [("a/doc", 0, 4)]
+    assert (
+        stats["n_in"] == 3 and stats["n_kept"] == 2 and stats["examples_changed_by_cleaning"] == 1
+    )
+    assert stats["dropped"] == [
+        {
+            "id": "b",
+            "reason": "near",
+            "duplicate_of": "a",
+            "jaccard": stats["dropped"][0]["jaccard"],
+        }
+    ]
+    assert stats["fingerprint_in"] == formats.fingerprint(examples)
+    assert stats["fingerprint_out"] == formats.fingerprint(out)
+    raw = corpus.dedup_file(src, tmp_path / "raw.jsonl", clean=False)
+    assert formats.read_examples(tmp_path / "raw.jsonl")[0] == examples[0]
+    assert raw["examples_changed_by_cleaning"] == 0
+    again = corpus.dedup_file(src, tmp_path / "out2.jsonl")
+    assert (tmp_path / "out2.jsonl").read_bytes() == (tmp_path / "out.jsonl").read_bytes()
+    assert again["fingerprint_out"] == stats["fingerprint_out"]
