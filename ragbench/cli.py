@@ -14,7 +14,7 @@ app = typer.Typer(
 )
 
 # modules exposing `register(app: typer.Typer) -> None`
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["ragbench.datasets.cli", "ragbench.runner"]
 
 
 @app.command()

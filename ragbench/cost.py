@@ -46,14 +46,20 @@ PRICES_DIR = Path(__file__).parent / "data" / "prices"
 
 
 def kv_cache_bytes(
-    layers: int, kv_heads: int, head_dim: int, seq_len: int, batch: int = 1, bytes_per_value: int = 2
+    layers: int,
+    kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    batch: int = 1,
+    bytes_per_value: int = 2,
 ) -> int:
     """Bytes of keys + values: ``2 x layers x kv_heads x head_dim x seq_len x batch x bytes``.
 
     The textbook example (100 layers, 80 heads, head dim 128, 10^6 tokens, batch 1, 2 bytes)
     gives 4,096,000,000,000 bytes: 4.1 TB, 3.7 TiB, or the "3.8 TB" quoted as 3,815 GiB / 1000.
     """
-    for name, v in locals().items():
+    args = dict(layers=layers, kv_heads=kv_heads, head_dim=head_dim, seq_len=seq_len, batch=batch)
+    for name, v in {**args, "bytes_per_value": bytes_per_value}.items():
         if v < 0:
             raise ValueError(f"kv_cache_bytes: {name} must be >= 0, got {v}")
     return 2 * layers * kv_heads * head_dim * seq_len * batch * bytes_per_value
@@ -73,7 +79,9 @@ def _arch(preset_or_arch: Any) -> tuple[int, int, int, int]:
 def processed_positions(prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> range:
     """1-based positions that run through the network (see the module docstring)."""
     if not 0 <= cached_tokens <= prompt_tokens:
-        raise ValueError(f"cached_tokens {cached_tokens} must be in [0, prompt_tokens={prompt_tokens}]")
+        raise ValueError(
+            f"cached_tokens {cached_tokens} must be in [0, prompt_tokens={prompt_tokens}]"
+        )
     if completion_tokens < 0:
         raise ValueError(f"completion_tokens must be >= 0, got {completion_tokens}")
     return range(cached_tokens + 1, prompt_tokens + max(completion_tokens - 1, 0) + 1)
@@ -131,13 +139,17 @@ def price_sheet(name_or_path: str | os.PathLike) -> PriceSheet:
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") and path.exists()):
         if str(name_or_path) not in available_price_sheets():
-            raise unknown("price sheet", str(name_or_path), [*available_price_sheets(), "<path.yaml>"])
+            raise unknown(
+                "price sheet", str(name_or_path), [*available_price_sheets(), "<path.yaml>"]
+            )
         path = PRICES_DIR / f"{name_or_path}.yaml"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise InputFileError(path, None if line is None else line + 1, f"invalid YAML: {exc}") from None
+        raise InputFileError(
+            path, None if line is None else line + 1, f"invalid YAML: {exc}"
+        ) from None
     return parse_price_sheet(data, str(path))
 
 
@@ -156,7 +168,9 @@ def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
             raise InputFileError(where, None, f"unknown key; {did_you_mean(key, valid)}", key)
     for key in ("name", "date", "source", *price_fields):
         if data.get(key) in (None, ""):
-            raise InputFileError(where, None, "required (every sheet carries a date and a source)", key)
+            raise InputFileError(
+                where, None, "required (every sheet carries a date and a source)", key
+            )
     prices: dict[str, float] = {}
     for key in price_fields:
         value = data[key]
@@ -217,7 +231,9 @@ ADDITIVE = (
 )
 
 
-def cost_fields(completion: Completion, preset: Any = None, sheet: PriceSheet | None = None) -> dict[str, Any]:
+def cost_fields(
+    completion: Completion, preset: Any = None, sheet: PriceSheet | None = None
+) -> dict[str, Any]:
     """The cost columns of one Record. ``preset`` (architecture) and ``sheet`` are optional:
     without them flops/kv bytes or dollars are None, never guessed."""
     out: dict[str, Any] = {
@@ -239,7 +255,10 @@ def cost_fields(completion: Completion, preset: Any = None, sheet: PriceSheet | 
     }
     if preset is not None:
         f = forward_flops(
-            preset, completion.prompt_tokens, completion.cached_prompt_tokens, completion.completion_tokens
+            preset,
+            completion.prompt_tokens,
+            completion.cached_prompt_tokens,
+            completion.completion_tokens,
         )
         out["flops"], out["flops_attention"] = f["total"], f["attention"]
         seq = completion.prompt_tokens + completion.completion_tokens

@@ -15,6 +15,9 @@ from typing import Any
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     choices = sorted(choices)
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    if not close:  # also match the family part: "smolm2" -> "smollm2-135m-instruct"
+        family = {c.split("-")[0]: c for c in reversed(choices)}
+        close = [family[m] for m in difflib.get_close_matches(name, family, n=1, cutoff=0.6)]
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"{hint}valid: {', '.join(choices)}"
 

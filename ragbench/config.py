@@ -1,0 +1,222 @@
+"""Experiment config: one YAML file -> a validated, hashable ``RunConfig``.
+
+Unknown keys are errors (pydantic ``extra="forbid"``) reported as ``file:line: field: message``
+with the closest valid key; unknown model, strategy, dataset and metric names get a did-you-mean.
+``config_hash`` is the sha256 of the canonical JSON of the validated config (defaults filled in,
+``output_dir`` left out), so the same experiment always lands in the same run folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ragbench.io import dumps_canonical
+from ragbench.registry import did_you_mean, unknown
+
+
+class ConfigError(ValueError):
+    """A bad config; the message names the file, line and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetConfig(_Strict):
+    name: str  # niah | ruler/<task> | multidoc | file: which builder makes the examples
+    params: dict[str, Any] = Field(
+        default_factory=dict
+    )  # builder kwargs (lengths, depths, path...)
+    limit: int | None = Field(None, ge=1)  # first N examples: quick looks without editing the grid
+
+    @model_validator(mode="after")
+    def _known(self) -> DatasetConfig:
+        from ragbench.datasets import DATASETS, check_params
+
+        DATASETS.check(self.name)  # unknown name -> did-you-mean over the registered datasets
+        check_params(self.name, self.params)
+        return self
+
+
+class ModelConfig(_Strict):
+    backend: Literal["hf", "openai", "fake"] = "hf"  # where generation runs
+    name: str = "smollm2-135m-instruct"  # preset name, HF id/folder, or served model name
+    params: dict[str, Any] = Field(default_factory=dict)  # backend kwargs: device, base_url, ...
+    preset: str | None = None  # architecture for FLOPs/KV bytes; default: `name` if it is a preset
+    max_new_tokens: int = Field(32, ge=1)  # SmolLM2 restates the question: allow >= 32
+    cache: bool = True  # sqlite completion cache: reruns and resumed runs cost nothing
+
+    @model_validator(mode="after")
+    def _known(self) -> ModelConfig:
+        from ragbench.llm.presets import PRESETS
+
+        if self.preset is not None and self.preset not in PRESETS:
+            raise unknown("model preset", self.preset, PRESETS)
+        local = "/" in self.name or os.sep in self.name or self.name.endswith(".gguf")
+        if self.backend == "hf" and self.name not in PRESETS and not local:
+            raise unknown("model", self.name, [*PRESETS, "<HF id or folder>"])
+        return self
+
+    @property
+    def arch(self) -> str | None:
+        from ragbench.llm.presets import PRESETS
+
+        return self.preset or (self.name if self.name in PRESETS else None)
+
+
+class RetrievalConfig(_Strict):
+    embedder: str = "minilm"  # minilm (embedded, offline) | hash (fast tests)
+    retriever: str = "dense"  # dense | bm25 | hybrid | rerank
+    retriever_params: dict[str, Any] = Field(default_factory=dict)  # e.g. hybrid weights
+    splitter: str = "sentence"  # llama-index splitter: sentence | token
+    chunk_size: int = Field(128, ge=1)  # tokens per chunk (the model's tokenizer)
+    chunk_overlap: int = Field(16, ge=0)  # tokens shared by neighbouring chunks
+    tokenizer: str | None = None  # chunking tokenizer; default: the model preset's, else whitespace
+
+
+class StrategyConfig(_Strict):
+    name: str  # closed_book | long_context | rag | self_route
+    params: dict[str, Any] = Field(default_factory=dict)  # list values expand into a grid
+
+    @model_validator(mode="after")
+    def _known(self) -> StrategyConfig:
+        from ragbench.strategies import check_params
+
+        check_params(self.name, self.params)
+        return self
+
+
+class RunConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # run folder: <name>-<hash[:8]>
+    seed: int = 0  # every generator and bootstrap takes it: same config, same table
+    dataset: DatasetConfig
+    model: ModelConfig = ModelConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    strategies: list[StrategyConfig] = Field(min_length=1)  # compared on the same examples
+    metrics: list[str] = Field(default_factory=lambda: ["string_match_all"])  # answer metrics
+    prompt_budget: int | None = Field(None, ge=1)  # matched budgets: one prompt-token cap for all
+    price_sheet: str | None = None  # shipped sheet name or YAML path; None: no $ column
+    output_dir: str = "data/results"  # where run folders go (not part of the hash)
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:  # `- rag` is short for `- {name: rag}`
+        return [{"name": s} if isinstance(s, str) else s for s in v] if isinstance(v, list) else v
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, v: list[str]) -> list[str]:
+        from ragbench.metrics import get_metric
+
+        for name in v:
+            get_metric(name)
+        return v
+
+    @field_validator("price_sheet")
+    @classmethod
+    def _sheet(cls, v: str | None) -> str | None:
+        if v is not None:
+            from ragbench.cost import price_sheet
+
+            price_sheet(v)
+        return v
+
+
+# ---------------------------------------------------------------------------- loading and hashing
+
+
+def config_hash(config: RunConfig) -> str:
+    data = config.model_dump(mode="json", exclude={"output_dir"})
+    return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
+
+
+def parse_config(data: Any, source: str = "<config>", text: str | None = None) -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a config must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, source, text)) from None
+
+
+def load_config(path: str | os.PathLike | RunConfig | dict) -> RunConfig:
+    """A RunConfig from a YAML path (or a dict, or an existing RunConfig)."""
+    if isinstance(path, RunConfig):
+        return path
+    if isinstance(path, dict):
+        return parse_config(path)
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such config file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    return parse_config(data, str(path), text)
+
+
+def _explain(exc: ValidationError, source: str, text: str | None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc) or "<root>"
+        line = _line_of(text, loc) if text else None
+        where = f"{source}:{line}" if line else source
+        if err["type"] == "extra_forbidden":
+            model = _model_at(loc[:-1])
+            valid = list(model.model_fields) if model else []
+            msg = f"unknown key {loc[-1]!r}; {did_you_mean(str(loc[-1]), valid)}"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            ctx = err.get("ctx", {}).get("error")
+            if ctx is not None and str(ctx):
+                msg = str(ctx)
+        lines.append(f"{where}: {field}: {msg}")
+    return "\n".join(lines)
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class at a location path (for the list of valid keys)."""
+    model: type[BaseModel] | None = RunConfig
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ()) or (ann,)
+        model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    return model
+
+
+def _line_of(text: str, loc: tuple) -> int | None:
+    """1-based YAML line of the key or item at ``loc`` (closest existing ancestor)."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

@@ -1,0 +1,117 @@
+"""Config validation: unknown keys and names get file:line and a did-you-mean; stable hash."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragbench.config import ConfigError, RunConfig, config_hash, load_config, parse_config
+
+GOOD = """\
+name: t
+dataset:
+  name: niah
+  params: {context_lengths: [200], tokenizer: whitespace}
+model:
+  backend: fake
+  name: fake
+strategies:
+  - long_context
+  - name: rag
+    params: {top_k: [2, 4]}
+metrics: [string_match_all]
+"""
+
+
+def write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_load_good_and_shorthand(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    assert isinstance(cfg, RunConfig)
+    assert [s.name for s in cfg.strategies] == ["long_context", "rag"]
+    assert cfg.strategies[1].params == {"top_k": [2, 4]}
+    assert cfg.model.max_new_tokens == 32 and cfg.retrieval.embedder == "minilm"
+
+
+def test_unknown_key_names_line_and_suggests(tmp_path):
+    text = GOOD.replace("  params: {context_lengths", "  parms: {context_lengths")
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    msg = str(e.value)
+    assert "c.yaml:4: dataset.parms: unknown key 'parms'; did you mean 'params'?" in msg
+
+
+def test_top_level_typo(tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"c.yaml:12: metric: unknown key 'metric'; did you mean 'metrics'"
+    ):
+        load_config(write(tmp_path, GOOD.replace("metrics:", "metric:")))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "  - long_context",
+            "  - long_contxt",
+            "unknown strategy 'long_contxt'; did you mean 'long_context'",
+        ),
+        (
+            "[string_match_all]",
+            "[string_match_al]",
+            "unknown metric 'string_match_al'; did you mean",
+        ),
+        ("  name: niah", "  name: niha", "unknown dataset 'niha'; did you mean 'niah'"),
+        (
+            "{context_lengths:",
+            "{context_length:",
+            "unknown parameter 'context_length'; did you mean",
+        ),
+        (
+            "backend: fake\n  name: fake",
+            "backend: hf\n  name: smolm2",
+            "did you mean 'smollm2-135m-instruct'",
+        ),
+        ("{top_k: [2, 4]}", "{topk: 2}", "unknown rag parameter 'topk'; did you mean 'top_k'"),
+        (
+            "  - long_context",
+            "  - {name: long_context, params: {overflow: middle}}",
+            "unknown long_context overflow policy 'middle'",
+        ),
+    ],
+)
+def test_unknown_names(tmp_path, old, new, expected):
+    assert old in GOOD
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace("[", r"\[")):
+        load_config(write(tmp_path, GOOD.replace(old, new)))
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="c.yaml:2: invalid YAML"):
+        load_config(write(tmp_path, "name: t\n  bad: [\n"))
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_hash_is_stable_and_ignores_output_dir(tmp_path):
+    a = load_config(write(tmp_path, GOOD))
+    b = parse_config({**a.model_dump(), "output_dir": "/elsewhere"})
+    assert config_hash(a) == config_hash(b)
+    assert len(config_hash(a)) == 64
+    c = parse_config({**a.model_dump(), "seed": 1})
+    assert config_hash(c) != config_hash(a)
+    # explicit defaults hash like implicit ones
+    d = load_config(write(tmp_path, GOOD + "seed: 0\n", "d.yaml"))
+    assert config_hash(d) == config_hash(a)
+
+
+@pytest.mark.parametrize("filename", ["quick-cpu.yaml", "gpu.yaml", "fake.yaml"])
+def test_shipped_configs_load(filename):
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "configs" / filename
+    cfg = load_config(path)
+    assert cfg.name == filename.removesuffix(".yaml")

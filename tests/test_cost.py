@@ -1,0 +1,148 @@
+"""Cost helpers against hand-computed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragbench import cost
+from ragbench.io import InputFileError
+from ragbench.llm.presets import get_preset
+from ragbench.types import Completion
+
+TINY = {"non_embedding_params": 1000, "layers": 2, "heads": 3, "head_dim": 4}
+
+
+def test_kv_cache_textbook_example():
+    # 2 (K and V) x 100 layers x 80 heads x 128 dims x 1e6 tokens x 1 x 2 bytes
+    n = cost.kv_cache_bytes(100, 80, 128, 1_000_000, batch=1, bytes_per_value=2)
+    assert n == 4_096_000_000_000
+    assert round(n / 1024**3 / 1000, 1) == 3.8  # the "3.8 TB" of the textbook (GiB / 1000)
+    assert cost.format_bytes(n) == "3.7 TiB"
+
+
+def test_kv_cache_smollm2_and_batch_scaling():
+    p = get_preset("smollm2-135m-instruct")  # 30 layers, 3 kv heads, head dim 64
+    assert cost.kv_cache_bytes(p.layers, p.kv_heads, p.head_dim, 1000) == 23_040_000
+    assert cost.kv_cache_bytes(30, 3, 64, 1000, batch=4, bytes_per_value=1) == 46_080_000
+    with pytest.raises(ValueError, match="seq_len"):
+        cost.kv_cache_bytes(1, 1, 1, -1)
+
+
+def test_forward_flops_full_prefill_one_new_token():
+    # positions 1..10 run; dense 2*1000*10; attention 4*2*3*4*(1+...+10) = 96*55
+    f = cost.forward_flops(TINY, prompt_tokens=10, cached_tokens=0, completion_tokens=1)
+    assert f == {"dense": 20_000, "attention": 5_280, "total": 25_280}
+
+
+def test_forward_flops_cached_prefix_and_decode():
+    # cached 4: positions 5..10 prefill, then 2 decode steps at 11, 12 -> 8 tokens, sum 68
+    f = cost.forward_flops(TINY, prompt_tokens=10, cached_tokens=4, completion_tokens=3)
+    assert f == {"dense": 16_000, "attention": 96 * 68, "total": 16_000 + 6_528}
+    # everything cached and nothing generated: nothing computed
+    assert cost.forward_flops(TINY, 10, 10, 0)["total"] == 0
+    with pytest.raises(ValueError, match="cached_tokens"):
+        cost.forward_flops(TINY, 10, 11, 1)
+
+
+def test_forward_flops_attention_is_causal_half_of_square():
+    p = get_preset("qwen2.5-7b-instruct")
+    n = 32_000
+    f = cost.forward_flops(p, n, 0, 1)
+    assert f["dense"] == 2 * p.non_embedding_params * n
+    approx = 2 * p.layers * p.heads * p.head_dim * n**2
+    assert f["attention"] == pytest.approx(approx, rel=1e-4)
+    # attention overtakes the dense term past N / (L H d) tokens
+    crossover = p.non_embedding_params / (p.layers * p.heads * p.head_dim)
+    small, big = (
+        cost.forward_flops(p, int(crossover / 2), 0, 1),
+        cost.forward_flops(p, int(crossover * 3), 0, 1),
+    )
+    assert small["attention"] < small["dense"] and big["attention"] > big["dense"]
+
+
+def test_mfu():
+    assert cost.mfu(1e12, 2.0, 1e12) == 0.5
+    assert cost.mfu(1e12, 0.0, 1e12) is None
+    assert cost.mfu(1e12, 1.0, None) is None
+
+
+API = {
+    "name": "t",
+    "kind": "api",
+    "date": "2025-01-01",
+    "source": "test",
+    "input_per_million": 0.15,
+    "cached_input_per_million": 0.075,
+    "output_per_million": 0.6,
+}
+GPU = {
+    "name": "g",
+    "kind": "gpu_hour",
+    "date": "2025-01-01",
+    "source": "test",
+    "gpu_hour": 2.5,
+    "gpus": 2,
+}
+
+
+def test_dollars_api_and_gpu_hour():
+    c = Completion(
+        "x",
+        prompt_tokens=1000,
+        completion_tokens=100,
+        cached_prompt_tokens=400,
+        prefill_seconds=1.0,
+        decode_seconds=0.44,
+    )
+    # 600 x 0.15 + 400 x 0.075 + 100 x 0.6 = 180 $ per million queries
+    assert cost.dollars_per_query(c, cost.parse_price_sheet(API)) == pytest.approx(180e-6)
+    # 2.5 $/h x 2 GPUs x 1.44 s / 3600
+    assert cost.dollars_per_query(c, cost.parse_price_sheet(GPU)) == pytest.approx(0.002)
+
+
+def test_shipped_price_sheets_load_with_date_and_source():
+    names = cost.available_price_sheets()
+    assert {"example-hosted-api", "example-h100-hour", "example-cpu-hour"} <= set(names)
+    for name in names:
+        sheet = cost.price_sheet(name)
+        assert sheet.date and sheet.source and sheet.name == name
+
+
+def test_price_sheet_errors_name_field(tmp_path):
+    bad = dict(API, output_per_milion=1.0)
+    with pytest.raises(
+        InputFileError, match="output_per_milion.*did you mean 'output_per_million'"
+    ):
+        cost.parse_price_sheet(bad, "x.yaml")
+    no_date = {k: v for k, v in API.items() if k != "date"}
+    with pytest.raises(InputFileError, match="'date'"):
+        cost.parse_price_sheet(no_date, "x.yaml")
+    with pytest.raises(ValueError, match="did you mean 'example-hosted-api'"):
+        cost.price_sheet("example-hosted-ap")
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "name: m\nkind: api\ndate: d\nsource: s\ninput_per_million: -1\n"
+        "cached_input_per_million: 0\noutput_per_million: 0\n"
+    )
+    with pytest.raises(InputFileError, match="mine.yaml.*input_per_million"):
+        cost.price_sheet(path)
+
+
+def test_cost_fields_and_combine():
+    p = get_preset("smollm2-135m-instruct")
+    sheet = cost.parse_price_sheet(dict(GPU, gpus=1, peak_flops=1e12))
+    c = Completion(
+        "x", prompt_tokens=1000, completion_tokens=1, prefill_seconds=0.5, decode_seconds=0.0
+    )
+    f = cost.cost_fields(c, p, sheet)
+    expected_flops = 2 * p.non_embedding_params * 1000 + 4 * 30 * 9 * 64 * 500_500
+    assert f["flops"] == expected_flops
+    assert f["kv_cache_bytes"] == cost.kv_cache_bytes(30, 3, 64, 1001)
+    assert f["dollars"] == pytest.approx(2.5 * 0.5 / 3600)
+    assert f["mfu"] == pytest.approx(expected_flops / 0.5 / 1e12)
+    bare = cost.cost_fields(c)
+    assert bare["flops"] is None and bare["dollars"] is None and bare["prompt_tokens"] == 1000
+    both = cost.combine_costs([f, f], peak_flops=1e12)
+    assert both["prompt_tokens"] == 2000 and both["flops"] == 2 * expected_flops
+    assert both["llm_calls"] == 2 and both["kv_cache_bytes"] == f["kv_cache_bytes"]
+    assert both["mfu"] == pytest.approx(f["mfu"])

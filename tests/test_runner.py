@@ -1,0 +1,304 @@
+"""End-to-end runs with the FakeLLM and HashEmbedder: scores, cost fields, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ragbench import cost
+from ragbench.config import ConfigError
+from ragbench.llm.fake import FakeLLM
+from ragbench.runner import RECORDS, DatasetError, read_records, run
+from ragbench.types import Document, Example
+
+STRATEGIES = [
+    "closed_book",
+    "long_context",
+    {"name": "rag", "params": {"top_k": [1, 4]}},
+    "self_route",
+]
+
+
+def niah_config(tmp_path, **over):
+    cfg = {
+        "name": "t-niah",
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [400, 1500],
+                "depth_percents": [10, 90],
+                "needle": "\nThe special magic number is 7463343.\n",
+                "question": "What is the special magic number mentioned in the text?",
+                "answer": "7463343",
+                "tokenizer": "whitespace",
+                "final_context_length_buffer": 50,
+            },
+        },
+        "model": {
+            "backend": "fake",
+            "name": "fake",
+            "preset": "smollm2-135m-instruct",
+            "cache": False,
+        },
+        "retrieval": {
+            "embedder": "hash",
+            "chunk_size": 64,
+            "chunk_overlap": 8,
+            "tokenizer": "whitespace",
+        },
+        "strategies": STRATEGIES,
+        "metrics": ["string_match_all", "contains"],
+        "price_sheet": "example-hosted-api",
+        "output_dir": str(tmp_path / "results"),
+    }
+    cfg.update(over)
+    return cfg
+
+
+def multidoc_file(tmp_path) -> Path:
+    from ragbench.datasets.formats import write_examples
+
+    keys = ["quiet-lake", "red-fox", "old-mill", "blue-sky"]
+    examples = []
+    for q, key in enumerate(keys):
+        docs, evidence = [], []
+        for i, k in enumerate(keys):
+            filler = " ".join(f"d{i}w{j}" for j in range(150))
+            fact = f"One of the special magic numbers for {k} is: {1000 + i}."
+            text = f"{filler} {fact} {filler}"
+            docs.append(Document(id=f"q{q}/doc{i}", text=text, title=f"Doc {i}"))
+            if k == key:
+                s = text.index(fact)
+                evidence.append([f"q{q}/doc{i}", s, s + len(fact)])
+        question = f"What is the special magic number for {key}?"
+        meta = {"task": "niah_multikey", "evidence": evidence}
+        examples.append(Example(f"md-{q}", question, (str(1000 + q),), tuple(docs), meta))
+    return write_examples(tmp_path / "multidoc.jsonl", examples)
+
+
+def test_end_to_end_niah_all_strategies(tmp_path):
+    df = run(niah_config(tmp_path), progress=False)
+    assert (
+        len(df) == 4 * 5
+    )  # 4 examples x (closed_book, long_context, rag k=1, rag k=4, self_route)
+    assert df["error"].isna().all()
+    by = df.groupby("strategy")["string_match_all"].mean()
+    assert by["closed_book"] == 0.0 and by["long_context"] == 1.0 and by["self_route"] == 1.0
+    rag = df[df.strategy == "rag"]
+    # the fake reader answers iff the needle's chunk was retrieved
+    assert (rag["string_match_all"] == rag["gold_hit"].astype(float)).all()
+    assert rag[rag.top_k == 4]["gold_hit"].mean() >= rag[rag.top_k == 1]["gold_hit"].mean()
+    # cost fields: recompute dollars from the token columns with the shipped sheet
+    sheet = cost.price_sheet("example-hosted-api")
+    p = sheet.prices
+    expected = (
+        (df.prompt_tokens - df.cached_prompt_tokens) * p["input_per_million"]
+        + df.cached_prompt_tokens * p["cached_input_per_million"]
+        + df.completion_tokens * p["output_per_million"]
+    ) / 1e6
+    assert (df.dollars - expected).abs().max() < 1e-12
+    assert (df.flops > 0).all() and (df.kv_cache_bytes > 0).all()
+    lc = df[df.strategy == "long_context"].set_index("example_id")
+    cb = df[df.strategy == "closed_book"].set_index("example_id")
+    assert (lc.dollars > cb.dollars).all() and (lc.flops > 10 * cb.flops).all()
+    routed = df[(df.strategy == "self_route") & (df.route == "long_context")]
+    assert (routed.llm_calls == 2).all()
+    # the run folder: parquet equal to the returned table, manifest with provenance
+    out = Path(df.attrs["run_dir"])
+    assert out.name.startswith("t-niah-")
+    back = pd.read_parquet(out / "results.parquet")
+    assert back["prediction"].tolist() == df["prediction"].tolist()
+    manifest = json.loads((out / "manifest.json").read_text())
+    for key in (
+        "config",
+        "config_hash",
+        "dataset",
+        "model",
+        "versions",
+        "git_commit",
+        "hardware",
+        "started_at",
+        "finished_at",
+    ):
+        assert key in manifest
+    assert manifest["dataset"]["n"] == 4 and len(manifest["dataset"]["fingerprint"]) >= 16
+    assert manifest["model"]["backend"] == "fake" and manifest["records"] == 20
+
+
+def test_end_to_end_multidoc_file_dataset(tmp_path):
+    path = multidoc_file(tmp_path)
+    cfg = niah_config(
+        tmp_path, name="t-md", dataset={"name": "file", "params": {"path": str(path)}}
+    )
+    cfg["strategies"] = ["long_context", {"name": "rag", "params": {"top_k": 2}}, "self_route"]
+    df = run(cfg, progress=False)
+    assert len(df) == 12 and df["error"].isna().all()
+    assert (df[df.strategy == "long_context"]["string_match_all"] == 1.0).all()
+    rag = df[df.strategy == "rag"]
+    assert (rag["string_match_all"] == rag["gold_hit"].astype(float)).all()
+    assert (df[df.strategy == "self_route"]["string_match_all"] == 1.0).all()
+
+
+def test_deterministic_rerun(tmp_path):
+    a = run(niah_config(tmp_path, output_dir=str(tmp_path / "a")), progress=False)
+    b = run(niah_config(tmp_path, output_dir=str(tmp_path / "b")), progress=False)
+    cols = ["example_id", "strategy", "params", "prediction", "string_match_all", "contains"]
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+    # same folder again: everything resumed, nothing regenerated
+    llm = FakeLLM()
+    c = run(niah_config(tmp_path, output_dir=str(tmp_path / "a")), progress=False, llm=llm)
+    assert llm.calls == 0
+    pd.testing.assert_frame_equal(a[cols], c[cols])
+
+
+def test_kill_and_resume(tmp_path):
+    cfg = niah_config(tmp_path)
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    script = textwrap.dedent(
+        f"""
+        import json, time
+        from ragbench.llm.fake import FakeLLM
+        from ragbench.runner import run
+
+        class Slow(FakeLLM):
+            def _generate(self, requests):
+                time.sleep(0.2)
+                return super()._generate(requests)
+
+        run(json.load(open({str(tmp_path / "cfg.json")!r})), progress=False, llm=Slow())
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+    out = Path(cfg["output_dir"])
+    deadline = time.time() + 120
+    records = None
+    while time.time() < deadline:
+        found = list(out.glob(f"*/{RECORDS}"))
+        if found and len(found[0].read_bytes().splitlines()) >= 4:
+            records = found[0]
+            break
+        assert proc.poll() is None, "the run finished before it could be killed"
+        time.sleep(0.05)
+    assert records is not None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = read_records(records)
+    assert 4 <= len(before) < 20
+    with records.open("ab") as f:  # a torn write, as if killed mid-line
+        f.write(b'{"key": "[\\"niah-L')
+    llm = FakeLLM()
+    df = run(cfg, progress=False, llm=llm)
+    lines = records.read_bytes().splitlines()
+    keys = [json.loads(line)["key"] for line in lines]
+    assert len(keys) == len(set(keys)) == 20 == len(df)  # no lost, no duplicated records
+    redone = df[
+        ~(df.example_id + df.strategy + df.params).isin(
+            [
+                r.example_id
+                + r.strategy
+                + json.dumps(r.params, sort_keys=True, separators=(",", ":"))
+                for r in before.values()
+            ]
+        )
+    ]
+    assert len(redone) == 20 - len(before)
+    routed = ((redone.strategy == "self_route") & (redone.route == "long_context")).sum()
+    assert llm.calls == len(redone) + routed  # only the missing records were generated
+    assert df["error"].isna().all()
+    by = df.groupby("strategy")["string_match_all"].mean()
+    assert by["long_context"] == 1.0
+
+
+def test_bad_input_messages(tmp_path):
+    with pytest.raises(ConfigError, match="unknown strategy 'rga'; did you mean 'rag'"):
+        run(niah_config(tmp_path, strategies=["rga"]), progress=False)
+    bad = niah_config(tmp_path)
+    bad["retrieval"]["chunk_sise"] = 10
+    with pytest.raises(
+        ConfigError,
+        match="retrieval.chunk_sise: unknown key 'chunk_sise'; did you mean 'chunk_size'",
+    ):
+        run(bad, progress=False)
+
+
+def test_dataset_without_answers(tmp_path):
+    from ragbench.datasets.formats import write_examples
+
+    ex = Example("e1", "q?", (), (Document("d", "some text"),))
+    path = write_examples(tmp_path / "noans.jsonl", [ex])
+    cfg = niah_config(tmp_path, dataset={"name": "file", "params": {"path": str(path)}})
+    with pytest.raises(DatasetError, match=r"1 of 1 examples have no gold answers \(first: .e1.\)"):
+        run(cfg, progress=False)
+
+
+def test_context_over_window_is_an_error_row(tmp_path):
+    cfg = niah_config(tmp_path, strategies=["closed_book", "long_context"])
+    cfg["model"]["params"] = {"context_window": 1000}
+    df = run(cfg, progress=False)
+    lc = df[df.strategy == "long_context"].set_index("example_id")
+    long_ids = [i for i in lc.index if "L1500" in i]
+    assert lc.loc[long_ids, "error"].str.contains("exceeds the 1000-token context window").all()
+    assert lc.loc[long_ids, "string_match_all"].isna().all()
+    assert lc.drop(long_ids)["error"].isna().all()  # the run went on
+    assert df[df.strategy == "closed_book"]["error"].isna().all()
+
+
+def test_cli_run(tmp_path):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.runner import register
+
+    app = typer.Typer()
+    register(app)
+
+    @app.command()
+    def _other() -> None:  # a second command keeps typer in multi-command mode
+        pass
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(niah_config(tmp_path, strategies=["long_context"])))
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "run folder:" in result.output and "long_context" in result.output
+    path.write_text(path.read_text().replace("metrics:", "metrix:"))
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert result.exit_code == 2 and "did you mean 'metrics'" in result.output
+
+
+@pytest.mark.slow
+def test_embedded_defaults_tiny_niah(tmp_path):
+    """SmolLM2 + MiniLM (offline): long context finds the needle at 1k tokens, RAG at 7k."""
+    from ragbench.config import load_config
+    from ragbench.runner import _load_llm
+
+    base = load_config(Path(__file__).parent.parent / "configs" / "quick-cpu.yaml").model_dump()
+    base["output_dir"] = str(tmp_path)
+    base["model"]["cache"] = False  # exercise the model, not the completion cache
+
+    def one(length: int, strategy: dict) -> pd.DataFrame:
+        cfg = json.loads(json.dumps(base))
+        cfg["name"] = f"slow-{length}"
+        cfg["dataset"]["params"].update(context_lengths=[length], depth_percents=[50])
+        cfg["strategies"] = [strategy]
+        return run(cfg, progress=False, llm=llm)
+
+    llm = _load_llm(load_config(base))
+    lc = one(1000, {"name": "long_context"})
+    rag = one(7000, {"name": "rag", "params": {"top_k": 4}})
+    assert lc["error"].isna().all() and rag["error"].isna().all(), (lc.error, rag.error)
+    assert lc["string_match_all"].tolist() == [1.0], lc["prediction"].tolist()
+    assert rag["gold_hit"].tolist() == [True]
+    assert rag["string_match_all"].tolist() == [1.0], rag["prediction"].tolist()
+    assert 800 <= lc["prompt_tokens"].iloc[0] <= 1100 and rag["prompt_tokens"].iloc[0] < 1000
+    assert rag["dollars"].iloc[0] > 0 and lc["flops"].iloc[0] > 0

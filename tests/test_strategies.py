@@ -1,0 +1,169 @@
+"""Strategies with the FakeLLM and HashEmbedder: prompts, truncation, routing, records."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragbench import strategies as st
+from ragbench.llm.base import ContextOverflowError
+from ragbench.llm.fake import FakeLLM
+from ragbench.llm.presets import get_preset
+from ragbench.types import Document, Example
+
+FILLER = " ".join(f"w{i}" for i in range(400))  # 400 whitespace tokens
+NEEDLE = "The special magic number is 7463343."
+
+
+def needle_example(depth_words: int = 200, ex_id: str = "ex") -> Example:
+    words = FILLER.split()
+    head = " ".join(words[:depth_words])
+    text = f"{head} {NEEDLE} {' '.join(words[depth_words:])}"
+    start = text.index(NEEDLE)
+    doc = Document(id=f"{ex_id}/doc", text=text)
+    meta = {"task": "niah", "evidence": [[doc.id, start, start + len(NEEDLE)]]}
+    return Example(ex_id, "What is the special magic number?", ("7463343",), (doc,), meta)
+
+
+def make_index(chunk_size: int = 20):
+    from ragbench.retrieval.chunking import chunk_documents
+    from ragbench.retrieval.embedders import get_embedder
+    from ragbench.retrieval.retrievers import build_retriever
+
+    embedder = get_embedder("hash")
+
+    def index(example):
+        chunks = chunk_documents(example.documents, "token", chunk_size, 0, tokenizer="whitespace")
+        return chunks, build_retriever("dense", chunks, embedder=embedder)
+
+    return index
+
+
+def res(window=8192, budget=None, **kw):
+    return st.Resources(
+        llm=FakeLLM(context_window=window),
+        metrics=("string_match_all", "exact_match"),
+        prompt_budget=budget,
+        preset=get_preset("smollm2-135m-instruct"),
+        index=make_index(),
+        **kw,
+    )
+
+
+def test_clean_answer():
+    assert st.clean_answer("  \n7463343\nmore text") == "7463343"
+    assert st.clean_answer("Answer: Paris") == "Paris"
+    q = "What is the special magic number?"
+    assert st.clean_answer(f"{q} It is 42.", q) == "It is 42."
+    assert st.clean_answer('"quoted"') == "quoted"
+
+
+def test_task_type_and_templates():
+    ex = needle_example()
+    assert st.task_type(ex) == "needle"
+    qa = Example("q", "Who wrote Hamlet?", ("Shakespeare",), (Document("d", "x"),))
+    assert st.task_type(qa) == "qa"
+    tail = st.question_part(ex, decline=True)
+    assert tail.endswith("Question: What is the special magic number?\nAnswer:")
+    assert '"unanswerable"' in tail
+
+
+@pytest.mark.parametrize("policy", ["truncate_head", "truncate_tail", "truncate_middle"])
+def test_truncate_policies(policy):
+    count = FakeLLM().count_tokens
+    text = " ".join(f"t{i}" for i in range(100))
+    out = st.truncate(text, 10, policy, count)
+    assert count(out) <= 10 and count(out) >= 9
+    words = out.split()
+    if policy == "truncate_head":  # the end survives
+        assert words[-1] == "t99"
+    elif policy == "truncate_tail":  # the start survives
+        assert words[0] == "t0"
+    else:  # LongBench: both ends survive
+        assert words[0] == "t0" and words[-1] == "t99" and "t50" not in words
+
+
+def test_closed_book_declines_without_context():
+    r = st.closed_book(needle_example(), res())
+    assert r.prediction == "unanswerable" and r.scores["string_match_all"] == 0.0
+    assert r.cost["prompt_tokens"] < 40 and r.cost["flops"] > 0
+
+
+def test_long_context_finds_needle_and_sets_prefix():
+    ex = needle_example()
+    r = st.long_context(ex, res())
+    assert r.prediction == "7463343" and r.scores == {"string_match_all": 1.0, "exact_match": 1.0}
+    assert r.meta["truncated_tokens"] == 0 and r.meta["input_context_tokens"] == 406
+    prompt, prefix, _ = st.long_context_prompt(ex, res())
+    assert prompt.startswith(prefix) and prefix.strip() == ex.context  # document first
+    assert prompt.endswith("Answer:")
+    # cost fields from ragbench.cost: FLOPs and KV bytes at this prompt
+    assert r.cost["prompt_tokens"] > 406 and r.cost["kv_cache_bytes"] > 0
+    assert r.cost["flops_attention"] < r.cost["flops"]
+
+
+def test_long_context_overflow_error_and_truncation():
+    ex = needle_example(depth_words=200)
+    with pytest.raises(ContextOverflowError, match="exceeds the 300-token context window"):
+        st.long_context(ex, res(window=300))
+    # middle truncation drops the needle at the middle; head truncation keeps the end
+    mid = st.long_context(ex, res(window=300), overflow="truncate_middle")
+    assert mid.prediction == "unanswerable" and mid.meta["truncated_tokens"] > 100
+    late = needle_example(depth_words=390, ex_id="late")
+    head = st.long_context(late, res(window=300), overflow="truncate_head")
+    assert head.prediction == "7463343"
+    assert head.cost["prompt_tokens"] + 32 <= 300
+
+
+def test_matched_budget_caps_every_strategy():
+    ex = needle_example()
+    r = st.long_context(ex, res(budget=150), overflow="truncate_tail")
+    assert r.cost["prompt_tokens"] <= 150
+    g = st.rag(ex, res(budget=150), top_k=None)
+    assert g.cost["prompt_tokens"] <= 150 and len(g.meta["retrieved"]) >= 3
+
+
+def test_rag_records_gold_hit_and_order():
+    ex = needle_example()
+    r = st.rag(ex, res(), top_k=3)
+    assert r.meta["gold_hit"] is True and r.prediction == "7463343"
+    assert set(r.meta["gold_chunks"]) <= set(r.meta["retrieved"]) or r.meta["gold_hit"]
+    assert len(r.meta["retrieved"]) == 3 and r.cost["retrieval_seconds"] >= 0
+    assert r.params == {"top_k": 3, "budget": None, "order": "score", "cite": True}
+    d = st.rag(ex, res(), top_k=3, order="document")
+    ids = [int(c.split("#")[1]) for c in d.meta["retrieved"]]
+    assert ids == sorted(ids) and set(d.meta["retrieved"]) == set(r.meta["retrieved"])
+
+
+def test_self_route_routes_declined_queries_to_long_context():
+    ex = needle_example()
+    # the RAG leg sees only the chunk budget: a 1-token budget retrieves nothing useful
+    routed = st.self_route(ex, res(), top_k=1, budget=5)
+    assert routed.meta["route"] == "long_context" and routed.prediction == "7463343"
+    rag_only = st.rag(ex, res(), top_k=1, budget=5)
+    lc = st.long_context(ex, res())
+    assert routed.cost["llm_calls"] == 2
+    assert routed.cost["prompt_tokens"] > lc.cost["prompt_tokens"]
+    assert routed.cost["flops"] == pytest.approx(
+        rag_only.cost["flops"] + lc.cost["flops"], rel=0.05
+    )
+    direct = st.self_route(ex, res(), top_k=3)
+    assert direct.meta["route"] == "rag" and direct.cost["llm_calls"] == 1
+
+
+def test_registry_and_params():
+    with pytest.raises(ValueError, match="unknown strategy 'ragg'; did you mean 'rag'"):
+        st.get_strategy("ragg")
+    with pytest.raises(ValueError, match="unknown rag parameter 'topk'; did you mean 'top_k'"):
+        st.check_params("rag", {"topk": 3})
+    with pytest.raises(ValueError, match="did you mean 'truncate_middle'"):
+        st.check_params("long_context", {"overflow": "truncate_midle"})
+    with pytest.raises(ValueError, match="set top_k, budget or both"):
+        st.check_params("rag", {"top_k": None})
+    points = st.expand("rag", {"top_k": [2, 4], "order": ["score", "document"]})
+    assert len(points) == 4 and points[0] == {
+        "budget": None,
+        "cite": True,
+        "order": "score",
+        "top_k": 2,
+    }
+    assert st.expand("closed_book", {}) == [{}]
