@@ -1,0 +1,75 @@
+"""Datasets: generators (NIAH, RULER tasks, lost-in-the-middle multi-doc QA) and file importers.
+
+``build_dataset(name, **params) -> list[Example]`` is what the experiment runner calls. Names are
+lazy registry entries, so importing this package loads no generator, tokenizer or word list.
+
+Add a dataset: write a module with a ``build(**params) -> list[Example]`` function whose
+examples carry ``meta["task"]`` and ``meta["evidence"]`` spans, then register it below.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from ragbench.registry import Registry, did_you_mean
+from ragbench.types import Example
+
+RULER_TASKS = (
+    "niah_single",
+    "niah_multikey",
+    "niah_multivalue",
+    "niah_multiquery",
+    "variable_tracking",
+    "common_words",
+)
+
+DATASETS = Registry(
+    "dataset",
+    {
+        "niah": "ragbench.datasets.niah:build",
+        "multidoc": "ragbench.datasets.multidoc:build",
+        "file": "ragbench.datasets:load_file",
+        **{f"ruler/{task}": f"ragbench.datasets.ruler:{task}" for task in RULER_TASKS},
+    },
+)
+
+
+def load_file(path: str | Path, format: str = "jsonl", **options: Any) -> list[Example]:
+    """Examples from a file: ragbench JSONL by default, or an importer in ``formats.FORMATS``."""
+    from ragbench.datasets import formats
+
+    return formats.load(format, path, **options)
+
+
+def check_params(name: str, params: dict[str, Any]) -> None:
+    """Raise ValueError naming the valid parameters when ``params`` don't fit dataset ``name``."""
+    fn = DATASETS.get(name)
+    sig = inspect.signature(fn)  # follows __wrapped__ to the generator's real signature
+    valid = [
+        n for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    open_ended = len(valid) < len(sig.parameters)  # e.g. "file": options go to the importer
+    for key in params:
+        if key not in valid and not open_ended:
+            raise ValueError(
+                f"dataset {name!r}: unknown parameter {key!r}; {did_you_mean(key, valid)}"
+            )
+    try:
+        sig.bind(**params)
+    except TypeError as exc:
+        raise ValueError(f"dataset {name!r}: {exc}; parameters: {', '.join(valid)}") from None
+
+
+def build_dataset(name: str, **params: Any) -> list[Example]:
+    """Build (or load) dataset ``name`` with ``params``; unknown names list the valid ones."""
+    check_params(name, params)
+    return list(DATASETS.get(name)(**params))
+
+
+def dataset_names() -> list[str]:
+    return DATASETS.names()
+
+
+__all__ = ["DATASETS", "RULER_TASKS", "build_dataset", "check_params", "dataset_names", "load_file"]

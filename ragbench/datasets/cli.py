@@ -1,0 +1,245 @@
+"""`ragbench data ...`: generate, import and deduplicate datasets as ragbench JSONL.
+
+Every command writes one canonical JSONL file (atomically) under ``data/generated/`` unless
+``--out`` says otherwise, then prints where it wrote and the dataset fingerprint (sha256 of the
+file) that runs record. Generators show a tqdm progress bar on a terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+DEFAULT_DIR = Path("data/generated")
+
+data_app = typer.Typer(
+    help="Generate, import and deduplicate datasets (ragbench JSONL).",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `data` sub-command group to the root `ragbench` app."""
+    app.add_typer(data_app, name="data")
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+def _csv(text: str, kind: type = int) -> list[Any]:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected comma-separated {kind.__name__}s, got {text!r}"
+        ) from None
+
+
+def _positions(text: str) -> list[int | str]:
+    return [int(x) if x.strip().lstrip("-").isdigit() else x.strip() for x in text.split(",")]
+
+
+def _extra(params: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are JSON when they parse (numbers, lists), else strings."""
+    out: dict[str, Any] = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint="--param")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def _default_out(stem: str, params: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
+    return DEFAULT_DIR / f"{stem}-{digest[:10]}.jsonl"
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(code=1)
+
+
+def _write(out: Path, examples: Iterable[Any]) -> None:
+    from ragbench.datasets import formats
+
+    examples = list(examples)
+    path = formats.write_examples(out, examples)
+    typer.echo(f"wrote {len(examples)} examples to {path}")
+    typer.echo(f"fingerprint {formats.fingerprint(examples)}")
+
+
+def _generate(desc: str, it: Iterator[Any], total: int, out: Path) -> None:
+    from tqdm.auto import tqdm
+
+    try:
+        examples = list(tqdm(it, total=total, desc=desc, unit="ex", disable=None))
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise _fail(exc) from None
+    _write(out, examples)
+
+
+# ------------------------------------------------------------------------------------ commands
+
+
+@data_app.command("niah")
+def niah_cmd(
+    context_lengths: str = typer.Option("1024,2048,4096", help="Comma-separated token counts."),
+    depths: str = typer.Option("", help="Comma-separated depth percents (overrides intervals)."),
+    depth_intervals: int = typer.Option(5, help="Number of depths when --depths is not given."),
+    depth_spacing: str = typer.Option("linear", help="linear or sigmoid (as the reference)."),
+    needle: str = typer.Option(None, help="Needle text (default: Kamradt's San Francisco)."),
+    question: str = typer.Option(None, help="Retrieval question."),
+    answer: str = typer.Option(None, help="Expected answer (default: derived from the needle)."),
+    haystack: str = typer.Option("essays", help="essays, noise, or a folder of .txt/.md."),
+    tokenizer: str = typer.Option("smollm2-135m-instruct", help="Tokenizer counting lengths."),
+    buffer: int = typer.Option(200, help="final_context_length_buffer: tokens left free."),
+    seed: int = typer.Option(None, help="Shuffle the haystack's file order (default: sorted)."),
+    out: Path = typer.Option(None, help="Output JSONL (default: data/generated/niah-*.jsonl)."),
+) -> None:
+    """Kamradt needle-in-a-haystack grid: context lengths x depth percents."""
+    from ragbench.datasets import niah
+
+    params: dict[str, Any] = {
+        "context_lengths": _csv(context_lengths),
+        "depth_intervals": depth_intervals,
+        "depth_spacing": depth_spacing,
+        "haystack": haystack,
+        "tokenizer": tokenizer,
+        "final_context_length_buffer": buffer,
+        "seed": seed,
+    }
+    if depths:
+        params["depth_percents"] = _csv(depths, float)
+    for key, value in (("needle", needle), ("question", question), ("answer", answer)):
+        if value is not None:
+            params[key] = value
+    total = niah.count_niah(**params)
+    _generate("niah", niah.iter_niah(**params), total, out or _default_out("niah", params))
+
+
+@data_app.command("ruler")
+def ruler_cmd(
+    task: str = typer.Argument(..., help="niah_single, niah_multikey, niah_multivalue, ..."),
+    context_lengths: str = typer.Option("4096", help="Comma-separated token counts."),
+    num_examples: int = typer.Option(10, help="Examples per context length."),
+    haystack: str = typer.Option(None, help="NIAH tasks: essays, noise or needles."),
+    value_type: str = typer.Option("numbers", help="NIAH tasks: words, numbers or uuids."),
+    key_type: str = typer.Option("words", help="NIAH tasks: words, numbers or uuids."),
+    tokenizer: str = typer.Option("smollm2-135m-instruct", help="Tokenizer counting lengths."),
+    buffer: int = typer.Option(200, help="final_context_length_buffer: tokens left free."),
+    seed: int = typer.Option(42),
+    param: list[str] = typer.Option([], help="Extra task parameter key=value (repeatable)."),
+    out: Path = typer.Option(None, help="Output JSONL (default: data/generated/ruler-*.jsonl)."),
+) -> None:
+    """A RULER-style synthetic task, sized to each context length."""
+    from ragbench.datasets import check_params, ruler
+    from ragbench.registry import unknown
+
+    if task not in ruler.TASKS:
+        raise _fail(unknown("RULER task", task, ruler.TASKS))
+    lengths = _csv(context_lengths)
+    params: dict[str, Any] = {
+        "context_lengths": lengths,
+        "num_examples": num_examples,
+        "tokenizer": tokenizer,
+        "final_context_length_buffer": buffer,
+        "seed": seed,
+        "haystack": haystack,
+        **_extra(param),
+    }
+    if task.startswith("niah"):
+        params |= {"value_type": value_type, "key_type": key_type}
+    try:
+        check_params(f"ruler/{task}", params)
+    except ValueError as exc:
+        raise _fail(exc) from None
+    it = ruler.iter_ruler(task, **params)
+    default = _default_out(f"ruler-{task}", params)
+    _generate(task, it, len(lengths) * num_examples, out or default)
+
+
+@data_app.command("multidoc")
+def multidoc_cmd(
+    num_docs: int = typer.Option(10, help="Documents per example."),
+    gold_positions: str = typer.Option("start,middle,end", help="Indices or start/middle/end."),
+    num_examples: int = typer.Option(10, help="Questions (each asked at every gold position)."),
+    words_per_doc: int = typer.Option(100, help="Approximate words per passage."),
+    haystack: str = typer.Option("essays", help="essays or a folder of .txt/.md."),
+    tokenizer: str = typer.Option("smollm2-135m-instruct", help="Tokenizer for context_tokens."),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(None, help="Output JSONL (default: data/generated/multidoc-*.jsonl)."),
+) -> None:
+    """Multi-document QA in the lost-in-the-middle layout."""
+    from ragbench.datasets import multidoc
+
+    params: dict[str, Any] = {
+        "num_docs": num_docs,
+        "gold_position": _positions(gold_positions),
+        "num_examples": num_examples,
+        "words_per_doc": words_per_doc,
+        "haystack": haystack,
+        "tokenizer": tokenizer,
+        "seed": seed,
+    }
+    total = multidoc.count_multidoc(**params)
+    it = multidoc.iter_multidoc(**params)
+    _generate("multidoc", it, total, out or _default_out("multidoc", params))
+
+
+@data_app.command("import")
+def import_cmd(
+    fmt: str = typer.Argument(
+        ..., metavar="FORMAT", help="longbench, ruler, squad, beir or jsonl."
+    ),
+    path: Path = typer.Argument(..., help="File (or BEIR folder) to import."),
+    split: str = typer.Option(None, help="BEIR qrels split (default: test, else dev, else train)."),
+    out: Path = typer.Option(
+        None, help="Output JSONL (default: data/generated/FORMAT-NAME.jsonl)."
+    ),
+) -> None:
+    """Convert a LongBench / RULER / SQuAD / BEIR dataset to ragbench JSONL."""
+    from ragbench.datasets import formats
+    from ragbench.registry import unknown
+
+    if fmt not in formats.FORMATS:
+        raise _fail(unknown("dataset format", fmt, formats.FORMATS))
+    options = {"split": split} if split is not None else {}
+    if options and fmt != "beir":
+        raise _fail(ValueError("--split applies to the beir format only"))
+    try:
+        examples = formats.load(fmt, path, **options)
+    except (ValueError, FileNotFoundError) as exc:  # InputFileError names file:line:field
+        raise _fail(exc) from None
+    _write(out or DEFAULT_DIR / f"{fmt}-{path.stem}.jsonl", examples)
+
+
+@data_app.command("dedup")
+def dedup_cmd(
+    path: Path = typer.Argument(..., help="ragbench JSONL to clean and deduplicate."),
+    threshold: float = typer.Option(0.8, help="MinHash LSH Jaccard threshold for near-duplicates."),
+    num_perm: int = typer.Option(128, help="MinHash permutations."),
+    seed: int = typer.Option(1, help="MinHash seed."),
+    out: Path = typer.Option(None, help="Output JSONL (default: data/generated/NAME.dedup.jsonl)."),
+) -> None:
+    """Clean text, drop exact and near-duplicate examples (MinHash LSH)."""
+    from ragbench.datasets.corpus import dedup_file
+
+    target = out or DEFAULT_DIR / f"{path.stem}.dedup.jsonl"
+    try:
+        stats = dedup_file(path, target, threshold=threshold, num_perm=num_perm, seed=seed)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(exc) from None
+    shown = {k: v for k, v in stats.items() if not isinstance(v, list | dict)}
+    for key, value in shown.items():
+        typer.echo(f"{key}: {value}")
+    typer.echo(f"wrote {target}")
+    typer.echo(f"fingerprint {stats.get('fingerprint_out')}")

@@ -1,0 +1,381 @@
+"""RULER-style synthetic tasks (Hsieh et al., 2024; templates follow NVIDIA/RULER's scripts).
+
+Retrieval: ``niah_single``, ``niah_multikey`` (distractor needles), ``niah_multivalue`` (one key,
+all values required), ``niah_multiquery`` (several keys asked at once). Multi-hop:
+``variable_tracking``. Aggregation: ``common_words``. The first family is what retrieval is good
+at; the last two need the whole context.
+
+Every example is built from a local ``random.Random`` seeded by (seed, task, length, index), and
+sized like RULER does: a binary search for the most haystack units (haystack tokens, noise
+sentences, filler needles, words) whose context still fits ``context_length -
+final_context_length_buffer`` tokens of the named tokenizer. Keys and variable names are drawn
+unique, so each appears exactly once; evidence spans of the needles are in ``meta["evidence"]``.
+Words come from wonderwords' lists, as in RULER.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import string
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from importlib import resources
+
+from ragbench.datasets.haystack import (
+    NOISE_SENTENCE,
+    fit,
+    load_haystack,
+    normalize_space,
+    sentences,
+)
+from ragbench.datasets.niah import DEFAULT_TOKENIZER, linear_spacing
+from ragbench.registry import unknown
+from ragbench.tokenizers import get_tokenizer
+from ragbench.types import Document, Example
+
+TASKS = (
+    "niah_single",
+    "niah_multikey",
+    "niah_multivalue",
+    "niah_multiquery",
+    "variable_tracking",
+    "common_words",
+)
+VALUE_TYPES = ("words", "numbers", "uuids")
+HAYSTACKS = ("essays", "noise", "needles")
+DEPTHS = linear_spacing(0, 100, 40)
+
+NEEDLE = "One of the special magic {type_v} for {key} is: {value}."
+NIAH_INSTRUCTION = (
+    "Some special magic {type_v} are hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the {type_v} afterwards."
+)
+NIAH_QUESTION = (
+    "What are all the special magic {type_v} for {query} mentioned in the provided text?"
+)
+NIAH_ANSWER_PREFIX = "The special magic {type_v} for {query} mentioned in the provided text are"
+VT_INSTRUCTION = (
+    "Memorize and track the chain(s) of variable assignment hidden in the following text."
+)
+VT_QUESTION = "Find all variables that are assigned the value {query} in the text above."
+VT_ANSWER_PREFIX = (
+    "According to the chain(s) of variable assignment in the text above, {num_v} variables are "
+    "assigned the value {query}, they are:"
+)
+CWE_INSTRUCTION = (
+    "Below is a numbered list of words. In these words, some appear more often than others. "
+    "Memorize the ones that appear most often."
+)
+CWE_QUESTION = "What are the {num_cw} most common words in the above list?"
+CWE_ANSWER_PREFIX = "The top {num_cw} words that appear most often in the list are:"
+
+
+@functools.lru_cache(maxsize=4)
+def wordlist(name: str) -> tuple[str, ...]:
+    """Sorted single lowercase words from a wonderwords list (``nounlist``, ``adjectivelist``...)."""
+    text = (resources.files("wonderwords.assets") / f"{name}.txt").read_text(encoding="utf-8")
+    return tuple(
+        sorted({w.strip() for w in text.split("\n") if w.strip().isalpha() and w.strip().islower()})
+    )
+
+
+def random_text(rng: random.Random, kind: str) -> str:
+    """A random key or value: "adjective-noun" words, a 7-digit number or a UUID (as RULER)."""
+    if kind == "words":
+        return f"{rng.choice(wordlist('adjectivelist'))}-{rng.choice(wordlist('nounlist'))}"
+    if kind == "numbers":
+        return str(rng.randint(1_000_000, 9_999_999))
+    if kind == "uuids":
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    raise unknown("value type", kind, VALUE_TYPES)
+
+
+def _unique(rng: random.Random, kind: str, n: int, taken: set[str]) -> list[str]:
+    out: list[str] = []
+    while len(out) < n:
+        item = random_text(rng, kind)
+        # no key may contain another (e.g. "red-cat" in "tired-cat"), so each occurs once
+        if not any(item in t or t in item for t in taken):
+            out.append(item)
+            taken.add(item)
+    return out
+
+
+def _join(parts: list[tuple[str, int | None]], sep: str) -> tuple[str, dict[int, tuple[int, int]]]:
+    """Join text parts; return the text and the char span of each part tagged with an index."""
+    text, spans, pos = [], {}, 0
+    for i, (part, tag) in enumerate(parts):
+        if i:
+            text.append(sep)
+            pos += len(sep)
+        if tag is not None:
+            spans[tag] = (pos, pos + len(part))
+        text.append(part)
+        pos += len(part)
+    return "".join(text), spans
+
+
+def _insert(
+    rng: random.Random, fillers: list[str], items: list[str]
+) -> list[tuple[str, int | None]]:
+    """Insert items among fillers at sorted random slots, keeping the items' order (RULER)."""
+    slots = sorted(rng.sample(range(len(fillers) + len(items)), len(items)))
+    parts: list[tuple[str, int | None]] = [(f, None) for f in fillers]
+    for tag, slot in enumerate(slots):
+        parts.insert(slot, (items[tag], tag))
+    return parts
+
+
+def _essay_parts(rng, hay_text: str, needles: list[str]) -> list[tuple[str, int | None]]:
+    """RULER's essay haystack: needles go between sentences at depths drawn from DEPTHS."""
+    sents = sentences(normalize_space(hay_text))
+    cuts = sorted(int(len(sents) * d / 100) for d in rng.sample(DEPTHS, len(needles)))
+    parts: list[tuple[str, int | None]] = []
+    last = 0
+    for tag, cut in enumerate(cuts):
+        parts += [(s, None) for s in sents[last:cut]]
+        parts.append((needles[tag], tag))
+        last = cut
+    return parts + [(s, None) for s in sents[last:]]
+
+
+def _niah(rng, tok, budget, *, haystack, key_type, value_type, num_keys, num_values, num_queries):
+    """Build one NIAH-family context: returns (text, evidence spans, question fields, answers)."""
+    num_keys = max(num_keys, num_queries)
+    taken: set[str] = set()
+    keys = _unique(rng, key_type, num_keys, taken)
+    values = [_unique(rng, value_type, num_values, taken) for _ in keys]
+    type_v = value_type
+    needles, owners = [], []
+    for k, (key, vals) in enumerate(zip(keys, values, strict=True)):
+        for v in vals:
+            needles.append(NEEDLE.format(type_v=type_v, key=key, value=v))
+            owners.append(k)
+    order = list(range(len(needles)))
+    rng.shuffle(order)
+    needles, owners = [needles[i] for i in order], [owners[i] for i in order]
+    queried = list(range(num_queries))  # keys[0:q] are asked, the rest are distractors
+    state = rng.getstate()
+    hay = load_haystack("essays") if haystack == "essays" else None
+
+    def build(n: int):
+        r = random.Random()
+        r.setstate(state)
+        if haystack == "essays":
+            parts = _essay_parts(r, hay.take(tok, n)[0] if n else "", needles)
+            return _join(parts, " ")
+        if haystack == "noise":
+            return _join(_insert(r, [NOISE_SENTENCE] * n, needles), "\n")
+        fill_keys = _unique(r, key_type, n, set(taken))
+        fillers = [
+            NEEDLE.format(type_v=type_v, key=k, value=random_text(r, value_type)) for k in fill_keys
+        ]
+        return _join(_insert(r, fillers, needles), "\n")
+
+    if haystack not in HAYSTACKS:
+        raise unknown("RULER haystack", haystack, HAYSTACKS)
+    unit = 1 if haystack == "essays" else tok.count(NOISE_SENTENCE)
+    n, text, spans = fit(build, tok, budget, budget // unit)
+    evidence = [spans[i] for i, owner in enumerate(owners) if owner in queried]
+    for key in keys:
+        if text.count(key) != num_values:  # an essay happened to contain a key: never ambiguous
+            raise ValueError(f"key {key!r} occurs {text.count(key)} times; try another seed")
+    query_keys = [keys[q] for q in queried]
+    answers = [v for q in queried for v in values[q]]
+    if len(answers) == 1:  # RULER's singular wording for one answer
+        type_v = type_v[:-1]
+    query = (
+        query_keys[0]
+        if len(query_keys) == 1
+        else ", ".join(query_keys[:-1]) + ", and " + query_keys[-1]
+    )
+    fields = {"type_v": type_v, "query": query}
+    extra = {"keys": query_keys, "distractor_keys": keys[num_queries:], "units": n}
+    return text, evidence, fields, answers, extra
+
+
+def _variable_tracking(rng, tok, budget, *, num_chains, num_hops):
+    """Chains "VAR A = 12345", "VAR B = VAR A", ... among noise; asks for every name of chain 0."""
+    names: list[str] = []
+    while len(names) < num_chains * (num_hops + 1):
+        name = "".join(rng.choices(string.ascii_uppercase, k=5))
+        if name not in names:
+            names.append(name)
+    values = rng.sample(range(10000, 100000), num_chains)
+    chains = []
+    for c in range(num_chains):
+        vs = names[c * (num_hops + 1) : (c + 1) * (num_hops + 1)]
+        chains.append(
+            [f"VAR {vs[0]} = {values[c]}"]
+            + [f"VAR {vs[j + 1]} = VAR {vs[j]}" for j in range(num_hops)]
+        )
+    # interleave the chains at random, each chain's statements in order
+    turns = [c for c in range(num_chains) for _ in range(num_hops + 1)]
+    rng.shuffle(turns)
+    statements, gold, seen = [], [], [0] * num_chains
+    for c in turns:
+        if c == 0:
+            gold.append(len(statements))
+        statements.append(chains[c][seen[c]])
+        seen[c] += 1
+    state = rng.getstate()
+
+    def build(n: int):
+        r = random.Random()
+        r.setstate(state)
+        return _join(_insert(r, [NOISE_SENTENCE] * n, statements), "\n")
+
+    n, text, spans = fit(build, tok, budget, budget // tok.count(NOISE_SENTENCE))
+    evidence = [spans[i] for i in gold]
+    fields = {"query": str(values[0]), "num_v": num_hops + 1}
+    return text, evidence, fields, names[: num_hops + 1], {"chains": num_chains, "units": n}
+
+
+def _common_words(rng, tok, budget, *, num_cw, freq_cw, freq_ucw):
+    """A numbered list: ``num_cw`` words ``freq_cw`` times each, the rest ``freq_ucw`` times."""
+    pool = sorted(
+        set(wordlist("nounlist")) | set(wordlist("adjectivelist")) | set(wordlist("verblist"))
+    )
+    if freq_cw <= freq_ucw:
+        raise ValueError(f"freq_cw ({freq_cw}) must exceed freq_ucw ({freq_ucw})")
+    state = rng.getstate()
+
+    def build(n: int):
+        r = random.Random()
+        r.setstate(state)
+        words = r.sample(pool, num_cw + n)
+        common = words[:num_cw]
+        items = common * freq_cw + words[num_cw:] * freq_ucw
+        r.shuffle(items)
+        parts = [(f"{i + 1}. {w}", i if w in common else None) for i, w in enumerate(items)]
+        text, spans = _join(parts, " ")
+        # evidence: every occurrence of a common word (the word itself, not its number)
+        ev = sorted((e - len(items[i]), e) for i, (_, e) in spans.items())
+        return text, (common, ev)
+
+    fixed = f"the {num_cw} common words x {freq_cw} (lower freq_cw)"
+    guess = budget // (4 * freq_ucw)
+    n, text, (common, evidence) = fit(build, tok, budget, guess, len(pool) - num_cw, fixed)
+    fields = {"num_cw": num_cw}
+    return text, evidence, fields, list(common), {"uncommon_words": n}
+
+
+def iter_ruler(
+    task: str,
+    context_lengths: int | Sequence[int] = (4096,),
+    num_examples: int = 10,
+    tokenizer: str = DEFAULT_TOKENIZER,
+    final_context_length_buffer: int = 200,
+    seed: int = 42,
+    haystack: str | None = None,
+    key_type: str = "words",
+    value_type: str = "numbers",
+    num_keys: int | None = None,
+    num_values: int | None = None,
+    num_queries: int | None = None,
+    num_chains: int = 1,
+    num_hops: int = 4,
+    num_cw: int = 10,
+    freq_cw: int | None = None,
+    freq_ucw: int = 3,
+) -> Iterator[Example]:
+    """Yield ``num_examples`` examples of ``task`` per context length.
+
+    Defaults follow RULER's standard configs: niah_single on essays with 7-digit numbers,
+    multikey with 4 keys, multivalue with 4 values, multiquery with 4 keys asked; variable
+    tracking with 1 chain of 4 hops; common words: 10 words x ``freq_cw`` among words x 3, where
+    ``freq_cw`` defaults to RULER's 30 from 4k tokens and 10 below, so the list has room.
+    """
+    if task not in TASKS:
+        raise unknown("RULER task", task, TASKS)
+    if isinstance(context_lengths, int):
+        context_lengths = [context_lengths]
+    tok = get_tokenizer(tokenizer)
+    niah_defaults = {
+        "niah_single": (1, 1, 1),
+        "niah_multikey": (4, 1, 1),
+        "niah_multivalue": (1, 4, 1),
+        "niah_multiquery": (4, 1, 4),
+    }
+    for length in context_lengths:
+        budget = int(length) - final_context_length_buffer
+        for i in range(num_examples):
+            ex_id = f"ruler-{task}-L{int(length)}-{i:04d}"
+            rng = random.Random(f"{seed}/{task}/{int(length)}/{i}")  # str seeds are stable
+            if task in niah_defaults:
+                k, v, q = niah_defaults[task]
+                hay = haystack or "essays"
+                text, evidence, fields, answers, extra = _niah(
+                    rng,
+                    tok,
+                    budget,
+                    haystack=hay,
+                    key_type=key_type,
+                    value_type=value_type,
+                    num_keys=num_keys or k,
+                    num_values=num_values or v,
+                    num_queries=num_queries or q,
+                )
+                templates = (NIAH_INSTRUCTION, NIAH_QUESTION, NIAH_ANSWER_PREFIX)
+                if len(answers) == 1:
+                    templates = tuple(
+                        t.replace("Some", "A").replace("are all", "is").replace("are", "is")
+                        for t in templates
+                    )
+            elif task == "variable_tracking":
+                hay = "noise"
+                text, evidence, fields, answers, extra = _variable_tracking(
+                    rng, tok, budget, num_chains=num_chains, num_hops=num_hops
+                )
+                templates = (VT_INSTRUCTION, VT_QUESTION, VT_ANSWER_PREFIX)
+            else:
+                hay = "words"
+                text, evidence, fields, answers, extra = _common_words(
+                    rng,
+                    tok,
+                    budget,
+                    num_cw=num_cw,
+                    freq_ucw=freq_ucw,
+                    freq_cw=freq_cw or (30 if int(length) >= 4096 else 10),
+                )
+                templates = (CWE_INSTRUCTION, CWE_QUESTION, CWE_ANSWER_PREFIX)
+            instruction, question, prefix = (t.format(**fields) for t in templates)
+            doc = Document(id=f"{ex_id}/context", text=text)
+            meta = {
+                "task": f"ruler/{task}",
+                "tokenizer": tok.name,
+                "haystack": hay,
+                "seed": seed,
+                "context_length": int(length),
+                "final_context_length_buffer": final_context_length_buffer,
+                "context_tokens": tok.count(text),
+                "instruction": instruction,
+                "answer_prefix": prefix,
+                "match": "all",  # RULER scores these by string_match_all
+                "evidence": [[doc.id, s, e] for s, e in evidence],
+                **extra,
+            }
+            yield Example(ex_id, question, tuple(answers), (doc,), meta)
+
+
+def build(task: str, **params) -> list[Example]:
+    return list(iter_ruler(task, **params))
+
+
+def _task_builder(task: str) -> Callable[..., list[Example]]:
+    def builder(**params) -> list[Example]:
+        return build(task, **params)
+
+    builder.__name__ = task
+    builder.__doc__ = f"RULER {task} examples; see iter_ruler for the parameters."
+    builder.__wrapped__ = functools.partial(iter_ruler, task)  # its signature, for checks
+    return builder
+
+
+niah_single = _task_builder("niah_single")
+niah_multikey = _task_builder("niah_multikey")
+niah_multivalue = _task_builder("niah_multivalue")
+niah_multiquery = _task_builder("niah_multiquery")
+variable_tracking = _task_builder("variable_tracking")
+common_words = _task_builder("common_words")
