@@ -1,0 +1,214 @@
+"""Tables and plots for notebooks: every view is computed from the results table (one row per
+example x strategy x parameter point, as written by ``ragbench.runner``).
+
+Tables are pure pandas; plot functions take an optional matplotlib ``ax`` and return it, with
+labelled axes, units and legends, so a notebook cell is one call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ragbench.metrics import aggregate
+
+# parameters that distinguish variants of one strategy in labels ("rag k=4 budget=512")
+_LABEL_PARAMS = {"top_k": "k", "budget": "budget", "order": "order", "overflow": "overflow"}
+
+
+def load_results(run: str | Path | Any) -> Any:
+    """A results DataFrame from a run folder, a results.parquet path, or a run() result."""
+    import pandas as pd
+
+    if isinstance(run, pd.DataFrame):
+        return run
+    path = Path(run)
+    if path.is_dir():
+        path = path / "results.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no results table (run `ragbench run CONFIG` first)")
+    return pd.read_parquet(path)
+
+
+def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
+    """Short human label for a (strategy, params) pair: ``rag k=4 order=document``."""
+    params = json.loads(params) if isinstance(params, str) else dict(params or {})
+    parts = [strategy]
+    for key, short in _LABEL_PARAMS.items():
+        value = params.get(key)
+        if value is None or (key == "order" and value == "score") or key == "overflow":
+            continue
+        parts.append(f"{short}={value}")
+    if params.get("overflow") not in (None, "error"):
+        parts.append(str(params["overflow"]))
+    return " ".join(parts)
+
+
+def with_labels(df: Any) -> Any:
+    out = df.copy()
+    out["label"] = [
+        strategy_label(s, p) for s, p in zip(out["strategy"], out["params"], strict=True)
+    ]
+    return out
+
+
+def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
+    """Accuracy with a bootstrap 95% CI and mean cost per query, one row per strategy variant.
+
+    Cost columns are means over the variant's successful rows: prompt tokens, $/query (when a
+    price sheet was set), latency seconds, and estimated FLOPs.
+    """
+    import pandas as pd
+
+    df = with_labels(df)
+    acc = aggregate(df, ["label"], metric, seed=seed).set_index("label")
+    ok = df[df["error"].isna()] if "error" in df else df
+    cost_cols = [c for c in ("prompt_tokens", "dollars", "total_seconds", "flops") if c in ok]
+    costs = ok.groupby("label")[cost_cols].mean(numeric_only=True) if cost_cols else None
+    table = acc[["mean", "ci_low", "ci_high", "n", "n_missing"]].rename(columns={"mean": metric})
+    if costs is not None:
+        table = table.join(costs)
+    order = pd.Index(df.drop_duplicates("label")["label"])  # first-seen order = config order
+    return table.reindex(order).reset_index()
+
+
+def pareto_front(table: Any, cost: str, metric: str) -> Any:
+    """Rows not dominated by a cheaper-or-equal, at-least-as-accurate row (lower cost, higher
+    metric is better), sorted by cost."""
+    rows = table.dropna(subset=[cost, metric]).sort_values([cost, metric], ascending=[True, False])
+    best = float("-inf")
+    keep = []
+    for idx, value in zip(rows.index, rows[metric], strict=True):
+        if value > best:
+            keep.append(idx)
+            best = value
+    return rows.loc[keep]
+
+
+def effective_context_length(
+    df: Any,
+    metric: str = "string_match_all",
+    threshold: float = 0.85,
+    length: str = "context_length",
+) -> Any:
+    """RULER-style effective length per strategy variant: the longest tested length such that the
+    mean score at it and at every shorter length stays at or above ``threshold`` (NaN if none)."""
+    import pandas as pd
+
+    df = with_labels(df)
+    means = df.groupby(["label", length])[metric].mean().reset_index().sort_values(length)
+    rows = []
+    for label, group in means.groupby("label", sort=False):
+        effective = float("nan")
+        for n, score in zip(group[length], group[metric], strict=True):
+            if score < threshold:
+                break
+            effective = n
+        rows.append({"label": label, "effective_length": effective, "threshold": threshold})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------- plots
+
+
+def _ax(ax: Any, figsize: tuple[float, float] = (6, 4)) -> Any:
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+_COST_UNITS = {
+    "dollars": "$ per query",
+    "total_seconds": "latency per query (s)",
+    "prompt_tokens": "prompt tokens per query",
+    "flops": "FLOPs per query",
+}
+
+
+def plot_accuracy_vs_cost(
+    table: Any, metric: str = "string_match_all", cost: str = "dollars", ax: Any = None
+) -> Any:
+    """Scatter of accuracy (with CI bars) against mean cost per query; the Pareto front is drawn."""
+    ax = _ax(ax)
+    for _, row in table.iterrows():
+        yerr = [[row[metric] - row["ci_low"]], [row["ci_high"] - row[metric]]]
+        ax.errorbar(row[cost], row[metric], yerr=yerr, fmt="o", capsize=3, label=row["label"])
+    front = pareto_front(table, cost, metric)
+    if len(front) > 1:
+        ax.plot(front[cost], front[metric], "k--", lw=1, label="Pareto front")
+    if cost in ("flops", "dollars") and (table[cost] > 0).all():
+        ax.set_xscale("log")
+    ax.set_xlabel(_COST_UNITS.get(cost, cost))
+    ax.set_ylabel(f"{metric} (mean, 95% CI)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(f"Accuracy vs cost per query ({cost})")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_metric_by(
+    df: Any, x: str, metric: str = "string_match_all", ax: Any = None, xlabel: str | None = None
+) -> Any:
+    """Mean metric against a numeric column (context length, gold position...) per variant."""
+    ax = _ax(ax)
+    df = with_labels(df)
+    means = df.groupby(["label", x])[metric].mean().reset_index()
+    for label, group in means.groupby("label", sort=False):
+        group = group.sort_values(x)
+        ax.plot(group[x], group[metric], marker="o", label=label)
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(f"{metric} (mean)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def heatmap_table(
+    df: Any,
+    label: str,
+    metric: str = "string_match_all",
+    rows: str = "depth_percent",
+    cols: str = "context_length",
+) -> Any:
+    """Mean metric of one strategy variant as a rows x cols grid (NIAH: depth x length)."""
+    df = with_labels(df)
+    sub = df[df["label"] == label]
+    if sub.empty:
+        from ragbench.registry import unknown
+
+        raise unknown("strategy label", label, df["label"].unique())
+    return sub.pivot_table(index=rows, columns=cols, values=metric, aggfunc="mean").sort_index()
+
+
+def plot_heatmaps(
+    df: Any,
+    labels: Sequence[str] | None = None,
+    metric: str = "string_match_all",
+    rows: str = "depth_percent",
+    cols: str = "context_length",
+) -> Any:
+    """Side-by-side NIAH heatmaps (green = found) for each strategy variant; returns the figure."""
+    import matplotlib.pyplot as plt
+
+    df = with_labels(df)
+    labels = list(labels or df["label"].drop_duplicates())
+    fig, axes = plt.subplots(
+        1, len(labels), figsize=(4.5 * len(labels), 3.8), squeeze=False, layout="constrained"
+    )
+    image = None
+    for ax, label in zip(axes[0], labels, strict=True):
+        grid = heatmap_table(df, label, metric, rows, cols)
+        image = ax.imshow(grid.to_numpy(), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+        ax.set_yticks(range(grid.shape[0]), [f"{r:g}" for r in grid.index])
+        ax.set_xlabel("context length (tokens)" if cols == "context_length" else cols)
+        ax.set_ylabel("needle depth (%)" if rows == "depth_percent" else rows)
+        ax.set_title(label)
+    fig.colorbar(image, ax=list(axes[0]), label=f"{metric} (mean)")
+    return fig
