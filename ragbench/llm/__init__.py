@@ -1,0 +1,56 @@
+"""LLM backends behind one interface (``ragbench.llm.base.LLM``), loaded by name.
+
+The registry maps names to ``"module:Class"`` strings, so importing ``ragbench.llm`` imports no
+torch, transformers or httpx; ``load_llm("hf", model="smollm2-135m-instruct")`` imports the
+transformers backend only then.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ragbench.llm.base import LLM, ContextOverflowError
+from ragbench.registry import Registry
+
+BACKENDS = Registry(
+    "LLM backend",
+    {
+        "hf": "ragbench.llm.hf:HFModel",
+        "openai": "ragbench.llm.openai_compat:OpenAICompatLLM",
+        "fake": "ragbench.llm.fake:FakeLLM",
+    },
+)
+
+_LAZY = {
+    "CachedLLM": "ragbench.llm.cache:CachedLLM",
+    "FakeLLM": "ragbench.llm.fake:FakeLLM",
+    "OpenAICompatLLM": "ragbench.llm.openai_compat:OpenAICompatLLM",
+    "HFModel": "ragbench.llm.hf:HFModel",
+}
+
+__all__ = ["BACKENDS", "LLM", "ContextOverflowError", "load_llm", *_LAZY]
+
+
+def load_llm(backend: str, cache: str | os.PathLike | None = None, **kwargs: Any) -> LLM:
+    """Build a backend by registry name; ``cache`` wraps it in a sqlite ``CachedLLM``.
+
+    >>> load_llm("fake", context_window=4096).context_window
+    4096
+    """
+    llm = BACKENDS.get(backend)(**kwargs)
+    if cache is not None:
+        from ragbench.llm.cache import CachedLLM
+
+        llm = CachedLLM(llm, cache)
+    return llm
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'ragbench.llm' has no attribute {name!r}")
+    from importlib import import_module
+
+    module, _, attr = target.partition(":")
+    return getattr(import_module(module), attr)

@@ -1,0 +1,141 @@
+"""A deterministic LLM with no weights, for tests and notebooks without a model.
+
+It answers from its prompt the way a perfect reader of needle tasks would, so pipeline tests
+check real behaviour (a RAG run that drops the needle's chunk really gets "unanswerable"):
+
+- RULER needles: "One of the special magic numbers for quiet-lake is: 4817263." answers a
+  question naming ``quiet-lake`` with ``4817263`` (all values for the key, comma-separated);
+- a key-less needle ("The special magic number is 7463343.") answers a question about the
+  special magic number;
+- a definitional sentence answers "What is the X?": "The best thing to do in San Francisco is eat
+  a sandwich ..." answers Kamradt's question with "eat a sandwich ...";
+- otherwise "unanswerable". ``answer_fn(request) -> str`` replaces all of this.
+
+Accounting is real for its tokenizer (whitespace tokens) and simulated for time: a fixed prefill
+and decode throughput, flagged ``meta["simulated_timing"]``. A request whose ``prefix`` was seen
+earlier in the same batch reports that prefix as cached prompt tokens, like a prefix-caching server.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ragbench.llm.base import LLM
+from ragbench.tokenizers import WhitespaceTokenizer
+from ragbench.types import Completion, GenerationRequest
+
+UNANSWERABLE = "unanswerable"
+
+_KEYED = re.compile(
+    r"special magic (?P<kind>[a-z]+?)s? for (?P<key>[\w\-. ]+?) (?:is|are):?\s+(?P<value>[^\s,;]+?)"
+    r"(?=[.,;]?(?:\s|$))",
+    re.IGNORECASE,
+)
+_KEYLESS = re.compile(
+    r"special magic (?P<kind>[a-z]+?)s? (?:is|are):?\s+(?P<value>[^\s,;]+?)(?=[.,;]?(?:\s|$))",
+    re.IGNORECASE,
+)
+_WHAT_IS = re.compile(r"^\s*what (?:is|are) (?:the )?(?P<subject>.+?)\s*\??\s*$", re.IGNORECASE)
+
+
+def split_question(prompt: str) -> tuple[str, str]:
+    """(context, question): the text after the last "Question:" label (up to the line's end), else
+    the last non-empty line; the context is everything before it."""
+    idx = prompt.rfind("Question:")
+    if idx >= 0:
+        question = prompt[idx + len("Question:") :].split("\n", 1)[0].strip()
+        return prompt[:idx], question
+    lines = prompt.rstrip().rsplit("\n", 1)
+    if len(lines) == 1:
+        return "", lines[0].strip()
+    return lines[0], lines[1].strip()
+
+
+def answer_from_prompt(prompt: str) -> str:
+    """The default answer: see the module docstring. Pure; ``FakeLLM`` calls it per request."""
+    context, question = split_question(prompt)
+    q = question.lower()
+    keyed: dict[str, list[str]] = {}
+    for m in _KEYED.finditer(context):
+        keyed.setdefault(m["key"].strip().lower(), []).append(m["value"])
+    # longest key first, so "lake" does not shadow "quiet-lake"
+    for key in sorted(keyed, key=len, reverse=True):
+        if re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", q):
+            return ", ".join(dict.fromkeys(keyed[key]))
+    if "magic" in q and not keyed:
+        values = [m["value"] for m in _KEYLESS.finditer(context)]
+        if values:
+            return ", ".join(dict.fromkeys(values))
+    m = _WHAT_IS.match(question)
+    if m:
+        subject = re.escape(m["subject"].strip())
+        found = re.search(rf"\b(?:the )?{subject} (?:is|are) (?P<x>[^.\n]+)", context, re.I)
+        if found:
+            return found["x"].strip()
+    return UNANSWERABLE
+
+
+class FakeLLM(LLM):
+    """Deterministic stand-in for a model: see the module docstring."""
+
+    def __init__(
+        self,
+        context_window: int = 8192,
+        answer_fn: Callable[[GenerationRequest], str] | None = None,
+        prefill_tokens_per_second: float = 1000.0,  # simulated; roughly SmolLM2 on a laptop CPU
+        decode_tokens_per_second: float = 50.0,
+        name: str = "fake",
+    ) -> None:
+        if prefill_tokens_per_second <= 0 or decode_tokens_per_second <= 0:
+            raise ValueError("simulated throughputs must be > 0 tokens/s")
+        self.context_window, self.name, self.answer_fn = context_window, name, answer_fn
+        self.prefill_tps, self.decode_tps = prefill_tokens_per_second, decode_tokens_per_second
+        self._tok = WhitespaceTokenizer()
+        self.calls = 0  # generate() batches served; tests use it to see cache hits
+
+    def count_tokens(self, text: str) -> int:
+        return self._tok.count(text)
+
+    def identity(self) -> dict[str, Any]:
+        fn = self.answer_fn
+        return {
+            "backend": "fake",
+            "model": self.name,
+            "answer_fn": f"{fn.__module__}.{fn.__qualname__}" if fn else "answer_from_prompt",
+            "throughput": [self.prefill_tps, self.decode_tps],
+        }
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        self.calls += 1
+        seen_prefixes: set[str] = set()
+        return [self._one(r, seen_prefixes) for r in requests]
+
+    def _one(self, request: GenerationRequest, seen_prefixes: set[str]) -> Completion:
+        text = self.answer_fn(request) if self.answer_fn else answer_from_prompt(request.prompt)
+        for s in request.stop:
+            if s and s in text:
+                text = text[: text.index(s)]
+        finish = "stop"
+        spans = self._tok.offsets(text)
+        if len(spans) > request.max_new_tokens:
+            text, finish = text[: spans[request.max_new_tokens - 1][1]], "length"
+        prompt_tokens = self.prompt_tokens(request)
+        cached = 0
+        if request.prefix:
+            if request.prefix in seen_prefixes:
+                cached = min(self.count_tokens(request.prefix), prompt_tokens)
+            seen_prefixes.add(request.prefix)
+        completion_tokens = max(1, len(spans[: request.max_new_tokens]))  # at least an EOS
+        return Completion(
+            text=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_prompt_tokens=cached,
+            prefill_seconds=(prompt_tokens - cached) / self.prefill_tps,
+            decode_seconds=completion_tokens / self.decode_tps,
+            finish_reason=finish,
+            model=self.name,
+            meta={"simulated_timing": True},
+        )

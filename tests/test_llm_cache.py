@@ -1,0 +1,142 @@
+"""CachedLLM: keys, hits with original accounting, partial failures, concurrent writers."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sqlite3
+
+import pytest
+
+from ragbench.llm.cache import CachedLLM, request_key
+from ragbench.llm.fake import FakeLLM
+from ragbench.types import Completion, GenerationRequest
+
+NEEDLE = "One of the special magic numbers for k{i} is: {v}. "
+
+
+def reqs(n: int, start: int = 0) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            prompt=NEEDLE.format(i=i, v=1000 + i) + f"Question: magic number for k{i}?"
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def test_request_key_covers_model_and_generation_fields_but_not_the_label():
+    ident = FakeLLM().identity()
+    r = GenerationRequest(prompt="p", id="a")
+    base = request_key(ident, r)
+    assert request_key(ident, GenerationRequest(prompt="p", id="b")) == base
+    for changed in (
+        GenerationRequest(prompt="q"),
+        GenerationRequest(prompt="p", max_new_tokens=33),
+        GenerationRequest(prompt="p", temperature=0.5),
+        GenerationRequest(prompt="p", stop=("\n",)),
+        GenerationRequest(prompt="p", system="s"),
+        GenerationRequest(prompt="p", prefix="p"),
+    ):
+        assert request_key(ident, changed) != base
+    assert request_key({**ident, "revision": "abc"}, r) != base
+    assert len(base) == 64 and int(base, 16) >= 0
+
+
+def test_hits_return_original_accounting_flagged_cached(tmp_path):
+    inner = FakeLLM(prefill_tokens_per_second=10.0)
+    llm = CachedLLM(inner, tmp_path / "cache.sqlite")
+    first = llm.generate(reqs(3))
+    assert [c.text for c in first] == ["1000", "1001", "1002"]
+    assert not any(c.cached for c in first) and (llm.hits, llm.misses) == (0, 3)
+
+    # a fresh wrapper (new process, rerun) on the same file: no generation, same accounting
+    inner2 = FakeLLM(prefill_tokens_per_second=10.0)
+    again = CachedLLM(inner2, tmp_path / "cache.sqlite").generate(reqs(3))
+    assert inner2.calls == 0
+    assert all(c.cached for c in again)
+    for a, b in zip(first, again, strict=True):
+        assert a.to_dict() | {"cached": True} == b.to_dict()
+        assert b.prefill_seconds == a.prefill_seconds > 0
+
+    # a different model identity misses
+    other = FakeLLM(prefill_tokens_per_second=20.0)
+    CachedLLM(other, tmp_path / "cache.sqlite").generate(reqs(1))
+    assert other.calls == 1
+
+
+def test_misses_run_in_one_batch_and_duplicates_once(tmp_path):
+    inner = FakeLLM()
+    seen: list[int] = []
+    orig = inner._generate
+    inner._generate = lambda rs: (seen.append(len(rs)), orig(rs))[1]  # record batch sizes
+    llm = CachedLLM(inner, tmp_path / "c.sqlite")
+    llm.generate(reqs(2))
+    batch = reqs(4) + reqs(1, start=2)  # 2 hits, 2 misses, 1 repeat of a miss
+    out = llm.generate(batch)
+    assert seen == [2, 2]
+    assert [c.text for c in out] == ["1000", "1001", "1002", "1003", "1002"]
+    assert [c.cached for c in out] == [True, True, False, False, True]
+    assert len(llm) == 4
+
+
+class FailingLLM(FakeLLM):
+    """Finishes the first request of a batch, then fails the rest like the HTTP backend does."""
+
+    def _generate(self, requests):
+        done = super()._generate(requests[:1])
+        exc = RuntimeError("server down")
+        exc.partial = {0: done[0]}
+        raise exc
+
+
+def test_partial_failure_stores_finished_completions(tmp_path):
+    llm = CachedLLM(FailingLLM(), tmp_path / "c.sqlite")
+    with pytest.raises(RuntimeError, match="server down"):
+        llm.generate(reqs(3))
+    assert len(llm) == 1
+    # a rerun with a healthy model serves the stored one from the cache
+    healthy = FakeLLM()
+    out = CachedLLM(healthy, tmp_path / "c.sqlite").generate(reqs(3))
+    assert [c.cached for c in out] == [True, False, False]
+
+
+def test_database_uses_wal(tmp_path):
+    llm = CachedLLM(FakeLLM(), tmp_path / "c.sqlite")
+    llm.generate(reqs(1))
+    conn = sqlite3.connect(tmp_path / "c.sqlite")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    (stored,) = conn.execute("SELECT completion FROM completions").fetchone()
+    assert Completion.from_json(stored).text == "1000"
+
+
+def _worker(path: str, start: int, rounds: int, queue) -> None:
+    llm = CachedLLM(FakeLLM(), path)
+    texts = []
+    for r in range(rounds):
+        # overlapping windows: worker w covers keys [start + r, start + r + 8)
+        texts += [c.text for c in llm.generate(reqs(8, start=start + r))]
+    queue.put((start, texts, llm.hits, llm.misses))
+
+
+def test_concurrent_writers_share_one_file(tmp_path):
+    path = str(tmp_path / "shared.sqlite")
+    ctx = mp.get_context("spawn")  # separate interpreters, like sweep workers
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(path, w * 3, 10, queue)) for w in range(4)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    for start, texts, hits, misses in results:
+        expected = [str(1000 + start + r + i) for r in range(10) for i in range(8)]
+        assert texts == expected
+        assert (
+            hits + misses == 80 and hits >= 63
+        )  # 8 keys in round one, then at most one new key a round
+    # keys 0 .. 9+9+7 = 25, each stored exactly once despite overlapping writers
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT COUNT(*), COUNT(DISTINCT key) FROM completions").fetchone() == (
+        26,
+        26,
+    )
