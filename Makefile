@@ -42,6 +42,19 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The main job: the quickstart notebook on the embedded defaults, executed with papermill and
+# rendered to standalone HTML (figures embedded, provenance header, secrets and paths scrubbed).
+demo: $(STAMP)
+	mkdir -p reports
+	$(VENV)/bin/papermill notebooks/00_quickstart.ipynb reports/quickstart.ipynb --cwd . --log-level WARNING
+	$(VENV)/bin/ragbench render reports/quickstart.ipynb --out reports/quickstart.html
+
+# Render any executed notebook: make render NB=path/to/executed.ipynb
+NB ?= reports/quickstart.ipynb
+render: $(STAMP)
+	$(VENV)/bin/ragbench render $(NB)
+	$(VENV)/bin/ragbench render $(NB) --no-code
+
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 

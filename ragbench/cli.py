@@ -14,7 +14,11 @@ app = typer.Typer(
 )
 
 # modules exposing `register(app: typer.Typer) -> None`
-COMMAND_MODULES: list[str] = ["ragbench.datasets.cli", "ragbench.runner"]
+COMMAND_MODULES: list[str] = [
+    "ragbench.datasets.cli",
+    "ragbench.runner",
+    "ragbench.sweep_cli",
+]
 
 
 @app.command()

@@ -1,0 +1,205 @@
+"""Executed notebooks to standalone, shareable HTML.
+
+nbconvert's lab template, minus every external script (require.js, MathJax, mermaid come from
+CDNs; none is needed to see tables and figures, and a report must open offline). Figures are the
+PNG outputs matplotlib's inline backend already stores base64 in the notebook, so they show without
+a kernel. A provenance header names the notebook, its papermill parameters and, when given, the
+run manifest. Before anything is written the HTML is scrubbed: values of environment variables that
+look like credentials become ``***`` and the machine's absolute paths (repo root, venv, $HOME, the
+notebook's folder) become placeholders.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ragbench.io import atomic_write_text
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+MIN_SECRET_LEN = 8
+# Well-known key shapes, caught even when typed into a cell rather than read from the environment.
+SECRET_SHAPES = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})\b"
+)
+MANIFEST_FIELDS = {  # header label -> manifest keys (dotted: nested), as ragbench.runner writes
+    "config hash": ("config_hash",),
+    "dataset fingerprint": ("dataset.fingerprint", "dataset_fingerprint"),
+    "model": ("model.model", "model"),
+    "git commit": ("git_commit",),
+    "run started": ("started_at",),
+    "run finished": ("finished_at",),
+}
+
+_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block body_header -%}
+{{ super() }}
+{{ resources.ragbench_header }}
+{%- endblock body_header -%}
+"""
+_HEADER_CSS = (
+    "margin:1em auto;max-width:1000px;padding:0.6em 1em;border:1px solid #ccc;"
+    "border-radius:6px;background:#f7f7f9;font:13px/1.4 sans-serif"
+)
+
+
+def render_notebook(
+    executed_ipynb: str | os.PathLike,
+    out_html: str | os.PathLike,
+    include_code: bool = True,
+    manifest: Mapping[str, Any] | str | os.PathLike | None = None,
+) -> Path:
+    """Render an executed notebook to standalone HTML (atomically) and return the HTML path."""
+    import jinja2
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    executed_ipynb = Path(executed_ipynb)
+    nb = nbformat.read(executed_ipynb, as_version=4)
+    manifest = _load_manifest(manifest, executed_ipynb, nb)
+    exporter = HTMLExporter(
+        template_name="lab",
+        extra_loaders=[jinja2.DictLoader({"ragbench_report.html.j2": _TEMPLATE})],
+        template_file="ragbench_report.html.j2",
+        exclude_input=not include_code,
+        exclude_input_prompt=not include_code,
+        exclude_output_prompt=not include_code,
+        embed_images=True,  # markdown images as data: URIs too
+    )
+    resources = {
+        "ragbench_header": provenance_header(executed_ipynb.name, nb, manifest),
+        "metadata": {"name": executed_ipynb.stem, "path": str(executed_ipynb.parent)},
+    }
+    body, _ = exporter.from_notebook_node(nb, resources=resources)
+    body = scrub(body, extra_paths=[executed_ipynb.resolve().parent])
+    return atomic_write_text(out_html, body)
+
+
+# --- provenance -----------------------------------------------------------------------------------
+
+
+def _load_manifest(manifest: Any, notebook: Path, nb: Any) -> dict[str, Any]:
+    """The manifest given; else the one ``manifest.json`` beside the notebook or under its
+    ``output_dir`` parameter (the runner writes ``<output_dir>/<name>-<hash>/manifest.json``)."""
+    if isinstance(manifest, Mapping):
+        return dict(manifest)
+    if manifest is not None:
+        path = Path(manifest)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such manifest file")
+        return json.loads(path.read_text(encoding="utf-8"))
+    found = [notebook.parent / "manifest.json"]
+    output_dir = _parameters(nb).get("output_dir")
+    if isinstance(output_dir, str) and output_dir and Path(output_dir).is_dir():
+        found += sorted(Path(output_dir).glob("**/manifest.json"))
+    found = [p for p in dict.fromkeys(found) if p.is_file()]
+    # several runs in one notebook: no single manifest describes it, the header shows none
+    return json.loads(found[0].read_text(encoding="utf-8")) if len(found) == 1 else {}
+
+
+def _lookup(manifest: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = manifest
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return None if isinstance(value, Mapping) or value == "" else value
+
+
+def _parameters(nb: Any) -> dict[str, Any]:
+    return dict(nb.metadata.get("papermill", {}).get("parameters", {}) or {})
+
+
+def provenance_header(name: str, nb: Any, manifest: Mapping[str, Any]) -> str:
+    """A small HTML box: notebook, parameters, run facts. Every value is HTML-escaped."""
+    rows: list[tuple[str, str]] = [("notebook", name)]
+    params = _parameters(nb)
+    if params:
+        rows.append(("parameters", ", ".join(f"{k}={v!r}" for k, v in params.items())))
+    for label, keys in MANIFEST_FIELDS.items():
+        value = next((v for k in keys if (v := _lookup(manifest, k)) is not None), None)
+        if value is not None:
+            rows.append((label, str(value)))
+    papermill = nb.metadata.get("papermill", {})
+    if papermill.get("end_time"):
+        rows.append(("executed", str(papermill["end_time"])))
+    if papermill.get("duration") is not None:
+        rows.append(("duration", f"{float(papermill['duration']):.1f} s"))
+    cells = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
+        f"<td><code>{html.escape(v)}</code></td></tr>"
+        for k, v in rows
+    )
+    return f"<section class='ragbench-provenance' style='{_HEADER_CSS}'><table>{cells}</table></section>"
+
+
+# --- scrubbing ------------------------------------------------------------------------------------
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of variables named like credentials (KEY, TOKEN, SECRET, PASSWORD), >= 8 chars."""
+    environ = os.environ if environ is None else environ
+    values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
+    return sorted(values, key=len, reverse=True)
+
+
+def machine_paths(extra: Iterable[str | os.PathLike] = ()) -> list[tuple[str, str]]:
+    """(absolute path, placeholder) pairs, longest first (the venv is inside the repo, the repo
+    inside $HOME). ``extra`` folders (the notebook's) count only outside those three."""
+    pairs = [(sys.prefix, "$VENV")]
+    root = repo_root()
+    if root is not None:
+        pairs.append((str(root), "$REPO"))
+    home = os.path.expanduser("~")
+    pairs.append((home, "~"))
+    pairs = [(p, r) for p, r in pairs if len(p) > 1]
+    for path in map(Path, extra):
+        if not any(path.is_relative_to(p) for p, _ in pairs) and len(str(path)) > 1:
+            pairs.append((str(path), "$RUN_DIR"))
+    return sorted(dict(pairs).items(), key=lambda pr: len(pr[0]), reverse=True)
+
+
+def repo_root() -> Path | None:
+    """The checkout that holds this package (pyproject.toml beside ragbench/), if any."""
+    here = Path(__file__).resolve().parent.parent
+    return here if (here / "pyproject.toml").exists() else None
+
+
+def scrub(
+    text: str,
+    environ: Mapping[str, str] | None = None,
+    extra_paths: Iterable[str | os.PathLike] = (),
+) -> str:
+    """Replace credentials with *** and absolute machine paths with placeholders.
+
+    Embedded base64 images are left alone: their alphabet contains "/" and must not be edited."""
+    secrets = secret_values(environ)
+    paths = machine_paths(extra_paths)
+    parts = _DATA_URI.split(text)
+    for i in range(0, len(parts), 2):  # odd indices are the data URIs captured by the split
+        parts[i] = _scrub_text(parts[i], secrets, paths)
+    return "".join(parts)
+
+
+_DATA_URI = re.compile(r"(data:[\w/+.-]+;base64,[A-Za-z0-9+/=\n]+)")
+
+
+def _scrub_text(text: str, secrets: list[str], paths: list[tuple[str, str]]) -> str:
+    for value in secrets:
+        for form in {value, html.escape(value), json.dumps(value)[1:-1]}:
+            text = text.replace(form, "***")
+    text = SECRET_SHAPES.sub("***", text)
+    for path, placeholder in paths:
+        for form in {path, html.escape(path), json.dumps(path)[1:-1]}:
+            # whole path components only: /work/main must not touch /work/mainline
+            text = re.sub(re.escape(form) + r"(?![\w.-])", lambda _m, r=placeholder: r, text)
+    return text

@@ -1,0 +1,298 @@
+"""Text embedders: separate query and document embedding, float32, L2-normalised.
+
+``Embedder`` is a template method: the public ``embed_queries`` / ``embed_documents`` validate the
+batch, apply the query or document prefix, serve cached vectors (``EmbeddingCache``) and
+normalise; a backend implements ``_encode(texts)`` and ``model_identity``.
+
+- ``SentenceTransformerEmbedder``: any sentence-transformers model; the embedded
+  all-MiniLM-L6-v2 by default (offline). Loaded lazily, on the first text that misses the cache.
+- ``HashEmbedder``: deterministic feature hashing of word uni- and bigrams, no weights; for tests
+  and for trying the pipeline without a model.
+
+``identity()`` names the model and the prefixes: a FAISS index built from one embedder refuses
+queries from another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ragbench.registry import unknown
+
+MINILM_NAMES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
+EMBEDDERS = ("minilm", "all-minilm-l6-v2", "hash")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+class Embedder(ABC):
+    """Base class; subclasses call ``super().__init__`` and implement the abstract members."""
+
+    def __init__(
+        self,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        self.query_prefix = query_prefix
+        self.document_prefix = document_prefix
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._cache = None  # built on first use: model_identity may hash model files
+
+    @property
+    @abstractmethod
+    def dim(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def model_identity(self) -> str:
+        """What determines the vector of a given input string (model + weights fingerprint)."""
+
+    @abstractmethod
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        """Embed already-prefixed texts; returns (len(texts), dim)."""
+
+    def identity(self) -> str:
+        """Model identity plus prefixes: the key for index compatibility checks."""
+        return f"{self.model_identity}|query_prefix={self.query_prefix!r}|document_prefix={self.document_prefix!r}"
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(texts, self.query_prefix, "query")
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(texts, self.document_prefix, "document")
+
+    @property
+    def cache(self):
+        """The ``EmbeddingCache`` in use, or None when caching is off."""
+        if self._cache is None and self.cache_dir is not None:
+            from ragbench.retrieval.embedding_cache import EmbeddingCache
+
+            self._cache = EmbeddingCache(self.cache_dir, self.model_identity)
+        return self._cache
+
+    def _embed(self, texts: Sequence[str], prefix: str, kind: str) -> np.ndarray:
+        texts = check_texts(texts, kind)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        inputs = [prefix + t for t in texts]
+        cache = self.cache
+        if cache is None:
+            return l2_normalise(self._encode(inputs))
+        return cache.get_or_compute(inputs, lambda missing: l2_normalise(self._encode(missing)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.identity()})"
+
+
+def check_texts(texts: Sequence[str], kind: str) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError(f"embed a list of {kind} strings, not a single string: [{texts[:40]!r}]")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{kind} at position {i} is {type(text).__name__}, expected str")
+        if not text.strip():
+            raise ValueError(f"empty {kind} at position {i}: nothing to embed")
+    return texts
+
+
+def l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    """float32 rows of unit length (an all-zero row stays zero)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise ValueError(f"expected a 2-d array of vectors, got shape {vectors.shape}")
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+def default_cache_dir() -> Path:
+    from ragbench.assets import cache_dir
+
+    return cache_dir() / "embeddings"
+
+
+def resolve_device(device: str = "auto") -> str:
+    """ "auto" -> CUDA > MPS > CPU; explicit devices ("cuda:1") pass through."""
+    if device.split(":")[0] not in DEVICES:
+        raise unknown("device", device, DEVICES)
+    if device != "auto":
+        return device
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A sentence-transformers model, batched, float32, L2-normalised, with an on-disk cache.
+
+    ``model``: None for the embedded all-MiniLM-L6-v2, a local folder, or a Hugging Face id (used
+    only when named; offline runs need it in the local HF cache). ``cache_dir``: None for
+    ``<ragbench cache>/embeddings``; ``cache=False`` turns caching off.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike | None = None,
+        device: str = "auto",
+        batch_size: int = 64,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        cache_dir: str | os.PathLike | None = None,
+        show_progress: bool = False,
+        cache: bool = True,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if cache and cache_dir is None:
+            cache_dir = default_cache_dir()
+        super().__init__(query_prefix, document_prefix, cache_dir if cache else None)
+        if model is None:
+            from ragbench.assets import minilm_dir
+
+            self.source, self.label = str(minilm_dir()), "all-MiniLM-L6-v2"
+        else:
+            path = Path(model).expanduser()
+            is_dir = path.is_dir()
+            self.source = str(path.resolve()) if is_dir else str(model)
+            self.label = path.name if is_dir else str(model)
+        self.device = resolve_device(device)
+        self.batch_size = batch_size
+        self.show_progress = show_progress
+        self._model = None
+        self.encode_calls = 0  # how many times the model was asked to embed (cache misses)
+
+    @property
+    def model(self):
+        """The loaded ``SentenceTransformer`` (loaded on first access)."""
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(self.source, device=self.device)
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        model = self.model
+        get = getattr(model, "get_embedding_dimension", None) or (
+            model.get_sentence_embedding_dimension
+        )
+        return int(get())
+
+    @property
+    def model_identity(self) -> str:
+        if Path(self.source).is_dir():
+            return (
+                f"sentence-transformers:{self.label}@sha256:{folder_fingerprint(self.source)[:16]}"
+            )
+        return f"sentence-transformers:{self.label}"  # a hub id: identified by name only
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        self.encode_calls += 1
+        return self.model.encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=self.show_progress,
+        )
+
+
+def folder_fingerprint(folder: str | os.PathLike) -> str:
+    """sha256 over the relative paths and contents of a model folder's files (dotfiles skipped).
+
+    Memoised on (path, size, mtime) of every file, so it hashes the weights once per process.
+    """
+    root = Path(folder)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+    stats = tuple((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _fingerprint(str(root), stats)
+
+
+@lru_cache(maxsize=32)
+def _fingerprint(root: str, stats: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for rel, _size, _mtime in stats:
+        digest.update(rel.encode() + b"\0")
+        with open(Path(root) / rel, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+class HashEmbedder(Embedder):
+    """Deterministic bag of hashed word uni- and bigrams (signed feature hashing), no weights.
+
+    Hand-written on purpose: a test and demo fake with no dependency and no model files. Texts
+    sharing words get similar vectors, which is enough for retrieval to work in tests. Hashes are
+    keyed blake2b (``seed``), stable across processes (unlike ``hash()``). No cache by default.
+    """
+
+    _word = re.compile(r"\w+")
+
+    def __init__(
+        self,
+        dim: int = 256,
+        seed: int = 0,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        super().__init__(query_prefix, document_prefix, cache_dir)
+        self._dim, self.seed = dim, seed
+        self.encode_calls = 0
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def model_identity(self) -> str:
+        return f"hash:v1:dim={self._dim}:seed={self.seed}"
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        self.encode_calls += 1
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = self._word.findall(text.lower())
+            features = [(w, 1.0) for w in words]
+            features += [(f"{a} {b}", 0.5) for a, b in zip(words, words[1:], strict=False)]
+            for feature, weight in features:
+                index, sign = _hash_feature(feature, self.seed, self._dim)
+                out[row, index] += sign * weight
+        # sublinear term frequency, as in TF-IDF practice: repeated words do not dominate
+        return np.sign(out) * np.log1p(np.abs(out))
+
+
+@lru_cache(maxsize=1 << 16)
+def _hash_feature(feature: str, seed: int, dim: int) -> tuple[int, float]:
+    key = seed.to_bytes(8, "little", signed=True)
+    h = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8, key=key).digest(), "little")
+    return h % dim, 1.0 if (h >> 63) & 1 else -1.0
+
+
+def get_embedder(name: str = "minilm", **kwargs) -> Embedder:
+    """ "minilm" / "all-minilm-l6-v2" (the embedded default), "hash", or a model folder / HF id."""
+    key = name.lower()
+    if key in MINILM_NAMES:
+        return SentenceTransformerEmbedder(None, **kwargs)
+    if key == "hash":
+        return HashEmbedder(**kwargs)
+    if Path(name).expanduser().is_dir() or "/" in name:
+        return SentenceTransformerEmbedder(name, **kwargs)
+    raise unknown("embedder", name, [*EMBEDDERS, "<model folder or Hugging Face id>"])

@@ -1,0 +1,67 @@
+"""`ragbench sweep` and `ragbench render`. Heavy imports (papermill, nbconvert) stay inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sweep)
+    app.command()(render)
+
+
+def sweep(
+    spec: Path = typer.Argument(..., help="sweep YAML: notebook, parameters, grid, output_dir"),
+    workers: int = typer.Option(1, "--workers", "-w", min=1, help="points run in parallel"),
+    executor: str = typer.Option("local", help="local (process pool) or ray (one task a point)"),
+    rerun_failed: bool = typer.Option(True, help="rerun points that failed last time"),
+) -> None:
+    """Execute a notebook once per grid point with papermill; done points are skipped."""
+    from tqdm import tqdm
+
+    from ragbench.sweep import SweepSpecError, execute_sweep, expand_grid, load_spec
+
+    try:
+        total = len(expand_grid(load_spec(spec)))
+        with tqdm(total=total, unit="point", desc=spec.stem) as bar:
+
+            def advance(point) -> None:
+                bar.update(1)
+                bar.set_postfix_str(f"{point.point_id}: {point.status}")
+
+            outcome = execute_sweep(spec, workers, executor, rerun_failed, on_point=advance)
+    except SweepSpecError as exc:
+        typer.secho(str(exc), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+
+    typer.echo(f"\n{'point':48s} {'status':8s} {'seconds':>8s}  error")
+    for p in outcome.points:
+        where = f"{p.where()}: " if p.cell is not None else ""
+        error = f"{where}{p.error}" if p.error else ""
+        typer.echo(f"{p.point_id[:48]:48s} {p.status:8s} {p.seconds:8.1f}  {error}")
+    typer.echo(
+        f"\n{outcome.count('done')} done, {outcome.count('skipped')} skipped, "
+        f"{outcome.count('failed')} failed; {len(outcome.results)} result rows in "
+        f"{outcome.sweep_dir / 'results.parquet'}"
+    )
+    for p in outcome.failed:
+        typer.echo(f"failed notebook: {p.notebook}")
+    if outcome.failed:
+        raise typer.Exit(1)
+
+
+def render(
+    notebook: Path = typer.Argument(..., exists=True, dir_okay=False, help="executed .ipynb"),
+    no_code: bool = typer.Option(False, "--no-code", help="hide code cells (outputs only)"),
+    out: Path | None = typer.Option(None, help="HTML path; default reports/<name>[-nocode].html"),
+    manifest: Path | None = typer.Option(None, help="run manifest JSON for the header"),
+) -> None:
+    """Render an executed notebook to standalone HTML (figures embedded, secrets scrubbed)."""
+    from ragbench.render import render_notebook
+
+    if out is None:
+        out = Path("reports") / f"{notebook.stem}{'-nocode' if no_code else ''}.html"
+    path = render_notebook(notebook, out, include_code=not no_code, manifest=manifest)
+    typer.echo(str(path))

@@ -1,0 +1,165 @@
+"""Embedders: normalised float32 vectors, prefixes, the on-disk cache, the real MiniLM (slow)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from ragbench.registry import UnknownNameError
+from ragbench.retrieval.embedders import (
+    HashEmbedder,
+    SentenceTransformerEmbedder,
+    get_embedder,
+    l2_normalise,
+)
+from ragbench.retrieval.embedding_cache import EmbeddingCache
+
+DOCS = [
+    "The cat sat on the warm mat by the fire.",
+    "Stock markets fell sharply after the interest rate decision.",
+    "A recipe for sourdough bread needs flour, water, salt and a starter.",
+    "The spacecraft entered orbit around Mars after a seven month journey.",
+]
+QUERIES = ["where did the cat sit", "what happened to stock markets", "sourdough bread recipe"]
+
+
+def assert_unit_float32(x: np.ndarray, n: int, dim: int) -> None:
+    assert x.dtype == np.float32 and x.shape == (n, dim)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+
+
+def test_hash_embedder_is_deterministic_normalised_and_retrieves():
+    a, b = HashEmbedder(dim=128, seed=3), HashEmbedder(dim=128, seed=3)
+    docs = a.embed_documents(DOCS)
+    assert_unit_float32(docs, len(DOCS), 128)
+    np.testing.assert_array_equal(docs, b.embed_documents(DOCS))
+    assert not np.array_equal(docs, HashEmbedder(dim=128, seed=4).embed_documents(DOCS))
+    best = (a.embed_queries(QUERIES) @ docs.T).argmax(axis=1)
+    assert best.tolist() == [0, 1, 2]
+    assert a.embed_documents([]).shape == (0, 128)
+
+
+def test_prefixes_change_vectors_and_identity():
+    plain = HashEmbedder()
+    prefixed = HashEmbedder(query_prefix="query: ", document_prefix="passage: ")
+    q, d = prefixed.embed_queries(["cats"]), prefixed.embed_documents(["cats"])
+    assert not np.allclose(q, d)
+    np.testing.assert_array_equal(plain.embed_queries(["cats"]), plain.embed_documents(["cats"]))
+    np.testing.assert_array_equal(q, plain.embed_documents(["query: cats"]))
+    assert plain.identity() != prefixed.identity()
+    assert plain.model_identity == prefixed.model_identity
+
+
+def test_bad_input():
+    emb = HashEmbedder()
+    with pytest.raises(TypeError, match="not a single string"):
+        emb.embed_queries("a query")
+    with pytest.raises(ValueError, match="empty query at position 1"):
+        emb.embed_queries(["ok", "  "])
+    with pytest.raises(TypeError, match="document at position 0 is int"):
+        emb.embed_documents([3])
+    with pytest.raises(UnknownNameError, match="did you mean 'minilm'"):
+        get_embedder("minlm")
+    assert isinstance(get_embedder("hash", dim=64), HashEmbedder)
+    zero = l2_normalise(np.zeros((1, 4)))
+    assert zero.dtype == np.float32 and not zero.any()
+
+
+def test_cache_serves_hits_without_calling_the_model(tmp_path):
+    emb = HashEmbedder(dim=64, cache_dir=tmp_path)
+    first = emb.embed_documents(DOCS)
+    assert emb.encode_calls == 1
+    again = HashEmbedder(dim=64, cache_dir=tmp_path)  # a new process would start like this
+    np.testing.assert_array_equal(again.embed_documents(DOCS[::-1]), first[::-1])
+    assert again.encode_calls == 0 and again.cache.hits == len(DOCS)
+    # only the new text is embedded, duplicates in a batch are embedded once
+    out = again.embed_documents([DOCS[0], "a brand new text", "a brand new text"])
+    assert again.encode_calls == 1 and again.cache.misses == 1
+    np.testing.assert_array_equal(out[1], out[2])
+    # a query with the same text but a prefix is a different model input: not served from docs
+    pre = HashEmbedder(dim=64, query_prefix="q: ", cache_dir=tmp_path)
+    pre.embed_queries([DOCS[0]])
+    assert pre.encode_calls == 1
+
+
+def test_cache_never_serves_another_model_or_a_corrupted_shard(tmp_path):
+    HashEmbedder(dim=64, seed=0, cache_dir=tmp_path).embed_documents(DOCS)
+    other = HashEmbedder(dim=64, seed=1, cache_dir=tmp_path)
+    other.embed_documents(DOCS)
+    assert other.encode_calls == 1  # different model identity, different folder
+    # tamper with a shard: copy seed 0's index into seed 1's folder under a forged model name
+    cache0 = EmbeddingCache(tmp_path, HashEmbedder(dim=64, seed=0).model_identity)
+    cache1 = EmbeddingCache(tmp_path, other.model_identity)
+    index_path = next(cache0.dir.glob("*.json"))
+    forged = cache1.dir / "forged.json"
+    forged.write_text(index_path.read_text())
+    (cache1.dir / "forged.npy").write_bytes(index_path.with_suffix(".npy").read_bytes())
+    cache1.refresh()  # names the wrong model: skipped
+    assert len(cache1) == len(DOCS)
+    # flip bytes of a vector file: its sha256 no longer matches, the shard is ignored
+    npy = next(cache0.dir.glob("*.npy"))
+    data = bytearray(npy.read_bytes())
+    data[-4:] = b"\x00\x00\x80\x7f"
+    npy.write_bytes(bytes(data))
+    fresh = HashEmbedder(dim=64, seed=0, cache_dir=tmp_path)
+    vectors = fresh.embed_documents(DOCS)
+    assert fresh.encode_calls == 1 and np.isfinite(vectors).all()
+    index = json.loads(index_path.read_text())
+    assert index["model"] == fresh.model_identity and len(index["keys"]) == len(DOCS)
+
+
+def _embed_in_child(path: str, texts: list[str]) -> None:
+    HashEmbedder(dim=32, cache_dir=path).embed_documents(texts)
+
+
+def test_concurrent_writers_do_not_clash(tmp_path):
+    ctx = mp.get_context("spawn")
+    texts = [f"text number {i}" for i in range(50)]
+    procs = [ctx.Process(target=_embed_in_child, args=(str(tmp_path), texts)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    reader = HashEmbedder(dim=32, cache_dir=tmp_path)
+    np.testing.assert_array_equal(
+        reader.embed_documents(texts), HashEmbedder(dim=32).embed_documents(texts)
+    )
+    assert reader.encode_calls == 0
+    assert not list(reader.cache.dir.glob("*.tmp"))
+
+
+# ---------------------------------------------------------------- the real embedded MiniLM
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+    return SentenceTransformerEmbedder(cache_dir=tmp_path_factory.mktemp("emb"), device="cpu")
+
+
+@pytest.mark.slow
+def test_minilm_vectors_cache_and_prefixes(minilm, tmp_path):
+    docs = minilm.embed_documents(DOCS)
+    assert_unit_float32(docs, len(DOCS), 384)
+    assert minilm.dim == 384 and minilm.encode_calls == 1
+    assert minilm.model_identity.startswith("sentence-transformers:all-MiniLM-L6-v2@sha256:")
+    best = (minilm.embed_queries(QUERIES) @ docs.T).argmax(axis=1)
+    assert best.tolist() == [0, 1, 2]
+    # a second embedder on the same cache never calls the model
+    again = SentenceTransformerEmbedder(cache_dir=minilm.cache_dir, device="cpu")
+    np.testing.assert_array_equal(again.embed_documents(DOCS), docs)
+    assert again.encode_calls == 0 and again._model is None  # not even loaded
+    # equal to calling sentence-transformers directly, same batch size
+    direct = minilm.model.encode(DOCS, batch_size=64, normalize_embeddings=True)
+    np.testing.assert_allclose(docs, direct, atol=1e-6)
+    # query vs document prefixes give different vectors for the same text
+    e5 = SentenceTransformerEmbedder(
+        query_prefix="query: ", document_prefix="passage: ", cache=False, device="cpu"
+    )
+    e5._model = minilm.model  # share the loaded weights
+    q, d = e5.embed_queries([DOCS[0]]), e5.embed_documents([DOCS[0]])
+    assert float((q @ d.T)[0, 0]) < 0.999 and e5.cache is None
+    assert e5.identity() != minilm.identity()

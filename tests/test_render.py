@@ -1,0 +1,196 @@
+"""Rendered notebooks: standalone HTML with embedded figures, provenance, no secrets or paths."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragbench.render import render_notebook, repo_root, scrub, secret_values
+
+FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "figure.ipynb"
+FAKE_KEY = "fake-openai-key-0123456789abcdef"  # no known key shape: only the env scan catches it
+FAKE_TOKEN = "hf-token-for-tests-7777"
+CHROMIUM = Path("/usr/bin/chromium")
+IMG = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=\s]+)"')
+MANIFEST = {  # the shape ragbench.runner writes
+    "config_hash": "cfg-1a2b3c",
+    "dataset": {"name": "niah", "fingerprint": "fp-9f8e7d", "n": 4},
+    "model": {"backend": "HFLLM", "model": "smollm2-135m-instruct"},
+    "git_commit": "abc1234",
+    "started_at": "2025-01-01T00:00:00+00:00",
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """Execute the figure notebook once (with secrets in the environment) and render both ways."""
+    import papermill
+
+    folder = tmp_path_factory.mktemp("render")
+    executed = folder / "figure_run.ipynb"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", FAKE_KEY)
+        mp.setenv("HF_TOKEN", FAKE_TOKEN)
+        papermill.execute_notebook(
+            str(FIXTURE),
+            str(executed),
+            parameters={"n_points": 8, "output_dir": str(folder / "results")},
+            kernel_name="python3",
+            progress_bar=False,
+            cwd=str(repo_root() or folder),
+        )
+        with_code = render_notebook(executed, folder / "with_code.html", manifest=MANIFEST)
+        no_code = render_notebook(executed, folder / "no_code.html", include_code=False)
+    return {
+        "folder": folder,
+        "executed": executed,
+        "with_code": with_code.read_text(encoding="utf-8"),
+        "no_code": no_code.read_text(encoding="utf-8"),
+        "no_code_path": no_code,
+    }
+
+
+def test_the_executed_notebook_really_printed_the_secret(rendered):
+    # guards the scrub tests below: the raw notebook does leak, the HTML must not
+    raw = rendered["executed"].read_text(encoding="utf-8")
+    assert FAKE_KEY in raw and str(rendered["folder"]) in raw
+
+
+def test_figures_are_embedded_png_and_no_external_script(rendered):
+    from PIL import Image
+
+    for variant in ("with_code", "no_code"):
+        page = rendered[variant]
+        images = IMG.findall(page)
+        assert len(images) == 1, variant
+        png = Image.open(io.BytesIO(base64.b64decode(re.sub(r"\s", "", images[0]))))
+        assert png.format == "PNG" and png.width > 300 and png.height > 200
+        assert not re.search(r"<script[^>]+src=", page), "external script in a standalone report"
+        assert "<link" not in page or "stylesheet" not in re.findall(r"<link[^>]*>", page)
+
+
+def test_code_variants(rendered):
+    # pygments wraps each token in a span: look for single tokens
+    assert "subplots" in rendered["with_code"] and "set_xlabel" in rendered["with_code"]
+    assert "subplots" not in rendered["no_code"] and "set_xlabel" not in rendered["no_code"]
+
+
+def test_provenance_header(rendered):
+    header = re.search(r"<section class=.ragbench-provenance.*?</section>", rendered["with_code"])
+    assert header, "no provenance header"
+    text = header.group(0)
+    for expected in ("figure_run.ipynb", "n_points=8", "cfg-1a2b3c", "fp-9f8e7d", "smollm2-135m"):
+        assert expected in text
+    assert "abc1234" in text and "duration" in text
+    assert "cfg-1a2b3c" not in rendered["no_code"]  # rendered without a manifest
+
+
+@pytest.mark.parametrize("variant", ["with_code", "no_code"])
+def test_no_secret_and_no_machine_path_in_html(rendered, variant):
+    page = rendered[variant]
+    assert FAKE_KEY not in page and FAKE_TOKEN not in page
+    assert "key in use: ***" in page
+    forbidden = [str(rendered["folder"]), sys.prefix, os.path.expanduser("~")]
+    if repo_root():
+        forbidden.append(str(repo_root()))
+    for path in forbidden:
+        assert path not in page, f"absolute path {path} leaked"
+    assert "interpreter: $VENV/bin/python" in page
+
+
+def test_scrub_is_precise():
+    env = {"MY_API_KEY": "abcdefgh12345", "SHORT_TOKEN": "abc", "PATH": "/usr/bin:/bin"}
+    assert secret_values(env) == ["abcdefgh12345"]
+    png = "data:image/png;base64,QUJDREVGR0gxMjM0NQ==/" + os.path.expanduser("~") + "+"
+    text = f"k=abcdefgh12345 short=abc {png} sk-{'x' * 24} /usr/bin"
+    out = scrub(text, environ=env)
+    assert "abcdefgh12345" not in out and "short=abc" in out and "/usr/bin" in out
+    assert png in out  # base64 image data is never edited
+    assert f"sk-{'x' * 24}" not in out
+    home = os.path.expanduser("~")
+    if home not in ("/", ""):
+        assert scrub(f"{home}/x {home}line", environ={}) == f"~/x {home}line"
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_headless_chromium_shows_the_figure(rendered, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    def screenshot(html: Path) -> np.ndarray:
+        png = tmp_path / f"{html.stem}.png"
+        subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp_path / ('profile-' + html.stem)}",
+                f"--screenshot={png}",
+                "--window-size=1200,1600",
+                html.resolve().as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        return np.asarray(Image.open(png).convert("RGB")).astype(int)
+
+    def line_pixels(shot: np.ndarray, rgb: tuple[int, int, int]) -> int:
+        return int((np.abs(shot - np.array(rgb)).max(axis=2) < 40).sum())
+
+    shot = screenshot(rendered["no_code_path"])
+    non_white = (shot.min(axis=2) < 240).mean()
+    colours = len(np.unique(shot.reshape(-1, 3), axis=0))
+    assert non_white > 0.005 and colours > 100, (non_white, colours)
+    # the two curves in matplotlib's tab:blue and tab:orange are on screen ...
+    blue, orange = (31, 119, 180), (255, 127, 14)
+    assert line_pixels(shot, blue) > 300 and line_pixels(shot, orange) > 300
+    # ... and come from the embedded image: the same page without it has none of them
+    bare = rendered["folder"] / "bare.html"
+    bare.write_text(IMG.sub("<img ", rendered["no_code"]), encoding="utf-8")
+    bare_shot = screenshot(bare)
+    assert line_pixels(bare_shot, blue) < 50 and line_pixels(bare_shot, orange) < 50
+
+
+def test_render_cli_default_path(rendered, tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from ragbench.sweep_cli import register
+
+    app = typer.Typer()
+    register(app)
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(rendered["executed"], tmp_path / "run.ipynb")
+    result = CliRunner().invoke(app, ["render", "run.ipynb", "--no-code"])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "reports" / "run-nocode.html").read_text(encoding="utf-8")
+    assert len(IMG.findall(page)) == 1 and "subplots" not in page
+
+
+def test_manifest_found_under_the_output_dir_parameter(rendered):
+    # ragbench.runner writes <output_dir>/<name>-<hash>/manifest.json; output_dir is a parameter
+    run_dir = rendered["folder"] / "results" / "quick-12345678"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "manifest.json").write_text(json.dumps(MANIFEST), encoding="utf-8")
+    try:
+        html = render_notebook(rendered["executed"], rendered["folder"] / "auto.html")
+        page = html.read_text(encoding="utf-8")
+        assert "cfg-1a2b3c" in page and "fp-9f8e7d" in page and "run started" in page
+    finally:
+        (run_dir / "manifest.json").unlink()

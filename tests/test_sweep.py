@@ -1,0 +1,184 @@
+"""Papermill sweeps: grid expansion, validation before execution, failures, resume, results."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+import yaml
+
+from ragbench.sweep import (
+    SweepSpec,
+    SweepSpecError,
+    execute_sweep,
+    expand_grid,
+    load_spec,
+    point_id,
+    run_sweep,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "sweep_point.ipynb"
+
+
+def write_spec(folder: Path, name: str = "sweep.yaml", **spec) -> Path:
+    spec.setdefault("notebook", str(FIXTURE))
+    spec.setdefault("output_dir", str(folder / "out"))
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return path
+
+
+# --- pure: grid expansion and spec validation -----------------------------------------------------
+
+
+def test_expand_grid_is_deterministic_cartesian_in_yaml_order():
+    spec = SweepSpec(notebook="nb.ipynb", parameters={"k": 4}, grid={"a": [1, 2], "b": ["x", "y"]})
+    points = expand_grid(spec)
+    assert points == [
+        {"k": 4, "a": 1, "b": "x"},
+        {"k": 4, "a": 1, "b": "y"},
+        {"k": 4, "a": 2, "b": "x"},
+        {"k": 4, "a": 2, "b": "y"},
+    ]
+    assert expand_grid(spec.model_dump()) == points
+    assert expand_grid(SweepSpec(notebook="nb.ipynb", parameters={"k": 4})) == [{"k": 4}]
+
+
+def test_point_ids_are_stable_safe_and_distinct():
+    params = {"k": 4, "model": "smollm2 135m/instruct", "depth": 0.5}
+    pid = point_id(params, ["model", "depth"])
+    assert pid == point_id(dict(reversed(params.items())), ["model", "depth"])
+    assert pid.startswith("model=smollm2-135m-instruct_depth=0.5-")
+    assert re.fullmatch(r"[A-Za-z0-9=.,+_-]+", pid)
+    # the hash covers fixed parameters too: same slug, different point
+    other = point_id({**params, "k": 8}, ["model", "depth"])
+    assert other != pid and other.rsplit("-", 1)[0] == pid.rsplit("-", 1)[0]
+
+
+def test_spec_errors_name_file_and_key(tmp_path):
+    bad = write_spec(tmp_path, gird={"x": [1]})
+    with pytest.raises(
+        SweepSpecError, match=r"sweep\.yaml: gird: unknown key; did you mean 'grid'"
+    ):
+        load_spec(bad)
+    empty = write_spec(tmp_path, "empty.yaml", grid={"x": []})
+    with pytest.raises(SweepSpecError, match=r"empty\.yaml: grid.x: .*at least one value"):
+        load_spec(empty)
+    with pytest.raises(SweepSpecError, match="both set"):
+        expand_grid(SweepSpec(notebook="nb", parameters={"x": 1}, grid={"x": [2]}))
+
+
+def test_unknown_or_mistyped_parameter_fails_before_any_execution(tmp_path):
+    spec = write_spec(tmp_path, grid={"xx": [1, 2]})
+    with pytest.raises(SweepSpecError, match=r"unknown parameter 'xx'.*did you mean 'x'"):
+        execute_sweep(spec)
+    typed = write_spec(tmp_path, "typed.yaml", grid={"x": [1, "two"]})
+    with pytest.raises(SweepSpecError, match=r"parameter 'x' is declared int, got 'two'"):
+        execute_sweep(typed)
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+    with pytest.raises(SweepSpecError, match="unknown executor 'rey'; did you mean 'ray'"):
+        execute_sweep(spec, executor="rey")
+
+
+# --- one real 3-point sweep (x=2 fails on purpose), rerun twice -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def sweep_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sweep")
+    spec = write_spec(folder, parameters={"fail_at": 2, "scale": 2.0}, grid={"x": [1, 2, 3]})
+    first = execute_sweep(spec, workers=2)
+    mtimes = {p.point_id: os.stat(p.notebook).st_mtime_ns for p in first.points}
+    rerun = execute_sweep(spec, workers=2)  # done points skipped, the failed one retried
+    no_retry = execute_sweep(spec, rerun_failed=False)  # nothing executes
+    return {"spec": spec, "first": first, "rerun": rerun, "no_retry": no_retry, "mtimes": mtimes}
+
+
+def statuses(outcome) -> dict[int, str]:
+    return {p.params["x"]: p.status for p in outcome.points}
+
+
+def test_failing_point_is_reported_with_cell_and_error_others_complete(sweep_runs):
+    first = sweep_runs["first"]
+    assert statuses(first) == {1: "done", 2: "failed", 3: "done"}
+    (failed,) = first.failed
+    assert failed.error == "ValueError: deliberate failure at x=2"
+    executed = nbformat.read(failed.notebook, as_version=4)
+    assert "raise ValueError" in executed.cells[failed.cell].source
+    assert executed.cells[failed.cell].execution_count == failed.exec_count == 4
+    marker = json.loads((Path(failed.notebook).parent / "failed.json").read_text())
+    assert marker["cell"] == failed.cell and marker["params"] == {
+        "fail_at": 2,
+        "scale": 2.0,
+        "x": 2,
+    }
+    assert not (Path(failed.notebook).parent / "done.json").exists()
+    for point in first.points:
+        assert Path(point.notebook).exists()
+        assert f"x={point.params['x']}" in Path(point.notebook).name  # named from parameters
+
+
+def test_results_of_all_done_points_form_one_table(sweep_runs):
+    results = sweep_runs["first"].results
+    assert sorted(results["x"].unique()) == [1, 3]  # the failed point has no rows
+    assert set(results.columns) >= {"metric", "value", "x", "fail_at", "scale", "point_id"}
+    y = results[results["metric"] == "y"].set_index("x")["value"]
+    assert y.to_dict() == {1: 2.0, 3: 6.0}  # computed by the notebook: x * scale
+    on_disk = pd.read_parquet(sweep_runs["first"].sweep_dir / "results.parquet")
+    pd.testing.assert_frame_equal(on_disk, results)
+
+
+def test_rerun_skips_done_points_and_retries_failed(sweep_runs):
+    rerun = sweep_runs["rerun"]
+    assert statuses(rerun) == {1: "skipped", 2: "failed", 3: "skipped"}
+    assert rerun.failed[0].seconds > 0  # really executed again
+    for point in rerun.points:
+        if point.status == "skipped":
+            assert os.stat(point.notebook).st_mtime_ns == sweep_runs["mtimes"][point.point_id]
+    pd.testing.assert_frame_equal(rerun.results, sweep_runs["first"].results)
+
+
+def test_rerun_without_retry_reports_the_recorded_failure(sweep_runs):
+    no_retry = sweep_runs["no_retry"]
+    assert statuses(no_retry) == {1: "skipped", 2: "failed", 3: "skipped"}
+    (failed,) = no_retry.failed
+    assert failed.cell == sweep_runs["first"].failed[0].cell
+    assert "deliberate failure" in failed.error
+
+
+def test_run_sweep_warns_and_cli_summarises(sweep_runs):
+    from typer.testing import CliRunner
+
+    with pytest.warns(
+        UserWarning, match=r"x=2-.*cell \d+ \(In \[4\]\): ValueError: deliberate failure"
+    ):
+        table = run_sweep(sweep_runs["spec"], rerun_failed=False)
+    assert len(table) == 4
+
+    import typer
+
+    from ragbench.sweep_cli import register
+
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["sweep", str(sweep_runs["spec"]), "--no-rerun-failed"])
+    assert result.exit_code == 1, result.output  # a failed point makes the command fail
+    assert "0 done, 2 skipped, 1 failed" in result.output
+    assert re.search(
+        r"failed .*cell \d+ \(In \[4\]\): ValueError: deliberate failure at x=2", result.output
+    )
+
+
+@pytest.mark.slow
+def test_ray_executor_on_a_local_ray(tmp_path):
+    pytest.importorskip("ray", reason="ray is not installed")
+    spec = write_spec(tmp_path, grid={"x": [1, 3]})
+    outcome = execute_sweep(spec, workers=2, executor="ray")
+    assert statuses(outcome) == {1: "done", 3: "done"}
+    y = outcome.results[outcome.results["metric"] == "y"].set_index("x")["value"]
+    assert y.to_dict() == {1: 2.0, 3: 6.0}
