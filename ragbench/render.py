@@ -203,3 +203,40 @@ def _scrub_text(text: str, secrets: list[str], paths: list[tuple[str, str]]) -> 
             # whole path components only: /work/main must not touch /work/mainline
             text = re.sub(re.escape(form) + r"(?![\w.-])", lambda _m, r=placeholder: r, text)
     return text
+
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",  # no calls home: the page must stand alone
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def screenshot_html(
+    html: str | os.PathLike,
+    png: str | os.PathLike,
+    chromium: str = "chromium",
+    window: tuple[int, int] = (1200, 1600),
+    timeout: float = 120,
+) -> Path:
+    """A PNG of a rendered page as headless Chromium shows it (a preview, and the browser test)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    exe = shutil.which(chromium)
+    if exe is None:
+        raise FileNotFoundError(f"{chromium!r} not found; install Debian's chromium package")
+    png = Path(png)
+    with tempfile.TemporaryDirectory(prefix="ragbench-chromium-") as profile:
+        subprocess.run(
+            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
+             f"--window-size={window[0]},{window[1]}", Path(html).resolve().as_uri()],
+            check=True, capture_output=True, timeout=timeout,
+        )  # fmt: skip
+    return png

@@ -8,13 +8,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ragbench.render import render_notebook, repo_root, scrub, secret_values
+from ragbench.render import render_notebook, repo_root, screenshot_html, scrub, secret_values
 
 FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "figure.ipynb"
 FAKE_KEY = "fake-openai-key-0123456789abcdef"  # no known key shape: only the env scan catches it
@@ -127,27 +126,7 @@ def test_headless_chromium_shows_the_figure(rendered, tmp_path):
     from PIL import Image
 
     def screenshot(html: Path) -> np.ndarray:
-        png = tmp_path / f"{html.stem}.png"
-        subprocess.run(
-            [
-                str(CHROMIUM),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={tmp_path / ('profile-' + html.stem)}",
-                f"--screenshot={png}",
-                "--window-size=1200,1600",
-                html.resolve().as_uri(),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+        png = screenshot_html(html, tmp_path / f"{html.stem}.png", chromium=str(CHROMIUM))
         return np.asarray(Image.open(png).convert("RGB")).astype(int)
 
     def line_pixels(shot: np.ndarray, rgb: tuple[int, int, int]) -> int:
