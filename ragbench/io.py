@@ -21,12 +21,17 @@ class InputFileError(ValueError):
         self.path, self.line, self.field = str(path), line, field
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write to a temporary file in the same folder, fsync, then rename: never half-written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; shared reports need normal modes
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

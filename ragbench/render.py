@@ -57,8 +57,12 @@ def render_notebook(
     out_html: str | os.PathLike,
     include_code: bool = True,
     manifest: Mapping[str, Any] | str | os.PathLike | None = None,
+    keep_stderr: bool = False,
 ) -> Path:
-    """Render an executed notebook to standalone HTML (atomically) and return the HTML path."""
+    """Render an executed notebook to standalone HTML (atomically) and return the HTML path.
+
+    stderr streams (progress bars, library warnings) are left out unless ``keep_stderr``: the
+    page is for readers of the results; the executed .ipynb keeps everything."""
     import jinja2
     import nbformat
     from nbconvert import HTMLExporter
@@ -66,6 +70,10 @@ def render_notebook(
     executed_ipynb = Path(executed_ipynb)
     nb = nbformat.read(executed_ipynb, as_version=4)
     manifest = _load_manifest(manifest, executed_ipynb, nb)
+    if not keep_stderr:
+        for cell in nb.cells:
+            if "outputs" in cell:
+                cell.outputs = [o for o in cell.outputs if o.get("name") != "stderr"]
     exporter = HTMLExporter(
         template_name="lab",
         extra_loaders=[jinja2.DictLoader({"ragbench_report.html.j2": _TEMPLATE})],

@@ -141,7 +141,10 @@ def plot_accuracy_vs_cost(
     if len(front) > 1:
         ax.plot(front[cost], front[metric], "k--", lw=1, label="Pareto front")
     if cost in ("flops", "dollars") and (table[cost] > 0).all():
+        from matplotlib.ticker import NullFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on short ranges
     ax.set_xlabel(_COST_UNITS.get(cost, cost))
     ax.set_ylabel(f"{metric} (mean, 95% CI)")
     ax.set_ylim(-0.05, 1.05)
@@ -212,3 +215,30 @@ def plot_heatmaps(
         ax.set_title(label)
     fig.colorbar(image, ax=list(axes[0]), label=f"{metric} (mean)")
     return fig
+
+
+def provenance(run_dir: str | Path) -> Any:
+    """The run manifest's key facts as a one-column table (config hash, dataset fingerprint,
+    model identity, commit, hardware, times), so a rendered notebook says what produced it.
+    Paths are shown relative to the run folder's parent, never as absolute machine paths."""
+    import pandas as pd
+
+    manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    model = manifest.get("model", {})
+    versions = manifest.get("versions", {})
+    hardware = manifest.get("hardware", {})
+    facts = {
+        "run": Path(run_dir).name,
+        "config hash": manifest.get("config_hash", "")[:16],
+        "dataset": f"{manifest['dataset']['name']} (n={manifest['dataset']['n']})",
+        "dataset fingerprint": manifest["dataset"]["fingerprint"][:16],
+        "model": ", ".join(f"{k}={v}" for k, v in model.items() if k != "path"),
+        "records": f"{manifest.get('records')} ({manifest.get('errors')} errors, "
+        f"{manifest.get('resumed_records')} reused)",
+        "git commit": (manifest.get("git_commit") or "")[:12],
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items() if v),
+        "hardware": ", ".join(f"{k}={v}" for k, v in hardware.items()),
+        "started": manifest.get("started_at", ""),
+        "finished": manifest.get("finished_at", ""),
+    }
+    return pd.Series(facts, name="provenance").to_frame()

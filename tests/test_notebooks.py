@@ -119,6 +119,8 @@ def test_rendered_quickstart_shows_its_figures_in_chromium(executed, tmp_path):
     page = html.read_text(encoding="utf-8")
     assert page.count('src="data:image/png;base64,') >= 2
     assert str(Path.home()) not in page
+    assert "rec/s" in executed["00_quickstart"].read_text(encoding="utf-8")  # tqdm ran ...
+    assert "rec/s" not in page  # ... but progress bars on stderr stay out of the shared page
     if shutil.which("chromium") is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     shot = np.asarray(Image.open(screenshot_html(html, tmp_path / "q.png")).convert("RGB"))
