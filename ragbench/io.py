@@ -14,7 +14,9 @@ from typing import Any
 class InputFileError(ValueError):
     """A malformed input file; the message names the file, the line and the field."""
 
-    def __init__(self, path: str | os.PathLike, line: int | None, message: str, field: str | None = None):
+    def __init__(
+        self, path: str | os.PathLike, line: int | None, message: str, field: str | None = None
+    ):
         where = f"{path}:{line}" if line is not None else str(path)
         what = f" field {field!r}:" if field else ""
         super().__init__(f"{where}:{what} {message}")
@@ -69,9 +71,13 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 obj = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
-                raise InputFileError(path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+                raise InputFileError(
+                    path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno})"
+                ) from None
             if not isinstance(obj, dict):
-                raise InputFileError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+                raise InputFileError(
+                    path, lineno, f"expected a JSON object, got {type(obj).__name__}"
+                )
             yield lineno, obj
 
 

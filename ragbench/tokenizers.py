@@ -111,7 +111,9 @@ def _load_gguf(gguf: Path):
     from ragbench.assets import cache_dir
 
     st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[
+        :16
+    ]
     folder = cache_dir() / "tokenizers" / f"{gguf.stem}-{key}"
     if (folder / "tokenizer.json").exists():
         return _load_hf(str(folder))

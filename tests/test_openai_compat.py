@@ -463,7 +463,7 @@ def transformers_serve(tmp_path_factory):
     (the server cannot load the GGUF itself); the model is named by its folder in each request."""
     pytest.importorskip("uvicorn", reason="needs transformers[serving] (dev extras)")
     from ragbench.assets import smollm2_gguf
-    from ragbench.llm.hf import convert_gguf
+    from ragbench.llm.gguf import convert_gguf
 
     folder = convert_gguf(smollm2_gguf())
     exe = Path(sys.executable).parent / "transformers"

@@ -17,7 +17,10 @@ from ragbench.types import (
 
 
 def _example() -> Example:
-    docs = (Document("d0", "Alpha text.", title="A", meta={"k": [1, 2]}), Document("d1", "Beta ünïcode."))
+    docs = (
+        Document("d0", "Alpha text.", title="A", meta={"k": [1, 2]}),
+        Document("d1", "Beta ünïcode."),
+    )
     return Example(
         id="ex-1",
         question="What?",
@@ -34,7 +37,9 @@ def _example() -> Example:
         Chunk("d0#0", "d0", "Alpha", 0, 5, {"i": 0}),
         ScoredChunk(Chunk("d0#0", "d0", "Alpha", 0, 5), 0.25),
         GenerationRequest("doc\nq", max_new_tokens=8, stop=("\n",), prefix="doc\n", id="r"),
-        Completion("ans", 10, 2, cached_prompt_tokens=4, prefill_seconds=0.5, peak_memory_bytes=None),
+        Completion(
+            "ans", 10, 2, cached_prompt_tokens=4, prefill_seconds=0.5, peak_memory_bytes=None
+        ),
         Record("ex-1", "rag", {"k": 3}, "x", ("x",), {"em": 1.0}, {"usd": 0.001}, error=None),
     ],
 )

@@ -42,7 +42,9 @@ class LLM(ABC):
             return []
         out = self._generate(requests)
         if len(out) != len(requests):
-            raise RuntimeError(f"{type(self).__name__} returned {len(out)} completions for {len(requests)} requests")
+            raise RuntimeError(
+                f"{type(self).__name__} returned {len(out)} completions for {len(requests)} requests"
+            )
         return out
 
     @abstractmethod

@@ -1,0 +1,225 @@
+"""LLM performance on this machine, for the embedded model: writes benchmarks/results/llm.json.
+
+- prefill tokens/s at 1k, 2k, 4k, 8k and MFU = achieved FLOPs / peak FLOPs, where the peak is
+  measured in the same run by dense fp32 matmuls of the model's own shapes (hidden x MLP width);
+  FLOPs from ``ragbench.cost.forward_flops`` (2 N T + causal attention).
+- prefix reuse: 10 questions on one 4k-token document; ragbench (prefix KV computed once,
+  questions batched) against a plain ``model.generate`` per question; same answers required.
+- converted-weight cache: loading from the converted safetensors folder against the first load,
+  which dequantises the GGUF.
+
+Timings are best-of-N wall clock; on a shared, loaded machine they are noisy (the load average is
+recorded). Usage: ``python benchmarks/llm.py [--quick] [--out PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ragbench.assets import essays_dir, smollm2_gguf  # noqa: E402
+from ragbench.cost import forward_flops  # noqa: E402
+from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm.gguf import convert_gguf  # noqa: E402
+from ragbench.llm.hf import HFModel  # noqa: E402
+from ragbench.llm.presets import get_preset  # noqa: E402
+from ragbench.types import GenerationRequest  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+CITIES = ["Paris", "Lima", "Oslo", "Cairo", "Quito", "Hanoi", "Dakar", "Perth", "Turin", "Kyoto"]
+
+
+def matmul_peak(hidden: int, width: int, tokens: int = 2048, repeats: int = 5) -> dict:
+    """Best dense fp32 matmul FLOP/s over the shapes a prefill of ``tokens`` tokens runs."""
+    import torch
+
+    shapes = [(tokens, hidden, width), (tokens, width, hidden), (tokens, hidden, hidden)]
+    best = {}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        torch.matmul(a, b)  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.matmul(a, b)
+            times.append(time.perf_counter() - t0)
+        best[f"{m}x{k}x{n}"] = 2.0 * m * k * n / min(times)
+    return {"peak_flops": max(best.values()), "by_shape": best}
+
+
+def haystack_ids(model: HFModel, tokens: int) -> list[int]:
+    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(essays_dir().glob("*.txt")))
+    ids = model.encode(text)
+    if len(ids) < tokens:
+        raise RuntimeError(f"haystack has {len(ids)} tokens, need {tokens}")
+    return ids[:tokens]
+
+
+def bench_prefill(model: HFModel, sizes: list[int], repeats: int) -> list[dict]:
+    """Prefill throughput and MFU; the matmul peak is re-measured right before each size so that
+    both see the same machine load (this machine is shared)."""
+    import torch
+    from transformers import DynamicCache
+
+    p = get_preset(MODEL)
+    rows = []
+    for n in sizes:
+        x = torch.tensor([haystack_ids(model, n)])
+        peak = matmul_peak(p.hidden, model.model.config.intermediate_size)["peak_flops"]
+        times = []
+        with torch.inference_mode():
+            for _ in range(repeats):
+                cache = DynamicCache(config=model.model.config)
+                t0 = time.perf_counter()
+                model.model(
+                    input_ids=x, use_cache=True, logits_to_keep=1, **{model._cache_kw: cache}
+                )
+                times.append(time.perf_counter() - t0)
+        seconds = min(times)
+        flops = forward_flops(p, n, 0, 1)["total"]  # prefill of n tokens -> first token
+        rows.append(
+            {
+                "tokens": n,
+                "seconds": round(seconds, 4),
+                "tokens_per_second": round(n / seconds, 1),
+                "achieved_flops": flops / seconds,
+                "matmul_peak_flops": peak,
+                "mfu": round(flops / seconds / peak, 4),
+            }
+        )
+        print(
+            f"prefill {n:>5} tokens: {n / seconds:8.1f} tok/s  MFU {rows[-1]['mfu']:.1%} "
+            f"(peak {peak / 1e9:.1f} GFLOP/s)"
+        )
+    return rows
+
+
+def needle_document(model: HFModel, tokens: int, questions: int) -> tuple[str, list[str]]:
+    """An essay haystack of ~``tokens`` tokens with one fact per question spread through it."""
+    rng = random.Random(0)
+    base = model.tokenizer.decode(haystack_ids(model, tokens - 15 * questions))
+    cuts = sorted(rng.sample(range(len(base)), questions))
+    facts = [
+        f" The special magic number for {c} is {rng.randrange(10**6, 10**7)}. " for c in CITIES
+    ]
+    parts, last = [], 0
+    for cut, fact in zip(cuts, facts, strict=False):
+        cut = base.rfind(".", last, cut) + 1 or cut
+        parts += [base[last:cut], fact]
+        last = cut
+    parts.append(base[last:])
+    doc = "".join(parts)
+    qs = [f"What is the special magic number for {c}?" for c in CITIES[:questions]]
+    return doc, qs
+
+
+def bench_prefix_reuse(model: HFModel, tokens: int, questions: int) -> dict:
+    import torch
+
+    doc, qs = needle_document(model, tokens, questions)
+    reqs = [GenerationRequest(f"{doc}\n\n{q}", prefix=doc, max_new_tokens=32) for q in qs]
+    model._prefix_kv.clear()
+    model.batch_size = questions
+    t0 = time.perf_counter()
+    ours = model.generate(reqs)
+    ours_s = time.perf_counter() - t0
+    print(f"prefix reuse: ragbench {ours_s:.1f} s for {questions} questions")
+    plain, t0 = [], time.perf_counter()
+    with torch.inference_mode():
+        for r in reqs:
+            ids = torch.tensor([model.encode(*model.render(r))])
+            out = model.model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, do_sample=False
+            )
+            plain.append(model.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
+    plain_s = time.perf_counter() - t0
+    print(f"prefix reuse: plain generate {plain_s:.1f} s; speedup {plain_s / ours_s:.1f}x")
+    same = [a.text == b for a, b in zip(ours, plain, strict=True)]
+    return {
+        "document_tokens": ours[0].prompt_tokens,
+        "questions": questions,
+        "ragbench_seconds": round(ours_s, 3),
+        "plain_generate_seconds": round(plain_s, 3),
+        "speedup": round(plain_s / ours_s, 2),
+        "same_answers": all(same),
+        "answers_identical": sum(same),
+        "cached_prompt_tokens": [c.cached_prompt_tokens for c in ours],
+        "answers": [c.text for c in ours],
+    }
+
+
+def bench_load_cache() -> tuple[HFModel, dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        convert_gguf(smollm2_gguf(), tmp)
+        HFModel(str(smollm2_gguf()), device="cpu", cache_dir=tmp)
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        model = HFModel(str(smollm2_gguf()), device="cpu", cache_dir=tmp)
+        second = time.perf_counter() - t0
+    print(f"load: first (dequantise GGUF) {first:.1f} s, second (converted) {second:.1f} s")
+    info = {"first_seconds": round(first, 2), "second_seconds": round(second, 2)}
+    return model, {**info, "ratio": round(second / first, 3)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, 3 questions on 1k")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "llm.json"))
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads (0: torch's default, one per core)"
+    )
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.threads:  # under heavy contention one thread can beat two spinning ones
+        torch.set_num_threads(args.threads)
+
+    load_start = os.getloadavg()
+    started = time.perf_counter()
+    model, load = bench_load_cache()
+    peak = matmul_peak(get_preset(MODEL).hidden, model.model.config.intermediate_size)
+    print(f"matmul peak (fp32): {peak['peak_flops'] / 1e9:.1f} GFLOP/s")
+    sizes = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
+    prefill = bench_prefill(model, sizes, repeats=1 if args.quick else 2)
+    reuse = bench_prefix_reuse(model, 1024 if args.quick else 4096, 3 if args.quick else 10)
+    result = {
+        "model": MODEL,
+        "identity": model.identity(),
+        "quick": args.quick,
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "device": str(model.input_device),
+            "loadavg_start": [round(x, 2) for x in load_start],
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "note": "shared machine; timings are best-of-N wall clock and noisy under load",
+        },
+        "matmul_peak": peak,
+        "flops_formula": "ragbench.cost.forward_flops: 2*N*T + 4*layers*heads*head_dim*sum(positions 1..T)",
+        "prefill": prefill,
+        "prefix_reuse": reuse,
+        "weight_cache": load,
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_text(args.out, json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
