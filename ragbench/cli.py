@@ -16,6 +16,7 @@ app = typer.Typer(
 # modules exposing `register(app: typer.Typer) -> None`
 COMMAND_MODULES: list[str] = [
     "ragbench.datasets.cli",
+    "ragbench.retrieval.cli",
     "ragbench.runner",
     "ragbench.sweep_cli",
 ]
