@@ -11,6 +11,36 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# Derived artefacts keyed by content hash (converted GGUF weights, tokenizers, assembled assets)
+# are shared with the user's cache: rebuilding them each run costs a minute and proves nothing.
+# Completions and embeddings get a fresh cache per test session, so every model answer a test
+# checks is computed by the code under test, never served from an earlier run.
+_SHARED = ("converted", "tokenizers", "assets")
+
+
+def pytest_configure(config):
+    import tempfile
+    from pathlib import Path
+
+    from ragbench.assets import cache_dir
+
+    shared = cache_dir()  # honours a RAGBENCH_CACHE set by the user
+    session = Path(tempfile.mkdtemp(prefix="ragbench-test-cache-"))
+    for name in _SHARED:
+        (shared / name).mkdir(parents=True, exist_ok=True)
+        (session / name).symlink_to(shared / name, target_is_directory=True)
+    os.environ["RAGBENCH_CACHE"] = str(session)
+    config._ragbench_cache = session
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    session = getattr(config, "_ragbench_cache", None)
+    if session is not None:
+        shutil.rmtree(session, ignore_errors=True)  # removes the links, not their targets
+
+
 def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:

@@ -171,7 +171,7 @@ def test_bad_input(corpus, retrievers):
         bm25.retrieve(["ok", "  "], k=3)
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
         bm25.retrieve(["ok"], k=0)
-    with pytest.raises(TypeError, match="not one string"):
+    with pytest.raises(TypeError, match="not a single string"):
         bm25.retrieve("ok", k=1)
     assert bm25.retrieve([], k=3) == []
     assert len(bm25.retrieve(["magic"], k=10_000)[0]) == len(chunks)  # k clamps to the corpus

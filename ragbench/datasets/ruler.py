@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 
+from ragbench.datasets import RULER_TASKS
 from ragbench.datasets.haystack import (
     NOISE_SENTENCE,
     fit,
@@ -34,14 +35,7 @@ from ragbench.registry import unknown
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Document, Example
 
-TASKS = (
-    "niah_single",
-    "niah_multikey",
-    "niah_multivalue",
-    "niah_multiquery",
-    "variable_tracking",
-    "common_words",
-)
+TASKS = RULER_TASKS  # the registry names them without importing this module
 VALUE_TYPES = ("words", "numbers", "uuids")
 HAYSTACKS = ("essays", "noise", "needles")
 DEPTHS = linear_spacing(0, 100, 40)

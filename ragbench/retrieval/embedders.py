@@ -93,14 +93,15 @@ class Embedder(ABC):
 
 
 def check_texts(texts: Sequence[str], kind: str) -> list[str]:
+    """A batch of non-blank strings (embedders and retrievers take batches, never one string)."""
     if isinstance(texts, str):
-        raise TypeError(f"embed a list of {kind} strings, not a single string: [{texts[:40]!r}]")
+        raise TypeError(f"pass a list of {kind} strings, not a single string: [{texts[:40]!r}]")
     texts = list(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"{kind} at position {i} is {type(text).__name__}, expected str")
         if not text.strip():
-            raise ValueError(f"empty {kind} at position {i}: nothing to embed")
+            raise ValueError(f"empty {kind} at position {i}")
     return texts
 
 

@@ -80,15 +80,9 @@ def check_chunks(chunks: Sequence[Chunk]) -> list[Chunk]:
 
 
 def check_queries(queries: Sequence[str]) -> list[str]:
-    if isinstance(queries, str):
-        raise TypeError(f"retrieve() takes a list of queries, not one string: [{queries[:40]!r}]")
-    queries = list(queries)
-    for i, query in enumerate(queries):
-        if not isinstance(query, str):
-            raise TypeError(f"query at position {i} is {type(query).__name__}, expected str")
-        if not query.strip():
-            raise ValueError(f"empty query at position {i}: nothing to retrieve for")
-    return queries
+    from ragbench.retrieval.embedders import check_texts
+
+    return check_texts(queries, "query")
 
 
 class DenseRetriever(Retriever):
