@@ -254,7 +254,7 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
     ``llm`` overrides the configured model (tests, notebooks holding a loaded model).
     """
     import pandas as pd
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
 
     cfg = load_config(config)
     started = datetime.now(UTC).isoformat()

