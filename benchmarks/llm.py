@@ -34,6 +34,7 @@ from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
 from ragbench.llm.hf import HFModel  # noqa: E402
 from ragbench.llm.presets import get_preset  # noqa: E402
+from ragbench.strategies import ANSWER_STOP  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -128,7 +129,11 @@ def bench_prefix_reuse(model: HFModel, tokens: int, questions: int) -> dict:
     import torch
 
     doc, qs = needle_document(model, tokens, questions)
-    reqs = [GenerationRequest(f"{doc}\n\n{q}", prefix=doc, max_new_tokens=32) for q in qs]
+    # the strategies' generation settings: one-line answers, stop at a blank line (both arms)
+    reqs = [
+        GenerationRequest(f"{doc}\n\n{q}", prefix=doc, max_new_tokens=32, stop=ANSWER_STOP)
+        for q in qs
+    ]
     model._prefix_kv.clear()
     model.batch_size = questions
     t0 = time.perf_counter()
@@ -140,9 +145,15 @@ def bench_prefix_reuse(model: HFModel, tokens: int, questions: int) -> dict:
         for r in reqs:
             ids = torch.tensor([model.encode(*model.render(r))])
             out = model.model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, do_sample=False
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=32,
+                do_sample=False,
+                stop_strings=list(ANSWER_STOP),
+                tokenizer=model.tokenizer,
             )
-            plain.append(model.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
+            text = model.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+            plain.append(text.split(ANSWER_STOP[0])[0])  # generate keeps the stop string
     plain_s = time.perf_counter() - t0
     print(f"prefix reuse: plain generate {plain_s:.1f} s; speedup {plain_s / ours_s:.1f}x")
     same = [a.text == b for a, b in zip(ours, plain, strict=True)]
@@ -180,6 +191,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads (0: torch's default, one per core)"
     )
+    parser.add_argument(
+        "--skip-prefill", action="store_true", help="only the weight cache and prefix reuse"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -192,7 +206,9 @@ def main(argv: list[str] | None = None) -> dict:
     peak = matmul_peak(get_preset(MODEL).hidden, model.model.config.intermediate_size)
     print(f"matmul peak (fp32): {peak['peak_flops'] / 1e9:.1f} GFLOP/s")
     sizes = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
-    prefill = bench_prefill(model, sizes, repeats=1 if args.quick else 2)
+    prefill = (
+        [] if args.skip_prefill else bench_prefill(model, sizes, repeats=1 if args.quick else 2)
+    )
     reuse = bench_prefix_reuse(model, 1024 if args.quick else 4096, 3 if args.quick else 10)
     result = {
         "model": MODEL,
