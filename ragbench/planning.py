@@ -83,16 +83,18 @@ def self_hosted_dollars_per_1k(
 ) -> float:
     """$ per 1,000 queries on a GPU rented by the hour, from measured throughputs.
 
-    GPU-seconds per query = uncached prompt tokens / prefill rate + completion tokens / decode rate,
-    shared by ``concurrency`` sequences decoding together (batching amortises the hour).
+    GPU-seconds per query = uncached prompt tokens / prefill rate (the whole GPU's) + completion
+    tokens / decode rate / ``concurrency`` (sequences decoding together share each step).
     """
     sheet = price_sheet(sheet) if isinstance(sheet, str) else sheet
     if sheet.kind != "gpu_hour":
         raise ValueError(f"price sheet {sheet.name!r} is {sheet.kind!r}; use api_dollars_per_1k")
+    # prefill throughput is the whole GPU's (compute-bound): batching does not share it;
+    # decode is memory-bound per step, so `concurrency` sequences share each step's time
     seconds = (prompt_tokens - cached_tokens) / prefill_tokens_per_s
-    seconds += completion_tokens / decode_tokens_per_s
+    seconds += completion_tokens / decode_tokens_per_s / max(1, concurrency)
     hourly = sheet.prices["gpu_hour"] * sheet.prices["gpus"]
-    return 1000 * hourly * seconds / max(1, concurrency) / 3600
+    return 1000 * hourly * seconds / 3600
 
 
 def prefix_caching_table(

@@ -76,15 +76,17 @@ def read_records(path: Path) -> dict[str, Record]:
         return done
     data = path.read_bytes()
     good_end = 0
-    for line in data.splitlines(keepends=True):
+    for lineno, line in enumerate(data.splitlines(keepends=True), start=1):
         if not line.endswith(b"\n"):
-            break  # torn write: the line never got its newline
+            break  # torn write: the line never got its newline; only this is cut off
+        good_end += len(line)
         try:
             row = json.loads(line)
             done[row["key"]] = Record.from_dict(row["record"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            break
-        good_end += len(line)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            # a complete but unreadable line (another version's fields, a bad edit): skip it,
+            # keep every record after it; its work item is simply run again
+            log.warning("%s:%d: skipping unreadable record (%s)", path, lineno, exc)
     if good_end < len(data):
         log.warning("%s: dropping %d bytes of a torn last record", path, len(data) - good_end)
         with path.open("r+b") as f:
@@ -276,7 +278,9 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
     out = run_dir_for(cfg)
     out.mkdir(parents=True, exist_ok=True)
     done = read_records(out / RECORDS)
-    pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done]
+    # error rows are retried on resume (timeouts, out-of-memory); the new record is appended and
+    # read_records keeps the last line of a key
+    pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done or done[k].error]
 
     llm = llm or _load_llm(cfg)
     res = _resources(cfg, llm)

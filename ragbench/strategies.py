@@ -141,6 +141,11 @@ def _generate(res: Resources, prompt: str, prefix: str = "", rid: str = "") -> C
     return res.llm.generate([req])[0]
 
 
+def _excess(res: Resources, context: str, tail: str) -> int:
+    """Tokens by which the assembled prompt exceeds the limit (<= 0: it fits)."""
+    return _overhead(res, CONTEXT_TEMPLATE.format(context=context) + tail) - res.limit()
+
+
 def _overhead(res: Resources, text: str) -> int:
     """Prompt tokens of ``text`` alone, chat template included (what the context must leave)."""
     return res.llm.prompt_tokens(GenerationRequest(prompt=text, max_new_tokens=res.max_new_tokens))
@@ -193,6 +198,11 @@ def long_context_prompt(
                 getattr(res.llm, "name", "llm"),
             )
         kept = truncate(context, available, overflow, res.llm.count_tokens)
+        # Tokens can merge across the join with the template and the question, so measure the
+        # real prompt and cut again by the excess until it fits (usually once, by one token).
+        while kept and (excess := _excess(res, kept, tail)) > 0:
+            available -= excess
+            kept = truncate(context, available, overflow, res.llm.count_tokens)
     prefix = CONTEXT_TEMPLATE.format(context=kept)
     kept_tokens = res.llm.count_tokens(kept)
     meta = {
@@ -239,6 +249,12 @@ def rag_prompt(
     ctx = assemble_context(
         scored, res.llm.count_tokens, cap, top_k, order, cite=cite, doc_order=doc_order
     )
+    # as in long_context_prompt: the joined prompt can count more than its parts
+    while ctx.chunk_ids and (excess := _excess(res, ctx.text, tail)) > 0:
+        cap -= excess
+        ctx = assemble_context(
+            scored, res.llm.count_tokens, cap, top_k, order, cite=cite, doc_order=doc_order
+        )
     gold = gold_chunk_ids(chunks, example.evidence) if example.evidence else set()
     meta = {
         "retrieved": list(ctx.chunk_ids),

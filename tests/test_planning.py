@@ -42,9 +42,10 @@ def test_max_concurrent_sequences():
 def test_api_and_self_hosted_dollars():
     # (900 x 1.0 + 100 x 0.25 + 10 x 4.0) / 1e6 per query, x 1000 queries
     assert planning.api_dollars_per_1k(API, 1000, 10, cached_tokens=100) == pytest.approx(0.965)
-    # (1000 / 1000 + 10 / 10) s = 2 GPU-s; 3.6 $/h x 2 GPUs / 3600 = 0.002 $/s; /4 concurrency
+    # 1000 / 1000 s prefill + 10 / 10 / 4 s decode shared by 4 sequences = 1.25 GPU-s;
+    # 3.6 $/h x 2 GPUs / 3600 = 0.002 $/s
     got = planning.self_hosted_dollars_per_1k(GPU, 1000, 10, 1000, 10, concurrency=4)
-    assert got == pytest.approx(1000 * 0.002 * 2 / 4)
+    assert got == pytest.approx(1000 * 0.002 * 1.25)
     with pytest.raises(ValueError, match="gpu_hour"):
         planning.api_dollars_per_1k(GPU, 1, 1)
 

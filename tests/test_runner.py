@@ -302,3 +302,36 @@ def test_embedded_defaults_tiny_niah(tmp_path):
     assert rag["string_match_all"].tolist() == [1.0], rag["prediction"].tolist()
     assert 800 <= lc["prompt_tokens"].iloc[0] <= 1100 and rag["prompt_tokens"].iloc[0] < 1000
     assert rag["dollars"].iloc[0] > 0 and lc["flops"].iloc[0] > 0
+
+
+def test_unreadable_middle_record_is_skipped_not_truncated(tmp_path):
+    from ragbench.runner import append_record, read_records
+    from ragbench.types import Record
+
+    path = tmp_path / "records.jsonl"
+    with path.open("ab") as f:
+        for i in range(4):
+            append_record(f, f"k{i}", Record(f"e{i}", "rag", {}, "x"))
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = b'{"key": "k1", "record": {"unknown_field": 1}}\n'
+    path.write_bytes(b"".join(lines) + b'{"key": "k9", "rec')  # plus a torn tail
+    done = read_records(path)
+    assert sorted(done) == ["k0", "k2", "k3"]
+    assert path.read_bytes() == b"".join(lines)  # only the torn tail was cut
+
+
+def test_error_rows_are_retried_on_resume(tmp_path):
+    class Flaky(FakeLLM):
+        calls = 0
+
+        def _generate(self, requests):
+            Flaky.calls += 1
+            if Flaky.calls == 1:
+                raise TimeoutError("transient")
+            return super()._generate(requests)
+
+    cfg = niah_config(tmp_path, strategies=["closed_book"])
+    first = run(cfg, progress=False, llm=Flaky())
+    assert first["error"].notna().sum() == 1
+    second = run(cfg, progress=False, llm=Flaky())
+    assert second["error"].isna().all() and len(second) == len(first)

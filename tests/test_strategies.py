@@ -167,3 +167,22 @@ def test_registry_and_params():
         "top_k": 2,
     }
     assert st.expand("closed_book", {}) == [{}]
+
+
+class _JoinMergingLLM(FakeLLM):
+    """Like SmolLM2's chat template: joining context and question costs one more token than
+    the parts counted apart, so a fit computed from the parts overshoots by one."""
+
+    def prompt_tokens(self, request):
+        context = request.prompt.split("\n\n")[0]
+        return super().prompt_tokens(request) + (1 if context.strip() else 0)
+
+
+@pytest.mark.parametrize("policy", ["truncate_middle", "truncate_head", "truncate_tail"])
+def test_truncation_fits_even_when_the_join_adds_a_token(policy):
+    r = res(window=300)
+    r.llm = _JoinMergingLLM(context_window=300)
+    rec = st.long_context(needle_example(depth_words=200), r, overflow=policy)
+    assert rec.error is None and rec.cost["prompt_tokens"] + 32 <= 300
+    rag = st.rag(needle_example(depth_words=200), r, top_k=None, budget=None)
+    assert rag.cost["prompt_tokens"] + 32 <= 300
