@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from ragbench.llm import shared_prefix  # noqa: E402
 from ragbench.llm.base import ContextOverflowError  # noqa: E402
 from ragbench.llm.gguf import convert_gguf, file_sha256  # noqa: E402
 from ragbench.llm.hf import (  # noqa: E402
@@ -172,6 +173,79 @@ def test_prefix_reuse_same_answers_and_cached_counts(tiny):
     assert again[0].cached_prompt_tokens == shared
 
 
+@pytest.mark.parametrize("q_len", [1, 9])
+def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(monkeypatch, q_len):
+    """One read-only prefix for the batch + per-row masked suffix == full attention per row."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
+
+    monkeypatch.setattr(shared_prefix, "SCORE_BLOCK_ELEMENTS", 1000)  # forces query chunks
+    gen = torch.Generator().manual_seed(0)
+    batch, heads, kv_heads, dim, plen, slen = 3, 4, 2, 8, 37, 12
+    pk, pv = (torch.randn(1, kv_heads, plen, dim, generator=gen) for _ in range(2))
+    key, value = (torch.randn(batch, kv_heads, slen, dim, generator=gen) for _ in range(2))
+    query = torch.randn(batch, heads, q_len, dim, generator=gen)
+    pad = torch.ones(batch, slen, dtype=torch.bool)
+    pad[1, :4] = False  # left padding of row 1
+    pad[2, :1] = False
+    args = dict(batch_size=batch, q_length=q_len, kv_length=slen, q_offset=slen - q_len)
+    module = type("Layer", (), {"layer_idx": 0})()
+    got, _ = shared_prefix.shared_prefix_attention(
+        module,
+        query,
+        key,
+        value,
+        eager_mask(**args, attention_mask=pad),
+        0.3,
+        shared_prefix=[(pk, pv)],
+    )
+    full_k = torch.cat([pk.expand(batch, -1, -1, -1), key], 2).repeat_interleave(2, 1)
+    full_v = torch.cat([pv.expand(batch, -1, -1, -1), value], 2).repeat_interleave(2, 1)
+    suffix_mask = sdpa_mask(**args, attention_mask=pad, allow_is_causal_skip=False)
+    full_mask = torch.cat([torch.ones(batch, 1, q_len, plen, dtype=torch.bool), suffix_mask], -1)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        query, full_k, full_v, attn_mask=full_mask, scale=0.3
+    ).transpose(1, 2)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    # no mask given: plain causal over the row's own keys
+    nomask, _ = shared_prefix.shared_prefix_attention(
+        module, query, key, value, None, 0.3, shared_prefix=[(pk, pv)]
+    )
+    ones = torch.ones_like(pad)
+    causal = sdpa_mask(**args, attention_mask=ones, allow_is_causal_skip=False)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        full_k,
+        full_v,
+        attn_mask=torch.cat([full_mask[..., :plen], causal], -1),
+        scale=0.3,
+    ).transpose(1, 2)
+    torch.testing.assert_close(nomask, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prefix_attention_matches_copied_prefix_and_keeps_the_prefix(tiny):
+    doc = _text(70, 21)
+    questions = [_text(n, s) for n, s in ((3, 31), (9, 32), (5, 33), (1, 34))]
+    reqs = [GenerationRequest(f"{doc} {q}", prefix=doc, max_new_tokens=10) for q in questions]
+    shared = _fresh(tiny)
+    assert shared.shared_prefix_attention  # a Llama config: plain full attention
+    copied = _fresh(tiny, shared_prefix_attention=False)
+    got, ref = shared.generate(reqs), copied.generate(reqs)
+    assert [c.text for c in got] == [c.text for c in ref]
+    assert [c.cached_prompt_tokens for c in got] == [c.cached_prompt_tokens for c in ref]
+    assert tiny.model.config._attn_implementation == "sdpa"  # restored after the call
+    [kept] = shared._prefix_kv.values()  # the stored prefix is read, never extended
+    plen = got[1].cached_prompt_tokens
+    assert kept.get_seq_length() == plen and kept.layers[0].keys.shape[0] == 1
+
+
+def test_shared_prefix_attention_is_only_used_for_full_attention_models():
+    from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig
+
+    assert shared_prefix.supported(LlamaConfig())
+    assert not shared_prefix.supported(Gemma3TextConfig())  # sliding-window layers
+    assert not shared_prefix.supported(MistralConfig(sliding_window=64))
+
+
 def test_common_prefix_found_without_declaration(tiny):
     doc = _text(30, 3)
     reqs = [GenerationRequest(f"{doc} {_text(3, s)}", max_new_tokens=6) for s in (1, 2)]
@@ -246,8 +320,12 @@ def test_base_model_uses_plain_prompt(tmp_path):
 def test_cuda_batch_and_accounting(tiny_dir):
     gpu = HFModel(str(tiny_dir), device="cuda", dtype="float32")
     cpu = HFModel(str(tiny_dir), device="cpu")
-    reqs = [GenerationRequest(_text(n, n), max_new_tokens=8) for n in (5, 30)]
+    doc = _text(80, 41)
+    reqs = [GenerationRequest(_text(n, n), max_new_tokens=8) for n in (5, 30)] + [
+        GenerationRequest(f"{doc} {_text(3, s)}", prefix=doc, max_new_tokens=8) for s in (1, 2)
+    ]  # the last two share a prefix: shared-prefix attention on the GPU
     got = gpu.generate(reqs)
+    assert got[3].cached_prompt_tokens > 80
     assert [c.text for c in got] == [c.text for c in cpu.generate(reqs)]
     assert all(c.meta["device"] == "cuda" and c.peak_memory_bytes > 0 for c in got)
 
@@ -283,6 +361,16 @@ def test_smollm2_finds_needle_at_1k(smollm2):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_stop_string_counts_only_after_the_answer_begins(smollm2):
+    req = GenerationRequest("q", stop=("\n\n",), max_new_tokens=32)
+    ids = smollm2.encode("\n\nParis\n\nThe capital")
+    reason, text = smollm2._finished(req, ids, ids[-1])
+    assert (reason, text) == ("stop", "\n\nParis")
+    reason, text = smollm2._finished(req, ids[:1], ids[0])  # only the blank line so far
+    assert reason == "" and text.strip() == ""
+
+
 def test_converted_weight_cache_is_used_on_the_second_load(tmp_path, monkeypatch):
     """The second load reads the saved safetensors folder and never dequantises the GGUF again
     (checked by what transformers is asked to load, not by timing; the speed-up is measured
@@ -316,3 +404,29 @@ def test_gemma3_base_preset_answers_with_a_plain_prompt():
     [c] = model.generate([GenerationRequest(prompt, max_new_tokens=12, stop=("\n",))])
     assert "7463343" in c.text, c.text
     assert c.prompt_tokens == model.count_tokens(prompt) + 1  # + <bos>, no chat template
+
+
+def test_runner_counts_kv_bytes_in_the_model_dtype(tiny, tmp_path):
+    """The runner passes the model's dtype (float32 on CPU) to the cost columns: 4 bytes/value."""
+    from ragbench.runner import run
+
+    cfg = {
+        "name": "t-kv-dtype",
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [120],
+                "depth_percents": [50],
+                "tokenizer": "whitespace",
+                "final_context_length_buffer": 20,
+            },
+        },
+        "model": {"backend": "fake", "name": "fake", "preset": "smollm2-135m-instruct"},
+        "strategies": ["closed_book"],
+        "output_dir": str(tmp_path),
+    }
+    df = run(cfg, progress=False, llm=tiny)
+    assert tiny.identity()["dtype"] == "float32" and df["error"].isna().all()
+    assert (df.kv_bytes_per_value == 4).all()
+    positions = df.prompt_tokens + (df.completion_tokens - 1).clip(lower=0)
+    assert (df.kv_cache_bytes == 2 * 30 * 3 * 64 * positions * 4).all()

@@ -4,7 +4,9 @@ Decoding is a small greedy/sampling loop over ``model(...)`` with a KV cache ins
 ``model.generate``. We hand-write it because ``generate`` cannot (1) time prefill (time to first
 token) and decode separately, (2) batch several questions after one shared, precomputed prefix
 KV cache (left padding sits between prefix and question, with explicit position ids), or
-(3) drop finished rows from the batch. ``model.generate`` stays the reference in the tests and
+(3) drop finished rows from the batch. For full-attention models (Llama, Qwen, SmolLM2...) the
+batch reads that prefix KV once per step through shared-prefix attention (``shared_prefix.py``)
+instead of holding a copy per row; other architectures (sliding windows, e.g. Gemma 3) copy it. ``model.generate`` stays the reference in the tests and
 the benchmark (same greedy answers). Prefill computes logits for the last position only.
 
 Accounting per Completion: ``prompt_tokens`` counts the chat template; ``cached_prompt_tokens``
@@ -17,6 +19,7 @@ on GPU; ``peak_memory_bytes`` is CUDA max allocated, else the process RSS (``met
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import importlib.util
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ragbench import assets
+from ragbench.llm import shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.gguf import _quiet_transformers, convert_gguf, file_sha256
 from ragbench.llm.presets import PRESETS, ModelPreset
@@ -180,6 +184,9 @@ class HFModel(LLM):
         self.batch_size, self.seed = batch_size, seed
         self.prefix_cache_size, self.min_shared_prefix = prefix_cache_size, min_shared_prefix
         self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        # one read-only prefix KV for the whole batch (see llm/shared_prefix.py) where the
+        # architecture allows; others copy the prefix per row
+        self.shared_prefix_attention = shared_prefix.supported(self.model.config)
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {int(e) for e in [*eos, self.tokenizer.eos_token_id] if e is not None}
@@ -288,26 +295,44 @@ class HFModel(LLM):
         return cache, seconds, False
 
     def _decode(self, requests, suffixes, prefix_kv, plen: int) -> list[dict[str, Any]]:
-        """Prefill left-padded suffixes after a shared prefix, then decode until every row stops."""
+        """Prefill left-padded suffixes after a shared prefix, then decode until every row stops.
+
+        With shared-prefix attention the per-row cache, mask and padding cover the suffix only
+        and the prefix KV (batch of one) is passed to every layer; positions continue from it.
+        """
         import torch
         from transformers import DynamicCache
 
         dev, batch, width = self.input_device, len(suffixes), max(len(s) for s in suffixes)
+        # Shared-prefix attention keeps one read-only prefix KV and a per-row cache of the
+        # suffix only; otherwise each row gets its own copy of the prefix KV.
+        shared = prefix_kv is not None and self.shared_prefix_attention
+        lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask
         input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, plen + width), dtype=torch.long)
-        mask[:, :plen] = 1
+        mask = torch.zeros((batch, lead + width), dtype=torch.long)
+        mask[:, :lead] = 1
         for b, s in enumerate(suffixes):
             input_ids[b, width - len(s) :] = torch.tensor(s)
-            mask[b, plen + width - len(s) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, plen:]
+            mask[b, lead + width - len(s) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:] + (plen - lead)
         input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
-        if prefix_kv is None:
+        extra: dict[str, Any] = {}
+        if prefix_kv is None or shared:
             cache = DynamicCache(config=self.model.config)
+            if shared:
+                extra["shared_prefix"] = shared_prefix.layer_kv(prefix_kv)
         else:  # each batch extends its own copy; the stored prefix stays untouched
             cache = copy.deepcopy(prefix_kv)
             cache.batch_repeat_interleave(batch)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
+        attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
+        with attention:
+            return self._decode_loop(requests, input_ids, mask, positions, cache, extra, batch, dev)
+
+    def _decode_loop(self, requests, input_ids, mask, positions, cache, extra, batch, dev):
+        import torch
+
         gens = [self._generator(r, dev) for r in requests]
         generated: list[list[int]] = [[] for _ in requests]
         done: dict[int, dict[str, Any]] = {}
@@ -320,6 +345,7 @@ class HFModel(LLM):
             **{self._cache_kw: cache},
             use_cache=True,
             **self._last_logits_only,
+            **extra,
         ).logits[:, -1, :]
         t_first = self._now()
         peak = self._peak_memory(dev)
@@ -349,6 +375,7 @@ class HFModel(LLM):
                 position_ids=positions,
                 **{self._cache_kw: cache},
                 use_cache=True,
+                **extra,
             ).logits[:, -1, :]
         peak = max(peak, self._peak_memory(dev))
         return [
@@ -375,7 +402,10 @@ class HFModel(LLM):
         if last in self.eos_ids:
             return "stop", self.tokenizer.decode(tokens[:-1], skip_special_tokens=True)
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        cuts = [text.find(s) for s in request.stop if s and s in text]
+        # Stop strings count only once the answer has begun, so a reply that opens with a blank
+        # line is not cut to nothing by the strategies' "\n\n" stop.
+        begin = len(text) - len(text.lstrip())
+        cuts = [i for s in request.stop if s and (i := text.find(s, begin)) >= 0]
         if cuts:
             return "stop", text[: min(cuts)]
         return ("length" if len(tokens) >= request.max_new_tokens else ""), text
