@@ -23,6 +23,15 @@ N = non-embedding parameters (Kaplan et al. 2020), L = layers, H = query heads, 
   would cost. It passes the dense term once n > N / (L*H*d) tokens (about 2.7k for SmolLM2).
 * Softmax, norms and sliding windows are ignored; with sliding-window layers (Gemma 3) the
   attention term is an upper bound.
+
+KV cache per query (the ``kv_cache_bytes`` record column): after the last step the cache holds
+the positions that ran plus the cached prefix, P + max(G - 1, 0) (the last completion token is
+sampled, never fed back), times 2 (keys and values) x L x KV heads x d x bytes per value. Bytes per
+value come from the dtype the cache is stored in (``dtype_bytes``): the transformers backend keeps
+it in the model's dtype, which its ``identity()["dtype"]`` reports (float32 on CPU by default: 4
+bytes). When the dtype is unknown (hosted APIs, servers) 2 bytes is *assumed*, the common serving
+dtype (bf16/fp16); the record's ``kv_bytes_per_value`` says which was used. Batch padding and a
+server's block rounding are not counted: this is one sequence's own cache.
 """
 
 from __future__ import annotations
@@ -63,6 +72,43 @@ def kv_cache_bytes(
         if v < 0:
             raise ValueError(f"kv_cache_bytes: {name} must be >= 0, got {v}")
     return 2 * layers * kv_heads * head_dim * seq_len * batch * bytes_per_value
+
+
+DEFAULT_KV_BYTES_PER_VALUE = 2  # assumed when the dtype is unknown: bf16/fp16 serving
+# dtype name (torch's, without "torch.") -> bytes per value; float8_* variants are 1 byte
+_DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "bf16": 2,
+    "fp16": 2,
+    "fp32": 4,
+    "fp8": 1,
+    "int8": 1,
+    "uint8": 1,
+}
+
+
+def dtype_bytes(dtype: Any = None, default: int = DEFAULT_KV_BYTES_PER_VALUE) -> int:
+    """Bytes per value of ``dtype`` ("float32", "torch.bfloat16", a torch dtype, "float8_e4m3fn").
+
+    None or "" (unknown) gives ``default``, an assumption; an unrecognised name is an error.
+    """
+    if dtype is None or str(dtype).strip() == "":
+        return default
+    name = str(dtype).strip().lower().removeprefix("torch.")
+    if name in _DTYPE_BYTES:
+        return _DTYPE_BYTES[name]
+    if name.startswith(("float8", "fp8")):
+        return 1
+    raise unknown("dtype", str(dtype), [*_DTYPE_BYTES, "float8_*"])
+
+
+def query_kv_positions(prompt_tokens: int, completion_tokens: int) -> int:
+    """Positions in one query's KV cache when generation ends: P + max(G - 1, 0)."""
+    return prompt_tokens + max(completion_tokens - 1, 0)
 
 
 def _arch(preset_or_arch: Any) -> tuple[int, int, int, int]:
@@ -232,10 +278,17 @@ ADDITIVE = (
 
 
 def cost_fields(
-    completion: Completion, preset: Any = None, sheet: PriceSheet | None = None
+    completion: Completion,
+    preset: Any = None,
+    sheet: PriceSheet | None = None,
+    kv_dtype: Any = None,
 ) -> dict[str, Any]:
     """The cost columns of one Record. ``preset`` (architecture) and ``sheet`` are optional:
-    without them flops/kv bytes or dollars are None, never guessed."""
+    without them flops/kv bytes or dollars are None, never guessed.
+
+    ``kv_dtype`` is the dtype the KV cache was stored in (for the transformers backend, the
+    model's: ``llm.identity()["dtype"]``). Unknown (None) assumes 2 bytes per value (bf16/fp16);
+    ``kv_bytes_per_value`` records the value used."""
     out: dict[str, Any] = {
         "prompt_tokens": completion.prompt_tokens,
         "cached_prompt_tokens": completion.cached_prompt_tokens,
@@ -249,6 +302,7 @@ def cost_fields(
         "flops": None,
         "flops_attention": None,
         "kv_cache_bytes": None,
+        "kv_bytes_per_value": None,
         "dollars": None,
         "mfu": None,
         "price_sheet": sheet.name if sheet else None,
@@ -261,8 +315,12 @@ def cost_fields(
             completion.completion_tokens,
         )
         out["flops"], out["flops_attention"] = f["total"], f["attention"]
-        seq = completion.prompt_tokens + completion.completion_tokens
-        out["kv_cache_bytes"] = kv_cache_bytes(preset.layers, preset.kv_heads, preset.head_dim, seq)
+        seq = query_kv_positions(completion.prompt_tokens, completion.completion_tokens)
+        per_value = dtype_bytes(kv_dtype)
+        out["kv_cache_bytes"] = kv_cache_bytes(
+            preset.layers, preset.kv_heads, preset.head_dim, seq, 1, per_value
+        )
+        out["kv_bytes_per_value"] = per_value
     if sheet is not None:
         out["dollars"] = dollars_per_query(completion, sheet)
         if out["flops"] is not None and sheet.peak_flops:

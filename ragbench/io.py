@@ -1,4 +1,5 @@
-"""Small I/O helpers used everywhere: atomic writes, JSONL with file:line errors, fingerprints."""
+"""Small I/O helpers used everywhere: atomic writes, JSONL with file:line errors, fingerprints,
+and the one-line ``error: ...`` exit the commands use for user errors."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import typer
 
 
 class InputFileError(ValueError):
@@ -91,3 +96,36 @@ def sha256_file(path: str | os.PathLike, block: int = 1 << 20) -> str:
         while chunk := f.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- CLI user errors
+
+# What a command reports as one ``error: ...`` line instead of a traceback: bad values and names
+# (ValueError covers InputFileError, ConfigError and the registries' UnknownNameError) and bad
+# paths. Anything else is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+USER_ERROR_EXIT = 2  # as click's usage errors; an uncaught exception exits 1
+
+
+def cli_error(exc: BaseException, code: int = USER_ERROR_EXIT) -> typer.Exit:
+    """Print ``error: <exc>`` to stderr; returns the ``typer.Exit`` to raise (``from None``)."""
+    import typer
+
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(code=code)
+
+
+@contextmanager
+def user_errors(*extra: type[Exception], code: int = USER_ERROR_EXIT) -> Iterator[None]:
+    """Turn ``USER_ERRORS`` (and ``extra``) raised inside the block into ``cli_error``."""
+    try:
+        yield
+    except (*USER_ERRORS, *extra) as exc:
+        raise cli_error(exc, code) from None

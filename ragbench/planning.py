@@ -4,6 +4,13 @@ $/1k queries for hosted APIs vs self-hosted GPUs, and what prefix caching change
 Pure functions over ``ragbench.cost`` and the model presets; notebook 04 plots their tables.
 Self-hosted estimates take throughputs as inputs: measure them with ``make bench-llm`` (or on
 your server) instead of trusting a default.
+
+KV sizes here are capacity figures: ``context_tokens`` is the number of positions a sequence may
+hold, so pass the length you must reserve for (prompt + max new tokens, or the window). A finished
+query's cache holds one position fewer (the last token is never fed back; the per-record
+``kv_cache_bytes`` counts P + G - 1), a one-token over-reservation that errs on the safe side.
+Bytes per value default to 2 (a bf16/fp16 cache), an assumption: pass 4 for float32, 1 for an fp8
+cache (``ragbench.cost.dtype_bytes`` maps dtype names).
 """
 
 from __future__ import annotations
@@ -11,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ragbench.cost import PriceSheet, dollars_per_query, kv_cache_bytes, price_sheet
+from ragbench.cost import (
+    DEFAULT_KV_BYTES_PER_VALUE,
+    PriceSheet,
+    dollars_per_query,
+    kv_cache_bytes,
+    price_sheet,
+)
 from ragbench.llm.presets import ModelPreset, get_preset
 from ragbench.types import Completion
 
@@ -23,9 +36,12 @@ def _preset(p: str | ModelPreset) -> ModelPreset:
 
 
 def kv_cache_table(
-    presets: Sequence[str | ModelPreset], context_lengths: Sequence[int], bytes_per_value: int = 2
+    presets: Sequence[str | ModelPreset],
+    context_lengths: Sequence[int],
+    bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
 ) -> Any:
-    """KV-cache bytes of one sequence per (model, context length)."""
+    """KV-cache bytes of one sequence holding ``context_length`` positions, per model and length
+    (``bytes_per_value`` 2 assumes a bf16/fp16 cache)."""
     import pandas as pd
 
     rows = []
@@ -43,13 +59,15 @@ def max_concurrent_sequences(
     context_tokens: int,
     gpu_memory_gib: float,
     weight_bytes_per_param: float = 2.0,
-    kv_bytes_per_value: int = 2,
+    kv_bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
     reserve_fraction: float = 0.1,
 ) -> int:
     """Sequences of ``context_tokens`` whose KV cache fits next to the weights.
 
     Memory left = GPU memory x (1 - reserve for activations and fragmentation) - weights; each
-    sequence needs its full KV cache. 0 means not even one sequence fits.
+    sequence needs its full KV cache, ``context_tokens`` positions (the length reserved: prompt +
+    max new tokens; see the module docstring). Both byte widths default to a bf16/fp16 model and
+    cache. 0 means not even one sequence fits.
     """
     p = _preset(preset)
     free = gpu_memory_gib * GIB * (1 - reserve_fraction) - p.params * weight_bytes_per_param

@@ -243,6 +243,23 @@ def _identity(llm) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def record_in_notebook(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Inside a Jupyter kernel, add this run to the cell's outputs: a ``run folder: ...`` line
+    plus the run folder and manifest under ragbench's own mime type, which ``ragbench render``
+    reads for the provenance header. The executed notebook thereby names the runs it made, however
+    many other runs share its output folder. Outside a kernel (scripts, CLI, tests): nothing."""
+    ipython = sys.modules.get("IPython")  # a kernel has imported it; never import it here
+    shell = ipython.get_ipython() if ipython is not None else None
+    if getattr(shell, "kernel", None) is None:  # terminal IPython has no kernel: no notebook
+        return
+    from IPython.display import display
+
+    from ragbench.render import RUN_MIME
+
+    payload = {"run_dir": str(run_dir.resolve()), "manifest": manifest}
+    display({"text/plain": f"run folder: {run_dir}", RUN_MIME: payload}, raw=True)
+
+
 # ---------------------------------------------------------------------------- run
 
 
@@ -322,6 +339,7 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
         "finished_at": datetime.now(UTC).isoformat(),
     }
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    record_in_notebook(out, manifest)
     if errors:
         first = next(r.error for r in done.values() if r.error)
         log.warning("%d of %d records failed; first error: %s", errors, len(pending), first)
@@ -340,6 +358,7 @@ def _resources(cfg: RunConfig, llm) -> Resources:
         max_new_tokens=cfg.model.max_new_tokens,
         prompt_budget=cfg.prompt_budget,
         preset=get_preset(cfg.model.arch) if cfg.model.arch else None,
+        kv_dtype=_identity(llm).get("dtype"),  # transformers backend: the model's dtype
         sheet=price_sheet(cfg.price_sheet) if cfg.price_sheet else None,
         index=make_index(cfg) if needs_index else None,
     )
@@ -377,17 +396,14 @@ def register(app) -> None:
         quiet: bool = typer.Option(False, help="no progress bar"),
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json."""
-        from ragbench.config import ConfigError
+        from ragbench.io import user_errors
         from ragbench.report import summary
 
-        try:
+        with user_errors():  # ConfigError, DatasetError: ValueErrors naming file, line, field
             cfg = load_config(config)
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
             df = run(cfg, progress=not quiet)
-        except (ConfigError, DatasetError, ValueError, FileNotFoundError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
         typer.echo(f"run folder: {df.attrs['run_dir']}")
         for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
             table = summary(df, metric=metric, seed=cfg.seed)

@@ -58,13 +58,16 @@ def question_part(example: Example, decline: bool = False) -> str:
 
 
 def clean_answer(text: str, question: str = "") -> str:
-    """First non-empty line, without an "Answer:" label or a restated question."""
-    t = text.strip()
-    lines = [ln.strip() for ln in t.splitlines() if ln.strip()]
-    t = lines[0] if lines else ""
-    for label in ("answer:", "a:"):
-        if t.lower().startswith(label):
-            t = t[len(label) :].strip()
+    """First non-empty line, without an "Answer:" / "A:" label (any case) or a restated question.
+    A line that is only a label gives way to the next non-empty line ("Answer:", "Paris")."""
+    t = ""
+    for line in text.splitlines():
+        t = line.strip()
+        for label in ("answer:", "a:"):
+            if t.lower().startswith(label):
+                t = t[len(label) :].strip()
+        if t:
+            break
     q = question.strip()
     if q and t.lower().startswith(q.lower()):
         t = t[len(q) :].strip()
@@ -125,6 +128,7 @@ class Resources:
     max_new_tokens: int = 32
     prompt_budget: int | None = None  # matched budgets: prompt-token cap for every strategy
     preset: Any = None  # ModelPreset for FLOPs / KV bytes
+    kv_dtype: str | None = None  # dtype the KV cache is stored in; None: 2 bytes/value assumed
     sheet: Any = None  # PriceSheet for dollars
     index: Callable[[Example], tuple[list, Any]] | None = None  # example -> (chunks, retriever)
 
@@ -153,7 +157,7 @@ def _overhead(res: Resources, text: str) -> int:
 
 def _record(example, strategy, params, completion, res, meta, cost=None) -> Record:
     prediction = clean_answer(completion.text, example.question)
-    cost = cost or cost_fields(completion, res.preset, res.sheet)
+    cost = cost or cost_fields(completion, res.preset, res.sheet, res.kv_dtype)
     return Record(
         example_id=example.id,
         strategy=strategy,
@@ -283,7 +287,7 @@ def rag(
 ) -> Record:
     prompt, meta = rag_prompt(example, res, top_k, budget, order, cite)
     completion = _generate(res, prompt, rid=f"{example.id}:rag")
-    cost = _with_retrieval_time(cost_fields(completion, res.preset, res.sheet), meta)
+    cost = _with_retrieval_time(cost_fields(completion, res.preset, res.sheet, res.kv_dtype), meta)
     p = {"top_k": top_k, "budget": budget, "order": order, "cite": cite, **params}
     return _record(example, "rag", p, completion, res, meta, cost)
 
@@ -300,7 +304,7 @@ def self_route(
 ) -> Record:
     prompt, meta = rag_prompt(example, res, top_k, budget, order, cite, decline=True)
     first = _generate(res, prompt, rid=f"{example.id}:self_route:rag")
-    rag_cost = _with_retrieval_time(cost_fields(first, res.preset, res.sheet), meta)
+    rag_cost = _with_retrieval_time(cost_fields(first, res.preset, res.sheet, res.kv_dtype), meta)
     p = {
         "top_k": top_k,
         "budget": budget,
@@ -313,7 +317,7 @@ def self_route(
         return _record(example, "self_route", p, first, res, {**meta, "route": "rag"}, rag_cost)
     lc_prompt, prefix, lc_meta = long_context_prompt(example, res, overflow)
     second = _generate(res, lc_prompt, prefix, rid=f"{example.id}:self_route:long_context")
-    lc_cost = cost_fields(second, res.preset, res.sheet)
+    lc_cost = cost_fields(second, res.preset, res.sheet, res.kv_dtype)
     peak = getattr(res.sheet, "peak_flops", None)
     cost = {
         **combine_costs([rag_cost, lc_cost], peak),

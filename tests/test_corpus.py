@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import random
 
 import pytest
 
 from ragbench.datasets import corpus, formats
+from ragbench.io import InputFileError
 from ragbench.registry import UnknownNameError
 from ragbench.types import Document, Example
 
@@ -205,3 +208,76 @@ def test_dedup_file_cleans_dedups_and_fingerprints(tmp_path):
     again = corpus.dedup_file(src, tmp_path / "out2.jsonl")
     assert (tmp_path / "out2.jsonl").read_bytes() == (tmp_path / "out.jsonl").read_bytes()
     assert again["fingerprint_out"] == stats["fingerprint_out"]
+
+
+# --------------------------------------------------------------------------- repeated records
+
+
+def _jsonl(path, rows: list[str]):
+    path.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_dedup_file_drops_verbatim_repeats_and_counts_them(tmp_path):
+    a, b, c = (_example(k, f"Question {k}?", _long_text(40 + i)) for i, k in enumerate("abc"))
+    a_reordered = json.dumps(dict(reversed(json.loads(a.to_json()).items())))  # same content
+    src = _jsonl(
+        tmp_path / "in.jsonl", [a.to_json(), b.to_json(), a.to_json(), c.to_json(), a_reordered]
+    )
+    stats = corpus.dedup_file(src, tmp_path / "out.jsonl")
+    assert [e.id for e in formats.read_examples(tmp_path / "out.jsonl")] == ["a", "b", "c"]
+    assert stats["repeated_records"] == 2 and stats["repeated_lines"] == [3, 5]
+    assert (stats["n_in"], stats["n_kept"]) == (5, 3)
+    assert stats["exact_duplicates"] == stats["near_duplicates"] == 0
+    assert stats["fingerprint_in"] == formats.fingerprint([a, b, c])
+
+
+def test_read_records_same_id_other_content_names_both_lines(tmp_path):
+    a = _example("a", "Who?", _long_text(50))
+    other = _example("a", "Who else?", _long_text(50))
+    b = _example("b", "When?", _long_text(51))
+    src = _jsonl(tmp_path / "clash.jsonl", [a.to_json(), b.to_json(), other.to_json()])
+    with pytest.raises(InputFileError) as info:
+        corpus.dedup_file(src, tmp_path / "out.jsonl")
+    assert str(info.value).startswith(f"{src}:3: field 'id': id 'a' is also on line 1 with")
+    assert (info.value.path, info.value.line) == (str(src), 3)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_read_records_keeps_strict_validation(tmp_path):
+    src = _jsonl(
+        tmp_path / "bad.jsonl", ['{"id": "a", "question": 1, "answers": [], "documents": []}']
+    )
+    with pytest.raises(InputFileError, match=r"bad.jsonl:1: field 'question': expected a string"):
+        corpus.read_records(src)
+
+
+# --------------------------------------------------------------------------- heavy-drop warning
+
+
+def test_heavy_near_duplicate_drop_warns_with_count_and_threshold(caplog):
+    base = _long_text(60)
+    docs = _docs({f"v{i}": _one_word_changed(base, at=10 * i) for i in range(5)})
+    with caplog.at_level(logging.WARNING, logger="ragbench.datasets.corpus"):
+        kept, report = corpus.dedup_documents(docs, threshold=0.8)
+    assert len(kept) == 1 and report["near_duplicates"] == 4
+    [warning] = report["warnings"]
+    assert "dropped 4 of 5 documents (80%) at MinHash threshold 0.8" in warning
+    assert "higher threshold (e.g. 0.9)" in warning
+    assert [r.getMessage() for r in caplog.records] == [warning]
+
+
+def test_no_warning_at_or_below_the_share(caplog):
+    base = _long_text(61)
+    texts = {f"d{i}": _long_text(70 + i) for i in range(4)} | {"near": _one_word_changed(base)}
+    docs = _docs({"base": base} | texts)  # 1 near duplicate of 6 documents: 17%
+    with caplog.at_level(logging.WARNING, logger="ragbench.datasets.corpus"):
+        _, report = corpus.dedup_documents(docs)
+    assert report["near_duplicates"] == 1 and report["warnings"] == [] and not caplog.records
+    exact = _docs({"a": base, "b": base, "c": base, "d": _long_text(62)})  # exact drops: no warning
+    assert corpus.dedup_documents(exact)[1]["warnings"] == []
+
+
+def test_thresholds_datasketch_cannot_band_fail_clearly():
+    with pytest.raises(ValueError, match="cannot use threshold 1.0 with num_perm 128.*<= 0.98"):
+        corpus.dedup_documents(_docs({"a": "x y"}), threshold=1.0)

@@ -137,7 +137,9 @@ def test_cost_fields_and_combine():
     f = cost.cost_fields(c, p, sheet)
     expected_flops = 2 * p.non_embedding_params * 1000 + 4 * 30 * 9 * 64 * 500_500
     assert f["flops"] == expected_flops
-    assert f["kv_cache_bytes"] == cost.kv_cache_bytes(30, 3, 64, 1001)
+    # 1000 prompt positions; the single completion token is sampled, never stored
+    assert f["kv_cache_bytes"] == cost.kv_cache_bytes(30, 3, 64, 1000) == 23_040_000
+    assert f["kv_bytes_per_value"] == 2  # dtype unknown: the bf16/fp16 assumption
     assert f["dollars"] == pytest.approx(2.5 * 0.5 / 3600)
     assert f["mfu"] == pytest.approx(expected_flops / 0.5 / 1e12)
     bare = cost.cost_fields(c)
@@ -146,3 +148,57 @@ def test_cost_fields_and_combine():
     assert both["prompt_tokens"] == 2000 and both["flops"] == 2 * expected_flops
     assert both["llm_calls"] == 2 and both["kv_cache_bytes"] == f["kv_cache_bytes"]
     assert both["mfu"] == pytest.approx(f["mfu"])
+
+
+def test_cost_fields_kv_cache_positions_are_prompt_plus_completion_minus_one():
+    p = get_preset("smollm2-135m-instruct")  # 2 x 30 x 3 x 64 x 2 bytes = 23,040 per position
+    c = Completion("x y z", prompt_tokens=100, completion_tokens=5, cached_prompt_tokens=40)
+    # 100 prompt positions (cached ones included: they sit in the cache) + 4 fed-back tokens
+    assert cost.cost_fields(c, p)["kv_cache_bytes"] == 104 * 23_040
+    empty = Completion("", prompt_tokens=100, completion_tokens=0)
+    assert cost.cost_fields(empty, p)["kv_cache_bytes"] == 100 * 23_040
+    assert cost.query_kv_positions(100, 1) == 100 and cost.query_kv_positions(100, 0) == 100
+
+
+def test_cost_fields_kv_bytes_follow_the_dtype():
+    p = get_preset("smollm2-135m-instruct")
+    c = Completion("x", prompt_tokens=10, completion_tokens=3)  # 12 positions
+    per_position_value = 2 * 30 * 3 * 64 * 12
+    f32 = cost.cost_fields(c, p, kv_dtype="float32")
+    assert f32["kv_cache_bytes"] == per_position_value * 4 and f32["kv_bytes_per_value"] == 4
+    bf16 = cost.cost_fields(c, p, kv_dtype="bfloat16")
+    assert bf16["kv_cache_bytes"] == per_position_value * 2
+    fp8 = cost.cost_fields(c, p, kv_dtype="float8_e4m3fn")
+    assert fp8["kv_cache_bytes"] == per_position_value and fp8["kv_bytes_per_value"] == 1
+    assert cost.cost_fields(c, p)["kv_cache_bytes"] == per_position_value * 2  # assumed
+    # the other columns do not depend on the dtype
+    assert f32["flops"] == bf16["flops"]
+    assert cost.cost_fields(c, kv_dtype="float32")["kv_bytes_per_value"] is None  # no preset
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [
+        ("float32", 4),
+        ("torch.float32", 4),
+        ("bfloat16", 2),
+        ("float16", 2),
+        ("FP16", 2),
+        ("float8_e5m2", 1),
+        ("fp8", 1),
+        ("int8", 1),
+        ("float64", 8),
+        (None, 2),
+        ("", 2),
+    ],
+)
+def test_dtype_bytes(dtype, expected):
+    assert cost.dtype_bytes(dtype) == expected
+
+
+def test_dtype_bytes_torch_dtype_and_unknown_name():
+    torch = pytest.importorskip("torch")
+    assert cost.dtype_bytes(torch.float32) == 4 and cost.dtype_bytes(torch.bfloat16) == 2
+    with pytest.raises(ValueError, match="unknown dtype 'flaot32'; did you mean 'float32'"):
+        cost.dtype_bytes("flaot32")
+    assert cost.dtype_bytes(None, default=4) == 4

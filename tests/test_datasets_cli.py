@@ -73,12 +73,12 @@ def test_ruler_command(run, tmp_path):
     assert path == "mk.jsonl" and sha256_file(tmp_path / path) == fp
     examples = read_examples(tmp_path / path)
     assert len(examples) == 3 and all(len(e.meta["distractor_keys"]) == 2 for e in examples)
-    out = run("ruler", "niah_singel", code=1)
+    out = run("ruler", "niah_singel", code=2)
     assert "did you mean 'niah_single'" in out and "variable_tracking" in out
-    out = run("ruler", "niah_single", "--param", "num_kyes=2", *WS, code=1)
+    out = run("ruler", "niah_single", "--param", "num_kyes=2", *WS, code=2)
     assert "did you mean 'num_keys'" in out
     out = run("ruler", "common_words", "--context-lengths", "600", "--param", "freq_cw=30", *WS,
-              code=1)  # fmt: skip
+              code=2)  # fmt: skip
     assert "lower freq_cw" in out
     assert not list(tmp_path.glob("data/generated/ruler-common_words*"))  # nothing half-written
 
@@ -89,13 +89,13 @@ def test_multidoc_command(run, tmp_path):
     path, _ = _written(out)
     examples = read_examples(tmp_path / path)
     assert [e.meta["gold_position"] for e in examples] == [0, 3, 0, 3]
-    assert "did you mean 'middle'" in run("multidoc", "--gold-positions", "midle", *WS, code=1)
+    assert "did you mean 'middle'" in run("multidoc", "--gold-positions", "midle", *WS, code=2)
 
 
 def test_niah_unfillable_length_fails_cleanly(run, tmp_path):
     (tmp_path / "hay").mkdir()
     (tmp_path / "hay" / "a.txt").write_text("Short text. Only a few words.")
-    out = run("niah", "--context-lengths", "1000", "--haystack", "hay", *WS, code=1)
+    out = run("niah", "--context-lengths", "1000", "--haystack", "hay", *WS, code=2)
     assert "error: haystack" in out and "tokens" in out
     assert not (tmp_path / "data").exists()
 
@@ -118,9 +118,9 @@ def test_import_squad_and_longbench(run, tmp_path):
     [e] = read_examples(tmp_path / path)
     assert e.answers == ("Ada",) and e.documents[0].text == "It was written by Ada."
     (tmp_path / "bad.jsonl").write_text('{"input": "q"}\n')
-    out = run("import", "longbench", "bad.jsonl", code=1)
+    out = run("import", "longbench", "bad.jsonl", code=2)
     assert "bad.jsonl:1" in out
-    assert "did you mean 'squad'" in run("import", "squadd", "x.json", code=1)
+    assert "did you mean 'squad'" in run("import", "squadd", "x.json", code=2)
 
 
 def test_dedup_command(run, tmp_path):
@@ -132,7 +132,58 @@ def test_dedup_command(run, tmp_path):
     assert "wrote data/generated/twice.dedup.jsonl" in out
     [kept] = read_examples(tmp_path / "data/generated/twice.dedup.jsonl")
     assert kept.id == "niah-L500-D50"
-    assert run("dedup", "missing.jsonl", code=1).startswith("error:")
+    assert run("dedup", "missing.jsonl", code=2).startswith("error:")
+
+
+def test_dedup_drops_repeated_records_and_counts_them(run, tmp_path):
+    run("niah", "--context-lengths", "500", "--depths", "50", "--out", "one.jsonl", *WS)
+    text = (tmp_path / "one.jsonl").read_text()
+    (tmp_path / "thrice.jsonl").write_text(text * 3)  # e.g. a file appended to itself
+    out = run("dedup", "thrice.jsonl", "--out", "clean.jsonl")
+    assert "repeated_records: 2" in out and "n_in: 3" in out and "n_kept: 1" in out
+    assert "kept 1 of 3 records: dropped 2 repeated, 0 exact and 0 near duplicates" in out
+    assert [e.id for e in read_examples(tmp_path / "clean.jsonl")] == ["niah-L500-D50"]
+
+
+def test_dedup_conflicting_ids_is_one_line_naming_both_lines(app, run, tmp_path):
+    run("niah", "--context-lengths", "500", "--depths", "25,75", "--out", "two.jsonl", *WS)
+    first, second = (tmp_path / "two.jsonl").read_text().splitlines()
+    clash = second.replace("niah-L500-D75", "niah-L500-D25")  # same id, other content
+    (tmp_path / "clash.jsonl").write_text(f"{first}\n{second}\n{clash}\n")
+    result = CliRunner().invoke(app, ["data", "dedup", "clash.jsonl"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: clash.jsonl:3: field 'id': id 'niah-L500-D25' is also on line 1")
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert not (tmp_path / "data").exists()
+
+
+def test_dedup_warns_when_near_duplicates_dominate(run, tmp_path, caplog):
+    run(
+        "niah",
+        "--context-lengths",
+        "500",
+        "--depths",
+        "0,25,50,75,100",
+        "--out",
+        "sweep.jsonl",
+        *WS,
+    )
+    with caplog.at_level("WARNING", logger="ragbench.datasets.corpus"):
+        out = run("dedup", "sweep.jsonl", "--out", "d.jsonl")
+    assert "near_duplicates: 4" in out
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "dropped 4 of 5 examples (80%) at MinHash threshold 0.8" in warning
+    assert "higher threshold (e.g. 0.9)" in warning
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ragbench.datasets.corpus"):
+        out = run("dedup", "sweep.jsonl", "--out", "d.jsonl", "--threshold", "0.98")
+    assert "near_duplicates: 0" in out and not caplog.records
+    # a real process (no pytest log capture): the warning reaches stderr, once
+    cmd = [sys.executable, "-m", "ragbench.cli", "data", "dedup", "sweep.jsonl", "--out", "d.jsonl"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("dropped 4 of 5 examples (80%) at MinHash threshold 0.8") == 1
 
 
 def test_registry_builds_and_names_choices(tmp_path):

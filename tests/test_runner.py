@@ -302,6 +302,7 @@ def test_embedded_defaults_tiny_niah(tmp_path):
     assert rag["string_match_all"].tolist() == [1.0], rag["prediction"].tolist()
     assert 800 <= lc["prompt_tokens"].iloc[0] <= 1100 and rag["prompt_tokens"].iloc[0] < 1000
     assert rag["dollars"].iloc[0] > 0 and lc["flops"].iloc[0] > 0
+    assert lc["kv_bytes_per_value"].tolist() == [4]  # SmolLM2 runs in float32 on CPU
 
 
 def test_unreadable_middle_record_is_skipped_not_truncated(tmp_path):

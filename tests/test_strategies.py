@@ -55,6 +55,30 @@ def test_clean_answer():
     q = "What is the special magic number?"
     assert st.clean_answer(f"{q} It is 42.", q) == "It is 42."
     assert st.clean_answer('"quoted"') == "quoted"
+    assert st.clean_answer("Answer: A: Paris\nmore") == "Paris"
+    assert st.clean_answer("") == "" and st.clean_answer("Answer:\n\n  ") == ""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Answer:\nParis",
+        "Answer:   \n\n  Paris  \nLondon",
+        "ANSWER:\nParis",
+        "answer:\r\nParis",
+        "A:\nParis",
+        "  a: \n Paris",
+        "Answer:\nA:\nParis",
+    ],
+)
+def test_clean_answer_label_on_its_own_line(text):
+    # a bare label line is skipped: the answer is the next non-empty line (was "")
+    assert st.clean_answer(text) == "Paris"
+
+
+def test_clean_answer_label_line_then_restated_question():
+    q = "What is the capital of France?"
+    assert st.clean_answer(f"Answer:\n{q} Paris", q) == "Paris"
 
 
 def test_task_type_and_templates():
@@ -186,3 +210,14 @@ def test_truncation_fits_even_when_the_join_adds_a_token(policy):
     assert rec.error is None and rec.cost["prompt_tokens"] + 32 <= 300
     rag = st.rag(needle_example(depth_words=200), r, top_k=None, budget=None)
     assert rag.cost["prompt_tokens"] + 32 <= 300
+
+
+def test_kv_cache_bytes_use_the_resources_dtype():
+    ex = needle_example()
+    bf16 = st.long_context(ex, res()).cost  # dtype unknown: 2 bytes/value assumed
+    f32 = st.long_context(ex, res(kv_dtype="float32")).cost
+    positions = f32["prompt_tokens"] + f32["completion_tokens"] - 1
+    assert f32["kv_bytes_per_value"] == 4 and bf16["kv_bytes_per_value"] == 2
+    assert f32["kv_cache_bytes"] == 2 * 30 * 3 * 64 * positions * 4 == 2 * bf16["kv_cache_bytes"]
+    routed = st.self_route(ex, res(kv_dtype="float32")).cost
+    assert routed["kv_bytes_per_value"] == 4

@@ -15,6 +15,8 @@ from typing import Any
 
 import typer
 
+from ragbench.io import cli_error, user_errors
+
 DEFAULT_DIR = Path("data/generated")
 
 data_app = typer.Typer(
@@ -63,16 +65,12 @@ def _default_out(stem: str, params: dict[str, Any]) -> Path:
     return DEFAULT_DIR / f"{stem}-{digest[:10]}.jsonl"
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(code=1)
-
-
 def _write(out: Path, examples: Iterable[Any]) -> None:
     from ragbench.datasets import formats
 
     examples = list(examples)
-    path = formats.write_examples(out, examples)
+    with user_errors():
+        path = formats.write_examples(out, examples)
     typer.echo(f"wrote {len(examples)} examples to {path}")
     typer.echo(f"fingerprint {formats.fingerprint(examples)}")
 
@@ -80,10 +78,8 @@ def _write(out: Path, examples: Iterable[Any]) -> None:
 def _generate(desc: str, it: Iterator[Any], total: int, out: Path) -> None:
     from tqdm.auto import tqdm
 
-    try:
+    with user_errors(KeyError):
         examples = list(tqdm(it, total=total, desc=desc, unit="ex", disable=None))
-    except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise _fail(exc) from None
     _write(out, examples)
 
 
@@ -122,7 +118,8 @@ def niah_cmd(
     for key, value in (("needle", needle), ("question", question), ("answer", answer)):
         if value is not None:
             params[key] = value
-    total = niah.count_niah(**params)
+    with user_errors(KeyError):
+        total = niah.count_niah(**params)
     _generate("niah", niah.iter_niah(**params), total, out or _default_out("niah", params))
 
 
@@ -145,7 +142,7 @@ def ruler_cmd(
     from ragbench.registry import unknown
 
     if task not in ruler.TASKS:
-        raise _fail(unknown("RULER task", task, ruler.TASKS))
+        raise cli_error(unknown("RULER task", task, ruler.TASKS))
     lengths = _csv(context_lengths)
     params: dict[str, Any] = {
         "context_lengths": lengths,
@@ -158,10 +155,8 @@ def ruler_cmd(
     }
     if task.startswith("niah"):
         params |= {"value_type": value_type, "key_type": key_type}
-    try:
+    with user_errors():
         check_params(f"ruler/{task}", params)
-    except ValueError as exc:
-        raise _fail(exc) from None
     it = ruler.iter_ruler(task, **params)
     default = _default_out(f"ruler-{task}", params)
     _generate(task, it, len(lengths) * num_examples, out or default)
@@ -190,7 +185,8 @@ def multidoc_cmd(
         "tokenizer": tokenizer,
         "seed": seed,
     }
-    total = multidoc.count_multidoc(**params)
+    with user_errors(KeyError):
+        total = multidoc.count_multidoc(**params)
     it = multidoc.iter_multidoc(**params)
     _generate("multidoc", it, total, out or _default_out("multidoc", params))
 
@@ -211,14 +207,12 @@ def import_cmd(
     from ragbench.registry import unknown
 
     if fmt not in formats.FORMATS:
-        raise _fail(unknown("dataset format", fmt, formats.FORMATS))
+        raise cli_error(unknown("dataset format", fmt, formats.FORMATS))
     options = {"split": split} if split is not None else {}
     if options and fmt != "beir":
-        raise _fail(ValueError("--split applies to the beir format only"))
-    try:
+        raise cli_error(ValueError("--split applies to the beir format only"))
+    with user_errors():  # InputFileError names file:line:field
         examples = formats.load(fmt, path, **options)
-    except (ValueError, FileNotFoundError) as exc:  # InputFileError names file:line:field
-        raise _fail(exc) from None
     _write(out or DEFAULT_DIR / f"{fmt}-{path.stem}.jsonl", examples)
 
 
@@ -230,16 +224,25 @@ def dedup_cmd(
     seed: int = typer.Option(1, help="MinHash seed."),
     out: Path = typer.Option(None, help="Output JSONL (default: data/generated/NAME.dedup.jsonl)."),
 ) -> None:
-    """Clean text, drop exact and near-duplicate examples (MinHash LSH)."""
+    """Clean text, drop exact and near-duplicate examples (MinHash LSH).
+
+    A record repeated verbatim (same id, same content) is dropped and counted; two records with
+    the same id and different content are an error naming both lines. A warning (on stderr) says
+    when near-duplicates are a large share of the file: generated sweeps are near-duplicates by
+    construction, so check the threshold before using the result.
+    """
     from ragbench.datasets.corpus import dedup_file
 
     target = out or DEFAULT_DIR / f"{path.stem}.dedup.jsonl"
-    try:
+    with user_errors():
         stats = dedup_file(path, target, threshold=threshold, num_perm=num_perm, seed=seed)
-    except (ValueError, FileNotFoundError) as exc:
-        raise _fail(exc) from None
     shown = {k: v for k, v in stats.items() if not isinstance(v, list | dict)}
     for key, value in shown.items():
         typer.echo(f"{key}: {value}")
+    typer.echo(
+        f"kept {stats['n_kept']} of {stats['n_in']} records: dropped "
+        f"{stats['repeated_records']} repeated, {stats['exact_duplicates']} exact and "
+        f"{stats['near_duplicates']} near duplicates"
+    )
     typer.echo(f"wrote {target}")
     typer.echo(f"fingerprint {stats.get('fingerprint_out')}")

@@ -12,14 +12,19 @@
   reported with its reason (``exact`` or ``near``), the kept id it duplicates and the estimate.
 
 ``dedup_documents`` works on a list of Documents (e.g. a BEIR corpus) and never edits text.
-``dedup_file`` works on a ragbench JSONL file of Examples: it cleans each example's text
+``dedup_file`` works on a ragbench JSONL file of Examples. A record repeated verbatim (same id,
+same content, e.g. a file concatenated twice) is dropped and counted (``repeated_records``); two
+records with the same id and different content are an error naming the file and both lines.
+It cleans each example's text
 (question, answers, document titles and texts; ``meta["evidence"]`` spans are moved to the
 cleaned text, and a document whose spans cannot be moved is left as it was) and drops an example
 when its *question* normalises to the same text as an earlier kept example's and its *context*
 (the joined documents) is an exact or near duplicate of that example's. Matching on the context
 alone (``key="context"``) would drop every SQuAD question after the first on a paragraph, which
 is rarely what a data pipeline means. Do not dedup generated needle sweeps: the points of a depth
-sweep share question and haystack, so all but the first per length are near duplicates. Only
+sweep share question and haystack, so all but the first per length are near duplicates; when
+near duplicates are more than ``NEAR_DROP_WARN`` of the items, a warning is logged (and put in the
+report's ``warnings``) with the count and the threshold. Only
 ``meta["evidence"]`` spans are moved by cleaning; other offsets in ``meta`` (e.g. NIAH's
 ``needle_start``) are not, so pass ``clean=False`` for files whose offsets must stay exact.
 """
@@ -27,6 +32,7 @@ sweep share question and haystack, so all but the first per length are near dupl
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import unicodedata
@@ -34,10 +40,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ragbench.io import InputFileError, iter_jsonl
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
 
+log = logging.getLogger(__name__)
+
 SHINGLE_WORDS = 5
+NEAR_DROP_WARN = 0.2  # warn when near duplicates are more than this share of the items
 DEDUP_KEYS = ("question+context", "context")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")  # Cc except \t \n, BOM
 _LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
@@ -170,7 +180,13 @@ def find_duplicates(
         raise ValueError(f"num_perm must be >= 2, got {num_perm}")
     if groups is not None and len(groups) != len(texts):
         raise ValueError("groups must have one entry per text")
-    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    try:
+        lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    except ValueError as exc:  # datasketch finds no banding for thresholds near 1 ("b < 2")
+        raise ValueError(
+            f"MinHash LSH cannot use threshold {threshold} with num_perm {num_perm} ({exc}); "
+            "use a threshold <= 0.98"
+        ) from None
     template = MinHash(num_perm=num_perm, seed=seed)
     shared = {"permutations": template.permutations}  # generated once, not once per text
     if hasattr(template, "scheme"):  # datasketch >= 2.0 wants the scheme with permutations
@@ -206,7 +222,23 @@ def find_duplicates(
     return drops
 
 
-def _report(ids: Sequence[str], drops: dict[int, dict[str, Any]], params: dict) -> dict[str, Any]:
+def _near_drop_warning(near: int, total: int, what: str, threshold: float) -> str | None:
+    """The heavy-drop warning, or None when near duplicates are at most ``NEAR_DROP_WARN``."""
+    if not total or near / total <= NEAR_DROP_WARN:
+        return None
+    higher = min(round((1 + threshold) / 2, 2), 0.98)  # datasketch LSH refuses 0.99 and up
+    advice = f"; if they are distinct, use a higher threshold (e.g. {higher:g})"
+    advice = advice if higher > threshold else ""
+    return (
+        f"near-duplicate dedup dropped {near} of {total} {what} ({near / total:.0%}) at MinHash "
+        f"threshold {threshold:g}: generated corpora (e.g. NIAH depth sweeps) are near duplicates "
+        f"by construction{advice}"
+    )
+
+
+def _report(
+    ids: Sequence[str], drops: dict[int, dict[str, Any]], params: dict, what: str
+) -> dict[str, Any]:
     dropped = [
         {
             "id": ids[i],
@@ -216,13 +248,18 @@ def _report(ids: Sequence[str], drops: dict[int, dict[str, Any]], params: dict) 
         }
         for i, d in sorted(drops.items())
     ]
+    near = sum(d["reason"] == "near" for d in drops.values())
+    warning = _near_drop_warning(near, len(ids), what, params["threshold"])
+    if warning:
+        log.warning(warning)
     return {
         "n_in": len(ids),
         "n_kept": len(ids) - len(drops),
         "exact_duplicates": sum(d["reason"] == "exact" for d in drops.values()),
-        "near_duplicates": sum(d["reason"] == "near" for d in drops.values()),
+        "near_duplicates": near,
         "dropped": dropped,
         "params": params,
+        "warnings": [warning] if warning else [],
     }
 
 
@@ -240,7 +277,7 @@ def dedup_documents(
         "shingle_words": SHINGLE_WORDS,
     }
     kept = [d for i, d in enumerate(docs) if i not in drops]
-    return kept, _report([d.id for d in docs], drops, params)
+    return kept, _report([d.id for d in docs], drops, params, "documents")
 
 
 def dedup_examples(
@@ -262,7 +299,40 @@ def dedup_examples(
     params = {"threshold": threshold, "num_perm": num_perm, "seed": seed, "key": key}
     params["shingle_words"] = SHINGLE_WORDS
     kept = [e for i, e in enumerate(examples) if i not in drops]
-    return kept, _report([e.id for e in examples], drops, params)
+    return kept, _report([e.id for e in examples], drops, params, "examples")
+
+
+def read_records(path: str | os.PathLike) -> tuple[list[Example], list[int]]:
+    """(examples, lines of verbatim repeats) of a ragbench JSONL file, read as strictly as
+    ``formats.read_examples`` except that a record equal to an earlier one with its id is
+    skipped (its line is returned); a same-id record with other content is an InputFileError
+    naming both lines."""
+    from ragbench.datasets._validate import FieldError
+    from ragbench.datasets.formats import _example_from_row
+
+    examples: list[Example] = []
+    first: dict[str, tuple[int, Example]] = {}
+    repeats: list[int] = []
+    for lineno, row in iter_jsonl(path):
+        try:
+            example = _example_from_row(row)
+        except FieldError as bad:
+            raise InputFileError(path, lineno, bad.message, bad.field) from None
+        if example.id in first:
+            line, earlier = first[example.id]
+            if example != earlier:
+                raise InputFileError(
+                    path,
+                    lineno,
+                    f"id {example.id!r} is also on line {line} with different content "
+                    "(identical repeats are dropped; conflicting ones must be renamed or removed)",
+                    "id",
+                )
+            repeats.append(lineno)
+            continue
+        first[example.id] = (lineno, example)
+        examples.append(example)
+    return examples, repeats
 
 
 def dedup_file(
@@ -277,12 +347,13 @@ def dedup_file(
 ) -> dict[str, Any]:
     """Clean (optional) and deduplicate a ragbench JSONL file; write the result atomically.
 
-    Returns stats: counts, the dropped ids with reasons, which documents cleaning left as-is
-    (their evidence spans could not be moved), and both fingerprints.
+    Returns stats: counts (``n_in`` counts every record, ``repeated_records`` the verbatim
+    repeats dropped, see ``read_records``), the dropped ids with reasons, which documents cleaning
+    left as-is (their evidence spans could not be moved), warnings and both fingerprints.
     """
-    from ragbench.datasets.formats import fingerprint, read_examples, write_examples
+    from ragbench.datasets.formats import fingerprint, write_examples
 
-    examples = read_examples(path)
+    examples, repeats = read_records(path)
     fingerprint_in = fingerprint(examples)
     cleaned, changed, skipped = examples, 0, []
     if clean:
@@ -294,6 +365,8 @@ def dedup_file(
             cleaned.append(new)
     kept, report = dedup_examples(cleaned, threshold, num_perm, seed, key=key)
     write_examples(out_path, kept)
+    report["n_in"] += len(repeats)
+    report |= {"repeated_records": len(repeats), "repeated_lines": repeats}
     report |= {"input": str(path), "output": str(out_path), "cleaned": clean}
     report |= {"examples_changed_by_cleaning": changed, "documents_not_cleaned": skipped}
     report |= {"fingerprint_in": fingerprint_in, "fingerprint_out": fingerprint(kept)}

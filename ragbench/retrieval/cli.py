@@ -4,7 +4,8 @@ An index folder holds ``chunks.jsonl`` (one ``Chunk`` per line), the FAISS files
 ``FaissIndex.save`` (``index.faiss``, ``ids.npy``, ``index.json``: row i is chunk i) and
 ``build.json`` (the dataset's sha256 and the chunking and embedder parameters), so
 ``retrieve`` rebuilds the same embedder and BM25 over the same chunks. Heavy imports happen
-inside the commands.
+inside the commands. User errors (a missing or malformed file, an unknown name, a folder that is
+not an index) print one ``error: ...`` line and exit 2; anything else keeps its traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.io import user_errors
 from ragbench.registry import unknown
 
 CHUNKS_FILE, BUILD_FILE = "chunks.jsonl", "build.json"
@@ -52,15 +54,19 @@ def build_index(
     """Chunk, embed and index the documents of a ragbench JSONL dataset into ``out``."""
     from ragbench.datasets.formats import read_examples
     from ragbench.io import atomic_write_text, sha256_file, write_jsonl
-    from ragbench.retrieval.chunking import chunk_documents
+    from ragbench.retrieval.chunking import SPLITTERS, chunk_documents
     from ragbench.retrieval.embedders import get_embedder
     from ragbench.retrieval.retrievers import DenseRetriever
 
+    if chunker not in SPLITTERS:  # names checked before the (slow) chunking and embedding
+        raise unknown("chunker", chunker, SPLITTERS)
+    emb = get_embedder(embedder)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out}: is a file, not an index folder")
     documents = corpus_documents(read_examples(dataset))
     if not documents:
         raise ValueError(f"{dataset}: no documents to index")
     chunks = chunk_documents(documents, chunker, chunk_size, chunk_overlap, tokenizer)
-    emb = get_embedder(embedder)
     dense = DenseRetriever(chunks, emb, factory=factory)
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / CHUNKS_FILE, chunks)
@@ -93,9 +99,16 @@ def load_retriever(index_dir: Path, retriever: str = "dense"):
     if retriever not in CLI_RETRIEVERS:
         raise unknown("retriever", retriever, CLI_RETRIEVERS)
     build_path = index_dir / BUILD_FILE
-    if not build_path.exists():
-        raise FileNotFoundError(f"{build_path}: not an index folder (run `ragbench index build`)")
-    build = json.loads(build_path.read_text(encoding="utf-8"))
+    if not build_path.is_file():
+        raise FileNotFoundError(
+            f"{index_dir}: not an index folder, no {BUILD_FILE} (run `ragbench index build`)"
+        )
+    try:
+        build = json.loads(build_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputFileError(build_path, exc.lineno, f"invalid JSON ({exc.msg})") from None
+    if not isinstance(build, dict) or not isinstance(build.get("embedder"), str):
+        raise InputFileError(build_path, None, "missing (expected a string)", field="embedder")
     chunks = []
     for line, row in iter_jsonl(index_dir / CHUNKS_FILE):
         try:
@@ -126,9 +139,10 @@ def register(app: typer.Typer) -> None:
         factory: str = typer.Option("Flat", help="FAISS factory string, e.g. Flat, HNSW32"),
     ) -> None:
         """Chunk, embed and index a dataset's documents."""
-        build = build_index(
-            dataset, out, chunker, chunk_size, chunk_overlap, tokenizer, embedder, factory
-        )
+        with user_errors():
+            build = build_index(
+                dataset, out, chunker, chunk_size, chunk_overlap, tokenizer, embedder, factory
+            )
         typer.echo(
             f"indexed {build['documents']} documents as {build['chunks']} chunks "
             f"({build['embedder']}, {build['factory']}) -> {out}"
@@ -143,7 +157,8 @@ def register(app: typer.Typer) -> None:
         width: int = typer.Option(160, help="characters of chunk text to show"),
     ) -> None:
         """Print the top-k chunks of an index for a query."""
-        hits = load_retriever(index_dir, retriever).retrieve([query], k)[0]
+        with user_errors():
+            hits = load_retriever(index_dir, retriever).retrieve([query], k)[0]
         for rank, hit in enumerate(hits, start=1):
             text = " ".join(hit.chunk.text.split())
             text = text if len(text) <= width else text[: width - 3] + "..."
