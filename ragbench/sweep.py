@@ -202,9 +202,30 @@ def check_parameters(
 # --- execution ------------------------------------------------------------------------------------
 
 
+def kernel_config() -> Any:
+    """traitlets config for the kernels papermill starts: the kernel manager provisions CurveZMQ
+    keys when the kernelspec declares support, so kernel traffic is encrypted: the fix ipykernel
+    7.x names in the "Kernel is running over TCP without encryption" warning it logs at every
+    start otherwise. Empty with a jupyter_client or pyzmq too old to do it."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    if "transport_encryption" not in KernelManager.class_trait_names() or not zmq.has("curve"):
+        return Config()
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
+
+
+def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> Any:
+    """``papermill.execute_notebook`` with :func:`kernel_config`; keyword arguments as papermill's
+    (parameters, cwd, kernel_name, progress_bar, ...). Returns the executed notebook."""
+    import papermill
+
+    return papermill.execute_notebook(str(notebook), str(output), config=kernel_config(), **kwargs)
+
+
 def _execute_point(job: dict[str, Any]) -> dict[str, Any]:
     """Run one point with papermill (in a worker process or Ray task); never raises."""
-    import papermill
     from papermill.exceptions import PapermillExecutionError
 
     point_dir, out_nb = Path(job["point_dir"]), Path(job["output_notebook"])
@@ -214,7 +235,7 @@ def _execute_point(job: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     result: dict[str, Any] = {"status": "done", "cell": None, "exec_count": None, "error": None}
     try:
-        papermill.execute_notebook(
+        execute_notebook(
             job["notebook"],
             str(out_nb),
             parameters=job["parameters"],
