@@ -241,9 +241,13 @@ def test_shared_prefix_attention_matches_copied_prefix_and_keeps_the_prefix(tiny
 def test_shared_prefix_attention_is_only_used_for_full_attention_models():
     from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig
 
-    assert shared_prefix.supported(LlamaConfig())
-    assert not shared_prefix.supported(Gemma3TextConfig())  # sliding-window layers
-    assert not shared_prefix.supported(MistralConfig(sliding_window=64))
+    def model(config, backend=True):
+        return type("Model", (), {"config": config, "_supports_attention_backend": backend})()
+
+    assert shared_prefix.supported(model(LlamaConfig()))
+    assert not shared_prefix.supported(model(LlamaConfig(), backend=False))  # own attention code
+    assert not shared_prefix.supported(model(Gemma3TextConfig()))  # sliding-window layers
+    assert not shared_prefix.supported(model(MistralConfig(sliding_window=64)))
 
 
 def test_common_prefix_found_without_declaration(tiny):

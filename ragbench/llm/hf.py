@@ -186,7 +186,7 @@ class HFModel(LLM):
         self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         # one read-only prefix KV for the whole batch (see llm/shared_prefix.py) where the
         # architecture allows; others copy the prefix per row
-        self.shared_prefix_attention = shared_prefix.supported(self.model.config)
+        self.shared_prefix_attention = shared_prefix.supported(self.model)
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {int(e) for e in [*eos, self.tokenizer.eos_token_id] if e is not None}

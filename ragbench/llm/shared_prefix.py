@@ -17,7 +17,7 @@ its public ``AttentionInterface`` registry and is exact (same math as full atten
 float summation order). Queries are processed in chunks so the score block stays bounded.
 
 Supported for models whose every layer is full (global) attention without logit softcapping;
-``supported(config)`` says so, and the backend falls back to copying the prefix otherwise.
+``supported(model)`` says so, and the backend falls back to copying the prefix otherwise.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ NAME = "ragbench_shared_prefix"
 SCORE_BLOCK_ELEMENTS = 1 << 25  # ~128 MB of float32 scores per chunk of queries
 
 
-def supported(config: Any) -> bool:
-    """Whether the model's attention is plain full attention (what this module implements)."""
+def supported(model: Any) -> bool:
+    """Whether ``model`` routes attention through transformers' ``AttentionInterface`` and every
+    layer is plain full attention (what this module implements)."""
+    if not getattr(model, "_supports_attention_backend", False):
+        return False
+    config = model.config
     types = getattr(config, "layer_types", None)
     if types is not None and any(t != "full_attention" for t in types):
         return False
