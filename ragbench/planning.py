@@ -77,6 +77,25 @@ def max_concurrent_sequences(
     return max(0, int(free // per_seq))
 
 
+def capacity_table(
+    presets: Sequence[str | ModelPreset],
+    context_lengths: Sequence[int],
+    gpu_memory_gib: float,
+    kv_bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
+) -> Any:
+    """``max_concurrent_sequences`` as a context length x model table of integers."""
+    import pandas as pd
+
+    rows = {
+        _preset(p).name: {
+            n: max_concurrent_sequences(p, n, gpu_memory_gib, kv_bytes_per_value=kv_bytes_per_value)
+            for n in context_lengths
+        }
+        for p in presets
+    }
+    return pd.DataFrame(rows).rename_axis(index="context_tokens", columns="model")
+
+
 def api_dollars_per_1k(
     sheet: str | PriceSheet, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
 ) -> float:

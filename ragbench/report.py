@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ragbench.cost import format_bytes
 from ragbench.metrics import aggregate
 
 # parameters that distinguish variants of one strategy in labels ("rag k=4 budget=512")
@@ -141,10 +142,13 @@ def plot_accuracy_vs_cost(
     if len(front) > 1:
         ax.plot(front[cost], front[metric], "k--", lw=1, label="Pareto front")
     if cost in ("flops", "dollars") and (table[cost] > 0).all():
-        from matplotlib.ticker import NullFormatter
+        from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on short ranges
+        # costs often span less than a decade: label 1-2-5 steps, not only powers of ten
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(_COST_UNITS.get(cost, cost))
     ax.set_ylabel(f"{metric} (mean, 95% CI)")
     ax.set_ylim(-0.05, 1.05)
@@ -168,6 +172,71 @@ def plot_metric_by(
     ax.set_ylabel(f"{metric} (mean)")
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_retrieval_tuning(tuning: Any, metric: str = "string_match_all") -> Any:
+    """Recall@k of the gold chunk and downstream accuracy against k, one line per retriever and
+    chunk size. ``tuning``: mean ``gold_hit`` and ``metric`` indexed by (retriever, chunk_size,
+    top_k), as notebook 03 builds it. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    for (retriever, chunk_size), group in tuning.reset_index().groupby(["retriever", "chunk_size"]):
+        label = f"{retriever}, {chunk_size} tok"
+        axes[0].plot(group["top_k"], group["gold_hit"], marker="o", label=label)
+        axes[1].plot(group["top_k"], group[metric], marker="o", label=label)
+    axes[0].set(ylabel="gold chunk retrieved (recall@k)", title="Retrieval")
+    axes[1].set(ylabel=f"{metric} (mean)", title="Downstream accuracy")
+    for ax in axes:
+        ax.set(xlabel="k (chunks retrieved)", ylim=(-0.05, 1.05))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is a count
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8, loc="best")
+    return fig
+
+
+def plot_kv_cache(kv: Any, gpu_memory_gib: float | None = None, ax: Any = None) -> Any:
+    """KV-cache GiB per sequence against context length per model (``planning.kv_cache_table``),
+    log-log, with one GPU's memory as a dashed line."""
+    ax = _ax(ax)
+    for name, group in kv.groupby("model", sort=False):
+        ax.loglog(group["context_tokens"], group["kv_gib"], marker="o", label=name)
+    if gpu_memory_gib:
+        ax.axhline(
+            gpu_memory_gib, color="k", ls="--", lw=1, label=f"GPU memory ({gpu_memory_gib:g} GiB)"
+        )
+    ax.set(xlabel="context length (tokens)", ylabel="KV cache per sequence (GiB)")
+    ax.set_title("KV-cache memory")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside: never on a line
+    ax.grid(alpha=0.3, which="both")
+    return ax
+
+
+def plot_prefix_caching(caching: Any, rag_dollars: float | None = None, ax: Any = None) -> Any:
+    """$ per question against questions per document, long context with and without a prefix
+    cache (``planning.prefix_caching_table``), and RAG's $ per question as a dashed line."""
+    ax = _ax(ax)
+    q = caching["questions_per_document"]
+    ax.semilogx(
+        q, caching["dollars_per_question_no_cache"], marker="o", label="long context, no cache"
+    )
+    ax.semilogx(
+        q,
+        caching["dollars_per_question_prefix_cache"],
+        marker="o",
+        label="long context, prefix cache",
+    )
+    if rag_dollars is not None:
+        ax.axhline(rag_dollars, color="k", ls="--", lw=1, label="RAG")
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.xaxis.set_major_formatter(ScalarFormatter())  # counts: 1, 10, 100 rather than 10^k
+    ax.set(xlabel="questions per document", ylabel="$ per question", title="Prefix caching")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside: never on a curve
     ax.grid(alpha=0.3)
     return ax
 
@@ -217,6 +286,14 @@ def plot_heatmaps(
     return fig
 
 
+def _short_hash(value: Any) -> Any:
+    """``files-sha256:<64 hex>`` -> ``files-sha256:<16 hex>``, like the other hashes shown."""
+    if isinstance(value, str) and "sha256:" in value:
+        head, _, digest = value.rpartition(":")
+        return f"{head}:{digest[:16]}"
+    return value
+
+
 def provenance(run_dir: str | Path) -> Any:
     """The run manifest's key facts as a one-column table (config hash, dataset fingerprint,
     model identity, commit, hardware, times), so a rendered notebook says what produced it.
@@ -227,18 +304,22 @@ def provenance(run_dir: str | Path) -> Any:
     model = manifest.get("model", {})
     versions = manifest.get("versions", {})
     hardware = manifest.get("hardware", {})
-    facts = {
+    facts: dict[str, Any] = {
         "run": Path(run_dir).name,
         "config hash": manifest.get("config_hash", "")[:16],
         "dataset": f"{manifest['dataset']['name']} (n={manifest['dataset']['n']})",
         "dataset fingerprint": manifest["dataset"]["fingerprint"][:16],
-        "model": ", ".join(f"{k}={v}" for k, v in model.items() if k != "path"),
+        # one row per model, hardware and version fact: joined they were cut by pandas' display
+        **{f"model {k}": _short_hash(v) for k, v in model.items() if k != "path"},
         "records": f"{manifest.get('records')} ({manifest.get('errors')} errors, "
         f"{manifest.get('resumed_records')} reused)",
         "git commit": (manifest.get("git_commit") or "")[:12],
-        "versions": ", ".join(f"{k} {v}" for k, v in versions.items() if v),
-        "hardware": ", ".join(f"{k}={v}" for k, v in hardware.items()),
+        **{
+            f"hardware {k}": format_bytes(v) if k.endswith("bytes") and v else v
+            for k, v in hardware.items()
+        },
+        **{f"version {k}": v for k, v in versions.items() if v},
         "started": manifest.get("started_at", ""),
         "finished": manifest.get("finished_at", ""),
     }
-    return pd.Series(facts, name="provenance").to_frame()
+    return pd.Series({k: str(v) for k, v in facts.items()}, name="provenance").to_frame()

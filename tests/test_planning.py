@@ -59,3 +59,15 @@ def test_prefix_caching_saving_grows_with_questions():
         [full, (full + warm) / 2, (full + 9 * warm) / 10]
     )
     assert t["saving"].iloc[0] == 0 and t["saving"].is_monotonic_increasing
+
+
+def test_capacity_table_is_integer_sequences_per_model_and_length():
+    table = planning.capacity_table(
+        ["smollm2-135m-instruct", "qwen2.5-7b-instruct"], [1024, 8192], 80.0
+    )
+    assert list(table.columns) == ["smollm2-135m-instruct", "qwen2.5-7b-instruct"]
+    assert table.index.name == "context_tokens" and list(table.index) == [1024, 8192]
+    assert all(str(t).startswith("int") for t in table.dtypes)
+    assert table.loc[8192, "qwen2.5-7b-instruct"] == planning.max_concurrent_sequences(
+        "qwen2.5-7b-instruct", 8192, 80.0
+    )

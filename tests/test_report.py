@@ -61,3 +61,88 @@ def test_heatmap_table_and_plots_have_labels():
     assert [ax.get_xlabel() for ax in fig.axes[:2]] == ["context length (tokens)"] * 2
     ax = report.plot_accuracy_vs_cost(report.summary(df))
     assert ax.get_xlabel() == "$ per query" and ax.get_legend() is not None
+
+
+def test_cost_axis_labels_more_than_one_tick_within_a_decade():
+    df = _df()
+    df["dollars"] = df["dollars"].map({1.0: 3.8e-4, 0.1: 7.5e-5, 0.01: 1.7e-5})  # < 1.5 decades
+    ax = report.plot_accuracy_vs_cost(report.summary(df))
+    ax.figure.canvas.draw()
+    low, high = ax.get_xlim()
+    shown = [t for t in ax.xaxis.get_majorticklocs() if low <= t <= high]
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert len(shown) >= 4 and len(labels) >= 4, labels
+
+
+def test_retrieval_tuning_plot_has_integer_k_ticks():
+    rows = [
+        {"retriever": r, "chunk_size": c, "top_k": k, "gold_hit": k / 5, "string_match_all": 0.5}
+        for r in ("dense", "bm25")
+        for c in (64, 128)
+        for k in (1, 3, 5)
+    ]
+    tuning = pd.DataFrame(rows).groupby(["retriever", "chunk_size", "top_k"]).mean()
+    fig = report.plot_retrieval_tuning(tuning)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if 1 <= t <= 5]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        assert ax.get_xlabel() == "k (chunks retrieved)"
+    assert len(fig.axes[1].get_legend().get_texts()) == 4
+
+
+def test_provenance_has_one_row_per_fact_and_nothing_cut(tmp_path):
+    manifest = {
+        "config_hash": "a" * 64,
+        "dataset": {"name": "niah", "n": 6, "fingerprint": "b" * 64},
+        "model": {"backend": "HFModel", "dtype": "float32", "weights": "files-sha256:" + "c" * 64},
+        "records": 18,
+        "errors": 0,
+        "resumed_records": 0,
+        "git_commit": "d" * 40,
+        "versions": {"torch": "2.13.0", "transformers": "5.24.0", "faiss-cpu": None},
+        "hardware": {"cpus": 2, "memory_bytes": 25 * 2**30},
+        "started_at": "2026-12-03T06:46:08+00:00",
+        "finished_at": "2026-12-03T06:46:20+00:00",
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    table = report.provenance(tmp_path)["provenance"]
+    assert table["model weights"] == "files-sha256:" + "c" * 16
+    assert table["version transformers"] == "5.24.0" and "version faiss-cpu" not in table
+    assert table["hardware memory_bytes"] == "25.0 GiB"
+    longest = table.str.len().max()
+    assert longest <= pd.get_option("display.max_colwidth"), table  # shown whole, never cut
+
+
+def _legend_covers_data(ax) -> bool:
+    """Whether the legend's box covers a plotted marker or crosses a horizontal reference line."""
+    ax.figure.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    for line in ax.get_lines():
+        x, y = line.get_xdata(), line.get_ydata()
+        if len(set(y)) == 1 and line.get_linestyle() == "--":  # axhline across the axes
+            _, py = ax.transData.transform((1, y[0]))
+            inside = ax.get_window_extent()
+            if box.y0 <= py <= box.y1 and box.x0 < inside.x1 and box.x1 > inside.x0:
+                return True
+            continue
+        for px, py in ax.transData.transform(list(zip(x, y, strict=True))):
+            if box.contains(px, py):
+                return True
+    return False
+
+
+def test_planning_plots_keep_the_legend_off_the_data():
+    from ragbench import planning
+
+    models = ["smollm2-135m-instruct", "qwen2.5-7b-instruct", "llama-3.1-8b-instruct"]
+    kv = planning.kv_cache_table(models, [1024, 8192, 32768, 131072])
+    ax = report.plot_kv_cache(kv, 80.0)
+    assert not _legend_covers_data(ax)
+    caching = planning.prefix_caching_table(
+        "example-hosted-api", 100_000, 30, 32, [1, 2, 5, 10, 50, 100]
+    )
+    rag = planning.api_dollars_per_1k("example-hosted-api", 1500, 32) / 1000
+    ax = report.plot_prefix_caching(caching, rag)
+    assert not _legend_covers_data(ax)
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "RAG"
