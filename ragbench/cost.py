@@ -241,8 +241,18 @@ def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
 
 
 def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
-    """Measured accelerator time of one completion: wall seconds x devices held."""
-    return completion.total_seconds * gpus
+    """Measured accelerator time of one completion: wall seconds x devices held.
+
+    Rows decoded together in one batch (the transformers backend, ``meta["batch_size"]``) each
+    report the batch's wall time as their latency, but held the devices together: each is charged
+    its share, wall / batch size. A shared prefix computed for the batch
+    (``meta["prefix_seconds"]``, on the first request of a group only) is that request's alone.
+    """
+    meta = completion.meta or {}
+    batch = max(1, int(meta.get("batch_size") or 1))
+    alone = float(meta.get("prefix_seconds") or 0.0)
+    shared = max(completion.total_seconds - alone, 0.0)
+    return (shared / batch + alone) * gpus
 
 
 def dollars_per_query(completion: Completion, sheet: PriceSheet) -> float:
@@ -324,7 +334,7 @@ def cost_fields(
     if sheet is not None:
         out["dollars"] = dollars_per_query(completion, sheet)
         if out["flops"] is not None and sheet.peak_flops:
-            out["mfu"] = mfu(out["flops"], completion.total_seconds, sheet.peak_flops)
+            out["mfu"] = mfu(out["flops"], gpu_seconds(completion), sheet.peak_flops)  # batch share
     return out
 
 

@@ -14,7 +14,7 @@ are prefix tokens whose KV was reused: like a hosted prefix cache, the first req
 computes the prefix (cached 0, its ``prefill_seconds`` includes ``meta["prefix_seconds"]``) and
 the others, or any request of a later call with the same prefix, reuse it. ``prefill_seconds``
 and ``decode_seconds`` are wall times of the row's batch (``meta["batch_size"]``), synchronised
-on GPU; ``peak_memory_bytes`` is CUDA max allocated, else the process RSS (``meta["peak_memory"]``).
+on GPU: the latency the row saw (``cost.gpu_seconds`` charges each row its share of the batch); ``peak_memory_bytes`` is CUDA max allocated, else the process RSS (``meta["peak_memory"]``).
 """
 
 from __future__ import annotations
