@@ -241,18 +241,14 @@ def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
 
 
 def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
-    """Measured accelerator time of one completion: wall seconds x devices held.
+    """Measured accelerator time of one completion x devices held.
 
-    Rows decoded together in one batch (the transformers backend, ``meta["batch_size"]``) each
-    report the batch's wall time as their latency, but held the devices together: each is charged
-    its share, wall / batch size. A shared prefix computed for the batch
-    (``meta["prefix_seconds"]``, on the first request of a group only) is that request's alone.
+    A backend that batches reports each row's share of the device time in ``meta["gpu_seconds"]``
+    (the transformers backend: the shares of one batch add up to its wall time); otherwise the
+    completion's wall seconds, which is what it held the devices for.
     """
-    meta = completion.meta or {}
-    batch = max(1, int(meta.get("batch_size") or 1))
-    alone = float(meta.get("prefix_seconds") or 0.0)
-    shared = max(completion.total_seconds - alone, 0.0)
-    return (shared / batch + alone) * gpus
+    share = (completion.meta or {}).get("gpu_seconds")
+    return (completion.total_seconds if share is None else float(share)) * gpus
 
 
 def dollars_per_query(completion: Completion, sheet: PriceSheet) -> float:
@@ -280,6 +276,7 @@ ADDITIVE = (
     "prefill_seconds",
     "decode_seconds",
     "total_seconds",
+    "gpu_seconds",
     "flops",
     "flops_attention",
     "dollars",
@@ -306,6 +303,7 @@ def cost_fields(
         "prefill_seconds": completion.prefill_seconds,
         "decode_seconds": completion.decode_seconds,
         "total_seconds": completion.total_seconds,
+        "gpu_seconds": gpu_seconds(completion),  # device time charged (a batch row: its share)
         "peak_memory_bytes": completion.peak_memory_bytes,
         "usage_estimated": completion.usage_estimated,
         "llm_calls": 1,
@@ -334,7 +332,7 @@ def cost_fields(
     if sheet is not None:
         out["dollars"] = dollars_per_query(completion, sheet)
         if out["flops"] is not None and sheet.peak_flops:
-            out["mfu"] = mfu(out["flops"], gpu_seconds(completion), sheet.peak_flops)  # batch share
+            out["mfu"] = mfu(out["flops"], out["gpu_seconds"], sheet.peak_flops)
     return out
 
 
@@ -352,7 +350,8 @@ def combine_costs(parts: list[dict[str, Any]], peak_flops: float | None = None) 
             out[key] = max(known) if known else None
         elif key == "usage_estimated":
             out[key] = any(values)
-    out["mfu"] = mfu(out["flops"], out["total_seconds"], peak_flops) if out.get("flops") else None
+    seconds = out.get("gpu_seconds") or out["total_seconds"]  # records from before gpu_seconds
+    out["mfu"] = mfu(out["flops"], seconds, peak_flops) if out.get("flops") else None
     return out
 
 

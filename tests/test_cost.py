@@ -100,20 +100,22 @@ def test_dollars_api_and_gpu_hour():
     assert cost.dollars_per_query(c, cost.parse_price_sheet(GPU)) == pytest.approx(0.002)
 
 
-def test_gpu_seconds_share_a_batch_but_not_a_prefix_computed_alone():
+def test_gpu_seconds_use_the_backends_share_of_a_batch():
     from dataclasses import replace
 
     c = Completion("x", 10, 1, prefill_seconds=3.0, decode_seconds=1.0)
     assert cost.gpu_seconds(c) == 4.0 and cost.gpu_seconds(c, gpus=2) == 8.0
-    batched = replace(c, meta={"batch_size": 4})  # 4 rows held the device for the same 4 s
-    assert cost.gpu_seconds(batched) == pytest.approx(1.0)
-    # the group's first request also computed the 2 s shared prefix, alone
-    first = replace(c, prefill_seconds=5.0, meta={"batch_size": 4, "prefix_seconds": 2.0})
-    assert cost.gpu_seconds(first) == pytest.approx(4.0 / 4 + 2.0)
+    batched = replace(c, meta={"batch_size": 4, "gpu_seconds": 1.25})
+    assert cost.gpu_seconds(batched) == 1.25 and cost.gpu_seconds(batched, gpus=2) == 2.5
     sheet = cost.parse_price_sheet(GPU)
-    assert cost.dollars_per_query(batched, sheet) == pytest.approx(
-        cost.dollars_per_query(c, sheet) / 4
-    )
+    assert cost.dollars_per_query(batched, sheet) == pytest.approx(2.5 * 2 * 1.25 / 3600)
+    fields = cost.cost_fields(batched, get_preset("smollm2-135m-instruct"))
+    assert fields["gpu_seconds"] == 1.25 and fields["total_seconds"] == 4.0
+    # MFU from the device-time share, the same in one part and in a combined (self_route) query
+    sheet = cost.PriceSheet(**{**vars(sheet), "peak_flops": 1e12})
+    one = cost.cost_fields(batched, get_preset("smollm2-135m-instruct"), sheet)
+    assert one["mfu"] == pytest.approx(one["flops"] / 1.25 / 1e12)
+    assert cost.combine_costs([one], 1e12)["mfu"] == pytest.approx(one["mfu"])
 
 
 def test_shipped_price_sheets_load_with_date_and_source():

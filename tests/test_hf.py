@@ -189,6 +189,8 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(monkey
     pad[2, :1] = False
     args = dict(batch_size=batch, q_length=q_len, kv_length=slen, q_offset=slen - q_len)
     module = type("Layer", (), {"layer_idx": 0})()
+    layer = type("CacheLayer", (), {"keys": pk, "values": pv})()
+    prefix = shared_prefix.SharedPrefix(type("Cache", (), {"layers": [layer]})())
     got, _ = shared_prefix.shared_prefix_attention(
         module,
         query,
@@ -196,7 +198,7 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(monkey
         value,
         eager_mask(**args, attention_mask=pad),
         0.3,
-        shared_prefix=[(pk, pv)],
+        shared_prefix=prefix,
     )
     full_k = torch.cat([pk.expand(batch, -1, -1, -1), key], 2).repeat_interleave(2, 1)
     full_v = torch.cat([pv.expand(batch, -1, -1, -1), value], 2).repeat_interleave(2, 1)
@@ -208,7 +210,7 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(monkey
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
     # no mask given: plain causal over the row's own keys
     nomask, _ = shared_prefix.shared_prefix_attention(
-        module, query, key, value, None, 0.3, shared_prefix=[(pk, pv)]
+        module, query, key, value, None, 0.3, shared_prefix=prefix
     )
     ones = torch.ones_like(pad)
     causal = sdpa_mask(**args, attention_mask=ones, allow_is_causal_skip=False)
@@ -248,6 +250,9 @@ def test_shared_prefix_attention_is_only_used_for_full_attention_models():
     assert not shared_prefix.supported(model(LlamaConfig(), backend=False))  # own attention code
     assert not shared_prefix.supported(model(Gemma3TextConfig()))  # sliding-window layers
     assert not shared_prefix.supported(model(MistralConfig(sliding_window=64)))
+    from transformers import Gemma3Config
+
+    assert not shared_prefix.supported(model(Gemma3Config()))  # composite: text + vision configs
 
 
 def test_common_prefix_found_without_declaration(tiny):
@@ -288,6 +293,17 @@ def test_accounting_fields(tiny):
     assert (
         re.fullmatch(r"files-sha256:[0-9a-f]{64}", ident["weights"]) and ident["dtype"] == "float32"
     )
+
+
+def test_batch_rows_share_the_device_time(tiny):
+    reqs = [GenerationRequest(_text(12, s), max_new_tokens=n) for s, n in ((3, 2), (4, 12))]
+    short, long = _fresh(tiny, batch_size=8).generate(reqs)
+    assert short.completion_tokens < long.completion_tokens
+    assert short.prefill_seconds == long.prefill_seconds  # one batched prefill, both waited for it
+    shares = [short.meta["gpu_seconds"], long.meta["gpu_seconds"]]
+    wall = long.prefill_seconds + max(short.decode_seconds, long.decode_seconds)
+    assert sum(shares) == pytest.approx(wall, rel=0.05, abs=5e-3)  # shares add up to the wall time
+    assert shares[0] < shares[1] and shares[0] < short.total_seconds
 
 
 def test_sampling_is_seeded_and_independent_of_batching(tiny):
@@ -365,7 +381,6 @@ def test_smollm2_finds_needle_at_1k(smollm2):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_stop_string_counts_only_after_the_answer_begins(smollm2):
     req = GenerationRequest("q", stop=("\n\n",), max_new_tokens=32)
     ids = smollm2.encode("\n\nParis\n\nThe capital")
@@ -375,6 +390,7 @@ def test_stop_string_counts_only_after_the_answer_begins(smollm2):
     assert reason == "" and text.strip() == ""
 
 
+@pytest.mark.slow
 def test_converted_weight_cache_is_used_on_the_second_load(tmp_path, monkeypatch):
     """The second load reads the saved safetensors folder and never dequantises the GGUF again
     (checked by what transformers is asked to load, not by timing; the speed-up is measured

@@ -13,8 +13,10 @@ Accounting per Completion: ``prompt_tokens`` counts the chat template; ``cached_
 are prefix tokens whose KV was reused: like a hosted prefix cache, the first request of a group
 computes the prefix (cached 0, its ``prefill_seconds`` includes ``meta["prefix_seconds"]``) and
 the others, or any request of a later call with the same prefix, reuse it. ``prefill_seconds``
-and ``decode_seconds`` are wall times of the row's batch (``meta["batch_size"]``), synchronised
-on GPU: the latency the row saw (``cost.gpu_seconds`` charges each row its share of the batch); ``peak_memory_bytes`` is CUDA max allocated, else the process RSS (``meta["peak_memory"]``).
+is the batch's prefill and ``decode_seconds`` the row's own time to its last token, synchronised
+on GPU: the latency the row saw. ``meta["gpu_seconds"]`` is its share of the device time (prefill
+split evenly, each decode step among the rows it ran for; the shares of a batch add up to its wall
+time), which ``cost.gpu_seconds`` charges; ``peak_memory_bytes`` is CUDA max allocated, else the process RSS (``meta["peak_memory"]``).
 """
 
 from __future__ import annotations
@@ -262,6 +264,7 @@ class HFModel(LLM):
                         miss = plen > 0 and not hit and i == members[0]
                         res["prefill_seconds"] += miss_seconds if miss else 0.0
                         res["meta"]["prefix_seconds"] = round(miss_seconds, 6) if miss else 0.0
+                        res["meta"]["gpu_seconds"] += miss_seconds if miss else 0.0
                         out[i] = Completion(
                             prompt_tokens=len(ids[i]),
                             cached_prompt_tokens=0 if miss else plen,
@@ -320,7 +323,7 @@ class HFModel(LLM):
         if prefix_kv is None or shared:
             cache = DynamicCache(config=self.model.config)
             if shared:
-                extra["shared_prefix"] = shared_prefix.layer_kv(prefix_kv)
+                extra["shared_prefix"] = shared_prefix.SharedPrefix(prefix_kv)
         else:  # each batch extends its own copy; the stored prefix stays untouched
             cache = copy.deepcopy(prefix_kv)
             cache.batch_repeat_interleave(batch)
@@ -349,6 +352,10 @@ class HFModel(LLM):
         ).logits[:, -1, :]
         t_first = self._now()
         peak = self._peak_memory(dev)
+        # each row's share of the device time: prefill split evenly, every decode step split
+        # among the rows it ran for; the shares add up to the batch's wall time
+        device_share = [(t_first - t0) / batch] * batch
+        t_step = t_first
         while True:
             nxt = self._pick(logits, [requests[b] for b in active], [gens[b] for b in active])
             keep = []
@@ -360,6 +367,10 @@ class HFModel(LLM):
                     done[b] = {"text": text, "finish_reason": reason, "t": self._now()}
                 else:
                     keep.append(j)
+            now = self._now()
+            for b in active:
+                device_share[b] += (now - t_step) / len(active)
+            t_step = now
             if not keep:
                 break
             if len(keep) < len(active):  # drop finished rows from the batch and the cache
@@ -388,6 +399,7 @@ class HFModel(LLM):
                 "peak_memory_bytes": peak,
                 "meta": {
                     "batch_size": batch,
+                    "gpu_seconds": device_share[b],
                     "device": dev.type,
                     "peak_memory": "cuda_max_allocated" if dev.type == "cuda" else "process_rss",
                 },

@@ -13,8 +13,10 @@ is computed in two parts with one softmax across both:
 
 This is the cascade/shared-prefix attention of FlashInfer and vLLM, written here in plain torch
 matmuls because transformers has no implementation of it; it plugs into transformers through
-its public ``AttentionInterface`` registry and is exact (same math as full attention, up to
-float summation order). Queries are processed in chunks so the score block stays bounded.
+its public ``AttentionInterface`` registry. In float32 it is exact (same math as full attention,
+up to float summation order); in bf16/fp16 scores are rounded like transformers' eager attention,
+so greedy answers may differ as much as batched vs unbatched runs do. Queries are processed in
+chunks so the score block stays bounded.
 
 Supported for models whose every layer is full (global) attention without logit softcapping;
 ``supported(model)`` says so, and the backend falls back to copying the prefix otherwise.
@@ -32,10 +34,13 @@ SCORE_BLOCK_ELEMENTS = 1 << 25  # ~128 MB of float32 scores per chunk of queries
 
 def supported(model: Any) -> bool:
     """Whether ``model`` routes attention through transformers' ``AttentionInterface`` and every
-    layer is plain full attention (what this module implements)."""
+    layer is plain full attention (what this module implements). Composite models (vision or
+    audio towers with their own sub-configs) are left to the copying path."""
     if not getattr(model, "_supports_attention_backend", False):
         return False
     config = model.config
+    if getattr(config, "sub_configs", None):
+        return False
     types = getattr(config, "layer_types", None)
     if types is not None and any(t != "full_attention" for t in types):
         return False
@@ -54,6 +59,7 @@ def register() -> None:
 
     if NAME not in AttentionInterface._global_mapping:
         AttentionInterface.register(NAME, shared_prefix_attention)
+    if NAME not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:  # without it: no padding mask
         ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, eager_mask)
 
 
@@ -70,9 +76,22 @@ def active(model: Any) -> Iterator[None]:
         config._attn_implementation = previous
 
 
-def layer_kv(cache: Any) -> list[tuple[Any, Any]]:
-    """``[(keys, values)]`` per layer of a batch-of-one transformers cache."""
-    return [(layer.keys, layer.values) for layer in cache.layers]
+class SharedPrefix:
+    """Per-layer ``(keys, values)`` of a batch-of-one prefix cache, passed to every layer.
+
+    Deliberately not a list, tuple or mapping and without ``.to``: accelerate's device hooks
+    (``device_map="auto"``) would otherwise copy every layer's prefix to each layer's GPU at every
+    step. Each layer reads only its own entry, which already lives on that layer's device.
+    """
+
+    def __init__(self, cache: Any) -> None:
+        self._layers = [(layer.keys, layer.values) for layer in cache.layers]
+
+    def __getitem__(self, layer_idx: int) -> tuple[Any, Any]:
+        return self._layers[layer_idx]
+
+    def __len__(self) -> int:
+        return len(self._layers)
 
 
 def shared_prefix_attention(
@@ -83,19 +102,22 @@ def shared_prefix_attention(
     attention_mask: Any,
     scaling: float | None = None,
     dropout: float = 0.0,
-    shared_prefix: list[tuple[Any, Any]] | None = None,
+    shared_prefix: SharedPrefix | None = None,
     **kwargs: Any,
 ) -> tuple[Any, None]:
     """Attention of ``query`` (B, H, q, d) over a shared prefix and the rows' own ``key``/``value``.
 
-    ``shared_prefix[layer]`` is ``(keys, values)`` of shape (1, KVH, P, d), visible to every query;
+    ``shared_prefix[layer_idx]`` is ``(keys, values)`` of shape (1, KVH, P, d), seen by every query;
     ``key``/``value`` (B, KVH, S, d) are the rows' own positions, masked by ``attention_mask``
     (additive, (B, 1, q, S)). Returns (B, q, H, d) like transformers' attention functions.
     """
     import torch
 
     if shared_prefix is None:
-        raise ValueError(f"{NAME} attention needs shared_prefix=[(keys, values) per layer]")
+        raise ValueError(f"{NAME} attention needs shared_prefix=SharedPrefix(prefix cache)")
+    unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
+    if unsupported:  # supported() should have kept this model on the copying path
+        raise NotImplementedError(f"{NAME} attention does not implement {unsupported}")
     pk, pv = shared_prefix[module.layer_idx]
     batch, heads, q_len, dim = query.shape
     kv_heads, prefix_len, suffix_len = key.shape[1], pk.shape[2], key.shape[2]
