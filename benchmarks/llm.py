@@ -1,7 +1,8 @@
 """LLM performance on this machine, for the embedded model: writes benchmarks/results/llm.json.
 
 - prefill tokens/s at 1k, 2k, 4k, 8k and MFU = achieved FLOPs / peak FLOPs, where the peak is
-  measured in the same run by dense fp32 matmuls of the model's own shapes (hidden x MLP width);
+  measured in the same run by dense matmuls of the model's own shapes (hidden x MLP width) on its
+  device and in its dtype (fp32 on CPU; ``--device cuda`` gives bf16 on most GPUs);
   FLOPs from ``ragbench.cost.forward_flops`` (2 N T + causal attention).
 - prefix reuse: 10 questions on one 4k-token document; ragbench (prefix KV computed once,
   questions batched) against a plain ``model.generate`` per question; same answers required.
@@ -9,7 +10,7 @@
   which dequantises the GGUF.
 
 Timings are best-of-N wall clock; on a shared, loaded machine they are noisy (the load average is
-recorded). Usage: ``python benchmarks/llm.py [--quick] [--out PATH]``.
+recorded). Usage: ``python benchmarks/llm.py [--quick] [--device cuda] [--out PATH]``.
 """
 
 from __future__ import annotations
@@ -41,22 +42,36 @@ MODEL = "smollm2-135m-instruct"
 CITIES = ["Paris", "Lima", "Oslo", "Cairo", "Quito", "Hanoi", "Dakar", "Perth", "Turin", "Kyoto"]
 
 
-def matmul_peak(hidden: int, width: int, tokens: int = 2048, repeats: int = 5) -> dict:
-    """Best dense fp32 matmul FLOP/s over the shapes a prefill of ``tokens`` tokens runs."""
+def _sync(device) -> None:
     import torch
 
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(
+    hidden: int, width: int, tokens: int = 2048, repeats: int = 5, device="cpu", dtype=None
+) -> dict:
+    """Best dense matmul FLOP/s over the shapes a prefill of ``tokens`` tokens runs, on the
+    model's device and in its dtype (fp32 on CPU, bf16 on most GPUs)."""
+    import torch
+
+    dtype = dtype or torch.float32
     shapes = [(tokens, hidden, width), (tokens, width, hidden), (tokens, hidden, hidden)]
     best = {}
     for m, k, n in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
         torch.matmul(a, b)  # warm-up
         times = []
         for _ in range(repeats):
+            _sync(device)
             t0 = time.perf_counter()
             torch.matmul(a, b)
+            _sync(device)
             times.append(time.perf_counter() - t0)
         best[f"{m}x{k}x{n}"] = 2.0 * m * k * n / min(times)
-    return {"peak_flops": max(best.values()), "by_shape": best}
+    return {"peak_flops": max(best.values()), "by_shape": best, "dtype": str(dtype)}
 
 
 def haystack_ids(model: HFModel, tokens: int) -> list[int]:
@@ -76,17 +91,22 @@ def bench_prefill(model: HFModel, sizes: list[int], repeats: int) -> list[dict]:
     p = get_preset(MODEL)
     rows = []
     for n in sizes:
-        x = torch.tensor([haystack_ids(model, n)])
-        peak = matmul_peak(p.hidden, model.model.config.intermediate_size)["peak_flops"]
+        x = torch.tensor([haystack_ids(model, n)], device=model.input_device)
+        peak = matmul_peak(
+            p.hidden,
+            model.model.config.intermediate_size,
+            device=model.input_device,
+            dtype=model.dtype,
+        )["peak_flops"]
         times = []
         with torch.inference_mode():
-            for _ in range(repeats):
+            for _ in range(repeats + (model.input_device.type == "cuda")):  # GPU: one warm-up
                 cache = DynamicCache(config=model.model.config)
-                t0 = time.perf_counter()
+                t0 = model._now()  # synchronises on GPU
                 model.model(
                     input_ids=x, use_cache=True, logits_to_keep=1, **{model._cache_kw: cache}
                 )
-                times.append(time.perf_counter() - t0)
+                times.append(model._now() - t0)
         seconds = min(times)
         flops = forward_flops(p, n, 0, 1)["total"]  # prefill of n tokens -> first token
         rows.append(
@@ -143,7 +163,7 @@ def bench_prefix_reuse(model: HFModel, tokens: int, questions: int) -> dict:
     plain, t0 = [], time.perf_counter()
     with torch.inference_mode():
         for r in reqs:
-            ids = torch.tensor([model.encode(*model.render(r))])
+            ids = torch.tensor([model.encode(*model.render(r))], device=model.input_device)
             out = model.model.generate(
                 ids,
                 attention_mask=torch.ones_like(ids),
@@ -170,14 +190,14 @@ def bench_prefix_reuse(model: HFModel, tokens: int, questions: int) -> dict:
     }
 
 
-def bench_load_cache() -> tuple[HFModel, dict]:
+def bench_load_cache(device: str = "cpu", dtype: str = "auto") -> tuple[HFModel, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         convert_gguf(smollm2_gguf(), tmp)
-        HFModel(str(smollm2_gguf()), device="cpu", cache_dir=tmp)
+        HFModel(str(smollm2_gguf()), device=device, dtype=dtype, cache_dir=tmp)
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
-        model = HFModel(str(smollm2_gguf()), device="cpu", cache_dir=tmp)
+        model = HFModel(str(smollm2_gguf()), device=device, dtype=dtype, cache_dir=tmp)
         second = time.perf_counter() - t0
     print(f"load: first (dequantise GGUF) {first:.1f} s, second (converted) {second:.1f} s")
     info = {"first_seconds": round(first, 2), "second_seconds": round(second, 2)}
@@ -194,6 +214,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--skip-prefill", action="store_true", help="only the weight cache and prefix reuse"
     )
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
+    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU) | ...")
     args = parser.parse_args(argv)
     import torch
 
@@ -202,9 +224,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     load_start = os.getloadavg()
     started = time.perf_counter()
-    model, load = bench_load_cache()
-    peak = matmul_peak(get_preset(MODEL).hidden, model.model.config.intermediate_size)
-    print(f"matmul peak (fp32): {peak['peak_flops'] / 1e9:.1f} GFLOP/s")
+    model, load = bench_load_cache(args.device, args.dtype)
+    peak = matmul_peak(
+        get_preset(MODEL).hidden,
+        model.model.config.intermediate_size,
+        device=model.input_device,
+        dtype=model.dtype,
+    )
+    print(f"matmul peak ({peak['dtype']}): {peak['peak_flops'] / 1e9:.1f} GFLOP/s")
     sizes = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
     prefill = (
         [] if args.skip_prefill else bench_prefill(model, sizes, repeats=1 if args.quick else 2)
