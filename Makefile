@@ -62,8 +62,9 @@ render: $(STAMP)
 	$(VENV)/bin/ragbench render $(NB)
 	$(VENV)/bin/ragbench render $(NB) --no-code
 
+# kernels with CurveZMQ transport encryption where jupyter_client and pyzmq support it
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=.
+	$(VENV)/bin/jupyter lab --notebook-dir=. $$($(PY) -c "from ragbench.sweep import kernel_cli_args as a; print(*a())")
 
 bench-retrieval: $(STAMP)
 	$(PY) benchmarks/retrieval.py

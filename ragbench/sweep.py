@@ -216,6 +216,16 @@ def kernel_config() -> Any:
     return Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
+def kernel_cli_args() -> list[str]:
+    """:func:`kernel_config` as command-line flags for ``jupyter lab`` / ``jupyter server`` (the
+    Makefile's ``lab`` target), so JupyterLab's kernels are encrypted too."""
+    return [
+        f"--{section}.{name}={value}"
+        for section, traits in kernel_config().items()
+        for name, value in traits.items()
+    ]
+
+
 def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> Any:
     """``papermill.execute_notebook`` with :func:`kernel_config`; keyword arguments as papermill's
     (parameters, cwd, kernel_name, progress_bar, ...). Returns the executed notebook."""

@@ -48,3 +48,68 @@ def test_execute_notebook_starts_an_encrypted_kernel(probe, tmp_path, capfd):
     assert WARNING not in ours_err
     if WARNING not in plain_err:
         pytest.skip("this ipykernel does not warn about unencrypted TCP (the keys are checked)")
+
+
+def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
+    """`make lab` passes kernel_cli_args() to JupyterLab's server: its kernels run encrypted and the
+    server still talks to them (an execute request over the kernel websocket gets its output)."""
+    import asyncio
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    import uuid
+
+    from tornado.websocket import websocket_connect
+
+    from ragbench.sweep import kernel_cli_args
+
+    if not kernel_cli_args():
+        pytest.skip("this jupyter_client or pyzmq cannot provision CurveZMQ keys")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base, token = f"127.0.0.1:{port}", uuid.uuid4().hex
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
+         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+         *kernel_cli_args()],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    auth = {"Authorization": f"token {token}"}
+    try:
+        for _ in range(120):  # the server is up when its API answers
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"http://{base}/api", headers=auth))
+                break
+            except OSError:
+                time.sleep(0.5)
+        post = urllib.request.Request(
+            f"http://{base}/api/kernels", data=b'{"name": "python3"}', headers=auth, method="POST"
+        )
+        kernel = json.load(urllib.request.urlopen(post))["id"]
+
+        async def run(code: str) -> str:
+            ws = await websocket_connect(f"ws://{base}/api/kernels/{kernel}/channels?token={token}")
+            header = {"msg_id": uuid.uuid4().hex, "session": uuid.uuid4().hex, "username": "t",
+                      "msg_type": "execute_request", "version": "5.3", "date": ""}  # fmt: skip
+            content = {"code": code, "silent": False, "store_history": False,
+                       "user_expressions": {}, "allow_stdin": False}  # fmt: skip
+            message = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
+            await ws.write_message(json.dumps({**message, "content": content}))
+            while True:
+                reply = await asyncio.wait_for(ws.read_message(), 60)
+                if isinstance(reply, str) and json.loads(reply).get("msg_type") == "stream":
+                    return json.loads(reply)["content"]["text"]
+
+        assert "encrypted: True" in asyncio.run(run(PROBE))
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+    assert WARNING not in (tmp_path / "server.log").read_text()
