@@ -56,10 +56,11 @@ def register() -> None:
     """Register the attention function and its (eager, additive) mask with transformers."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    if NAME not in AttentionInterface._global_mapping:
+    if NAME not in ALL_ATTENTION_FUNCTIONS:
         AttentionInterface.register(NAME, shared_prefix_attention)
-    if NAME not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:  # without it: no padding mask
+    if NAME not in ALL_MASK_ATTENTION_FUNCTIONS:  # without it the model would pass no padding mask
         ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, eager_mask)
 
 
