@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm clean
+.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner clean
 
 setup: $(STAMP)
 
@@ -71,6 +71,9 @@ bench-retrieval: $(STAMP)
 
 bench-llm: $(STAMP)
 	$(PY) benchmarks/llm.py
+
+bench-runner: $(STAMP)
+	$(PY) benchmarks/runner.py
 
 # removes the repo's own .venv only, never an environment VENV points to (conda's: just the stamp)
 clean:

@@ -51,6 +51,9 @@ class ModelConfig(_Strict):
     preset: str | None = None  # architecture for FLOPs/KV bytes; default: `name` if it is a preset
     max_new_tokens: int = Field(32, ge=1)  # SmolLM2 restates the question: allow >= 32
     cache: bool = True  # sqlite completion cache: reruns and resumed runs cost nothing
+    # records generated together, one LLM call per round: padded batches and shared document
+    # prefixes on transformers, concurrent requests on a server; 1 = one request at a time
+    batch_size: int = Field(8, ge=1)
 
     @model_validator(mode="after")
     def _known(self) -> ModelConfig:

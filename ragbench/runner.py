@@ -31,7 +31,7 @@ from typing import Any
 
 from ragbench.config import RunConfig, config_hash, load_config
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
-from ragbench.strategies import Resources, expand, get_strategy, run_strategy
+from ragbench.strategies import Resources, expand, get_strategy, run_batch
 from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
@@ -305,15 +305,22 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
     with (out / RECORDS).open("ab") as f:
         bar = tqdm(total=len(work), initial=len(work) - len(pending), desc=cfg.name,
                    disable=not progress, unit="rec")  # fmt: skip
-        for (example, name, params), key in pending:
-            try:
-                record = run_strategy(name, example, res, params)
-            except Exception as exc:  # one bad example must not stop the run
-                record = error_record(example, name, params, exc)
-            errors += record.error is not None
-            append_record(f, key, record)
-            done[key] = record
-            bar.update(1)
+        # chunks of batch_size records run together (strategies.run_batch: one LLM call per
+        # round); records are appended per chunk, so a killed run loses at most one chunk
+        size = cfg.model.batch_size
+        for start in range(0, len(pending), size):
+            chunk = pending[start : start + size]
+            outcomes = run_batch([(name, e, p) for (e, name, p), _ in chunk], res)
+            for ((example, name, params), key), outcome in zip(chunk, outcomes, strict=True):
+                record = (  # one bad example must not stop the run
+                    error_record(example, name, params, outcome)
+                    if isinstance(outcome, Exception)
+                    else outcome
+                )
+                errors += record.error is not None
+                append_record(f, key, record)
+                done[key] = record
+                bar.update(1)
         bar.close()
 
     meta = {e.id: e.meta for e in examples}

@@ -10,13 +10,21 @@
   then answer with the same template as long context. Records chunk ids and gold hits.
 - ``self_route`` (Li et al. 2024): the RAG prompt with an explicit "unanswerable" option; a
   declined query goes to long context. Cost = RAG cost + long-context cost when routed.
+
+Each strategy is written once as *steps*: a generator that yields the ``GenerationRequest`` it
+needs, receives the ``Completion`` and finally returns the ``Record``. ``drive`` runs one such
+generator a request at a time (``closed_book(example, res)`` etc. are that); ``run_batch`` runs
+many together, sending each round's requests to the LLM in one ``generate`` call, so the backend
+can batch them (padded batches and shared document prefixes on transformers, concurrent requests
+on an OpenAI-compatible server). Rounds depend only on the items given, so results are
+deterministic.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,11 +146,13 @@ class Resources:
         return min(window, self.prompt_budget) if self.prompt_budget else window
 
 
-def _generate(res: Resources, prompt: str, prefix: str = "", rid: str = "") -> Completion:
-    req = GenerationRequest(
+Steps = Generator[GenerationRequest, Completion, Record]  # yields requests, returns the Record
+
+
+def _request(res: Resources, prompt: str, prefix: str = "", rid: str = "") -> GenerationRequest:
+    return GenerationRequest(
         prompt=prompt, prefix=prefix, max_new_tokens=res.max_new_tokens, stop=ANSWER_STOP, id=rid
     )
-    return res.llm.generate([req])[0]
 
 
 def _excess(res: Resources, context: str, tail: str) -> int:
@@ -173,11 +183,11 @@ def _record(example, strategy, params, completion, res, meta, cost=None) -> Reco
 # ---------------------------------------------------------------------------- strategies
 
 
-def closed_book(example: Example, res: Resources, **params: Any) -> Record:
+def closed_book_steps(example: Example, res: Resources, **params: Any) -> Steps:
     prompt = CLOSED_BOOK_TEMPLATE.format(
         instruction=INSTRUCTIONS[task_type(example)], question=example.question
     )
-    completion = _generate(res, prompt, rid=f"{example.id}:closed_book")
+    completion = yield _request(res, prompt, rid=f"{example.id}:closed_book")
     return _record(example, "closed_book", params, completion, res, {})
 
 
@@ -217,11 +227,11 @@ def long_context_prompt(
     return prefix + tail, prefix, meta
 
 
-def long_context(
+def long_context_steps(
     example: Example, res: Resources, overflow: str = "error", **params: Any
-) -> Record:
+) -> Steps:
     prompt, prefix, meta = long_context_prompt(example, res, overflow)
-    completion = _generate(res, prompt, prefix, rid=f"{example.id}:long_context")
+    completion = yield _request(res, prompt, prefix, rid=f"{example.id}:long_context")
     return _record(example, "long_context", {"overflow": overflow, **params}, completion, res, meta)
 
 
@@ -276,7 +286,7 @@ def _with_retrieval_time(cost: dict[str, Any], meta: dict[str, Any]) -> dict[str
     return {**cost, "retrieval_seconds": meta["index_seconds"] + meta["retrieve_seconds"]}
 
 
-def rag(
+def rag_steps(
     example: Example,
     res: Resources,
     top_k: int | None = 5,
@@ -284,15 +294,15 @@ def rag(
     order: str = "score",
     cite: bool = True,
     **params: Any,
-) -> Record:
+) -> Steps:
     prompt, meta = rag_prompt(example, res, top_k, budget, order, cite)
-    completion = _generate(res, prompt, rid=f"{example.id}:rag")
+    completion = yield _request(res, prompt, rid=f"{example.id}:rag")
     cost = _with_retrieval_time(cost_fields(completion, res.preset, res.sheet, res.kv_dtype), meta)
     p = {"top_k": top_k, "budget": budget, "order": order, "cite": cite, **params}
     return _record(example, "rag", p, completion, res, meta, cost)
 
 
-def self_route(
+def self_route_steps(
     example: Example,
     res: Resources,
     top_k: int | None = 5,
@@ -301,9 +311,9 @@ def self_route(
     cite: bool = True,
     overflow: str = "error",
     **params: Any,
-) -> Record:
+) -> Steps:
     prompt, meta = rag_prompt(example, res, top_k, budget, order, cite, decline=True)
-    first = _generate(res, prompt, rid=f"{example.id}:self_route:rag")
+    first = yield _request(res, prompt, rid=f"{example.id}:self_route:rag")
     rag_cost = _with_retrieval_time(cost_fields(first, res.preset, res.sheet, res.kv_dtype), meta)
     p = {
         "top_k": top_k,
@@ -316,7 +326,7 @@ def self_route(
     if not is_declined(clean_answer(first.text, example.question)):
         return _record(example, "self_route", p, first, res, {**meta, "route": "rag"}, rag_cost)
     lc_prompt, prefix, lc_meta = long_context_prompt(example, res, overflow)
-    second = _generate(res, lc_prompt, prefix, rid=f"{example.id}:self_route:long_context")
+    second = yield _request(res, lc_prompt, prefix, rid=f"{example.id}:self_route:long_context")
     lc_cost = cost_fields(second, res.preset, res.sheet, res.kv_dtype)
     peak = getattr(res.sheet, "peak_flops", None)
     cost = {
@@ -326,6 +336,93 @@ def self_route(
     lc_meta = {f"lc_{k}": v for k, v in lc_meta.items()}
     meta = {**meta, **lc_meta, "route": "long_context", "rag_raw": first.text}
     return _record(example, "self_route", p, second, res, meta, cost)
+
+
+# ---------------------------------------------------------------------------- drivers
+
+
+def drive(steps: Steps, llm: Any) -> Record:
+    """Run a strategy's steps one request at a time."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(llm.generate([request])[0])
+    except StopIteration as finished:
+        return finished.value
+
+
+def closed_book(example: Example, res: Resources, **params: Any) -> Record:
+    return drive(closed_book_steps(example, res, **params), res.llm)
+
+
+def long_context(example: Example, res: Resources, **params: Any) -> Record:
+    return drive(long_context_steps(example, res, **params), res.llm)
+
+
+def rag(example: Example, res: Resources, **params: Any) -> Record:
+    return drive(rag_steps(example, res, **params), res.llm)
+
+
+def self_route(example: Example, res: Resources, **params: Any) -> Record:
+    return drive(self_route_steps(example, res, **params), res.llm)
+
+
+def _advance(steps: Steps, completion: Completion | None) -> GenerationRequest | Record:
+    """The next request of ``steps`` or its Record; the strategy's own errors propagate."""
+    try:
+        return next(steps) if completion is None else steps.send(completion)
+    except StopIteration as finished:
+        return finished.value
+
+
+def run_batch(
+    items: Sequence[tuple[str, Example, dict[str, Any]]], res: Resources
+) -> list[Record | Exception]:
+    """Run (strategy, example, params) items together; each round's requests go to the LLM in one
+    ``generate`` call. Returns a Record or the exception per item, in order: one failing item
+    never stops the others. If the batched call itself fails, that round's requests are retried
+    one by one so the error lands on the request that caused it."""
+    results: list[Record | Exception | None] = [None] * len(items)
+    waiting: dict[int, tuple[Steps, GenerationRequest]] = {}
+
+    def step(i: int, steps: Steps, completion: Completion | None) -> None:
+        try:
+            out = _advance(steps, completion)
+        except Exception as exc:  # the strategy failed: an error record for this item only
+            results[i] = exc
+            return
+        if isinstance(out, GenerationRequest):
+            waiting[i] = (steps, out)
+        else:
+            results[i] = out
+
+    for i, (name, example, params) in enumerate(items):
+        try:
+            steps = get_strategy(name).steps(example, res, **params)
+        except Exception as exc:
+            results[i] = exc
+            continue
+        step(i, steps, None)
+    while waiting:
+        round_ = sorted(waiting)
+        requests = [waiting[i][1] for i in round_]
+        try:
+            completions: list[Completion | Exception] = list(res.llm.generate(requests))
+        except Exception:
+            completions = []
+            for request in requests:
+                try:
+                    completions.append(res.llm.generate([request])[0])
+                except Exception as exc:
+                    completions.append(exc)
+        current = {i: waiting.pop(i)[0] for i in round_}
+        for i, completion in zip(round_, completions, strict=True):
+            if isinstance(completion, Exception):
+                current[i].close()
+                results[i] = completion
+            else:
+                step(i, current[i], completion)
+    return results  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------- registry
@@ -339,7 +436,8 @@ _RAG = {"top_k": 5, "budget": None, "order": "score", "cite": True}
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    fn: Callable[..., Record]
+    fn: Callable[..., Record]  # (example, res, **params) -> Record, one request at a time
+    steps: Callable[..., Steps]  # the same as steps, for run_batch
     defaults: dict[str, Any] = field(default_factory=dict)
     needs_retrieval: bool = False
 
@@ -347,10 +445,16 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy("closed_book", closed_book),
-        Strategy("long_context", long_context, {"overflow": "error"}),
-        Strategy("rag", rag, dict(_RAG), needs_retrieval=True),
-        Strategy("self_route", self_route, {**_RAG, "overflow": "error"}, needs_retrieval=True),
+        Strategy("closed_book", closed_book, closed_book_steps),
+        Strategy("long_context", long_context, long_context_steps, {"overflow": "error"}),
+        Strategy("rag", rag, rag_steps, dict(_RAG), needs_retrieval=True),
+        Strategy(
+            "self_route",
+            self_route,
+            self_route_steps,
+            {**_RAG, "overflow": "error"},
+            needs_retrieval=True,
+        ),
     )
 }
 
@@ -401,4 +505,13 @@ def run_strategy(name: str, example: Example, res: Resources, params: dict[str, 
     return get_strategy(name).fn(example, res, **params)
 
 
-__all__ = ["STRATEGIES", "Resources", "clean_answer", "expand", "get_strategy", "truncate"]
+__all__ = [
+    "STRATEGIES",
+    "Resources",
+    "clean_answer",
+    "drive",
+    "expand",
+    "get_strategy",
+    "run_batch",
+    "truncate",
+]

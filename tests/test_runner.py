@@ -195,7 +195,15 @@ def test_kill_and_resume(tmp_path):
     assert 4 <= len(before) < 20
     with records.open("ab") as f:  # a torn write, as if killed mid-line
         f.write(b'{"key": "[\\"niah-L')
-    llm = FakeLLM()
+
+    class Counting(FakeLLM):
+        requests = 0
+
+        def _generate(self, requests):
+            self.requests += len(requests)
+            return super()._generate(requests)
+
+    llm = Counting()
     df = run(cfg, progress=False, llm=llm)
     lines = records.read_bytes().splitlines()
     keys = [json.loads(line)["key"] for line in lines]
@@ -212,7 +220,8 @@ def test_kill_and_resume(tmp_path):
     ]
     assert len(redone) == 20 - len(before)
     routed = ((redone.strategy == "self_route") & (redone.route == "long_context")).sum()
-    assert llm.calls == len(redone) + routed  # only the missing records were generated
+    assert llm.requests == len(redone) + routed  # only the missing records were generated
+    assert llm.calls < llm.requests  # in batches (model.batch_size records per round)
     assert df["error"].isna().all()
     by = df.groupby("strategy")["string_match_all"].mean()
     assert by["long_context"] == 1.0
@@ -323,16 +332,20 @@ def test_unreadable_middle_record_is_skipped_not_truncated(tmp_path):
 
 def test_error_rows_are_retried_on_resume(tmp_path):
     class Flaky(FakeLLM):
-        calls = 0
+        armed = True  # the first run times out on one request (its batch, then alone)
 
         def _generate(self, requests):
-            Flaky.calls += 1
-            if Flaky.calls == 1:
+            if Flaky.armed and any(r.id.startswith(bad) for r in requests):
                 raise TimeoutError("transient")
             return super()._generate(requests)
 
     cfg = niah_config(tmp_path, strategies=["closed_book"])
+    first_id = run(cfg, progress=False, llm=FakeLLM())["example_id"].iloc[1]
+    bad = f"{first_id}:"
+    cfg["output_dir"] = str(tmp_path / "flaky")
     first = run(cfg, progress=False, llm=Flaky())
-    assert first["error"].notna().sum() == 1
+    assert first["error"].notna().sum() == 1  # only that request's record, not its batch
+    assert first.loc[first["error"].notna(), "example_id"].tolist() == [first_id]
+    Flaky.armed = False
     second = run(cfg, progress=False, llm=Flaky())
     assert second["error"].isna().all() and len(second) == len(first)

@@ -221,3 +221,58 @@ def test_kv_cache_bytes_use_the_resources_dtype():
     assert f32["kv_cache_bytes"] == 2 * 30 * 3 * 64 * positions * 4 == 2 * bf16["kv_cache_bytes"]
     routed = st.self_route(ex, res(kv_dtype="float32")).cost
     assert routed["kv_bytes_per_value"] == 4
+
+
+def test_run_batch_equals_one_at_a_time_in_few_llm_calls():
+    class Counting(FakeLLM):
+        batches: list[int]
+
+        def _generate(self, requests):
+            self.batches.append(len(requests))
+            return super()._generate(requests)
+
+    examples = [needle_example(d, f"ex{d}") for d in (20, 200, 380)]
+    items = [
+        (name, ex, params)
+        for ex in examples
+        for name, params in [
+            ("closed_book", {}),
+            ("long_context", {"overflow": "error"}),
+            ("rag", {"top_k": 3}),
+            ("self_route", {"top_k": 1, "budget": 5}),  # declines: a second round, long context
+        ]
+    ]
+    r = res()
+    r.llm = Counting(context_window=8192)
+    r.llm.batches = []
+    batched = st.run_batch(items, r)
+    one_by_one = [st.get_strategy(n).fn(ex, res(), **p) for n, ex, p in items]
+
+    def view(rec):
+        return (rec.example_id, rec.strategy, rec.prediction, rec.scores, rec.cost["prompt_tokens"])
+
+    assert [view(b) for b in batched] == [view(o) for o in one_by_one]
+    routed = sum(b.meta.get("route") == "long_context" for b in batched)
+    assert routed == 3 and r.llm.batches == [12, 3]  # one call per round, not per request
+
+
+def test_run_batch_keeps_one_failure_to_its_item():
+    class Failing(FakeLLM):
+        def _generate(self, requests):
+            if any(q.id.startswith("bad:") for q in requests):
+                raise TimeoutError("server hung")
+            return super()._generate(requests)
+
+    r = res(window=300)  # the long example overflows the window: long_context raises
+    r.llm = Failing(context_window=300)
+    long = Example("long", "q?", ("x",), (Document("long/doc", FILLER * 2),), {"task": "qa"})
+    items = [
+        ("closed_book", needle_example(ex_id="ok"), {}),
+        ("long_context", long, {"overflow": "error"}),
+        ("closed_book", needle_example(ex_id="bad"), {}),
+        ("closed_book", needle_example(ex_id="ok2"), {}),
+    ]
+    out = st.run_batch(items, r)
+    assert isinstance(out[1], ContextOverflowError)
+    assert isinstance(out[2], TimeoutError)  # the batch failed; retried alone, only it fails
+    assert [o.example_id for o in (out[0], out[3])] == ["ok", "ok2"]
