@@ -3,9 +3,11 @@
 Run folder: ``<output_dir>/<name>-<config hash[:8]>/`` holding
 
 - ``records.jsonl``: one line per finished Record, appended, flushed and fsynced as each
-  completes, so a run killed at any moment (SIGKILL included) loses at most the record in
-  flight; a restart skips the (example, strategy, params) keys already there and drops a torn
-  last line. Nothing is ever duplicated: a key is written only if it was not loaded.
+  chunk of ``model.batch_size`` records completes (``strategies.run_batch``: each round of
+  requests goes to the LLM in one call), so a run killed at any moment (SIGKILL included) loses
+  at most the chunk in flight; a restart skips the (example, strategy, params) keys already
+  there and drops a torn last line. Nothing is ever duplicated: a key is written only if it
+  was not loaded.
 - ``results.parquet``: the flattened table, rows in work order (independent of resumes).
 - ``manifest.json``: config, hash, dataset fingerprint, model identity, versions, git commit,
   hardware, start and end times.
