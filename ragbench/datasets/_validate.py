@@ -89,18 +89,36 @@ def no_unknown(obj: dict, valid: Iterable[str], where: tuple = ()) -> None:
         raise FieldError(where + (extra[0],), f"unknown field; valid: {', '.join(sorted(valid))}")
 
 
-def read_jsonl(path: str | os.PathLike, convert: Callable[[dict], Any], id_field: str) -> list[Any]:
-    """Convert each JSONL row, turning a FieldError into InputFileError(file, line, field)."""
-    out, first_line = [], {}
+def read_jsonl(
+    path: str | os.PathLike,
+    convert: Callable[[dict], Any],
+    id_field: str,
+    repeats: list[int] | None = None,
+) -> list[Any]:
+    """Convert each JSONL row, turning a FieldError into InputFileError(file, line, field).
+
+    A repeated id is an error naming both lines; with a ``repeats`` list, a record equal to the
+    earlier one with its id is skipped instead and its line appended there (verbatim repeats);
+    a same-id record with other content is still an error."""
+    out, first = [], {}
     for lineno, row in iter_jsonl(path):
         try:
             item = convert(row)
         except FieldError as bad:
             raise InputFileError(path, lineno, bad.message, bad.field) from None
-        if item.id in first_line:
-            msg = f"duplicate id {item.id!r} (first on line {first_line[item.id]})"
+        if item.id in first:
+            line, earlier = first[item.id]
+            if repeats is not None and item == earlier:
+                repeats.append(lineno)
+                continue
+            msg = f"duplicate id {item.id!r} (first on line {line})"
+            if repeats is not None:
+                msg = (
+                    f"id {item.id!r} is also on line {line} with different content "
+                    "(identical repeats are dropped; conflicting ones must be renamed or removed)"
+                )
             raise InputFileError(path, lineno, msg, id_field)
-        first_line[item.id] = lineno
+        first[item.id] = (lineno, item)
         out.append(item)
     return out
 

@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ragbench.io import InputFileError, iter_jsonl
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
 
@@ -307,32 +306,10 @@ def read_records(path: str | os.PathLike) -> tuple[list[Example], list[int]]:
     ``formats.read_examples`` except that a record equal to an earlier one with its id is
     skipped (its line is returned); a same-id record with other content is an InputFileError
     naming both lines."""
-    from ragbench.datasets._validate import FieldError
-    from ragbench.datasets.formats import _example_from_row
+    from ragbench.datasets.formats import read_examples
 
-    examples: list[Example] = []
-    first: dict[str, tuple[int, Example]] = {}
     repeats: list[int] = []
-    for lineno, row in iter_jsonl(path):
-        try:
-            example = _example_from_row(row)
-        except FieldError as bad:
-            raise InputFileError(path, lineno, bad.message, bad.field) from None
-        if example.id in first:
-            line, earlier = first[example.id]
-            if example != earlier:
-                raise InputFileError(
-                    path,
-                    lineno,
-                    f"id {example.id!r} is also on line {line} with different content "
-                    "(identical repeats are dropped; conflicting ones must be renamed or removed)",
-                    "id",
-                )
-            repeats.append(lineno)
-            continue
-        first[example.id] = (lineno, example)
-        examples.append(example)
-    return examples, repeats
+    return read_examples(path, repeats=repeats), repeats
 
 
 def dedup_file(

@@ -100,9 +100,10 @@ def fingerprint(examples: Iterable[Example]) -> str:
     return sha256_bytes(_canonical(examples).encode("utf-8"))
 
 
-def read_examples(path: PathLike) -> list[Example]:
-    """Read ragbench JSONL strictly (see the module docstring)."""
-    return read_jsonl(path, _example_from_row, id_field="id")
+def read_examples(path: PathLike, repeats: list[int] | None = None) -> list[Example]:
+    """Read ragbench JSONL strictly (see the module docstring). With a ``repeats`` list, records
+    repeated verbatim are skipped and their lines appended to it (``data dedup``)."""
+    return read_jsonl(path, _example_from_row, id_field="id", repeats=repeats)
 
 
 # --------------------------------------------------------------------------- ragbench JSONL
