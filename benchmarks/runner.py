@@ -21,7 +21,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ragbench.io import atomic_write_text  # noqa: E402
-from ragbench.runner import run  # noqa: E402
+from ragbench.runner import _load_llm, load_config, run  # noqa: E402
 
 
 def config(out: str, lengths: list[int], batch_size: int) -> dict:
@@ -44,8 +44,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "runner.json"))
     args = parser.parse_args(argv)
     lengths = [1024] if args.quick else [1024, 2048]
-    from ragbench.runner import _load_llm, load_config
-
     result: dict = {"context_lengths": lengths, "load_start": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
         llm = _load_llm(load_config(config(tmp, lengths, 1)))  # one model for both arms

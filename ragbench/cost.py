@@ -350,8 +350,7 @@ def combine_costs(parts: list[dict[str, Any]], peak_flops: float | None = None) 
             out[key] = max(known) if known else None
         elif key == "usage_estimated":
             out[key] = any(values)
-    seconds = out.get("gpu_seconds") or out["total_seconds"]  # records from before gpu_seconds
-    out["mfu"] = mfu(out["flops"], seconds, peak_flops) if out.get("flops") else None
+    out["mfu"] = mfu(out["flops"], out["gpu_seconds"], peak_flops) if out.get("flops") else None
     return out
 
 

@@ -5,9 +5,10 @@ CDNs; none is needed to see tables and figures, and a report must open offline).
 PNG outputs matplotlib's inline backend already stores base64 in the notebook, so they show without
 a kernel. A provenance header names the notebook, its papermill parameters and the manifests of the
 runs the notebook executed (``ragbench.run`` records each one in the cell's outputs under
-``RUN_MIME``; several runs: the facts they share, then per run what differs). Before anything is written the HTML is scrubbed: values of environment variables that
-look like credentials become ``***`` and the machine's absolute paths (repo root, venv, $HOME, the
-notebook's folder) become placeholders.
+``RUN_MIME``; several runs: the facts they share, then per run what differs). Before anything is
+written the HTML is scrubbed: values of environment variables that look like credentials become
+``***`` and the machine's absolute paths (repo root, venv, $HOME, the notebook's folder) become
+placeholders.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ MIN_SECRET_LEN = 8
 SECRET_SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})\b"
 )
-# display_data mime type ragbench.runner writes in a kernel: {"run_dir": abs path, "manifest": {...}}
+# display_data mime type ragbench.runner writes in a kernel:
+# {"run_dir": absolute path, "manifest": {...}}
 RUN_MIME = "application/vnd.ragbench.run+json"
 MANIFEST_FIELDS = {  # header label -> manifest keys (dotted: nested), as ragbench.runner writes
     "config hash": ("config_hash",),

@@ -302,7 +302,8 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
     pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done or done[k].error]
 
     llm = llm or _load_llm(cfg)
-    res = _resources(cfg, llm)
+    identity = _identity(llm)
+    res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
     errors = 0
     with (out / RECORDS).open("ab") as f:
         bar = tqdm(total=len(work), initial=len(work) - len(pending), desc=cfg.name,
@@ -337,7 +338,7 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
             "fingerprint": fingerprint(examples),
             "n": len(examples),
         },
-        "model": _identity(llm),
+        "model": identity,
         "records": len(df),
         "errors": int(df["error"].notna().sum()),
         "resumed_records": len(work) - len(pending),
@@ -356,7 +357,7 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
     return df
 
 
-def _resources(cfg: RunConfig, llm) -> Resources:
+def _resources(cfg: RunConfig, llm, kv_dtype: str | None = None) -> Resources:
     from ragbench.cost import price_sheet
     from ragbench.llm.presets import get_preset
 
@@ -367,7 +368,7 @@ def _resources(cfg: RunConfig, llm) -> Resources:
         max_new_tokens=cfg.model.max_new_tokens,
         prompt_budget=cfg.prompt_budget,
         preset=get_preset(cfg.model.arch) if cfg.model.arch else None,
-        kv_dtype=_identity(llm).get("dtype"),  # transformers backend: the model's dtype
+        kv_dtype=kv_dtype,  # transformers backend: the model's dtype (identity()["dtype"])
         sheet=price_sheet(cfg.price_sheet) if cfg.price_sheet else None,
         index=make_index(cfg) if needs_index else None,
     )

@@ -13,15 +13,16 @@
 
 Each strategy is written once as *steps*: a generator that yields the ``GenerationRequest`` it
 needs, receives the ``Completion`` and finally returns the ``Record``. ``drive`` runs one such
-generator a request at a time (``closed_book(example, res)`` etc. are that); ``run_batch`` runs
-many together, sending each round's requests to the LLM in one ``generate`` call, so the backend
-can batch them (padded batches and shared document prefixes on transformers, concurrent requests
-on an OpenAI-compatible server). Rounds depend only on the items given, so results are
-deterministic.
+generator a request at a time (``closed_book(example, res)`` etc. and ``Strategy.run`` are that);
+``run_batch`` runs many together, sending each round's requests to the LLM in one ``generate``
+call, so the backend can batch them (padded batches and shared document prefixes on
+transformers, concurrent requests on an OpenAI-compatible server). Rounds depend only on the
+items given, so results are deterministic.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -341,38 +342,37 @@ def self_route_steps(
 # ---------------------------------------------------------------------------- drivers
 
 
-def drive(steps: Steps, llm: Any) -> Record:
-    """Run a strategy's steps one request at a time."""
-    try:
-        request = next(steps)
-        while True:
-            request = steps.send(llm.generate([request])[0])
-    except StopIteration as finished:
-        return finished.value
-
-
-def closed_book(example: Example, res: Resources, **params: Any) -> Record:
-    return drive(closed_book_steps(example, res, **params), res.llm)
-
-
-def long_context(example: Example, res: Resources, **params: Any) -> Record:
-    return drive(long_context_steps(example, res, **params), res.llm)
-
-
-def rag(example: Example, res: Resources, **params: Any) -> Record:
-    return drive(rag_steps(example, res, **params), res.llm)
-
-
-def self_route(example: Example, res: Resources, **params: Any) -> Record:
-    return drive(self_route_steps(example, res, **params), res.llm)
-
-
 def _advance(steps: Steps, completion: Completion | None) -> GenerationRequest | Record:
     """The next request of ``steps`` or its Record; the strategy's own errors propagate."""
     try:
         return next(steps) if completion is None else steps.send(completion)
     except StopIteration as finished:
         return finished.value
+
+
+def drive(steps: Steps, llm: Any) -> Record:
+    """Run a strategy's steps one request at a time."""
+    out = _advance(steps, None)
+    while isinstance(out, GenerationRequest):
+        out = _advance(steps, llm.generate([out])[0])
+    return out
+
+
+def _one_at_a_time(steps_fn: Callable[..., Steps]) -> Callable[..., Record]:
+    """``steps_fn`` as a plain strategy: (example, res, **params) -> Record."""
+
+    @functools.wraps(steps_fn)
+    def strategy(example: Example, res: Resources, **params: Any) -> Record:
+        return drive(steps_fn(example, res, **params), res.llm)
+
+    strategy.__name__ = strategy.__qualname__ = steps_fn.__name__.removesuffix("_steps")
+    return strategy
+
+
+closed_book = _one_at_a_time(closed_book_steps)
+long_context = _one_at_a_time(long_context_steps)
+rag = _one_at_a_time(rag_steps)
+self_route = _one_at_a_time(self_route_steps)
 
 
 def run_batch(
@@ -436,24 +436,23 @@ _RAG = {"top_k": 5, "budget": None, "order": "score", "cite": True}
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    fn: Callable[..., Record]  # (example, res, **params) -> Record, one request at a time
-    steps: Callable[..., Steps]  # the same as steps, for run_batch
+    steps: Callable[..., Steps]  # (example, res, **params) -> Steps
     defaults: dict[str, Any] = field(default_factory=dict)
     needs_retrieval: bool = False
+
+    def run(self, example: Example, res: Resources, **params: Any) -> Record:
+        """One request at a time (``run_batch`` runs many together)."""
+        return drive(self.steps(example, res, **params), res.llm)
 
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy("closed_book", closed_book, closed_book_steps),
-        Strategy("long_context", long_context, long_context_steps, {"overflow": "error"}),
-        Strategy("rag", rag, rag_steps, dict(_RAG), needs_retrieval=True),
+        Strategy("closed_book", closed_book_steps),
+        Strategy("long_context", long_context_steps, {"overflow": "error"}),
+        Strategy("rag", rag_steps, dict(_RAG), needs_retrieval=True),
         Strategy(
-            "self_route",
-            self_route,
-            self_route_steps,
-            {**_RAG, "overflow": "error"},
-            needs_retrieval=True,
+            "self_route", self_route_steps, {**_RAG, "overflow": "error"}, needs_retrieval=True
         ),
     )
 }
@@ -499,10 +498,6 @@ def expand(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     keys = sorted(merged)
     axes = [merged[k] if isinstance(merged[k], list) else [merged[k]] for k in keys]
     return [dict(zip(keys, point, strict=True)) for point in itertools.product(*axes)]
-
-
-def run_strategy(name: str, example: Example, res: Resources, params: dict[str, Any]) -> Record:
-    return get_strategy(name).fn(example, res, **params)
 
 
 __all__ = [

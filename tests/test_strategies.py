@@ -246,7 +246,7 @@ def test_run_batch_equals_one_at_a_time_in_few_llm_calls():
     r.llm = Counting(context_window=8192)
     r.llm.batches = []
     batched = st.run_batch(items, r)
-    one_by_one = [st.get_strategy(n).fn(ex, res(), **p) for n, ex, p in items]
+    one_by_one = [st.get_strategy(n).run(ex, res(), **p) for n, ex, p in items]
 
     def view(rec):
         return (rec.example_id, rec.strategy, rec.prediction, rec.scores, rec.cost["prompt_tokens"])

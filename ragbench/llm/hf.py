@@ -6,8 +6,9 @@ token) and decode separately, (2) batch several questions after one shared, prec
 KV cache (left padding sits between prefix and question, with explicit position ids), or
 (3) drop finished rows from the batch. For full-attention models (Llama, Qwen, SmolLM2...) the
 batch reads that prefix KV once per step through shared-prefix attention (``shared_prefix.py``)
-instead of holding a copy per row; other architectures (sliding windows, e.g. Gemma 3) copy it. ``model.generate`` stays the reference in the tests and
-the benchmark (same greedy answers). Prefill computes logits for the last position only.
+instead of holding a copy per row; other architectures (sliding windows, e.g. Gemma 3) copy it.
+``model.generate`` stays the reference in the tests and the benchmark (same greedy answers).
+Prefill computes logits for the last position only.
 
 Accounting per Completion: ``prompt_tokens`` counts the chat template; ``cached_prompt_tokens``
 are prefix tokens whose KV was reused: like a hosted prefix cache, the first request of a group
@@ -16,7 +17,8 @@ the others, or any request of a later call with the same prefix, reuse it. ``pre
 is the batch's prefill and ``decode_seconds`` the row's own time to its last token, synchronised
 on GPU: the latency the row saw. ``meta["gpu_seconds"]`` is its share of the device time (prefill
 split evenly, each decode step among the rows it ran for; the shares of a batch add up to its wall
-time), which ``cost.gpu_seconds`` charges; ``peak_memory_bytes`` is CUDA max allocated, else the process RSS (``meta["peak_memory"]``).
+time), which ``cost.gpu_seconds`` charges. ``peak_memory_bytes`` is CUDA max allocated, else the
+process RSS (``meta["peak_memory"]``).
 """
 
 from __future__ import annotations
@@ -359,17 +361,16 @@ class HFModel(LLM):
         while True:
             nxt = self._pick(logits, [requests[b] for b in active], [gens[b] for b in active])
             keep = []
+            now = self._now()  # the step's end: its share, and the time of rows finishing now
             for j, b in enumerate(active):
+                device_share[b] += (now - t_step) / len(active)
                 token = int(nxt[j])
                 generated[b].append(token)
                 reason, text = self._finished(requests[b], generated[b], token)
                 if reason:
-                    done[b] = {"text": text, "finish_reason": reason, "t": self._now()}
+                    done[b] = {"text": text, "finish_reason": reason, "t": now}
                 else:
                     keep.append(j)
-            now = self._now()
-            for b in active:
-                device_share[b] += (now - t_step) / len(active)
             t_step = now
             if not keep:
                 break
