@@ -145,7 +145,7 @@ def parse_config(data: Any, source: str = "<config>", text: str | None = None) -
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, source, text)) from None
+        raise ConfigError(explain_validation_error(exc, source, text, RunConfig)) from None
 
 
 def load_config(path: str | os.PathLike | RunConfig | dict) -> RunConfig:
@@ -167,7 +167,12 @@ def load_config(path: str | os.PathLike | RunConfig | dict) -> RunConfig:
     return parse_config(data, str(path), text)
 
 
-def _explain(exc: ValidationError, source: str, text: str | None) -> str:
+def explain_validation_error(
+    exc: ValidationError, source: str, text: str | None, root: type[BaseModel]
+) -> str:
+    """pydantic errors as ``file:line: field: message`` lines; unknown keys get a did-you-mean
+    over the valid keys of the model at that place (``root`` is the validated top-level model).
+    Shared by run configs and sweep specs."""
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
@@ -175,7 +180,7 @@ def _explain(exc: ValidationError, source: str, text: str | None) -> str:
         line = _line_of(text, loc) if text else None
         where = f"{source}:{line}" if line else source
         if err["type"] == "extra_forbidden":
-            model = _model_at(loc[:-1])
+            model = _model_at(root, loc[:-1])
             valid = list(model.model_fields) if model else []
             msg = f"unknown key {loc[-1]!r}; {did_you_mean(str(loc[-1]), valid)}"
         else:
@@ -187,9 +192,9 @@ def _explain(exc: ValidationError, source: str, text: str | None) -> str:
     return "\n".join(lines)
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
+def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     """The pydantic model class at a location path (for the list of valid keys)."""
-    model: type[BaseModel] | None = RunConfig
+    model: type[BaseModel] | None = root
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
