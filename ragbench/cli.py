@@ -17,7 +17,7 @@ app = typer.Typer(
 COMMAND_MODULES: list[str] = [
     "ragbench.datasets.cli",
     "ragbench.retrieval.cli",
-    "ragbench.runner",
+    "ragbench.run_cli",
     "ragbench.sweep_cli",
 ]
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ragbench.io import dumps_canonical
 from ragbench.registry import did_you_mean, unknown
+from ragbench.strategies.params import RetrievalParams
 
 
 class ConfigError(ValueError):
@@ -45,7 +46,7 @@ class DatasetConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    backend: Literal["hf", "openai", "fake"] = "hf"  # where generation runs
+    backend: str = "hf"  # where generation runs: hf | openai | fake (ragbench.llm.BACKENDS)
     name: str = "smollm2-135m-instruct"  # preset name, HF id/folder, or served model name
     params: dict[str, Any] = Field(default_factory=dict)  # backend kwargs: device, base_url, ...
     preset: str | None = None  # architecture for FLOPs/KV bytes; default: `name` if it is a preset
@@ -54,6 +55,13 @@ class ModelConfig(_Strict):
     # records generated together, one LLM call per round: padded batches and shared document
     # prefixes on transformers, concurrent requests on a server; 1 = one request at a time
     batch_size: int = Field(8, ge=1)
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        from ragbench.llm import BACKENDS
+
+        return BACKENDS.check(v)
 
     @model_validator(mode="after")
     def _known(self) -> ModelConfig:
@@ -73,25 +81,113 @@ class ModelConfig(_Strict):
         return self.preset or (self.name if self.name in PRESETS else None)
 
 
+def _one_or_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+_R = RetrievalParams  # the retrieval settings' defaults live on the parameter class
+
+
 class RetrievalConfig(_Strict):
-    embedder: str = "minilm"  # minilm (embedded, offline) | hash (fast tests)
-    retriever: str = "dense"  # dense | bm25 | hybrid | rerank
+    """The index the retrieving strategies (rag, self_route) read. The first five fields take a
+    value or a list (a grid, crossed with each strategy's own parameter grid, and recorded in
+    every record's params); a strategy's ``params`` may override them."""
+
+    embedder: str | list[str] = _R.embedder  # minilm (embedded, offline) | hash (fast tests)
+    retriever: str | list[str] = _R.retriever  # dense | bm25 | hybrid | rerank
+    splitter: str | list[str] = _R.splitter  # llama-index splitter: sentence | token
+    chunk_size: int | list[int] = _R.chunk_size  # tokens per chunk (the chunking tokenizer's)
+    chunk_overlap: int | list[int] = _R.chunk_overlap  # tokens shared by neighbouring chunks
     retriever_params: dict[str, Any] = Field(default_factory=dict)  # e.g. hybrid weights
-    splitter: str = "sentence"  # llama-index splitter: sentence | token
-    chunk_size: int = Field(128, ge=1)  # tokens per chunk (the model's tokenizer)
-    chunk_overlap: int = Field(16, ge=0)  # tokens shared by neighbouring chunks
     tokenizer: str | None = None  # chunking tokenizer; default: the model preset's, else whitespace
+
+    @field_validator("embedder")
+    @classmethod
+    def _embedder(cls, v: Any) -> Any:
+        from ragbench.retrieval import EMBEDDERS
+
+        for name in _one_or_list(v):
+            EMBEDDERS.check(name)
+        return v
+
+    @field_validator("retriever")
+    @classmethod
+    def _retriever(cls, v: Any) -> Any:
+        from ragbench.retrieval import RETRIEVERS
+
+        for name in _one_or_list(v):
+            RETRIEVERS.check(name)
+        return v
+
+    @field_validator("splitter")
+    @classmethod
+    def _splitter(cls, v: Any) -> Any:
+        from ragbench.retrieval import SPLITTERS
+
+        for name in _one_or_list(v):
+            SPLITTERS.check(name)
+        return v
+
+    @field_validator("chunk_size", "chunk_overlap")
+    @classmethod
+    def _sizes(cls, v: Any, info: Any) -> Any:
+        minimum = 1 if info.field_name == "chunk_size" else 0
+        for n in _one_or_list(v):
+            if n < minimum:
+                raise ValueError(f"must be >= {minimum}, got {n}")
+        return v
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, v: str | None) -> str | None:
+        from ragbench.tokenizers import check_tokenizer
+
+        return v if v is None else check_tokenizer(v)
+
+    @model_validator(mode="after")
+    def _combinations(self) -> RetrievalConfig:
+        names = _one_or_list(self.retriever)
+        for key in self.retriever_params:  # each key must serve at least one retriever
+            if not any(key in self.params_for(name) for name in names):
+                from ragbench.retrieval import check_retriever_params
+
+                check_retriever_params(names[0], {key: self.retriever_params[key]})
+        for size in _one_or_list(self.chunk_size):
+            for overlap in _one_or_list(self.chunk_overlap):
+                if overlap >= size:
+                    raise ValueError(
+                        f"chunk_overlap ({overlap}) must be smaller than chunk_size ({size})"
+                    )
+        return self
+
+    def params_for(self, retriever: str) -> dict[str, Any]:
+        """The ``retriever_params`` that ``retriever`` takes: a grid of retrievers shares one
+        mapping (say a cross-encoder for rerank beside dense and bm25)."""
+        from ragbench.retrieval import check_retriever_params
+
+        taken = {}
+        for key, value in self.retriever_params.items():
+            try:
+                check_retriever_params(retriever, {key: value})
+            except ValueError:
+                continue
+            taken[key] = value
+        return taken
+
+    def grid_values(self) -> dict[str, Any]:
+        """The grid-able settings, as a strategy's parameter grid takes them."""
+        return {k: getattr(self, k) for k in RetrievalParams.field_names()}
 
 
 class StrategyConfig(_Strict):
-    name: str  # closed_book | long_context | rag | self_route
+    name: str  # closed_book | long_context | rag | self_route (ragbench.strategies.STRATEGIES)
     params: dict[str, Any] = Field(default_factory=dict)  # list values expand into a grid
 
     @model_validator(mode="after")
     def _known(self) -> StrategyConfig:
-        from ragbench.strategies import check_params
+        from ragbench.strategies import get_strategy
 
-        check_params(self.name, self.params)
+        get_strategy(self.name).grid(self.params)  # every point validates itself
         return self
 
 
@@ -99,8 +195,8 @@ class RunConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # run folder: <name>-<hash[:8]>
     seed: int = 0  # every generator and bootstrap takes it: same config, same table
     dataset: DatasetConfig
-    model: ModelConfig = ModelConfig()
-    retrieval: RetrievalConfig = RetrievalConfig()
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     strategies: list[StrategyConfig] = Field(min_length=1)  # compared on the same examples
     metrics: list[str] = Field(default_factory=lambda: ["string_match_all"])  # answer metrics
     prompt_budget: int | None = Field(None, ge=1)  # matched budgets: one prompt-token cap for all
@@ -115,20 +211,30 @@ class RunConfig(_Strict):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, v: list[str]) -> list[str]:
-        from ragbench.metrics import get_metric
+        from ragbench.metrics import METRICS
 
         for name in v:
-            get_metric(name)
+            METRICS.check(name)
         return v
 
     @field_validator("price_sheet")
     @classmethod
     def _sheet(cls, v: str | None) -> str | None:
         if v is not None:
-            from ragbench.cost import price_sheet
+            from ragbench.prices import price_sheet
 
             price_sheet(v)
         return v
+
+    @model_validator(mode="after")
+    def _points(self) -> RunConfig:
+        """Each strategy's grid crossed with the retrieval grid (a strategy's chunk_size with
+        the section's chunk_overlap, say): every point must be valid before anything loads."""
+        from ragbench.strategies import get_strategy
+
+        for s in self.strategies:
+            get_strategy(s.name).grid(s.params, self.retrieval.grid_values())
+        return self
 
 
 # ---------------------------------------------------------------------------- loading and hashing

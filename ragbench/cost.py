@@ -1,8 +1,9 @@
 """Cost per query: tokens, latency, FLOPs, KV-cache bytes, MFU and dollars.
 
 Everything here is a pure function of a ``Completion`` (the backend's accounting), a model's
-architecture facts (``ragbench.llm.presets.ModelPreset``) and a price sheet (a YAML data file
-with a date and a source note; no price lives in this module).
+architecture facts (``ragbench.llm.presets.ModelPreset``) and a price sheet
+(``ragbench.prices``: a YAML data file with a date and a source; no price lives in code). A
+record's cost is a ``Cost``: it adds (a query of several calls) and flattens to columns.
 
 FLOPs model (forward pass only, per query). Write P = prompt tokens, C = cached prompt tokens
 (a reused prefix KV cache: those positions are not recomputed), G = completion tokens,
@@ -36,20 +37,14 @@ server's block rounding are not counted: this is one sequence's own cache.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from ragbench.io import InputFileError
+from ragbench.prices import PriceSheet, dollars_per_query, gpu_seconds
 from ragbench.registry import unknown
 from ragbench.types import Completion
-
-PRICES_DIR = Path(__file__).parent / "data" / "prices"
-
 
 # ---------------------------------------------------------------------------- memory and compute
 
@@ -153,123 +148,133 @@ def mfu(flops: float, seconds: float, peak_flops: float) -> float | None:
     return float(flops) / (seconds * peak_flops)
 
 
-# ---------------------------------------------------------------------------- price sheets
-
-_API_FIELDS = ("input_per_million", "cached_input_per_million", "output_per_million")
-_GPU_FIELDS = ("gpu_hour", "gpus")
-_COMMON = ("name", "kind", "date", "source", "currency")
-_OPTIONAL = ("hardware", "peak_flops", "note")
+# ---------------------------------------------------------------------------- a query's cost
 
 
 @dataclass(frozen=True)
-class PriceSheet:
-    """One price sheet. ``kind="api"``: $ per million tokens; ``kind="gpu_hour"``: $ per hour."""
+class Cost:
+    """What one query cost: the record's cost columns. ``a + b`` is a query made of two calls
+    (Self-Route: its RAG call, then long context): counts and seconds add, memory takes the
+    larger, MFU is recomputed. A field is None when it is unknown (no architecture preset: no
+    FLOPs; no price sheet: no dollars), never guessed."""
 
-    name: str
-    kind: str
-    date: str
-    source: str
-    currency: str = "USD"
-    prices: dict[str, float] = field(default_factory=dict)
-    hardware: str = ""
-    peak_flops: float | None = None
-    path: str = ""
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # served from a reused prefix KV cache (not recomputed)
+    completion_tokens: int = 0
+    prefill_seconds: float = 0.0  # time to first token
+    decode_seconds: float = 0.0
+    total_seconds: float = 0.0  # prefill + decode: what the user waited for the model
+    gpu_seconds: float = 0.0  # device time charged (a batch row: its own share)
+    retrieval_seconds: float | None = None  # index build + search; None: did not retrieve
+    peak_memory_bytes: int | None = None
+    usage_estimated: bool = False  # token counts estimated locally, not reported by a server
+    llm_calls: int = 0
+    flops: int | None = None
+    flops_attention: int | None = None
+    kv_cache_bytes: int | None = None  # this query's own KV cache at its last step
+    kv_bytes_per_value: int | None = None  # dtype bytes used for kv_cache_bytes
+    dollars: float | None = None
+    peak_flops: float | None = None  # the price sheet's hardware peak MFU is relative to
+    mfu: float | None = None
+    price_sheet: str | None = None
 
-
-def available_price_sheets() -> list[str]:
-    return sorted(p.stem for p in PRICES_DIR.glob("*.yaml"))
-
-
-def price_sheet(name_or_path: str | os.PathLike) -> PriceSheet:
-    """Load a shipped sheet by name (``ragbench/data/prices/<name>.yaml``) or any YAML path."""
-    path = Path(name_or_path)
-    if not (path.suffix in (".yaml", ".yml") and path.exists()):
-        if str(name_or_path) not in available_price_sheets():
-            raise unknown(
-                "price sheet", str(name_or_path), [*available_price_sheets(), "<path.yaml>"]
+    @classmethod
+    def of(
+        cls,
+        completion: Completion,
+        preset: Any = None,
+        sheet: PriceSheet | None = None,
+        kv_dtype: Any = None,
+    ) -> Cost:
+        """The cost of one completion. ``preset`` (architecture) gives FLOPs and KV bytes,
+        ``sheet`` dollars and MFU. ``kv_dtype`` is the dtype the KV cache was stored in (the
+        transformers backend: ``llm.identity()["dtype"]``); unknown (None) assumes 2 bytes per
+        value (bf16/fp16) and ``kv_bytes_per_value`` records the value used."""
+        flops = flops_attention = kv_bytes = per_value = None
+        if preset is not None:
+            f = forward_flops(
+                preset,
+                completion.prompt_tokens,
+                completion.cached_prompt_tokens,
+                completion.completion_tokens,
             )
-        path = PRICES_DIR / f"{name_or_path}.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise InputFileError(
-            path, None if line is None else line + 1, f"invalid YAML: {exc}"
-        ) from None
-    return parse_price_sheet(data, str(path))
-
-
-def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
-    if not isinstance(data, dict):
-        raise InputFileError(where, None, "a price sheet must be a YAML mapping")
-    kind = data.get("kind")
-    if kind not in ("api", "gpu_hour"):
-        raise InputFileError(where, None, f"kind must be 'api' or 'gpu_hour', got {kind!r}", "kind")
-    price_fields = _API_FIELDS if kind == "api" else _GPU_FIELDS
-    valid = set(_COMMON + _OPTIONAL + price_fields)
-    for key in data:
-        if key not in valid:
-            from ragbench.registry import did_you_mean
-
-            raise InputFileError(where, None, f"unknown key; {did_you_mean(key, valid)}", key)
-    for key in ("name", "date", "source", *price_fields):
-        if data.get(key) in (None, ""):
-            raise InputFileError(
-                where, None, "required (every sheet carries a date and a source)", key
+            flops, flops_attention = f["total"], f["attention"]
+            seq = query_kv_positions(completion.prompt_tokens, completion.completion_tokens)
+            per_value = dtype_bytes(kv_dtype)
+            kv_bytes = kv_cache_bytes(
+                preset.layers, preset.kv_heads, preset.head_dim, seq, 1, per_value
             )
-    prices: dict[str, float] = {}
-    for key in price_fields:
-        value = data[key]
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-            raise InputFileError(where, None, f"must be a number >= 0, got {value!r}", key)
-        prices[key] = float(value)
-    peak = data.get("peak_flops")
-    return PriceSheet(
-        name=str(data["name"]),
-        kind=kind,
-        date=str(data["date"]),
-        source=str(data["source"]).strip(),
-        currency=str(data.get("currency", "USD")),
-        prices=prices,
-        hardware=str(data.get("hardware", "")),
-        peak_flops=float(peak) if peak is not None else None,
-        path=where,
-    )
+        seconds = gpu_seconds(completion)
+        peak = sheet.peak_flops if sheet is not None else None
+        return cls(
+            prompt_tokens=completion.prompt_tokens,
+            cached_prompt_tokens=completion.cached_prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            prefill_seconds=completion.prefill_seconds,
+            decode_seconds=completion.decode_seconds,
+            total_seconds=completion.total_seconds,
+            gpu_seconds=seconds,
+            peak_memory_bytes=completion.peak_memory_bytes,
+            usage_estimated=completion.usage_estimated,
+            llm_calls=1,
+            flops=flops,
+            flops_attention=flops_attention,
+            kv_cache_bytes=kv_bytes,
+            kv_bytes_per_value=per_value,
+            dollars=dollars_per_query(completion, sheet) if sheet is not None else None,
+            peak_flops=peak,
+            mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
+            price_sheet=sheet.name if sheet is not None else None,
+        )
+
+    def __add__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+
+        def known_sum(a, b):  # unknown in either part: unknown in the whole
+            return None if a is None or b is None else a + b
+
+        def larger(a, b):
+            return max((v for v in (a, b) if v is not None), default=None)
+
+        def applicable_sum(a, b):  # None means "not done" (retrieval): the parts that did
+            return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+
+        summed = {f: known_sum(getattr(self, f), getattr(other, f)) for f in _ADDITIVE}
+        flops, seconds = summed["flops"], summed["gpu_seconds"]
+        peak = self.peak_flops if self.peak_flops is not None else other.peak_flops
+        return Cost(
+            **summed,
+            retrieval_seconds=applicable_sum(self.retrieval_seconds, other.retrieval_seconds),
+            peak_memory_bytes=larger(self.peak_memory_bytes, other.peak_memory_bytes),
+            usage_estimated=self.usage_estimated or other.usage_estimated,
+            kv_cache_bytes=larger(self.kv_cache_bytes, other.kv_cache_bytes),
+            kv_bytes_per_value=other.kv_bytes_per_value or self.kv_bytes_per_value,
+            peak_flops=peak,
+            mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
+            price_sheet=other.price_sheet or self.price_sheet,
+        )
+
+    def with_retrieval(self, seconds: float) -> Cost:
+        return dataclasses.replace(self, retrieval_seconds=seconds)
+
+    def columns(self) -> dict[str, Any]:
+        """The flat record columns, in field order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cost:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown_keys = set(data) - names
+        if unknown_keys:
+            raise ValueError(
+                f"Cost: unknown field(s) {sorted(unknown_keys)}; valid: {sorted(names)}"
+            )
+        return cls(**data)
 
 
-# ---------------------------------------------------------------------------- money
-
-
-def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
-    """Measured accelerator time of one completion x devices held.
-
-    A backend that batches reports each row's share of the device time in ``meta["gpu_seconds"]``
-    (the transformers backend: the shares of one batch add up to its wall time); otherwise the
-    completion's wall seconds, which is what it held the devices for.
-    """
-    share = (completion.meta or {}).get("gpu_seconds")
-    return (completion.total_seconds if share is None else float(share)) * gpus
-
-
-def dollars_per_query(completion: Completion, sheet: PriceSheet) -> float:
-    """API: uncached input, cached input and output tokens at their per-million prices.
-    Self-hosted: the hourly price x measured GPU-seconds / 3600."""
-    p = sheet.prices
-    if sheet.kind == "api":
-        uncached = completion.prompt_tokens - completion.cached_prompt_tokens
-        return (
-            uncached * p["input_per_million"]
-            + completion.cached_prompt_tokens * p["cached_input_per_million"]
-            + completion.completion_tokens * p["output_per_million"]
-        ) / 1e6
-    return p["gpu_hour"] * gpu_seconds(completion, p["gpus"]) / 3600.0
-
-
-# ---------------------------------------------------------------------------- record fields
-
-# Fields summed when one query makes several calls (self_route: RAG then long context);
-# the others (kv_cache_bytes, peak memory) take the maximum; mfu is recomputed.
-ADDITIVE = (
+# counts and seconds that add up over the calls of one query (None: unknown)
+_ADDITIVE = (
     "prompt_tokens",
     "cached_prompt_tokens",
     "completion_tokens",
@@ -282,76 +287,6 @@ ADDITIVE = (
     "dollars",
     "llm_calls",
 )
-
-
-def cost_fields(
-    completion: Completion,
-    preset: Any = None,
-    sheet: PriceSheet | None = None,
-    kv_dtype: Any = None,
-) -> dict[str, Any]:
-    """The cost columns of one Record. ``preset`` (architecture) and ``sheet`` are optional:
-    without them flops/kv bytes or dollars are None, never guessed.
-
-    ``kv_dtype`` is the dtype the KV cache was stored in (for the transformers backend, the
-    model's: ``llm.identity()["dtype"]``). Unknown (None) assumes 2 bytes per value (bf16/fp16);
-    ``kv_bytes_per_value`` records the value used."""
-    out: dict[str, Any] = {
-        "prompt_tokens": completion.prompt_tokens,
-        "cached_prompt_tokens": completion.cached_prompt_tokens,
-        "completion_tokens": completion.completion_tokens,
-        "prefill_seconds": completion.prefill_seconds,
-        "decode_seconds": completion.decode_seconds,
-        "total_seconds": completion.total_seconds,
-        "gpu_seconds": gpu_seconds(completion),  # device time charged (a batch row: its share)
-        "peak_memory_bytes": completion.peak_memory_bytes,
-        "usage_estimated": completion.usage_estimated,
-        "llm_calls": 1,
-        "flops": None,
-        "flops_attention": None,
-        "kv_cache_bytes": None,
-        "kv_bytes_per_value": None,
-        "dollars": None,
-        "mfu": None,
-        "price_sheet": sheet.name if sheet else None,
-    }
-    if preset is not None:
-        f = forward_flops(
-            preset,
-            completion.prompt_tokens,
-            completion.cached_prompt_tokens,
-            completion.completion_tokens,
-        )
-        out["flops"], out["flops_attention"] = f["total"], f["attention"]
-        seq = query_kv_positions(completion.prompt_tokens, completion.completion_tokens)
-        per_value = dtype_bytes(kv_dtype)
-        out["kv_cache_bytes"] = kv_cache_bytes(
-            preset.layers, preset.kv_heads, preset.head_dim, seq, 1, per_value
-        )
-        out["kv_bytes_per_value"] = per_value
-    if sheet is not None:
-        out["dollars"] = dollars_per_query(completion, sheet)
-        if out["flops"] is not None and sheet.peak_flops:
-            out["mfu"] = mfu(out["flops"], out["gpu_seconds"], sheet.peak_flops)
-    return out
-
-
-def combine_costs(parts: list[dict[str, Any]], peak_flops: float | None = None) -> dict[str, Any]:
-    """Cost of a query made of several calls: additive fields summed, memory fields maxed."""
-    if not parts:
-        raise ValueError("combine_costs needs at least one cost dict")
-    out = dict(parts[-1])
-    for key in parts[0]:
-        values = [p.get(key) for p in parts]
-        if key in ADDITIVE:
-            out[key] = None if any(v is None for v in values) else sum(values)
-        elif key in ("kv_cache_bytes", "peak_memory_bytes"):
-            known = [v for v in values if v is not None]
-            out[key] = max(known) if known else None
-        elif key == "usage_estimated":
-            out[key] = any(values)
-    out["mfu"] = mfu(out["flops"], out["gpu_seconds"], peak_flops) if out.get("flops") else None
-    return out
 
 
 def format_bytes(n: float) -> str:

@@ -18,14 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ragbench.cost import (
-    DEFAULT_KV_BYTES_PER_VALUE,
-    PriceSheet,
-    dollars_per_query,
-    kv_cache_bytes,
-    price_sheet,
-)
+from ragbench.cost import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
 from ragbench.llm.presets import ModelPreset, get_preset
+from ragbench.prices import PriceSheet, dollars_per_query, price_sheet
 from ragbench.types import Completion
 
 GIB = 1024**3

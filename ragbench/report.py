@@ -15,39 +15,20 @@ from typing import Any
 from ragbench.cost import format_bytes
 from ragbench.metrics import aggregate
 
-# parameters that distinguish variants of one strategy in labels ("rag k=4 budget=512")
-_LABEL_PARAMS = {"top_k": "k", "budget": "budget", "order": "order", "overflow": "overflow"}
-
-
-def load_results(run: str | Path | Any) -> Any:
-    """A results DataFrame from a run folder, a results.parquet path, or a run() result."""
-    import pandas as pd
-
-    if isinstance(run, pd.DataFrame):
-        return run
-    path = Path(run)
-    if path.is_dir():
-        path = path / "results.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no results table (run `ragbench run CONFIG` first)")
-    return pd.read_parquet(path)
-
 
 def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
-    """Short human label for a (strategy, params) pair: ``rag k=4 order=document``."""
+    """Short human label for a (strategy, params) pair: ``rag k=4 order=document`` (the
+    strategy's parameter class decides; ``params`` may be a results table's JSON text)."""
+    from ragbench.strategies import params_from_dict
+
     params = json.loads(params) if isinstance(params, str) else dict(params or {})
-    parts = [strategy]
-    for key, short in _LABEL_PARAMS.items():
-        value = params.get(key)
-        if value is None or (key == "order" and value == "score") or key == "overflow":
-            continue
-        parts.append(f"{short}={value}")
-    if params.get("overflow") not in (None, "error"):
-        parts.append(str(params["overflow"]))
-    return " ".join(parts)
+    return params_from_dict(strategy, params).label()
 
 
 def with_labels(df: Any) -> Any:
+    """``df`` with a ``label`` column (results tables carry one; older tables get it here)."""
+    if "label" in df:
+        return df
     out = df.copy()
     out["label"] = [
         strategy_label(s, p) for s, p in zip(out["strategy"], out["params"], strict=True)

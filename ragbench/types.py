@@ -173,17 +173,34 @@ class Completion(_JsonMixin):
 
 @dataclass(frozen=True)
 class Record(_JsonMixin):
-    """One results-table row: (example, strategy, parameter point) -> prediction, scores, cost."""
+    """One results-table row: (example, strategy, parameter point) -> prediction, scores, cost.
+
+    ``params`` is the strategy's typed parameter point (``ragbench.strategies.params``) and
+    ``cost`` a ``ragbench.cost.Cost`` (None on an error row); both are stored as JSON objects and
+    typed again by ``from_dict``.
+    """
 
     example_id: str
     strategy: str
-    params: dict[str, Any]
+    params: Any  # ragbench.strategies.params.StrategyParams
     prediction: str
     answers: tuple[str, ...] = ()
     scores: dict[str, float] = field(default_factory=dict)
-    cost: dict[str, Any] = field(default_factory=dict)
+    cost: Any = None  # ragbench.cost.Cost; None: the record failed before any call was costed
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        from ragbench.cost import Cost
+        from ragbench.strategies import params_from_dict
+
+        data = dict(data)
+        if isinstance(data.get("params"), dict):
+            data["params"] = params_from_dict(str(data.get("strategy")), data["params"])
+        if isinstance(data.get("cost"), dict):
+            data["cost"] = Cost.from_dict(data["cost"]) if data["cost"] else None
+        return super().from_dict(data)
 
 
 _TUPLE_FIELDS: dict[str, tuple[str, ...]] = {

@@ -115,3 +115,42 @@ def test_shipped_configs_load(filename):
     path = Path(__file__).parent.parent / "configs" / filename
     cfg = load_config(path)
     assert cfg.name == filename.removesuffix(".yaml")
+
+
+# (retrieval section, line of the error relative to the "retrieval:" line, message)
+@pytest.mark.parametrize(
+    ("retrieval", "line", "expected"),
+    [
+        (
+            "  retriever: dnese",
+            1,
+            "retrieval.retriever: unknown retriever 'dnese'; did you mean 'dense'",
+        ),
+        ("  retriever: [dense, bm52]", 1, "unknown retriever 'bm52'; did you mean 'bm25'"),
+        ("  splitter: sentense", 1, "unknown splitter 'sentense'; did you mean 'sentence'"),
+        ("  embedder: minlm", 1, "unknown embedder 'minlm'; did you mean 'minilm'"),
+        ("  chunk_size: 32\n  chunk_overlap: 32", 0, "chunk_overlap (32) must be smaller"),
+        ("  retriever: hybrid\n  retriever_params: {rrf_kk: 60}", 0, "did you mean 'rrf_k'"),
+        ("  tokenizer: whitespase", 1, "did you mean 'whitespace'"),
+    ],
+)
+def test_retrieval_section_is_checked_before_anything_loads(tmp_path, retrieval, line, expected):
+    # each of these used to give a run that exited 0 with every RAG row an error row
+    path = write(tmp_path, GOOD + "retrieval:\n" + retrieval + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert expected in str(info.value)
+    assert str(info.value).startswith(f"{path}:{GOOD.count(chr(10)) + 1 + line}: retrieval")
+
+
+def test_retrieval_settings_are_a_grid_recorded_in_params(tmp_path):
+    from ragbench.runner import parameter_points
+
+    text = GOOD + "retrieval:\n  retriever: [dense, bm25]\n  chunk_size: [64, 128]\n"
+    points = parameter_points(load_config(write(tmp_path, text)))
+    rag = [p for p in points if p.strategy == "rag"]
+    assert len(points) == 1 + 2 * 2 * 2  # long_context + rag: top_k x retriever x chunk size
+    assert {(p.retriever, p.chunk_size) for p in rag} == {
+        ("dense", 64), ("dense", 128), ("bm25", 64), ("bm25", 128),
+    }  # fmt: skip
+    assert len({p.label() for p in points}) == len(points)

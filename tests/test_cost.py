@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragbench import cost
+from ragbench import cost, prices
 from ragbench.io import InputFileError
 from ragbench.llm.presets import get_preset
 from ragbench.types import Completion
@@ -95,34 +95,35 @@ def test_dollars_api_and_gpu_hour():
         decode_seconds=0.44,
     )
     # 600 x 0.15 + 400 x 0.075 + 100 x 0.6 = 180 $ per million queries
-    assert cost.dollars_per_query(c, cost.parse_price_sheet(API)) == pytest.approx(180e-6)
+    assert prices.dollars_per_query(c, prices.parse_price_sheet(API)) == pytest.approx(180e-6)
     # 2.5 $/h x 2 GPUs x 1.44 s / 3600
-    assert cost.dollars_per_query(c, cost.parse_price_sheet(GPU)) == pytest.approx(0.002)
+    assert prices.dollars_per_query(c, prices.parse_price_sheet(GPU)) == pytest.approx(0.002)
 
 
 def test_gpu_seconds_use_the_backends_share_of_a_batch():
     from dataclasses import replace
 
     c = Completion("x", 10, 1, prefill_seconds=3.0, decode_seconds=1.0)
-    assert cost.gpu_seconds(c) == 4.0 and cost.gpu_seconds(c, gpus=2) == 8.0
+    assert prices.gpu_seconds(c) == 4.0 and prices.gpu_seconds(c, gpus=2) == 8.0
     batched = replace(c, meta={"batch_size": 4, "gpu_seconds": 1.25})
-    assert cost.gpu_seconds(batched) == 1.25 and cost.gpu_seconds(batched, gpus=2) == 2.5
-    sheet = cost.parse_price_sheet(GPU)
-    assert cost.dollars_per_query(batched, sheet) == pytest.approx(2.5 * 2 * 1.25 / 3600)
-    fields = cost.cost_fields(batched, get_preset("smollm2-135m-instruct"))
-    assert fields["gpu_seconds"] == 1.25 and fields["total_seconds"] == 4.0
+    assert prices.gpu_seconds(batched) == 1.25 and prices.gpu_seconds(batched, gpus=2) == 2.5
+    sheet = prices.parse_price_sheet(GPU)
+    assert prices.dollars_per_query(batched, sheet) == pytest.approx(2.5 * 2 * 1.25 / 3600)
+    fields = cost.Cost.of(batched, get_preset("smollm2-135m-instruct"))
+    assert fields.gpu_seconds == 1.25 and fields.total_seconds == 4.0
     # MFU from the device-time share, the same in one part and in a combined (self_route) query
-    sheet = cost.PriceSheet(**{**vars(sheet), "peak_flops": 1e12})
-    one = cost.cost_fields(batched, get_preset("smollm2-135m-instruct"), sheet)
-    assert one["mfu"] == pytest.approx(one["flops"] / 1.25 / 1e12)
-    assert cost.combine_costs([one], 1e12)["mfu"] == pytest.approx(one["mfu"])
+    sheet = prices.PriceSheet(**{**vars(sheet), "peak_flops": 1e12})
+    one = cost.Cost.of(batched, get_preset("smollm2-135m-instruct"), sheet)
+    assert one.mfu == pytest.approx(one.flops / 1.25 / 1e12)
+    nothing = cost.Cost(flops=0, flops_attention=0, dollars=0.0)  # a part that did no work
+    assert (one + nothing).mfu == pytest.approx(one.mfu)
 
 
 def test_shipped_price_sheets_load_with_date_and_source():
-    names = cost.available_price_sheets()
+    names = prices.available_price_sheets()
     assert {"example-hosted-api", "example-h100-hour", "example-cpu-hour"} <= set(names)
     for name in names:
-        sheet = cost.price_sheet(name)
+        sheet = prices.price_sheet(name)
         assert sheet.date and sheet.source and sheet.name == name
 
 
@@ -131,67 +132,67 @@ def test_price_sheet_errors_name_field(tmp_path):
     with pytest.raises(
         InputFileError, match="output_per_milion.*did you mean 'output_per_million'"
     ):
-        cost.parse_price_sheet(bad, "x.yaml")
+        prices.parse_price_sheet(bad, "x.yaml")
     no_date = {k: v for k, v in API.items() if k != "date"}
     with pytest.raises(InputFileError, match="'date'"):
-        cost.parse_price_sheet(no_date, "x.yaml")
+        prices.parse_price_sheet(no_date, "x.yaml")
     with pytest.raises(ValueError, match="did you mean 'example-hosted-api'"):
-        cost.price_sheet("example-hosted-ap")
+        prices.price_sheet("example-hosted-ap")
     path = tmp_path / "mine.yaml"
     path.write_text(
         "name: m\nkind: api\ndate: d\nsource: s\ninput_per_million: -1\n"
         "cached_input_per_million: 0\noutput_per_million: 0\n"
     )
     with pytest.raises(InputFileError, match="mine.yaml.*input_per_million"):
-        cost.price_sheet(path)
+        prices.price_sheet(path)
 
 
-def test_cost_fields_and_combine():
+def test_cost_of_a_completion_and_a_sum():
     p = get_preset("smollm2-135m-instruct")
-    sheet = cost.parse_price_sheet(dict(GPU, gpus=1, peak_flops=1e12))
+    sheet = prices.parse_price_sheet(dict(GPU, gpus=1, peak_flops=1e12))
     c = Completion(
         "x", prompt_tokens=1000, completion_tokens=1, prefill_seconds=0.5, decode_seconds=0.0
     )
-    f = cost.cost_fields(c, p, sheet)
+    f = cost.Cost.of(c, p, sheet)
     expected_flops = 2 * p.non_embedding_params * 1000 + 4 * 30 * 9 * 64 * 500_500
-    assert f["flops"] == expected_flops
+    assert f.flops == expected_flops
     # 1000 prompt positions; the single completion token is sampled, never stored
-    assert f["kv_cache_bytes"] == cost.kv_cache_bytes(30, 3, 64, 1000) == 23_040_000
-    assert f["kv_bytes_per_value"] == 2  # dtype unknown: the bf16/fp16 assumption
-    assert f["dollars"] == pytest.approx(2.5 * 0.5 / 3600)
-    assert f["mfu"] == pytest.approx(expected_flops / 0.5 / 1e12)
-    bare = cost.cost_fields(c)
-    assert bare["flops"] is None and bare["dollars"] is None and bare["prompt_tokens"] == 1000
-    both = cost.combine_costs([f, f], peak_flops=1e12)
-    assert both["prompt_tokens"] == 2000 and both["flops"] == 2 * expected_flops
-    assert both["llm_calls"] == 2 and both["kv_cache_bytes"] == f["kv_cache_bytes"]
-    assert both["mfu"] == pytest.approx(f["mfu"])
+    assert f.kv_cache_bytes == cost.kv_cache_bytes(30, 3, 64, 1000) == 23_040_000
+    assert f.kv_bytes_per_value == 2  # dtype unknown: the bf16/fp16 assumption
+    assert f.dollars == pytest.approx(2.5 * 0.5 / 3600)
+    assert f.mfu == pytest.approx(expected_flops / 0.5 / 1e12)
+    bare = cost.Cost.of(c)
+    assert bare.flops is None and bare.dollars is None and bare.prompt_tokens == 1000
+    both = f + f
+    assert both.prompt_tokens == 2000 and both.flops == 2 * expected_flops
+    assert both.llm_calls == 2 and both.kv_cache_bytes == f.kv_cache_bytes
+    assert both.mfu == pytest.approx(f.mfu)
 
 
-def test_cost_fields_kv_cache_positions_are_prompt_plus_completion_minus_one():
+def test_cost_kv_cache_positions_are_prompt_plus_completion_minus_one():
     p = get_preset("smollm2-135m-instruct")  # 2 x 30 x 3 x 64 x 2 bytes = 23,040 per position
     c = Completion("x y z", prompt_tokens=100, completion_tokens=5, cached_prompt_tokens=40)
     # 100 prompt positions (cached ones included: they sit in the cache) + 4 fed-back tokens
-    assert cost.cost_fields(c, p)["kv_cache_bytes"] == 104 * 23_040
+    assert cost.Cost.of(c, p).kv_cache_bytes == 104 * 23_040
     empty = Completion("", prompt_tokens=100, completion_tokens=0)
-    assert cost.cost_fields(empty, p)["kv_cache_bytes"] == 100 * 23_040
+    assert cost.Cost.of(empty, p).kv_cache_bytes == 100 * 23_040
     assert cost.query_kv_positions(100, 1) == 100 and cost.query_kv_positions(100, 0) == 100
 
 
-def test_cost_fields_kv_bytes_follow_the_dtype():
+def test_cost_kv_bytes_follow_the_dtype():
     p = get_preset("smollm2-135m-instruct")
     c = Completion("x", prompt_tokens=10, completion_tokens=3)  # 12 positions
     per_position_value = 2 * 30 * 3 * 64 * 12
-    f32 = cost.cost_fields(c, p, kv_dtype="float32")
-    assert f32["kv_cache_bytes"] == per_position_value * 4 and f32["kv_bytes_per_value"] == 4
-    bf16 = cost.cost_fields(c, p, kv_dtype="bfloat16")
-    assert bf16["kv_cache_bytes"] == per_position_value * 2
-    fp8 = cost.cost_fields(c, p, kv_dtype="float8_e4m3fn")
-    assert fp8["kv_cache_bytes"] == per_position_value and fp8["kv_bytes_per_value"] == 1
-    assert cost.cost_fields(c, p)["kv_cache_bytes"] == per_position_value * 2  # assumed
+    f32 = cost.Cost.of(c, p, kv_dtype="float32")
+    assert f32.kv_cache_bytes == per_position_value * 4 and f32.kv_bytes_per_value == 4
+    bf16 = cost.Cost.of(c, p, kv_dtype="bfloat16")
+    assert bf16.kv_cache_bytes == per_position_value * 2
+    fp8 = cost.Cost.of(c, p, kv_dtype="float8_e4m3fn")
+    assert fp8.kv_cache_bytes == per_position_value and fp8.kv_bytes_per_value == 1
+    assert cost.Cost.of(c, p).kv_cache_bytes == per_position_value * 2  # assumed
     # the other columns do not depend on the dtype
-    assert f32["flops"] == bf16["flops"]
-    assert cost.cost_fields(c, kv_dtype="float32")["kv_bytes_per_value"] is None  # no preset
+    assert f32.flops == bf16.flops
+    assert cost.Cost.of(c, kv_dtype="float32").kv_bytes_per_value is None  # no preset
 
 
 @pytest.mark.parametrize(
@@ -220,3 +221,21 @@ def test_dtype_bytes_torch_dtype_and_unknown_name():
     with pytest.raises(ValueError, match="unknown dtype 'flaot32'; did you mean 'float32'"):
         cost.dtype_bytes("flaot32")
     assert cost.dtype_bytes(None, default=4) == 4
+
+
+def test_cost_adds_and_flattens_in_field_order():
+    p = get_preset("smollm2-135m-instruct")
+    sheet = prices.parse_price_sheet(dict(GPU, gpus=1, peak_flops=1e12))
+    a = cost.Cost.of(Completion("x", 100, 2, prefill_seconds=0.2, peak_memory_bytes=5), p, sheet)
+    b = cost.Cost.of(Completion("y", 900, 3, prefill_seconds=0.8, peak_memory_bytes=9), p, sheet)
+    both = a.with_retrieval(0.01) + b
+    assert both.prompt_tokens == 1000 and both.llm_calls == 2 and both.peak_memory_bytes == 9
+    assert both.retrieval_seconds == 0.01  # only the RAG leg retrieved
+    assert both.dollars == pytest.approx(a.dollars + b.dollars)
+    assert both.mfu == pytest.approx((a.flops + b.flops) / (a.gpu_seconds + b.gpu_seconds) / 1e12)
+    assert (a + cost.Cost.of(Completion("z", 1, 1))).flops is None  # unknown stays unknown
+    columns = both.columns()
+    assert list(columns)[:3] == ["prompt_tokens", "cached_prompt_tokens", "completion_tokens"]
+    assert cost.Cost.from_dict(columns) == both
+    with pytest.raises(ValueError, match="unknown field"):
+        cost.Cost.from_dict({"usd": 1.0})

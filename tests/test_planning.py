@@ -1,7 +1,7 @@
 import pytest
 
 from ragbench import planning
-from ragbench.cost import parse_price_sheet
+from ragbench.prices import parse_price_sheet
 
 API = parse_price_sheet(
     {

@@ -14,10 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ragbench import cost
+from ragbench import prices
 from ragbench.config import ConfigError
 from ragbench.llm.fake import FakeLLM
-from ragbench.runner import RECORDS, DatasetError, read_records, run
+from ragbench.results import RECORDS, read_records
+from ragbench.runner import DatasetError, run
 from ragbench.types import Document, Example
 
 STRATEGIES = [
@@ -98,7 +99,7 @@ def test_end_to_end_niah_all_strategies(tmp_path):
     assert (rag["string_match_all"] == rag["gold_hit"].astype(float)).all()
     assert rag[rag.top_k == 4]["gold_hit"].mean() >= rag[rag.top_k == 1]["gold_hit"].mean()
     # cost fields: recompute dollars from the token columns with the shipped sheet
-    sheet = cost.price_sheet("example-hosted-api")
+    sheet = prices.price_sheet("example-hosted-api")
     p = sheet.prices
     expected = (
         (df.prompt_tokens - df.cached_prompt_tokens) * p["input_per_million"]
@@ -213,7 +214,7 @@ def test_kill_and_resume(tmp_path):
             [
                 r.example_id
                 + r.strategy
-                + json.dumps(r.params, sort_keys=True, separators=(",", ":"))
+                + json.dumps(r.params.to_dict(), sort_keys=True, separators=(",", ":"))
                 for r in before.values()
             ]
         )
@@ -266,7 +267,7 @@ def test_cli_run(tmp_path):
     import yaml
     from typer.testing import CliRunner
 
-    from ragbench.runner import register
+    from ragbench.run_cli import register
 
     app = typer.Typer()
     register(app)
@@ -283,6 +284,14 @@ def test_cli_run(tmp_path):
     path.write_text(path.read_text().replace("metrics:", "metrix:"))
     result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
     assert result.exit_code == 2 and "did you mean 'metrics'" in result.output
+    # a bad retrieval section fails before any model loads (was: exit 0, every RAG row an error)
+    cfg = niah_config(tmp_path, strategies=["rag"])
+    cfg["retrieval"]["retriever"] = "dnese"
+    cfg["model"] = {"backend": "hf", "name": "smollm2-135m-instruct"}  # would take seconds to load
+    path.write_text(yaml.safe_dump(cfg))
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert result.exit_code == 2 and "did you mean 'dense'" in result.output
+    assert "c.yaml:" in result.output and "retrieval.retriever" in result.output
 
 
 @pytest.mark.slow
@@ -315,13 +324,14 @@ def test_embedded_defaults_tiny_niah(tmp_path):
 
 
 def test_unreadable_middle_record_is_skipped_not_truncated(tmp_path):
-    from ragbench.runner import append_record, read_records
+    from ragbench.results import append_record, read_records
+    from ragbench.strategies import RagParams
     from ragbench.types import Record
 
     path = tmp_path / "records.jsonl"
     with path.open("ab") as f:
         for i in range(4):
-            append_record(f, f"k{i}", Record(f"e{i}", "rag", {}, "x"))
+            append_record(f, f"k{i}", Record(f"e{i}", "rag", RagParams(), "x"))
     lines = path.read_bytes().splitlines(keepends=True)
     lines[1] = b'{"key": "k1", "record": {"unknown_field": 1}}\n'
     path.write_bytes(b"".join(lines) + b'{"key": "k9", "rec')  # plus a torn tail
@@ -349,3 +359,51 @@ def test_error_rows_are_retried_on_resume(tmp_path):
     Flaky.armed = False
     second = run(cfg, progress=False, llm=Flaky())
     assert second["error"].isna().all() and len(second) == len(first)
+
+
+def test_flatten_never_lets_one_section_overwrite_another():
+    # regression: params, scores and cost shared an empty prefix, so a score named "top_k"
+    # silently replaced the parameter
+    from ragbench.cost import Cost
+    from ragbench.results import flatten
+    from ragbench.strategies import RagParams
+    from ragbench.types import Record
+
+    record = Record(
+        "e", "rag", RagParams(top_k=3), "x", ("x",),
+        scores={"top_k": 0.5, "string_match_all": 1.0},
+        cost=Cost(prompt_tokens=7), meta={"prompt_tokens": "meta"},
+    )  # fmt: skip
+    row = flatten(record, {"top_k": "fact", "depth_percent": 50})
+    assert row["param_top_k"] == 3 and row["score_top_k"] == 0.5 and row["ex_top_k"] == "fact"
+    assert row["cost_prompt_tokens"] == 7 and row["meta_prompt_tokens"] == "meta"
+    assert "top_k" not in row and row["string_match_all"] == 1.0 and row["depth_percent"] == 50
+    assert row["label"] == "rag k=3"
+
+
+def test_column_order_survives_a_resume(tmp_path):
+    # regression: reloaded records have sorted keys, fresh ones insertion order, and error
+    # rows have no scores: the table's columns came out in a different order after a resume
+    class FailFirst(FakeLLM):
+        armed = True
+
+        def _generate(self, requests):
+            if FailFirst.armed:
+                raise TimeoutError("transient")
+            return super()._generate(requests)
+
+    cfg = niah_config(tmp_path, strategies=["closed_book", {"name": "rag", "params": {"top_k": 2}}])
+    fresh = run(dict(cfg, output_dir=str(tmp_path / "fresh")), progress=False)
+    cfg["output_dir"] = str(tmp_path / "resumed")
+    first = run(cfg, progress=False, llm=FailFirst())  # every row an error row
+    assert first["error"].notna().all()
+    FailFirst.armed = False
+    resumed = run(cfg, progress=False, llm=FailFirst())
+    assert list(resumed.columns) == list(fresh.columns)
+    assert list(fresh.columns[:4]) == ["example_id", "strategy", "label", "params"]
+    # params in field order, then scores in the config's metric order, then the cost
+    cols = list(fresh.columns)
+    assert cols.index("retriever") < cols.index("top_k") < cols.index("string_match_all")
+    assert cols.index("string_match_all") < cols.index("contains") < cols.index("prompt_tokens")
+    on_disk = pd.read_parquet(Path(resumed.attrs["run_dir"]) / "results.parquet")
+    assert list(on_disk.columns) == list(fresh.columns)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ragbench import strategies as st
+from ragbench.strategies import prompts
+from ragbench.strategies.long_context import long_context_prompt
 from ragbench.llm.base import ContextOverflowError
 from ragbench.llm.fake import FakeLLM
 from ragbench.llm.presets import get_preset
@@ -24,18 +26,29 @@ def needle_example(depth_words: int = 200, ex_id: str = "ex") -> Example:
     return Example(ex_id, "What is the special magic number?", ("7463343",), (doc,), meta)
 
 
-def make_index(chunk_size: int = 20):
-    from ragbench.retrieval.chunking import chunk_documents
-    from ragbench.retrieval.embedders import get_embedder
-    from ragbench.retrieval.retrievers import build_retriever
+def make_index():
+    """The index the strategies get: built from the record's own retrieval settings."""
+    from ragbench.retrieval import build_index
 
-    embedder = get_embedder("hash")
-
-    def index(example):
-        chunks = chunk_documents(example.documents, "token", chunk_size, 0, tokenizer="whitespace")
-        return chunks, build_retriever("dense", chunks, embedder=embedder)
+    def index(example, settings):
+        return build_index(
+            example.documents, retriever=settings.retriever, embedder=settings.embedder,
+            splitter=settings.splitter, chunk_size=settings.chunk_size,
+            chunk_overlap=settings.chunk_overlap, tokenizer="whitespace",
+        )  # fmt: skip
 
     return index
+
+
+# small chunks of the fast hash embedder: every test's retrieval settings
+INDEX = {"embedder": "hash", "splitter": "token", "chunk_size": 20, "chunk_overlap": 0}
+
+
+def run1(name, example, resources, **params):
+    """One strategy on one example, one request at a time."""
+    strategy = st.get_strategy(name)
+    extra = INDEX if strategy.needs_retrieval else {}
+    return strategy.run(example, resources, strategy.params(**{**extra, **params}))
 
 
 def res(window=8192, budget=None, **kw):
@@ -50,13 +63,13 @@ def res(window=8192, budget=None, **kw):
 
 
 def test_clean_answer():
-    assert st.clean_answer("  \n7463343\nmore text") == "7463343"
-    assert st.clean_answer("Answer: Paris") == "Paris"
+    assert prompts.clean_answer("  \n7463343\nmore text") == "7463343"
+    assert prompts.clean_answer("Answer: Paris") == "Paris"
     q = "What is the special magic number?"
-    assert st.clean_answer(f"{q} It is 42.", q) == "It is 42."
-    assert st.clean_answer('"quoted"') == "quoted"
-    assert st.clean_answer("Answer: A: Paris\nmore") == "Paris"
-    assert st.clean_answer("") == "" and st.clean_answer("Answer:\n\n  ") == ""
+    assert prompts.clean_answer(f"{q} It is 42.", q) == "It is 42."
+    assert prompts.clean_answer('"quoted"') == "quoted"
+    assert prompts.clean_answer("Answer: A: Paris\nmore") == "Paris"
+    assert prompts.clean_answer("") == "" and prompts.clean_answer("Answer:\n\n  ") == ""
 
 
 @pytest.mark.parametrize(
@@ -73,20 +86,20 @@ def test_clean_answer():
 )
 def test_clean_answer_label_on_its_own_line(text):
     # a bare label line is skipped: the answer is the next non-empty line (was "")
-    assert st.clean_answer(text) == "Paris"
+    assert prompts.clean_answer(text) == "Paris"
 
 
 def test_clean_answer_label_line_then_restated_question():
     q = "What is the capital of France?"
-    assert st.clean_answer(f"Answer:\n{q} Paris", q) == "Paris"
+    assert prompts.clean_answer(f"Answer:\n{q} Paris", q) == "Paris"
 
 
 def test_task_type_and_templates():
     ex = needle_example()
-    assert st.task_type(ex) == "needle"
+    assert prompts.task_type(ex) == "needle"
     qa = Example("q", "Who wrote Hamlet?", ("Shakespeare",), (Document("d", "x"),))
-    assert st.task_type(qa) == "qa"
-    tail = st.question_part(ex, decline=True)
+    assert prompts.task_type(qa) == "qa"
+    tail = prompts.question_part(ex, decline=True)
     assert tail.endswith("Question: What is the special magic number?\nAnswer:")
     assert '"unanswerable"' in tail
 
@@ -95,7 +108,7 @@ def test_task_type_and_templates():
 def test_truncate_policies(policy):
     count = FakeLLM().count_tokens
     text = " ".join(f"t{i}" for i in range(100))
-    out = st.truncate(text, 10, policy, count)
+    out = prompts.truncate(text, 10, policy, count)
     assert count(out) <= 10 and count(out) >= 9
     words = out.split()
     if policy == "truncate_head":  # the end survives
@@ -107,53 +120,53 @@ def test_truncate_policies(policy):
 
 
 def test_closed_book_declines_without_context():
-    r = st.closed_book(needle_example(), res())
+    r = run1("closed_book", needle_example(), res())
     assert r.prediction == "unanswerable" and r.scores["string_match_all"] == 0.0
-    assert r.cost["prompt_tokens"] < 40 and r.cost["flops"] > 0
+    assert r.cost.prompt_tokens < 40 and r.cost.flops > 0
 
 
 def test_long_context_finds_needle_and_sets_prefix():
     ex = needle_example()
-    r = st.long_context(ex, res())
+    r = run1("long_context", ex, res())
     assert r.prediction == "7463343" and r.scores == {"string_match_all": 1.0, "exact_match": 1.0}
     assert r.meta["truncated_tokens"] == 0 and r.meta["input_context_tokens"] == 406
-    prompt, prefix, _ = st.long_context_prompt(ex, res())
+    prompt, prefix, _ = long_context_prompt(ex, res())
     assert prompt.startswith(prefix) and prefix.strip() == ex.context  # document first
     assert prompt.endswith("Answer:")
     # cost fields from ragbench.cost: FLOPs and KV bytes at this prompt
-    assert r.cost["prompt_tokens"] > 406 and r.cost["kv_cache_bytes"] > 0
-    assert r.cost["flops_attention"] < r.cost["flops"]
+    assert r.cost.prompt_tokens > 406 and r.cost.kv_cache_bytes > 0
+    assert r.cost.flops_attention < r.cost.flops
 
 
 def test_long_context_overflow_error_and_truncation():
     ex = needle_example(depth_words=200)
     with pytest.raises(ContextOverflowError, match="exceeds the 300-token context window"):
-        st.long_context(ex, res(window=300))
+        run1("long_context", ex, res(window=300))
     # middle truncation drops the needle at the middle; head truncation keeps the end
-    mid = st.long_context(ex, res(window=300), overflow="truncate_middle")
+    mid = run1("long_context", ex, res(window=300), overflow="truncate_middle")
     assert mid.prediction == "unanswerable" and mid.meta["truncated_tokens"] > 100
     late = needle_example(depth_words=390, ex_id="late")
-    head = st.long_context(late, res(window=300), overflow="truncate_head")
+    head = run1("long_context", late, res(window=300), overflow="truncate_head")
     assert head.prediction == "7463343"
-    assert head.cost["prompt_tokens"] + 32 <= 300
+    assert head.cost.prompt_tokens + 32 <= 300
 
 
 def test_matched_budget_caps_every_strategy():
     ex = needle_example()
-    r = st.long_context(ex, res(budget=150), overflow="truncate_tail")
-    assert r.cost["prompt_tokens"] <= 150
-    g = st.rag(ex, res(budget=150), top_k=None)
-    assert g.cost["prompt_tokens"] <= 150 and len(g.meta["retrieved"]) >= 3
+    r = run1("long_context", ex, res(budget=150), overflow="truncate_tail")
+    assert r.cost.prompt_tokens <= 150
+    g = run1("rag", ex, res(budget=150), top_k=None, budget=150)
+    assert g.cost.prompt_tokens <= 150 and len(g.meta["retrieved"]) >= 3
 
 
 def test_rag_records_gold_hit_and_order():
     ex = needle_example()
-    r = st.rag(ex, res(), top_k=3)
+    r = run1("rag", ex, res(), top_k=3)
     assert r.meta["gold_hit"] is True and r.prediction == "7463343"
-    assert set(r.meta["gold_chunks"]) <= set(r.meta["retrieved"]) or r.meta["gold_hit"]
-    assert len(r.meta["retrieved"]) == 3 and r.cost["retrieval_seconds"] >= 0
-    assert r.params == {"top_k": 3, "budget": None, "order": "score", "cite": True}
-    d = st.rag(ex, res(), top_k=3, order="document")
+    assert r.meta["gold_chunks"] and set(r.meta["gold_chunks"]) & set(r.meta["retrieved"])
+    assert len(r.meta["retrieved"]) == 3 and r.cost.retrieval_seconds >= 0
+    assert r.params == st.RagParams(**INDEX, top_k=3, budget=None, order="score", cite=True)
+    d = run1("rag", ex, res(), top_k=3, order="document")
     ids = [int(c.split("#")[1]) for c in d.meta["retrieved"]]
     assert ids == sorted(ids) and set(d.meta["retrieved"]) == set(r.meta["retrieved"])
 
@@ -161,36 +174,31 @@ def test_rag_records_gold_hit_and_order():
 def test_self_route_routes_declined_queries_to_long_context():
     ex = needle_example()
     # the RAG leg sees only the chunk budget: a 1-token budget retrieves nothing useful
-    routed = st.self_route(ex, res(), top_k=1, budget=5)
+    routed = run1("self_route", ex, res(), top_k=1, budget=5)
     assert routed.meta["route"] == "long_context" and routed.prediction == "7463343"
-    rag_only = st.rag(ex, res(), top_k=1, budget=5)
-    lc = st.long_context(ex, res())
-    assert routed.cost["llm_calls"] == 2
-    assert routed.cost["prompt_tokens"] > lc.cost["prompt_tokens"]
-    assert routed.cost["flops"] == pytest.approx(
-        rag_only.cost["flops"] + lc.cost["flops"], rel=0.05
-    )
-    direct = st.self_route(ex, res(), top_k=3)
-    assert direct.meta["route"] == "rag" and direct.cost["llm_calls"] == 1
+    rag_only = run1("rag", ex, res(), top_k=1, budget=5)
+    lc = run1("long_context", ex, res())
+    assert routed.cost.llm_calls == 2
+    assert routed.cost.prompt_tokens > lc.cost.prompt_tokens
+    assert routed.cost.flops == pytest.approx(rag_only.cost.flops + lc.cost.flops, rel=0.05)
+    direct = run1("self_route", ex, res(), top_k=3)
+    assert direct.meta["route"] == "rag" and direct.cost.llm_calls == 1
 
 
 def test_registry_and_params():
     with pytest.raises(ValueError, match="unknown strategy 'ragg'; did you mean 'rag'"):
         st.get_strategy("ragg")
     with pytest.raises(ValueError, match="unknown rag parameter 'topk'; did you mean 'top_k'"):
-        st.check_params("rag", {"topk": 3})
+        st.RagParams.from_dict({"topk": 3})
     with pytest.raises(ValueError, match="did you mean 'truncate_middle'"):
-        st.check_params("long_context", {"overflow": "truncate_midle"})
+        st.LongContextParams(overflow="truncate_midle")
     with pytest.raises(ValueError, match="set top_k, budget or both"):
-        st.check_params("rag", {"top_k": None})
-    points = st.expand("rag", {"top_k": [2, 4], "order": ["score", "document"]})
-    assert len(points) == 4 and points[0] == {
-        "budget": None,
-        "cite": True,
-        "order": "score",
-        "top_k": 2,
-    }
-    assert st.expand("closed_book", {}) == [{}]
+        st.RagParams(top_k=None)
+    points = st.get_strategy("rag").grid({"top_k": [2, 4], "order": ["score", "document"]})
+    assert len(points) == 4 and points[0] == st.RagParams(
+        budget=None, cite=True, order="score", top_k=2
+    )
+    assert st.get_strategy("closed_book").grid({}) == [st.ClosedBookParams()]
 
 
 class _JoinMergingLLM(FakeLLM):
@@ -206,21 +214,21 @@ class _JoinMergingLLM(FakeLLM):
 def test_truncation_fits_even_when_the_join_adds_a_token(policy):
     r = res(window=300)
     r.llm = _JoinMergingLLM(context_window=300)
-    rec = st.long_context(needle_example(depth_words=200), r, overflow=policy)
-    assert rec.error is None and rec.cost["prompt_tokens"] + 32 <= 300
-    rag = st.rag(needle_example(depth_words=200), r, top_k=None, budget=None)
-    assert rag.cost["prompt_tokens"] + 32 <= 300
+    rec = run1("long_context", needle_example(depth_words=200), r, overflow=policy)
+    assert rec.error is None and rec.cost.prompt_tokens + 32 <= 300
+    rag = run1("rag", needle_example(depth_words=200), r, top_k=None, budget=10_000)
+    assert rag.cost.prompt_tokens + 32 <= 300
 
 
 def test_kv_cache_bytes_use_the_resources_dtype():
     ex = needle_example()
-    bf16 = st.long_context(ex, res()).cost  # dtype unknown: 2 bytes/value assumed
-    f32 = st.long_context(ex, res(kv_dtype="float32")).cost
-    positions = f32["prompt_tokens"] + f32["completion_tokens"] - 1
-    assert f32["kv_bytes_per_value"] == 4 and bf16["kv_bytes_per_value"] == 2
-    assert f32["kv_cache_bytes"] == 2 * 30 * 3 * 64 * positions * 4 == 2 * bf16["kv_cache_bytes"]
-    routed = st.self_route(ex, res(kv_dtype="float32")).cost
-    assert routed["kv_bytes_per_value"] == 4
+    bf16 = run1("long_context", ex, res()).cost  # dtype unknown: 2 bytes/value assumed
+    f32 = run1("long_context", ex, res(kv_dtype="float32")).cost
+    positions = f32.prompt_tokens + f32.completion_tokens - 1
+    assert f32.kv_bytes_per_value == 4 and bf16.kv_bytes_per_value == 2
+    assert f32.kv_cache_bytes == 2 * 30 * 3 * 64 * positions * 4 == 2 * bf16.kv_cache_bytes
+    routed = run1("self_route", ex, res(kv_dtype="float32")).cost
+    assert routed.kv_bytes_per_value == 4
 
 
 def test_run_batch_equals_one_at_a_time_in_few_llm_calls():
@@ -233,23 +241,23 @@ def test_run_batch_equals_one_at_a_time_in_few_llm_calls():
 
     examples = [needle_example(d, f"ex{d}") for d in (20, 200, 380)]
     items = [
-        (name, ex, params)
+        (ex, params)
         for ex in examples
-        for name, params in [
-            ("closed_book", {}),
-            ("long_context", {"overflow": "error"}),
-            ("rag", {"top_k": 3}),
-            ("self_route", {"top_k": 1, "budget": 5}),  # declines: a second round, long context
+        for params in [
+            st.ClosedBookParams(),
+            st.LongContextParams(overflow="error"),
+            st.RagParams(**INDEX, top_k=3),
+            st.SelfRouteParams(**INDEX, top_k=1, budget=5),  # declines: a second round
         ]
     ]
     r = res()
     r.llm = Counting(context_window=8192)
     r.llm.batches = []
     batched = st.run_batch(items, r)
-    one_by_one = [st.get_strategy(n).run(ex, res(), **p) for n, ex, p in items]
+    one_by_one = [st.get_strategy(p.strategy).run(ex, res(), p) for ex, p in items]
 
     def view(rec):
-        return (rec.example_id, rec.strategy, rec.prediction, rec.scores, rec.cost["prompt_tokens"])
+        return (rec.example_id, rec.strategy, rec.prediction, rec.scores, rec.cost.prompt_tokens)
 
     assert [view(b) for b in batched] == [view(o) for o in one_by_one]
     routed = sum(b.meta.get("route") == "long_context" for b in batched)
@@ -267,12 +275,50 @@ def test_run_batch_keeps_one_failure_to_its_item():
     r.llm = Failing(context_window=300)
     long = Example("long", "q?", ("x",), (Document("long/doc", FILLER * 2),), {"task": "qa"})
     items = [
-        ("closed_book", needle_example(ex_id="ok"), {}),
-        ("long_context", long, {"overflow": "error"}),
-        ("closed_book", needle_example(ex_id="bad"), {}),
-        ("closed_book", needle_example(ex_id="ok2"), {}),
+        (needle_example(ex_id="ok"), st.ClosedBookParams()),
+        (long, st.LongContextParams(overflow="error")),
+        (needle_example(ex_id="bad"), st.ClosedBookParams()),
+        (needle_example(ex_id="ok2"), st.ClosedBookParams()),
     ]
     out = st.run_batch(items, r)
     assert isinstance(out[1], ContextOverflowError)
     assert isinstance(out[2], TimeoutError)  # the batch failed; retried alone, only it fails
     assert [o.example_id for o in (out[0], out[3])] == ["ok", "ok2"]
+
+
+def test_labels_tell_every_variant_apart():
+    # regression: cite=True and cite=False were both labelled "rag k=5"
+    assert st.RagParams().label() == "rag k=5"
+    assert st.RagParams(cite=False).label() == "rag k=5 cite=False"
+    assert st.RagParams(top_k=None, budget=512).label() == "rag budget=512"
+    assert (
+        st.RagParams(retriever="bm25", chunk_size=64).label() == "rag k=5 retriever=bm25 chunk=64"
+    )
+    assert (
+        st.LongContextParams(overflow="truncate_middle").label() == "long_context truncate_middle"
+    )
+    assert (
+        st.SelfRouteParams(overflow="truncate_head").label()
+        == "self_route k=5 overflow=truncate_head"
+    )
+    grid = st.get_strategy("rag").grid({"cite": [True, False], "order": ["score", "document"]})
+    labels = [p.label() for p in grid]
+    assert len(set(labels)) == len(grid) == 4
+
+
+def test_params_grid_crosses_the_run_retrieval_settings():
+    run_wide = {"retriever": ["dense", "bm25"], "chunk_size": 64, "chunk_overlap": 8}
+    points = st.get_strategy("rag").grid({"top_k": [2, 4]}, run_wide)
+    assert [(p.retriever, p.top_k, p.chunk_size) for p in points] == [
+        ("dense", 2, 64), ("dense", 4, 64), ("bm25", 2, 64), ("bm25", 4, 64),
+    ]  # fmt: skip
+    # a strategy's own params override the run-wide value; closed book ignores retrieval
+    assert st.get_strategy("rag").grid({"chunk_size": 32}, run_wide)[0].chunk_size == 32
+    assert st.get_strategy("closed_book").grid({}, run_wide) == [st.ClosedBookParams()]
+    with pytest.raises(ValueError, match="did you mean 'dense'"):
+        st.RagParams(retriever="dnese")
+    with pytest.raises(ValueError, match="chunk_overlap"):
+        st.RagParams(chunk_size=16, chunk_overlap=16)
+    # a stored point comes back as its class
+    p = st.SelfRouteParams(top_k=2, overflow="truncate_tail")
+    assert st.params_from_dict("self_route", p.to_dict()) == p

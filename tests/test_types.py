@@ -4,6 +4,8 @@ import sys
 
 import pytest
 
+from ragbench.cost import Cost
+from ragbench.strategies import RagParams
 from ragbench.types import (
     Chunk,
     Completion,
@@ -40,7 +42,7 @@ def _example() -> Example:
         Completion(
             "ans", 10, 2, cached_prompt_tokens=4, prefill_seconds=0.5, peak_memory_bytes=None
         ),
-        Record("ex-1", "rag", {"k": 3}, "x", ("x",), {"em": 1.0}, {"usd": 0.001}, error=None),
+        Record("ex-1", "rag", RagParams(top_k=3), "x", ("x",), {"em": 1.0}, Cost(dollars=0.001)),
     ],
 )
 def test_json_round_trip_is_exact(obj):

@@ -1,0 +1,25 @@
+"""Helpers for the notebooks' repeated set-up cells (notebooks stay thin: parameters, library
+calls, plots)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# the fake backend has no architecture of its own: FLOPs and KV bytes use the embedded model's
+FAKE_PRESET = "smollm2-135m-instruct"
+
+
+def model_block(
+    backend: str, model: str, base_url: str = "", max_new_tokens: int = 32, tokenizer: str = ""
+) -> tuple[dict[str, Any], str]:
+    """(the run config's ``model`` section, the token counter for dataset lengths and chunks)
+    from a notebook's model parameters. An empty ``tokenizer`` counts with the model's own
+    tokenizer (whitespace for the fake backend, which has none)."""
+    section = {
+        "backend": backend,
+        "name": model,
+        "max_new_tokens": max_new_tokens,
+        "params": {"base_url": base_url} if base_url else {},
+        "preset": FAKE_PRESET if backend == "fake" else None,
+    }
+    return section, tokenizer or ("whitespace" if backend == "fake" else model)

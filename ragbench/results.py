@@ -1,0 +1,157 @@
+"""The run folder's records and table: ``records.jsonl`` (append-only, crash-safe) and the flat
+``results.parquet`` view of it, one row per (example, strategy, parameter point).
+
+Table columns come in a fixed order, whatever order the records were written or resumed in:
+identity (``example_id``, ``strategy``, ``label``, ``params``, ``prediction``, ``answers``,
+``error``), then the parameters, the scores, the cost (``Cost`` field order), the record's meta
+and the example's scalar facts. A name used by two sections (a score named like a parameter)
+never overwrites: every section that uses it gets its prefix (``param_``, ``score_``, ``cost_``,
+``meta_``, ``ex_``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ragbench.io import dumps_canonical
+from ragbench.types import Example, Record
+
+log = logging.getLogger(__name__)
+RECORDS = "records.jsonl"
+ID_COLUMNS = ("example_id", "strategy", "label", "params", "prediction", "answers", "error")
+SECTIONS = ("param_", "score_", "cost_", "meta_", "ex_")  # in column order
+
+
+def work_key(example_id: str, strategy: str, params: dict[str, Any]) -> str:
+    return dumps_canonical([example_id, strategy, params])
+
+
+def record_key(record: Record) -> str:
+    return work_key(record.example_id, record.strategy, record.params.to_dict())
+
+
+def read_records(path: Path) -> dict[str, Record]:
+    """Records already written, by work key. A torn last line (killed mid-write) is cut off."""
+    done: dict[str, Record] = {}
+    if not path.exists():
+        return done
+    data = path.read_bytes()
+    good_end = 0
+    for lineno, line in enumerate(data.splitlines(keepends=True), start=1):
+        if not line.endswith(b"\n"):
+            break  # torn write: the line never got its newline; only this is cut off
+        good_end += len(line)
+        try:
+            row = json.loads(line)
+            done[row["key"]] = Record.from_dict(row["record"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            # a complete but unreadable line (another version's fields, a bad edit): skip it,
+            # keep every record after it; its work item is simply run again
+            log.warning("%s:%d: skipping unreadable record (%s)", path, lineno, exc)
+    if good_end < len(data):
+        log.warning("%s: dropping %d bytes of a torn last record", path, len(data) - good_end)
+        with path.open("r+b") as f:
+            f.truncate(good_end)
+            f.flush()
+            os.fsync(f.fileno())
+    return done
+
+
+def append_record(f, key: str, record: Record) -> None:
+    f.write((dumps_canonical({"key": key, "record": record.to_dict()}) + "\n").encode("utf-8"))
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def error_record(example: Example, params: Any, exc: BaseException) -> Record:
+    return Record(
+        example_id=example.id,
+        strategy=params.strategy,
+        params=params,
+        prediction="",
+        answers=example.answers,
+        error=f"{type(exc).__name__}: {exc}",
+    )
+
+
+def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """(params, scores, cost, meta, example facts) of one record, in SECTIONS order."""
+    facts = {k: v for k, v in example_meta.items() if not isinstance(v, list | dict)}
+    cost = record.cost.columns() if record.cost is not None else {}
+    meta = dict(sorted(record.meta.items()))
+    return [record.params.to_dict(), dict(record.scores), cost, meta, dict(sorted(facts.items()))]
+
+
+def flatten(record: Record, example_meta: dict[str, Any]) -> dict[str, Any]:
+    """One table row: identity, then params, scores, cost, record meta, scalar example facts."""
+    return _flatten(record, example_meta)[0]
+
+
+def _flatten(
+    record: Record, example_meta: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    """The row, and for each non-identity column its (section, position in the section)."""
+    row: dict[str, Any] = {
+        "example_id": record.example_id,
+        "strategy": record.strategy,
+        "label": record.params.label(),
+        "params": dumps_canonical(record.params.to_dict()),
+        "prediction": record.prediction,
+        "answers": list(record.answers),
+        "error": record.error,
+    }
+    sections = _sections(record, example_meta)
+    seen: dict[str, int] = {}
+    for section in sections:
+        for key in section:
+            seen[key] = seen.get(key, 0) + 1
+    where: dict[str, tuple[int, int]] = {}
+    for s, (prefix, section) in enumerate(zip(SECTIONS, sections, strict=True)):
+        for position, (key, value) in enumerate(section.items()):
+            name = prefix + key if seen[key] > 1 or key in ID_COLUMNS else key
+            row[name] = value
+            where[name] = (s, position)
+    return row, where
+
+
+def table(records: list[Record], example_meta: dict[str, dict[str, Any]], metrics: list[str]):
+    """The results DataFrame: rows in the given order, columns in the fixed order above."""
+    import pandas as pd
+
+    rows, rank = [], {}
+    score_order = {m: i for i, m in enumerate(metrics)}
+    for record in records:
+        row, where = _flatten(record, example_meta[record.example_id])
+        rows.append(row)
+        for name, (section, position) in where.items():
+            # parameters and cost keep their field order, scores the config's metric order,
+            # meta and example facts sort by name
+            if SECTIONS[section] == "score_":
+                position = score_order.get(name.removeprefix("score_"), len(score_order))
+            elif SECTIONS[section] in ("meta_", "ex_"):
+                position = 0
+            rank.setdefault(name, (section, position, name))
+    columns = list(ID_COLUMNS) + sorted(rank, key=lambda n: rank[n])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def parquet_bytes(df) -> bytes:
+    """Parquet of ``df``; object columns pyarrow cannot type (mixed kinds) become JSON text."""
+    import io
+
+    import pandas as pd
+    import pyarrow as pa
+
+    df = df.copy()
+    for col in [c for c in df.columns if pd.api.types.is_object_dtype(df[c])]:
+        try:
+            pa.array(df[col])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            df[col] = [None if v is None else json.dumps(v, default=str) for v in df[col]]
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()

@@ -1,0 +1,32 @@
+"""``ragbench run CONFIG``: run an experiment config and print accuracy and cost per variant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(app) -> None:
+    """Adds ``ragbench run CONFIG`` to the root typer app."""
+    import typer
+
+    @app.command("run")
+    def run_command(
+        config: Path = typer.Argument(..., help="experiment YAML, e.g. configs/quick-cpu.yaml"),
+        output_dir: str | None = typer.Option(None, help="override the config's output_dir"),
+        quiet: bool = typer.Option(False, help="no progress bar"),
+    ) -> None:
+        """Run an experiment config (resumable): results.parquet + manifest.json."""
+        from ragbench.config import load_config
+        from ragbench.io import user_errors
+        from ragbench.report import summary
+        from ragbench.runner import run
+
+        with user_errors():  # ConfigError, DatasetError: ValueErrors naming file, line, field
+            cfg = load_config(config)
+            if output_dir:
+                cfg = cfg.model_copy(update={"output_dir": output_dir})
+            df = run(cfg, progress=not quiet)
+        typer.echo(f"run folder: {df.attrs['run_dir']}")
+        for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
+            table = summary(df, metric=metric, seed=cfg.seed)
+            typer.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))

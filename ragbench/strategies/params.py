@@ -1,0 +1,179 @@
+"""Typed strategy parameters: one frozen dataclass per strategy.
+
+Each class owns its fields' defaults (one default per field, here), their validation
+(``__post_init__``: a bad value is an error naming the valid choices), grid expansion
+(``grid``: list values in a config become axes) and the label that tells variants apart in
+tables and figures. A ``Record`` carries one of these; ``to_dict`` is what the results table and
+the run's work keys store.
+
+Retrieval settings (retriever, embedder, splitter, chunk size and overlap) are parameters of the
+strategies that retrieve, so a config can sweep them like ``top_k`` and every record says which
+index answered it. The run config's ``retrieval`` section gives their run-wide values (also
+grid-able); a strategy's own ``params`` may override them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from ragbench.registry import did_you_mean, unknown
+from ragbench.strategies.prompts import OVERFLOW
+
+
+def _positive_or_none(owner: str, name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{owner}: {name} must be a positive integer or null, got {value!r}")
+
+
+def _choice(owner: str, name: str, value: Any, choices: Any) -> None:
+    if value not in choices:
+        raise unknown(f"{owner} {name}", str(value), choices)
+
+
+@dataclass(frozen=True)
+class StrategyParams:
+    """Base class. Subclasses add fields (with a short "why" comment each) and ``validate``."""
+
+    strategy: ClassVar[str] = ""  # the strategy these parameters belong to (error messages)
+    # label: field -> short name; a field is shown when it differs from its default
+    # (``always`` fields are shown always). Fields not listed are shown by their own name.
+    short: ClassVar[dict[str, str]] = {}
+    always: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field and the valid choices for a bad value."""
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def check_keys(cls, keys: Any) -> None:
+        valid = cls.field_names()
+        for key in keys:
+            if key not in valid:
+                hint = did_you_mean(str(key), valid or ["(none)"])
+                raise ValueError(f"unknown {cls.strategy} parameter {key!r}; {hint}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Parameters from a mapping (missing fields take their defaults; unknown are errors)."""
+        cls.check_keys(data)
+        return cls(**data)
+
+    @classmethod
+    def grid(cls, spec: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> list[Self]:
+        """Every parameter point of ``spec`` (list values are axes), over ``base`` values (the
+        run-wide retrieval settings) and the defaults; points in field order, last field
+        fastest. Keys of ``base`` this class has no field for are ignored."""
+        cls.check_keys(spec)
+        names = cls.field_names()
+        merged = {k: v for k, v in (base or {}).items() if k in names} | dict(spec)
+        keys = [n for n in names if n in merged]
+        axes = [merged[k] if isinstance(merged[k], list) else [merged[k]] for k in keys]
+        return [cls(**dict(zip(keys, point, strict=True))) for point in itertools.product(*axes)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def label(self) -> str:
+        """``rag k=4 order=document cite=False``: the strategy, then every set value that is not
+        its default (``always`` fields first, and shown even at their default)."""
+        parts = [self.strategy]
+        fields = sorted(dataclasses.fields(self), key=lambda f: f.name not in self.always)
+        for f in fields:
+            value = getattr(self, f.name)
+            if value is not None and (f.name in self.always or value != f.default):
+                parts.append(f"{self.short.get(f.name, f.name)}={value}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class ClosedBookParams(StrategyParams):
+    """The question alone: no parameters."""
+
+    strategy: ClassVar[str] = "closed_book"
+
+
+@dataclass(frozen=True)
+class LongContextParams(StrategyParams):
+    strategy: ClassVar[str] = "long_context"
+
+    # past the window (or the run's prompt_budget): error | truncate_middle | truncate_head |
+    # truncate_tail; the record says how many tokens were cut
+    overflow: str = "error"
+
+    def validate(self) -> None:
+        _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
+
+    def label(self) -> str:  # "long_context truncate_middle": the policy names itself
+        return self.strategy + ("" if self.overflow == "error" else f" {self.overflow}")
+
+
+@dataclass(frozen=True)
+class RetrievalParams(StrategyParams):
+    """The index a retrieving strategy reads: chunking and retriever. Defaults here are the run
+    config's defaults too (``config.RetrievalConfig`` reads them)."""
+
+    retriever: str = "dense"  # dense | bm25 | hybrid | rerank
+    embedder: str = "minilm"  # minilm (embedded, offline) | hash (fast tests); bm25 ignores it
+    splitter: str = "sentence"  # llama-index splitter: sentence | token
+    chunk_size: int = 128  # tokens per chunk (the chunking tokenizer's)
+    chunk_overlap: int = 16  # tokens shared by neighbouring chunks (< chunk_size)
+
+    short: ClassVar[dict[str, str]] = {"chunk_size": "chunk", "chunk_overlap": "overlap"}
+
+    def validate(self) -> None:
+        from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking
+
+        RETRIEVERS.check(self.retriever)
+        EMBEDDERS.check(self.embedder)
+        check_chunking(self.splitter, self.chunk_size, self.chunk_overlap)
+
+    def retrieval(self) -> RetrievalParams:
+        """Only the index settings (the key an index is built and cached under)."""
+        names = [f.name for f in dataclasses.fields(RetrievalParams)]
+        return RetrievalParams(**{n: getattr(self, n) for n in names})
+
+
+@dataclass(frozen=True)
+class RagParams(RetrievalParams):
+    strategy: ClassVar[str] = "rag"
+
+    top_k: int | None = 5  # chunks retrieved (null: as many as the budget holds)
+    budget: int | None = None  # context-token cap for the chunks (null: the window's room)
+    order: str = "score"  # chunks in the prompt: score (best first) | document (reading order)
+    cite: bool = True  # prefix each chunk with its document id
+
+    short: ClassVar[dict[str, str]] = {**RetrievalParams.short, "top_k": "k"}
+    always: ClassVar[tuple[str, ...]] = ("top_k",)
+
+    def validate(self) -> None:
+        from ragbench.retrieval.context import ORDERS
+
+        super().validate()
+        _positive_or_none(self.strategy, "top_k", self.top_k)
+        _positive_or_none(self.strategy, "budget", self.budget)
+        _choice(self.strategy, "order", self.order, ORDERS)
+        if not isinstance(self.cite, bool):
+            raise ValueError(f"{self.strategy}: cite must be true or false, got {self.cite!r}")
+        if self.top_k is None and self.budget is None:
+            raise ValueError(f"{self.strategy}: set top_k, budget or both (both are null)")
+
+
+@dataclass(frozen=True)
+class SelfRouteParams(RagParams):
+    strategy: ClassVar[str] = "self_route"
+
+    overflow: str = "error"  # the long-context leg's overflow policy (see LongContextParams)
+
+    def validate(self) -> None:
+        super().validate()
+        _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)

@@ -1,0 +1,103 @@
+"""Prompts and truncation: how a question and its context become the text a model reads.
+
+Long-context and RAG prompts share one layout: the context first (``CONTEXT_TEMPLATE``, so one
+document's KV cache serves every question on it) and the question last. Answers are one line:
+``clean_answer`` takes the first non-empty line without a label or a restated question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ragbench.registry import unknown
+from ragbench.types import Example
+
+# what the long-context strategies do when the context does not fit (see ``truncate``):
+# error (default), truncate_middle (LongBench: keep head and tail), truncate_head (drop the
+# start), truncate_tail (drop the end)
+OVERFLOW = ("error", "truncate_middle", "truncate_head", "truncate_tail")
+
+INSTRUCTIONS = {
+    "needle": "Answer with the requested value only.",
+    "qa": "Answer with a short phrase, no explanation.",
+}
+CONTEXT_TEMPLATE = "{context}\n\n"
+QUESTION_TEMPLATE = (
+    "Answer the question based on the text above. {instruction}\nQuestion: {question}\nAnswer:"
+)
+CLOSED_BOOK_TEMPLATE = "Answer the question. {instruction}\nQuestion: {question}\nAnswer:"
+# Answers are one line (clean_answer keeps the first); small models restate and repeat after a
+# blank line, so stopping there saves decode time without changing the scored answer.
+ANSWER_STOP = ("\n\n",)
+DECLINE = "unanswerable"
+DECLINE_INSTRUCTION = f' If the text above does not contain the answer, reply exactly "{DECLINE}".'
+
+
+def task_type(example: Example) -> str:
+    """``needle`` for NIAH/RULER retrieval tasks (exact value), ``qa`` otherwise."""
+    explicit = example.meta.get("task_type")
+    if explicit in INSTRUCTIONS:
+        return explicit
+    task = str(example.meta.get("task", "")).lower()
+    return "needle" if ("niah" in task or "needle" in task or "magic" in example.question) else "qa"
+
+
+def question_part(example: Example, decline: bool = False) -> str:
+    instruction = INSTRUCTIONS[task_type(example)] + (DECLINE_INSTRUCTION if decline else "")
+    return QUESTION_TEMPLATE.format(instruction=instruction, question=example.question)
+
+
+def clean_answer(text: str, question: str = "") -> str:
+    """First non-empty line, without an "Answer:" / "A:" label (any case) or a restated question.
+    A line that is only a label gives way to the next non-empty line ("Answer:", "Paris")."""
+    t = ""
+    for line in text.splitlines():
+        t = line.strip()
+        for label in ("answer:", "a:"):
+            if t.lower().startswith(label):
+                t = t[len(label) :].strip()
+        if t:
+            break
+    q = question.strip()
+    if q and t.lower().startswith(q.lower()):
+        t = t[len(q) :].strip()
+    return t.strip(" \"'")
+
+
+def is_declined(answer: str) -> bool:
+    return DECLINE in answer.lower()
+
+
+def _longest_fit(text: str, n_tokens: int, count: Callable[[str], int], head: bool) -> str:
+    """Longest head (or tail) of ``text`` with at most ``n_tokens`` tokens: binary search on
+    characters, so it works with any backend's ``count_tokens`` (no encode/decode needed)."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        piece = text[:mid] if head else text[len(text) - mid :]
+        if count(piece) <= n_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo] if head else text[len(text) - lo :]
+
+
+def truncate(text: str, n_tokens: int, policy: str, count: Callable[[str], int]) -> str:
+    """Cut ``text`` to at most ``n_tokens`` tokens under ``policy`` (see module docstring)."""
+    if n_tokens <= 0:
+        return ""
+    if policy == "truncate_head":  # keep the end
+        return _longest_fit(text, n_tokens, count, head=False)
+    if policy == "truncate_tail":  # keep the start
+        return _longest_fit(text, n_tokens, count, head=True)
+    if policy == "truncate_middle":
+        budget = n_tokens
+        while budget > 0:  # token counts are not additive across a join: shrink until it fits
+            head = _longest_fit(text, budget // 2, count, head=True)
+            tail = _longest_fit(text[len(head) :], budget - budget // 2, count, head=False)
+            joined = head + tail
+            if count(joined) <= n_tokens:
+                return joined
+            budget -= max(1, count(joined) - n_tokens)
+        return ""
+    raise unknown("overflow policy", policy, OVERFLOW)

@@ -1,0 +1,24 @@
+"""Self-Route (Li et al. 2024): the RAG prompt with an explicit "unanswerable" option; a declined
+query goes to long context. Its cost is the RAG call's plus, when routed, the long-context call's."""
+
+from __future__ import annotations
+
+from ragbench.strategies.base import Resources, Steps, make_record
+from ragbench.strategies.long_context import long_context_prompt
+from ragbench.strategies.params import SelfRouteParams
+from ragbench.strategies.prompts import clean_answer, is_declined
+from ragbench.strategies.rag import rag_prompt, retrieval_seconds
+from ragbench.types import Example
+
+
+def self_route_steps(example: Example, res: Resources, params: SelfRouteParams) -> Steps:
+    prompt, meta = rag_prompt(example, res, params, decline=True)
+    first = yield res.request(prompt, rid=f"{example.id}:self_route:rag")
+    rag_cost = res.cost(first).with_retrieval(retrieval_seconds(meta))
+    if not is_declined(clean_answer(first.text, example.question)):
+        return make_record(example, params, first, res, {**meta, "route": "rag"}, rag_cost)
+    lc_prompt, prefix, lc_meta = long_context_prompt(example, res, params.overflow)
+    second = yield res.request(lc_prompt, prefix, rid=f"{example.id}:self_route:long_context")
+    lc_meta = {f"lc_{k}": v for k, v in lc_meta.items()}
+    meta = {**meta, **lc_meta, "route": "long_context", "rag_raw": first.text}
+    return make_record(example, params, second, res, meta, rag_cost + res.cost(second))
