@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ragbench import strategies as st
-from ragbench.strategies import prompts
-from ragbench.strategies.long_context import long_context_prompt
 from ragbench.llm.base import ContextOverflowError
 from ragbench.llm.fake import FakeLLM
 from ragbench.llm.presets import get_preset
+from ragbench.strategies import prompts
+from ragbench.strategies.long_context import long_context_prompt
 from ragbench.types import Document, Example
 
 FILLER = " ".join(f"w{i}" for i in range(400))  # 400 whitespace tokens
