@@ -90,6 +90,7 @@ def _images(path: Path) -> list[bytes]:
     ]
 
 
+@pytest.mark.slow  # papermill executes every notebook (about a minute on 2 cores)
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_notebook_executes_and_draws(executed, name):
     images = _images(executed[name])
@@ -98,6 +99,7 @@ def test_notebook_executes_and_draws(executed, name):
     assert '"output_type": "error"' not in text
 
 
+@pytest.mark.slow
 def test_quickstart_reports_accuracy_cost_and_provenance(executed):
     nb = nbformat.read(executed["00_quickstart"], as_version=4)
     text = "\n".join(
@@ -107,6 +109,7 @@ def test_quickstart_reports_accuracy_cost_and_provenance(executed):
         assert needle in text
 
 
+@pytest.mark.slow
 def test_rendered_quickstart_shows_its_figures_in_chromium(executed, tmp_path):
     import shutil
 
