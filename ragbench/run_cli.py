@@ -14,18 +14,22 @@ def register(app) -> None:
         config: Path = typer.Argument(..., help="experiment YAML, e.g. configs/quick-cpu.yaml"),
         output_dir: str | None = typer.Option(None, help="override the config's output_dir"),
         quiet: bool = typer.Option(False, help="no progress bar"),
+        wait: bool = typer.Option(False, help="if another process is writing the run, wait"),
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json."""
         from ragbench.config import load_config
         from ragbench.io import user_errors
+        from ragbench.locks import LockHeldError
         from ragbench.report import summary
         from ragbench.runner import run
 
-        with user_errors():  # ConfigError, DatasetError: ValueErrors naming file, line, field
+        with user_errors(
+            LockHeldError
+        ):  # ConfigError, DatasetError: ValueErrors naming file, line, field
             cfg = load_config(config)
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
-            df = run(cfg, progress=not quiet)
+            df = run(cfg, progress=not quiet, wait=wait)
         typer.echo(f"run folder: {df.attrs['run_dir']}")
         for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
             table = summary(df, metric=metric, seed=cfg.seed)

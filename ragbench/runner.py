@@ -30,6 +30,7 @@ from typing import Any
 from ragbench import provenance
 from ragbench.config import RunConfig, config_hash, load_config
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
+from ragbench.locks import FolderLock
 from ragbench.results import (
     RECORDS,
     append_record,
@@ -161,15 +162,13 @@ def run_dir_for(cfg: RunConfig) -> Path:
     return Path(cfg.output_dir) / f"{cfg.name}-{config_hash(cfg)[:8]}"
 
 
-def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
+def run(config: Any, progress: bool = True, llm: Any = None, wait: bool = False) -> Any:
     """Run ``config`` (path, dict or RunConfig); returns the results DataFrame.
 
-    ``llm`` overrides the configured model (tests, notebooks holding a loaded model).
+    ``llm`` overrides the configured model (tests, notebooks holding a loaded model). One process
+    writes a run folder at a time: another one on the same folder raises ``LockHeldError``
+    naming it, or with ``wait=True`` waits for it to finish.
     """
-    from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
-
-    from ragbench.datasets.formats import fingerprint
-
     cfg = load_config(config)
     started = datetime.now(UTC).isoformat()
     examples = _load_examples(cfg)
@@ -180,7 +179,15 @@ def run(config: Any, progress: bool = True, llm: Any = None) -> Any:
     if len(set(keys)) != len(keys):
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out, what="run", wait=wait):
+        return _run_locked(cfg, examples, work, keys, out, started, progress, llm)
+
+
+def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bool, llm) -> Any:
+    from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
+
+    from ragbench.datasets.formats import fingerprint
+
     done = read_records(out / RECORDS)
     # error rows are retried on resume (timeouts, out-of-memory); the new record is appended and
     # read_records keeps the last line of a key

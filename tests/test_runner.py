@@ -407,3 +407,58 @@ def test_column_order_survives_a_resume(tmp_path):
     assert cols.index("string_match_all") < cols.index("contains") < cols.index("prompt_tokens")
     on_disk = pd.read_parquet(Path(resumed.attrs["run_dir"]) / "results.parquet")
     assert list(on_disk.columns) == list(fresh.columns)
+
+
+def test_one_writer_per_run_folder(tmp_path):
+    # two `ragbench run` on one folder used to both do all the work (every key twice)
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.run_cli import register
+
+    cfg = niah_config(tmp_path)
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    script = textwrap.dedent(
+        f"""
+        import time, yaml
+        from ragbench.llm.fake import FakeLLM
+        from ragbench.runner import run
+
+        class Slow(FakeLLM):
+            def _generate(self, requests):
+                time.sleep(0.5)  # keeps it running while the second starts
+                return super()._generate(requests)
+
+        run(yaml.safe_load(open({str(tmp_path / "cfg.yaml")!r})), progress=False, llm=Slow())
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+    try:
+        deadline = time.time() + 120
+        while not list(Path(cfg["output_dir"]).glob(f"*/{RECORDS}")):
+            assert time.time() < deadline and proc.poll() is None, "the first run never started"
+            time.sleep(0.05)
+        app = typer.Typer()
+        register(app)
+        app.command()(lambda: None)  # a second command keeps typer in multi-command mode
+        second = CliRunner().invoke(app, ["run", str(tmp_path / "cfg.yaml"), "--quiet"])
+        assert second.exit_code == 2, second.output
+        assert f"PID {proc.pid}" in second.output and "--wait" in second.output
+
+        class Counting(FakeLLM):
+            requests = 0
+
+            def _generate(self, requests):
+                self.requests += len(requests)
+                return super()._generate(requests)
+
+        waiter = Counting()
+        df = run(cfg, progress=False, llm=waiter, wait=True)  # blocks until the first is done
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+    assert waiter.requests == 0 and len(df) == 20 and df["error"].isna().all()
+    records = next(Path(cfg["output_dir"]).glob(f"*/{RECORDS}"))
+    keys = [json.loads(line)["key"] for line in records.read_bytes().splitlines()]
+    assert len(keys) == len(set(keys)) == 20

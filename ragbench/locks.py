@@ -1,0 +1,90 @@
+"""One writer per folder: an exclusive lock that names its holder.
+
+The lock is an OS file lock (``filelock``: ``flock`` on Unix), so the kernel releases it when its
+holder dies, kill -9 included: a dead holder's lock is taken over, never waited on. Beside it an
+``.owner`` file says who holds it (PID, host, start time) for the message a second process gets;
+the holder removes it on a clean exit, so finding one on acquiring means the last holder died.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ragbench.io import atomic_write_text
+
+log = logging.getLogger(__name__)
+LOCK_NAME = ".lock"
+
+
+class LockHeldError(RuntimeError):
+    """Another live process holds the lock; the message names it."""
+
+
+def _owner(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _describe(owner: dict[str, Any]) -> str:
+    if not owner:
+        return "another process"
+    return f"PID {owner.get('pid')} on {owner.get('host')} (since {owner.get('started')})"
+
+
+class FolderLock:
+    """``with FolderLock(folder, what="run"):`` holds ``folder/.lock`` for the block.
+
+    ``wait=False``: a held lock raises ``LockHeldError`` at once; ``wait=True`` blocks until the
+    holder finishes."""
+
+    def __init__(self, folder: str | os.PathLike, what: str = "folder", wait: bool = False):
+        from filelock import FileLock
+
+        self.folder = Path(folder)
+        self.what = what
+        self.wait = wait
+        self.path = self.folder / LOCK_NAME
+        self.owner_path = self.folder / (LOCK_NAME + ".owner")
+        self._lock = FileLock(str(self.path))
+
+    def __enter__(self) -> FolderLock:
+        from filelock import Timeout
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            holder = _describe(_owner(self.owner_path))
+            if not self.wait:
+                raise LockHeldError(
+                    f"{self.folder}: {holder} is already writing this {self.what}; wait for "
+                    f"it (--wait) or use another output_dir"
+                ) from None
+            log.warning("waiting for %s to finish the %s in %s", holder, self.what, self.folder)
+            self._lock.acquire()
+        stale = _owner(self.owner_path)
+        if stale:
+            log.warning(
+                "%s: taking over the lock of %s, which ended without releasing it",
+                self.folder,
+                _describe(stale),
+            )
+        owner = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        atomic_write_text(self.owner_path, json.dumps(owner) + "\n")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.owner_path.unlink(missing_ok=True)
+        self._lock.release()
