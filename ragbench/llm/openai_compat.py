@@ -1,7 +1,7 @@
 """OpenAI-compatible HTTP backend: vLLM, SGLang, TGI, `transformers serve` and hosted APIs.
 
-Payload building and response parsing are pure functions (lm-evaluation-harness style) that the
-tests call directly; ``OpenAICompatLLM`` only does the I/O around them:
+Payload building and response parsing are pure functions in ``openai_payload.py``;
+``OpenAICompatLLM`` does the I/O around them:
 
 - chat (``/v1/chat/completions``) or completions (``/v1/completions``) endpoint;
 - base URL, model and key from arguments or the environment (``OPENAI_BASE_URL``,
@@ -9,9 +9,10 @@ tests call directly; ``OpenAICompatLLM`` only does the I/O around them:
   client's headers: never in ``identity()``, ``repr``, completions, logs or exception messages;
 - a batch runs on a thread pool of ``max_concurrency`` workers sharing one ``httpx.Client``;
 - each request retries with exponential backoff (tenacity) on 408/429/5xx, timeouts and dropped
-  connections, honouring ``Retry-After``; then a ``LLMRequestError`` names the URL, the HTTP
-  status and the server's last message. A failed request never yields a partial ``Completion``;
-  the error carries the batch's finished completions in ``.partial`` (the cache stores them);
+  connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests replace);
+  then a ``LLMRequestError`` names the URL, the HTTP status and the server's last message. A
+  failed request never yields a partial ``Completion``; the error carries the batch's finished
+  completions in ``.partial`` (the cache stores them);
 - latency: with ``stream=True`` (default) the server-sent events give time to first token
   (``prefill_seconds``, which includes queueing and network) and the rest is ``decode_seconds``.
   Without streaming only the total is known: it goes to ``decode_seconds`` and
@@ -28,18 +29,28 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ragbench.llm.base import LLM
-from ragbench.registry import unknown
+from ragbench.llm.openai_payload import (
+    Parsed,
+    apply_stop,
+    build_payload,
+    endpoint_url,
+    error_message,
+    iter_sse_data,
+    parse_chunk,
+    parse_response,
+    redact,
+    safe_url,
+    usage_counts,
+)
 from ragbench.types import Completion, GenerationRequest
 
-ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}
 KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # plus every 5xx
 
@@ -64,117 +75,7 @@ class _IncompleteStream(Exception):
     """The event stream ended without a finish reason or [DONE]: treated as a dropped connection."""
 
 
-# ---------------------------------------------------------------------------- pure functions
-
-
-def endpoint_url(base_url: str, endpoint: str) -> str:
-    """``http://h:8000`` or ``http://h:8000/v1`` -> ``http://h:8000/v1/chat/completions``."""
-    if endpoint not in ENDPOINTS:
-        raise unknown("endpoint", endpoint, ENDPOINTS)
-    parts = urlsplit(base_url.rstrip("/"))
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"base_url must look like http://host:port/v1, got {safe_url(base_url)!r}")
-    path = parts.path or "/v1"
-    return urlunsplit((parts.scheme, parts.netloc, path + ENDPOINTS[endpoint], "", ""))
-
-
-def safe_url(url: str) -> str:
-    """The URL without user:password@ and without a query string (both can carry secrets)."""
-    p = urlsplit(url)
-    host = p.hostname or ""
-    netloc = f"{host}:{p.port}" if p.port else host
-    return urlunsplit((p.scheme, netloc, p.path, "", ""))
-
-
-def build_payload(
-    request: GenerationRequest, model: str, endpoint: str = "chat", stream: bool = False
-) -> dict[str, Any]:
-    """The JSON body for one request. Greedy is temperature 0; ``max_tokens`` and ``stop`` as
-    given; the completions endpoint gets the system text prepended (as ``LLM.prompt_tokens``)."""
-    payload: dict[str, Any] = {"model": model}
-    if endpoint == "chat":
-        messages = [{"role": "system", "content": request.system}] if request.system else []
-        payload["messages"] = [*messages, {"role": "user", "content": request.prompt}]
-    elif endpoint == "completions":
-        payload["prompt"] = request.system + request.prompt
-    else:
-        raise unknown("endpoint", endpoint, ENDPOINTS)
-    payload["max_tokens"] = request.max_new_tokens
-    payload["temperature"] = request.temperature
-    if request.stop:
-        payload["stop"] = list(request.stop)
-    if stream:
-        payload["stream"] = True
-        payload["stream_options"] = {
-            "include_usage": True
-        }  # usage in the last event (vLLM, OpenAI)
-    return payload
-
-
-@dataclass(frozen=True)
-class Parsed:
-    text: str
-    finish_reason: str
-    usage: dict[str, Any] | None
-    model: str = ""
-
-
-def _choice_text(choice: dict[str, Any], endpoint: str, delta: bool) -> str:
-    if endpoint == "chat":
-        msg = choice.get("delta" if delta else "message") or {}
-        return msg.get("content") or ""
-    return choice.get("text") or ""
-
-
-def parse_response(body: dict[str, Any], endpoint: str = "chat") -> Parsed:
-    """Text, finish reason and usage of a non-streamed response."""
-    if "error" in body and not body.get("choices"):
-        raise ValueError(f"server returned an error object: {error_message(json.dumps(body))}")
-    choices = body.get("choices")
-    if not choices:
-        raise ValueError(f"response has no choices: {json.dumps(body)[:300]}")
-    choice = choices[0]
-    return Parsed(
-        text=_choice_text(choice, endpoint, delta=False),
-        finish_reason=choice.get("finish_reason") or "",
-        usage=body.get("usage") or None,
-        model=body.get("model") or "",
-    )
-
-
-def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
-    """The ``data:`` payloads of a server-sent event stream (``[DONE]`` included, last)."""
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # blank separators, ": keep-alive" comments, event:/id: fields
-        data = line[5:].strip()
-        if data:
-            yield data
-        if data == "[DONE]":
-            return
-
-
-def parse_chunk(chunk: dict[str, Any], endpoint: str = "chat") -> tuple[str, str, dict | None]:
-    """(text delta, finish reason or "", usage or None) of one streamed event."""
-    if "error" in chunk and not chunk.get("choices"):
-        raise ValueError(f"server sent an error event: {error_message(json.dumps(chunk))}")
-    choices = chunk.get("choices") or []
-    text = finish = ""
-    if choices:
-        text = _choice_text(choices[0], endpoint, delta=True)
-        finish = choices[0].get("finish_reason") or ""
-    return text, finish, chunk.get("usage") or None
-
-
-def usage_counts(usage: dict[str, Any] | None) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached prompt) tokens, or None when the server reported no usage."""
-    if not usage or usage.get("prompt_tokens") is None:
-        return None
-    details = usage.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens")
-    if cached is None:
-        cached = usage.get("prompt_cache_hit_tokens", 0)  # DeepSeek's name for the same thing
-    return int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0), int(cached or 0)
+# ---------------------------------------------------------------------------- retry policy
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -200,31 +101,6 @@ def backoff_seconds(attempt: int, base: float, cap: float, retry_after: float | 
     if retry_after is not None:
         return min(retry_after, cap)
     return min(cap, base * 2 ** (attempt - 1))
-
-
-def error_message(body: str, limit: int = 500) -> str:
-    """The server's message from an error body (OpenAI ``error.message``, FastAPI ``detail``)."""
-    try:
-        data = json.loads(body)
-    except (ValueError, TypeError):
-        return body.strip()[:limit]
-    if isinstance(data, dict):
-        err = data.get("error", data.get("detail", data.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err is not None:
-            return str(err)[:limit]
-    return body.strip()[:limit]
-
-
-def apply_stop(text: str, stop: Iterable[str]) -> str:
-    """Cut at the first stop string (servers usually do; this makes it true for all)."""
-    cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=-1)
-    return text if cut < 0 else text[:cut]
-
-
-def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -258,6 +134,7 @@ class OpenAICompatLLM(LLM):
         backoff_max: float = 30.0,
         stream: bool = True,
         revision: str = "",  # weights revision/hash, for cache keys (the server can't tell us)
+        sleep: Callable[[float], None] = time.sleep,  # waits between retries; tests pass a no-op
     ) -> None:
         model = model or os.environ.get("OPENAI_MODEL")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -277,6 +154,7 @@ class OpenAICompatLLM(LLM):
         self.max_concurrency, self.max_retries = max_concurrency, max_retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.stream, self.revision, self.tokenizer_name = stream, revision, tokenizer
+        self.sleep = sleep
         self._tokenizer = None
         self._has_key = bool(api_key or any(os.environ.get(k) for k in KEY_ENV))
         # The key goes straight into the client's headers (httpx shows them as [secure]) and a
@@ -363,6 +241,7 @@ class OpenAICompatLLM(LLM):
             wait=wait_for,
             retry=retry_if_exception(_retryable),
             reraise=True,
+            sleep=self.sleep,
         )
         payload = build_payload(request, self.model, self.endpoint, self.stream)
         try:
