@@ -1,6 +1,6 @@
 """OpenAI-compatible HTTP backend: vLLM, SGLang, TGI, `transformers serve` and hosted APIs.
 
-Payload building and response parsing are pure functions in ``openai_payload.py``;
+Payload building and response parsing are pure functions in ``openai_payload.py`` (``wire``);
 ``OpenAICompatLLM`` does the I/O around them:
 
 - chat (``/v1/chat/completions``) or completions (``/v1/completions``) endpoint;
@@ -35,20 +35,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from ragbench.llm import openai_payload as wire
 from ragbench.llm.base import LLM
-from ragbench.llm.openai_payload import (
-    Parsed,
-    apply_stop,
-    build_payload,
-    endpoint_url,
-    error_message,
-    iter_sse_data,
-    parse_chunk,
-    parse_response,
-    redact,
-    safe_url,
-    usage_counts,
-)
 from ragbench.types import Completion, GenerationRequest
 
 KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
@@ -147,8 +135,8 @@ class OpenAICompatLLM(LLM):
             )
         if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ValueError("max_concurrency must be >= 1, max_retries >= 0 and timeout > 0")
-        self.url = endpoint_url(base_url, endpoint)  # validates endpoint and URL
-        self.base_url = safe_url(base_url)
+        self.url = wire.endpoint_url(base_url, endpoint)  # validates endpoint and URL
+        self.base_url = wire.safe_url(base_url)
         self.name, self.model, self.endpoint = model, model, endpoint
         self.context_window, self.timeout = context_window, timeout
         self.max_concurrency, self.max_retries = max_concurrency, max_retries
@@ -172,7 +160,7 @@ class OpenAICompatLLM(LLM):
             headers=headers, timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
             limits=limits,
         )  # fmt: skip
-        return client, lambda text: redact(str(text), key)
+        return client, lambda text: wire.redact(str(text), key)
 
     def __repr__(self) -> str:
         key = "'***'" if self._has_key else "None"
@@ -243,7 +231,7 @@ class OpenAICompatLLM(LLM):
             reraise=True,
             sleep=self.sleep,
         )
-        payload = build_payload(request, self.model, self.endpoint, self.stream)
+        payload = wire.build_payload(request, self.model, self.endpoint, self.stream)
         try:
             parsed, prefill, decode = retrying(self._post, payload)
         except Exception as exc:
@@ -264,30 +252,32 @@ class OpenAICompatLLM(LLM):
         msg = f"POST {self.url} failed after {attempts} attempt(s): {detail}"
         return LLMRequestError(self._redact(msg), self.url, status, attempts)
 
-    def _post(self, payload: dict[str, Any]) -> tuple[Parsed, float, float]:
+    def _post(self, payload: dict[str, Any]) -> tuple[wire.Parsed, float, float]:
         """One attempt: (parsed response, prefill seconds, decode seconds)."""
         t0 = time.perf_counter()
         with self._client.stream("POST", self.url, json=payload) as resp:
             if resp.status_code >= 400:
                 body = resp.read().decode("utf-8", "replace")
                 retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                raise _StatusError(resp.status_code, self._redact(error_message(body)), retry_after)
+                raise _StatusError(
+                    resp.status_code, self._redact(wire.error_message(body)), retry_after
+                )
             if not payload.get("stream"):
                 body = resp.read()
-                parsed = parse_response(json.loads(body), self.endpoint)
+                parsed = wire.parse_response(json.loads(body), self.endpoint)
                 return parsed, 0.0, time.perf_counter() - t0
             return self._read_stream(resp, t0)
 
-    def _read_stream(self, resp, t0: float) -> tuple[Parsed, float, float]:
+    def _read_stream(self, resp, t0: float) -> tuple[wire.Parsed, float, float]:
         parts: list[str] = []
         finish, usage, model, t_first = "", None, "", None
         done = False
-        for data in iter_sse_data(resp.iter_lines()):
+        for data in wire.iter_sse_data(resp.iter_lines()):
             if data == "[DONE]":
                 done = True
                 break
             chunk = json.loads(data)
-            text, fin, use = parse_chunk(chunk, self.endpoint)
+            text, fin, use = wire.parse_chunk(chunk, self.endpoint)
             if text and t_first is None:
                 t_first = time.perf_counter()
             parts.append(text)
@@ -297,18 +287,18 @@ class OpenAICompatLLM(LLM):
         if not done:
             raise _IncompleteStream("event stream ended without a finish reason")
         t_first = t_first if t_first is not None else t_end
-        return Parsed("".join(parts), finish, usage, model), t_first - t0, t_end - t_first
+        return wire.Parsed("".join(parts), finish, usage, model), t_first - t0, t_end - t_first
 
     def _completion(
         self,
         request: GenerationRequest,
-        parsed: Parsed,
+        parsed: wire.Parsed,
         prefill: float,
         decode: float,
         attempts: int,
     ) -> Completion:
-        text = apply_stop(parsed.text, request.stop)
-        counts = usage_counts(parsed.usage)
+        text = wire.apply_stop(parsed.text, request.stop)
+        counts = wire.usage_counts(parsed.usage)
         estimated = counts is None
         if counts is None:
             counts = (self.prompt_tokens(request), self.count_tokens(parsed.text), 0)
