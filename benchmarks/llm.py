@@ -102,11 +102,11 @@ def bench_prefill(model: HFModel, sizes: list[int], repeats: int) -> list[dict]:
         with torch.inference_mode():
             for _ in range(repeats + (model.input_device.type == "cuda")):  # GPU: one warm-up
                 cache = DynamicCache(config=model.model.config)
-                t0 = model._now()  # synchronises on GPU
+                t0 = model.decoder.now()  # synchronises on GPU
                 model.model(
-                    input_ids=x, use_cache=True, logits_to_keep=1, **{model._cache_kw: cache}
+                    input_ids=x, use_cache=True, logits_to_keep=1, **{model.decoder.cache_kw: cache}
                 )
-                times.append(model._now() - t0)
+                times.append(model.decoder.now() - t0)
         seconds = min(times)
         flops = forward_flops(p, n, 0, 1)["total"]  # prefill of n tokens -> first token
         rows.append(

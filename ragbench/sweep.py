@@ -1,82 +1,43 @@
 """Papermill grid sweeps: one notebook execution per parameter point, parallel and resumable.
 
-A sweep YAML names a notebook, fixed parameters and a grid::
-
-    notebook: notebooks/01_niah_heatmap.ipynb
-    parameters: {model: smollm2-135m-instruct}
-    grid: {context_tokens: [1000, 2000], top_k: [2, 4]}
-    output_dir: data/results/sweeps/niah      # optional
-
-Each point runs in its own folder ``<output_dir>/<slug>-<hash>/``: the executed notebook (named
-from the point's parameters), the notebook's own outputs (it receives that folder as the parameter
-named by ``output_param``, ``output_dir`` by default) and a ``done.json`` marker written atomically
-after success. A point counts as done only when both its notebook and its marker exist, so an
-interrupted sweep resumes where it stopped. A failing point records its cell and error in
-``failed.json`` and never stops the others. The results of the finished points (the parquet files
-matched by ``results``) are concatenated with the point's parameters as columns.
+The sweep YAML (notebook, fixed parameters, grid) is read and expanded by ``sweep_spec.py``;
+kernels are started encrypted by ``kernels.py``. Each point runs in its own folder
+``<output_dir>/<slug>-<hash>/``: the executed notebook (named from the point's parameters), the
+notebook's own outputs (it receives that folder as the parameter named by ``output_param``,
+``output_dir`` by default) and a ``done.json`` marker written atomically after success. A point
+counts as done only when both its notebook and its marker exist, so an interrupted sweep resumes
+where it stopped. A failing point records its cell and error in ``failed.json`` and never stops
+the others. The results of the finished points (the parquet files matched by ``results``) are
+concatenated with the point's parameters as columns.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import os
-import re
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
-
 from ragbench.io import atomic_write_text, dumps_canonical
+from ragbench.kernels import execute_notebook
+from ragbench.kernels import kernel_cli_args as kernel_cli_args  # `make lab` imports it from here
 from ragbench.registry import did_you_mean
+from ragbench.sweep_spec import (
+    SweepSpec,
+    SweepSpecError,
+    check_parameters,
+    expand_grid,
+    load_spec,
+    point_id,
+)
 
 DONE, FAILED = "done.json", "failed.json"
 EXECUTORS = ("local", "ray")
-# papermill's notebook parameter types are only hints; these are the ones we can check cheaply.
-_SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
-    "int": (int,),
-    "float": (int, float),
-    "str": (str,),
-    "bool": (bool,),
-}
-
-
-class SweepSpecError(ValueError):
-    """A bad sweep file or a parameter the notebook does not declare; names the file and key."""
-
-
-class SweepSpec(BaseModel):
-    """The sweep YAML. Unknown keys are errors, like every config in ragbench."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    notebook: str  # the parameterised notebook, relative to the YAML's folder or the cwd
-    parameters: dict[str, Any] = {}  # fixed for every point
-    grid: dict[str, list[Any]] = {}  # name -> values; the sweep runs their cartesian product
-    output_dir: str | None = None  # sweep folder; default data/results/sweeps/<yaml stem>
-    output_param: str = "output_dir"  # notebook parameter that receives each point's folder
-    # glob, inside a point's folder, of the tables it writes; ragbench.runner writes
-    # <output_dir>/<name>-<hash>/results.parquet
-    results: str = "**/results.parquet"
-    kernel: str = "python3"  # "python3" resolves to the interpreter running the sweep
-
-    @field_validator("grid")
-    @classmethod
-    def _grid_values(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        for name, values in grid.items():
-            if not values:
-                raise ValueError(f"grid.{name}: needs at least one value")
-            keys = [dumps_canonical(v) for v in values]
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"grid.{name}: repeated values {values}")
-        return grid
 
 
 @dataclass
@@ -113,125 +74,6 @@ class SweepOutcome:
     @property
     def failed(self) -> list[PointOutcome]:
         return [p for p in self.points if p.status == "failed"]
-
-
-# --- spec loading and grid expansion (pure) -------------------------------------------------------
-
-
-def load_spec(path: str | os.PathLike) -> SweepSpec:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SweepSpecError(f"{path}: no such sweep file") from None
-    except yaml.YAMLError as exc:
-        raise SweepSpecError(f"{path}: invalid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise SweepSpecError(f"{path}: expected a mapping with 'notebook', 'parameters', 'grid'")
-    try:
-        return SweepSpec.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown key; {did_you_mean(str(err['loc'][-1]), SweepSpec.model_fields)}"
-            if err["type"] == "value_error":  # our validators already name the key
-                problems.append(f"{path}: {msg.removeprefix('Value error, ')}")
-            else:
-                problems.append(f"{path}: {key}: {msg}")
-        raise SweepSpecError("\n".join(problems)) from None
-
-
-def expand_grid(spec: SweepSpec | dict[str, Any]) -> list[dict[str, Any]]:
-    """Fixed parameters merged with each point of the grid, in YAML order (last key fastest)."""
-    if not isinstance(spec, SweepSpec):
-        spec = SweepSpec.model_validate(spec)
-    both = sorted(set(spec.parameters) & set(spec.grid))
-    if both:
-        raise SweepSpecError(f"parameters and grid both set {both}; keep each name in one place")
-    names = list(spec.grid)
-    return [
-        {**spec.parameters, **dict(zip(names, values, strict=True))}
-        for values in itertools.product(*(spec.grid[n] for n in names))
-    ]
-
-
-def point_id(params: dict[str, Any], varying: Sequence[str] | None = None) -> str:
-    """A stable, filesystem-safe name: the varying parameters as a slug, plus a hash of all."""
-    digest = hashlib.sha256(dumps_canonical(params).encode()).hexdigest()[:8]
-    names = list(varying) if varying is not None else sorted(params)
-    parts = [f"{n}={_slug_value(params[n])}" for n in names if n in params]
-    slug = re.sub(r"[^A-Za-z0-9=.,+_-]+", "-", "_".join(parts)).strip("-")[:80]
-    return f"{slug}-{digest}" if slug else digest
-
-
-def _slug_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def check_parameters(
-    notebook: Path, names: Sequence[str], where: str, values: Sequence[tuple[str, Any]] = ()
-) -> dict[str, Any]:
-    """Fail before any execution on a name the notebook does not declare, or a value whose
-    type contradicts a simple declared type (int, float, str, bool); return the declarations."""
-    import papermill
-
-    declared = papermill.inspect_notebook(str(notebook))
-    if not declared:
-        raise SweepSpecError(f"{where}: {notebook} has no cell tagged 'parameters'")
-    problems = [
-        f"{where}: unknown parameter {n!r} for {notebook.name}; {did_you_mean(n, declared)}"
-        for n in names
-        if n not in declared
-    ]
-    for name, value in values:
-        expected = _SIMPLE_TYPES.get(str(declared.get(name, {}).get("inferred_type_name")))
-        bad_bool = isinstance(value, bool) and expected is not None and bool not in expected
-        if expected and (not isinstance(value, expected) or bad_bool):
-            problems.append(
-                f"{where}: parameter {name!r} is declared "
-                f"{declared[name]['inferred_type_name']}, got {value!r}"
-            )
-    if problems:
-        raise SweepSpecError("\n".join(problems))
-    return declared
-
-
-# --- execution ------------------------------------------------------------------------------------
-
-
-def kernel_config() -> Any:
-    """traitlets config for the kernels papermill starts: the kernel manager provisions CurveZMQ
-    keys when the kernelspec declares support, so kernel traffic is encrypted: the fix ipykernel
-    7.x names in the "Kernel is running over TCP without encryption" warning it logs at every
-    start otherwise. Empty with a jupyter_client or pyzmq too old to do it."""
-    import zmq
-    from jupyter_client.manager import KernelManager
-    from traitlets.config import Config
-
-    if "transport_encryption" not in KernelManager.class_trait_names() or not zmq.has("curve"):
-        return Config()
-    return Config({"KernelManager": {"transport_encryption": "auto"}})
-
-
-def kernel_cli_args() -> list[str]:
-    """:func:`kernel_config` as command-line flags for ``jupyter lab`` / ``jupyter server`` (the
-    Makefile's ``lab`` target), so JupyterLab's kernels are encrypted too."""
-    return [
-        f"--{section}.{name}={value}"
-        for section, traits in kernel_config().items()
-        for name, value in traits.items()
-    ]
-
-
-def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> Any:
-    """``papermill.execute_notebook`` with :func:`kernel_config`; keyword arguments as papermill's
-    (parameters, cwd, kernel_name, progress_bar, ...). Returns the executed notebook."""
-    import papermill
-
-    return papermill.execute_notebook(str(notebook), str(output), config=kernel_config(), **kwargs)
 
 
 def _execute_point(job: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,8 @@ def sweep(
     """Execute a notebook once per grid point with papermill; done points are skipped."""
     from tqdm import tqdm
 
-    from ragbench.sweep import SweepSpecError, execute_sweep, expand_grid, load_spec
+    from ragbench.sweep import execute_sweep
+    from ragbench.sweep_spec import SweepSpecError, expand_grid, load_spec
 
     try:
         total = len(expand_grid(load_spec(spec)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -117,6 +118,19 @@ def test_registry_load_and_did_you_mean(tmp_path):
     assert cached.generate([GenerationRequest(prompt="x")])[0].text == UNANSWERABLE
     with pytest.raises(UnknownNameError, match="did you mean 'openai'"):
         load_llm("opena")
+
+
+def test_every_backend_takes_the_model_name_as_model():
+    """The runner builds any backend as load_llm(backend, model=name, **params)."""
+    for backend in BACKENDS.names():
+        params = list(inspect.signature(BACKENDS.get(backend)).parameters)
+        assert params[0] == "model", (backend, params)
+    llm = load_llm("fake", model="my-fake", context_window=64)
+    assert llm.name == "my-fake" and llm.identity()["model"] == "my-fake"
+    assert llm.generate([GenerationRequest(prompt="x")])[0].model == "my-fake"
+    assert FakeLLM().name == "fake"
+    with pytest.raises(TypeError, match="model must be a name"):
+        FakeLLM(4096)  # context_window is keyword-only
 
 
 def test_importing_ragbench_llm_stays_light():

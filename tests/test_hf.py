@@ -11,17 +11,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from ragbench.devices import pick_device  # noqa: E402
 from ragbench.llm import shared_prefix  # noqa: E402
 from ragbench.llm.base import ContextOverflowError  # noqa: E402
 from ragbench.llm.gguf import convert_gguf, file_sha256  # noqa: E402
-from ragbench.llm.hf import (  # noqa: E402
-    HFModel,
-    common_prefix_len,
-    pick_device,
-    pick_dtype,
-    plan_groups,
-    resolve_model,
-)
+from ragbench.llm.hf import HFModel, common_prefix_len, plan_groups  # noqa: E402
+from ragbench.llm.hf_load import pick_dtype, resolve_model  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(120)]
@@ -384,9 +379,9 @@ def test_smollm2_finds_needle_at_1k(smollm2):
 def test_stop_string_counts_only_after_the_answer_begins(smollm2):
     req = GenerationRequest("q", stop=("\n\n",), max_new_tokens=32)
     ids = smollm2.encode("\n\nParis\n\nThe capital")
-    reason, text = smollm2._finished(req, ids, ids[-1])
+    reason, text = smollm2.decoder.finished(req, ids, ids[-1])
     assert (reason, text) == ("stop", "\n\nParis")
-    reason, text = smollm2._finished(req, ids[:1], ids[0])  # only the blank line so far
+    reason, text = smollm2.decoder.finished(req, ids[:1], ids[0])  # only the blank line so far
     assert reason == "" and text.strip() == ""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from ragbench.sweep import execute_notebook, kernel_config
+from ragbench.kernels import execute_notebook, kernel_cli_args, kernel_config
 
 WARNING = "without encryption"
 PROBE = (
@@ -50,6 +50,7 @@ def test_execute_notebook_starts_an_encrypted_kernel(probe, tmp_path, capfd):
         pytest.skip("this ipykernel does not warn about unencrypted TCP (the keys are checked)")
 
 
+@pytest.mark.slow  # starts a jupyter server and a kernel
 def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
     """`make lab` passes kernel_cli_args() to JupyterLab's server: its kernels run encrypted and the
     server still talks to them (an execute request over the kernel websocket gets its output)."""
@@ -64,8 +65,6 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
     import uuid
 
     from tornado.websocket import websocket_connect
-
-    from ragbench.sweep import kernel_cli_args
 
     if not kernel_cli_args():
         pytest.skip("this jupyter_client or pyzmq cannot provision CurveZMQ keys")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import sqlite3
 
 import pytest
@@ -38,7 +39,7 @@ def test_request_key_covers_model_and_generation_fields_but_not_the_label():
     ):
         assert request_key(ident, changed) != base
     assert request_key({**ident, "revision": "abc"}, r) != base
-    assert len(base) == 64 and int(base, 16) >= 0
+    assert re.fullmatch(r"[0-9a-f]{64}", base)  # a sha256 hex digest
 
 
 def test_hits_return_original_accounting_flagged_cached(tmp_path):

@@ -25,15 +25,17 @@ from ragbench.llm.cache import CachedLLM
 from ragbench.llm.openai_compat import (
     LLMRequestError,
     OpenAICompatLLM,
-    apply_stop,
     backoff_seconds,
+    parse_retry_after,
+)
+from ragbench.llm.openai_payload import (
+    apply_stop,
     build_payload,
     endpoint_url,
     error_message,
     iter_sse_data,
     parse_chunk,
     parse_response,
-    parse_retry_after,
     safe_url,
     usage_counts,
 )
@@ -266,7 +268,9 @@ class Server:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # a short poll interval: shutdown() at teardown waits for up to one poll
+        poll = {"poll_interval": 0.02}
+        threading.Thread(target=self.httpd.serve_forever, kwargs=poll, daemon=True).start()
 
 
 @pytest.fixture
@@ -284,7 +288,8 @@ def serve():
 
 
 def client(srv: Server, **kw) -> OpenAICompatLLM:
-    kw = {"model": "m", "base_url": srv.url, "backoff_base": 0.01, "timeout": 5.0, **kw}
+    """A client of ``srv`` whose retries do not sleep (pass ``sleep=`` to record the waits)."""
+    kw = {"model": "m", "base_url": srv.url, "timeout": 5.0, "sleep": lambda s: None, **kw}
     return OpenAICompatLLM(**kw)
 
 
@@ -303,9 +308,17 @@ def test_500_then_success_is_retried(serve):
 
 def test_429_honours_retry_after(serve):
     srv = serve(sequence(status(429, "slow down", {"Retry-After": "1"}), ok()))
-    c = ask(client(srv, backoff_base=0.01, backoff_max=5.0))
+    waits: list[float] = []
+    c = ask(client(srv, backoff_base=0.01, backoff_max=5.0, sleep=waits.append))
     assert c.meta["attempts"] == 2
-    assert srv.times[1] - srv.times[0] >= 0.95  # waited the server's second, not 0.01 s
+    assert waits == [1.0]  # waited the server's second, not 0.01 s
+
+
+def test_retries_back_off_exponentially_up_to_the_cap(serve):
+    srv = serve(sequence(status(500), status(502), status(503), ok()))
+    waits: list[float] = []
+    c = ask(client(srv, backoff_base=0.5, backoff_max=1.5, sleep=waits.append))
+    assert c.meta["attempts"] == 4 and waits == [0.5, 1.0, 1.5]
 
 
 def test_hang_past_timeout_gives_a_clear_error(serve):

@@ -74,7 +74,8 @@ def test_figures_are_embedded_png_and_no_external_script(rendered):
         png = Image.open(io.BytesIO(base64.b64decode(re.sub(r"\s", "", images[0]))))
         assert png.format == "PNG" and png.width > 300 and png.height > 200
         assert not re.search(r"<script[^>]+src=", page), "external script in a standalone report"
-        assert "<link" not in page or "stylesheet" not in re.findall(r"<link[^>]*>", page)
+        stylesheets = [t for t in re.findall(r"<link[^>]*>", page) if "stylesheet" in t]
+        assert not stylesheets, f"external stylesheet in a standalone report: {stylesheets}"
 
 
 def test_code_variants(rendered):

@@ -12,15 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from ragbench.sweep import (
-    SweepSpec,
-    SweepSpecError,
-    execute_sweep,
-    expand_grid,
-    load_spec,
-    point_id,
-    run_sweep,
-)
+from ragbench.sweep import execute_sweep, run_sweep
+from ragbench.sweep_spec import SweepSpec, SweepSpecError, expand_grid, load_spec, point_id
 
 FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "sweep_point.ipynb"
 
@@ -61,14 +54,17 @@ def test_point_ids_are_stable_safe_and_distinct():
 
 
 def test_spec_errors_name_file_and_key(tmp_path):
-    bad = write_spec(tmp_path, gird={"x": [1]})
+    bad = write_spec(tmp_path, gird={"x": [1]})  # yaml.safe_dump sorts keys: gird is line 1
     with pytest.raises(
-        SweepSpecError, match=r"sweep\.yaml: gird: unknown key; did you mean 'grid'"
+        SweepSpecError, match=r"sweep\.yaml:1: gird: unknown key 'gird'; did you mean 'grid'"
     ):
         load_spec(bad)
-    empty = write_spec(tmp_path, "empty.yaml", grid={"x": []})
-    with pytest.raises(SweepSpecError, match=r"empty\.yaml: grid.x: .*at least one value"):
+    empty = write_spec(tmp_path, "empty.yaml", grid={"x": []})  # grid: line 1, x: line 2
+    with pytest.raises(SweepSpecError, match=r"empty\.yaml:2: grid\.x: needs at least one value"):
         load_spec(empty)
+    repeated = write_spec(tmp_path, "repeated.yaml", grid={"x": [1, 1]})
+    with pytest.raises(SweepSpecError, match=r"repeated\.yaml:2: grid\.x: repeated values"):
+        load_spec(repeated)
     with pytest.raises(SweepSpecError, match="both set"):
         expand_grid(SweepSpec(notebook="nb", parameters={"x": 1}, grid={"x": [2]}))
 

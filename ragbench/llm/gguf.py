@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from ragbench import assets
+from ragbench.devices import quiet_transformers
 from ragbench.io import atomic_write_text, sha256_file
 
 CONVERT_MARKER = "ragbench-converted.json"
@@ -74,7 +75,7 @@ def convert_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | No
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _quiet_transformers()
+    quiet_transformers()
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     tmp.mkdir(parents=True)
     try:
@@ -107,13 +108,3 @@ def convert_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | No
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
-
-
-def _quiet_transformers() -> None:
-    import logging
-
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -1,14 +1,8 @@
 """transformers backend: CUDA / MPS / CPU, GGUF weights, batching, prefix-KV reuse, accounting.
 
-Decoding is a small greedy/sampling loop over ``model(...)`` with a KV cache instead of
-``model.generate``. We hand-write it because ``generate`` cannot (1) time prefill (time to first
-token) and decode separately, (2) batch several questions after one shared, precomputed prefix
-KV cache (left padding sits between prefix and question, with explicit position ids), or
-(3) drop finished rows from the batch. For full-attention models (Llama, Qwen, SmolLM2...) the
-batch reads that prefix KV once per step through shared-prefix attention (``shared_prefix.py``)
-instead of holding a copy per row; other architectures (sliding windows, e.g. Gemma 3) copy it.
-``model.generate`` stays the reference in the tests and the benchmark (same greedy answers).
-Prefill computes logits for the last position only.
+``HFModel`` renders prompts, groups a batch's requests by the prefix they share, keeps recent
+prefix KV caches across calls and accounts each ``Completion``. Loading lives in ``hf_load.py``,
+the forward passes and the decode loop in ``hf_decode.py``.
 
 Accounting per Completion: ``prompt_tokens`` counts the chat template; ``cached_prompt_tokens``
 are prefix tokens whose KV was reused: like a hosted prefix cache, the first request of a group
@@ -23,27 +17,15 @@ process RSS (``meta["peak_memory"]``).
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import hashlib
-import importlib.util
-import inspect
 import os
-import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
-from ragbench import assets
 from ragbench.llm import shared_prefix
 from ragbench.llm.base import LLM
-from ragbench.llm.gguf import _quiet_transformers, convert_gguf, file_sha256
-from ragbench.llm.presets import PRESETS, ModelPreset
-from ragbench.registry import unknown
+from ragbench.llm.hf_decode import Decoder
+from ragbench.llm.hf_load import load_model
 from ragbench.types import Completion, GenerationRequest
-
-DTYPES = ("float32", "bfloat16", "float16")
-
 
 # --------------------------------------------------------------------------- pure helpers
 
@@ -99,25 +81,6 @@ def plan_groups(
 # --------------------------------------------------------------------------- the backend
 
 
-def resolve_model(model: str) -> tuple[str, Path | None, ModelPreset | None]:
-    """``(folder or hub id, gguf file or None, preset or None)`` for a preset, path or hub id."""
-    if model in PRESETS:
-        preset = PRESETS[model]
-        if preset.source.startswith("asset:"):
-            return "", assets.asset_path(preset.source.removeprefix("asset:")), preset
-        return preset.source, None, preset
-    path = Path(model).expanduser()
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise FileNotFoundError(f"GGUF file not found: {path}")
-        return "", path, None
-    if path.is_dir():
-        return str(path), None, None
-    if model.count("/") == 1 and not path.exists() and not model.startswith((".", "/")):
-        return model, None, None  # a Hugging Face hub id: downloaded only because it was named
-    raise unknown("model", model, [*PRESETS, "<local folder>", "<file.gguf>", "<hub org/name>"])
-
-
 class HFModel(LLM):
     """A causal LM run with transformers on CUDA, MPS or CPU.
 
@@ -142,39 +105,13 @@ class HFModel(LLM):
         min_shared_prefix: int = 64,  # undeclared common prefixes shorter than this are recomputed
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        _quiet_transformers()
-        source, gguf, preset = resolve_model(model)
-        if gguf is not None:
-            source = str(convert_gguf(gguf, cache_dir))
-            self.weights = "gguf-sha256:" + file_sha256(gguf, cache_dir)
-        self.device = pick_device(device)
-        self.dtype = pick_dtype(dtype, self.device)
-        attn = attn_implementation
-        if attn == "auto":
-            flash = importlib.util.find_spec("flash_attn") is not None
-            half = self.dtype in (torch.bfloat16, torch.float16)
-            attn = (
-                "flash_attention_2" if flash and self.device.startswith("cuda") and half else "sdpa"
-            )
-        multi_gpu = self.device == "cuda" and torch.cuda.device_count() > 1  # "cuda:N" pins one
-        self.model = AutoModelForCausalLM.from_pretrained(
-            source,
-            dtype=self.dtype,
-            attn_implementation=attn,
-            device_map="auto" if multi_gpu else None,
-        )
-        if not multi_gpu:
-            self.model.to(self.device)
-        self.model.eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(source)
-        self.input_device = next(self.model.parameters()).device
-        if gguf is None:
-            self.weights = weights_id(source, self.model, cache_dir)
+        loaded = load_model(model, device, dtype, attn_implementation, cache_dir)
+        self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
+        self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
+        self.decoder = Decoder.for_model(self.model, self.tokenizer)
+        self.input_device = self.decoder.device
         self.name = model
-        self.preset = preset
+        preset = loaded.preset
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         self.instruct = (
             instruct if instruct is not None else (preset.instruct if preset else has_template)
@@ -191,15 +128,6 @@ class HFModel(LLM):
         # one read-only prefix KV for the whole batch (see llm/shared_prefix.py) where the
         # architecture allows; others copy the prefix per row
         self.shared_prefix_attention = shared_prefix.supported(self.model)
-        eos = self.model.generation_config.eos_token_id
-        eos = eos if isinstance(eos, list) else [eos]
-        self.eos_ids = {int(e) for e in [*eos, self.tokenizer.eos_token_id] if e is not None}
-        pad = self.tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else min(self.eos_ids, default=0))
-        params = inspect.signature(self.model.forward).parameters
-        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-        # transformers 5.x renamed past_key_values to cache; accept both generations
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     # -- prompts and tokens ------------------------------------------------------------------
 
@@ -258,8 +186,14 @@ class HFModel(LLM):
                 )
                 for start in range(0, len(members), self.batch_size):
                     rows = members[start : start + self.batch_size]
-                    suffixes = [ids[i][plen:] for i in rows]
-                    results = self._decode([requests[i] for i in rows], suffixes, kv, plen)
+                    results = self.decoder.decode(
+                        [requests[i] for i in rows],
+                        [ids[i][plen:] for i in rows],
+                        kv,
+                        plen,
+                        shared=self.shared_prefix_attention,
+                        seed=self.seed,
+                    )
                     for i, res in zip(rows, results, strict=True):
                         # Like a hosted prefix cache: the first request of a group computes the
                         # prefix (and pays its time); the others, and later calls, reuse it.
@@ -277,228 +211,13 @@ class HFModel(LLM):
 
     def _prefix(self, prefix: list[int]) -> tuple[Any, float, bool]:
         """KV cache of a shared prefix (batch of one), the seconds it cost, whether it was kept."""
-        import torch
-        from transformers import DynamicCache
-
         key = tuple(prefix)
         if key in self._prefix_kv:
             self._prefix_kv.move_to_end(key)
             return self._prefix_kv[key], 0.0, True
-        cache = DynamicCache(config=self.model.config)
-        t0 = self._now()
-        self.model(
-            input_ids=torch.tensor([prefix], device=self.input_device),
-            **{self._cache_kw: cache},
-            use_cache=True,
-            **self._last_logits_only,
-        )
-        seconds = self._now() - t0
+        cache, seconds = self.decoder.prefill(prefix)
         if self.prefix_cache_size > 0:
             self._prefix_kv[key] = cache
             while len(self._prefix_kv) > self.prefix_cache_size:
                 self._prefix_kv.popitem(last=False)
         return cache, seconds, False
-
-    def _decode(self, requests, suffixes, prefix_kv, plen: int) -> list[dict[str, Any]]:
-        """Prefill left-padded suffixes after a shared prefix, then decode until every row stops.
-
-        With shared-prefix attention the per-row cache, mask and padding cover the suffix only
-        and the prefix KV (batch of one) is passed to every layer; positions continue from it.
-        """
-        import torch
-        from transformers import DynamicCache
-
-        dev, batch, width = self.input_device, len(suffixes), max(len(s) for s in suffixes)
-        # Shared-prefix attention keeps one read-only prefix KV and a per-row cache of the
-        # suffix only; otherwise each row gets its own copy of the prefix KV.
-        shared = prefix_kv is not None and self.shared_prefix_attention
-        lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, lead + width), dtype=torch.long)
-        mask[:, :lead] = 1
-        for b, s in enumerate(suffixes):
-            input_ids[b, width - len(s) :] = torch.tensor(s)
-            mask[b, lead + width - len(s) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:] + (plen - lead)
-        input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
-        extra: dict[str, Any] = {}
-        if prefix_kv is None or shared:
-            cache = DynamicCache(config=self.model.config)
-            if shared:
-                extra["shared_prefix"] = shared_prefix.SharedPrefix(prefix_kv)
-        else:  # each batch extends its own copy; the stored prefix stays untouched
-            cache = copy.deepcopy(prefix_kv)
-            cache.batch_repeat_interleave(batch)
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
-        with attention:
-            return self._decode_loop(requests, input_ids, mask, positions, cache, extra, batch, dev)
-
-    def _decode_loop(self, requests, input_ids, mask, positions, cache, extra, batch, dev):
-        import torch
-
-        gens = [self._generator(r, dev) for r in requests]
-        generated: list[list[int]] = [[] for _ in requests]
-        done: dict[int, dict[str, Any]] = {}
-        active = list(range(batch))  # request rows still decoding, in cache-batch order
-        t0 = self._now()
-        logits = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            **{self._cache_kw: cache},
-            use_cache=True,
-            **self._last_logits_only,
-            **extra,
-        ).logits[:, -1, :]
-        t_first = self._now()
-        peak = self._peak_memory(dev)
-        # each row's share of the device time: prefill split evenly, every decode step split
-        # among the rows it ran for; the shares add up to the batch's wall time
-        device_share = [(t_first - t0) / batch] * batch
-        t_step = t_first
-        while True:
-            nxt = self._pick(logits, [requests[b] for b in active], [gens[b] for b in active])
-            keep = []
-            now = self._now()  # the step's end: its share, and the time of rows finishing now
-            for j, b in enumerate(active):
-                device_share[b] += (now - t_step) / len(active)
-                token = int(nxt[j])
-                generated[b].append(token)
-                reason, text = self._finished(requests[b], generated[b], token)
-                if reason:
-                    done[b] = {"text": text, "finish_reason": reason, "t": now}
-                else:
-                    keep.append(j)
-            t_step = now
-            if not keep:
-                break
-            if len(keep) < len(active):  # drop finished rows from the batch and the cache
-                index = torch.tensor(keep, device=dev)
-                cache.batch_select_indices(index)
-                nxt, mask, positions = nxt[index], mask[index], positions[index]
-                active = [active[j] for j in keep]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], 1)
-            positions = positions[:, -1:] + 1
-            logits = self.model(
-                input_ids=nxt[:, None],
-                attention_mask=mask,
-                position_ids=positions,
-                **{self._cache_kw: cache},
-                use_cache=True,
-                **extra,
-            ).logits[:, -1, :]
-        peak = max(peak, self._peak_memory(dev))
-        return [
-            {
-                "text": done[b]["text"],
-                "finish_reason": done[b]["finish_reason"],
-                "completion_tokens": len(generated[b]),
-                "prefill_seconds": t_first - t0,
-                "decode_seconds": done[b]["t"] - t_first,
-                "peak_memory_bytes": peak,
-                "meta": {
-                    "batch_size": batch,
-                    "gpu_seconds": device_share[b],
-                    "device": dev.type,
-                    "peak_memory": "cuda_max_allocated" if dev.type == "cuda" else "process_rss",
-                },
-            }
-            for b in range(batch)
-        ]
-
-    def _finished(
-        self, request: GenerationRequest, tokens: list[int], last: int
-    ) -> tuple[str, str]:
-        """("stop" | "length" | "", text so far): EOS, a stop string, or max_new_tokens."""
-        if last in self.eos_ids:
-            return "stop", self.tokenizer.decode(tokens[:-1], skip_special_tokens=True)
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        # Stop strings count only once the answer has begun, so a reply that opens with a blank
-        # line is not cut to nothing by the strategies' "\n\n" stop.
-        begin = len(text) - len(text.lstrip())
-        cuts = [i for s in request.stop if s and (i := text.find(s, begin)) >= 0]
-        if cuts:
-            return "stop", text[: min(cuts)]
-        return ("length" if len(tokens) >= request.max_new_tokens else ""), text
-
-    def _pick(self, logits, requests, gens):
-        """Greedy by default; temperature > 0 samples with the request's own seeded generator."""
-        import torch
-
-        chosen = logits.argmax(-1)
-        for j, r in enumerate(requests):
-            if r.temperature > 0:
-                probs = torch.softmax(logits[j].float() / r.temperature, -1)
-                chosen[j] = torch.multinomial(probs, 1, generator=gens[j])[0]
-        return chosen
-
-    def _generator(self, request: GenerationRequest, device):
-        """A local RNG per request, seeded from (seed, request): results do not depend on batching."""
-        import torch
-
-        if request.temperature <= 0:
-            return None
-        digest = hashlib.sha256(f"{self.seed}|{request.to_json()}".encode()).hexdigest()
-        return torch.Generator(device=device).manual_seed(int(digest[:15], 16))
-
-    def _now(self) -> float:
-        import torch
-
-        if self.input_device.type == "cuda":
-            torch.cuda.synchronize()
-        elif self.input_device.type == "mps":
-            torch.mps.synchronize()
-        return time.perf_counter()
-
-    @staticmethod
-    def _peak_memory(dev) -> int:
-        import torch
-
-        if dev.type == "cuda":
-            return int(torch.cuda.max_memory_allocated())
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-
-
-def pick_device(device: str = "auto") -> str:
-    import torch
-
-    if device != "auto":
-        if device.split(":")[0] not in ("cpu", "cuda", "mps"):
-            raise unknown("device", device, ["auto", "cpu", "cuda", "cuda:N", "mps"])
-        return device
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
-
-
-def pick_dtype(dtype: str, device: str):
-    import torch
-
-    if dtype != "auto":
-        if dtype not in DTYPES:
-            raise unknown("dtype", dtype, ["auto", *DTYPES])
-        return getattr(torch, dtype)
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float16 if device == "mps" else torch.float32
-
-
-def weights_id(source: str, model, cache_dir=None) -> str:
-    """sha256 over a local folder's weight files (memoised), else the hub revision."""
-    folder = Path(source)
-    files = (
-        sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
-        if folder.is_dir()
-        else []
-    )
-    if files:
-        digests = "".join(f"{f.name}:{file_sha256(f, cache_dir)}\n" for f in files)
-        return "files-sha256:" + hashlib.sha256(digests.encode()).hexdigest()
-    revision = getattr(model.config, "_commit_hash", None)
-    return f"hub:{source}@{revision or 'unknown-revision'}"

@@ -1,7 +1,7 @@
 """OpenAI-compatible HTTP backend: vLLM, SGLang, TGI, `transformers serve` and hosted APIs.
 
-Payload building and response parsing are pure functions (lm-evaluation-harness style) that the
-tests call directly; ``OpenAICompatLLM`` only does the I/O around them:
+Payload building and response parsing are pure functions in ``openai_payload.py`` (``wire``);
+``OpenAICompatLLM`` does the I/O around them:
 
 - chat (``/v1/chat/completions``) or completions (``/v1/completions``) endpoint;
 - base URL, model and key from arguments or the environment (``OPENAI_BASE_URL``,
@@ -9,9 +9,10 @@ tests call directly; ``OpenAICompatLLM`` only does the I/O around them:
   client's headers: never in ``identity()``, ``repr``, completions, logs or exception messages;
 - a batch runs on a thread pool of ``max_concurrency`` workers sharing one ``httpx.Client``;
 - each request retries with exponential backoff (tenacity) on 408/429/5xx, timeouts and dropped
-  connections, honouring ``Retry-After``; then a ``LLMRequestError`` names the URL, the HTTP
-  status and the server's last message. A failed request never yields a partial ``Completion``;
-  the error carries the batch's finished completions in ``.partial`` (the cache stores them);
+  connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests replace);
+  then a ``LLMRequestError`` names the URL, the HTTP status and the server's last message. A
+  failed request never yields a partial ``Completion``; the error carries the batch's finished
+  completions in ``.partial`` (the cache stores them);
 - latency: with ``stream=True`` (default) the server-sent events give time to first token
   (``prefill_seconds``, which includes queueing and network) and the rest is ``decode_seconds``.
   Without streaming only the total is known: it goes to ``decode_seconds`` and
@@ -28,18 +29,16 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from ragbench.llm import openai_payload as wire
 from ragbench.llm.base import LLM
-from ragbench.registry import unknown
 from ragbench.types import Completion, GenerationRequest
 
-ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}
 KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # plus every 5xx
 
@@ -64,117 +63,7 @@ class _IncompleteStream(Exception):
     """The event stream ended without a finish reason or [DONE]: treated as a dropped connection."""
 
 
-# ---------------------------------------------------------------------------- pure functions
-
-
-def endpoint_url(base_url: str, endpoint: str) -> str:
-    """``http://h:8000`` or ``http://h:8000/v1`` -> ``http://h:8000/v1/chat/completions``."""
-    if endpoint not in ENDPOINTS:
-        raise unknown("endpoint", endpoint, ENDPOINTS)
-    parts = urlsplit(base_url.rstrip("/"))
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"base_url must look like http://host:port/v1, got {safe_url(base_url)!r}")
-    path = parts.path or "/v1"
-    return urlunsplit((parts.scheme, parts.netloc, path + ENDPOINTS[endpoint], "", ""))
-
-
-def safe_url(url: str) -> str:
-    """The URL without user:password@ and without a query string (both can carry secrets)."""
-    p = urlsplit(url)
-    host = p.hostname or ""
-    netloc = f"{host}:{p.port}" if p.port else host
-    return urlunsplit((p.scheme, netloc, p.path, "", ""))
-
-
-def build_payload(
-    request: GenerationRequest, model: str, endpoint: str = "chat", stream: bool = False
-) -> dict[str, Any]:
-    """The JSON body for one request. Greedy is temperature 0; ``max_tokens`` and ``stop`` as
-    given; the completions endpoint gets the system text prepended (as ``LLM.prompt_tokens``)."""
-    payload: dict[str, Any] = {"model": model}
-    if endpoint == "chat":
-        messages = [{"role": "system", "content": request.system}] if request.system else []
-        payload["messages"] = [*messages, {"role": "user", "content": request.prompt}]
-    elif endpoint == "completions":
-        payload["prompt"] = request.system + request.prompt
-    else:
-        raise unknown("endpoint", endpoint, ENDPOINTS)
-    payload["max_tokens"] = request.max_new_tokens
-    payload["temperature"] = request.temperature
-    if request.stop:
-        payload["stop"] = list(request.stop)
-    if stream:
-        payload["stream"] = True
-        payload["stream_options"] = {
-            "include_usage": True
-        }  # usage in the last event (vLLM, OpenAI)
-    return payload
-
-
-@dataclass(frozen=True)
-class Parsed:
-    text: str
-    finish_reason: str
-    usage: dict[str, Any] | None
-    model: str = ""
-
-
-def _choice_text(choice: dict[str, Any], endpoint: str, delta: bool) -> str:
-    if endpoint == "chat":
-        msg = choice.get("delta" if delta else "message") or {}
-        return msg.get("content") or ""
-    return choice.get("text") or ""
-
-
-def parse_response(body: dict[str, Any], endpoint: str = "chat") -> Parsed:
-    """Text, finish reason and usage of a non-streamed response."""
-    if "error" in body and not body.get("choices"):
-        raise ValueError(f"server returned an error object: {error_message(json.dumps(body))}")
-    choices = body.get("choices")
-    if not choices:
-        raise ValueError(f"response has no choices: {json.dumps(body)[:300]}")
-    choice = choices[0]
-    return Parsed(
-        text=_choice_text(choice, endpoint, delta=False),
-        finish_reason=choice.get("finish_reason") or "",
-        usage=body.get("usage") or None,
-        model=body.get("model") or "",
-    )
-
-
-def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
-    """The ``data:`` payloads of a server-sent event stream (``[DONE]`` included, last)."""
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # blank separators, ": keep-alive" comments, event:/id: fields
-        data = line[5:].strip()
-        if data:
-            yield data
-        if data == "[DONE]":
-            return
-
-
-def parse_chunk(chunk: dict[str, Any], endpoint: str = "chat") -> tuple[str, str, dict | None]:
-    """(text delta, finish reason or "", usage or None) of one streamed event."""
-    if "error" in chunk and not chunk.get("choices"):
-        raise ValueError(f"server sent an error event: {error_message(json.dumps(chunk))}")
-    choices = chunk.get("choices") or []
-    text = finish = ""
-    if choices:
-        text = _choice_text(choices[0], endpoint, delta=True)
-        finish = choices[0].get("finish_reason") or ""
-    return text, finish, chunk.get("usage") or None
-
-
-def usage_counts(usage: dict[str, Any] | None) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached prompt) tokens, or None when the server reported no usage."""
-    if not usage or usage.get("prompt_tokens") is None:
-        return None
-    details = usage.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens")
-    if cached is None:
-        cached = usage.get("prompt_cache_hit_tokens", 0)  # DeepSeek's name for the same thing
-    return int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0), int(cached or 0)
+# ---------------------------------------------------------------------------- retry policy
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -200,31 +89,6 @@ def backoff_seconds(attempt: int, base: float, cap: float, retry_after: float | 
     if retry_after is not None:
         return min(retry_after, cap)
     return min(cap, base * 2 ** (attempt - 1))
-
-
-def error_message(body: str, limit: int = 500) -> str:
-    """The server's message from an error body (OpenAI ``error.message``, FastAPI ``detail``)."""
-    try:
-        data = json.loads(body)
-    except (ValueError, TypeError):
-        return body.strip()[:limit]
-    if isinstance(data, dict):
-        err = data.get("error", data.get("detail", data.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err is not None:
-            return str(err)[:limit]
-    return body.strip()[:limit]
-
-
-def apply_stop(text: str, stop: Iterable[str]) -> str:
-    """Cut at the first stop string (servers usually do; this makes it true for all)."""
-    cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=-1)
-    return text if cut < 0 else text[:cut]
-
-
-def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -258,6 +122,7 @@ class OpenAICompatLLM(LLM):
         backoff_max: float = 30.0,
         stream: bool = True,
         revision: str = "",  # weights revision/hash, for cache keys (the server can't tell us)
+        sleep: Callable[[float], None] = time.sleep,  # waits between retries; tests pass a no-op
     ) -> None:
         model = model or os.environ.get("OPENAI_MODEL")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -270,13 +135,14 @@ class OpenAICompatLLM(LLM):
             )
         if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ValueError("max_concurrency must be >= 1, max_retries >= 0 and timeout > 0")
-        self.url = endpoint_url(base_url, endpoint)  # validates endpoint and URL
-        self.base_url = safe_url(base_url)
+        self.url = wire.endpoint_url(base_url, endpoint)  # validates endpoint and URL
+        self.base_url = wire.safe_url(base_url)
         self.name, self.model, self.endpoint = model, model, endpoint
         self.context_window, self.timeout = context_window, timeout
         self.max_concurrency, self.max_retries = max_concurrency, max_retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.stream, self.revision, self.tokenizer_name = stream, revision, tokenizer
+        self.sleep = sleep
         self._tokenizer = None
         self._has_key = bool(api_key or any(os.environ.get(k) for k in KEY_ENV))
         # The key goes straight into the client's headers (httpx shows them as [secure]) and a
@@ -294,7 +160,7 @@ class OpenAICompatLLM(LLM):
             headers=headers, timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
             limits=limits,
         )  # fmt: skip
-        return client, lambda text: redact(str(text), key)
+        return client, lambda text: wire.redact(str(text), key)
 
     def __repr__(self) -> str:
         key = "'***'" if self._has_key else "None"
@@ -363,8 +229,9 @@ class OpenAICompatLLM(LLM):
             wait=wait_for,
             retry=retry_if_exception(_retryable),
             reraise=True,
+            sleep=self.sleep,
         )
-        payload = build_payload(request, self.model, self.endpoint, self.stream)
+        payload = wire.build_payload(request, self.model, self.endpoint, self.stream)
         try:
             parsed, prefill, decode = retrying(self._post, payload)
         except Exception as exc:
@@ -385,30 +252,32 @@ class OpenAICompatLLM(LLM):
         msg = f"POST {self.url} failed after {attempts} attempt(s): {detail}"
         return LLMRequestError(self._redact(msg), self.url, status, attempts)
 
-    def _post(self, payload: dict[str, Any]) -> tuple[Parsed, float, float]:
+    def _post(self, payload: dict[str, Any]) -> tuple[wire.Parsed, float, float]:
         """One attempt: (parsed response, prefill seconds, decode seconds)."""
         t0 = time.perf_counter()
         with self._client.stream("POST", self.url, json=payload) as resp:
             if resp.status_code >= 400:
                 body = resp.read().decode("utf-8", "replace")
                 retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                raise _StatusError(resp.status_code, self._redact(error_message(body)), retry_after)
+                raise _StatusError(
+                    resp.status_code, self._redact(wire.error_message(body)), retry_after
+                )
             if not payload.get("stream"):
                 body = resp.read()
-                parsed = parse_response(json.loads(body), self.endpoint)
+                parsed = wire.parse_response(json.loads(body), self.endpoint)
                 return parsed, 0.0, time.perf_counter() - t0
             return self._read_stream(resp, t0)
 
-    def _read_stream(self, resp, t0: float) -> tuple[Parsed, float, float]:
+    def _read_stream(self, resp, t0: float) -> tuple[wire.Parsed, float, float]:
         parts: list[str] = []
         finish, usage, model, t_first = "", None, "", None
         done = False
-        for data in iter_sse_data(resp.iter_lines()):
+        for data in wire.iter_sse_data(resp.iter_lines()):
             if data == "[DONE]":
                 done = True
                 break
             chunk = json.loads(data)
-            text, fin, use = parse_chunk(chunk, self.endpoint)
+            text, fin, use = wire.parse_chunk(chunk, self.endpoint)
             if text and t_first is None:
                 t_first = time.perf_counter()
             parts.append(text)
@@ -418,18 +287,18 @@ class OpenAICompatLLM(LLM):
         if not done:
             raise _IncompleteStream("event stream ended without a finish reason")
         t_first = t_first if t_first is not None else t_end
-        return Parsed("".join(parts), finish, usage, model), t_first - t0, t_end - t_first
+        return wire.Parsed("".join(parts), finish, usage, model), t_first - t0, t_end - t_first
 
     def _completion(
         self,
         request: GenerationRequest,
-        parsed: Parsed,
+        parsed: wire.Parsed,
         prefill: float,
         decode: float,
         attempts: int,
     ) -> Completion:
-        text = apply_stop(parsed.text, request.stop)
-        counts = usage_counts(parsed.usage)
+        text = wire.apply_stop(parsed.text, request.stop)
+        counts = wire.usage_counts(parsed.usage)
         estimated = counts is None
         if counts is None:
             counts = (self.prompt_tokens(request), self.count_tokens(parsed.text), 0)

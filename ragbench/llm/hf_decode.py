@@ -1,0 +1,247 @@
+"""transformers backend: the forward passes, a prefix KV, a batched prefill and the decode loop.
+
+Decoding is a small greedy/sampling loop over ``model(...)`` with a KV cache instead of
+``model.generate``. We hand-write it because ``generate`` cannot (1) time prefill (time to first
+token) and decode separately, (2) batch several questions after one shared, precomputed prefix
+KV cache (left padding sits between prefix and question, with explicit position ids), or
+(3) drop finished rows from the batch. For full-attention models (Llama, Qwen, SmolLM2...) the
+batch reads that prefix KV once per step through shared-prefix attention (``shared_prefix.py``)
+instead of holding a copy per row; other architectures (sliding windows, e.g. Gemma 3) copy it.
+``model.generate`` stays the reference in the tests and the benchmark (same greedy answers).
+Prefill computes logits for the last position only.
+
+Timing per row: ``prefill_seconds`` is the batch's prefill and ``decode_seconds`` the row's own
+time to its last token, synchronised on GPU. ``gpu_seconds`` is its share of the device time:
+prefill split evenly, each decode step among the rows it ran for; the shares of a batch add up to
+its wall time. Peak memory is CUDA max allocated, else the process RSS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import inspect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ragbench.llm import shared_prefix
+from ragbench.types import GenerationRequest
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """Stateless forward passes over one loaded model; build it with :meth:`for_model`."""
+
+    model: Any
+    tokenizer: Any
+    device: Any  # torch.device of the inputs (the first layer's device)
+    eos_ids: frozenset[int]
+    pad_id: int
+    cache_kw: str  # transformers 5.x renamed past_key_values to cache; both generations work
+    last_logits_only: dict[str, int]  # {"logits_to_keep": 1} where the model accepts it
+
+    @classmethod
+    def for_model(cls, model, tokenizer) -> Decoder:
+        eos = model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        eos_ids = frozenset(int(e) for e in [*eos, tokenizer.eos_token_id] if e is not None)
+        pad = tokenizer.pad_token_id
+        params = inspect.signature(model.forward).parameters
+        return cls(
+            model=model,
+            tokenizer=tokenizer,
+            device=next(model.parameters()).device,
+            eos_ids=eos_ids,
+            pad_id=int(pad if pad is not None else min(eos_ids, default=0)),
+            cache_kw="cache" if "cache" in params else "past_key_values",
+            last_logits_only={"logits_to_keep": 1} if "logits_to_keep" in params else {},
+        )
+
+    def prefill(self, prefix: list[int]) -> tuple[Any, float]:
+        """KV cache of a prefix (batch of one) and the seconds it took."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        t0 = self.now()
+        self.model(
+            input_ids=torch.tensor([prefix], device=self.device),
+            **{self.cache_kw: cache},
+            use_cache=True,
+            **self.last_logits_only,
+        )
+        return cache, self.now() - t0
+
+    def decode(
+        self,
+        requests: Sequence[GenerationRequest],
+        suffixes: list[list[int]],
+        prefix_kv: Any,
+        plen: int,
+        shared: bool,
+        seed: int,
+    ) -> list[dict[str, Any]]:
+        """Prefill left-padded suffixes after a prefix KV (or none), then decode until every row
+        stops; one dict of Completion fields (``meta`` included) per row.
+
+        ``shared``: read the prefix KV (batch of one) through shared-prefix attention; the
+        per-row cache, mask and padding cover the suffix only and positions continue from the
+        prefix. Otherwise each row gets its own copy of the prefix KV. ``seed`` seeds sampling.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        dev, batch, width = self.device, len(suffixes), max(len(s) for s in suffixes)
+        shared = shared and prefix_kv is not None
+        lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, lead + width), dtype=torch.long)
+        mask[:, :lead] = 1
+        for b, s in enumerate(suffixes):
+            input_ids[b, width - len(s) :] = torch.tensor(s)
+            mask[b, lead + width - len(s) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:] + (plen - lead)
+        input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
+        extra: dict[str, Any] = {}
+        if prefix_kv is None or shared:
+            cache = DynamicCache(config=self.model.config)
+            if shared:
+                extra["shared_prefix"] = shared_prefix.SharedPrefix(prefix_kv)
+        else:  # each batch extends its own copy; the stored prefix stays untouched
+            cache = copy.deepcopy(prefix_kv)
+            cache.batch_repeat_interleave(batch)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        gens = [self.generator(r, seed) for r in requests]
+        attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
+        with attention:
+            return self._loop(list(requests), gens, input_ids, mask, positions, cache, extra)
+
+    def _loop(self, requests, gens, input_ids, mask, positions, cache, extra):
+        import torch
+
+        dev, batch = self.device, len(requests)
+        generated: list[list[int]] = [[] for _ in requests]
+        done: dict[int, dict[str, Any]] = {}
+        active = list(range(batch))  # request rows still decoding, in cache-batch order
+        t0 = self.now()
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            **{self.cache_kw: cache},
+            use_cache=True,
+            **self.last_logits_only,
+            **extra,
+        ).logits[:, -1, :]
+        t_first = self.now()
+        peak = self.peak_memory()
+        # each row's share of the device time: prefill split evenly, every decode step split
+        # among the rows it ran for; the shares add up to the batch's wall time
+        device_share = [(t_first - t0) / batch] * batch
+        t_step = t_first
+        while True:
+            nxt = self.pick(logits, [requests[b] for b in active], [gens[b] for b in active])
+            keep = []
+            now = self.now()  # the step's end: its share, and the time of rows finishing now
+            for j, b in enumerate(active):
+                device_share[b] += (now - t_step) / len(active)
+                token = int(nxt[j])
+                generated[b].append(token)
+                reason, text = self.finished(requests[b], generated[b], token)
+                if reason:
+                    done[b] = {"text": text, "finish_reason": reason, "t": now}
+                else:
+                    keep.append(j)
+            t_step = now
+            if not keep:
+                break
+            if len(keep) < len(active):  # drop finished rows from the batch and the cache
+                index = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(index)
+                nxt, mask, positions = nxt[index], mask[index], positions[index]
+                active = [active[j] for j in keep]
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], 1)
+            positions = positions[:, -1:] + 1
+            logits = self.model(
+                input_ids=nxt[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                **{self.cache_kw: cache},
+                use_cache=True,
+                **extra,
+            ).logits[:, -1, :]
+        peak = max(peak, self.peak_memory())
+        return [
+            {
+                "text": done[b]["text"],
+                "finish_reason": done[b]["finish_reason"],
+                "completion_tokens": len(generated[b]),
+                "prefill_seconds": t_first - t0,
+                "decode_seconds": done[b]["t"] - t_first,
+                "peak_memory_bytes": peak,
+                "meta": {
+                    "batch_size": batch,
+                    "gpu_seconds": device_share[b],
+                    "device": dev.type,
+                    "peak_memory": "cuda_max_allocated" if dev.type == "cuda" else "process_rss",
+                },
+            }
+            for b in range(batch)
+        ]
+
+    def finished(self, request: GenerationRequest, tokens: list[int], last: int) -> tuple[str, str]:
+        """("stop" | "length" | "", text so far): EOS, a stop string, or max_new_tokens."""
+        if last in self.eos_ids:
+            return "stop", self.tokenizer.decode(tokens[:-1], skip_special_tokens=True)
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        # Stop strings count only once the answer has begun, so a reply that opens with a blank
+        # line is not cut to nothing by the strategies' "\n\n" stop.
+        begin = len(text) - len(text.lstrip())
+        cuts = [i for s in request.stop if s and (i := text.find(s, begin)) >= 0]
+        if cuts:
+            return "stop", text[: min(cuts)]
+        return ("length" if len(tokens) >= request.max_new_tokens else ""), text
+
+    @staticmethod
+    def pick(logits, requests, gens):
+        """Greedy by default; temperature > 0 samples with the request's own seeded generator."""
+        import torch
+
+        chosen = logits.argmax(-1)
+        for j, r in enumerate(requests):
+            if r.temperature > 0:
+                probs = torch.softmax(logits[j].float() / r.temperature, -1)
+                chosen[j] = torch.multinomial(probs, 1, generator=gens[j])[0]
+        return chosen
+
+    def generator(self, request: GenerationRequest, seed: int):
+        """A local RNG per request, seeded from (seed, request): results do not depend on batching."""
+        import torch
+
+        if request.temperature <= 0:
+            return None
+        digest = hashlib.sha256(f"{seed}|{request.to_json()}".encode()).hexdigest()
+        return torch.Generator(device=self.device).manual_seed(int(digest[:15], 16))
+
+    def now(self) -> float:
+        """``time.perf_counter()`` after the device finished its queued work."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
+        return time.perf_counter()
+
+    def peak_memory(self) -> int:
+        import torch
+
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated())
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)

@@ -1,0 +1,135 @@
+"""transformers backend: where the weights come from and how they are loaded.
+
+A model name resolves to a preset, a local folder, a ``.gguf`` file (dequantised once, see
+``gguf.py``) or a Hugging Face hub id. The weights load on the chosen device (``ragbench.devices``)
+in the chosen dtype with the fastest attention available, and are identified for cache keys by a
+hash of the local files or by the hub revision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ragbench import assets
+from ragbench.devices import pick_device, quiet_transformers
+from ragbench.llm.gguf import convert_gguf, file_sha256
+from ragbench.llm.presets import PRESETS, ModelPreset
+from ragbench.registry import unknown
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A causal LM and its tokenizer, ready for inference, and what identifies them."""
+
+    model: Any  # transformers PreTrainedModel, in eval mode, on its device(s)
+    tokenizer: Any
+    device: str  # as picked: "cpu", "cuda", "cuda:1", "mps"
+    dtype: Any  # torch.dtype
+    weights: str  # "gguf-sha256:...", "files-sha256:..." or "hub:<id>@<revision>"
+    preset: ModelPreset | None
+
+
+def resolve_model(model: str) -> tuple[str, Path | None, ModelPreset | None]:
+    """``(folder or hub id, gguf file or None, preset or None)`` for a preset, path or hub id."""
+    if model in PRESETS:
+        preset = PRESETS[model]
+        if preset.source.startswith("asset:"):
+            return "", assets.asset_path(preset.source.removeprefix("asset:")), preset
+        return preset.source, None, preset
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        return "", path, None
+    if path.is_dir():
+        return str(path), None, None
+    if model.count("/") == 1 and not path.exists() and not model.startswith((".", "/")):
+        return model, None, None  # a Hugging Face hub id: downloaded only because it was named
+    raise unknown("model", model, [*PRESETS, "<local folder>", "<file.gguf>", "<hub org/name>"])
+
+
+def load_model(
+    model: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    attn_implementation: str = "auto",
+    cache_dir: str | os.PathLike | None = None,
+) -> LoadedModel:
+    """Load ``model`` (see :func:`resolve_model`). Several GPUs under ``device="cuda"`` share
+    the layers (``device_map="auto"``); ``"cuda:N"`` pins one."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quiet_transformers()
+    source, gguf, preset = resolve_model(model)
+    weights = ""
+    if gguf is not None:
+        source = str(convert_gguf(gguf, cache_dir))
+        weights = "gguf-sha256:" + file_sha256(gguf, cache_dir)
+    device = pick_device(device)
+    torch_dtype = pick_dtype(dtype, device)
+    multi_gpu = device == "cuda" and torch.cuda.device_count() > 1
+    lm = AutoModelForCausalLM.from_pretrained(
+        source,
+        dtype=torch_dtype,
+        attn_implementation=pick_attention(attn_implementation, device, torch_dtype),
+        device_map="auto" if multi_gpu else None,
+    )
+    if not multi_gpu:
+        lm.to(device)
+    lm.eval()
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return LoadedModel(
+        model=lm,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=torch_dtype,
+        weights=weights or weights_id(source, lm, cache_dir),
+        preset=preset,
+    )
+
+
+def pick_dtype(dtype: str, device: str):
+    """``"auto"``: bf16 (else fp16) on CUDA, fp16 on MPS, fp32 on CPU."""
+    import torch
+
+    if dtype != "auto":
+        if dtype not in DTYPES:
+            raise unknown("dtype", dtype, ["auto", *DTYPES])
+        return getattr(torch, dtype)
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float16 if device == "mps" else torch.float32
+
+
+def pick_attention(attn_implementation: str, device: str, dtype) -> str:
+    """``"auto"``: flash-attention 2 when installed, on CUDA and in half precision, else SDPA."""
+    import torch
+
+    if attn_implementation != "auto":
+        return attn_implementation
+    flash = importlib.util.find_spec("flash_attn") is not None
+    half = dtype in (torch.bfloat16, torch.float16)
+    return "flash_attention_2" if flash and device.startswith("cuda") and half else "sdpa"
+
+
+def weights_id(source: str, model, cache_dir=None) -> str:
+    """sha256 over a local folder's weight files (memoised), else the hub revision."""
+    folder = Path(source)
+    files = (
+        sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+        if folder.is_dir()
+        else []
+    )
+    if files:
+        digests = "".join(f"{f.name}:{file_sha256(f, cache_dir)}\n" for f in files)
+        return "files-sha256:" + hashlib.sha256(digests.encode()).hexdigest()
+    revision = getattr(model.config, "_commit_hash", None)
+    return f"hub:{source}@{revision or 'unknown-revision'}"

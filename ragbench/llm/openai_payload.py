@@ -1,0 +1,154 @@
+"""OpenAI-compatible HTTP: the pure half (lm-evaluation-harness style), no I/O.
+
+Endpoint URLs, the JSON body of a request, the text/finish reason/usage of a response or of one
+server-sent event, the server's message from an error body, and secret redaction. The transport
+(``openai_compat.py``) calls these; the tests call them directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ragbench.registry import unknown
+from ragbench.types import GenerationRequest
+
+ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}
+
+
+def endpoint_url(base_url: str, endpoint: str) -> str:
+    """``http://h:8000`` or ``http://h:8000/v1`` -> ``http://h:8000/v1/chat/completions``."""
+    if endpoint not in ENDPOINTS:
+        raise unknown("endpoint", endpoint, ENDPOINTS)
+    parts = urlsplit(base_url.rstrip("/"))
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"base_url must look like http://host:port/v1, got {safe_url(base_url)!r}")
+    path = parts.path or "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path + ENDPOINTS[endpoint], "", ""))
+
+
+def safe_url(url: str) -> str:
+    """The URL without user:password@ and without a query string (both can carry secrets)."""
+    p = urlsplit(url)
+    host = p.hostname or ""
+    netloc = f"{host}:{p.port}" if p.port else host
+    return urlunsplit((p.scheme, netloc, p.path, "", ""))
+
+
+def build_payload(
+    request: GenerationRequest, model: str, endpoint: str = "chat", stream: bool = False
+) -> dict[str, Any]:
+    """The JSON body for one request. Greedy is temperature 0; ``max_tokens`` and ``stop`` as
+    given; the completions endpoint gets the system text prepended (as ``LLM.prompt_tokens``)."""
+    payload: dict[str, Any] = {"model": model}
+    if endpoint == "chat":
+        messages = [{"role": "system", "content": request.system}] if request.system else []
+        payload["messages"] = [*messages, {"role": "user", "content": request.prompt}]
+    elif endpoint == "completions":
+        payload["prompt"] = request.system + request.prompt
+    else:
+        raise unknown("endpoint", endpoint, ENDPOINTS)
+    payload["max_tokens"] = request.max_new_tokens
+    payload["temperature"] = request.temperature
+    if request.stop:
+        payload["stop"] = list(request.stop)
+    if stream:
+        payload["stream"] = True
+        payload["stream_options"] = {
+            "include_usage": True
+        }  # usage in the last event (vLLM, OpenAI)
+    return payload
+
+
+@dataclass(frozen=True)
+class Parsed:
+    text: str
+    finish_reason: str
+    usage: dict[str, Any] | None
+    model: str = ""
+
+
+def _choice_text(choice: dict[str, Any], endpoint: str, delta: bool) -> str:
+    if endpoint == "chat":
+        msg = choice.get("delta" if delta else "message") or {}
+        return msg.get("content") or ""
+    return choice.get("text") or ""
+
+
+def parse_response(body: dict[str, Any], endpoint: str = "chat") -> Parsed:
+    """Text, finish reason and usage of a non-streamed response."""
+    if "error" in body and not body.get("choices"):
+        raise ValueError(f"server returned an error object: {error_message(json.dumps(body))}")
+    choices = body.get("choices")
+    if not choices:
+        raise ValueError(f"response has no choices: {json.dumps(body)[:300]}")
+    choice = choices[0]
+    return Parsed(
+        text=_choice_text(choice, endpoint, delta=False),
+        finish_reason=choice.get("finish_reason") or "",
+        usage=body.get("usage") or None,
+        model=body.get("model") or "",
+    )
+
+
+def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The ``data:`` payloads of a server-sent event stream (``[DONE]`` included, last)."""
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # blank separators, ": keep-alive" comments, event:/id: fields
+        data = line[5:].strip()
+        if data:
+            yield data
+        if data == "[DONE]":
+            return
+
+
+def parse_chunk(chunk: dict[str, Any], endpoint: str = "chat") -> tuple[str, str, dict | None]:
+    """(text delta, finish reason or "", usage or None) of one streamed event."""
+    if "error" in chunk and not chunk.get("choices"):
+        raise ValueError(f"server sent an error event: {error_message(json.dumps(chunk))}")
+    choices = chunk.get("choices") or []
+    text = finish = ""
+    if choices:
+        text = _choice_text(choices[0], endpoint, delta=True)
+        finish = choices[0].get("finish_reason") or ""
+    return text, finish, chunk.get("usage") or None
+
+
+def usage_counts(usage: dict[str, Any] | None) -> tuple[int, int, int] | None:
+    """(prompt, completion, cached prompt) tokens, or None when the server reported no usage."""
+    if not usage or usage.get("prompt_tokens") is None:
+        return None
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens", 0)  # DeepSeek's name for the same thing
+    return int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0), int(cached or 0)
+
+
+def error_message(body: str, limit: int = 500) -> str:
+    """The server's message from an error body (OpenAI ``error.message``, FastAPI ``detail``)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        return body.strip()[:limit]
+    if isinstance(data, dict):
+        err = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            return str(err)[:limit]
+    return body.strip()[:limit]
+
+
+def apply_stop(text: str, stop: Iterable[str]) -> str:
+    """Cut at the first stop string (servers usually do; this makes it true for all)."""
+    cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+def redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
