@@ -35,7 +35,7 @@ from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
 from ragbench.llm.hf import HFModel  # noqa: E402
 from ragbench.llm.presets import get_preset  # noqa: E402
-from ragbench.strategies import ANSWER_STOP  # noqa: E402
+from ragbench.strategies.prompts import ANSWER_STOP  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"

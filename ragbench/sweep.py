@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 from ragbench.io import atomic_write_text, dumps_canonical
 from ragbench.kernels import execute_notebook
-from ragbench.kernels import kernel_cli_args as kernel_cli_args  # `make lab` imports it from here
 from ragbench.registry import did_you_mean
 from ragbench.sweep_spec import (
     SweepSpec,

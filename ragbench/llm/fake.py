@@ -88,13 +88,12 @@ class FakeLLM(LLM):
         answer_fn: Callable[[GenerationRequest], str] | None = None,
         prefill_tokens_per_second: float = 1000.0,  # simulated; roughly SmolLM2 on a laptop CPU
         decode_tokens_per_second: float = 50.0,
-        name: str | None = None,  # old spelling of ``model``, until every caller passes model=
     ) -> None:
         if not isinstance(model, str):
             raise TypeError(f"model must be a name (str), got {model!r}")
         if prefill_tokens_per_second <= 0 or decode_tokens_per_second <= 0:
             raise ValueError("simulated throughputs must be > 0 tokens/s")
-        self.context_window, self.name, self.answer_fn = context_window, name or model, answer_fn
+        self.context_window, self.name, self.answer_fn = context_window, model, answer_fn
         self.prefill_tps, self.decode_tps = prefill_tokens_per_second, decode_tokens_per_second
         self._tok = WhitespaceTokenizer()
         self.calls = 0  # generate() batches served; tests use it to see cache hits
