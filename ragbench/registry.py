@@ -2,13 +2,19 @@
 
 Registering a backend never imports it, so ``import ragbench`` stays light and optional heavy
 dependencies (torch, faiss, vLLM clients) load only when a config names them.
+
+Every set of names in ragbench is a ``Registry`` (datasets, dataset importers, LLM backends,
+retrievers, embedders, splitters, tokenizers, metrics), so every unknown name gets the same
+did-you-mean error listing the valid choices. A registry can also be open-ended: ``other``
+describes the names it accepts beyond its entries (``"<model folder or Hugging Face id>"``) and
+``accepts`` recognises them; ``check`` lets those through, ``get`` serves entries only.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
@@ -34,9 +40,23 @@ def unknown(kind: str, name: str, choices: Iterable[str]) -> UnknownNameError:
 
 
 class Registry:
-    def __init__(self, kind: str, entries: dict[str, str] | None = None) -> None:
+    """Names -> targets: ``"module:attr"`` strings (imported on first ``get``) or objects.
+
+    Iterating a registry yields its entry names, sorted.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        entries: dict[str, Any] | None = None,
+        *,
+        other: str | None = None,
+        accepts: Callable[[str], bool] | None = None,
+    ) -> None:
         self.kind = kind
         self._entries: dict[str, str | Any] = dict(entries or {})
+        self.other = other  # how accepted names beyond the entries look, shown in errors
+        self._accepts = accepts
 
     def register(self, name: str, target: str | Any) -> None:
         self._entries[name] = target
@@ -44,18 +64,35 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def choices(self) -> list[str]:
+        """What an error lists: the entry names, then ``other`` when the registry has it."""
+        return [*self.names(), *([self.other] if self.other else [])]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
     def check(self, name: str) -> str:
-        if name not in self._entries:
-            raise unknown(self.kind, name, self._entries)
+        """``name`` if it is an entry (or accepted beyond them); else a did-you-mean error."""
+        if name not in self._entries and not (self._accepts is not None and self._accepts(name)):
+            raise unknown(self.kind, name, self.choices())
         return name
 
     def get(self, name: str) -> Any:
-        target = self._entries[self.check(name)]
+        """The target of entry ``name``, imported on first use."""
+        if name not in self._entries:
+            raise unknown(self.kind, name, self.choices())
+        target = self._entries[name]
         if isinstance(target, str):
             module, _, attr = target.partition(":")
             target = getattr(importlib.import_module(module), attr)
             self._entries[name] = target
         return target
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {', '.join(self.choices())})"

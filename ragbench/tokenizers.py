@@ -1,18 +1,26 @@
 """Token counting with a named tokenizer, shared by datasets (context lengths), chunking and
 context assembly (token budgets).
 
-``get_tokenizer(name)`` accepts a model preset name (the embedded SmolLM2 tokenizer is read from
-its GGUF file, offline), a local folder holding a Hugging Face tokenizer, or ``"whitespace"``: a
-dependency-free tokenizer for fast tests and for users with no model at hand.
+``get_tokenizer(name)`` accepts a name in ``TOKENIZERS`` (``"whitespace"``: a dependency-free
+tokenizer for fast tests and for users with no model at hand), a model preset name (the embedded
+SmolLM2 tokenizer is read from its GGUF file, offline), a local folder holding a Hugging Face
+tokenizer, or a ``.gguf`` file. ``check_tokenizer(name)`` validates a name without loading it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
+
+from ragbench.registry import Registry, UnknownNameError, unknown
+
+# tokenizers by name; a model preset name (ragbench.llm.presets) or a path names one too
+TOKENIZERS = Registry("tokenizer", {"whitespace": "ragbench.tokenizers:WhitespaceTokenizer"})
+LOCAL = "<folder or .gguf path>"
 
 
 class Tokenizer(Protocol):
@@ -80,10 +88,28 @@ class HFTokenizer:
         return [tuple(span) for span in enc["offset_mapping"]]
 
 
+def check_tokenizer(name: str) -> str:
+    """``name`` if it can name a tokenizer: a ``TOKENIZERS`` entry, a model preset, or a path
+    (a folder, a ``.gguf`` file; anything with a path separator passes here and is looked up
+    when loaded, so a config can name a path relative to itself). Else a did-you-mean error."""
+    from ragbench.llm.presets import PRESETS
+
+    path_like = "/" in name or os.sep in name or name.endswith(".gguf") or Path(name).is_dir()
+    if name not in TOKENIZERS and name not in PRESETS and not path_like:
+        raise _unknown(name)
+    return name
+
+
+def _unknown(name: str) -> UnknownNameError:
+    from ragbench.llm.presets import PRESETS
+
+    return unknown("tokenizer", name, [*TOKENIZERS, *PRESETS, LOCAL])
+
+
 @functools.lru_cache(maxsize=8)
 def get_tokenizer(name: str = "smollm2-135m-instruct") -> Tokenizer:
-    if name == "whitespace":
-        return WhitespaceTokenizer()
+    if name in TOKENIZERS:
+        return TOKENIZERS.get(name)()
     from ragbench.llm.presets import PRESETS
 
     if name in PRESETS:
@@ -98,9 +124,7 @@ def get_tokenizer(name: str = "smollm2-135m-instruct") -> Tokenizer:
         return HFTokenizer(name, _load_gguf(path))
     if path.is_dir():
         return HFTokenizer(name, _load_hf(str(path)))
-    from ragbench.registry import unknown
-
-    raise unknown("tokenizer", name, ["whitespace", *PRESETS, "<folder or .gguf path>"])
+    raise _unknown(name)
 
 
 def _load_gguf(gguf: Path):
@@ -134,11 +158,9 @@ def _load_gguf(gguf: Path):
 
 
 def _load_hf(source: str, **kwargs):
-    import logging
-
     from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from ragbench.devices import quiet_transformers
+
+    quiet_transformers(progress_bars=False)  # quiet logs; progress bars left as they are
     return AutoTokenizer.from_pretrained(source, **kwargs)

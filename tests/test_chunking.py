@@ -67,8 +67,8 @@ def test_overlap_shares_text_and_ids_are_stable(docs):
 
 
 def test_larger_chunks_give_fewer_chunks(docs):
-    small = chunk_documents(docs, chunk_size=30, chunk_overlap=0, tokenizer="whitespace")
-    large = chunk_documents(docs, chunk_size=120, chunk_overlap=0, tokenizer="whitespace")
+    small = chunk_documents(docs, "sentence", 30, 0, tokenizer="whitespace")
+    large = chunk_documents(docs, "sentence", 120, 0, tokenizer="whitespace")
     assert len(large) < len(small)
     assert Chunk.from_json(large[0].to_json()) == large[0]
 
@@ -76,7 +76,7 @@ def test_larger_chunks_give_fewer_chunks(docs):
 @pytest.mark.slow
 def test_real_tokenizer_counts_tokens(docs):
     tok = get_tokenizer("smollm2-135m-instruct")
-    chunks = chunk_documents(docs, "sentence", chunk_size=64, chunk_overlap=8)
+    chunks = chunk_documents(docs, "sentence", 64, 8, "smollm2-135m-instruct")
     counts = [tok.count(c.text) for c in chunks]
     assert max(counts) <= 64 + 2  # see the module docstring: counts are summed per split
     assert sum(counts) / len(counts) > 32  # chunks are packed, not one sentence each
@@ -86,21 +86,21 @@ def test_real_tokenizer_counts_tokens(docs):
 
 def test_bad_input_errors(docs):
     with pytest.raises(UnknownNameError, match="did you mean 'sentence'.*valid: sentence, token"):
-        chunk_documents(docs, "sentense", tokenizer="whitespace")
+        chunk_documents(docs, "sentense", 128, 16, tokenizer="whitespace")
     with pytest.raises(ValueError, match="empty corpus"):
-        chunk_documents([], tokenizer="whitespace")
+        chunk_documents([], "sentence", 128, 16, tokenizer="whitespace")
     with pytest.raises(ValueError, match="all 1 documents are blank"):
-        chunk_documents([Document("x", "  \n")], tokenizer="whitespace")
+        chunk_documents([Document("x", "  \n")], "sentence", 128, 16, "whitespace")
     with pytest.raises(ValueError, match="duplicate document id 'd0' at position 1"):
-        chunk_documents([docs[0], docs[0]], tokenizer="whitespace")
+        chunk_documents([docs[0], docs[0]], "sentence", 128, 16, "whitespace")
     with pytest.raises(ValueError, match="chunk_overlap"):
-        chunk_documents(docs, chunk_size=10, chunk_overlap=10, tokenizer="whitespace")
+        chunk_documents(docs, "sentence", 10, 10, tokenizer="whitespace")
     with pytest.raises(ValueError, match="chunk_size"):
-        chunk_documents(docs, chunk_size=0, chunk_overlap=0, tokenizer="whitespace")
+        chunk_documents(docs, "sentence", 0, 0, tokenizer="whitespace")
 
 
 def test_blank_documents_are_skipped(docs):
-    chunks = chunk_documents([Document("empty", ""), docs[0]], tokenizer="whitespace")
+    chunks = chunk_documents([Document("empty", ""), docs[0]], "sentence", 128, 16, "whitespace")
     assert {c.doc_id for c in chunks} == {"d0"}
 
 

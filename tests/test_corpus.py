@@ -232,7 +232,7 @@ def test_dedup_file_drops_verbatim_repeats_and_counts_them(tmp_path):
     assert stats["fingerprint_in"] == formats.fingerprint([a, b, c])
 
 
-def test_read_records_same_id_other_content_names_both_lines(tmp_path):
+def test_read_examples_with_repeats_same_id_other_content_names_both_lines(tmp_path):
     a = _example("a", "Who?", _long_text(50))
     other = _example("a", "Who else?", _long_text(50))
     b = _example("b", "When?", _long_text(51))
@@ -244,12 +244,12 @@ def test_read_records_same_id_other_content_names_both_lines(tmp_path):
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_read_records_keeps_strict_validation(tmp_path):
+def test_read_examples_with_repeats_keeps_strict_validation(tmp_path):
     src = _jsonl(
         tmp_path / "bad.jsonl", ['{"id": "a", "question": 1, "answers": [], "documents": []}']
     )
     with pytest.raises(InputFileError, match=r"bad.jsonl:1: field 'question': expected a string"):
-        corpus.read_records(src)
+        corpus.read_examples_with_repeats(src)
 
 
 # --------------------------------------------------------------------------- heavy-drop warning

@@ -135,7 +135,7 @@ def test_unknown_format_and_split_name_the_valid_ones():
         formats.load("sqaud", FIX / "squad_v1.json")
     with pytest.raises(UnknownNameError, match=r"unknown BEIR split 'tset'.*valid: dev, test"):
         formats.load("beir", FIX / "beir", split="tset")
-    assert set(formats.FORMATS) == {"jsonl", "longbench", "ruler", "squad", "beir"}
+    assert set(formats.IMPORTERS) == {"jsonl", "longbench", "ruler", "squad", "beir"}
 
 
 # --------------------------------------------------------------------------- malformed input

@@ -202,7 +202,7 @@ def test_unexpected_errors_keep_their_traceback(app, built, monkeypatch):
     result = invoke(app, "retrieve", built, "q")
     assert result.exit_code == 1 and isinstance(result.exception, RuntimeError)
     assert "error:" not in result.output
-    monkeypatch.setattr(cli, "build_index", broken)
+    monkeypatch.setattr(cli, "write_index", broken)
     result = invoke(app, "index", "build", "x.jsonl", "--out", "i")
     assert result.exit_code == 1 and isinstance(result.exception, RuntimeError)
 
@@ -221,3 +221,39 @@ def test_real_process_prints_one_line(tmp_path):
         assert proc.stdout == "" and "Traceback" not in proc.stderr
         [line] = proc.stderr.splitlines()
         assert line.startswith("error: ") and str(tmp_path) in line
+
+
+# ------------------------------------------------------------------------ one index builder
+
+
+def test_index_build_is_build_index_with_the_config_defaults(app, dataset, tmp_path, monkeypatch):
+    """`index build` builds through `ragbench.retrieval.build_index`, with the run config's
+    defaults for whatever it is not told: the saved index answers as build_index's does."""
+    from ragbench.config import RetrievalConfig
+    from ragbench.datasets.formats import read_examples
+    from ragbench.retrieval import build_index
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return build_index(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "build_index", spy)
+    out = tmp_path / "index"
+    result = invoke(app, "index", "build", dataset, "--out", out, *FAST[:4])  # tokenizer, embedder
+    assert result.exit_code == 0, result.output
+    [settings] = calls
+    default = {n: f.default for n, f in RetrievalConfig.model_fields.items()}
+    for name in ("splitter", "chunk_size", "chunk_overlap"):
+        assert settings[name] == default[name]
+    assert settings["retriever"] == "dense" and settings["tokenizer"] == "whitespace"
+
+    documents = cli.corpus_documents(read_examples(dataset))
+    chunks, _ = build_index(documents, **settings)
+    assert (out / cli.CHUNKS_FILE).read_text().splitlines() == [c.to_json() for c in chunks]
+    queries = [f"magic number for {name}" for name in TEXTS]
+    for retriever in ("dense", "hybrid"):
+        _, expected = build_index(documents, **{**settings, "retriever": retriever})
+        got = cli.load_retriever(out, retriever).retrieve(queries, 2)
+        assert got == expected.retrieve(queries, 2)

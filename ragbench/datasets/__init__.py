@@ -37,7 +37,7 @@ DATASETS = Registry(
 
 
 def load_file(path: str | Path, format: str = "jsonl", **options: Any) -> list[Example]:
-    """Examples from a file: ragbench JSONL by default, or an importer in ``formats.FORMATS``."""
+    """Examples from a file: ragbench JSONL by default, or an importer in ``formats.IMPORTERS``."""
     from ragbench.datasets import formats
 
     return formats.load(format, path, **options)

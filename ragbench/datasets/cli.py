@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from ragbench.io import cli_error, user_errors
+from ragbench.registry import unknown
 
 DEFAULT_DIR = Path("data/generated")
 
@@ -139,7 +140,6 @@ def ruler_cmd(
 ) -> None:
     """A RULER-style synthetic task, sized to each context length."""
     from ragbench.datasets import check_params, ruler
-    from ragbench.registry import unknown
 
     if task not in ruler.TASKS:
         raise cli_error(unknown("RULER task", task, ruler.TASKS))
@@ -204,10 +204,9 @@ def import_cmd(
 ) -> None:
     """Convert a LongBench / RULER / SQuAD / BEIR dataset to ragbench JSONL."""
     from ragbench.datasets import formats
-    from ragbench.registry import unknown
 
-    if fmt not in formats.FORMATS:
-        raise cli_error(unknown("dataset format", fmt, formats.FORMATS))
+    if fmt not in formats.IMPORTERS:
+        raise cli_error(unknown("dataset format", fmt, formats.IMPORTERS))
     options = {"split": split} if split is not None else {}
     if options and fmt != "beir":
         raise cli_error(ValueError("--split applies to the beir format only"))

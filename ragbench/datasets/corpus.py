@@ -301,7 +301,7 @@ def dedup_examples(
     return kept, _report([e.id for e in examples], drops, params, "examples")
 
 
-def read_records(path: str | os.PathLike) -> tuple[list[Example], list[int]]:
+def read_examples_with_repeats(path: str | os.PathLike) -> tuple[list[Example], list[int]]:
     """(examples, lines of verbatim repeats) of a ragbench JSONL file, read as strictly as
     ``formats.read_examples`` except that a record equal to an earlier one with its id is
     skipped (its line is returned); a same-id record with other content is an InputFileError
@@ -325,12 +325,12 @@ def dedup_file(
     """Clean (optional) and deduplicate a ragbench JSONL file; write the result atomically.
 
     Returns stats: counts (``n_in`` counts every record, ``repeated_records`` the verbatim
-    repeats dropped, see ``read_records``), the dropped ids with reasons, which documents cleaning
+    repeats dropped, see ``read_examples_with_repeats``), the dropped ids with reasons, which documents cleaning
     left as-is (their evidence spans could not be moved), warnings and both fingerprints.
     """
     from ragbench.datasets.formats import fingerprint, write_examples
 
-    examples, repeats = read_records(path)
+    examples, repeats = read_examples_with_repeats(path)
     fingerprint_in = fingerprint(examples)
     cleaned, changed, skipped = examples, 0, []
     if clean:

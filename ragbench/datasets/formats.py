@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,10 +54,19 @@ from ragbench.datasets._validate import (
     req,
 )
 from ragbench.io import InputFileError, atomic_write_text, sha256_bytes, sha256_file
-from ragbench.registry import unknown
+from ragbench.registry import Registry, unknown
 from ragbench.types import Document, Example
 
-FORMATS = ("jsonl", "longbench", "ruler", "squad", "beir")
+IMPORTERS = Registry(
+    "dataset format",
+    {
+        "jsonl": "ragbench.datasets.formats:read_examples",
+        "longbench": "ragbench.datasets.formats:load_longbench",
+        "ruler": "ragbench.datasets.formats:load_ruler",
+        "squad": "ragbench.datasets.formats:load_squad",
+        "beir": "ragbench.datasets.formats:load_beir_examples",
+    },
+)
 BEIR_SPLITS = ("test", "dev", "train")  # default preference order for the qrels file
 
 PathLike = str | os.PathLike
@@ -67,17 +76,8 @@ PathLike = str | os.PathLike
 
 
 def load(fmt: str, path: PathLike, **options: Any) -> list[Example]:
-    """Import ``path`` in format ``fmt`` (one of ``FORMATS``); options go to the importer."""
-    loaders: dict[str, Callable[..., list[Example]]] = {
-        "jsonl": read_examples,
-        "longbench": load_longbench,
-        "ruler": load_ruler,
-        "squad": load_squad,
-        "beir": load_beir_examples,
-    }
-    if fmt not in loaders:
-        raise unknown("dataset format", fmt, FORMATS)
-    return loaders[fmt](path, **options)
+    """Import ``path`` in format ``fmt`` (one of ``IMPORTERS``); options go to the importer."""
+    return IMPORTERS.get(fmt)(path, **options)
 
 
 def _canonical(examples: Iterable[Example]) -> str:

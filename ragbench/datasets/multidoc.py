@@ -134,7 +134,6 @@ def iter_multidoc(
                 "context_tokens": tok.count(join_documents(docs)),
                 "fact": fact,
                 "evidence": [[gold.id, start, start + len(fact)]],
-                "match": "any",
             }
             question = question_t.format(key=key)
             yield Example(ex_id, question, (value,), docs, meta)

@@ -193,7 +193,6 @@ def iter_niah(
                 "needle_start": p.needle_start,
                 "needle_end": p.needle_end,
                 "evidence": [[doc.id, p.needle_start, p.needle_end]],
-                "match": "all",
             }
             yield Example(ex_id, question, (answer,), (doc,), meta)
 

@@ -346,7 +346,6 @@ def iter_ruler(
                 "context_tokens": tok.count(text),
                 "instruction": instruction,
                 "answer_prefix": prefix,
-                "match": "all",  # RULER scores these by string_match_all
                 "evidence": [[doc.id, s, e] for s, e in evidence],
                 **extra,
             }

@@ -21,43 +21,41 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ragbench.registry import unknown
+from ragbench.retrieval.names import SPLITTERS
 from ragbench.types import Chunk, Document
 
-# splitter name -> llama-index-core class name in llama_index.core.node_parser
-SPLITTERS: dict[str, str] = {
-    "sentence": "SentenceSplitter",  # packs whole sentences (NLTK punkt), then phrases, words
-    "token": "TokenTextSplitter",  # packs words up to the token budget, ignores sentence ends
-}
 
-
-def make_splitter(splitter: str, chunk_size: int, chunk_overlap: int, encode: Callable):
-    """The llama-index node parser for ``splitter``, counting tokens with ``encode``."""
-    if splitter not in SPLITTERS:
-        raise unknown("splitter", splitter, SPLITTERS)
+def check_chunking(splitter: str, chunk_size: int, chunk_overlap: int) -> None:
+    """Raise when ``splitter`` is not in ``SPLITTERS`` (did-you-mean) or the sizes do not fit:
+    ``chunk_size >= 1`` and ``0 <= chunk_overlap < chunk_size`` tokens."""
+    SPLITTERS.check(splitter)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 token, got {chunk_size}")
     if not 0 <= chunk_overlap < chunk_size:
         raise ValueError(
             f"chunk_overlap must be in [0, chunk_size={chunk_size}), got {chunk_overlap}"
         )
-    import llama_index.core.node_parser as parsers
 
-    cls = getattr(parsers, SPLITTERS[splitter])
+
+def make_splitter(splitter: str, chunk_size: int, chunk_overlap: int, encode: Callable):
+    """The llama-index node parser for ``splitter``, counting tokens with ``encode``."""
+    check_chunking(splitter, chunk_size, chunk_overlap)
+    cls = SPLITTERS.get(splitter)
     return cls(chunk_size=chunk_size, chunk_overlap=chunk_overlap, tokenizer=encode)
 
 
 def chunk_documents(
     documents: Sequence[Document],
-    splitter: str = "sentence",
-    chunk_size: int = 128,
-    chunk_overlap: int = 16,
-    tokenizer: str = "smollm2-135m-instruct",
+    splitter: str,
+    chunk_size: int,
+    chunk_overlap: int,
+    tokenizer: str,
 ) -> list[Chunk]:
     """Chunk ``documents`` in order; returns the chunks of the first document, then the next...
 
     ``splitter``: one of ``SPLITTERS``; ``chunk_size``/``chunk_overlap`` in tokens of
     ``tokenizer`` (a name for ``ragbench.tokenizers.get_tokenizer``; "whitespace" is fast).
+    The defaults a run uses are ``config.RetrievalConfig``'s.
     Raises ValueError on an empty corpus, duplicate document ids or bad sizes.
     """
     documents = list(documents)

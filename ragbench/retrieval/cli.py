@@ -17,9 +17,10 @@ import typer
 
 from ragbench.io import user_errors
 from ragbench.registry import unknown
+from ragbench.retrieval import SPLITTERS, build_index, build_retriever
 
 CHUNKS_FILE, BUILD_FILE = "chunks.jsonl", "build.json"
-CLI_RETRIEVERS = ("dense", "bm25", "hybrid")
+CLI_RETRIEVERS = ("dense", "bm25", "hybrid")  # the RETRIEVERS that need no cross-encoder
 
 
 def corpus_documents(examples) -> list:
@@ -41,22 +42,22 @@ def corpus_documents(examples) -> list:
     return out
 
 
-def build_index(
+def write_index(
     dataset: Path,
     out: Path,
-    chunker: str = "sentence",
-    chunk_size: int = 128,
-    chunk_overlap: int = 16,
-    tokenizer: str = "smollm2-135m-instruct",
-    embedder: str = "minilm",
-    factory: str = "Flat",
+    *,
+    chunker: str,
+    chunk_size: int,
+    chunk_overlap: int,
+    tokenizer: str,
+    embedder: str,
+    factory: str,
 ) -> dict:
-    """Chunk, embed and index the documents of a ragbench JSONL dataset into ``out``."""
+    """Chunk, embed and index the documents of a ragbench JSONL dataset into ``out``
+    (``build_index`` with a dense retriever, saved)."""
     from ragbench.datasets.formats import read_examples
     from ragbench.io import atomic_write_text, sha256_file, write_jsonl
-    from ragbench.retrieval.chunking import SPLITTERS, chunk_documents
     from ragbench.retrieval.embedders import get_embedder
-    from ragbench.retrieval.retrievers import DenseRetriever
 
     if chunker not in SPLITTERS:  # names checked before the (slow) chunking and embedding
         raise unknown("chunker", chunker, SPLITTERS)
@@ -66,8 +67,16 @@ def build_index(
     documents = corpus_documents(read_examples(dataset))
     if not documents:
         raise ValueError(f"{dataset}: no documents to index")
-    chunks = chunk_documents(documents, chunker, chunk_size, chunk_overlap, tokenizer)
-    dense = DenseRetriever(chunks, emb, factory=factory)
+    chunks, dense = build_index(
+        documents,
+        retriever="dense",
+        embedder=emb,
+        splitter=chunker,
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+        tokenizer=tokenizer,
+        retriever_params={"factory": factory},
+    )
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / CHUNKS_FILE, chunks)
     dense.index.save(out)
@@ -88,12 +97,11 @@ def build_index(
     return build
 
 
-def load_retriever(index_dir: Path, retriever: str = "dense"):
-    """A retriever over a saved index folder (``dense`` reuses the saved FAISS index)."""
+def load_retriever(index_dir: Path, retriever: str):
+    """A retriever over a saved index folder (dense and hybrid reuse the saved FAISS index)."""
     from ragbench.io import InputFileError, iter_jsonl
     from ragbench.retrieval.embedders import get_embedder
     from ragbench.retrieval.faiss_index import FaissIndex
-    from ragbench.retrieval.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
     from ragbench.types import Chunk
 
     if retriever not in CLI_RETRIEVERS:
@@ -116,14 +124,19 @@ def load_retriever(index_dir: Path, retriever: str = "dense"):
         except (TypeError, ValueError) as exc:
             raise InputFileError(index_dir / CHUNKS_FILE, line, f"not a chunk: {exc}") from None
     if retriever == "bm25":
-        return BM25Retriever(chunks)
+        return build_retriever("bm25", chunks)
     emb = get_embedder(build["embedder"])
     index = FaissIndex.load(index_dir, expect_dim=emb.dim, expect_embedder=emb.identity())
-    dense = DenseRetriever(chunks, emb, index=index)
-    return dense if retriever == "dense" else HybridRetriever([dense, BM25Retriever(chunks)])
+    return build_retriever(retriever, chunks, embedder=emb, index=index)
 
 
 def register(app: typer.Typer) -> None:
+    from ragbench.config import ModelConfig, RetrievalConfig
+
+    # one source per default: a default run config's retrieval settings
+    default = {name: field.default for name, field in RetrievalConfig.model_fields.items()}
+    # the tokenizer a default run config chunks with: the default model's
+    default_tokenizer = default["tokenizer"] or ModelConfig.model_fields["name"].default
     index_app = typer.Typer(help="Build retrieval indexes.", no_args_is_help=True)
     app.add_typer(index_app, name="index")
 
@@ -131,17 +144,26 @@ def register(app: typer.Typer) -> None:
     def index_build(
         dataset: Path = typer.Argument(..., help="ragbench JSONL dataset whose documents to index"),
         out: Path = typer.Option(..., "--out", help="index folder to write"),
-        chunker: str = typer.Option("sentence", help="sentence | token"),
-        chunk_size: int = typer.Option(128, help="chunk size in tokens of --tokenizer"),
-        chunk_overlap: int = typer.Option(16, help="overlap in tokens"),
-        tokenizer: str = typer.Option("smollm2-135m-instruct", help="tokenizer for sizes"),
-        embedder: str = typer.Option("minilm", help="minilm | hash | model folder"),
+        chunker: str = typer.Option(default["splitter"], help=" | ".join(SPLITTERS)),
+        chunk_size: int = typer.Option(
+            default["chunk_size"], help="chunk size in tokens of --tokenizer"
+        ),
+        chunk_overlap: int = typer.Option(default["chunk_overlap"], help="overlap in tokens"),
+        tokenizer: str = typer.Option(default_tokenizer, help="tokenizer for sizes"),
+        embedder: str = typer.Option(default["embedder"], help="minilm | hash | model folder"),
         factory: str = typer.Option("Flat", help="FAISS factory string, e.g. Flat, HNSW32"),
     ) -> None:
         """Chunk, embed and index a dataset's documents."""
         with user_errors():
-            build = build_index(
-                dataset, out, chunker, chunk_size, chunk_overlap, tokenizer, embedder, factory
+            build = write_index(
+                dataset,
+                out,
+                chunker=chunker,
+                chunk_size=chunk_size,
+                chunk_overlap=chunk_overlap,
+                tokenizer=tokenizer,
+                embedder=embedder,
+                factory=factory,
             )
         typer.echo(
             f"indexed {build['documents']} documents as {build['chunks']} chunks "
@@ -153,7 +175,7 @@ def register(app: typer.Typer) -> None:
         index_dir: Path = typer.Argument(..., help="folder written by `ragbench index build`"),
         query: str = typer.Argument(..., help="the query"),
         k: int = typer.Option(5, "-k", "--k", help="number of chunks"),
-        retriever: str = typer.Option("dense", help="dense | bm25 | hybrid"),
+        retriever: str = typer.Option(default["retriever"], help=" | ".join(CLI_RETRIEVERS)),
         width: int = typer.Option(160, help="characters of chunk text to show"),
     ) -> None:
         """Print the top-k chunks of an index for a query."""

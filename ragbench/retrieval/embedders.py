@@ -25,11 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ragbench.registry import unknown
-
-MINILM_NAMES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
-EMBEDDERS = ("minilm", "all-minilm-l6-v2", "hash")
-DEVICES = ("auto", "cpu", "cuda", "mps")
+from ragbench.devices import pick_device
+from ragbench.retrieval.names import EMBEDDERS
 
 
 class Embedder(ABC):
@@ -120,22 +117,6 @@ def default_cache_dir() -> Path:
     return cache_dir() / "embeddings"
 
 
-def resolve_device(device: str = "auto") -> str:
-    """ "auto" -> CUDA > MPS > CPU; explicit devices ("cuda:1") pass through."""
-    if device.split(":")[0] not in DEVICES:
-        raise unknown("device", device, DEVICES)
-    if device != "auto":
-        return device
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "mps"
-    return "cpu"
-
-
 class SentenceTransformerEmbedder(Embedder):
     """A sentence-transformers model, batched, float32, L2-normalised, with an on-disk cache.
 
@@ -169,7 +150,7 @@ class SentenceTransformerEmbedder(Embedder):
             is_dir = path.is_dir()
             self.source = str(path.resolve()) if is_dir else str(model)
             self.label = path.name if is_dir else str(model)
-        self.device = resolve_device(device)
+        self.device = pick_device(device)
         self.batch_size = batch_size
         self.show_progress = show_progress
         self._model = None
@@ -288,12 +269,9 @@ def _hash_feature(feature: str, seed: int, dim: int) -> tuple[int, float]:
 
 
 def get_embedder(name: str = "minilm", **kwargs) -> Embedder:
-    """ "minilm" / "all-minilm-l6-v2" (the embedded default), "hash", or a model folder / HF id."""
+    """An embedder by ``EMBEDDERS`` name ("minilm" / "all-minilm-l6-v2": the embedded default;
+    "hash"), in any case, or a model folder / Hugging Face id; ``kwargs`` go to its class."""
     key = name.lower()
-    if key in MINILM_NAMES:
-        return SentenceTransformerEmbedder(None, **kwargs)
-    if key == "hash":
-        return HashEmbedder(**kwargs)
-    if Path(name).expanduser().is_dir() or "/" in name:
-        return SentenceTransformerEmbedder(name, **kwargs)
-    raise unknown("embedder", name, [*EMBEDDERS, "<model folder or Hugging Face id>"])
+    if key in EMBEDDERS:
+        return EMBEDDERS.get(key)(**kwargs)
+    return SentenceTransformerEmbedder(EMBEDDERS.check(name), **kwargs)

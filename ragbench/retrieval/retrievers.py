@@ -8,7 +8,8 @@ larger than the corpus is clamped), times the call and counts queries, then call
 shape ``{qid: {chunk_id: score}}`` that ``ragbench.retrieval.metrics`` (and ranx) evaluate.
 
 Ties are broken by corpus position (the order of ``chunks``) wherever this module sorts, so
-results are deterministic.
+results are deterministic. Retrievers by name and options: ``ragbench.retrieval.build``
+(``build_retriever`` is importable from here too).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from ragbench.registry import unknown
+from ragbench.retrieval.build import build_retriever  # noqa: F401  (callers import it from here)
 from ragbench.types import Chunk, ScoredChunk
 
-RETRIEVERS = ("dense", "bm25", "hybrid", "rerank")
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 
 
@@ -279,9 +280,9 @@ class RerankRetriever(Retriever):
         if self._model is None:
             from sentence_transformers import CrossEncoder
 
-            from ragbench.retrieval.embedders import resolve_device
+            from ragbench.devices import pick_device
 
-            self._model = CrossEncoder(self.source, device=resolve_device(self.device))
+            self._model = CrossEncoder(self.source, device=pick_device(self.device))
         return self._model
 
     def _retrieve(self, queries: list[str], k: int) -> list[list[ScoredChunk]]:
@@ -318,65 +319,3 @@ def to_run(
     return {
         qid: {h.chunk.id: h.score for h in hits} for qid, hits in zip(qids, results, strict=True)
     }
-
-
-def build_retriever(name: str, chunks: Sequence[Chunk], **kw: Any) -> Retriever:
-    """A retriever by name for configs and the CLI.
-
-    - ``dense``: ``embedder`` (an Embedder or a name for ``get_embedder``, default "minilm"),
-      ``factory`` (FAISS factory string, default "Flat"), ``index`` (a loaded FaissIndex);
-    - ``bm25``: ``method``, ``k1``, ``b``, ``stemmer``;
-    - ``hybrid``: dense + BM25 fused by RRF; the dense and BM25 options, plus ``weights``
-      (dense, bm25), ``rrf_k``, ``candidates``;
-    - ``rerank``: ``cross_encoder`` (required), ``base`` (a retriever name, default "hybrid"),
-      ``rerank_candidates``, ``batch_size``, plus the base's options.
-
-    Dense and BM25 options are accepted by every name (a sweep can pass one option set to all
-    retrievers; e.g. ``bm25`` ignores ``embedder``); any other unknown option is an error.
-    """
-    if name not in RETRIEVERS:
-        raise unknown("retriever", name, RETRIEVERS)
-    extra = sorted(set(kw) - _OPTIONS["dense"] - _OPTIONS["bm25"] - _OPTIONS[name])
-    if extra:  # checked before anything is embedded
-        raise TypeError(f"unexpected option(s) for the {name!r} retriever: {extra}")
-    dense_kw = {key: kw.pop(key) for key in ("embedder", "factory", "index") if key in kw}
-    bm25_kw = {key: kw.pop(key) for key in ("method", "k1", "b", "stemmer") if key in kw}
-    if name == "rerank":
-        if "cross_encoder" not in kw:
-            raise ValueError("the rerank retriever needs cross_encoder=<local model folder>")
-        base = build_retriever(
-            kw.pop("base", "hybrid"),
-            chunks,
-            **dense_kw,
-            **bm25_kw,
-            **_pick(kw, "weights", "rrf_k", "candidates"),
-        )
-        rerank_kw = {
-            "candidates": kw.pop("rerank_candidates", 20),
-            **_pick(kw, "batch_size", "device"),
-        }
-        retriever = RerankRetriever(base, kw.pop("cross_encoder"), **rerank_kw)
-    elif name == "dense":
-        retriever = DenseRetriever(chunks, dense_kw.pop("embedder", "minilm"), **dense_kw)
-    elif name == "bm25":
-        retriever = BM25Retriever(chunks, **bm25_kw)
-    else:
-        dense = DenseRetriever(chunks, dense_kw.pop("embedder", "minilm"), **dense_kw)
-        retriever = HybridRetriever(
-            [dense, BM25Retriever(dense.chunks, **bm25_kw)],
-            **_pick(kw, "weights", "rrf_k", "candidates"),
-        )
-    return retriever
-
-
-_FUSION = {"weights", "rrf_k", "candidates"}
-_OPTIONS: dict[str, set[str]] = {
-    "dense": {"embedder", "factory", "index"},
-    "bm25": {"method", "k1", "b", "stemmer"},
-    "hybrid": _FUSION,
-    "rerank": _FUSION | {"cross_encoder", "base", "rerank_candidates", "batch_size", "device"},
-}
-
-
-def _pick(kw: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {key: kw.pop(key) for key in keys if key in kw}

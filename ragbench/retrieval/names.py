@@ -1,0 +1,52 @@
+"""The names a retrieval setting can take: retrievers, embedders and splitters.
+
+Plain registries of ``"module:attr"`` strings: importing this module (the config validates names
+against it) loads no numpy model code, faiss, torch or llama-index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ragbench.registry import Registry
+
+RETRIEVERS = Registry(
+    "retriever",
+    {
+        "dense": "ragbench.retrieval.retrievers:DenseRetriever",  # embeddings in FAISS
+        "bm25": "ragbench.retrieval.retrievers:BM25Retriever",  # Okapi BM25 (bm25s)
+        "hybrid": "ragbench.retrieval.retrievers:HybridRetriever",  # dense + BM25, RRF
+        "rerank": "ragbench.retrieval.retrievers:RerankRetriever",  # cross-encoder over a base
+    },
+)
+
+_MINILM = "ragbench.retrieval.embedders:SentenceTransformerEmbedder"  # no model: the embedded one
+
+
+def _model_name(name: str) -> bool:
+    """Embedder names beyond the entries: any case of an entry, a model folder or an HF id."""
+    return name.lower() in EMBEDDERS or "/" in name or Path(name).expanduser().is_dir()
+
+
+EMBEDDERS = Registry(
+    "embedder",
+    {
+        "minilm": _MINILM,
+        "all-minilm-l6-v2": _MINILM,
+        "sentence-transformers/all-minilm-l6-v2": _MINILM,
+        "hash": "ragbench.retrieval.embedders:HashEmbedder",  # no weights: tests, quick looks
+    },
+    other="<model folder or Hugging Face id>",
+    accepts=_model_name,
+)
+
+# llama-index-core node parsers
+SPLITTERS = Registry(
+    "splitter",
+    {
+        # packs whole sentences (NLTK punkt), then phrases, words
+        "sentence": "llama_index.core.node_parser:SentenceSplitter",
+        # packs words up to the token budget, ignores sentence ends
+        "token": "llama_index.core.node_parser:TokenTextSplitter",
+    },
+)
