@@ -163,16 +163,10 @@ class RetrievalConfig(_Strict):
     def params_for(self, retriever: str) -> dict[str, Any]:
         """The ``retriever_params`` that ``retriever`` takes: a grid of retrievers shares one
         mapping (say a cross-encoder for rerank beside dense and bm25)."""
-        from ragbench.retrieval import check_retriever_params
+        from ragbench.retrieval import retriever_options
 
-        taken = {}
-        for key, value in self.retriever_params.items():
-            try:
-                check_retriever_params(retriever, {key: value})
-            except ValueError:
-                continue
-            taken[key] = value
-        return taken
+        options = retriever_options(retriever)
+        return {k: v for k, v in self.retriever_params.items() if k in options}
 
     def grid_values(self) -> dict[str, Any]:
         """The grid-able settings, as a strategy's parameter grid takes them."""
