@@ -101,31 +101,14 @@ class RetrievalConfig(_Strict):
     retriever_params: dict[str, Any] = Field(default_factory=dict)  # e.g. hybrid weights
     tokenizer: str | None = None  # chunking tokenizer; default: the model preset's, else whitespace
 
-    @field_validator("embedder")
+    @field_validator("embedder", "retriever", "splitter")
     @classmethod
-    def _embedder(cls, v: Any) -> Any:
-        from ragbench.retrieval import EMBEDDERS
+    def _names(cls, v: Any, info: Any) -> Any:
+        import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS
 
+        registry = getattr(registries, f"{info.field_name.upper()}S")
         for name in _one_or_list(v):
-            EMBEDDERS.check(name)
-        return v
-
-    @field_validator("retriever")
-    @classmethod
-    def _retriever(cls, v: Any) -> Any:
-        from ragbench.retrieval import RETRIEVERS
-
-        for name in _one_or_list(v):
-            RETRIEVERS.check(name)
-        return v
-
-    @field_validator("splitter")
-    @classmethod
-    def _splitter(cls, v: Any) -> Any:
-        from ragbench.retrieval import SPLITTERS
-
-        for name in _one_or_list(v):
-            SPLITTERS.check(name)
+            registry.check(name)
         return v
 
     @field_validator("chunk_size", "chunk_overlap")

@@ -161,9 +161,9 @@ def test_deterministic_rerun(tmp_path):
     pd.testing.assert_frame_equal(a[cols], c[cols])
 
 
-def test_kill_and_resume(tmp_path):
-    cfg = niah_config(tmp_path)
-    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+def start_slow_run(cfg: dict, path: Path, seconds_per_call: float) -> subprocess.Popen:
+    """``run(cfg)`` in a child process whose fake model takes a while per generate call."""
+    path.write_text(json.dumps(cfg))
     script = textwrap.dedent(
         f"""
         import json, time
@@ -172,13 +172,18 @@ def test_kill_and_resume(tmp_path):
 
         class Slow(FakeLLM):
             def _generate(self, requests):
-                time.sleep(0.2)
+                time.sleep({seconds_per_call})
                 return super()._generate(requests)
 
-        run(json.load(open({str(tmp_path / "cfg.json")!r})), progress=False, llm=Slow())
+        run(json.load(open({str(path)!r})), progress=False, llm=Slow())
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+    return subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+
+
+def test_kill_and_resume(tmp_path):
+    cfg = niah_config(tmp_path)
+    proc = start_slow_run(cfg, tmp_path / "cfg.json", seconds_per_call=0.2)
     out = Path(cfg["output_dir"])
     deadline = time.time() + 120
     records = None
@@ -412,28 +417,13 @@ def test_column_order_survives_a_resume(tmp_path):
 def test_one_writer_per_run_folder(tmp_path):
     # two `ragbench run` on one folder used to both do all the work (every key twice)
     import typer
-    import yaml
     from typer.testing import CliRunner
 
     from ragbench.run_cli import register
 
     cfg = niah_config(tmp_path)
-    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
-    script = textwrap.dedent(
-        f"""
-        import time, yaml
-        from ragbench.llm.fake import FakeLLM
-        from ragbench.runner import run
-
-        class Slow(FakeLLM):
-            def _generate(self, requests):
-                time.sleep(0.5)  # keeps it running while the second starts
-                return super()._generate(requests)
-
-        run(yaml.safe_load(open({str(tmp_path / "cfg.yaml")!r})), progress=False, llm=Slow())
-        """
-    )
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+    # 0.5 s per call keeps it running while the second one starts
+    proc = start_slow_run(cfg, tmp_path / "cfg.json", seconds_per_call=0.5)
     try:
         deadline = time.time() + 120
         while not list(Path(cfg["output_dir"]).glob(f"*/{RECORDS}")):
@@ -442,7 +432,7 @@ def test_one_writer_per_run_folder(tmp_path):
         app = typer.Typer()
         register(app)
         app.command()(lambda: None)  # a second command keeps typer in multi-command mode
-        second = CliRunner().invoke(app, ["run", str(tmp_path / "cfg.yaml"), "--quiet"])
+        second = CliRunner().invoke(app, ["run", str(tmp_path / "cfg.json"), "--quiet"])
         assert second.exit_code == 2, second.output
         assert f"PID {proc.pid}" in second.output and "--wait" in second.output
 
