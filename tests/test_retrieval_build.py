@@ -77,8 +77,7 @@ def test_unknown_retriever_param_names_the_valid_ones():
         check_retriever_params("dense", {"weights": [1, 1]})  # fusion is hybrid's and rerank's
     with pytest.raises(ValueError, match="embedder is a setting of its own"):
         check_retriever_params("dense", {"embedder": "hash"})
-    with pytest.raises(ValueError, match="needs cross_encoder"):
-        check_retriever_params("rerank", {})
+    check_retriever_params("rerank", {"batch_size": 8})  # keys one by one: build_index says
     check_retriever_params("hybrid", {"weights": [1.0, 0.5], "rrf_k": 30, "method": "bm25+"})
     check_retriever_params("bm25", {"factory": "HNSW32"})  # dense options are shared by all
     check_retriever_params("rerank", {"cross_encoder": "ce", "base": "dense", "candidates": 9})
@@ -117,6 +116,7 @@ def test_build_index_checks_every_setting_before_chunking():
     bad = [
         ({"retriever": "dnese"}, "did you mean 'dense'"),
         ({"retriever_params": {"colour": 1}}, "unexpected option 'colour'"),
+        ({"retriever": "rerank"}, "needs cross_encoder"),  # ...that rerank needs one
         ({"splitter": "sentense"}, "did you mean 'sentence'"),
         ({"chunk_overlap": 8}, "chunk_overlap must be"),
         ({"tokenizer": "whitespac"}, "did you mean 'whitespace'"),

@@ -66,14 +66,18 @@ def _check_options(name: str, options: dict[str, Any], valid: Sequence[str]) -> 
             raise UnknownOptionError(
                 f"retriever {name!r}: unexpected option {key!r}; {did_you_mean(key, valid)}"
             )
+
+
+def _check_required(name: str, options: dict[str, Any]) -> None:
     if name == "rerank" and "cross_encoder" not in options:
         raise ValueError("the rerank retriever needs cross_encoder=<local model folder or HF id>")
 
 
 def check_retriever_params(retriever: str, params: dict[str, Any]) -> None:
-    """Raise, naming the valid choices, when ``retriever`` is not in ``RETRIEVERS``, a key of
-    ``params`` is not one of its options, or a required option is missing. ``embedder`` is not
-    among them: it is a setting of its own (``build_index(embedder=...)``)."""
+    """Raise, naming the valid choices, when ``retriever`` is not in ``RETRIEVERS`` or a key of
+    ``params`` is not one of its options. ``embedder`` is not among them: it is a setting of its
+    own (``build_index(embedder=...)``). Keys are checked one by one, so a subset of a
+    retriever's options passes (``build_index`` reports a missing ``cross_encoder``)."""
     valid = [o for o in retriever_options(retriever) if o != "embedder"]
     if "embedder" in params:
         raise UnknownOptionError(
@@ -86,6 +90,7 @@ def check_retriever_params(retriever: str, params: dict[str, Any]) -> None:
 def build_retriever(name: str, chunks: Sequence[Chunk], **options: Any) -> Retriever:
     """Retriever ``name`` over ``chunks`` with ``options`` (see the module docstring)."""
     _check_options(name, options, retriever_options(name))
+    _check_required(name, options)
     kw = dict(options)
     cls = RETRIEVERS.get(name)
     if name == "rerank":
@@ -129,6 +134,7 @@ def build_index(
 
     params = dict(retriever_params or {})
     check_retriever_params(retriever, params)
+    _check_required(retriever, params)
     check_chunking(splitter, chunk_size, chunk_overlap)
     check_tokenizer(tokenizer)
     if isinstance(embedder, str):
