@@ -111,15 +111,6 @@ class RetrievalConfig(_Strict):
             registry.check(name)
         return v
 
-    @field_validator("chunk_size", "chunk_overlap")
-    @classmethod
-    def _sizes(cls, v: Any, info: Any) -> Any:
-        minimum = 1 if info.field_name == "chunk_size" else 0
-        for n in _one_or_list(v):
-            if n < minimum:
-                raise ValueError(f"must be >= {minimum}, got {n}")
-        return v
-
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, v: str | None) -> str | None:
@@ -129,18 +120,15 @@ class RetrievalConfig(_Strict):
 
     @model_validator(mode="after")
     def _combinations(self) -> RetrievalConfig:
+        # every point of the section's grid (chunk overlap below each chunk size, ...) is
+        # checked by the parameter class that owns the settings
+        RetrievalParams.grid(self.grid_values())
         names = _one_or_list(self.retriever)
         for key in self.retriever_params:  # each key must serve at least one retriever
             if not any(key in self.params_for(name) for name in names):
                 from ragbench.retrieval import check_retriever_params
 
                 check_retriever_params(names[0], {key: self.retriever_params[key]})
-        for size in _one_or_list(self.chunk_size):
-            for overlap in _one_or_list(self.chunk_overlap):
-                if overlap >= size:
-                    raise ValueError(
-                        f"chunk_overlap ({overlap}) must be smaller than chunk_size ({size})"
-                    )
         return self
 
     def params_for(self, retriever: str) -> dict[str, Any]:

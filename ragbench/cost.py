@@ -44,7 +44,7 @@ from typing import Any
 
 from ragbench.prices import PriceSheet, dollars_per_query, gpu_seconds
 from ragbench.registry import unknown
-from ragbench.types import Completion
+from ragbench.types import Completion, JsonMixin
 
 # ---------------------------------------------------------------------------- memory and compute
 
@@ -152,11 +152,11 @@ def mfu(flops: float, seconds: float, peak_flops: float) -> float | None:
 
 
 @dataclass(frozen=True)
-class Cost:
-    """What one query cost: the record's cost columns. ``a + b`` is a query made of two calls
-    (Self-Route: its RAG call, then long context): counts and seconds add, memory takes the
-    larger, MFU is recomputed. A field is None when it is unknown (no architecture preset: no
-    FLOPs; no price sheet: no dollars), never guessed."""
+class Cost(JsonMixin):
+    """What one query cost: the record's cost columns (``to_dict()``, in field order). ``a + b``
+    is a query made of two calls (Self-Route: its RAG call, then long context): counts and
+    seconds add, memory takes the larger, MFU is recomputed. A field is None when it is
+    unknown (no architecture preset: no FLOPs; no price sheet: no dollars), never guessed."""
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # served from a reused prefix KV cache (not recomputed)
@@ -257,20 +257,6 @@ class Cost:
 
     def with_retrieval(self, seconds: float) -> Cost:
         return dataclasses.replace(self, retrieval_seconds=seconds)
-
-    def columns(self) -> dict[str, Any]:
-        """The flat record columns, in field order."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Cost:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown_keys = set(data) - names
-        if unknown_keys:
-            raise ValueError(
-                f"Cost: unknown field(s) {sorted(unknown_keys)}; valid: {sorted(names)}"
-            )
-        return cls(**data)
 
 
 # counts and seconds that add up over the calls of one query (None: unknown)

@@ -30,10 +30,6 @@ def work_key(example_id: str, strategy: str, params: dict[str, Any]) -> str:
     return dumps_canonical([example_id, strategy, params])
 
 
-def record_key(record: Record) -> str:
-    return work_key(record.example_id, record.strategy, record.params.to_dict())
-
-
 def read_records(path: Path) -> dict[str, Record]:
     """Records already written, by work key. A torn last line (killed mid-write) is cut off."""
     done: dict[str, Record] = {}
@@ -81,7 +77,7 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
 def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, Any]]:
     """(params, scores, cost, meta, example facts) of one record, in SECTIONS order."""
     facts = {k: v for k, v in example_meta.items() if not isinstance(v, list | dict)}
-    cost = record.cost.columns() if record.cost is not None else {}
+    cost = record.cost.to_dict() if record.cost is not None else {}
     meta = dict(sorted(record.meta.items()))
     return [record.params.to_dict(), dict(record.scores), cost, meta, dict(sorted(facts.items()))]
 

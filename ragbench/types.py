@@ -25,7 +25,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-class _JsonMixin:
+class JsonMixin:
     """to_dict / from_dict / to_json / from_json shared by every contract type."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Document(_JsonMixin):
+class Document(JsonMixin):
     """One source document of an example's long context."""
 
     id: str
@@ -73,7 +73,7 @@ class Document(_JsonMixin):
 
 
 @dataclass(frozen=True)
-class Example(_JsonMixin):
+class Example(JsonMixin):
     """A question over a long context.
 
     ``documents`` are the full long context, in order. ``meta`` holds task facts: context tokens,
@@ -108,7 +108,7 @@ def join_documents(documents: tuple[Document, ...] | list[Document]) -> str:
 
 
 @dataclass(frozen=True)
-class Chunk(_JsonMixin):
+class Chunk(JsonMixin):
     """A retrievable piece of a document; ``start``/``end`` are character offsets in it."""
 
     id: str
@@ -120,13 +120,13 @@ class Chunk(_JsonMixin):
 
 
 @dataclass(frozen=True)
-class ScoredChunk(_JsonMixin):
+class ScoredChunk(JsonMixin):
     chunk: Chunk
     score: float
 
 
 @dataclass(frozen=True)
-class GenerationRequest(_JsonMixin):
+class GenerationRequest(JsonMixin):
     """One prompt for an LLM.
 
     ``prompt`` is the user content (a chat template is applied by backends for instruct models).
@@ -150,7 +150,7 @@ class GenerationRequest(_JsonMixin):
 
 
 @dataclass(frozen=True)
-class Completion(_JsonMixin):
+class Completion(JsonMixin):
     """Generated text plus the accounting every cost number is computed from."""
 
     text: str
@@ -172,7 +172,7 @@ class Completion(_JsonMixin):
 
 
 @dataclass(frozen=True)
-class Record(_JsonMixin):
+class Record(JsonMixin):
     """One results-table row: (example, strategy, parameter point) -> prediction, scores, cost.
 
     ``params`` is the strategy's typed parameter point (``ragbench.strategies.params``) and

@@ -129,7 +129,11 @@ def test_shipped_configs_load(filename):
         ("  retriever: [dense, bm52]", 1, "unknown retriever 'bm52'; did you mean 'bm25'"),
         ("  splitter: sentense", 1, "unknown splitter 'sentense'; did you mean 'sentence'"),
         ("  embedder: minlm", 1, "unknown embedder 'minlm'; did you mean 'minilm'"),
-        ("  chunk_size: 32\n  chunk_overlap: 32", 0, "chunk_overlap (32) must be smaller"),
+        (
+            "  chunk_size: 32\n  chunk_overlap: 32",
+            0,
+            "chunk_overlap must be in [0, chunk_size=32), got 32",
+        ),
         ("  retriever: hybrid\n  retriever_params: {rrf_kk: 60}", 0, "did you mean 'rrf_k'"),
         ("  tokenizer: whitespase", 1, "did you mean 'whitespace'"),
     ],

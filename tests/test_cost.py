@@ -234,7 +234,7 @@ def test_cost_adds_and_flattens_in_field_order():
     assert both.dollars == pytest.approx(a.dollars + b.dollars)
     assert both.mfu == pytest.approx((a.flops + b.flops) / (a.gpu_seconds + b.gpu_seconds) / 1e12)
     assert (a + cost.Cost.of(Completion("z", 1, 1))).flops is None  # unknown stays unknown
-    columns = both.columns()
+    columns = both.to_dict()
     assert list(columns)[:3] == ["prompt_tokens", "cached_prompt_tokens", "completion_tokens"]
     assert cost.Cost.from_dict(columns) == both
     with pytest.raises(ValueError, match="unknown field"):
