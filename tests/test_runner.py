@@ -161,6 +161,16 @@ def test_deterministic_rerun(tmp_path):
     pd.testing.assert_frame_equal(a[cols], c[cols])
 
 
+class CountingLLM(FakeLLM):
+    """Counts the requests it generates (0: everything came from the run folder)."""
+
+    requests = 0
+
+    def _generate(self, requests):
+        self.requests += len(requests)
+        return super()._generate(requests)
+
+
 def start_slow_run(cfg: dict, path: Path, seconds_per_call: float) -> subprocess.Popen:
     """``run(cfg)`` in a child process whose fake model takes a while per generate call."""
     path.write_text(json.dumps(cfg))
@@ -202,14 +212,7 @@ def test_kill_and_resume(tmp_path):
     with records.open("ab") as f:  # a torn write, as if killed mid-line
         f.write(b'{"key": "[\\"niah-L')
 
-    class Counting(FakeLLM):
-        requests = 0
-
-        def _generate(self, requests):
-            self.requests += len(requests)
-            return super()._generate(requests)
-
-    llm = Counting()
+    llm = CountingLLM()
     df = run(cfg, progress=False, llm=llm)
     lines = records.read_bytes().splitlines()
     keys = [json.loads(line)["key"] for line in lines]
@@ -436,14 +439,7 @@ def test_one_writer_per_run_folder(tmp_path):
         assert second.exit_code == 2, second.output
         assert f"PID {proc.pid}" in second.output and "--wait" in second.output
 
-        class Counting(FakeLLM):
-            requests = 0
-
-            def _generate(self, requests):
-                self.requests += len(requests)
-                return super()._generate(requests)
-
-        waiter = Counting()
+        waiter = CountingLLM()
         df = run(cfg, progress=False, llm=waiter, wait=True)  # blocks until the first is done
         assert proc.wait(timeout=120) == 0
     finally:
