@@ -1,0 +1,169 @@
+"""Credentials never reach disk: one redaction for everything ragbench stores or shows.
+
+A secret can enter through a URL (``http://user:PASSWORD@host/v1``, ``?api_key=...``), a config
+or backend parameter (``api_key``, ``headers``), or the environment (``OPENAI_API_KEY``). Every
+place that writes a config, URL, model identity, error message, log line, notebook or HTML page
+passes it through this module:
+
+- ``redact(obj)``: a copy of a config-like value (dicts, lists, strings) with the value of every
+  field named like a credential, every header value, URL userinfo and secret query parameters
+  replaced by ``***``;
+- ``redact_url(url)``: one URL, without its userinfo and with secret query values masked;
+- ``redact_text(text)``: free text (errors, logs, notebook sources, HTML): URLs as above,
+  ``name = value`` / ``"name": "value"`` pairs whose name looks like a credential, bearer tokens,
+  well-known key shapes, and every secret value this process has seen (``remember``) or that the
+  environment holds under a credential-like name.
+
+Hand-written because no maintained library covers this mix (URL userinfo, config trees, free
+text); the name test works on words, so ``max_new_tokens`` or ``tokenizer`` are not credentials
+while ``api_key``, ``X-Api-Key``, ``access_token`` and ``PASSWORD`` are.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+
+MASK = "***"
+# words that make a name a credential (compared with each word of the name)
+SECRET_WORDS = frozenset({
+    "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase",
+    "authorization", "auth", "credential", "credentials", "cookie", "signature", "sig", "bearer",
+})  # fmt: skip
+MIN_ENV_SECRET_LEN = 8  # environment values shorter than this are too common to mask everywhere
+MIN_REMEMBERED_LEN = 4
+# Well-known key shapes, caught even when typed into a cell rather than read from anywhere.
+SECRET_SHAPES = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})\b"
+)
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{}\\`]+")
+_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE)
+# name <sep> value, in code (api_key = "x"), YAML (api_key: x), JSON ("api_key": "x") and JSON
+# inside JSON (\"api_key\": \"x\", as in an .ipynb): the name's last word is a credential word.
+_PAIR = re.compile(
+    r"(?P<name>\b[\w-]*?(?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|passwd"
+    r"|pwd|passphrase|authorization|credentials?))(?P<sep>(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
+    r"(?P<value>[^\s\"'\\,;}\])]{4,})",
+    re.IGNORECASE,
+)
+_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+_remembered: set[str] = set()
+_lock = threading.Lock()
+
+
+def is_secret_name(name: str) -> bool:
+    """``api_key``, ``X-Api-Key``, ``OPENAI_API_KEY``, ``accessToken``, ``password``: True;
+    ``max_new_tokens``, ``tokenizer``, ``keywords``: False."""
+    words = [w.lower() for w in _WORDS.findall(str(name))]
+    return any(w in SECRET_WORDS for w in words) or "apikey" in "".join(words)
+
+
+def remember(*values: str | None) -> None:
+    """Mask these values in every later ``redact_text`` of this process (a key or password the
+    process was given, so that an error message quoting it cannot leak it)."""
+    with _lock:
+        _remembered.update(v for v in values if isinstance(v, str) and len(v) >= MIN_REMEMBERED_LEN)
+
+
+def collect(obj: Any) -> None:
+    """``remember`` every credential inside a config-like value: fields named like credentials,
+    header values, URL passwords and secret query values."""
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if isinstance(v, str) and (is_secret_name(k) or str(k).lower() == "headers"):
+                remember(v)
+            elif str(k).lower() == "headers" and isinstance(v, Mapping):
+                remember(*(str(x) for x in v.values()))
+            else:
+                collect(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            collect(v)
+    elif isinstance(obj, str) and "://" in obj:
+        for m in _URL.finditer(obj):
+            parts = urlsplit(m.group(0))
+            remember(parts.password)
+            remember(*(v for k, v in parse_qsl(parts.query) if is_secret_name(k)))
+
+
+def env_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of environment variables named like credentials, >= 8 characters."""
+    environ = os.environ if environ is None else environ
+    return [v for k, v in environ.items() if is_secret_name(k) and len(v) >= MIN_ENV_SECRET_LEN]
+
+
+def redact_url(url: str) -> str:
+    """The URL without userinfo and with the values of secret query parameters masked."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+    except ValueError:
+        return MASK
+    if "@" in netloc:
+        netloc = f"{MASK}@{netloc.rsplit('@', 1)[1]}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = "&".join(
+            f"{quote(k, safe='')}={MASK if is_secret_name(k) else quote(v, safe='')}"
+            for k, v in pairs
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """Free text with every credential this module can recognise replaced by ``***``."""
+    if not text:
+        return text
+    with _lock:
+        known = set(_remembered)
+    known.update(env_secret_values(environ))
+    for value in sorted(known, key=len, reverse=True):
+        for form in {value, quote(value, safe=""), html.escape(value), json.dumps(value)[1:-1]}:
+            text = text.replace(form, MASK)
+    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    text = _PAIR.sub(_mask_pair, text)
+    return SECRET_SHAPES.sub(MASK, text)
+
+
+def _mask_pair(m: re.Match) -> str:
+    value = m.group("value")
+    if value.startswith(MASK) or value.lower() in ("bearer", "basic", "token") or _is_number(value):
+        return m.group(0)
+    return f"{m.group('name')}{m.group('sep')}{MASK}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def redact(obj: Any) -> Any:
+    """A copy of a config-like value that is safe to store: credential-named fields and every
+    header value masked, strings redacted with ``redact_text``. Non-string values stay."""
+    if isinstance(obj, Mapping):
+        out = {}
+        for k, v in obj.items():
+            if str(k).lower() == "headers" and isinstance(v, Mapping):
+                out[k] = {h: MASK for h in v}
+            elif is_secret_name(k) and isinstance(v, str) and v:
+                out[k] = MASK
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(obj, list | tuple):
+        return type(obj)(redact(v) for v in obj)
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
