@@ -22,6 +22,14 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
+@app.callback()
+def _setup() -> None:
+    """Log warnings to stderr with credentials masked (``ragbench.secrets``)."""
+    from ragbench.secrets import install_log_redaction
+
+    install_log_redaction()
+
+
 @app.command()
 def assets() -> None:
     """Show where each embedded offline asset is (or how to install it)."""

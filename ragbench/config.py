@@ -206,13 +206,20 @@ class RunConfig(_Strict):
 
 
 def config_hash(config: RunConfig) -> str:
-    data = config.model_dump(mode="json", exclude={"output_dir"})
+    """Identity of a config's results. Credentials are masked first: a new password or key
+    gives the same run folder, and the hash is never a function of a secret."""
+    from ragbench.secrets import redact
+
+    data = redact(config.model_dump(mode="json", exclude={"output_dir"}))
     return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
 
 
 def parse_config(data: Any, source: str = "<config>", text: str | None = None) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a config must be a YAML mapping, got {type(data).__name__}")
+    from ragbench.secrets import collect
+
+    collect(data)  # credentials in it are masked in every later error, log and file
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:

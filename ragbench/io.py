@@ -115,10 +115,12 @@ USER_ERROR_EXIT = 2  # as click's usage errors; an uncaught exception exits 1
 
 
 def cli_error(exc: BaseException, code: int = USER_ERROR_EXIT) -> typer.Exit:
-    """Print ``error: <exc>`` to stderr; returns the ``typer.Exit`` to raise (``from None``)."""
+    """Print ``error: <exc>`` (credentials masked) to stderr; returns the ``typer.Exit`` to raise (``from None``)."""
     import typer
 
-    typer.echo(f"error: {exc}", err=True)
+    from ragbench.secrets import redact_text
+
+    typer.echo(f"error: {redact_text(str(exc))}", err=True)
     return typer.Exit(code=code)
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ragbench.io import dumps_canonical
+from ragbench.secrets import redact_text
 from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
@@ -70,8 +72,16 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
         params=params,
         prediction="",
         answers=example.answers,
-        error=f"{type(exc).__name__}: {exc}",
+        error=redact_text(f"{type(exc).__name__}: {exc}"),  # errors quote URLs and payloads
     )
+
+
+def error_summary(errors: Iterable[str | None], limit: int = 5) -> list[tuple[str, int]]:
+    """The most frequent error messages (an ``error`` column: None for good rows) with their
+    counts, most frequent first, ties in first-seen order: what a failed run prints."""
+    from collections import Counter
+
+    return Counter(e for e in errors if isinstance(e, str) and e).most_common(limit)
 
 
 def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -131,6 +141,9 @@ def table(records: list[Record], example_meta: dict[str, dict[str, Any]], metric
             elif SECTIONS[section] in ("meta_", "ex_"):
                 position = 0
             rank.setdefault(name, (section, position, name))
+    for name in metrics:  # a score column exists even when no record has it (all failed)
+        if name not in rank and f"score_{name}" not in rank:
+            rank[name] = (SECTIONS.index("score_"), score_order[name], name)
     columns = list(ID_COLUMNS) + sorted(rank, key=lambda n: rank[n])
     return pd.DataFrame(rows, columns=columns)
 

@@ -31,6 +31,23 @@ def register(app) -> None:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
             df = run(cfg, progress=not quiet, wait=wait)
         typer.echo(f"run folder: {df.attrs['run_dir']}")
+        failed = int(df["error"].notna().sum())
+        if failed == len(df):  # nothing to summarise: say why, not a table of NaN
+            _echo_errors(df, f"all {failed} records failed", err=True)
+            raise typer.Exit(code=1)
         for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
             table = summary(df, metric=metric, seed=cfg.seed)
             typer.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if failed:
+            _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
+
+
+def _echo_errors(df, headline: str, err: bool = False) -> None:
+    """``headline``, then the most frequent errors with their counts (already redacted)."""
+    import typer
+
+    from ragbench.results import error_summary
+
+    typer.echo(f"{headline}; most frequent errors:", err=err)
+    for message, count in error_summary(df["error"]):
+        typer.echo(f"  {count:5d} x {message}", err=err)

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ragbench import provenance
+from ragbench import provenance, secrets
 from ragbench.config import RunConfig, config_hash, load_config
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
 from ragbench.locks import FolderLock
@@ -35,6 +35,7 @@ from ragbench.results import (
     RECORDS,
     append_record,
     error_record,
+    error_summary,
     parquet_bytes,
     read_records,
     table,
@@ -167,10 +168,12 @@ def run(config: Any, progress: bool = True, llm: Any = None, wait: bool = False)
 
     ``llm`` overrides the configured model (tests, notebooks holding a loaded model). One process
     writes a run folder at a time: another one on the same folder raises ``LockHeldError``
-    naming it, or with ``wait=True`` waits for it to finish.
+    naming it, or with ``wait=True`` waits for it to finish. A server that does not answer fails
+    here, in seconds, before any record is attempted (``ServerUnreachable``).
     """
     cfg = load_config(config)
-    started = datetime.now(UTC).isoformat()
+    secrets.collect(cfg.model_dump(mode="json"))  # mask them in every error, log and file
+    started = _now()
     examples = _load_examples(cfg)
     check_examples(examples, cfg.dataset.name)
     points = parameter_points(cfg)
@@ -183,25 +186,93 @@ def run(config: Any, progress: bool = True, llm: Any = None, wait: bool = False)
         return _run_locked(cfg, examples, work, keys, out, started, progress, llm)
 
 
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -> int:
+    """Scores of loaded records recomputed from their stored predictions (cheap), so a line
+    edited by hand, or written by a version with another metric implementation, cannot keep a
+    score its prediction does not earn. Updates ``done`` in place; returns how many changed."""
+    import dataclasses
+
+    from ragbench.metrics import score
+
+    gold = {e.id: e.answers for e in examples}
+    changed = 0
+    for key, record in done.items():
+        if record.error or record.example_id not in gold:
+            continue
+        answers = gold[record.example_id]
+        scores = score(record.prediction, answers, metrics)
+        if scores != record.scores or tuple(answers) != tuple(record.answers):
+            changed += scores != record.scores
+            done[key] = dataclasses.replace(record, scores=scores, answers=answers)
+    return changed
+
+
+def check_server(llm: Any) -> None:
+    """One short request to the model's server (backends that have one) before any work: a dead
+    server fails the run in seconds with its URL, instead of every record after its retries."""
+    check = getattr(llm, "check", None)
+    if callable(check):
+        check()
+
+
 def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bool, llm) -> Any:
-    from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
-
-    from ragbench.datasets.formats import fingerprint
-
     done = read_records(out / RECORDS)
+    changed = rescore(done, examples, list(cfg.metrics))
+    if changed:
+        log.warning(
+            "%s: %d stored score(s) disagreed with their predictions; recomputed",
+            out / RECORDS, changed,
+        )  # fmt: skip
     # error rows are retried on resume (timeouts, out-of-memory); the new record is appended and
     # read_records keeps the last line of a key
     pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done or done[k].error]
+    previous = _read_manifest(out)
+    session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
+    sessions = [*_sessions(previous), session]
+    if pending:
+        llm = llm or _load_llm(cfg)
+        check_server(llm)
+        identity = provenance.identity(llm)
+        # written before any work, so a run killed now still knows when it first started
+        _write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
+        session["errors"] = _generate(cfg, llm, identity, pending, done, out, progress, len(work))
+    else:  # nothing to generate: the model is not loaded; its identity is the last run's
+        identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
+        session["errors"] = 0
+    session["finished_at"] = _now()
 
-    llm = llm or _load_llm(cfg)
-    identity = provenance.identity(llm)
+    meta = {e.id: e.meta for e in examples}
+    df = table([done[k] for k in keys], meta, list(cfg.metrics))
+    atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
+    manifest = _write_manifest(
+        out, cfg, examples, identity, sessions, status="finished", records=df
+    )
+    provenance.record_in_notebook(out, manifest)
+    failed = int(df["error"].notna().sum())
+    if failed:
+        top = error_summary(df["error"], limit=1)[0]
+        log.warning("%d of %d records failed; most frequent error (%d x): %s",
+                    failed, len(df), top[1], top[0])  # fmt: skip
+    df.attrs["run_dir"] = str(out)
+    return df
+
+
+def _generate(cfg, llm, identity, pending, done, out: Path, progress: bool, total: int) -> int:
+    """Generate the pending records in chunks of ``batch_size``, appending each chunk to
+    records.jsonl as it finishes (a killed run loses at most one chunk). Returns the errors."""
+    from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
+
     res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
     errors = 0
     with (out / RECORDS).open("ab") as f:
-        bar = tqdm(total=len(work), initial=len(work) - len(pending), desc=cfg.name,
+        bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
                    disable=not progress, unit="rec")  # fmt: skip
         # chunks of batch_size records run together (strategies.run_batch: one LLM call per
-        # round); records are appended per chunk, so a killed run loses at most one chunk
+        # round)
         size = cfg.model.batch_size
         for start in range(0, len(pending), size):
             chunk = pending[start : start + size]
@@ -217,33 +288,56 @@ def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bo
                 done[key] = record
                 bar.update(1)
         bar.close()
+    return errors
 
-    meta = {e.id: e.meta for e in examples}
-    df = table([done[k] for k in keys], meta, list(cfg.metrics))
-    atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
-    manifest = {
+
+# ---------------------------------------------------------------------------- manifest
+
+
+def _read_manifest(out: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a first run, or a manifest too damaged to keep its history
+
+
+def _sessions(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The earlier invocations of this run folder, oldest first (manifests written before the
+    session log existed give one entry from their start and end times)."""
+    if not previous:
+        return []
+    if isinstance(previous.get("sessions"), list):
+        return list(previous["sessions"])
+    return [{k: previous.get(k) for k in ("started_at", "finished_at")}]
+
+
+def _write_manifest(out: Path, cfg, examples, identity, sessions, status: str, records) -> dict:
+    """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the
+    first invocation's start and ``sessions`` logs every invocation (start, end, records it had
+    to generate, errors), so a resumed run keeps its history."""
+    from ragbench.datasets.formats import fingerprint
+
+    manifest: dict[str, Any] = {
         "name": cfg.name,
-        "config": cfg.model_dump(mode="json"),
+        "config": secrets.redact(cfg.model_dump(mode="json")),
         "config_hash": config_hash(cfg),
         "dataset": {
             "name": cfg.dataset.name,
             "fingerprint": fingerprint(examples),
             "n": len(examples),
         },
-        "model": identity,
-        "records": len(df),
-        "errors": int(df["error"].notna().sum()),
-        "resumed_records": len(work) - len(pending),
+        "model": secrets.redact(identity),
+        "status": status,
         "versions": provenance.versions(),
         "git_commit": provenance.git_commit(),
         "hardware": provenance.hardware(),
-        "started_at": started,
-        "finished_at": datetime.now(UTC).isoformat(),
+        "started_at": sessions[0].get("started_at"),
+        "finished_at": sessions[-1].get("finished_at"),
+        "sessions": sessions,
     }
+    if records is not None:
+        manifest["records"] = len(records)
+        manifest["errors"] = int(records["error"].notna().sum())
+        manifest["resumed_records"] = len(records) - sessions[-1]["pending"]
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    provenance.record_in_notebook(out, manifest)
-    if errors:
-        first = next(r.error for r in done.values() if r.error)
-        log.warning("%d of %d records failed; first error: %s", errors, len(pending), first)
-    df.attrs["run_dir"] = str(out)
-    return df
+    return manifest

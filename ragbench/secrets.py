@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import os
 import re
 import threading
@@ -43,7 +44,9 @@ SECRET_SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})\b"
 )
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{}\\`]+")
-_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE)
+# HTTP auth schemes as sent ("Authorization: Bearer x"); case-sensitive, so prose such as
+# "a 1000-token context" or "basic setup" is left alone
+_BEARER = re.compile(r"\b(Bearer|bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 # name <sep> value, in code (api_key = "x"), YAML (api_key: x), JSON ("api_key": "x") and JSON
 # inside JSON (\"api_key\": \"x\", as in an .ipynb): the name's last word is a credential word.
 _PAIR = re.compile(
@@ -167,3 +170,28 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact_text(obj)
     return obj
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that masks credentials in every record it passes (the CLI installs it on
+    its handler, so log lines on screen and in redirected log files are safe)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_text(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+def install_log_redaction(level: int = logging.WARNING) -> None:
+    """Log to stderr through ``RedactingFilter`` (idempotent): what ``ragbench`` commands use."""
+    root = logging.getLogger()
+    if any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > level:
+        root.setLevel(level)

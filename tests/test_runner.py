@@ -448,3 +448,74 @@ def test_one_writer_per_run_folder(tmp_path):
     records = next(Path(cfg["output_dir"]).glob(f"*/{RECORDS}"))
     keys = [json.loads(line)["key"] for line in records.read_bytes().splitlines()]
     assert len(keys) == len(set(keys)) == 20
+
+
+def test_resume_recomputes_scores_and_keeps_the_run_history(tmp_path, monkeypatch):
+    import ragbench.runner as runner
+
+    cfg = niah_config(tmp_path, strategies=["closed_book", "long_context"])
+    first = run(cfg, progress=False, llm=FakeLLM())
+    out = Path(first.attrs["run_dir"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and len(manifest["sessions"]) == 1
+    # a line edited by hand: a wrong answer claims full marks
+    lines = (out / RECORDS).read_bytes().splitlines(keepends=True)
+    row = json.loads(lines[0])
+    row["record"]["prediction"] = "no idea"
+    row["record"]["scores"] = {"string_match_all": 1.0, "contains": 1.0}
+    lines[0] = (json.dumps(row) + "\n").encode()
+    (out / RECORDS).write_bytes(b"".join(lines))
+
+    # nothing is pending: the model must not even be loaded
+    def no_load(cfg):
+        raise AssertionError("the model was loaded for a run with nothing to do")
+
+    monkeypatch.setattr(runner, "_load_llm", no_load)
+    again = run(cfg, progress=False)
+    edited = again[again["prediction"] == "no idea"]
+    assert len(edited) == 1 and edited["string_match_all"].iloc[0] == 0.0
+    assert edited["contains"].iloc[0] == 0.0
+    resumed = json.loads((out / "manifest.json").read_text())
+    assert resumed["started_at"] == manifest["started_at"]  # the first start, not this one
+    assert [s["started_at"] for s in resumed["sessions"][:1]] == [manifest["started_at"]]
+    assert len(resumed["sessions"]) == 2 and resumed["sessions"][1]["pending"] == 0
+    assert resumed["model"] == manifest["model"] and resumed["resumed_records"] == len(first)
+
+
+def test_a_run_whose_records_all_failed_says_why(tmp_path):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.run_cli import register
+
+    cfg = niah_config(tmp_path, strategies=["long_context"])
+    cfg["model"]["params"] = {"context_window": 10}  # every prompt is over the window
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    app = typer.Typer()
+    register(app)
+    app.command()(lambda: None)
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert result.exit_code == 1, result.output
+    assert "all 4 records failed" in result.output
+    assert "2 x ContextOverflowError: prompt of 376 tokens" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_credentials_change_neither_the_run_folder_nor_reach_the_manifest(tmp_path):
+    from ragbench.config import config_hash, load_config
+
+    def with_secret(secret: str) -> dict:
+        cfg = niah_config(tmp_path, strategies=["closed_book"])
+        cfg["model"]["params"] = {"api_key": secret, "note": f"http://bob:{secret}@h/v1"}
+        return cfg
+
+    assert config_hash(load_config(with_secret("hunter2-aaaa"))) == config_hash(
+        load_config(with_secret("hunter2-bbbb"))
+    )
+    with pytest.raises(TypeError):  # FakeLLM takes no api_key: the run fails, nothing leaks
+        run(with_secret("hunter2-cccc"), progress=False)
+    for path in Path(tmp_path / "results").rglob("*"):
+        if path.is_file():
+            assert b"hunter2-cccc" not in path.read_bytes(), path
