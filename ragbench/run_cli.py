@@ -15,6 +15,9 @@ def register(app) -> None:
         output_dir: str | None = typer.Option(None, help="override the config's output_dir"),
         quiet: bool = typer.Option(False, help="no progress bar"),
         wait: bool = typer.Option(False, help="if another process is writing the run, wait"),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="count tokens and dollars per strategy; load no model"
+        ),
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json."""
         from ragbench.config import load_config
@@ -29,6 +32,9 @@ def register(app) -> None:
             cfg = load_config(config)
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
+            if dry_run:
+                _echo_dry_run(cfg, progress=not quiet)
+                return
             df = run(cfg, progress=not quiet, wait=wait)
         typer.echo(f"run folder: {df.attrs['run_dir']}")
         failed = int(df["error"].notna().sum())
@@ -51,3 +57,18 @@ def _echo_errors(df, headline: str, err: bool = False) -> None:
     typer.echo(f"{headline}; most frequent errors:", err=err)
     for message, count in error_summary(df["error"]):
         typer.echo(f"  {count:5d} x {message}", err=err)
+
+
+def _echo_dry_run(cfg, progress: bool) -> None:
+    import typer
+
+    from ragbench.dry_run import dry_run
+
+    table = dry_run(cfg, progress=progress)
+    typer.echo(f"dry run of {cfg.name}: nothing generated, nothing written")
+    typer.echo(table.to_string(index=False, float_format=lambda x: f"{x:.6g}"))
+    total = table["dollars_total_max"].sum(min_count=1)
+    if total == total:  # not NaN
+        typer.echo(f"total: at most ${total:.6g} for {int(table['records'].sum())} records")
+    for note in table.attrs["notes"]:
+        typer.echo(f"note: {note}")

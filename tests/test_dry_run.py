@@ -1,0 +1,64 @@
+"""``ragbench run --dry-run``: the tokens it predicts are the tokens a real run logs."""
+
+from __future__ import annotations
+
+import pytest
+from test_runner import niah_config
+
+from ragbench.dry_run import dry_run
+from ragbench.runner import run
+
+
+def logged(df):
+    ok = df[df["error"].isna()]
+    return ok.groupby("label", sort=False)["prompt_tokens"].mean().round(1).to_dict()
+
+
+def test_dry_run_predicts_the_prompt_tokens_and_dollars_of_the_run(tmp_path):
+    cfg = niah_config(tmp_path, strategies=["closed_book", "long_context", "rag"])
+    cfg["model"]["params"] = {"context_window": 1000}  # the 1500-token haystacks overflow
+    table = dry_run(cfg, progress=False)
+    assert not (tmp_path / "results").exists()  # nothing written
+    df = run(cfg, progress=False)
+    predicted = table.set_index("label")
+    assert predicted["prompt_tokens"].dropna().to_dict() == logged(df)
+    over = df[df["error"].notna()].groupby("label").size().to_dict()
+    assert {k: v for k, v in predicted["over_window"].items() if v} == over == {"long_context": 2}
+    # api sheet: dollars from tokens, with max_new_tokens as the completion bound
+    ok = df[df["error"].isna()]
+    assert (ok["completion_tokens"] <= cfg["model"].get("max_new_tokens", 32)).all()
+    assert (predicted["dollars_per_query_max"] >= ok.groupby("label")["dollars"].mean()).all()
+    assert any("self_route" in n for n in table.attrs["notes"])
+
+
+def test_dry_run_cli_prints_the_table_and_loads_no_model(tmp_path, monkeypatch):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    import ragbench.runner as runner
+    from ragbench.run_cli import register
+
+    monkeypatch.setattr(runner, "_load_llm", lambda cfg: pytest.fail("loaded the model"))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(niah_config(tmp_path, strategies=["long_context"])))
+    app = typer.Typer()
+    register(app)
+    app.command()(lambda: None)
+    result = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "long_context" in result.output and "total: at most $" in result.output
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_dry_run_counts_like_the_embedded_model(tmp_path):
+    cfg = niah_config(tmp_path, strategies=["closed_book", "long_context", "rag"])
+    cfg["dataset"]["params"].update(context_lengths=[300], depth_percents=[50])
+    cfg["dataset"]["params"].pop("tokenizer")
+    cfg["model"] = {"backend": "hf", "name": "smollm2-135m-instruct", "max_new_tokens": 8,
+                    "cache": False}  # fmt: skip
+    cfg["retrieval"] = {"embedder": "hash", "chunk_size": 64, "chunk_overlap": 8}
+    table = dry_run(cfg, progress=False)
+    df = run(cfg, progress=False)
+    assert table.set_index("label")["prompt_tokens"].to_dict() == logged(df)
