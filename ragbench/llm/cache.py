@@ -52,7 +52,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every sqlite 3 
 
 
 class _Corrupt(sqlite3.DatabaseError):
-    """``PRAGMA quick_check`` found damage in a file that sqlite could open."""
+    """Damage found by our own checks: a foreign header, or ``PRAGMA quick_check``."""
 
 
 def is_corruption(exc: BaseException) -> bool:
@@ -62,7 +62,7 @@ def is_corruption(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in _CORRUPT_CODES
-    text = str(exc).lower()  # sqlite3 before Python 3.11 has no error codes
+    text = str(exc).lower()  # raised by hand, or a sqlite3 module without error codes
     return "not a database" in text or "malformed" in text
 
 
