@@ -538,6 +538,7 @@ def test_real_server_chat_usage_and_concurrency(transformers_serve):
         max_concurrency=2,
         timeout=300,
     )
+    llm.check()  # a real server passes the pre-run check (it serves /v1/models)
     prompts = [NEEDLE_PROMPT, NEEDLE_PROMPT.replace("7463343", "5190724")]
     out = llm.generate([GenerationRequest(prompt=p, max_new_tokens=20) for p in prompts])
     assert "7463343" in out[0].text and "5190724" in out[1].text
