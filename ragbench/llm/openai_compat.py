@@ -34,7 +34,6 @@ Payload building and response parsing are pure functions in ``openai_payload.py`
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import math
@@ -43,7 +42,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 from ragbench import secrets
@@ -101,34 +99,6 @@ class _IncompleteStream(Exception):
     """The event stream ended without a finish reason or [DONE]: treated as a dropped connection."""
 
 
-# ---------------------------------------------------------------------------- retry policy
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    now = now or datetime.now(UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
-def backoff_seconds(attempt: int, base: float, cap: float, retry_after: float | None) -> float:
-    """Wait before retry number ``attempt`` (1 = first retry): the server's ``Retry-After`` when
-    given (capped), else ``base * 2**(attempt-1)`` capped."""
-    if retry_after is not None:
-        return min(retry_after, cap)
-    return min(cap, base * 2 ** (attempt - 1))
-
-
 def _retryable(exc: BaseException) -> bool:
     import httpx
 
@@ -149,17 +119,6 @@ def _redact_httpx_logs() -> None:
     logger = logging.getLogger("httpx")
     if not any(isinstance(f, _RedactRecords) for f in logger.filters):
         logger.addFilter(_RedactRecords())
-
-
-def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    if headers is None:
-        return {}
-    if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        names = list(headers) if isinstance(headers, Mapping) else type(headers).__name__
-        raise TypeError(f"headers must map header names to string values, got {names!r}")
-    return dict(headers)
 
 
 # ---------------------------------------------------------------------------- the backend
@@ -203,7 +162,7 @@ class OpenAICompatLLM(LLM):
             )
         if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ValueError("max_concurrency must be >= 1, max_retries >= 0 and timeout > 0")
-        headers = _check_headers(headers)
+        headers = wire.check_headers(headers)
         key = api_key or next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), None)
         creds = wire.url_credentials(base_url)
         # Remember every secret first, so that no message from here on (even a ValueError about
@@ -352,7 +311,9 @@ class OpenAICompatLLM(LLM):
         def wait_for(state) -> float:
             exc = state.outcome.exception()
             ra = getattr(exc, "retry_after", None)
-            return backoff_seconds(state.attempt_number, self.backoff_base, self.backoff_max, ra)
+            return wire.backoff_seconds(
+                state.attempt_number, self.backoff_base, self.backoff_max, ra
+            )
 
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -388,7 +349,7 @@ class OpenAICompatLLM(LLM):
         with self._client.stream("POST", self._post_url, json=payload) as resp:
             if resp.status_code >= 400:
                 body = resp.read().decode("utf-8", "replace")
-                retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                retry_after = wire.parse_retry_after(resp.headers.get("retry-after"))
                 message = secrets.redact_text(wire.error_message(body))  # may quote our key
                 raise _StatusError(resp.status_code, message, retry_after)
             if not payload.get("stream"):

@@ -2,15 +2,17 @@
 
 Endpoint URLs (and the credentials a base URL carries), the JSON body of a request, the
 text/finish reason/usage of a response or of one server-sent event, the server's message from an
-error body. The transport (``openai_compat.py``) calls these; the tests call them directly.
-Redaction is ``ragbench.secrets``'s job.
+error body, the retry policy's waits, extra headers checked. The transport (``openai_compat.py``)
+calls these; the tests call them directly. Redaction is ``ragbench.secrets``'s job.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -70,6 +72,18 @@ def safe_url(url: str) -> str:
     """The URL without user:password@ and without a query string (both can carry secrets)."""
     p = urlsplit(url)
     return urlunsplit((p.scheme, _host_port(p.netloc), p.path, "", ""))
+
+
+def check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """Extra headers as a plain dict of strings (a config may hold anything)."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        names = list(headers) if isinstance(headers, Mapping) else type(headers).__name__
+        raise TypeError(f"headers must map header names to string values, got {names!r}")
+    return dict(headers)
 
 
 def build_payload(
@@ -182,3 +196,31 @@ def apply_stop(text: str, stop: Iterable[str]) -> str:
     """Cut at the first stop string (servers usually do; this makes it true for all)."""
     cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=-1)
     return text if cut < 0 else text[:cut]
+
+
+# ---------------------------------------------------------------------------- retry policy
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    now = now or datetime.now(UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def backoff_seconds(attempt: int, base: float, cap: float, retry_after: float | None) -> float:
+    """Wait before retry number ``attempt`` (1 = first retry): the server's ``Retry-After`` when
+    given (capped), else ``base * 2**(attempt-1)`` capped."""
+    if retry_after is not None:
+        return min(retry_after, cap)
+    return min(cap, base * 2 ** (attempt - 1))
