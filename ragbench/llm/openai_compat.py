@@ -258,7 +258,8 @@ class OpenAICompatLLM(LLM):
                 # (no "credentials: ..." here: redact_text would take the words after it for one)
                 cause += (
                     f"; the server refused our credentials (check the API key in "
-                    f"{' or '.join(KEY_ENV)} or api_key, and any auth headers)"
+                    f"{' or '.join(KEY_ENV)} or api_key, the user:password in base_url, "
+                    "and any auth headers)"
                 )
         msg = f"OpenAI-compatible server check failed: GET {self._models_shown}: {cause}"
         raise ServerUnreachable(secrets.redact_text(" ".join(msg.split()))) from None
