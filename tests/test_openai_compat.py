@@ -408,7 +408,7 @@ def test_a_batch_error_gives_each_failed_request_its_own_error(serve):
         )
     exc = err.value
     assert sorted(exc.partial) == [0, 2] and sorted(exc.errors) == [1, 3]
-    assert str(exc).startswith("2 of 4 requests failed; the first (#1): POST ")
+    assert str(exc).startswith("2 of 4 requests failed; the first: POST ")
     for i in (1, 3):
         assert exc.errors[i].attempts == 3
         assert f"failed after 3 attempt(s): HTTP 500: cannot do {prompts[i]}" in str(exc.errors[i])

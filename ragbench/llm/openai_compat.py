@@ -82,7 +82,7 @@ class LLMBatchError(LLMRequestError):
             str(first) if isinstance(first, LLMRequestError) else f"{type(first).__name__}: {first}"
         )
         super().__init__(
-            f"{len(errors)} of {total} requests failed; the first (#{i}): {what}",
+            f"{len(errors)} of {total} requests failed; the first: {what}",
             getattr(first, "url", ""), getattr(first, "status", None),
             getattr(first, "attempts", 1),
         )  # fmt: skip
