@@ -1,14 +1,18 @@
-"""CachedLLM: keys, hits with original accounting, partial failures, concurrent writers."""
+"""CachedLLM: keys, hits with original accounting, partial failures, concurrent writers, and
+recovery from a damaged file."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
+import random
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
-from ragbench.llm.cache import CachedLLM, request_key
+from ragbench.llm.cache import CachedLLM, is_corruption, request_key
 from ragbench.llm.fake import FakeLLM
 from ragbench.types import Completion, GenerationRequest
 
@@ -100,6 +104,18 @@ def test_partial_failure_stores_finished_completions(tmp_path):
     assert [c.cached for c in out] == [True, False, False]
 
 
+def test_a_partial_failure_is_reported_in_the_callers_indices(tmp_path):
+    # the wrapped LLM only saw the misses; the caller must learn the fate of its own requests,
+    # hits included, so that it resends none of them
+    CachedLLM(FakeLLM(), tmp_path / "c.sqlite").generate(reqs(1, start=1))
+    llm = CachedLLM(FailingLLM(), tmp_path / "c.sqlite")
+    with pytest.raises(RuntimeError, match="server down") as err:
+        llm.generate(reqs(4))  # 1 is a hit; 0, 2, 3 go to FailingLLM, which finishes only 0
+    partial = err.value.partial
+    assert sorted(partial) == [0, 1] and not hasattr(err.value, "errors")
+    assert [partial[0].text, partial[1].text, partial[1].cached] == ["1000", "1001", True]
+
+
 def test_database_uses_wal(tmp_path):
     llm = CachedLLM(FakeLLM(), tmp_path / "c.sqlite")
     llm.generate(reqs(1))
@@ -141,3 +157,61 @@ def test_concurrent_writers_share_one_file(tmp_path):
         26,
         26,
     )
+
+
+def junk(n: int, seed: int = 0) -> bytes:
+    rng = random.Random(seed)
+    return bytes(rng.randrange(256) for _ in range(n))
+
+
+def test_a_file_that_is_not_sqlite_is_moved_aside_and_the_run_goes_on(tmp_path, caplog):
+    path = tmp_path / "completions.sqlite"
+    path.write_bytes(junk(8192))
+    wal = tmp_path / "completions.sqlite-wal"
+    wal.write_bytes(b"a stale write-ahead log")
+    llm = CachedLLM(FakeLLM(), path)
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.cache"):
+        out = llm.generate(reqs(2))
+    assert [c.text for c in out] == ["1000", "1001"] and len(llm) == 2
+    (aside,) = tmp_path.glob("completions.sqlite.corrupt-*[0-9]")
+    assert aside.read_bytes() == junk(8192)
+    assert Path(f"{aside}-wal").read_bytes() == b"a stale write-ahead log"  # moved with it
+    assert str(path) in caplog.text and str(aside) in caplog.text
+    assert "not a database" in caplog.text
+    # the fresh cache is a real one: a new wrapper serves the rows from it
+    again = CachedLLM(FakeLLM(), path).generate(reqs(2))
+    assert all(c.cached for c in again)
+
+
+def test_a_damaged_page_is_found_on_open(tmp_path, caplog):
+    path = tmp_path / "completions.sqlite"
+    llm = CachedLLM(FakeLLM(), path)
+    llm.generate(reqs(60))
+    llm.close()  # the last connection checkpoints the WAL into the file
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) >= 5 * page
+    data[3 * page : 4 * page] = junk(page)  # a table page; the header and schema stay intact
+    path.write_bytes(bytes(data))
+    fresh = FakeLLM()
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.cache"):
+        out = CachedLLM(fresh, path).generate(reqs(3))
+    assert [c.text for c in out] == ["1000", "1001", "1002"] and fresh.calls == 1
+    assert "malformed" in caplog.text
+    (aside,) = tmp_path.glob("completions.sqlite.corrupt-*[0-9]")
+    assert aside.read_bytes() == bytes(data)
+
+
+def test_a_locked_cache_is_not_taken_for_a_corrupt_one(tmp_path):
+    path = tmp_path / "c.sqlite"
+    CachedLLM(FakeLLM(), path).generate(reqs(1))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+    try:
+        with pytest.raises(sqlite3.OperationalError) as err:
+            sqlite3.connect(path, timeout=0, isolation_level=None).execute("BEGIN IMMEDIATE")
+        assert not is_corruption(err.value)
+    finally:
+        holder.execute("ROLLBACK")
+    assert is_corruption(sqlite3.DatabaseError("database disk image is malformed"))
+    assert list(tmp_path.glob("*.corrupt-*")) == []

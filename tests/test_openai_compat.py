@@ -3,41 +3,54 @@ scripted HTTP server, the key never leaking, and (slow) a real `transformers ser
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from openai_server import (
+    ask,
+    client,
+    drop,
+    hang,
+    ok,
+    sequence,
+    serving,
+    status,
+    user_text,
+)
 
-from ragbench.llm import load_llm
-from ragbench.llm.cache import CachedLLM
+from ragbench.llm import ServerUnreachable, load_llm
+from ragbench.llm.cache import CachedLLM, request_key
 from ragbench.llm.openai_compat import (
+    KEY_ENV,
+    LLMBatchError,
     LLMRequestError,
     OpenAICompatLLM,
-    backoff_seconds,
-    parse_retry_after,
 )
 from ragbench.llm.openai_payload import (
     apply_stop,
+    backoff_seconds,
     build_payload,
     endpoint_url,
     error_message,
     iter_sse_data,
     parse_chunk,
     parse_response,
+    parse_retry_after,
     safe_url,
+    url_credentials,
     usage_counts,
+    with_query,
 )
 from ragbench.types import GenerationRequest
 
@@ -133,168 +146,23 @@ def test_urls():
         == "https://api.x.com/openai/v1/completions"
     )
     assert safe_url("https://user:pw@h.com:8443/v1?key=abc") == "https://h.com:8443/v1"
+    # userinfo never reaches the request URL (httpx would turn it into Basic auth on its own)
+    assert endpoint_url("http://u:p@[::1]:8000/v1/?api-version=1", "chat") == (
+        "http://[::1]:8000/v1/chat/completions"
+    )
+    creds = url_credentials("http://al%40ce:p%3Aw@h/v1?api-version=1&token=a%2Bb")
+    assert (creds.username, creds.password) == ("al@ce", "p:w")
+    assert creds.query == (("api-version", "1"), ("token", "a+b"))
+    assert with_query("http://h/v1/models", creds.query) == (
+        "http://h/v1/models?api-version=1&token=a%2Bb"
+    )
     with pytest.raises(ValueError, match="http://host:port/v1"):
         endpoint_url("localhost:8000", "chat")
 
 
 # ---------------------------------------------------------------------------- scripted server
 
-Behave = Callable[[BaseHTTPRequestHandler, dict, int], None]
-
-
-def send_json(
-    h: BaseHTTPRequestHandler, code: int, body: dict, headers: dict | None = None
-) -> None:
-    data = json.dumps(body).encode()
-    h.send_response(code)
-    h.send_header("Content-Type", "application/json")
-    h.send_header("Content-Length", str(len(data)))
-    for k, v in (headers or {}).items():
-        h.send_header(k, v)
-    h.end_headers()
-    h.wfile.write(data)
-
-
-def user_text(body: dict) -> str:
-    return body["messages"][-1]["content"] if "messages" in body else body["prompt"]
-
-
-def ok(
-    delay: float = 0.0,
-    first_delay: float = 0.0,
-    between: float = 0.0,
-    usage: bool = True,
-    cut: bool = False,
-) -> Behave:
-    """Answer ``echo <prompt>``; streamed word by word when the request asks for it."""
-
-    def behave(h, body, n):
-        time.sleep(delay)
-        text = f"echo {user_text(body)}"
-        words = text.split(" ")
-        use = {
-            "prompt_tokens": 11,
-            "completion_tokens": len(words),
-            "prompt_tokens_details": {"cached_tokens": 4},
-        }
-        if not body.get("stream"):
-            msg = {"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-            send_json(
-                h,
-                200,
-                {"model": body["model"], "choices": [msg], **({"usage": use} if usage else {})},
-            )
-            return
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Connection", "close")  # body ends when the connection closes
-        h.end_headers()
-        h.close_connection = True
-        time.sleep(first_delay)
-        for i, w in enumerate(words):
-            last = i == len(words) - 1
-            if cut and last:
-                return  # the connection closes without a finish reason: a dropped stream
-            delta = {
-                "delta": {"content": w if i == 0 else " " + w},
-                "finish_reason": "stop" if last else None,
-            }
-            chunk = {
-                "model": body["model"],
-                "choices": [delta],
-                **({"usage": use} if usage and last else {}),
-            }
-            h.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            h.wfile.flush()
-            if not last:
-                time.sleep(between)
-        h.wfile.write(b"data: [DONE]\n\n")
-
-    return behave
-
-
-def status(code: int, message: str | Callable = "boom", headers: dict | None = None) -> Behave:
-    def behave(h, body, n):
-        text = message(h) if callable(message) else message
-        send_json(h, code, {"error": {"message": text, "code": code}}, headers)
-
-    return behave
-
-
-def hang(seconds: float) -> Behave:
-    return lambda h, body, n: time.sleep(seconds)
-
-
-def drop() -> Behave:
-    def behave(h, body, n):
-        h.close_connection = True
-        h.connection.shutdown(socket.SHUT_RDWR)  # no status line at all
-
-    return behave
-
-
-def sequence(*steps: Behave) -> Behave:
-    """The n-th request gets step n; the last step repeats."""
-    return lambda h, body, n: steps[min(n, len(steps) - 1)](h, body, n)
-
-
-class Server:
-    def __init__(self, behave: Behave):
-        self.behave, self.requests, self.times = behave, [], []
-        self.inflight = self.peak = 0
-        self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with server.lock:
-                    n = len(server.requests)
-                    server.requests.append((self.path, dict(self.headers), body))
-                    server.times.append(time.perf_counter())
-                    server.inflight += 1
-                    server.peak = max(server.peak, server.inflight)
-                try:
-                    server.behave(self, body, n)
-                finally:
-                    with server.lock:
-                        server.inflight -= 1
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        # a short poll interval: shutdown() at teardown waits for up to one poll
-        poll = {"poll_interval": 0.02}
-        threading.Thread(target=self.httpd.serve_forever, kwargs=poll, daemon=True).start()
-
-
-@pytest.fixture
-def serve():
-    servers: list[Server] = []
-
-    def start(behave: Behave) -> Server:
-        servers.append(Server(behave))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.httpd.shutdown()
-        s.httpd.server_close()
-
-
-def client(srv: Server, **kw) -> OpenAICompatLLM:
-    """A client of ``srv`` whose retries do not sleep (pass ``sleep=`` to record the waits)."""
-    kw = {"model": "m", "base_url": srv.url, "timeout": 5.0, "sleep": lambda s: None, **kw}
-    return OpenAICompatLLM(**kw)
-
-
-def ask(llm, prompt="hello world", **kw):
-    return llm.generate([GenerationRequest(prompt=prompt, **kw)])[0]
+serve = pytest.fixture(serving, name="serve")
 
 
 def test_500_then_success_is_retried(serve):
@@ -442,11 +310,156 @@ def test_api_key_is_sent_but_never_leaks(serve, monkeypatch, caplog):
     assert SECRET not in repr(env_llm) + str(vars(env_llm))
     assert env_llm.identity() == {
         "backend": "openai",
-        "host": srv.url.split("/")[2],
+        "url": srv.url + "/chat/completions",
         "model": "m",
         "endpoint": "chat",
         "revision": "",
     }
+
+
+URL_PASSWORD = "pw-7Hq2-NOT-LEAKED"
+URL_TOKEN = "tok-5Kd9-NOT-LEAKED"
+HEADER_SECRET = "hdr-3Jx8-NOT-LEAKED"
+
+
+def secret_url(srv, path: str = "/v1") -> str:
+    return (
+        f"http://alice:{URL_PASSWORD}@127.0.0.1:{srv.port}{path}"
+        f"?api-version=2024-06-01&token={URL_TOKEN}"
+    )
+
+
+def test_url_credentials_and_headers_are_sent_right_and_never_shown(serve, monkeypatch, caplog):
+    for name in KEY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    caplog.set_level(logging.DEBUG)  # httpx logs each request URL at INFO
+
+    def echo_credentials(h):
+        return f"denied {h.path} {h.headers['Authorization']} {h.headers['X-Gateway-Key']}"
+
+    srv = serve(sequence(ok(), ok(), status(401, echo_credentials)))
+    headers = {"X-Gateway-Key": HEADER_SECRET}
+    keyed = client(srv, base_url=secret_url(srv), api_key=SECRET, headers=headers, max_retries=0)
+    c = ask(keyed)
+    path, sent, _ = srv.requests[0]
+    # the query stays on the request (api-version), the key goes as Bearer only, not Basic
+    assert path == f"/v1/chat/completions?api-version=2024-06-01&token={URL_TOKEN}"
+    assert sent["Authorization"] == f"Bearer {SECRET}" and sent["X-Gateway-Key"] == HEADER_SECRET
+    # without a key, the URL's user:password is the credential: HTTP Basic auth
+    basic = client(srv, base_url=secret_url(srv), headers=headers)
+    ask(basic)
+    expected = base64.b64encode(f"alice:{URL_PASSWORD}".encode()).decode()
+    assert srv.requests[1][1]["Authorization"] == f"Basic {expected}"
+    with pytest.raises(LLMRequestError, match="HTTP 401: denied") as err:
+        ask(keyed)
+    shown = f"http://127.0.0.1:{srv.port}/v1/chat/completions?api-version=2024-06-01&token=***"
+    assert keyed.url == shown and keyed.identity()["url"] == shown
+    assert f"POST {shown} failed after 1 attempt(s)" in str(err.value)
+    assert "headers=['X-Gateway-Key']" in repr(keyed)
+    surfaces = [str(err.value), repr(err.value), c.to_json(), caplog.text]
+    for llm in (keyed, basic):
+        surfaces += [repr(llm), str(vars(llm)), json.dumps(llm.identity())]
+    for text in surfaces:
+        for secret in (SECRET, URL_PASSWORD, URL_TOKEN, HEADER_SECRET):
+            assert secret not in text
+    # headers given as model params (a config's model.params) reach the backend
+    srv.behave = ok()
+    ask(load_llm("openai", model="m", base_url=srv.url, headers={"X-Org": "team-a"}))
+    assert srv.requests[-1][1]["X-Org"] == "team-a"
+    with pytest.raises(TypeError, match="headers must map header names to string values"):
+        OpenAICompatLLM(model="m", base_url=srv.url, headers={"X-Retries": 3})
+
+
+def test_cache_identity_names_the_endpoint_but_no_credentials(serve):
+    """Two servers behind one host:port are two models; a new password or token is not."""
+    srv = serve(ok())
+    root = f"127.0.0.1:{srv.port}"
+    request = GenerationRequest(prompt="p")
+
+    def key(base_url: str, **kw) -> str:
+        return request_key(client(srv, base_url=base_url, **kw).identity(), request)
+
+    a = key(f"http://{root}/a/v1")
+    ask(client(srv, base_url=f"http://{root}/a/v1"))
+    assert srv.requests[-1][0] == "/a/v1/chat/completions"  # the path prefix really is served
+    assert key(f"http://{root}/b/v1") != a
+    assert key(f"http://u:{URL_PASSWORD}@{root}/a/v1") == a
+    assert key(f"http://u:other@{root}/a/v1", api_key="k2", headers={"X-Key": "h2"}) == a
+    with_token = key(f"http://{root}/a/v1?api-version=1&token={URL_TOKEN}")
+    assert with_token == key(f"http://{root}/a/v1?api-version=1&token=rotated") != a
+    assert key(f"http://{root}/a/v1?api-version=2&token={URL_TOKEN}") != with_token
+    ident = client(srv, base_url=secret_url(srv, "/a/v1"), api_key=SECRET).identity()
+    assert ident["url"] == (f"http://{root}/a/v1/chat/completions?api-version=2024-06-01&token=***")
+    assert not {URL_PASSWORD, URL_TOKEN, SECRET, "alice"} & set(json.dumps(ident).split('"'))
+
+
+def test_a_batch_error_gives_each_failed_request_its_own_error(serve):
+    def behave(h, body, n):
+        text = user_text(body)
+        if text.startswith("bad"):
+            return status(500, f"cannot do {text}")(h, body, n)
+        return ok()(h, body, n)
+
+    srv = serve(behave)
+    prompts = ["a", "bad 1", "b", "bad 2"]
+    with pytest.raises(LLMBatchError) as err:
+        client(srv, max_retries=2, max_concurrency=2).generate(
+            [GenerationRequest(prompt=p) for p in prompts]
+        )
+    exc = err.value
+    assert sorted(exc.partial) == [0, 2] and sorted(exc.errors) == [1, 3]
+    assert str(exc).startswith("2 of 4 requests failed; the first: POST ")
+    for i in (1, 3):
+        assert exc.errors[i].attempts == 3
+        assert f"failed after 3 attempt(s): HTTP 500: cannot do {prompts[i]}" in str(exc.errors[i])
+    sent = [user_text(body) for _, _, body in srv.requests]
+    assert sorted(sent) == ["a", "b", "bad 1", "bad 1", "bad 1", "bad 2", "bad 2", "bad 2"]
+
+
+def dead_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_check_fails_fast_and_names_the_url_of_a_dead_server(tmp_path):
+    port = dead_port()
+    url = f"http://alice:{URL_PASSWORD}@127.0.0.1:{port}/v1?token={URL_TOKEN}"
+    llm = OpenAICompatLLM(model="m", base_url=url, api_key=SECRET, sleep=lambda s: None)
+    cached = CachedLLM(llm, tmp_path / "c.sqlite")  # the runner's LLM: the check goes through
+    t0 = time.perf_counter()
+    with pytest.raises(ServerUnreachable) as err:
+        cached.check()
+    assert time.perf_counter() - t0 < 10
+    msg = str(err.value)
+    assert isinstance(err.value, ValueError) and "\n" not in msg
+    assert f"GET http://127.0.0.1:{port}/v1/models?token=*** " in msg and "cannot connect" in msg
+    for secret in (SECRET, URL_PASSWORD, URL_TOKEN):
+        assert secret not in msg
+
+
+def test_check_passes_a_live_server_and_explains_a_refusal(serve):
+    srv = serve(ok())
+    client(srv, api_key=SECRET).check()
+    assert srv.gets == [("/v1/models", srv.gets[0][1])] and not srv.requests
+    assert srv.gets[0][1]["Authorization"] == f"Bearer {SECRET}"
+    # /models is optional in OpenAI-compatible servers: a 404 there means the server is up
+    client(serve(ok(), get=status(404, "Not Found"))).check()
+
+    refusing = serve(ok(), get=status(401, "Incorrect API key provided"))
+    with pytest.raises(ServerUnreachable, match="HTTP 401: Incorrect API key provided; the server "
+                       "refused our credentials \\(check the API key in RAGBENCH_API_KEY"):  # fmt: skip
+        client(refusing).check()
+    loading = serve(ok(), get=status(503, "model is loading"))
+    with pytest.raises(ServerUnreachable, match="models: HTTP 503: model is loading"):
+        client(loading).check()
+    assert len(loading.gets) == 1  # no retries: a check is one short request
+    hung = serve(ok(), get=hang(2.0))
+    t0 = time.perf_counter()
+    with pytest.raises(ServerUnreachable, match=r"no answer within 0.3 s \(ReadTimeout\)"):
+        client(hung).check(timeout=0.3)
+    assert time.perf_counter() - t0 < 1.5
 
 
 def test_missing_configuration_is_explained(monkeypatch):
@@ -525,6 +538,7 @@ def test_real_server_chat_usage_and_concurrency(transformers_serve):
         max_concurrency=2,
         timeout=300,
     )
+    llm.check()  # a real server passes the pre-run check (it serves /v1/models)
     prompts = [NEEDLE_PROMPT, NEEDLE_PROMPT.replace("7463343", "5190724")]
     out = llm.generate([GenerationRequest(prompt=p, max_new_tokens=20) for p in prompts])
     assert "7463343" in out[0].text and "5190724" in out[1].text

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
+from openai_server import client, ok, send_json, serving, user_text
 
 from ragbench import strategies as st
 from ragbench.llm.base import ContextOverflowError
+from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
+from ragbench.llm.openai_compat import LLMRequestError
 from ragbench.llm.presets import get_preset
 from ragbench.strategies import prompts
 from ragbench.strategies.long_context import long_context_prompt
-from ragbench.types import Document, Example
+from ragbench.types import Document, Example, Record
 
 FILLER = " ".join(f"w{i}" for i in range(400))  # 400 whitespace tokens
 NEEDLE = "The special magic number is 7463343."
@@ -284,6 +289,50 @@ def test_run_batch_keeps_one_failure_to_its_item():
     assert isinstance(out[1], ContextOverflowError)
     assert isinstance(out[2], TimeoutError)  # the batch failed; retried alone, only it fails
     assert [o.example_id for o in (out[0], out[3])] == ["ok", "ok2"]
+
+
+serve = pytest.fixture(serving, name="serve")
+
+
+def test_run_batch_sends_a_failing_request_only_its_own_retries(serve, tmp_path):
+    """Retries live in the backend: a request it gave up on is not sent again by the driver,
+    and each failed request gets its own error, with the attempts it really had."""
+
+    def behave(h, body, n):
+        text = user_text(body)
+        if "FAIL" in text:
+            question = text[text.index("FAIL") :].split("\n")[0]
+            return send_json(h, 500, {"error": {"message": f"worker crashed on {question}"}})
+        return ok()(h, body, n)
+
+    srv = serve(behave)
+    llm = CachedLLM(client(srv, max_retries=2, max_concurrency=4), tmp_path / "c.sqlite")
+    r = res()
+    r.llm = llm
+
+    def item(ex_id: str, question: str):
+        doc = Document(f"{ex_id}/doc", "Some text.")
+        return Example(ex_id, question, ("x",), (doc,), {"task": "qa"}), st.ClosedBookParams()
+
+    assert isinstance(st.run_batch([item("hit", "Who is cached?")], r)[0], Record)
+    before = len(srv.requests)
+    items = [
+        item("hit", "Who is cached?"),  # served by the completion cache
+        item("bad1", "FAIL one?"),
+        item("ok", "Who answers?"),
+        item("bad2", "FAIL two?"),
+    ]
+    out = st.run_batch(items, r)
+    sent = Counter(
+        next(q for q in ("cached", "FAIL one", "answers", "FAIL two") if q in user_text(body))
+        for _, _, body in srv.requests[before:]
+    )
+    assert sent == {"FAIL one": 3, "FAIL two": 3, "answers": 1}  # (max_retries + 1) each, once
+    assert isinstance(out[0], Record) and isinstance(out[2], Record)
+    assert out[0].error is None and out[2].error is None
+    for i, question in ((1, "FAIL one?"), (3, "FAIL two?")):
+        assert isinstance(out[i], LLMRequestError) and out[i].attempts == 3
+        assert f"failed after 3 attempt(s): HTTP 500: worker crashed on {question}" in str(out[i])
 
 
 def test_labels_tell_every_variant_apart():

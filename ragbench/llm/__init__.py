@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ragbench.llm.base import LLM, ContextOverflowError
+from ragbench.llm.base import LLM, ContextOverflowError, ServerUnreachable
 from ragbench.registry import Registry
 
 BACKENDS = Registry(
@@ -26,10 +26,13 @@ _LAZY = {
     "CachedLLM": "ragbench.llm.cache:CachedLLM",
     "FakeLLM": "ragbench.llm.fake:FakeLLM",
     "OpenAICompatLLM": "ragbench.llm.openai_compat:OpenAICompatLLM",
+    "LLMRequestError": "ragbench.llm.openai_compat:LLMRequestError",
     "HFModel": "ragbench.llm.hf:HFModel",
 }
 
-__all__ = ["BACKENDS", "LLM", "ContextOverflowError", "load_llm", *_LAZY]
+__all__ = [
+    "BACKENDS", "LLM", "ContextOverflowError", "ServerUnreachable", "load_llm", *_LAZY,
+]  # fmt: skip
 
 
 def load_llm(backend: str, cache: str | os.PathLike | None = None, **kwargs: Any) -> LLM:

@@ -3,6 +3,13 @@
 Template method: the public ``generate`` validates and accounts; a backend implements
 ``_generate`` only. Backends never truncate a prompt silently: a prompt that does not fit the
 window raises ``ContextOverflowError`` and the strategy decides what to do.
+
+A batch that fails part-way raises an exception that says what became of each request, so that
+callers neither lose the finished ones nor send a request twice (a resend would repeat the
+backend's retries): ``exc.partial`` (index -> Completion of the requests that finished) and, where
+the backend knows it, ``exc.errors`` (index -> the exception of each request that failed for good).
+An exception without ``partial`` says nothing about single requests (a transformers OOM): the
+batch driver then runs them one by one to find the culprit.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ class ContextOverflowError(ValueError):
             f"truncation policy (truncate_middle, truncate_head, truncate_tail)"
         )
         self.prompt_tokens, self.max_new_tokens, self.window = prompt_tokens, max_new_tokens, window
+
+
+class ServerUnreachable(ValueError):
+    """``LLM.check()`` found the model's server unusable: not reachable, not answering, or refusing
+    the credentials. One line naming the (redacted) URL and the cause, raised before a run starts
+    rather than as one error row per record."""
 
 
 class LLM(ABC):
@@ -56,6 +69,10 @@ class LLM(ABC):
     def prompt_tokens(self, request: GenerationRequest) -> int:
         """Tokens the request occupies in the window, template included where the backend knows it."""
         return self.count_tokens(request.system + request.prompt)
+
+    def check(self) -> None:  # noqa: B027 (an optional hook: most backends need no check)
+        """Raise ``ServerUnreachable`` if the backend cannot serve requests, cheaply (one short
+        request, no retries). A local model has nothing to check: the default does nothing."""
 
     def identity(self) -> dict[str, Any]:
         """What makes outputs reproducible: backend, model, weights hash or revision.

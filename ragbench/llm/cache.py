@@ -9,7 +9,13 @@ A hit returns the stored ``Completion`` with its original accounting (tokens, se
 ``cached=True``, so cost tables stay true on reruns. Misses go to the wrapped LLM in one batch
 (duplicates within a batch are generated once) and are stored. If the wrapped LLM fails part-way
 and reports the finished completions (``exc.partial``, as the HTTP backend does), those are stored
-before the error propagates, so a rerun resumes.
+before the error propagates, so a rerun resumes; the error's ``partial`` (and ``errors``) are
+re-indexed to the caller's batch, cache hits included, so the caller knows every request's fate.
+
+A file that is not a sqlite database, or fails sqlite's ``quick_check``, is moved aside to
+``<name>.corrupt-<timestamp>`` (with its ``-wal``/``-shm``) with a warning naming both paths, and
+the run continues on a fresh cache: losing cached completions costs compute, failing every record
+of every run on one bad file costs the run.
 
 Several sweep workers may share one file: WAL journal (readers never block the writer), a busy
 timeout, ``INSERT OR IGNORE`` (first writer wins, identical keys are identical requests) and one
@@ -20,11 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +40,30 @@ from ragbench.io import dumps_canonical
 from ragbench.llm.base import LLM
 from ragbench.types import Completion, GenerationRequest
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 60_000
 _SQL_VARS = 500  # keys per SELECT ... IN (...) (sqlite's default limit is 999 or more)
+# sqlite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB. A busy or
+# locked database (another sweep worker) is an OperationalError too and must never count.
+_CORRUPT_CODES = frozenset({11, 26})
+_SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every sqlite 3 database
+
+
+class _Corrupt(sqlite3.DatabaseError):
+    """Damage found by our own checks: a foreign header, or ``PRAGMA quick_check``."""
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether a sqlite error means the file is damaged (not busy, locked or unwritable)."""
+    if isinstance(exc, _Corrupt):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _CORRUPT_CODES
+    text = str(exc).lower()  # raised by hand, or a sqlite3 module without error codes
+    return "not a database" in text or "malformed" in text
 
 
 def request_key(identity: dict[str, Any], request: GenerationRequest) -> str:
@@ -68,6 +97,9 @@ class CachedLLM(LLM):
     def identity(self) -> dict[str, Any]:
         return self.llm.identity()
 
+    def check(self) -> None:
+        self.llm.check()
+
     def __repr__(self) -> str:
         return f"CachedLLM({self.llm!r}, path={str(self.path)!r})"
 
@@ -75,10 +107,34 @@ class CachedLLM(LLM):
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                check_same_thread=False,
-            )  # fmt: skip
+            try:
+                conn = self._open()
+            except sqlite3.DatabaseError as exc:
+                if not is_corruption(exc):
+                    raise type(exc)(f"completion cache {self.path}: {exc}") from exc
+                self._move_aside(exc)
+                conn = self._open()
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        """A checked connection: the schema exists and ``quick_check`` passed (a few tenths of a
+        second for a 400 MB cache, once per process; a damaged page otherwise surfaces later as
+        one failed batch after another)."""
+        # Read the header before sqlite does: on a file that is not a database, sqlite deletes
+        # the -wal beside it on close, and that file belongs with the evidence moved aside.
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(len(_SQLITE_HEADER))
+        except FileNotFoundError:
+            head = b""
+        if head and head != _SQLITE_HEADER:
+            raise _Corrupt(f"file is not a database (it starts with {head[:8]!r})")
+        conn = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+            check_same_thread=False,
+        )  # fmt: skip
+        try:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # durable enough in WAL mode, much faster
@@ -87,8 +143,43 @@ class CachedLLM(LLM):
                 " key TEXT PRIMARY KEY, completion TEXT NOT NULL,"
                 " identity TEXT NOT NULL, created REAL NOT NULL)"
             )
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+            if problems != ["ok"]:
+                raise _Corrupt("quick_check: " + "; ".join(problems))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _move_aside(self, exc: sqlite3.DatabaseError) -> None:
+        """Move a damaged cache file (and its -wal/-shm) to ``<name>.corrupt-<timestamp>``."""
+        from filelock import FileLock
+
+        # Sweep workers share the file and may all find it damaged: one moves it, under a lock,
+        # and only if the file there now is still damaged (another may have replaced it already).
+        with FileLock(f"{self.path}.recover.lock"):
+            try:
+                self._open().close()
+                return
+            except sqlite3.DatabaseError as again:
+                if not is_corruption(again):
+                    raise type(again)(f"completion cache {self.path}: {again}") from again
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+            n = 1
+            while aside.exists():
+                n += 1
+                aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            # the suffixes follow the main file, so sqlite can still open the set moved aside
+            for suffix in ("", "-wal", "-shm"):
+                src = Path(f"{self.path}{suffix}")
+                if src.exists():
+                    os.replace(src, f"{aside}{suffix}")
+            log.warning(
+                "completion cache %s is not a usable sqlite database (%s: %s); moved it to %s "
+                "and starting a fresh cache",
+                self.path, type(exc).__name__, exc, aside,
+            )  # fmt: skip
 
     def _lookup(self, keys: Sequence[str]) -> dict[str, Completion]:
         found: dict[str, Completion] = {}
@@ -124,6 +215,28 @@ class CachedLLM(LLM):
                 conn.execute("ROLLBACK")
                 raise
 
+    def _reindex(
+        self, exc: Exception, keys: list[str], todo_keys: list[str], found: dict[str, Completion]
+    ) -> None:
+        """Turn the wrapped LLM's ``partial``/``errors`` (indices into the misses it was given)
+        into indices of the caller's batch, hits included: the caller then gives each request
+        its completion or its own error and resends none of them."""
+        done = {todo_keys[i]: c for i, c in exc.partial.items()}
+        inner_errors = getattr(exc, "errors", None)
+        failed = {todo_keys[i]: e for i, e in (inner_errors or {}).items()}
+        partial: dict[int, Completion] = {}
+        errors: dict[int, Exception] = {}
+        for j, k in enumerate(keys):
+            if k in found:
+                partial[j] = dataclasses.replace(found[k], cached=True)
+            elif k in done:
+                partial[j] = done[k]
+            elif k in failed:
+                errors[j] = failed[k]
+        exc.partial = partial
+        if inner_errors is not None:
+            exc.errors = errors
+
     def __len__(self) -> int:
         with self._lock:
             return self._connection().execute("SELECT COUNT(*) FROM completions").fetchone()[0]
@@ -151,8 +264,10 @@ class CachedLLM(LLM):
             try:
                 out = self.llm.generate(list(todo.values()))
             except Exception as exc:
-                partial = getattr(exc, "partial", None) or {}
-                self._store({todo_keys[i]: c for i, c in partial.items()})
+                partial = getattr(exc, "partial", None)
+                if partial is not None:
+                    self._store({todo_keys[i]: c for i, c in partial.items()})
+                    self._reindex(exc, keys, todo_keys, found)
                 raise
             fresh = dict(zip(todo_keys, out, strict=True))
             self._store(fresh)

@@ -5,14 +5,25 @@ Payload building and response parsing are pure functions in ``openai_payload.py`
 
 - chat (``/v1/chat/completions``) or completions (``/v1/completions``) endpoint;
 - base URL, model and key from arguments or the environment (``OPENAI_BASE_URL``,
-  ``RAGBENCH_API_KEY`` or ``OPENAI_API_KEY``, ``OPENAI_MODEL``). The key lives only in the HTTP
-  client's headers: never in ``identity()``, ``repr``, completions, logs or exception messages;
+  ``RAGBENCH_API_KEY`` or ``OPENAI_API_KEY``, ``OPENAI_MODEL``);
+- credentials: the key, extra ``headers``, and what the base URL carries (``user:password@``, a
+  ``?token=``) live only inside the HTTP client. ``identity()``, ``repr``, completions, logs and
+  exception messages show the URL through ``secrets.redact_url`` (no userinfo, secret query
+  values masked), and every secret is ``secrets.remember``-ed so error text quoting it is masked.
+  The request URL never carries userinfo: with a key the server gets ``Authorization: Bearer
+  <key>`` only; without one, the URL's ``user:password`` is sent as HTTP Basic auth. A
+  ``headers`` entry named ``Authorization`` replaces both. The query is kept on every request
+  (Azure needs ``api-version``);
 - a batch runs on a thread pool of ``max_concurrency`` workers sharing one ``httpx.Client``;
 - each request retries with exponential backoff (tenacity) on 408/429/5xx, timeouts and dropped
   connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests replace);
-  then a ``LLMRequestError`` names the URL, the HTTP status and the server's last message. A
-  failed request never yields a partial ``Completion``; the error carries the batch's finished
-  completions in ``.partial`` (the cache stores them);
+  then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's last
+  message. A failed request never yields a partial ``Completion``. Every request of a batch runs
+  to its own end, so a failed batch raises ``LLMBatchError`` with the finished completions in
+  ``.partial`` (the cache stores them) and each failed request's own error in ``.errors``: the
+  caller never needs to resend a request, which would repeat its retries;
+- ``check()``: one ``GET <base>/models`` with a short timeout and no retries, raising
+  ``ServerUnreachable`` before a run rather than one error row per record;
 - latency: with ``stream=True`` (default) the server-sent events give time to first token
   (``prefill_seconds``, which includes queueing and network) and the rest is ``decode_seconds``.
   Without streaming only the total is known: it goes to ``decode_seconds`` and
@@ -23,34 +34,59 @@ Payload building and response parsing are pure functions in ``openai_payload.py`
 
 from __future__ import annotations
 
-import email.utils
 import json
+import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
 
+from ragbench import secrets
 from ragbench.llm import openai_payload as wire
-from ragbench.llm.base import LLM
+from ragbench.llm.base import LLM, ServerUnreachable
 from ragbench.types import Completion, GenerationRequest
+
+log = logging.getLogger(__name__)
 
 KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # plus every 5xx
+# GET /models answers in milliseconds on a live server; this bounds the connect and the read
+# each, so a dead or black-holed host is reported in seconds instead of after a run of retries.
+CHECK_TIMEOUT = 5.0
+# Statuses of a server that is up but has no /models (it is optional in OpenAI-compatible servers)
+NO_MODELS_ROUTE = frozenset({404, 405, 501})
 
 
 class LLMRequestError(RuntimeError):
-    """A request failed for good (after retries). ``partial``: index -> Completion of the
-    requests of the same batch that did finish."""
+    """A request failed for good (after its retries: ``attempts``). ``partial``: index ->
+    Completion of the requests of the same batch that did finish (empty for one request)."""
 
     def __init__(self, message: str, url: str, status: int | None = None, attempts: int = 1):
         super().__init__(message)
         self.url, self.status, self.attempts = url, status, attempts
         self.partial: dict[int, Completion] = {}
+
+
+class LLMBatchError(LLMRequestError):
+    """Some requests of a batch failed for good, each after its own retries. ``errors``: index ->
+    that request's own error; ``partial``: index -> Completion of the others. The message,
+    status and attempts are those of the first failed request."""
+
+    def __init__(self, partial: dict[int, Completion], errors: dict[int, Exception], total: int):
+        i = min(errors)
+        first = errors[i]
+        what = (
+            str(first) if isinstance(first, LLMRequestError) else f"{type(first).__name__}: {first}"
+        )
+        super().__init__(
+            f"{len(errors)} of {total} requests failed; the first: {what}",
+            getattr(first, "url", ""), getattr(first, "status", None),
+            getattr(first, "attempts", 1),
+        )  # fmt: skip
+        self.partial, self.errors = partial, errors
 
 
 class _StatusError(Exception):
@@ -63,40 +99,26 @@ class _IncompleteStream(Exception):
     """The event stream ended without a finish reason or [DONE]: treated as a dropped connection."""
 
 
-# ---------------------------------------------------------------------------- retry policy
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    now = now or datetime.now(UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
-def backoff_seconds(attempt: int, base: float, cap: float, retry_after: float | None) -> float:
-    """Wait before retry number ``attempt`` (1 = first retry): the server's ``Retry-After`` when
-    given (capped), else ``base * 2**(attempt-1)`` capped."""
-    if retry_after is not None:
-        return min(retry_after, cap)
-    return min(cap, base * 2 ** (attempt - 1))
-
-
 def _retryable(exc: BaseException) -> bool:
     import httpx
 
     if isinstance(exc, _StatusError):
         return exc.status in RETRY_STATUSES or exc.status >= 500
     return isinstance(exc, httpx.TransportError | _IncompleteStream)
+
+
+class _RedactRecords(logging.Filter):
+    """httpx logs each request's full URL at INFO, query included, where a token can sit."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = secrets.redact_text(record.getMessage()), ()
+        return True
+
+
+def _redact_httpx_logs() -> None:
+    logger = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactRecords) for f in logger.filters):
+        logger.addFilter(_RedactRecords())
 
 
 # ---------------------------------------------------------------------------- the backend
@@ -110,7 +132,7 @@ class OpenAICompatLLM(LLM):
     def __init__(
         self,
         model: str | None = None,
-        base_url: str | None = None,
+        base_url: str | None = None,  # may carry user:password@ and a query (see the module doc)
         api_key: str | None = None,
         endpoint: str = "chat",
         context_window: int = 8192,
@@ -122,6 +144,11 @@ class OpenAICompatLLM(LLM):
         backoff_max: float = 30.0,
         stream: bool = True,
         revision: str = "",  # weights revision/hash, for cache keys (the server can't tell us)
+        # Sent with every request (an organisation id, a gateway's auth header). Values are treated
+        # as secrets; they are not in identity(): a header selects who pays or may call, not what
+        # the model answers (what changes answers belongs in ``revision``), and a rotated token
+        # must not invalidate the completion cache.
+        headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,  # waits between retries; tests pass a no-op
     ) -> None:
         model = model or os.environ.get("OPENAI_MODEL")
@@ -135,45 +162,107 @@ class OpenAICompatLLM(LLM):
             )
         if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ValueError("max_concurrency must be >= 1, max_retries >= 0 and timeout > 0")
-        self.url = wire.endpoint_url(base_url, endpoint)  # validates endpoint and URL
-        self.base_url = wire.safe_url(base_url)
+        headers = wire.check_headers(headers)
+        key = api_key or next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), None)
+        creds = wire.url_credentials(base_url)
+        # Remember every secret first, so that no message from here on (even a ValueError about
+        # this very URL) can quote one.
+        secrets.remember(key, creds.password, *headers.values())
+        secrets.remember(*(v for k, v in creds.query if secrets.is_secret_name(k)))
+        secrets.collect(base_url)  # the percent-encoded forms as written
+
+        # Where requests go: no userinfo (it would become Basic auth behind our back) and no
+        # query (the client adds it to every request, so it lives only inside the client).
+        self._post_url = wire.endpoint_url(base_url, endpoint)  # validates endpoint and URL
+        self._models_url = wire.api_root(base_url) + "/models"
+        self._models_shown = secrets.redact_url(wire.with_query(self._models_url, creds.query))
+        # What people and caches see: the same URLs with the query, secret values masked.
+        self.url = secrets.redact_url(wire.with_query(self._post_url, creds.query))
+        self.base_url = secrets.redact_url(wire.with_query(wire.api_root(base_url), creds.query))
         self.name, self.model, self.endpoint = model, model, endpoint
         self.context_window, self.timeout = context_window, timeout
         self.max_concurrency, self.max_retries = max_concurrency, max_retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.stream, self.revision, self.tokenizer_name = stream, revision, tokenizer
+        self.header_names = sorted(headers)
         self.sleep = sleep
         self._tokenizer = None
-        self._has_key = bool(api_key or any(os.environ.get(k) for k in KEY_ENV))
-        # The key goes straight into the client's headers (httpx shows them as [secure]) and a
-        # redaction closure; it is never an attribute, so vars() and repr cannot show it.
-        self._client, self._redact = self._make_client(api_key)
+        self._has_key = bool(key)
+        self._client = self._make_client(key, creds, headers)
         self._lock = threading.Lock()
 
-    def _make_client(self, api_key: str | None):
+    def _make_client(self, key: str | None, creds: wire.Credentials, headers: dict[str, str]):
+        # The secrets go straight into the client (httpx shows auth headers as [secure]); none is
+        # an attribute of ours, so vars() and repr cannot show them.
         import httpx
 
-        key = api_key or next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), None)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        auth_header = {"Authorization": f"Bearer {key}"} if key else {}
+        explicit_auth = any(h.lower() == "authorization" for h in headers)
+        auth = None
+        if creds.username is not None or creds.password is not None:
+            if key or explicit_auth:
+                log.warning(
+                    "%s carries user:password but %s is configured: sending that only",
+                    self.base_url, "an Authorization header" if explicit_auth else "an API key",
+                )  # fmt: skip
+            else:
+                auth = httpx.BasicAuth(creds.username or "", creds.password or "")
+        if explicit_auth:
+            auth_header = {}
+        _redact_httpx_logs()
         limits = httpx.Limits(max_connections=self.max_concurrency)
-        client = httpx.Client(
-            headers=headers, timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
-            limits=limits,
+        return httpx.Client(
+            headers={**auth_header, **headers}, auth=auth, params=list(creds.query),
+            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)), limits=limits,
         )  # fmt: skip
-        return client, lambda text: wire.redact(str(text), key)
 
     def __repr__(self) -> str:
         key = "'***'" if self._has_key else "None"
-        return f"OpenAICompatLLM(model={self.model!r}, url={self.url!r}, api_key={key})"
+        extra = f", headers={self.header_names!r}" if self.header_names else ""
+        return f"OpenAICompatLLM(model={self.model!r}, url={self.url!r}, api_key={key}{extra})"
 
     def identity(self) -> dict[str, Any]:
+        # ``url``, not the host: two servers behind one host:port (a gateway's /a/v1 and /b/v1)
+        # are different models. Redacted and without userinfo, so a new password or token keeps
+        # the cache; non-secret query values (api-version) stay, they can change the answers.
         return {
             "backend": "openai",
-            "host": urlsplit(self.url).netloc,
+            "url": self.url,
             "model": self.model,
             "endpoint": self.endpoint,
             "revision": self.revision,
         }
+
+    def check(self, timeout: float = CHECK_TIMEOUT) -> None:
+        """One ``GET <base>/models`` (``timeout`` seconds to connect and as many to read, no
+        retries): ``ServerUnreachable`` names the URL and why: refused, no answer, the credentials
+        rejected, or another HTTP error with the server's message. A server without a /models
+        route (404, 405, 501) answered, so it is up: that passes."""
+        import httpx
+
+        try:
+            resp = self._client.get(self._models_url, timeout=httpx.Timeout(timeout))
+        except httpx.TimeoutException as exc:
+            phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "answer"
+            cause = f"no {phase} within {timeout:g} s ({type(exc).__name__})"
+        except httpx.ConnectError as exc:
+            cause = f"cannot connect ({exc}); is the server running and base_url right?"
+        except httpx.TransportError as exc:
+            cause = f"{type(exc).__name__}: {exc}"
+        else:
+            status = resp.status_code
+            if status < 400 or status in NO_MODELS_ROUTE:
+                return
+            cause = f"HTTP {status}: {wire.error_message(resp.text, limit=200)}"
+            if status in (401, 403):
+                # (no "credentials: ..." here: redact_text would take the words after it for one)
+                cause += (
+                    f"; the server refused our credentials (check the API key in "
+                    f"{' or '.join(KEY_ENV)} or api_key, the user:password in base_url, "
+                    "and any auth headers)"
+                )
+        msg = f"OpenAI-compatible server check failed: GET {self._models_shown}: {cause}"
+        raise ServerUnreachable(secrets.redact_text(" ".join(msg.split()))) from None
 
     def close(self) -> None:
         self._client.close()
@@ -193,27 +282,28 @@ class OpenAICompatLLM(LLM):
     # ------------------------------------------------------------------ generation
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        # Every request runs to its own end (a completion, or an error after its own retries),
+        # even when another has failed: the caller then knows each request's fate and never
+        # has to resend one, which would repeat its retries against the server.
         if len(requests) == 1:
-            return [self._request(requests[0])]
+            try:
+                return [self._request(requests[0])]
+            except Exception as exc:
+                if not hasattr(exc, "partial"):
+                    exc.partial = {}  # nothing else finished; the request is not to be resent
+                raise
         results: dict[int, Completion] = {}
+        errors: dict[int, Exception] = {}
         with ThreadPoolExecutor(min(self.max_concurrency, len(requests))) as pool:
-            futures = {pool.submit(self._request, r): i for i, r in enumerate(requests)}
-            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in pending:
-                f.cancel()
-            done |= wait(pending)[0] if pending else set()
-            errors = []
-            for f in done:
-                if f.cancelled():
-                    continue
-                if f.exception() is None:
-                    results[futures[f]] = f.result()
+            futures = [pool.submit(self._request, r) for r in requests]
+            for i, f in enumerate(futures):
+                exc = f.exception()
+                if exc is None:
+                    results[i] = f.result()
                 else:
-                    errors.append((futures[f], f.exception()))
+                    errors[i] = exc
         if errors:
-            _, exc = min(errors, key=lambda e: e[0])
-            exc.partial = results
-            raise exc
+            raise LLMBatchError(results, errors, len(requests))
         return [results[i] for i in range(len(requests))]
 
     def _request(self, request: GenerationRequest) -> Completion:
@@ -222,7 +312,9 @@ class OpenAICompatLLM(LLM):
         def wait_for(state) -> float:
             exc = state.outcome.exception()
             ra = getattr(exc, "retry_after", None)
-            return backoff_seconds(state.attempt_number, self.backoff_base, self.backoff_max, ra)
+            return wire.backoff_seconds(
+                state.attempt_number, self.backoff_base, self.backoff_max, ra
+            )
 
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -250,18 +342,17 @@ class OpenAICompatLLM(LLM):
         else:
             detail = str(exc)
         msg = f"POST {self.url} failed after {attempts} attempt(s): {detail}"
-        return LLMRequestError(self._redact(msg), self.url, status, attempts)
+        return LLMRequestError(secrets.redact_text(msg), self.url, status, attempts)
 
     def _post(self, payload: dict[str, Any]) -> tuple[wire.Parsed, float, float]:
         """One attempt: (parsed response, prefill seconds, decode seconds)."""
         t0 = time.perf_counter()
-        with self._client.stream("POST", self.url, json=payload) as resp:
+        with self._client.stream("POST", self._post_url, json=payload) as resp:
             if resp.status_code >= 400:
                 body = resp.read().decode("utf-8", "replace")
-                retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                raise _StatusError(
-                    resp.status_code, self._redact(wire.error_message(body)), retry_after
-                )
+                retry_after = wire.parse_retry_after(resp.headers.get("retry-after"))
+                message = secrets.redact_text(wire.error_message(body))  # may quote our key
+                raise _StatusError(resp.status_code, message, retry_after)
             if not payload.get("stream"):
                 body = resp.read()
                 parsed = wire.parse_response(json.loads(body), self.endpoint)

@@ -1,17 +1,20 @@
 """OpenAI-compatible HTTP: the pure half (lm-evaluation-harness style), no I/O.
 
-Endpoint URLs, the JSON body of a request, the text/finish reason/usage of a response or of one
-server-sent event, the server's message from an error body, and secret redaction. The transport
-(``openai_compat.py``) calls these; the tests call them directly.
+Endpoint URLs (and the credentials a base URL carries), the JSON body of a request, the
+text/finish reason/usage of a response or of one server-sent event, the server's message from an
+error body, the retry policy's waits, extra headers checked. The transport (``openai_compat.py``)
+calls these; the tests call them directly. Redaction is ``ragbench.secrets``'s job.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ragbench.registry import unknown
 from ragbench.types import GenerationRequest
@@ -19,23 +22,68 @@ from ragbench.types import GenerationRequest
 ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}
 
 
+def api_root(base_url: str) -> str:
+    """``http://user:pw@h:8000/v1/?q=1`` -> ``http://h:8000/v1``: where the API's paths hang, with
+    no userinfo and no query (those are credentials or per-request parameters, handled apart)."""
+    parts = urlsplit(base_url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base_url must look like http://host:port/v1, got {safe_url(base_url)!r}")
+    return urlunsplit(
+        (parts.scheme, _host_port(parts.netloc), parts.path.rstrip("/") or "/v1", "", "")
+    )
+
+
 def endpoint_url(base_url: str, endpoint: str) -> str:
-    """``http://h:8000`` or ``http://h:8000/v1`` -> ``http://h:8000/v1/chat/completions``."""
+    """``http://h:8000`` or ``http://h:8000/v1`` -> ``http://h:8000/v1/chat/completions`` (no
+    userinfo, no query: see ``api_root``)."""
     if endpoint not in ENDPOINTS:
         raise unknown("endpoint", endpoint, ENDPOINTS)
-    parts = urlsplit(base_url.rstrip("/"))
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"base_url must look like http://host:port/v1, got {safe_url(base_url)!r}")
-    path = parts.path or "/v1"
-    return urlunsplit((parts.scheme, parts.netloc, path + ENDPOINTS[endpoint], "", ""))
+    return api_root(base_url) + ENDPOINTS[endpoint]
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a base URL carries besides its address: ``user:password@`` and the query string."""
+
+    username: str | None
+    password: str | None
+    query: tuple[tuple[str, str], ...]  # in order, repeats kept (api-version=..., token=...)
+
+
+def url_credentials(base_url: str) -> Credentials:
+    """The userinfo (percent-decoded, as HTTP Basic auth wants it) and query pairs of a URL."""
+    parts = urlsplit(base_url.strip())
+    user = unquote(parts.username) if parts.username is not None else None
+    password = unquote(parts.password) if parts.password is not None else None
+    return Credentials(user, password, tuple(parse_qsl(parts.query, keep_blank_values=True)))
+
+
+def with_query(url: str, query: Iterable[tuple[str, str]]) -> str:
+    """``url`` with these query pairs (what is actually requested)."""
+    q = urlencode(list(query))
+    return f"{url}?{q}" if q else url
+
+
+def _host_port(netloc: str) -> str:
+    return netloc.rpartition("@")[2]  # keeps [::1] brackets and the port exactly as written
 
 
 def safe_url(url: str) -> str:
     """The URL without user:password@ and without a query string (both can carry secrets)."""
     p = urlsplit(url)
-    host = p.hostname or ""
-    netloc = f"{host}:{p.port}" if p.port else host
-    return urlunsplit((p.scheme, netloc, p.path, "", ""))
+    return urlunsplit((p.scheme, _host_port(p.netloc), p.path, "", ""))
+
+
+def check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """Extra headers as a plain dict of strings (a config may hold anything)."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        names = list(headers) if isinstance(headers, Mapping) else type(headers).__name__
+        raise TypeError(f"headers must map header names to string values, got {names!r}")
+    return dict(headers)
 
 
 def build_payload(
@@ -150,5 +198,29 @@ def apply_stop(text: str, stop: Iterable[str]) -> str:
     return text if cut < 0 else text[:cut]
 
 
-def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
+# ---------------------------------------------------------------------------- retry policy
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    now = now or datetime.now(UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def backoff_seconds(attempt: int, base: float, cap: float, retry_after: float | None) -> float:
+    """Wait before retry number ``attempt`` (1 = first retry): the server's ``Retry-After`` when
+    given (capped), else ``base * 2**(attempt-1)`` capped."""
+    if retry_after is not None:
+        return min(retry_after, cap)
+    return min(cap, base * 2 ** (attempt - 1))

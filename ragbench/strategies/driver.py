@@ -30,13 +30,37 @@ def drive(steps: Steps, llm: Any) -> Record:
     return out
 
 
+def outcomes(
+    llm: Any, requests: list[GenerationRequest], exc: Exception
+) -> list[Completion | Exception]:
+    """Each request's completion or error after ``llm.generate(requests)`` raised ``exc``.
+
+    Retries belong to the backend, so a request it has already given up on is never sent again
+    (a resend would repeat all its retries). When ``exc.partial`` says which requests finished
+    (the HTTP backend, the completion cache), those keep their completions and the others get
+    their own error from ``exc.errors`` or else ``exc``, unsent. Only a failure that says nothing
+    about single requests (a transformers OOM, a window overflow found before anything ran) is
+    isolated by running the requests one by one."""
+    partial = getattr(exc, "partial", None)
+    if isinstance(partial, dict):
+        errors = getattr(exc, "errors", None) or {}
+        return [partial[i] if i in partial else errors.get(i, exc) for i in range(len(requests))]
+    out: list[Completion | Exception] = []
+    for request in requests:
+        try:
+            out.append(llm.generate([request])[0])
+        except Exception as one:
+            out.append(one)
+    return out
+
+
 def run_batch(
     items: Sequence[tuple[Example, StrategyParams]], res: Resources
 ) -> list[Record | Exception]:
     """Run (example, params) items together (the params name their strategy); each round's
     requests go to the LLM in one ``generate`` call. Returns a Record or the exception per item,
-    in order: one failing item never stops the others. If the batched call itself fails, that
-    round's requests are retried one by one so the error lands on the request that caused it."""
+    in order: one failing item never stops the others. If the batched call fails, each request
+    gets its own outcome (see ``outcomes``)."""
     from ragbench.strategies import get_strategy
 
     results: list[Record | Exception | None] = [None] * len(items)
@@ -65,13 +89,8 @@ def run_batch(
         requests = [waiting[i][1] for i in round_]
         try:
             completions: list[Completion | Exception] = list(res.llm.generate(requests))
-        except Exception:
-            completions = []
-            for request in requests:
-                try:
-                    completions.append(res.llm.generate([request])[0])
-                except Exception as exc:
-                    completions.append(exc)
+        except Exception as exc:
+            completions = outcomes(res.llm, requests, exc)
         current = {i: waiting.pop(i)[0] for i in round_}
         for i, completion in zip(round_, completions, strict=True):
             if isinstance(completion, Exception):
