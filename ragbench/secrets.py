@@ -37,6 +37,12 @@ SECRET_WORDS = frozenset({
     "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase",
     "authorization", "auth", "credential", "credentials", "cookie", "signature", "sig", "bearer",
 })  # fmt: skip
+# headers that carry no credential; their values ("application/json") must not be masked in
+# every later text of the process
+PLAIN_HEADERS = frozenset({
+    "accept", "accept-encoding", "accept-language", "cache-control", "connection",
+    "content-encoding", "content-type", "user-agent",
+})  # fmt: skip
 MIN_ENV_SECRET_LEN = 8  # environment values shorter than this are too common to mask everywhere
 MIN_REMEMBERED_LEN = 4
 # Well-known key shapes, caught even when typed into a cell rather than read from anywhere.
@@ -83,7 +89,7 @@ def collect(obj: Any) -> None:
             if isinstance(v, str) and (is_secret_name(k) or str(k).lower() == "headers"):
                 remember(v)
             elif str(k).lower() == "headers" and isinstance(v, Mapping):
-                remember(*(str(x) for x in v.values()))
+                remember(*header_secrets(v))
             else:
                 collect(v)
     elif isinstance(obj, list | tuple):
@@ -94,6 +100,11 @@ def collect(obj: Any) -> None:
             parts = urlsplit(m.group(0))
             remember(parts.password)
             remember(*(v for k, v in parse_qsl(parts.query) if is_secret_name(k)))
+
+
+def header_secrets(headers: Mapping[str, Any]) -> list[str]:
+    """The header values that may be credentials: all but those of ``PLAIN_HEADERS``."""
+    return [str(v) for k, v in headers.items() if str(k).lower() not in PLAIN_HEADERS]
 
 
 def env_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -167,7 +167,7 @@ class OpenAICompatLLM(LLM):
         creds = wire.url_credentials(base_url)
         # Remember every secret first, so that no message from here on (even a ValueError about
         # this very URL) can quote one.
-        secrets.remember(key, creds.password, *headers.values())
+        secrets.remember(key, creds.password, *secrets.header_secrets(headers))
         secrets.remember(*(v for k, v in creds.query if secrets.is_secret_name(k)))
         secrets.collect(base_url)  # the percent-encoded forms as written
 
