@@ -19,6 +19,7 @@ COMMAND_MODULES: list[str] = [
     "ragbench.retrieval.cli",
     "ragbench.run_cli",
     "ragbench.sweep_cli",
+    "ragbench.cost_cli",
 ]
 
 

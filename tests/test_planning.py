@@ -71,3 +71,143 @@ def test_capacity_table_is_integer_sequences_per_model_and_length():
     assert table.loc[8192, "qwen2.5-7b-instruct"] == planning.max_concurrent_sequences(
         "qwen2.5-7b-instruct", 8192, 80.0
     )
+
+
+# ---------------------------------------------------------------------------- break-even
+
+CACHED = parse_price_sheet(
+    {
+        "name": "c",
+        "kind": "api",
+        "date": "2025-01-01",
+        "source": "test",
+        "input_per_million": 1.0,
+        "cached_input_per_million": 0.1,
+        "cache_write_per_million": 1.25,
+        "output_per_million": 4.0,
+        "min_cacheable_prompt_tokens": 1024,
+    }
+)
+
+
+def results(lc_prompt=10_020, kept=10_000, rag_prompt=2_020, closed_book=False):
+    import pandas as pd
+
+    rows = []
+    for ex in ("a", "b"):
+        rows.append(
+            {
+                "example_id": ex,
+                "strategy": "long_context",
+                "label": "long_context",
+                "prompt_tokens": lc_prompt,
+                "completion_tokens": 10,
+                "kept_tokens": kept,
+                "error": None,
+            }
+        )
+        rows.append(
+            {
+                "example_id": ex,
+                "strategy": "rag",
+                "label": "rag k=2",
+                "prompt_tokens": rag_prompt,
+                "completion_tokens": 10,
+                "kept_tokens": None,
+                "error": None,
+            }
+        )
+        if closed_book:
+            rows.append(
+                {
+                    "example_id": ex,
+                    "strategy": "closed_book",
+                    "label": "closed_book",
+                    "prompt_tokens": 20,
+                    "completion_tokens": 10,
+                    "kept_tokens": None,
+                    "error": None,
+                }
+            )
+    rows.append(
+        {
+            "example_id": "c",
+            "strategy": "rag",
+            "label": "rag k=2",
+            "prompt_tokens": None,
+            "completion_tokens": None,
+            "kept_tokens": None,
+            "error": "boom",
+        }
+    )  # dropped
+    return pd.DataFrame(rows)
+
+
+def test_prefix_cache_break_even_matches_hand_computation():
+    table, curve = planning.prefix_cache_break_even(
+        results(), [CACHED], questions_per_document=[1, 11, 12]
+    )
+    row = table.iloc[0]
+    # first question: 20 plain + 10,000 written at 1.25 + 10 out at 4 = 12,560 $/1e6
+    assert row.lc_first_question_dollars == pytest.approx(12_560e-6)
+    # later questions: 20 plain + 10,000 read at 0.1 + 40 = 1,060 $/1e6
+    assert row.lc_later_question_dollars == pytest.approx(1_060e-6)
+    assert row.rag_dollars_per_query == pytest.approx(2_060e-6)  # 2,020 + 40, every question
+    assert row.lc_no_cache_dollars_per_query == pytest.approx(10_060e-6)
+    # (12,560 - 1,060) / (2,060 - 1,060) = 11.5: at 11 questions LC is dearer, at 12 cheaper
+    assert row.break_even_questions_per_document == pytest.approx(11.5)
+    assert row.lc_cheaper_from == 12 and row.prefix_tokens == 10_000 and row.sheet == "c"
+    lc = curve[curve.series == "long context, prefix cache"].set_index("questions_per_document")
+    rag = curve[curve.series == "rag k=2"].set_index("questions_per_document")
+    assert lc.dollars_per_query[1] == pytest.approx(12_560e-6)
+    assert lc.dollars_per_query[11] > rag.dollars_per_query[11]
+    assert lc.dollars_per_query[12] < rag.dollars_per_query[12]
+    assert lc.dollars_per_query[12] == pytest.approx((12_560 + 11 * 1_060) / 12 * 1e-6)
+
+
+def test_break_even_never_and_from_the_first_question():
+    # RAG as cheap as a cached question: long context never catches up
+    never, _ = planning.prefix_cache_break_even(results(rag_prompt=1_020), [CACHED])
+    assert never.break_even_questions_per_document[0] == float("inf")
+    assert never.lc_cheaper_from.isna().all()
+    # a prefix under the sheet's 1024-token minimum is never cached: every question full price
+    short, _ = planning.prefix_cache_break_even(
+        results(lc_prompt=1_020, kept=1_000, rag_prompt=2_020), [CACHED]
+    )
+    row = short.iloc[0]
+    assert row.lc_first_question_dollars == row.lc_later_question_dollars == pytest.approx(1_060e-6)
+    assert row.break_even_questions_per_document == 1.0 and row.lc_cheaper_from == 1
+
+
+def test_break_even_prefix_from_closed_book_or_given_and_errors():
+    df = results(closed_book=True).drop(columns="kept_tokens")
+    paired, _ = planning.prefix_cache_break_even(df, [CACHED])
+    assert paired.prefix_tokens[0] == 10_000  # 10,020 long-context - 20 closed-book tokens
+    given, _ = planning.prefix_cache_break_even(results(), [CACHED], prefix_tokens=5_000)
+    assert given.lc_later_question_dollars[0] == pytest.approx((5_020 + 500 + 40) / 1e6)
+    with pytest.raises(ValueError, match="prefix_tokens="):
+        planning.prefix_cache_break_even(results().drop(columns="kept_tokens"), [CACHED])
+    with pytest.raises(ValueError, match="'gpu_hour'"):
+        planning.prefix_cache_break_even(results(), [GPU])
+    with pytest.raises(ValueError, match="need successful 'long_context' and 'rag'"):
+        planning.prefix_cache_break_even(results()[lambda d: d.strategy == "rag"], [CACHED])
+
+
+def test_break_even_by_group_and_the_write_premium_in_prefix_caching_table():
+    import pandas as pd
+
+    df = pd.concat(
+        [
+            results().assign(context_length=1),
+            results(lc_prompt=20_020, kept=20_000, rag_prompt=3_020).assign(context_length=2),
+        ]
+    )
+    table, curve = planning.prefix_cache_break_even(df, [CACHED, API], by="context_length")
+    assert list(table.context_length) == [1, 2, 1, 2] and set(curve.sheet) == {"c", "t"}
+    c = table[table.sheet == "c"].set_index("context_length").break_even_questions_per_document
+    # group 2: first 20 + 20,000 x 1.25 + 40 = 25,060; later 20 + 2,000 + 40 = 2,060;
+    # RAG 3,020 + 40 = 3,060: (25,060 - 2,060) / (3,060 - 2,060) = 23 (pooled it would not be)
+    assert c[1] == pytest.approx(11.5) and c[2] == pytest.approx(23.0)
+    # the planning table's first question now pays the write premium: 10,000 x 1.25
+    t = planning.prefix_caching_table(CACHED, 10_000, 20, 10, [1])
+    assert t["dollars_per_question_prefix_cache"][0] == pytest.approx(12_560e-6)

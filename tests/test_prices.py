@@ -1,0 +1,215 @@
+"""Price sheets: tiers, cache writes, the minimum cacheable prefix, errors, shipped sheets."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from ragbench import prices
+from ragbench.io import InputFileError
+from ragbench.types import Completion
+
+TIERED = {
+    "name": "t",
+    "kind": "api",
+    "date": "2025-01-01",
+    "source": "test",
+    "input_per_million": 3.0,
+    "cached_input_per_million": 0.3,
+    "cache_write_per_million": 3.75,
+    "cache_ttl": "5m",
+    "output_per_million": 15.0,
+    "min_cacheable_prompt_tokens": 1024,
+    "long_context_tiers": [
+        {
+            "above_prompt_tokens": 200_000,
+            "input_per_million": 6.0,
+            "cached_input_per_million": 0.6,
+            "output_per_million": 22.5,
+        }
+    ],
+}
+
+
+def sheet(**over):
+    return prices.parse_price_sheet({**TIERED, **over}, "t.yaml")
+
+
+def test_base_prices_with_cache_read_and_write():
+    s = sheet()
+    # 10,000 prompt = 2,000 plain + 5,000 read + 3,000 written; 100 out
+    got = prices.dollars(
+        s,
+        prompt_tokens=10_000,
+        cached_prompt_tokens=5_000,
+        cache_write_tokens=3_000,
+        completion_tokens=100,
+    )
+    assert got == pytest.approx((2_000 * 3.0 + 5_000 * 0.3 + 3_000 * 3.75 + 100 * 15.0) / 1e6)
+
+
+def test_long_context_tier_prices_the_whole_request_above_the_threshold():
+    s = sheet()
+    at = prices.dollars(s, prompt_tokens=200_000, completion_tokens=1000)
+    above = prices.dollars(s, prompt_tokens=200_001, completion_tokens=1000)
+    assert at == pytest.approx((200_000 * 3.0 + 1000 * 15.0) / 1e6)  # not above: base
+    assert above == pytest.approx((200_001 * 6.0 + 1000 * 22.5) / 1e6)  # a cliff, every token
+    # a tier that leaves the write price out keeps the base write price
+    assert s.rates(300_000)["cache_write_per_million"] == 3.75
+    got = prices.dollars(
+        s, prompt_tokens=300_000, cached_prompt_tokens=250_000, cache_write_tokens=10_000
+    )
+    assert got == pytest.approx((40_000 * 6.0 + 250_000 * 0.6 + 10_000 * 3.75) / 1e6)
+
+
+def test_write_price_defaults_to_input_and_tiers_stack_in_order():
+    s = prices.parse_price_sheet(
+        {
+            **{k: v for k, v in TIERED.items() if k not in ("cache_write_per_million",)},
+            "long_context_tiers": [
+                {"above_prompt_tokens": 100, "input_per_million": 4.0},
+                {"above_prompt_tokens": 1000, "output_per_million": 30.0},
+            ],
+        }
+    )
+    assert s.rates(50) == {
+        "input_per_million": 3.0,
+        "cached_input_per_million": 0.3,
+        "cache_write_per_million": 3.0,
+        "output_per_million": 15.0,
+    }
+    assert s.rates(500)["input_per_million"] == 4.0 and s.rates(500)["output_per_million"] == 15.0
+    assert s.rates(5000)["input_per_million"] == 4.0 and s.rates(5000)["output_per_million"] == 30
+
+
+def test_prefix_below_the_minimum_is_plain_input():
+    s = sheet()
+    short = prices.dollars(s, prompt_tokens=2000, cached_prompt_tokens=1000, cache_write_tokens=0)
+    assert short == pytest.approx(2000 * 3.0 / 1e6)  # 1000 < 1024: never cached there
+    written = prices.dollars(s, prompt_tokens=2000, cache_write_tokens=1023)
+    assert written == pytest.approx(2000 * 3.0 / 1e6)
+    long = prices.dollars(s, prompt_tokens=2000, cached_prompt_tokens=1024)
+    assert long == pytest.approx((976 * 3.0 + 1024 * 0.3) / 1e6)
+
+
+def test_dollars_rejects_impossible_counts():
+    s = sheet()
+    with pytest.raises(ValueError, match="exceed prompt_tokens"):
+        prices.dollars(s, prompt_tokens=10, cached_prompt_tokens=8, cache_write_tokens=3)
+    with pytest.raises(ValueError, match="completion_tokens"):
+        prices.dollars(s, prompt_tokens=10, completion_tokens=float("nan"))
+
+
+def test_gpu_hour_sheet_prices_device_seconds_not_tokens():
+    gpu = prices.price_sheet("example-h100-hour")  # 2.50 $/h, 1 GPU
+    assert prices.dollars(gpu, device_seconds=36.0, prompt_tokens=10**6) == pytest.approx(0.025)
+    with pytest.raises(ValueError, match="no token prices"):
+        gpu.rates(10)
+
+
+def test_dollars_per_query_reads_cache_writes_from_meta():
+    c = Completion("x", 5000, 10, cached_prompt_tokens=0, meta={"cache_write_tokens": 4000})
+    assert prices.dollars_per_query(c, sheet()) == pytest.approx(
+        (1000 * 3.0 + 4000 * 3.75 + 10 * 15.0) / 1e6
+    )
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"long_context_tiers": {"above_prompt_tokens": 1}}, "'long_context_tiers'.*list"),
+        ({"long_context_tiers": [{"input_per_million": 1.0}]}, r"tiers\[0\].above_prompt_tokens"),
+        (
+            {"long_context_tiers": [{"above_prompt_tokens": 5, "input_per_milion": 1}]},
+            "did you mean 'input_per_million'",
+        ),
+        (
+            {
+                "long_context_tiers": [
+                    {"above_prompt_tokens": 5, "input_per_million": 1},
+                    {"above_prompt_tokens": 5, "input_per_million": 2},
+                ]
+            },
+            r"tiers\[1\].above_prompt_tokens.*ascending",
+        ),
+        ({"long_context_tiers": [{"above_prompt_tokens": 5}]}, "at least one"),
+        (
+            {"long_context_tiers": [{"above_prompt_tokens": 5, "output_per_million": -1}]},
+            r"tiers\[0\].output_per_million.*>= 0",
+        ),
+        ({"min_cacheable_prompt_tokens": 1.5}, "min_cacheable_prompt_tokens.*integer"),
+        ({"cache_write_per_million": "lots"}, "cache_write_per_million.*number"),
+    ],
+)
+def test_malformed_sheets_name_file_and_field(over, match):
+    with pytest.raises(InputFileError, match=f"t.yaml.*{match}"):
+        sheet(**over)
+
+
+def test_gpu_sheets_reject_token_fields():
+    gpu = {"name": "g", "kind": "gpu_hour", "date": "d", "source": "s", "gpu_hour": 1, "gpus": 1}
+    with pytest.raises(InputFileError, match="'long_context_tiers'.*unknown key"):
+        prices.parse_price_sheet({**gpu, "long_context_tiers": []}, "g.yaml")
+
+
+def test_example_sheets_still_price_as_before():
+    api = prices.price_sheet("example-hosted-api")
+    assert api.tiers == () and api.min_cacheable_prompt_tokens == 0
+    # 600 plain x 0.15 + 400 cached x 0.075 + 100 x 0.60, per million
+    got = prices.dollars(api, prompt_tokens=1000, cached_prompt_tokens=400, completion_tokens=100)
+    assert got == pytest.approx(180e-6)
+    cpu = prices.price_sheet("example-cpu-hour")
+    assert cpu.peak_flops == 192.0e9  # YAML 1.1 reads `192.0e9` as text; still a number
+    assert prices.dollars(cpu, device_seconds=3600) == pytest.approx(0.08)
+
+
+def test_real_sheets_carry_provider_model_date_source_and_caching_facts():
+    real = [n for n in prices.available_price_sheets() if not n.startswith("example-")]
+    providers = {prices.price_sheet(n).provider for n in real}
+    assert {"openai", "anthropic", "google"} <= providers
+    for name in real:
+        s = prices.price_sheet(name)
+        assert s.model and s.date[:4] == "2025" and "https://" in s.source, name
+        assert s.min_cacheable_prompt_tokens >= 1024, name
+        r = s.rates(1000)
+        assert r["cached_input_per_million"] < r["input_per_million"], name
+    sonnet = prices.price_sheet("anthropic-claude-sonnet-4-5")
+    assert sonnet.cache_ttl == "5m"
+    assert sonnet.rates(1)["cache_write_per_million"] == 1.25 * sonnet.rates(1)["input_per_million"]
+    assert sonnet.rates(200_001)["input_per_million"] == 6.0
+    assert sonnet.describe()["date"] == sonnet.date
+
+
+def test_sheet_from_genai_prices_objects():
+    # the shapes of genai-prices' ModelPrice / TieredPrices / Tier, without the package
+    tiered = SimpleNamespace  # TieredPrices(base, tiers=[Tier(start, price)])
+    mp = SimpleNamespace(
+        input_mtok=tiered(base=3, tiers=[SimpleNamespace(start=200_000, price=6)]),
+        cache_read_mtok=tiered(base=0.3, tiers=[SimpleNamespace(start=200_000, price=0.6)]),
+        cache_write_mtok=3.75,
+        output_mtok=tiered(base=15, tiers=[SimpleNamespace(start=200_000, price=22.5)]),
+    )
+    data = prices.sheet_from_genai(
+        mp, name="x", provider="anthropic", model="m", date="2025-11-01", source="https://x"
+    )
+    s = prices.parse_price_sheet(yaml.safe_load(prices.sheet_yaml(data)), "x.yaml")
+    assert s.rates(10) == {
+        "input_per_million": 3.0,
+        "cached_input_per_million": 0.3,
+        "cache_write_per_million": 3.75,
+        "output_per_million": 15.0,
+    }
+    assert s.rates(200_001)["output_per_million"] == 22.5 and s.cache_ttl == "5m"
+    with pytest.raises(ValueError, match="no token prices"):
+        prices.sheet_from_genai(
+            SimpleNamespace(), name="x", provider="p", model="m", date="d", source="s"
+        )
+
+
+def test_import_genai_sheet_from_the_installed_snapshot():
+    pytest.importorskip("genai_prices")
+    data = prices.import_genai_sheet("gpt-4o-mini", "openai")
+    s = prices.parse_price_sheet(data)
+    assert s.provider == "openai" and s.rates(1)["input_per_million"] > 0
