@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -195,12 +196,29 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (as logging's last-resort handler does),
+    not the stream of the moment it was installed, which a test runner may have closed since."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.setStream assigns it; nothing to keep
+        pass
+
+
 def install_log_redaction(level: int = logging.WARNING) -> None:
     """Log to stderr through ``RedactingFilter`` (idempotent): what ``ragbench`` commands use."""
     root = logging.getLogger()
     if any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
         return
-    handler = logging.StreamHandler()
+    handler = _StderrHandler()
+    handler.setLevel(level)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(name)s: %(message)s"))
     handler.addFilter(RedactingFilter())
     root.addHandler(handler)
