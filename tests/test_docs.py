@@ -16,7 +16,7 @@ from ragbench.datasets.shared_corpus import corpus_fingerprint, read_documents
 from ragbench.io import sha256_file
 
 PDF_PAGES = (
-    "The harbour master logs the tides twice a day.\nThe spring tide reaches 4.2 metres.",
+    "The harbour master is Ben Marsh.\nThe spring tide reaches 4.2 metres.",
     "Page two: the neap tide is 1.9 metres.\nThe lighthouse keeper is Ada Quill.",
 )
 HTML = """<!doctype html>
