@@ -223,3 +223,12 @@ def test_corpus_dataset_runs_end_to_end_for_every_strategy(tmp_path, monkeypatch
     located = rag[rag.example_id.isin(["keeper", "tower"])]
     assert (located["contains"] == located["gold_hit"].astype(float)).all()
     assert len(builds) == 1  # one index over the corpus for the whole run
+
+
+def test_csv_line_numbers_count_crlf_and_quoted_newlines(tmp_path):
+    text = 'question,answers\r\n"two\r\nlines",A\r\nOk?,B\r\n  ,C\r\n'
+    path = tmp_path / "q.csv"
+    path.write_bytes(text.encode("utf-8"))
+    with pytest.raises(InputFileError) as err:
+        read_questions(path)
+    assert (err.value.line, err.value.field) == (5, "question")

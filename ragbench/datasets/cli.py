@@ -1,8 +1,9 @@
-"""`ragbench data ...`: generate, import and deduplicate datasets as ragbench JSONL.
+"""`ragbench data ...`: generate, import and deduplicate datasets as ragbench JSONL, and ingest
+folders of documents into a corpus file (``data docs``, for the ``corpus`` dataset).
 
 Every command writes one canonical JSONL file (atomically) under ``data/generated/`` unless
-``--out`` says otherwise, then prints where it wrote and the dataset fingerprint (sha256 of the
-file) that runs record. Generators show a tqdm progress bar on a terminal.
+``--out`` says otherwise, then prints where it wrote and the fingerprint (sha256 of the file)
+that runs record. Generators and ingest show a tqdm progress bar on a terminal.
 """
 
 from __future__ import annotations
