@@ -321,3 +321,19 @@ def test_bad_beir_corpus_and_missing_files(tmp_path):
     (root / "queries.jsonl").unlink()
     assert "queries.jsonl: missing" in str(_error("beir", root))
     assert "expected a BEIR folder" in str(_error("beir", root / "corpus.jsonl"))
+
+
+def test_fingerprint_of_examples_sharing_one_corpus_equals_the_written_bytes(tmp_path):
+    # the shared-corpus dataset gives every question the same documents tuple; the fingerprint
+    # serialises it once but must still be the sha256 of exactly what write_examples writes
+    docs = (Document("a", "alpha \u00e9", "A", {"page_starts": [0]}), Document("b", "beta"))
+    examples = [
+        Example("q1", "One?", ("x",), docs, {"evidence": [["a", 0, 5]], "task_type": "qa"}),
+        Example("q2", "Two?", (), docs),
+        Example("q3", "Three?", ("y", "z"), (Document("c", "gamma"),), {"k": [1, {"n": None}]}),
+        Example("q4", "Four?", ("w",), ()),
+    ]
+    path = formats.write_examples(tmp_path / "shared.jsonl", examples)
+    assert path.read_text(encoding="utf-8") == "".join(e.to_json() + "\n" for e in examples)
+    assert formats.fingerprint(examples) == sha256_file(path)
+    assert formats.fingerprint(examples[:1]) != formats.fingerprint(examples)

@@ -3,6 +3,9 @@
 ``build_dataset(name, **params) -> list[Example]`` is what the experiment runner calls. Names are
 lazy registry entries, so importing this package loads no generator, tokenizer or word list.
 
+``corpus`` is the shared-corpus shape: a corpus file (``ragbench data docs``) and a questions
+file, every question over the same documents (``datasets.shared_corpus``).
+
 Add a dataset: write a module with a ``build(**params) -> list[Example]`` function whose
 examples carry ``meta["task"]`` and ``meta["evidence"]`` spans, then register it below.
 """
@@ -31,6 +34,7 @@ DATASETS = Registry(
         "niah": "ragbench.datasets.niah:build",
         "multidoc": "ragbench.datasets.multidoc:build",
         "file": "ragbench.datasets:load_file",
+        "corpus": "ragbench.datasets.shared_corpus:build",
         **{f"ruler/{task}": f"ragbench.datasets.ruler:{task}" for task in RULER_TASKS},
     },
 )

@@ -1,8 +1,9 @@
-"""`ragbench data ...`: generate, import and deduplicate datasets as ragbench JSONL.
+"""`ragbench data ...`: generate, import and deduplicate datasets as ragbench JSONL, and ingest
+folders of documents into a corpus file (``data docs``, for the ``corpus`` dataset).
 
 Every command writes one canonical JSONL file (atomically) under ``data/generated/`` unless
-``--out`` says otherwise, then prints where it wrote and the dataset fingerprint (sha256 of the
-file) that runs record. Generators show a tqdm progress bar on a terminal.
+``--out`` says otherwise, then prints where it wrote and the fingerprint (sha256 of the file)
+that runs record. Generators and ingest show a tqdm progress bar on a terminal.
 """
 
 from __future__ import annotations
@@ -245,3 +246,70 @@ def dedup_cmd(
     )
     typer.echo(f"wrote {target}")
     typer.echo(f"fingerprint {stats.get('fingerprint_out')}")
+
+
+@data_app.command("docs")
+def docs_cmd(
+    paths: list[Path] = typer.Argument(..., help="Files and folders (read recursively)."),
+    out: Path = typer.Option(
+        None, help="Output corpus JSONL (default: data/generated/corpus-NAME.jsonl)."
+    ),
+    include: list[str] = typer.Option(
+        [], help="Only files matching this glob, e.g. '*.pdf' (repeatable)."
+    ),
+    exclude: list[str] = typer.Option(
+        [], help="Skip files and folders matching this glob, e.g. 'drafts' (repeatable)."
+    ),
+    threshold: float = typer.Option(0.8, help="MinHash Jaccard threshold for near-duplicates."),
+) -> None:
+    """Ingest PDF, HTML, Markdown, DOCX and text files into a corpus (one document per file).
+
+    Each document keeps its path (its id), title, format and, for PDFs, where each page starts.
+    Text is cleaned, then exact and near-duplicate documents are dropped (the first is kept).
+    A file that cannot be read is reported on stderr with the reason and skipped; nothing
+    readable at all is an error. Use the corpus with the `corpus` dataset and a questions file.
+    """
+    from collections import Counter
+
+    from ragbench.datasets import docs
+    from ragbench.datasets.shared_corpus import write_documents
+
+    target = out or DEFAULT_DIR / f"corpus-{paths[0].resolve().name or 'docs'}.jsonl"
+
+    def report(item: docs.Skipped) -> None:
+        typer.echo(f"skipped {item.path}: {item.reason}", err=True)
+
+    with user_errors():
+        result = docs.ingest(
+            paths,
+            include=include,
+            exclude=exclude,
+            threshold=threshold,
+            skip=[target],
+            progress=None,
+            on_skip=report,
+        )
+    unsupported = [s for s in result.skipped if s.unsupported]
+    if unsupported:
+        counts = Counter(Path(s.path).suffix.lower() or "(none)" for s in unsupported)
+        shown = ", ".join(f"{ext} ({n})" for ext, n in sorted(counts.items()))
+        typer.echo(
+            f"ignored {len(unsupported)} files of unsupported types: {shown}; "
+            f"supported: {', '.join(docs.readers.SUPPORTED)}",
+            err=True,
+        )
+    for drop in result.dedup["dropped"]:
+        typer.echo(
+            f"dropped {drop['id']}: {drop['reason']} duplicate of {drop['duplicate_of']} "
+            f"(Jaccard {drop['jaccard']})",
+            err=True,
+        )
+    with user_errors():
+        path = write_documents(target, result.documents)
+    unreadable = len(result.skipped) - len(unsupported)
+    typer.echo(
+        f"wrote {len(result.documents)} documents to {path} ({result.files} files: "
+        f"{unreadable} unreadable, {len(unsupported)} unsupported, "
+        f"{len(result.dedup['dropped'])} duplicates)"
+    )
+    typer.echo(f"fingerprint {result.fingerprint}")

@@ -35,11 +35,12 @@ Every malformed input raises one ``ragbench.io.InputFileError`` naming the file,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from ragbench.datasets._validate import (
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError, atomic_write_text, sha256_bytes, sha256_file
+from ragbench.io import InputFileError, atomic_write_text, dumps_canonical, sha256_file
 from ragbench.registry import Registry, unknown
 from ragbench.types import Document, Example
 
@@ -80,8 +81,26 @@ def load(fmt: str, path: PathLike, **options: Any) -> list[Example]:
     return IMPORTERS.get(fmt)(path, **options)
 
 
-def _canonical(examples: Iterable[Example]) -> str:
-    return "".join(e.to_json() + "\n" for e in examples)
+def _canonical_lines(examples: Iterable[Example]) -> Iterator[str]:
+    """``e.to_json() + "\\n"`` for each example, each distinct ``documents`` tuple serialised
+    once: questions over a shared corpus (``datasets.shared_corpus``) hold the same tuple, and
+    serialising a large corpus again for every question would dominate the fingerprint.
+
+    ``to_json`` is ``json.dumps(sort_keys=True, separators=(",", ":"))`` of ``to_dict``, which is
+    the concatenation of each top-level key and value serialised alone, in key order; so the
+    line is rebuilt from those parts and equals ``to_json`` byte for byte (a test checks)."""
+    docs_json: dict[int, tuple[tuple[Document, ...], str]] = {}  # id -> (tuple kept alive, json)
+    for e in examples:
+        held = docs_json.get(id(e.documents))
+        if held is None or held[0] is not e.documents:
+            held = (e.documents, dumps_canonical([d.to_dict() for d in e.documents]))
+            docs_json[id(e.documents)] = held
+        rest = replace(e, documents=()).to_dict()  # documents: filled from the cache below
+        parts = [
+            f"{dumps_canonical(k)}:{held[1] if k == 'documents' else dumps_canonical(v)}"
+            for k, v in sorted(rest.items())
+        ]
+        yield "{" + ",".join(parts) + "}\n"
 
 
 def write_examples(path: PathLike, examples: Iterable[Example]) -> Path:
@@ -92,12 +111,16 @@ def write_examples(path: PathLike, examples: Iterable[Example]) -> Path:
         if e.id in seen:
             raise ValueError(f"duplicate example id {e.id!r}; ids must be unique in a file")
         seen.add(e.id)
-    return atomic_write_text(path, _canonical(examples))
+    return atomic_write_text(path, "".join(_canonical_lines(examples)))
 
 
 def fingerprint(examples: Iterable[Example]) -> str:
-    """sha256 of the canonical JSONL bytes: equals ``sha256_file`` of ``write_examples``' file."""
-    return sha256_bytes(_canonical(examples).encode("utf-8"))
+    """sha256 of the canonical JSONL bytes: equals ``sha256_file`` of ``write_examples``' file.
+    Streamed line by line, so a shared corpus is never held once per question in memory."""
+    digest = hashlib.sha256()
+    for line in _canonical_lines(examples):
+        digest.update(line.encode("utf-8"))
+    return digest.hexdigest()
 
 
 def read_examples(path: PathLike, repeats: list[int] | None = None) -> list[Example]:
@@ -117,14 +140,7 @@ def _example_from_row(row: dict) -> Example:
     docs: list[Document] = []
     for i, d in enumerate(req(row, "documents", list)):
         where = ("documents", i)
-        check(d, dict, where)
-        no_unknown(d, _DOCUMENT_KEYS, where)
-        doc = Document(
-            id=req(d, "id", str, where),
-            text=req(d, "text", str, where),
-            title=opt(d, "title", str, "", where),
-            meta=opt(d, "meta", dict, {}, where),
-        )
+        doc = document_from_row(d, where)
         if any(doc.id == prev.id for prev in docs):
             raise FieldError(where + ("id",), f"duplicate document id {doc.id!r} in this example")
         docs.append(doc)
@@ -136,6 +152,19 @@ def _example_from_row(row: dict) -> Example:
         answers=tuple(req(row, "answers", STRINGS)),
         documents=tuple(docs),
         meta=meta,
+    )
+
+
+def document_from_row(d: Any, where: tuple = ()) -> Document:
+    """A Document from its JSON object (``id``, ``text``, optional ``title`` and ``meta``),
+    strictly: unknown fields and wrong types raise ``FieldError`` at ``where``."""
+    check(d, dict, where)
+    no_unknown(d, _DOCUMENT_KEYS, where)
+    return Document(
+        id=req(d, "id", str, where),
+        text=req(d, "text", str, where),
+        title=opt(d, "title", str, "", where),
+        meta=opt(d, "meta", dict, {}, where),
     )
 
 

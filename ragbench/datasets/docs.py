@@ -1,0 +1,261 @@
+"""Ingest a folder of documents into a corpus file (``ragbench data docs``).
+
+Steps, each stated so a corpus can be reproduced:
+
+1. Discover: every PATH (a file or a folder, walked recursively). Hidden files and folders
+   (a name starting with ``.``, e.g. ``.git``) are skipped. ``include``/``exclude`` globs apply
+   to files found in folders, matched against the path relative to the folder and against the
+   file name (``*`` also crosses ``/``; ``**/`` may match no folder); a folder matching an
+   exclude glob is not entered. A file named as a PATH is always read. Files of other types
+   are reported as unsupported.
+2. Read (``datasets.readers``): one reader per format; a file that cannot be read is reported
+   with its path and reason and skipped, and so is one with no text (a scanned PDF).
+3. Clean each piece (a PDF page) with ``corpus.clean_text``, then join the pieces with a blank
+   line. Cleaning happens before joining, so ``meta["page_starts"]`` (the offset where each
+   page starts in ``text``; an empty page starts where the next one does) refers to the text
+   that is written, and so do evidence spans located later: nothing edits it afterwards.
+4. Deduplicate with ``corpus.dedup_documents`` (exact, then MinHash near duplicates; the first
+   in corpus order is kept) and report what was dropped.
+
+Ids: each document's id is its path relative to the common folder of the PATHs (for one folder,
+relative to that folder; for a file, its name), with ``/`` separators, so ids are unique and
+independent of the machine. The corpus is in id order (code-point order), whatever order the
+file system lists files in. ``meta`` holds ``source`` (the id), ``format``, ``sha256`` of the
+file, and for PDFs ``pages`` and ``page_starts``. The title is the one the file names (see
+``readers``), else the file name without its extension.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fnmatch
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragbench.datasets import readers
+from ragbench.types import Document
+
+PathLike = str | os.PathLike
+PIECE_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file that is not in the corpus, and why; ``unsupported``: not a document type."""
+
+    path: str
+    reason: str
+    unsupported: bool = False
+
+
+@dataclass
+class IngestResult:
+    documents: list[Document]
+    skipped: list[Skipped]
+    dedup: dict[str, Any]  # corpus.dedup_documents' report (dropped ids with reasons)
+    files: int  # files considered (read, unreadable or unsupported)
+    fingerprint: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def _matches(rel: str, patterns: Sequence[str]) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    for pattern in patterns:
+        for p in {pattern, pattern.replace("**/", "")}:
+            if fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(name, p):
+                return True
+    return False
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def discover(
+    paths: Sequence[PathLike],
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    skip: Iterable[PathLike] = (),
+) -> tuple[list[tuple[Path, str]], list[Skipped]]:
+    """((file, id) to read in id order, unsupported files); see the module docstring.
+    ``skip``: files never to read (the output file, when it lies in a scanned folder)."""
+    if not paths:
+        raise ValueError("no PATH given: name files or folders to ingest")
+    roots = [Path(p) for p in paths]
+    for root in roots:
+        if not root.exists():
+            raise FileNotFoundError(f"{root}: no such file or folder")
+    resolved = [r.resolve() for r in roots]
+    base = Path(os.path.commonpath([r if r.is_dir() else r.parent for r in resolved]))
+    never = {Path(p).resolve() for p in skip}
+    found: dict[Path, str] = {}  # resolved file -> id; a file reached twice is read once
+
+    def consider(file: Path) -> None:
+        real = file.resolve()
+        if real not in never and real not in found:
+            found[real] = (file.parent.resolve() / file.name).relative_to(base).as_posix()
+
+    for root, real_root in zip(roots, resolved, strict=True):
+        if not root.is_dir():
+            consider(root)
+            continue
+        for folder, dirs, files in os.walk(root):
+            rel_folder = (Path(folder).resolve()).relative_to(real_root).as_posix()
+            rel_folder = "" if rel_folder == "." else rel_folder + "/"
+            dirs[:] = sorted(
+                d for d in dirs if not _hidden(d) and not _matches(rel_folder + d, exclude)
+            )
+            for name in sorted(files):
+                rel = rel_folder + name
+                if _hidden(name) or _matches(rel, exclude):
+                    continue
+                if include and not _matches(rel, include):
+                    continue
+                consider(Path(folder) / name)
+    items = sorted(((path, doc_id) for path, doc_id in found.items()), key=lambda x: x[1])
+    chosen, unsupported = [], []
+    for path, doc_id in items:
+        if readers.reader_for(path) is None:
+            reason = f"unsupported type {path.suffix or '(no extension)'!r}"
+            unsupported.append(Skipped(doc_id, reason, unsupported=True))
+        else:
+            chosen.append((path, doc_id))
+    return chosen, unsupported
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def assemble(pieces: Sequence[str]) -> tuple[str, list[int]]:
+    """(text, start offset of each piece): pieces cleaned one by one, then joined."""
+    from ragbench.datasets.corpus import clean_text
+
+    text, starts, empty = "", [], []
+    for piece in pieces:
+        piece = clean_text(piece)
+        if not piece:  # an empty page starts where the next page's text does
+            empty.append(len(starts))
+            starts.append(0)
+            continue
+        if text:
+            text += PIECE_SEPARATOR
+        for i in empty:
+            starts[i] = len(text)
+        empty = []
+        starts.append(len(text))
+        text += piece
+    for i in empty:
+        starts[i] = len(text)
+    return text, starts
+
+
+def read_document(path: Path, doc_id: str) -> Document:
+    """One file as a Document; raises ``readers.UnreadableFile`` (with the reason) when the
+    file has no text or its reader fails."""
+    from ragbench.datasets.corpus import clean_text
+
+    found = readers.reader_for(path)
+    if found is None:
+        raise readers.UnreadableFile(f"unsupported type {path.suffix!r}")
+    fmt, read = found
+    parsed = read(path)
+    text, starts = assemble(parsed.pieces)
+    if not text:
+        hint = " (a scanned PDF needs OCR first)" if fmt == "pdf" else ""
+        raise readers.UnreadableFile(f"no text{hint}")
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    meta: dict[str, Any] = {"source": doc_id, "format": fmt, "sha256": sha}
+    if fmt == "pdf":
+        meta |= {"pages": len(starts), "page_starts": starts}
+    title = clean_text(parsed.title) or path.stem
+    return Document(id=doc_id, text=text, title=title, meta=meta)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, readers.UnreadableFile):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}"
+
+
+def page_of(document: Document, offset: int) -> int | None:
+    """1-based page holding character ``offset`` of a PDF document; None for other formats."""
+    starts = document.meta.get("page_starts")
+    if not starts:
+        return None
+    if not 0 <= offset <= len(document.text):
+        raise ValueError(f"offset {offset} is outside {document.id!r} ({len(document.text)})")
+    return bisect.bisect_right(starts, offset)
+
+
+# --------------------------------------------------------------------------- ingest
+
+
+def ingest(
+    paths: Sequence[PathLike],
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    threshold: float = 0.8,
+    skip: Iterable[PathLike] = (),
+    progress: bool | None = False,
+    on_skip: Callable[[Skipped], None] | None = None,
+) -> IngestResult:
+    """Discover, read, clean and deduplicate (module docstring); raise ValueError (one line)
+    when nothing readable is found. ``progress``: a tqdm bar over files (None: on a terminal).
+    ``on_skip`` hears about each unreadable file as it happens."""
+    from tqdm.auto import tqdm
+
+    from ragbench.datasets.corpus import dedup_documents
+    from ragbench.datasets.shared_corpus import corpus_fingerprint
+
+    chosen, skipped = discover(paths, include, exclude, skip)
+    documents: list[Document] = []
+    bar = tqdm(chosen, desc="docs", unit="file", disable=None if progress is None else not progress)
+    for path, doc_id in bar:
+        try:
+            documents.append(read_document(path, doc_id))
+        except MemoryError:
+            raise
+        except Exception as exc:
+            # A damaged file makes parsers raise many kinds of error (pypdf, zipfile, lxml,
+            # KeyError from a missing DOCX part, ...); one bad file must not stop the ingest,
+            # and its reason is reported, never dropped.
+            item = Skipped(doc_id, _reason(exc))
+            skipped.append(item)
+            if on_skip is not None:
+                on_skip(item)
+    files = len(chosen) + sum(s.unsupported for s in skipped)
+    if not documents:
+        raise ValueError(_nothing_readable(paths, skipped, files))
+    kept, report = dedup_documents(documents, threshold=threshold)
+    result = IngestResult(kept, skipped, report, files, warnings=list(report["warnings"]))
+    result.fingerprint = corpus_fingerprint(kept)
+    return result
+
+
+def _nothing_readable(paths: Sequence[PathLike], skipped: list[Skipped], files: int) -> str:
+    where = ", ".join(str(p) for p in paths)
+    if not files:
+        return (
+            f"no readable documents in {where}: no files found (hidden files and excluded "
+            "paths are skipped)"
+        )
+    bad = [s for s in skipped if not s.unsupported]
+    parts = []
+    if bad:
+        parts.append(f"{len(bad)} unreadable (first: {bad[0].path}: {bad[0].reason})")
+    if len(bad) < len(skipped):
+        parts.append(f"{len(skipped) - len(bad)} of unsupported types")
+    return (
+        f"no readable documents in {where}: {files} files, {'; '.join(parts)}; "
+        f"supported: {', '.join(readers.SUPPORTED)}"
+    )

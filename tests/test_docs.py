@@ -1,0 +1,272 @@
+"""`ragbench data docs`: real files written by real writers (fpdf2, python-docx) -> a corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from ragbench.datasets import docs
+from ragbench.datasets.cli import register
+from ragbench.datasets.corpus import clean_text
+from ragbench.datasets.shared_corpus import corpus_fingerprint, read_documents
+from ragbench.io import sha256_file
+
+PDF_PAGES = (
+    "The harbour master is Ben Marsh.\nThe spring tide reaches 4.2 metres.",
+    "Page two: the neap tide is 1.9 metres.\nThe lighthouse keeper is Ada Quill.",
+)
+HTML = """<!doctype html>
+<html><head><title>The Lighthouse</title><style>p { color: red }</style>
+<script>var secret = "not text";</script></head>
+<body><h1>Lighthouse  history</h1>
+<!-- a comment, not text -->
+<p>Built in
+   1871, the <b>white</b> tower is 31&nbsp;metres tall.</p>
+<ul><li>First keeper: Tom Reed</li><li>Last keeper: Ada Quill</li></ul>
+<table><tr><th>Year</th><th>Event</th></tr><tr><td>1990</td><td>Automated</td></tr></table>
+</body></html>
+"""
+MARKDOWN = """---
+title: Ferry notes
+author: someone
+---
+# Ferries
+
+The first ferry leaves at **06:40** from pier 3.
+"""
+TEXT = "Plain notes.\r\nThe island has 212 residents.\n"
+
+
+def write_pdf(path: Path, pages=PDF_PAGES, title="Tide Report") -> Path:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_title(title)
+    pdf.set_font("Helvetica", size=12)
+    for page in pages:
+        pdf.add_page()
+        pdf.multi_cell(0, 8, page)
+    pdf.output(str(path))
+    return path
+
+
+def write_docx(path: Path) -> Path:
+    import docx
+
+    d = docx.Document()
+    d.add_paragraph("Harbour rules", style="Title")
+    d.add_paragraph("Boats must moor at the east quay after 22:00.")
+    d.add_paragraph("")  # an empty paragraph leaves no trace in the text
+    table = d.add_table(rows=2, cols=2)
+    for (r, c), value in {(0, 0): "Berth", (0, 1): "Fee", (1, 0): "A1", (1, 1): "12 EUR"}.items():
+        table.cell(r, c).text = value
+    d.add_paragraph("Fees are paid at the office.")
+    d.save(str(path))
+    return path
+
+
+def build_folder(root: Path) -> Path:
+    """A folder like a user's: one file per format, a broken one, an image, a hidden file."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_pdf(root / "guide.pdf")
+    (root / "page.html").write_text(HTML, encoding="utf-8")
+    (root / "notes.md").write_text(MARKDOWN, encoding="utf-8")
+    write_docx(root / "rules.docx")
+    (root / "sub").mkdir(exist_ok=True)
+    (root / "sub" / "island.txt").write_bytes(TEXT.encode("utf-8"))
+    (root / "broken.docx").write_bytes(b"this is not a zip archive")
+    (root / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (root / ".hidden.md").write_text("hidden", encoding="utf-8")
+    return root
+
+
+@pytest.fixture()
+def folder(tmp_path) -> Path:
+    return build_folder(tmp_path / "docs")
+
+
+def _by_id(result) -> dict:
+    return {d.id: d for d in result.documents}
+
+
+def test_one_document_per_readable_file_with_the_right_text(folder):
+    result = docs.ingest([folder])
+    got = _by_id(result)
+    assert list(got) == ["guide.pdf", "notes.md", "page.html", "rules.docx", "sub/island.txt"]
+
+    html = got["page.html"]
+    assert html.title == "The Lighthouse"
+    assert html.text == (
+        "Lighthouse history\n\n"
+        "Built in 1871, the white tower is 31 metres tall.\n\n"
+        "First keeper: Tom Reed\nLast keeper: Ada Quill\n\n"
+        "Year | Event\n1990 | Automated"
+    )  # no script, style or comment; NBSP -> space by cleaning
+    md = got["notes.md"]
+    assert md.title == "Ferry notes"  # from the front matter, which is not in the text
+    assert md.text == "# Ferries\n\nThe first ferry leaves at **06:40** from pier 3."
+    word = got["rules.docx"]
+    assert word.title == "Harbour rules"
+    assert word.text == (
+        "Harbour rules\n\nBoats must moor at the east quay after 22:00.\n\n"
+        "Berth | Fee\nA1 | 12 EUR\n\nFees are paid at the office."
+    )
+    txt = got["sub/island.txt"]
+    assert txt.text == "Plain notes.\nThe island has 212 residents." and txt.title == "island"
+
+    pdf = got["guide.pdf"]
+    assert pdf.title == "Tide Report"
+    assert pdf.meta["pages"] == 2 and pdf.meta["format"] == "pdf"
+    starts = pdf.meta["page_starts"]
+    pages = [pdf.text[starts[0] : starts[1]].strip(), pdf.text[starts[1] :]]
+    assert pages == list(PDF_PAGES)
+
+    for d in result.documents:
+        assert d.meta["source"] == d.id
+        assert d.meta["sha256"] == sha256_file(folder / d.id)
+        assert clean_text(d.text) == d.text  # already clean: offsets never move again
+
+    # the broken file is reported with its reason; the image as unsupported; the hidden not at all
+    assert [(s.path, s.unsupported) for s in result.skipped] == [
+        ("photo.png", True),
+        ("broken.docx", False),
+    ]
+    assert "zip" in result.skipped[1].reason
+    assert result.files == 7
+    assert result.fingerprint == corpus_fingerprint(result.documents)
+
+
+def test_pdf_pages_map_offsets_back_to_page_numbers(folder):
+    pdf = _by_id(docs.ingest([folder / "guide.pdf"]))["guide.pdf"]
+    assert docs.page_of(pdf, pdf.text.index("spring tide")) == 1
+    assert docs.page_of(pdf, pdf.text.index("neap tide")) == 2
+    assert docs.page_of(pdf, len(pdf.text)) == 2
+    with pytest.raises(ValueError, match="outside"):
+        docs.page_of(pdf, len(pdf.text) + 1)
+    md = docs.read_document(folder / "notes.md", "notes.md")
+    assert docs.page_of(md, 0) is None
+
+
+def test_empty_pdf_pages_keep_their_page_numbers():
+    text, starts = docs.assemble(["  first\u00a0page ", "", "third page\n\n\n"])
+    assert text == "first page\n\nthird page"
+    assert starts == [0, 12, 12]  # the empty page starts where the next text starts
+
+
+def test_include_and_exclude_globs(folder):
+    def ids(**kw):
+        return sorted(d.id for d in docs.ingest([folder], **kw).documents)
+
+    assert ids(include=["*.md", "*.txt"]) == ["notes.md", "sub/island.txt"]
+    assert ids(include=["sub/**/*.txt"]) == ["sub/island.txt"]  # '**/' may match no folder
+    assert ids(exclude=["sub"]) == ["guide.pdf", "notes.md", "page.html", "rules.docx"]
+    assert ids(exclude=["*.pdf", "*.docx"]) == ["notes.md", "page.html", "sub/island.txt"]
+    # excluded and not-included files are not reported: the user asked for that
+    assert docs.ingest([folder], include=["*.md"]).skipped == []
+
+
+def test_several_paths_get_ids_relative_to_their_common_folder(tmp_path, folder):
+    other = tmp_path / "more"
+    other.mkdir()
+    (other / "notes.md").write_text("# Other\n\nA different file with the same name.\n")
+    result = docs.ingest([folder / "sub", other, folder / "notes.md"])
+    assert [d.id for d in result.documents] == [
+        "docs/notes.md",
+        "docs/sub/island.txt",
+        "more/notes.md",
+    ]
+
+
+def test_duplicates_are_dropped_and_reported(folder):
+    (folder / "copy.md").write_text(MARKDOWN.replace("Ferry notes", "Copy"), encoding="utf-8")
+    result = docs.ingest([folder], include=["*.md"])
+    assert [d.id for d in result.documents] == ["copy.md"]  # id order: the first is kept
+    assert result.dedup["dropped"][0] | {"jaccard": None} == {
+        "id": "notes.md",
+        "reason": "exact",
+        "duplicate_of": "copy.md",
+        "jaccard": None,
+    }
+
+
+def test_non_utf8_and_scanned_pdf_are_reported_not_guessed(tmp_path):
+    (tmp_path / "latin.txt").write_bytes("café au lait".encode("latin-1"))
+    write_pdf(tmp_path / "scan.pdf", pages=("",), title="")
+    (tmp_path / "ok.txt").write_text("fine", encoding="utf-8")
+    result = docs.ingest([tmp_path])
+    reasons = {s.path: s.reason for s in result.skipped}
+    assert reasons["latin.txt"].startswith("not UTF-8 text (byte 0xe9 at offset 3)")
+    assert reasons["scan.pdf"] == "no text (a scanned PDF needs OCR first)"
+
+
+def test_nothing_readable_is_one_error(tmp_path):
+    (tmp_path / "a.pdf").write_bytes(b"%PDF-1.4 truncated")
+    (tmp_path / "b.png").write_bytes(b"png")
+    with pytest.raises(ValueError) as err:
+        docs.ingest([tmp_path])
+    msg = str(err.value)
+    assert (
+        "no readable documents" in msg and "1 unreadable (first: a.pdf: not a readable PDF" in msg
+    )
+    assert "1 of unsupported types; supported: .docx" in msg
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no files found"):
+        docs.ingest([empty])
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        docs.ingest([tmp_path / "missing"])
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+@pytest.fixture()
+def cli(tmp_path, monkeypatch):
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        pass
+
+    register(app)
+    monkeypatch.chdir(tmp_path)
+    return lambda *args: CliRunner().invoke(app, ["data", *args])
+
+
+def test_cli_writes_a_fingerprinted_corpus_and_reports_skips(cli, folder, tmp_path):
+    out = tmp_path / "corpus.jsonl"
+    result = cli("docs", str(folder), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert f"wrote 5 documents to {out} (7 files: 1 unreadable, 1 unsupported" in result.stdout
+    fp = result.stdout.split("fingerprint ")[1].strip()
+    assert fp == sha256_file(out)
+    assert "skipped broken.docx: not a DOCX file (not a zip archive)" in result.stderr
+    assert "ignored 1 files of unsupported types: .png (1)" in result.stderr
+    docs_read = read_documents(out)
+    assert [d.id for d in docs_read] == [json.loads(line)["id"] for line in out.open()]
+    first = out.read_bytes()
+    assert cli("docs", str(folder), "--out", str(out)).exit_code == 0
+    assert out.read_bytes() == first  # deterministic: same folder, same bytes
+    assert not list(tmp_path.glob(".corpus.jsonl.*"))  # atomic write leaves no temp file
+
+
+def test_cli_output_inside_the_folder_is_not_read_back(cli, folder):
+    out = folder / "corpus.jsonl"
+    assert cli("docs", str(folder), "--out", str(out)).exit_code == 0
+    result = cli("docs", str(folder), "--out", str(out))
+    assert result.exit_code == 0 and "unsupported types: .png (1)" in result.stderr
+
+
+def test_cli_nothing_readable_exits_2_with_one_line(cli, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.docx").write_bytes(b"nope")
+    result = cli("docs", str(bad), "--out", str(tmp_path / "c.jsonl"))
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "no readable documents" in lines[0]
+    assert not (tmp_path / "c.jsonl").exists()

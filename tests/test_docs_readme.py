@@ -1,0 +1,95 @@
+"""The README's "Bring your own documents" examples are real: extracted and parsed as written."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from ragbench.config import load_config
+from ragbench.datasets import build_dataset
+from ragbench.datasets.formats import read_examples
+from ragbench.datasets.shared_corpus import read_documents
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+_EXAMPLE = re.compile(r"<!-- readme-example: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
+
+
+def readme_examples() -> dict[str, str]:
+    return dict(_EXAMPLE.findall(README.read_text(encoding="utf-8")))
+
+
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch):
+    """The README's files written side by side, as a user would, and the folder made current."""
+    examples = readme_examples()
+    assert set(examples) == {
+        "corpus.jsonl",
+        "questions.csv",
+        "questions.jsonl",
+        "my-docs.yaml",
+        "example.jsonl",
+    }
+    for name, text in examples.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_section_is_four_commands_or_fewer():
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Bring your own documents", 1)[1].split("\n## ", 1)[0]
+    commands = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1).strip().splitlines()
+    assert len(commands) <= 4
+    assert commands[0].startswith("ragbench data docs") and commands[-1].startswith("ragbench run")
+
+
+REFUNDS_MD = (
+    "# Refunds\n\nRefunds are paid within 14 days of the return.\n"
+    "Write to help@example.com for anything else.\n"
+)
+
+
+def test_readme_corpus_line_is_what_ingest_writes(workdir):
+    from ragbench.datasets.docs import ingest
+
+    folder = workdir / "handbook"
+    folder.mkdir()
+    (folder / "refunds.md").write_text(REFUNDS_MD, encoding="utf-8")
+    [doc] = ingest([folder]).documents
+    assert doc.to_json() + "\n" == readme_examples()["corpus.jsonl"]
+
+
+def test_readme_questions_and_config_parse_over_the_readme_corpus(workdir, caplog):
+    [doc] = read_documents("corpus.jsonl")
+    with caplog.at_level(logging.WARNING):
+        from_csv = build_dataset("corpus", corpus="corpus.jsonl", questions="questions.csv")
+        from_jsonl = build_dataset("corpus", corpus="corpus.jsonl", questions="questions.jsonl")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # every quote found
+    assert [e.id for e in from_csv] == ["refund-days", "support"]
+    assert from_csv[0].answers == ("14 days", "fourteen days")
+    for a, b in zip(from_csv, from_jsonl, strict=True):
+        assert (a.id, a.question, a.answers, a.meta["evidence"]) == (
+            b.id,
+            b.question,
+            b.answers,
+            b.meta["evidence"],
+        )
+    [[doc_id, start, end]] = from_csv[1].meta["evidence"]
+    assert (doc_id, doc.text[start:end]) == ("refunds.md", "Write to help@example.com")
+    assert from_jsonl[1].meta["topic"] == "contact"
+
+    cfg = load_config(workdir / "my-docs.yaml")
+    assert cfg.dataset.name == "corpus"
+    examples = build_dataset(cfg.dataset.name, **dict(cfg.dataset.params))
+    assert examples == from_csv
+    assert [s.name for s in cfg.strategies] == ["closed_book", "long_context", "rag"]
+
+
+def test_readme_jsonl_example_is_valid_ragbench_jsonl(workdir):
+    [example] = read_examples("example.jsonl")
+    [(doc_id, start, end)] = example.evidence
+    doc = next(d for d in example.documents if d.id == doc_id)
+    assert doc.text[start:end] == example.answers[0]
