@@ -157,6 +157,10 @@ def compare(
     the paired bootstrap p. ``p_adjusted`` is Holm's over all pairs (``adjust="none"``: the raw
     p), ``significant`` is ``p_adjusted < level`` and ``winner`` names the better variant only
     then (lower is better for metrics that say so). ``decide`` turns the table into sentences.
+
+    The decision rests on the test's p, not on the CI: on few questions the exact McNemar test
+    is conservative (5 discordant pairs all one way give p = 0.0625) while a percentile bootstrap
+    CI is too narrow and can exclude 0; both are shown.
     """
     import pandas as pd
 

@@ -170,7 +170,7 @@ def plot_compare(table: Any, ax: Any = None) -> Any:
     its CI; significant pairs (after adjustment) filled, the others hollow; 0 marked."""
     metric = table.attrs.get("metric", "metric")
     level = table.attrs.get("level", 0.05)
-    ax = _ax(ax, figsize=(7, 0.5 * len(table) + 1.5))
+    ax = _ax(ax, figsize=(9, 0.7 * len(table) + 1.5))
     ys = list(range(len(table)))[::-1]  # the first pair on top
     for y, row in zip(ys, table.itertuples(index=False), strict=True):
         err = [[row.diff - row.ci_low], [row.ci_high - row.diff]]
@@ -178,7 +178,9 @@ def plot_compare(table: Any, ax: Any = None) -> Any:
         ax.errorbar(row.diff, y, xerr=err, fmt="o", color="C3" if row.significant else "C0",
                     mfc=face, capsize=3)  # fmt: skip
     ax.axvline(0, color="k", lw=1, ls="--")
-    ax.set_yticks(ys, [f"{row.a}  -  {row.b}" for row in table.itertuples(index=False)])
+    # two lines per pair: variant labels are long ("rag k=4 embedder=hash chunk=128 ...")
+    ax.set_yticks(ys, [f"{row.a}\nminus {row.b}" for row in table.itertuples(index=False)])
+    ax.tick_params(axis="y", labelsize=8)
     ax.set_xlabel(f"difference in mean {metric} (a - b), {100 * (1 - level):g}% paired CI")
     ax.set_title("Paired comparison (filled: significant)")
     ax.grid(alpha=0.3, axis="x")
@@ -229,13 +231,16 @@ def plot_failure_attribution(records: Any) -> Any:
     if depth_known:
         ax = axes[0][1]
         ok = records[records["outcome"] != "error"].dropna(subset=["evidence_depth"])
-        rates = ok.assign(miss=~ok["correct"]).groupby(["label", "evidence_depth"], sort=False)
+        depth = ok["evidence_depth"]
+        if depth.nunique() > 10:  # measured depths (RULER) are all different: 10% bins
+            depth = (depth // 10).clip(upper=9) * 10 + 5
+        rates = ok.assign(miss=~ok["correct"], depth=depth).groupby(["label", "depth"], sort=False)
         for label, group in rates["miss"].mean().reset_index().groupby("label", sort=False):
-            group = group.sort_values("evidence_depth")
-            ax.plot(group["evidence_depth"], group["miss"], marker="o", label=label)
+            group = group.sort_values("depth")
+            ax.plot(group["depth"], group["miss"], marker="o", label=label)
         ax.set(xlabel="evidence depth in the context (%)", ylabel="miss rate", ylim=(-0.05, 1.05))
         ax.set_title("Misses by evidence depth")
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the lines
         ax.grid(alpha=0.3)
     return fig
 

@@ -135,7 +135,11 @@ def test_plot_compare_marks_zero_and_pairs():
     ax = report.plot_compare(report.compare(df, n_boot=200))
     at = {y: t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels(), strict=True)}
     names = [at[y] for y in sorted(at, reverse=True)]  # top to bottom: config order
-    assert names == ["rag  -  long_context", "rag  -  closed_book", "long_context  -  closed_book"]
+    assert names == [
+        "rag\nminus long_context",
+        "rag\nminus closed_book",
+        "long_context\nminus closed_book",
+    ]
     assert "difference in mean string_match_all" in ax.get_xlabel()
 
 
