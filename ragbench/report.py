@@ -8,10 +8,23 @@ labelled axes, units and legends, so a notebook cell is one call.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# re-exported: notebooks call report.compare(df), report.attribute(df) etc.
+from ragbench.analysis import (  # noqa: F401
+    CAUSES,
+    ORACLE_LABEL,
+    attribute,
+    attribution_table,
+    compare,
+    decide,
+    router_headroom,
+    self_route_diagnostics,
+    self_route_warnings,
+)
 from ragbench.cost import format_bytes
 from ragbench.metrics import aggregate
 
@@ -40,7 +53,9 @@ def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
     """Accuracy with a bootstrap 95% CI and mean cost per query, one row per strategy variant.
 
     Cost columns are means over the variant's successful rows: prompt tokens, $/query (when a
-    price sheet was set), latency seconds, and estimated FLOPs.
+    price sheet was set), latency seconds, and estimated FLOPs. ``attrs["warnings"]`` lists what
+    the numbers hide (a Self-Route that never routed equals RAG); each is also raised as a
+    ``UserWarning`` so a notebook shows it next to the table.
     """
     import pandas as pd
 
@@ -53,7 +68,11 @@ def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
     if costs is not None:
         table = table.join(costs)
     order = pd.Index(df.drop_duplicates("label")["label"])  # first-seen order = config order
-    return table.reindex(order).reset_index()
+    out = table.reindex(order).reset_index()
+    out.attrs["warnings"] = self_route_warnings(df, metric)
+    for message in out.attrs["warnings"]:
+        warnings.warn(message, UserWarning, stacklevel=2)
+    return out
 
 
 def pareto_front(table: Any, cost: str, metric: str) -> Any:
@@ -108,18 +127,25 @@ _COST_UNITS = {
     "total_seconds": "latency per query (s)",
     "prompt_tokens": "prompt tokens per query",
     "flops": "FLOPs per query",
+    "gpu_seconds": "device seconds per query",
 }
 
 
 def plot_accuracy_vs_cost(
     table: Any, metric: str = "string_match_all", cost: str = "dollars", ax: Any = None
 ) -> Any:
-    """Scatter of accuracy (with CI bars) against mean cost per query; the Pareto front is drawn."""
+    """Scatter of accuracy (with CI bars) against mean cost per query; the Pareto front is drawn.
+    An ``oracle router`` row (``analysis.router_headroom``) is drawn as a star and left out of
+    the front: no real router reaches it, it marks the headroom."""
     ax = _ax(ax)
+    oracle = table["label"] == ORACLE_LABEL
     for _, row in table.iterrows():
         yerr = [[row[metric] - row["ci_low"]], [row["ci_high"] - row[metric]]]
-        ax.errorbar(row[cost], row[metric], yerr=yerr, fmt="o", capsize=3, label=row["label"])
-    front = pareto_front(table, cost, metric)
+        fmt, size = ("*", 12) if row["label"] == ORACLE_LABEL else ("o", 6)
+        ax.errorbar(
+            row[cost], row[metric], yerr=yerr, fmt=fmt, ms=size, capsize=3, label=row["label"]
+        )
+    front = pareto_front(table[~oracle], cost, metric)
     if len(front) > 1:
         ax.plot(front[cost], front[metric], "k--", lw=1, label="Pareto front")
     if cost in ("flops", "dollars") and (table[cost] > 0).all():
@@ -137,6 +163,86 @@ def plot_accuracy_vs_cost(
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     return ax
+
+
+def plot_compare(table: Any, ax: Any = None) -> Any:
+    """Paired differences from ``compare`` (one row per pair): the mean difference a - b with
+    its CI; significant pairs (after adjustment) filled, the others hollow; 0 marked."""
+    metric = table.attrs.get("metric", "metric")
+    level = table.attrs.get("level", 0.05)
+    ax = _ax(ax, figsize=(9, 0.7 * len(table) + 1.5))
+    ys = list(range(len(table)))[::-1]  # the first pair on top
+    for y, row in zip(ys, table.itertuples(index=False), strict=True):
+        err = [[row.diff - row.ci_low], [row.ci_high - row.diff]]
+        face = "C3" if row.significant else "white"
+        ax.errorbar(row.diff, y, xerr=err, fmt="o", color="C3" if row.significant else "C0",
+                    mfc=face, capsize=3)  # fmt: skip
+    ax.axvline(0, color="k", lw=1, ls="--")
+    # two lines per pair: variant labels are long ("rag k=4 embedder=hash chunk=128 ...")
+    ax.set_yticks(ys, [f"{row.a}\nminus {row.b}" for row in table.itertuples(index=False)])
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlabel(f"difference in mean {metric} (a - b), {100 * (1 - level):g}% paired CI")
+    ax.set_title("Paired comparison (filled: significant)")
+    ax.grid(alpha=0.3, axis="x")
+    return ax
+
+
+_CAUSE_COLORS = {
+    "retrieval_miss": "C0",
+    "truncated": "C1",
+    "distractor_answer": "C3",
+    "context_truncated": "C5",
+    "reader_miss": "C2",
+    "no_context": "C7",
+    "unattributed": "C8",
+}
+
+
+def plot_failure_attribution(records: Any) -> Any:
+    """Where the misses come from (``attribute``'s per-record table): left, each variant's
+    share of queries lost to each cause (bar length = miss rate); right, the miss rate against
+    the evidence's depth in the context, per variant, where depths are known. Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+
+    table = attribution_table(records)
+    depth_known = records["evidence_depth"].notna().any()
+    fig, axes = plt.subplots(
+        1, 2 if depth_known else 1, figsize=(12 if depth_known else 7, 0.45 * len(table) + 2.5),
+        squeeze=False, layout="constrained",
+    )  # fmt: skip
+    ax = axes[0][0]
+    scored = (table["n"] - table["error"]).clip(lower=1)
+    ys = list(range(len(table)))[::-1]
+    left = [0.0] * len(table)
+    for cause in CAUSES:
+        share = (table[cause] / scored).tolist()
+        if not any(share):
+            continue  # only causes that occurred get a legend entry
+        ax.barh(ys, share, left=left, color=_CAUSE_COLORS[cause], label=cause.replace("_", " "))
+        left = [a + b for a, b in zip(left, share, strict=True)]
+    ax.set_yticks(ys, table["label"].tolist())
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of queries answered wrong, by cause")
+    ax.set_title("Where the misses come from")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
+    if depth_known:
+        ax = axes[0][1]
+        ok = records[records["outcome"] != "error"].dropna(subset=["evidence_depth"])
+        depth = ok["evidence_depth"]
+        if depth.nunique() > 10:  # measured depths (RULER) are all different: 10% bins
+            depth = (depth // 10).clip(upper=9) * 10 + 5
+        rates = ok.assign(miss=~ok["correct"], depth=depth).groupby(["label", "depth"], sort=False)
+        for label, group in rates["miss"].mean().reset_index().groupby("label", sort=False):
+            group = group.sort_values("depth")
+            ax.plot(group["depth"], group["miss"], marker="o", label=label)
+        ax.set(xlabel="evidence depth in the context (%)", ylabel="miss rate", ylim=(-0.05, 1.05))
+        ax.set_title("Misses by evidence depth")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the lines
+        ax.grid(alpha=0.3)
+    return fig
 
 
 def plot_metric_by(
