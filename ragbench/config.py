@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ragbench.io import dumps_canonical
 from ragbench.registry import did_you_mean, unknown
@@ -156,6 +164,9 @@ class StrategyConfig(_Strict):
         return self
 
 
+PATH_PARAMS = ("path", "corpus", "questions")  # dataset parameters that name files
+
+
 class RunConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # run folder: <name>-<hash[:8]>
     seed: int = 0  # every generator and bootstrap takes it: same config, same table
@@ -167,6 +178,24 @@ class RunConfig(_Strict):
     prompt_budget: int | None = Field(None, ge=1)  # matched budgets: one prompt-token cap for all
     price_sheet: str | None = None  # shipped sheet name or YAML path; None: no $ column
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
+
+    # the folder of the YAML file the config came from: relative dataset paths resolve there
+    _source_dir: str | None = PrivateAttr(default=None)
+
+    def dataset_params(self) -> dict[str, Any]:
+        """The dataset builder's kwargs, with relative file parameters (``PATH_PARAMS``) resolved
+        against the config file's folder when the file is there (else as given: the working
+        directory). Resolved here, not stored, so the config hash stays machine-independent."""
+        params = dict(self.dataset.params)
+        if self._source_dir is None:
+            return params
+        for key in PATH_PARAMS:
+            value = params.get(key)
+            if isinstance(value, str) and value and not Path(value).is_absolute():
+                candidate = Path(self._source_dir) / value
+                if candidate.exists():
+                    params[key] = str(candidate)
+        return params
 
     @field_validator("strategies", mode="before")
     @classmethod
@@ -242,7 +271,9 @@ def load_config(path: str | os.PathLike | RunConfig | dict) -> RunConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_config(data, str(path), text)
+    cfg = parse_config(data, str(path), text)
+    cfg._source_dir = str(path.resolve().parent)
+    return cfg
 
 
 def explain_validation_error(

@@ -7,6 +7,7 @@ import json
 import logging
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from test_docs import build_folder
 from test_runner import niah_config
@@ -232,3 +233,42 @@ def test_csv_line_numbers_count_crlf_and_quoted_newlines(tmp_path):
     with pytest.raises(InputFileError) as err:
         read_questions(path)
     assert (err.value.line, err.value.field) == (5, "question")
+
+
+def test_a_cut_corpus_is_one_prefix_unscored_questions_run_and_paths_follow_the_config(
+    tmp_path, monkeypatch
+):
+    import yaml
+
+    from ragbench.runner import run
+
+    # a corpus four times the window: long context must cut it, the same way for every question
+    filler = " ".join(f"w{i}" for i in range(600))
+    docs_ = [
+        Document(f"d{i}.txt", f"{filler} The code of gate {i} is {100 + i}.") for i in range(4)
+    ]
+    folder = tmp_path / "project"
+    folder.mkdir()
+    write_documents(folder / "corpus.jsonl", docs_)
+    questions = [
+        {"id": "g0", "question": "What is the code of gate 0?", "answers": ["100"]},
+        {"id": "g3", "question": "What is the code of gate 3, the last one?", "answers": ["103"]},
+        {"id": "open", "question": "Which gate would you open first?"},  # no gold answer
+    ]
+    write(folder / "q.jsonl", "".join(json.dumps(q) + "\n" for q in questions))
+    cfg = niah_config(tmp_path, name="t-cut")
+    cfg["dataset"] = {
+        "name": "corpus",
+        "params": {"corpus": "corpus.jsonl", "questions": "q.jsonl"},
+    }
+    cfg["model"] |= {"batch_size": 8, "params": {"context_window": 1200}}
+    cfg["strategies"] = [{"name": "long_context", "params": {"overflow": "truncate_middle"}}]
+    (folder / "run.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)  # relative paths resolve against the config's folder
+    df = run(folder / "run.yaml", progress=False).set_index("example_id")
+
+    assert df["error"].isna().all()
+    assert df["kept_tokens"].nunique() == 1 and (df["truncated_tokens"] > 0).all()
+    assert sorted(df["cached_prompt_tokens"] > 0) == [False, True, True]  # one prefix for all
+    assert df.loc["open", "unscored"] == True and pd.isna(df.loc["open", "contains"])  # noqa: E712
+    assert df.loc[["g0", "g3"], "contains"].notna().all()

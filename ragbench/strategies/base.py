@@ -8,7 +8,7 @@ together). ``Steps`` is that generator's type.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.cost import Cost
@@ -34,6 +34,9 @@ class Resources:
     kv_dtype: str | None = None  # dtype the KV cache is stored in; None: 2 bytes/value assumed
     sheet: Any = None  # PriceSheet for dollars
     index: IndexFn | None = None
+    # long context over a shared corpus: the corpus fitted to the window once per run, keyed by
+    # (corpus fingerprint, overflow policy), so every question gets the same prefix
+    fitted: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict, repr=False)
 
     def limit(self) -> int:
         """Prompt tokens allowed: the window minus the answer, capped by the matched budget."""
@@ -78,13 +81,14 @@ def make_record(
     cost: Cost | None = None,
 ) -> Record:
     prediction = clean_answer(completion.text, example.question)
+    scored = any(a.strip() for a in example.answers)  # a question without gold: unscored
     return Record(
         example_id=example.id,
         strategy=params.strategy,
         params=params,
         prediction=prediction,
         answers=example.answers,
-        scores=score(prediction, example.answers, res.metrics),
+        scores=score(prediction, example.answers, res.metrics) if scored else {},
         cost=cost or res.cost(completion),
-        meta={"raw": completion.text, **meta},
+        meta={"raw": completion.text, **meta, **({} if scored else {"unscored": True})},
     )
