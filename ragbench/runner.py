@@ -323,6 +323,7 @@ def _write_manifest(out: Path, cfg, examples, identity, sessions, status: str, r
     first invocation's start and ``sessions`` logs every invocation (start, end, records it had
     to generate, errors), so a resumed run keeps its history."""
     from ragbench.datasets.formats import fingerprint
+    from ragbench.prices import price_sheet
 
     manifest: dict[str, Any] = {
         "name": cfg.name,
@@ -334,6 +335,8 @@ def _write_manifest(out: Path, cfg, examples, identity, sessions, status: str, r
             "n": len(examples),
         },
         "model": secrets.redact(identity),
+        # which sheet priced the dollars, and as of when (a reprice writes its own beside it)
+        "price_sheet": price_sheet(cfg.price_sheet).describe() if cfg.price_sheet else None,
         "status": status,
         "versions": provenance.versions(),
         "git_commit": provenance.git_commit(),

@@ -458,6 +458,8 @@ def test_resume_recomputes_scores_and_keeps_the_run_history(tmp_path, monkeypatc
     out = Path(first.attrs["run_dir"])
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "finished" and len(manifest["sessions"]) == 1
+    sheet = manifest["price_sheet"]
+    assert sheet["name"] == "example-hosted-api" and sheet["date"] and sheet["source"]
     # a line edited by hand: a wrong answer claims full marks
     lines = (out / RECORDS).read_bytes().splitlines(keepends=True)
     row = json.loads(lines[0])
