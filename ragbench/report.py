@@ -302,6 +302,47 @@ def plot_kv_cache(kv: Any, gpu_memory_gib: float | None = None, ax: Any = None) 
     return ax
 
 
+def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any:
+    """$ per 1,000 queries against questions per document for one price sheet (the first in
+    ``curve`` by default): each RAG variant (dashed, flat: RAG pays full price every question)
+    and long context with and without a prefix cache (``planning.prefix_cache_break_even``).
+    Where the prefix-cache curve crosses a RAG line is that variant's break-even. A prefix
+    shorter than the sheet's minimum cacheable prompt is never cached: both long-context curves
+    then coincide, and the legend says so."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax = _ax(ax)
+    sheets = list(dict.fromkeys(curve["sheet"]))
+    if not sheets:
+        raise ValueError("empty break-even curve: the run has no successful long_context/rag rows")
+    sheet = sheet or sheets[0]
+    if sheet not in sheets:
+        from ragbench.registry import unknown
+
+        raise unknown("sheet", sheet, sheets)
+    rows = curve[curve["sheet"] == sheet]
+    drawn: dict[tuple[float, ...], str] = {}
+    for series, part in rows.groupby("series", sort=False):
+        rag = not str(series).startswith("long context")
+        y = tuple(part["dollars_per_query"] * 1000)
+        label = str(series)
+        if y in drawn:  # a curve exactly under another one: say so, or it looks missing
+            label += f" (= {drawn[y]})"
+        drawn.setdefault(y, str(series))
+        ax.semilogx(
+            part["questions_per_document"], y, label=label,
+            ls="--" if rag else "-", marker=None if rag else "o", lw=1 if rag else 1.8,
+        )  # fmt: skip
+    # counts: 1, 10, 100 (not 10^k, not 1.0)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set(xlabel="questions per document", ylabel="$ per 1,000 queries",
+           title=f"Break-even with prefix caching ({sheet})")  # fmt: skip
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
+    ax.grid(alpha=0.3)
+    return ax
+
+
 def plot_prefix_caching(caching: Any, rag_dollars: float | None = None, ax: Any = None) -> Any:
     """$ per question against questions per document, long context with and without a prefix
     cache (``planning.prefix_caching_table``), and RAG's $ per question as a dashed line."""

@@ -78,6 +78,12 @@ def parameter_points(cfg: RunConfig) -> list[StrategyParams]:
 # ---------------------------------------------------------------------------- resources
 
 
+def load_examples(config: Any) -> list[Example]:
+    """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
+    failure attribution needs beside the table (evidence spans, needles, distractors)."""
+    return _load_examples(load_config(config))
+
+
 def _load_examples(cfg: RunConfig) -> list[Example]:
     from ragbench.datasets import build_dataset
 

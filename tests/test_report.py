@@ -146,3 +146,27 @@ def test_planning_plots_keep_the_legend_off_the_data():
     ax = report.plot_prefix_caching(caching, rag)
     assert not _legend_covers_data(ax)
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "RAG"
+
+
+def test_plot_break_even_draws_each_series_of_one_sheet(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from test_runner import niah_config
+
+    from ragbench import planning, report
+    from ragbench.runner import run
+
+    cfg = niah_config(
+        tmp_path, strategies=["long_context", {"name": "rag", "params": {"top_k": 1}}]
+    )
+    df = run(cfg, progress=False)
+    _, curve = planning.prefix_cache_break_even(df, ["example-hosted-api", "openai-gpt-4.1"])
+    ax = report.plot_break_even(curve, sheet="openai-gpt-4.1")
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert len(labels) == 3 and sum(lab.startswith("long context") for lab in labels) == 2
+    assert "openai-gpt-4.1" in ax.get_title() and "1,000 queries" in ax.get_ylabel()
+    rag = next(line for line in ax.get_lines() if line.get_label().startswith("rag"))
+    assert len(set(rag.get_ydata())) == 1  # RAG pays full price for every question
+    with pytest.raises(ValueError, match="did you mean"):
+        report.plot_break_even(curve, sheet="openai-gpt-4.2")
