@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +82,24 @@ def contains(prediction: str, answers: Sequence[str]) -> float:
     return float(any(normalize_answer(a) and f" {normalize_answer(a)} " in p for a in answers))
 
 
+# ---------------------------------------------------------------------------- no answer
+
+# the gold of a question with no answer in its context, equal to ``strategies.prompts.DECLINE``
+# (the word the prompts ask a model to reply with; a test keeps them equal)
+NO_ANSWER = "unanswerable"
+
+
+def declined(prediction: str) -> bool:
+    """The prediction declines to answer (``strategies.prompts.is_declined``)."""
+    return NO_ANSWER in prediction.lower()
+
+
+def _longbench(prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None) -> float:
+    from ragbench.longbench_metrics import longbench_score  # lazy: rouge-score, jieba, rapidfuzz
+
+    return longbench_score(prediction, answers, meta)
+
+
 # ---------------------------------------------------------------------------- registry
 
 
@@ -92,8 +110,15 @@ class Metric:
     higher_is_better: bool = True
     aggregation: str = "mean"  # per-example scores are averaged over a group
     description: str = ""
+    # the metric also reads the example's meta (``fn(prediction, answers, meta)``): metrics
+    # chosen per example, such as LongBench's official metric of each subset
+    needs_meta: bool = False
 
-    def __call__(self, prediction: str, answers: Sequence[str]) -> float:
+    def __call__(
+        self, prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None = None
+    ) -> float:
+        if self.needs_meta:
+            return float(self.fn(prediction, answers, meta))
         return float(self.fn(prediction, answers))
 
 
@@ -107,6 +132,12 @@ METRICS = Registry(
             Metric("string_match_all", string_match_all, description="RULER: share of refs found"),
             Metric("string_match_part", string_match_part, description="RULER: any ref found"),
             Metric("contains", contains, description="normalised gold answer inside prediction"),
+            Metric(
+                "longbench",
+                _longbench,
+                description="LongBench: each subset's official metric (meta['metric'])",
+                needs_meta=True,
+            ),
         )
     },
 )
@@ -116,11 +147,25 @@ def get_metric(name: str) -> Metric:
     return METRICS.get(name)
 
 
-def score(prediction: str, answers: Sequence[str], names: Sequence[str]) -> dict[str, float]:
-    """All named metrics for one prediction. Gold answers must be non-empty."""
+def score(
+    prediction: str,
+    answers: Sequence[str],
+    names: Sequence[str],
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, float]:
+    """All named metrics for one prediction; ``meta`` (the example's) is passed to the metrics
+    that need it. Gold answers must be non-empty.
+
+    A question whose only gold answer is ``NO_ANSWER`` has no answer in its context (SQuAD 2.0's
+    unanswerable questions; the official script's gold is "" there): a prediction that declines
+    (contains the decline word the prompts ask for) scores 1 on every metric, anything else 0,
+    so "Unanswerable: the text does not say" counts as declining, exactly as
+    ``strategies.prompts.is_declined`` does."""
     if not answers:
         raise ValueError("cannot score an example with no gold answers")
-    return {n: get_metric(n)(prediction, answers) for n in names}
+    if tuple(answers) == (NO_ANSWER,):
+        return dict.fromkeys(names, float(declined(prediction)))
+    return {n: get_metric(n)(prediction, answers, meta) for n in names}
 
 
 # ---------------------------------------------------------------------------- aggregation

@@ -112,7 +112,7 @@ def test_import_squad_and_longbench(run, tmp_path):
     [e] = read_examples(tmp_path / path)
     assert e.question.startswith("Which river") and "The Nile" in e.answers
     row = {"input": "Who wrote it?", "context": "It was written by Ada.", "answers": ["Ada"],
-           "length": 5, "dataset": "toy", "_id": "lb1"}  # fmt: skip
+           "length": 5, "dataset": "hotpotqa", "_id": "lb1"}  # fmt: skip
     (tmp_path / "lb.jsonl").write_text(json.dumps(row) + "\n")
     path, _ = _written(run("import", "longbench", "lb.jsonl", "--out", "lb-out.jsonl"))
     [e] = read_examples(tmp_path / path)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragbench.datasets import formats
+from ragbench.datasets.shared_corpus import corpus_fingerprint
 from ragbench.io import InputFileError, sha256_file
 from ragbench.registry import UnknownNameError
 from ragbench.types import Document, Example
@@ -98,7 +99,10 @@ def test_squad_v1_offsets_become_evidence_spans():
 def test_squad_v2_keeps_unanswerable_questions():
     answerable, impossible = formats.load("squad", FIX / "squad_v2.json")
     assert answerable.answers == ("1932",) and answerable.meta["unanswerable"] is False
-    assert impossible.answers == () and impossible.meta["unanswerable"] is True
+    # the no-answer gold: declining is the correct answer (metrics.score); every question of
+    # the file is offered the decline option, so it cannot give the gold away
+    assert impossible.answers == ("unanswerable",) and impossible.meta["unanswerable"] is True
+    assert answerable.meta["allow_decline"] is True and impossible.meta["allow_decline"] is True
     assert impossible.evidence == []
     assert impossible.meta["plausible_answers"] == ["1932"]
     assert impossible.meta["version"] == "v2.0"
@@ -109,13 +113,17 @@ def test_beir_examples_reference_the_corpus():
     assert [e.id for e in examples] == ["q1", "q2", "q3"]  # q4 has no judgement
     q2 = examples[1]
     assert q2.question == "length of the harbour bridge" and q2.answers == ()
-    assert [d.id for d in q2.documents] == ["d3"]  # score-0 judgements are not relevant
+    # the whole corpus, one tuple shared by every query (retrieval over only the judged
+    # documents would be trivial); score-0 judgements are in the qrels, not the evidence
+    assert [d.id for d in q2.documents] == ["d1", "d2", "d3", "d4"]
+    assert all(e.documents is q2.documents for e in examples)
     assert q2.meta["qrels"] == {"d3": 2, "d4": 0}
     assert q2.meta["split"] == "test"
-    assert q2.meta["corpus_sha256"] == sha256_file(FIX / "beir" / "corpus.jsonl")
+    assert q2.meta["corpus_fingerprint"] == corpus_fingerprint(q2.documents)
     assert Path(q2.meta["corpus_path"]) == FIX / "beir" / "corpus.jsonl"
     assert examples[0].documents[0].meta == {"url": "https://example.org/hale"}
-    assert [_span_text(q2, s) for s in q2.evidence] == [q2.documents[0].text]
+    assert [_span_text(q2, s) for s in q2.evidence] == [q2.documents[2].text]
+    assert q2.evidence == [("d3", 0, len(q2.documents[2].text))]
     dev = formats.load("beir", FIX / "beir", split="dev")
     assert [(e.id, e.meta["qrels"]) for e in dev] == [("q2", {"d4": 1})]
 

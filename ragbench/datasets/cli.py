@@ -199,21 +199,53 @@ def import_cmd(
     ),
     path: Path = typer.Argument(..., help="File (or BEIR folder) to import."),
     split: str = typer.Option(None, help="BEIR qrels split (default: test, else dev, else train)."),
+    unanswerable: str = typer.Option(
+        None, help="SQuAD 2.0 unanswerable questions: keep (declining scores 1) or drop."
+    ),
     out: Path = typer.Option(
-        None, help="Output JSONL (default: data/generated/FORMAT-NAME.jsonl)."
+        None,
+        help="Output JSONL (default: data/generated/FORMAT-NAME.jsonl; beir: the questions "
+        "file, data/generated/beir-NAME.questions.jsonl, its corpus beside it).",
     ),
 ) -> None:
-    """Convert a LongBench / RULER / SQuAD / BEIR dataset to ragbench JSONL."""
+    """Convert a LongBench / RULER / SQuAD / BEIR dataset to ragbench JSONL.
+
+    BEIR is written as a shared corpus (a corpus file and a questions file, for the `corpus`
+    dataset) so the corpus is stored once; score it with the `retrieve_only` strategy."""
     from ragbench.datasets import formats
 
     if fmt not in formats.IMPORTERS:
         raise cli_error(unknown("dataset format", fmt, formats.IMPORTERS))
-    options = {"split": split} if split is not None else {}
-    if options and fmt != "beir":
-        raise cli_error(ValueError("--split applies to the beir format only"))
-    with user_errors():  # InputFileError names file:line:field
+    options: dict[str, Any] = {}
+    for name, value, owner in (("split", split, "beir"), ("unanswerable", unanswerable, "squad")):
+        if value is not None:
+            if fmt != owner:
+                raise cli_error(ValueError(f"--{name} applies to the {owner} format only"))
+            options[name] = value
+    with user_errors():  # InputFileError names file:line:field; no examples is one too
         examples = formats.load(fmt, path, **options)
-    _write(out or DEFAULT_DIR / f"{fmt}-{path.stem}.jsonl", examples)
+    if fmt == "beir":
+        _write_shared(out or DEFAULT_DIR / f"beir-{path.name}.questions.jsonl", examples)
+    else:
+        _write(out or DEFAULT_DIR / f"{fmt}-{path.stem}.jsonl", examples)
+
+
+def _write_shared(questions: Path, examples: list[Any]) -> None:
+    """A corpus file beside the questions file (``NAME.questions.jsonl`` -> ``NAME.corpus.jsonl``)."""
+    from ragbench.datasets import formats
+    from ragbench.datasets.shared_corpus import corpus_fingerprint
+
+    stem = questions.name.removesuffix(".jsonl").removesuffix(".questions")
+    corpus = questions.with_name(f"{stem}.corpus.jsonl")
+    with user_errors():
+        corpus, questions = formats.write_shared(examples, corpus, questions)
+    n_docs = len(examples[0].documents)
+    typer.echo(f"wrote {n_docs} documents to {corpus} and {len(examples)} questions to {questions}")
+    typer.echo(f"fingerprint {corpus_fingerprint(examples[0].documents)} (corpus)")
+    typer.echo(
+        f"dataset: {{name: corpus, params: {{corpus: {corpus}, questions: {questions}}}}}"
+        "  # with strategies: [retrieve_only]"
+    )
 
 
 @data_app.command("dedup")

@@ -9,28 +9,43 @@ Choices, per format:
 - ``jsonl``: ragbench's own format, read strictly: unknown fields, wrong types, duplicate example
   or document ids and ``meta.evidence`` spans outside their document are errors.
 - ``longbench``: ``context`` becomes one document (id ``"{_id}/context"``), ``input`` the
-  question. ``dataset``, ``length``, ``all_classes`` and any extra fields go to ``meta``. No
-  evidence spans: LongBench answers are often free-form, so a string match would mislead.
+  question. ``dataset``, ``length``, ``all_classes`` and any extra fields go to ``meta``, and
+  ``meta["metric"]`` names the subset's official LongBench metric (``longbench_metrics``; the
+  ``longbench`` metric scores with it). A subset LongBench does not have, a classification subset
+  without ``all_classes`` or a retrieval answer without its paragraph number is an error: each
+  would be scored wrongly. No evidence spans: LongBench answers are often free-form, so a string
+  match would mislead.
 - ``ruler``: RULER's ``input`` is one string (instructions, context, question). With RULER's
-  templates the question follows the context on its own line, so the last non-empty line is the
-  question and everything before it is kept as one document (id ``"{index}/input"``). Evidence
-  spans are the verbatim occurrences of each expected output in that document.
+  plain templates the question follows the context on its own line, so the last non-empty line
+  is the question and everything before it is kept as one document (id ``"{index}/input"``).
+  An input rendered with a chat template or ending in an answer label (the last line is
+  ``Answer:``, ``[/INST]``, ``<|...|>``) does not fit that rule and is an error naming the line,
+  rather than an import whose every question is ``Answer:``. Evidence spans are the verbatim
+  occurrences of each expected output in that document.
 - ``squad``: v1.1 and v2.0 JSON. One example per question; its paragraph is the only document
   (id ``"{article}-{paragraph}"``, title = article title). ``answer_start`` offsets become
   ``meta["evidence"]`` spans and must match the answer text. v2 unanswerable questions are kept
-  with ``answers=()`` and ``meta["unanswerable"] = True``. Line numbers in errors point into the
-  JSON text (real SQuAD files are one line; the field path, e.g.
+  (``unanswerable="keep"``) with the no-answer gold ``answers=("unanswerable",)``
+  (``metrics.NO_ANSWER``, the word the prompts' decline instruction asks for: declining scores
+  1, answering 0) and ``meta["unanswerable"] = True``; every question of such a file gets
+  ``meta["allow_decline"] = True``, so the prompt offers the decline option to answerable and
+  unanswerable questions alike (offering it only to the unanswerable ones would leak the gold).
+  ``unanswerable="drop"`` leaves them out instead. Line numbers in errors point into the JSON
+  text (real SQuAD files are one line; the field path, e.g.
   ``data[0].paragraphs[2].qas[1].answers[0].answer_start``, locates the fault exactly).
-- ``beir``: a corpus is shared by every query and is too big to copy into each example. So each
-  query with a judgement in the chosen qrels split (default: test, else dev, else train) becomes
-  an example whose ``documents`` are only its *relevant* corpus documents (score > 0, in qrels
-  order), with ``meta["qrels"] = {doc_id: score}`` (every judged document),
-  ``meta["corpus_path"]`` (as given) and ``meta["corpus_sha256"]``. BEIR has no answer strings,
-  so ``answers=()``. Long-context prompting over these documents is an oracle (gold-only)
-  context; retrieval over the whole corpus uses ``load_beir(path)``, which returns the corpus
-  once plus queries and qrels in the BEIR ``{qid: {doc_id: score}}`` shape.
+- ``beir``: each query with a judgement in the chosen qrels split (default: test, else dev, else
+  train) becomes an example over the *whole* corpus (one ``documents`` tuple shared by every
+  example, in corpus-file order, as the ``corpus`` dataset does; retrieval over only the judged
+  documents would be trivial), with ``meta["qrels"] = {doc_id: score}`` (every judged
+  document), ``meta["evidence"]`` (the relevant documents, score > 0, whole),
+  ``meta["corpus_path"]`` and ``meta["corpus_fingerprint"]`` (what the runner keys the one index
+  by). BEIR has no answer strings, so ``answers=()``: score it with the ``retrieve_only``
+  strategy (recall/nDCG/MRR against the qrels). ``load_beir(path)`` returns the corpus once plus
+  queries and qrels in the BEIR ``{qid: {doc_id: score}}`` shape; ``write_shared`` stores
+  examples over one corpus as a corpus file plus a questions file (``data import beir``).
 
-Every malformed input raises one ``ragbench.io.InputFileError`` naming the file, line and field.
+Every malformed input raises one ``ragbench.io.InputFileError`` naming the file, line and field;
+an input with no examples (an empty file, a BEIR split judging no query) is one too.
 """
 
 from __future__ import annotations
@@ -54,7 +69,8 @@ from ragbench.datasets._validate import (
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError, atomic_write_text, dumps_canonical, sha256_file
+from ragbench.io import InputFileError, atomic_write_text, dumps_canonical
+from ragbench.metrics import NO_ANSWER
 from ragbench.registry import Registry, unknown
 from ragbench.types import Document, Example
 
@@ -77,8 +93,17 @@ PathLike = str | os.PathLike
 
 
 def load(fmt: str, path: PathLike, **options: Any) -> list[Example]:
-    """Import ``path`` in format ``fmt`` (one of ``IMPORTERS``); options go to the importer."""
-    return IMPORTERS.get(fmt)(path, **options)
+    """Import ``path`` in format ``fmt`` (one of ``IMPORTERS``); options go to the importer.
+    An input that yields no examples is an error (a run, or a written 0-example file, would
+    only fail later and further from the cause)."""
+    examples = IMPORTERS.get(fmt)(path, **options)
+    return _nonempty(path, examples, "no examples (an empty file?)")
+
+
+def _nonempty(path: PathLike, examples: list[Example], why: str) -> list[Example]:
+    if not examples:
+        raise InputFileError(path, None, why)
+    return examples
 
 
 def _canonical_lines(examples: Iterable[Example]) -> Iterator[str]:
@@ -194,15 +219,35 @@ _LONGBENCH_FIELDS |= {"dataset": str, "_id": str}
 
 
 def load_longbench(path: PathLike) -> list[Example]:
-    return read_jsonl(path, _longbench_example, id_field="_id")
+    examples = read_jsonl(path, _longbench_example, id_field="_id")
+    return _nonempty(path, examples, "no examples (an empty LongBench file)")
+
+
+def _longbench_metric(v: dict, all_classes: list[str] | None) -> str:
+    """The subset's official metric; inputs it cannot score are errors here, not 0s later."""
+    from ragbench.longbench_metrics import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
+
+    subset = subset_name(v["dataset"])
+    if subset not in SUBSET_METRIC:
+        raise FieldError(("dataset",), str(unknown("LongBench subset", subset, SUBSET_METRIC)))
+    metric = SUBSET_METRIC[subset]
+    if metric == "classification_score" and not all_classes:
+        raise FieldError(("all_classes",), f"{subset} is scored over its classes: list them")
+    if metric in RETRIEVAL_PATTERNS:
+        for i, answer in enumerate(v["answers"]):
+            if not re.search(RETRIEVAL_PATTERNS[metric], answer):
+                pattern = RETRIEVAL_PATTERNS[metric].replace(r"(\d+)", "N")
+                raise FieldError(("answers", i), f"expected {pattern!r}, got {answer!r}")
+    return metric
 
 
 def _longbench_example(row: dict) -> Example:
     v = {key: req(row, key, kind) for key, kind in _LONGBENCH_FIELDS.items()}
     all_classes = opt(row, "all_classes", STRINGS, None)
+    metric = _longbench_metric(v, all_classes)
     meta = {k: val for k, val in row.items() if k not in _LONGBENCH_FIELDS}
     meta |= {"source": "longbench", "dataset": v["dataset"], "length": v["length"]}
-    meta["all_classes"] = all_classes
+    meta |= {"all_classes": all_classes, "metric": metric}
     doc = Document(id=f"{v['_id']}/context", text=v["context"])
     return Example(v["_id"], v["input"], tuple(v["answers"]), (doc,), meta)
 
@@ -213,14 +258,31 @@ _RULER_FIELDS = {"index": int, "input": str, "outputs": STRINGS, "length": int}
 
 
 def load_ruler(path: PathLike) -> list[Example]:
-    return read_jsonl(path, _ruler_example, id_field="index")
+    examples = read_jsonl(path, _ruler_example, id_field="index")
+    return _nonempty(path, examples, "no examples (an empty RULER file)")
+
+
+# a last line that is a label or chat-template markup, not a question: "Answer:", "A:",
+# "### Response:", "[/INST]", "<|im_start|>assistant", "<start_of_turn>model"
+_NOT_A_QUESTION = re.compile(
+    r"^[\W_]*[A-Za-z][A-Za-z ]{0,30}:\s*$"  # a bare label
+    r"|<\|[^|>]*\|>|\[/?INST\]|</?s>|<<SYS>>|<(start|end)_of_turn>"  # chat-template markup
+)
 
 
 def split_ruler_input(text: str) -> tuple[str, str]:
-    """(context, question): the question is the last non-empty line, the context all before it."""
+    """(context, question): the question is the last non-empty line, the context all before it.
+    A last line that is an answer label or chat-template markup is refused (see the module
+    docstring): taking it as the question would ask every example "Answer:"."""
     context, sep, question = text.rstrip().rpartition("\n")
     if not sep or not context.strip() or not question.strip():
         raise ValueError("expected the context followed by the question on its own last line")
+    if _NOT_A_QUESTION.search(question):
+        raise ValueError(
+            f"the last line {question.strip()[:60]!r} is not a question: this input ends with an "
+            "answer label or a chat template; export RULER with its plain (base) template, whose "
+            "input ends with the question on its own line"
+        )
     return context, question.strip()
 
 
@@ -249,8 +311,14 @@ def _ruler_example(row: dict) -> Example:
 # --------------------------------------------------------------------------- SQuAD
 
 
-def load_squad(path: PathLike) -> list[Example]:
-    """SQuAD v1.1 / v2.0 JSON (see the module docstring)."""
+UNANSWERABLE = ("keep", "drop")  # what load_squad does with SQuAD 2.0's unanswerable questions
+
+
+def load_squad(path: PathLike, unanswerable: str = "keep") -> list[Example]:
+    """SQuAD v1.1 / v2.0 JSON (see the module docstring). ``unanswerable``: ``keep`` (no-answer
+    gold: declining is correct) or ``drop``."""
+    if unanswerable not in UNANSWERABLE:
+        raise unknown("unanswerable policy", unanswerable, UNANSWERABLE)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -261,9 +329,16 @@ def load_squad(path: PathLike) -> list[Example]:
         msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
         raise InputFileError(path, exc.lineno, msg) from None
     try:
-        return _squad_examples(data)
+        examples = _squad_examples(data)
     except FieldError as bad:
         raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None
+    _nonempty(path, examples, "no questions (data[].paragraphs[].qas[] are all empty)")
+    if unanswerable == "drop":
+        kept = [e for e in examples if not e.meta["unanswerable"]]
+        return _nonempty(path, kept, f"all {len(examples)} questions are unanswerable (dropped)")
+    if any(e.meta["unanswerable"] for e in examples):
+        examples = [replace(e, meta={**e.meta, "allow_decline": True}) for e in examples]
+    return examples
 
 
 def _squad_examples(data: Any) -> list[Example]:
@@ -315,7 +390,8 @@ def _squad_example(qa: Any, where: tuple, doc: Document, version: str) -> Exampl
         raise FieldError(
             where + ("answers",), "empty for an answerable question (v2: set is_impossible)"
         )
-    texts = list(dict.fromkeys(t for t, _ in answers))
+    # the no-answer gold (see the module docstring); answerable questions keep their texts
+    texts = list(dict.fromkeys(t for t, _ in answers)) if answers else [NO_ANSWER]
     spans = list(dict.fromkeys((s, s + len(t)) for t, s in answers))
     meta: dict[str, Any] = {"source": "squad", "version": version, "title": doc.title}
     meta |= {"unanswerable": unanswerable, "evidence": [[doc.id, s, e] for s, e in spans]}
@@ -356,20 +432,56 @@ def load_beir(path: PathLike, split: str | None = None) -> BeirData:
 
 
 def load_beir_examples(path: PathLike, split: str | None = None) -> list[Example]:
-    """One example per judged query (see the module docstring for the representation)."""
+    """One example per judged query, each over the whole corpus (see the module docstring)."""
+    from ragbench.datasets.shared_corpus import corpus_fingerprint
+
     data = load_beir(path, split)
-    corpus_sha = sha256_file(data.corpus_path)
+    documents = tuple(data.corpus.values())  # one tuple, shared: never copied per question
+    fingerprint = corpus_fingerprint(documents)
     examples = []
     for qid, question in data.queries.items():
         judged = data.qrels.get(qid)
         if not judged:
             continue
-        relevant = tuple(data.corpus[d] for d, score in judged.items() if score > 0)
-        meta = {"source": "beir", "split": data.split, "qrels": dict(judged)}
-        meta |= {"corpus_path": str(data.corpus_path), "corpus_sha256": corpus_sha}
+        relevant = [data.corpus[d] for d, score in judged.items() if score > 0]
+        meta = {"source": "beir", "task": "beir", "split": data.split, "qrels": dict(judged)}
+        meta |= {"corpus_path": str(data.corpus_path), "corpus_fingerprint": fingerprint}
         meta["evidence"] = [[d.id, 0, len(d.text)] for d in relevant]
-        examples.append(Example(qid, question, (), relevant, meta))
-    return examples
+        examples.append(Example(qid, question, (), documents, meta))
+    qrels = data.corpus_path.parent / "qrels" / f"{data.split}.tsv"
+    return _nonempty(qrels, examples, "no judgements: no query can be scored")
+
+
+# meta keys a questions file may not set (``datasets.questions.RESERVED_META``): ``write_shared``
+# leaves them out, the ``corpus`` dataset sets them again
+_SHARED_RESERVED = ("task", "task_type", "evidence", "evidence_quotes", "corpus_fingerprint")
+
+
+def write_shared(
+    examples: list[Example], corpus_path: PathLike, questions_path: PathLike
+) -> tuple[Path, Path]:
+    """Examples over one shared corpus as a corpus file plus a questions JSONL file (the
+    ``corpus`` dataset's shape), so the corpus is stored once however many questions there are.
+    Each question keeps its id, text, answers and meta (less the keys the ``corpus`` dataset
+    sets itself); evidence spans are not kept (BEIR's judgements are in ``meta["qrels"]``)."""
+    from ragbench.datasets.shared_corpus import write_documents
+
+    if not examples:
+        raise ValueError("no examples to write")
+    documents = examples[0].documents
+    if any(e.documents is not documents and e.documents != documents for e in examples):
+        raise ValueError("write_shared needs examples over one corpus (the same documents)")
+    rows = []
+    for e in examples:
+        row: dict[str, Any] = {"id": e.id, "question": e.question}
+        if e.answers:
+            row["answers"] = list(e.answers)
+        meta = {k: v for k, v in e.meta.items() if k not in _SHARED_RESERVED}
+        if meta:
+            row["meta"] = meta
+        rows.append(dumps_canonical(row) + "\n")
+    corpus = write_documents(corpus_path, documents)
+    return corpus, atomic_write_text(questions_path, "".join(rows))
 
 
 def _beir_doc(row: dict) -> Document:

@@ -120,6 +120,24 @@ def parse_metric(name: str) -> RetrievalMetric:
     return RetrievalMetric(name=f"{base}@{k}" if k else base, base=base, k=k)
 
 
+def check_levels(run: Run, qrels: Qrels) -> None:
+    """Refuse a chunk-level run scored against document qrels: no chunk id (``"d1#0"``) equals
+    a document id (``"d1"``), so every metric would be a silent 0. Detected when no ranked id is
+    judged anywhere while some, stripped of their ``#n`` chunk suffix, are."""
+    judged = {d for judgments in qrels.values() for d in judgments}
+    ranked = {d for scores in run.values() for d in scores}
+    if not ranked or ranked & judged:
+        return
+    as_documents = {d.rpartition("#")[0] for d in ranked if "#" in d}
+    if as_documents & judged:
+        example = next(iter(sorted(ranked)))
+        raise ValueError(
+            f"the run ranks chunk ids (e.g. {example!r}) but the qrels judge document ids: "
+            "aggregate chunk scores to documents first (retrievers.to_run(..., "
+            "level='document'), which keeps each document's best chunk score)"
+        )
+
+
 def per_query(
     run: Run, qrels: Qrels, metrics: Iterable[str] = ("recall@10",)
 ) -> dict[str, dict[str, float]]:
@@ -127,6 +145,7 @@ def per_query(
     parsed = [parse_metric(m) for m in metrics]
     if not qrels:
         raise ValueError("qrels is empty: there is nothing to evaluate")
+    check_levels(run, qrels)
     rankings = {qid: rank(run.get(qid, {})) for qid in qrels}
     return {
         m.name: {qid: m(rankings[qid], judgments) for qid, judgments in qrels.items()}

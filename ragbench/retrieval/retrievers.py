@@ -307,15 +307,36 @@ class RerankRetriever(Retriever):
         return results
 
 
+RUN_LEVELS = ("chunk", "document")
+
+
 def to_run(
-    qids: Sequence[str], results: Sequence[Sequence[ScoredChunk]]
+    qids: Sequence[str], results: Sequence[Sequence[ScoredChunk]], level: str = "chunk"
 ) -> dict[str, dict[str, float]]:
-    """BEIR/TREC run ``{qid: {chunk_id: score}}``; chunks are inserted in rank order."""
+    """BEIR/TREC run, inserted in rank order: ``{qid: {chunk_id: score}}`` (``level="chunk"``,
+    for qrels over chunks, e.g. gold chunks from evidence spans) or ``{qid: {doc_id: score}}``
+    (``level="document"``, for document qrels such as BEIR's): each document scores its best
+    chunk's score (max), at the rank of that chunk. Chunk ids never match document qrels, so
+    scoring a chunk run against them would be a silent 0."""
+    if level not in RUN_LEVELS:
+        raise unknown("run level", level, RUN_LEVELS)
     qids = list(qids)
     if len(qids) != len(results):
         raise ValueError(f"{len(qids)} query ids for {len(results)} result lists")
     if len(set(qids)) != len(qids):
         raise ValueError("query ids must be unique")
+    if level == "document":
+        return {qid: documents_by_max(hits) for qid, hits in zip(qids, results, strict=True)}
     return {
         qid: {h.chunk.id: h.score for h in hits} for qid, hits in zip(qids, results, strict=True)
     }
+
+
+def documents_by_max(hits: Sequence[ScoredChunk]) -> dict[str, float]:
+    """``{doc_id: best chunk score}`` in order of each document's best chunk (hits are best
+    first, so the first chunk seen of a document is its best)."""
+    out: dict[str, float] = {}
+    for h in sorted(hits, key=lambda h: -h.score):  # stable: ties keep the retriever's order
+        if h.chunk.doc_id not in out:
+            out[h.chunk.doc_id] = h.score
+    return out

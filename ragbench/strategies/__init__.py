@@ -4,6 +4,7 @@
 - ``long_context``: the whole context, document first and question last (``overflow`` policy).
 - ``rag``: retrieve, assemble within a token budget and/or top-k, answer with the same template.
 - ``self_route`` (Li et al. 2024): RAG with an "unanswerable" option; declined -> long context.
+- ``retrieve_only``: no generation; documents ranked and scored against relevance judgements.
 
 Files, one job each: ``prompts`` (templates, answer cleaning, truncation), ``params`` (one typed,
 frozen parameter class per strategy: defaults, validation, grid, label), ``base`` (resources and
@@ -35,6 +36,7 @@ from ragbench.strategies.params import (
 )
 from ragbench.strategies.prompts import clean_answer, truncate
 from ragbench.strategies.rag import rag_steps
+from ragbench.strategies.retrieve_only import RetrieveOnlyParams, retrieve_only_steps
 from ragbench.strategies.self_route import self_route_steps
 from ragbench.types import Example, Record
 
@@ -45,6 +47,7 @@ class Strategy:
     steps: Callable[..., Steps]  # (example, res, params) -> Steps
     params: type[StrategyParams]
     needs_retrieval: bool = False  # builds an index: the run validates its retrieval settings
+    generates: bool = True  # calls the LLM (retrieve_only does not: no model, no answer metrics)
 
     def run(self, example: Example, res: Resources, params: StrategyParams | None = None) -> Record:
         """One example, one request at a time (``run_batch`` runs many together)."""
@@ -65,6 +68,13 @@ STRATEGIES = Registry(
             Strategy("long_context", long_context_steps, LongContextParams),
             Strategy("rag", rag_steps, RagParams, needs_retrieval=True),
             Strategy("self_route", self_route_steps, SelfRouteParams, needs_retrieval=True),
+            Strategy(
+                "retrieve_only",
+                retrieve_only_steps,
+                RetrieveOnlyParams,
+                needs_retrieval=True,
+                generates=False,
+            ),
         )
     },
 )

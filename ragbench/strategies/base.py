@@ -88,7 +88,7 @@ def make_record(
         params=params,
         prediction=prediction,
         answers=example.answers,
-        scores=score(prediction, example.answers, res.metrics) if scored else {},
+        scores=score(prediction, example.answers, res.metrics, example.meta) if scored else {},
         cost=cost or res.cost(completion),
         meta={"raw": completion.text, **meta, **({} if scored else {"unscored": True})},
     )

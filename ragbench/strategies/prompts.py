@@ -43,6 +43,9 @@ def task_type(example: Example) -> str:
 
 
 def question_part(example: Example, decline: bool = False) -> str:
+    # datasets whose questions may have no answer in the text (SQuAD 2.0) set allow_decline on
+    # every question: declining is then a correct answer, so the prompt must offer it
+    decline = decline or example.meta.get("allow_decline") is True
     instruction = INSTRUCTIONS[task_type(example)] + (DECLINE_INSTRUCTION if decline else "")
     return QUESTION_TEMPLATE.format(instruction=instruction, question=example.question)
 
