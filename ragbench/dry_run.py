@@ -128,7 +128,7 @@ def dry_run(config: Any, progress: bool = True) -> Any:
 
     cfg = load_config(config)
     examples = runner._load_examples(cfg)
-    runner.check_examples(examples, cfg.dataset.name)
+    runner.check_examples(examples, cfg.dataset.name, generates=runner.generates_answers(cfg))
     points = runner.parameter_points(cfg)
     work = [(e, p) for e in examples for p in points]
     llm = PromptCounter(_counter(cfg), track_prefixes=cfg.model.backend == "hf")

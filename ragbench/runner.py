@@ -51,12 +51,13 @@ class DatasetError(ValueError):
     """The dataset cannot be scored (no examples, missing gold answers, duplicate ids)."""
 
 
-def check_examples(examples: list[Example], dataset: str) -> None:
+def check_examples(examples: list[Example], dataset: str, generates: bool = True) -> None:
     """A dataset a run can use: some examples, unique ids, and gold answers for at least one
-    example (questions without answers are run and reported unscored)."""
+    example when a strategy generates answers (questions without answers are run and reported
+    unscored; a retrieval-only run scores against relevance judgements instead)."""
     if not examples:
         raise DatasetError(f"dataset {dataset!r} produced no examples")
-    if not any(a.strip() for e in examples for a in e.answers):
+    if generates and not any(a.strip() for e in examples for a in e.answers):
         raise DatasetError(
             f"dataset {dataset!r}: none of its {len(examples)} examples has a gold answer; "
             "answer metrics need at least one"
@@ -186,7 +187,7 @@ def run(config: Any, progress: bool = True, llm: Any = None, wait: bool = False)
     secrets.collect(cfg.model_dump(mode="json"))  # mask them in every error, log and file
     started = _now()
     examples = _load_examples(cfg)
-    check_examples(examples, cfg.dataset.name)
+    check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
     points = parameter_points(cfg)
     work = [(e, p) for e in examples for p in points]
     keys = [work_key(e.id, p.strategy, p.to_dict()) for e, p in work]
@@ -195,6 +196,11 @@ def run(config: Any, progress: bool = True, llm: Any = None, wait: bool = False)
     out = run_dir_for(cfg)
     with FolderLock(out, what="run", wait=wait):
         return _run_locked(cfg, examples, work, keys, out, started, progress, llm)
+
+
+def generates_answers(cfg: RunConfig) -> bool:
+    """Whether any strategy of the config calls the model (``retrieve_only`` does not)."""
+    return any(get_strategy(s.name).generates for s in cfg.strategies)
 
 
 def _now() -> str:
@@ -210,14 +216,17 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
     from ragbench.metrics import score
 
     gold = {e.id: e.answers for e in examples}
+    metas = {e.id: e.meta for e in examples}
     changed = 0
     for key, record in done.items():
         if record.error or record.example_id not in gold:
             continue
+        if not get_strategy(record.strategy).generates:  # retrieval scores: nothing to redo
+            continue
         answers = gold[record.example_id]
         if not any(a.strip() for a in answers):  # unscored question: nothing to recompute
             continue
-        scores = score(record.prediction, answers, metrics)
+        scores = score(record.prediction, answers, metrics, metas[record.example_id])
         if scores != record.scores or tuple(answers) != tuple(record.answers):
             changed += scores != record.scores
             done[key] = dataclasses.replace(record, scores=scores, answers=answers)
@@ -247,9 +256,13 @@ def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bo
     session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
     sessions = [*_sessions(previous), session]
     if pending:
+        if llm is None and not generates_answers(cfg):
+            from ragbench.llm.fake import FakeLLM  # retrieval only: no model is ever called
+
+            llm = FakeLLM(cfg.model.name)
         llm = llm or _load_llm(cfg)
         check_server(llm)
-        identity = provenance.identity(llm)
+        identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
         # written before any work, so a run killed now still knows when it first started
         _write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
         session["errors"] = _generate(cfg, llm, identity, pending, done, out, progress, len(work))

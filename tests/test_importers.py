@@ -221,6 +221,29 @@ def test_import_beir_writes_a_shared_corpus_that_runs(tmp_path, monkeypatch):
     )
     assert [r.scores["recall@3"] for r in records] == [1.0, 1.0, 1.0]
 
+    # the same through `ragbench run`: no gold answers, no model loaded, a resume keeps scores
+    import ragbench.runner as runner
+
+    monkeypatch.setattr(runner, "_load_llm", lambda cfg: pytest.fail("loaded a model"))
+    cfg = {
+        "name": "beir-only",
+        "dataset": {
+            "name": "corpus",
+            "params": {"corpus": str(corpus), "questions": str(questions)},
+        },
+        "model": {"backend": "fake", "name": "fake", "cache": False},
+        "retrieval": {"tokenizer": "whitespace", "embedder": "hash", "retriever": "bm25"},
+        "strategies": [{"name": "retrieve_only", "params": {"top_k": 3}}],
+        "metrics": [],
+        "output_dir": str(tmp_path / "runs"),
+    }
+    first = runner.run(cfg, progress=False)
+    assert first["error"].isna().all() and first["recall@3"].tolist() == [1.0, 1.0, 1.0]
+    again = runner.run(cfg, progress=False)  # nothing pending: scores are not recomputed
+    assert again["recall@3"].tolist() == [1.0, 1.0, 1.0]
+    manifest = json.loads((Path(first.attrs["run_dir"]) / "manifest.json").read_text())
+    assert manifest["model"] == {"retrieval_only": True}
+
 
 # --------------------------------------------------------------------------- LongBench
 
