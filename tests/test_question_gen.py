@@ -55,7 +55,7 @@ SMALL = {"passage_tokens": 16, "min_passage_words": 5}
 
 
 def passage_of(request: GenerationRequest) -> str:
-    return request.prompt.split("\n\nWrite one question", 1)[0]
+    return request.prompt.rsplit("Text: ", 1)[1]
 
 
 def scripted(replies: dict[str, str], closed_book: dict[str, str] | None = None):
@@ -295,9 +295,21 @@ def test_costs_tokens_seconds_and_dollars_with_a_price_sheet():
     usage = result.usage["generate"]
     assert usage.calls == 2 and usage.prompt_tokens > 0 and usage.completion_tokens > 0
     assert usage.seconds > 0 and usage.dollars and usage.dollars > 0
-    assert re.search(r"LLM cost, generate: 2 calls \(0 from the cache\), .* s, \$0\.\d{6}",
-                     result.summary())  # fmt: skip
+    # the instructions are one prefix: the second request of the batch reads them from cache
+    assert 0 < usage.cached_prompt_tokens < usage.prompt_tokens
+    assert re.search(r"LLM cost, generate: 2 calls \(0 from the cache\), .* device seconds, "
+                     r"\$0\.\d{6}", result.summary())  # fmt: skip
     assert generate_questions(DOCS, fake(), 2, **SMALL).usage["generate"].dollars is None
+
+
+def test_seconds_are_each_completions_own_share_of_device_time():
+    """A batch of 4 that took 8 s reports each row's 2 s share: 8 s in all, not 4 x 8 s."""
+    from ragbench.types import Completion
+
+    row = Completion("x", 10, 2, prefill_seconds=7.0, decode_seconds=1.0, meta={"gpu_seconds": 2})
+    usage = question_gen.Usage()
+    usage.add([row] * 4)
+    assert usage.seconds == 8.0 and usage.calls == 4
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):

@@ -10,7 +10,8 @@ the completion cache), so tests script the model with ``FakeLLM(answer_fn=...)``
    then put in a seeded order (``random.Random(seed)``); at most one question per passage, so
    the questions spread over the corpus instead of piling up on one paragraph.
 2. One request per passage in a strict two-line format (``Question: ...`` / ``Answer: ...``),
-   parsed robustly (``parse_reply``: labels in any case, markdown emphasis, numbering, both on
+   shown by one worked example (SmolLM2-135M ignored the format when it was only described:
+   5 of 5 replies unparseable on the test folder, 0 of 5 with the example), parsed robustly (``parse_reply``: labels in any case, markdown emphasis, numbering, both on
    one line); anything else is rejected as ``format``.
 3. Checks, each a reason in the report: the question ends with "?" (``not_a_question``); the
    answer is short (``answer_too_long``); the answer is *found in its passage*
@@ -52,13 +53,17 @@ from ragbench.types import Completion, Document, GenerationRequest
 log = logging.getLogger(__name__)
 PathLike = str | os.PathLike
 
+# One worked example before the passage: small models (SmolLM2-135M) ignore a format that is
+# only described, and copy one that is shown.
 GENERATE_TEMPLATE = (
-    "{passage}\n\n"
-    "Write one question that the text above answers, and its answer. The answer must be a short "
-    "phrase copied word for word from the text.\n"
-    "Reply in exactly this format and nothing else:\n"
+    "Write one question about the text and its answer, a short phrase copied word for word "
+    "from the text. Reply in exactly this format:\n"
     "Question: <the question>\n"
-    "Answer: <the answer>"
+    "Answer: <the answer>\n\n"
+    "Text: The museum opens at 9:00 and closes at 17:00 on weekdays.\n"
+    "Question: When does the museum open on weekdays?\n"
+    "Answer: 9:00\n\n"
+    "Text: {passage}\n"
 )
 REASONS = (
     "format",
@@ -117,7 +122,12 @@ def generation_request(passage: Passage, max_new_tokens: int = 64) -> Generation
     # no stop sequence: a model that puts a blank line between the two lines must not lose its
     # answer; 64 tokens hold a question and a short answer
     prompt = GENERATE_TEMPLATE.format(passage=passage.text)
-    return GenerationRequest(prompt=prompt, max_new_tokens=max_new_tokens, id=passage_id(passage))
+    # the instructions and the worked example are the same for every passage: named as the
+    # prefix, a backend or server computes their KV once
+    prefix = GENERATE_TEMPLATE[: GENERATE_TEMPLATE.index("{passage}")]
+    return GenerationRequest(
+        prompt=prompt, max_new_tokens=max_new_tokens, prefix=prefix, id=passage_id(passage)
+    )
 
 
 def passage_id(passage: Passage) -> str:
@@ -222,7 +232,7 @@ class Usage:
     dollars: float | None = None  # with a price sheet only
 
     def add(self, completions: Sequence[Completion], sheet: Any = None) -> None:
-        from ragbench.prices import dollars_per_query
+        from ragbench.prices import dollars_per_query, gpu_seconds
 
         for c in completions:
             self.calls += 1
@@ -230,7 +240,8 @@ class Usage:
             self.prompt_tokens += c.prompt_tokens
             self.cached_prompt_tokens += c.cached_prompt_tokens
             self.completion_tokens += c.completion_tokens
-            self.seconds += c.total_seconds
+            # each one's own share of device time: a batch's latency counted once, not per row
+            self.seconds += gpu_seconds(c)
             if sheet is not None:
                 self.dollars = (self.dollars or 0.0) + dollars_per_query(c, sheet)
 
@@ -238,7 +249,7 @@ class Usage:
         text = (
             f"{self.calls} calls ({self.cache_hits} from the cache), {self.prompt_tokens:,} "
             f"prompt tokens ({self.cached_prompt_tokens:,} cached), {self.completion_tokens:,} "
-            f"completion tokens, {self.seconds:.1f} s"
+            f"completion tokens, {self.seconds:.1f} device seconds"
         )
         return text + ("" if self.dollars is None else f", ${self.dollars:.6f}")
 
