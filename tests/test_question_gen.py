@@ -247,6 +247,8 @@ def test_stops_at_n_and_samples_passages_by_seed():
     assert len(a.rows) == 2 and a.passages_tried == 2
     again = generate_questions(DOCS, fake(), 2, **SMALL, batch_size=2)
     assert again.rows == a.rows
+    capped = generate_questions(DOCS, fake(replies={}), 3, **SMALL, max_passages=2)
+    assert capped.passages_tried == 2 and not capped.rows  # the cap bounds the cost
     orders = {
         tuple(r["question"] for r in generate_questions(DOCS, fake(), 5, **SMALL, seed=s).rows)
         for s in range(4)

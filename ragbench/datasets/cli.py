@@ -334,7 +334,9 @@ def questions_cmd(
         32, help="The runs' max_new_tokens: the closed-book check asks as they will."
     ),
     passage_tokens: int = typer.Option(128, help="Passage size in whitespace tokens."),
-    max_passages: int = typer.Option(None, help="Try at most this many passages (default: all)."),
+    max_passages: int = typer.Option(
+        None, help="Try at most this many passages (default: 5 x --n)."
+    ),
     dedup_threshold: float = typer.Option(0.7, help="Question token Jaccard that is a duplicate."),
     batch_size: int = typer.Option(8, help="Requests per LLM call."),
     price_sheet: str = typer.Option(None, help="Shipped sheet name or YAML: adds dollars."),

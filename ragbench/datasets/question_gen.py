@@ -28,7 +28,7 @@ the completion cache), so tests script the model with ``FakeLLM(answer_fn=...)``
    hundreds of questions the exact pairwise comparison costs nothing and has no estimation error.
 
 Passages are tried in order, one batch at a time, until ``n`` questions are kept or the passages
-run out (``max_passages``). Same corpus, model, parameters and cache: the same file, byte for
+run out (``max_passages``, by default 5 per question). Same corpus, model, parameters and cache: the same file, byte for
 byte. The output is a questions JSONL file (``datasets.questions``): ``evidence`` is the
 sentence of the passage holding the answer (a quote the ``corpus`` dataset locates again and
 turns into ``[doc_id, start, end]`` spans) and ``meta`` keeps the exact ``answer_span`` and
@@ -65,6 +65,7 @@ GENERATE_TEMPLATE = (
     "Answer: 9:00\n\n"
     "Text: {passage}\n"
 )
+PASSAGES_PER_QUESTION = 5  # default cap on passages tried per question requested
 REASONS = (
     "format",
     "not_a_question",
@@ -342,7 +343,8 @@ def generate_questions(
 ) -> GeneratedQuestions:
     """Up to ``n`` checked question rows (module docstring), in the order they were kept.
 
-    ``max_passages`` bounds the passages tried (default: all of them); ``price_sheet`` (a
+    ``max_passages`` bounds the passages tried (default ``5 * n``: with a small model most pairs
+    fail the checks, and trying every passage of a large corpus would take hours); ``price_sheet`` (a
     ``PriceSheet``, name or path) adds dollars to the usage; ``progress``: a tqdm bar over kept
     questions (None: on a terminal).
     """
@@ -371,7 +373,9 @@ def generate_questions(
             f"no passage of at least {min_passage_words} words in the corpus "
             f"({len(documents)} documents): nothing to ask about"
         )
-    todo = passages[:max_passages] if max_passages else passages
+    if max_passages is not None and max_passages < 1:
+        raise ValueError(f"max_passages must be >= 1, got {max_passages}")
+    todo = passages[: max_passages or PASSAGES_PER_QUESTION * n]
     out = GeneratedQuestions([], n, passages_available=len(passages))
     out.usage = {"generate": Usage()} | ({"closed_book": Usage()} if drop_closed_book else {})
     kept_tokens: list[frozenset[str]] = []
