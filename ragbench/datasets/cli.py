@@ -345,3 +345,67 @@ def docs_cmd(
         f"{len(result.dedup['dropped'])} duplicates)"
     )
     typer.echo(f"fingerprint {result.fingerprint}")
+
+
+# ------------------------------------------------------------------- data questions (generated)
+
+
+@data_app.command("questions")
+def questions_cmd(
+    corpus: Path = typer.Argument(..., help="Corpus JSONL (what `ragbench data docs` writes)."),
+    n: int = typer.Option(20, "--n", help="Questions to keep."),
+    out: Path = typer.Option(..., help="Output questions JSONL (for the `corpus` dataset)."),
+    model: str = typer.Option("smollm2-135m-instruct", help="Preset, HF id/folder or served name."),
+    backend: str = typer.Option("hf", help="hf (local transformers), openai (a server) or fake."),
+    base_url: str = typer.Option("", help="OpenAI-compatible server URL (openai backend)."),
+    seed: int = typer.Option(0, help="Passage order: same seed, same passages, same file."),
+    drop_closed_book: bool = typer.Option(
+        False, help="Drop questions the model answers correctly with no context."
+    ),
+    max_new_tokens: int = typer.Option(
+        32, help="The runs' max_new_tokens: the closed-book check asks as they will."
+    ),
+    passage_tokens: int = typer.Option(128, help="Passage size in whitespace tokens."),
+    max_passages: int = typer.Option(
+        None, help="Try at most this many passages (default: 5 x --n)."
+    ),
+    dedup_threshold: float = typer.Option(0.7, help="Question token Jaccard that is a duplicate."),
+    batch_size: int = typer.Option(8, help="Requests per LLM call."),
+    price_sheet: str = typer.Option(None, help="Shipped sheet name or YAML: adds dollars."),
+    cache: bool = typer.Option(True, help="Use the completion cache (reruns cost nothing)."),
+) -> None:
+    """Ask an LLM for question/answer pairs over sampled passages of a corpus.
+
+    Keeps a pair only when its answer is found in its passage (the span is recorded), drops
+    near-duplicate questions and, with --drop-closed-book, questions the model answers without
+    the documents. Prints why the rest were rejected and the LLM cost (tokens, seconds; dollars
+    with --price-sheet).
+    """
+    from ragbench.datasets import question_gen
+    from ragbench.secrets import collect
+
+    section = {
+        "backend": backend,
+        "name": model,
+        "params": {"base_url": base_url} if base_url else {},
+        "max_new_tokens": max_new_tokens,
+        "cache": cache,
+    }
+    collect(section)  # a key in the URL is masked in every message below
+    with user_errors():
+        result = question_gen.questions_file(
+            corpus,
+            out,
+            n,
+            section,
+            seed=seed,
+            drop_closed_book=drop_closed_book,
+            passage_tokens=passage_tokens,
+            max_passages=max_passages,
+            dedup_threshold=dedup_threshold,
+            batch_size=batch_size,
+            price_sheet=price_sheet,
+            progress=None,
+        )
+    typer.echo(result.summary())
+    typer.echo(f"wrote {len(result.rows)} questions to {out}")

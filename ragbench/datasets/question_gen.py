@@ -1,0 +1,489 @@
+"""Generated questions: ask an LLM for question/answer pairs over sampled passages of a corpus.
+
+``ragbench data questions CORPUS --n N --out FILE`` (and notebook 05) when a user has documents
+but no questions. The pipeline is pure logic around one ``LLM`` (any backend, usually wrapped in
+the completion cache), so tests script the model with ``FakeLLM(answer_fn=...)``:
+
+1. Passages: the corpus chunked with the retrieval splitter (``sentence``, whole sentences up to
+   ``passage_tokens`` whitespace tokens; every chunk keeps its character span in its document),
+   passages under ``min_passage_words`` dropped (a title or a table cell makes poor questions),
+   then put in a seeded order (``random.Random(seed)``); at most one question per passage, so
+   the questions spread over the corpus instead of piling up on one paragraph.
+2. One request per passage in a strict two-line format (``Question: ...`` / ``Answer: ...``),
+   shown by one worked example (SmolLM2-135M ignored the format when it was only described:
+   5 of 5 replies unparseable on the test folder, 0 of 5 with the example), parsed robustly (``parse_reply``: labels in any case, markdown emphasis, numbering, both on
+   one line); anything else is rejected as ``format``.
+3. Checks, each a reason in the report: the question ends with "?" (``not_a_question``); the
+   answer is short (``answer_too_long``); the answer is *found in its passage*
+   (``answer_not_in_passage``: verbatim, else ignoring case and whitespace runs, never inside a
+   word), and its span is recorded; the question does not contain the answer
+   (``answer_in_question``: it would grade a restatement as correct).
+4. ``drop_closed_book``: the question is asked with no context, exactly as the ``closed_book``
+   strategy asks it (same prompt, stop and ``max_new_tokens``, so a run over the same model and
+   cache gets the same answers for free); a correct answer (``closed_book_metric``) drops it
+   (``closed_book``): what the model knows by heart does not separate RAG from long context.
+5. Near-duplicate questions (``duplicate``): normalised-token Jaccard against every question
+   kept so far, computed exactly. Not the corpus's MinHash: questions are a dozen words, so the
+   word 5-gram shingles MinHash uses here share almost nothing after a one-word change, and with
+   hundreds of questions the exact pairwise comparison costs nothing and has no estimation error.
+
+Passages are tried in order, one batch at a time, until ``n`` questions are kept or the passages
+run out (``max_passages``, by default 5 per question). Same corpus, model, parameters and cache: the same file, byte for
+byte. The output is a questions JSONL file (``datasets.questions``): ``evidence`` is the
+sentence of the passage holding the answer (a quote the ``corpus`` dataset locates again and
+turns into ``[doc_id, start, end]`` spans) and ``meta`` keeps the exact ``answer_span`` and
+``passage`` spans, and the generating model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragbench.llm.base import LLM
+from ragbench.types import Completion, Document, GenerationRequest
+
+log = logging.getLogger(__name__)
+PathLike = str | os.PathLike
+
+# One worked example before the passage: small models (SmolLM2-135M) ignore a format that is
+# only described, and copy one that is shown.
+GENERATE_TEMPLATE = (
+    "Write one question about the text and its answer, a short phrase copied word for word "
+    "from the text. Reply in exactly this format:\n"
+    "Question: <the question>\n"
+    "Answer: <the answer>\n\n"
+    "Text: The museum opens at 9:00 and closes at 17:00 on weekdays.\n"
+    "Question: When does the museum open on weekdays?\n"
+    "Answer: 9:00\n\n"
+    "Text: {passage}\n"
+)
+PASSAGES_PER_QUESTION = 5  # default cap on passages tried per question requested
+REASONS = (
+    "format",
+    "not_a_question",
+    "answer_too_long",
+    "answer_not_in_passage",
+    "answer_in_question",
+    "duplicate",
+    "closed_book",
+)
+_LABEL = re.compile(
+    r"^[\s>#*_\-•]*(?:\d+[.)]\s*)?[*_]*(?P<label>question|answer|q|a)[*_]*\s*[:：][*_]*\s*",
+    re.IGNORECASE,
+)
+_ANSWER_INLINE = re.compile(r"\s[*_]*answer[*_]*\s*[:：]", re.IGNORECASE)
+_WORD = re.compile(r"\w+")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A piece of one document: ``text == document.text[start:end]``."""
+
+    doc_id: str
+    start: int
+    end: int
+    text: str
+
+
+def sample_passages(
+    documents: Sequence[Document],
+    *,
+    seed: int = 0,
+    passage_tokens: int = 128,
+    min_passage_words: int = 8,
+) -> list[Passage]:
+    """Every passage of the corpus long enough to ask about, in a seeded order."""
+    from ragbench.retrieval.chunking import chunk_documents
+
+    if passage_tokens < 8:
+        raise ValueError(f"passage_tokens must be >= 8, got {passage_tokens}")
+    chunks = chunk_documents(documents, "sentence", passage_tokens, 0, "whitespace")
+    passages = [
+        Passage(c.doc_id, c.start, c.end, c.text)
+        for c in chunks
+        if len(c.text.split()) >= min_passage_words
+    ]
+    random.Random(seed).shuffle(passages)  # a local RNG: nothing else's randomness moves it
+    return passages
+
+
+def generation_request(passage: Passage, max_new_tokens: int = 64) -> GenerationRequest:
+    # no stop sequence: a model that puts a blank line between the two lines must not lose its
+    # answer; 64 tokens hold a question and a short answer
+    prompt = GENERATE_TEMPLATE.format(passage=passage.text)
+    # the instructions and the worked example are the same for every passage: named as the
+    # prefix, a backend or server computes their KV once
+    prefix = GENERATE_TEMPLATE[: GENERATE_TEMPLATE.index("{passage}")]
+    return GenerationRequest(
+        prompt=prompt, max_new_tokens=max_new_tokens, prefix=prefix, id=passage_id(passage)
+    )
+
+
+def passage_id(passage: Passage) -> str:
+    return f"{passage.doc_id}@{passage.start}-{passage.end}"
+
+
+def _strip(text: str) -> str:
+    return text.strip().strip("*_").strip().strip("\"'“”‘’`").strip()
+
+
+def parse_reply(text: str) -> tuple[str, str] | None:
+    """(question, answer) from a reply in the two-line format, or None.
+
+    Accepts labels in any case (``Q:``/``A:`` too), markdown emphasis (``**Question:**``),
+    list markers or numbering before them, blank lines between them, and both on one line; takes
+    the first pair. The answer loses surrounding quotes and a final period. An unfilled template
+    (``<the question>``) is no pair.
+    """
+    question = answer = None
+    for raw in text.splitlines():
+        line = raw
+        inline = _ANSWER_INLINE.search(line)
+        if question is None and inline and _LABEL.match(line):
+            # "Question: ...? Answer: ..." on one line: read it as two
+            line, rest = line[: inline.start()], line[inline.start() :].strip()
+            m = _LABEL.match(line)
+            if m and m["label"].lower() in ("question", "q"):
+                question = _strip(line[m.end() :])
+                line = rest
+        m = _LABEL.match(line)
+        if not m:
+            continue
+        value = _strip(line[m.end() :])
+        if m["label"].lower() in ("question", "q") and question is None:
+            question = value
+        elif m["label"].lower() in ("answer", "a") and question is not None:
+            answer = value
+            break
+    if not question or not answer:
+        return None
+    answer = _strip(answer.rstrip(".").rstrip())
+    both = question + answer
+    if not answer or ("<" in both and ">" in both):
+        return None
+    return question, answer
+
+
+def find_span(answer: str, text: str) -> tuple[int, int] | None:
+    """Where ``answer`` occurs in ``text``: verbatim (runs of whitespace may differ), else
+    ignoring case; never starting or ending inside a word ("31" is not in "1931")."""
+    words = answer.split()
+    if not words:
+        return None
+    body = r"\s+".join(re.escape(w) for w in words)
+    head = r"(?<!\w)" if re.match(r"\w", answer) else ""
+    tail = r"(?!\w)" if re.search(r"\w$", answer) else ""
+    for flags in (0, re.IGNORECASE):
+        m = re.search(head + body + tail, text, flags)
+        if m:
+            return m.start(), m.end()
+    return None
+
+
+def evidence_quote(text: str, start: int, end: int, max_chars: int = 300) -> tuple[int, int]:
+    """The sentence of ``text`` around ``[start, end)`` (bounded by . ! ? and line ends), cut to
+    ``max_chars`` around the answer: a quote specific enough to locate the evidence again."""
+    left = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    m = _SENTENCE_END.search(text, end)
+    right = m.end() if m and m.group() != "\n" else (m.start() if m else len(text))
+    left, right = max(left, start - max_chars // 2), min(right, end + max_chars // 2)
+    while left < start and text[left].isspace():
+        left += 1
+    while right > end and text[right - 1].isspace():
+        right -= 1
+    return left, right
+
+
+def tokens(text: str) -> frozenset[str]:
+    from ragbench.datasets.corpus import normalize_for_hash
+
+    return frozenset(_WORD.findall(normalize_for_hash(text)))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+# --------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Usage:
+    """LLM use of one step: the accounting of every completion, cache hits included (their
+    original cost: what the file cost to make), and how many were served from the cache."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    dollars: float | None = None  # with a price sheet only
+
+    def add(self, completions: Sequence[Completion], sheet: Any = None) -> None:
+        from ragbench.prices import dollars_per_query, gpu_seconds
+
+        for c in completions:
+            self.calls += 1
+            self.cache_hits += bool(c.cached)
+            self.prompt_tokens += c.prompt_tokens
+            self.cached_prompt_tokens += c.cached_prompt_tokens
+            self.completion_tokens += c.completion_tokens
+            # each one's own share of device time: a batch's latency counted once, not per row
+            self.seconds += gpu_seconds(c)
+            if sheet is not None:
+                self.dollars = (self.dollars or 0.0) + dollars_per_query(c, sheet)
+
+    def describe(self) -> str:
+        text = (
+            f"{self.calls} calls ({self.cache_hits} from the cache), {self.prompt_tokens:,} "
+            f"prompt tokens ({self.cached_prompt_tokens:,} cached), {self.completion_tokens:,} "
+            f"completion tokens, {self.seconds:.1f} device seconds"
+        )
+        return text + ("" if self.dollars is None else f", ${self.dollars:.6f}")
+
+
+@dataclass
+class GeneratedQuestions:
+    """What ``generate_questions`` kept, why it dropped the rest, and what it cost."""
+
+    rows: list[dict[str, Any]]
+    n_requested: int
+    passages_tried: int = 0
+    passages_available: int = 0
+    rejected: Counter = field(default_factory=Counter)  # reason -> count
+    rejections: list[dict[str, Any]] = field(default_factory=list)  # passage, reason, reply
+    usage: dict[str, Usage] = field(default_factory=dict)  # "generate", "closed_book"
+
+    def summary(self) -> str:
+        why = ", ".join(f"{n} {r}" for r, n in sorted(self.rejected.items())) or "none"
+        lines = [
+            f"kept {len(self.rows)} of {self.n_requested} questions requested from "
+            f"{self.passages_tried} passages tried ({self.passages_available} available); "
+            f"rejected: {why}"
+        ]
+        lines += [f"LLM cost, {step}: {u.describe()}" for step, u in self.usage.items()]
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def _closed_book_request(question: str, max_new_tokens: int) -> GenerationRequest:
+    """Exactly the ``closed_book`` strategy's request for a ``qa`` question (cache-compatible)."""
+    from ragbench.strategies.prompts import ANSWER_STOP, CLOSED_BOOK_TEMPLATE, INSTRUCTIONS
+
+    prompt = CLOSED_BOOK_TEMPLATE.format(instruction=INSTRUCTIONS["qa"], question=question)
+    return GenerationRequest(prompt=prompt, max_new_tokens=max_new_tokens, stop=ANSWER_STOP)
+
+
+def _candidate(passage: Passage, reply: str, max_answer_words: int) -> dict[str, Any] | str:
+    """A question row, or the reason it is rejected (pure)."""
+    from ragbench.metrics import normalize_answer
+
+    parsed = parse_reply(reply)
+    if parsed is None:
+        return "format"
+    question, answer = parsed
+    if not question.endswith("?"):
+        return "not_a_question"
+    if len(answer.split()) > max_answer_words:
+        return "answer_too_long"
+    span = find_span(answer, passage.text)
+    if span is None:
+        return "answer_not_in_passage"
+    answer = passage.text[span[0] : span[1]]  # the document's own spelling, not the model's
+    if f" {normalize_answer(answer)} " in f" {normalize_answer(question)} ":
+        return "answer_in_question"
+    q_start, q_end = evidence_quote(passage.text, *span)
+    off = passage.start
+    return {
+        "question": question,
+        "answers": [answer],
+        "evidence": [passage.text[q_start:q_end]],
+        "task_type": "qa",
+        "meta": {
+            "source": "generated",
+            "answer_span": [passage.doc_id, off + span[0], off + span[1]],
+            "passage": [passage.doc_id, passage.start, passage.end],
+        },
+    }
+
+
+def generate_questions(
+    documents: Sequence[Document],
+    llm: LLM,
+    n: int,
+    *,
+    seed: int = 0,
+    passage_tokens: int = 128,
+    min_passage_words: int = 8,
+    max_passages: int | None = None,
+    max_new_tokens: int = 64,
+    max_answer_words: int = 12,
+    dedup_threshold: float = 0.7,
+    drop_closed_book: bool = False,
+    closed_book_max_new_tokens: int = 32,
+    closed_book_metric: str = "contains",
+    batch_size: int = 8,
+    price_sheet: Any = None,
+    progress: bool | None = False,
+) -> GeneratedQuestions:
+    """Up to ``n`` checked question rows (module docstring), in the order they were kept.
+
+    ``max_passages`` bounds the passages tried (default ``5 * n``: with a small model most pairs
+    fail the checks, and trying every passage of a large corpus would take hours); ``price_sheet`` (a
+    ``PriceSheet``, name or path) adds dollars to the usage; ``progress``: a tqdm bar over kept
+    questions (None: on a terminal).
+    """
+    from tqdm.auto import tqdm
+
+    from ragbench.metrics import get_metric
+    from ragbench.prices import PriceSheet
+    from ragbench.prices import price_sheet as load_sheet
+    from ragbench.strategies.prompts import clean_answer
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1 question, got {n}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not 0.0 < dedup_threshold <= 1.0:
+        raise ValueError(f"dedup_threshold must be in (0, 1], got {dedup_threshold}")
+    metric = get_metric(closed_book_metric)  # an unknown name fails before any call
+    sheet = price_sheet
+    if sheet is not None and not isinstance(sheet, PriceSheet):
+        sheet = load_sheet(sheet)
+    passages = sample_passages(
+        documents, seed=seed, passage_tokens=passage_tokens, min_passage_words=min_passage_words
+    )
+    if not passages:
+        raise ValueError(
+            f"no passage of at least {min_passage_words} words in the corpus "
+            f"({len(documents)} documents): nothing to ask about"
+        )
+    if max_passages is not None and max_passages < 1:
+        raise ValueError(f"max_passages must be >= 1, got {max_passages}")
+    todo = passages[: max_passages or PASSAGES_PER_QUESTION * n]
+    out = GeneratedQuestions([], n, passages_available=len(passages))
+    out.usage = {"generate": Usage()} | ({"closed_book": Usage()} if drop_closed_book else {})
+    kept_tokens: list[frozenset[str]] = []
+
+    def reject(passage: Passage, reason: str, reply: str) -> None:
+        out.rejected[reason] += 1
+        out.rejections.append({"passage": passage_id(passage), "reason": reason, "reply": reply})
+
+    bar = tqdm(
+        total=n, desc="questions", unit="q", disable=None if progress is None else not progress
+    )
+    for i in range(0, len(todo), batch_size):
+        if len(out.rows) >= n:
+            break
+        batch = todo[i : i + batch_size]
+        completions = llm.generate([generation_request(p, max_new_tokens) for p in batch])
+        out.usage["generate"].add(completions, sheet)
+        out.passages_tried += len(batch)
+        candidates = []
+        for passage, c in zip(batch, completions, strict=True):
+            row = _candidate(passage, c.text, max_answer_words)
+            if isinstance(row, str):
+                reject(passage, row, c.text)
+                continue
+            toks = tokens(row["question"])
+            if any(jaccard(toks, k) >= dedup_threshold for k in kept_tokens):
+                reject(passage, "duplicate", c.text)  # of a kept one: no closed-book call
+                continue
+            candidates.append((passage, c.text, row, toks))
+        closed = [True] * len(candidates)
+        if drop_closed_book and candidates:
+            asks = [_closed_book_request(r["question"], closed_book_max_new_tokens)
+                    for _, _, r, _ in candidates]  # fmt: skip
+            answers = llm.generate(asks)
+            out.usage["closed_book"].add(answers, sheet)
+            closed = [
+                metric(clean_answer(a.text, r["question"]), r["answers"]) < 1.0
+                for a, (_, _, r, _) in zip(answers, candidates, strict=True)
+            ]
+        for ok, (passage, reply, row, toks) in zip(closed, candidates, strict=True):
+            if len(out.rows) >= n:
+                break
+            if not ok:
+                reject(passage, "closed_book", reply)
+            elif any(jaccard(toks, k) >= dedup_threshold for k in kept_tokens):
+                reject(passage, "duplicate", reply)
+            else:
+                out.rows.append(row)
+                kept_tokens.append(toks)
+                bar.update(1)
+        bar.set_postfix(passages=out.passages_tried, refresh=False)
+    bar.close()
+    for k, row in enumerate(out.rows, start=1):
+        row["id"] = f"gen-{k}"
+        row["meta"]["model"] = llm.name
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_questions(path: PathLike, rows: Sequence[dict[str, Any]]) -> Path:
+    """Atomically write rows as a questions JSONL file (canonical JSON, one row per line)."""
+    from ragbench.io import atomic_write_text, dumps_canonical
+
+    if not rows:
+        raise ValueError("no questions to write (a questions file may not be empty)")
+    return atomic_write_text(path, "".join(dumps_canonical(r) + "\n" for r in rows))
+
+
+def load_model(model: dict[str, Any], cache: bool | None = None) -> LLM:
+    """An LLM from a run config's ``model`` section (``notebook.model_block`` builds one), with the
+    runs' completion cache (``cache_dir()/completions.sqlite``) unless the section says
+    ``cache: false``: generated questions and later runs share its answers."""
+    from ragbench.assets import cache_dir
+    from ragbench.config import ModelConfig
+    from ragbench.llm import load_llm
+
+    m = ModelConfig(**model)
+    use_cache = m.cache if cache is None else cache
+    path = cache_dir() / "completions.sqlite" if use_cache else None
+    return load_llm(m.backend, cache=path, model=m.name, **m.params)
+
+
+def questions_file(
+    corpus: PathLike,
+    out: PathLike,
+    n: int,
+    model: dict[str, Any] | LLM,
+    **options: Any,
+) -> GeneratedQuestions:
+    """Generate ``n`` questions over a corpus file and write them to ``out`` (what the CLI and
+    notebook 05 call). ``model``: a config ``model`` section or a loaded LLM; ``options`` go to
+    ``generate_questions``. Nothing kept is an error that says why every passage was rejected."""
+    from ragbench.config import ModelConfig
+    from ragbench.datasets.shared_corpus import read_documents
+
+    documents = read_documents(corpus)
+    if isinstance(model, LLM):
+        llm = model
+    else:
+        llm = load_model(model)
+        # the closed-book check asks as the run will, so their answers are one cache entry
+        options.setdefault("closed_book_max_new_tokens", ModelConfig(**model).max_new_tokens)
+    result = generate_questions(documents, llm, n, **options)
+    if not result.rows:
+        raise ValueError(f"no question survived the checks; {result.summary()}")
+    if len(result.rows) < n:
+        log.warning("only %d of %d questions: %s", len(result.rows), n, result.summary())
+    write_questions(out, result.rows)
+    return result
