@@ -128,14 +128,19 @@ def _canonical_lines(examples: Iterable[Example]) -> Iterator[str]:
         yield "{" + ",".join(parts) + "}\n"
 
 
+def refuse_duplicate_ids(ids: Iterable[str], what: str, where: str) -> None:
+    """A ValueError naming the first id that repeats (``what``: "example", "document")."""
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise ValueError(f"duplicate {what} id {i!r}; ids must be unique in {where}")
+        seen.add(i)
+
+
 def write_examples(path: PathLike, examples: Iterable[Example]) -> Path:
     """Atomically write canonical ragbench JSONL; duplicate example ids are refused."""
     examples = list(examples)
-    seen: set[str] = set()
-    for e in examples:
-        if e.id in seen:
-            raise ValueError(f"duplicate example id {e.id!r}; ids must be unique in a file")
-        seen.add(e.id)
+    refuse_duplicate_ids((e.id for e in examples), "example", "a file")
     return atomic_write_text(path, "".join(_canonical_lines(examples)))
 
 

@@ -37,12 +37,10 @@ def _lines(documents: Iterable[Document]) -> Iterator[str]:
 
 def write_documents(path: PathLike, documents: Iterable[Document]) -> Path:
     """Atomically write a corpus file; duplicate document ids are refused."""
+    from ragbench.datasets.formats import refuse_duplicate_ids
+
     documents = list(documents)
-    seen: set[str] = set()
-    for d in documents:
-        if d.id in seen:
-            raise ValueError(f"duplicate document id {d.id!r}; ids must be unique in a corpus")
-        seen.add(d.id)
+    refuse_duplicate_ids((d.id for d in documents), "document", "a corpus")
     return atomic_write_text(path, "".join(_lines(documents)))
 
 
