@@ -54,15 +54,35 @@ def sweep(
 
 
 def render(
-    notebook: Path = typer.Argument(..., exists=True, dir_okay=False, help="executed .ipynb"),
+    notebook: Path = typer.Argument(..., help="executed .ipynb"),
     no_code: bool = typer.Option(False, "--no-code", help="hide code cells (outputs only)"),
     out: Path | None = typer.Option(None, help="HTML path; default reports/<name>[-nocode].html"),
     manifest: Path | None = typer.Option(None, help="run manifest JSON for the header"),
+    allow_unexecuted: bool = typer.Option(
+        False,
+        "--allow-unexecuted",
+        help="render a notebook no cell of which has run, under a 'not executed' banner",
+    ),
 ) -> None:
-    """Render an executed notebook to standalone HTML (figures embedded, secrets scrubbed)."""
-    from ragbench.render import render_notebook
+    """Render an executed notebook to standalone HTML (figures embedded, secrets scrubbed).
+
+    A file that is not an executed notebook is refused with one line on stderr (exit 2)."""
+    from ragbench.render import RenderInputError, render_notebook
 
     if out is None:
         out = Path("reports") / f"{notebook.stem}{'-nocode' if no_code else ''}.html"
-    path = render_notebook(notebook, out, include_code=not no_code, manifest=manifest)
+    try:
+        path = render_notebook(
+            notebook,
+            out,
+            include_code=not no_code,
+            manifest=manifest,
+            allow_unexecuted=allow_unexecuted,
+        )
+    except RenderInputError as exc:
+        typer.echo(f"ragbench render: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:  # e.g. the HTML cannot be written (permissions, a file for a folder)
+        typer.echo(f"ragbench render: {exc.filename or out}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(str(path))
