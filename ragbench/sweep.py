@@ -1,7 +1,8 @@
 """Papermill grid sweeps: one notebook execution per parameter point, parallel and resumable.
 
 The sweep YAML (notebook, fixed parameters, grid) is read and expanded by ``sweep_spec.py``;
-kernels are started encrypted by ``kernels.py``. Each point runs in its own folder
+one point's lock, execution and markers are ``sweep_point.py``; kernels are started encrypted
+by ``kernels.py``. Each point runs in its own folder
 ``<output_dir>/<slug>-<hash>/``: the executed notebook (named from the point's parameters), the
 notebook's own outputs (it receives that folder as the parameter named by ``output_param``,
 ``output_dir`` by default) and a ``done.json`` marker written atomically after success. A point
@@ -39,20 +40,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text, dumps_canonical
-from ragbench.kernels import execute_notebook, init_worker, reap_children_on_signals
-from ragbench.locks import LOCK_NAME, FolderLock, LockHeldError
+from ragbench.kernels import init_worker, reap_children_on_signals
 from ragbench.registry import did_you_mean
+from ragbench.sweep_point import FAILED, execute_point, is_done, mtime_ns, recorded
 from ragbench.sweep_spec import (
     SweepSpec,
     SweepSpecError,
@@ -64,7 +62,6 @@ from ragbench.sweep_spec import (
 
 log = logging.getLogger(__name__)
 
-DONE, FAILED = "done.json", "failed.json"
 EXECUTORS = ("local", "ray")
 
 
@@ -126,111 +123,6 @@ class SweepOutcome:
         return [p for p in self.points if p.status == "held"]
 
 
-# --- one point (in a worker process, a Ray task or the sweep process itself) ---------------------
-
-
-def _execute_point(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one point under its folder's lock; never raises. A point another live process holds
-    comes back ``held`` (``job["wait"]``: wait for it instead); a point that has a marker by the
-    time the lock is ours comes back as recorded, skipped."""
-    # a worker does not share the sweep's memory: remember the credentials here too, so that
-    # error texts quoting them are masked
-    secrets.collect(job["parameters"])
-    point_dir = Path(job["point_dir"])
-    try:
-        lock = FolderLock(point_dir, what="sweep point", wait=job["wait"]).__enter__()
-    except LockHeldError:
-        return {"status": "held", "holder": _holder(point_dir)}
-    try:
-        return _recorded(job, job["accept_failed"]) or _run_point(job)
-    finally:
-        lock.__exit__(None, None, None)
-
-
-def _run_point(job: dict[str, Any]) -> dict[str, Any]:
-    from papermill.exceptions import PapermillExecutionError
-
-    point_dir, out_nb = Path(job["point_dir"]), Path(job["output_notebook"])
-    for marker in (DONE, FAILED):
-        (point_dir / marker).unlink(missing_ok=True)
-    start = time.perf_counter()
-    result: dict[str, Any] = {"status": "done", "cell": None, "exec_count": None, "error": None}
-    try:
-        execute_notebook(
-            job["notebook"],
-            str(out_nb),
-            parameters=job["parameters"],
-            kernel_name=job["kernel"],
-            cwd=job["cwd"],
-            progress_bar=False,
-        )
-    except PapermillExecutionError as exc:
-        result.update(
-            status="failed",
-            cell=_error_cell(out_nb, exc.cell_index),
-            exec_count=exc.exec_count,
-            error=secrets.redact_text(f"{exc.ename}: {exc.evalue}"),
-        )
-    except Exception as exc:  # kernel died, missing kernel, ...: still only this point fails
-        result.update(status="failed", error=secrets.redact_text(f"{type(exc).__name__}: {exc}"))
-        result["traceback"] = secrets.redact_text(traceback.format_exc())
-    result["seconds"] = round(time.perf_counter() - start, 3)
-    result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    marker = {"point_id": job["point_id"], "params": job["params"], "notebook": out_nb.name}
-    marker.update(result)
-    name = DONE if result["status"] == "done" else FAILED
-    atomic_write_text(point_dir / name, json.dumps(marker, indent=2, default=str) + "\n")
-    return result
-
-
-def _recorded(job: dict[str, Any], accept_failed: bool) -> dict[str, Any] | None:
-    """The outcome a point's markers record, as skipped: done (notebook and done.json), or
-    failed (failed.json) when ``accept_failed``; None when it is to be executed."""
-    point_dir = Path(job["point_dir"])
-    if _is_done(job):
-        path, status = point_dir / DONE, "done"
-    elif accept_failed and (point_dir / FAILED).exists():
-        path, status = point_dir / FAILED, "failed"
-    else:
-        return None
-    try:
-        marker = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # written atomically, so only by hand: keep the status
-        marker = {}
-    keys = ("seconds", "cell", "exec_count", "error")
-    result = {k: marker[k] for k in keys if k in marker}
-    # "finished": the local-time field of markers written before finished_at existed
-    result.update(
-        status=status, skipped=True, finished_at=marker.get("finished_at", marker.get("finished"))
-    )
-    return result
-
-
-def _holder(point_dir: Path) -> str:
-    """Who holds a point's lock, from the owner file ``FolderLock`` writes beside it."""
-    try:
-        owner = json.loads((point_dir / f"{LOCK_NAME}.owner").read_text(encoding="utf-8"))
-        return f"PID {owner['pid']} on {owner['host']} (since {owner['started']})"
-    except (OSError, ValueError, KeyError, TypeError):  # it is still writing it, or gone
-        return "another process"
-
-
-def _error_cell(notebook: Path, fallback: int) -> int:
-    """Index of the failing cell in the saved notebook, the one users open. papermill's own
-    cell_index counts before it inserts an error banner at the top and an anchor cell above the
-    failing one, so read the saved file instead."""
-    import nbformat
-
-    try:
-        cells = nbformat.read(notebook, as_version=4).cells
-    except Exception:
-        return fallback
-    for index, cell in enumerate(cells):
-        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            return index
-    return fallback
-
-
 # --- the sweep ------------------------------------------------------------------------------------
 
 
@@ -269,10 +161,6 @@ def _resolve(path: str, base: Path) -> Path:
         if candidate.exists():
             return candidate.resolve()
     raise SweepSpecError(f"notebook {path!r} not found (looked in {base} and {Path.cwd()})")
-
-
-def _is_done(job: dict[str, Any]) -> bool:
-    return Path(job["output_notebook"]).exists() and (Path(job["point_dir"]) / DONE).exists()
 
 
 def execute_sweep(
@@ -317,11 +205,19 @@ def execute_sweep(
     # point's lock, which is what makes "executed once" hold against a concurrent sweep.
     todo = []
     for job in jobs:
-        recorded = _recorded(job, accept_failed=not rerun_failed)
-        if recorded:
-            report(job, recorded)
+        earlier = recorded(job, accept_failed=not rerun_failed)
+        if earlier:
+            report(job, earlier)
         else:
-            todo.append({**job, "wait": False, "accept_failed": not rerun_failed})
+            failed_seen = mtime_ns(Path(job["point_dir"]) / FAILED)  # a later one is news
+            todo.append(
+                {
+                    **job,
+                    "wait": False,
+                    "accept_failed": not rerun_failed,
+                    "failed_seen": failed_seen,
+                }
+            )
 
     held: list[dict[str, Any]] = []
 
@@ -339,10 +235,9 @@ def execute_sweep(
             len(held),
             ", ".join(job["point_id"] for job in held),
         )
-        # whatever the other process records is the point's outcome (a failure it recorded is
-        # not retried: that would execute the point twice); if it died without a marker, the
-        # point runs here
-        run([{**job, "wait": True, "accept_failed": True} for job in held], max(1, workers), report)
+        # whatever the other process records is the point's outcome (a failure it records is
+        # not retried: see sweep_point.recorded); if it died without a marker, it runs here
+        run([{**job, "wait": True} for job in held], max(1, workers), report)
 
     order = {job["point_id"]: i for i, job in enumerate(jobs)}
     outcome.points.sort(key=lambda p: order[p.point_id])
@@ -385,7 +280,7 @@ def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> No
     with reap_children_on_signals():  # a stopped sweep leaves no worker or kernel behind
         if workers == 1 or len(jobs) <= 1:  # no pool: simpler tracebacks, no process start cost
             for job in jobs:
-                report(job, _execute_point(job))
+                report(job, execute_point(job))
             return
         import multiprocessing
 
@@ -398,7 +293,7 @@ def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> No
             initargs=(os.getpid(),),
         )
         try:
-            futures = {pool.submit(_execute_point, job): job for job in jobs}
+            futures = {pool.submit(execute_point, job): job for job in jobs}
             for future in as_completed(futures):
                 report(futures[future], future.result())
         except BaseException:
@@ -424,7 +319,7 @@ def _run_ray(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(_execute_point)
+        task = ray.remote(num_cpus=1, max_retries=0)(execute_point)
         pending = {task.remote(job): job for job in jobs}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -445,7 +340,7 @@ def collect_results(jobs: list[dict[str, Any]], pattern: str = "**/results.parqu
 
     frames = []
     for job in jobs:
-        if not _is_done(job):
+        if not is_done(job):
             continue
         for path in sorted(Path(job["point_dir"]).glob(pattern)):
             frame = pd.read_parquet(path)

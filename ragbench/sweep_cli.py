@@ -47,12 +47,12 @@ def sweep(
         typer.secho(str(exc), fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
 
-    typer.echo(f"\n{'point':48s} {'status':14s} {'seconds':>8s}  {'finished at':25s}  error")
+    typer.echo(f"\n{'point':48s} {'status':16s} {'seconds':>8s}  {'finished at':25s}  error")
     for p in outcome.points:
         status = f"{p.status} (earlier)" if p.skipped else p.status
         finished = p.finished_at or ""
         typer.echo(
-            f"{p.point_id[:48]:48s} {status:14s} {p.seconds:8.1f}  {finished:25s}  {p.note()}"
+            f"{p.point_id[:48]:48s} {status:16s} {p.seconds:8.1f}  {finished:25s}  {p.note()}"
         )
     held = f", {len(outcome.held)} running elsewhere" if outcome.held else ""
     typer.echo(

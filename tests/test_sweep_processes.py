@@ -123,6 +123,32 @@ def test_a_point_held_by_a_live_process_is_passed_by_and_a_dead_ones_lock_taken_
     assert executions(log) == [1, 2]
 
 
+def test_a_failure_recorded_by_another_sweep_meanwhile_is_not_executed_again(tmp_path):
+    # sweep A plans point p (rerun_failed: a failed point runs again); before A gets p's lock,
+    # sweep B executes p and it fails. A must report B's failure, not execute p a second time.
+    from ragbench.sweep_point import FAILED, mtime_ns, recorded
+
+    point = tmp_path / "p"
+    point.mkdir()
+    job = {"point_dir": str(point), "output_notebook": str(point / "nb.ipynb")}
+    marker = point / FAILED
+
+    def fail(seconds: float) -> None:
+        marker.write_text(json.dumps({"status": "failed", "seconds": seconds, "error": "E: x"}))
+        os.utime(marker, ns=(time.time_ns(), time.time_ns() + int(seconds * 1e9)))
+
+    assert recorded({**job, "failed_seen": None}, accept_failed=False) is None  # nothing yet
+    fail(1.0)  # an old failure, there when A planned: rerun it
+    assert recorded({**job, "failed_seen": mtime_ns(marker)}, accept_failed=False) is None
+    seen = mtime_ns(marker)
+    fail(2.0)  # B's failure, recorded after A planned
+    result = recorded({**job, "failed_seen": seen}, accept_failed=False)
+    assert result["status"] == "failed" and result["skipped"] and result["seconds"] == 2.0
+    assert recorded({**job, "failed_seen": None}, accept_failed=False)["seconds"] == 2.0
+    assert recorded(job, accept_failed=True)["error"] == "E: x"  # --no-rerun-failed
+    assert recorded(job, accept_failed=False) is None  # the sweep's first look: rerun it
+
+
 # --- stopping a sweep -----------------------------------------------------------------------------
 
 
