@@ -6,9 +6,15 @@ PNG outputs matplotlib's inline backend already stores base64 in the notebook, s
 a kernel. A provenance header names the notebook, its papermill parameters and the manifests of the
 runs the notebook executed (``ragbench.run`` records each one in the cell's outputs under
 ``RUN_MIME``; several runs: the facts they share, then per run what differs). Before anything is
-written the HTML is scrubbed: values of environment variables that look like credentials become
-``***`` and the machine's absolute paths (repo root, venv, $HOME, the notebook's folder) become
-placeholders.
+written the HTML is scrubbed: every credential ``ragbench.secrets`` recognises (URL userinfo,
+``api_key = ...`` pairs, bearer tokens, key shapes, values of credential-named environment
+variables) becomes ``***`` and the machine's absolute paths (repo root, venv, $HOME, the
+notebook's folder) become placeholders.
+
+Only executed notebooks are rendered: a file that is not a notebook, or a notebook no code cell of
+which has run, is a ``RenderInputError`` (``ragbench render`` prints it as one line and exits 2).
+``allow_unexecuted=True`` (``--allow-unexecuted``) renders an unexecuted notebook anyway, under a
+banner saying it shows code without results.
 """
 
 from __future__ import annotations
@@ -18,18 +24,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ragbench import secrets
 from ragbench.io import atomic_write_text
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-MIN_SECRET_LEN = 8
-# Well-known key shapes, caught even when typed into a cell rather than read from the environment.
-SECRET_SHAPES = re.compile(
-    r"\b(?:sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})\b"
-)
 # display_data mime type ragbench.runner writes in a kernel:
 # {"run_dir": absolute path, "manifest": {...}}
 RUN_MIME = "application/vnd.ragbench.run+json"
@@ -57,6 +58,67 @@ _HEADER_CSS = (
     "margin:1em auto;max-width:1000px;padding:0.6em 1em;border:1px solid #ccc;"
     "border-radius:6px;background:#f7f7f9;font:13px/1.4 sans-serif"
 )
+_BANNER_CSS = (
+    "margin:1em auto;max-width:1000px;padding:0.8em 1em;border:2px solid #b45309;"
+    "border-radius:6px;background:#fef3c7;color:#78350f;font:bold 15px/1.4 sans-serif"
+)
+UNEXECUTED_BANNER = (
+    f"<section class='ragbench-unexecuted' style='{_BANNER_CSS}'>Not executed: no code cell of "
+    "this notebook has run, so it shows code without results. Execute it (papermill, "
+    "<code>ragbench sweep</code>, or Run All in Jupyter) and render the executed copy.</section>"
+)
+
+
+class RenderInputError(ValueError):
+    """A file ``render`` cannot use (missing, not a notebook, not executed, a bad manifest);
+    the message is ``<path>: <reason>``."""
+
+
+def read_notebook(path: str | os.PathLike, allow_unexecuted: bool = False) -> Any:
+    """The notebook at ``path`` (nbformat 4), or a ``RenderInputError`` saying why it is not one
+    that can be rendered. An unexecuted notebook is an error unless ``allow_unexecuted``."""
+    import nbformat
+
+    path = Path(path)
+    if not path.exists():
+        raise RenderInputError(f"{path}: no such file")
+    if path.is_dir():
+        raise RenderInputError(f"{path}: is a directory, not a notebook")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RenderInputError(f"{path}: not a Jupyter notebook (not UTF-8 text)") from None
+    except OSError as exc:
+        raise RenderInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RenderInputError(
+            f"{path}: not a Jupyter notebook (invalid JSON: {exc.msg} at line {exc.lineno} "
+            f"column {exc.colno})"
+        ) from None
+    if not isinstance(raw, dict) or "cells" not in raw or "nbformat" not in raw:
+        raise RenderInputError(
+            f"{path}: not a Jupyter notebook (JSON without 'cells' and 'nbformat')"
+        )
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises ValidationError, NBFormatError, TypeError, ...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RenderInputError(f"{path}: not a readable Jupyter notebook ({reason})") from None
+    if not allow_unexecuted and not is_executed(nb):
+        raise RenderInputError(
+            f"{path}: not executed (no code cell has run, so there are no results to show); "
+            "execute it first (papermill, ragbench sweep, or Run All in Jupyter) and render the "
+            "executed copy, or pass --allow-unexecuted to render it under a warning banner"
+        )
+    return nb
+
+
+def is_executed(nb: Any) -> bool:
+    """True when some code cell has run (an execution count or outputs), or there is no code."""
+    code = [c for c in nb.cells if c.get("cell_type") == "code"]
+    return not code or any(c.get("execution_count") is not None or c.get("outputs") for c in code)
 
 
 def render_notebook(
@@ -65,17 +127,20 @@ def render_notebook(
     include_code: bool = True,
     manifest: Mapping[str, Any] | str | os.PathLike | None = None,
     keep_stderr: bool = False,
+    allow_unexecuted: bool = False,
 ) -> Path:
     """Render an executed notebook to standalone HTML (atomically) and return the HTML path.
 
     stderr streams (progress bars, library warnings) are left out unless ``keep_stderr``: the
-    page is for readers of the results; the executed .ipynb keeps everything."""
+    page is for readers of the results; the executed .ipynb keeps everything. A file that is not
+    an executed notebook raises ``RenderInputError`` (see :func:`read_notebook`);
+    ``allow_unexecuted`` renders an unexecuted one under :data:`UNEXECUTED_BANNER`."""
     import jinja2
-    import nbformat
     from nbconvert import HTMLExporter
 
     executed_ipynb = Path(executed_ipynb)
-    nb = nbformat.read(executed_ipynb, as_version=4)
+    nb = read_notebook(executed_ipynb, allow_unexecuted=allow_unexecuted)
+    banner = "" if is_executed(nb) else UNEXECUTED_BANNER
     runs = _load_manifests(manifest, executed_ipynb, nb)
     if not keep_stderr:
         for cell in nb.cells:
@@ -91,7 +156,7 @@ def render_notebook(
         embed_images=True,  # markdown images as data: URIs too
     )
     resources = {
-        "ragbench_header": provenance_header(executed_ipynb.name, nb, runs),
+        "ragbench_header": banner + provenance_header(executed_ipynb.name, nb, runs),
         "metadata": {"name": executed_ipynb.stem, "path": str(executed_ipynb.parent)},
     }
     body, _ = exporter.from_notebook_node(nb, resources=resources)
@@ -131,8 +196,14 @@ def _load_manifests(manifest: Any, notebook: Path, nb: Any) -> list[tuple[str, d
     if manifest is not None:
         path = Path(manifest)
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such manifest file")
-        return [(path.parent.name, json.loads(path.read_text(encoding="utf-8")))]
+            raise RenderInputError(f"{path}: no such manifest file")
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as exc:
+            raise RenderInputError(f"{path}: not a readable manifest ({exc})") from None
+        if not isinstance(loaded, Mapping):
+            raise RenderInputError(f"{path}: not a manifest (expected a JSON object)")
+        return [(path.parent.name, dict(loaded))]
     runs = executed_runs(nb)
     if runs:
         return runs
@@ -176,7 +247,7 @@ def provenance_header(
     if isinstance(runs, Mapping):
         runs = [("", runs)]
     rows: list[tuple[str, str]] = [("notebook", name)]
-    params = _parameters(nb)
+    params = secrets.redact(_parameters(nb))  # a notebook executed elsewhere may hold credentials
     if params:
         rows.append(("parameters", ", ".join(f"{k}={v!r}" for k, v in params.items())))
     names = [run for run, _ in runs if run]
@@ -207,13 +278,6 @@ def provenance_header(
 # --- scrubbing ------------------------------------------------------------------------------------
 
 
-def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Values of variables named like credentials (KEY, TOKEN, SECRET, PASSWORD), >= 8 chars."""
-    environ = os.environ if environ is None else environ
-    values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
-    return sorted(values, key=len, reverse=True)
-
-
 def machine_paths(extra: Iterable[str | os.PathLike] = ()) -> list[tuple[str, str]]:
     """(absolute path, placeholder) pairs, longest first (the venv is inside the repo, the repo
     inside $HOME). ``extra`` folders (the notebook's) count only outside those three."""
@@ -241,25 +305,74 @@ def scrub(
     environ: Mapping[str, str] | None = None,
     extra_paths: Iterable[str | os.PathLike] = (),
 ) -> str:
-    """Replace credentials with *** and absolute machine paths with placeholders.
+    """Replace credentials with *** (``secrets.redact_text``: the values of credential-named
+    variables in ``environ``, default ``os.environ``, included) and absolute machine paths with
+    placeholders.
 
     Embedded base64 images are left alone: their alphabet contains "/" and must not be edited."""
-    secrets = secret_values(environ)
     paths = machine_paths(extra_paths)
-    parts = _DATA_URI.split(text)
-    for i in range(0, len(parts), 2):  # odd indices are the data URIs captured by the split
-        parts[i] = _scrub_text(parts[i], secrets, paths)
-    return "".join(parts)
+    return outside_data_uris(
+        text, lambda part: _scrub_paths(redact_keeping_links(part, environ, escaped=True), paths)
+    )
+
+
+# A URL in the page, as ``secrets`` finds them.
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{}\\`]+")
+
+
+def redact_keeping_links(
+    text: str, environ: Mapping[str, str] | None = None, escaped: bool = False
+) -> str:
+    """``secrets.redact_text`` that leaves links without credentials as written.
+
+    ``redact_text`` rebuilds every URL with a query string, which re-encodes it and breaks an
+    HTML-escaped link (``?a=1&amp;b=2`` becomes ``?a=1&amp%3Bb=2``). Here a URL that carries no
+    credential (no userinfo, no credential-named query parameter) keeps its spelling and only
+    has secret values masked in it; one that does is redacted (``escaped``: the text is HTML, so
+    the URL is unescaped first and escaped back)."""
+    parts = _URL.split(text)
+    urls = _URL.findall(text)
+    out = [secrets.redact_text(parts[0], environ)]
+    for url, after in zip(urls, parts[1:], strict=True):
+        plain = html.unescape(url) if escaped else url
+        if secrets.redact_url(plain) != _requoted(plain):  # userinfo or a secret query value
+            redacted = secrets.redact_text(plain, environ)
+            out.append(html.escape(redacted, quote=False) if escaped else redacted)
+        else:  # without its "://" redact_text sees no URL: values, pairs, shapes only
+            hidden = url.replace("://", "\0", 1)
+            out.append(secrets.redact_text(hidden, environ).replace("\0", "://"))
+        out.append(secrets.redact_text(after, environ))
+    return "".join(out)
+
+
+def _requoted(url: str) -> str:
+    """The URL as ``secrets.redact_url`` spells one it leaves alone (its query re-encoded)."""
+    from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ""
+    query = "&".join(
+        f"{quote(k, safe='')}={quote(v, safe='')}"
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
 _DATA_URI = re.compile(r"(data:[\w/+.-]+;base64,[A-Za-z0-9+/=\n]+)")
 
 
-def _scrub_text(text: str, secrets: list[str], paths: list[tuple[str, str]]) -> str:
-    for value in secrets:
-        for form in {value, html.escape(value), json.dumps(value)[1:-1]}:
-            text = text.replace(form, "***")
-    text = SECRET_SHAPES.sub("***", text)
+def outside_data_uris(text: str, edit: Callable[[str], str]) -> str:
+    """``edit`` applied to the text between the base64 data: URIs (embedded images), which are
+    kept byte for byte: a redaction or path rule must never touch their alphabet."""
+    parts = _DATA_URI.split(text)
+    for i in range(0, len(parts), 2):  # odd indices are the data URIs captured by the split
+        parts[i] = edit(parts[i])
+    return "".join(parts)
+
+
+def _scrub_paths(text: str, paths: list[tuple[str, str]]) -> str:
     for path, placeholder in paths:
         for form in {path, html.escape(path), json.dumps(path)[1:-1]}:
             # whole path components only: /work/main must not touch /work/mainline

@@ -1,7 +1,8 @@
 """Papermill grid sweeps: one notebook execution per parameter point, parallel and resumable.
 
 The sweep YAML (notebook, fixed parameters, grid) is read and expanded by ``sweep_spec.py``;
-kernels are started encrypted by ``kernels.py``. Each point runs in its own folder
+one point's lock, execution and markers are ``sweep_point.py``; kernels are started encrypted
+by ``kernels.py``. Each point runs in its own folder
 ``<output_dir>/<slug>-<hash>/``: the executed notebook (named from the point's parameters), the
 notebook's own outputs (it receives that folder as the parameter named by ``output_param``,
 ``output_dir`` by default) and a ``done.json`` marker written atomically after success. A point
@@ -9,23 +10,47 @@ counts as done only when both its notebook and its marker exist, so an interrupt
 where it stopped. A failing point records its cell and error in ``failed.json`` and never stops
 the others. The results of the finished points (the parquet files matched by ``results``) are
 concatenated with the point's parameters as columns.
+
+Resumed points keep their first completion: ``done.json`` records when the point finished and
+how long it took, and a later sweep reports that status, duration and time with ``skipped`` set
+(it did not execute the point itself), in its outcome and in ``summary.json``.
+
+One writer per point. A point's folder is locked (``locks.FolderLock``) while it executes, so two
+sweeps of one spec (started twice by mistake, or on purpose to share the work) execute each point
+once. A sweep that finds a point locked by a live process passes it by and runs the others first;
+then, by default (``wait=True``, ``ragbench sweep --wait``), it waits for those points and
+reports the outcome the other process recorded, as skipped: each sweep ends with every point's
+result and the full results table, as if it had run alone. With ``wait=False`` (``--no-wait``)
+such a point is reported as ``held`` (running elsewhere, with the holder's PID and host), is not
+counted as failed, and is picked up by a later resume. The lock of a process that died is taken
+over (the OS releases it), and a point it left without a marker runs again.
+
+Stopping a sweep stops its work: on SIGTERM or SIGINT (Ctrl-C) the local executor's workers and
+every kernel they started are ended before the sweep exits (``kernels.reap_children_on_signals``),
+and a worker whose sweep dies (even by SIGKILL) ends itself and its kernel (``kernels.init_worker``).
+An interrupted point writes no marker: it is neither done nor failed, and runs on resume.
+
+Credentials never reach disk: parameter values in ``summary.json``, the markers, the results
+table's parameter columns and printed point ids go through ``secrets.redact``; error texts
+through ``secrets.redact_text``; executed notebooks are redacted as papermill saves them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import time
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ragbench import secrets
 from ragbench.io import atomic_write_text, dumps_canonical
-from ragbench.kernels import execute_notebook
+from ragbench.kernels import init_worker, reap_children_on_signals
 from ragbench.registry import did_you_mean
+from ragbench.sweep_point import FAILED, execute_point, is_done, mtime_ns, recorded
 from ragbench.sweep_spec import (
     SweepSpec,
     SweepSpecError,
@@ -35,30 +60,46 @@ from ragbench.sweep_spec import (
     point_id,
 )
 
-DONE, FAILED = "done.json", "failed.json"
+log = logging.getLogger(__name__)
+
 EXECUTORS = ("local", "ray")
 
 
 @dataclass
 class PointOutcome:
-    """What happened to one point: done (ran now), skipped (done before) or failed."""
+    """What happened to one point: done, failed, or held (another live process is executing it
+    and this sweep did not wait). ``skipped``: this sweep did not execute the point; ``status``,
+    ``seconds`` and ``finished_at`` are those of the execution that did (an earlier sweep, or
+    another one running at the same time). ``params`` have their credentials masked."""
 
     point_id: str
     params: dict[str, Any]
-    status: Literal["done", "skipped", "failed"]
+    status: Literal["done", "failed", "held"]
     notebook: str
-    seconds: float = 0.0
+    seconds: float = 0.0  # execution time of the notebook
+    finished_at: str | None = None  # ISO 8601 UTC, when the execution ended
+    skipped: bool = False
     cell: int | None = None  # index of the failing cell in the executed notebook
     exec_count: int | None = None  # its execution count, the "In [n]" Jupyter shows
     error: str | None = None  # "ValueError: message"
+    holder: str | None = None  # held: "PID 123 on host (since ...)"
 
     def where(self) -> str:
         count = f" (In [{self.exec_count}])" if self.exec_count is not None else ""
         return f"cell {self.cell}{count}" if self.cell is not None else ""
 
+    def note(self) -> str:
+        """The error, or for a held point who holds it."""
+        if self.status == "held":
+            return f"running elsewhere: {self.holder or 'another process'}"
+        if self.error:
+            return f"{self.where()}: {self.error}" if self.cell is not None else self.error
+        return ""
+
     def describe(self) -> str:
-        where = f"{self.where()}: " if self.cell is not None else ""
-        return f"{self.point_id}: {self.status}" + (f" ({where}{self.error})" if self.error else "")
+        skipped = ", skipped" if self.skipped else ""
+        note = self.note()
+        return f"{self.point_id}: {self.status}{skipped}" + (f" ({note})" if note else "")
 
 
 @dataclass
@@ -67,65 +108,22 @@ class SweepOutcome:
     points: list[PointOutcome] = field(default_factory=list)
     results: Any = None  # pandas.DataFrame; typed loosely so this module imports no pandas
 
-    def count(self, status: str) -> int:
-        return sum(p.status == status for p in self.points)
+    def count(self, status: str, skipped: bool | None = None) -> int:
+        """Points with this status; ``skipped`` True/False: only those (not) executed now."""
+        return sum(
+            p.status == status and (skipped is None or p.skipped == skipped) for p in self.points
+        )
 
     @property
     def failed(self) -> list[PointOutcome]:
         return [p for p in self.points if p.status == "failed"]
 
-
-def _execute_point(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one point with papermill (in a worker process or Ray task); never raises."""
-    from papermill.exceptions import PapermillExecutionError
-
-    point_dir, out_nb = Path(job["point_dir"]), Path(job["output_notebook"])
-    point_dir.mkdir(parents=True, exist_ok=True)
-    for marker in (DONE, FAILED):
-        (point_dir / marker).unlink(missing_ok=True)
-    start = time.perf_counter()
-    result: dict[str, Any] = {"status": "done", "cell": None, "exec_count": None, "error": None}
-    try:
-        execute_notebook(
-            job["notebook"],
-            str(out_nb),
-            parameters=job["parameters"],
-            kernel_name=job["kernel"],
-            cwd=job["cwd"],
-            progress_bar=False,
-        )
-    except PapermillExecutionError as exc:
-        result.update(
-            status="failed",
-            cell=_error_cell(out_nb, exc.cell_index),
-            exec_count=exc.exec_count,
-            error=f"{exc.ename}: {exc.evalue}",
-        )
-    except Exception as exc:  # kernel died, missing kernel, ...: still only this point fails
-        result.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-        result["traceback"] = traceback.format_exc()
-    result["seconds"] = round(time.perf_counter() - start, 3)
-    marker = {"point_id": job["point_id"], "params": job["params"], "notebook": out_nb.name}
-    marker.update(result, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    name = DONE if result["status"] == "done" else FAILED
-    atomic_write_text(point_dir / name, json.dumps(marker, indent=2, default=str) + "\n")
-    return result
+    @property
+    def held(self) -> list[PointOutcome]:
+        return [p for p in self.points if p.status == "held"]
 
 
-def _error_cell(notebook: Path, fallback: int) -> int:
-    """Index of the failing cell in the saved notebook, the one users open. papermill's own
-    cell_index counts before it inserts an error banner at the top and an anchor cell above the
-    failing one, so read the saved file instead."""
-    import nbformat
-
-    try:
-        cells = nbformat.read(notebook, as_version=4).cells
-    except Exception:
-        return fallback
-    for index, cell in enumerate(cells):
-        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            return index
-    return fallback
+# --- the sweep ------------------------------------------------------------------------------------
 
 
 def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[dict[str, Any]]:
@@ -146,8 +144,8 @@ def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[dict[str, A
         jobs.append(
             {
                 "point_id": pid,
-                "params": params,
-                "parameters": parameters,
+                "params": secrets.redact(params),  # what is stored and shown
+                "parameters": parameters,  # what the notebook gets, credentials included
                 "notebook": str(notebook),
                 "point_dir": str(point_dir),
                 "output_notebook": str(point_dir / f"{notebook.stem}__{pid}.ipynb"),
@@ -165,18 +163,18 @@ def _resolve(path: str, base: Path) -> Path:
     raise SweepSpecError(f"notebook {path!r} not found (looked in {base} and {Path.cwd()})")
 
 
-def _is_done(job: dict[str, Any]) -> bool:
-    return Path(job["output_notebook"]).exists() and (Path(job["point_dir"]) / DONE).exists()
-
-
 def execute_sweep(
     spec_path: str | os.PathLike,
     workers: int = 1,
     executor: str = "local",
     rerun_failed: bool = True,
     on_point: Callable[[PointOutcome], None] | None = None,
+    wait: bool = True,
 ) -> SweepOutcome:
-    """Run every point not already done; return each point's outcome and the results table."""
+    """Run every point not already done; return each point's outcome and the results table.
+
+    ``wait``: for points another live process is executing, wait and report its outcome (True),
+    or report them ``held`` and move on (False); see the module docstring."""
     if executor not in EXECUTORS:
         raise SweepSpecError(f"unknown executor {executor!r}; {did_you_mean(executor, EXECUTORS)}")
     spec_path = Path(spec_path)
@@ -191,28 +189,58 @@ def execute_sweep(
             params=job["params"],
             status=result["status"],
             notebook=job["output_notebook"],
-            seconds=result.get("seconds", 0.0),
+            seconds=result.get("seconds") or 0.0,
+            finished_at=result.get("finished_at"),
+            skipped=bool(result.get("skipped", False)),
             cell=result.get("cell"),
             exec_count=result.get("exec_count"),
             error=result.get("error"),
+            holder=result.get("holder"),
         )
         outcome.points.append(point)
         if on_point:
             on_point(point)
 
+    # A cheap first look, so a finished sweep starts no pool; the worker looks again under the
+    # point's lock, which is what makes "executed once" hold against a concurrent sweep.
     todo = []
     for job in jobs:
-        failed_marker = Path(job["point_dir"]) / FAILED
-        if _is_done(job):
-            report(job, {"status": "skipped"})
-        elif failed_marker.exists() and not rerun_failed:
-            report(job, json.loads(failed_marker.read_text(encoding="utf-8")))
+        earlier = recorded(job, accept_failed=not rerun_failed)
+        if earlier:
+            report(job, earlier)
         else:
-            todo.append(job)
+            failed_seen = mtime_ns(Path(job["point_dir"]) / FAILED)  # a later one is news
+            todo.append(
+                {
+                    **job,
+                    "wait": False,
+                    "accept_failed": not rerun_failed,
+                    "failed_seen": failed_seen,
+                }
+            )
+
+    held: list[dict[str, Any]] = []
+
+    def first_pass(job: dict[str, Any], result: dict[str, Any]) -> None:
+        if result["status"] == "held" and wait:
+            held.append(job)
+        else:
+            report(job, result)
 
     run = _run_ray if executor == "ray" else _run_local
-    run(todo, max(1, workers), report)
-    outcome.points.sort(key=lambda p: [j["point_id"] for j in jobs].index(p.point_id))
+    run(todo, max(1, workers), first_pass)
+    if held:
+        log.warning(
+            "%d point(s) are being executed by another process; waiting for them: %s",
+            len(held),
+            ", ".join(job["point_id"] for job in held),
+        )
+        # whatever the other process records is the point's outcome (a failure it records is
+        # not retried: see sweep_point.recorded); if it died without a marker, it runs here
+        run([{**job, "wait": True} for job in held], max(1, workers), report)
+
+    order = {job["point_id"]: i for i, job in enumerate(jobs)}
+    outcome.points.sort(key=lambda p: order[p.point_id])
     outcome.results = collect_results(jobs, spec.results)
     atomic_write_text(
         sweep_dir / "summary.json",
@@ -230,36 +258,56 @@ def run_sweep(
     workers: int = 1,
     executor: str = "local",
     rerun_failed: bool = True,
+    wait: bool = True,
 ) -> Any:
     """Run a sweep and return the results table of all finished points (a pandas DataFrame).
 
-    Failed points are reported as warnings; use :func:`execute_sweep` for per-point outcomes.
-    """
+    Failed and held points are reported as warnings; use :func:`execute_sweep` for per-point
+    outcomes."""
     import warnings
 
-    outcome = execute_sweep(spec_path, workers, executor, rerun_failed)
+    outcome = execute_sweep(spec_path, workers, executor, rerun_failed, wait=wait)
     for point in outcome.failed:
         warnings.warn(f"sweep point failed: {point.describe()}", stacklevel=2)
+    for point in outcome.held:
+        warnings.warn(f"sweep point not finished: {point.describe()}", stacklevel=2)
     return outcome.results
 
 
 def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
-    if workers == 1 or len(jobs) <= 1:  # no pool: simpler tracebacks, no process start cost
-        for job in jobs:
-            report(job, _execute_point(job))
+    if not jobs:
         return
-    import multiprocessing
+    with reap_children_on_signals():  # a stopped sweep leaves no worker or kernel behind
+        if workers == 1 or len(jobs) <= 1:  # no pool: simpler tracebacks, no process start cost
+            for job in jobs:
+                report(job, execute_point(job))
+            return
+        import multiprocessing
 
-    # spawn, not fork: papermill's zmq/asyncio state must not be copied into children.
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        futures = {pool.submit(_execute_point, job): job for job in jobs}
-        for future in as_completed(futures):
-            report(futures[future], future.result())
+        # spawn, not fork: papermill's zmq/asyncio state must not be copied into children.
+        ctx = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers, len(jobs)),
+            mp_context=ctx,
+            initializer=init_worker,
+            initargs=(os.getpid(),),
+        )
+        try:
+            futures = {pool.submit(execute_point, job): job for job in jobs}
+            for future in as_completed(futures):
+                report(futures[future], future.result())
+        except BaseException:
+            # interrupted (the signal handler has ended the workers already) or a broken pool:
+            # do not wait for work that will not come
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
 
 def _run_ray(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
     """Each point as a Ray task. RAY_ADDRESS set: join that cluster (paths must be shared)."""
+    if not jobs:
+        return
     try:
         import ray
     except ImportError:
@@ -271,7 +319,7 @@ def _run_ray(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(_execute_point)
+        task = ray.remote(num_cpus=1, max_retries=0)(execute_point)
         pending = {task.remote(job): job for job in jobs}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -286,16 +334,17 @@ def _run_ray(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None
 
 
 def collect_results(jobs: list[dict[str, Any]], pattern: str = "**/results.parquet") -> Any:
-    """Concatenate the tables of the done points, adding each point's parameters as columns."""
+    """Concatenate the tables of the done points, adding each point's parameters as columns
+    (credentials masked: ``job["params"]`` is redacted)."""
     import pandas as pd
 
     frames = []
     for job in jobs:
-        if not _is_done(job):
+        if not is_done(job):
             continue
         for path in sorted(Path(job["point_dir"]).glob(pattern)):
             frame = pd.read_parquet(path)
-            for name, value in job["params"].items():
+            for name, value in secrets.redact(job["params"]).items():
                 column = name if name not in frame.columns else f"param.{name}"
                 scalar = isinstance(value, (str, int, float, bool)) or value is None
                 frame[column] = value if scalar else dumps_canonical(value)

@@ -8,7 +8,9 @@ A sweep YAML names a notebook, fixed parameters and a grid::
     output_dir: data/results/sweeps/niah      # optional
 
 Errors name the file, line and key (``config.explain_validation_error``, shared with run
-configs); parameters the notebook does not declare fail before anything runs.
+configs); parameters the notebook does not declare fail before anything runs. Loading a spec
+hands every credential in its parameters to ``ragbench.secrets`` (``collect``), so whatever
+quotes them later (an error, a log line) is masked; point ids never spell a credential out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
+from ragbench import secrets
 from ragbench.config import explain_validation_error
 from ragbench.io import dumps_canonical
 from ragbench.registry import did_you_mean
@@ -83,10 +86,38 @@ def load_spec(path: str | os.PathLike) -> SweepSpec:
         raise SweepSpecError(f"{path}: invalid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise SweepSpecError(f"{path}: expected a mapping with 'notebook', 'parameters', 'grid'")
+    _collect_secrets(raw)  # before validating: its error messages may quote the values
     try:
         return SweepSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SweepSpecError(explain_validation_error(exc, str(path), text, SweepSpec)) from None
+        message = explain_validation_error(exc, str(path), text, SweepSpec)
+        raise SweepSpecError(_redact_explained(message)) from None
+
+
+def _redact_explained(message: str) -> str:
+    """``secrets.redact_text`` on the message part of each ``file:line: field: message`` line.
+    The location stays out of it: ``grid.api_key: repeated values`` reads to the redactor as a
+    credential named api_key with the value "repeated"."""
+    lines = []
+    for line in message.splitlines():
+        parts = line.split(": ", 2)
+        if len(parts) == 3:
+            lines.append(f"{parts[0]}: {parts[1]}: {secrets.redact_text(parts[2])}")
+        else:
+            lines.append(secrets.redact_text(line))
+    return "\n".join(lines)
+
+
+def _collect_secrets(raw: dict[str, Any]) -> None:
+    """Remember the credentials among the spec's values (``secrets.collect``). A grid value is
+    collected under its parameter's name, so ``grid: {api_key: [a, b]}`` counts as credentials,
+    as ``parameters: {api_key: a}`` does."""
+    secrets.collect(raw)
+    grid = raw.get("grid")
+    if isinstance(grid, dict):
+        for name, values in grid.items():
+            for value in values if isinstance(values, list) else [values]:
+                secrets.collect({name: value})
 
 
 def expand_grid(spec: SweepSpec | dict[str, Any]) -> list[dict[str, Any]]:
@@ -104,12 +135,35 @@ def expand_grid(spec: SweepSpec | dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def point_id(params: dict[str, Any], varying: Sequence[str] | None = None) -> str:
-    """A stable, filesystem-safe name: the varying parameters as a slug, plus a hash of all."""
+    """A stable, filesystem-safe name: the varying parameters as a slug, plus a hash of all.
+
+    The slug never spells a credential: the id names the point's folder and notebook and is
+    printed. The hash still tells apart points that differ only in a credential."""
     digest = hashlib.sha256(dumps_canonical(params).encode()).hexdigest()[:8]
     names = list(varying) if varying is not None else sorted(params)
-    parts = [f"{n}={_slug_value(params[n])}" for n in names if n in params]
+    parts = [
+        f"{n}={_slug_value(_slug_safe(n, params[n]))}".replace(secrets.MASK, "xxx")
+        for n in names
+        if n in params
+    ]
     slug = re.sub(r"[^A-Za-z0-9=.,+_-]+", "-", "_".join(parts)).strip("-")[:80]
     return f"{slug}-{digest}" if slug else digest
+
+
+_SLUG_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
+def _slug_safe(name: str, value: Any) -> Any:
+    """The value a point id may show: credential-named parameters as ``***``, URLs without their
+    userinfo or secret query values, well-known key shapes masked. Deliberately by fixed rules,
+    not ``secrets.redact_text``: that one also masks the values this process happens to
+    remember, and a folder name must not depend on which specs were loaded before."""
+    if secrets.is_secret_name(name) and value not in (None, ""):
+        return secrets.MASK
+    if isinstance(value, str):
+        value = _SLUG_URL.sub(lambda m: secrets.redact_url(m.group(0)), value)
+        return secrets.SECRET_SHAPES.sub(secrets.MASK, value)
+    return value
 
 
 def _slug_value(value: Any) -> str:
@@ -135,9 +189,10 @@ def check_parameters(
         expected = _SIMPLE_TYPES.get(str(declared.get(name, {}).get("inferred_type_name")))
         bad_bool = isinstance(value, bool) and expected is not None and bool not in expected
         if expected and (not isinstance(value, expected) or bad_bool):
+            shown = secrets.redact({name: value})[name]
             problems.append(
                 f"{where}: parameter {name!r} is declared "
-                f"{declared[name]['inferred_type_name']}, got {value!r}"
+                f"{declared[name]['inferred_type_name']}, got {shown!r}"
             )
     if problems:
         raise SweepSpecError("\n".join(problems))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.render import render_notebook, repo_root, screenshot_html, scrub, secret_values
+from ragbench.render import render_notebook, repo_root, screenshot_html, scrub
+from ragbench.secrets import env_secret_values
 
 FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "figure.ipynb"
 FAKE_KEY = "fake-openai-key-0123456789abcdef"  # no known key shape: only the env scan catches it
@@ -109,7 +110,7 @@ def test_no_secret_and_no_machine_path_in_html(rendered, variant):
 
 def test_scrub_is_precise():
     env = {"MY_API_KEY": "abcdefgh12345", "SHORT_TOKEN": "abc", "PATH": "/usr/bin:/bin"}
-    assert secret_values(env) == ["abcdefgh12345"]
+    assert env_secret_values(env) == ["abcdefgh12345"]
     png = "data:image/png;base64,QUJDREVGR0gxMjM0NQ==/" + os.path.expanduser("~") + "+"
     text = f"k=abcdefgh12345 short=abc {png} sk-{'x' * 24} /usr/bin"
     out = scrub(text, environ=env)
@@ -119,6 +120,22 @@ def test_scrub_is_precise():
     home = os.path.expanduser("~")
     if home not in ("/", ""):
         assert scrub(f"{home}/x {home}line", environ={}) == f"~/x {home}line"
+
+
+def test_scrub_masks_credentials_in_links_and_leaves_other_links_as_written():
+    link = '<a href="https://example.com/search?q=rag+vs+lc&amp;page=2">paper</a>'
+    assert scrub(link, environ={}) == link  # an escaped & must survive (no "&amp%3B")
+    page = (
+        '<a href="http://alice:pw-4242@llm.internal/v1?model=m&amp;api_key=k-777">x</a> '
+        "api_key = 'k-888-plain' <code>Authorization: Bearer tok-123456</code>"
+    )
+    out = scrub(page, environ={"MY_TOKEN": "abcdefgh12345"})
+    for secret in ("pw-4242", "k-777", "k-888-plain", "tok-123456"):
+        assert secret not in out
+    assert '"http://***@llm.internal/v1?model=m&amp;api_key=***"' in out
+    assert scrub("see https://h/p/abcdefgh12345?x=1", environ={"MY_TOKEN": "abcdefgh12345"}) == (
+        "see https://h/p/***?x=1"
+    )  # a credential's value is masked inside a link it does not make a credential link
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
@@ -174,3 +191,107 @@ def test_manifest_found_under_the_output_dir_parameter(rendered):
         assert "cfg-1a2b3c" in page and "fp-9f8e7d" in page and "run started" in page
     finally:
         (run_dir / "manifest.json").unlink()
+
+
+# --- what `ragbench render` refuses ---------------------------------------------------------------
+
+
+def _render_cli(*args: str):
+    import typer
+    from typer.testing import CliRunner
+
+    from ragbench.sweep_cli import register
+
+    app = typer.Typer()
+    register(app)
+    return CliRunner().invoke(app, ["render", *args])
+
+
+@pytest.mark.parametrize(
+    "name, content, reason",
+    [
+        ("missing.ipynb", None, "no such file"),
+        ("notes.txt", "plain text", "not a Jupyter notebook (invalid JSON: Expecting value at line 1 column 1)"),
+        ("cut.ipynb", '{"cells": [], "nbformat": 4', "not a Jupyter notebook (invalid JSON: Expecting ',' delimiter at line 1 column 28)"),
+        ("data.json", '{"rows": [1, 2]}', "not a Jupyter notebook (JSON without 'cells' and 'nbformat')"),
+        ("list.json", "[1, 2]", "not a Jupyter notebook (JSON without 'cells' and 'nbformat')"),
+        ("old.ipynb", '{"cells": [], "nbformat": 9}', "not a readable Jupyter notebook (Unsupported nbformat version 9)"),
+        ("folder.ipynb", "<dir>", "is a directory, not a notebook"),
+        ("binary.ipynb", b"\x89PNG\xff\xfe", "not a Jupyter notebook (not UTF-8 text)"),
+    ],
+)  # fmt: skip
+def test_render_cli_refuses_a_file_that_is_not_a_notebook(
+    tmp_path, monkeypatch, name, content, reason
+):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / name
+    if content == "<dir>":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content, encoding="utf-8")
+    result = _render_cli(str(path))
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback: a clean exit
+    assert result.stderr == f"ragbench render: {path}: {reason}\n"
+    assert result.stdout == "" and not (tmp_path / "reports").exists()
+
+
+@pytest.fixture
+def unexecuted(tmp_path):
+    nb = nbformat_v4().new_notebook(
+        cells=[nbformat_v4().new_markdown_cell("# Title"), nbformat_v4().new_code_cell("x = 1\nx")]
+    )
+    path = tmp_path / "fresh.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+def nbformat_v4():
+    import nbformat
+
+    return nbformat.v4
+
+
+def test_render_cli_refuses_an_unexecuted_notebook_unless_allowed(unexecuted, tmp_path):
+    out = tmp_path / "fresh.html"
+    result = _render_cli(str(unexecuted), "--out", str(out))
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"ragbench render: {unexecuted}: not executed (no code cell has run")
+    assert "execute it first" in line and "--allow-unexecuted" in line
+    assert not out.exists()
+
+    result = _render_cli(str(unexecuted), "--out", str(out), "--allow-unexecuted")
+    assert result.exit_code == 0, result.output
+    page = out.read_text(encoding="utf-8")
+    banner = re.search(r"<section class=.ragbench-unexecuted.*?</section>", page, re.S)
+    assert banner and "Not executed" in banner.group(0)
+    assert banner.start() < page.index(
+        '<div class="jp-Cell'
+    )  # above the notebook, where it is seen first
+
+
+def test_executed_notebooks_get_no_banner(rendered):
+    assert "ragbench-unexecuted" not in rendered["with_code"]
+    assert "ragbench-unexecuted" not in rendered["no_code"]
+
+
+def test_render_cli_bad_manifest_is_one_line(rendered, tmp_path):
+    bad = tmp_path / "manifest.json"
+    bad.write_text("{not json", encoding="utf-8")
+    for manifest, reason in (
+        (tmp_path / "none.json", "no such manifest file"),
+        (bad, "not a readable manifest"),
+    ):
+        result = _render_cli(
+            str(rendered["executed"]),
+            "--out",
+            str(tmp_path / "x.html"),
+            "--manifest",
+            str(manifest),
+        )
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"ragbench render: {manifest}: {reason}")  # fmt: skip

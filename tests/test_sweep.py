@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -88,15 +90,26 @@ def test_unknown_or_mistyped_parameter_fails_before_any_execution(tmp_path):
 def sweep_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sweep")
     spec = write_spec(folder, parameters={"fail_at": 2, "scale": 2.0}, grid={"x": [1, 2, 3]})
+    summary = folder / "out" / "summary.json"
     first = execute_sweep(spec, workers=2)
     mtimes = {p.point_id: os.stat(p.notebook).st_mtime_ns for p in first.points}
     rerun = execute_sweep(spec, workers=2)  # done points skipped, the failed one retried
+    rerun_summary = json.loads(summary.read_text(encoding="utf-8"))
     no_retry = execute_sweep(spec, rerun_failed=False)  # nothing executes
-    return {"spec": spec, "first": first, "rerun": rerun, "no_retry": no_retry, "mtimes": mtimes}
+    no_retry_summary = json.loads(summary.read_text(encoding="utf-8"))
+    return {
+        "spec": spec,
+        "first": first,
+        "rerun": rerun,
+        "no_retry": no_retry,
+        "mtimes": mtimes,
+        "summaries": {"rerun": rerun_summary, "no_retry": no_retry_summary},
+    }
 
 
 def statuses(outcome) -> dict[int, str]:
-    return {p.params["x"]: p.status for p in outcome.points}
+    """x -> status, "(skipped)" when the sweep reported a point it did not execute itself."""
+    return {p.params["x"]: p.status + (" (skipped)" if p.skipped else "") for p in outcome.points}
 
 
 def test_failing_point_is_reported_with_cell_and_error_others_complete(sweep_runs):
@@ -131,20 +144,45 @@ def test_results_of_all_done_points_form_one_table(sweep_runs):
 
 def test_rerun_skips_done_points_and_retries_failed(sweep_runs):
     rerun = sweep_runs["rerun"]
-    assert statuses(rerun) == {1: "skipped", 2: "failed", 3: "skipped"}
+    assert statuses(rerun) == {1: "done (skipped)", 2: "failed", 3: "done (skipped)"}
     assert rerun.failed[0].seconds > 0  # really executed again
     for point in rerun.points:
-        if point.status == "skipped":
+        if point.skipped:
             assert os.stat(point.notebook).st_mtime_ns == sweep_runs["mtimes"][point.point_id]
     pd.testing.assert_frame_equal(rerun.results, sweep_runs["first"].results)
 
 
+def test_resumed_points_keep_their_first_completion(sweep_runs):
+    # a resumed sweep used to report "skipped, 0.0 s" for points done earlier, in its outcome
+    # and in summary.json: the time and duration of the real execution were lost
+    first = {p.point_id: p for p in sweep_runs["first"].points}
+    for name in ("rerun", "no_retry"):
+        later, summary = sweep_runs[name], sweep_runs["summaries"][name]
+        assert summary == [dataclasses.asdict(p) for p in later.points]
+        for point, stored in zip(later.points, summary, strict=True):
+            if point.params["x"] == 2:
+                continue  # the failed point ran again in the rerun
+            original = first[point.point_id]
+            assert original.status == "done" and not original.skipped
+            assert point.skipped and stored["skipped"] is True
+            assert stored["status"] == "done"
+            assert stored["seconds"] == point.seconds == original.seconds > 0
+            assert stored["finished_at"] == point.finished_at == original.finished_at
+            marker = json.loads((Path(point.notebook).parent / "done.json").read_text())
+            assert marker["seconds"] == original.seconds
+            assert marker["finished_at"] == original.finished_at
+            finished = datetime.fromisoformat(original.finished_at)
+            assert finished.utcoffset() == timedelta(0)  # UTC, comparable across machines
+
+
 def test_rerun_without_retry_reports_the_recorded_failure(sweep_runs):
     no_retry = sweep_runs["no_retry"]
-    assert statuses(no_retry) == {1: "skipped", 2: "failed", 3: "skipped"}
+    assert statuses(no_retry) == {1: "done (skipped)", 2: "failed (skipped)", 3: "done (skipped)"}
     (failed,) = no_retry.failed
     assert failed.cell == sweep_runs["first"].failed[0].cell
     assert "deliberate failure" in failed.error
+    recorded = sweep_runs["rerun"].failed[0]  # the last execution of the point
+    assert (failed.seconds, failed.finished_at) == (recorded.seconds, recorded.finished_at)
 
 
 def test_run_sweep_warns_and_cli_summarises(sweep_runs):
@@ -176,5 +214,6 @@ def test_ray_executor_on_a_local_ray(tmp_path):
     spec = write_spec(tmp_path, grid={"x": [1, 3]})
     outcome = execute_sweep(spec, workers=2, executor="ray")
     assert statuses(outcome) == {1: "done", 3: "done"}
+    assert all(Path(p.notebook).with_name(".lock").exists() for p in outcome.points)
     y = outcome.results[outcome.results["metric"] == "y"].set_index("x")["value"]
     assert y.to_dict() == {1: 2.0, 3: 6.0}
