@@ -30,12 +30,13 @@ import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 MASK = "***"
-# words that make a name a credential (compared with each word of the name)
+# words that make a name a credential (compared with each word of the name); not "pwd": $PWD
+# is the working directory
 SECRET_WORDS = frozenset({
-    "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase",
+    "key", "apikey", "token", "secret", "password", "passwd", "passphrase",
     "authorization", "auth", "credential", "credentials", "cookie", "signature", "sig", "bearer",
 })  # fmt: skip
 # headers that carry no credential; their values ("application/json") must not be masked in
@@ -58,7 +59,7 @@ _BEARER = re.compile(r"\b(Bearer|bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 # inside JSON (\"api_key\": \"x\", as in an .ipynb): the name's last word is a credential word.
 _PAIR = re.compile(
     r"(?P<name>\b[\w-]*?(?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|passwd"
-    r"|pwd|passphrase|authorization|credentials?))(?P<sep>(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
+    r"|passphrase|authorization|credentials?))(?P<sep>(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
     r"(?P<value>[^\s\"'\\,;}\])]{4,})",
     re.IGNORECASE,
 )
@@ -115,22 +116,30 @@ def env_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def redact_url(url: str) -> str:
-    """The URL without userinfo and with the values of secret query parameters masked."""
+    """The URL without userinfo and with the values of secret query parameters masked. Only
+    those parts change: everything else stays as written (an HTML link's ``&amp;`` included)."""
     try:
         parts = urlsplit(url)
-        netloc = parts.netloc
     except ValueError:
         return MASK
-    if "@" in netloc:
-        netloc = f"{MASK}@{netloc.rsplit('@', 1)[1]}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = "&".join(
-            f"{quote(k, safe='')}={MASK if is_secret_name(k) else quote(v, safe='')}"
-            for k, v in pairs
+    out = url
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        out = out.replace(f"//{userinfo}@", f"//{MASK}@", 1)
+    if parts.query:
+        out = _QUERY_PAIR.sub(
+            lambda m: (
+                f"{m.group(1)}{m.group(2)}={MASK}"
+                if is_secret_name(unquote(m.group(2))) and m.group(3)
+                else m.group(0)
+            ),
+            out,
         )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return out
+
+
+# name=value in a query string (after ? & or ;): the value is masked when the name is secret
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;#?]+)=([^&#;]*)")
 
 
 def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
@@ -151,9 +160,17 @@ def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
 
 def _mask_pair(m: re.Match) -> str:
     value = m.group("value")
-    if value.startswith(MASK) or value.lower() in ("bearer", "basic", "token") or _is_number(value):
+    if value.startswith(MASK) or _is_number(value) or not _looks_like_a_credential(value):
         return m.group(0)
     return f"{m.group('name')}{m.group('sep')}{MASK}"
+
+
+def _looks_like_a_credential(value: str) -> bool:
+    """Keys and passwords carry digits or symbols, or are long; a plain word after a name is
+    prose ("api_key: repeated values", "token: required"), not a credential. Values this process
+    was given are masked whatever they look like (``remember``)."""
+    core = value.rstrip(".:")
+    return len(core) >= 16 or any(not c.isalpha() for c in core)
 
 
 def _is_number(text: str) -> bool:

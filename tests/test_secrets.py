@@ -15,7 +15,7 @@ from ragbench import secrets
         ("api_key", True), ("X-Api-Key", True), ("OPENAI_API_KEY", True), ("accessToken", True),
         ("HF_TOKEN", True), ("password", True), ("Authorization", True), ("apikey", True),
         ("max_new_tokens", False), ("tokenizer", False), ("keywords", False), ("top_k", False),
-        ("num_keys", False), ("base_url", False),
+        ("num_keys", False), ("base_url", False), ("PWD", False), ("OLDPWD", False),
     ],
 )  # fmt: skip
 def test_names_are_judged_by_their_words(name, secret):
