@@ -483,3 +483,46 @@ def test_runner_counts_kv_bytes_in_the_model_dtype(tiny, tmp_path):
     assert (df.kv_bytes_per_value == 4).all()
     positions = df.prompt_tokens + (df.completion_tokens - 1).clip(lower=0)
     assert (df.kv_cache_bytes == 2 * 30 * 3 * 64 * positions * 4).all()
+
+
+@pytest.mark.slow
+def test_smollm2_short_request_in_a_padded_batch_pays_for_its_own_work(smollm2):
+    q = "What is the special magic number mentioned in the text?"
+    short = GenerationRequest(q, max_new_tokens=8)
+    longs = [
+        GenerationRequest(f"{_haystack(n, smollm2)}\n\n{q}", max_new_tokens=8) for n in (700, 760)
+    ]
+    [alone] = _fresh(smollm2).generate([short])
+    # one padded batch on purpose (no buckets, and the two long prompts' common start is not
+    # split off as a shared prefix): the short row computes ~700 padding positions
+    padded = _fresh(smollm2, max_padding=1.0, min_shared_prefix=10**9)
+    s, l1, l2 = padded.generate([short, *longs])
+    assert s.meta["batch"]["rows"] == 3 and s.padding_tokens > 600
+    wall = s.meta["batch"]["seconds"]
+    assert s.resource_seconds + l1.resource_seconds + l2.resource_seconds == pytest.approx(wall)
+    assert s.resource_seconds < 0.5 * min(l1.resource_seconds, l2.resource_seconds)
+    assert s.resource_seconds < 0.6 * wall / 3  # the old even split charged it wall / 3
+    # close to its cost alone: the padding waste is shared by the batch, so it pays a bit more;
+    # loose bounds, the machine is shared
+    assert alone.resource_seconds / 2.5 < s.resource_seconds < 2.5 * alone.resource_seconds
+
+
+@pytest.mark.slow
+def test_smollm2_closed_book_never_costs_more_than_rag_because_of_batching(smollm2):
+    hay = _haystack(1000, smollm2)
+    q = "What is the special magic number mentioned in the text?"
+    cb = GenerationRequest(q, max_new_tokens=16)
+    rag = GenerationRequest(f"{_haystack(900, smollm2)}\n\n{q}", max_new_tokens=16)
+    lc = GenerationRequest(f"{hay}\n\n{q}", prefix=hay, max_new_tokens=16)
+    out = _fresh(smollm2).generate([cb, rag, lc])  # one round, as the runner sends it
+    c_cb, c_rag, c_lc = out
+    assert c_cb.prompt_tokens < 100 < 800 < c_rag.prompt_tokens
+    device = c_cb.meta["call"]["device_seconds"]
+    assert sum(c.resource_seconds for c in out) == pytest.approx(device, abs=1e-6)
+    factor = c_cb.meta["call"]["batching_factor"]
+    for c in out:  # each saves (or pays) by the call's one factor: the order of work is kept
+        assert c.resource_seconds / c.meta["alone_seconds_estimate"] == pytest.approx(factor, 1e-3)
+    # 16 decode steps after 60 tokens are less work than a 900-token prefill (+ its decode)
+    assert c_cb.meta["alone_seconds_estimate"] < c_rag.meta["alone_seconds_estimate"]
+    assert c_cb.resource_seconds < c_rag.resource_seconds
+    assert c_lc.cached_prompt_tokens == 0 and c_lc.meta["prefix_seconds"] > 0

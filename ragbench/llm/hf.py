@@ -208,6 +208,7 @@ class HFModel(LLM):
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         import torch
 
+        self.cost_rates()  # measured on first use: before the clock starts, not in anyone's queue
         t_submit = self.decoder.now()  # every request of the call was submitted now
         ids, declared = [], []
         for r in requests:
