@@ -1,4 +1,10 @@
-"""Cost per query: tokens, latency, FLOPs, KV-cache bytes, MFU and dollars.
+"""Cost per query: tokens, latency, resource seconds, FLOPs, KV-cache bytes, MFU and dollars.
+
+Two times per query, never mixed: ``latency_seconds`` is what its user waited (queue + prefill +
+decode); ``resource_seconds`` is its own share of the device time (a batched row: split by its
+stand-alone cost, see ``ragbench.llm.calibration``). Dollars and MFU come from resource seconds
+(self-hosted) or tokens (APIs), never from latency, so a record's cost does not depend on what it
+was batched with or how long it queued.
 
 Everything here is a pure function of a ``Completion`` (the backend's accounting), a model's
 architecture facts (``ragbench.llm.presets.ModelPreset``) and a price sheet
@@ -161,10 +167,13 @@ class Cost(JsonMixin):
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # served from a reused prefix KV cache (not recomputed)
     completion_tokens: int = 0
-    prefill_seconds: float = 0.0  # time to first token
-    decode_seconds: float = 0.0
-    total_seconds: float = 0.0  # prefill + decode: what the user waited for the model
-    gpu_seconds: float = 0.0  # device time charged (a batch row: its own share)
+    padding_tokens: int = 0  # padding positions its rows computed in padded batches
+    queue_seconds: float = 0.0  # submitted -> its work began (behind other batches, a slot)
+    prefill_seconds: float = 0.0  # work began -> first token
+    decode_seconds: float = 0.0  # first token -> last token
+    latency_seconds: float = 0.0  # queue + prefill + decode: what the user waited (not charged)
+    total_seconds: float = 0.0  # deprecated name of latency_seconds, kept for existing tables
+    resource_seconds: float = 0.0  # its share of device time x devices: what dollars charge
     retrieval_seconds: float | None = None  # index build + search; None: did not retrieve
     peak_memory_bytes: int | None = None
     usage_estimated: bool = False  # token counts estimated locally, not reported by a server
@@ -204,16 +213,19 @@ class Cost(JsonMixin):
             kv_bytes = kv_cache_bytes(
                 preset.layers, preset.kv_heads, preset.head_dim, seq, 1, per_value
             )
-        seconds = gpu_seconds(completion)
+        seconds = gpu_seconds(completion)  # resource seconds, never latency
         peak = sheet.peak_flops if sheet is not None else None
         return cls(
             prompt_tokens=completion.prompt_tokens,
             cached_prompt_tokens=completion.cached_prompt_tokens,
             completion_tokens=completion.completion_tokens,
+            padding_tokens=completion.padding_tokens,
+            queue_seconds=completion.queue_seconds,
             prefill_seconds=completion.prefill_seconds,
             decode_seconds=completion.decode_seconds,
-            total_seconds=completion.total_seconds,
-            gpu_seconds=seconds,
+            latency_seconds=completion.latency_seconds,
+            total_seconds=completion.latency_seconds,
+            resource_seconds=seconds,
             peak_memory_bytes=completion.peak_memory_bytes,
             usage_estimated=completion.usage_estimated,
             llm_calls=1,
@@ -241,7 +253,7 @@ class Cost(JsonMixin):
             return None if a is None and b is None else (a or 0.0) + (b or 0.0)
 
         summed = {f: known_sum(getattr(self, f), getattr(other, f)) for f in _ADDITIVE}
-        flops, seconds = summed["flops"], summed["gpu_seconds"]
+        flops, seconds = summed["flops"], summed["resource_seconds"]
         peak = self.peak_flops if self.peak_flops is not None else other.peak_flops
         return Cost(
             **summed,
@@ -255,6 +267,18 @@ class Cost(JsonMixin):
             price_sheet=other.price_sheet or self.price_sheet,
         )
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cost:
+        """Also reads records written before the times were renamed: ``gpu_seconds`` is now
+        ``resource_seconds``; ``total_seconds`` (then prefill + decode, no queue was measured)
+        gives ``latency_seconds``."""
+        data = dict(data)
+        if "gpu_seconds" in data:
+            data.setdefault("resource_seconds", data.pop("gpu_seconds"))
+        if "total_seconds" in data and "latency_seconds" not in data:
+            data["latency_seconds"] = data["total_seconds"]
+        return super().from_dict(data)
+
     def with_retrieval(self, seconds: float) -> Cost:
         return dataclasses.replace(self, retrieval_seconds=seconds)
 
@@ -264,10 +288,13 @@ _ADDITIVE = (
     "prompt_tokens",
     "cached_prompt_tokens",
     "completion_tokens",
+    "padding_tokens",
+    "queue_seconds",
     "prefill_seconds",
     "decode_seconds",
+    "latency_seconds",
     "total_seconds",
-    "gpu_seconds",
+    "resource_seconds",
     "flops",
     "flops_attention",
     "dollars",

@@ -279,14 +279,19 @@ def dollars(
 
 
 def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
-    """Measured accelerator time of one completion x devices held.
+    """Device seconds charged for one completion: its resource seconds x devices held.
 
-    A backend that batches reports each row's share of the device time in ``meta["gpu_seconds"]``
-    (the transformers backend: the shares of one batch add up to its wall time); otherwise the
-    completion's wall seconds, which is what it held the devices for.
+    ``completion.resource_seconds`` is its own share of the device time (the transformers backend
+    splits a batch's time by each row's stand-alone cost; the shares add up to the batch's wall
+    time). Never latency: queueing is not charged. Completions recorded before that field existed
+    carry the share in ``meta["gpu_seconds"]``; a backend that measures neither falls back to
+    prefill + decode, the time it held the device for (an estimate on a shared server).
     """
+    if completion.resource_seconds is not None:
+        return float(completion.resource_seconds) * gpus
     share = (completion.meta or {}).get("gpu_seconds")
-    return (completion.total_seconds if share is None else float(share)) * gpus
+    own = completion.prefill_seconds + completion.decode_seconds
+    return (own if share is None else float(share)) * gpus
 
 
 def dollars_per_query(completion: Completion, sheet: PriceSheet) -> float:

@@ -151,24 +151,45 @@ class GenerationRequest(JsonMixin):
 
 @dataclass(frozen=True)
 class Completion(JsonMixin):
-    """Generated text plus the accounting every cost number is computed from."""
+    """Generated text plus the accounting every cost number is computed from.
+
+    Two kinds of time, never mixed:
+
+    * latency, what the user waited: ``queue_seconds`` (submitted until its work began: earlier
+      batches of the same call, a concurrency slot) + ``prefill_seconds`` (work began until the
+      first token) + ``decode_seconds`` (first token until its last) = ``latency_seconds``;
+    * ``resource_seconds``, its share of the device time: what cost is charged from. A batch's
+      rows split the batch's device time (they add up to it); None means the backend did not
+      measure it, and cost falls back to prefill + decode (see ``ragbench.prices.gpu_seconds``).
+
+    ``padding_tokens`` are padding positions its row computed in a padded batch (0 alone).
+    """
 
     text: str
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int = 0
-    prefill_seconds: float = 0.0  # time to first token
-    decode_seconds: float = 0.0
+    prefill_seconds: float = 0.0  # work began -> first token (time to first token after queue)
+    decode_seconds: float = 0.0  # first token -> last token
     peak_memory_bytes: int | None = None
     finish_reason: str = ""
     model: str = ""
     cached: bool = False  # served from the completion cache (accounting is the original run's)
     usage_estimated: bool = False  # token counts estimated locally, not reported by the server
     meta: dict[str, Any] = field(default_factory=dict)
+    queue_seconds: float = 0.0  # submitted -> its work began (waiting behind other batches)
+    resource_seconds: float | None = None  # its share of device time; None: not measured
+    padding_tokens: int = 0  # padding positions computed in its row of a padded batch
+
+    @property
+    def latency_seconds(self) -> float:
+        """What its user waited: submitted until the last token (queue + prefill + decode)."""
+        return self.queue_seconds + self.prefill_seconds + self.decode_seconds
 
     @property
     def total_seconds(self) -> float:
-        return self.prefill_seconds + self.decode_seconds
+        """Deprecated name of :attr:`latency_seconds` (it used to leave out the queue)."""
+        return self.latency_seconds
 
 
 @dataclass(frozen=True)

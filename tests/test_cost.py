@@ -100,17 +100,26 @@ def test_dollars_api_and_gpu_hour():
     assert prices.dollars_per_query(c, prices.parse_price_sheet(GPU)) == pytest.approx(0.002)
 
 
-def test_gpu_seconds_use_the_backends_share_of_a_batch():
+def test_cost_is_charged_from_resource_seconds_never_latency():
     from dataclasses import replace
 
     c = Completion("x", 10, 1, prefill_seconds=3.0, decode_seconds=1.0)
+    # a backend that measures nothing finer: the time it held the device
     assert prices.gpu_seconds(c) == 4.0 and prices.gpu_seconds(c, gpus=2) == 8.0
-    batched = replace(c, meta={"batch_size": 4, "gpu_seconds": 1.25})
+    batched = replace(c, resource_seconds=1.25, queue_seconds=30.0, meta={"batch_size": 4})
+    assert batched.latency_seconds == 34.0  # what its user waited, queue included
     assert prices.gpu_seconds(batched) == 1.25 and prices.gpu_seconds(batched, gpus=2) == 2.5
     sheet = prices.parse_price_sheet(GPU)
     assert prices.dollars_per_query(batched, sheet) == pytest.approx(2.5 * 2 * 1.25 / 3600)
+    # queueing longer changes the latency, never the dollars
+    later = replace(batched, queue_seconds=300.0)
+    assert prices.dollars_per_query(later, sheet) == prices.dollars_per_query(batched, sheet)
     fields = cost.Cost.of(batched, get_preset("smollm2-135m-instruct"))
-    assert fields.gpu_seconds == 1.25 and fields.total_seconds == 4.0
+    assert fields.resource_seconds == 1.25 and fields.latency_seconds == 34.0
+    assert fields.queue_seconds == 30.0 and fields.total_seconds == fields.latency_seconds
+    # completions cached before resource_seconds existed carried the share in meta
+    legacy = replace(c, meta={"batch_size": 4, "gpu_seconds": 1.25})
+    assert prices.gpu_seconds(legacy) == 1.25
     # MFU from the device-time share, the same in one part and in a combined (self_route) query
     sheet = prices.PriceSheet(**{**vars(sheet), "peak_flops": 1e12})
     one = cost.Cost.of(batched, get_preset("smollm2-135m-instruct"), sheet)
@@ -232,10 +241,34 @@ def test_cost_adds_and_flattens_in_field_order():
     assert both.prompt_tokens == 1000 and both.llm_calls == 2 and both.peak_memory_bytes == 9
     assert both.retrieval_seconds == 0.01  # only the RAG leg retrieved
     assert both.dollars == pytest.approx(a.dollars + b.dollars)
-    assert both.mfu == pytest.approx((a.flops + b.flops) / (a.gpu_seconds + b.gpu_seconds) / 1e12)
+    assert both.mfu == pytest.approx(
+        (a.flops + b.flops) / (a.resource_seconds + b.resource_seconds) / 1e12
+    )
     assert (a + cost.Cost.of(Completion("z", 1, 1))).flops is None  # unknown stays unknown
     columns = both.to_dict()
     assert list(columns)[:3] == ["prompt_tokens", "cached_prompt_tokens", "completion_tokens"]
     assert cost.Cost.from_dict(columns) == both
     with pytest.raises(ValueError, match="unknown field"):
         cost.Cost.from_dict({"usd": 1.0})
+
+
+def test_cost_reads_records_written_before_the_times_were_renamed():
+    old = {"prompt_tokens": 57, "prefill_seconds": 0.5, "decode_seconds": 1.5,
+           "total_seconds": 2.0, "gpu_seconds": 0.75, "dollars": 1e-5}  # fmt: skip
+    c = cost.Cost.from_dict(old)
+    assert c.resource_seconds == 0.75 and c.latency_seconds == 2.0 and c.total_seconds == 2.0
+    assert c.queue_seconds == 0.0 and c.padding_tokens == 0
+    assert cost.Cost.from_dict(c.to_dict()) == c  # and the new form round-trips
+    with pytest.raises(ValueError, match="gpu_secs"):
+        cost.Cost.from_dict({"gpu_secs": 1.0})  # unknown fields are still errors
+
+
+def test_cost_adds_padding_queue_and_both_times():
+    a = cost.Cost.of(Completion("x", 60, 2, prefill_seconds=0.2, queue_seconds=1.0,
+                                resource_seconds=0.1, padding_tokens=3))  # fmt: skip
+    b = cost.Cost.of(Completion("y", 900, 3, prefill_seconds=0.8, resource_seconds=0.7))
+    both = a + b
+    assert both.padding_tokens == 3 and both.queue_seconds == 1.0
+    assert both.latency_seconds == pytest.approx(2.0) and both.resource_seconds == pytest.approx(
+        0.8
+    )

@@ -15,7 +15,7 @@ from ragbench.devices import pick_device  # noqa: E402
 from ragbench.llm import shared_prefix  # noqa: E402
 from ragbench.llm.base import ContextOverflowError  # noqa: E402
 from ragbench.llm.gguf import convert_gguf, file_sha256  # noqa: E402
-from ragbench.llm.hf import HFModel, common_prefix_len, plan_groups  # noqa: E402
+from ragbench.llm.hf import HFModel, common_prefix_len, plan_batches, plan_groups  # noqa: E402
 from ragbench.llm.hf_load import pick_dtype, resolve_model  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
@@ -86,6 +86,15 @@ def _fresh(model: HFModel, **overrides) -> HFModel:
 # -- pure helpers ------------------------------------------------------------------------------
 
 
+def test_plan_batches_buckets_by_length_within_the_padding_limit():
+    # in length order; a row joins while padding stays <= 25% of the batch's positions
+    assert plan_batches([50, 10, 12, 48, 11], 8, 0.25) == [[1, 4, 2], [3, 0]]
+    assert plan_batches([50, 10, 12, 48, 11], 2, 0.25) == [[1, 4], [2], [3, 0]]
+    assert plan_batches([50, 10, 12, 48, 11], 8, 1.0) == [[1, 4, 2, 3, 0]]  # plain chunking
+    assert plan_batches([7, 7, 7], 8, 0.0) == [[0, 1, 2]]  # equal lengths never pad
+    assert plan_batches([], 8, 0.25) == []
+
+
 def test_plan_groups_declared_loose_and_alone():
     a = [1, 2, 3, 4, 5, 6]
     groups = plan_groups(
@@ -139,11 +148,16 @@ def test_greedy_matches_transformers_generate(tiny):
 
 def test_left_padded_batch_equals_one_by_one(tiny):
     reqs = [GenerationRequest(_text(n, n), max_new_tokens=10) for n in (3, 17, 40, 8)]
-    batched = _fresh(tiny, batch_size=8).generate(reqs)
+    batched = _fresh(tiny, batch_size=8, max_padding=1.0).generate(reqs)  # one padded batch
     single = [_fresh(tiny, batch_size=1).generate([r])[0] for r in reqs]
     assert [c.text for c in batched] == [c.text for c in single]
     assert len({c.prompt_tokens for c in batched}) == 4  # really different lengths
     assert all(c.meta["batch_size"] == 4 for c in batched)
+    # each row computed the padding up to the longest prompt, and the batch reports the total
+    longest = max(c.prompt_tokens for c in batched)
+    assert [c.padding_tokens for c in batched] == [longest - c.prompt_tokens for c in batched]
+    assert batched[0].meta["batch"]["padding_tokens"] == sum(c.padding_tokens for c in batched)
+    assert all(c.padding_tokens == 0 for c in single)
 
 
 def test_prefix_reuse_same_answers_and_cached_counts(tiny):
@@ -290,15 +304,39 @@ def test_accounting_fields(tiny):
     )
 
 
-def test_batch_rows_share_the_device_time(tiny):
+def test_batch_rows_share_the_device_time_by_their_own_work(tiny):
     reqs = [GenerationRequest(_text(12, s), max_new_tokens=n) for s, n in ((3, 2), (4, 12))]
     short, long = _fresh(tiny, batch_size=8).generate(reqs)
     assert short.completion_tokens < long.completion_tokens
+    assert short.meta["batch"] == long.meta["batch"] and short.meta["batch"]["rows"] == 2
     assert short.prefill_seconds == long.prefill_seconds  # one batched prefill, both waited for it
-    shares = [short.meta["gpu_seconds"], long.meta["gpu_seconds"]]
-    wall = long.prefill_seconds + max(short.decode_seconds, long.decode_seconds)
-    assert sum(shares) == pytest.approx(wall, rel=0.05, abs=5e-3)  # shares add up to the wall time
-    assert shares[0] < shares[1] and shares[0] < short.total_seconds
+    # the shares add up to the batch's device time, split by each row's stand-alone estimate
+    wall = short.meta["batch"]["seconds"]
+    assert short.resource_seconds + long.resource_seconds == pytest.approx(wall, rel=1e-9)
+    assert short.meta["call"]["device_seconds"] == pytest.approx(wall, abs=1e-6)
+    ratio = [c.resource_seconds / c.meta["alone_seconds_estimate"] for c in (short, long)]
+    assert ratio[0] == pytest.approx(ratio[1])  # both save by the same factor
+    assert short.resource_seconds < long.resource_seconds
+    # latency is what each waited: no queue here (one batch), the short row stopped earlier
+    assert short.queue_seconds == long.queue_seconds < short.prefill_seconds
+    assert short.latency_seconds < long.latency_seconds
+
+
+def test_length_buckets_keep_short_prompts_out_of_long_batches(tiny):
+    short = [GenerationRequest(_text(4, s), max_new_tokens=3) for s in (1, 2, 3)]
+    long = [GenerationRequest(_text(120, s), max_new_tokens=3) for s in (4, 5)]
+    out = _fresh(tiny, batch_size=8).generate([short[0], long[0], short[1], long[1], short[2]])
+    rows = [c.meta["batch"]["rows"] for c in out]
+    assert rows == [3, 2, 3, 2, 3]
+    assert {c.meta["batch"]["index"] for c in out} == {0, 1}
+    # almost no padding: prompts of one bucket differ by a few template tokens at most
+    assert all(c.meta["batch"]["padding_fraction"] <= 0.25 for c in out)
+    # the bucket that ran second queued behind the first; the call's shares add to its time
+    first = min(out, key=lambda c: c.queue_seconds)
+    second = max(out, key=lambda c: c.queue_seconds)
+    assert second.queue_seconds >= first.queue_seconds + first.meta["batch"]["seconds"] * 0.9
+    device = out[0].meta["call"]["device_seconds"]
+    assert sum(c.resource_seconds for c in out) == pytest.approx(device, abs=1e-6)
 
 
 def test_sampling_is_seeded_and_independent_of_batching(tiny):
@@ -445,3 +483,46 @@ def test_runner_counts_kv_bytes_in_the_model_dtype(tiny, tmp_path):
     assert (df.kv_bytes_per_value == 4).all()
     positions = df.prompt_tokens + (df.completion_tokens - 1).clip(lower=0)
     assert (df.kv_cache_bytes == 2 * 30 * 3 * 64 * positions * 4).all()
+
+
+@pytest.mark.slow
+def test_smollm2_short_request_in_a_padded_batch_pays_for_its_own_work(smollm2):
+    q = "What is the special magic number mentioned in the text?"
+    short = GenerationRequest(q, max_new_tokens=8)
+    longs = [
+        GenerationRequest(f"{_haystack(n, smollm2)}\n\n{q}", max_new_tokens=8) for n in (700, 760)
+    ]
+    [alone] = _fresh(smollm2).generate([short])
+    # one padded batch on purpose (no buckets, and the two long prompts' common start is not
+    # split off as a shared prefix): the short row computes ~700 padding positions
+    padded = _fresh(smollm2, max_padding=1.0, min_shared_prefix=10**9)
+    s, l1, l2 = padded.generate([short, *longs])
+    assert s.meta["batch"]["rows"] == 3 and s.padding_tokens > 600
+    wall = s.meta["batch"]["seconds"]
+    assert s.resource_seconds + l1.resource_seconds + l2.resource_seconds == pytest.approx(wall)
+    assert s.resource_seconds < 0.5 * min(l1.resource_seconds, l2.resource_seconds)
+    assert s.resource_seconds < 0.6 * wall / 3  # the old even split charged it wall / 3
+    # close to its cost alone: the padding waste is shared by the batch, so it pays a bit more;
+    # loose bounds, the machine is shared
+    assert alone.resource_seconds / 2.5 < s.resource_seconds < 2.5 * alone.resource_seconds
+
+
+@pytest.mark.slow
+def test_smollm2_closed_book_never_costs_more_than_rag_because_of_batching(smollm2):
+    hay = _haystack(1000, smollm2)
+    q = "What is the special magic number mentioned in the text?"
+    cb = GenerationRequest(q, max_new_tokens=16)
+    rag = GenerationRequest(f"{_haystack(900, smollm2)}\n\n{q}", max_new_tokens=16)
+    lc = GenerationRequest(f"{hay}\n\n{q}", prefix=hay, max_new_tokens=16)
+    out = _fresh(smollm2).generate([cb, rag, lc])  # one round, as the runner sends it
+    c_cb, c_rag, c_lc = out
+    assert c_cb.prompt_tokens < 100 < 800 < c_rag.prompt_tokens
+    device = c_cb.meta["call"]["device_seconds"]
+    assert sum(c.resource_seconds for c in out) == pytest.approx(device, abs=1e-6)
+    factor = c_cb.meta["call"]["batching_factor"]
+    for c in out:  # each saves (or pays) by the call's one factor: the order of work is kept
+        assert c.resource_seconds / c.meta["alone_seconds_estimate"] == pytest.approx(factor, 1e-3)
+    # 16 decode steps after 60 tokens are less work than a 900-token prefill (+ its decode)
+    assert c_cb.meta["alone_seconds_estimate"] < c_rag.meta["alone_seconds_estimate"]
+    assert c_cb.resource_seconds < c_rag.resource_seconds
+    assert c_lc.cached_prompt_tokens == 0 and c_lc.meta["prefix_seconds"] > 0

@@ -4,15 +4,23 @@
 prefix KV caches across calls and accounts each ``Completion``. Loading lives in ``hf_load.py``,
 the forward passes and the decode loop in ``hf_decode.py``.
 
+Scheduling: requests that share a prefix form a group (one prefix KV); within a group, requests
+are bucketed by length (``plan_batches``) so a short prompt is not padded to a long one.
+
 Accounting per Completion: ``prompt_tokens`` counts the chat template; ``cached_prompt_tokens``
 are prefix tokens whose KV was reused: like a hosted prefix cache, the first request of a group
-computes the prefix (cached 0, its ``prefill_seconds`` includes ``meta["prefix_seconds"]``) and
-the others, or any request of a later call with the same prefix, reuse it. ``prefill_seconds``
-is the batch's prefill and ``decode_seconds`` the row's own time to its last token, synchronised
-on GPU: the latency the row saw. ``meta["gpu_seconds"]`` is its share of the device time (prefill
-split evenly, each decode step among the rows it ran for; the shares of a batch add up to its wall
-time), which ``cost.gpu_seconds`` charges. ``peak_memory_bytes`` is CUDA max allocated, else the
-process RSS (``meta["peak_memory"]``).
+computes the prefix (cached 0, ``meta["prefix_seconds"]``) and the others, or any request of a
+later call with the same prefix, reuse it. Latency, what its user waited, measured: ``queue_seconds``
+(the call began until its work began: earlier buckets and groups), ``prefill_seconds`` (its work
+began, including the prefix prefill it waited for, until the first token) and ``decode_seconds``
+(to its own last token), synchronised on GPU. ``resource_seconds``, what cost charges: the call's
+device time (prefix prefills + padded batches) split in proportion to each request's stand-alone
+cost estimated from its own tokens with this model's measured rates (``calibration.py``); the
+shares add up to the device time and every request of the call saves by the same factor
+(``meta["call"]["batching_factor"]``). ``padding_tokens`` is the padding its row computed;
+``meta["batch"]`` reports its padded batch once for all rows: seconds, padding tokens and
+fraction, and an estimate of the seconds the padding cost. ``peak_memory_bytes`` is CUDA max
+allocated, else the process RSS (``meta["peak_memory"]``).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import os
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import shared_prefix
+from ragbench.llm import calibration, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.hf_decode import Decoder
 from ragbench.llm.hf_load import load_model
@@ -78,6 +86,30 @@ def plan_groups(
     return sorted(groups, key=lambda g: g[1][0])
 
 
+def plan_batches(lengths: list[int], batch_size: int, max_padding: float) -> list[list[int]]:
+    """Length buckets: the indices of ``lengths`` in padded batches of at most ``batch_size``.
+
+    In order of length (then index, for determinism), a request joins the current batch unless
+    the batch is full or it would make padding more than ``max_padding`` of the batch's computed
+    positions (rows x longest). Short prompts are then not padded to long ones: that padding is
+    computed for nothing. ``max_padding=1`` is plain chunking by length order.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current:
+            width = lengths[i]  # in length order the newcomer is the longest
+            padding = sum(width - lengths[j] for j in current)
+            if len(current) >= batch_size or padding > max_padding * width * (len(current) + 1):
+                batches.append(current)
+                current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
 # --------------------------------------------------------------------------- the backend
 
 
@@ -103,6 +135,7 @@ class HFModel(LLM):
         seed: int = 0,
         prefix_cache_size: int = 1,
         min_shared_prefix: int = 64,  # undeclared common prefixes shorter than this are recomputed
+        max_padding: float = 0.25,  # most padding a length bucket may compute (of its positions)
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
         loaded = load_model(model, device, dtype, attn_implementation, cache_dir)
@@ -124,6 +157,8 @@ class HFModel(LLM):
         self.context_window = int(context_window or window or 2048)
         self.batch_size, self.seed = batch_size, seed
         self.prefix_cache_size, self.min_shared_prefix = prefix_cache_size, min_shared_prefix
+        self.max_padding, self.cache_dir = max_padding, cache_dir
+        self._rates: calibration.Rates | None = None  # measured on first use (cost_rates)
         self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         # one read-only prefix KV for the whole batch (see llm/shared_prefix.py) where the
         # architecture allows; others copy the prefix per row
@@ -173,41 +208,129 @@ class HFModel(LLM):
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         import torch
 
+        self.cost_rates()  # measured on first use: before the clock starts, not in anyone's queue
+        t_submit = self.decoder.now()  # every request of the call was submitted now
         ids, declared = [], []
         for r in requests:
             text, special = self.render(r)
             ids.append(self.encode(text, special))
             declared.append(self._declared_prefix(r, text, special, ids[-1]))
-        out: list[Completion | None] = [None] * len(requests)
+        rows: dict[int, dict[str, Any]] = {}  # request index -> Completion fields
+        work: dict[int, dict[str, Any]] = {}  # request index -> what it would cost alone
+        batches: list[dict[str, Any]] = []  # per padded batch: its time and padding waste
+        device = 0.0  # device seconds of the whole call: prefix prefills + padded batches
         with torch.inference_mode():
             for plen, members in plan_groups(ids, declared, self.min_shared_prefix):
+                t_group = self.decoder.now()
                 kv, miss_seconds, hit = (
                     self._prefix(ids[members[0]][:plen]) if plen else (None, 0.0, False)
                 )
-                for start in range(0, len(members), self.batch_size):
-                    rows = members[start : start + self.batch_size]
+                device += miss_seconds
+                lengths = [len(ids[i]) - plen for i in members]
+                plan = plan_batches(lengths, self.batch_size, self.max_padding)
+                for k, part in enumerate(plan):
+                    batch = [members[j] for j in part]
                     results = self.decoder.decode(
-                        [requests[i] for i in rows],
-                        [ids[i][plen:] for i in rows],
+                        [requests[i] for i in batch],
+                        [ids[i][plen:] for i in batch],
                         kv,
                         plen,
                         shared=self.shared_prefix_attention,
                         seed=self.seed,
                     )
-                    for i, res in zip(rows, results, strict=True):
+                    # The first batch after computing a prefix waited for it: its rows' work
+                    # began with the prefix prefill; later batches queued behind it.
+                    waited_prefix = k == 0 and plen > 0 and not hit
+                    info = self._batch_info(len(batches), batch, results, ids, plen)
+                    batches.append(info)
+                    device += info["seconds"]
+                    for i, res in zip(batch, results, strict=True):
+                        t0, t_first, t_last = res.pop("_times")
+                        began = t_group if waited_prefix else t0
                         # Like a hosted prefix cache: the first request of a group computes the
-                        # prefix (and pays its time); the others, and later calls, reuse it.
-                        miss = plen > 0 and not hit and i == members[0]
-                        res["prefill_seconds"] += miss_seconds if miss else 0.0
-                        res["meta"]["prefix_seconds"] = round(miss_seconds, 6) if miss else 0.0
-                        res["meta"]["gpu_seconds"] += miss_seconds if miss else 0.0
-                        out[i] = Completion(
-                            prompt_tokens=len(ids[i]),
-                            cached_prompt_tokens=0 if miss else plen,
-                            model=self.name,
+                        # prefix (a cache write, charged to it); the others, and later calls,
+                        # reuse it.
+                        computes = plen > 0 and not hit and i == members[0]
+                        res["meta"]["prefix_seconds"] = round(miss_seconds, 6) if computes else 0.0
+                        res["meta"]["batch"] = info  # shared by its rows: the waste is the batch's
+                        rows[i] = {
                             **res,
-                        )
-        return out  # type: ignore[return-value]
+                            "queue_seconds": began - t_submit,
+                            "prefill_seconds": t_first - began,
+                            "decode_seconds": t_last - t_first,
+                            "prompt_tokens": len(ids[i]),
+                            "cached_prompt_tokens": 0 if computes else plen,
+                            "model": self.name,
+                        }
+                        work[i] = {
+                            "prompt_tokens": len(ids[i]),
+                            "completion_tokens": res["completion_tokens"],
+                            "prefix_tokens": plen,
+                            "prefix_computed": computes,
+                            "shared": self.shared_prefix_attention and plen > 0,
+                        }
+        return self._account(rows, work, batches, device)
+
+    def cost_rates(self) -> calibration.Rates:
+        """This model's measured per-device rates (``calibration.py``): measured on first use,
+        then read from the on-disk cache."""
+        if getattr(self, "_rates", None) is None:
+            self._rates = calibration.rates_for(self.decoder, self.weights, self.cache_dir)
+        return self._rates
+
+    def _batch_info(self, index, batch, results, ids, plen) -> dict[str, Any]:
+        """One padded batch: its rows, device seconds and the padding it computed (reported here,
+        once per batch, rather than hidden in a row's time)."""
+        pads = [res["padding_tokens"] for res in results]
+        width = max(len(ids[i]) - plen for i in batch)
+        seconds = results[0]["meta"]["batch_seconds"]
+        rates = self.cost_rates()
+        # the padding's own forward work: each padded position in the prefill, then read as a
+        # (masked) KV position by every decode step its row ran
+        waste = sum(
+            rates.forward(width, plen)
+            - rates.forward(width - pad, plen)
+            + pad * rates.d1 * max(res["completion_tokens"] - 1, 0)
+            for pad, res in zip(pads, results, strict=True)
+        )
+        return {
+            "index": index,
+            "rows": len(batch),
+            "width": width,
+            "seconds": seconds,
+            "padding_tokens": sum(pads),
+            "padding_fraction": round(sum(pads) / (width * len(batch)), 4),
+            "padding_seconds_estimate": round(min(waste, seconds), 6),
+        }
+
+    def _account(self, rows, work, batches, device) -> list[Completion]:
+        """Split the call's device time among its requests in proportion to what each would have
+        cost alone (``calibration.split_seconds``): the shares add up to the measured time, and
+        every request of the call saves (or, with padding, pays) by the same factor."""
+        order = sorted(rows)
+        rates = self.cost_rates()
+        alone = [rates.alone(**work[i]) for i in order]
+        shares = calibration.split_seconds(device, alone)
+        factor = device / sum(alone) if sum(alone) > 0 else None
+        call = {
+            "requests": len(order),
+            "batches": len(batches),
+            "device_seconds": round(device, 6),
+            "alone_seconds_estimate": round(sum(alone), 6),
+            "batching_factor": None if factor is None else round(factor, 4),
+            "padding_tokens": sum(b["padding_tokens"] for b in batches),
+        }
+        out = []
+        for i, own, share in zip(order, alone, shares, strict=True):
+            fields = rows[i]
+            meta = {
+                **fields.pop("meta"),
+                "alone_seconds_estimate": own,  # unrounded: share / estimate is the call's factor
+                "call": call,
+            }
+            meta.pop("batch_seconds", None)
+            out.append(Completion(**fields, resource_seconds=share, meta=meta))
+        return out
 
     def _prefix(self, prefix: list[int]) -> tuple[Any, float, bool]:
         """KV cache of a shared prefix (batch of one), the seconds it cost, whether it was kept."""

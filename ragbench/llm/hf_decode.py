@@ -11,9 +11,10 @@ instead of holding a copy per row; other architectures (sliding windows, e.g. Ge
 Prefill computes logits for the last position only.
 
 Timing per row: ``prefill_seconds`` is the batch's prefill and ``decode_seconds`` the row's own
-time to its last token, synchronised on GPU. ``gpu_seconds`` is its share of the device time:
-prefill split evenly, each decode step among the rows it ran for; the shares of a batch add up to
-its wall time. Peak memory is CUDA max allocated, else the process RSS.
+time to its last token, synchronised on GPU; ``padding_tokens`` the left padding its row computed.
+The batch's device time (``meta["batch_seconds"]``) is split among its rows by the caller
+(``hf.py``, by stand-alone cost: ``calibration.py``), not here. Peak memory is CUDA max
+allocated, else the process RSS.
 """
 
 from __future__ import annotations
@@ -118,7 +119,10 @@ class Decoder:
         gens = [self.generator(r, seed) for r in requests]
         attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
         with attention:
-            return self._loop(list(requests), gens, input_ids, mask, positions, cache, extra)
+            rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra)
+        for row, s in zip(rows, suffixes, strict=True):
+            row["padding_tokens"] = width - len(s)  # left padding its row computed
+        return rows
 
     def _loop(self, requests, gens, input_ids, mask, positions, cache, extra):
         import torch
@@ -139,16 +143,11 @@ class Decoder:
         ).logits[:, -1, :]
         t_first = self.now()
         peak = self.peak_memory()
-        # each row's share of the device time: prefill split evenly, every decode step split
-        # among the rows it ran for; the shares add up to the batch's wall time
-        device_share = [(t_first - t0) / batch] * batch
-        t_step = t_first
         while True:
             nxt = self.pick(logits, [requests[b] for b in active], [gens[b] for b in active])
             keep = []
-            now = self.now()  # the step's end: its share, and the time of rows finishing now
+            now = self.now()  # the step's end: the time of rows finishing now
             for j, b in enumerate(active):
-                device_share[b] += (now - t_step) / len(active)
                 token = int(nxt[j])
                 generated[b].append(token)
                 reason, text = self.finished(requests[b], generated[b], token)
@@ -156,7 +155,6 @@ class Decoder:
                     done[b] = {"text": text, "finish_reason": reason, "t": now}
                 else:
                     keep.append(j)
-            t_step = now
             if not keep:
                 break
             if len(keep) < len(active):  # drop finished rows from the batch and the cache
@@ -182,10 +180,11 @@ class Decoder:
                 "completion_tokens": len(generated[b]),
                 "prefill_seconds": t_first - t0,
                 "decode_seconds": done[b]["t"] - t_first,
+                "_times": (t0, t_first, done[b]["t"]),  # absolute: the caller adds its queue
                 "peak_memory_bytes": peak,
                 "meta": {
                     "batch_size": batch,
-                    "gpu_seconds": device_share[b],
+                    "batch_seconds": now - t0,  # the whole batch's device time, prefill to end
                     "device": dev.type,
                     "peak_memory": "cuda_max_allocated" if dev.type == "cuda" else "process_rss",
                 },

@@ -1,0 +1,330 @@
+"""What a request would cost alone: measured per-model, per-device rates, and the fair split.
+
+Why: a padded batch (or a whole ``generate`` call) is timed as one piece of device work, and its
+rows did very different amounts of it. Splitting the time evenly charged a 57-token question as
+much as its 4k-token batch mates; splitting by FLOPs misses that on a CPU a short request's time
+is mostly per-step overhead (a decode step of one token costs about what a 30-token prefill
+does). So each row is charged in proportion to its *stand-alone* cost, estimated from its own
+work with rates measured on this model and device:
+
+* one forward pass of ``n`` new tokens after ``p`` positions already in the KV cache:
+  ``a + b*n + c*n*(p + (n+1)/2)`` seconds (fixed overhead, per-token dense work, attention over
+  the positions each token sees; the same shape as ``cost.forward_flops``);
+* one decode step of a batch of ``r`` rows over ``k`` KV positions:
+  ``d0 + d_row*(r-1) + d1*r*k`` (a stand-alone request has ``r = 1``);
+* forward passes after a prefix read through shared-prefix attention (``shared_prefix.py``) have
+  their own attention slopes (``c_shared``, ``d1_shared``): plain torch matmuls, not SDPA.
+
+A request alone = the prefix prefill if it computed the prefix + its suffix prefill + one decode
+step per further token. ``split_seconds`` then divides a measured total in proportion to those
+estimates, so the shares add up exactly to the measured time and every row of it saves (or, with
+padding, pays) by the same factor.
+
+How the rates are measured: :func:`measure` times a handful of forward passes on random token
+ids after a *random* KV cache (timing does not depend on the values; filling a 4k-position cache
+with random tensors costs nothing, prefilling one would cost seconds): prefills of 16/128/512
+tokens, 128 tokens after 2048 cached positions, decode steps at 16/1024/4096 positions, a
+4-row step, and the shared-prefix variants. Each probe keeps its fastest of a few repetitions:
+on a shared machine noise only ever adds time. This takes a few seconds once per model, device,
+dtype and thread count; the rates are cached as JSON under ``assets.cache_dir()/calibration``
+keyed by that identity (see :func:`calibration_key`), so later loads read them. We chose
+measuring at load over fitting online from observed batches because the split then does not
+depend on what ran before (the same batch is split the same way in every run) and a batch's
+time alone cannot separate its rows' costs, which is the very thing to estimate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CALIBRATION_VERSION = 1  # bump when the probes or the cost model change: old files are ignored
+
+# ------------------------------------------------------------------------ the cost model (pure)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per unit of work on one model and device (see the module docstring)."""
+
+    a: float  # fixed seconds of one forward pass
+    b: float  # seconds per new token
+    c: float  # seconds per (new token x position it attends to), plain attention
+    d0: float  # fixed seconds of one decode step
+    d1: float  # seconds per KV position read by one row in a decode step, plain attention
+    d_row: float = 0.0  # seconds per extra row of a batched decode step
+    c_shared: float | None = None  # c when the positions are a shared prefix (None: as c)
+    d1_shared: float | None = None  # d1 when the positions are a shared prefix (None: as d1)
+    meta: dict[str, Any] = field(default_factory=dict)  # key, probes, when: provenance only
+
+    def forward(self, new: int, past: int = 0, shared_past: int = 0) -> float:
+        """One forward pass of ``new`` tokens after ``past`` plain and ``shared_past`` shared-prefix
+        positions (batch of one)."""
+        if new <= 0:
+            return 0.0
+        c_shared = self.c if self.c_shared is None else self.c_shared
+        seen = past + (new + 1) / 2  # mean positions attended per new token, causal
+        return self.a + self.b * new + self.c * new * seen + c_shared * new * shared_past
+
+    def decode(self, steps: int, first_kv: int, shared_past: int = 0) -> float:
+        """``steps`` decode steps of one row, the first over ``first_kv`` positions (its own,
+        plain), each next one over one more; plus ``shared_past`` shared-prefix positions."""
+        if steps <= 0:
+            return 0.0
+        d1_shared = self.d1 if self.d1_shared is None else self.d1_shared
+        kv_sum = steps * first_kv + steps * (steps - 1) / 2  # arithmetic series
+        return steps * (self.d0 + d1_shared * shared_past) + self.d1 * kv_sum
+
+    def alone(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        prefix_tokens: int = 0,
+        prefix_computed: bool = True,
+        shared: bool = False,
+    ) -> float:
+        """Seconds one request would take on its own: its prefix prefill (if it computed the
+        prefix rather than reusing a cached one), its suffix prefill after the prefix, and a
+        decode step for every completion token after the first (the prefill emits the first)."""
+        suffix = prompt_tokens - prefix_tokens
+        seconds = self.forward(prefix_tokens) if prefix_tokens and prefix_computed else 0.0
+        plain, via_shared = (0, prefix_tokens) if shared else (prefix_tokens, 0)
+        seconds += self.forward(suffix, plain, via_shared)
+        # decode step j (1-based) feeds completion token j: the suffix and j own positions
+        first_kv = (suffix if shared else prompt_tokens) + 1
+        return seconds + self.decode(completion_tokens - 1, first_kv, via_shared)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rates:
+        return cls(**data)
+
+
+def split_seconds(total: float, estimates: list[float]) -> list[float]:
+    """``total`` split in proportion to ``estimates`` (each row's stand-alone seconds); the shares
+    add up to ``total``. All estimates zero (nothing known): an even split."""
+    if not estimates:
+        return []
+    weight = sum(max(e, 0.0) for e in estimates)
+    if weight <= 0:
+        return [total / len(estimates)] * len(estimates)
+    shares = [total * max(e, 0.0) / weight for e in estimates]
+    shares[-1] = total - sum(shares[:-1])  # exact sum despite float rounding
+    return shares
+
+
+# ------------------------------------------------------------------------ fitting (pure)
+
+
+def fit(prefill: list[tuple[int, int, float]], decode: list[tuple[int, int, float]]) -> Rates:
+    """Rates from probe timings: ``prefill`` = [(new, past, seconds)] (plain, batch of one),
+    ``decode`` = [(kv, rows, seconds)] (one step). Non-negative least squares on relative errors,
+    so the short probes weigh as much as the long ones."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    def solve(rows: list[list[float]], seconds: list[float]) -> list[float]:
+        x, y = np.asarray(rows, float), np.asarray(seconds, float)
+        w = 1.0 / np.maximum(y, 1e-9)
+        coef, _ = nnls(x * w[:, None], y * w)
+        return [float(v) for v in coef]
+
+    a, b, c = solve(
+        [[1.0, n, n * (p + (n + 1) / 2)] for n, p, _ in prefill], [t for *_, t in prefill]
+    )
+    single = [(k, t) for k, r, t in decode if r == 1]
+    d0, d1 = solve([[1.0, k] for k, _ in single], [t for _, t in single])
+    extra = [(t - d0 - d1 * r * k) / (r - 1) for k, r, t in decode if r > 1]
+    d_row = max(0.0, sum(extra) / len(extra)) if extra else 0.0
+    return Rates(a=a, b=b, c=c, d0=d0, d1=d1, d_row=d_row)
+
+
+# ------------------------------------------------------------------------ measuring (torch)
+
+PREFILL_PROBES = ((16, 0), (128, 0), (384, 0), (128, 2048))  # (new tokens, cached positions)
+DECODE_PROBES = ((16, 1), (1024, 1), (4096, 1), (16, 4))  # (KV positions, rows)
+SHARED_PROBES = (32, 4096)  # suffix tokens of a prefill, and prefix positions, shared attention
+
+
+def calibration_key(decoder: Any, weights: str) -> dict[str, Any]:
+    """What the rates depend on: weights, device (and which one), dtype, attention, threads."""
+    import torch
+    import transformers
+
+    dev = decoder.device
+    if dev.type == "cuda":
+        hardware = torch.cuda.get_device_name(dev)
+    else:
+        hardware = _cpu_name()
+    config = decoder.model.config
+    return {
+        "version": CALIBRATION_VERSION,
+        "weights": weights,
+        "device": dev.type,
+        "hardware": hardware,
+        "dtype": str(next(decoder.model.parameters()).dtype).removeprefix("torch."),
+        "attention": str(getattr(config, "_attn_implementation", "")),
+        "threads": torch.get_num_threads() if dev.type == "cpu" else 0,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+_MEMO: dict[str, Rates] = {}
+
+
+def rates_for(decoder: Any, weights: str, cache_dir: str | os.PathLike | None = None) -> Rates:
+    """The rates of this model on this device: memoised in the process, cached on disk, else
+    measured now (a few seconds) and written for next time."""
+    from ragbench import assets
+
+    key = calibration_key(decoder, weights)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    folder = Path(cache_dir) if cache_dir is not None else assets.cache_dir()
+    path = folder / "calibration" / f"{digest}.json"
+    if str(path) in _MEMO:
+        return _MEMO[str(path)]
+    rates = None
+    if path.is_file():
+        try:
+            rates = Rates.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError, OSError):
+            rates = None  # unreadable or from another layout: measure again
+    if rates is None:
+        rates = measure(decoder)
+        rates = Rates(**{**asdict(rates), "meta": {**rates.meta, "key": key}})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rates.to_dict(), indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    _MEMO[str(path)] = rates
+    return rates
+
+
+def measure(decoder: Any, rounds: int = 3) -> Rates:
+    """Time the probes on ``decoder``'s model and fit the rates. The probes run interleaved, one
+    of each per round, and each keeps its fastest round: on a shared machine noise only adds
+    time, and interleaving exposes every probe to the same background load, so the *ratios*
+    between rates (all that the split uses) are not skewed by a busy moment."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)  # deterministic token ids; values do not matter
+    window = int(getattr(decoder.model.config, "max_position_embeddings", 0) or 1 << 30)
+    kv: dict[tuple[int, int], Any] = {}  # random KV tensors by (rows, positions), made once
+    probes: dict[tuple[str, int, int, int], Any] = {}
+    for n, p in PREFILL_PROBES:  # a small window (a test model) gets the probes scaled into it
+        n, p = min(n, window // 4), min(p, window // 2)
+        probes[("prefill", n, p, 1)] = (n, p, 1, False)
+    for k, r in DECODE_PROBES:
+        k = max(2, min(k, window * k // 4096))
+        probes[("decode", k, 0, r)] = (1, k - 1, r, False)
+    n, p = SHARED_PROBES
+    n, p = min(n, window // 8), min(p, window // 2)
+    if _shared_supported(decoder):
+        probes[("shared_prefill", n, p, 1)] = (n, p, 1, True)
+        probes[("shared_decode", 1, p, 1)] = (1, p, 1, True)
+    best = dict.fromkeys(probes, float("inf"))
+    with torch.inference_mode():
+        _forward(decoder, gen, kv, 16, 0, 1, False)  # warm-up: the first call allocates
+        for _ in range(rounds):
+            for name, args in probes.items():
+                best[name] = min(best[name], _forward(decoder, gen, kv, *args))
+    prefill = [(n, p, t) for (kind, n, p, _), t in best.items() if kind == "prefill"]
+    decode = [(n, r, t) for (kind, n, _, r), t in best.items() if kind == "decode"]
+    rates = fit(prefill, decode)
+    shared = {}
+    for (kind, n, p, _), t in best.items():
+        # what the plain model leaves unexplained, per shared position
+        if kind == "shared_prefill":
+            shared["c_shared"] = max(0.0, (t - rates.forward(n)) / (n * p))
+        elif kind == "shared_decode":
+            shared["d1_shared"] = max(0.0, (t - rates.d0 - rates.d1) / p)
+    meta = {
+        "probes": {"/".join(map(str, name)): round(t, 6) for name, t in best.items()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return Rates(**{**asdict(rates), **shared, "meta": meta})
+
+
+def _shared_supported(decoder: Any) -> bool:
+    from ragbench.llm import shared_prefix
+
+    return shared_prefix.supported(decoder.model)
+
+
+def _random_cache(decoder: Any, gen: Any, kv: dict, rows: int, positions: int) -> Any:
+    """A KV cache of ``positions`` random keys/values per layer (timing ignores the values); the
+    random tensors are made once per shape in ``kv`` (each cache copies them as it fills)."""
+    import torch
+    from transformers import DynamicCache
+
+    config = decoder.model.config
+    cache = DynamicCache(config=config)
+    if positions <= 0:
+        return cache
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    dtype = next(decoder.model.parameters()).dtype
+    if (rows, positions) not in kv:
+        shape = (rows, kv_heads, positions, head_dim)
+        kv[rows, positions] = torch.randn(shape, generator=gen).to(decoder.device, dtype)
+    for layer in range(config.num_hidden_layers):
+        cache.update(kv[rows, positions], kv[rows, positions], layer)
+    return cache
+
+
+def _forward(
+    decoder: Any, gen: Any, kv: dict, new: int, past: int, rows: int, shared: bool
+) -> float:
+    """Seconds of one forward pass of ``rows`` x ``new`` tokens after ``past`` cached positions,
+    through the same arguments the decoder uses (``shared``: the past is a shared prefix)."""
+    import contextlib
+
+    import torch
+
+    from ragbench.llm import shared_prefix
+
+    vocab = int(decoder.model.config.vocab_size)
+    ids = torch.randint(0, vocab, (rows, new), generator=gen).to(decoder.device)
+    extra: dict[str, Any] = {}
+    if shared:
+        extra["shared_prefix"] = shared_prefix.SharedPrefix(
+            _random_cache(decoder, gen, kv, 1, past)
+        )
+        cache, lead = _random_cache(decoder, gen, kv, rows, 0), 0
+    else:
+        cache, lead = _random_cache(decoder, gen, kv, rows, past), past
+    mask = torch.ones((rows, lead + new), dtype=torch.long, device=decoder.device)
+    positions = torch.arange(past, past + new, device=decoder.device)[None].expand(rows, new)
+    attention = shared_prefix.active(decoder.model) if shared else contextlib.nullcontext()
+    with attention:
+        t0 = decoder.now()
+        decoder.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            **{decoder.cache_kw: cache},
+            use_cache=True,
+            **decoder.last_logits_only,
+            **extra,
+        )
+        return decoder.now() - t0
