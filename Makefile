@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner clean
+.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner bench-cost clean
 
 setup: $(STAMP)
 
@@ -74,6 +74,10 @@ bench-llm: $(STAMP)
 
 bench-runner: $(STAMP)
 	$(PY) benchmarks/runner.py
+
+# per-record cost batched vs alone (fair split of device time): benchmarks/results/cost.json
+bench-cost: $(STAMP)
+	$(PY) benchmarks/cost.py
 
 # removes the repo's own .venv only, never an environment VENV points to (conda's: just the stamp)
 clean:

@@ -451,13 +451,15 @@ def attribution_table(records: Any) -> Any:
 
 # ---------------------------------------------------------------------------- oracle router
 
-COST_PREFERENCE = ("dollars", "gpu_seconds", "total_seconds")
+# cost is money, else the device time charged (resource seconds; gpu_seconds in older tables);
+# never latency, which is what a user waited, not what the query cost
+COST_PREFERENCE = ("dollars", "resource_seconds", "gpu_seconds")
 
 
 def pick_cost(df: Any, cost: str | None = None) -> str:
     """The cost column to minimise: ``cost`` if given (it must exist), else the first of
-    ``COST_PREFERENCE`` known for every scored row: dollars (a price sheet was set), else device
-    seconds charged (self-hosted), else the latency the user waited."""
+    ``COST_PREFERENCE`` known for every scored row: dollars (a price sheet was set), else the
+    device seconds charged (self-hosted)."""
     if cost is not None:
         if cost not in df.columns:
             raise unknown("cost column", cost, [c for c in COST_PREFERENCE if c in df.columns])
@@ -508,7 +510,7 @@ def oracle_router(
     keep = ["example_id", "label", "correct", metric, cost]
     keep += [
         c
-        for c in ("prompt_tokens", "dollars", "total_seconds", "flops")
+        for c in ("prompt_tokens", "dollars", "resource_seconds", "latency_seconds", "flops")
         if c in chosen and c not in keep
     ]
     out = chosen[keep].reset_index(drop=True)

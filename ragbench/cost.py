@@ -172,7 +172,6 @@ class Cost(JsonMixin):
     prefill_seconds: float = 0.0  # work began -> first token
     decode_seconds: float = 0.0  # first token -> last token
     latency_seconds: float = 0.0  # queue + prefill + decode: what the user waited (not charged)
-    total_seconds: float = 0.0  # deprecated name of latency_seconds, kept for existing tables
     resource_seconds: float = 0.0  # its share of device time x devices: what dollars charge
     retrieval_seconds: float | None = None  # index build + search; None: did not retrieve
     peak_memory_bytes: int | None = None
@@ -224,7 +223,6 @@ class Cost(JsonMixin):
             prefill_seconds=completion.prefill_seconds,
             decode_seconds=completion.decode_seconds,
             latency_seconds=completion.latency_seconds,
-            total_seconds=completion.latency_seconds,
             resource_seconds=seconds,
             peak_memory_bytes=completion.peak_memory_bytes,
             usage_estimated=completion.usage_estimated,
@@ -275,8 +273,10 @@ class Cost(JsonMixin):
         data = dict(data)
         if "gpu_seconds" in data:
             data.setdefault("resource_seconds", data.pop("gpu_seconds"))
-        if "total_seconds" in data and "latency_seconds" not in data:
-            data["latency_seconds"] = data["total_seconds"]
+        if "total_seconds" in data:
+            data.setdefault("latency_seconds", data.pop("total_seconds"))
+        else:
+            data.pop("total_seconds", None)
         return super().from_dict(data)
 
     def with_retrieval(self, seconds: float) -> Cost:
@@ -293,7 +293,6 @@ _ADDITIVE = (
     "prefill_seconds",
     "decode_seconds",
     "latency_seconds",
-    "total_seconds",
     "resource_seconds",
     "flops",
     "flops_attention",

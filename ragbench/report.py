@@ -62,7 +62,11 @@ def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
     df = with_labels(df)
     acc = aggregate(df, ["label"], metric, seed=seed).set_index("label")
     ok = df[df["error"].isna()] if "error" in df else df
-    cost_cols = [c for c in ("prompt_tokens", "dollars", "total_seconds", "flops") if c in ok]
+    cost_cols = [
+        c
+        for c in ("prompt_tokens", "dollars", "resource_seconds", "latency_seconds", "flops")
+        if c in ok
+    ]
     costs = ok.groupby("label")[cost_cols].mean(numeric_only=True) if cost_cols else None
     table = acc[["mean", "ci_low", "ci_high", "n", "n_missing"]].rename(columns={"mean": metric})
     if costs is not None:
@@ -124,10 +128,11 @@ def _ax(ax: Any, figsize: tuple[float, float] = (6, 4)) -> Any:
 
 _COST_UNITS = {
     "dollars": "$ per query",
-    "total_seconds": "latency per query (s)",
+    "latency_seconds": "latency per query (s)",
+    "resource_seconds": "device seconds per query",
     "prompt_tokens": "prompt tokens per query",
     "flops": "FLOPs per query",
-    "gpu_seconds": "device seconds per query",
+    "gpu_seconds": "device seconds per query",  # tables written before resource_seconds
 }
 
 

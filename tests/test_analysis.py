@@ -27,7 +27,7 @@ def _paired_df(scores: dict[str, list[float]], costs: dict[str, float] | None = 
                 "example_id": f"q{i:03d}", "strategy": strategy, "label": label,
                 "params": json.dumps({}), "prediction": "", "error": None,
                 "string_match_all": float(v), "f1": float(v),
-                "dollars": (costs or {}).get(label, 1.0), "total_seconds": 1.0,
+                "dollars": (costs or {}).get(label, 1.0), "resource_seconds": 1.0,
             })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -333,12 +333,12 @@ def test_oracle_router_picks_the_cheapest_correct_variant():
 
 def test_oracle_cost_falls_back_and_names_bad_choices():
     df = _paired_df({"rag": [1, 0], "long_context": [1, 1]}).drop(columns="dollars")
-    df["gpu_seconds"] = df["label"].map({"rag": 0.2, "long_context": 2.0})
-    assert analysis.oracle_router(df).attrs["cost"] == "gpu_seconds"
+    df["resource_seconds"] = df["label"].map({"rag": 0.2, "long_context": 2.0})
+    assert analysis.oracle_router(df).attrs["cost"] == "resource_seconds"
     table = analysis.router_headroom(df)
-    assert "gpu_seconds" in table and table["gpu_seconds"].iloc[-1] == pytest.approx(1.1)
-    with pytest.raises(KeyError, match="did you mean 'gpu_seconds'"):
-        analysis.oracle_router(df, cost="gpu_second")
+    assert table["resource_seconds"].iloc[-1] == pytest.approx(1.1)
+    with pytest.raises(KeyError, match="did you mean 'resource_seconds'"):
+        analysis.oracle_router(df, cost="resource_second")
     with pytest.raises(KeyError, match="did you mean 'rag'"):
         analysis.oracle_router(df, labels=["rgg"])
 
@@ -352,10 +352,10 @@ def _self_route_df(routes):
         rows.append({"example_id": f"q{i}", "strategy": "self_route", "label": "self_route k=5",
                      "params": "{}", "error": None, "route": route,
                      "string_match_all": float(route == "long_context" or i % 2 == 0),
-                     "dollars": 0.1, "prompt_tokens": 10, "total_seconds": 1.0})  # fmt: skip
+                     "dollars": 0.1, "prompt_tokens": 10, "resource_seconds": 1.0})  # fmt: skip
         rows.append({"example_id": f"q{i}", "strategy": "rag", "label": "rag k=5",
                      "params": "{}", "error": None, "string_match_all": float(i % 2 == 0),
-                     "dollars": 0.1, "prompt_tokens": 10, "total_seconds": 1.0})  # fmt: skip
+                     "dollars": 0.1, "prompt_tokens": 10, "resource_seconds": 1.0})  # fmt: skip
     return pd.DataFrame(rows)
 
 

@@ -21,7 +21,7 @@ def _df():
                 rows.append({
                     "example_id": f"L{length}-D{depth}", "strategy": strategy,
                     "params": json.dumps(params), "error": None, "string_match_all": float(value),
-                    "dollars": cost, "prompt_tokens": length, "total_seconds": cost,
+                    "dollars": cost, "prompt_tokens": length, "resource_seconds": cost,
                     "context_length": length, "depth_percent": depth,
                 })  # fmt: skip
     return pd.DataFrame(rows)

@@ -98,7 +98,7 @@ def test_reprice_with_an_hourly_sheet_uses_device_seconds(run_dir, tmp_path):
     out = tmp_path / "elsewhere" / "h100.parquet"
     result = reprice_run(run_dir, "example-h100-hour", out=out)
     new = pd.read_parquet(out)
-    assert (new.dollars - 2.5 * new.gpu_seconds / 3600).abs().max() < 1e-15
+    assert (new.dollars - 2.5 * new.resource_seconds / 3600).abs().max() < 1e-15
     assert result.records_path == out.parent / "records.example-h100-hour.jsonl"
     assert result.info_path == out.with_suffix(".json")
 

@@ -29,7 +29,7 @@ import os
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import calibration, shared_prefix
+from ragbench.llm import calibration, hf_prompt, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.hf_decode import Decoder
 from ragbench.llm.hf_load import load_model
@@ -145,10 +145,7 @@ class HFModel(LLM):
         self.input_device = self.decoder.device
         self.name = model
         preset = loaded.preset
-        has_template = bool(getattr(self.tokenizer, "chat_template", None))
-        self.instruct = (
-            instruct if instruct is not None else (preset.instruct if preset else has_template)
-        )
+        self.instruct = hf_prompt.is_instruct(self.tokenizer, preset, instruct)
         window = (
             preset.context_window
             if preset
@@ -168,14 +165,7 @@ class HFModel(LLM):
 
     def render(self, request: GenerationRequest) -> tuple[str, bool]:
         """The full prompt text and whether the tokenizer adds its special tokens to it."""
-        if self.instruct:
-            messages = [{"role": "system", "content": request.system}] if request.system else []
-            messages.append({"role": "user", "content": request.prompt})
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-            return text, False  # the template writes its own special tokens
-        return (f"{request.system}\n\n{request.prompt}" if request.system else request.prompt), True
+        return hf_prompt.render(self.tokenizer, self.instruct, request)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
