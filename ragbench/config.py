@@ -164,6 +164,53 @@ class StrategyConfig(_Strict):
         return self
 
 
+class JudgeConfig(_Strict):
+    """The judge of ``judge_correct`` / ``judge_faithful`` and the embedder of
+    ``semantic_similarity`` (``ragbench.judge``). The judge is its own model, never the model
+    under test unless ``allow_model_under_test`` says so: a model grading itself is lenient in
+    exactly the places it is wrong."""
+
+    model: ModelConfig | None = None  # any backend: hf | openai | fake; needed by judge metrics
+    allow_model_under_test: bool = False  # let the judge be the same model config as `model`
+    samples: int = Field(1, ge=1)  # judgements per record; > 1 reports Fleiss' kappa across them
+    temperature: float = Field(0.0, ge=0.0)  # > 0 when samples > 1 (else they are copies)
+    max_attempts: int = Field(3, ge=1)  # tries per judgement when the reply cannot be parsed
+    prompts: dict[str, str] = Field(default_factory=dict)  # metric -> template name or YAML path
+    price_sheet: str | None = None  # prices the judge's calls (judge_dollars); None: no dollars
+    embedder: str | None = None  # semantic_similarity; default: the retrieval embedder
+
+    @model_validator(mode="after")
+    def _valid(self) -> JudgeConfig:
+        from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
+
+        if self.samples > 1 and self.temperature <= 0:
+            raise ValueError(
+                f"judge.samples is {self.samples} but judge.temperature is 0: greedy samples of "
+                "one prompt are copies; set judge.temperature > 0 (e.g. 0.7) or samples: 1"
+            )
+        for metric, name in self.prompts.items():
+            if metric not in DEFAULT_PROMPTS:
+                raise unknown("judge metric", metric, DEFAULT_PROMPTS)
+            prompt = load_prompt(name)
+            if prompt.metric != metric:
+                raise ValueError(f"judge prompt {name!r} scores {prompt.metric}, not {metric}")
+        if self.price_sheet is not None:
+            from ragbench.prices import price_sheet
+
+            price_sheet(self.price_sheet)
+        if self.embedder is not None:
+            from ragbench.retrieval import EMBEDDERS
+
+            EMBEDDERS.check(self.embedder)
+        return self
+
+    def prompt(self, metric: str):
+        """The template that scores ``metric`` (``judge_correct``: ``correct-v1`` unless set)."""
+        from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
+
+        return load_prompt(self.prompts.get(metric, DEFAULT_PROMPTS[metric]))
+
+
 PATH_PARAMS = ("path", "corpus", "questions")  # dataset parameters that name files
 
 
@@ -177,6 +224,7 @@ class RunConfig(_Strict):
     metrics: list[str] = Field(default_factory=lambda: ["string_match_all"])  # answer metrics
     prompt_budget: int | None = Field(None, ge=1)  # matched budgets: one prompt-token cap for all
     price_sheet: str | None = None  # shipped sheet name or YAML path; None: no $ column
+    judge: JudgeConfig | None = None  # judge metrics' model and settings (ragbench.judge)
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
 
     # the folder of the YAML file the config came from: relative dataset paths resolve there
@@ -230,6 +278,27 @@ class RunConfig(_Strict):
             get_strategy(s.name).grid(s.params, self.retrieval.grid_values())
         return self
 
+    @model_validator(mode="after")
+    def _judge(self) -> RunConfig:
+        """Judge metrics need a judge model, and not the model under test unless allowed."""
+        from ragbench.metrics import METRICS
+
+        judged = [m for m in self.metrics if METRICS.get(m).kind == "judge"]
+        judge = self.judge
+        if judged and (judge is None or judge.model is None):
+            raise ValueError(
+                f"metrics {judged} need a judge model: add a `judge:` section with `model:` "
+                "(backend, name, params), e.g. judge: {model: {backend: openai, name: ...}}"
+            )
+        same = lambda m: (m.backend, m.name, m.params)  # noqa: E731 (what makes it that model)
+        if judge is not None and judge.model is not None and same(judge.model) == same(self.model):
+            if not judge.allow_model_under_test:
+                raise ValueError(
+                    "judge.model is the model under test; a model grading its own answers is "
+                    "biased. Name another model, or set judge.allow_model_under_test: true"
+                )
+        return self
+
 
 # ---------------------------------------------------------------------------- loading and hashing
 
@@ -240,6 +309,8 @@ def config_hash(config: RunConfig) -> str:
     from ragbench.secrets import redact
 
     data = redact(config.model_dump(mode="json", exclude={"output_dir"}))
+    if data.get("judge") is None:  # configs written before the judge section hash as before
+        data.pop("judge", None)
     return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
 
 

@@ -8,6 +8,12 @@ because the official script is not a package; lm-evaluation-harness does the sam
 ``string_match_all`` / ``string_match_part`` follow RULER's ``eval/synthetic/constants.py``
 (case-insensitive substring, averaged or maxed over the references).
 
+Metrics of another ``kind`` are registered here so configs can name them, but are not computed
+from (prediction, gold) alone: ``judge`` metrics (``judge_correct``, ``judge_faithful``) ask a
+judge LLM and ``embedding`` metrics (``semantic_similarity``) need an embedder. ``score`` (and so
+every strategy's record) computes the ``string`` metrics only; the runner's judge pass
+(``ragbench.judge``) fills in the others afterwards, through the completion cache.
+
 Retrieval metrics live in ``ragbench.retrieval.metrics``; their names are re-exported lazily.
 """
 
@@ -103,20 +109,29 @@ def _longbench(prediction: str, answers: Sequence[str], meta: Mapping[str, Any] 
 # ---------------------------------------------------------------------------- registry
 
 
+KINDS = ("string", "judge", "embedding")  # how a metric is computed (see the module docstring)
+
+
 @dataclass(frozen=True)
 class Metric:
     name: str
-    fn: Callable[[str, Sequence[str]], float]
+    fn: Callable[[str, Sequence[str]], float] | None
     higher_is_better: bool = True
     aggregation: str = "mean"  # per-example scores are averaged over a group
     description: str = ""
     # the metric also reads the example's meta (``fn(prediction, answers, meta)``): metrics
     # chosen per example, such as LongBench's official metric of each subset
     needs_meta: bool = False
+    kind: str = "string"  # string: fn(prediction, answers); judge/embedding: ragbench.judge
 
     def __call__(
         self, prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None = None
     ) -> float:
+        if self.fn is None:
+            raise TypeError(
+                f"metric {self.name!r} ({self.kind}) is not computed from a prediction alone; "
+                "the runner's judge pass scores it (ragbench.judge.judge_records)"
+            )
         if self.needs_meta:
             return float(self.fn(prediction, answers, meta))
         return float(self.fn(prediction, answers))
@@ -138,6 +153,29 @@ METRICS = Registry(
                 description="LongBench: each subset's official metric (meta['metric'])",
                 needs_meta=True,
             ),
+            # scored after generation by ragbench.judge (a judge LLM / an embedder); a score is
+            # None (NaN in the table) when the judge's reply could not be parsed, never 0
+            Metric(
+                "judge_correct",
+                None,
+                kind="judge",
+                description="judge LLM: the answer means the same as a gold answer (0/1, mean "
+                "over judge samples)",
+            ),
+            Metric(
+                "judge_faithful",
+                None,
+                kind="judge",
+                description="judge LLM: the answer is supported by the context the strategy "
+                "gave the model (0/1, mean over judge samples)",
+            ),
+            Metric(
+                "semantic_similarity",
+                None,
+                kind="embedding",
+                description="cosine of prediction and gold embeddings, max over answers, "
+                "clipped at 0",
+            ),
         )
     },
 )
@@ -147,14 +185,25 @@ def get_metric(name: str) -> Metric:
     return METRICS.get(name)
 
 
+def string_metrics(names: Sequence[str]) -> list[str]:
+    """The names among ``names`` computed from (prediction, gold) alone, in order."""
+    return [n for n in names if get_metric(n).kind == "string"]
+
+
+def deferred_metrics(names: Sequence[str]) -> list[str]:
+    """The names among ``names`` the judge pass fills in (judge and embedding metrics)."""
+    return [n for n in names if get_metric(n).kind != "string"]
+
+
 def score(
     prediction: str,
     answers: Sequence[str],
     names: Sequence[str],
     meta: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
-    """All named metrics for one prediction; ``meta`` (the example's) is passed to the metrics
-    that need it. Gold answers must be non-empty.
+    """The named string metrics for one prediction; ``meta`` (the example's) is passed to the
+    metrics that need it. Judge and embedding metrics are skipped: ``ragbench.judge`` scores
+    them after generation. Gold answers must be non-empty.
 
     A question whose only gold answer is ``NO_ANSWER`` has no answer in its context (SQuAD 2.0's
     unanswerable questions; the official script's gold is "" there): a prediction that declines
@@ -163,6 +212,7 @@ def score(
     ``strategies.prompts.is_declined`` does."""
     if not answers:
         raise ValueError("cannot score an example with no gold answers")
+    names = string_metrics(names)
     if tuple(answers) == (NO_ANSWER,):
         return dict.fromkeys(names, float(declined(prediction)))
     return {n: get_metric(n)(prediction, answers, meta) for n in names}

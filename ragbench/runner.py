@@ -13,6 +13,13 @@ Run folder: ``<output_dir>/<name>-<config hash[:8]>/`` holding
 - ``manifest.json``: config, hash, dataset fingerprint, model identity, versions, git commit,
   hardware, start and end times (``ragbench.provenance``).
 
+Judge pass: when the config names judge or embedding metrics (``judge_correct``,
+``judge_faithful``, ``semantic_similarity``), every finished record that lacks them is scored
+after generation (``ragbench.judge``), through the completion cache, and appended again
+(``read_records`` keeps a key's last line). Judge cost lands in the record's ``judge_*`` meta
+columns, never in its cost. A judge server that does not answer fails the run before any record
+is generated.
+
 Example failures become error rows (``error`` column) and the run continues. Bad input that
 makes the whole run meaningless (unknown names, config typos, examples with no gold answers)
 fails before any model is loaded, with one clear message.
@@ -175,10 +182,17 @@ def run_dir_for(cfg: RunConfig) -> Path:
     return Path(cfg.output_dir) / f"{cfg.name}-{config_hash(cfg)[:8]}"
 
 
-def run(config: Any, progress: bool = True, llm: Any = None, wait: bool = False) -> Any:
+def run(
+    config: Any,
+    progress: bool = True,
+    llm: Any = None,
+    wait: bool = False,
+    judge_llm: Any = None,
+) -> Any:
     """Run ``config`` (path, dict or RunConfig); returns the results DataFrame.
 
-    ``llm`` overrides the configured model (tests, notebooks holding a loaded model). One process
+    ``llm`` overrides the configured model (tests, notebooks holding a loaded model), and
+    ``judge_llm`` the configured judge model. One process
     writes a run folder at a time: another one on the same folder raises ``LockHeldError``
     naming it, or with ``wait=True`` waits for it to finish. A server that does not answer fails
     here, in seconds, before any record is attempted (``ServerUnreachable``).
@@ -195,7 +209,7 @@ def run(config: Any, progress: bool = True, llm: Any = None, wait: bool = False)
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
     with FolderLock(out, what="run", wait=wait):
-        return _run_locked(cfg, examples, work, keys, out, started, progress, llm)
+        return _run_locked(cfg, examples, work, keys, out, started, progress, llm, judge_llm)
 
 
 def generates_answers(cfg: RunConfig) -> bool:
@@ -213,10 +227,11 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
     score its prediction does not earn. Updates ``done`` in place; returns how many changed."""
     import dataclasses
 
-    from ragbench.metrics import score
+    from ragbench.metrics import score, string_metrics
 
     gold = {e.id: e.answers for e in examples}
     metas = {e.id: e.meta for e in examples}
+    strings = string_metrics(metrics)
     changed = 0
     for key, record in done.items():
         if record.error or record.example_id not in gold:
@@ -226,10 +241,13 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
         answers = gold[record.example_id]
         if not any(a.strip() for a in answers):  # unscored question: nothing to recompute
             continue
+        # judge and embedding scores are not recomputable from the prediction alone: kept
         scores = score(record.prediction, answers, metrics, metas[record.example_id])
-        if scores != record.scores or tuple(answers) != tuple(record.answers):
-            changed += scores != record.scores
-            done[key] = dataclasses.replace(record, scores=scores, answers=answers)
+        stored = {m: record.scores[m] for m in strings if m in record.scores}
+        if scores != stored or tuple(answers) != tuple(record.answers):
+            changed += scores != stored
+            kept = {m: v for m, v in record.scores.items() if m not in strings}
+            done[key] = dataclasses.replace(record, scores={**kept, **scores}, answers=answers)
     return changed
 
 
@@ -241,7 +259,16 @@ def check_server(llm: Any) -> None:
         check()
 
 
-def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bool, llm) -> Any:
+def _needs_judging(cfg: RunConfig, record: Any) -> bool:
+    from ragbench.metrics import deferred_metrics
+
+    deferred = deferred_metrics(cfg.metrics)
+    return record.error is None and any(m not in record.scores for m in deferred)
+
+
+def _run_locked(
+    cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm
+) -> Any:
     done = read_records(out / RECORDS)
     changed = rescore(done, examples, list(cfg.metrics))
     if changed:
@@ -255,6 +282,12 @@ def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bo
     previous = _read_manifest(out)
     session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
     sessions = [*_sessions(previous), session]
+    from ragbench.metrics import deferred_metrics
+
+    judging = bool(deferred_metrics(cfg.metrics)) and (
+        bool(pending) or any(_needs_judging(cfg, done[k]) for k in keys if k in done)
+    )
+    res = None
     if pending:
         if llm is None and not generates_answers(cfg):
             from ragbench.llm.fake import FakeLLM  # retrieval only: no model is ever called
@@ -262,20 +295,28 @@ def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bo
             llm = FakeLLM(cfg.model.name)
         llm = llm or _load_llm(cfg)
         check_server(llm)
+    # the judge is loaded and its server checked before any record is generated: a dead judge
+    # must not be found after an hour of generation
+    judge = _load_judge(cfg, judge_llm, llm) if judging else None
+    if pending:
         identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
         # written before any work, so a run killed now still knows when it first started
         _write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
-        session["errors"] = _generate(cfg, llm, identity, pending, done, out, progress, len(work))
+        res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
+        session["errors"] = _generate(cfg, res, pending, done, out, progress, len(work))
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
         identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
         session["errors"] = 0
+    if judge is not None:
+        session["judged"] = _judge_pass(cfg, judge, examples, keys, done, out, progress, llm, res)
     session["finished_at"] = _now()
 
     meta = {e.id: e.meta for e in examples}
     df = table([done[k] for k in keys], meta, list(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
+    judge_info = _judge_summary(cfg, judge, df, previous)
     manifest = _write_manifest(
-        out, cfg, examples, identity, sessions, status="finished", records=df
+        out, cfg, examples, identity, sessions, status="finished", records=df, judge=judge_info
     )
     provenance.record_in_notebook(out, manifest)
     failed = int(df["error"].notna().sum())
@@ -284,15 +325,18 @@ def _run_locked(cfg, examples, work, keys, out: Path, started: str, progress: bo
         log.warning("%d of %d records failed; most frequent error (%d x): %s",
                     failed, len(df), top[1], top[0])  # fmt: skip
     df.attrs["run_dir"] = str(out)
+    if judge_info:
+        df.attrs["judge_warnings"] = judge_info["warnings"]
+        for message in judge_info["warnings"]:
+            log.warning("%s", message)
     return df
 
 
-def _generate(cfg, llm, identity, pending, done, out: Path, progress: bool, total: int) -> int:
+def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) -> int:
     """Generate the pending records in chunks of ``batch_size``, appending each chunk to
     records.jsonl as it finishes (a killed run loses at most one chunk). Returns the errors."""
     from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
 
-    res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
     errors = 0
     with (out / RECORDS).open("ab") as f:
         bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
@@ -317,6 +361,138 @@ def _generate(cfg, llm, identity, pending, done, out: Path, progress: bool, tota
     return errors
 
 
+# ---------------------------------------------------------------------------- judge pass
+
+JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass loses one chunk
+
+
+def _load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
+    """The ``ragbench.judge.Judge`` of the config, its LLM loaded and its server checked."""
+    from ragbench.config import JudgeConfig
+    from ragbench.judge import Judge
+    from ragbench.metrics import METRICS
+
+    jc = cfg.judge or JudgeConfig()
+    llm_metrics = [m for m in cfg.metrics if METRICS.get(m).kind == "judge"]
+    m = jc.model
+    if llm_metrics and judge_llm is None:
+        same = m is not None and (m.backend, m.name, m.params) == (
+            cfg.model.backend,
+            cfg.model.name,
+            cfg.model.params,
+        )
+        if same and llm is not None:  # allowed by the config (checked there): one model in memory
+            judge_llm = llm
+        else:
+            from ragbench.llm import load_llm
+
+            cache = None
+            if m.cache:
+                from ragbench.assets import cache_dir
+
+                cache = cache_dir() / "completions.sqlite"
+            judge_llm = load_llm(m.backend, cache=cache, model=m.name, **m.params)
+    if llm_metrics:
+        check_server(judge_llm)
+    embedder = None
+    if "semantic_similarity" in cfg.metrics:
+        from ragbench.retrieval.embedders import get_embedder
+
+        name = jc.embedder or next(iter(_listed(cfg.retrieval.embedder)))
+        embedder = get_embedder(name)
+    sheet = None
+    if jc.price_sheet:
+        from ragbench.prices import price_sheet
+
+        sheet = price_sheet(jc.price_sheet)
+    return Judge(
+        llm=judge_llm if llm_metrics else None,
+        prompts={metric: jc.prompt(metric) for metric in llm_metrics},
+        samples=jc.samples,
+        temperature=jc.temperature,
+        max_new_tokens=m.max_new_tokens if m is not None else 32,
+        max_attempts=jc.max_attempts,
+        batch_size=m.batch_size if m is not None else 8,
+        sheet=sheet,
+        embedder=embedder,
+        model=(m.name if m is not None else getattr(judge_llm, "name", "")) if llm_metrics else "",
+    )
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm, res) -> int:
+    """Score the deferred metrics of every finished record that lacks them, appending each
+    updated record; returns how many records were updated."""
+    from tqdm import tqdm
+
+    from ragbench.judge import judge_records
+    from ragbench.judge.context import given_context
+    from ragbench.metrics import deferred_metrics
+
+    todo = [k for k in keys if k in done and _needs_judging(cfg, done[k])]
+    if not todo:
+        return 0
+    by_id = {e.id: e for e in examples}
+    state = {"res": res, "llm": llm}
+
+    def context(example: Example, record: Any) -> str | None:
+        # the model under test's tokenizer and the index rebuild the prompt's context; a run
+        # with nothing left to generate loads the model only if a record needs it
+        if record.strategy == "closed_book":
+            return None
+        if state["res"] is None:
+            state["llm"] = state["llm"] or _load_llm(cfg)
+            identity = provenance.identity(state["llm"])
+            state["res"] = _resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
+        return given_context(example, record, state["res"])
+
+    metrics = deferred_metrics(cfg.metrics)
+    updated = 0
+    with (out / RECORDS).open("ab") as f:
+        bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not progress, unit="rec")
+        for start in range(0, len(todo), JUDGE_CHUNK):
+            part = todo[start : start + JUDGE_CHUNK]
+            items = [(by_id[done[k].example_id], done[k]) for k in part]
+            for key, record in zip(
+                part, judge_records(items, metrics, judge, context), strict=True
+            ):
+                if record is not done[key]:
+                    append_record(f, key, record)
+                    done[key] = record
+                    updated += 1
+                bar.update(1)
+        bar.close()
+    return updated
+
+
+def _judge_summary(cfg: RunConfig, judge: Any, df: Any, previous: dict | None) -> dict | None:
+    """The manifest's ``judge`` entry: the judge, its prompts and how far to trust it."""
+    from ragbench.judge import judge_agreement, judge_warnings
+    from ragbench.metrics import deferred_metrics
+
+    if not deferred_metrics(cfg.metrics):
+        return None
+    agreement = judge_agreement(df)
+    rows = [
+        {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+        for row in agreement.to_dict("records")
+    ]  # NaN is not JSON
+    if judge is not None and judge.llm is not None:
+        model = secrets.redact(provenance.identity(judge.llm))
+    else:
+        model = ((previous or {}).get("judge") or {}).get("model")
+    return {
+        "model": model,
+        "prompts": {m: p.name for m, p in judge.prompts.items()} if judge else None,
+        "samples": cfg.judge.samples if cfg.judge else 1,
+        "agreement": rows,
+        "warnings": judge_warnings(df, agreement),
+    }
+
+
 # ---------------------------------------------------------------------------- manifest
 
 
@@ -337,7 +513,9 @@ def _sessions(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [{k: previous.get(k) for k in ("started_at", "finished_at")}]
 
 
-def _write_manifest(out: Path, cfg, examples, identity, sessions, status: str, records) -> dict:
+def _write_manifest(
+    out: Path, cfg, examples, identity, sessions, status: str, records, judge=None
+) -> dict:
     """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the
     first invocation's start and ``sessions`` logs every invocation (start, end, records it had
     to generate, errors), so a resumed run keeps its history."""
@@ -364,6 +542,8 @@ def _write_manifest(out: Path, cfg, examples, identity, sessions, status: str, r
         "finished_at": sessions[-1].get("finished_at"),
         "sessions": sessions,
     }
+    if judge is not None:
+        manifest["judge"] = judge
     if records is not None:
         manifest["records"] = len(records)
         manifest["errors"] = int(records["error"].notna().sum())

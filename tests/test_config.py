@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ragbench.config import ConfigError, RunConfig, config_hash, load_config, parse_config
@@ -158,3 +160,47 @@ def test_retrieval_settings_are_a_grid_recorded_in_params(tmp_path):
         ("dense", 64), ("dense", 128), ("bm25", 64), ("bm25", 128),
     }  # fmt: skip
     assert len({p.label() for p in points}) == len(points)
+
+
+JUDGED = GOOD.replace("metrics: [string_match_all]", "metrics: [string_match_all, judge_correct]")
+JUDGE = "judge:\n  model: {backend: fake, name: judge-fake}\n"
+
+
+def test_judge_section_validated(tmp_path):
+    cfg = load_config(write(tmp_path, JUDGED + JUDGE))
+    assert cfg.judge.model.name == "judge-fake" and cfg.judge.samples == 1
+    assert cfg.judge.prompt("judge_correct").name == "correct-v1"
+    cases = [
+        (JUDGED, "need a judge model: add a `judge:` section"),
+        (JUDGED + "judge:\n  model: {backend: fake, name: fake}\n", "allow_model_under_test"),
+        (JUDGED + JUDGE + "  samples: 3\n", "judge.temperature > 0"),
+        (JUDGED + JUDGE + "  prompts: {judge_correct: correct-v9}\n", "did you mean 'correct-v1'"),
+        (JUDGED + JUDGE + "  prompts: {judge_correct: faithful-v1}\n", "scores judge_faithful"),
+        (JUDGED + JUDGE + "  embedder: minlm\n", "did you mean 'minilm'"),
+        (JUDGED + JUDGE + "  sampels: 3\n", "unknown key 'sampels'; did you mean 'samples'"),
+        (GOOD.replace("[string_match_all]", "[judge_corect]"), "did you mean 'judge_correct'"),
+    ]
+    for i, (text, expected) in enumerate(cases):
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            load_config(write(tmp_path, text, f"bad{i}.yaml"))
+    # the same model judging itself when the user says so; sampling with a temperature
+    ok = JUDGED + "judge:\n  model: {backend: fake, name: fake}\n  allow_model_under_test: true\n"
+    assert load_config(write(tmp_path, ok, "ok.yaml")).judge.allow_model_under_test
+    sampled = JUDGED + JUDGE + "  samples: 3\n  temperature: 0.7\n"
+    assert load_config(write(tmp_path, sampled, "s.yaml")).judge.samples == 3
+
+
+def test_hash_without_judge_is_unchanged(tmp_path):
+    """Adding the judge section must not move existing run folders: a config without one
+    hashes exactly as before the section existed."""
+    import hashlib
+
+    from ragbench.io import dumps_canonical
+    from ragbench.secrets import redact
+
+    cfg = load_config(write(tmp_path, GOOD))
+    data = redact(cfg.model_dump(mode="json", exclude={"output_dir", "judge"}))
+    assert config_hash(cfg) == hashlib.sha256(dumps_canonical(data).encode()).hexdigest()
+    judged = load_config(write(tmp_path, JUDGED + JUDGE, "j.yaml"))
+    other = load_config(write(tmp_path, JUDGED + JUDGE + "  max_attempts: 2\n", "k.yaml"))
+    assert config_hash(judged) != config_hash(other)

@@ -1,0 +1,27 @@
+"""LLM-as-judge and embedding metrics, scored after generation (see ``judging``), with the
+agreement numbers that say how far to trust them (``agreement``).
+
+``judge_correct`` asks a judge LLM whether an answer means the same as a gold answer,
+``judge_faithful`` whether it is supported by the context the strategy gave the model, and
+``semantic_similarity`` compares embeddings (a cheap middle ground between string metrics and a
+judge). The judge is its own model config (the run's ``judge`` section); its calls are cached
+and costed in their own columns, apart from the strategy's cost per query.
+"""
+
+from __future__ import annotations
+
+from ragbench.judge.agreement import cohen_kappa, fleiss_kappa, judge_agreement, judge_warnings
+from ragbench.judge.judging import COST_KEYS, Judge, judge_records
+from ragbench.judge.prompts import (
+    DEFAULT_PROMPTS,
+    JudgePrompt,
+    available_prompts,
+    load_prompt,
+    parse_verdict,
+)
+
+__all__ = [
+    "COST_KEYS", "DEFAULT_PROMPTS", "Judge", "JudgePrompt", "available_prompts", "cohen_kappa",
+    "fleiss_kappa", "judge_agreement", "judge_records", "judge_warnings", "load_prompt",
+    "parse_verdict",
+]  # fmt: skip

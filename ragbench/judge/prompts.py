@@ -1,0 +1,125 @@
+"""Judge prompt templates (versioned YAML shipped in ``ragbench/data/judge_prompts``) and the
+strict parser of their replies.
+
+Reply format: one line ``Verdict: <LABEL>`` with a label the template names (``CORRECT`` /
+``INCORRECT``). The verdict comes first and alone, as llama-index's CorrectnessEvaluator puts its
+score on the first line: small judges ramble, and a verdict at the end of a long reasoning is the
+part a token limit cuts. Unlike RAGAS (JSON lists of statements and verdicts, several calls per
+answer) one call gives one binary verdict: cheap enough to repeat ``samples`` times, which is
+what the agreement numbers need.
+
+Parsing is strict about *what* is said and lenient about *how* (as lm-evaluation-harness's
+regex filters are): case, markdown emphasis, quotes and trailing text are ignored, a bare label
+as the reply's first word is accepted ("CORRECT." after a prompt ending in "Verdict:"), but two
+different verdicts, or none, make the reply unreadable (``None``): the caller retries and then
+records the judgement as unscored, never as 0.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ragbench.registry import unknown
+
+PACKAGE_DIR = "data/judge_prompts"
+# the template each judge metric uses unless ``judge.prompts`` names another
+DEFAULT_PROMPTS = {"judge_correct": "correct-v1", "judge_faithful": "faithful-v1"}
+_FIELDS = {"name", "metric", "labels", "system", "user", "retry"}
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    """One versioned judge template: what the judge reads and the labels it may answer."""
+
+    name: str  # "correct-v1": recorded in every judged record (meta ``<metric>_prompt``)
+    metric: str  # the judge metric it scores
+    labels: tuple[tuple[str, int], ...]  # (LABEL, score) pairs, e.g. (("CORRECT", 1), ...)
+    system: str
+    user: str
+    retry: str  # appended after an unreadable reply; takes {attempt}
+
+    def render(self, attempt: int = 1, **fields: str) -> str:
+        """The user prompt; ``attempt`` > 1 appends the retry reminder (a different prompt, so
+        a greedy or cached judge can answer differently)."""
+        text = self.user.format(**fields)
+        return text + self.retry.format(attempt=attempt) if attempt > 1 else text
+
+    def parse(self, reply: str) -> int | None:
+        return parse_verdict(reply, dict(self.labels))
+
+
+def available_prompts() -> list[str]:
+    """Names of the shipped templates, sorted."""
+    root = resources.files("ragbench").joinpath(PACKAGE_DIR)
+    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+@lru_cache(maxsize=32)
+def load_prompt(name_or_path: str) -> JudgePrompt:
+    """A shipped template by name (``correct-v1``) or a YAML file of the same shape."""
+    path = Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")) or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"judge prompt file {name_or_path!r} does not exist")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    else:
+        if name_or_path not in available_prompts():
+            raise unknown("judge prompt", name_or_path, [*available_prompts(), "<path.yaml>"])
+        res = resources.files("ragbench").joinpath(f"{PACKAGE_DIR}/{name_or_path}.yaml")
+        text, where = res.read_text(encoding="utf-8"), f"ragbench/{PACKAGE_DIR}/{name_or_path}"
+    return parse_prompt(yaml.safe_load(text), where)
+
+
+def parse_prompt(data: Any, where: str = "<judge prompt>") -> JudgePrompt:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: a judge prompt must be a YAML mapping")
+    missing, extra = _FIELDS - set(data), set(data) - _FIELDS
+    if missing or extra:
+        raise ValueError(
+            f"{where}: judge prompt fields must be {sorted(_FIELDS)}; "
+            f"missing {sorted(missing)}, unknown {sorted(extra)}"
+        )
+    labels = data["labels"]
+    if (
+        not isinstance(labels, dict)
+        or len(labels) < 2
+        or not all(isinstance(k, str) and k.strip() for k in labels)
+        or not all(v in (0, 1) for v in labels.values())
+    ):
+        raise ValueError(f"{where}: labels must map at least two words to a score 0 or 1")
+    return JudgePrompt(
+        name=str(data["name"]),
+        metric=str(data["metric"]),
+        labels=tuple((str(k).upper(), int(v)) for k, v in labels.items()),
+        system=str(data["system"]),
+        user=str(data["user"]),
+        retry=str(data["retry"]),
+    )
+
+
+_NOISE = re.compile(r"[*_`#>\"'“”‘’\[\]()]")  # markdown and quotes around a verdict
+
+
+def parse_verdict(reply: str, labels: dict[str, int]) -> int | None:
+    """The score of the one verdict in ``reply``, or None if it has none or several.
+
+    Accepted: ``Verdict: CORRECT`` anywhere (any case, markdown and quotes ignored, ``:``/``=``/
+    ``-`` as separator), every such line agreeing; else a bare label as the first word. Labels
+    are whole words, so ``INCORRECT`` never reads as ``CORRECT``.
+    """
+    text = _NOISE.sub(" ", reply or "")
+    names = sorted(labels, key=len, reverse=True)  # longest first: INCORRECT before CORRECT
+    alternatives = "|".join(re.escape(n) for n in names)
+    found = re.findall(rf"\bverdict\s*[:=\-]?\s*({alternatives})\b", text, re.IGNORECASE)
+    if not found:
+        first = re.match(rf"\s*({alternatives})\b", text, re.IGNORECASE)
+        found = [first.group(1)] if first else []
+    scores = {labels[f.upper()] for f in found}
+    return scores.pop() if len(scores) == 1 else None
