@@ -54,7 +54,8 @@ def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
 
     Cost columns are means over the variant's successful rows: prompt tokens, $/query (when a
     price sheet was set), latency seconds, and estimated FLOPs. ``attrs["warnings"]`` lists what
-    the numbers hide (a Self-Route that never routed equals RAG); each is also raised as a
+    the numbers hide (a Self-Route that never routed equals RAG; a judge metric's low agreement
+    with exact match, or an embedded judge); each is also raised as a
     ``UserWarning`` so a notebook shows it next to the table.
     """
     import pandas as pd
@@ -74,6 +75,10 @@ def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
     order = pd.Index(df.drop_duplicates("label")["label"])  # first-seen order = config order
     out = table.reindex(order).reset_index()
     out.attrs["warnings"] = self_route_warnings(df, metric)
+    if metric.startswith("judge_"):  # how far the judge can be trusted, next to its numbers
+        from ragbench.judge.agreement import judge_warnings
+
+        out.attrs["warnings"] += judge_warnings(df)
     for message in out.attrs["warnings"]:
         warnings.warn(message, UserWarning, stacklevel=2)
     return out

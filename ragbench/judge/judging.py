@@ -167,7 +167,11 @@ def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[_Job]:
             prompt = judge.prompts[metric]
             fields = {"question": example.question, "prediction": record.prediction}
             reason = None
-            if metric == "judge_correct":
+            from ragbench.strategies import get_strategy
+
+            if not get_strategy(record.strategy).generates:  # retrieve_only: no answer to judge
+                reason = f"{record.strategy} writes no answer"
+            elif metric == "judge_correct":
                 if _has_gold(example):
                     fields["answers"] = " | ".join(a for a in example.answers if a.strip())
                 else:
