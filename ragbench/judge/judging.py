@@ -15,7 +15,7 @@ deferred_metrics``) and returns them with those scores and their judge accountin
   same ``embed_documents`` for both: a symmetric comparison), max over the answers, clipped at 0.
 
 Judge cost goes to ``meta`` (``judge_calls``, ``judge_prompt_tokens``, ``judge_completion_tokens``,
-``judge_seconds``, ``judge_dollars``), never into ``Record.cost``: what a strategy costs per query
+``judge_latency_seconds``, ``judge_resource_seconds``, ``judge_dollars``), never into ``Record.cost``: what a strategy costs per query
 must not depend on how it was graded.
 
 N different judgements, deterministically: ``samples > 1`` needs ``temperature > 0`` (the config
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 COST_KEYS = (
     "judge_calls", "judge_prompt_tokens", "judge_cached_prompt_tokens",
-    "judge_completion_tokens", "judge_seconds", "judge_dollars",
+    "judge_completion_tokens", "judge_latency_seconds", "judge_resource_seconds", "judge_dollars",
 )  # fmt: skip
 REPLY_EXCERPT = 120  # characters of an unreadable reply quoted in its note
 
@@ -267,7 +267,8 @@ def _add_cost(meta: dict[str, Any], done: list[Completion], sheet: Any) -> None:
         "judge_prompt_tokens": total.prompt_tokens,
         "judge_cached_prompt_tokens": total.cached_prompt_tokens,
         "judge_completion_tokens": total.completion_tokens,
-        "judge_seconds": total.total_seconds,
+        "judge_latency_seconds": total.latency_seconds,
+        "judge_resource_seconds": total.resource_seconds,
         "judge_dollars": total.dollars,
     }
     for key, value in new.items():  # unknown (no price sheet) stays unknown
