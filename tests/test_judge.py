@@ -302,7 +302,7 @@ def test_run_judge_pass_cost_separation_and_cache(tmp_path):
     df = run(qa_config(tmp_path), progress=False, judge_llm=judge_llm)
     assert inner.calls > 0
     # the strategy's cost per query is the same with and without a judge
-    for col in ("prompt_tokens", "completion_tokens", "total_seconds", "dollars", "llm_calls"):
+    for col in ("prompt_tokens", "completion_tokens", "resource_seconds", "dollars", "llm_calls"):
         assert df[col].tolist() == base[col].tolist(), col
     assert (df["judge_prompt_tokens"] > 0).all() and (df["judge_dollars"] > 0).all()
     # one judge_correct + one judge_faithful call each; closed book has no context to judge
