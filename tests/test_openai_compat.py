@@ -223,7 +223,7 @@ def test_streaming_measures_time_to_first_token(serve):
     assert c.prefill_seconds >= 0.28 and 0.15 <= c.decode_seconds < 2.5
     c = ask(client(srv, stream=False))
     assert c.prefill_seconds == 0.0 and c.meta["ttft_measured"] is False
-    assert c.decode_seconds == c.meta["latency_seconds"] > 0
+    assert c.decode_seconds > 0 and c.latency_seconds >= c.decode_seconds
     assert "stream" not in srv.requests[-1][2]
 
 
@@ -249,6 +249,19 @@ def test_batch_runs_concurrently_in_order(serve):
     out = llm.generate([GenerationRequest(prompt=f"q{i}") for i in range(8)])
     assert [c.text for c in out] == [f"echo q{i}" for i in range(8)]
     assert 2 <= srv.peak <= 4  # requests overlapped at the server, never more than the bound
+
+
+def test_waiting_for_a_concurrency_slot_is_queue_time_not_time_to_first_token(serve):
+    # one slot, three requests: the third waits for two answers before it is even sent
+    srv = serve(ok(first_delay=0.3))
+    out = client(srv, max_concurrency=1).generate([GenerationRequest(f"q{i}") for i in range(3)])
+    first, _, third = out
+    assert first.queue_seconds < 0.2 <= 0.5 <= third.queue_seconds
+    assert third.prefill_seconds < third.queue_seconds  # its own time to first token only
+    assert third.latency_seconds == pytest.approx(
+        third.queue_seconds + third.prefill_seconds + third.decode_seconds
+    )
+    assert third.resource_seconds is None and third.meta["resource_seconds_estimated"]
 
 
 def test_a_failed_request_fails_the_batch_and_reports_the_finished(serve, tmp_path):

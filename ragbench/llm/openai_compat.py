@@ -287,7 +287,7 @@ class OpenAICompatLLM(LLM):
         # has to resend one, which would repeat its retries against the server.
         if len(requests) == 1:
             try:
-                return [self._request(requests[0])]
+                return [self._request(requests[0], time.perf_counter())]
             except Exception as exc:
                 if not hasattr(exc, "partial"):
                     exc.partial = {}  # nothing else finished; the request is not to be resent
@@ -295,7 +295,9 @@ class OpenAICompatLLM(LLM):
         results: dict[int, Completion] = {}
         errors: dict[int, Exception] = {}
         with ThreadPoolExecutor(min(self.max_concurrency, len(requests))) as pool:
-            futures = [pool.submit(self._request, r) for r in requests]
+            # each request's clock starts at submission: the wait for a free worker (the local
+            # concurrency limit) is queue time, not the server's time to first token
+            futures = [pool.submit(self._request, r, time.perf_counter()) for r in requests]
             for i, f in enumerate(futures):
                 exc = f.exception()
                 if exc is None:
@@ -306,7 +308,9 @@ class OpenAICompatLLM(LLM):
             raise LLMBatchError(results, errors, len(requests))
         return [results[i] for i in range(len(requests))]
 
-    def _request(self, request: GenerationRequest) -> Completion:
+    def _request(self, request: GenerationRequest, submitted: float) -> Completion:
+        """One request to its end. ``queue_seconds`` is everything its user waited that was not
+        the answering attempt: a free worker, and earlier failed attempts with their backoff."""
         from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
         def wait_for(state) -> float:
@@ -329,7 +333,8 @@ class OpenAICompatLLM(LLM):
         except Exception as exc:
             raise self._final_error(exc, retrying.statistics.get("attempt_number", 1)) from None
         attempts = retrying.statistics.get("attempt_number", 1)
-        return self._completion(request, parsed, prefill, decode, attempts)
+        queue = max(0.0, time.perf_counter() - submitted - prefill - decode)
+        return self._completion(request, parsed, prefill, decode, attempts, queue)
 
     def _final_error(self, exc: Exception, attempts: int) -> LLMRequestError:
         import httpx
@@ -387,6 +392,7 @@ class OpenAICompatLLM(LLM):
         prefill: float,
         decode: float,
         attempts: int,
+        queue: float = 0.0,
     ) -> Completion:
         text = wire.apply_stop(parsed.text, request.stop)
         counts = wire.usage_counts(parsed.usage)
@@ -397,7 +403,9 @@ class OpenAICompatLLM(LLM):
             "endpoint": self.endpoint,
             "attempts": attempts,
             "ttft_measured": bool(self.stream),
-            "latency_seconds": prefill + decode,
+            # a server's device time is not visible from here: the cost falls back to the time
+            # the request held a server slot (prefill + decode), an estimate
+            "resource_seconds_estimated": True,
         }
         if estimated:
             meta["token_counter"] = self.tokenizer_name or "chars/4"
@@ -410,6 +418,7 @@ class OpenAICompatLLM(LLM):
             cached_prompt_tokens=counts[2],
             prefill_seconds=prefill,
             decode_seconds=decode,
+            queue_seconds=queue,
             finish_reason=parsed.finish_reason,
             model=parsed.model or self.model,
             usage_estimated=estimated,
