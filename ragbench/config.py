@@ -107,6 +107,8 @@ class RetrievalConfig(_Strict):
     chunk_size: int | list[int] = _R.chunk_size  # tokens per chunk (the chunking tokenizer's)
     chunk_overlap: int | list[int] = _R.chunk_overlap  # tokens shared by neighbouring chunks
     retriever_params: dict[str, Any] = Field(default_factory=dict)  # e.g. hybrid weights
+    # per embedder name, its constructor's arguments: {openai: {model, base_url, batch_size}}
+    embedder_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     tokenizer: str | None = None  # chunking tokenizer; default: the model preset's, else whitespace
 
     @field_validator("embedder", "retriever", "splitter")
@@ -131,6 +133,12 @@ class RetrievalConfig(_Strict):
         # every point of the section's grid (chunk overlap below each chunk size, ...) is
         # checked by the parameter class that owns the settings
         RetrievalParams.grid(self.grid_values())
+        embedders = [e.lower() for e in _one_or_list(self.embedder)]
+        for name in self.embedder_params:  # settings for an embedder the run does not use
+            if name.lower() not in embedders:
+                from ragbench.registry import unknown
+
+                raise unknown("embedder in embedder_params", name, embedders)
         names = _one_or_list(self.retriever)
         for key in self.retriever_params:  # each key must serve at least one retriever
             if not any(key in self.params_for(name) for name in names):

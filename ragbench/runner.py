@@ -139,7 +139,8 @@ def make_index(cfg: RunConfig, cache_size: int = 8):
         key = (str(docs), settings)
         if key not in memo:
             if settings.embedder not in embedders:
-                embedders[settings.embedder] = get_embedder(settings.embedder)
+                params = cfg.retrieval.embedder_params.get(settings.embedder, {})
+                embedders[settings.embedder] = get_embedder(settings.embedder, **params)
             memo[key] = build_index(
                 example.documents,
                 retriever=settings.retriever,

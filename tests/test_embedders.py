@@ -163,3 +163,53 @@ def test_minilm_vectors_cache_and_prefixes(minilm, tmp_path):
     q, d = e5.embed_queries([DOCS[0]]), e5.embed_documents([DOCS[0]])
     assert float((q @ d.T)[0, 0]) < 0.999 and e5.cache is None
     assert e5.identity() != minilm.identity()
+
+
+def test_server_embeddings_equal_local_ones_and_are_cached(tmp_path, monkeypatch):
+    # a loopback /v1/embeddings server that answers with the hash embedder's vectors: a run
+    # through it must retrieve exactly what the local hash embedder retrieves
+    import json as _json
+
+    from openai_server import send_json, serving
+    from test_runner import niah_config
+
+    from ragbench.retrieval.embedders import HashEmbedder
+    from ragbench.runner import run
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    local = HashEmbedder()
+
+    def embeddings(h, body, n):
+        vectors = local._encode(list(body["input"]))
+        data = [{"index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
+        send_json(h, 200, {"object": "list", "data": data[::-1], "model": body["model"]})
+
+    gen = serving()
+    srv = next(gen)(embeddings)
+    try:
+        cfg = niah_config(tmp_path, strategies=[{"name": "rag", "params": {"top_k": 2}}])
+        expected = run(cfg, progress=False)
+        cfg["output_dir"] = str(tmp_path / "served")
+        cfg["retrieval"] |= {
+            "embedder": "openai",
+            "embedder_params": {
+                "openai": {"model": "emb", "base_url": srv.url, "api_key": "k-EMB-123456",
+                           "batch_size": 7},
+            },
+        }  # fmt: skip
+        served = run(cfg, progress=False)
+        sent = len(srv.requests)
+        assert sent > 1 and all(len(r[2]["input"]) <= 7 for r in srv.requests)
+        assert srv.requests[0][1]["Authorization"] == "Bearer k-EMB-123456"
+        assert served["retrieved"].tolist() == expected["retrieved"].tolist()
+        cfg["output_dir"] = str(tmp_path / "again")
+        run(cfg, progress=False)
+        assert len(srv.requests) == sent  # every vector came from the cache
+        manifest = next((tmp_path / "served").rglob("manifest.json")).read_text()
+        assert (
+            "k-EMB-123456" not in manifest
+            and "emb"
+            in _json.loads(manifest)["config"]["retrieval"]["embedder_params"]["openai"]["model"]
+        )
+    finally:
+        next(gen, None)

@@ -336,6 +336,36 @@ class OpenAICompatLLM(LLM):
         queue = max(0.0, time.perf_counter() - submitted - prefill - decode)
         return self._completion(request, parsed, prefill, decode, attempts, queue)
 
+    def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to ``<api root>/<path>`` (e.g. ``embeddings``) with this client's
+        credentials, headers and retry policy; the JSON reply. Other OpenAI endpoints (the
+        server embedder) reuse the client instead of a second copy of the secrets and retries."""
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt
+
+        url = self._models_url.removesuffix("/models") + "/" + path.lstrip("/")
+
+        def once() -> dict[str, Any]:
+            resp = self._client.post(url, json=payload)
+            if resp.status_code >= 400:
+                message = secrets.redact_text(wire.error_message(resp.text))
+                retry_after = wire.parse_retry_after(resp.headers.get("retry-after"))
+                raise _StatusError(resp.status_code, message, retry_after)
+            return resp.json()
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=lambda state: wire.backoff_seconds(
+                state.attempt_number, self.backoff_base, self.backoff_max,
+                getattr(state.outcome.exception(), "retry_after", None),
+            ),
+            retry=retry_if_exception(_retryable), reraise=True, sleep=self.sleep,
+        )  # fmt: skip
+        try:
+            return retrying(once)
+        except Exception as exc:
+            error = self._final_error(exc, retrying.statistics.get("attempt_number", 1))
+            raise error from None
+
     def _final_error(self, exc: Exception, attempts: int) -> LLMRequestError:
         import httpx
 

@@ -89,6 +89,11 @@ class EmbeddingCache:
                 for key, row in zip(keys, vectors, strict=True):
                     self._vectors.setdefault(key, row)
 
+    def dim(self) -> int | None:
+        """The dimension of the vectors stored so far (None: none yet)."""
+        self.refresh()
+        return next((v.shape[0] for v in self._vectors.values()), None)
+
     def __len__(self) -> int:
         self.refresh()
         return len(self._vectors)

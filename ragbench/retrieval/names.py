@@ -35,6 +35,8 @@ EMBEDDERS = Registry(
         "all-minilm-l6-v2": _MINILM,
         "sentence-transformers/all-minilm-l6-v2": _MINILM,
         "hash": "ragbench.retrieval.embedders:HashEmbedder",  # no weights: tests, quick looks
+        # an OpenAI-compatible /v1/embeddings server: retrieval.embedder_params.openai
+        "openai": "ragbench.retrieval.embedders:OpenAIEmbedder",
     },
     other="<model folder or Hugging Face id>",
     accepts=_model_name,
