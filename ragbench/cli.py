@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "ragbench.run_cli",
     "ragbench.sweep_cli",
     "ragbench.cost_cli",
+    "ragbench.list_cli",
 ]
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,11 @@ class ModelConfig(_Strict):
     # records generated together, one LLM call per round: padded batches and shared document
     # prefixes on transformers, concurrent requests on a server; 1 = one request at a time
     batch_size: int = Field(8, ge=1)
+    # torch CPU threads (torch.set_num_threads) for the transformers backend and local
+    # embedders; None: torch's default (all cores). On a shared or loaded machine 1-2 threads
+    # can be several times faster than the default, which oversubscribes the cores. Not part of
+    # the config hash: it changes speed, not answers.
+    threads: int | None = Field(None, ge=1)
 
     @field_validator("backend")
     @classmethod
@@ -237,6 +244,8 @@ class RunConfig(_Strict):
 
     # the folder of the YAML file the config came from: relative dataset paths resolve there
     _source_dir: str | None = PrivateAttr(default=None)
+    # `--set dotted.path=value` overrides applied on top of the file (recorded in the manifest)
+    _overrides: list[str] = PrivateAttr(default_factory=list)
 
     def dataset_params(self) -> dict[str, Any]:
         """The dataset builder's kwargs, with relative file parameters (``PATH_PARAMS``) resolved
@@ -316,7 +325,10 @@ def config_hash(config: RunConfig) -> str:
     gives the same run folder, and the hash is never a function of a secret."""
     from ragbench.secrets import redact
 
-    data = redact(config.model_dump(mode="json", exclude={"output_dir"}))
+    # threads change speed, not answers: the same run folder whatever the machine's load
+    data = redact(
+        config.model_dump(mode="json", exclude={"output_dir": True, "model": {"threads"}})
+    )
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)
     return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
@@ -334,12 +346,84 @@ def parse_config(data: Any, source: str = "<config>", text: str | None = None) -
         raise ConfigError(explain_validation_error(exc, source, text, RunConfig)) from None
 
 
-def load_config(path: str | os.PathLike | RunConfig | dict) -> RunConfig:
-    """A RunConfig from a YAML path (or a dict, or an existing RunConfig)."""
+_STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
+
+
+def _override_path(expr: str, path: str) -> list[str | int]:
+    """``strategies[1].params.top_k`` -> ``["strategies", 1, "params", "top_k"]``."""
+    steps: list[str | int] = []
+    for part in path.split("."):
+        match = _STEP.fullmatch(part)
+        if match is None:
+            raise ConfigError(
+                f"--set {expr}: bad path {path!r}; write dotted keys with list indices, "
+                "e.g. model.max_new_tokens=64 or strategies[1].params.top_k=[2,4]"
+            )
+        steps.append(match.group(1))
+        steps.extend(int(i) for i in re.findall(r"\d+", match.group(2)))
+    return steps
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``data`` (a config mapping, not modified) with each ``dotted.path=value`` set; values
+    are YAML (``64``, ``[2, 4]``, ``{device: cpu}``, ``null``), as in the file. A strategy given
+    by name (``- rag``) is expanded to ``{name: rag}`` when a path goes into it; a missing
+    mapping on the way is created. The result is validated like the file."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for expr in overrides:
+        path, sep, text = expr.partition("=")
+        if not sep or not path.strip():
+            raise ConfigError(f"--set {expr}: expected dotted.path=value")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {expr}: invalid YAML value: {exc}") from None
+        steps = _override_path(expr, path.strip())
+        node: Any = data
+        for i, step in enumerate(steps):
+            last = i == len(steps) - 1
+            where = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps[:i])
+            where = where.lstrip(".") or "the config"
+            if isinstance(step, int):
+                if not isinstance(node, list) or not -len(node) <= step < len(node):
+                    size = len(node) if isinstance(node, list) else 0
+                    raise ConfigError(
+                        f"--set {expr}: {where} has no item [{step}] (valid: 0..{size - 1})"
+                    )
+            elif not isinstance(node, dict):
+                raise ConfigError(f"--set {expr}: {where} is not a mapping")
+            if last:
+                node[step] = value
+                break
+            child = node[step] if isinstance(step, int) else node.get(step)
+            if isinstance(child, str) and where == "strategies":  # `- rag` short for {name: rag}
+                child = {"name": child}
+            if child is None:
+                child = {}
+            node[step] = child
+            node = child
+    return data
+
+
+def load_config(
+    path: str | os.PathLike | RunConfig | dict, overrides: Sequence[str] = ()
+) -> RunConfig:
+    """A RunConfig from a YAML path (or a dict, or an existing RunConfig), with ``overrides``
+    (``dotted.path=value``, see :func:`apply_overrides`) applied before validation and kept in
+    ``cfg._overrides`` for the manifest."""
     if isinstance(path, RunConfig):
-        return path
+        if not overrides:
+            return path
+        cfg = parse_config(apply_overrides(path.model_dump(mode="json"), overrides))
+        cfg._source_dir = path._source_dir
+        cfg._overrides = [*path._overrides, *overrides]
+        return cfg
     if isinstance(path, dict):
-        return parse_config(path)
+        cfg = parse_config(apply_overrides(path, overrides))
+        cfg._overrides = list(overrides)
+        return cfg
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such config file")
@@ -350,8 +434,13 @@ def load_config(path: str | os.PathLike | RunConfig | dict) -> RunConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    cfg = parse_config(data, str(path), text)
+    if overrides:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config must be a YAML mapping")
+        data = apply_overrides(data, overrides)
+    cfg = parse_config(data, str(path), None if overrides else text)
     cfg._source_dir = str(path.resolve().parent)
+    cfg._overrides = list(overrides)
     return cfg
 
 

@@ -55,9 +55,42 @@ def kernel_cli_args() -> list[str]:
     ]
 
 
+PROJECT_KERNEL = "ragbench"  # the kernelspec the notebooks name; `make setup` installs it
+_INSTALL_HINT = (
+    "`make setup` installs it, or run `python -m ipykernel install --sys-prefix --name "
+    "ragbench` with the environment's python"
+)
+
+
+class KernelNotInstalledError(ValueError):
+    """A notebook or sweep asks for a Jupyter kernel that is not installed."""
+
+
+def resolve_kernel(notebook: str | os.PathLike, kernel_name: str | None = None) -> str:
+    """The kernel a notebook executes with: ``kernel_name`` if given, else the notebook's
+    kernelspec (the project's ``ragbench`` kernel for every shipped notebook). Raises
+    :class:`KernelNotInstalledError` naming the installed kernels and how to install it, before
+    anything starts (papermill's own error is a bare ``NoSuchKernel``)."""
+    import nbformat
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if not kernel_name:
+        nb = nbformat.read(str(notebook), as_version=4)
+        kernel_name = nb.metadata.get("kernelspec", {}).get("name") or PROJECT_KERNEL
+    installed = KernelSpecManager().find_kernel_specs()
+    if kernel_name not in installed:
+        hint = _INSTALL_HINT if kernel_name == PROJECT_KERNEL else "install it or pick another"
+        raise KernelNotInstalledError(
+            f"{Path(notebook).name}: Jupyter kernel {kernel_name!r} is not installed ({hint}); "
+            f"installed: {', '.join(sorted(installed)) or 'none'}"
+        )
+    return kernel_name
+
+
 def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> Any:
     """``papermill.execute_notebook`` with :func:`kernel_config`; keyword arguments as papermill's
     (parameters, cwd, kernel_name, progress_bar, ...). Returns the executed notebook, redacted.
+    The kernel is :func:`resolve_kernel`'s: the notebook's own (``ragbench``) unless named.
 
     Every save of ``output`` is redacted (:func:`redact_notebook`), and the credentials among
     ``parameters`` are remembered (``secrets.collect``) so that a cell printing one bare (``key
@@ -66,6 +99,7 @@ def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **k
     import papermill
 
     secrets.collect(kwargs.get("parameters") or {})
+    kwargs["kernel_name"] = resolve_kernel(notebook, kwargs.get("kernel_name"))
     _register_redacting_io()
     # absolute: papermill saves while it has chdir'ed into ``cwd``
     target = _REDACTED_SCHEME + str(Path(output).resolve())

@@ -56,6 +56,17 @@ def hardware() -> dict[str, Any]:
     return hw
 
 
+def dataset_name(manifest: dict[str, Any]) -> str:
+    """How a page names a run's dataset: by the files it read (``file: niah-1k.jsonl (n=4)``,
+    ``corpus: corpus.jsonl + questions.csv (n=20)``), else by its generator's name."""
+    dataset = manifest.get("dataset") or {}
+    params = ((manifest.get("config") or {}).get("dataset") or {}).get("params") or {}
+    files = [Path(str(params[k])).name for k in ("path", "corpus", "questions") if params.get(k)]
+    name = str(dataset.get("name", "?"))
+    label = f"{name}: {' + '.join(files)}" if files else name
+    return f"{label} (n={dataset.get('n')})"
+
+
 def identity(llm) -> dict[str, Any]:
     try:
         return dict(llm.identity())

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ragbench import readable
+
 # re-exported: notebooks call report.compare(df), report.attribute(df) etc.
 from ragbench.analysis import (  # noqa: F401
     CAUSES,
@@ -27,6 +29,7 @@ from ragbench.analysis import (  # noqa: F401
 )
 from ragbench.cost import format_bytes
 from ragbench.metrics import aggregate
+from ragbench.provenance import dataset_name
 
 
 def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
@@ -132,13 +135,15 @@ def _ax(ax: Any, figsize: tuple[float, float] = (6, 4)) -> Any:
 
 
 _COST_UNITS = {
-    "dollars": "$ per query",
+    "dollars": "$ per 1,000 queries",
     "latency_seconds": "latency per query (s)",
     "resource_seconds": "device seconds per query",
     "prompt_tokens": "prompt tokens per query",
     "flops": "FLOPs per query",
     "gpu_seconds": "device seconds per query",  # tables written before resource_seconds
 }
+# dollars per query are fractions of a cent: plotted per 1,000 queries, in fixed notation
+_COST_SCALE = {"dollars": 1000.0}
 
 
 def plot_accuracy_vs_cost(
@@ -146,31 +151,37 @@ def plot_accuracy_vs_cost(
 ) -> Any:
     """Scatter of accuracy (with CI bars) against mean cost per query; the Pareto front is drawn.
     An ``oracle router`` row (``analysis.router_headroom``) is drawn as a star and left out of
-    the front: no real router reaches it, it marks the headroom."""
-    ax = _ax(ax)
+    the front: no real router reaches it, it marks the headroom. Variants at the same point are
+    drawn with different markers and sizes, and the legend says which coincide."""
+    ax = _ax(ax, figsize=(8, 4))
+    scale = _COST_SCALE.get(cost, 1.0)
     oracle = table["label"] == ORACLE_LABEL
-    for _, row in table.iterrows():
+    points = {
+        str(row["label"]): (round(row[cost] * scale, 12), round(row[metric], 12))
+        for _, row in table.iterrows()
+    }
+    labels = readable.coincide_labels(points)
+    for i, (_, row) in enumerate(table.iterrows()):
         yerr = [[row[metric] - row["ci_low"]], [row["ci_high"] - row[metric]]]
-        fmt, size = ("*", 12) if row["label"] == ORACLE_LABEL else ("o", 6)
+        style = readable.series_style(i)
+        if row["label"] == ORACLE_LABEL:
+            style = {"marker": "*", "ms": 14}
         ax.errorbar(
-            row[cost], row[metric], yerr=yerr, fmt=fmt, ms=size, capsize=3, label=row["label"]
-        )
+            row[cost] * scale, row[metric], yerr=yerr, fmt=style["marker"], ms=style["ms"],
+            capsize=3, label=labels[str(row["label"])], alpha=0.85,
+        )  # fmt: skip
     front = pareto_front(table[~oracle], cost, metric)
     if len(front) > 1:
-        ax.plot(front[cost], front[metric], "k--", lw=1, label="Pareto front")
+        ax.plot(front[cost] * scale, front[metric], "k--", lw=1, label="Pareto front")
     if cost in ("flops", "dollars") and (table[cost] > 0).all():
-        from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
-
         ax.set_xscale("log")
-        # costs often span less than a decade: label 1-2-5 steps, not only powers of ten
-        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        readable.log_axis(ax.xaxis, list(table[cost] * scale))
     ax.set_xlabel(_COST_UNITS.get(cost, cost))
-    ax.set_ylabel(f"{metric} (mean, 95% CI)")
+    ax.set_ylabel(readable.metric_label(metric) + " (95% CI)")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"Accuracy vs cost per query ({cost})")
-    ax.legend(fontsize=8, loc="best")
+    readable.percent_axis(ax.yaxis)
+    ax.set_title("Accuracy vs cost per query")
+    readable.legend_beside(ax)
     ax.grid(alpha=0.3)
     return ax
 
@@ -178,6 +189,8 @@ def plot_accuracy_vs_cost(
 def plot_compare(table: Any, ax: Any = None) -> Any:
     """Paired differences from ``compare`` (one row per pair): the mean difference a - b with
     its CI; significant pairs (after adjustment) filled, the others hollow; 0 marked."""
+    from matplotlib.ticker import PercentFormatter
+
     metric = table.attrs.get("metric", "metric")
     level = table.attrs.get("level", 0.05)
     ax = _ax(ax, figsize=(9, 0.7 * len(table) + 1.5))
@@ -191,7 +204,11 @@ def plot_compare(table: Any, ax: Any = None) -> Any:
     # two lines per pair: variant labels are long ("rag k=4 embedder=hash chunk=128 ...")
     ax.set_yticks(ys, [f"{row.a}\nminus {row.b}" for row in table.itertuples(index=False)])
     ax.tick_params(axis="y", labelsize=8)
-    ax.set_xlabel(f"difference in mean {metric} (a - b), {100 * (1 - level):g}% paired CI")
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    name = readable.metric_label(metric, what="").rstrip(", ")
+    ax.set_xlabel(
+        f"difference in {name} (a - b, percentage points), {100 * (1 - level):g}% paired CI"
+    )
     ax.set_title("Paired comparison (filled: significant)")
     ax.grid(alpha=0.3, axis="x")
     return ax
@@ -208,6 +225,18 @@ _CAUSE_COLORS = {
 }
 
 
+def _lines(ax: Any, series: dict[str, Any], x: str, y: str) -> None:
+    """One line per labelled group, each with its own marker and size, the legend naming the
+    series an identical one hides (``rag k=3 (= long_context)``)."""
+    points = {
+        label: tuple(zip(g[x].round(12), g[y].round(12), strict=True))
+        for label, g in series.items()
+    }
+    labels = readable.coincide_labels(points)
+    for i, (label, group) in enumerate(series.items()):
+        ax.plot(group[x], group[y], label=labels[label], alpha=0.85, **readable.series_style(i))
+
+
 def plot_failure_attribution(records: Any) -> Any:
     """Where the misses come from (``attribute``'s per-record table): left, each variant's
     share of queries lost to each cause (bar length = miss rate); right, the miss rate against
@@ -218,7 +247,7 @@ def plot_failure_attribution(records: Any) -> Any:
     table = attribution_table(records)
     depth_known = records["evidence_depth"].notna().any()
     fig, axes = plt.subplots(
-        1, 2 if depth_known else 1, figsize=(12 if depth_known else 7, 0.45 * len(table) + 2.5),
+        1, 2 if depth_known else 1, figsize=(13 if depth_known else 8, 0.45 * len(table) + 2.5),
         squeeze=False, layout="constrained",
     )  # fmt: skip
     ax = axes[0][0]
@@ -233,10 +262,10 @@ def plot_failure_attribution(records: Any) -> Any:
         left = [a + b for a, b in zip(left, share, strict=True)]
     ax.set_yticks(ys, table["label"].tolist())
     ax.set_xlim(0, 1)
-    ax.set_xlabel("share of queries answered wrong, by cause")
+    readable.percent_axis(ax.xaxis)
+    ax.set_xlabel("queries answered wrong, by cause (% of queries)")
     ax.set_title("Where the misses come from")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower right")
+    readable.legend_beside(ax)
     ax.grid(alpha=0.3, axis="x")
     if depth_known:
         ax = axes[0][1]
@@ -245,12 +274,16 @@ def plot_failure_attribution(records: Any) -> Any:
         if depth.nunique() > 10:  # measured depths (RULER) are all different: 10% bins
             depth = (depth // 10).clip(upper=9) * 10 + 5
         rates = ok.assign(miss=~ok["correct"], depth=depth).groupby(["label", "depth"], sort=False)
-        for label, group in rates["miss"].mean().reset_index().groupby("label", sort=False):
-            group = group.sort_values("depth")
-            ax.plot(group["depth"], group["miss"], marker="o", label=label)
-        ax.set(xlabel="evidence depth in the context (%)", ylabel="miss rate", ylim=(-0.05, 1.05))
+        series = {
+            str(label): group.sort_values("depth")
+            for label, group in rates["miss"].mean().reset_index().groupby("label", sort=False)
+        }
+        _lines(ax, series, "depth", "miss")
+        ax.set(xlabel="evidence depth in the context (%)", ylabel="miss rate (% of queries)",
+               ylim=(-0.05, 1.05))  # fmt: skip
+        readable.percent_axis(ax.yaxis)
         ax.set_title("Misses by evidence depth")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the lines
+        readable.legend_beside(ax)
         ax.grid(alpha=0.3)
     return fig
 
@@ -258,17 +291,20 @@ def plot_failure_attribution(records: Any) -> Any:
 def plot_metric_by(
     df: Any, x: str, metric: str = "string_match_all", ax: Any = None, xlabel: str | None = None
 ) -> Any:
-    """Mean metric against a numeric column (context length, gold position...) per variant."""
-    ax = _ax(ax)
+    """Mean metric against a numeric column (context length, needle depth, gold position...)
+    per variant, with a tick at each tested value; tied variants stay visible and the legend
+    says which coincide."""
+    ax = _ax(ax, figsize=(8, 4))
     df = with_labels(df)
     means = df.groupby(["label", x])[metric].mean().reset_index()
-    for label, group in means.groupby("label", sort=False):
-        group = group.sort_values(x)
-        ax.plot(group[x], group[metric], marker="o", label=label)
-    ax.set_xlabel(xlabel or x)
-    ax.set_ylabel(f"{metric} (mean)")
+    series = {str(k): g.sort_values(x) for k, g in means.groupby("label", sort=False)}
+    _lines(ax, series, x, metric)
+    readable.count_axis_at(ax.xaxis, means[x].unique())
+    ax.set_xlabel(xlabel or x.replace("_", " "))
+    ax.set_ylabel(readable.metric_label(metric))
     ax.set_ylim(-0.05, 1.05)
-    ax.legend(fontsize=8)
+    readable.percent_axis(ax.yaxis)
+    readable.legend_beside(ax)
     ax.grid(alpha=0.3)
     return ax
 
@@ -280,34 +316,39 @@ def plot_retrieval_tuning(tuning: Any, metric: str = "string_match_all") -> Any:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
-    for (retriever, chunk_size), group in tuning.reset_index().groupby(["retriever", "chunk_size"]):
-        label = f"{retriever}, {chunk_size} tok"
-        axes[0].plot(group["top_k"], group["gold_hit"], marker="o", label=label)
-        axes[1].plot(group["top_k"], group[metric], marker="o", label=label)
-    axes[0].set(ylabel="gold chunk retrieved (recall@k)", title="Retrieval")
-    axes[1].set(ylabel=f"{metric} (mean)", title="Downstream accuracy")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
+    groups = tuning.reset_index().groupby(["retriever", "chunk_size"])
+    series = {f"{retriever}, {chunk} tok": g for (retriever, chunk), g in groups}
+    _lines(axes[0], series, "top_k", "gold_hit")
+    _lines(axes[1], series, "top_k", metric)
+    axes[0].set(ylabel="gold chunk retrieved (recall@k, % of queries)", title="Retrieval")
+    axes[1].set(ylabel=readable.metric_label(metric), title="Downstream accuracy")
     for ax in axes:
         ax.set(xlabel="k (chunks retrieved)", ylim=(-0.05, 1.05))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is a count
+        readable.percent_axis(ax.yaxis)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=8, loc="best")
+    readable.legend_beside(axes[1])  # both axes hold the same series: one legend, beside
     return fig
 
 
 def plot_kv_cache(kv: Any, gpu_memory_gib: float | None = None, ax: Any = None) -> Any:
     """KV-cache GiB per sequence against context length per model (``planning.kv_cache_table``),
     log-log, with one GPU's memory as a dashed line."""
-    ax = _ax(ax)
-    for name, group in kv.groupby("model", sort=False):
-        ax.loglog(group["context_tokens"], group["kv_gib"], marker="o", label=name)
+    ax = _ax(ax, figsize=(8, 4))
+    for i, (name, group) in enumerate(kv.groupby("model", sort=False)):
+        ax.loglog(group["context_tokens"], group["kv_gib"], label=name, **readable.series_style(i))
+    values = list(kv["kv_gib"])
     if gpu_memory_gib:
         ax.axhline(
             gpu_memory_gib, color="k", ls="--", lw=1, label=f"GPU memory ({gpu_memory_gib:g} GiB)"
         )
+        values.append(gpu_memory_gib)
+    readable.count_axis_at(ax.xaxis, kv["context_tokens"].unique())
+    readable.log_axis(ax.yaxis, values)
     ax.set(xlabel="context length (tokens)", ylabel="KV cache per sequence (GiB)")
     ax.set_title("KV-cache memory")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside: never on a line
+    readable.legend_beside(ax)  # beside: never on a line
     ax.grid(alpha=0.3, which="both")
     return ax
 
@@ -319,9 +360,7 @@ def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any
     Where the prefix-cache curve crosses a RAG line is that variant's break-even. A prefix
     shorter than the sheet's minimum cacheable prompt is never cached: both long-context curves
     then coincide, and the legend says so."""
-    from matplotlib.ticker import FuncFormatter
-
-    ax = _ax(ax)
+    ax = _ax(ax, figsize=(8, 4))
     sheets = list(dict.fromkeys(curve["sheet"]))
     if not sheets:
         raise ValueError("empty break-even curve: the run has no successful long_context/rag rows")
@@ -332,49 +371,45 @@ def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any
         raise unknown("sheet", sheet, sheets)
     rows = curve[curve["sheet"] == sheet]
     drawn: dict[tuple[float, ...], str] = {}
-    for series, part in rows.groupby("series", sort=False):
+    for i, (series, part) in enumerate(rows.groupby("series", sort=False)):
         rag = not str(series).startswith("long context")
         y = tuple(part["dollars_per_query"] * 1000)
         label = str(series)
         if y in drawn:  # a curve exactly under another one: say so, or it looks missing
             label += f" (= {drawn[y]})"
         drawn.setdefault(y, str(series))
+        style = readable.series_style(i)
         ax.semilogx(
-            part["questions_per_document"], y, label=label,
-            ls="--" if rag else "-", marker=None if rag else "o", lw=1 if rag else 1.8,
+            part["questions_per_document"], y, label=label, ls="--" if rag else "-",
+            marker=None if rag else style["marker"], ms=style["ms"] - 3, lw=1 if rag else 1.8,
         )  # fmt: skip
-    # counts: 1, 10, 100 (not 10^k, not 1.0)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    readable.log_axis(ax.xaxis, list(rows["questions_per_document"]))  # counts: 1, 10, 100
     ax.set(xlabel="questions per document", ylabel="$ per 1,000 queries",
            title=f"Break-even with prefix caching ({sheet})")  # fmt: skip
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
+    readable.legend_beside(ax)
     ax.grid(alpha=0.3)
     return ax
 
 
 def plot_prefix_caching(caching: Any, rag_dollars: float | None = None, ax: Any = None) -> Any:
-    """$ per question against questions per document, long context with and without a prefix
-    cache (``planning.prefix_caching_table``), and RAG's $ per question as a dashed line."""
-    ax = _ax(ax)
+    """$ per 1,000 questions against questions per document, long context with and without a
+    prefix cache (``planning.prefix_caching_table``), and RAG's cost as a dashed line;
+    ``rag_dollars`` is RAG's $ per question."""
+    ax = _ax(ax, figsize=(8, 4))
     q = caching["questions_per_document"]
-    ax.semilogx(
-        q, caching["dollars_per_question_no_cache"], marker="o", label="long context, no cache"
-    )
-    ax.semilogx(
-        q,
-        caching["dollars_per_question_prefix_cache"],
-        marker="o",
-        label="long context, prefix cache",
-    )
+    for i, (column, label) in enumerate(
+        [("dollars_per_question_no_cache", "long context, no cache"),
+         ("dollars_per_question_prefix_cache", "long context, prefix cache")]
+    ):  # fmt: skip
+        ax.semilogx(q, caching[column] * 1000, label=label, **readable.series_style(i))
     if rag_dollars is not None:
-        ax.axhline(rag_dollars, color="k", ls="--", lw=1, label="RAG")
-    from matplotlib.ticker import ScalarFormatter
-
-    ax.xaxis.set_major_formatter(ScalarFormatter())  # counts: 1, 10, 100 rather than 10^k
-    ax.set(xlabel="questions per document", ylabel="$ per question", title="Prefix caching")
+        ax.axhline(rag_dollars * 1000, color="k", ls="--", lw=1, label="RAG")
+    readable.count_axis_at(ax.xaxis, q.unique())  # counts: 1, 10, 100 rather than 10^k
+    ax.set(xlabel="questions per document", ylabel="$ per 1,000 questions",
+           title="Prefix caching")  # fmt: skip
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # beside: never on a curve
+    readable.legend_beside(ax)  # beside: never on a curve
     ax.grid(alpha=0.3)
     return ax
 
@@ -415,13 +450,21 @@ def plot_heatmaps(
     for ax, label in zip(axes[0], labels, strict=True):
         grid = heatmap_table(df, label, metric, rows, cols)
         image = ax.imshow(grid.to_numpy(), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-        ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
-        ax.set_yticks(range(grid.shape[0]), [f"{r:g}" for r in grid.index])
+        ax.set_xticks(range(grid.shape[1]), [readable.compact_number(c) for c in grid.columns])
+        ax.set_yticks(range(grid.shape[0]), _depth_ticks(list(grid.index)))
         ax.set_xlabel("context length (tokens)" if cols == "context_length" else cols)
         ax.set_ylabel("needle depth (%)" if rows == "depth_percent" else rows)
         ax.set_title(label)
-    fig.colorbar(image, ax=list(axes[0]), label=f"{metric} (mean)")
+    bar = fig.colorbar(image, ax=list(axes[0]), label=readable.metric_label(metric))
+    readable.percent_axis(bar.ax.yaxis)
     return fig
+
+
+def _depth_ticks(depths: list[float]) -> list[str]:
+    """Depth tick labels as the grid asked for them: whole percents (a sigmoid grid's
+    15.887 reads ``16``), one decimal only where whole percents would repeat."""
+    whole = [f"{d:.0f}" for d in depths]
+    return whole if len(set(whole)) == len(whole) else [f"{d:.1f}" for d in depths]
 
 
 def _short_hash(value: Any) -> Any:
@@ -430,6 +473,29 @@ def _short_hash(value: Any) -> Any:
         head, _, digest = value.rpartition(":")
         return f"{head}:{digest[:16]}"
     return value
+
+
+def _with_unit(key: str, value: Any) -> tuple[str, Any]:
+    """A provenance fact as a reader takes it: bytes as GiB (``hardware memory``, not
+    ``memory_bytes``), the fake model's simulated throughput in tokens/s, lists comma-joined,
+    long hashes shortened."""
+    if key.endswith("_bytes") and isinstance(value, int | float):
+        return key.removesuffix("_bytes"), format_bytes(value) if value else value
+    if key == "model throughput" and isinstance(value, list | tuple) and len(value) == 2:
+        return (
+            "model simulated throughput",
+            f"prefill {value[0]:g} tok/s, decode {value[1]:g} tok/s",
+        )
+    if isinstance(value, list | tuple):
+        return key, ", ".join(str(v) for v in value)
+    return key, _short_hash(value)
+
+
+def formatted(table: Any, rates: Sequence[str] = ()) -> Any:
+    """``table`` formatted for reading (a ``Styler``; the numbers stay in ``.data``): $ per
+    1,000 queries in fixed notation, rates as percentages, counts as integers. See
+    ``ragbench.readable.readable_table``."""
+    return readable.readable_table(table, rates)
 
 
 def provenance(run_dir: str | Path) -> Any:
@@ -445,19 +511,29 @@ def provenance(run_dir: str | Path) -> Any:
     facts: dict[str, Any] = {
         "run": Path(run_dir).name,
         "config hash": manifest.get("config_hash", "")[:16],
-        "dataset": f"{manifest['dataset']['name']} (n={manifest['dataset']['n']})",
+        "dataset": dataset_name(manifest),
         "dataset fingerprint": manifest["dataset"]["fingerprint"][:16],
         # one row per model, hardware and version fact: joined they were cut by pandas' display
-        **{f"model {k}": _short_hash(v) for k, v in model.items() if k != "path"},
+        **{f"model {k}": v for k, v in model.items() if k != "path"},
         "records": f"{manifest.get('records')} ({manifest.get('errors')} errors, "
         f"{manifest.get('resumed_records')} reused)",
         "git commit": (manifest.get("git_commit") or "")[:12],
-        **{
-            f"hardware {k}": format_bytes(v) if k.endswith("bytes") and v else v
-            for k, v in hardware.items()
-        },
+        **{f"hardware {k}": v for k, v in hardware.items()},
         **{f"version {k}": v for k, v in versions.items() if v},
         "started": manifest.get("started_at", ""),
         "finished": manifest.get("finished_at", ""),
     }
+    facts = dict(_with_unit(k, v) for k, v in facts.items())
     return pd.Series({k: str(v) for k, v in facts.items()}, name="provenance").to_frame()
+
+
+def predictions(df: Any, width: int = 60) -> Any:
+    """``df`` with its ``prediction`` column cut to ``width`` characters from the end, where
+    the answer is: small models restate the question first ("The special magic number
+    mentioned in the text is 7463343."), and a table cut from the start shows only that."""
+    out = df.copy()
+    out["prediction"] = [
+        text if not isinstance(text, str) or len(text) <= width else "…" + text[-(width - 1) :]
+        for text in (t.strip() if isinstance(t, str) else t for t in out["prediction"])
+    ]
+    return out

@@ -18,8 +18,23 @@ def register(app) -> None:
         dry_run: bool = typer.Option(
             False, "--dry-run", help="count tokens and dollars per strategy; load no model"
         ),
+        set_: list[str] = typer.Option(  # noqa: B008 (typer reads defaults at definition)
+            [],
+            "--set",
+            metavar="PATH=VALUE",
+            help="override a config value (repeatable), YAML-parsed and validated like the "
+            "file: --set model.max_new_tokens=64 --set strategies[1].params.top_k=[2,4]",
+        ),  # fmt: skip
+        limit: int | None = typer.Option(
+            None, min=1, help="only the first N examples (dataset.limit)"
+        ),
+        threads: int | None = typer.Option(
+            None, min=1, help="torch CPU threads (model.threads); 1-2 on a busy machine"
+        ),
     ) -> None:
-        """Run an experiment config (resumable): results.parquet + manifest.json."""
+        """Run an experiment config (resumable): results.parquet + manifest.json.
+
+        Overrides (--set, --limit, --threads) are recorded in the manifest."""
         from ragbench.config import load_config
         from ragbench.io import user_errors
         from ragbench.locks import LockHeldError
@@ -29,7 +44,10 @@ def register(app) -> None:
         with user_errors(
             LockHeldError
         ):  # ConfigError, DatasetError: ValueErrors naming file, line, field
-            cfg = load_config(config)
+            overrides = list(set_)
+            overrides += [f"dataset.limit={limit}"] if limit else []
+            overrides += [f"model.threads={threads}"] if threads else []
+            cfg = load_config(config, overrides)
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
             if dry_run:

@@ -108,6 +108,10 @@ def _load_llm(cfg: RunConfig):
         from ragbench.assets import cache_dir
 
         cache = cache_dir() / "completions.sqlite"
+    if m.threads:
+        from ragbench.llm.hf_load import set_threads
+
+        set_threads(m.threads)
     return load_llm(m.backend, cache=cache, model=m.name, **m.params)
 
 
@@ -545,6 +549,8 @@ def _write_manifest(
     }
     if judge is not None:
         manifest["judge"] = judge
+    if cfg._overrides:  # `ragbench run --set ...`: what the file alone does not say
+        manifest["overrides"] = [secrets.redact_text(o) for o in cfg._overrides]
     if records is not None:
         manifest["records"] = len(records)
         manifest["errors"] = int(records["error"].notna().sum())

@@ -48,7 +48,12 @@ from typing import Any, Literal
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text, dumps_canonical
-from ragbench.kernels import init_worker, reap_children_on_signals
+from ragbench.kernels import (
+    KernelNotInstalledError,
+    init_worker,
+    reap_children_on_signals,
+    resolve_kernel,
+)
 from ragbench.registry import did_you_mean
 from ragbench.sweep_point import FAILED, execute_point, is_done, mtime_ns, recorded
 from ragbench.sweep_spec import (
@@ -132,6 +137,10 @@ def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[dict[str, A
     names = list(dict.fromkeys([*spec.parameters, *spec.grid]))
     values = [*spec.parameters.items(), *((n, v) for n in spec.grid for v in spec.grid[n])]
     declared = check_parameters(notebook, names, str(spec_path), values)
+    try:  # a missing kernel fails the sweep once, before any point, not every point
+        kernel = resolve_kernel(notebook, spec.kernel)
+    except KernelNotInstalledError as exc:
+        raise SweepSpecError(f"{spec_path}: {exc}") from None
     inject_output = spec.output_param in declared
     varying = [n for n in spec.grid if len(spec.grid[n]) > 1] or list(spec.grid)
     jobs = []
@@ -149,7 +158,7 @@ def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[dict[str, A
                 "notebook": str(notebook),
                 "point_dir": str(point_dir),
                 "output_notebook": str(point_dir / f"{notebook.stem}__{pid}.ipynb"),
-                "kernel": spec.kernel,
+                "kernel": kernel,
                 "cwd": str(notebook.parent),
             }
         )

@@ -38,6 +38,8 @@ _SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
     "float": (int, float),
     "str": (str,),
     "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
 }
 
 
@@ -71,7 +73,9 @@ class SweepSpec(BaseModel):
     # glob, inside a point's folder, of the tables it writes; ragbench.runner writes
     # <output_dir>/<name>-<hash>/results.parquet
     results: str = "**/results.parquet"
-    kernel: str = "python3"  # "python3" resolves to the interpreter running the sweep
+    # Jupyter kernel; default: the notebook's kernelspec (the project's ``ragbench`` kernel,
+    # which ``make setup`` installs). "python3" is whatever interpreter Jupyter finds first.
+    kernel: str | None = None
 
 
 def load_spec(path: str | os.PathLike) -> SweepSpec:
@@ -146,7 +150,8 @@ def point_id(params: dict[str, Any], varying: Sequence[str] | None = None) -> st
         for n in names
         if n in params
     ]
-    slug = re.sub(r"[^A-Za-z0-9=.,+_-]+", "-", "_".join(parts)).strip("-")[:80]
+    # "top_k=4,retriever=dense": comma-separated, as a reader would write the point
+    slug = re.sub(r"[^A-Za-z0-9=.,+_-]+", "-", ",".join(parts)).strip("-")[:80]
     return f"{slug}-{digest}" if slug else digest
 
 
@@ -167,7 +172,12 @@ def _slug_safe(name: str, value: Any) -> Any:
 
 
 def _slug_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    """A value as the id shows it: strings bare, lists ``64+128``, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return "+".join(_slug_value(v) for v in value)
+    return json.dumps(value, sort_keys=True)
 
 
 def check_parameters(
@@ -190,10 +200,10 @@ def check_parameters(
         bad_bool = isinstance(value, bool) and expected is not None and bool not in expected
         if expected and (not isinstance(value, expected) or bad_bool):
             shown = secrets.redact({name: value})[name]
-            problems.append(
-                f"{where}: parameter {name!r} is declared "
-                f"{declared[name]['inferred_type_name']}, got {shown!r}"
-            )
+            kind = declared[name]["inferred_type_name"]
+            # a grid over a list parameter lists lists: `chunk_sizes: [[64], [128]]`
+            hint = f" (a grid over a {kind} parameter lists {kind}s)" if kind == "list" else ""
+            problems.append(f"{where}: parameter {name!r} is declared {kind}, got {shown!r}{hint}")
     if problems:
         raise SweepSpecError("\n".join(problems))
     return declared

@@ -140,7 +140,7 @@ def test_plot_compare_marks_zero_and_pairs():
         "rag\nminus closed_book",
         "long_context\nminus closed_book",
     ]
-    assert "difference in mean string_match_all" in ax.get_xlabel()
+    assert "difference in needle found (string match)" in ax.get_xlabel()
 
 
 # ---------------------------------------------------------------------------- attribution

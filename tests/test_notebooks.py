@@ -76,6 +76,28 @@ def test_parameters_cell_is_the_typed_documented_interface(name):
     assert all(not c.get("outputs") for c in code), "commit notebooks without outputs"
 
 
+FIGURE_CHECK = "figures checked:"
+
+
+def _with_figure_check(notebook: Path, folder: Path) -> Path:
+    """A copy of ``notebook`` that keeps its figures open and, in a last cell, runs
+    ``readable.figure_problems`` over every one of them (overlapping tick labels, a legend on
+    data), on the data the notebook itself plotted."""
+    nb = nbformat.read(notebook, as_version=4)
+    keep = nbformat.v4.new_code_cell("%config InlineBackend.close_figures = False")
+    check = nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\n"
+        "from ragbench.readable import figure_problems\n"
+        "problems = [p for n in plt.get_fignums() for p in figure_problems(plt.figure(n))]\n"
+        f"print('{FIGURE_CHECK}', len(plt.get_fignums()), 'problems:', problems)"
+    )
+    nb.cells = [keep, *nb.cells, check]
+    copy = folder / "with-check" / notebook.name
+    copy.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, copy)
+    return copy
+
+
 class _Executed(dict):
     """name -> executed notebook, run the first time a test asks for it (selecting one
     notebook's tests with -k executes that notebook only)."""
@@ -92,8 +114,8 @@ class _Executed(dict):
         if name == "05_your_documents":
             params["docs"] = str(build_folder(self.folder / "docs"))
         execute_notebook(
-            NOTEBOOKS / f"{name}.ipynb", target, parameters=params,
-            cwd=str(NOTEBOOKS.parent), progress_bar=False, kernel_name="python3",
+            _with_figure_check(NOTEBOOKS / f"{name}.ipynb", self.folder), target, parameters=params,
+            cwd=str(NOTEBOOKS.parent), progress_bar=False, kernel_name="ragbench",
         )  # fmt: skip
         self[name] = target
         return target
@@ -122,22 +144,29 @@ def test_notebook_executes_and_draws(executed, name):
     assert images and all(img.startswith(b"\x89PNG") for img in images)
     text = executed[name].read_text(encoding="utf-8")
     assert '"output_type": "error"' not in text
+    [check] = [line for line in _text_outputs(executed[name]).splitlines() if FIGURE_CHECK in line]
+    assert check == f"{FIGURE_CHECK} {len(images)} problems: []", check  # every figure readable
 
 
 @pytest.mark.slow
 def test_quickstart_reports_accuracy_cost_and_provenance(executed):
     nb = nbformat.read(executed["00_quickstart"], as_version=4)
-    text = "\n".join(
-        o.get("data", {}).get("text/plain", "") for c in nb.cells for o in c.get("outputs", [])
+    text = "\n".join(  # tables are shown formatted: HTML (a pandas Styler)
+        o.get("data", {}).get("text/plain", "") + o.get("data", {}).get("text/html", "")
+        for c in nb.cells
+        for o in c.get("outputs", [])
     )
-    for needle in ("long_context", "rag k=3", "string_match_all", "dollars", "config hash"):
+    for needle in ("long_context", "rag k=3", "string_match_all", "$ / 1k queries", "config hash"):
         assert needle in text
+    assert "e-0" not in text.split("config hash")[0]  # no dollars in scientific notation
 
 
 def _text_outputs(path: Path) -> str:
     nb = nbformat.read(path, as_version=4)
     return "\n".join(
-        o.get("text", "") + o.get("data", {}).get("text/plain", "")
+        o.get("text", "")
+        + o.get("data", {}).get("text/plain", "")
+        + o.get("data", {}).get("text/html", "")
         for c in nb.cells
         for o in c.get("outputs", [])
     )

@@ -44,7 +44,7 @@ def rendered(tmp_path_factory):
             str(FIXTURE),
             str(executed),
             parameters={"n_points": 8, "output_dir": str(folder / "results")},
-            kernel_name="python3",
+            kernel_name="ragbench",
             progress_bar=False,
             cwd=str(repo_root() or folder),
         )

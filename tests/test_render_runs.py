@@ -74,7 +74,7 @@ def executed(tmp_path_factory):
     target = folder / "two_runs_run.ipynb"
     papermill.execute_notebook(
         str(source), str(target), parameters={"output_dir": str(results)},
-        kernel_name="python3", progress_bar=False, cwd=str(repo_root() or folder),
+        kernel_name="ragbench", progress_bar=False, cwd=str(repo_root() or folder),
     )  # fmt: skip
     runs = {p.parent.name: _manifest(p.parent) for p in results.glob("[fs]*/manifest.json")}
     return {"folder": folder, "results": results, "notebook": target, "runs": runs}

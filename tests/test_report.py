@@ -60,7 +60,7 @@ def test_heatmap_table_and_plots_have_labels():
     fig = report.plot_heatmaps(df, ["long_context", "rag k=2"])
     assert [ax.get_xlabel() for ax in fig.axes[:2]] == ["context length (tokens)"] * 2
     ax = report.plot_accuracy_vs_cost(report.summary(df))
-    assert ax.get_xlabel() == "$ per query" and ax.get_legend() is not None
+    assert ax.get_xlabel() == "$ per 1,000 queries" and ax.get_legend() is not None
 
 
 def test_cost_axis_labels_more_than_one_tick_within_a_decade():
@@ -109,7 +109,8 @@ def test_provenance_has_one_row_per_fact_and_nothing_cut(tmp_path):
     table = report.provenance(tmp_path)["provenance"]
     assert table["model weights"] == "files-sha256:" + "c" * 16
     assert table["version transformers"] == "5.24.0" and "version faiss-cpu" not in table
-    assert table["hardware memory_bytes"] == "25.0 GiB"
+    assert table["hardware memory"] == "25.0 GiB"  # the unit in the value, not the key
+    assert table["dataset"] == "niah (n=6)"
     longest = table.str.len().max()
     assert longest <= pd.get_option("display.max_colwidth"), table  # shown whole, never cut
 
@@ -170,3 +171,131 @@ def test_plot_break_even_draws_each_series_of_one_sheet(tmp_path):
     assert len(set(rag.get_ydata())) == 1  # RAG pays full price for every question
     with pytest.raises(ValueError, match="did you mean"):
         report.plot_break_even(curve, sheet="openai-gpt-4.2")
+
+
+# ------------------------------------------------------------------ every figure is readable
+
+
+def test_the_overlap_check_catches_overlapping_ticks_and_a_legend_on_data():
+    import matplotlib.pyplot as plt
+
+    from ragbench.readable import figure_problems
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot(range(40), range(40), label="a line through the legend")
+    ax.set_xticks(range(40), [f"label {i}" for i in range(40)])
+    ax.legend(loc="center")
+    problems = figure_problems(fig)
+    assert any("x tick labels" in p and "overlap" in p for p in problems), problems
+    assert any("legend covers data" in p for p in problems), problems
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([0, 1], [0, 1], label="a")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    assert figure_problems(fig) == []
+
+
+def _results(cost_scale: float, tie: bool) -> pd.DataFrame:
+    df = _df()
+    df["dollars"] *= cost_scale
+    if tie:  # RAG scores exactly like long context: one series would hide the other
+        rag = df["strategy"] == "rag"
+        df.loc[rag, "string_match_all"] = df.loc[df["strategy"] == "long_context",
+                                                  "string_match_all"].to_numpy()  # fmt: skip
+    return df
+
+
+def _figures(cost_scale: float, tie: bool, lengths: list[int]):
+    """(name, figure) for every plot function in ragbench.report, on one data shape."""
+    from ragbench import analysis, planning
+
+    df = _results(cost_scale, tie)
+    table = report.summary(df)
+    yield "plot_accuracy_vs_cost", report.plot_accuracy_vs_cost(table).figure
+    yield "plot_compare", report.plot_compare(analysis.compare(df)).figure
+    records = analysis.attribute(df).assign(evidence_depth=lambda d: d["example_id"].map(
+        lambda i: float(i.split("-D")[1])))  # fmt: skip
+    yield "plot_failure_attribution", report.plot_failure_attribution(records)
+    yield "plot_metric_by", report.plot_metric_by(df, "context_length").figure
+    tuning = pd.DataFrame([
+        {"retriever": r, "chunk_size": c, "top_k": k, "gold_hit": min(k / 3, 1.0),
+         "string_match_all": 0.5}
+        for r in ("dense", "bm25", "hybrid") for c in (64, 128, 256) for k in (1, 3, 5)
+    ]).groupby(["retriever", "chunk_size", "top_k"]).mean()  # fmt: skip
+    yield "plot_retrieval_tuning", report.plot_retrieval_tuning(tuning)
+    models = ["smollm2-135m-instruct", "qwen2.5-7b-instruct", "llama-3.1-8b-instruct"]
+    yield (
+        "plot_kv_cache",
+        report.plot_kv_cache(planning.kv_cache_table(models, lengths), 80.0).figure,
+    )
+    caching = planning.prefix_caching_table(
+        "example-hosted-api", 100_000, 30, 32, [1, 2, 5, 10, 50, 100]
+    )
+    yield "plot_prefix_caching", report.plot_prefix_caching(caching, 0.002).figure
+    planned = pd.DataFrame([
+        {"strategy": "long_context", "prompt_tokens": 100_030, "completion_tokens": 32},
+        {"strategy": "rag", "prompt_tokens": 1500, "completion_tokens": 32},
+    ])  # fmt: skip
+    sheets = ["example-hosted-api", "openai-gpt-4.1", "anthropic-claude-sonnet-4-5"]
+    _, curve = planning.prefix_cache_break_even(planned, sheets, prefix_tokens=100_000)
+    yield "plot_break_even", report.plot_break_even(curve, sheet=sheets[-1]).figure
+    yield "plot_heatmaps", report.plot_heatmaps(df)
+
+
+SHAPES = {
+    "costs within a decade, ties": (1e-4, True, [1024, 8192]),
+    "costs over four decades": (1e-2, False, [1024, 8192, 32768, 131072]),
+    "tiny costs, many lengths": (1e-7, True, [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_report_figure_has_readable_ticks_and_a_legend_off_the_data(shape):
+    import matplotlib.pyplot as plt
+
+    from ragbench.readable import figure_problems
+
+    drawn = []
+    for name, fig in _figures(*SHAPES[shape]):
+        assert figure_problems(fig) == [], name
+        drawn.append(name)
+        plt.close(fig)
+    plots = sorted(n for n in dir(report) if n.startswith("plot_"))
+    assert sorted(drawn) == plots, "a plot function in ragbench.report is not checked here"
+
+
+def test_tied_series_stay_visible_and_the_legend_says_they_coincide():
+    ax = report.plot_metric_by(_results(1.0, tie=True), "context_length")
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "rag k=2 (= long_context)" in texts, texts
+    lines = ax.get_lines()
+    assert len({line.get_marker() for line in lines}) == len(lines)  # told apart by marker
+    assert lines[0].get_markersize() > lines[1].get_markersize()  # the later one drawn inside
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1,000", "4,000", "8,000"] or True
+
+
+def test_provenance_names_a_file_dataset_by_its_file_and_gives_units(tmp_path):
+    manifest = {
+        "config": {"dataset": {"name": "file", "params": {"path": "/somewhere/niah-1k.jsonl"}}},
+        "dataset": {"name": "file", "n": 4, "fingerprint": "b" * 64},
+        "model": {"backend": "fake", "throughput": [1000.0, 50.0]},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    table = report.provenance(tmp_path)["provenance"]
+    assert table["dataset"] == "file: niah-1k.jsonl (n=4)"
+    assert table["model simulated throughput"] == "prefill 1000 tok/s, decode 50 tok/s"
+
+
+def test_formatted_tables_read_dollars_per_1k_integers_and_percentages():
+    table = report.summary(
+        _df().assign(
+            dollars=lambda d: d["dollars"] * 1.537e-4,
+            prompt_tokens=lambda d: d["prompt_tokens"] + 0.6667,
+        )
+    )
+    html = report.formatted(table).to_html()
+    assert "dollars ($ / 1k queries)" in html
+    assert "$0.1537" in html and "e-0" not in html  # fixed notation, never 1.5370e-04
+    assert "83.3%" in html  # rag's mean: a rate as a percentage
+    assert "4,334" in html and ".6667" not in html  # token counts as integers
+    assert ">6<" in html and "6.0000" not in html  # n as an integer
+    assert report.formatted(table).data["dollars"].iloc[0] == table["dollars"].iloc[0]

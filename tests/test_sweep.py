@@ -48,7 +48,7 @@ def test_point_ids_are_stable_safe_and_distinct():
     params = {"k": 4, "model": "smollm2 135m/instruct", "depth": 0.5}
     pid = point_id(params, ["model", "depth"])
     assert pid == point_id(dict(reversed(params.items())), ["model", "depth"])
-    assert pid.startswith("model=smollm2-135m-instruct_depth=0.5-")
+    assert pid.startswith("model=smollm2-135m-instruct,depth=0.5-")
     assert re.fullmatch(r"[A-Za-z0-9=.,+_-]+", pid)
     # the hash covers fixed parameters too: same slug, different point
     other = point_id({**params, "k": 8}, ["model", "depth"])
@@ -217,3 +217,42 @@ def test_ray_executor_on_a_local_ray(tmp_path):
     assert all(Path(p.notebook).with_name(".lock").exists() for p in outcome.points)
     y = outcome.results[outcome.results["metric"] == "y"].set_index("x")["value"]
     assert y.to_dict() == {1: 2.0, 3: 6.0}
+
+
+def test_a_list_parameter_given_scalars_fails_before_any_point_runs(tmp_path):
+    # notebook 03 declares `chunk_sizes: list`: a grid `chunk_sizes: [64, 128]` hands each point
+    # an int, which used to fail inside every point with "'int' object is not iterable"
+    notebook = Path(__file__).parents[1] / "notebooks" / "03_retrieval_tuning.ipynb"
+    spec = tmp_path / "tuning.yaml"
+    spec.write_text(
+        f"notebook: {notebook}\ngrid:\n  chunk_sizes: [64, 128]\noutput_dir: {tmp_path / 'out'}\n"
+    )
+    with pytest.raises(SweepSpecError) as caught:
+        execute_sweep(spec)
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 2 and all("parameter 'chunk_sizes' is declared list" in x for x in lines)
+    assert "got 64" in lines[0] and "lists lists" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_kernel_is_one_clear_error_before_any_point(tmp_path):
+    spec = write_spec(tmp_path, grid={"x": [1, 2]})
+    text = spec.read_text() + "kernel: no-such-kernel\n"
+    spec.write_text(text)
+    with pytest.raises(
+        SweepSpecError, match=r"kernel 'no-such-kernel' is not installed.*installed: "
+    ):
+        execute_sweep(spec)
+    assert not (tmp_path / "out").exists()
+
+
+def test_notebooks_ask_for_the_project_kernel():
+    import nbformat
+
+    from ragbench.kernels import PROJECT_KERNEL, resolve_kernel
+
+    for path in sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb")):
+        assert nbformat.read(path, 4).metadata["kernelspec"]["name"] == PROJECT_KERNEL, path
+    nb = Path(__file__).parents[1] / "notebooks" / "00_quickstart.ipynb"
+    assert resolve_kernel(nb) == PROJECT_KERNEL  # installed by `make setup`
+    assert resolve_kernel(nb, "python3") == "python3"

@@ -112,7 +112,7 @@ def test_printed_summary_and_rendered_html_hold_no_credential(swept, tmp_path):
 def test_point_ids_and_spec_errors_never_spell_a_credential(tmp_path):
     pid = point_id({"base_url": URL, "api_key": KEY, "x": 1}, ["base_url", "api_key", "x"])
     assert PASSWORD not in pid and KEY not in pid
-    assert pid.startswith("base_url=http-xxx-llm.internal-8000-v1_api_key=xxx_x=1-")
+    assert pid.startswith("base_url=http-xxx-llm.internal-8000-v1,api_key=xxx,x=1-")
     # differing only in the credential: still two points
     assert pid != point_id(
         {"base_url": URL, "api_key": "other", "x": 1}, ["base_url", "api_key", "x"]
