@@ -344,8 +344,10 @@ def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) ->
 
     errors = 0
     with (out / RECORDS).open("ab") as f:
+        # records arrive a whole batch at a time: the rate (and ETA) is the average over the
+        # batches finished in this session (smoothing=0), never the burst of one batch's writes
         bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
-                   disable=not progress, unit="rec")  # fmt: skip
+                   disable=not progress, unit="rec", smoothing=0)  # fmt: skip
         # chunks of batch_size records run together (strategies.run_batch: one LLM call per
         # round)
         size = cfg.model.batch_size
@@ -361,7 +363,7 @@ def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) ->
                 errors += record.error is not None
                 append_record(f, key, record)
                 done[key] = record
-                bar.update(1)
+            bar.update(len(chunk))
         bar.close()
     return errors
 

@@ -145,3 +145,13 @@ def test_gold_chunk_ids_edges():
         gold_chunk_ids(chunks, [("b", 0, 1)])
     with pytest.raises(ValueError, match="ends before it starts"):
         gold_chunk_ids(chunks, [("a", 5, 1)])
+
+
+def test_small_chunks_print_no_llama_index_metadata_note(capsys):
+    # llama-index prints "Metadata length (0) is close to chunk size" per document under 50
+    # tokens, with no metadata at all: noise in every notebook cell that chunks
+    from ragbench.retrieval.chunking import chunk_documents
+
+    docs = [Document(f"d{i}", "word " * 300) for i in range(3)]
+    chunks = chunk_documents(docs, "sentence", 32, 4, "whitespace")
+    assert len(chunks) > 3 and "Metadata length" not in capsys.readouterr().out

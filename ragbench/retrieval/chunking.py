@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ragbench.retrieval.names import SPLITTERS
 from ragbench.types import Chunk, Document
@@ -79,7 +80,7 @@ def chunk_documents(
             continue
         # One document per call keeps the node order obvious; llama-index sets start/end_char_idx
         # by finding each chunk in the document text, we check it and fall back to our own search.
-        nodes = parser.get_nodes_from_documents([LIDocument(text=doc.text, id_=doc.id)])
+        nodes = _quiet_nodes(parser, LIDocument(text=doc.text, id_=doc.id))
         cursor = 0
         for i, node in enumerate(nodes):
             text = node.get_content()
@@ -151,3 +152,23 @@ def _check_unique_ids(documents: Sequence[Document]) -> None:
         if doc.id in seen:
             raise ValueError(f"duplicate document id {doc.id!r} at position {position}")
         seen.add(doc.id)
+
+
+_METADATA_NOTE = re.compile(r"^Metadata length \(0\) is close to chunk size.*$\n?", re.M)
+
+
+def _quiet_nodes(parser: Any, document: Any) -> list:
+    """The parser's nodes. llama-index prints "Metadata length (0) is close to chunk size" for
+    every document when chunks are under 50 tokens, even with no metadata at all (ours: a chunk
+    size the user chose); that one line is dropped, any other output is passed on."""
+    import contextlib
+    import io
+    import sys
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        nodes = parser.get_nodes_from_documents([document])
+    rest = _METADATA_NOTE.sub("", buffer.getvalue())
+    if rest:
+        sys.stdout.write(rest)
+    return nodes
