@@ -160,3 +160,26 @@ def test_real_tokenizer_placement():
     for e in examples:
         _check_placement(e, "smollm2-135m-instruct")
         assert e.meta["tokenizer"] == "smollm2-135m-instruct"
+
+
+def test_your_corpus_is_a_haystack_and_nonliteral_needles_share_no_word(tmp_path):
+    from ragbench.datasets.niah import NONLITERAL, iter_niah, shared_content_words
+    from ragbench.datasets.shared_corpus import write_documents
+    from ragbench.types import Document
+
+    docs = [Document(f"doc{i}.md", " ".join(f"Harbour note {i}.{j} is filed." for j in range(80)))
+            for i in range(3)]  # fmt: skip
+    corpus = write_documents(tmp_path / "corpus.jsonl", docs)
+    [ex] = iter_niah([300], [50], haystack=str(corpus), tokenizer="whitespace",
+                     final_context_length_buffer=20, needle_mode="nonliteral")  # fmt: skip
+    text = ex.documents[0].text
+    assert "Harbour note 0.0 is filed." in text and NONLITERAL[0].strip() in text
+    assert ex.question == NONLITERAL[1] and ex.answers == ("Yuki",)
+    assert ex.meta["needle_mode"] == "nonliteral" and not shared_content_words(text[
+        ex.meta["needle_start"] : ex.meta["needle_end"]], ex.question)  # fmt: skip
+    with pytest.raises(ValueError, match=r"shares \['magic', 'number'\]"):
+        list(iter_niah([300], [50], haystack=str(corpus), tokenizer="whitespace",
+                       needle="The magic number is 7.", question="What is the magic number?",
+                       needle_mode="nonliteral"))  # fmt: skip
+    with pytest.raises(ValueError, match="did you mean 'literal'"):
+        list(iter_niah([300], [50], haystack=str(corpus), needle_mode="literl"))

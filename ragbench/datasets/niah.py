@@ -11,10 +11,12 @@ and correct the haystack length until it holds ``context_length - buffer`` token
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ragbench.datasets.haystack import Haystack, load_haystack, sentence_start_before
+from ragbench.registry import unknown
 from ragbench.tokenizers import Tokenizer, get_tokenizer
 from ragbench.types import Document, Example
 
@@ -141,6 +143,34 @@ def example_id(context_length: int, depth_percent: float) -> str:
     return f"niah-L{context_length}-D{depth_percent:g}"
 
 
+NEEDLE_MODES = ("literal", "nonliteral")
+# NoLiMa-style pair (Modarressi et al. 2025): the question names Dresden, the needle its opera
+# house; only world knowledge links them. The answer is the character's name.
+NONLITERAL = (
+    "\nActually, Yuki lives next to the Semper Opera House.\n",
+    "Which character has been to Dresden?",
+    "Yuki",
+)
+_STOPWORDS = frozenset(
+    "a an the of in on at to is are was were be been has have had do does did what which who "
+    "whom whose when where why how and or but for with by from as that this it its next".split()
+)
+
+
+def shared_content_words(needle: str, question: str) -> set[str]:
+    """Content words (not stopwords, 3+ letters, lower-cased, a plural's final s dropped) that
+    the needle and the question both contain."""
+
+    def words(text: str) -> set[str]:
+        out = set()
+        for w in re.findall(r"[A-Za-z]+", text.lower()):
+            if len(w) >= 3 and w not in _STOPWORDS:
+                out.add(w[:-1] if w.endswith("s") and len(w) > 3 else w)
+        return out
+
+    return words(needle) & words(question)
+
+
 def iter_niah(
     context_lengths: Sequence[int] = (1024, 2048, 4096),
     depth_percents: Sequence[float] | None = None,
@@ -153,13 +183,31 @@ def iter_niah(
     tokenizer: str = DEFAULT_TOKENIZER,
     final_context_length_buffer: int = 200,
     seed: int | None = None,
+    needle_mode: str = "literal",
 ) -> Iterator[Example]:
     """Yield one Example per (context length, depth percent), lengths outer.
 
     ``depth_percents`` wins over ``depth_intervals``/``depth_spacing``. ``answer`` defaults to the
     Kamradt answer for the Kamradt needle, else the needle text. ``seed`` (None = sorted essay
-    order, as the reference) shuffles the haystack's file order reproducibly.
+    order, as the reference) shuffles the haystack's file order reproducibly. ``haystack``: a
+    source name, a folder, or your corpus file (``.jsonl``).
+
+    ``needle_mode="nonliteral"`` (NoLiMa, Modarressi et al. 2025): the question shares no content
+    word with the needle, so finding it takes an association, not string matching; with the
+    default needle it uses ``NONLITERAL``, and a given needle/question pair that shares a content
+    word is refused (the test would be literal after all).
     """
+    if needle_mode not in NEEDLE_MODES:
+        raise unknown("needle_mode", needle_mode, NEEDLE_MODES)
+    if needle_mode == "nonliteral":
+        if needle == KAMRADT_NEEDLE and question == KAMRADT_QUESTION:
+            needle, question, answer = NONLITERAL
+        shared = shared_content_words(needle, question)
+        if shared:
+            raise ValueError(
+                f"needle_mode='nonliteral': the question shares {sorted(shared)} with the "
+                "needle; reword it so that only an association links them"
+            )
     if isinstance(context_lengths, int):
         context_lengths = [context_lengths]
     depths = (
@@ -179,6 +227,7 @@ def iter_niah(
             haystack_part = max(1, p.context_tokens - tok.count(needle))  # reference's base
             meta = {
                 "task": "niah",
+                "needle_mode": needle_mode,
                 "tokenizer": tok.name,
                 "haystack": hay.name,
                 "seed": seed,

@@ -151,12 +151,14 @@ def _niah(rng, tok, budget, *, haystack, key_type, value_type, num_keys, num_val
     needles, owners = [needles[i] for i in order], [owners[i] for i in order]
     queried = list(range(num_queries))  # keys[0:q] are asked, the rest are distractors
     state = rng.getstate()
-    hay = load_haystack("essays") if haystack == "essays" else None
+    # essays, or your own corpus file (`ragbench data docs` output): prose to hide needles in
+    prose = haystack == "essays" or str(haystack).endswith(".jsonl")
+    hay = load_haystack(haystack) if prose else None
 
     def build(n: int):
         r = random.Random()
         r.setstate(state)
-        if haystack == "essays":
+        if prose:
             parts = _essay_parts(r, hay.take(tok, n)[0] if n else "", needles)
             return _join(parts, " ")
         if haystack == "noise":
@@ -167,9 +169,9 @@ def _niah(rng, tok, budget, *, haystack, key_type, value_type, num_keys, num_val
         ]
         return _join(_insert(r, fillers, needles), "\n")
 
-    if haystack not in HAYSTACKS:
-        raise unknown("RULER haystack", haystack, HAYSTACKS)
-    unit = 1 if haystack == "essays" else tok.count(NOISE_SENTENCE)
+    if haystack not in HAYSTACKS and not prose:
+        raise unknown("RULER haystack", haystack, [*HAYSTACKS, "<corpus.jsonl>"])
+    unit = 1 if prose else tok.count(NOISE_SENTENCE)
     n, text, spans = fit(build, tok, budget, budget // unit)
     evidence = [spans[i] for i, owner in enumerate(owners) if owner in queried]
     for key in keys:
