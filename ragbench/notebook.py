@@ -23,3 +23,12 @@ def model_block(
         "preset": FAKE_PRESET if backend == "fake" else None,
     }
     return section, tokenizer or ("whitespace" if backend == "fake" else model)
+
+
+def judge_block(backend: str, model: str, base_url: str = "") -> dict[str, Any] | None:
+    """The run config's ``judge`` section from a notebook's judge parameters; None when no judge
+    model is named (then only string metrics score the answers)."""
+    if not model:
+        return None
+    section, _ = model_block(backend, model, base_url, max_new_tokens=16)
+    return {"model": section}
