@@ -69,7 +69,9 @@ def sweep(
 def render(
     notebook: Path = typer.Argument(..., help="executed .ipynb"),
     no_code: bool = typer.Option(False, "--no-code", help="hide code cells (outputs only)"),
-    out: Path | None = typer.Option(None, help="HTML path; default reports/<name>[-nocode].html"),
+    out: Path | None = typer.Option(
+        None, help="HTML path; default beside the notebook: <name>[-nocode].html"
+    ),
     manifest: Path | None = typer.Option(None, help="run manifest JSON for the header"),
     allow_unexecuted: bool = typer.Option(
         False,
@@ -82,8 +84,8 @@ def render(
     A file that is not an executed notebook is refused with one line on stderr (exit 2)."""
     from ragbench.render import RenderInputError, render_notebook
 
-    if out is None:
-        out = Path("reports") / f"{notebook.stem}{'-nocode' if no_code else ''}.html"
+    if out is None:  # beside the notebook, wherever it is run from
+        out = notebook.with_name(f"{notebook.stem}{'-nocode' if no_code else ''}.html")
     try:
         path = render_notebook(
             notebook,

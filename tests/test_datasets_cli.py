@@ -54,7 +54,8 @@ def test_niah_writes_default_path_with_fingerprint(run, tmp_path):
     args = ["niah", "--context-lengths", "500,900", "--depths", "0,50,100", *WS]
     out = run(*args)
     path, fp = _written(out)
-    assert path.startswith("data/generated/niah-") and path.endswith(".jsonl")
+    # named by its parameters; the whitespace tokenizer (not the default) adds a hash suffix
+    assert re.fullmatch(r"data/generated/niah-L500\+900-D0\+50\+100-[0-9a-f]{6}\.jsonl", path)
     assert "wrote 6 examples" in out
     assert sha256_file(tmp_path / path) == fp
     first = (tmp_path / path).read_bytes()

@@ -173,10 +173,13 @@ def test_render_cli_default_path(rendered, tmp_path, monkeypatch):
     app = typer.Typer()
     register(app)
     monkeypatch.chdir(tmp_path)
-    shutil.copy(rendered["executed"], tmp_path / "run.ipynb")
-    result = CliRunner().invoke(app, ["render", "run.ipynb", "--no-code"])
+    (tmp_path / "out").mkdir()
+    shutil.copy(rendered["executed"], tmp_path / "out" / "run.ipynb")
+    result = CliRunner().invoke(app, ["render", "out/run.ipynb", "--no-code"])
     assert result.exit_code == 0, result.output
-    page = (tmp_path / "reports" / "run-nocode.html").read_text(encoding="utf-8")
+    # beside the notebook, not under the directory the command ran in
+    assert not (tmp_path / "reports").exists()
+    page = (tmp_path / "out" / "run-nocode.html").read_text(encoding="utf-8")
     assert len(IMG.findall(page)) == 1 and "subplots" not in page
 
 

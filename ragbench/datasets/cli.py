@@ -62,9 +62,40 @@ def _extra(params: list[str]) -> dict[str, Any]:
     return out
 
 
+# the parameters a generated file is named by, with their short labels (the rest, when not the
+# generator's defaults, make a hash suffix: two different files never share a name)
+_NAME_PARTS = {
+    "context_lengths": "L", "depth_percents": "D", "depth_intervals": "D", "num_docs": "docs",
+    "gold_position": "pos", "num_examples": "n",
+}  # fmt: skip
+_NAMED_DEFAULTS = {
+    "haystack": "essays", "depth_spacing": "linear", "tokenizer": "smollm2-135m-instruct",
+    "final_context_length_buffer": 200, "words_per_doc": 100,
+}  # fmt: skip
+
+
 def _default_out(stem: str, params: dict[str, Any]) -> Path:
-    digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
-    return DEFAULT_DIR / f"{stem}-{digest[:10]}.jsonl"
+    """``data/generated/niah-L500+900-D0+50+100.jsonl``: named by its main parameters; a short
+    hash of the others is appended only when one of them is set (haystack, needle, seed...)."""
+
+    def text(value: Any) -> str:
+        items = value if isinstance(value, list | tuple) else [value]
+        return "+".join(f"{v:g}" if isinstance(v, float) else str(v) for v in items)
+
+    params = dict(params)
+    if params.get("depth_percents") is not None:  # the explicit depths win over the interval count
+        params.pop("depth_intervals", None)
+    shown = [f"{label}{text(params[k])}" for k, label in _NAME_PARTS.items() if k in params]
+    rest = {
+        k: v
+        for k, v in params.items()
+        if k not in _NAME_PARTS and v is not None and _NAMED_DEFAULTS.get(k, object()) != v
+    }
+    name = "-".join([stem, *shown])
+    if rest:
+        blob = json.dumps(rest, sort_keys=True, default=str).encode()
+        name += "-" + hashlib.sha256(blob).hexdigest()[:6]
+    return DEFAULT_DIR / f"{name}.jsonl"
 
 
 def _write(out: Path, examples: Iterable[Any]) -> None:
