@@ -3,7 +3,13 @@ calls, plots)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
+
+# Without ipywidgets, tqdm.auto (transformers' "Loading weights", ingest bars) warns "IProgress
+# not found" in every notebook, then falls back to a text bar, which is what a rendered notebook
+# should show anyway: keep the bar, drop the warning.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # the fake backend has no architecture of its own: FLOPs and KV bytes use the embedded model's
 FAKE_PRESET = "smollm2-135m-instruct"
