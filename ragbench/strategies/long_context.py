@@ -5,10 +5,15 @@
 Many questions over one shared corpus (the ``corpus`` dataset: ``meta["corpus_fingerprint"]``)
 get the same context, fitted once per run against a fixed reserve for the question
 (``QUESTION_RESERVE`` tokens) rather than against each question's length: otherwise every
-question would cut the corpus at a different token and no prefix cache could serve two of them."""
+question would cut the corpus at a different token and no prefix cache could serve two of them.
+
+KV-cache techniques (``LongContextParams.kv_cache``: offloaded, sinks, quantized) are fields of
+the request; the transformers backend keeps the cache that way (``ragbench.llm.kv_cache``) and
+measures its bytes, other backends refuse with an error naming what they support."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ragbench.strategies.base import Resources, Steps, make_record
@@ -79,5 +84,8 @@ def _fit(example: Example, res: Resources, tail: str, overflow: str) -> tuple[st
 
 def long_context_steps(example: Example, res: Resources, params: LongContextParams) -> Steps:
     prompt, prefix, meta = long_context_prompt(example, res, params.overflow)
-    completion = yield res.request(prompt, prefix, rid=f"{example.id}:long_context")
+    request = res.request(prompt, prefix, rid=f"{example.id}:long_context")
+    if params.kv_cache != "plain":  # the KV-cache technique travels with the request
+        request = dataclasses.replace(request, **params.kv_fields())
+    completion = yield request
     return make_record(example, params, completion, res, meta)
