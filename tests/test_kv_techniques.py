@@ -285,3 +285,57 @@ def test_smollm2_kv_variants_measured_against_the_formula():
     pytest.importorskip("hqq")
     int4 = run(kv_cache="quantized", kv_bits=4, kv_backend="hqq")
     assert int4.kv_bytes_measured < formula / 4  # 4-bit codes + float32 scales, zeros per 64
+
+
+# ------------------------------------------------------------------------ RoPE scaling
+
+
+def test_rope_parameters_name_the_valid_choices():
+    from transformers import LlamaConfig
+
+    from ragbench.llm.hf_load import rope_parameters
+
+    config = LlamaConfig(max_position_embeddings=8192)
+    yarn = rope_parameters(config, "yarn", 2)
+    assert yarn["rope_type"] == "yarn" and yarn["factor"] == 2.0
+    assert yarn["original_max_position_embeddings"] == 8192 and "rope_theta" in yarn
+    with pytest.raises(ValueError, match="dynamic"):
+        rope_parameters(config, "ntk", 2)
+    with pytest.raises(ValueError, match="> 1"):
+        rope_parameters(config, "yarn", 0.5)
+    with pytest.raises(ValueError, match="yarn-x2"):
+        LongContextParams(rope_scaling="yarn")
+    assert LongContextParams(rope_scaling="yarn-x2").label() == "long_context rope=yarn-x2"
+
+
+@pytest.mark.parametrize("scaling", ["yarn", "dynamic"])
+def test_rope_scaled_model_runs_past_its_trained_window(tmp_path, scaling):
+    from test_hf import _save_tiny
+
+    _save_tiny(tmp_path / "m", chat=True)  # trained window: 256 positions
+    model = HFModel(
+        str(tmp_path / "m"),
+        device="cpu",
+        cache_dir=tmp_path,
+        rope_scaling=scaling,
+        rope_factor=2,
+    )
+    assert model.context_window == 512
+    assert model.model.config.rope_parameters["rope_type"] == scaling
+    assert model.identity()["rope_scaling"] == f"{scaling}-x2"
+    [c] = _ask(model, _doc(380), tails=(" w1",))
+    assert c.prompt_tokens > 256 and c.completion_tokens >= 1
+    # the record names the scaling, checked against the loaded model
+    ex = Example("e", "w1", ("w2",), (Document("d", _doc(30)),))
+    res = Resources(llm=model, max_new_tokens=4)
+    record = get_strategy("long_context").run(
+        ex, res, LongContextParams(rope_scaling=f"{scaling}-x2")
+    )
+    assert record.params.rope_scaling == f"{scaling}-x2" and record.error is None
+    with pytest.raises(ValueError, match="load-time option"):
+        get_strategy("long_context").run(ex, res, LongContextParams())
+
+
+def test_rope_scaling_and_factor_go_together(tmp_path):
+    with pytest.raises(ValueError, match="together"):
+        HFModel(str(tmp_path), rope_scaling="yarn")

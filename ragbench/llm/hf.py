@@ -142,8 +142,13 @@ class HFModel(LLM):
         min_shared_prefix: int = 64,  # undeclared common prefixes shorter than this are recomputed
         max_padding: float = 0.25,  # most padding a length bucket may compute (of its positions)
         cache_dir: str | os.PathLike | None = None,
+        rope_scaling: str | None = None,  # dynamic | yarn | linear: run past the trained window
+        rope_factor: float | None = None,  # with rope_scaling: the window grows by this factor
     ) -> None:
-        loaded = load_model(model, device, dtype, attn_implementation, cache_dir)
+        if (rope_scaling is None) != (rope_factor is None):
+            raise ValueError("set rope_scaling (dynamic | yarn | linear) and rope_factor together")
+        rope = (rope_scaling, rope_factor) if rope_scaling is not None else None
+        loaded = load_model(model, device, dtype, attn_implementation, cache_dir, rope=rope)
         self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
         self.decoder = Decoder.for_model(self.model, self.tokenizer)
@@ -156,7 +161,10 @@ class HFModel(LLM):
             if preset
             else getattr(self.model.config, "max_position_embeddings", 0)
         )
-        self.context_window = int(context_window or window or 2048)
+        # RoPE scaling: the trained window times the factor, unless a window is given
+        scaled = int((window or 2048) * rope_factor) if rope_factor else None
+        self.context_window = int(context_window or scaled or window or 2048)
+        self.rope_scaling = f"{rope_scaling}-x{rope_factor:g}" if rope else None
         self.batch_size, self.seed = batch_size, seed
         self.prefix_cache_size, self.min_shared_prefix = prefix_cache_size, min_shared_prefix
         self.max_padding, self.cache_dir = max_padding, cache_dir
@@ -196,6 +204,8 @@ class HFModel(LLM):
             "weights": self.weights,
             "dtype": str(self.dtype).removeprefix("torch."),
             "instruct": self.instruct,
+            # only when set: unscaled models keep the identity (and completion cache) they had
+            **({"rope_scaling": self.rope_scaling} if self.rope_scaling else {}),
         }
 
     # -- generation --------------------------------------------------------------------------

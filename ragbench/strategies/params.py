@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -119,8 +120,13 @@ class LongContextParams(StrategyParams):
     kv_backend: str | None = None  # quantized: hqq | quanto (null: hqq, which does 8 and 4 bits)
     sink_tokens: int | None = None  # sinks: first positions always kept (null: 4, the paper's)
     window_tokens: int | None = None  # sinks: most recent positions kept (null: 1024)
+    # the model's RoPE scaling, "yarn-x2" / "dynamic-x1.5" / "linear-x2": a load-time option of
+    # the hf backend (llm params rope_scaling + rope_factor), named here so each record says
+    # what ran; the strategy checks it against the loaded model
+    rope_scaling: str | None = None
 
     short: ClassVar[dict[str, str]] = {"kv_cache": "kv", "kv_bits": "bits", "kv_backend": "quant"}
+    ROPE = re.compile(r"(dynamic|yarn|linear)-x\d+(\.\d+)?")
 
     def __post_init__(self) -> None:
         from ragbench.llm import kv_cache as kvc
@@ -145,6 +151,11 @@ class LongContextParams(StrategyParams):
             )
         except ValueError as exc:
             raise ValueError(f"{self.strategy}: {exc}") from None
+        if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
+            raise ValueError(
+                f"{self.strategy}: rope_scaling must be null or <dynamic|yarn|linear>-x<factor> "
+                f"(e.g. yarn-x2), got {self.rope_scaling!r}"
+            )
 
     def kv_fields(self) -> dict[str, Any]:
         """The ``GenerationRequest`` fields that carry the KV-cache variant."""
@@ -163,6 +174,8 @@ class LongContextParams(StrategyParams):
                 self.kv_cache, self.kv_bits, self.kv_backend, self.sink_tokens, self.window_tokens
             )
             parts.append(f"kv={spec.label()}")
+        if self.rope_scaling:
+            parts.append(f"rope={self.rope_scaling}")
         return " ".join(parts)
 
 
