@@ -313,9 +313,9 @@ def main(argv: list[str] | None = None) -> dict:
     unknown_kv = sorted(set(names) - set(KV_VARIANTS))
     if unknown_kv:
         parser.error(f"unknown --kv {unknown_kv}; choose from {list(KV_VARIANTS)}")
-    # --quick: 8 new tokens (the bytes are measured after the prefill; the answer may be cut)
+    # --quick: 16 new tokens (the bytes are measured after the prefill; the answer may be cut)
     kv_variants = bench_kv_variants(
-        model, 1024 if args.quick else 4096, 8 if args.quick else 32, names
+        model, 1024 if args.quick else 4096, 16 if args.quick else 32, names
     )
     result = {
         "model": MODEL,
