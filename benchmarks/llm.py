@@ -8,6 +8,10 @@
   questions batched) against a plain ``model.generate`` per question; same answers required.
 - converted-weight cache: loading from the converted safetensors folder against the first load,
   which dequantises the GGUF.
+- kv_variants: one question on a needle document (1k tokens ``--quick``, else 4k) with each
+  KV-cache technique (``ragbench.llm.kv_cache``): plain, offloaded (a recorded no-op on CPU),
+  sinks (StreamingLLM), quantized hqq int8/int4 and quanto int4; per variant the measured KV
+  bytes after the prefill beside the formula's, prefill and decode seconds, and the answer.
 
 Timings are best-of-N wall clock; on a shared, loaded machine they are noisy (the load average is
 recorded). Usage: ``python benchmarks/llm.py [--quick] [--device cuda] [--out PATH]``.
@@ -190,6 +194,63 @@ def bench_prefix_reuse(model: HFModel, tokens: int, questions: int) -> dict:
     }
 
 
+KV_VARIANTS: dict[str, dict] = {
+    "plain": {},
+    "offloaded": {"kv_cache": "offloaded"},
+    "sinks": {"kv_cache": "sinks", "sink_tokens": 4, "window_tokens": 256},
+    "quantized-int8": {"kv_cache": "quantized", "kv_bits": 8, "kv_backend": "hqq"},
+    "quantized-int4": {"kv_cache": "quantized", "kv_bits": 4, "kv_backend": "hqq"},
+    "quantized-quanto-int4": {"kv_cache": "quantized", "kv_bits": 4, "kv_backend": "quanto"},
+}
+
+
+def bench_kv_variants(
+    model: HFModel, tokens: int, new_tokens: int = 32, names: list[str] | None = None
+) -> dict[str, dict]:
+    """Each KV-cache variant on the same question: measured bytes and times (one run each).
+    transformers' quantized cache dequantises its whole cache at every decode step, so on a CPU
+    its decode is far slower than the plain cache's: the memory is what it buys."""
+    from ragbench.cost import dtype_bytes, kv_cache_bytes
+
+    p = get_preset(MODEL)
+    doc, qs = needle_document(model, tokens, 1)
+    out: dict[str, dict] = {}
+    for name in names or list(KV_VARIANTS):
+        kv = KV_VARIANTS[name]
+        request = GenerationRequest(
+            f"{doc}\n\n{qs[0]}", max_new_tokens=new_tokens, stop=ANSWER_STOP, **kv
+        )
+        model._prefix_kv.clear()
+        try:
+            [c] = model.generate([request])
+        except (ImportError, ValueError) as exc:  # a backend package missing: say so
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"kv {name:>22}: {out[name]['error']}")
+            continue
+        formula = kv_cache_bytes(
+            p.layers, p.kv_heads, p.head_dim, c.prompt_tokens, 1, dtype_bytes(model.dtype)
+        )
+        out[name] = {
+            "kv": kv or {"kv_cache": "plain"},
+            "prompt_tokens": c.prompt_tokens,
+            "kv_bytes_measured": c.kv_bytes_measured,
+            "kv_bytes_formula": formula,
+            "kv_ratio_to_formula": round(c.kv_bytes_measured / formula, 4),
+            "prefill_seconds": round(c.prefill_seconds, 4),
+            "decode_seconds": round(c.decode_seconds, 4),
+            "completion_tokens": c.completion_tokens,
+            "peak_memory_bytes": c.peak_memory_bytes,
+            "answer": c.text,
+            "meta": c.meta["kv_cache"],
+        }
+        print(
+            f"kv {name:>22}: {c.kv_bytes_measured / 2**20:7.2f} MiB measured "
+            f"(formula {formula / 2**20:.2f}), prefill {c.prefill_seconds:.2f} s, "
+            f"decode {c.decode_seconds:.2f} s: {c.text!r}"
+        )
+    return out
+
+
 def bench_load_cache(device: str = "cpu", dtype: str = "auto") -> tuple[HFModel, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -216,6 +277,14 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
     parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU) | ...")
+    parser.add_argument(
+        "--only-kv", action="store_true", help="only the KV-cache variants (after the load)"
+    )
+    parser.add_argument(
+        "--kv",
+        default=",".join(KV_VARIANTS),
+        help=f"KV variants, comma-separated: {list(KV_VARIANTS)}",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -233,10 +302,21 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(f"matmul peak ({peak['dtype']}): {peak['peak_flops'] / 1e9:.1f} GFLOP/s")
     sizes = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
-    prefill = (
-        [] if args.skip_prefill else bench_prefill(model, sizes, repeats=1 if args.quick else 2)
+    skip = args.skip_prefill or args.only_kv
+    prefill = [] if skip else bench_prefill(model, sizes, repeats=1 if args.quick else 2)
+    reuse = (
+        {}
+        if args.only_kv
+        else bench_prefix_reuse(model, 1024 if args.quick else 4096, 3 if args.quick else 10)
     )
-    reuse = bench_prefix_reuse(model, 1024 if args.quick else 4096, 3 if args.quick else 10)
+    names = [n for n in args.kv.split(",") if n]
+    unknown_kv = sorted(set(names) - set(KV_VARIANTS))
+    if unknown_kv:
+        parser.error(f"unknown --kv {unknown_kv}; choose from {list(KV_VARIANTS)}")
+    # --quick: 16 new tokens (the bytes are measured after the prefill; the answer may be cut)
+    kv_variants = bench_kv_variants(
+        model, 1024 if args.quick else 4096, 16 if args.quick else 32, names
+    )
     result = {
         "model": MODEL,
         "identity": model.identity(),
@@ -256,6 +336,7 @@ def main(argv: list[str] | None = None) -> dict:
         "flops_formula": "ragbench.cost.forward_flops: 2*N*T + 4*layers*heads*head_dim*sum(positions 1..T)",
         "prefill": prefill,
         "prefix_reuse": reuse,
+        "kv_variants": kv_variants,
         "weight_cache": load,
         "wall_seconds": round(time.perf_counter() - started, 1),
     }

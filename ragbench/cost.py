@@ -39,6 +39,13 @@ it in the model's dtype, which its ``identity()["dtype"]`` reports (float32 on C
 bytes). When the dtype is unknown (hosted APIs, servers) 2 bytes is *assumed*, the common serving
 dtype (bf16/fp16); the record's ``kv_bytes_per_value`` says which was used. Batch padding and a
 server's block rounding are not counted: this is one sequence's own cache.
+
+Measured beside the formula: ``kv_bytes_measured`` is what the transformers backend found in its
+cache's tensors right after the prefill (their real dtype: a quantized cache's packed codes plus
+its scales and zero points; a sink cache only its kept positions), and ``kv_bytes_prefill`` is the
+formula at the same moment (P positions, the cache's dtype), so the two compare directly: equal
+for the plain cache, smaller measured for a technique that shrinks the cache. None where nothing
+was measured (servers, the fake backend, completions cached before the column existed).
 """
 
 from __future__ import annotations
@@ -181,6 +188,8 @@ class Cost(JsonMixin):
     flops_attention: int | None = None
     kv_cache_bytes: int | None = None  # this query's own KV cache at its last step
     kv_bytes_per_value: int | None = None  # dtype bytes used for kv_cache_bytes
+    kv_bytes_prefill: int | None = None  # the formula after the prefill (P positions)
+    kv_bytes_measured: int | None = None  # the cache's tensors after the prefill, measured
     dollars: float | None = None
     peak_flops: float | None = None  # the price sheet's hardware peak MFU is relative to
     mfu: float | None = None
@@ -198,7 +207,7 @@ class Cost(JsonMixin):
         ``sheet`` dollars and MFU. ``kv_dtype`` is the dtype the KV cache was stored in (the
         transformers backend: ``llm.identity()["dtype"]``); unknown (None) assumes 2 bytes per
         value (bf16/fp16) and ``kv_bytes_per_value`` records the value used."""
-        flops = flops_attention = kv_bytes = per_value = None
+        flops = flops_attention = kv_bytes = per_value = kv_prefill = None
         if preset is not None:
             f = forward_flops(
                 preset,
@@ -211,6 +220,14 @@ class Cost(JsonMixin):
             per_value = dtype_bytes(kv_dtype)
             kv_bytes = kv_cache_bytes(
                 preset.layers, preset.kv_heads, preset.head_dim, seq, 1, per_value
+            )
+            kv_prefill = kv_cache_bytes(
+                preset.layers,
+                preset.kv_heads,
+                preset.head_dim,
+                completion.prompt_tokens,
+                1,
+                per_value,
             )
         seconds = gpu_seconds(completion)  # resource seconds, never latency
         peak = sheet.peak_flops if sheet is not None else None
@@ -231,6 +248,8 @@ class Cost(JsonMixin):
             flops_attention=flops_attention,
             kv_cache_bytes=kv_bytes,
             kv_bytes_per_value=per_value,
+            kv_bytes_prefill=kv_prefill,
+            kv_bytes_measured=completion.kv_bytes_measured,
             dollars=dollars_per_query(completion, sheet) if sheet is not None else None,
             peak_flops=peak,
             mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
@@ -260,6 +279,8 @@ class Cost(JsonMixin):
             usage_estimated=self.usage_estimated or other.usage_estimated,
             kv_cache_bytes=larger(self.kv_cache_bytes, other.kv_cache_bytes),
             kv_bytes_per_value=other.kv_bytes_per_value or self.kv_bytes_per_value,
+            kv_bytes_prefill=larger(self.kv_bytes_prefill, other.kv_bytes_prefill),
+            kv_bytes_measured=larger(self.kv_bytes_measured, other.kv_bytes_measured),
             peak_flops=peak,
             mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=other.price_sheet or self.price_sheet,

@@ -132,6 +132,11 @@ class GenerationRequest(JsonMixin):
     ``prompt`` is the user content (a chat template is applied by backends for instruct models).
     ``prefix`` optionally names the leading part of ``prompt`` that other requests share (the long
     document, placed first), so backends can compute its KV cache once and reuse it.
+
+    ``kv_cache`` and the fields after it say how the backend keeps this request's KV cache
+    (``ragbench.llm.kv_cache``: plain, offloaded, sinks, quantized); a backend that cannot keep
+    it that way raises an error naming what it supports. At their defaults they are left out of
+    ``to_dict``, so the completion-cache keys of plain requests are the ones they always were.
     """
 
     prompt: str
@@ -141,12 +146,36 @@ class GenerationRequest(JsonMixin):
     prefix: str = ""
     system: str = ""
     id: str = ""
+    kv_cache: str = "plain"  # plain | offloaded | sinks | quantized
+    kv_bits: int | None = None  # quantized: bits per value (hqq: 1-4, 8; quanto: 2, 4)
+    kv_backend: str | None = None  # quantized: hqq | quanto
+    sink_tokens: int | None = None  # sinks: first positions always kept (StreamingLLM)
+    window_tokens: int | None = None  # sinks: most recent positions kept
 
     def __post_init__(self) -> None:
+        from ragbench.llm.kv_cache import check
+
         if self.prefix and not self.prompt.startswith(self.prefix):
             raise ValueError("GenerationRequest.prefix must be a prefix of prompt")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check(self.kv_cache, self.kv_bits, self.kv_backend, self.sink_tokens, self.window_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        for name, default in _KV_DEFAULTS.items():
+            if data.get(name) == default:
+                data.pop(name)
+        return data
+
+
+_KV_DEFAULTS = {
+    "kv_cache": "plain",
+    "kv_bits": None,
+    "kv_backend": None,
+    "sink_tokens": None,
+    "window_tokens": None,
+}
 
 
 @dataclass(frozen=True)
@@ -163,6 +192,7 @@ class Completion(JsonMixin):
       measure it, and cost falls back to prefill + decode (see ``ragbench.prices.gpu_seconds``).
 
     ``padding_tokens`` are padding positions its row computed in a padded batch (0 alone).
+    ``kv_bytes_measured`` is what the transformers backend measured of its KV cache.
     """
 
     text: str
@@ -180,6 +210,9 @@ class Completion(JsonMixin):
     queue_seconds: float = 0.0  # submitted -> its work began (waiting behind other batches)
     resource_seconds: float | None = None  # its share of device time; None: not measured
     padding_tokens: int = 0  # padding positions computed in its row of a padded batch
+    # bytes of its KV cache after the prefill, measured on the cache's tensors in their real
+    # dtype (its own positions; quantized codes and scales included); None: not measured
+    kv_bytes_measured: int | None = None
 
     @property
     def latency_seconds(self) -> float:

@@ -12,7 +12,10 @@ check real behaviour (a RAG run that drops the needle's chunk really gets "unans
 - otherwise "unanswerable". ``answer_fn(request) -> str`` replaces all of this.
 
 Accounting is real for its tokenizer (whitespace tokens) and simulated for time: a fixed prefill
-and decode throughput, flagged ``meta["simulated_timing"]``. A request whose ``prefix`` was seen
+and decode throughput, flagged ``meta["simulated_timing"]``. KV-cache variants
+(``GenerationRequest.kv_cache`` other than plain) are an error unless ``simulate_kv_cache=True``
+(tests of the plumbing only): then they answer like the plain cache, flagged
+``meta["simulated_kv_cache"]``, with no measured KV bytes. A request whose ``prefix`` was seen
 earlier in the same batch reports that prefix as cached prompt tokens, like a prefix-caching server.
 """
 
@@ -88,6 +91,7 @@ class FakeLLM(LLM):
         answer_fn: Callable[[GenerationRequest], str] | None = None,
         prefill_tokens_per_second: float = 1000.0,  # simulated; roughly SmolLM2 on a laptop CPU
         decode_tokens_per_second: float = 50.0,
+        simulate_kv_cache: bool = False,  # accept kv_cache variants (tests only; flagged)
     ) -> None:
         if not isinstance(model, str):
             raise TypeError(f"model must be a name (str), got {model!r}")
@@ -95,6 +99,7 @@ class FakeLLM(LLM):
             raise ValueError("simulated throughputs must be > 0 tokens/s")
         self.context_window, self.name, self.answer_fn = context_window, model, answer_fn
         self.prefill_tps, self.decode_tps = prefill_tokens_per_second, decode_tokens_per_second
+        self.simulate_kv_cache = simulate_kv_cache
         self._tok = WhitespaceTokenizer()
         self.calls = 0  # generate() batches served; tests use it to see cache hits
 
@@ -111,6 +116,9 @@ class FakeLLM(LLM):
         }
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        from ragbench.llm.kv_cache import KV_CACHES, refuse_variants
+
+        refuse_variants(requests, "fake", KV_CACHES if self.simulate_kv_cache else ("plain",))
         self.calls += 1
         seen_prefixes: set[str] = set()
         return [self._one(r, seen_prefixes) for r in requests]
@@ -140,5 +148,8 @@ class FakeLLM(LLM):
             decode_seconds=completion_tokens / self.decode_tps,
             finish_reason=finish,
             model=self.name,
-            meta={"simulated_timing": True},
+            meta={
+                "simulated_timing": True,
+                **({"simulated_kv_cache": request.kv_cache} if request.kv_cache != "plain" else {}),
+            },
         )

@@ -20,7 +20,12 @@ shares add up to the device time and every request of the call saves by the same
 (``meta["call"]["batching_factor"]``). ``padding_tokens`` is the padding its row computed;
 ``meta["batch"]`` reports its padded batch once for all rows: seconds, padding tokens and
 fraction, and an estimate of the seconds the padding cost. ``peak_memory_bytes`` is CUDA max
-allocated, else the process RSS (``meta["peak_memory"]``).
+allocated, else the process RSS (``meta["peak_memory"]``). ``kv_bytes_measured``: its KV cache
+after the prefill, measured (``hf_decode.py``).
+
+KV-cache variants (``GenerationRequest.kv_cache``: offloaded, sinks, quantized; ``kv_cache.py``)
+run one request at a time, without prefix-KV reuse, and are charged their own measured device
+time (not a share of the plain requests' batches, whose calibrated estimates do not model them).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import os
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import calibration, hf_prompt, shared_prefix
+from ragbench.llm import calibration, hf_prompt, kv_cache, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.hf_decode import Decoder
 from ragbench.llm.hf_load import load_model
@@ -137,8 +142,13 @@ class HFModel(LLM):
         min_shared_prefix: int = 64,  # undeclared common prefixes shorter than this are recomputed
         max_padding: float = 0.25,  # most padding a length bucket may compute (of its positions)
         cache_dir: str | os.PathLike | None = None,
+        rope_scaling: str | None = None,  # dynamic | yarn | linear: run past the trained window
+        rope_factor: float | None = None,  # with rope_scaling: the window grows by this factor
     ) -> None:
-        loaded = load_model(model, device, dtype, attn_implementation, cache_dir)
+        if (rope_scaling is None) != (rope_factor is None):
+            raise ValueError("set rope_scaling (dynamic | yarn | linear) and rope_factor together")
+        rope = (rope_scaling, rope_factor) if rope_scaling is not None else None
+        loaded = load_model(model, device, dtype, attn_implementation, cache_dir, rope=rope)
         self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
         self.decoder = Decoder.for_model(self.model, self.tokenizer)
@@ -151,7 +161,10 @@ class HFModel(LLM):
             if preset
             else getattr(self.model.config, "max_position_embeddings", 0)
         )
-        self.context_window = int(context_window or window or 2048)
+        # RoPE scaling: the trained window times the factor, unless a window is given
+        scaled = int((window or 2048) * rope_factor) if rope_factor else None
+        self.context_window = int(context_window or scaled or window or 2048)
+        self.rope_scaling = f"{rope_scaling}-x{rope_factor:g}" if rope else None
         self.batch_size, self.seed = batch_size, seed
         self.prefix_cache_size, self.min_shared_prefix = prefix_cache_size, min_shared_prefix
         self.max_padding, self.cache_dir = max_padding, cache_dir
@@ -191,6 +204,8 @@ class HFModel(LLM):
             "weights": self.weights,
             "dtype": str(self.dtype).removeprefix("torch."),
             "instruct": self.instruct,
+            # only when set: unscaled models keep the identity (and completion cache) they had
+            **({"rope_scaling": self.rope_scaling} if self.rope_scaling else {}),
         }
 
     # -- generation --------------------------------------------------------------------------
@@ -208,9 +223,11 @@ class HFModel(LLM):
         rows: dict[int, dict[str, Any]] = {}  # request index -> Completion fields
         work: dict[int, dict[str, Any]] = {}  # request index -> what it would cost alone
         batches: list[dict[str, Any]] = []  # per padded batch: its time and padding waste
-        device = 0.0  # device seconds of the whole call: prefix prefills + padded batches
+        device = 0.0  # device seconds of the plain requests: prefix prefills + padded batches
+        alone_seconds: dict[int, float] = {}  # kv variants: request index -> its own seconds
         with torch.inference_mode():
-            for plen, members in plan_groups(ids, declared, self.min_shared_prefix):
+            for plen, members in self._groups(requests, ids, declared):
+                spec = kv_cache.KVSpec.of(requests[members[0]])
                 t_group = self.decoder.now()
                 kv, miss_seconds, hit = (
                     self._prefix(ids[members[0]][:plen]) if plen else (None, 0.0, False)
@@ -227,7 +244,23 @@ class HFModel(LLM):
                         plen,
                         shared=self.shared_prefix_attention,
                         seed=self.seed,
+                        kv=spec,
                     )
+                    if spec.kind != "plain":  # alone: its own batch, its own measured time
+                        (i,) = batch
+                        res = results[0]
+                        t0, t_first, t_last = res.pop("_times")
+                        alone_seconds[i] = res["meta"].pop("batch_seconds")
+                        rows[i] = {
+                            **res,
+                            "queue_seconds": t0 - t_submit,
+                            "prefill_seconds": t_first - t0,
+                            "decode_seconds": t_last - t_first,
+                            "prompt_tokens": len(ids[i]),
+                            "cached_prompt_tokens": 0,
+                            "model": self.name,
+                        }
+                        continue
                     # The first batch after computing a prefix waited for it: its rows' work
                     # began with the prefix prefill; later batches queued behind it.
                     waited_prefix = k == 0 and plen > 0 and not hit
@@ -259,7 +292,33 @@ class HFModel(LLM):
                             "prefix_computed": computes,
                             "shared": self.shared_prefix_attention and plen > 0,
                         }
-        return self._account(rows, work, batches, device)
+        return self._account(rows, work, batches, device, alone_seconds)
+
+    def _groups(self, requests, ids, declared) -> list[tuple[int, list[int]]]:
+        """``plan_groups`` over the plain-cache requests; each request with another KV-cache
+        variant is a group of its own without a prefix (it runs alone on its own cache)."""
+        variants = [i for i, r in enumerate(requests) if r.kv_cache != "plain"]
+        if variants:
+            self._check_kv(requests[i] for i in variants)
+        plain = [i for i, r in enumerate(requests) if r.kv_cache == "plain"]
+        groups = []
+        if plain:
+            planned = plan_groups(
+                [ids[i] for i in plain], [declared[i] for i in plain], self.min_shared_prefix
+            )
+            groups = [(plen, [plain[j] for j in members]) for plen, members in planned]
+        return groups + [(0, [i]) for i in variants]
+
+    def _check_kv(self, requests) -> None:
+        """Refuse a variant this model cannot run before any work starts (one clear error)."""
+        for r in requests:
+            if r.kv_cache in ("sinks", "quantized") and not kv_cache.supported_model(self.model):
+                raise ValueError(
+                    f"kv_cache={r.kv_cache} needs a model whose layers are all full attention; "
+                    f"{self.name} has sliding-window layers: use kv_cache plain or offloaded"
+                )
+            if r.kv_cache == "quantized":
+                kv_cache.check_backend_installed(r.kv_backend)
 
     def cost_rates(self) -> calibration.Rates:
         """This model's measured per-device rates (``calibration.py``): measured on first use,
@@ -293,10 +352,21 @@ class HFModel(LLM):
             "padding_seconds_estimate": round(min(waste, seconds), 6),
         }
 
-    def _account(self, rows, work, batches, device) -> list[Completion]:
+    def _account(self, rows, work, batches, device, alone_seconds=None) -> list[Completion]:
         """Split the call's device time among its requests in proportion to what each would have
         cost alone (``calibration.split_seconds``): the shares add up to the measured time, and
-        every request of the call saves (or, with padding, pays) by the same factor."""
+        every request of the call saves (or, with padding, pays) by the same factor. A KV-cache
+        variant ran alone: it is charged its own measured seconds (``alone_seconds``)."""
+        alone_seconds = alone_seconds or {}
+        out = []
+        for i in sorted(alone_seconds):
+            fields = rows.pop(i)
+            out.append((i, Completion(**fields, resource_seconds=alone_seconds[i])))
+        if rows:
+            out += self._split(rows, work, batches, device)
+        return [c for _, c in sorted(out, key=lambda pair: pair[0])]
+
+    def _split(self, rows, work, batches, device) -> list[tuple[int, Completion]]:
         order = sorted(rows)
         rates = self.cost_rates()
         alone = [rates.alone(**work[i]) for i in order]
@@ -319,7 +389,7 @@ class HFModel(LLM):
                 "call": call,
             }
             meta.pop("batch_seconds", None)
-            out.append(Completion(**fields, resource_seconds=share, meta=meta))
+            out.append((i, Completion(**fields, resource_seconds=share, meta=meta)))
         return out
 
     def _prefix(self, prefix: list[int]) -> tuple[Any, float, bool]:

@@ -15,6 +15,12 @@ time to its last token, synchronised on GPU; ``padding_tokens`` the left padding
 The batch's device time (``meta["batch_seconds"]``) is split among its rows by the caller
 (``hf.py``, by stand-alone cost: ``calibration.py``), not here. Peak memory is CUDA max
 allocated, else the process RSS.
+
+KV cache: ``kv_bytes_measured`` is each row's own share of the cache's tensors right after the
+prefill (``kv_cache.cache_bytes``; padding positions are not its own), plus the shared prefix KV
+where it is read through shared-prefix attention. A request with another ``kv_cache`` variant
+(offloaded, sinks, quantized: ``kv_cache.py``) runs alone (batch of one, no prefix KV reuse) on
+a cache of that kind; ``meta["kv_cache"]`` records what was done.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.llm import shared_prefix
+from ragbench.llm import kv_cache, shared_prefix
 from ragbench.types import GenerationRequest
 
 
@@ -84,6 +90,7 @@ class Decoder:
         plen: int,
         shared: bool,
         seed: int,
+        kv: kv_cache.KVSpec | None = None,
     ) -> list[dict[str, Any]]:
         """Prefill left-padded suffixes after a prefix KV (or none), then decode until every row
         stops; one dict of Completion fields (``meta`` included) per row.
@@ -91,10 +98,15 @@ class Decoder:
         ``shared``: read the prefix KV (batch of one) through shared-prefix attention; the
         per-row cache, mask and padding cover the suffix only and positions continue from the
         prefix. Otherwise each row gets its own copy of the prefix KV. ``seed`` seeds sampling.
+        ``kv``: the KV-cache variant (None or plain: ``DynamicCache``); other variants take one
+        request and no prefix KV.
         """
         import torch
         from transformers import DynamicCache
 
+        kv = kv or kv_cache.KVSpec()
+        if kv.kind != "plain" and (len(suffixes) != 1 or prefix_kv is not None):
+            raise ValueError(f"kv_cache={kv.kind} runs one request without a prefix KV")
         dev, batch, width = self.device, len(suffixes), max(len(s) for s in suffixes)
         shared = shared and prefix_kv is not None
         lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask
@@ -107,7 +119,10 @@ class Decoder:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:] + (plen - lead)
         input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
         extra: dict[str, Any] = {}
-        if prefix_kv is None or shared:
+        kv_meta: dict[str, Any] = {"kind": "plain", "label": "plain"}
+        if kv.kind != "plain":
+            cache, kv_meta = kv_cache.make_cache(kv, self.model, dev.type)
+        elif prefix_kv is None or shared:
             cache = DynamicCache(config=self.model.config)
             if shared:
                 extra["shared_prefix"] = shared_prefix.SharedPrefix(prefix_kv)
@@ -118,13 +133,23 @@ class Decoder:
             torch.cuda.reset_peak_memory_stats()
         gens = [self.generator(r, seed) for r in requests]
         attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
+        # sinks: prefill in chunks of the window, so no prompt token sees past sinks + window
+        chunk = kv.window_tokens if kv.kind == "sinks" else None
         with attention:
-            rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra)
+            rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra, chunk)
+        prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared else 0
         for row, s in zip(rows, suffixes, strict=True):
             row["padding_tokens"] = width - len(s)  # left padding its row computed
+            # its own positions' share of the batch cache (exact for the plain cache, whose
+            # every position costs the same), plus the one shared prefix it read
+            total = row.pop("_kv_bytes")
+            row["kv_bytes_measured"] = prefix_bytes + total * (lead + len(s)) // (
+                batch * (lead + width)
+            )
+            row["meta"]["kv_cache"] = kv_meta
         return rows
 
-    def _loop(self, requests, gens, input_ids, mask, positions, cache, extra):
+    def _loop(self, requests, gens, input_ids, mask, positions, cache, extra, chunk=None):
         import torch
 
         dev, batch = self.device, len(requests)
@@ -132,16 +157,22 @@ class Decoder:
         done: dict[int, dict[str, Any]] = {}
         active = list(range(batch))  # request rows still decoding, in cache-batch order
         t0 = self.now()
-        logits = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            **{self.cache_kw: cache},
-            use_cache=True,
-            **self.last_logits_only,
-            **extra,
-        ).logits[:, -1, :]
+        width = input_ids.shape[1]
+        lead = mask.shape[1] - width  # prefix positions already in the cache and the mask
+        step = chunk or width
+        for c in range(0, width, step):  # one pass, or chunks (sinks: see kv_cache.SinkLayer)
+            n = min(step, width - c)
+            logits = self.model(
+                input_ids=input_ids[:, c : c + n],
+                attention_mask=mask[:, : lead + c + n],
+                position_ids=positions[:, c : c + n],
+                **{self.cache_kw: cache},
+                use_cache=True,
+                **self.last_logits_only,
+                **extra,
+            ).logits[:, -1, :]
         t_first = self.now()
+        kv_bytes = kv_cache.cache_bytes(cache)  # after the prefill, before any decode step
         peak = self.peak_memory()
         while True:
             nxt = self.pick(logits, [requests[b] for b in active], [gens[b] for b in active])
@@ -181,6 +212,7 @@ class Decoder:
                 "prefill_seconds": t_first - t0,
                 "decode_seconds": done[b]["t"] - t_first,
                 "_times": (t0, t_first, done[b]["t"]),  # absolute: the caller adds its queue
+                "_kv_bytes": kv_bytes,  # the whole batch cache's; the caller takes its share
                 "peak_memory_bytes": peak,
                 "meta": {
                     "batch_size": batch,

@@ -4,6 +4,10 @@ A model name resolves to a preset, a local folder, a ``.gguf`` file (dequantised
 ``gguf.py``) or a Hugging Face hub id. The weights load on the chosen device (``ragbench.devices``)
 in the chosen dtype with the fastest attention available, and are identified for cache keys by a
 hash of the local files or by the hub revision.
+
+RoPE scaling (``rope_scaling``, ``rope_factor``) is a load-time option: the rotary frequencies are
+built with the model, so a model trained on N positions can be run at factor x N. See
+``rope_parameters`` for the methods and the papers.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from ragbench.llm.presets import PRESETS, ModelPreset
 from ragbench.registry import unknown
 
 DTYPES = ("float32", "bfloat16", "float16")
+# transformers' rope_type names: dynamic NTK-aware scaling (bloc97 2023, as in Peng et al.
+# 2023 §3.3) and YaRN (Peng et al. 2023, arXiv:2309.00071); "linear" is position interpolation
+# (Chen et al. 2023, arXiv:2306.15595), for comparison
+ROPE_SCALINGS = ("dynamic", "yarn", "linear")
 
 
 @dataclass(frozen=True)
@@ -70,11 +78,13 @@ def load_model(
     dtype: str = "auto",
     attn_implementation: str = "auto",
     cache_dir: str | os.PathLike | None = None,
+    rope: tuple[str, float] | None = None,
 ) -> LoadedModel:
     """Load ``model`` (see :func:`resolve_model`). Several GPUs under ``device="cuda"`` share
-    the layers (``device_map="auto"``); ``"cuda:N"`` pins one."""
+    the layers (``device_map="auto"``); ``"cuda:N"`` pins one. ``rope``: ``(scaling, factor)``
+    to run past the trained window (``rope_parameters``)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     quiet_transformers()
     source, gguf, preset = resolve_model(model)
@@ -85,8 +95,14 @@ def load_model(
     device = pick_device(device)
     torch_dtype = pick_dtype(dtype, device)
     multi_gpu = device == "cuda" and torch.cuda.device_count() > 1
+    extra: dict[str, Any] = {}
+    if rope is not None:
+        config = AutoConfig.from_pretrained(source)
+        config.rope_parameters = rope_parameters(config, *rope)
+        extra["config"] = config
     lm = AutoModelForCausalLM.from_pretrained(
         source,
+        **extra,
         dtype=torch_dtype,
         attn_implementation=pick_attention(attn_implementation, device, torch_dtype),
         device_map="auto" if multi_gpu else None,
@@ -103,6 +119,35 @@ def load_model(
         weights=weights or weights_id(source, lm, cache_dir),
         preset=preset,
     )
+
+
+def rope_parameters(config: Any, scaling: str, factor: float) -> dict[str, Any]:
+    """The ``rope_parameters`` that run ``config``'s model at ``factor`` x its trained window.
+
+    - ``dynamic`` (NTK-aware): the rotary base grows with the sequence once it passes the trained
+      length, so positions within it are unchanged. With a KV cache the keys keep the angles
+      they were computed with while later tokens use a larger base: a known approximation.
+    - ``yarn``: interpolates the low frequencies, keeps the high ones, and scales attention
+      temperature (Peng et al. 2023); static, so cached keys and new queries agree.
+    - ``linear``: position interpolation (positions divided by ``factor``).
+    """
+    if scaling not in ROPE_SCALINGS:
+        raise unknown("rope_scaling", str(scaling), ROPE_SCALINGS)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 1:
+        raise ValueError(f"rope_factor must be a number > 1, got {factor!r}")
+    base = dict(getattr(config, "rope_parameters", None) or {})
+    if base.get("rope_type", "default") != "default":
+        raise ValueError(
+            f"this model already uses rope_type {base['rope_type']!r}; ragbench scales only "
+            "models with plain RoPE"
+        )
+    trained = int(config.max_position_embeddings)
+    return {
+        **base,
+        "rope_type": scaling,
+        "factor": float(factor),
+        "original_max_position_embeddings": trained,
+    }
 
 
 def pick_dtype(dtype: str, device: str):

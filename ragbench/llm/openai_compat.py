@@ -282,6 +282,10 @@ class OpenAICompatLLM(LLM):
     # ------------------------------------------------------------------ generation
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        from ragbench.llm.kv_cache import refuse_variants
+
+        # a server keeps its KV cache its own way (vLLM: --kv-cache-dtype); a request cannot
+        refuse_variants(requests, "OpenAI-compatible")
         # Every request runs to its own end (a completion, or an error after its own retries),
         # even when another has failed: the caller then knows each request's fate and never
         # has to resend one, which would repeat its retries against the server.

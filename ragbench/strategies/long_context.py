@@ -5,10 +5,16 @@
 Many questions over one shared corpus (the ``corpus`` dataset: ``meta["corpus_fingerprint"]``)
 get the same context, fitted once per run against a fixed reserve for the question
 (``QUESTION_RESERVE`` tokens) rather than against each question's length: otherwise every
-question would cut the corpus at a different token and no prefix cache could serve two of them."""
+question would cut the corpus at a different token and no prefix cache could serve two of them.
+
+KV-cache techniques (``LongContextParams.kv_cache``: offloaded, sinks, quantized) are fields of
+the request; the transformers backend keeps the cache that way (``ragbench.llm.kv_cache``) and
+measures its bytes, other backends refuse with an error naming what they support. RoPE scaling
+is a load-time option of the model; ``rope_scaling`` names it in the record and must match."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ragbench.strategies.base import Resources, Steps, make_record
@@ -77,7 +83,26 @@ def _fit(example: Example, res: Resources, tail: str, overflow: str) -> tuple[st
     return kept, context_tokens
 
 
+def check_rope(params: LongContextParams, llm: Any) -> None:
+    """The record's ``rope_scaling`` must be what the model was loaded with (its identity). Only
+    the transformers backend scales RoPE; the dry run counts prompts and loads no model."""
+    identity = llm.identity()
+    if identity.get("backend") == "dry-run":
+        return
+    loaded = identity.get("rope_scaling")
+    if params.rope_scaling != loaded:
+        raise ValueError(
+            f"long_context rope_scaling={params.rope_scaling!r}, but the model was loaded with "
+            f"{loaded!r}: RoPE scaling is a load-time option of the hf backend (llm params "
+            "rope_scaling: dynamic | yarn | linear, and rope_factor); set both to match"
+        )
+
+
 def long_context_steps(example: Example, res: Resources, params: LongContextParams) -> Steps:
+    check_rope(params, res.llm)
     prompt, prefix, meta = long_context_prompt(example, res, params.overflow)
-    completion = yield res.request(prompt, prefix, rid=f"{example.id}:long_context")
+    request = res.request(prompt, prefix, rid=f"{example.id}:long_context")
+    if params.kv_cache != "plain":  # the KV-cache technique travels with the request
+        request = dataclasses.replace(request, **params.kv_fields())
+    completion = yield request
     return make_record(example, params, completion, res, meta)

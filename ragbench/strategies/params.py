@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -104,17 +105,78 @@ class ClosedBookParams(StrategyParams):
 
 @dataclass(frozen=True)
 class LongContextParams(StrategyParams):
+    """Long context, and the techniques that make it affordable: how the KV cache is kept
+    (``ragbench.llm.kv_cache``; the transformers backend runs them, other backends refuse)."""
+
     strategy: ClassVar[str] = "long_context"
 
     # past the window (or the run's prompt_budget): error | truncate_middle | truncate_head |
     # truncate_tail; the record says how many tokens were cut
     overflow: str = "error"
+    # plain | offloaded (layers in host memory between uses; a recorded no-op on CPU) | sinks
+    # (StreamingLLM: first sink_tokens + last window_tokens) | quantized (kv_bits, kv_backend)
+    kv_cache: str = "plain"
+    kv_bits: int | None = None  # quantized: 8 or 4 (hqq: 1-4, 8; quanto: 2, 4)
+    kv_backend: str | None = None  # quantized: hqq | quanto (null: hqq, which does 8 and 4 bits)
+    sink_tokens: int | None = None  # sinks: first positions always kept (null: 4, the paper's)
+    window_tokens: int | None = None  # sinks: most recent positions kept (null: 1024)
+    # the model's RoPE scaling, "yarn-x2" / "dynamic-x1.5" / "linear-x2": a load-time option of
+    # the hf backend (llm params rope_scaling + rope_factor), named here so each record says
+    # what ran; the strategy checks it against the loaded model
+    rope_scaling: str | None = None
+
+    short: ClassVar[dict[str, str]] = {"kv_cache": "kv", "kv_bits": "bits", "kv_backend": "quant"}
+    ROPE = re.compile(r"(dynamic|yarn|linear)-x\d+(\.\d+)?")
+
+    def __post_init__(self) -> None:
+        from ragbench.llm import kv_cache as kvc
+
+        # fill the variant's own defaults, so a record names exactly what ran
+        if self.kv_cache == "quantized" and self.kv_backend is None:
+            object.__setattr__(self, "kv_backend", "hqq")
+        if self.kv_cache == "sinks":
+            if self.sink_tokens is None:
+                object.__setattr__(self, "sink_tokens", kvc.DEFAULT_SINK_TOKENS)
+            if self.window_tokens is None:
+                object.__setattr__(self, "window_tokens", kvc.DEFAULT_WINDOW_TOKENS)
+        super().__post_init__()
 
     def validate(self) -> None:
-        _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
+        from ragbench.llm import kv_cache as kvc
 
-    def label(self) -> str:  # "long_context truncate_middle": the policy names itself
-        return self.strategy + ("" if self.overflow == "error" else f" {self.overflow}")
+        _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
+        try:
+            kvc.check(
+                self.kv_cache, self.kv_bits, self.kv_backend, self.sink_tokens, self.window_tokens
+            )
+        except ValueError as exc:
+            raise ValueError(f"{self.strategy}: {exc}") from None
+        if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
+            raise ValueError(
+                f"{self.strategy}: rope_scaling must be null or <dynamic|yarn|linear>-x<factor> "
+                f"(e.g. yarn-x2), got {self.rope_scaling!r}"
+            )
+
+    def kv_fields(self) -> dict[str, Any]:
+        """The ``GenerationRequest`` fields that carry the KV-cache variant."""
+        names = ("kv_cache", "kv_bits", "kv_backend", "sink_tokens", "window_tokens")
+        return {n: getattr(self, n) for n in names}
+
+    def label(self) -> str:
+        """``long_context``, ``long_context truncate_middle``, ``long_context kv=quantized-hqq-int4``."""
+        from ragbench.llm.kv_cache import KVSpec
+
+        parts = [self.strategy]
+        if self.overflow != "error":
+            parts.append(self.overflow)
+        if self.kv_cache != "plain":
+            spec = KVSpec(
+                self.kv_cache, self.kv_bits, self.kv_backend, self.sink_tokens, self.window_tokens
+            )
+            parts.append(f"kv={spec.label()}")
+        if self.rope_scaling:
+            parts.append(f"rope={self.rope_scaling}")
+        return " ".join(parts)
 
 
 @dataclass(frozen=True)
