@@ -272,3 +272,44 @@ def test_a_cut_corpus_is_one_prefix_unscored_questions_run_and_paths_follow_the_
     assert sorted(df["cached_prompt_tokens"] > 0) == [False, True, True]  # one prefix for all
     assert df.loc["open", "unscored"] == True and pd.isna(df.loc["open", "contains"])  # noqa: E712
     assert df.loc[["g0", "g3"], "contains"].notna().all()
+
+
+@pytest.mark.slow
+def test_embedded_model_computes_the_corpus_prefix_once(tmp_path):
+    # the done-when on the real transformers backend: one corpus, three questions; the
+    # first computes the corpus, the others find it cached
+    from ragbench.runner import run
+
+    filler = " ".join(f"Dock note {i} concerns the old pier." for i in range(40))
+    facts = ("The ferry leaves at 06:40.", "The harbour master is Ben Marsh.", "The fee is 12 EUR.")
+    corpus = write_documents(
+        tmp_path / "corpus.jsonl",
+        [Document(f"{i}.md", f"{filler} {f}") for i, f in enumerate(facts)],
+    )
+    qs = [("When does the ferry leave?", "06:40"), ("Who is the harbour master?", "Ben Marsh"),
+          ("What is the fee?", "12 EUR")]  # fmt: skip
+    questions = write(
+        tmp_path / "q.jsonl",
+        "".join(json.dumps({"question": q, "answers": [a]}) + "\n" for q, a in qs),
+    )
+    df = run(
+        {
+            "name": "hf-corpus",
+            "dataset": {
+                "name": "corpus",
+                "params": {"corpus": str(corpus), "questions": str(questions)},
+            },
+            "model": {
+                "backend": "hf",
+                "name": "smollm2-135m-instruct",
+                "max_new_tokens": 8,
+                "cache": False,
+            },  # fmt: skip
+            "strategies": ["long_context"],
+            "metrics": ["contains"],
+            "output_dir": str(tmp_path / "runs"),
+        },
+        progress=False,
+    )
+    cached = sorted(df["cached_prompt_tokens"])
+    assert cached[0] == 0 and cached[1] == cached[2] > 0.9 * df["prompt_tokens"].min()
