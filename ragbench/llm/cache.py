@@ -128,7 +128,9 @@ class CachedLLM(LLM):
                 head = f.read(len(_SQLITE_HEADER))
         except FileNotFoundError:
             head = b""
-        if head and head != _SQLITE_HEADER:
+        # a header shorter than 16 bytes that starts right is a file another process is just
+        # creating (sweep workers open one file at once), not damage
+        if head and not _SQLITE_HEADER.startswith(head):
             raise _Corrupt(f"file is not a database (it starts with {head[:8]!r})")
         conn = sqlite3.connect(
             self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
