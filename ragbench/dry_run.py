@@ -79,7 +79,14 @@ class HFPromptCounter:
     """The transformers backend's prompt accounting without its weights: the model's tokenizer
     and chat template (``ragbench.llm.hf_prompt``), the preset's context window."""
 
-    def __init__(self, model: str, instruct: bool | None = None, context_window: int | None = None):
+    def __init__(
+        self,
+        model: str,
+        instruct: bool | None = None,
+        context_window: int | None = None,
+        rope_factor: float | None = None,
+        **_load_options: Any,  # device, dtype, rope_scaling...: they change no token count
+    ):
         from ragbench.llm.hf_load import resolve_model
         from ragbench.llm.hf_prompt import is_instruct
         from ragbench.tokenizers import get_tokenizer
@@ -93,7 +100,9 @@ class HFPromptCounter:
             from transformers import AutoConfig
 
             window = getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", 0)
-        self.context_window = int(window or 2048)
+        # as HFModel: RoPE scaling multiplies the trained window unless a window is given
+        scaled = int((window or 2048) * rope_factor) if rope_factor and not context_window else 0
+        self.context_window = int(scaled or window or 2048)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -110,8 +119,7 @@ def _counter(cfg) -> Any:
 
     m = cfg.model
     if m.backend == "hf":
-        keep = {k: m.params[k] for k in ("instruct", "context_window") if k in m.params}
-        return HFPromptCounter(m.name, **keep)
+        return HFPromptCounter(m.name, **m.params)
     return load_llm(m.backend, model=m.name, **m.params)  # no request is sent by building it
 
 

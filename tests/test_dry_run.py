@@ -62,3 +62,14 @@ def test_dry_run_counts_like_the_embedded_model(tmp_path):
     table = dry_run(cfg, progress=False)
     df = run(cfg, progress=False)
     assert table.set_index("label")["prompt_tokens"].to_dict() == logged(df)
+
+
+@pytest.mark.slow  # reads the embedded model's tokenizer
+def test_dry_run_window_follows_rope_scaling_like_the_model():
+    from ragbench.dry_run import HFPromptCounter
+
+    plain = HFPromptCounter("smollm2-135m-instruct")
+    scaled = HFPromptCounter("smollm2-135m-instruct", rope_scaling="yarn", rope_factor=2.0)
+    assert scaled.context_window == 2 * plain.context_window == 16384
+    given = HFPromptCounter("smollm2-135m-instruct", context_window=4096, rope_factor=2.0)
+    assert given.context_window == 4096  # an explicit window wins, as in HFModel
