@@ -451,6 +451,11 @@ def attribution_table(records: Any) -> Any:
 
 # ---------------------------------------------------------------------------- oracle router
 
+# the per-query cost columns a summary table averages (report.summary; the oracle's rows too),
+# in display order; measured KV-cache bytes when the transformers backend measured them
+SUMMARY_COST_COLUMNS = (
+    "prompt_tokens", "dollars", "resource_seconds", "latency_seconds", "kv_bytes_measured", "flops",
+)  # fmt: skip
 # cost is money, else the device time charged (resource seconds; gpu_seconds in older tables);
 # never latency, which is what a user waited, not what the query cost
 COST_PREFERENCE = ("dollars", "resource_seconds", "gpu_seconds")
@@ -508,11 +513,7 @@ def oracle_router(
     )
     chosen = rows.drop_duplicates("example_id").drop(columns="_rank")
     keep = ["example_id", "label", "correct", metric, cost]
-    keep += [
-        c
-        for c in ("prompt_tokens", "dollars", "resource_seconds", "latency_seconds", "flops")
-        if c in chosen and c not in keep
-    ]
+    keep += [c for c in SUMMARY_COST_COLUMNS if c in chosen and c not in keep]
     out = chosen[keep].reset_index(drop=True)
     out.attrs.update(cost=cost, metric=metric, threshold=threshold, candidates=labels)
     return out

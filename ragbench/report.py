@@ -19,6 +19,7 @@ from ragbench import readable
 from ragbench.analysis import (  # noqa: F401
     CAUSES,
     ORACLE_LABEL,
+    SUMMARY_COST_COLUMNS,
     attribute,
     attribution_table,
     compare,
@@ -66,11 +67,7 @@ def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
     df = with_labels(df)
     acc = aggregate(df, ["label"], metric, seed=seed).set_index("label")
     ok = df[df["error"].isna()] if "error" in df else df
-    cost_cols = [
-        c
-        for c in ("prompt_tokens", "dollars", "resource_seconds", "latency_seconds", "flops")
-        if c in ok
-    ]
+    cost_cols = [c for c in SUMMARY_COST_COLUMNS if c in ok]
     costs = ok.groupby("label")[cost_cols].mean(numeric_only=True) if cost_cols else None
     table = acc[["mean", "ci_low", "ci_high", "n", "n_missing"]].rename(columns={"mean": metric})
     if costs is not None:
@@ -140,6 +137,7 @@ _COST_UNITS = {
     "resource_seconds": "device seconds per query",
     "prompt_tokens": "prompt tokens per query",
     "flops": "FLOPs per query",
+    "kv_bytes_measured": "KV-cache bytes per query (measured)",
     "gpu_seconds": "device seconds per query",  # tables written before resource_seconds
 }
 # dollars per query are fractions of a cent: plotted per 1,000 queries, in fixed notation

@@ -299,3 +299,14 @@ def test_formatted_tables_read_dollars_per_1k_integers_and_percentages():
     assert "4,334" in html and ".6667" not in html  # token counts as integers
     assert ">6<" in html and "6.0000" not in html  # n as an integer
     assert report.formatted(table).data["dollars"].iloc[0] == table["dollars"].iloc[0]
+
+
+def test_summary_averages_measured_kv_bytes_and_plots_them_with_a_unit():
+    df = _df()
+    df["kv_bytes_measured"] = df["prompt_tokens"] * 1024  # what the transformers backend logs
+    table = report.summary(df)
+    assert table.set_index("label").loc["long_context", "kv_bytes_measured"] == pytest.approx(
+        1024 * (1000 + 4000 + 8000) / 3
+    )
+    ax = report.plot_accuracy_vs_cost(table, cost="kv_bytes_measured")
+    assert "KV-cache bytes per query (measured)" in ax.get_xlabel()
