@@ -28,6 +28,8 @@ def model_block(
         "params": {"base_url": base_url} if base_url else {},
         "preset": FAKE_PRESET if backend == "fake" else None,
     }
+    if backend == "fake":  # the no-weights test model takes the KV variants too (flagged as such)
+        section["params"]["simulate_kv_cache"] = True
     return section, tokenizer or ("whitespace" if backend == "fake" else model)
 
 

@@ -137,11 +137,11 @@ _COST_UNITS = {
     "resource_seconds": "device seconds per query",
     "prompt_tokens": "prompt tokens per query",
     "flops": "FLOPs per query",
-    "kv_bytes_measured": "KV-cache bytes per query (measured)",
+    "kv_bytes_measured": "KV-cache MiB per query (measured)",
     "gpu_seconds": "device seconds per query",  # tables written before resource_seconds
 }
 # dollars per query are fractions of a cent: plotted per 1,000 queries, in fixed notation
-_COST_SCALE = {"dollars": 1000.0}
+_COST_SCALE = {"dollars": 1000.0, "kv_bytes_measured": 1 / 2**20}  # $ per 1k queries; MiB
 
 
 def plot_accuracy_vs_cost(
@@ -178,7 +178,8 @@ def plot_accuracy_vs_cost(
     ax.set_ylabel(readable.metric_label(metric) + " (95% CI)")
     ax.set_ylim(-0.05, 1.05)
     readable.percent_axis(ax.yaxis)
-    ax.set_title("Accuracy vs cost per query")
+    memory = cost.startswith("kv_")
+    ax.set_title(f"Accuracy vs {'KV-cache memory' if memory else 'cost'} per query")
     readable.legend_beside(ax)
     ax.grid(alpha=0.3)
     return ax

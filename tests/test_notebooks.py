@@ -45,6 +45,14 @@ TINY = {
     "04_cost_planning": {"context_lengths": [1024, 8192]},
     # `docs` is a folder the `executed` fixture writes (PDF, HTML, Markdown, DOCX, text, a broken
     # DOCX); the fake reader answers "What is the X?" from "the X is Y", so strategies differ
+    "06_long_context_techniques": {
+        **FAKE,
+        "context_lengths": [500],
+        "depth_percents": [50],
+        "ruler_examples": 1,
+        "kv_variants": [{"kv_cache": "quantized", "kv_bits": 4}, {"kv_cache": "sinks"}],
+        "top_k": 1,
+    },  # fmt: skip
     "05_your_documents": {
         **FAKE,
         "docs": "",

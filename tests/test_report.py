@@ -309,4 +309,5 @@ def test_summary_averages_measured_kv_bytes_and_plots_them_with_a_unit():
         1024 * (1000 + 4000 + 8000) / 3
     )
     ax = report.plot_accuracy_vs_cost(table, cost="kv_bytes_measured")
-    assert "KV-cache bytes per query (measured)" in ax.get_xlabel()
+    assert "KV-cache MiB per query (measured)" in ax.get_xlabel()
+    assert "memory" in ax.get_title()
