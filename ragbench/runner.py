@@ -27,7 +27,6 @@ fails before any model is loaded, with one clear message.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -36,8 +35,10 @@ from typing import Any
 
 from ragbench import provenance, secrets
 from ragbench.config import RunConfig, config_hash, load_config
-from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
+from ragbench.io import atomic_write_bytes, dumps_canonical
+from ragbench.judge.run_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.locks import FolderLock
+from ragbench.manifest import read_manifest, sessions_of, write_manifest
 from ragbench.results import (
     RECORDS,
     append_record,
@@ -100,15 +101,20 @@ def _load_examples(cfg: RunConfig) -> list[Example]:
 
 
 def _load_llm(cfg: RunConfig):
+    return load_model(cfg.model)
+
+
+def load_model(m: Any):
+    """The LLM a ``ModelConfig`` names (the model under test, or a judge), behind the shared
+    completion cache when ``m.cache``."""
     from ragbench.llm import load_llm
 
-    m = cfg.model
     cache = None
     if m.cache:
         from ragbench.assets import cache_dir
 
         cache = cache_dir() / "completions.sqlite"
-    if m.threads:
+    if getattr(m, "threads", None):
         from ragbench.llm.hf_load import set_threads
 
         set_threads(m.threads)
@@ -264,13 +270,6 @@ def check_server(llm: Any) -> None:
         check()
 
 
-def _needs_judging(cfg: RunConfig, record: Any) -> bool:
-    from ragbench.metrics import deferred_metrics
-
-    deferred = deferred_metrics(cfg.metrics)
-    return record.error is None and any(m not in record.scores for m in deferred)
-
-
 def _run_locked(
     cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm
 ) -> Any:
@@ -284,13 +283,13 @@ def _run_locked(
     # error rows are retried on resume (timeouts, out-of-memory); the new record is appended and
     # read_records keeps the last line of a key
     pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done or done[k].error]
-    previous = _read_manifest(out)
+    previous = read_manifest(out)
     session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
-    sessions = [*_sessions(previous), session]
+    sessions = [*sessions_of(previous), session]
     from ragbench.metrics import deferred_metrics
 
     judging = bool(deferred_metrics(cfg.metrics)) and (
-        bool(pending) or any(_needs_judging(cfg, done[k]) for k in keys if k in done)
+        bool(pending) or any(needs_judging(cfg, done[k]) for k in keys if k in done)
     )
     res = None
     if pending:
@@ -302,25 +301,25 @@ def _run_locked(
         check_server(llm)
     # the judge is loaded and its server checked before any record is generated: a dead judge
     # must not be found after an hour of generation
-    judge = _load_judge(cfg, judge_llm, llm) if judging else None
+    judge = load_judge(cfg, judge_llm, llm) if judging else None
     if pending:
         identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
         # written before any work, so a run killed now still knows when it first started
-        _write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
+        write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
         res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
         session["errors"] = _generate(cfg, res, pending, done, out, progress, len(work))
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
         identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
         session["errors"] = 0
     if judge is not None:
-        session["judged"] = _judge_pass(cfg, judge, examples, keys, done, out, progress, llm, res)
+        session["judged"] = judge_pass(cfg, judge, examples, keys, done, out, progress, llm, res)
     session["finished_at"] = _now()
 
     meta = {e.id: e.meta for e in examples}
     df = table([done[k] for k in keys], meta, list(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
-    judge_info = _judge_summary(cfg, judge, df, previous)
-    manifest = _write_manifest(
+    judge_info = judge_summary(cfg, judge, df, previous)
+    manifest = write_manifest(
         out, cfg, examples, identity, sessions, status="finished", records=df, judge=judge_info
     )
     provenance.record_in_notebook(out, manifest)
@@ -366,196 +365,3 @@ def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) ->
             bar.update(len(chunk))
         bar.close()
     return errors
-
-
-# ---------------------------------------------------------------------------- judge pass
-
-JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass loses one chunk
-
-
-def _load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
-    """The ``ragbench.judge.Judge`` of the config, its LLM loaded and its server checked."""
-    from ragbench.config import JudgeConfig
-    from ragbench.judge import Judge
-    from ragbench.metrics import METRICS
-
-    jc = cfg.judge or JudgeConfig()
-    llm_metrics = [m for m in cfg.metrics if METRICS.get(m).kind == "judge"]
-    m = jc.model
-    if llm_metrics and judge_llm is None:
-        same = m is not None and (m.backend, m.name, m.params) == (
-            cfg.model.backend,
-            cfg.model.name,
-            cfg.model.params,
-        )
-        if same and llm is not None:  # allowed by the config (checked there): one model in memory
-            judge_llm = llm
-        else:
-            from ragbench.llm import load_llm
-
-            cache = None
-            if m.cache:
-                from ragbench.assets import cache_dir
-
-                cache = cache_dir() / "completions.sqlite"
-            judge_llm = load_llm(m.backend, cache=cache, model=m.name, **m.params)
-    if llm_metrics:
-        check_server(judge_llm)
-    embedder = None
-    if "semantic_similarity" in cfg.metrics:
-        from ragbench.retrieval.embedders import get_embedder
-
-        name = jc.embedder or next(iter(_listed(cfg.retrieval.embedder)))
-        embedder = get_embedder(name)
-    sheet = None
-    if jc.price_sheet:
-        from ragbench.prices import price_sheet
-
-        sheet = price_sheet(jc.price_sheet)
-    return Judge(
-        llm=judge_llm if llm_metrics else None,
-        prompts={metric: jc.prompt(metric) for metric in llm_metrics},
-        samples=jc.samples,
-        temperature=jc.temperature,
-        max_new_tokens=m.max_new_tokens if m is not None else 32,
-        max_attempts=jc.max_attempts,
-        batch_size=m.batch_size if m is not None else 8,
-        sheet=sheet,
-        embedder=embedder,
-        model=(m.name if m is not None else getattr(judge_llm, "name", "")) if llm_metrics else "",
-    )
-
-
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def _judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm, res) -> int:
-    """Score the deferred metrics of every finished record that lacks them, appending each
-    updated record; returns how many records were updated."""
-    from tqdm import tqdm
-
-    from ragbench.judge import judge_records
-    from ragbench.judge.context import given_context
-    from ragbench.metrics import deferred_metrics
-
-    todo = [k for k in keys if k in done and _needs_judging(cfg, done[k])]
-    if not todo:
-        return 0
-    by_id = {e.id: e for e in examples}
-    state = {"res": res, "llm": llm}
-
-    def context(example: Example, record: Any) -> str | None:
-        # the model under test's tokenizer and the index rebuild the prompt's context; a run
-        # with nothing left to generate loads the model only if a record needs it
-        if record.strategy == "closed_book":
-            return None
-        if state["res"] is None:
-            state["llm"] = state["llm"] or _load_llm(cfg)
-            identity = provenance.identity(state["llm"])
-            state["res"] = _resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
-        return given_context(example, record, state["res"])
-
-    metrics = deferred_metrics(cfg.metrics)
-    updated = 0
-    with (out / RECORDS).open("ab") as f:
-        bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not progress, unit="rec")
-        for start in range(0, len(todo), JUDGE_CHUNK):
-            part = todo[start : start + JUDGE_CHUNK]
-            items = [(by_id[done[k].example_id], done[k]) for k in part]
-            for key, record in zip(
-                part, judge_records(items, metrics, judge, context), strict=True
-            ):
-                if record is not done[key]:
-                    append_record(f, key, record)
-                    done[key] = record
-                    updated += 1
-                bar.update(1)
-        bar.close()
-    return updated
-
-
-def _judge_summary(cfg: RunConfig, judge: Any, df: Any, previous: dict | None) -> dict | None:
-    """The manifest's ``judge`` entry: the judge, its prompts and how far to trust it."""
-    from ragbench.judge import judge_agreement, judge_warnings
-    from ragbench.metrics import deferred_metrics
-
-    if not deferred_metrics(cfg.metrics):
-        return None
-    agreement = judge_agreement(df)
-    rows = [
-        {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
-        for row in agreement.to_dict("records")
-    ]  # NaN is not JSON
-    if judge is not None and judge.llm is not None:
-        model = secrets.redact(provenance.identity(judge.llm))
-    else:
-        model = ((previous or {}).get("judge") or {}).get("model")
-    return {
-        "model": model,
-        "prompts": {m: p.name for m, p in judge.prompts.items()} if judge else None,
-        "samples": cfg.judge.samples if cfg.judge else 1,
-        "agreement": rows,
-        "warnings": judge_warnings(df, agreement),
-    }
-
-
-# ---------------------------------------------------------------------------- manifest
-
-
-def _read_manifest(out: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # a first run, or a manifest too damaged to keep its history
-
-
-def _sessions(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The earlier invocations of this run folder, oldest first (manifests written before the
-    session log existed give one entry from their start and end times)."""
-    if not previous:
-        return []
-    if isinstance(previous.get("sessions"), list):
-        return list(previous["sessions"])
-    return [{k: previous.get(k) for k in ("started_at", "finished_at")}]
-
-
-def _write_manifest(
-    out: Path, cfg, examples, identity, sessions, status: str, records, judge=None
-) -> dict:
-    """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the
-    first invocation's start and ``sessions`` logs every invocation (start, end, records it had
-    to generate, errors), so a resumed run keeps its history."""
-    from ragbench.datasets.formats import fingerprint
-    from ragbench.prices import price_sheet
-
-    manifest: dict[str, Any] = {
-        "name": cfg.name,
-        "config": secrets.redact(cfg.model_dump(mode="json")),
-        "config_hash": config_hash(cfg),
-        "dataset": {
-            "name": cfg.dataset.name,
-            "fingerprint": fingerprint(examples),
-            "n": len(examples),
-        },
-        "model": secrets.redact(identity),
-        # which sheet priced the dollars, and as of when (a reprice writes its own beside it)
-        "price_sheet": price_sheet(cfg.price_sheet).describe() if cfg.price_sheet else None,
-        "status": status,
-        "versions": provenance.versions(),
-        "git_commit": provenance.git_commit(),
-        "hardware": provenance.hardware(),
-        "started_at": sessions[0].get("started_at"),
-        "finished_at": sessions[-1].get("finished_at"),
-        "sessions": sessions,
-    }
-    if judge is not None:
-        manifest["judge"] = judge
-    if cfg._overrides:  # `ragbench run --set ...`: what the file alone does not say
-        manifest["overrides"] = [secrets.redact_text(o) for o in cfg._overrides]
-    if records is not None:
-        manifest["records"] = len(records)
-        manifest["errors"] = int(records["error"].notna().sum())
-        manifest["resumed_records"] = len(records) - sessions[-1]["pending"]
-    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
