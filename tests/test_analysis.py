@@ -170,7 +170,7 @@ def _multikey_run(tmp_path, top_k: int, strategies=()):
         ex = examples[ex_id]
         gold = ex.answers[0]
         context, _ = split_question(request.prompt)
-        values = [m["value"] for m in analysis._NEEDLE.finditer(context)]
+        values = [m["value"] for m in analysis.attribution._NEEDLE.finditer(context)]
         distractors = [v for v in values if v != gold]
         has_gold = f"for {ex.meta['keys'][0]} is: {gold}" in context
         script = int(ex_id[-1], 16) % 3

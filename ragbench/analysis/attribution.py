@@ -1,0 +1,210 @@
+"""Failure attribution: why each wrong answer was wrong (retrieval, reader, distractor,
+truncation), and where in the context the missed evidence sat."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ragbench.analysis._common import (
+    _check_metric,
+    _labels,
+)
+
+# Causes of a wrong answer, in the order they are checked (the first that applies wins): missing
+# evidence explains everything after it, so it comes first.
+CAUSES = (
+    "retrieval_miss",  # RAG: no gold evidence in the retrieved context (meta gold_hit False)
+    "truncated",  # long context: the overflow policy cut the evidence away (known)
+    "distractor_answer",  # the answer names another key's value (RULER multikey, hard needles)
+    "context_truncated",  # long context: the context was cut; whether the evidence went is unknown
+    "reader_miss",  # the evidence was in the prompt and the answer is still wrong
+    "no_context",  # closed book: the model was given no context
+    "unattributed",  # a miss with nothing recorded to explain it (no evidence spans)
+)
+OUTCOMES = ("correct", *CAUSES, "error")
+
+# RULER / multidoc needle: "One of the special magic numbers for quiet-lake is: 4817263."
+_NEEDLE = re.compile(
+    r"special magic [a-z]+ for (?P<key>[^\n:]+?) (?:is|are):?\s+(?P<value>[^\s,;]+?)"
+    r"(?=[.,;]?(?:\s|$))",
+    re.IGNORECASE,
+)
+
+
+def distractor_values(example: Any) -> tuple[str, ...]:
+    """Values in ``example``'s context that answer some *other* key: ``meta["distractor_values"]``
+    when the dataset stores it, else every keyed needle ("special magic ... for KEY is: VALUE")
+    whose key is not asked (``meta["keys"]``) and whose value is not a gold answer. Covers RULER
+    multikey (distractor keys and, with the needles haystack, filler needles) and multidoc."""
+    meta = example.meta or {}
+    if meta.get("distractor_values") is not None:
+        return tuple(str(v) for v in meta["distractor_values"])
+    asked = {str(k).lower() for k in meta.get("keys", ())}
+    gold = {a.lower() for a in example.answers}
+    found = []
+    for m in _NEEDLE.finditer(example.context):
+        key, value = m["key"].strip().lower(), m["value"]
+        if key not in asked and value.lower() not in gold:
+            found.append(value)
+    return tuple(dict.fromkeys(found))
+
+
+def names_value(prediction: str, values: Iterable[str]) -> bool:
+    """Whether ``prediction`` contains one of ``values`` as a whole token (case-insensitive), so
+    "123" is not found inside "41234"."""
+    text = prediction or ""
+    return any(
+        re.search(rf"(?<![\w-]){re.escape(v)}(?![\w-])", text, re.IGNORECASE) for v in values if v
+    )
+
+
+def evidence_depth(example: Any) -> float:
+    """Where the (first) evidence span starts in the long-context prompt's context, as a
+    percentage of its characters (NaN without evidence spans)."""
+    from ragbench.types import DOCUMENT_SEPARATOR
+
+    spans = (example.meta or {}).get("evidence") or []
+    if not spans:
+        return float("nan")
+    offsets, pos = {}, 0
+    for doc in example.documents:
+        head = len(doc.title) + 1 if doc.title else 0  # join_documents: "title\ntext"
+        offsets[doc.id] = pos + head
+        pos += head + len(doc.text) + len(DOCUMENT_SEPARATOR)
+    total = max(1, pos - len(DOCUMENT_SEPARATOR))
+    starts = [offsets[d] + s for d, s, _ in spans if d in offsets]
+    return 100.0 * min(starts) / total if starts else float("nan")
+
+
+def _cell(row: Mapping[str, Any], name: str) -> Any:
+    """A row's value, None when absent or NaN (a column other strategies' rows fill)."""
+    value = row.get(name)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def _source(row: Mapping[str, Any]) -> str:
+    """Which call produced the answer: rag, long_context, closed_book (or the strategy name).
+    Self-Route's answer comes from the branch its ``route`` names."""
+    strategy = row["strategy"]
+    if strategy == "self_route":
+        return _cell(row, "route") or "rag"
+    if strategy.startswith("long_context"):  # KV-cache variants answer from the whole context
+        return "long_context"
+    if strategy.startswith("rag") or _cell(row, "gold_hit") is not None:
+        return "rag"
+    return strategy
+
+
+def _cause(row: Mapping[str, Any], source: str, distractor: bool) -> str:
+    lc = "lc_" if row["strategy"] == "self_route" and source == "long_context" else ""
+    if source == "rag":
+        hit = _cell(row, "gold_hit")
+        if hit is not None and not bool(hit):
+            return "retrieval_miss"
+        if distractor:
+            return "distractor_answer"
+        return "reader_miss" if hit is not None else "unattributed"
+    if source == "long_context":
+        # ``evidence_truncated`` is not recorded yet (see the module's report); only the number
+        # of tokens cut is, which says the context lost something, not that the evidence did
+        if _cell(row, f"{lc}evidence_truncated"):
+            return "truncated"
+        if distractor:
+            return "distractor_answer"
+        if (_cell(row, f"{lc}truncated_tokens") or 0) > 0:
+            return "context_truncated"
+        return "reader_miss"
+    if source == "closed_book":
+        return "distractor_answer" if distractor else "no_context"
+    return "distractor_answer" if distractor else "unattributed"
+
+
+def attribute(
+    df: Any,
+    metric: str = "string_match_all",
+    examples: Iterable[Any] | Mapping[str, Any] | None = None,
+    threshold: float = 1.0,
+) -> Any:
+    """Why each record's answer was wrong: one row per record with ``example_id``, ``strategy``,
+    ``label``, ``source`` (the call that answered: rag, long_context, closed_book; Self-Route's
+    routed branch), ``score``, ``correct`` (score >= ``threshold``), ``outcome`` ("correct",
+    one of ``CAUSES``, or "error"), ``distractor_named`` (the prediction names another key's
+    value, whatever the cause), ``declined`` (it said "unanswerable"), ``evidence_depth``
+    (percent) and ``distractors_known``.
+
+    ``examples`` (the run's ``Example``s, a list or a dict by id) supply what the table does not
+    hold: distractor values (parsed from the needles) and the evidence depth. Without them the
+    depth comes from a ``depth_percent`` column (NIAH) and no answer is called a distractor.
+    """
+    import pandas as pd
+
+    from ragbench.strategies.prompts import is_declined
+
+    df = _labels(df)
+    _check_metric(df, metric)
+    if isinstance(examples, Mapping):
+        by_id = dict(examples)
+    else:
+        by_id = {e.id: e for e in examples or ()}
+    distractors = {i: distractor_values(e) for i, e in by_id.items()}
+    depths = {i: evidence_depth(e) for i, e in by_id.items()}
+    out = []
+    for row in df.to_dict("records"):
+        ex = row["example_id"]
+        score = _cell(row, metric)
+        error = _cell(row, "error")
+        values = distractors.get(ex, ())
+        stored = _cell(row, "distractor_values")  # a future column wins over parsing
+        if stored is not None:
+            # parquet keeps a list column as JSON text when pyarrow cannot type it
+            values = tuple(json.loads(stored) if isinstance(stored, str) else stored)
+        prediction = row.get("prediction") or ""
+        named = names_value(prediction, values)
+        source = _source(row)
+        correct = score is not None and error is None and score >= threshold
+        if error is not None or score is None:
+            outcome = "error"
+        elif correct:
+            outcome = "correct"
+        else:
+            outcome = _cause(row, source, named)
+        depth = depths.get(ex, float("nan"))
+        if math.isnan(depth) and _cell(row, "depth_percent") is not None:
+            depth = float(row["depth_percent"])
+        out.append({
+            "example_id": ex, "strategy": row["strategy"], "label": row["label"],
+            "source": source, "score": score, "correct": bool(correct), "outcome": outcome,
+            "distractor_named": bool(named), "declined": is_declined(prediction),
+            "evidence_depth": depth, "distractors_known": bool(values),
+        })  # fmt: skip
+    table = pd.DataFrame(out)
+    if len(table):
+        table["outcome"] = pd.Categorical(table["outcome"], categories=OUTCOMES)
+    table.attrs.update(metric=metric, threshold=threshold)
+    return table
+
+
+def attribution_table(records: Any) -> Any:
+    """Per variant (config order): ``n`` records, ``correct``, ``misses``, one count column per
+    outcome in ``CAUSES`` and ``error``, and ``mean_miss_depth`` (mean evidence depth of the
+    misses, percent). ``records``: the output of ``attribute``."""
+    import pandas as pd
+
+    order = list(dict.fromkeys(records["label"]))
+    counts = pd.crosstab(records["label"], records["outcome"], dropna=False)
+    counts = counts.reindex(index=order, columns=list(OUTCOMES), fill_value=0)
+    misses = records[~records["correct"] & (records["outcome"] != "error")]
+    depth = misses.groupby("label", sort=False)["evidence_depth"].mean()
+    strategy = records.drop_duplicates("label").set_index("label")["strategy"]
+    table = pd.DataFrame({"strategy": strategy.reindex(order), "n": counts.sum(axis=1)})
+    table["correct"] = counts["correct"]
+    table["misses"] = counts[list(CAUSES)].sum(axis=1)
+    table = table.join(counts[[*CAUSES, "error"]])
+    table["mean_miss_depth"] = depth.reindex(order)
+    return table.rename_axis("label").reset_index()

@@ -1,0 +1,172 @@
+"""Paired comparison: every pair of variants on the same questions (bootstrap CI, exact
+McNemar, Holm adjustment) and a plain-language decision."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ragbench.analysis._common import (
+    _higher_is_better,
+    paired_scores,
+)
+from ragbench.registry import unknown
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Exact two-sided McNemar p-value: under H0 each discordant pair (one variant right, the
+    other wrong) is a fair coin, so ``a_only ~ Binomial(a_only + b_only, 1/2)``. The two-sided
+    p is twice the smaller tail (the distribution is symmetric), capped at 1; no discordant pairs
+    give 1. Exact integer arithmetic: no overflow at any n."""
+    n, k = a_only + b_only, min(a_only, b_only)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def paired_bootstrap(
+    diffs: Sequence[float], n_boot: int = 2000, seed: Any = 0, level: float = 0.05
+) -> tuple[float, float, float]:
+    """(ci_low, ci_high, p) for the mean of per-question differences: resample questions with
+    replacement (each resample keeps a question's two answers together), percentile CI at
+    ``1 - level``, and a two-sided p as twice the smaller share of resampled means on either
+    side of 0 (so ``p < level`` when the percentile CI excludes 0, up to interpolation).
+    Resampling draws ``rng.integers(0, n, (n_boot, n))`` from ``default_rng(seed)``, the same
+    draws as ``scipy.stats.bootstrap(..., paired=True, rng=default_rng(seed))``."""
+    d = np.asarray(diffs, dtype=float)
+    if d.size < 2 or n_boot < 1:
+        value = float(d[0]) if d.size == 1 else float("nan")
+        return value, value, float("nan")
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [100 * level / 2, 100 * (1 - level / 2)])
+    p = min(1.0, 2 * min(float(np.mean(means <= 0)), float(np.mean(means >= 0))))
+    return float(lo), float(hi), p
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (NaN stays NaN and is not counted)."""
+    p = np.asarray(p_values, dtype=float)
+    valid = np.flatnonzero(~np.isnan(p))
+    out = np.full(p.shape, np.nan)
+    m, running = len(valid), 0.0
+    for rank, i in enumerate(valid[np.argsort(p[valid], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))  # monotone: never below a smaller p
+        out[i] = running
+    return out.tolist()
+
+
+def compare(
+    df: Any,
+    metric: str = "string_match_all",
+    level: float = 0.05,
+    n_boot: int = 2000,
+    seed: int = 0,
+    labels: Iterable[str] | None = None,
+    adjust: str = "holm",
+) -> Any:
+    """Every pair of variants on the questions both answered (inner join on ``example_id``).
+
+    One row per pair (a, b), in config order: ``n`` paired questions, ``mean_a``, ``mean_b``,
+    ``diff`` (= mean_a - mean_b) with its paired bootstrap CI at ``1 - level`` (``ci_low``,
+    ``ci_high``), ``a_only``/``b_only`` (questions where a scored higher / b scored higher),
+    ``test`` and ``p_value``: exact McNemar when the metric is binary (every score 0 or 1), else
+    the paired bootstrap p. ``p_adjusted`` is Holm's over all pairs (``adjust="none"``: the raw
+    p), ``significant`` is ``p_adjusted < level`` and ``winner`` names the better variant only
+    then (lower is better for metrics that say so). ``decide`` turns the table into sentences.
+
+    The decision rests on the test's p, not on the CI: on few questions the exact McNemar test
+    is conservative (5 discordant pairs all one way give p = 0.0625) while a percentile bootstrap
+    CI is too narrow and can exclude 0; both are shown.
+    """
+    import pandas as pd
+
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if adjust not in ("holm", "none"):
+        raise unknown("p-value adjustment", adjust, ("holm", "none"))
+    wide = paired_scores(df, metric, labels)
+    values = wide.to_numpy()
+    binary = bool(np.isin(values[~np.isnan(values)], (0.0, 1.0)).all())
+    higher = _higher_is_better(metric)
+    cols = list(wide.columns)
+    rows = []
+    for i, a in enumerate(cols):
+        for b in cols[i + 1 :]:
+            both = wide[[a, b]].dropna()
+            x, y = both[a].to_numpy(), both[b].to_numpy()
+            d = x - y
+            # an independent stream per pair, still fixed by ``seed``: adding a variant to the
+            # run does not change the other pairs' intervals
+            pair_seed = [seed, i, cols.index(b)]
+            lo, hi, p_boot = paired_bootstrap(d, n_boot, pair_seed, level)
+            a_only, b_only = int((d > 0).sum()), int((d < 0).sum())
+            p = mcnemar_exact(a_only, b_only) if binary else p_boot
+            rows.append({
+                "a": a, "b": b, "n": int(d.size),
+                "mean_a": float(x.mean()) if d.size else float("nan"),
+                "mean_b": float(y.mean()) if d.size else float("nan"),
+                "diff": float(d.mean()) if d.size else float("nan"),
+                "ci_low": lo, "ci_high": hi, "a_only": a_only, "b_only": b_only,
+                "test": "mcnemar_exact" if binary else "paired_bootstrap", "p_value": p,
+            })  # fmt: skip
+    table = pd.DataFrame(
+        rows,
+        columns=["a", "b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high",
+                 "a_only", "b_only", "test", "p_value"],
+    )  # fmt: skip
+    table["p_adjusted"] = holm(table["p_value"]) if adjust == "holm" else table["p_value"]
+    table["significant"] = (table["p_adjusted"] < level).astype(bool)
+    better_a = (table["diff"] > 0) == higher
+    table["winner"] = [
+        (a if up else b) if sig else None
+        for a, b, up, sig in zip(
+            table["a"], table["b"], better_a, table["significant"], strict=True
+        )
+    ]
+    table.attrs.update(metric=metric, level=level, adjust=adjust, binary=binary, n_boot=n_boot)
+    return table
+
+
+def _signed(x: float) -> str:
+    return "nan" if math.isnan(x) else f"{x:+.3f}"
+
+
+def decide(table: Any) -> str:
+    """Sentences from a ``compare`` table: one per pair, naming a winner only where the
+    difference is significant, then an overall verdict (a variant that significantly beats every
+    other one, or none)."""
+    if not len(table):
+        return "nothing to compare: fewer than two variants"
+    metric = table.attrs.get("metric", "metric")
+    level = table.attrs.get("level", 0.05)
+    adjusted = table.attrs.get("adjust", "holm") == "holm"
+    conf = f"{100 * (1 - level):g}% CI"
+    lines = []
+    for row in table.itertuples(index=False):
+        test = "exact McNemar" if row.test == "mcnemar_exact" else "paired bootstrap"
+        p = f"{test} p={row.p_value:.3g}" + (f", Holm {row.p_adjusted:.3g}" if adjusted else "")
+        stats = (
+            f"{metric} {row.a} - {row.b} = {_signed(row.diff)} "
+            f"({conf} {_signed(row.ci_low)} to {_signed(row.ci_high)}; {p}; "
+            f"{row.n} paired questions)"
+        )
+        if isinstance(row.winner, str):  # None: no winner (pandas may store it as NaN)
+            loser = row.b if row.winner == row.a else row.a
+            lines.append(f"{row.winner} beats {loser}: {stats}")
+        else:
+            lines.append(f"{row.a} vs {row.b}: no significant difference at {level:g}: {stats}")
+    variants = list(dict.fromkeys([*table["a"], *table["b"]]))
+    wins = table["winner"].dropna().value_counts()
+    best = [v for v in variants if wins.get(v, 0) == len(variants) - 1]
+    if best:
+        lines.append(f"=> {best[0]} is significantly better than every other variant on {metric}")
+    else:
+        lines.append(
+            f"=> no variant is significantly better than all others on {metric} at {level:g}"
+        )
+    return "\n".join(lines)

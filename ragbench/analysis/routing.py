@@ -1,0 +1,192 @@
+"""The oracle router's headroom and Self-Route's diagnostics."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from ragbench.analysis._common import (
+    _check_labels,
+    _check_metric,
+    _labels,
+    _scored,
+)
+from ragbench.registry import unknown
+
+# the per-query cost columns a summary table averages (report.summary; the oracle's rows too),
+# in display order; measured KV-cache bytes when the transformers backend measured them
+SUMMARY_COST_COLUMNS = (
+    "prompt_tokens", "dollars", "resource_seconds", "latency_seconds", "kv_bytes_measured", "flops",
+)  # fmt: skip
+# cost is money, else the device time charged (resource seconds; gpu_seconds in older tables);
+# never latency, which is what a user waited, not what the query cost
+COST_PREFERENCE = ("dollars", "resource_seconds", "gpu_seconds")
+
+
+def pick_cost(df: Any, cost: str | None = None) -> str:
+    """The cost column to minimise: ``cost`` if given (it must exist), else the first of
+    ``COST_PREFERENCE`` known for every scored row: dollars (a price sheet was set), else the
+    device seconds charged (self-hosted)."""
+    if cost is not None:
+        if cost not in df.columns:
+            raise unknown("cost column", cost, [c for c in COST_PREFERENCE if c in df.columns])
+        return cost
+    ok = df[df["error"].isna()] if "error" in df else df
+    for name in COST_PREFERENCE:
+        if name in ok.columns and ok[name].notna().all() and len(ok):
+            return name
+    raise ValueError(f"no cost column known for every row; looked for {', '.join(COST_PREFERENCE)}")
+
+
+def oracle_router(
+    df: Any,
+    metric: str = "string_match_all",
+    cost: str | None = None,
+    threshold: float = 1.0,
+    labels: Iterable[str] | None = None,
+) -> Any:
+    """Per question, the variant an all-knowing router would send it to: the cheapest (by
+    ``cost``, see ``pick_cost``) whose score reached ``threshold``; where none did, the cheapest
+    of all (knowing every answer is wrong, it spends least). Candidates: ``labels``, default every
+    variant except Self-Route (itself a router). Only questions every candidate answered without
+    error count, so each choice is made among the same options.
+
+    One row per question: ``example_id``, ``label`` chosen, ``correct``, the metric, the cost
+    column and every summary cost column of the chosen record. ``attrs["cost"]`` names the cost.
+    """
+    df = _labels(df)
+    _check_metric(df, metric)
+    if labels is None:
+        labels = [lb for lb, s in df.drop_duplicates("label")[["label", "strategy"]].values
+                  if s != "self_route"]  # fmt: skip
+    labels = _check_labels(df, labels)
+    if not labels:
+        raise ValueError("no candidate variants for the oracle router (only Self-Route?)")
+    rows = _scored(df[df["label"].isin(labels)], metric)
+    cost = pick_cost(rows, cost)
+    complete = rows.groupby("example_id")["label"].nunique() == len(labels)
+    rows = rows[rows["example_id"].isin(complete[complete].index)].copy()
+    rows["correct"] = rows[metric] >= threshold
+    rank = {label: i for i, label in enumerate(labels)}
+    rows["_rank"] = rows["label"].map(rank)  # ties in cost: the first variant in config order
+    # correct first, then cheapest: the first row per question is the oracle's choice
+    rows = rows.sort_values(
+        ["example_id", "correct", cost, "_rank"], ascending=[True, False, True, True]
+    )
+    chosen = rows.drop_duplicates("example_id").drop(columns="_rank")
+    keep = ["example_id", "label", "correct", metric, cost]
+    keep += [c for c in SUMMARY_COST_COLUMNS if c in chosen and c not in keep]
+    out = chosen[keep].reset_index(drop=True)
+    out.attrs.update(cost=cost, metric=metric, threshold=threshold, candidates=labels)
+    return out
+
+
+ORACLE_LABEL = "oracle router"
+
+
+def router_headroom(
+    df: Any,
+    metric: str = "string_match_all",
+    cost: str | None = None,
+    threshold: float = 1.0,
+    labels: Iterable[str] | None = None,
+    seed: int = 0,
+) -> Any:
+    """``report.summary``'s table on the questions the oracle saw, plus one ``oracle router``
+    row (its accuracy with a bootstrap 95% CI and the mean cost of its choices), plus
+    ``oracle_gain``: how much accuracy the oracle adds over each row. Pass it to
+    ``report.plot_accuracy_vs_cost`` to put the oracle on the accuracy-cost plot."""
+    import pandas as pd
+
+    from ragbench.metrics import bootstrap_ci
+    from ragbench.report import summary
+
+    df = _labels(df)
+    choices = oracle_router(df, metric, cost, threshold, labels)
+    cost = choices.attrs["cost"]
+    questions = set(choices["example_id"])
+    with warnings.catch_warnings():  # summary's Self-Route warnings were shown with its table
+        warnings.simplefilter("ignore", UserWarning)
+        base = summary(df[df["example_id"].isin(questions)], metric=metric, seed=seed)
+    if cost not in base.columns:  # e.g. gpu_seconds: not a summary column; add it for the plot
+        ok = _scored(df[df["example_id"].isin(questions)], metric)
+        base[cost] = base["label"].map(ok.groupby("label")[cost].mean())
+    scores = choices[metric].to_numpy(dtype=float)
+    lo, hi = bootstrap_ci(scores, seed=seed)
+    oracle = {
+        "label": ORACLE_LABEL, metric: float(scores.mean()) if scores.size else float("nan"),
+        "ci_low": lo, "ci_high": hi, "n": int(scores.size), "n_missing": 0,
+        **{c: float(choices[c].mean()) for c in base.columns if c in choices and c not in ("label", metric)},
+    }  # fmt: skip
+    table = pd.concat([base, pd.DataFrame([oracle])], ignore_index=True)
+    table["oracle_gain"] = table.loc[table["label"] == ORACLE_LABEL, metric].iloc[0] - table[metric]
+    table.attrs.update(cost=cost, metric=metric, candidates=choices.attrs["candidates"])
+    return table
+
+
+# ---------------------------------------------------------------------------- Self-Route
+
+
+def self_route_diagnostics(
+    df: Any, metric: str = "string_match_all", threshold: float = 1.0
+) -> Any:
+    """Per Self-Route variant: ``n`` scored queries, ``routed`` (fell back to long context after
+    the model declined), ``routing_rate``, ``accuracy`` (share with score >= ``threshold``) and
+    the accuracy of the ``unrouted`` (answered by RAG) and ``routed`` queries."""
+    import pandas as pd
+
+    df = _labels(df)
+    _check_metric(df, metric)
+    columns = [
+        "label",
+        "n",
+        "routed",
+        "routing_rate",
+        "accuracy",
+        "accuracy_unrouted",
+        "accuracy_routed",
+    ]
+    sr = df[df["strategy"] == "self_route"]
+    if sr.empty:
+        return pd.DataFrame(columns=columns)
+    if "route" not in sr.columns:
+        raise ValueError(
+            "self_route rows have no 'route' column; was the run made by ragbench.runner?"
+        )
+    rows = []
+    for label, group in _scored(sr, metric).groupby("label", sort=False):
+        routed = group["route"] == "long_context"
+        correct = group[metric] >= threshold
+        rows.append({
+            "label": label, "n": len(group), "routed": int(routed.sum()),
+            "routing_rate": float(routed.mean()) if len(group) else float("nan"),
+            "accuracy": float(correct.mean()) if len(group) else float("nan"),
+            "accuracy_unrouted": float(correct[~routed].mean()) if (~routed).any() else float("nan"),
+            "accuracy_routed": float(correct[routed].mean()) if routed.any() else float("nan"),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def self_route_warnings(df: Any, metric: str = "string_match_all") -> list[str]:
+    """Plain-language warnings about Self-Route runs that did not route: the model never
+    declined (Self-Route is then RAG with a longer prompt) or always declined (long context
+    plus a wasted RAG call). Empty when there is nothing to say."""
+    sr = df["strategy"] == "self_route" if "strategy" in df else None
+    if sr is None or not sr.any() or metric not in df or "route" not in df:
+        return []  # summary calls this on any table: nothing to say is not an error
+    out = []
+    for row in self_route_diagnostics(df, metric).itertuples(index=False):
+        if row.n and row.routed == 0:
+            out.append(
+                f"Self-Route '{row.label}' never routed: the model declined none of {row.n} "
+                "queries, so every answer came from RAG; Self-Route equals RAG here and says "
+                "nothing about routing (a model that does not follow the 'unanswerable' "
+                "instruction, or retrieval that always looked sufficient)."
+            )
+        elif row.n and row.routed == row.n:
+            out.append(
+                f"Self-Route '{row.label}' routed all {row.n} queries to long context: it costs "
+                "long context plus a RAG call that was never used."
+            )
+    return out
