@@ -24,6 +24,15 @@ _METRIC_NAMES = {
 }
 
 
+def axes(ax: Any = None, figsize: tuple[float, float] = (6, 4)) -> Any:
+    """``ax``, or a new axes with constrained layout (labels never cut at the figure's edge)."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
 def metric_label(metric: str, what: str = "mean") -> str:
     """``string_match_all`` -> ``needle found (string match), % of queries``: the axis name a
     reader understands, with the unit (metrics are rates in [0, 1], shown as percentages)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ragbench import readable
@@ -28,9 +27,13 @@ from ragbench.analysis import (  # noqa: F401
     self_route_diagnostics,
     self_route_warnings,
 )
-from ragbench.cost import format_bytes
 from ragbench.metrics import aggregate
-from ragbench.provenance import dataset_name
+from ragbench.planning_plots import (  # noqa: F401
+    plot_break_even,
+    plot_kv_cache,
+    plot_prefix_caching,
+)
+from ragbench.report_tables import formatted, predictions, provenance  # noqa: F401
 
 
 def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
@@ -123,12 +126,7 @@ def effective_context_length(
 # ---------------------------------------------------------------------------------- plots
 
 
-def _ax(ax: Any, figsize: tuple[float, float] = (6, 4)) -> Any:
-    if ax is None:
-        import matplotlib.pyplot as plt
-
-        _, ax = plt.subplots(figsize=figsize, layout="constrained")
-    return ax
+_ax = readable.axes
 
 
 _COST_UNITS = {
@@ -332,88 +330,6 @@ def plot_retrieval_tuning(tuning: Any, metric: str = "string_match_all") -> Any:
     return fig
 
 
-def plot_kv_cache(kv: Any, gpu_memory_gib: float | None = None, ax: Any = None) -> Any:
-    """KV-cache GiB per sequence against context length per model (``planning.kv_cache_table``),
-    log-log, with one GPU's memory as a dashed line."""
-    ax = _ax(ax, figsize=(8, 4))
-    for i, (name, group) in enumerate(kv.groupby("model", sort=False)):
-        ax.loglog(group["context_tokens"], group["kv_gib"], label=name, **readable.series_style(i))
-    values = list(kv["kv_gib"])
-    if gpu_memory_gib:
-        ax.axhline(
-            gpu_memory_gib, color="k", ls="--", lw=1, label=f"GPU memory ({gpu_memory_gib:g} GiB)"
-        )
-        values.append(gpu_memory_gib)
-    readable.count_axis_at(ax.xaxis, kv["context_tokens"].unique())
-    readable.log_axis(ax.yaxis, values)
-    ax.set(xlabel="context length (tokens)", ylabel="KV cache per sequence (GiB)")
-    ax.set_title("KV-cache memory")
-    readable.legend_beside(ax)  # beside: never on a line
-    ax.grid(alpha=0.3, which="both")
-    return ax
-
-
-def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any:
-    """$ per 1,000 queries against questions per document for one price sheet (the first in
-    ``curve`` by default): each RAG variant (dashed, flat: RAG pays full price every question)
-    and long context with and without a prefix cache (``planning.prefix_cache_break_even``).
-    Where the prefix-cache curve crosses a RAG line is that variant's break-even. A prefix
-    shorter than the sheet's minimum cacheable prompt is never cached: both long-context curves
-    then coincide, and the legend says so."""
-    ax = _ax(ax, figsize=(8, 4))
-    sheets = list(dict.fromkeys(curve["sheet"]))
-    if not sheets:
-        raise ValueError("empty break-even curve: the run has no successful long_context/rag rows")
-    sheet = sheet or sheets[0]
-    if sheet not in sheets:
-        from ragbench.registry import unknown
-
-        raise unknown("sheet", sheet, sheets)
-    rows = curve[curve["sheet"] == sheet]
-    drawn: dict[tuple[float, ...], str] = {}
-    for i, (series, part) in enumerate(rows.groupby("series", sort=False)):
-        rag = not str(series).startswith("long context")
-        y = tuple(part["dollars_per_query"] * 1000)
-        label = str(series)
-        if y in drawn:  # a curve exactly under another one: say so, or it looks missing
-            label += f" (= {drawn[y]})"
-        drawn.setdefault(y, str(series))
-        style = readable.series_style(i)
-        ax.semilogx(
-            part["questions_per_document"], y, label=label, ls="--" if rag else "-",
-            marker=None if rag else style["marker"], ms=style["ms"] - 3, lw=1 if rag else 1.8,
-        )  # fmt: skip
-    readable.log_axis(ax.xaxis, list(rows["questions_per_document"]))  # counts: 1, 10, 100
-    ax.set(xlabel="questions per document", ylabel="$ per 1,000 queries",
-           title=f"Break-even with prefix caching ({sheet})")  # fmt: skip
-    ax.set_ylim(bottom=0)
-    readable.legend_beside(ax)
-    ax.grid(alpha=0.3)
-    return ax
-
-
-def plot_prefix_caching(caching: Any, rag_dollars: float | None = None, ax: Any = None) -> Any:
-    """$ per 1,000 questions against questions per document, long context with and without a
-    prefix cache (``planning.prefix_caching_table``), and RAG's cost as a dashed line;
-    ``rag_dollars`` is RAG's $ per question."""
-    ax = _ax(ax, figsize=(8, 4))
-    q = caching["questions_per_document"]
-    for i, (column, label) in enumerate(
-        [("dollars_per_question_no_cache", "long context, no cache"),
-         ("dollars_per_question_prefix_cache", "long context, prefix cache")]
-    ):  # fmt: skip
-        ax.semilogx(q, caching[column] * 1000, label=label, **readable.series_style(i))
-    if rag_dollars is not None:
-        ax.axhline(rag_dollars * 1000, color="k", ls="--", lw=1, label="RAG")
-    readable.count_axis_at(ax.xaxis, q.unique())  # counts: 1, 10, 100 rather than 10^k
-    ax.set(xlabel="questions per document", ylabel="$ per 1,000 questions",
-           title="Prefix caching")  # fmt: skip
-    ax.set_ylim(bottom=0)
-    readable.legend_beside(ax)  # beside: never on a curve
-    ax.grid(alpha=0.3)
-    return ax
-
-
 def heatmap_table(
     df: Any,
     label: str,
@@ -465,75 +381,3 @@ def _depth_ticks(depths: list[float]) -> list[str]:
     15.887 reads ``16``), one decimal only where whole percents would repeat."""
     whole = [f"{d:.0f}" for d in depths]
     return whole if len(set(whole)) == len(whole) else [f"{d:.1f}" for d in depths]
-
-
-def _short_hash(value: Any) -> Any:
-    """``files-sha256:<64 hex>`` -> ``files-sha256:<16 hex>``, like the other hashes shown."""
-    if isinstance(value, str) and "sha256:" in value:
-        head, _, digest = value.rpartition(":")
-        return f"{head}:{digest[:16]}"
-    return value
-
-
-def _with_unit(key: str, value: Any) -> tuple[str, Any]:
-    """A provenance fact as a reader takes it: bytes as GiB (``hardware memory``, not
-    ``memory_bytes``), the fake model's simulated throughput in tokens/s, lists comma-joined,
-    long hashes shortened."""
-    if key.endswith("_bytes") and isinstance(value, int | float):
-        return key.removesuffix("_bytes"), format_bytes(value) if value else value
-    if key == "model throughput" and isinstance(value, list | tuple) and len(value) == 2:
-        return (
-            "model simulated throughput",
-            f"prefill {value[0]:g} tok/s, decode {value[1]:g} tok/s",
-        )
-    if isinstance(value, list | tuple):
-        return key, ", ".join(str(v) for v in value)
-    return key, _short_hash(value)
-
-
-def formatted(table: Any, rates: Sequence[str] = ()) -> Any:
-    """``table`` formatted for reading (a ``Styler``; the numbers stay in ``.data``): $ per
-    1,000 queries in fixed notation, rates as percentages, counts as integers. See
-    ``ragbench.readable.readable_table``."""
-    return readable.readable_table(table, rates)
-
-
-def provenance(run_dir: str | Path) -> Any:
-    """The run manifest's key facts as a one-column table (config hash, dataset fingerprint,
-    model identity, commit, hardware, times), so a rendered notebook says what produced it.
-    Paths are shown relative to the run folder's parent, never as absolute machine paths."""
-    import pandas as pd
-
-    manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
-    model = manifest.get("model", {})
-    versions = manifest.get("versions", {})
-    hardware = manifest.get("hardware", {})
-    facts: dict[str, Any] = {
-        "run": Path(run_dir).name,
-        "config hash": manifest.get("config_hash", "")[:16],
-        "dataset": dataset_name(manifest),
-        "dataset fingerprint": manifest["dataset"]["fingerprint"][:16],
-        # one row per model, hardware and version fact: joined they were cut by pandas' display
-        **{f"model {k}": v for k, v in model.items() if k != "path"},
-        "records": f"{manifest.get('records')} ({manifest.get('errors')} errors, "
-        f"{manifest.get('resumed_records')} reused)",
-        "git commit": (manifest.get("git_commit") or "")[:12],
-        **{f"hardware {k}": v for k, v in hardware.items()},
-        **{f"version {k}": v for k, v in versions.items() if v},
-        "started": manifest.get("started_at", ""),
-        "finished": manifest.get("finished_at", ""),
-    }
-    facts = dict(_with_unit(k, v) for k, v in facts.items())
-    return pd.Series({k: str(v) for k, v in facts.items()}, name="provenance").to_frame()
-
-
-def predictions(df: Any, width: int = 60) -> Any:
-    """``df`` with its ``prediction`` column cut to ``width`` characters from the end, where
-    the answer is: small models restate the question first ("The special magic number
-    mentioned in the text is 7463343."), and a table cut from the start shows only that."""
-    out = df.copy()
-    out["prediction"] = [
-        text if not isinstance(text, str) or len(text) <= width else "…" + text[-(width - 1) :]
-        for text in (t.strip() if isinstance(t, str) else t for t in out["prediction"])
-    ]
-    return out
