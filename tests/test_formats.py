@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.datasets import formats
+from ragbench.datasets import beir, formats
 from ragbench.datasets.shared_corpus import corpus_fingerprint
 from ragbench.io import InputFileError, sha256_file
 from ragbench.registry import UnknownNameError
@@ -129,7 +129,7 @@ def test_beir_examples_reference_the_corpus():
 
 
 def test_load_beir_returns_the_corpus_once():
-    data = formats.load_beir(FIX / "beir")
+    data = beir.load_beir(FIX / "beir")
     assert list(data.corpus) == ["d1", "d2", "d3", "d4"]
     assert data.corpus["d2"] == Document(
         "d2", "A refractor uses lenses; a reflector uses mirrors.", "Telescopes"

@@ -263,13 +263,13 @@ def import_cmd(
 
 def _write_shared(questions: Path, examples: list[Any]) -> None:
     """A corpus file beside the questions file (``NAME.questions.jsonl`` -> ``NAME.corpus.jsonl``)."""
-    from ragbench.datasets import formats
+    from ragbench.datasets import beir
     from ragbench.datasets.shared_corpus import corpus_fingerprint
 
     stem = questions.name.removesuffix(".jsonl").removesuffix(".questions")
     corpus = questions.with_name(f"{stem}.corpus.jsonl")
     with user_errors():
-        corpus, questions = formats.write_shared(examples, corpus, questions)
+        corpus, questions = beir.write_shared(examples, corpus, questions)
     n_docs = len(examples[0].documents)
     typer.echo(f"wrote {n_docs} documents to {corpus} and {len(examples)} questions to {questions}")
     typer.echo(f"fingerprint {corpus_fingerprint(examples[0].documents)} (corpus)")
