@@ -134,6 +134,33 @@ def _worker(path: str, start: int, rounds: int, queue) -> None:
     queue.put((start, texts, llm.hits, llm.misses))
 
 
+def _opener(path: str, barrier, queue) -> None:
+    llm = CachedLLM(FakeLLM(), path)
+    try:
+        barrier.wait()
+        llm.generate(reqs(1))
+        queue.put("ok")
+    except Exception as exc:  # reported, not raised: the parent asserts on every outcome
+        queue.put(repr(exc))
+
+
+def test_workers_opening_a_new_cache_at_the_same_instant_all_succeed(tmp_path):
+    # Regression (CI, 2026-12-03): the switch to WAL answered "database is locked" at once, past
+    # the busy timeout, when sweep workers created the cache together. Without the open lock this
+    # test failed about one run in three (a handful of the 360 opens); with it, none in 13 runs.
+    ctx = mp.get_context("fork")  # fork: the openers are ready at once, the race is the open
+    outcomes = []
+    for attempt in range(30):
+        path, queue, barrier = str(tmp_path / f"new-{attempt}.sqlite"), ctx.Queue(), ctx.Barrier(12)
+        procs = [ctx.Process(target=_opener, args=(path, barrier, queue)) for _ in range(12)]
+        for p in procs:
+            p.start()
+        outcomes += [queue.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+    assert [o for o in outcomes if o != "ok"] == []
+
+
 def test_concurrent_writers_share_one_file(tmp_path):
     path = str(tmp_path / "shared.sqlite")
     ctx = mp.get_context("spawn")  # separate interpreters, like sweep workers

@@ -36,6 +36,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from ragbench.io import dumps_canonical
 from ragbench.llm.base import LLM
 from ragbench.types import Completion, GenerationRequest
@@ -138,13 +140,19 @@ class CachedLLM(LLM):
         )  # fmt: skip
         try:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode=WAL")
+            # Switching to WAL takes an exclusive lock and sqlite answers "database is locked"
+            # at once, without the busy handler, when another process opens the same file at
+            # that moment (sweep workers starting together did). One opener at a time; WAL mode
+            # is stored in the file, so later openers find it set and skip the switch.
+            with FileLock(f"{self.path}.open.lock"):
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS completions ("
+                    " key TEXT PRIMARY KEY, completion TEXT NOT NULL,"
+                    " identity TEXT NOT NULL, created REAL NOT NULL)"
+                )
             conn.execute("PRAGMA synchronous=NORMAL")  # durable enough in WAL mode, much faster
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS completions ("
-                " key TEXT PRIMARY KEY, completion TEXT NOT NULL,"
-                " identity TEXT NOT NULL, created REAL NOT NULL)"
-            )
             problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
                 raise _Corrupt("quick_check: " + "; ".join(problems))
@@ -155,8 +163,6 @@ class CachedLLM(LLM):
 
     def _move_aside(self, exc: sqlite3.DatabaseError) -> None:
         """Move a damaged cache file (and its -wal/-shm) to ``<name>.corrupt-<timestamp>``."""
-        from filelock import FileLock
-
         # Sweep workers share the file and may all find it damaged: one moves it, under a lock,
         # and only if the file there now is still damaged (another may have replaced it already).
         with FileLock(f"{self.path}.recover.lock"):
