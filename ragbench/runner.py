@@ -336,9 +336,37 @@ def _run_locked(
     return df
 
 
+def plan_rounds(pending: list, size: int) -> list[list]:
+    """The pending ``((example, params), key)`` items in rounds of at most ``size``.
+
+    Rounds hold alike work: items are ordered by strategy variant, then by the size of the
+    example's context (and its documents, so questions on one document stay together for prefix
+    reuse), the plan order breaking ties. Alike prompts fill the backend's length buckets instead
+    of leaving a long prompt alone in a round of short ones, and the rounds are balanced (18 items
+    at size 8 run as 6+6+6, not 8+8+2): a record run in a near-empty batch saves nothing from
+    batching while its run mates save a quarter, so what it is charged would depend on where the
+    plan's remainder fell. Deterministic: the order depends only on the items."""
+
+    def key(i: int) -> tuple:
+        (example, params), _ = pending[i]
+        docs = example.documents
+        return (params.label(), sum(len(d.text) for d in docs), tuple(d.id for d in docs), i)
+
+    order = [pending[i] for i in sorted(range(len(pending)), key=key)]
+    n_rounds = -(-len(order) // max(1, size))
+    base, extra = divmod(len(order), n_rounds) if n_rounds else (0, 0)
+    rounds, start = [], 0
+    for r in range(n_rounds):
+        end = start + base + (r < extra)
+        rounds.append(order[start:end])
+        start = end
+    return rounds
+
+
 def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) -> int:
-    """Generate the pending records in chunks of ``batch_size``, appending each chunk to
-    records.jsonl as it finishes (a killed run loses at most one chunk). Returns the errors."""
+    """Generate the pending records in rounds of at most ``batch_size`` (``plan_rounds``),
+    appending each round to records.jsonl as it finishes (a killed run loses at most one round).
+    Returns the errors."""
     from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
 
     errors = 0
@@ -347,11 +375,8 @@ def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) ->
         # batches finished in this session (smoothing=0), never the burst of one batch's writes
         bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
                    disable=not progress, unit="rec", smoothing=0)  # fmt: skip
-        # chunks of batch_size records run together (strategies.run_batch: one LLM call per
-        # round)
-        size = cfg.model.batch_size
-        for start in range(0, len(pending), size):
-            chunk = pending[start : start + size]
+        # each round's records run together (strategies.run_batch: one LLM call per step)
+        for chunk in plan_rounds(pending, cfg.model.batch_size):
             outcomes = run_batch([item for item, _ in chunk], res)
             for ((example, params), key), outcome in zip(chunk, outcomes, strict=True):
                 record = (  # one bad example must not stop the run
