@@ -217,8 +217,8 @@ _RATE_WORDS = ("rate", "share", "saving", "recall", "accuracy", "ci_low", "ci_hi
 
 
 def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
-    """How a column reads: ``dollars`` (per query), ``dollars_1k`` (already per 1k), ``rate``,
-    ``int``, ``float`` or ``other``."""
+    """How a column reads: ``dollars`` (per query), ``dollars_total``, ``dollars_1k`` (already per
+    1k), ``rate``, ``int``, ``float`` or ``other``."""
     import pandas as pd
 
     name = str(column).lower()
@@ -226,6 +226,8 @@ def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
         return "other"
     if "$/1k" in name or "per_1k" in name or "dollars_1k" in name:
         return "dollars_1k"
+    if "dollars" in name and "total" in name:
+        return "dollars_total"
     if "dollars" in name or name.startswith("$"):
         return "dollars"
     from ragbench.metrics import METRICS
@@ -246,12 +248,12 @@ def _per_1k(dollars_per_query: float) -> str:
     return f"${dollars_per_query * 1000:,.4f}"
 
 
-def readable_table(table: Any, rates: Sequence[str] = ()) -> Any:
-    """``table`` formatted for reading, as a pandas ``Styler`` (the numbers stay numbers in
-    ``.data``): dollars per query as ``$`` per 1,000 queries in fixed notation, rates (metric
-    means, CIs, shares, savings, and the columns named in ``rates``) as percentages, integers
-    and token counts as integers with thousands separators, other numbers to 3 significant
-    digits. Column headers get the unit (``dollars`` -> ``$ / 1k queries``)."""
+def _dollars(total: float) -> str:
+    return f"${total:,.6f}" if abs(total) < 1 else f"${total:,.2f}"
+
+
+def _formats(table: Any, rates: Sequence[str]) -> tuple[dict[Any, Any], dict[Any, str]]:
+    """Per column: how its values print and the header with its unit (see ``readable_table``)."""
     formats: dict[Any, Any] = {}
     headers: dict[Any, str] = {}
     for column in table.columns:
@@ -259,15 +261,38 @@ def readable_table(table: Any, rates: Sequence[str] = ()) -> Any:
         if kind == "dollars":
             formats[column] = _per_1k
             headers[column] = f"{column} ($ / 1k queries)"
+        elif kind == "dollars_total":
+            formats[column] = _dollars
+            headers[column] = f"{column} ($)"
         elif kind == "dollars_1k":
-            formats[column] = "${:,.4f}"
+            formats[column] = "${:,.4f}".format
         elif kind == "rate":
-            formats[column] = "{:.1%}"
+            formats[column] = "{:.1%}".format
         elif kind == "int":
-            formats[column] = "{:,.0f}"
+            formats[column] = "{:,.0f}".format
         elif kind == "float":
             formats[column] = lambda v: f"{v:,.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    return formats, headers
+
+
+def readable_table(table: Any, rates: Sequence[str] = ()) -> Any:
+    """``table`` formatted for reading, as a pandas ``Styler`` (the numbers stay numbers in
+    ``.data``): dollars per query as ``$`` per 1,000 queries in fixed notation, dollar totals in
+    fixed notation, rates (metric means, CIs, shares, savings, and the columns named in
+    ``rates``) as percentages, integers and token counts as integers with thousands separators,
+    other numbers to 3 significant digits. Column headers get the unit (``dollars`` ->
+    ``$ / 1k queries``)."""
+    formats, headers = _formats(table, rates)
     styler = table.style.format(formats, na_rep="–")
     if headers:
         styler = styler.format_index(lambda c: headers.get(c, c), axis=1)
     return styler
+
+
+def readable_text(table: Any, rates: Sequence[str] = ()) -> str:
+    """``readable_table`` as aligned plain text, for terminals (``ragbench run --dry-run``)."""
+    formats, headers = _formats(table, rates)
+    shown = table.copy()
+    for column, fmt in formats.items():
+        shown[column] = [("–" if v != v else fmt(v)) for v in table[column]]
+    return shown.rename(columns=headers).to_string(index=False)

@@ -81,12 +81,13 @@ def _echo_dry_run(cfg, progress: bool) -> None:
     import typer
 
     from ragbench.dry_run import dry_run
+    from ragbench.readable import readable_text
 
     table = dry_run(cfg, progress=progress)
     typer.echo(f"dry run of {cfg.name}: nothing generated, nothing written")
-    typer.echo(table.to_string(index=False, float_format=lambda x: f"{x:.6g}"))
+    typer.echo(readable_text(table))
     total = table["dollars_total_max"].sum(min_count=1)
     if total == total:  # not NaN
-        typer.echo(f"total: at most ${total:.6g} for {int(table['records'].sum())} records")
+        typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
     for note in table.attrs["notes"]:
         typer.echo(f"note: {note}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from test_runner import niah_config
 
@@ -48,6 +50,9 @@ def test_dry_run_cli_prints_the_table_and_loads_no_model(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "long_context" in result.output and "total: at most $" in result.output
+    # dollars read as money with their unit, never in scientific notation (was 1.7475e-05)
+    assert "($ / 1k queries)" in result.output and "dollars_total_max ($)" in result.output
+    assert not re.search(r"\de-\d", result.output), result.output
     assert not (tmp_path / "results").exists()
 
 
