@@ -337,28 +337,23 @@ def _run_locked(
 
 
 def plan_rounds(pending: list, size: int) -> list[list]:
-    """The pending ``((example, params), key)`` items in rounds of at most ``size``.
+    """The pending items in rounds of at most ``size``, in plan order, balanced: 18 items at
+    size 8 run as 6+6+6, not 8+8+2.
 
-    Rounds hold alike work: items are ordered by strategy variant, then by the size of the
-    example's context (and its documents, so questions on one document stay together for prefix
-    reuse), the plan order breaking ties. Alike prompts fill the backend's length buckets instead
-    of leaving a long prompt alone in a round of short ones, and the rounds are balanced (18 items
-    at size 8 run as 6+6+6, not 8+8+2): a record run in a near-empty batch saves nothing from
-    batching while its run mates save a quarter, so what it is charged would depend on where the
-    plan's remainder fell. Deterministic: the order depends only on the items."""
-
-    def key(i: int) -> tuple:
-        (example, params), _ = pending[i]
-        docs = example.documents
-        return (params.label(), sum(len(d.text) for d in docs), tuple(d.id for d in docs), i)
-
-    order = [pending[i] for i in sorted(range(len(pending)), key=key)]
-    n_rounds = -(-len(order) // max(1, size))
-    base, extra = divmod(len(order), n_rounds) if n_rounds else (0, 0)
+    Why balanced: the transformers backend splits a call's device time over its requests in
+    proportion to their stand-alone cost, so every record of a round saves by the round's
+    batching factor. A record left nearly alone in a last round saved nothing while its run mates
+    saved a quarter, and what it was charged depended on where the remainder fell. Why plan order
+    (examples x strategy points): each round then mixes the strategies of a few examples, so
+    every strategy shares the same factor (a round of only short closed-book prompts would save
+    far more than a round of only long contexts), and the questions on one document, listed
+    together, keep their shared prefix within a round. Deterministic: depends only on the items."""
+    n_rounds = -(-len(pending) // max(1, size))
+    base, extra = divmod(len(pending), n_rounds) if n_rounds else (0, 0)
     rounds, start = [], 0
     for r in range(n_rounds):
         end = start + base + (r < extra)
-        rounds.append(order[start:end])
+        rounds.append(pending[start:end])
         start = end
     return rounds
 
