@@ -134,7 +134,7 @@ class GenerationRequest(JsonMixin):
     document, placed first), so backends can compute its KV cache once and reuse it.
 
     ``kv_cache`` and the fields after it say how the backend keeps this request's KV cache
-    (``ragbench.llm.kv_cache``: plain, offloaded, sinks, quantized); a backend that cannot keep
+    (``ragbench.llm.kv_cache``: plain, offloaded, sinks, quantized, snapkv); a backend that cannot keep
     it that way raises an error naming what it supports. At their defaults they are left out of
     ``to_dict``, so the completion-cache keys of plain requests are the ones they always were.
     """
@@ -146,11 +146,13 @@ class GenerationRequest(JsonMixin):
     prefix: str = ""
     system: str = ""
     id: str = ""
-    kv_cache: str = "plain"  # plain | offloaded | sinks | quantized
+    kv_cache: str = "plain"  # plain | offloaded | sinks | quantized | snapkv
     kv_bits: int | None = None  # quantized: bits per value (hqq: 1-4, 8; quanto: 2, 4)
     kv_backend: str | None = None  # quantized: hqq | quanto
     sink_tokens: int | None = None  # sinks: first positions always kept (StreamingLLM)
     window_tokens: int | None = None  # sinks: most recent positions kept
+    kv_ratio: float | None = None  # snapkv: fraction of the prompt before the window kept
+    kv_window: int | None = None  # snapkv: last prompt positions that score the rest (kept)
 
     def __post_init__(self) -> None:
         from ragbench.llm.kv_cache import check
@@ -159,7 +161,7 @@ class GenerationRequest(JsonMixin):
             raise ValueError("GenerationRequest.prefix must be a prefix of prompt")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        check(self.kv_cache, self.kv_bits, self.kv_backend, self.sink_tokens, self.window_tokens)
+        check(*(getattr(self, name) for name in _KV_DEFAULTS))
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
@@ -175,6 +177,8 @@ _KV_DEFAULTS = {
     "kv_backend": None,
     "sink_tokens": None,
     "window_tokens": None,
+    "kv_ratio": None,
+    "kv_window": None,
 }
 
 

@@ -50,7 +50,11 @@ TINY = {
         "context_lengths": [500],
         "depth_percents": [50],
         "ruler_examples": 1,
-        "kv_variants": [{"kv_cache": "quantized", "kv_bits": 4}, {"kv_cache": "sinks"}],
+        "kv_variants": [
+            {"kv_cache": "quantized", "kv_bits": 4},
+            {"kv_cache": "sinks"},
+            {"kv_cache": "snapkv"},
+        ],
         "top_k": 1,
     },  # fmt: skip
     "05_your_documents": {

@@ -23,9 +23,10 @@ fraction, and an estimate of the seconds the padding cost. ``peak_memory_bytes``
 allocated, else the process RSS (``meta["peak_memory"]``). ``kv_bytes_measured``: its KV cache
 after the prefill, measured (``hf_decode.py``).
 
-KV-cache variants (``GenerationRequest.kv_cache``: offloaded, sinks, quantized; ``kv_cache.py``)
-run one request at a time, without prefix-KV reuse, and are charged their own measured device
-time (not a share of the plain requests' batches, whose calibrated estimates do not model them).
+KV-cache variants (``GenerationRequest.kv_cache``: offloaded, sinks, quantized, snapkv;
+``kv_cache.py``) run one request at a time, without prefix-KV reuse, and are charged their own
+measured device time (not a share of the plain requests' batches, whose calibrated estimates do
+not model them).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import os
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import calibration, hf_prompt, kv_cache, shared_prefix
+from ragbench.llm import calibration, hf_prompt, kv_cache, kv_compress, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.hf_decode import Decoder
 from ragbench.llm.hf_load import load_model
@@ -312,13 +313,15 @@ class HFModel(LLM):
     def _check_kv(self, requests) -> None:
         """Refuse a variant this model cannot run before any work starts (one clear error)."""
         for r in requests:
-            if r.kv_cache in ("sinks", "quantized") and not kv_cache.supported_model(self.model):
+            if r.kv_cache != "offloaded" and not kv_cache.supported_model(self.model):
                 raise ValueError(
                     f"kv_cache={r.kv_cache} needs a model whose layers are all full attention; "
                     f"{self.name} has sliding-window layers: use kv_cache plain or offloaded"
                 )
             if r.kv_cache == "quantized":
                 kv_cache.check_backend_installed(r.kv_backend)
+            if r.kv_cache == "snapkv":
+                kv_compress.check_model(self.model, self.name)
 
     def cost_rates(self) -> calibration.Rates:
         """This model's measured per-device rates (``calibration.py``): measured on first use,

@@ -19,6 +19,10 @@ techniques that make long context affordable change how that cache is kept. Each
   arXiv:2402.02750): keys and values quantized per channel in groups, with a short residual of
   recent positions kept in full precision. Backends: ``hqq`` (1, 2, 3, 4 or 8 bits) and ``quanto``
   (``optimum-quanto``: 2 or 4 bits in this transformers version); ``pip install 'ragbench[kvquant]'``.
+- ``snapkv``: SnapKV (Li et al. 2024, arXiv:2404.14469; ``kv_compress.py``, which says why not
+  kvpress): after the prefill, each KV head keeps the ``kv_ratio`` of the positions before the
+  last ``kv_window`` prompt positions that the window (the question) attends to most, plus the
+  window. Per question: the kept positions depend on the question, so no prefix is shared.
 
 Measured bytes (``cache_bytes``) are the tensors the cache object holds, in their real dtype:
 packed integer codes, scales and zero points of a quantized cache included. For the plain cache
@@ -34,7 +38,7 @@ from typing import Any
 
 from ragbench.registry import unknown
 
-KV_CACHES = ("plain", "offloaded", "sinks", "quantized")
+KV_CACHES = ("plain", "offloaded", "sinks", "quantized", "snapkv")
 # bits each quantization backend accepts with transformers 5.x (its QuantizedLayer checks)
 QUANT_BACKENDS: dict[str, tuple[int, ...]] = {"hqq": (1, 2, 3, 4, 8), "quanto": (2, 4)}
 QUANT_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto"}
@@ -47,14 +51,24 @@ QUANT_GROUP_SIZE = 64  # values per quantization group (transformers' default)
 class KVSpec:
     """How one request's KV cache is kept (``GenerationRequest`` fields, validated here)."""
 
-    kind: str = "plain"  # plain | offloaded | sinks | quantized
+    kind: str = "plain"  # plain | offloaded | sinks | quantized | snapkv
     bits: int | None = None  # quantized: bits per value
     backend: str | None = None  # quantized: hqq | quanto
     sink_tokens: int | None = None  # sinks: first positions always kept
     window_tokens: int | None = None  # sinks: last positions kept
+    ratio: float | None = None  # snapkv: fraction of the positions before the window kept
+    window: int | None = None  # snapkv: observation window (last prompt positions, kept)
 
     def __post_init__(self) -> None:
-        check(self.kind, self.bits, self.backend, self.sink_tokens, self.window_tokens)
+        check(
+            self.kind,
+            self.bits,
+            self.backend,
+            self.sink_tokens,
+            self.window_tokens,
+            self.ratio,
+            self.window,
+        )
 
     @classmethod
     def of(cls, request: Any) -> KVSpec:
@@ -64,10 +78,15 @@ class KVSpec:
             request.kv_backend,
             request.sink_tokens,
             request.window_tokens,
+            request.kv_ratio,
+            request.kv_window,
         )
 
     def label(self) -> str:
-        """``plain``, ``offloaded``, ``sinks-4+1024``, ``quantized-hqq-int8``: the benchmark names."""
+        """``plain``, ``offloaded``, ``sinks-4+1024``, ``quantized-hqq-int8``, ``snapkv-0.5-w32``:
+        the benchmark names."""
+        if self.kind == "snapkv":
+            return f"snapkv-{self.ratio:g}-w{self.window}"
         if self.kind == "sinks":
             return f"sinks-{self.sink_tokens}+{self.window_tokens}"
         if self.kind == "quantized":
@@ -81,9 +100,13 @@ def check(
     backend: str | None = None,
     sink_tokens: int | None = None,
     window_tokens: int | None = None,
+    ratio: float | None = None,
+    window: int | None = None,
 ) -> None:
     """Raise ValueError naming the valid choices for an inconsistent KV-cache choice. Pure:
     strategy parameters and requests both call it."""
+    from ragbench.llm import kv_compress
+
     if kind not in KV_CACHES:
         raise unknown("kv_cache", str(kind), KV_CACHES)
     if kind == "quantized":
@@ -104,6 +127,10 @@ def check(
         raise ValueError(
             f"sink_tokens and window_tokens apply to kv_cache=sinks only, not {kind!r}"
         )
+    if kind == "snapkv":
+        kv_compress.check(ratio, window)
+    elif ratio is not None or window is not None:
+        raise ValueError(f"kv_ratio and kv_window apply to kv_cache=snapkv only, not {kind!r}")
 
 
 def check_backend_installed(backend: str) -> None:
@@ -169,7 +196,8 @@ def cache_bytes(cache: Any) -> int:
 
 
 def supported_model(model: Any) -> bool:
-    """Sinks and quantized caches evict or quantize every layer alike: full attention only."""
+    """Sinks, quantized and SnapKV caches evict, quantize or compress every layer alike: full
+    attention only."""
     types = getattr(model.config.get_text_config(decoder=True), "layer_types", None)
     return types is None or all(t == "full_attention" for t in types)
 
@@ -180,7 +208,7 @@ def make_cache(spec: KVSpec, model: Any, device_type: str) -> tuple[Any, dict[st
 
     config = model.config
     meta: dict[str, Any] = {"kind": spec.kind, "label": spec.label()}
-    if spec.kind in ("sinks", "quantized") and not supported_model(model):
+    if spec.kind in ("sinks", "quantized", "snapkv") and not supported_model(model):
         raise ValueError(
             f"kv_cache={spec.kind} needs a model whose layers are all full attention "
             f"({getattr(config, 'model_type', '?')} has sliding-window layers); use plain or offloaded"
@@ -197,6 +225,10 @@ def make_cache(spec: KVSpec, model: Any, device_type: str) -> tuple[Any, dict[st
             return DynamicCache(config=config), meta
         meta["offloaded"] = True
         return DynamicCache(config=config, offloading=True), meta
+    if spec.kind == "snapkv":
+        from ragbench.llm import kv_compress
+
+        return kv_compress.make_snap_cache(spec.ratio, spec.window, model, meta), meta
     if spec.kind == "sinks":
         layers = config.get_text_config(decoder=True).num_hidden_layers
         cache = DynamicCache(config=config)

@@ -7,9 +7,10 @@ get the same context, fitted once per run against a fixed reserve for the questi
 (``QUESTION_RESERVE`` tokens) rather than against each question's length: otherwise every
 question would cut the corpus at a different token and no prefix cache could serve two of them.
 
-KV-cache techniques (``LongContextParams.kv_cache``: offloaded, sinks, quantized) are fields of
-the request; the transformers backend keeps the cache that way (``ragbench.llm.kv_cache``) and
-measures its bytes, other backends refuse with an error naming what they support. RoPE scaling
+KV-cache techniques (``LongContextParams.kv_cache``: offloaded, sinks, quantized, snapkv) are
+fields of the request; the transformers backend keeps the cache that way (``ragbench.llm.kv_cache``)
+and measures its bytes, other backends refuse with an error naming what they support. A variant's
+request runs alone, without the shared document prefix (SnapKV compresses per question). RoPE scaling
 is a load-time option of the model; ``rope_scaling`` names it in the record and must match."""
 
 from __future__ import annotations

@@ -115,17 +115,25 @@ class LongContextParams(StrategyParams):
     overflow: str = "error"
     # plain | offloaded (layers in host memory between uses; a recorded no-op on CPU) | sinks
     # (StreamingLLM: first sink_tokens + last window_tokens) | quantized (kv_bits, kv_backend)
+    # | snapkv (SnapKV: keep the kv_ratio of the prompt its last kv_window positions attend to)
     kv_cache: str = "plain"
     kv_bits: int | None = None  # quantized: 8 or 4 (hqq: 1-4, 8; quanto: 2, 4)
     kv_backend: str | None = None  # quantized: hqq | quanto (null: hqq, which does 8 and 4 bits)
     sink_tokens: int | None = None  # sinks: first positions always kept (null: 4, the paper's)
     window_tokens: int | None = None  # sinks: most recent positions kept (null: 1024)
+    kv_ratio: float | None = None  # snapkv: fraction of the prompt before the window kept (0.5)
+    kv_window: int | None = None  # snapkv: observation window, the question's end (null: 32)
     # the model's RoPE scaling, "yarn-x2" / "dynamic-x1.5" / "linear-x2": a load-time option of
     # the hf backend (llm params rope_scaling + rope_factor), named here so each record says
     # what ran; the strategy checks it against the loaded model
     rope_scaling: str | None = None
 
     short: ClassVar[dict[str, str]] = {"kv_cache": "kv", "kv_bits": "bits", "kv_backend": "quant"}
+    # the GenerationRequest fields that carry the KV-cache variant, in kv_cache.check's order
+    KV_FIELDS: ClassVar[tuple[str, ...]] = (
+        *("kv_cache", "kv_bits", "kv_backend", "sink_tokens", "window_tokens"),
+        *("kv_ratio", "kv_window"),
+    )
     ROPE = re.compile(r"(dynamic|yarn|linear)-x\d+(\.\d+)?")
 
     def __post_init__(self) -> None:
@@ -139,6 +147,13 @@ class LongContextParams(StrategyParams):
                 object.__setattr__(self, "sink_tokens", kvc.DEFAULT_SINK_TOKENS)
             if self.window_tokens is None:
                 object.__setattr__(self, "window_tokens", kvc.DEFAULT_WINDOW_TOKENS)
+        if self.kv_cache == "snapkv":
+            from ragbench.llm import kv_compress
+
+            if self.kv_ratio is None:
+                object.__setattr__(self, "kv_ratio", kv_compress.DEFAULT_RATIO)
+            if self.kv_window is None:
+                object.__setattr__(self, "kv_window", kv_compress.DEFAULT_WINDOW)
         super().__post_init__()
 
     def validate(self) -> None:
@@ -146,9 +161,7 @@ class LongContextParams(StrategyParams):
 
         _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
         try:
-            kvc.check(
-                self.kv_cache, self.kv_bits, self.kv_backend, self.sink_tokens, self.window_tokens
-            )
+            kvc.check(*self.kv_fields().values())
         except ValueError as exc:
             raise ValueError(f"{self.strategy}: {exc}") from None
         if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
@@ -159,8 +172,7 @@ class LongContextParams(StrategyParams):
 
     def kv_fields(self) -> dict[str, Any]:
         """The ``GenerationRequest`` fields that carry the KV-cache variant."""
-        names = ("kv_cache", "kv_bits", "kv_backend", "sink_tokens", "window_tokens")
-        return {n: getattr(self, n) for n in names}
+        return {n: getattr(self, n) for n in self.KV_FIELDS}
 
     def label(self) -> str:
         """``long_context``, ``long_context truncate_middle``, ``long_context kv=quantized-hqq-int4``."""
@@ -170,9 +182,7 @@ class LongContextParams(StrategyParams):
         if self.overflow != "error":
             parts.append(self.overflow)
         if self.kv_cache != "plain":
-            spec = KVSpec(
-                self.kv_cache, self.kv_bits, self.kv_backend, self.sink_tokens, self.window_tokens
-            )
+            spec = KVSpec(*self.kv_fields().values())
             parts.append(f"kv={spec.label()}")
         if self.rope_scaling:
             parts.append(f"rope={self.rope_scaling}")
