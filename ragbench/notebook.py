@@ -40,3 +40,23 @@ def judge_block(backend: str, model: str, base_url: str = "") -> dict[str, Any] 
         return None
     section, _ = model_block(backend, model, base_url, max_new_tokens=16)
     return {"model": section}
+
+
+def rope_runs(
+    section: dict[str, Any], lengths: list[int], scaling: str = "yarn", factor: float = 2.0
+) -> list[tuple[dict[str, Any], Any]]:
+    """``[(model section, long_context strategy)]`` for the NIAH heatmap past the trained window:
+    the model run as trained, its window opened to the longest haystack (positions it never saw
+    in training, unscaled), then, on the transformers backend (the only one that can rescale
+    positions), the same model loaded with RoPE scaling, which the records name. Other backends
+    get the unscaled run only."""
+    window = max(lengths) + 512  # room for the question and the answer after the haystack
+    params = dict(section.get("params") or {})
+    runs: list[tuple[dict[str, Any], Any]] = [
+        ({**section, "params": {**params, "context_window": window}}, "long_context")
+    ]
+    if section.get("backend") == "hf":
+        scaled = {**section, "params": {**params, "rope_scaling": scaling, "rope_factor": factor}}
+        named = {"name": "long_context", "params": {"rope_scaling": f"{scaling}-x{factor:g}"}}
+        runs.append((scaled, named))
+    return runs

@@ -56,6 +56,7 @@ TINY = {
             {"kv_cache": "snapkv"},
         ],
         "top_k": 1,
+        "rope_lengths": [600],  # the fake has no positions: the unscaled heatmap only
     },  # fmt: skip
     "05_your_documents": {
         **FAKE,
