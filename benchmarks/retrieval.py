@@ -27,6 +27,11 @@ and ``embedding_throughput``: texts/s of ``model.encode(texts, batch_size)`` cal
 ragbench's ``embed_documents`` (cache off, and cold cache), best of ``--repeats`` alternating
 runs, with the ratios (target: within 5%).
 
+and ``onnx`` (``benchmarks/retrieval_onnx.py``): the ``minilm-onnx-int8`` embedder (ONNX Runtime,
+dynamic int8) against the fp32 PyTorch encode (``embed_speedup_vs_torch``), its top-10 overlap
+with the fp32 index on the essay queries (``top10_overlap``), and its cold end-to-end retrieval
+against llama-index (``cold_speedup_vs_llamaindex``); targets >= 2.0, >= 0.95, >= 2.0.
+
 Usage: ``python benchmarks/retrieval.py [--quick] [--out PATH]`` (``make bench-retrieval``).
 """
 
@@ -50,6 +55,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.types import Chunk, Document  # noqa: E402
@@ -252,6 +258,27 @@ def embedding_throughput(texts: list[str], model, cache_root: Path, repeats: int
     }
 
 
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's int8/fp matrix extensions (what int8 kernels can use), from /proc/cpuinfo."""
+    wanted = {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16"}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(wanted & set(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return []
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small corpora (a smoke run)")
@@ -259,6 +286,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=None, help="queries per corpus")
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (best of)")
     parser.add_argument("--generated", type=int, default=None, help="generated corpus size")
+    parser.add_argument("--no-onnx", action="store_true", help="skip the ONNX int8 section")
     args = parser.parse_args(argv)
     import sentence_transformers
     import torch
@@ -282,21 +310,33 @@ def main(argv: list[str] | None = None) -> dict:
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "python": platform.python_version(),
             "sentence_transformers": sentence_transformers.__version__,
+            "onnxruntime": _version("onnxruntime"),
+            "cpu_flags": cpu_flags(),
             "essay_chunking_s": chunk_s,
         },
         "corpora": {},
     }
     with tempfile.TemporaryDirectory(prefix="ragbench-bench-") as tmp:
         root = Path(tmp)
+        queries = {}
         for name, chunks in (("essays", essays), ("generated", generated)):
             print(f"[bench] {name}: {len(chunks)} chunks ...", flush=True)
-            report["corpora"][name] = bench_corpus(
-                chunks, make_queries(chunks, n_queries), model, root / name
-            )
+            queries[name] = make_queries(chunks, n_queries)
+            report["corpora"][name] = bench_corpus(chunks, queries[name], model, root / name)
             print(json.dumps(report["corpora"][name], indent=1), flush=True)
         texts = [c.text for c in essays[: 128 if args.quick else 512]]
         report["embedding_throughput"] = embedding_throughput(texts, model, root, args.repeats)
-    print(json.dumps(report["embedding_throughput"], indent=1))
+        print(json.dumps(report["embedding_throughput"], indent=1))
+        if not args.no_onnx:
+            from retrieval_onnx import compare
+
+            print("[bench] onnx int8 ...", flush=True)
+            report["onnx"] = compare(
+                essays, queries["essays"], root / "essays", report["corpora"]["essays"], texts,
+                model, BATCH_SIZE, args.repeats,
+            )  # fmt: skip
+            print(json.dumps(report["onnx"], indent=1))
+    report["meta"]["load_average_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     atomic_write_text(args.out, json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(f"[bench] wrote {args.out}")
     return report

@@ -6,6 +6,8 @@ normalise; a backend implements ``_encode(texts)`` and ``model_identity``.
 
 - ``SentenceTransformerEmbedder``: any sentence-transformers model; the embedded
   all-MiniLM-L6-v2 by default (offline). Loaded lazily, on the first text that misses the cache.
+- ``OnnxEmbedder`` (``embedders_onnx``): the same models on ONNX Runtime, fp32 or dynamic int8
+  (``minilm-onnx``, ``minilm-onnx-int8``, or ``backend="onnx"``).
 - ``HashEmbedder``: deterministic feature hashing of word uni- and bigrams, no weights; for tests
   and for trying the pipeline without a model.
 - ``OpenAIEmbedder``: an OpenAI-compatible ``/v1/embeddings`` server (config: ``embedder:
@@ -336,10 +338,26 @@ def _hash_feature(feature: str, seed: int, dim: int) -> tuple[int, float]:
     return h % dim, 1.0 if (h >> 63) & 1 else -1.0
 
 
-def get_embedder(name: str = "minilm", **kwargs) -> Embedder:
+def get_embedder(name: str = "minilm", backend: str | None = None, **kwargs) -> Embedder:
     """An embedder by ``EMBEDDERS`` name ("minilm" / "all-minilm-l6-v2": the embedded default;
-    "hash"), in any case, or a model folder / Hugging Face id; ``kwargs`` go to its class."""
+    "minilm-onnx" / "minilm-onnx-int8": the same on ONNX Runtime; "hash"), in any case, or a
+    model folder / Hugging Face id; ``kwargs`` go to its class. ``backend="onnx"`` (with
+    ``quantize``: None or "int8") runs a sentence-transformers model on ONNX Runtime."""
     key = name.lower()
+    if backend is None and "quantize" in kwargs:
+        backend = "onnx"  # quantization only exists on the ONNX backend
+    if backend is not None:
+        from ragbench.retrieval.embedders_onnx import OnnxEmbedder, check_backend
+
+        cls = EMBEDDERS.get(key) if key in EMBEDDERS else SentenceTransformerEmbedder
+        st_model = issubclass(cls, SentenceTransformerEmbedder)
+        if not st_model:
+            raise ValueError(f"embedder {name!r} has no backend option (backend={backend!r})")
+        if check_backend(backend) == "onnx":
+            onnx_cls = cls if issubclass(cls, OnnxEmbedder) else OnnxEmbedder
+            return onnx_cls(None if key in EMBEDDERS else EMBEDDERS.check(name), **kwargs)
+        if issubclass(cls, OnnxEmbedder):
+            raise ValueError(f"embedder {name!r} runs on ONNX Runtime, not backend='torch'")
     if key in EMBEDDERS:
         return EMBEDDERS.get(key)(**kwargs)
     return SentenceTransformerEmbedder(EMBEDDERS.check(name), **kwargs)

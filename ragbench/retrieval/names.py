@@ -34,6 +34,9 @@ EMBEDDERS = Registry(
         "minilm": _MINILM,
         "all-minilm-l6-v2": _MINILM,
         "sentence-transformers/all-minilm-l6-v2": _MINILM,
+        # the same model on ONNX Runtime (exported once, cached): fp32, and dynamic int8
+        "minilm-onnx": "ragbench.retrieval.embedders_onnx:OnnxEmbedder",
+        "minilm-onnx-int8": "ragbench.retrieval.embedders_onnx:OnnxInt8Embedder",
         "hash": "ragbench.retrieval.embedders:HashEmbedder",  # no weights: tests, quick looks
         # an OpenAI-compatible /v1/embeddings server: retrieval.embedder_params.openai
         "openai": "ragbench.retrieval.embedders:OpenAIEmbedder",
