@@ -194,6 +194,20 @@ class Cost(JsonMixin):
     peak_flops: float | None = None  # the price sheet's hardware peak MFU is relative to
     mfu: float | None = None
     price_sheet: str | None = None
+    # work done once and shared by many queries (a preloaded corpus KV: long_context preload),
+    # in none of the fields above; amortised_* add this query's share, one_time / amortised_over
+    # (without a one-time cost they equal resource_seconds and dollars)
+    one_time_seconds: float | None = None  # the one-time work's resource seconds
+    one_time_dollars: float | None = None
+    amortised_over: int | None = None  # queries that share the one-time cost
+    amortised_resource_seconds: float | None = None
+    amortised_dollars: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.amortised_resource_seconds is None and self.resource_seconds is not None:
+            object.__setattr__(self, "amortised_resource_seconds", self.resource_seconds)
+        if self.amortised_dollars is None and self.dollars is not None:
+            object.__setattr__(self, "amortised_dollars", self.dollars)
 
     @classmethod
     def of(
@@ -284,6 +298,9 @@ class Cost(JsonMixin):
             peak_flops=peak,
             mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=other.price_sheet or self.price_sheet,
+            one_time_seconds=applicable_sum(self.one_time_seconds, other.one_time_seconds),
+            one_time_dollars=applicable_sum(self.one_time_dollars, other.one_time_dollars),
+            amortised_over=larger(self.amortised_over, other.amortised_over),
         )
 
     @classmethod
@@ -303,6 +320,25 @@ class Cost(JsonMixin):
     def with_retrieval(self, seconds: float) -> Cost:
         return dataclasses.replace(self, retrieval_seconds=seconds)
 
+    def amortise(self, one_time: Cost, over: int) -> Cost:
+        """This query's cost with a one-time cost (``one_time``: the cost of the work done once,
+        e.g. the preload call) shared by ``over`` queries: its own fields unchanged, the one-time
+        seconds and dollars beside them, and the amortised columns = own + one_time / over."""
+        if over < 1:
+            raise ValueError(f"a one-time cost is amortised over >= 1 queries, got {over}")
+        once = one_time.resource_seconds
+        dollars = one_time.dollars
+        return dataclasses.replace(
+            self,
+            one_time_seconds=once,
+            one_time_dollars=dollars,
+            amortised_over=over,
+            amortised_resource_seconds=self.resource_seconds + once / over,
+            amortised_dollars=None
+            if self.dollars is None or dollars is None
+            else self.dollars + dollars / over,
+        )
+
 
 # counts and seconds that add up over the calls of one query (None: unknown)
 _ADDITIVE = (
@@ -319,6 +355,8 @@ _ADDITIVE = (
     "flops_attention",
     "dollars",
     "llm_calls",
+    "amortised_resource_seconds",  # own + share: the shares add as the own costs do
+    "amortised_dollars",
 )
 
 

@@ -49,7 +49,14 @@ from ragbench.results import (
     table,
     work_key,
 )
-from ragbench.strategies import Resources, RetrievalParams, StrategyParams, get_strategy, run_batch
+from ragbench.strategies import (
+    Resources,
+    RetrievalParams,
+    StrategyParams,
+    get_strategy,
+    preload,
+    run_batch,
+)
 from ragbench.types import Example
 
 log = logging.getLogger(__name__)
@@ -307,7 +314,9 @@ def _run_locked(
         # written before any work, so a run killed now still knows when it first started
         write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
         res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
+        res.preload_over.update(preload.count([item for item, _ in pending]))
         session["errors"] = _generate(cfg, res, pending, done, out, progress, len(work))
+        session["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
         identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
         session["errors"] = 0

@@ -15,9 +15,12 @@ from ragbench.analysis._common import (
 from ragbench.registry import unknown
 
 # the per-query cost columns a summary table averages (report.summary; the oracle's rows too),
-# in display order; measured KV-cache bytes when the transformers backend measured them
+# in display order; measured KV-cache bytes when the transformers backend measured them. The
+# amortised_* columns add each query's share of a one-time cost (a preloaded corpus; equal to
+# dollars / resource_seconds where there is none)
 SUMMARY_COST_COLUMNS = (
-    "prompt_tokens", "dollars", "resource_seconds", "latency_seconds", "kv_bytes_measured", "flops",
+    "prompt_tokens", "dollars", "amortised_dollars", "resource_seconds",
+    "amortised_resource_seconds", "latency_seconds", "kv_bytes_measured", "flops",
 )  # fmt: skip
 # cost is money, else the device time charged (resource seconds; gpu_seconds in older tables);
 # never latency, which is what a user waited, not what the query cost

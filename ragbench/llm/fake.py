@@ -16,12 +16,15 @@ and decode throughput, flagged ``meta["simulated_timing"]``. KV-cache variants
 (``GenerationRequest.kv_cache`` other than plain) are an error unless ``simulate_kv_cache=True``
 (tests of the plumbing only): then they answer like the plain cache, flagged
 ``meta["simulated_kv_cache"]``, with no measured KV bytes. A request whose ``prefix`` was seen
-earlier in the same batch reports that prefix as cached prompt tokens, like a prefix-caching server.
+earlier in the same batch reports that prefix as cached prompt tokens, like a prefix-caching server;
+with ``prefix_cache_size`` > 0 the last that many prefixes are kept across calls too (like
+``HFModel``'s prefix cache).
 """
 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -92,6 +95,7 @@ class FakeLLM(LLM):
         prefill_tokens_per_second: float = 1000.0,  # simulated; roughly SmolLM2 on a laptop CPU
         decode_tokens_per_second: float = 50.0,
         simulate_kv_cache: bool = False,  # accept kv_cache variants (tests only; flagged)
+        prefix_cache_size: int = 0,  # prefixes kept across calls (0: within a call only)
     ) -> None:
         if not isinstance(model, str):
             raise TypeError(f"model must be a name (str), got {model!r}")
@@ -100,6 +104,7 @@ class FakeLLM(LLM):
         self.context_window, self.name, self.answer_fn = context_window, model, answer_fn
         self.prefill_tps, self.decode_tps = prefill_tokens_per_second, decode_tokens_per_second
         self.simulate_kv_cache = simulate_kv_cache
+        self.prefix_cache_size, self._kept = prefix_cache_size, OrderedDict()
         self._tok = WhitespaceTokenizer()
         self.calls = 0  # generate() batches served; tests use it to see cache hits
 
@@ -120,8 +125,14 @@ class FakeLLM(LLM):
 
         refuse_variants(requests, "fake", KV_CACHES if self.simulate_kv_cache else ("plain",))
         self.calls += 1
-        seen_prefixes: set[str] = set()
-        return [self._one(r, seen_prefixes) for r in requests]
+        seen_prefixes: set[str] = set(self._kept)
+        out = [self._one(r, seen_prefixes) for r in requests]
+        for prefix in (r.prefix for r in requests if r.prefix and self.prefix_cache_size > 0):
+            self._kept[prefix] = None
+            self._kept.move_to_end(prefix)
+            while len(self._kept) > self.prefix_cache_size:
+                self._kept.popitem(last=False)
+        return out
 
     def _one(self, request: GenerationRequest, seen_prefixes: set[str]) -> Completion:
         text = self.answer_fn(request) if self.answer_fn else answer_from_prompt(request.prompt)

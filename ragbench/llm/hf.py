@@ -125,7 +125,7 @@ class HFModel(LLM):
     ``model``: a preset name (``ragbench.llm.presets``), a local folder, a ``.gguf`` file
     (dequantised once, see ``convert_gguf``) or a Hugging Face hub id. ``prefix_cache_size``
     prefix KV caches are kept across calls, so one document asked many questions in separate
-    ``generate`` calls is prefilled once.
+    ``generate`` calls is prefilled once; ``prefix_reuse=False`` is the baseline without any.
     """
 
     def __init__(
@@ -140,6 +140,7 @@ class HFModel(LLM):
         batch_size: int = 8,
         seed: int = 0,
         prefix_cache_size: int = 1,
+        prefix_reuse: bool = True,  # False: no prefix KV at all, every prompt prefilled whole
         min_shared_prefix: int = 64,  # undeclared common prefixes shorter than this are recomputed
         max_padding: float = 0.25,  # most padding a length bucket may compute (of its positions)
         cache_dir: str | os.PathLike | None = None,
@@ -168,6 +169,7 @@ class HFModel(LLM):
         self.rope_scaling = f"{rope_scaling}-x{rope_factor:g}" if rope else None
         self.batch_size, self.seed = batch_size, seed
         self.prefix_cache_size, self.min_shared_prefix = prefix_cache_size, min_shared_prefix
+        self.prefix_reuse = prefix_reuse
         self.max_padding, self.cache_dir = max_padding, cache_dir
         self._rates: calibration.Rates | None = None  # measured on first use (cost_rates)
         self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
@@ -193,7 +195,7 @@ class HFModel(LLM):
     def _declared_prefix(
         self, request: GenerationRequest, text: str, special: bool, ids: list[int]
     ) -> int:
-        if not request.prefix:
+        if not request.prefix or not self.prefix_reuse:
             return 0
         end = text.rfind(request.prompt) + len(request.prefix)
         # Tokens may merge across the prefix boundary: reuse only what both tokenizations share.
@@ -305,7 +307,9 @@ class HFModel(LLM):
         groups = []
         if plain:
             planned = plan_groups(
-                [ids[i] for i in plain], [declared[i] for i in plain], self.min_shared_prefix
+                [ids[i] for i in plain],
+                [declared[i] for i in plain],
+                self.min_shared_prefix if self.prefix_reuse else 1 << 62,
             )
             groups = [(plen, [plain[j] for j in members]) for plen, members in planned]
         return groups + [(0, [i]) for i in variants]

@@ -37,6 +37,10 @@ class Resources:
     # long context over a shared corpus: the corpus fitted to the window once per run, keyed by
     # (corpus fingerprint, overflow policy), so every question gets the same prefix
     fitted: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict, repr=False)
+    # long_context preload (strategies/preload.py): per preload group, the preload call's Cost
+    # (or its error), and how many questions of the run share it (set by the runner)
+    preloaded: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    preload_over: dict[tuple, int] = field(default_factory=dict, repr=False)
 
     def limit(self) -> int:
         """Prompt tokens allowed: the window minus the answer, capped by the matched budget."""

@@ -61,8 +61,9 @@ def run_batch(
     requests go to the LLM in one ``generate`` call. Returns a Record or the exception per item,
     in order: one failing item never stops the others. If the batched call fails, each request
     gets its own outcome (see ``outcomes``)."""
-    from ragbench.strategies import get_strategy
+    from ragbench.strategies import get_strategy, preload
 
+    preload.ensure(items, res)  # long_context preload: the corpus KV before its questions
     results: list[Record | Exception | None] = [None] * len(items)
     waiting: dict[int, tuple[Steps, GenerationRequest]] = {}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ragbench.strategies import preload
 from ragbench.strategies.base import Resources, Steps, make_record
 from ragbench.strategies.params import LongContextParams
 from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part, truncate
@@ -101,9 +102,14 @@ def check_rope(params: LongContextParams, llm: Any) -> None:
 
 def long_context_steps(example: Example, res: Resources, params: LongContextParams) -> Steps:
     check_rope(params, res.llm)
+    if params.preload:  # the corpus KV once, before the first question (run_batch does it too)
+        preload.ensure([(example, params)], res)
     prompt, prefix, meta = long_context_prompt(example, res, params.overflow)
     request = res.request(prompt, prefix, rid=f"{example.id}:long_context")
     if params.kv_cache != "plain":  # the KV-cache technique travels with the request
         request = dataclasses.replace(request, **params.kv_fields())
     completion = yield request
-    return make_record(example, params, completion, res, meta)
+    cost = res.cost(completion)
+    if params.preload:  # the corpus KV was computed once before the questions: its share
+        cost = preload.amortised(cost, example, params, res)
+    return make_record(example, params, completion, res, meta, cost)

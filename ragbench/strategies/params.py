@@ -127,6 +127,9 @@ class LongContextParams(StrategyParams):
     # the hf backend (llm params rope_scaling + rope_factor), named here so each record says
     # what ran; the strategy checks it against the loaded model
     rope_scaling: str | None = None
+    # cache-augmented generation: the corpus KV computed once, in its own call, before the
+    # questions (strategies/preload.py); its cost is reported apart and amortised
+    preload: bool = False
 
     short: ClassVar[dict[str, str]] = {"kv_cache": "kv", "kv_bits": "bits", "kv_backend": "quant"}
     # the GenerationRequest fields that carry the KV-cache variant, in kv_cache.check's order
@@ -164,11 +167,17 @@ class LongContextParams(StrategyParams):
             kvc.check(*self.kv_fields().values())
         except ValueError as exc:
             raise ValueError(f"{self.strategy}: {exc}") from None
+        if self.preload not in (True, False) or (self.preload and self.kv_cache != "plain"):
+            raise ValueError(f"{self.strategy}: preload must be true or false, with kv_cache plain")
         if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
             raise ValueError(
                 f"{self.strategy}: rope_scaling must be null or <dynamic|yarn|linear>-x<factor> "
                 f"(e.g. yarn-x2), got {self.rope_scaling!r}"
             )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()  # preload only when set: runs written before it keep their keys
+        return data if self.preload else {k: v for k, v in data.items() if k != "preload"}
 
     def kv_fields(self) -> dict[str, Any]:
         """The ``GenerationRequest`` fields that carry the KV-cache variant."""
@@ -186,7 +195,7 @@ class LongContextParams(StrategyParams):
             parts.append(f"kv={spec.label()}")
         if self.rope_scaling:
             parts.append(f"rope={self.rope_scaling}")
-        return " ".join(parts)
+        return " ".join(parts + ["preload"] * self.preload)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,168 @@
+"""A preloaded corpus (long_context preload): the corpus KV once per run, its one-time cost apart
+from the per-query cost and amortised; the essay corpus the runner benchmark uses; prefix reuse
+switched off for baselines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragbench.cost import Cost
+from ragbench.datasets import build_dataset
+from ragbench.datasets.shared_corpus import write_essay_corpus
+from ragbench.llm.fake import FakeLLM
+from ragbench.runner import run
+from ragbench.strategies import LongContextParams
+
+N = 6
+
+
+@pytest.fixture
+def corpus(tmp_path) -> tuple[Path, Path]:
+    return write_essay_corpus(tmp_path / "corpus", questions=N, tokens=900, tokenizer="whitespace")
+
+
+def corpus_config(tmp_path, corpus, strategies, name="t-preload") -> dict:
+    return {
+        "name": name,
+        "dataset": {
+            "name": "corpus",
+            "params": {"corpus": str(corpus[0]), "questions": str(corpus[1])},
+        },
+        "model": {"backend": "fake", "name": "fake", "cache": False, "batch_size": 2},
+        "strategies": strategies,
+        "metrics": ["string_match_all"],
+        "price_sheet": "example-hosted-api",
+        "output_dir": str(tmp_path / "runs"),
+    }
+
+
+def test_essay_corpus_has_one_findable_needle_per_question(corpus):
+    examples = build_dataset("corpus", corpus=str(corpus[0]), questions=str(corpus[1]))
+    assert len(examples) == N and len({e.id for e in examples}) == N
+    context = examples[0].context
+    assert 880 <= len(context.split()) <= 920  # the whitespace tokens asked for, give or take
+    for e in examples:
+        assert context.count(f"number for {e.id} is {e.answers[0]}.") == 1
+    again = write_essay_corpus(corpus[0].parent / "again", N, 900, tokenizer="whitespace")
+    assert again[0].read_bytes() == corpus[0].read_bytes()  # deterministic
+
+
+def test_preload_costs_the_corpus_once_apart_from_each_question(tmp_path, corpus):
+    fake = FakeLLM(prefix_cache_size=1)  # keeps the corpus across calls, like HFModel
+    cfg = corpus_config(tmp_path, corpus, [{"name": "long_context", "params": {"preload": True}}])
+    df = run(cfg, progress=False, llm=fake)
+    assert df["error"].isna().all() and set(df["label"]) == {"long_context preload"}
+    assert df["string_match_all"].mean() == 1.0  # the fake reads every needle
+    # one preload call before the questions, then N/2 rounds of 2
+    assert fake.calls == 1 + N // 2
+    corpus_tokens = fake.count_tokens(build_dataset("corpus", corpus=str(corpus[0]),
+                                                    questions=str(corpus[1]))[0].context)  # fmt: skip
+    # every question found the corpus cached: its own cost is its question and answer only
+    assert (df["cached_prompt_tokens"] >= corpus_tokens).all()
+    own = (df["prompt_tokens"] - df["cached_prompt_tokens"]) / fake.prefill_tps
+    own += df["completion_tokens"] / fake.decode_tps
+    assert df["resource_seconds"].tolist() == pytest.approx(own.tolist())
+    assert (df["resource_seconds"] < corpus_tokens / fake.prefill_tps).all()
+    # the one-time cost is the preload call, measured: the corpus prefill (+ an empty question
+    # and one token), the same on every record, in the manifest, amortised over the N questions
+    manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
+    (pre,) = manifest["sessions"][0]["preloaded"]
+    assert pre["amortised_over"] == N and pre["error"] is None
+    assert pre["prompt_tokens"] > corpus_tokens
+    assert pre["one_time_seconds"] == pytest.approx(
+        pre["prompt_tokens"] / fake.prefill_tps + 1 / fake.decode_tps
+    )
+    assert (df["one_time_seconds"] == pre["one_time_seconds"]).all()
+    assert (df["amortised_over"] == N).all()
+    assert df["amortised_resource_seconds"].tolist() == pytest.approx(
+        (df["resource_seconds"] + pre["one_time_seconds"] / N).tolist()
+    )
+    assert (df["one_time_dollars"] == pre["one_time_dollars"]).all()
+    assert df["amortised_dollars"].tolist() == pytest.approx(
+        (df["dollars"] + pre["one_time_dollars"] / N).tolist()
+    )
+
+
+def test_without_preload_the_first_question_pays_for_the_corpus(tmp_path, corpus):
+    fake = FakeLLM(prefix_cache_size=1)
+    df = run(corpus_config(tmp_path, corpus, ["long_context"]), progress=False, llm=fake)
+    assert fake.calls == N // 2  # no preload call
+    assert sorted(df["cached_prompt_tokens"] > 0) == [False] + [True] * (N - 1)
+    assert df["one_time_seconds"].isna().all() and df["amortised_over"].isna().all()
+    # no one-time cost: the amortised columns are the per-query cost itself
+    assert (df["amortised_resource_seconds"] == df["resource_seconds"]).all()
+    assert (df["amortised_dollars"] == df["dollars"]).all()
+
+
+def test_summary_shows_per_query_cost_with_and_without_the_amortised_share(tmp_path, corpus):
+    from ragbench import report
+    from ragbench.readable import readable_table
+
+    strategies = [{"name": "long_context", "params": {"preload": True}}]
+    df = run(corpus_config(tmp_path, corpus, strategies), progress=False,
+             llm=FakeLLM(prefix_cache_size=1))  # fmt: skip
+    table = report.summary(df).set_index("label")
+    row = table.loc["long_context preload"]
+    assert row["amortised_resource_seconds"] > row["resource_seconds"]
+    assert row["amortised_dollars"] > row["dollars"]
+    headers = readable_table(table.reset_index()).to_html()
+    assert "amortised_dollars ($ / 1k queries)" in headers
+
+
+def test_preload_parameter_keeps_old_keys_and_labels_and_refuses_kv_variants():
+    plain = LongContextParams()
+    assert "preload" not in plain.to_dict()  # runs written before it resume with their keys
+    assert LongContextParams.from_dict(plain.to_dict()) == plain
+    pre = LongContextParams(preload=True)
+    assert pre.to_dict()["preload"] is True and pre.label() == "long_context preload"
+    assert LongContextParams.from_dict(pre.to_dict()) == pre
+    with pytest.raises(ValueError, match="preload"):
+        LongContextParams(preload=True, kv_cache="offloaded")
+    with pytest.raises(ValueError, match="preload"):
+        LongContextParams(preload="yes")
+
+
+def test_cost_amortise_adds_the_share_and_old_records_get_the_columns():
+    own = Cost(resource_seconds=0.5, dollars=0.002, llm_calls=1)
+    once = Cost(resource_seconds=8.0, dollars=0.04, llm_calls=1)
+    a = own.amortise(once, over=4)
+    assert (a.resource_seconds, a.dollars) == (0.5, 0.002)  # its own cost is unchanged
+    assert (a.one_time_seconds, a.one_time_dollars, a.amortised_over) == (8.0, 0.04, 4)
+    assert a.amortised_resource_seconds == pytest.approx(2.5)
+    assert a.amortised_dollars == pytest.approx(0.012)
+    assert Cost.from_dict(a.to_dict()) == a
+    # a record written before the columns existed: amortised = its own cost
+    old = {k: v for k, v in own.to_dict().items() if "amortised" not in k and "one_time" not in k}
+    back = Cost.from_dict(old)
+    assert (back.amortised_resource_seconds, back.amortised_dollars) == (0.5, 0.002)
+    both = a + own  # a query of two calls: the shares add like the own costs
+    assert both.amortised_resource_seconds == pytest.approx(3.0)
+    assert both.one_time_seconds == 8.0
+    with pytest.raises(ValueError, match=">= 1"):
+        own.amortise(once, over=0)
+
+
+@pytest.mark.slow
+def test_embedded_model_prefix_reuse_off_recomputes_every_prompt_with_the_same_answers():
+    from ragbench.llm.hf import HFModel
+    from ragbench.types import GenerationRequest
+
+    prefix = " ".join(f"Note {i}: the pier opens at {i}:00." for i in range(60)) + "\n\n"
+    questions = ["When does the pier open in note 3?", "When in note 7?", "When in note 9?"]
+
+    def ask(model):
+        return [
+            model.generate([GenerationRequest(prompt=prefix + q, prefix=prefix, max_new_tokens=6)])[
+                0
+            ]
+            for q in questions  # one call each: reuse must span calls
+        ]
+
+    on = ask(HFModel("smollm2-135m-instruct", device="cpu"))
+    off = ask(HFModel("smollm2-135m-instruct", device="cpu", prefix_reuse=False))
+    assert on[0].cached_prompt_tokens == 0 and min(c.cached_prompt_tokens for c in on[1:]) > 400
+    assert all(c.cached_prompt_tokens == 0 for c in off)
+    assert [c.text for c in on] == [c.text for c in off]
