@@ -273,6 +273,24 @@ def test_common_prefix_found_without_declaration(tiny):
     assert got[1].cached_prompt_tokens >= 30 and ref[1].cached_prompt_tokens == 0
 
 
+def test_a_common_preamble_does_not_push_a_kept_document_out(tiny):
+    # plan-order rounds mix strategies: RAG prompts sharing an instruction preamble come between
+    # the long-context rounds of one corpus; only declared prefixes are kept across calls
+    doc, preamble = _text(60, 5), _text(30, 6)
+    model = _fresh(tiny, min_shared_prefix=16)  # prefix_cache_size 1
+    first = model.generate(
+        [GenerationRequest(f"{doc} {_text(3, 1)}", prefix=doc, max_new_tokens=4)]
+    )
+    others = model.generate(
+        [GenerationRequest(f"{preamble} {_text(5, s)}", max_new_tokens=4) for s in (2, 3)]
+    )
+    assert others[1].cached_prompt_tokens >= 30  # the preamble was shared within its call
+    again = model.generate(
+        [GenerationRequest(f"{doc} {_text(3, 4)}", prefix=doc, max_new_tokens=4)]
+    )
+    assert first[0].cached_prompt_tokens == 0 and again[0].cached_prompt_tokens > 60
+
+
 def test_stop_strings_cut_the_text(tiny):
     req = GenerationRequest(_text(10, 5), max_new_tokens=12)
     [full] = tiny.generate([req])
