@@ -56,3 +56,16 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random-weight chat model on the CPU (``test_hf._save_tiny``), one per test module;
+    ``test_hf`` defines its own from a folder it also reads."""
+    from test_hf import _save_tiny
+
+    from ragbench.llm.hf import HFModel
+
+    folder = tmp_path_factory.mktemp("tiny")
+    _save_tiny(folder, chat=True)
+    return HFModel(str(folder), device="cpu", cache_dir=folder.parent / "cache-tiny")

@@ -78,22 +78,9 @@ def test_other_backends_refuse_snapkv_by_name():
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from test_kv_techniques import _doc  # noqa: E402 (the tiny model: conftest)
+
 from ragbench.llm.hf import HFModel  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from test_hf import _save_tiny
-
-    folder = tmp_path_factory.mktemp("tiny-snapkv")
-    _save_tiny(folder, chat=True)
-    return HFModel(str(folder), device="cpu", cache_dir=folder.parent / "cache-snapkv")
-
-
-def _doc(n: int = 150, seed: int = 1) -> str:
-    from test_hf import _text
-
-    return _text(n, seed)
 
 
 def _ask(model, doc, tails=(" w1 w2", " w3"), new_tokens=6, **kv):

@@ -140,15 +140,6 @@ pytest.importorskip("transformers")
 from ragbench.llm.hf import HFModel  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from test_hf import _save_tiny
-
-    folder = tmp_path_factory.mktemp("tiny-kv")
-    _save_tiny(folder, chat=True)
-    return HFModel(str(folder), device="cpu", cache_dir=folder.parent / "cache-kv")
-
-
 def _doc(n: int = 150, seed: int = 1) -> str:
     from test_hf import _text
 
