@@ -12,11 +12,12 @@ is computed in two parts with one softmax across both:
 - suffix: the usual masked attention over the row's own keys (left padding, causal).
 
 This is the cascade/shared-prefix attention of FlashInfer and vLLM, written here in plain torch
-matmuls because transformers has no implementation of it; it plugs into transformers through
-its public ``AttentionInterface`` registry. In float32 it is exact (same math as full attention,
-up to float summation order); in bf16/fp16 scores are rounded like transformers' eager attention,
-so greedy answers may differ as much as batched vs unbatched runs do. Queries are processed in
-chunks so the score block stays bounded.
+matmuls (on CPU the prefix part runs torch's fused flash-attention kernel, which returns the
+logsumexp the two parts are merged with) because transformers has no implementation of it; it
+plugs into transformers through its public ``AttentionInterface`` registry. In float32 it is
+exact (same math as full attention, up to float summation order); in bf16/fp16 scores are rounded
+like transformers' eager attention, so greedy answers may differ as much as batched vs unbatched
+runs do. Queries are processed in chunks so the score block stays bounded.
 
 Supported for models whose every layer is full (global) attention without logit softcapping;
 ``supported(model)`` says so, and the backend falls back to copying the prefix otherwise.
@@ -125,40 +126,66 @@ def shared_prefix_attention(
     group = heads // kv_heads
     scale = dim**-0.5 if scaling is None else scaling
     mask = None if attention_mask is None else attention_mask[:, :, :, :suffix_len]
-    per_query = batch * heads * (prefix_len + suffix_len)  # score elements per query position
+    fused = _fused_prefix_op(query)
+    # score elements per query position (the prefix's only where it is materialised)
+    per_query = batch * heads * (suffix_len + (0 if fused else prefix_len))
     step = max(1, SCORE_BLOCK_ELEMENTS // per_query)
     out = torch.empty((batch, q_len, heads, dim), dtype=query.dtype, device=query.device)
     for q0 in range(0, q_len, step):
         q1 = min(q_len, q0 + step)
         n = q1 - q0
         qc = query[:, :, q0:q1].reshape(batch, kv_heads, group * n, dim)
-        # suffix part, per row: (B, KVH, g*n, S)
-        s_scores = torch.matmul(qc, key.transpose(-1, -2)).float() * scale
+        # suffix part, per row, unnormalised: exp(scores - s_max) @ value, (B, KVH, g*n, .)
+        s_scores = torch.matmul(qc, key.transpose(-1, -2)).float().mul_(scale)
         if mask is not None:
             m = mask[:, :, q0:q1].float()  # (B, 1, n, S), broadcast over the heads of a group
-            s_scores = (s_scores.view(batch, kv_heads, group, n, -1) + m[:, :, None]).view_as(
-                s_scores
-            )
+            s_scores.view(batch, kv_heads, group, n, -1).add_(m[:, :, None])
         elif suffix_len > 1 or n > 1:  # no mask given: plain causal over the row's own keys
             offset = suffix_len - q_len + q0
             i = torch.arange(n, device=query.device)[:, None] + offset
             j = torch.arange(suffix_len, device=query.device)[None, :]
-            blocked = (j > i).repeat(group, 1)
-            s_scores = s_scores.masked_fill(blocked, float("-inf"))
-        # prefix part, all rows and heads of a KV group folded together: (KVH, B*g*n, P)
+            s_scores.masked_fill_((j > i).repeat(group, 1), float("-inf"))
+        s_max = s_scores.amax(-1, keepdim=True)
+        s_max = torch.where(torch.isfinite(s_max), s_max, 0.0)  # rows with every key masked
+        s_exp = s_scores.sub_(s_max).exp_()
+        s_sum = s_exp.sum(-1, keepdim=True)
+        s_out = torch.matmul(s_exp.to(value.dtype), value).float()
+        # prefix part, all rows and heads of a KV group folded together: (KVH, B*g*n, .)
         qf = qc.permute(1, 0, 2, 3).reshape(kv_heads, batch * group * n, dim)
-        p_scores = torch.matmul(qf, pk[0].transpose(-1, -2)).float() * scale
-        p_max = p_scores.amax(-1, keepdim=True)  # (KVH, B*g*n, 1)
-        s_max = s_scores.amax(-1, keepdim=True)  # (B, KVH, g*n, 1)
-        top = torch.maximum(p_max.view(kv_heads, batch, group * n, 1).permute(1, 0, 2, 3), s_max)
-        top_f = top.permute(1, 0, 2, 3).reshape(kv_heads, batch * group * n, 1)
-        p_exp = torch.exp(p_scores - top_f)
-        s_exp = torch.exp(s_scores - top)
-        denom = p_exp.sum(-1, keepdim=True).view(kv_heads, batch, group * n, 1).permute(1, 0, 2, 3)
-        denom = denom + s_exp.sum(-1, keepdim=True)
-        p_out = torch.matmul(p_exp.to(pv.dtype), pv[0])  # (KVH, B*g*n, d)
+        p_out, p_lse = (fused or _prefix_matmul)(qf, pk, pv, scale)
         p_out = p_out.view(kv_heads, batch, group * n, dim).permute(1, 0, 2, 3)
-        s_out = torch.matmul(s_exp.to(value.dtype), value)  # (B, KVH, g*n, d)
-        chunk = ((p_out.float() + s_out.float()) / denom).to(query.dtype)
-        out[:, q0:q1] = chunk.reshape(batch, heads, n, dim).transpose(1, 2)
+        p_lse = p_lse.view(kv_heads, batch, group * n, 1).permute(1, 0, 2, 3)
+        # one softmax over both: weights exp(lse_part - lse_all)
+        lse = torch.logaddexp(p_lse, s_max + s_sum.log())
+        chunk = p_out.float() * (p_lse - lse).exp_() + s_out * (s_max - lse).exp_()
+        out[:, q0:q1] = chunk.to(query.dtype).reshape(batch, heads, n, dim).transpose(1, 2)
     return out, None
+
+
+def _prefix_matmul(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
+    """Attention of ``qf`` (KVH, M, d) over the prefix (1, KVH, P, d): (output, logsumexp)."""
+    import torch
+
+    scores = torch.matmul(qf, pk[0].transpose(-1, -2)).float().mul_(scale)
+    top = scores.amax(-1, keepdim=True)
+    weights = scores.sub_(top).exp_()
+    total = weights.sum(-1, keepdim=True)
+    out = torch.matmul(weights.to(pv.dtype), pv[0]).float().div_(total)
+    return out, top + total.log()
+
+
+def _fused_prefix_op(query: Any) -> Any:
+    """On CPU, torch's fused flash-attention kernel, which also returns the logsumexp (no score
+    matrix in memory, one pass): several times faster than the matmuls above for a batch of
+    decode steps over a long prefix. None elsewhere (the matmul path)."""
+    import torch
+
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if query.device.type != "cpu" or op is None:
+        return None
+
+    def prefix(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
+        out, lse = op(qf[None], pk, pv, scale=scale)
+        return out[0], lse[0, :, :, None]
+
+    return prefix

@@ -1,0 +1,364 @@
+"""GPU check: ragbench's LLM paths on real 7-8B architectures with random weights, one JSON.
+
+Runs without model files or network: Llama-3.1-8B and Qwen2.5-7B are built from their published
+shapes (``ragbench.llm.presets`` + the MLP widths below) with random weights, in bf16 on the
+device, and fed token ids (no tokenizer). Per model:
+
+- prefill tokens/s and MFU against a dense bf16 matmul peak measured in the same run (FLOPs from
+  ``ragbench.cost.forward_flops``);
+- prefix reuse: Q questions on one document: ragbench (the document's KV once, the questions
+  batched over it through shared-prefix attention) against one plain ``generate`` per question and
+  against prompt-cache reuse (``baselines.py``), with generated token-id equality;
+- runner batching: independent prompts decoded one at a time against one batch;
+- memory: measured KV bytes and ``torch.cuda.max_memory_allocated`` against
+  ``ragbench.cost.kv_cache_bytes``;
+- every KV-cache variant ``ragbench.llm.kv_cache.KV_CACHES`` names (new ones are picked up;
+  one that needs parameters this script does not know, or a missing package, is recorded as an
+  error, not fatal).
+
+Random weights make greedy tokens near-ties, so in bf16 token equality between differently
+fused kernels is reported, not required; ``--device cpu --quick`` (tiny configs, float32) is
+where equality is exact and the test (tests/test_gpu_check.py) checks it.
+
+Imports: torch, transformers, and ragbench modules that need nothing else (``ragbench.types``,
+``registry``, ``io``, ``cost`` + ``prices`` (PyYAML, a transformers dependency),
+``llm.presets``, ``llm.kv_cache``, ``llm.shared_prefix``, ``llm.hf_decode``), plus ``psutil`` on
+CPU only. Usage: ``bash benchmarks/gpu_check.sh --out gpu.json [--quick] [--device cpu]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import baselines  # noqa: E402  (benchmarks/baselines.py: torch + transformers only)
+import gpu_check_kv  # noqa: E402
+from gpu_check_kv import ids_of, random_ids  # noqa: E402
+
+from ragbench.cost import forward_flops, kv_cache_bytes  # noqa: E402
+from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm import kv_cache  # noqa: E402
+from ragbench.llm.hf_decode import Decoder  # noqa: E402
+from ragbench.llm.presets import get_preset  # noqa: E402
+from ragbench.types import GenerationRequest  # noqa: E402
+
+# the presets' shapes + what the cost model does not need (from each published config.json)
+ARCHS = {
+    "llama-3.1-8b-instruct": {
+        "config": "LlamaConfig",
+        "intermediate_size": 14_336,
+        "rope_theta": 500_000.0,
+        "rms_norm_eps": 1e-5,
+        "attention_bias": False,
+    },
+    "qwen2.5-7b-instruct": {
+        "config": "Qwen2Config",
+        "intermediate_size": 18_944,
+        "rope_theta": 1_000_000.0,
+        "rms_norm_eps": 1e-6,
+    },
+}
+TINY = {
+    "layers": 2,
+    "hidden": 64,
+    "heads": 4,
+    "kv_heads": 2,
+    "intermediate_size": 128,
+    "vocab": 512,
+}
+# sizes: (prefill lengths, document, questions, question tokens, new tokens, prompts x length)
+FULL = {"prefill": [1024, 4096, 16384], "doc": 8192, "q": 16, "q_len": 24, "new": 32}
+FULL |= {"runner": (8, 2048)}
+QUICK = {"prefill": [64, 128], "doc": 96, "q": 4, "q_len": 6, "new": 6, "runner": (3, 32)}
+
+
+class IdTokenizer:
+    """What ``Decoder`` needs of a tokenizer when prompts are token ids: the decoded "text" is the
+    ids, space-separated, so outputs compare as token ids. No EOS: every row runs to
+    ``max_new_tokens``, like ``generate`` with ``eos_token_id=None``."""
+
+    eos_token_id = None
+    pad_token_id = 0
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+
+def build_model(name: str, device, dtype, quick: bool):
+    import torch
+    import transformers
+
+    p, arch = get_preset(name), ARCHS[name]
+    shape = TINY if quick else {**vars(p), "intermediate_size": arch["intermediate_size"]}
+    head_dim = shape["hidden"] // shape["heads"]
+    kwargs = {k: arch[k] for k in ("rope_theta", "rms_norm_eps", "attention_bias") if k in arch}
+    config = getattr(transformers, arch["config"])(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate_size"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        head_dim=head_dim,
+        max_position_embeddings=max(p.context_window, 32_768),
+        tie_word_embeddings=False,
+        **kwargs,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):  # weights created (randomly initialised) on the device
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except TypeError:  # transformers < 4.56 calls it torch_dtype
+            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    model.eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    n_embed = model.get_input_embeddings().weight.numel() + model.lm_head.weight.numel()
+    total = sum(t.numel() for t in model.parameters())
+    facts = {
+        "non_embedding_params": total - n_embed,
+        "layers": shape["layers"],
+        "heads": shape["heads"],
+        "kv_heads": shape["kv_heads"],
+        "head_dim": head_dim,
+        "params": total,
+        "weight_bytes": sum(t.numel() * t.element_size() for t in model.parameters()),
+        "config": arch["config"],
+    }
+    return model, facts
+
+
+def matmul_peak(hidden: int, width: int, device, dtype, tokens: int = 4096) -> dict:
+    import torch
+
+    best = {}
+    for m, k, n in [(tokens, hidden, width), (tokens, width, hidden), (tokens, hidden, hidden)]:
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        torch.matmul(a, b)
+        times = []
+        for _ in range(5):
+            t0 = now(device)
+            torch.matmul(a, b)
+            times.append(now(device) - t0)
+        best[f"{m}x{k}x{n}"] = 2.0 * m * k * n / min(times)
+    return {"peak_flops": max(best.values()), "by_shape": best, "dtype": str(dtype)}
+
+
+def now(device) -> float:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def bench_prefill(model, facts, dec: Decoder, sizes: list[int], peak: float) -> list[dict]:
+    import torch
+
+    rows = []
+    vocab = model.config.vocab_size
+    with torch.inference_mode():
+        for n in sizes:
+            ids = random_ids(n, vocab, n)
+            dec.prefill(ids)  # warm-up (kernels, allocator)
+            seconds = min(dec.prefill(ids)[1] for _ in range(2))
+            flops = forward_flops(facts, n, 0, 1)["total"]
+            rows.append(
+                {
+                    "tokens": n,
+                    "seconds": round(seconds, 5),
+                    "tokens_per_second": round(n / seconds, 1),
+                    "mfu": round(flops / seconds / peak, 4),
+                }
+            )
+            print(f"  prefill {n:>6}: {n / seconds:10.0f} tok/s, MFU {rows[-1]['mfu']:.1%}")
+    return rows
+
+
+def ragbench_reuse(dec: Decoder, doc: list[int], questions: list[list[int]], new: int) -> dict:
+    """Document KV once (batch of one), all questions in one batch over it (shared prefix)."""
+    import torch
+
+    reqs = [GenerationRequest(f"q{i}", max_new_tokens=new) for i in range(len(questions))]
+    with torch.inference_mode():
+        t0 = dec.now()
+        kv, prefill_s = dec.prefill(doc)
+        rows = dec.decode(reqs, questions, kv, len(doc), shared=True, seed=0)
+        seconds = dec.now() - t0
+    return {
+        "outputs": [ids_of(r["text"]) for r in rows],
+        "seconds": seconds,
+        "prefill_seconds": prefill_s,
+        "after_prefill_seconds": seconds - prefill_s,
+        "kv_bytes_measured_row": rows[0]["kv_bytes_measured"],
+        "peak_memory_bytes": rows[0]["peak_memory_bytes"],
+    }
+
+
+def same(a: list[list[int]], b: list[list[int]]) -> dict:
+    equal = [x == y for x, y in zip(a, b, strict=True)]
+    agree = [
+        sum(p == q for p, q in zip(x, y, strict=False)) / max(len(x), 1)
+        for x, y in zip(a, b, strict=True)
+    ]
+    return {"all": all(equal), "rows_identical": sum(equal), "token_agreement": min(agree)}
+
+
+def bench_reuse(model, facts, dec: Decoder, s: dict) -> dict:
+    vocab, q = model.config.vocab_size, s["q"]
+    doc = random_ids(s["doc"], vocab, 1)
+    questions = [random_ids(s["q_len"], vocab, 100 + i) for i in range(q)]
+    prompts = [doc + x for x in questions]
+    gen = {"max_new_tokens": s["new"], "min_new_tokens": s["new"], "eos_token_id": None}
+    gen["pad_token_id"] = 0
+    dev, clock = dec.device, dec.now
+    ours = ragbench_reuse(dec, doc, questions, s["new"])  # warm-up: kernels and allocator
+    ours = ragbench_reuse(dec, doc, questions, s["new"])
+    reuse = baselines.prompt_cache_reuse(model, prompts, len(doc), dev, clock, **gen)
+    plain = baselines.plain_generate(model, prompts, dev, clock, **gen)
+    positions = len(doc) + s["q_len"] + s["new"] - 1
+    out = {
+        "document_tokens": len(doc),
+        "questions": q,
+        "question_tokens": s["q_len"],
+        "new_tokens": s["new"],
+        "ragbench_seconds": round(ours["seconds"], 4),
+        "ragbench_prefill_seconds": round(ours["prefill_seconds"], 4),
+        "prompt_cache_reuse_seconds": round(reuse["seconds"], 4),
+        "plain_generate_seconds": round(plain["seconds"], 4),
+        "speedup_vs_plain_generate": round(plain["seconds"] / ours["seconds"], 2),
+        "speedup_vs_prompt_cache_reuse": round(reuse["seconds"] / ours["seconds"], 2),
+        "marginal_speedup_vs_prompt_cache_reuse": round(
+            reuse["after_prefill_seconds"] / ours["after_prefill_seconds"], 2
+        ),
+        "same_tokens_as_plain_generate": same(ours["outputs"], plain["outputs"]),
+        "same_tokens_as_prompt_cache_reuse": same(ours["outputs"], reuse["outputs"]),
+        "baselines_agree": same(reuse["outputs"], plain["outputs"]),
+        # ragbench's batch: one shared document KV + each row's own question and answer
+        "kv_bytes_measured_row": ours["kv_bytes_measured_row"],
+        "kv_bytes_formula_document": kv_cache_bytes(
+            facts["layers"], facts["kv_heads"], facts["head_dim"], len(doc), 1, model.dtype.itemsize
+        ),
+        "kv_bytes_formula_copies": kv_cache_bytes(
+            facts["layers"],
+            facts["kv_heads"],
+            facts["head_dim"],
+            positions,
+            q,
+            model.dtype.itemsize,
+        ),
+        "peak_memory_bytes": ours["peak_memory_bytes"],
+    }
+    print(
+        f"  prefix reuse: ragbench {ours['seconds']:.2f} s, prompt-cache reuse "
+        f"{reuse['seconds']:.2f} s, plain generate {plain['seconds']:.2f} s; same tokens "
+        f"{out['same_tokens_as_plain_generate']['rows_identical']}/{q}"
+    )
+    return out
+
+
+def bench_runner(model, dec: Decoder, count: int, length: int, new: int) -> dict:
+    """Independent prompts (the runner's batch of records): one at a time vs one batch."""
+    import torch
+
+    vocab = model.config.vocab_size
+    prompts = [random_ids(length, vocab, 500 + i) for i in range(count)]
+    reqs = [GenerationRequest(f"r{i}", max_new_tokens=new) for i in range(count)]
+    with torch.inference_mode():
+        dec.decode(reqs[:1], prompts[:1], None, 0, shared=False, seed=0)  # warm-up
+        t0 = dec.now()
+        alone = [
+            dec.decode([r], [p], None, 0, False, 0)[0] for r, p in zip(reqs, prompts, strict=True)
+        ]
+        t1 = dec.now()
+        batched = dec.decode(reqs, prompts, None, 0, shared=False, seed=0)
+        t2 = dec.now()
+    out = {
+        "prompts": count,
+        "prompt_tokens": length,
+        "one_at_a_time_seconds": round(t1 - t0, 4),
+        "batched_seconds": round(t2 - t1, 4),
+        "speedup": round((t1 - t0) / (t2 - t1), 2),
+        "same_tokens": same(
+            [ids_of(r["text"]) for r in batched], [ids_of(r["text"]) for r in alone]
+        ),
+    }
+    print(f"  runner batching: {out['speedup']}x")
+    return out
+
+
+def check_model(name: str, device, dtype, s: dict, quick: bool) -> dict:
+    import torch
+
+    t0 = time.perf_counter()
+    model, facts = build_model(name, device, dtype, quick)
+    dec = Decoder.for_model(model, IdTokenizer())
+    built = time.perf_counter() - t0
+    print(f"{name}: {facts['params'] / 1e9:.2f} B params built in {built:.1f} s")
+    width = model.config.intermediate_size
+    peak = matmul_peak(model.config.hidden_size, width, device, dtype)
+    out = {"arch": facts, "build_seconds": round(built, 2), "matmul_peak": peak}
+    out["prefill"] = bench_prefill(model, facts, dec, s["prefill"], peak["peak_flops"])
+    out["prefix_reuse"] = bench_reuse(model, facts, dec, s)
+    out["runner_batching"] = bench_runner(model, dec, *s["runner"], s["new"])
+    out["kv_variants"] = gpu_check_kv.bench_kv(model, facts, dec, s["doc"], s["new"])
+    if torch.device(device).type == "cuda":
+        out["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+    del model, dec
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the JSON to write")
+    parser.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu")
+    parser.add_argument("--dtype", default="auto", help="auto: bf16 on CUDA, float32 on CPU")
+    parser.add_argument("--quick", action="store_true", help="tiny configs and sizes")
+    parser.add_argument("--models", default=",".join(ARCHS), help=f"from {list(ARCHS)}")
+    args = parser.parse_args(argv)
+    import torch
+    import transformers
+
+    device = torch.device(args.device)
+    auto = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = auto if args.dtype == "auto" else getattr(torch, args.dtype)
+    s = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    result: dict = {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype),
+        "quick": args.quick,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "kv_caches": list(kv_cache.KV_CACHES),
+        "sizes": s,
+        "models": {},
+    }
+    for name in [m for m in args.models.split(",") if m]:
+        try:
+            result["models"][name] = check_model(name, device, dtype, s, args.quick)
+        except Exception as exc:  # one architecture failing leaves the other's results
+            result["models"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            print(f"{name}: {result['models'][name]['error']}")
+        result["wall_seconds"] = round(time.perf_counter() - started, 1)
+        atomic_write_text(args.out, json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {args.out} in {result['wall_seconds']} s")
+    return result
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
