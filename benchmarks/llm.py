@@ -255,6 +255,7 @@ KV_VARIANTS: dict[str, dict] = {
     "quantized-int8": {"kv_cache": "quantized", "kv_bits": 8, "kv_backend": "hqq"},
     "quantized-int4": {"kv_cache": "quantized", "kv_bits": 4, "kv_backend": "hqq"},
     "quantized-quanto-int4": {"kv_cache": "quantized", "kv_bits": 4, "kv_backend": "quanto"},
+    "snapkv-0.5": {"kv_cache": "snapkv", "kv_ratio": 0.5, "kv_window": 32},
 }
 
 

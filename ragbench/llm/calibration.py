@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CALIBRATION_VERSION = 1  # bump when the probes or the cost model change: old files are ignored
+CALIBRATION_VERSION = 2  # bump when the probes or the cost model change: old files are ignored
 
 # ------------------------------------------------------------------------ the cost model (pure)
 
@@ -149,7 +149,7 @@ def fit(prefill: list[tuple[int, int, float]], decode: list[tuple[int, int, floa
 
 # ------------------------------------------------------------------------ measuring (torch)
 
-PREFILL_PROBES = ((16, 0), (128, 0), (384, 0), (128, 2048))  # (new tokens, cached positions)
+PREFILL_PROBES = ((16, 0), (128, 0), (512, 0), (2048, 0), (128, 2048))  # (new, cached)
 DECODE_PROBES = ((16, 1), (1024, 1), (4096, 1), (16, 4))  # (KV positions, rows)
 SHARED_PROBES = (32, 4096)  # suffix tokens of a prefill, and prefix positions, shared attention
 
