@@ -23,8 +23,9 @@ PROBE = Path(__file__).parent / "fixtures" / "notebooks" / "sweep_probe.ipynb"
 KEY = "qz-sweep-credential-51f0c9"  # no well-known key shape: only its name and value give it away
 # a sweep in its own process, as a user starts it; prints its outcome as one JSON line
 SWEEP = """
-import json, sys
+import faulthandler, json, signal, sys
 from dataclasses import asdict
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a hang is
 from ragbench.sweep import execute_sweep
 outcome = execute_sweep(sys.argv[1], workers=int(sys.argv[2]))
 print("OUTCOME " + json.dumps([asdict(p) for p in outcome.points]))
@@ -196,7 +197,13 @@ def test_stopping_a_sweep_leaves_no_worker_or_kernel_behind(tmp_path, how):
         assert len(kernels) == 2 and len(descendants) >= 4
 
         sweep.send_signal(getattr(signal, how))
-        sweep.wait(timeout=30)
+        try:
+            sweep.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # seen once in a full local run: say where it hung
+            sweep.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            pytest.fail(f"sweep still running 30 s after {how}; its threads and log:\n"
+                        + (tmp_path / "sweep.log").read_text()[-6000:])  # fmt: skip
         deadline = time.monotonic() + 15  # SIGTERM, then a 3 s grace before SIGKILL
         while _alive(descendants) and time.monotonic() < deadline:
             time.sleep(0.2)
