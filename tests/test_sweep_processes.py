@@ -26,6 +26,9 @@ SWEEP = """
 import faulthandler, json, signal, sys
 from dataclasses import asdict
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a hang is
+# a terminal's sweep, where Ctrl-C works: a test suite started as a background job (`make test &`,
+# nohup) has SIGINT ignored, inherited here, and the sweep rightly keeps an ignored signal ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from ragbench.sweep import execute_sweep
 outcome = execute_sweep(sys.argv[1], workers=int(sys.argv[2]))
 print("OUTCOME " + json.dumps([asdict(p) for p in outcome.points]))
