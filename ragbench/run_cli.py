@@ -59,9 +59,11 @@ def register(app) -> None:
         if failed == len(df):  # nothing to summarise: say why, not a table of NaN
             _echo_errors(df, f"all {failed} records failed", err=True)
             raise typer.Exit(code=1)
+        from ragbench.readable import readable_text
+
         for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
             table = summary(df, metric=metric, seed=cfg.seed)
-            typer.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+            typer.echo(readable_text(table))  # $ per 1k queries, rates as %: as notebooks show
         if failed:
             _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
 
