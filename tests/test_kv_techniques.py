@@ -43,7 +43,7 @@ def test_kv_choices_are_validated_with_the_valid_choices_named():
 
 
 def test_long_context_params_fill_the_variant_defaults_and_label_them():
-    q = LongContextParams(kv_cache="quantized", kv_bits=4)
+    q = LongContextParams(kv_cache="quantized", kv_bits=4, kv_backend="hqq")
     assert q.kv_backend == "hqq"  # the record names the backend that ran
     assert q.label() == "long_context kv=quantized-hqq-int4"
     s = LongContextParams(kv_cache="sinks")
@@ -330,3 +330,17 @@ def test_rope_scaled_model_runs_past_its_trained_window(tmp_path, scaling):
 def test_rope_scaling_and_factor_go_together(tmp_path):
     with pytest.raises(ValueError, match="together"):
         HFModel(str(tmp_path), rope_scaling="yarn")
+
+
+def test_the_fake_runs_kv_variants_alone_like_the_transformers_backend():
+    # a variant reused the plain run's document prefix on the fake only, so notebook 06 on the
+    # fake drew every variant six times cheaper than plain long context
+    fake = FakeLLM(simulate_kv_cache=True, prefix_cache_size=1)
+    doc = "word " * 200
+    plain = GenerationRequest(doc + "Q1?", prefix=doc)
+    variant = GenerationRequest(
+        doc + "Q2?", prefix=doc, kv_cache="quantized", kv_bits=4, kv_backend="hqq"
+    )
+    assert [c.cached_prompt_tokens for c in fake.generate([plain, variant])] == [0, 0]
+    again = fake.generate([GenerationRequest(doc + "Q3?", prefix=doc)])
+    assert again[0].cached_prompt_tokens == 200  # plain requests still share the prefix

@@ -15,8 +15,8 @@ Accounting is real for its tokenizer (whitespace tokens) and simulated for time:
 and decode throughput, flagged ``meta["simulated_timing"]``. KV-cache variants
 (``GenerationRequest.kv_cache`` other than plain) are an error unless ``simulate_kv_cache=True``
 (tests of the plumbing only): then they answer like the plain cache, flagged
-``meta["simulated_kv_cache"]``, with no measured KV bytes. A request whose ``prefix`` was seen
-earlier in the same batch reports that prefix as cached prompt tokens, like a prefix-caching server;
+``meta["simulated_kv_cache"]``, with no measured KV bytes and, as on the transformers backend,
+no prefix reuse. A request whose ``prefix`` was seen earlier in the same batch reports that prefix as cached prompt tokens, like a prefix-caching server;
 with ``prefix_cache_size`` > 0 the last that many prefixes are kept across calls too (like
 ``HFModel``'s prefix cache).
 """
@@ -127,7 +127,8 @@ class FakeLLM(LLM):
         self.calls += 1
         seen_prefixes: set[str] = set(self._kept)
         out = [self._one(r, seen_prefixes) for r in requests]
-        for prefix in (r.prefix for r in requests if r.prefix and self.prefix_cache_size > 0):
+        plain = [r for r in requests if r.kv_cache == "plain"]  # variants run alone (as on hf)
+        for prefix in (r.prefix for r in plain if r.prefix and self.prefix_cache_size > 0):
             self._kept[prefix] = None
             self._kept.move_to_end(prefix)
             while len(self._kept) > self.prefix_cache_size:
@@ -145,7 +146,7 @@ class FakeLLM(LLM):
             text, finish = text[: spans[request.max_new_tokens - 1][1]], "length"
         prompt_tokens = self.prompt_tokens(request)
         cached = 0
-        if request.prefix:
+        if request.prefix and request.kv_cache == "plain":  # a KV variant reuses no prefix
             if request.prefix in seen_prefixes:
                 cached = min(self.count_tokens(request.prefix), prompt_tokens)
             seen_prefixes.add(request.prefix)
