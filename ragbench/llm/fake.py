@@ -17,8 +17,8 @@ and decode throughput, flagged ``meta["simulated_timing"]``. KV-cache variants
 (tests of the plumbing only): then they answer like the plain cache, flagged
 ``meta["simulated_kv_cache"]``, with no measured KV bytes and, as on the transformers backend,
 no prefix reuse. A request whose ``prefix`` was seen earlier in the same batch reports that
-prefix as cached prompt tokens, like a prefix-caching server; with ``prefix_cache_size`` > 0 the last that many prefixes are kept across calls too (like
-``HFModel``'s prefix cache).
+prefix as cached prompt tokens, like a prefix-caching server; with ``prefix_cache_size`` > 0 the
+last that many prefixes are kept across calls too (like ``HFModel``'s prefix cache).
 """
 
 from __future__ import annotations
