@@ -70,10 +70,10 @@ def compact_number(value: float) -> str:
 
 
 def log_axis(axis: Any, values: Sequence[float]) -> None:
-    """A log axis whose labels never run together: ticks at 1-2-5 steps when the data spans
-    under two decades, powers of ten otherwise, labelled in fixed notation; no minor labels
+    """A log axis whose labels never run together: a few even ticks within half a decade, ticks
+    at 1-2-5 steps when the data spans under two decades, powers of ten otherwise, labelled in fixed notation; no minor labels
     (matplotlib labels minor ticks on short ranges, ``2x10^3 3x10^3 ...``, which collide)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     positive = [v for v in values if v and v > 0 and math.isfinite(v)]
     span = math.log10(max(positive) / min(positive)) if positive else 0.0
@@ -83,7 +83,11 @@ def log_axis(axis: Any, values: Sequence[float]) -> None:
         subs = (1.0, 3.0)
     else:
         subs = (1.0,)
-    axis.set_major_locator(LogLocator(subs=subs, numticks=12))
+    if span < 0.5:  # within half a decade LogLocator finds < 2 ticks and falls back to dense
+        # linear ones (0.005, 0.0055, 0.006, ... collide): a few evenly spaced ticks instead
+        axis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))
+    else:
+        axis.set_major_locator(LogLocator(subs=subs, numticks=12))
     axis.set_major_formatter(FuncFormatter(lambda v, _: compact_number(v)))
     axis.set_minor_formatter(NullFormatter())
 

@@ -194,6 +194,19 @@ def test_the_overlap_check_catches_overlapping_ticks_and_a_legend_on_data():
     assert figure_problems(fig) == []
 
 
+def test_a_cost_axis_within_half_a_decade_keeps_its_labels_apart():
+    # the range of notebook 06's RULER figure on the fake ($0.0037-0.0078 per 1k queries), whose
+    # dense fallback ticks collided there (test_notebooks caught it; this smaller figure did not)
+    table = pd.DataFrame({"label": ["long_context", "rag k=1"], "dollars": [7.76e-6, 3.73e-6],
+                          "string_match_all": [1.0, 1.0], "ci_low": [1.0, 1.0],
+                          "ci_high": [1.0, 1.0]})  # fmt: skip
+    ax = report.plot_accuracy_vs_cost(table)
+    from ragbench.readable import figure_problems
+
+    assert figure_problems(ax.figure) == []
+    assert len([t for t in ax.xaxis.get_majorticklocs() if 3.7e-3 <= t <= 7.8e-3]) >= 2
+
+
 def _results(cost_scale: float, tie: bool) -> pd.DataFrame:
     df = _df()
     df["dollars"] *= cost_scale
