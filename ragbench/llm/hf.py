@@ -32,17 +32,21 @@ not model them).
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from typing import Any
 
 from ragbench.llm import calibration, hf_prompt, kv_cache, kv_compress, shared_prefix
 from ragbench.llm.base import LLM
+from ragbench.llm.cpu_linear import PackedLinears
 from ragbench.llm.hf_decode import Decoder
 from ragbench.llm.hf_load import load_model
 from ragbench.llm.hf_schedule import common_prefix_len, plan_batches, plan_groups
 from ragbench.types import Completion, GenerationRequest
 
 __all__ = ["HFModel", "common_prefix_len", "plan_batches", "plan_groups"]
+
+ENCODED_CACHE_TOKENS = 1 << 20  # token ids HFModel.encode keeps, most recent texts first
 
 # --------------------------------------------------------------------------- the backend
 
@@ -54,6 +58,8 @@ class HFModel(LLM):
     (dequantised once, see ``convert_gguf``) or a Hugging Face hub id. ``prefix_cache_size``
     prefix KV caches are kept across calls, so one document asked many questions in separate
     ``generate`` calls is prefilled once; ``prefix_reuse=False`` is the baseline without any.
+    ``packed_linear``: run batched decode steps on weights packed once (``cpu_linear.py``);
+    None packs fp32 models on the CPU up to 4 GiB of linear weights (the copy doubles them).
     """
 
     def __init__(
@@ -74,6 +80,7 @@ class HFModel(LLM):
         cache_dir: str | os.PathLike | None = None,
         rope_scaling: str | None = None,  # dynamic | yarn | linear: run past the trained window
         rope_factor: float | None = None,  # with rope_scaling: the window grows by this factor
+        packed_linear: bool | None = None,  # None: pack fp32 CPU weights for decode steps if small
     ) -> None:
         if (rope_scaling is None) != (rope_factor is None):
             raise ValueError("set rope_scaling (dynamic | yarn | linear) and rope_factor together")
@@ -81,7 +88,8 @@ class HFModel(LLM):
         loaded = load_model(model, device, dtype, attn_implementation, cache_dir, rope=rope)
         self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
-        self.decoder = Decoder.for_model(self.model, self.tokenizer)
+        packed = PackedLinears.auto(self.model, self.device, self.dtype, packed_linear)
+        self.decoder = Decoder.for_model(self.model, self.tokenizer, packed)
         self.input_device = self.decoder.device
         self.name = model
         preset = loaded.preset
@@ -101,6 +109,9 @@ class HFModel(LLM):
         self.max_padding, self.cache_dir = max_padding, cache_dir
         self._rates: calibration.Rates | None = None  # measured on first use (cost_rates)
         self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._encoded: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
+        self._encoded_tokens = 0
+        self._encode_lock = threading.Lock()
         # one read-only prefix KV for the whole batch (see llm/shared_prefix.py) where the
         # architecture allows; others copy the prefix per row
         self.shared_prefix_attention = shared_prefix.supported(self.model)
@@ -112,7 +123,22 @@ class HFModel(LLM):
         return hf_prompt.render(self.tokenizer, self.instruct, request)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+        # memoised: a call tokenises each prompt for the window check, for the batch and its
+        # shared document again for the prefix (a 4k-token document: ~6 ms a time on a CPU)
+        key = (text, add_special_tokens)
+        with self._encode_lock:
+            ids = self._encoded.get(key)
+            if ids is not None:
+                self._encoded.move_to_end(key)
+                return list(ids)
+        ids = tuple(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+        with self._encode_lock:
+            if key not in self._encoded:
+                self._encoded[key] = ids
+                self._encoded_tokens += len(ids)
+            while self._encoded_tokens > ENCODED_CACHE_TOKENS and len(self._encoded) > 1:
+                self._encoded_tokens -= len(self._encoded.popitem(last=False)[1])
+        return list(ids)
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))

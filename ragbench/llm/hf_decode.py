@@ -8,7 +8,9 @@ KV cache (left padding sits between prefix and question, with explicit position 
 batch reads that prefix KV once per step through shared-prefix attention (``shared_prefix.py``)
 instead of holding a copy per row; other architectures (sliding windows, e.g. Gemma 3) copy it.
 ``model.generate`` stays the reference in the tests and the benchmark (same greedy answers).
-Prefill computes logits for the last position only.
+Prefill computes logits for the last position only. On the CPU in fp32 the loop runs the linear
+layers on weights packed once (``cpu_linear.py``): a decode step's few rows no longer pay MKL's
+per-call packing of every weight matrix.
 
 Timing per row: ``prefill_seconds`` is the batch's prefill and ``decode_seconds`` the row's own
 time to its last token, synchronised on GPU; ``padding_tokens`` the left padding its row computed.
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragbench.llm import kv_cache, shared_prefix
+from ragbench.llm.cpu_linear import PackedLinears
 from ragbench.types import GenerationRequest
 
 
@@ -49,9 +52,10 @@ class Decoder:
     pad_id: int
     cache_kw: str  # transformers 5.x renamed past_key_values to cache; both generations work
     last_logits_only: dict[str, int]  # {"logits_to_keep": 1} where the model accepts it
+    packed: PackedLinears | None = None  # CPU fp32: weights packed for decode steps
 
     @classmethod
-    def for_model(cls, model, tokenizer) -> Decoder:
+    def for_model(cls, model, tokenizer, packed: PackedLinears | None = None) -> Decoder:
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         eos_ids = frozenset(int(e) for e in [*eos, tokenizer.eos_token_id] if e is not None)
@@ -65,6 +69,7 @@ class Decoder:
             pad_id=int(pad if pad is not None else min(eos_ids, default=0)),
             cache_kw="cache" if "cache" in params else "past_key_values",
             last_logits_only={"logits_to_keep": 1} if "logits_to_keep" in params else {},
+            packed=packed,
         )
 
     def prefill(self, prefix: list[int]) -> tuple[Any, float]:
@@ -133,9 +138,10 @@ class Decoder:
             torch.cuda.reset_peak_memory_stats()
         gens = [self.generator(r, seed) for r in requests]
         attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
+        packed = self.packed.active() if self.packed else contextlib.nullcontext()
         # sinks: prefill in chunks of the window, so no prompt token sees past sinks + window
         chunk = kv.window_tokens if kv.kind == "sinks" else None
-        with attention:
+        with attention, packed:
             rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra, chunk)
         prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared else 0
         for row, s in zip(rows, suffixes, strict=True):

@@ -1,0 +1,88 @@
+"""Packed linear weights for CPU decode steps (``ragbench/llm/cpu_linear.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_hf import _fresh, _text
+
+from ragbench.llm import cpu_linear
+from ragbench.llm.cpu_linear import PackedLinears
+from ragbench.types import GenerationRequest
+
+pytestmark = pytest.mark.skipif(not cpu_linear.available(), reason="no oneDNN in this torch")
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.a = torch.nn.Linear(48, 96, bias=True)
+        self.b = torch.nn.Linear(96, 40, bias=False)
+        for p in self.parameters():
+            p.data = torch.randn(p.shape, generator=g)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("shape", [(1, 48), (5, 48), (2, 7, 48), (300, 48)])
+def test_packed_forward_equals_f_linear_and_packs_only_decode_sized_inputs(shape):
+    net = Net()
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    ref = net(x)
+    packed = PackedLinears(net)
+    with packed.active():
+        got = net(x)
+    rows = x.numel() // x.shape[-1]
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
+    assert (packed.packed_bytes > 0) == (cpu_linear.MIN_ROWS <= rows <= cpu_linear.MAX_ROWS)
+    assert "forward" not in vars(net.a) and "forward" not in vars(net.b)  # restored
+
+
+def test_a_weight_changed_in_place_is_packed_again():
+    net = Net()
+    x = torch.randn(6, 48)
+    packed = PackedLinears(net)
+    with packed.active():
+        before = net(x)
+        with torch.no_grad():
+            net.b.weight.mul_(2.0)
+        after = net(x)
+    torch.testing.assert_close(after, 2 * before, rtol=1e-5, atol=1e-4)
+
+
+def test_auto_packs_only_fp32_cpu_models_within_the_limit(monkeypatch):
+    net = Net()
+    assert PackedLinears.auto(net, "cpu", torch.float32, None) is not None
+    assert PackedLinears.auto(net, "cpu", torch.float32, False) is None
+    assert PackedLinears.auto(net, "cpu", torch.bfloat16, None) is None
+    assert PackedLinears.auto(net, "cuda", torch.float32, True) is None
+    monkeypatch.setattr(cpu_linear, "AUTO_LIMIT_BYTES", 1000)
+    assert PackedLinears.auto(net, "cpu", torch.float32, None) is None  # too big for auto
+    assert PackedLinears.auto(net, "cpu", torch.float32, True) is not None  # asked for
+
+
+def test_subclasses_of_linear_keep_their_own_forward():
+    class Scaled(torch.nn.Linear):
+        def forward(self, x):
+            return 3 * super().forward(x)
+
+    net = torch.nn.Sequential(Scaled(8, 8), torch.nn.Linear(8, 8))
+    assert cpu_linear.linears(net) == [net[1]]
+
+
+def test_batched_decode_on_packed_weights_gives_the_unpacked_answers(tiny):
+    doc = _text(50, 3)
+    reqs = [
+        GenerationRequest(f"{doc} {_text(5, s)}", prefix=doc, max_new_tokens=10) for s in range(6)
+    ]
+    assert tiny.decoder.packed is not None  # auto: fp32 on the CPU
+    packed = _fresh(tiny, batch_size=8)
+    plain = _fresh(tiny, batch_size=8, decoder=dataclasses.replace(tiny.decoder, packed=None))
+    got, ref = packed.generate(reqs), plain.generate(reqs)
+    assert tiny.decoder.packed.packed_bytes > 0  # the 6-row decode steps ran packed
+    assert [c.text for c in got] == [c.text for c in ref]
+    assert all(c.completion_tokens > 1 for c in got)
