@@ -114,7 +114,8 @@ class RetrievalConfig(_Strict):
     chunk_size: int | list[int] = _R.chunk_size  # tokens per chunk (the chunking tokenizer's)
     chunk_overlap: int | list[int] = _R.chunk_overlap  # tokens shared by neighbouring chunks
     retriever_params: dict[str, Any] = Field(default_factory=dict)  # e.g. hybrid weights
-    # per embedder name, its constructor's arguments: {openai: {model, base_url, batch_size}}
+    # per embedder name, its constructor's arguments: {openai: {model, base_url, batch_size}},
+    # {minilm: {precision: bf16}} (fp32 | bf16 | bf16-full), {minilm: {backend: onnx}}
     embedder_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     tokenizer: str | None = None  # chunking tokenizer; default: the model preset's, else whitespace
 
@@ -141,11 +142,14 @@ class RetrievalConfig(_Strict):
         # checked by the parameter class that owns the settings
         RetrievalParams.grid(self.grid_values())
         embedders = [e.lower() for e in _one_or_list(self.embedder)]
-        for name in self.embedder_params:  # settings for an embedder the run does not use
-            if name.lower() not in embedders:
+        for name, params in self.embedder_params.items():
+            if name.lower() not in embedders:  # settings for an embedder the run does not use
                 from ragbench.registry import unknown
 
                 raise unknown("embedder in embedder_params", name, embedders)
+            from ragbench.retrieval.embedders import check_precision_param
+
+            check_precision_param(name, params)  # fp32 | bf16 | bf16-full, before any model loads
         names = _one_or_list(self.retriever)
         for key in self.retriever_params:  # each key must serve at least one retriever
             if not any(key in self.params_for(name) for name in names):

@@ -6,6 +6,10 @@ normalise; a backend implements ``_encode(texts)`` and ``model_identity``.
 
 - ``SentenceTransformerEmbedder``: any sentence-transformers model; the embedded
   all-MiniLM-L6-v2 by default (offline). Loaded lazily, on the first text that misses the cache.
+  ``precision``: "fp32" (the default and the reference), "bf16" (autocast: fp32 weights, matmuls
+  in bfloat16; ``minilm-bf16``) or "bf16-full" (weights cast to bfloat16). bf16 is faster only
+  where the hardware computes it natively (CPUs with AMX or avx512_bf16, recent GPUs); elsewhere
+  a warning suggests ``minilm-onnx-int8``.
 - ``OnnxEmbedder`` (``embedders_onnx``): the same models on ONNX Runtime, fp32 or dynamic int8
   (``minilm-onnx``, ``minilm-onnx-int8``, or ``backend="onnx"``).
 - ``HashEmbedder``: deterministic feature hashing of word uni- and bigrams, no weights; for tests
@@ -20,7 +24,9 @@ queries from another.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import platform
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -30,7 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from ragbench.devices import pick_device
+from ragbench.registry import unknown
 from ragbench.retrieval.names import EMBEDDERS
+
+log = logging.getLogger(__name__)
+
+# fp32: the reference; bf16: torch.autocast (fp32 weights; matmuls and attention in bfloat16,
+# layer norms, softmax and pooling in fp32); bf16-full: the weights themselves in bfloat16
+PRECISIONS = ("fp32", "bf16", "bf16-full")
 
 
 class Embedder(ABC):
@@ -126,7 +139,9 @@ class SentenceTransformerEmbedder(Embedder):
 
     ``model``: None for the embedded all-MiniLM-L6-v2, a local folder, or a Hugging Face id (used
     only when named; offline runs need it in the local HF cache). ``cache_dir``: None for
-    ``<ragbench cache>/embeddings``; ``cache=False`` turns caching off.
+    ``<ragbench cache>/embeddings``; ``cache=False`` turns caching off. ``precision``: one of
+    ``PRECISIONS``; anything but "fp32" is part of ``model_identity``, so cached vectors and
+    indexes of different precisions never mix. Vectors come out float32 whatever the precision.
     """
 
     def __init__(
@@ -139,9 +154,11 @@ class SentenceTransformerEmbedder(Embedder):
         cache_dir: str | os.PathLike | None = None,
         show_progress: bool = False,
         cache: bool = True,
+        precision: str = "fp32",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.precision = check_precision(precision)
         if cache and cache_dir is None:
             cache_dir = default_cache_dir()
         super().__init__(query_prefix, document_prefix, cache_dir if cache else None)
@@ -162,11 +179,19 @@ class SentenceTransformerEmbedder(Embedder):
 
     @property
     def model(self):
-        """The loaded ``SentenceTransformer`` (loaded on first access)."""
+        """The loaded ``SentenceTransformer`` (loaded on first access; weights in bfloat16 for
+        ``precision="bf16-full"``)."""
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(self.source, device=self.device)
+            model = SentenceTransformer(self.source, device=self.device)
+            if self.precision != "fp32":
+                warn_if_bf16_emulated(self.device)
+            if self.precision == "bf16-full":
+                import torch
+
+                model = model.to(torch.bfloat16)
+            self._model = model
         return self._model
 
     @property
@@ -180,20 +205,123 @@ class SentenceTransformerEmbedder(Embedder):
     @property
     def model_identity(self) -> str:
         if Path(self.source).is_dir():
-            return (
+            name = (
                 f"sentence-transformers:{self.label}@sha256:{folder_fingerprint(self.source)[:16]}"
             )
-        return f"sentence-transformers:{self.label}"  # a hub id: identified by name only
+        else:
+            name = f"sentence-transformers:{self.label}"  # a hub id: identified by name only
+        # fp32 adds nothing: identities (and caches) from before precisions existed stay valid
+        return name if self.precision == "fp32" else f"{name}|precision={self.precision}"
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         self.encode_calls += 1
-        return self.model.encode(
+        model = self.model
+        if self.precision == "fp32":
+            return self._st_encode(model, texts, normalize=True)
+        # bf16: normalised by ``Embedder._embed`` in float32, not by sentence-transformers in bf16
+        if self.precision == "bf16-full":
+            return self._st_encode(model, texts, normalize=False)
+        import torch
+
+        with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16):
+            return self._st_encode(model, texts, normalize=False)
+
+    def _st_encode(self, model, texts: list[str], normalize: bool) -> np.ndarray:
+        vectors = model.encode(
             texts,
             batch_size=self.batch_size,
-            normalize_embeddings=True,
+            normalize_embeddings=normalize,
             convert_to_numpy=True,
             show_progress_bar=self.show_progress,
         )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class Bf16Embedder(SentenceTransformerEmbedder):
+    """The same in bf16 mixed precision (``precision="bf16"`` by default: ``minilm-bf16``)."""
+
+    def __init__(self, model: str | os.PathLike | None = None, *args, precision="bf16", **kw):
+        super().__init__(model, *args, precision=precision, **kw)
+
+
+def check_precision(precision: str | None) -> str:
+    """``precision`` as one of ``PRECISIONS`` (None -> "fp32"), else an error naming them."""
+    if precision is None:
+        return "fp32"
+    if precision not in PRECISIONS:
+        raise unknown("embedder precision", str(precision), PRECISIONS)
+    return precision
+
+
+def check_precision_param(name: str, params: dict) -> None:
+    """Config-time check of ``retrieval.embedder_params.<name>.precision``: a known precision,
+    given to an embedder that has one (PyTorch sentence-transformers: not hash, a server or
+    ONNX, whose only precision is fp32)."""
+    if "precision" not in params:
+        return
+    precision = check_precision(params["precision"])
+    key = name.lower()
+    cls = EMBEDDERS.get(key) if key in EMBEDDERS else SentenceTransformerEmbedder
+    if not issubclass(cls, SentenceTransformerEmbedder):
+        raise ValueError(f"embedder {name!r} has no precision option (precision={precision!r})")
+    from ragbench.retrieval.embedders_onnx import OnnxEmbedder
+
+    onnx = params.get("backend") == "onnx" or "quantize" in params or issubclass(cls, OnnxEmbedder)
+    if onnx and precision != "fp32":
+        raise ValueError(
+            f"embedder {name!r} runs on ONNX Runtime: precision={precision!r} is "
+            "the PyTorch backend's (embedder minilm-bf16)"
+        )
+
+
+def bf16_native(device: str = "cpu") -> bool:
+    """Whether ``device`` computes bfloat16 matmuls in hardware: on a CPU, oneDNN with AMX or
+    avx512_bf16 (x86) or the BF16 extension (aarch64); on CUDA, compute capability 8.0 or newer.
+    Elsewhere (oneDNN emulates bf16 on older CPUs) bf16 runs slower than fp32."""
+    import torch
+
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(False)
+    if kind != "cpu":
+        return True  # mps and others: no known way to tell, so no warning
+    if not torch.backends.mkldnn.is_available():
+        return False
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    cpu = torch.cpu
+    for check in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        if getattr(cpu, check, lambda: False)():
+            return True
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return "bf16" in _cpu_features()
+    return False
+
+
+def _cpu_features() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("features", "flags")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+_bf16_warned: set[str] = set()
+
+
+def warn_if_bf16_emulated(device: str) -> None:
+    """Log once per device kind that bf16 is emulated there (slower than fp32)."""
+    kind = device.split(":")[0]
+    if kind in _bf16_warned or bf16_native(device):
+        return
+    _bf16_warned.add(kind)
+    if kind == "cpu":
+        hint = "this CPU has no AMX or avx512_bf16; embedder minilm-onnx-int8 is faster here"
+    else:
+        hint = "this GPU has no native bf16 (compute capability < 8.0)"
+    log.warning("bf16 embedding will be slower than fp32 on %s: %s", device, hint)
 
 
 def folder_fingerprint(folder: str | os.PathLike) -> str:
@@ -340,8 +468,9 @@ def _hash_feature(feature: str, seed: int, dim: int) -> tuple[int, float]:
 
 def get_embedder(name: str = "minilm", backend: str | None = None, **kwargs) -> Embedder:
     """An embedder by ``EMBEDDERS`` name ("minilm" / "all-minilm-l6-v2": the embedded default;
-    "minilm-onnx" / "minilm-onnx-int8": the same on ONNX Runtime; "hash"), in any case, or a
-    model folder / Hugging Face id; ``kwargs`` go to its class. ``backend="onnx"`` (with
+    "minilm-bf16": the same in bf16 mixed precision; "minilm-onnx" / "minilm-onnx-int8": the same
+    on ONNX Runtime; "hash"), in any case, or a model folder / Hugging Face id; ``kwargs`` go to
+    its class (``precision`` to a PyTorch sentence-transformers one). ``backend="onnx"`` (with
     ``quantize``: None or "int8") runs a sentence-transformers model on ONNX Runtime."""
     key = name.lower()
     if backend is None and "quantize" in kwargs:
@@ -354,6 +483,8 @@ def get_embedder(name: str = "minilm", backend: str | None = None, **kwargs) -> 
         if not st_model:
             raise ValueError(f"embedder {name!r} has no backend option (backend={backend!r})")
         if check_backend(backend) == "onnx":
+            if issubclass(cls, Bf16Embedder):
+                raise ValueError(f"embedder {name!r} runs on PyTorch in bf16, not backend='onnx'")
             onnx_cls = cls if issubclass(cls, OnnxEmbedder) else OnnxEmbedder
             return onnx_cls(None if key in EMBEDDERS else EMBEDDERS.check(name), **kwargs)
         if issubclass(cls, OnnxEmbedder):

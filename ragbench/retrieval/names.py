@@ -34,6 +34,8 @@ EMBEDDERS = Registry(
         "minilm": _MINILM,
         "all-minilm-l6-v2": _MINILM,
         "sentence-transformers/all-minilm-l6-v2": _MINILM,
+        # the same in bf16 mixed precision (autocast; fast on CPUs with AMX/avx512_bf16, GPUs)
+        "minilm-bf16": "ragbench.retrieval.embedders:Bf16Embedder",
         # the same model on ONNX Runtime (exported once, cached): fp32, and dynamic int8
         "minilm-onnx": "ragbench.retrieval.embedders_onnx:OnnxEmbedder",
         "minilm-onnx-int8": "ragbench.retrieval.embedders_onnx:OnnxInt8Embedder",
