@@ -183,11 +183,18 @@ def test_prefix_reuse_same_answers_and_cached_counts(tiny):
 
 
 @pytest.mark.parametrize("q_len", [1, 9])
-def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(monkeypatch, q_len):
-    """One read-only prefix for the batch + per-row masked suffix == full attention per row."""
+@pytest.mark.parametrize("threads", [None, 3])
+def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(
+    monkeypatch, q_len, threads
+):
+    """One read-only prefix for the batch + per-row masked suffix == full attention per row;
+    ``threads=3``: the prefix cut in 3 runs of 12 keys for the threads, plus 1 left over."""
     from transformers.masking_utils import eager_mask, sdpa_mask
 
     monkeypatch.setattr(shared_prefix, "SCORE_BLOCK_ELEMENTS", 1000)  # forces query chunks
+    if threads:
+        monkeypatch.setattr(shared_prefix, "MIN_RUN_KEYS", 8)
+        monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     gen = torch.Generator().manual_seed(0)
     batch, heads, kv_heads, dim, plen, slen = 3, 4, 2, 8, 37, 12
     pk, pv = (torch.randn(1, kv_heads, plen, dim, generator=gen) for _ in range(2))
@@ -217,6 +224,8 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(monkey
         query, full_k, full_v, attn_mask=full_mask, scale=0.3
     ).transpose(1, 2)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    parts = shared_prefix.sequence_parts(torch.get_num_threads(), pk, batch * 2 * q_len)
+    assert parts == (3 if threads else parts)
     # no mask given: plain causal over the row's own keys
     nomask, _ = shared_prefix.shared_prefix_attention(
         module, query, key, value, None, 0.3, shared_prefix=prefix

@@ -65,7 +65,8 @@ def available() -> bool:
 
 
 class PackedLinears:
-    """The linear layers of one model, their weights packed on first use.
+    """The linear layers of one model, their weights packed on first use (``auto`` packs them
+    all at once).
 
     ``with packed.active(): model(...)`` routes every ``nn.Linear`` forward whose input has
     ``MIN_ROWS``..``MAX_ROWS`` rows through the packed weights, all others through ``F.linear``.
@@ -77,6 +78,7 @@ class PackedLinears:
         self.model = model
         self._packed: dict[int, tuple[Any, tuple[int, int]]] = {}
         self._lock = threading.Lock()
+        self.packed_calls = 0  # forwards that ran on packed weights (tests read it)
 
     @classmethod
     def auto(
@@ -95,7 +97,14 @@ class PackedLinears:
         size = sum(m.weight.numel() * m.weight.element_size() for m in linears(model))
         if enabled is None and size > AUTO_LIMIT_BYTES:
             return None
-        return cls(model)
+        return cls(model).pack_all()
+
+    def pack_all(self) -> PackedLinears:
+        """Pack every weight now (at load: ~0.7 s for SmolLM2-135M's 513 MiB on 2 cores), so the
+        first batch's time and cost do not include it."""
+        for module in linears(self.model):
+            self._weight(module)
+        return self
 
     @property
     def packed_bytes(self) -> int:
@@ -126,9 +135,9 @@ class PackedLinears:
             def forward(x: Any) -> Any:
                 rows = x.numel() // x.shape[-1] if x.dim() else 0
                 if MIN_ROWS <= rows <= MAX_ROWS and x.dtype == torch.float32 and not x.is_cuda:
-                    bias = module.bias
+                    self.packed_calls += 1
                     return torch.ops.mkldnn._linear_pointwise(
-                        x, self._weight(module), bias, "none", [], ""
+                        x, self._weight(module), module.bias, "none", [], ""
                     )
                 return plain(x, module.weight, module.bias)
 

@@ -185,7 +185,46 @@ def _fused_prefix_op(query: Any) -> Any:
         return None
 
     def prefix(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
-        out, lse = op(qf[None], pk, pv, scale=scale)
-        return out[0], lse[0, :, :, None]
+        parts = sequence_parts(torch.get_num_threads(), pk, qf.shape[1])
+        if parts == 1:
+            out, lse = op(qf[None], pk, pv, scale=scale)
+            return out[0], lse[0, :, :, None]
+        # the prefix cut into ``parts`` runs of keys, given to the kernel as a batch (views, no
+        # copy), each attended by all queries; the runs are merged by their logsumexps
+        _, kv_heads, length, dim = pk.shape
+        run = length // parts
+        shape, strides = (parts, kv_heads, run, dim), (run * dim, pk.stride(1), dim, 1)
+        q = qf[None].expand(parts, -1, -1, -1)
+        out, lse = op(q, pk.as_strided(shape, strides), pv.as_strided(shape, strides), scale=scale)
+        if parts * run < length:  # the few keys left over
+            t_out, t_lse = op(
+                qf[None], pk[:, :, parts * run :], pv[:, :, parts * run :], scale=scale
+            )
+            out, lse = torch.cat([out, t_out]), torch.cat([lse, t_lse])
+        total = torch.logsumexp(lse, 0)
+        merged = (out * (lse - total).exp_()[..., None]).sum(0)
+        return merged, total[..., None]
 
     return prefix
+
+
+MIN_RUN_KEYS = 512  # keys per run, at least, when a prefix is cut for the threads
+
+
+def sequence_parts(threads: int, pk: Any, queries: int) -> int:
+    """Runs to cut a prefix's keys into so the kernel's work divides evenly among ``threads``.
+
+    The CPU kernel shares out (batch x KV heads x query blocks); a decode step's few queries make
+    one block per head, so 3 KV heads on 2 threads leave one thread idle a third of the time
+    (measured 1.21 ms a layer against 1.00 cut in 2 runs, SmolLM2 over 4k keys, 2 threads). One
+    run where the queries fill blocks (> 128), the threads divide the heads already, or the keys
+    are few or not laid out as (positions, dim) rows (the views need that)."""
+    import math
+
+    kv_heads, length = pk.shape[1], pk.shape[2]
+    parts = min(8, threads // math.gcd(threads, kv_heads))
+    if parts == 1 or queries > 128 or length // parts < MIN_RUN_KEYS:
+        return 1
+    if pk.stride(3) != 1 or pk.stride(2) != pk.shape[3]:
+        return 1
+    return parts
