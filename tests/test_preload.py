@@ -161,8 +161,12 @@ def test_embedded_model_prefix_reuse_off_recomputes_every_prompt_with_the_same_a
             for q in questions  # one call each: reuse must span calls
         ]
 
-    on = ask(HFModel("smollm2-135m-instruct", device="cpu"))
-    off = ask(HFModel("smollm2-135m-instruct", device="cpu", prefix_reuse=False))
+    with_reuse = HFModel("smollm2-135m-instruct", device="cpu")
+    without = HFModel("smollm2-135m-instruct", device="cpu", prefix_reuse=False)
+    # the completion cache keys on the identity: one setting's accounting never serves the other
+    assert "prefix_reuse" not in with_reuse.identity()
+    assert without.identity() == {**with_reuse.identity(), "prefix_reuse": False}
+    on, off = ask(with_reuse), ask(without)
     assert on[0].cached_prompt_tokens == 0 and min(c.cached_prompt_tokens for c in on[1:]) > 400
     assert all(c.cached_prompt_tokens == 0 for c in off)
     assert [c.text for c in on] == [c.text for c in off]

@@ -163,6 +163,9 @@ class HFModel(LLM):
             "instruct": self.instruct,
             # only when set: unscaled models keep the identity (and completion cache) they had
             **({"rope_scaling": self.rope_scaling} if self.rope_scaling else {}),
+            # without prefix reuse the accounting differs (nothing cached): a completion cached
+            # by a run with reuse must not stand in for one without (and the other way round)
+            **({} if self.prefix_reuse else {"prefix_reuse": False}),
         }
 
     # -- generation --------------------------------------------------------------------------
