@@ -120,7 +120,8 @@ def compare(
 ) -> dict:
     """The ``fast_embedders`` section; ``cache_root`` holds the fp32 vectors of ``chunks``
     already (the main benchmark's essays cache), ``essays_result`` its essays section."""
-    from ragbench.retrieval.embedders import SentenceTransformerEmbedder, bf16_native
+    from ragbench.retrieval.embedders import SentenceTransformerEmbedder
+    from ragbench.retrieval.precision import bf16_native
     from ragbench.retrieval.retrievers import DenseRetriever
 
     load_before = os.getloadavg()

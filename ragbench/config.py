@@ -147,7 +147,7 @@ class RetrievalConfig(_Strict):
                 from ragbench.registry import unknown
 
                 raise unknown("embedder in embedder_params", name, embedders)
-            from ragbench.retrieval.embedders import check_precision_param
+            from ragbench.retrieval.precision import check_precision_param
 
             check_precision_param(name, params)  # fp32 | bf16 | bf16-full, before any model loads
         names = _one_or_list(self.retriever)

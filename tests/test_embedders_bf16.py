@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 
-import ragbench.retrieval.embedders as embedders
+import ragbench.retrieval.precision as precision
 from ragbench.registry import UnknownNameError
 from ragbench.retrieval.embedders import (
     Bf16Embedder,
@@ -102,22 +102,22 @@ def test_config_checks_precision_before_any_model_loads():
 
 
 def test_emulated_bf16_warns_once(monkeypatch, caplog):
-    monkeypatch.setattr(embedders, "bf16_native", lambda device="cpu": False)
-    monkeypatch.setattr(embedders, "_bf16_warned", set())
-    with caplog.at_level(logging.WARNING, logger="ragbench.retrieval.embedders"):
-        embedders.warn_if_bf16_emulated("cpu")
-        embedders.warn_if_bf16_emulated("cpu")
+    monkeypatch.setattr(precision, "bf16_native", lambda device="cpu": False)
+    monkeypatch.setattr(precision, "_bf16_warned", set())
+    with caplog.at_level(logging.WARNING, logger="ragbench.retrieval.precision"):
+        precision.warn_if_bf16_emulated("cpu")
+        precision.warn_if_bf16_emulated("cpu")
     assert len(caplog.records) == 1
     assert "slower than fp32" in caplog.text and "minilm-onnx-int8" in caplog.text
-    monkeypatch.setattr(embedders, "bf16_native", lambda device="cpu": True)
-    monkeypatch.setattr(embedders, "_bf16_warned", set())
+    monkeypatch.setattr(precision, "bf16_native", lambda device="cpu": True)
+    monkeypatch.setattr(precision, "_bf16_warned", set())
     caplog.clear()
-    embedders.warn_if_bf16_emulated("cpu")
+    precision.warn_if_bf16_emulated("cpu")
     assert not caplog.records
 
 
 def test_bf16_native_answers_a_bool():
-    assert isinstance(embedders.bf16_native("cpu"), bool)
+    assert isinstance(precision.bf16_native("cpu"), bool)
 
 
 # ---------------------------------------------------------------- the real model (slow)

@@ -14,8 +14,8 @@ normalise; a backend implements ``_encode(texts)`` and ``model_identity``.
   (``minilm-onnx``, ``minilm-onnx-int8``, or ``backend="onnx"``).
 - ``HashEmbedder``: deterministic feature hashing of word uni- and bigrams, no weights; for tests
   and for trying the pipeline without a model.
-- ``OpenAIEmbedder``: an OpenAI-compatible ``/v1/embeddings`` server (config: ``embedder:
-  openai`` with ``retrieval.embedder_params.openai: {model, base_url}``).
+- ``OpenAIEmbedder`` (``embedders_http``): an OpenAI-compatible ``/v1/embeddings`` server
+  (config: ``embedder: openai`` with ``retrieval.embedder_params.openai: {model, base_url}``).
 
 ``identity()`` names the model and the prefixes: a FAISS index built from one embedder refuses
 queries from another.
@@ -24,9 +24,7 @@ queries from another.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import platform
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -36,14 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from ragbench.devices import pick_device
-from ragbench.registry import unknown
 from ragbench.retrieval.names import EMBEDDERS
-
-log = logging.getLogger(__name__)
-
-# fp32: the reference; bf16: torch.autocast (fp32 weights; matmuls and attention in bfloat16,
-# layer norms, softmax and pooling in fp32); bf16-full: the weights themselves in bfloat16
-PRECISIONS = ("fp32", "bf16", "bf16-full")
+from ragbench.retrieval.precision import check_precision, warn_if_bf16_emulated
 
 
 class Embedder(ABC):
@@ -244,86 +236,6 @@ class Bf16Embedder(SentenceTransformerEmbedder):
         super().__init__(model, *args, precision=precision, **kw)
 
 
-def check_precision(precision: str | None) -> str:
-    """``precision`` as one of ``PRECISIONS`` (None -> "fp32"), else an error naming them."""
-    if precision is None:
-        return "fp32"
-    if precision not in PRECISIONS:
-        raise unknown("embedder precision", str(precision), PRECISIONS)
-    return precision
-
-
-def check_precision_param(name: str, params: dict) -> None:
-    """Config-time check of ``retrieval.embedder_params.<name>.precision``: a known precision,
-    given to an embedder that has one (PyTorch sentence-transformers: not hash, a server or
-    ONNX, whose only precision is fp32)."""
-    if "precision" not in params:
-        return
-    precision = check_precision(params["precision"])
-    key = name.lower()
-    cls = EMBEDDERS.get(key) if key in EMBEDDERS else SentenceTransformerEmbedder
-    if not issubclass(cls, SentenceTransformerEmbedder):
-        raise ValueError(f"embedder {name!r} has no precision option (precision={precision!r})")
-    from ragbench.retrieval.embedders_onnx import OnnxEmbedder
-
-    onnx = params.get("backend") == "onnx" or "quantize" in params or issubclass(cls, OnnxEmbedder)
-    if onnx and precision != "fp32":
-        raise ValueError(
-            f"embedder {name!r} runs on ONNX Runtime: precision={precision!r} is "
-            "the PyTorch backend's (embedder minilm-bf16)"
-        )
-
-
-def bf16_native(device: str = "cpu") -> bool:
-    """Whether ``device`` computes bfloat16 matmuls in hardware: on a CPU, oneDNN with AMX or
-    avx512_bf16 (x86) or the BF16 extension (aarch64); on CUDA, compute capability 8.0 or newer.
-    Elsewhere (oneDNN emulates bf16 on older CPUs) bf16 runs slower than fp32."""
-    import torch
-
-    kind = torch.device(device).type
-    if kind == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(False)
-    if kind != "cpu":
-        return True  # mps and others: no known way to tell, so no warning
-    if not torch.backends.mkldnn.is_available():
-        return False
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return False
-    cpu = torch.cpu
-    for check in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
-        if getattr(cpu, check, lambda: False)():
-            return True
-    if platform.machine().lower() in ("aarch64", "arm64"):
-        return "bf16" in _cpu_features()
-    return False
-
-
-def _cpu_features() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("features", "flags")):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-_bf16_warned: set[str] = set()
-
-
-def warn_if_bf16_emulated(device: str) -> None:
-    """Log once per device kind that bf16 is emulated there (slower than fp32)."""
-    kind = device.split(":")[0]
-    if kind in _bf16_warned or bf16_native(device):
-        return
-    _bf16_warned.add(kind)
-    if kind == "cpu":
-        hint = "this CPU has no AMX or avx512_bf16; embedder minilm-onnx-int8 is faster here"
-    else:
-        hint = "this GPU has no native bf16 (compute capability < 8.0)"
-    log.warning("bf16 embedding will be slower than fp32 on %s: %s", device, hint)
-
-
 def folder_fingerprint(folder: str | os.PathLike) -> str:
     """sha256 over the relative paths and contents of a model folder's files (dotfiles skipped).
 
@@ -391,72 +303,6 @@ class HashEmbedder(Embedder):
                 out[row, index] += sign * weight
         # sublinear term frequency, as in TF-IDF practice: repeated words do not dominate
         return np.sign(out) * np.log1p(np.abs(out))
-
-
-class OpenAIEmbedder(Embedder):
-    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` server (vLLM ``--task embed``,
-    text-embeddings-inference, a hosted API): for corpora too large to embed on this machine.
-
-    The HTTP client, credentials (never stored: see ``ragbench.secrets``), headers and retry
-    policy are the OpenAI-compatible LLM backend's. Vectors go through the same on-disk cache as
-    local models, keyed by the model and the endpoint (no credentials), so a rerun sends nothing.
-    ``batch_size`` texts per request; ``dim`` is learned from the first reply."""
-
-    def __init__(
-        self,
-        model: str,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        headers: dict[str, str] | None = None,
-        batch_size: int = 64,
-        timeout: float = 60.0,
-        max_retries: int = 4,
-        query_prefix: str = "",
-        document_prefix: str = "",
-        cache_dir: str | os.PathLike | None = "default",
-        sleep=None,
-    ) -> None:
-        from ragbench.llm.openai_compat import OpenAICompatLLM
-
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
-        super().__init__(query_prefix, document_prefix, cache_dir)
-        extra = {"sleep": sleep} if sleep is not None else {}
-        self.client = OpenAICompatLLM(
-            model=model, base_url=base_url, api_key=api_key, headers=headers, timeout=timeout,
-            max_retries=max_retries, **extra,
-        )  # fmt: skip
-        self.model, self.batch_size, self._dim = model, batch_size, 0
-        self.requests = 0
-
-    @property
-    def dim(self) -> int:
-        if not self._dim:  # what the cache holds, else one short text to the server
-            cached = self.cache.dim() if self.cache is not None else None
-            self._dim = cached or self._embed(["dimension"], "", "document").shape[1]
-        return self._dim
-
-    @property
-    def model_identity(self) -> str:
-        return f"openai-embeddings:{self.model}@{self.client.base_url}"
-
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        rows = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = texts[start : start + self.batch_size]
-            reply = self.client.post_json("embeddings", {"model": self.model, "input": batch})
-            self.requests += 1
-            data = sorted(reply.get("data", []), key=lambda d: d.get("index", 0))
-            if len(data) != len(batch):
-                raise ValueError(
-                    f"{self.client.base_url}/embeddings returned {len(data)} vectors for "
-                    f"{len(batch)} texts"
-                )
-            rows += [d["embedding"] for d in data]
-        vectors = np.asarray(rows, dtype=np.float32)
-        self._dim = self._dim or vectors.shape[1]
-        return vectors
 
 
 @lru_cache(maxsize=1 << 16)

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.registry import unknown
-from ragbench.retrieval.embedders import SentenceTransformerEmbedder, check_precision
+from ragbench.retrieval.embedders import SentenceTransformerEmbedder
+from ragbench.retrieval.precision import check_precision
 
 BACKENDS = ("torch", "onnx")
 # the export recipe; bump it when the exported graph changes, so old exports are not reused

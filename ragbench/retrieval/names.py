@@ -41,7 +41,7 @@ EMBEDDERS = Registry(
         "minilm-onnx-int8": "ragbench.retrieval.embedders_onnx:OnnxInt8Embedder",
         "hash": "ragbench.retrieval.embedders:HashEmbedder",  # no weights: tests, quick looks
         # an OpenAI-compatible /v1/embeddings server: retrieval.embedder_params.openai
-        "openai": "ragbench.retrieval.embedders:OpenAIEmbedder",
+        "openai": "ragbench.retrieval.embedders_http:OpenAIEmbedder",
     },
     other="<model folder or Hugging Face id>",
     accepts=_model_name,
