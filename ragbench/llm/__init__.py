@@ -26,7 +26,7 @@ _LAZY = {
     "CachedLLM": "ragbench.llm.cache:CachedLLM",
     "FakeLLM": "ragbench.llm.fake:FakeLLM",
     "OpenAICompatLLM": "ragbench.llm.openai_compat:OpenAICompatLLM",
-    "LLMRequestError": "ragbench.llm.openai_compat:LLMRequestError",
+    "LLMRequestError": "ragbench.llm.openai_http:LLMRequestError",
     "HFModel": "ragbench.llm.hf:HFModel",
 }
 

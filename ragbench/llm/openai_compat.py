@@ -1,7 +1,9 @@
 """OpenAI-compatible HTTP backend: vLLM, SGLang, TGI, `transformers serve` and hosted APIs.
 
-Payload building and response parsing are pure functions in ``openai_payload.py`` (``wire``);
-``OpenAICompatLLM`` does the I/O around them:
+``OpenAICompatLLM``: configuration, credentials and the HTTP client, the server check, batches
+on a thread pool, and each ``Completion`` with its token counts and timings. Payload building and
+response parsing are pure functions in ``openai_payload.py`` (``wire``); one request's POST,
+event-stream reading, retries and errors are in ``openai_http.py`` (``http``). What it does:
 
 - chat (``/v1/chat/completions``) or completions (``/v1/completions``) endpoint;
 - base URL, model and key from arguments or the environment (``OPENAI_BASE_URL``,
@@ -15,11 +17,11 @@ Payload building and response parsing are pure functions in ``openai_payload.py`
   ``headers`` entry named ``Authorization`` replaces both. The query is kept on every request
   (Azure needs ``api-version``);
 - a batch runs on a thread pool of ``max_concurrency`` workers sharing one ``httpx.Client``;
-- each request retries with exponential backoff (tenacity) on 408/429/5xx, timeouts and dropped
-  connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests replace);
-  then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's last
-  message. A failed request never yields a partial ``Completion``. Every request of a batch runs
-  to its own end, so a failed batch raises ``LLMBatchError`` with the finished completions in
+- each request retries with exponential backoff (tenacity) on 408/409/425/429/5xx, timeouts and
+  dropped connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests
+  replace); then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's
+  last message. A failed request never yields a partial ``Completion``. Every request of a batch
+  runs to its own end, so a failed batch raises ``LLMBatchError`` with the finished completions in
   ``.partial`` (the cache stores them) and each failed request's own error in ``.errors``: the
   caller never needs to resend a request, which would repeat its retries;
 - ``check()``: one ``GET <base>/models`` with a short timeout and no retries, raising
@@ -34,7 +36,6 @@ Payload building and response parsing are pure functions in ``openai_payload.py`
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -45,80 +46,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ragbench import secrets
+from ragbench.llm import openai_http as http
 from ragbench.llm import openai_payload as wire
 from ragbench.llm.base import LLM, ServerUnreachable
+from ragbench.llm.openai_http import RETRY_STATUSES, LLMBatchError, LLMRequestError
 from ragbench.types import Completion, GenerationRequest
 
 log = logging.getLogger(__name__)
 
+# the errors and RETRY_STATUSES live with the transport (openai_http); importable from here too
+__all__ = [
+    "CHECK_TIMEOUT", "KEY_ENV", "NO_MODELS_ROUTE", "RETRY_STATUSES",
+    "LLMBatchError", "LLMRequestError", "OpenAICompatLLM",
+]  # fmt: skip
+
 KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
-RETRY_STATUSES = frozenset({408, 409, 425, 429})  # plus every 5xx
 # GET /models answers in milliseconds on a live server; this bounds the connect and the read
 # each, so a dead or black-holed host is reported in seconds instead of after a run of retries.
 CHECK_TIMEOUT = 5.0
 # Statuses of a server that is up but has no /models (it is optional in OpenAI-compatible servers)
 NO_MODELS_ROUTE = frozenset({404, 405, 501})
-
-
-class LLMRequestError(RuntimeError):
-    """A request failed for good (after its retries: ``attempts``). ``partial``: index ->
-    Completion of the requests of the same batch that did finish (empty for one request)."""
-
-    def __init__(self, message: str, url: str, status: int | None = None, attempts: int = 1):
-        super().__init__(message)
-        self.url, self.status, self.attempts = url, status, attempts
-        self.partial: dict[int, Completion] = {}
-
-
-class LLMBatchError(LLMRequestError):
-    """Some requests of a batch failed for good, each after its own retries. ``errors``: index ->
-    that request's own error; ``partial``: index -> Completion of the others. The message,
-    status and attempts are those of the first failed request."""
-
-    def __init__(self, partial: dict[int, Completion], errors: dict[int, Exception], total: int):
-        i = min(errors)
-        first = errors[i]
-        what = (
-            str(first) if isinstance(first, LLMRequestError) else f"{type(first).__name__}: {first}"
-        )
-        super().__init__(
-            f"{len(errors)} of {total} requests failed; the first: {what}",
-            getattr(first, "url", ""), getattr(first, "status", None),
-            getattr(first, "attempts", 1),
-        )  # fmt: skip
-        self.partial, self.errors = partial, errors
-
-
-class _StatusError(Exception):
-    def __init__(self, status: int, message: str, retry_after: float | None = None):
-        super().__init__(f"HTTP {status}: {message}")
-        self.status, self.message, self.retry_after = status, message, retry_after
-
-
-class _IncompleteStream(Exception):
-    """The event stream ended without a finish reason or [DONE]: treated as a dropped connection."""
-
-
-def _retryable(exc: BaseException) -> bool:
-    import httpx
-
-    if isinstance(exc, _StatusError):
-        return exc.status in RETRY_STATUSES or exc.status >= 500
-    return isinstance(exc, httpx.TransportError | _IncompleteStream)
-
-
-class _RedactRecords(logging.Filter):
-    """httpx logs each request's full URL at INFO, query included, where a token can sit."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = secrets.redact_text(record.getMessage()), ()
-        return True
-
-
-def _redact_httpx_logs() -> None:
-    logger = logging.getLogger("httpx")
-    if not any(isinstance(f, _RedactRecords) for f in logger.filters):
-        logger.addFilter(_RedactRecords())
 
 
 # ---------------------------------------------------------------------------- the backend
@@ -209,7 +156,7 @@ class OpenAICompatLLM(LLM):
                 auth = httpx.BasicAuth(creds.username or "", creds.password or "")
         if explicit_auth:
             auth_header = {}
-        _redact_httpx_logs()
+        http.redact_httpx_logs()
         limits = httpx.Limits(max_connections=self.max_concurrency)
         return httpx.Client(
             headers={**auth_header, **headers}, auth=auth, params=list(creds.query),
@@ -315,28 +262,10 @@ class OpenAICompatLLM(LLM):
     def _request(self, request: GenerationRequest, submitted: float) -> Completion:
         """One request to its end. ``queue_seconds`` is everything its user waited that was not
         the answering attempt: a free worker, and earlier failed attempts with their backoff."""
-        from tenacity import Retrying, retry_if_exception, stop_after_attempt
-
-        def wait_for(state) -> float:
-            exc = state.outcome.exception()
-            ra = getattr(exc, "retry_after", None)
-            return wire.backoff_seconds(
-                state.attempt_number, self.backoff_base, self.backoff_max, ra
-            )
-
-        retrying = Retrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_for,
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-            sleep=self.sleep,
-        )
         payload = wire.build_payload(request, self.model, self.endpoint, self.stream)
-        try:
-            parsed, prefill, decode = retrying(self._post, payload)
-        except Exception as exc:
-            raise self._final_error(exc, retrying.statistics.get("attempt_number", 1)) from None
-        attempts = retrying.statistics.get("attempt_number", 1)
+        (parsed, prefill, decode), attempts = self._with_retries(
+            http.post_completion, self._client, self._post_url, payload, self.endpoint
+        )
         queue = max(0.0, time.perf_counter() - submitted - prefill - decode)
         return self._completion(request, parsed, prefill, decode, attempts, queue)
 
@@ -344,80 +273,23 @@ class OpenAICompatLLM(LLM):
         """POST ``payload`` to ``<api root>/<path>`` (e.g. ``embeddings``) with this client's
         credentials, headers and retry policy; the JSON reply. Other OpenAI endpoints (the
         server embedder) reuse the client instead of a second copy of the secrets and retries."""
-        from tenacity import Retrying, retry_if_exception, stop_after_attempt
-
         url = self._models_url.removesuffix("/models") + "/" + path.lstrip("/")
 
         def once() -> dict[str, Any]:
             resp = self._client.post(url, json=payload)
             if resp.status_code >= 400:
-                message = secrets.redact_text(wire.error_message(resp.text))
-                retry_after = wire.parse_retry_after(resp.headers.get("retry-after"))
-                raise _StatusError(resp.status_code, message, retry_after)
+                raise http.status_error(resp, resp.text)
             return resp.json()
 
-        retrying = Retrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=lambda state: wire.backoff_seconds(
-                state.attempt_number, self.backoff_base, self.backoff_max,
-                getattr(state.outcome.exception(), "retry_after", None),
-            ),
-            retry=retry_if_exception(_retryable), reraise=True, sleep=self.sleep,
+        return self._with_retries(once)[0]
+
+    def _with_retries(self, attempt: Callable[..., Any], *args: Any) -> tuple[Any, int]:
+        """``attempt(*args)`` under this backend's retry policy: (its result, attempts made), or
+        ``LLMRequestError`` naming ``self.url``."""
+        return http.with_retries(
+            attempt, *args, url=self.url, timeout=self.timeout, max_retries=self.max_retries,
+            backoff_base=self.backoff_base, backoff_max=self.backoff_max, sleep=self.sleep,
         )  # fmt: skip
-        try:
-            return retrying(once)
-        except Exception as exc:
-            error = self._final_error(exc, retrying.statistics.get("attempt_number", 1))
-            raise error from None
-
-    def _final_error(self, exc: Exception, attempts: int) -> LLMRequestError:
-        import httpx
-
-        status = exc.status if isinstance(exc, _StatusError) else None
-        if isinstance(exc, httpx.TimeoutException):
-            detail = f"timed out after {self.timeout:g} s ({type(exc).__name__})"
-        elif isinstance(exc, httpx.TransportError | _IncompleteStream):
-            detail = f"connection failed: {type(exc).__name__}: {exc}"
-        else:
-            detail = str(exc)
-        msg = f"POST {self.url} failed after {attempts} attempt(s): {detail}"
-        return LLMRequestError(secrets.redact_text(msg), self.url, status, attempts)
-
-    def _post(self, payload: dict[str, Any]) -> tuple[wire.Parsed, float, float]:
-        """One attempt: (parsed response, prefill seconds, decode seconds)."""
-        t0 = time.perf_counter()
-        with self._client.stream("POST", self._post_url, json=payload) as resp:
-            if resp.status_code >= 400:
-                body = resp.read().decode("utf-8", "replace")
-                retry_after = wire.parse_retry_after(resp.headers.get("retry-after"))
-                message = secrets.redact_text(wire.error_message(body))  # may quote our key
-                raise _StatusError(resp.status_code, message, retry_after)
-            if not payload.get("stream"):
-                body = resp.read()
-                parsed = wire.parse_response(json.loads(body), self.endpoint)
-                return parsed, 0.0, time.perf_counter() - t0
-            return self._read_stream(resp, t0)
-
-    def _read_stream(self, resp, t0: float) -> tuple[wire.Parsed, float, float]:
-        parts: list[str] = []
-        finish, usage, model, t_first = "", None, "", None
-        done = False
-        for data in wire.iter_sse_data(resp.iter_lines()):
-            if data == "[DONE]":
-                done = True
-                break
-            chunk = json.loads(data)
-            text, fin, use = wire.parse_chunk(chunk, self.endpoint)
-            if text and t_first is None:
-                t_first = time.perf_counter()
-            parts.append(text)
-            finish, usage, model = fin or finish, use or usage, chunk.get("model") or model
-            done = done or bool(fin)
-        t_end = time.perf_counter()
-        if not done:
-            raise _IncompleteStream("event stream ended without a finish reason")
-        t_first = t_first if t_first is not None else t_end
-        return wire.Parsed("".join(parts), finish, usage, model), t_first - t0, t_end - t_first
 
     def _completion(
         self,

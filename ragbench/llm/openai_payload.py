@@ -2,8 +2,9 @@
 
 Endpoint URLs (and the credentials a base URL carries), the JSON body of a request, the
 text/finish reason/usage of a response or of one server-sent event, the server's message from an
-error body, the retry policy's waits, extra headers checked. The transport (``openai_compat.py``)
-calls these; the tests call them directly. Redaction is ``ragbench.secrets``'s job.
+error body, the retry policy's waits, extra headers checked. The transport (``openai_http.py``,
+``openai_compat.py``) calls these; the tests call them directly. Redaction is
+``ragbench.secrets``'s job.
 """
 
 from __future__ import annotations
