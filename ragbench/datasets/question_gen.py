@@ -11,8 +11,9 @@ the completion cache), so tests script the model with ``FakeLLM(answer_fn=...)``
    the questions spread over the corpus instead of piling up on one paragraph.
 2. One request per passage in a strict two-line format (``Question: ...`` / ``Answer: ...``),
    shown by one worked example (SmolLM2-135M ignored the format when it was only described:
-   5 of 5 replies unparseable on the test folder, 0 of 5 with the example), parsed robustly (``parse_reply``: labels in any case, markdown emphasis, numbering, both on
-   one line); anything else is rejected as ``format``.
+   5 of 5 replies unparseable on the test folder, 0 of 5 with the example), parsed robustly
+   (``parse_reply``: labels in any case, markdown emphasis, numbering, both on one line);
+   anything else is rejected as ``format``.
 3. Checks, each a reason in the report: the question ends with "?" (``not_a_question``); the
    answer is short (``answer_too_long``); the answer is *found in its passage*
    (``answer_not_in_passage``: verbatim, else ignoring case and whitespace runs, never inside a
@@ -28,43 +29,47 @@ the completion cache), so tests script the model with ``FakeLLM(answer_fn=...)``
    hundreds of questions the exact pairwise comparison costs nothing and has no estimation error.
 
 Passages are tried in order, one batch at a time, until ``n`` questions are kept or the passages
-run out (``max_passages``, by default 5 per question). Same corpus, model, parameters and cache: the same file, byte for
-byte. The output is a questions JSONL file (``datasets.questions``): ``evidence`` is the
-sentence of the passage holding the answer (a quote the ``corpus`` dataset locates again and
-turns into ``[doc_id, start, end]`` spans) and ``meta`` keeps the exact ``answer_span`` and
-``passage`` spans, and the generating model.
+run out (``max_passages``, by default 5 per question). Same corpus, model, parameters and cache:
+the same file, byte for byte. The output is a questions JSONL file (``datasets.questions``):
+``evidence`` is the sentence of the passage holding the answer (a quote the ``corpus`` dataset
+locates again and turns into ``[doc_id, start, end]`` spans) and ``meta`` keeps the exact
+``answer_span`` and ``passage`` spans, and the generating model.
+
+Steps 1 to 3 and the Jaccard of step 5 are pure text functions in ``datasets.question_text``
+(re-exported here); this module is the driver around the model: the batches, the closed-book
+check, de-duplication against the kept questions, the cost accounting (``Usage``) and the files
+(``write_questions``, ``questions_file``, ``load_model``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragbench.datasets.question_text import (  # noqa: F401 (re-exported)
+    GENERATE_TEMPLATE,
+    Passage,
+    check_reply,
+    evidence_quote,
+    find_span,
+    generation_request,
+    jaccard,
+    parse_reply,
+    passage_id,
+    sample_passages,
+    tokens,
+)
 from ragbench.llm.base import LLM
 from ragbench.types import Completion, Document, GenerationRequest
 
 log = logging.getLogger(__name__)
 PathLike = str | os.PathLike
 
-# One worked example before the passage: small models (SmolLM2-135M) ignore a format that is
-# only described, and copy one that is shown.
-GENERATE_TEMPLATE = (
-    "Write one question about the text and its answer, a short phrase copied word for word "
-    "from the text. Reply in exactly this format:\n"
-    "Question: <the question>\n"
-    "Answer: <the answer>\n\n"
-    "Text: The museum opens at 9:00 and closes at 17:00 on weekdays.\n"
-    "Question: When does the museum open on weekdays?\n"
-    "Answer: 9:00\n\n"
-    "Text: {passage}\n"
-)
 PASSAGES_PER_QUESTION = 5  # default cap on passages tried per question requested
 REASONS = (
     "format",
@@ -75,145 +80,6 @@ REASONS = (
     "duplicate",
     "closed_book",
 )
-_LABEL = re.compile(
-    r"^[\s>#*_\-•]*(?:\d+[.)]\s*)?[*_]*(?P<label>question|answer|q|a)[*_]*\s*[:：][*_]*\s*",
-    re.IGNORECASE,
-)
-_ANSWER_INLINE = re.compile(r"\s[*_]*answer[*_]*\s*[:：]", re.IGNORECASE)
-_WORD = re.compile(r"\w+")
-_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
-
-
-# --------------------------------------------------------------------------- pure pieces
-
-
-@dataclass(frozen=True)
-class Passage:
-    """A piece of one document: ``text == document.text[start:end]``."""
-
-    doc_id: str
-    start: int
-    end: int
-    text: str
-
-
-def sample_passages(
-    documents: Sequence[Document],
-    *,
-    seed: int = 0,
-    passage_tokens: int = 128,
-    min_passage_words: int = 8,
-) -> list[Passage]:
-    """Every passage of the corpus long enough to ask about, in a seeded order."""
-    from ragbench.retrieval.chunking import chunk_documents
-
-    if passage_tokens < 8:
-        raise ValueError(f"passage_tokens must be >= 8, got {passage_tokens}")
-    chunks = chunk_documents(documents, "sentence", passage_tokens, 0, "whitespace")
-    passages = [
-        Passage(c.doc_id, c.start, c.end, c.text)
-        for c in chunks
-        if len(c.text.split()) >= min_passage_words
-    ]
-    random.Random(seed).shuffle(passages)  # a local RNG: nothing else's randomness moves it
-    return passages
-
-
-def generation_request(passage: Passage, max_new_tokens: int = 64) -> GenerationRequest:
-    # no stop sequence: a model that puts a blank line between the two lines must not lose its
-    # answer; 64 tokens hold a question and a short answer
-    prompt = GENERATE_TEMPLATE.format(passage=passage.text)
-    # the instructions and the worked example are the same for every passage: named as the
-    # prefix, a backend or server computes their KV once
-    prefix = GENERATE_TEMPLATE[: GENERATE_TEMPLATE.index("{passage}")]
-    return GenerationRequest(
-        prompt=prompt, max_new_tokens=max_new_tokens, prefix=prefix, id=passage_id(passage)
-    )
-
-
-def passage_id(passage: Passage) -> str:
-    return f"{passage.doc_id}@{passage.start}-{passage.end}"
-
-
-def _strip(text: str) -> str:
-    return text.strip().strip("*_").strip().strip("\"'“”‘’`").strip()
-
-
-def parse_reply(text: str) -> tuple[str, str] | None:
-    """(question, answer) from a reply in the two-line format, or None.
-
-    Accepts labels in any case (``Q:``/``A:`` too), markdown emphasis (``**Question:**``),
-    list markers or numbering before them, blank lines between them, and both on one line; takes
-    the first pair. The answer loses surrounding quotes and a final period. An unfilled template
-    (``<the question>``) is no pair.
-    """
-    question = answer = None
-    for raw in text.splitlines():
-        line = raw
-        inline = _ANSWER_INLINE.search(line)
-        if question is None and inline and _LABEL.match(line):
-            # "Question: ...? Answer: ..." on one line: read it as two
-            line, rest = line[: inline.start()], line[inline.start() :].strip()
-            m = _LABEL.match(line)
-            if m and m["label"].lower() in ("question", "q"):
-                question = _strip(line[m.end() :])
-                line = rest
-        m = _LABEL.match(line)
-        if not m:
-            continue
-        value = _strip(line[m.end() :])
-        if m["label"].lower() in ("question", "q") and question is None:
-            question = value
-        elif m["label"].lower() in ("answer", "a") and question is not None:
-            answer = value
-            break
-    if not question or not answer:
-        return None
-    answer = _strip(answer.rstrip(".").rstrip())
-    both = question + answer
-    if not answer or ("<" in both and ">" in both):
-        return None
-    return question, answer
-
-
-def find_span(answer: str, text: str) -> tuple[int, int] | None:
-    """Where ``answer`` occurs in ``text``: verbatim (runs of whitespace may differ), else
-    ignoring case; never starting or ending inside a word ("31" is not in "1931")."""
-    words = answer.split()
-    if not words:
-        return None
-    body = r"\s+".join(re.escape(w) for w in words)
-    head = r"(?<!\w)" if re.match(r"\w", answer) else ""
-    tail = r"(?!\w)" if re.search(r"\w$", answer) else ""
-    for flags in (0, re.IGNORECASE):
-        m = re.search(head + body + tail, text, flags)
-        if m:
-            return m.start(), m.end()
-    return None
-
-
-def evidence_quote(text: str, start: int, end: int, max_chars: int = 300) -> tuple[int, int]:
-    """The sentence of ``text`` around ``[start, end)`` (bounded by . ! ? and line ends), cut to
-    ``max_chars`` around the answer: a quote specific enough to locate the evidence again."""
-    left = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
-    m = _SENTENCE_END.search(text, end)
-    right = m.end() if m and m.group() != "\n" else (m.start() if m else len(text))
-    left, right = max(left, start - max_chars // 2), min(right, end + max_chars // 2)
-    while left < start and text[left].isspace():
-        left += 1
-    while right > end and text[right - 1].isspace():
-        right -= 1
-    return left, right
-
-
-def tokens(text: str) -> frozenset[str]:
-    from ragbench.datasets.corpus import normalize_for_hash
-
-    return frozenset(_WORD.findall(normalize_for_hash(text)))
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 1.0
 
 
 # --------------------------------------------------------------------------- accounting
@@ -287,39 +153,6 @@ def _closed_book_request(question: str, max_new_tokens: int) -> GenerationReques
 
     prompt = CLOSED_BOOK_TEMPLATE.format(instruction=INSTRUCTIONS["qa"], question=question)
     return GenerationRequest(prompt=prompt, max_new_tokens=max_new_tokens, stop=ANSWER_STOP)
-
-
-def _candidate(passage: Passage, reply: str, max_answer_words: int) -> dict[str, Any] | str:
-    """A question row, or the reason it is rejected (pure)."""
-    from ragbench.metrics import normalize_answer
-
-    parsed = parse_reply(reply)
-    if parsed is None:
-        return "format"
-    question, answer = parsed
-    if not question.endswith("?"):
-        return "not_a_question"
-    if len(answer.split()) > max_answer_words:
-        return "answer_too_long"
-    span = find_span(answer, passage.text)
-    if span is None:
-        return "answer_not_in_passage"
-    answer = passage.text[span[0] : span[1]]  # the document's own spelling, not the model's
-    if f" {normalize_answer(answer)} " in f" {normalize_answer(question)} ":
-        return "answer_in_question"
-    q_start, q_end = evidence_quote(passage.text, *span)
-    off = passage.start
-    return {
-        "question": question,
-        "answers": [answer],
-        "evidence": [passage.text[q_start:q_end]],
-        "task_type": "qa",
-        "meta": {
-            "source": "generated",
-            "answer_span": [passage.doc_id, off + span[0], off + span[1]],
-            "passage": [passage.doc_id, passage.start, passage.end],
-        },
-    }
 
 
 def generate_questions(
@@ -396,7 +229,7 @@ def generate_questions(
         out.passages_tried += len(batch)
         candidates = []
         for passage, c in zip(batch, completions, strict=True):
-            row = _candidate(passage, c.text, max_answer_words)
+            row = check_reply(passage, c.text, max_answer_words)
             if isinstance(row, str):
                 reject(passage, row, c.text)
                 continue
