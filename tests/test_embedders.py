@@ -213,3 +213,25 @@ def test_server_embeddings_equal_local_ones_and_are_cached(tmp_path, monkeypatch
         )
     finally:
         next(gen, None)
+
+
+def test_a_failing_embeddings_server_is_named_in_the_error(tmp_path):
+    # the error names the embeddings URL it called (not the chat-completions one), without the key
+    from openai_server import send_json, serving
+
+    from ragbench.llm.openai_compat import LLMRequestError
+    from ragbench.retrieval.embedders_http import OpenAIEmbedder
+
+    def broken(h, body, n):
+        send_json(h, 400, {"error": {"message": "no such model"}})
+
+    gen = serving()
+    srv = next(gen)(broken)
+    try:
+        emb = OpenAIEmbedder("emb", base_url=srv.url, api_key="k-EMB-654321", cache_dir=None)
+        with pytest.raises(LLMRequestError) as err:
+            emb.embed_documents(["a text"])
+        assert "/embeddings" in str(err.value) and "chat/completions" not in str(err.value)
+        assert "k-EMB-654321" not in str(err.value)
+    finally:
+        next(gen, None)

@@ -281,13 +281,15 @@ class OpenAICompatLLM(LLM):
                 raise http.status_error(resp, resp.text)
             return resp.json()
 
-        return self._with_retries(once)[0]
+        return self._with_retries(once, url=secrets.redact_url(url))[0]
 
-    def _with_retries(self, attempt: Callable[..., Any], *args: Any) -> tuple[Any, int]:
+    def _with_retries(
+        self, attempt: Callable[..., Any], *args: Any, url: str | None = None
+    ) -> tuple[Any, int]:
         """``attempt(*args)`` under this backend's retry policy: (its result, attempts made), or
-        ``LLMRequestError`` naming ``self.url``."""
+        ``LLMRequestError`` naming ``url`` (redacted; default ``self.url``)."""
         return http.with_retries(
-            attempt, *args, url=self.url, timeout=self.timeout, max_retries=self.max_retries,
+            attempt, *args, url=url or self.url, timeout=self.timeout, max_retries=self.max_retries,
             backoff_base=self.backoff_base, backoff_max=self.backoff_max, sleep=self.sleep,
         )  # fmt: skip
 
