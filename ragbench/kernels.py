@@ -30,7 +30,7 @@ from typing import Any
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
-from ragbench.render import outside_data_uris, redact_keeping_links
+from ragbench.scrub import outside_data_uris, redact_keeping_links
 
 
 def kernel_config() -> Any:
@@ -147,7 +147,7 @@ def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
 def _redact_text_field(value: Any, escaped: bool = False) -> Any:
     """A notebook text field, a string or a list of lines: redacted as one text (a credential or
     a data: URI may span the split), then split back into lines. Links without credentials keep
-    their spelling (``render.redact_keeping_links``)."""
+    their spelling (``scrub.redact_keeping_links``)."""
 
     def redact(text: str) -> str:
         return redact_keeping_links(text, escaped=escaped)

@@ -1,7 +1,7 @@
 """LongBench's official per-subset metrics, and the ``longbench`` metric that dispatches on them.
 
 LongBench (THUDM/LongBench, ``metrics.py`` and ``eval.py``) scores every subset with its own
-function; the importer (``datasets.formats.load_longbench``) records the function's name in
+function; the importer (``datasets.importers.load_longbench``) records the function's name in
 ``meta["metric"]`` and this module reproduces the functions:
 
 - ``qa_f1_score``: SQuAD-normalised token F1 (narrativeqa, qasper, multifieldqa_en, hotpotqa,

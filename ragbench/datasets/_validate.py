@@ -2,6 +2,7 @@
 
 Importers raise ``FieldError(where, message)`` with the JSON path of the bad value;
 ``read_jsonl`` and ``json_line_of`` turn it into one ``InputFileError`` naming file, line and field.
+``nonempty`` makes an input that yields no examples an ``InputFileError`` too.
 """
 
 from __future__ import annotations
@@ -121,6 +122,13 @@ def read_jsonl(
         first[item.id] = (lineno, item)
         out.append(item)
     return out
+
+
+def nonempty(path: str | os.PathLike, examples: list[Any], why: str) -> list[Any]:
+    """``examples`` unchanged, or, when there are none, an ``InputFileError`` saying ``why``."""
+    if not examples:
+        raise InputFileError(path, None, why)
+    return examples
 
 
 def json_line_of(text: str, where: tuple) -> int:

@@ -1,5 +1,18 @@
 """BEIR import: the whole corpus stored once, each judged query an example over it (qrels in
-its meta), and ``write_shared`` to store them as the ``corpus`` dataset's corpus + questions."""
+its meta), and ``write_shared`` to store them as the ``corpus`` dataset's corpus + questions.
+
+Each query with a judgement in the chosen qrels split (default: test, else dev, else train) becomes
+an example over the *whole* corpus (one ``documents`` tuple shared by every example, in corpus-file
+order, as the ``corpus`` dataset does; retrieval over only the judged documents would be trivial),
+with ``meta["qrels"] = {doc_id: score}`` (every judged document), ``meta["evidence"]`` (the relevant
+documents, score > 0, whole), ``meta["corpus_path"]`` and ``meta["corpus_fingerprint"]`` (what the
+runner keys the one index by). BEIR has no answer strings, so ``answers=()``: score it with the
+``retrieve_only`` strategy (recall/nDCG/MRR against the qrels). ``load_beir(path)`` returns the
+corpus once plus queries and qrels in the BEIR ``{qid: {doc_id: score}}`` shape; ``write_shared``
+stores examples over one corpus as a corpus file plus a questions file (``data import beir``).
+
+(``formats.IMPORTERS`` names ``load_beir_examples`` as the ``beir`` format.)
+"""
 
 from __future__ import annotations
 
@@ -11,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.datasets._validate import (
+    nonempty,
     opt,
     read_jsonl,
     req,
 )
-from ragbench.datasets.formats import _nonempty
 from ragbench.io import InputFileError, atomic_write_text, dumps_canonical
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
@@ -69,7 +82,7 @@ def load_beir_examples(path: PathLike, split: str | None = None) -> list[Example
         meta["evidence"] = [[d.id, 0, len(d.text)] for d in relevant]
         examples.append(Example(qid, question, (), documents, meta))
     qrels = data.corpus_path.parent / "qrels" / f"{data.split}.tsv"
-    return _nonempty(qrels, examples, "no judgements: no query can be scored")
+    return nonempty(qrels, examples, "no judgements: no query can be scored")
 
 
 # meta keys a questions file may not set (``datasets.questions.RESERVED_META``): ``write_shared``

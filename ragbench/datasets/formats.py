@@ -1,6 +1,7 @@
-"""Dataset files: ragbench JSONL plus importers for LongBench, RULER and SQuAD (BEIR: ``beir.py``).
+"""Dataset files: ragbench's own JSONL (read, write, fingerprint) and the ``IMPORTERS`` registry.
 
-Every importer returns ``list[Example]``. ``write_examples`` stores examples as canonical JSONL
+``load(fmt, path)`` imports a file with the importer ``IMPORTERS`` names for ``fmt``; every
+importer returns ``list[Example]``. ``write_examples`` stores examples as canonical JSONL
 (one ``Example.to_json()`` per line, written atomically) and ``fingerprint`` is the sha256 of
 exactly those bytes, so a run that records it names the data it used.
 
@@ -8,41 +9,10 @@ Choices, per format:
 
 - ``jsonl``: ragbench's own format, read strictly: unknown fields, wrong types, duplicate example
   or document ids and ``meta.evidence`` spans outside their document are errors.
-- ``longbench``: ``context`` becomes one document (id ``"{_id}/context"``), ``input`` the
-  question. ``dataset``, ``length``, ``all_classes`` and any extra fields go to ``meta``, and
-  ``meta["metric"]`` names the subset's official LongBench metric (``longbench_metrics``; the
-  ``longbench`` metric scores with it). A subset LongBench does not have, a classification subset
-  without ``all_classes`` or a retrieval answer without its paragraph number is an error: each
-  would be scored wrongly. No evidence spans: LongBench answers are often free-form, so a string
-  match would mislead.
-- ``ruler``: RULER's ``input`` is one string (instructions, context, question). With RULER's
-  plain templates the question follows the context on its own line, so the last non-empty line
-  is the question and everything before it is kept as one document (id ``"{index}/input"``).
-  An input rendered with a chat template or ending in an answer label (the last line is
-  ``Answer:``, ``[/INST]``, ``<|...|>``) does not fit that rule and is an error naming the line,
-  rather than an import whose every question is ``Answer:``. Evidence spans are the verbatim
-  occurrences of each expected output in that document.
-- ``squad``: v1.1 and v2.0 JSON. One example per question; its paragraph is the only document
-  (id ``"{article}-{paragraph}"``, title = article title). ``answer_start`` offsets become
-  ``meta["evidence"]`` spans and must match the answer text. v2 unanswerable questions are kept
-  (``unanswerable="keep"``) with the no-answer gold ``answers=("unanswerable",)``
-  (``metrics.NO_ANSWER``, the word the prompts' decline instruction asks for: declining scores
-  1, answering 0) and ``meta["unanswerable"] = True``; every question of such a file gets
-  ``meta["allow_decline"] = True``, so the prompt offers the decline option to answerable and
-  unanswerable questions alike (offering it only to the unanswerable ones would leak the gold).
-  ``unanswerable="drop"`` leaves them out instead. Line numbers in errors point into the JSON
-  text (real SQuAD files are one line; the field path, e.g.
-  ``data[0].paragraphs[2].qas[1].answers[0].answer_start``, locates the fault exactly).
-- ``beir``: each query with a judgement in the chosen qrels split (default: test, else dev, else
-  train) becomes an example over the *whole* corpus (one ``documents`` tuple shared by every
-  example, in corpus-file order, as the ``corpus`` dataset does; retrieval over only the judged
-  documents would be trivial), with ``meta["qrels"] = {doc_id: score}`` (every judged
-  document), ``meta["evidence"]`` (the relevant documents, score > 0, whole),
-  ``meta["corpus_path"]`` and ``meta["corpus_fingerprint"]`` (what the runner keys the one index
-  by). BEIR has no answer strings, so ``answers=()``: score it with the ``retrieve_only``
-  strategy (recall/nDCG/MRR against the qrels). ``load_beir(path)`` returns the corpus once plus
-  queries and qrels in the BEIR ``{qid: {doc_id: score}}`` shape; ``write_shared`` stores
-  examples over one corpus as a corpus file plus a questions file (``data import beir``).
+- ``longbench``, ``ruler``, ``squad``: ``importers.py`` (its docstring gives each format's
+  choices); ``load_longbench``, ``load_ruler``, ``load_squad``, ``split_ruler_input`` and
+  ``UNANSWERABLE`` are re-exported here.
+- ``beir``: ``beir.py`` (the whole corpus stored once, each judged query an example over it).
 
 Every malformed input raises one ``ragbench.io.InputFileError`` naming the file, line and field;
 an input with no examples (an empty file, a BEIR split judging no query) is one too.
@@ -51,9 +21,7 @@ an input with no examples (an empty file, a BEIR split judging no query) is one 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -63,24 +31,32 @@ from ragbench.datasets._validate import (
     STRINGS,
     FieldError,
     check,
-    json_line_of,
     no_unknown,
+    nonempty,
     opt,
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError, atomic_write_text, dumps_canonical
-from ragbench.metrics import NO_ANSWER
-from ragbench.registry import Registry, unknown
+
+# the LongBench, RULER and SQuAD importers live in importers.py; importable from here as before
+from ragbench.datasets.importers import (  # noqa: F401 (re-exported)
+    UNANSWERABLE,
+    load_longbench,
+    load_ruler,
+    load_squad,
+    split_ruler_input,
+)
+from ragbench.io import atomic_write_text, dumps_canonical
+from ragbench.registry import Registry
 from ragbench.types import Document, Example
 
 IMPORTERS = Registry(
     "dataset format",
     {
         "jsonl": "ragbench.datasets.formats:read_examples",
-        "longbench": "ragbench.datasets.formats:load_longbench",
-        "ruler": "ragbench.datasets.formats:load_ruler",
-        "squad": "ragbench.datasets.formats:load_squad",
+        "longbench": "ragbench.datasets.importers:load_longbench",
+        "ruler": "ragbench.datasets.importers:load_ruler",
+        "squad": "ragbench.datasets.importers:load_squad",
         "beir": "ragbench.datasets.beir:load_beir_examples",
     },
 )
@@ -96,13 +72,7 @@ def load(fmt: str, path: PathLike, **options: Any) -> list[Example]:
     An input that yields no examples is an error (a run, or a written 0-example file, would
     only fail later and further from the cause)."""
     examples = IMPORTERS.get(fmt)(path, **options)
-    return _nonempty(path, examples, "no examples (an empty file?)")
-
-
-def _nonempty(path: PathLike, examples: list[Example], why: str) -> list[Example]:
-    if not examples:
-        raise InputFileError(path, None, why)
-    return examples
+    return nonempty(path, examples, "no examples (an empty file?)")
 
 
 def _canonical_lines(examples: Iterable[Example]) -> Iterator[str]:
@@ -214,192 +184,3 @@ def _check_evidence(evidence: Any, docs: dict[str, Document]) -> None:
             raise FieldError(
                 where, f"span {start}:{end} is outside document {doc_id!r} ({n} chars)"
             )
-
-
-# --------------------------------------------------------------------------- LongBench
-
-_LONGBENCH_FIELDS = {"input": str, "context": str, "answers": STRINGS, "length": int}
-_LONGBENCH_FIELDS |= {"dataset": str, "_id": str}
-
-
-def load_longbench(path: PathLike) -> list[Example]:
-    examples = read_jsonl(path, _longbench_example, id_field="_id")
-    return _nonempty(path, examples, "no examples (an empty LongBench file)")
-
-
-def _longbench_metric(v: dict, all_classes: list[str] | None) -> str:
-    """The subset's official metric; inputs it cannot score are errors here, not 0s later."""
-    from ragbench.longbench_metrics import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
-
-    subset = subset_name(v["dataset"])
-    if subset not in SUBSET_METRIC:
-        raise FieldError(("dataset",), str(unknown("LongBench subset", subset, SUBSET_METRIC)))
-    metric = SUBSET_METRIC[subset]
-    if metric == "classification_score" and not all_classes:
-        raise FieldError(("all_classes",), f"{subset} is scored over its classes: list them")
-    if metric in RETRIEVAL_PATTERNS:
-        for i, answer in enumerate(v["answers"]):
-            if not re.search(RETRIEVAL_PATTERNS[metric], answer):
-                pattern = RETRIEVAL_PATTERNS[metric].replace(r"(\d+)", "N")
-                raise FieldError(("answers", i), f"expected {pattern!r}, got {answer!r}")
-    return metric
-
-
-def _longbench_example(row: dict) -> Example:
-    v = {key: req(row, key, kind) for key, kind in _LONGBENCH_FIELDS.items()}
-    all_classes = opt(row, "all_classes", STRINGS, None)
-    metric = _longbench_metric(v, all_classes)
-    meta = {k: val for k, val in row.items() if k not in _LONGBENCH_FIELDS}
-    meta |= {"source": "longbench", "dataset": v["dataset"], "length": v["length"]}
-    meta |= {"all_classes": all_classes, "metric": metric}
-    doc = Document(id=f"{v['_id']}/context", text=v["context"])
-    return Example(v["_id"], v["input"], tuple(v["answers"]), (doc,), meta)
-
-
-# --------------------------------------------------------------------------- RULER
-
-_RULER_FIELDS = {"index": int, "input": str, "outputs": STRINGS, "length": int}
-
-
-def load_ruler(path: PathLike) -> list[Example]:
-    examples = read_jsonl(path, _ruler_example, id_field="index")
-    return _nonempty(path, examples, "no examples (an empty RULER file)")
-
-
-# a last line that is a label or chat-template markup, not a question: "Answer:", "A:",
-# "### Response:", "[/INST]", "<|im_start|>assistant", "<start_of_turn>model"
-_NOT_A_QUESTION = re.compile(
-    r"^[\W_]*[A-Za-z][A-Za-z ]{0,30}:\s*$"  # a bare label
-    r"|<\|[^|>]*\|>|\[/?INST\]|</?s>|<<SYS>>|<(start|end)_of_turn>"  # chat-template markup
-)
-
-
-def split_ruler_input(text: str) -> tuple[str, str]:
-    """(context, question): the question is the last non-empty line, the context all before it.
-    A last line that is an answer label or chat-template markup is refused (see the module
-    docstring): taking it as the question would ask every example "Answer:"."""
-    context, sep, question = text.rstrip().rpartition("\n")
-    if not sep or not context.strip() or not question.strip():
-        raise ValueError("expected the context followed by the question on its own last line")
-    if _NOT_A_QUESTION.search(question):
-        raise ValueError(
-            f"the last line {question.strip()[:60]!r} is not a question: this input ends with an "
-            "answer label or a chat template; export RULER with its plain (base) template, whose "
-            "input ends with the question on its own line"
-        )
-    return context, question.strip()
-
-
-def _find_all(text: str, needle: str) -> list[tuple[int, int]]:
-    spans, start = [], text.find(needle)
-    while needle and start >= 0:
-        spans.append((start, start + len(needle)))
-        start = text.find(needle, start + len(needle))
-    return spans
-
-
-def _ruler_example(row: dict) -> Example:
-    v = {key: req(row, key, kind) for key, kind in _RULER_FIELDS.items()}
-    try:
-        context, question = split_ruler_input(v["input"])
-    except ValueError as exc:
-        raise FieldError(("input",), str(exc)) from None
-    doc = Document(id=f"{v['index']}/input", text=context)
-    evidence = sorted({span for out in v["outputs"] for span in _find_all(context, out)})
-    meta = {k: val for k, val in row.items() if k not in _RULER_FIELDS}
-    meta |= {"source": "ruler", "index": v["index"], "length": v["length"]}
-    meta["evidence"] = [[doc.id, s, e] for s, e in evidence]
-    return Example(str(v["index"]), question, tuple(v["outputs"]), (doc,), meta)
-
-
-# --------------------------------------------------------------------------- SQuAD
-
-
-UNANSWERABLE = ("keep", "drop")  # what load_squad does with SQuAD 2.0's unanswerable questions
-
-
-def load_squad(path: PathLike, unanswerable: str = "keep") -> list[Example]:
-    """SQuAD v1.1 / v2.0 JSON (see the module docstring). ``unanswerable``: ``keep`` (no-answer
-    gold: declining is correct) or ``drop``."""
-    if unanswerable not in UNANSWERABLE:
-        raise unknown("unanswerable policy", unanswerable, UNANSWERABLE)
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
-        raise InputFileError(path, exc.lineno, msg) from None
-    try:
-        examples = _squad_examples(data)
-    except FieldError as bad:
-        raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None
-    _nonempty(path, examples, "no questions (data[].paragraphs[].qas[] are all empty)")
-    if unanswerable == "drop":
-        kept = [e for e in examples if not e.meta["unanswerable"]]
-        return _nonempty(path, kept, f"all {len(examples)} questions are unanswerable (dropped)")
-    if any(e.meta["unanswerable"] for e in examples):
-        examples = [replace(e, meta={**e.meta, "allow_decline": True}) for e in examples]
-    return examples
-
-
-def _squad_examples(data: Any) -> list[Example]:
-    check(data, dict, ())
-    version = opt(data, "version", str, "")
-    examples: list[Example] = []
-    seen: set[str] = set()
-    for a, article in enumerate(req(data, "data", list)):
-        where = ("data", a)
-        check(article, dict, where)
-        title = opt(article, "title", str, "", where)
-        for p, para in enumerate(req(article, "paragraphs", list, where)):
-            pwhere = where + ("paragraphs", p)
-            check(para, dict, pwhere)
-            doc = Document(id=f"{a}-{p}", text=req(para, "context", str, pwhere), title=title)
-            for q, qa in enumerate(req(para, "qas", list, pwhere)):
-                example = _squad_example(qa, pwhere + ("qas", q), doc, version)
-                if example.id in seen:
-                    raise FieldError(
-                        pwhere + ("qas", q, "id"), f"duplicate question id {example.id!r}"
-                    )
-                seen.add(example.id)
-                examples.append(example)
-    return examples
-
-
-def _squad_answers(qa: dict, key: str, where: tuple, doc: Document) -> list[tuple[str, int]]:
-    out = []
-    for i, ans in enumerate(req(qa, key, list, where)):
-        awhere = where + (key, i)
-        check(ans, dict, awhere)
-        text, start = req(ans, "text", str, awhere), req(ans, "answer_start", int, awhere)
-        found = doc.text[start : start + len(text)] if start >= 0 else ""
-        if found != text:
-            msg = f"{start} does not point at the answer text {text!r} (the context has {found!r})"
-            raise FieldError(awhere + ("answer_start",), msg)
-        out.append((text, start))
-    return out
-
-
-def _squad_example(qa: Any, where: tuple, doc: Document, version: str) -> Example:
-    check(qa, dict, where)
-    qid, question = req(qa, "id", str, where), req(qa, "question", str, where)
-    unanswerable = opt(qa, "is_impossible", bool, False, where)
-    answers = _squad_answers(qa, "answers", where, doc)
-    if unanswerable and answers:
-        raise FieldError(where + ("answers",), "must be empty when is_impossible is true")
-    if not unanswerable and not answers:
-        raise FieldError(
-            where + ("answers",), "empty for an answerable question (v2: set is_impossible)"
-        )
-    # the no-answer gold (see the module docstring); answerable questions keep their texts
-    texts = list(dict.fromkeys(t for t, _ in answers)) if answers else [NO_ANSWER]
-    spans = list(dict.fromkeys((s, s + len(t)) for t, s in answers))
-    meta: dict[str, Any] = {"source": "squad", "version": version, "title": doc.title}
-    meta |= {"unanswerable": unanswerable, "evidence": [[doc.id, s, e] for s, e in spans]}
-    if unanswerable and qa.get("plausible_answers"):
-        plausible = _squad_answers(qa, "plausible_answers", where, doc)
-        meta["plausible_answers"] = list(dict.fromkeys(t for t, _ in plausible))
-    return Example(qid, question, tuple(texts), (doc,), meta)
