@@ -100,7 +100,8 @@ def import_genai_command(
     """Write a price sheet from the installed genai-prices package's bundled snapshot (offline;
     `pip install genai-prices`). Check it, and add min_cacheable_prompt_tokens by hand."""
     from ragbench.io import atomic_write_text, user_errors
-    from ragbench.prices import import_genai_sheet, sheet_yaml
+    from ragbench.prices import sheet_yaml
+    from ragbench.prices_import import import_genai_sheet
 
     with user_errors():
         sheet = import_genai_sheet(model, provider)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ragbench import prices
+from ragbench import prices, prices_import
 from ragbench.io import InputFileError
 from ragbench.types import Completion
 
@@ -191,7 +191,7 @@ def test_sheet_from_genai_prices_objects():
         cache_write_mtok=3.75,
         output_mtok=tiered(base=15, tiers=[SimpleNamespace(start=200_000, price=22.5)]),
     )
-    data = prices.sheet_from_genai(
+    data = prices_import.sheet_from_genai(
         mp, name="x", provider="anthropic", model="m", date="2025-11-01", source="https://x"
     )
     s = prices.parse_price_sheet(yaml.safe_load(prices.sheet_yaml(data)), "x.yaml")
@@ -202,14 +202,15 @@ def test_sheet_from_genai_prices_objects():
         "output_per_million": 15.0,
     }
     assert s.rates(200_001)["output_per_million"] == 22.5 and s.cache_ttl == "5m"
+    assert prices.sheet_from_genai is prices_import.sheet_from_genai  # still importable there
     with pytest.raises(ValueError, match="no token prices"):
-        prices.sheet_from_genai(
+        prices_import.sheet_from_genai(
             SimpleNamespace(), name="x", provider="p", model="m", date="d", source="s"
         )
 
 
 def test_import_genai_sheet_from_the_installed_snapshot():
     pytest.importorskip("genai_prices")
-    data = prices.import_genai_sheet("gpt-4o-mini", "openai")
+    data = prices_import.import_genai_sheet("gpt-4o-mini", "openai")
     s = prices.parse_price_sheet(data)
     assert s.provider == "openai" and s.rates(1)["input_per_million"] > 0
