@@ -304,7 +304,7 @@ def _run_locked(
             from ragbench.llm.fake import FakeLLM  # retrieval only: no model is ever called
 
             llm = FakeLLM(cfg.model.name)
-        llm = llm or _load_llm(cfg)
+        llm = llm if llm is not None else _load_llm(cfg)  # a CachedLLM has len(): 0 if empty
         check_server(llm)
     # the judge is loaded and its server checked before any record is generated: a dead judge
     # must not be found after an hour of generation
