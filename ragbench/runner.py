@@ -315,6 +315,13 @@ def _run_locked(
         write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
         res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
         res.preload_over.update(preload.count([item for item, _ in pending]))
+        if unshared := preload.unshared([item for item, _ in pending]):
+            log.warning(
+                "%d long_context preload item(s) have no shared corpus (meta corpus_fingerprint: "
+                "the corpus or BEIR datasets): nothing is preloaded for them, they run as plain "
+                "long_context",
+                unshared,
+            )
         session["errors"] = _generate(cfg, res, pending, done, out, progress, len(work))
         session["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
     else:  # nothing to generate: the model is not loaded; its identity is the last run's

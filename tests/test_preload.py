@@ -170,3 +170,23 @@ def test_embedded_model_prefix_reuse_off_recomputes_every_prompt_with_the_same_a
     assert on[0].cached_prompt_tokens == 0 and min(c.cached_prompt_tokens for c in on[1:]) > 400
     assert all(c.cached_prompt_tokens == 0 for c in off)
     assert [c.text for c in on] == [c.text for c in off]
+
+
+def test_preload_without_a_shared_corpus_runs_as_plain_long_context(tmp_path, corpus):
+    # each example its own documents (RULER): nothing is shared, so nothing is preloaded; a
+    # preload per example, all sent before the questions, evicted one another
+    # (prefix_cache_size=1) and left most records paying the corpus *and* a one-time cost
+    multikey = {"context_lengths": [600], "num_examples": 8, "tokenizer": "whitespace",
+                "haystack": "needles", "final_context_length_buffer": 50}  # fmt: skip
+    cfg = corpus_config(tmp_path, corpus, [{"name": "long_context", "params": {"preload": True}}])
+    cfg["dataset"] = {"name": "ruler/niah_multikey", "params": multikey}
+    cfg["model"]["batch_size"] = 4
+    fake = FakeLLM(prefix_cache_size=1)
+    df = run(cfg, progress=False, llm=fake)
+    assert df["error"].isna().all() and len(df) == 8
+    assert fake.calls == 2  # two rounds of 4 questions, no preload call
+    assert df["one_time_seconds"].isna().all() and df["amortised_over"].isna().all()
+    assert (df["amortised_resource_seconds"] == df["resource_seconds"]).all()
+    manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
+    assert manifest["sessions"][0]["preloaded"] == []
+

@@ -1,9 +1,9 @@
 """Preloaded corpus (cache-augmented generation): the long-context prefix KV computed once, in a
 call of its own, before the questions; its cost reported apart from the per-query cost.
 
-``long_context preload: true``: before the first question of a preload group (the same corpus
-and overflow policy) the driver sends one *preload* request: the fitted corpus prefix, the
-question template with an empty question, one new token. The backend computes the corpus KV and
+``long_context preload: true``: before the first question of a preload group (the same shared
+corpus, ``meta["corpus_fingerprint"]``, and overflow policy) the driver sends one *preload*
+request: the fitted corpus prefix, the question template with an empty question, one new token. The backend computes the corpus KV and
 keeps it (transformers: ``prefix_cache_size``; a server: its prefix cache), so every question
 finds the corpus cached and its own cost is its question's prefill over that cache plus its
 decode. The preload call's ``Cost`` (the corpus prefill, measured, plus the short tail and one
@@ -11,6 +11,9 @@ token) is the one-time cost: each record carries it (``one_time_seconds``, ``one
 with ``amortised_over`` N, the questions of the run that share it, and its ``amortised_*``
 columns add one_time / N (``Cost.amortise``). The KV lives in the process: a resumed run
 preloads again and amortises that over the questions it still answers.
+
+Examples without a shared corpus (each its own documents: RULER, multidoc) are not preloaded:
+they run as plain long_context, without a one-time cost (the runner logs a warning).
 
 Limits, visible in the records: a backend that keeps no prefix across calls (``prefix_reuse:
 false``, ``prefix_cache_size: 0``, a server without prefix caching) recomputes the corpus per
@@ -34,16 +37,27 @@ from ragbench.strategies.prompts import question_part
 from ragbench.types import Example
 
 
+def wanted(params: StrategyParams) -> bool:
+    """Whether ``params`` ask for a preload (long_context preload: true)."""
+    return params.strategy == "long_context" and bool(getattr(params, "preload", False))
+
+
 def group(example: Example, params: StrategyParams) -> tuple | None:
-    """The preload group of an item (None: not a preload item): its corpus and overflow."""
-    if params.strategy != "long_context" or not getattr(params, "preload", False):
+    """The preload group of an item (None: nothing preloaded for it): its shared corpus and
+    overflow. Only a shared corpus (``meta["corpus_fingerprint"]``: the ``corpus`` and BEIR
+    datasets) is preloaded; an example with its own documents (RULER, multidoc) runs as plain
+    long_context: a preload per example would be sent with its round's others before any
+    question and evict them (a one-prefix cache), so its question paid the corpus and a one-time
+    cost besides."""
+    if not wanted(params):
         return None
     corpus = example.meta.get("corpus_fingerprint")
-    if not corpus:  # an example's own documents: named by their content
-        from ragbench.datasets.shared_corpus import corpus_fingerprint
+    return (str(corpus), params.overflow) if corpus else None
 
-        corpus = corpus_fingerprint(example.documents)
-    return (str(corpus), params.overflow)
+
+def unshared(items: Sequence[tuple[Example, StrategyParams]]) -> int:
+    """Preload items that get no preload: their example has no shared corpus."""
+    return sum(wanted(p) and group(e, p) is None for e, p in items)
 
 
 def count(items: Sequence[tuple[Example, StrategyParams]]) -> dict[tuple, int]:
@@ -76,6 +90,8 @@ def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> N
 def amortised(cost: Cost, example: Example, params: StrategyParams, res: Resources) -> Cost:
     """A preload question's own ``cost`` with its group's one-time cost beside it."""
     key = group(example, params)
+    if key is None:  # no shared corpus: nothing was preloaded, its own cost is all it cost
+        return cost
     one_time = res.preloaded[key]  # ensure() ran before the question (run_batch, the steps)
     if isinstance(one_time, Exception):
         raise one_time
