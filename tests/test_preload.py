@@ -190,3 +190,23 @@ def test_preload_without_a_shared_corpus_runs_as_plain_long_context(tmp_path, co
     manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
     assert manifest["sessions"][0]["preloaded"] == []
 
+
+def test_preload_bypasses_the_completion_cache(tmp_path, corpus):
+    # an extended run finds its preload request in the completion cache: answered from there,
+    # no KV would be computed and the first new question would pay the corpus
+    from ragbench.llm.cache import CachedLLM
+
+    strategies = [{"name": "long_context", "params": {"preload": True}}]
+    db = tmp_path / "completions.sqlite"
+    cfg = corpus_config(tmp_path, corpus, strategies, name="first")
+    cfg["dataset"]["limit"] = 2
+    first = run(cfg, progress=False, llm=CachedLLM(FakeLLM(prefix_cache_size=1), db))
+    assert first["error"].isna().all() and len(first) == 2
+    fake = FakeLLM(prefix_cache_size=1)  # a new process: no KV kept
+    df = run(corpus_config(tmp_path, corpus, strategies, name="second"), progress=False,
+             llm=CachedLLM(fake, db))  # fmt: skip
+    assert fake.calls == 1 + (N - 2) // 2  # the preload reached the model, then the new questions
+    corpus_tokens = fake.count_tokens(build_dataset("corpus", corpus=str(corpus[0]),
+                                                    questions=str(corpus[1]))[0].context)  # fmt: skip
+    assert (df["cached_prompt_tokens"] >= corpus_tokens).all()
+    assert (df["one_time_seconds"] > 0).all()

@@ -10,7 +10,8 @@ decode. The preload call's ``Cost`` (the corpus prefill, measured, plus the shor
 token) is the one-time cost: each record carries it (``one_time_seconds``, ``one_time_dollars``)
 with ``amortised_over`` N, the questions of the run that share it, and its ``amortised_*``
 columns add one_time / N (``Cost.amortise``). The KV lives in the process: a resumed run
-preloads again and amortises that over the questions it still answers.
+preloads again and amortises that over the questions it still answers. The preload request
+bypasses the completion cache (``CachedLLM``): a cached answer would compute no KV.
 
 Examples without a shared corpus (each its own documents: RULER, multidoc) are not preloaded:
 they run as plain long_context, without a one-time cost (the runner logs a warning).
@@ -68,8 +69,12 @@ def count(items: Sequence[tuple[Example, StrategyParams]]) -> dict[tuple, int]:
 def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> None:
     """Send the preload request of every group of ``items`` not yet preloaded (once per run;
     a group not counted by the runner is amortised over its questions among ``items``)."""
+    from ragbench.llm.cache import CachedLLM
     from ragbench.strategies.long_context import long_context_prompt
 
+    # past the completion cache: a stored answer to the preload computes no KV, and the first
+    # question would pay the corpus (a resumed or extended run)
+    llm = res.llm.llm if isinstance(res.llm, CachedLLM) else res.llm
     counted = count(items)
     for example, params in items:
         key = group(example, params)
@@ -81,7 +86,7 @@ def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> N
             tail = question_part(dataclasses.replace(example, question=""))
             request = res.request(prefix + tail, prefix, rid=f"preload:{key[0][:16]}")
             request = dataclasses.replace(request, max_new_tokens=1, stop=())
-            completion = res.llm.generate([request])[0]
+            completion = llm.generate([request])[0]
             res.preloaded[key] = res.cost(completion)
         except Exception as exc:  # every question of the group gets this error
             res.preloaded[key] = exc
