@@ -123,6 +123,9 @@ def test_preload_parameter_keeps_old_keys_and_labels_and_refuses_kv_variants():
         LongContextParams(preload=True, kv_cache="offloaded")
     with pytest.raises(ValueError, match="preload"):
         LongContextParams(preload="yes")
+    for not_a_bool in (1, 0, 1.0):  # 1 == True: `in (True, False)` let them through
+        with pytest.raises(ValueError, match="preload"):
+            LongContextParams(preload=not_a_bool)
 
 
 def test_cost_amortise_adds_the_share_and_old_records_get_the_columns():

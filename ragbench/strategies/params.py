@@ -167,7 +167,8 @@ class LongContextParams(StrategyParams):
             kvc.check(*self.kv_fields().values())
         except ValueError as exc:
             raise ValueError(f"{self.strategy}: {exc}") from None
-        if self.preload not in (True, False) or (self.preload and self.kv_cache != "plain"):
+        # a real bool: 1 and 0 pass `in (True, False)` (1 == True) and would label "preload" x1
+        if not isinstance(self.preload, bool) or (self.preload and self.kv_cache != "plain"):
             raise ValueError(f"{self.strategy}: preload must be true or false, with kv_cache plain")
         if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
             raise ValueError(
