@@ -204,6 +204,8 @@ class Cost(JsonMixin):
     amortised_dollars: float | None = None
 
     def __post_init__(self) -> None:
+        if self.one_time_seconds is not None:  # None there: unknown (a repriced api sheet)
+            return
         if self.amortised_resource_seconds is None and self.resource_seconds is not None:
             object.__setattr__(self, "amortised_resource_seconds", self.resource_seconds)
         if self.amortised_dollars is None and self.dollars is not None:

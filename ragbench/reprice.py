@@ -8,6 +8,12 @@ original (``results.<sheet>.parquet``, ``records.<sheet>.jsonl`` and ``results.<
 saying which sheet, dated and sourced, priced it from which table). The original files are never
 written: the run's own numbers stay what the run measured.
 
+A one-time cost (``long_context preload``) is repriced with its record: ``one_time_dollars``
+from ``one_time_seconds`` on an hourly sheet, and ``amortised_dollars`` = dollars + one_time /
+``amortised_over``. On a per-token sheet the one-time cost cannot be priced (a record keeps its
+seconds, not its tokens): both are left empty and counted in ``warnings``, never kept from the
+old sheet.
+
 What is not repriced, on purpose: ``peak_flops`` and ``mfu`` describe the hardware the run was
 *measured* on, not the price paid, so they keep the original sheet's peak. Device seconds come
 from the hardware the run used: pricing a CPU run's seconds at an H100's hourly rate is a
@@ -34,6 +40,8 @@ from ragbench.prices import PriceSheet, dollars, price_sheet
 RESULTS = "results.parquet"
 RECORDS = "records.jsonl"
 DOLLAR_COLUMNS = ("dollars",)  # the cost fields a price sheet sets (with price_sheet)
+# also repriced: a one-time cost (long_context preload), and amortised_dollars = dollars + share
+ONE_TIME_FIELDS = ("one_time_seconds", "amortised_over")
 # a record's own device time, newest name first: cost.py may log it as resource_seconds
 SECONDS_FIELDS = ("resource_seconds", "gpu_seconds")
 TOKEN_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens")
@@ -83,6 +91,24 @@ def _price(sheet: PriceSheet, cost: dict[str, Any]) -> float | None:
     )
 
 
+def _amortised(
+    sheet: PriceSheet, cost: dict[str, Any], priced: float | None
+) -> tuple[float | None, float | None]:
+    """(one_time_dollars, amortised_dollars) of a record newly priced at ``priced`` dollars
+    (``Cost.amortise``): the one-time cost (a preload) priced by its device seconds on an hourly
+    sheet; on an api sheet it is unknown (a record keeps the one-time seconds, not its tokens),
+    and so is the amortised cost. Without a one-time cost: (None, its own dollars)."""
+    if not _finite(cost.get("one_time_seconds")):
+        return None, priced
+    once = None
+    if sheet.kind == "gpu_hour":
+        once = dollars(sheet, device_seconds=float(cost["one_time_seconds"]))
+    over = cost.get("amortised_over")
+    if once is None or priced is None or not _finite(over) or float(over) < 1:
+        return once, None
+    return once, priced + once / float(over)
+
+
 def _approximate(sheet: PriceSheet, cost: dict[str, Any]) -> bool:
     """A multi-call record where a tier or the minimum prefix is judged on summed tokens."""
     calls = cost.get("llm_calls")
@@ -101,8 +127,9 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
     token and seconds columns; also the number of approximate rows (module docstring)."""
     cols = {
         name: _column(df.columns, name)
-        for name in (*TOKEN_FIELDS, "cache_write_tokens", *SECONDS_FIELDS, "llm_calls")
-    }
+        for name in (*TOKEN_FIELDS, "cache_write_tokens", *SECONDS_FIELDS, "llm_calls",
+                     *ONE_TIME_FIELDS)
+    }  # fmt: skip
     need = TOKEN_FIELDS if sheet.kind == "api" else SECONDS_FIELDS
     found = [bool(cols[n]) for n in need]
     if not (all(found) if sheet.kind == "api" else any(found)):
@@ -118,6 +145,16 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
     priced = [_price(sheet, cost) for cost in costs]
     for name in DOLLAR_COLUMNS:
         out[_column(out.columns, name) or name] = [float("nan") if d is None else d for d in priced]
+    if cols["one_time_seconds"] or _column(out.columns, "amortised_dollars"):
+        shared = [_amortised(sheet, c, d) for c, d in zip(costs, priced, strict=True)]
+        once = [float("nan") if o is None else o for o, _ in shared]
+        amortised = [float("nan") if a is None else a for _, a in shared]
+        out[_column(out.columns, "amortised_dollars") or "amortised_dollars"] = amortised
+        had = [_finite(c.get("one_time_seconds")) for c in costs]
+        if any(had):  # the rows with a one-time cost; the others keep theirs (none)
+            col = _column(out.columns, "one_time_dollars") or "one_time_dollars"
+            old = out[col].tolist() if col in out else [None] * len(out)
+            out[col] = [o if h else k for o, h, k in zip(once, had, old, strict=True)]
     sheet_col = _column(out.columns, "price_sheet") or "price_sheet"
     old = out[sheet_col] if sheet_col in out else [None] * len(out)
     out[sheet_col] = [sheet.name if d is not None else o for d, o in zip(priced, old, strict=True)]
@@ -145,6 +182,12 @@ def reprice_records_text(text: str, sheet: PriceSheet) -> str:
             if priced is not None:
                 cost["dollars"] = priced
                 cost["price_sheet"] = sheet.name
+            if priced is not None or _finite(cost.get("one_time_seconds")):
+                once, amortised = _amortised(sheet, cost, priced)
+                if "one_time_dollars" in cost or once is not None:
+                    cost["one_time_dollars"] = once
+                if "amortised_dollars" in cost or amortised is not None:
+                    cost["amortised_dollars"] = amortised
         lines.append(dumps_canonical(row) + "\n")
     return "".join(lines)
 
@@ -225,6 +268,18 @@ def reprice_run(
         text = records_src.read_text(encoding="utf-8")
         atomic_write_text(records_path, reprice_records_text(text, sheet))
     warnings = []
+    one_time = _column(before.columns, "one_time_seconds")
+    unpriced = (
+        int(pd.to_numeric(before[one_time], errors="coerce").notna().sum())
+        if one_time and sheet.kind != "gpu_hour"
+        else 0
+    )
+    if unpriced:
+        warnings.append(
+            f"{unpriced} record(s) with a one-time cost (long_context preload): a per-token "
+            f"sheet cannot price it (records keep its seconds, not its tokens), so their "
+            f"one_time_dollars and amortised_dollars are left empty"
+        )
     if approximate:
         warnings.append(
             f"{approximate} record(s) of several model calls: the sheet's long-context tier or "

@@ -213,3 +213,45 @@ def test_preload_bypasses_the_completion_cache(tmp_path, corpus):
                                                     questions=str(corpus[1]))[0].context)  # fmt: skip
     assert (df["cached_prompt_tokens"] >= corpus_tokens).all()
     assert (df["one_time_seconds"] > 0).all()
+
+
+def test_reprice_recomputes_the_one_time_and_amortised_dollars(tmp_path, corpus):
+    import pandas as pd
+
+    from ragbench.reprice import reprice_run
+
+    strategies = ["long_context", {"name": "long_context", "params": {"preload": True}}]
+    df = run(corpus_config(tmp_path, corpus, strategies), progress=False,
+             llm=FakeLLM(prefix_cache_size=1))  # fmt: skip
+    run_dir = Path(df.attrs["run_dir"])
+    hourly = reprice_run(run_dir, "example-h100-hour")  # 2.5 $/h of device seconds
+    new = pd.read_parquet(hourly.table_path)
+    assert new["dollars"].tolist() == pytest.approx((2.5 * new["resource_seconds"] / 3600).tolist())
+    pre = new["label"] == "long_context preload"
+    assert new.loc[pre, "one_time_dollars"].tolist() == pytest.approx(
+        (2.5 * new.loc[pre, "one_time_seconds"] / 3600).tolist()
+    )
+    assert new["amortised_dollars"].tolist() == pytest.approx(
+        (new["dollars"] + (new["one_time_dollars"] / new["amortised_over"]).fillna(0)).tolist()
+    )
+    assert new.loc[~pre, "one_time_dollars"].isna().all()
+    assert not hourly.warnings
+    records = [json.loads(line)["record"]["cost"] for line in hourly.records_path.open()]
+    for cost in records:
+        back = Cost.from_dict(cost)
+        share = back.one_time_dollars / back.amortised_over if back.amortised_over else 0.0
+        assert back.amortised_dollars == pytest.approx(back.dollars + share)
+    # an api sheet prices tokens, and a record keeps its one-time seconds, not its tokens: the
+    # one-time and amortised dollars of the preload rows are unknown, never the old sheet's
+    api = reprice_run(run_dir, "openai-gpt-4.1-mini")
+    new = pd.read_parquet(api.table_path)
+    assert new.loc[pre, ["one_time_dollars", "amortised_dollars"]].isna().all().all()
+    assert (new.loc[~pre, "amortised_dollars"] == new.loc[~pre, "dollars"]).all()
+    assert any("one-time" in w for w in api.warnings)
+    records = [json.loads(line)["record"] for line in api.records_path.open()]
+    for rec in records:
+        back = Cost.from_dict(rec["cost"])
+        if back.one_time_seconds is not None:  # read back: unknown, not its own dollars
+            assert back.one_time_dollars is None and back.amortised_dollars is None
+        else:
+            assert back.amortised_dollars == back.dollars

@@ -70,8 +70,9 @@ def test_reprice_run_matches_hand_computation_and_keeps_the_original(run_dir, tm
     assert (new.dollars - expected).abs().max() < 1e-15
     assert (new.price_sheet == "anthropic-claude-haiku-4-5").all()
     # everything else as the run measured it (MFU, seconds, scores, predictions)
-    same = old.drop(columns=["dollars", "price_sheet"])
-    pd.testing.assert_frame_equal(same, new.drop(columns=["dollars", "price_sheet"]))
+    priced = ["dollars", "price_sheet", "amortised_dollars"]  # no one-time cost: amortised = own
+    assert new.amortised_dollars.equals(new.dollars)
+    pd.testing.assert_frame_equal(old.drop(columns=priced), new.drop(columns=priced))
     # the records copy carries the same dollars, line for line
     lines = [json.loads(x) for x in result.records_path.read_text().splitlines()]
     by_key = {(r["record"]["example_id"], r["record"]["strategy"]): r for r in lines}
