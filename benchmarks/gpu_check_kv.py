@@ -25,6 +25,7 @@ def ids_of(text: str) -> list[int]:
 KV_PARAMS: dict[str, list[dict]] = {  # parameters for variants that need them (sinks: window
     "sinks": [{"sink_tokens": 4, "window_tokens": 0}],  # set to a quarter of the document)
     "quantized": [{"bits": 8, "backend": "hqq"}, {"bits": 4, "backend": "quanto"}],
+    "snapkv": [{"ratio": 0.5, "window": 32}],  # llm.py's snapkv-0.5
 }
 
 

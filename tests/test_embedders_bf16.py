@@ -104,11 +104,13 @@ def test_config_checks_precision_before_any_model_loads():
 def test_emulated_bf16_warns_once(monkeypatch, caplog):
     monkeypatch.setattr(precision, "bf16_native", lambda device="cpu": False)
     monkeypatch.setattr(precision, "_bf16_warned", set())
+    monkeypatch.setattr(precision, "_cpu_features", lambda: {"avx2"})  # no VNNI either
     with caplog.at_level(logging.WARNING, logger="ragbench.retrieval.precision"):
         precision.warn_if_bf16_emulated("cpu")
         precision.warn_if_bf16_emulated("cpu")
     assert len(caplog.records) == 1
     assert "slower than fp32" in caplog.text and "minilm-onnx-int8" in caplog.text
+    assert "int8-avx2" in caplog.text  # the 7-bit setting, which does not saturate without VNNI
     monkeypatch.setattr(precision, "bf16_native", lambda device="cpu": True)
     monkeypatch.setattr(precision, "_bf16_warned", set())
     caplog.clear()
@@ -116,8 +118,13 @@ def test_emulated_bf16_warns_once(monkeypatch, caplog):
     assert not caplog.records
 
 
-def test_bf16_native_answers_a_bool():
-    assert isinstance(precision.bf16_native("cpu"), bool)
+def test_bf16_native_agrees_with_the_cpu_flags():
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the flags checked here are x86's")
+    flags = precision._cpu_features()
+    assert precision.bf16_native("cpu") == bool({"amx_bf16", "avx512_bf16"} & flags)
 
 
 # ---------------------------------------------------------------- the real model (slow)

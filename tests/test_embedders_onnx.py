@@ -49,7 +49,8 @@ def test_backend_and_quantization_are_part_of_the_identity(tmp_path):
     same = get_embedder("minilm", backend="onnx", quantize="int8", cache_dir=tmp_path)
     ids = {torch_emb.model_identity, fp32.model_identity, int8.model_identity}
     assert len(ids) == 3 and same.model_identity == int8.model_identity
-    assert int8.model_identity.endswith("quantize=int8") and int8._model is None  # not loaded
+    assert "quantize=int8:" in int8.model_identity and int8._model is None  # not loaded
+    assert '"reduce_range":false' in int8.model_identity  # its settings, not only its name
     assert int8.cache.dir != torch_emb.cache.dir  # cached vectors never mix
     assert fp32.export_key() != int8.export_key()
 

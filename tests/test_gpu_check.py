@@ -46,6 +46,10 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
         kv = m["kv_variants"]
         # every variant the module names is there (new ones included), run or with its error
         assert {label.split("-")[0] for label in kv} == set(kv_cache.KV_CACHES)
+        # each ran, unless a package it needs is missing (snapkv once lacked its kv_ratio)
+        failed = {k: v["error"] for k, v in kv.items() if "error" in v}
+        missing = ("ImportError", "ModuleNotFoundError")
+        assert all(e.startswith(missing) for e in failed.values()), failed
         assert kv["plain"]["kv_ratio_to_formula"] == 1.0
         assert kv["plain"]["same_tokens_as_plain"] is True
         sinks = next(v for k, v in kv.items() if k.startswith("sinks"))

@@ -43,8 +43,8 @@ def test_kv_choices_are_validated_with_the_valid_choices_named():
 
 
 def test_long_context_params_fill_the_variant_defaults_and_label_them():
-    q = LongContextParams(kv_cache="quantized", kv_bits=4, kv_backend="hqq")
-    assert q.kv_backend == "hqq"  # the record names the backend that ran
+    q = LongContextParams(kv_cache="quantized", kv_bits=4)
+    assert q.kv_backend == "hqq"  # the default filled in: the record names the backend that ran
     assert q.label() == "long_context kv=quantized-hqq-int4"
     s = LongContextParams(kv_cache="sinks")
     assert (s.sink_tokens, s.window_tokens) == (4, 1024)

@@ -204,7 +204,8 @@ def test_a_cost_axis_within_half_a_decade_keeps_its_labels_apart():
     from ragbench.readable import figure_problems
 
     assert figure_problems(ax.figure) == []
-    assert len([t for t in ax.xaxis.get_majorticklocs() if 3.7e-3 <= t <= 7.8e-3]) >= 2
+    labelled = [t for t in ax.xaxis.get_majorticklocs() if 3.7e-3 <= t <= 7.8e-3]
+    assert 2 <= len(labelled) <= 5, labelled  # a few even ticks, not the dense fallback (8)
 
 
 def _results(cost_scale: float, tie: bool) -> pd.DataFrame:

@@ -155,7 +155,8 @@ SHARED_PROBES = (32, 4096)  # suffix tokens of a prefill, and prefix positions, 
 
 
 def calibration_key(decoder: Any, weights: str) -> dict[str, Any]:
-    """What the rates depend on: weights, device (and which one), dtype, attention, threads."""
+    """What the rates depend on: weights, device (and which one), dtype, attention, threads,
+    packed weights."""
     import torch
     import transformers
 
@@ -173,6 +174,7 @@ def calibration_key(decoder: Any, weights: str) -> dict[str, Any]:
         "dtype": str(next(decoder.model.parameters()).dtype).removeprefix("torch."),
         "attention": str(getattr(config, "_attn_implementation", "")),
         "threads": torch.get_num_threads() if dev.type == "cpu" else 0,
+        "packed_linear": decoder.packed is not None,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
@@ -316,7 +318,9 @@ def _forward(
     mask = torch.ones((rows, lead + new), dtype=torch.long, device=decoder.device)
     positions = torch.arange(past, past + new, device=decoder.device)[None].expand(rows, new)
     attention = shared_prefix.active(decoder.model) if shared else contextlib.nullcontext()
-    with attention:
+    # the decode loop's packed weights (CPU, 3-96 rows): rates of the code path that runs
+    packed = decoder.packed.active() if decoder.packed else contextlib.nullcontext()
+    with attention, packed:
         t0 = decoder.now()
         decoder.model(
             input_ids=ids,

@@ -185,7 +185,7 @@ def _fused_prefix_op(query: Any) -> Any:
         return None
 
     def prefix(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
-        parts = sequence_parts(torch.get_num_threads(), pk, qf.shape[1])
+        parts = sequence_parts(torch.get_num_threads(), pk, qf.shape[1], pv)
         if parts == 1:
             out, lse = op(qf[None], pk, pv, scale=scale)
             return out[0], lse[0, :, :, None]
@@ -193,9 +193,13 @@ def _fused_prefix_op(query: Any) -> Any:
         # copy), each attended by all queries; the runs are merged by their logsumexps
         _, kv_heads, length, dim = pk.shape
         run = length // parts
-        shape, strides = (parts, kv_heads, run, dim), (run * dim, pk.stride(1), dim, 1)
+        shape = (parts, kv_heads, run, dim)
+
+        def runs(t: Any) -> Any:  # (1, KVH, P, d) -> (parts, KVH, run, d), a view
+            return t.as_strided(shape, (run * dim, t.stride(1), dim, 1))
+
         q = qf[None].expand(parts, -1, -1, -1)
-        out, lse = op(q, pk.as_strided(shape, strides), pv.as_strided(shape, strides), scale=scale)
+        out, lse = op(q, runs(pk), runs(pv), scale=scale)
         if parts * run < length:  # the few keys left over
             t_out, t_lse = op(
                 qf[None], pk[:, :, parts * run :], pv[:, :, parts * run :], scale=scale
@@ -211,7 +215,7 @@ def _fused_prefix_op(query: Any) -> Any:
 MIN_RUN_KEYS = 512  # keys per run, at least, when a prefix is cut for the threads
 
 
-def sequence_parts(threads: int, pk: Any, queries: int) -> int:
+def sequence_parts(threads: int, pk: Any, queries: int, pv: Any = None) -> int:
     """Runs to cut a prefix's keys into so the kernel's work divides evenly among ``threads``.
 
     The CPU kernel shares out (batch x KV heads x query blocks); a decode step's few queries make
@@ -225,6 +229,6 @@ def sequence_parts(threads: int, pk: Any, queries: int) -> int:
     parts = min(8, threads // math.gcd(threads, kv_heads))
     if parts == 1 or queries > 128 or length // parts < MIN_RUN_KEYS:
         return 1
-    if pk.stride(3) != 1 or pk.stride(2) != pk.shape[3]:
+    if any(t.stride(3) != 1 or t.stride(2) != t.shape[3] for t in (pk, pv) if t is not None):
         return 1
     return parts

@@ -128,7 +128,9 @@ class OnnxEmbedder(SentenceTransformerEmbedder):
     @property
     def model_identity(self) -> str:
         q = self.quantize or "none"
-        return f"{super().model_identity}|backend=onnx:{RECIPE}|quantize={q}"
+        # the settings too: editing what "int8" means re-exports, and must not reuse old vectors
+        settings = json.dumps(QUANTIZATIONS[self.quantize], sort_keys=True, separators=(",", ":"))
+        return f"{super().model_identity}|backend=onnx:{RECIPE}|quantize={q}:{settings}"
 
     def export_key(self) -> str:
         settings = {

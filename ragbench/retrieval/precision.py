@@ -11,8 +11,9 @@ from ragbench.registry import unknown
 
 log = logging.getLogger(__name__)
 
-# fp32: the reference; bf16: torch.autocast (fp32 weights; matmuls and attention in bfloat16,
-# layer norms, softmax and pooling in fp32); bf16-full: the weights themselves in bfloat16
+# fp32: the reference; bf16: torch.autocast (fp32 weights; linear layers and attention, softmax
+# included, in bfloat16; the residual stream, layer norms and pooling stay fp32 by type
+# promotion); bf16-full: the weights themselves in bfloat16
 PRECISIONS = ("fp32", "bf16", "bf16-full")
 
 
@@ -93,7 +94,10 @@ def warn_if_bf16_emulated(device: str) -> None:
         return
     _bf16_warned.add(kind)
     if kind == "cpu":
-        hint = "this CPU has no AMX or avx512_bf16; embedder minilm-onnx-int8 is faster here"
+        vnni = {"avx512_vnni", "avx_vnni"} & _cpu_features()
+        # without VNNI, full-range int8 weights saturate (u8s8): the 7-bit setting is the safe one
+        quantize = "" if vnni else " with quantize: int8-avx2"
+        hint = f"this CPU has no AMX or avx512_bf16; embedder minilm-onnx-int8{quantize} is faster"
     else:
         hint = "this GPU has no native bf16 (compute capability < 8.0)"
     log.warning("bf16 embedding will be slower than fp32 on %s: %s", device, hint)
