@@ -48,11 +48,11 @@ format: $(STAMP)
 
 # The main job: the quickstart notebook on the embedded defaults, executed with papermill and
 # rendered to standalone HTML (figures embedded, provenance header, secrets and paths scrubbed).
-# papermill through ragbench.kernels.execute_notebook: its kernels get CurveZMQ transport encryption
+# papermill through ragbench.workspace.kernels.execute_notebook: its kernels get CurveZMQ transport encryption
 # (the papermill CLI cannot configure the kernel manager; ipykernel warns on unencrypted TCP).
 demo: $(STAMP)
 	mkdir -p reports
-	$(PY) -c "from ragbench.kernels import execute_notebook as run; \
+	$(PY) -c "from ragbench.workspace.kernels import execute_notebook as run; \
 	  run('notebooks/00_quickstart.ipynb', 'reports/quickstart.ipynb', cwd='.')"
 	$(VENV)/bin/ragbench render reports/quickstart.ipynb --out reports/quickstart.html
 
@@ -64,7 +64,7 @@ render: $(STAMP)
 
 # kernels with CurveZMQ transport encryption where jupyter_client and pyzmq support it
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=. $$($(PY) -c "from ragbench.kernels import kernel_cli_args as a; print(*a())")
+	$(VENV)/bin/jupyter lab --notebook-dir=. $$($(PY) -c "from ragbench.workspace.kernels import kernel_cli_args as a; print(*a())")
 
 bench-retrieval: $(STAMP)
 	$(PY) benchmarks/retrieval.py

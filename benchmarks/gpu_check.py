@@ -1,17 +1,17 @@
 """GPU check: ragbench's LLM paths on real 7-8B architectures with random weights, one JSON.
 
 Runs without model files or network: Llama-3.1-8B and Qwen2.5-7B are built from their published
-shapes (``ragbench.llm.presets`` + the MLP widths below) with random weights, in bf16 on the
+shapes (``ragbench.models`` + the MLP widths below) with random weights, in bf16 on the
 device, and fed token ids (no tokenizer). Per model:
 
 - prefill tokens/s and MFU against a dense bf16 matmul peak measured in the same run (FLOPs from
-  ``ragbench.cost.forward_flops``);
+  ``ragbench.cost.accounting.forward_flops``);
 - prefix reuse: Q questions on one document: ragbench (the document's KV once, the questions
   batched over it through shared-prefix attention) against one plain ``generate`` per question and
   against prompt-cache reuse (``baselines.py``), with generated token-id equality;
 - runner batching: independent prompts decoded one at a time against one batch;
 - memory: measured KV bytes and ``torch.cuda.max_memory_allocated`` against
-  ``ragbench.cost.kv_cache_bytes``;
+  ``ragbench.cost.accounting.kv_cache_bytes``;
 - every KV-cache variant ``ragbench.llm.kv_cache.KV_CACHES`` names (new ones are picked up;
   one that needs parameters this script does not know, or a missing package, is recorded as an
   error, not fatal).
@@ -42,11 +42,11 @@ import baselines  # noqa: E402  (benchmarks/baselines.py: torch + transformers o
 import gpu_check_kv  # noqa: E402
 from gpu_check_kv import ids_of, random_ids  # noqa: E402
 
-from ragbench.cost import forward_flops, kv_cache_bytes  # noqa: E402
+from ragbench.cost.accounting import forward_flops, kv_cache_bytes  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm import kv_cache  # noqa: E402
 from ragbench.llm.hf_decode import Decoder  # noqa: E402
-from ragbench.llm.presets import get_preset  # noqa: E402
+from ragbench.models import get_preset  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 # the presets' shapes + what the cost model does not need (from each published config.json)

@@ -3,7 +3,7 @@
 - prefill tokens/s at 1k, 2k, 4k, 8k and MFU = achieved FLOPs / peak FLOPs, where the peak is
   measured in the same run by dense matmuls of the model's own shapes (hidden x MLP width) on its
   device and in its dtype (fp32 on CPU; ``--device cuda`` gives bf16 on most GPUs);
-  FLOPs from ``ragbench.cost.forward_flops`` (2 N T + causal attention).
+  FLOPs from ``ragbench.cost.accounting.forward_flops`` (2 N T + causal attention).
 - prefix reuse: 10 questions on one 4k-token document; ragbench (prefix KV computed once,
   questions batched over it) against a plain ``model.generate`` per question and against the
   transformers prompt-cache reuse recipe (document KV once, deep-copied per question;
@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import baselines  # noqa: E402  (benchmarks/baselines.py)
 
 from ragbench.assets import essays_dir, smollm2_gguf  # noqa: E402
-from ragbench.cost import forward_flops  # noqa: E402
+from ragbench.cost.accounting import forward_flops  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
 from ragbench.llm.hf import HFModel  # noqa: E402
-from ragbench.llm.presets import get_preset  # noqa: E402
+from ragbench.models import get_preset  # noqa: E402
 from ragbench.strategies.prompts import ANSWER_STOP  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
@@ -292,7 +292,7 @@ def bench_kv_variants(
     """Each KV-cache variant on the same question: measured bytes and times (one run each).
     transformers' quantized cache dequantises its whole cache at every decode step, so on a CPU
     its decode is far slower than the plain cache's: the memory is what it buys."""
-    from ragbench.cost import dtype_bytes, kv_cache_bytes
+    from ragbench.cost.accounting import dtype_bytes, kv_cache_bytes
 
     p = get_preset(MODEL)
     doc, qs = needle_document(model, tokens, 1)
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict:
             "note": "shared machine; timings are best-of-N wall clock and noisy under load",
         },
         "matmul_peak": peak,
-        "flops_formula": "ragbench.cost.forward_flops: 2*N*T + 4*layers*heads*head_dim*sum(positions 1..T)",
+        "flops_formula": "ragbench.cost.accounting.forward_flops: 2*N*T + 4*layers*heads*head_dim*sum(positions 1..T)",
         "prefill": prefill,
         "prefix_reuse": reuse,
         "kv_variants": kv_variants,

@@ -28,8 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ragbench.experiment.runner import _load_llm, load_config, run  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
-from ragbench.runner import _load_llm, load_config, run  # noqa: E402
 
 
 def config(out: str, lengths: list[int], batch_size: int) -> dict:

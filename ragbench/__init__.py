@@ -21,8 +21,8 @@ from ragbench.types import (  # noqa: E402
 )
 
 _LAZY = {
-    "run": "ragbench.runner:run",
-    "load_config": "ragbench.config:load_config",
+    "run": "ragbench.experiment.runner:run",
+    "load_config": "ragbench.experiment.config:load_config",
 }
 
 __all__ = [

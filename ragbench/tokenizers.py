@@ -18,7 +18,7 @@ from typing import Protocol
 
 from ragbench.registry import Registry, UnknownNameError, unknown
 
-# tokenizers by name; a model preset name (ragbench.llm.presets) or a path names one too
+# tokenizers by name; a model preset name (ragbench.models) or a path names one too
 TOKENIZERS = Registry("tokenizer", {"whitespace": "ragbench.tokenizers:WhitespaceTokenizer"})
 LOCAL = "<folder or .gguf path>"
 
@@ -92,7 +92,7 @@ def check_tokenizer(name: str) -> str:
     """``name`` if it can name a tokenizer: a ``TOKENIZERS`` entry, a model preset, or a path
     (a folder, a ``.gguf`` file; anything with a path separator passes here and is looked up
     when loaded, so a config can name a path relative to itself). Else a did-you-mean error."""
-    from ragbench.llm.presets import PRESETS
+    from ragbench.models import PRESETS
 
     path_like = "/" in name or os.sep in name or name.endswith(".gguf") or Path(name).is_dir()
     if name not in TOKENIZERS and name not in PRESETS and not path_like:
@@ -101,7 +101,7 @@ def check_tokenizer(name: str) -> str:
 
 
 def _unknown(name: str) -> UnknownNameError:
-    from ragbench.llm.presets import PRESETS
+    from ragbench.models import PRESETS
 
     return unknown("tokenizer", name, [*TOKENIZERS, *PRESETS, LOCAL])
 
@@ -110,7 +110,7 @@ def _unknown(name: str) -> UnknownNameError:
 def get_tokenizer(name: str = "smollm2-135m-instruct") -> Tokenizer:
     if name in TOKENIZERS:
         return TOKENIZERS.get(name)()
-    from ragbench.llm.presets import PRESETS
+    from ragbench.models import PRESETS
 
     if name in PRESETS:
         preset = PRESETS[name]

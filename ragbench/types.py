@@ -193,7 +193,7 @@ class Completion(JsonMixin):
       first token) + ``decode_seconds`` (first token until its last) = ``latency_seconds``;
     * ``resource_seconds``, its share of the device time: what cost is charged from. A batch's
       rows split the batch's device time (they add up to it); None means the backend did not
-      measure it, and cost falls back to prefill + decode (see ``ragbench.prices.gpu_seconds``).
+      measure it, and cost falls back to prefill + decode (see ``ragbench.cost.prices.gpu_seconds``).
 
     ``padding_tokens`` are padding positions its row computed in a padded batch (0 alone).
     ``kv_bytes_measured`` is what the transformers backend measured of its KV cache.
@@ -234,7 +234,7 @@ class Record(JsonMixin):
     """One results-table row: (example, strategy, parameter point) -> prediction, scores, cost.
 
     ``params`` is the strategy's typed parameter point (``ragbench.strategies.params``) and
-    ``cost`` a ``ragbench.cost.Cost`` (None on an error row); both are stored as JSON objects and
+    ``cost`` a ``ragbench.cost.accounting.Cost`` (None on an error row); both are stored as JSON objects and
     typed again by ``from_dict``.
     """
 
@@ -244,13 +244,15 @@ class Record(JsonMixin):
     prediction: str
     answers: tuple[str, ...] = ()
     scores: dict[str, float] = field(default_factory=dict)
-    cost: Any = None  # ragbench.cost.Cost; None: the record failed before any call was costed
+    cost: Any = (
+        None  # ragbench.cost.accounting.Cost; None: the record failed before any call was costed
+    )
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
-        from ragbench.cost import Cost
+        from ragbench.cost.accounting import Cost
         from ragbench.strategies import params_from_dict
 
         data = dict(data)

@@ -159,8 +159,8 @@ def _multikey_run(tmp_path, top_k: int, strategies=()):
     id, whether the gold needle sentence was in the prompt: the truth attribution is checked
     against. One RAG variant per run, so request ids (example:rag) are unique."""
     from ragbench.datasets import build_dataset
+    from ragbench.experiment.runner import run
     from ragbench.llm.fake import FakeLLM, split_question
-    from ragbench.runner import run
 
     examples = {e.id: e for e in build_dataset("ruler/niah_multikey", **MULTIKEY)}
     seen: dict[str, dict] = {}

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ragbench.cli import app
-from ragbench.config import ConfigError, apply_overrides, config_hash, load_config
+from ragbench.experiment.config import ConfigError, apply_overrides, config_hash, load_config
 
 FAKE = Path(__file__).parents[1] / "configs" / "fake.yaml"
 

@@ -6,7 +6,13 @@ import re
 
 import pytest
 
-from ragbench.config import ConfigError, RunConfig, config_hash, load_config, parse_config
+from ragbench.experiment.config import (
+    ConfigError,
+    RunConfig,
+    config_hash,
+    load_config,
+    parse_config,
+)
 
 GOOD = """\
 name: t
@@ -150,7 +156,7 @@ def test_retrieval_section_is_checked_before_anything_loads(tmp_path, retrieval,
 
 
 def test_retrieval_settings_are_a_grid_recorded_in_params(tmp_path):
-    from ragbench.runner import parameter_points
+    from ragbench.experiment.runner import parameter_points
 
     text = GOOD + "retrieval:\n  retriever: [dense, bm25]\n  chunk_size: [64, 128]\n"
     points = parameter_points(load_config(write(tmp_path, text)))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ragbench import cost, prices
+from ragbench import cost
+from ragbench.cost import prices
 from ragbench.io import InputFileError
-from ragbench.llm.presets import get_preset
+from ragbench.models import get_preset
 from ragbench.types import Completion
 
 TINY = {"non_embedding_params": 1000, "layers": 2, "heads": 3, "head_dim": 4}

@@ -11,8 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ragbench.cli.data import register
 from ragbench.datasets import DATASETS, build_dataset, dataset_names
-from ragbench.datasets.cli import register
 from ragbench.datasets.formats import read_examples
 from ragbench.io import sha256_file
 

@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ragbench.cli.data import register
 from ragbench.datasets import docs
-from ragbench.datasets.cli import register
 from ragbench.datasets.corpus import clean_text
 from ragbench.datasets.shared_corpus import corpus_fingerprint, read_documents
 from ragbench.io import sha256_file

@@ -12,10 +12,10 @@ import pytest
 from test_docs import build_folder
 from test_runner import niah_config
 
-from ragbench.config import ConfigError, load_config
 from ragbench.datasets import build_dataset, docs
 from ragbench.datasets.questions import locate, read_questions
 from ragbench.datasets.shared_corpus import read_documents, write_documents
+from ragbench.experiment.config import ConfigError, load_config
 from ragbench.io import InputFileError, sha256_file
 from ragbench.types import Document
 
@@ -186,7 +186,7 @@ QUESTIONS = [
 
 def test_corpus_dataset_runs_end_to_end_for_every_strategy(tmp_path, monkeypatch):
     import ragbench.retrieval
-    from ragbench.runner import run
+    from ragbench.experiment.runner import run
 
     folder = build_folder(tmp_path / "docs")
     result = docs.ingest([folder])
@@ -240,7 +240,7 @@ def test_a_cut_corpus_is_one_prefix_unscored_questions_run_and_paths_follow_the_
 ):
     import yaml
 
-    from ragbench.runner import run
+    from ragbench.experiment.runner import run
 
     # a corpus four times the window: long context must cut it, the same way for every question
     filler = " ".join(f"w{i}" for i in range(600))
@@ -278,7 +278,7 @@ def test_a_cut_corpus_is_one_prefix_unscored_questions_run_and_paths_follow_the_
 def test_embedded_model_computes_the_corpus_prefix_once(tmp_path):
     # the done-when on the real transformers backend: one corpus, three questions; the
     # first computes the corpus, the others find it cached
-    from ragbench.runner import run
+    from ragbench.experiment.runner import run
 
     filler = " ".join(f"Dock note {i} concerns the old pier." for i in range(40))
     facts = ("The ferry leaves at 06:40.", "The harbour master is Ben Marsh.", "The fee is 12 EUR.")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.config import load_config
 from ragbench.datasets import build_dataset
 from ragbench.datasets.formats import read_examples
 from ragbench.datasets.shared_corpus import read_documents
+from ragbench.experiment.config import load_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _EXAMPLE = re.compile(r"<!-- readme-example: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)

@@ -7,8 +7,8 @@ import re
 import pytest
 from test_runner import niah_config
 
-from ragbench.dry_run import dry_run
-from ragbench.runner import run
+from ragbench.experiment.dry_run import dry_run
+from ragbench.experiment.runner import run
 
 
 def logged(df):
@@ -38,8 +38,8 @@ def test_dry_run_cli_prints_the_table_and_loads_no_model(tmp_path, monkeypatch):
     import yaml
     from typer.testing import CliRunner
 
-    import ragbench.runner as runner
-    from ragbench.run_cli import register
+    import ragbench.experiment.runner as runner
+    from ragbench.cli.run import register
 
     monkeypatch.setattr(runner, "_load_llm", lambda cfg: pytest.fail("loaded the model"))
     path = tmp_path / "c.yaml"
@@ -71,7 +71,7 @@ def test_dry_run_counts_like_the_embedded_model(tmp_path):
 
 @pytest.mark.slow  # reads the embedded model's tokenizer
 def test_dry_run_window_follows_rope_scaling_like_the_model():
-    from ragbench.dry_run import HFPromptCounter
+    from ragbench.experiment.dry_run import HFPromptCounter
 
     plain = HFPromptCounter("smollm2-135m-instruct")
     scaled = HFPromptCounter("smollm2-135m-instruct", rope_scaling="yarn", rope_factor=2.0)

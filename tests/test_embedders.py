@@ -173,8 +173,8 @@ def test_server_embeddings_equal_local_ones_and_are_cached(tmp_path, monkeypatch
     from openai_server import send_json, serving
     from test_runner import niah_config
 
+    from ragbench.experiment.runner import run
     from ragbench.retrieval.embedders import HashEmbedder
-    from ragbench.runner import run
 
     monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
     local = HashEmbedder()

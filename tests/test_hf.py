@@ -488,7 +488,7 @@ def test_gemma3_base_preset_answers_with_a_plain_prompt():
 
 def test_runner_counts_kv_bytes_in_the_model_dtype(tiny, tmp_path):
     """The runner passes the model's dtype (float32 on CPU) to the cost columns: 4 bytes/value."""
-    from ragbench.runner import run
+    from ragbench.experiment.runner import run
 
     cfg = {
         "name": "t-kv-dtype",

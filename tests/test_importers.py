@@ -14,11 +14,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ragbench.cli.data import register
 from ragbench.datasets import build_dataset, formats
-from ragbench.datasets.cli import register
 from ragbench.io import InputFileError
 from ragbench.llm.fake import FakeLLM
-from ragbench.metrics import NO_ANSWER, score
+from ragbench.metrics.answer import NO_ANSWER, score
 from ragbench.retrieval import metrics as rm
 from ragbench.retrieval.retrievers import documents_by_max, to_run
 from ragbench.strategies import Resources, get_strategy, run_batch
@@ -80,7 +80,7 @@ def test_squad_v2_keeps_unanswerable_with_the_decline_option_or_drops_them(tmp_p
 
 
 def test_squad_v2_run_scores_declining_right_and_answering_wrong(tmp_path):
-    from ragbench.runner import run
+    from ragbench.experiment.runner import run
 
     seen: list[str] = []
 
@@ -182,7 +182,7 @@ def test_retrieve_only_judgements_from_qrels_or_evidence():
 
 def test_retrieve_only_in_a_run(tmp_path):
     """The runner builds the index and tabulates retrieval scores; no answer is generated."""
-    from ragbench.runner import run
+    from ragbench.experiment.runner import run
 
     cfg = {
         "name": "ro",
@@ -222,7 +222,7 @@ def test_import_beir_writes_a_shared_corpus_that_runs(tmp_path, monkeypatch):
     assert [r.scores["recall@3"] for r in records] == [1.0, 1.0, 1.0]
 
     # the same through `ragbench run`: no gold answers, no model loaded, a resume keeps scores
-    import ragbench.runner as runner
+    import ragbench.experiment.runner as runner
 
     monkeypatch.setattr(runner, "_load_llm", lambda cfg: pytest.fail("loaded a model"))
     cfg = {

@@ -11,7 +11,9 @@ import re
 import pandas as pd
 import pytest
 
-from ragbench.config import ConfigError
+from ragbench.experiment.config import ConfigError
+from ragbench.experiment.results import RECORDS, read_records
+from ragbench.experiment.runner import run
 from ragbench.judge import (
     Judge,
     cohen_kappa,
@@ -25,8 +27,6 @@ from ragbench.judge import (
 from ragbench.llm.base import ServerUnreachable
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
-from ragbench.results import RECORDS, read_records
-from ragbench.runner import run
 from ragbench.strategies.params import ClosedBookParams
 from ragbench.types import Document, Example, Record
 

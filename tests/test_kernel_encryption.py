@@ -6,7 +6,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from ragbench.kernels import execute_notebook, kernel_cli_args, kernel_config
+from ragbench.workspace.kernels import execute_notebook, kernel_cli_args, kernel_config
 
 WARNING = "without encryption"
 PROBE = (

@@ -191,7 +191,7 @@ def test_smollm2_snapkv_halves_the_prefix_and_keeps_the_essay_needle():
     the question's window scores the number's start, and each later digit is read by the
     decode steps' own queries.)"""
     from ragbench.datasets.niah import build
-    from ragbench.llm.presets import get_preset
+    from ragbench.models import get_preset
     from ragbench.strategies import get_strategy
     from ragbench.strategies.base import Resources
 

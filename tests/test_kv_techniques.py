@@ -113,7 +113,7 @@ def test_missing_quantization_backend_is_named(monkeypatch):
 
 
 def test_cost_carries_measured_bytes_beside_the_formula():
-    from ragbench.llm.presets import get_preset
+    from ragbench.models import get_preset
 
     p = get_preset("smollm2-135m-instruct")
     c = Completion("x", prompt_tokens=1000, completion_tokens=5, kv_bytes_measured=123)
@@ -254,7 +254,7 @@ def test_variants_and_plain_requests_in_one_call_are_charged_their_own_time(tiny
 
 @pytest.mark.slow
 def test_smollm2_kv_variants_measured_against_the_formula():
-    from ragbench.llm.presets import get_preset
+    from ragbench.models import get_preset
 
     model = HFModel("smollm2-135m-instruct", device="cpu")
     p = get_preset("smollm2-135m-instruct")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragbench import longbench_metrics as lb
-from ragbench.metrics import METRICS, score
+from ragbench.metrics import longbench as lb
+from ragbench.metrics.answer import METRICS, score
 
 # (function, prediction, gold, all_classes, value from LongBench's own metrics.py)
 REFERENCE = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ragbench.notebook import model_block, rope_runs
 from ragbench.strategies.params import LongContextParams
+from ragbench.workspace.notebook import model_block, rope_runs
 
 
 def test_rope_runs_open_the_window_then_scale_on_transformers_only():

@@ -16,8 +16,8 @@ import papermill as pm
 import pytest
 from test_docs import build_folder
 
-from ragbench.kernels import execute_notebook
-from ragbench.render import render_notebook, screenshot_html
+from ragbench.workspace.kernels import execute_notebook
+from ragbench.workspace.render import render_notebook, screenshot_html
 
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -100,7 +100,7 @@ def _with_figure_check(notebook: Path, folder: Path) -> Path:
     keep = nbformat.v4.new_code_cell("%config InlineBackend.close_figures = False")
     check = nbformat.v4.new_code_cell(
         "import matplotlib.pyplot as plt\n"
-        "from ragbench.readable import figure_problems\n"
+        "from ragbench.report.readable import figure_problems\n"
         "problems = [p for n in plt.get_fignums() for p in figure_problems(plt.figure(n))]\n"
         f"print('{FIGURE_CHECK}', len(plt.get_fignums()), 'problems:', problems)"
     )

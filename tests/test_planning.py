@@ -1,7 +1,7 @@
 import pytest
 
-from ragbench import planning
-from ragbench.prices import parse_price_sheet
+from ragbench.cost import planning
+from ragbench.cost.prices import parse_price_sheet
 
 API = parse_price_sheet(
     {

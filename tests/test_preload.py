@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.cost import Cost
+from ragbench.cost.accounting import Cost
 from ragbench.datasets import build_dataset
 from ragbench.datasets.shared_corpus import write_essay_corpus
+from ragbench.experiment.runner import run
 from ragbench.llm.fake import FakeLLM
-from ragbench.runner import run
 from ragbench.strategies import LongContextParams
 
 N = 6
@@ -99,7 +99,7 @@ def test_without_preload_the_first_question_pays_for_the_corpus(tmp_path, corpus
 
 def test_summary_shows_per_query_cost_with_and_without_the_amortised_share(tmp_path, corpus):
     from ragbench import report
-    from ragbench.readable import readable_table
+    from ragbench.report.readable import readable_table
 
     strategies = [{"name": "long_context", "params": {"preload": True}}]
     df = run(corpus_config(tmp_path, corpus, strategies), progress=False,
@@ -218,7 +218,7 @@ def test_preload_bypasses_the_completion_cache(tmp_path, corpus):
 def test_reprice_recomputes_the_one_time_and_amortised_dollars(tmp_path, corpus):
     import pandas as pd
 
-    from ragbench.reprice import reprice_run
+    from ragbench.cost.reprice import reprice_run
 
     strategies = ["long_context", {"name": "long_context", "params": {"preload": True}}]
     df = run(corpus_config(tmp_path, corpus, strategies), progress=False,

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ragbench import prices, prices_import
+from ragbench.cost import prices, prices_import
 from ragbench.io import InputFileError
 from ragbench.types import Completion
 

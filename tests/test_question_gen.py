@@ -14,16 +14,17 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ragbench.datasets import build_dataset, question_gen
-from ragbench.datasets.cli import register
-from ragbench.datasets.question_gen import (
+from ragbench.cli.data import register
+from ragbench.datasets import build_dataset
+from ragbench.datasets.shared_corpus import write_documents
+from ragbench.experiment import question_gen
+from ragbench.experiment.question_gen import (
     evidence_quote,
     find_span,
     generate_questions,
     parse_reply,
     questions_file,
 )
-from ragbench.datasets.shared_corpus import write_documents
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
 from ragbench.types import Document, Example, GenerationRequest

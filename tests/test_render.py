@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.render import render_notebook, repo_root, screenshot_html, scrub
 from ragbench.secrets import env_secret_values
+from ragbench.workspace.render import render_notebook, repo_root, screenshot_html, scrub
 
 FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "figure.ipynb"
 FAKE_KEY = "fake-openai-key-0123456789abcdef"  # no known key shape: only the env scan catches it
 FAKE_TOKEN = "hf-token-for-tests-7777"
 CHROMIUM = Path("/usr/bin/chromium")
 IMG = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=\s]+)"')
-MANIFEST = {  # the shape ragbench.runner writes
+MANIFEST = {  # the shape ragbench.experiment.runner writes
     "config_hash": "cfg-1a2b3c",
     "dataset": {"name": "niah", "fingerprint": "fp-9f8e7d", "n": 4},
     "model": {"backend": "HFLLM", "model": "smollm2-135m-instruct"},
@@ -168,7 +168,7 @@ def test_render_cli_default_path(rendered, tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from ragbench.sweep_cli import register
+    from ragbench.cli.sweep import register
 
     app = typer.Typer()
     register(app)
@@ -184,7 +184,7 @@ def test_render_cli_default_path(rendered, tmp_path, monkeypatch):
 
 
 def test_manifest_found_under_the_output_dir_parameter(rendered):
-    # ragbench.runner writes <output_dir>/<name>-<hash>/manifest.json; output_dir is a parameter
+    # ragbench.experiment.runner writes <output_dir>/<name>-<hash>/manifest.json; output_dir is a parameter
     run_dir = rendered["folder"] / "results" / "quick-12345678"
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "manifest.json").write_text(json.dumps(MANIFEST), encoding="utf-8")
@@ -203,7 +203,7 @@ def _render_cli(*args: str):
     import typer
     from typer.testing import CliRunner
 
-    from ragbench.sweep_cli import register
+    from ragbench.cli.sweep import register
 
     app = typer.Typer()
     register(app)

@@ -134,7 +134,7 @@ def _legend_covers_data(ax) -> bool:
 
 
 def test_planning_plots_keep_the_legend_off_the_data():
-    from ragbench import planning
+    from ragbench.cost import planning
 
     models = ["smollm2-135m-instruct", "qwen2.5-7b-instruct", "llama-3.1-8b-instruct"]
     kv = planning.kv_cache_table(models, [1024, 8192, 32768, 131072])
@@ -155,8 +155,9 @@ def test_plot_break_even_draws_each_series_of_one_sheet(tmp_path):
     matplotlib.use("Agg")
     from test_runner import niah_config
 
-    from ragbench import planning, report
-    from ragbench.runner import run
+    from ragbench import report
+    from ragbench.cost import planning
+    from ragbench.experiment.runner import run
 
     cfg = niah_config(
         tmp_path, strategies=["long_context", {"name": "rag", "params": {"top_k": 1}}]
@@ -179,7 +180,7 @@ def test_plot_break_even_draws_each_series_of_one_sheet(tmp_path):
 def test_the_overlap_check_catches_overlapping_ticks_and_a_legend_on_data():
     import matplotlib.pyplot as plt
 
-    from ragbench.readable import figure_problems
+    from ragbench.report.readable import figure_problems
 
     fig, ax = plt.subplots(figsize=(3, 2))
     ax.plot(range(40), range(40), label="a line through the legend")
@@ -201,7 +202,7 @@ def test_a_cost_axis_within_half_a_decade_keeps_its_labels_apart():
                           "string_match_all": [1.0, 1.0], "ci_low": [1.0, 1.0],
                           "ci_high": [1.0, 1.0]})  # fmt: skip
     ax = report.plot_accuracy_vs_cost(table)
-    from ragbench.readable import figure_problems
+    from ragbench.report.readable import figure_problems
 
     assert figure_problems(ax.figure) == []
     labelled = [t for t in ax.xaxis.get_majorticklocs() if 3.7e-3 <= t <= 7.8e-3]
@@ -219,8 +220,9 @@ def _results(cost_scale: float, tie: bool) -> pd.DataFrame:
 
 
 def _figures(cost_scale: float, tie: bool, lengths: list[int]):
-    """(name, figure) for every plot function in ragbench.report, on one data shape."""
-    from ragbench import analysis, planning
+    """(name, figure) for every plot function in ragbench.report.figures, on one data shape."""
+    from ragbench import analysis
+    from ragbench.cost import planning
 
     df = _results(cost_scale, tie)
     table = report.summary(df)
@@ -266,7 +268,7 @@ SHAPES = {
 def test_every_report_figure_has_readable_ticks_and_a_legend_off_the_data(shape):
     import matplotlib.pyplot as plt
 
-    from ragbench.readable import figure_problems
+    from ragbench.report.readable import figure_problems
 
     drawn = []
     for name, fig in _figures(*SHAPES[shape]):
@@ -274,7 +276,7 @@ def test_every_report_figure_has_readable_ticks_and_a_legend_off_the_data(shape)
         drawn.append(name)
         plt.close(fig)
     plots = sorted(n for n in dir(report) if n.startswith("plot_"))
-    assert sorted(drawn) == plots, "a plot function in ragbench.report is not checked here"
+    assert sorted(drawn) == plots, "a plot function in ragbench.report.figures is not checked here"
 
 
 def test_tied_series_stay_visible_and_the_legend_says_they_coincide():

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from ragbench import prices
 from ragbench.cli import app
+from ragbench.cost import prices
+from ragbench.cost.reprice import reprice_records_text, reprice_run, reprice_table
+from ragbench.experiment.runner import run
 from ragbench.io import sha256_file
-from ragbench.reprice import reprice_records_text, reprice_run, reprice_table
-from ragbench.runner import run
 
 
 def fake_config(tmp_path):

@@ -130,7 +130,7 @@ def test_build_index_checks_every_setting_before_chunking():
 
 def test_registries_and_checks_import_nothing_heavy():
     code = (
-        "import sys, ragbench, ragbench.retrieval as r, ragbench.metrics, ragbench.tokenizers,"
+        "import sys, ragbench, ragbench.retrieval as r, ragbench.metrics.answer, ragbench.tokenizers,"
         " ragbench.datasets.formats\n"
         "r.check_retriever_params('hybrid', {'weights': [1, 1]})\n"
         "r.check_chunking('sentence', 128, 16); r.EMBEDDERS.check('minilm')\n"

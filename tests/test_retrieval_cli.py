@@ -11,9 +11,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ragbench.cli import retrieval as cli
 from ragbench.datasets.formats import write_examples
 from ragbench.io import USER_ERROR_EXIT
-from ragbench.retrieval import cli
 from ragbench.types import Document, Example
 
 FAST = [
@@ -229,8 +229,8 @@ def test_real_process_prints_one_line(tmp_path):
 def test_index_build_is_build_index_with_the_config_defaults(app, dataset, tmp_path, monkeypatch):
     """`index build` builds through `ragbench.retrieval.build_index`, with the run config's
     defaults for whatever it is not told: the saved index answers as build_index's does."""
-    from ragbench.config import RetrievalConfig
     from ragbench.datasets.formats import read_examples
+    from ragbench.experiment.config import RetrievalConfig
     from ragbench.retrieval import build_index
 
     calls = []

@@ -252,8 +252,8 @@ def test_cli_index_build_and_retrieve(tmp_path):
     import typer
     from typer.testing import CliRunner
 
+    from ragbench.cli.retrieval import register
     from ragbench.datasets.formats import write_examples
-    from ragbench.retrieval.cli import register
     from ragbench.types import Example
 
     docs, evidence = niah_corpus(seed=1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragbench.runner import plan_rounds
+from ragbench.experiment.runner import plan_rounds
 
 
 def test_rounds_are_balanced_in_plan_order_and_keep_every_item_once():

@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ragbench import prices
-from ragbench.config import ConfigError
+from ragbench.cost import prices
+from ragbench.experiment.config import ConfigError
+from ragbench.experiment.results import RECORDS, read_records
+from ragbench.experiment.runner import DatasetError, run
 from ragbench.llm.fake import FakeLLM
-from ragbench.results import RECORDS, read_records
-from ragbench.runner import DatasetError, run
 from ragbench.types import Document, Example
 
 STRATEGIES = [
@@ -178,7 +178,7 @@ def start_slow_run(cfg: dict, path: Path, seconds_per_call: float) -> subprocess
         f"""
         import json, time
         from ragbench.llm.fake import FakeLLM
-        from ragbench.runner import run
+        from ragbench.experiment.runner import run
 
         class Slow(FakeLLM):
             def _generate(self, requests):
@@ -275,7 +275,7 @@ def test_cli_run(tmp_path):
     import yaml
     from typer.testing import CliRunner
 
-    from ragbench.run_cli import register
+    from ragbench.cli.run import register
 
     app = typer.Typer()
     register(app)
@@ -305,8 +305,8 @@ def test_cli_run(tmp_path):
 @pytest.mark.slow
 def test_embedded_defaults_tiny_niah(tmp_path):
     """SmolLM2 + MiniLM (offline): long context finds the needle at 1k tokens, RAG at 7k."""
-    from ragbench.config import load_config
-    from ragbench.runner import _load_llm
+    from ragbench.experiment.config import load_config
+    from ragbench.experiment.runner import _load_llm
 
     base = load_config(Path(__file__).parent.parent / "configs" / "quick-cpu.yaml").model_dump()
     base["output_dir"] = str(tmp_path)
@@ -332,7 +332,7 @@ def test_embedded_defaults_tiny_niah(tmp_path):
 
 
 def test_unreadable_middle_record_is_skipped_not_truncated(tmp_path):
-    from ragbench.results import append_record, read_records
+    from ragbench.experiment.results import append_record, read_records
     from ragbench.strategies import RagParams
     from ragbench.types import Record
 
@@ -372,8 +372,8 @@ def test_error_rows_are_retried_on_resume(tmp_path):
 def test_flatten_never_lets_one_section_overwrite_another():
     # regression: params, scores and cost shared an empty prefix, so a score named "top_k"
     # silently replaced the parameter
-    from ragbench.cost import Cost
-    from ragbench.results import flatten
+    from ragbench.cost.accounting import Cost
+    from ragbench.experiment.results import flatten
     from ragbench.strategies import RagParams
     from ragbench.types import Record
 
@@ -422,7 +422,7 @@ def test_one_writer_per_run_folder(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from ragbench.run_cli import register
+    from ragbench.cli.run import register
 
     cfg = niah_config(tmp_path)
     # 0.5 s per call keeps it running while the second one starts
@@ -451,7 +451,7 @@ def test_one_writer_per_run_folder(tmp_path):
 
 
 def test_resume_recomputes_scores_and_keeps_the_run_history(tmp_path, monkeypatch):
-    import ragbench.runner as runner
+    import ragbench.experiment.runner as runner
 
     cfg = niah_config(tmp_path, strategies=["closed_book", "long_context"])
     first = run(cfg, progress=False, llm=FakeLLM())
@@ -489,7 +489,7 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
     import yaml
     from typer.testing import CliRunner
 
-    from ragbench.run_cli import register
+    from ragbench.cli.run import register
 
     cfg = niah_config(tmp_path, strategies=["long_context"])
     cfg["model"]["params"] = {"context_window": 10}  # every prompt is over the window
@@ -506,7 +506,7 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
 
 
 def test_credentials_change_neither_the_run_folder_nor_reach_the_manifest(tmp_path):
-    from ragbench.config import config_hash, load_config
+    from ragbench.experiment.config import config_hash, load_config
 
     def with_secret(secret: str) -> dict:
         cfg = niah_config(tmp_path, strategies=["closed_book"])

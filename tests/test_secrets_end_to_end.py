@@ -110,7 +110,7 @@ def test_a_planted_secret_reaches_no_notebook_or_html(serve, tmp_path):
     }
     executed = tmp_path / "reports" / "quickstart.ipynb"
     code = (
-        "import sys, json; from ragbench.kernels import execute_notebook as run; "
+        "import sys, json; from ragbench.workspace.kernels import execute_notebook as run; "
         "run('notebooks/00_quickstart.ipynb', sys.argv[1], parameters=json.loads(sys.argv[2]),"
         " cwd='.')"
     )

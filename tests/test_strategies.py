@@ -12,7 +12,7 @@ from ragbench.llm.base import ContextOverflowError
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
 from ragbench.llm.openai_compat import LLMRequestError
-from ragbench.llm.presets import get_preset
+from ragbench.models import get_preset
 from ragbench.strategies import prompts
 from ragbench.strategies.long_context import long_context_prompt
 from ragbench.types import Document, Example, Record
@@ -138,7 +138,7 @@ def test_long_context_finds_needle_and_sets_prefix():
     prompt, prefix, _ = long_context_prompt(ex, res())
     assert prompt.startswith(prefix) and prefix.strip() == ex.context  # document first
     assert prompt.endswith("Answer:")
-    # cost fields from ragbench.cost: FLOPs and KV bytes at this prompt
+    # cost fields from ragbench.cost.accounting: FLOPs and KV bytes at this prompt
     assert r.cost.prompt_tokens > 406 and r.cost.kv_cache_bytes > 0
     assert r.cost.flops_attention < r.cost.flops
 

@@ -14,8 +14,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from ragbench.sweep import execute_sweep, run_sweep
-from ragbench.sweep_spec import SweepSpec, SweepSpecError, expand_grid, load_spec, point_id
+from ragbench.workspace.sweep import execute_sweep, run_sweep
+from ragbench.workspace.sweep_spec import (
+    SweepSpec,
+    SweepSpecError,
+    expand_grid,
+    load_spec,
+    point_id,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "sweep_point.ipynb"
 
@@ -196,7 +202,7 @@ def test_run_sweep_warns_and_cli_summarises(sweep_runs):
 
     import typer
 
-    from ragbench.sweep_cli import register
+    from ragbench.cli.sweep import register
 
     app = typer.Typer()
     register(app)
@@ -249,7 +255,7 @@ def test_a_missing_kernel_is_one_clear_error_before_any_point(tmp_path):
 def test_notebooks_ask_for_the_project_kernel():
     import nbformat
 
-    from ragbench.kernels import PROJECT_KERNEL, resolve_kernel
+    from ragbench.workspace.kernels import PROJECT_KERNEL, resolve_kernel
 
     for path in sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb")):
         assert nbformat.read(path, 4).metadata["kernelspec"]["name"] == PROJECT_KERNEL, path

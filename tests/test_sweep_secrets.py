@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from ragbench.kernels import redact_notebook
-from ragbench.render import render_notebook
-from ragbench.sweep import execute_sweep
-from ragbench.sweep_spec import SweepSpecError, load_spec, point_id
+from ragbench.workspace.kernels import redact_notebook
+from ragbench.workspace.render import render_notebook
+from ragbench.workspace.sweep import execute_sweep
+from ragbench.workspace.sweep_spec import SweepSpecError, load_spec, point_id
 
 PROBE = Path(__file__).parent / "fixtures" / "notebooks" / "sweep_probe.ipynb"
 PASSWORD = "hunter2-pw-5150"
@@ -95,7 +95,7 @@ def test_printed_summary_and_rendered_html_hold_no_credential(swept, tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from ragbench.sweep_cli import register
+    from ragbench.cli.sweep import register
 
     app = typer.Typer()
     register(app)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from ragbench.cost import Cost
+from ragbench.cost.accounting import Cost
 from ragbench.strategies import RagParams
 from ragbench.types import (
     Chunk,

@@ -1,7 +1,7 @@
 """Analysis that decides: paired comparison, failure attribution, oracle-router headroom and
 Self-Route diagnostics. Every function takes the results table (one row per example, strategy
 and parameter point; ``label`` names the variant) and returns a table; plots live in
-``ragbench.report``.
+``ragbench.report.figures``.
 
 - ``compare``: every pair of variants on the *same* questions. Averages with overlapping CIs hide
   a consistent per-question difference (and overlapping-looking CIs can hide none); pairing

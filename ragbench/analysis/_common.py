@@ -11,14 +11,14 @@ from ragbench.registry import unknown
 
 
 def _labels(df: Any) -> Any:
-    from ragbench.report import with_labels  # lazy: report imports this module
+    from ragbench.report.figures import with_labels  # lazy: report imports this module
 
     return with_labels(df)
 
 
 def _check_metric(df: Any, metric: str) -> None:
     if metric not in df.columns:
-        from ragbench.metrics import METRICS
+        from ragbench.metrics.answer import METRICS
 
         scored = [c for c in df.columns if c in METRICS] or list(df.columns)
         raise unknown("metric column", metric, scored)
@@ -43,7 +43,7 @@ def _scored(df: Any, metric: str) -> Any:
 
 
 def _higher_is_better(metric: str) -> bool:
-    from ragbench.metrics import METRICS
+    from ragbench.metrics.answer import METRICS
 
     return METRICS.get(metric).higher_is_better if metric in METRICS else True
 

@@ -102,8 +102,8 @@ def router_headroom(
     ``report.plot_accuracy_vs_cost`` to put the oracle on the accuracy-cost plot."""
     import pandas as pd
 
-    from ragbench.metrics import bootstrap_ci
-    from ragbench.report import summary
+    from ragbench.metrics.answer import bootstrap_ci
+    from ragbench.report.figures import summary
 
     df = _labels(df)
     choices = oracle_router(df, metric, cost, threshold, labels)
@@ -155,7 +155,7 @@ def self_route_diagnostics(
         return pd.DataFrame(columns=columns)
     if "route" not in sr.columns:
         raise ValueError(
-            "self_route rows have no 'route' column; was the run made by ragbench.runner?"
+            "self_route rows have no 'route' column; was the run made by ragbench.experiment.runner?"
         )
     rows = []
     for label, group in _scored(sr, metric).groupby("label", sort=False):

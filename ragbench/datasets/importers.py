@@ -51,7 +51,7 @@ from ragbench.datasets._validate import (
     req,
 )
 from ragbench.io import InputFileError
-from ragbench.metrics import NO_ANSWER
+from ragbench.metrics.answer import NO_ANSWER
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
 
@@ -71,7 +71,7 @@ def load_longbench(path: PathLike) -> list[Example]:
 
 def _longbench_metric(v: dict, all_classes: list[str] | None) -> str:
     """The subset's official metric; inputs it cannot score are errors here, not 0s later."""
-    from ragbench.longbench_metrics import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
+    from ragbench.metrics.longbench import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
 
     subset = subset_name(v["dataset"])
     if subset not in SUBSET_METRIC:

@@ -174,7 +174,7 @@ def evidence_quote(text: str, start: int, end: int, max_chars: int = 300) -> tup
 def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str, Any] | str:
     """The question row for ``reply`` to ``passage``, or the reason it is rejected (``REASONS``
     in ``question_gen``: the per-reply ones, ``format`` to ``answer_in_question``)."""
-    from ragbench.metrics import normalize_answer
+    from ragbench.metrics.answer import normalize_answer
 
     parsed = parse_reply(reply)
     if parsed is None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbench.metrics import exact_match, f1
+from ragbench.metrics.answer import exact_match, f1
 
 LOW_KAPPA = 0.4  # below this (Landis-Koch: "fair" or worse) the summary warns
 JUDGE_METRICS = ("judge_correct", "judge_faithful")

@@ -259,7 +259,7 @@ def _collect(jobs: list[_Job], items, scores, meta, judge: Judge) -> None:
 
 def _add_cost(meta: dict[str, Any], done: list[Completion], sheet: Any) -> None:
     """Judge accounting, added to what earlier judge passes on this record spent."""
-    from ragbench.cost import Cost
+    from ragbench.cost.accounting import Cost
 
     total = sum((Cost.of(c, None, sheet) for c in done[1:]), Cost.of(done[0], None, sheet))
     new = {

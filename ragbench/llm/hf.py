@@ -54,7 +54,7 @@ ENCODED_CACHE_TOKENS = 1 << 20  # token ids HFModel.encode keeps, most recent te
 class HFModel(LLM):
     """A causal LM run with transformers on CUDA, MPS or CPU.
 
-    ``model``: a preset name (``ragbench.llm.presets``), a local folder, a ``.gguf`` file
+    ``model``: a preset name (``ragbench.models``), a local folder, a ``.gguf`` file
     (dequantised once, see ``convert_gguf``) or a Hugging Face hub id. ``prefix_cache_size``
     prefix KV caches are kept across calls, so one document asked many questions in separate
     ``generate`` calls is prefilled once; ``prefix_reuse=False`` is the baseline without any.

@@ -22,7 +22,7 @@ from typing import Any
 from ragbench import assets
 from ragbench.devices import pick_device, quiet_transformers
 from ragbench.llm.gguf import convert_gguf, file_sha256
-from ragbench.llm.presets import PRESETS, ModelPreset
+from ragbench.models import PRESETS, ModelPreset
 from ragbench.registry import unknown
 
 DTYPES = ("float32", "bfloat16", "float16")

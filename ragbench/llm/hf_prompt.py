@@ -1,5 +1,5 @@
 """How the transformers backend turns a request into prompt text: shared by ``HFModel`` and the
-dry run (``ragbench.dry_run``), which must count the same tokens without loading weights."""
+dry run (``ragbench.experiment.dry_run``), which must count the same tokens without loading weights."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragbench.cost import Cost
-from ragbench.metrics import score
+from ragbench.cost.accounting import Cost
+from ragbench.metrics.answer import score
 from ragbench.strategies.params import RetrievalParams, StrategyParams
 from ragbench.strategies.prompts import ANSWER_STOP, CONTEXT_TEMPLATE, clean_answer
 from ragbench.types import Completion, Example, GenerationRequest, Record

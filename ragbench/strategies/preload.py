@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ragbench.cost import Cost
+from ragbench.cost.accounting import Cost
 from ragbench.strategies.base import Resources
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.prompts import question_part

@@ -15,7 +15,7 @@ import dataclasses
 import time
 from typing import Any, ClassVar
 
-from ragbench.cost import Cost
+from ragbench.cost.accounting import Cost
 from ragbench.strategies.base import Resources, Steps
 from ragbench.strategies.params import RetrievalParams, _positive_or_none
 from ragbench.types import Example, Record

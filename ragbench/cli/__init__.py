@@ -1,0 +1,46 @@
+"""The `ragbench` command. Each area registers its sub-commands from its own module; heavy
+imports happen inside the commands, so `ragbench --help` is fast."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+import typer
+
+app = typer.Typer(
+    help="ragbench: retrieval (RAG) vs long-context prompting, accuracy and cost per query.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+# modules exposing `register(app: typer.Typer) -> None`
+COMMAND_MODULES: list[str] = [
+    "ragbench.cli.data",
+    "ragbench.cli.retrieval",
+    "ragbench.cli.run",
+    "ragbench.cli.sweep",
+    "ragbench.cli.cost",
+    "ragbench.cli.listing",
+]
+
+
+@app.callback()
+def _setup() -> None:
+    """Log warnings to stderr with credentials masked (``ragbench.secrets``)."""
+    from ragbench.secrets import install_log_redaction
+
+    install_log_redaction()
+
+
+@app.command()
+def assets() -> None:
+    """Show where each embedded offline asset is (or how to install it)."""
+    from ragbench.assets import describe
+
+    for name, where in describe().items():
+        typer.echo(f"{name:24s} {where}")
+
+
+for _module in COMMAND_MODULES:
+    import_module(_module).register(app)
+

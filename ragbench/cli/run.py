@@ -1,0 +1,95 @@
+"""``ragbench run CONFIG``: run an experiment config and print accuracy and cost per variant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(app) -> None:
+    """Adds ``ragbench run CONFIG`` to the root typer app."""
+    import typer
+
+    @app.command("run")
+    def run_command(
+        config: Path = typer.Argument(..., help="experiment YAML, e.g. configs/quick-cpu.yaml"),
+        output_dir: str | None = typer.Option(None, help="override the config's output_dir"),
+        quiet: bool = typer.Option(False, help="no progress bar"),
+        wait: bool = typer.Option(False, help="if another process is writing the run, wait"),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="count tokens and dollars per strategy; load no model"
+        ),
+        set_: list[str] = typer.Option(  # noqa: B008 (typer reads defaults at definition)
+            [],
+            "--set",
+            metavar="PATH=VALUE",
+            help="override a config value (repeatable), YAML-parsed and validated like the "
+            "file: --set model.max_new_tokens=64 --set strategies[1].params.top_k=[2,4]",
+        ),  # fmt: skip
+        limit: int | None = typer.Option(
+            None, min=1, help="only the first N examples (dataset.limit)"
+        ),
+        threads: int | None = typer.Option(
+            None, min=1, help="torch CPU threads (model.threads); 1-2 on a busy machine"
+        ),
+    ) -> None:
+        """Run an experiment config (resumable): results.parquet + manifest.json.
+
+        Overrides (--set, --limit, --threads) are recorded in the manifest."""
+        from ragbench.experiment.config import load_config
+        from ragbench.experiment.runner import run
+        from ragbench.io import user_errors
+        from ragbench.locks import LockHeldError
+        from ragbench.report.figures import summary
+
+        with user_errors(
+            LockHeldError
+        ):  # ConfigError, DatasetError: ValueErrors naming file, line, field
+            overrides = list(set_)
+            overrides += [f"dataset.limit={limit}"] if limit else []
+            overrides += [f"model.threads={threads}"] if threads else []
+            cfg = load_config(config, overrides)
+            if output_dir:
+                cfg = cfg.model_copy(update={"output_dir": output_dir})
+            if dry_run:
+                _echo_dry_run(cfg, progress=not quiet)
+                return
+            df = run(cfg, progress=not quiet, wait=wait)
+        typer.echo(f"run folder: {df.attrs['run_dir']}")
+        failed = int(df["error"].notna().sum())
+        if failed == len(df):  # nothing to summarise: say why, not a table of NaN
+            _echo_errors(df, f"all {failed} records failed", err=True)
+            raise typer.Exit(code=1)
+        from ragbench.report.readable import readable_text
+
+        for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
+            table = summary(df, metric=metric, seed=cfg.seed)
+            typer.echo(readable_text(table))  # $ per 1k queries, rates as %: as notebooks show
+        if failed:
+            _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
+
+
+def _echo_errors(df, headline: str, err: bool = False) -> None:
+    """``headline``, then the most frequent errors with their counts (already redacted)."""
+    import typer
+
+    from ragbench.experiment.results import error_summary
+
+    typer.echo(f"{headline}; most frequent errors:", err=err)
+    for message, count in error_summary(df["error"]):
+        typer.echo(f"  {count:5d} x {message}", err=err)
+
+
+def _echo_dry_run(cfg, progress: bool) -> None:
+    import typer
+
+    from ragbench.experiment.dry_run import dry_run
+    from ragbench.report.readable import readable_text
+
+    table = dry_run(cfg, progress=progress)
+    typer.echo(f"dry run of {cfg.name}: nothing generated, nothing written")
+    typer.echo(readable_text(table))
+    total = table["dollars_total_max"].sum(min_count=1)
+    if total == total:  # not NaN
+        typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
+    for note in table.attrs["notes"]:
+        typer.echo(f"note: {note}")

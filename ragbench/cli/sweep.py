@@ -1,0 +1,103 @@
+"""`ragbench sweep` and `ragbench render`. Heavy imports (papermill, nbconvert) stay inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sweep)
+    app.command()(render)
+
+
+def sweep(
+    spec: Path = typer.Argument(..., help="sweep YAML: notebook, parameters, grid, output_dir"),
+    workers: int = typer.Option(1, "--workers", "-w", min=1, help="points run in parallel"),
+    executor: str = typer.Option("local", help="local (process pool) or ray (one task a point)"),
+    rerun_failed: bool = typer.Option(True, help="rerun points that failed last time"),
+    wait: bool = typer.Option(
+        True,
+        help="points another running sweep is executing: wait for them and report their result "
+        "(--wait), or report them as running elsewhere and finish (--no-wait)",
+    ),
+) -> None:
+    """Execute a notebook once per grid point with papermill; done points are skipped.
+
+    Each point is locked while it runs: a second sweep of the same spec shares the work instead
+    of repeating it. Ctrl-C or SIGTERM stops the workers and their kernels too."""
+    from tqdm import tqdm
+
+    from ragbench.workspace.sweep import execute_sweep
+    from ragbench.workspace.sweep_spec import SweepSpecError, expand_grid, load_spec
+
+    try:
+        total = len(expand_grid(load_spec(spec)))
+        with tqdm(total=total, unit="point", desc=spec.stem) as bar:
+
+            def advance(point) -> None:
+                bar.update(1)
+                bar.set_postfix_str(f"{point.point_id}: {point.status}")
+
+            outcome = execute_sweep(
+                spec, workers, executor, rerun_failed, on_point=advance, wait=wait
+            )
+    except SweepSpecError as exc:  # its message has its credentials masked already
+        typer.secho(str(exc), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+
+    typer.echo(f"\n{'point':48s} {'status':16s} {'seconds':>8s}  {'finished at':25s}  error")
+    for p in outcome.points:
+        status = f"{p.status} (earlier)" if p.skipped else p.status
+        finished = p.finished_at or ""
+        typer.echo(
+            f"{p.point_id[:48]:48s} {status:16s} {p.seconds:8.1f}  {finished:25s}  {p.note()}"
+        )
+    held = f", {len(outcome.held)} running elsewhere" if outcome.held else ""
+    typer.echo(
+        f"\n{outcome.count('done', skipped=False)} done, {outcome.count('done', skipped=True)} "
+        f"skipped, {outcome.count('failed')} failed{held}; {len(outcome.results)} result rows in "
+        f"{outcome.sweep_dir / 'results.parquet'}"
+    )
+    for p in outcome.failed:
+        typer.echo(f"failed notebook: {p.notebook}")
+    if outcome.failed:
+        raise typer.Exit(1)
+
+
+def render(
+    notebook: Path = typer.Argument(..., help="executed .ipynb"),
+    no_code: bool = typer.Option(False, "--no-code", help="hide code cells (outputs only)"),
+    out: Path | None = typer.Option(
+        None, help="HTML path; default beside the notebook: <name>[-nocode].html"
+    ),
+    manifest: Path | None = typer.Option(None, help="run manifest JSON for the header"),
+    allow_unexecuted: bool = typer.Option(
+        False,
+        "--allow-unexecuted",
+        help="render a notebook no cell of which has run, under a 'not executed' banner",
+    ),
+) -> None:
+    """Render an executed notebook to standalone HTML (figures embedded, secrets scrubbed).
+
+    A file that is not an executed notebook is refused with one line on stderr (exit 2)."""
+    from ragbench.workspace.render import RenderInputError, render_notebook
+
+    if out is None:  # beside the notebook, wherever it is run from
+        out = notebook.with_name(f"{notebook.stem}{'-nocode' if no_code else ''}.html")
+    try:
+        path = render_notebook(
+            notebook,
+            out,
+            include_code=not no_code,
+            manifest=manifest,
+            allow_unexecuted=allow_unexecuted,
+        )
+    except RenderInputError as exc:
+        typer.echo(f"ragbench render: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:  # e.g. the HTML cannot be written (permissions, a file for a folder)
+        typer.echo(f"ragbench render: {exc.filename or out}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(str(path))

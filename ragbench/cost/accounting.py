@@ -1,0 +1,371 @@
+"""Cost per query: tokens, latency, resource seconds, FLOPs, KV-cache bytes, MFU and dollars.
+
+Two times per query, never mixed: ``latency_seconds`` is what its user waited (queue + prefill +
+decode); ``resource_seconds`` is its own share of the device time (a batched row: split by its
+stand-alone cost, see ``ragbench.llm.calibration``). Dollars and MFU come from resource seconds
+(self-hosted) or tokens (APIs), never from latency, so a record's cost does not depend on what it
+was batched with or how long it queued.
+
+Everything here is a pure function of a ``Completion`` (the backend's accounting), a model's
+architecture facts (``ragbench.models.ModelPreset``) and a price sheet
+(``ragbench.cost.prices``: a YAML data file with a date and a source; no price lives in code). A
+record's cost is a ``Cost``: it adds (a query of several calls) and flattens to columns.
+
+FLOPs model (forward pass only, per query). Write P = prompt tokens, C = cached prompt tokens
+(a reused prefix KV cache: those positions are not recomputed), G = completion tokens,
+N = non-embedding parameters (Kaplan et al. 2020), L = layers, H = query heads, d = head dim.
+
+* Positions that run through the network: the prefill computes positions C+1..P and emits the
+  first completion token; each further completion token is one decode step, so positions
+  P+1..P+G-1 run too. Tokens processed T = (P - C) + max(G - 1, 0).
+* Dense term: each parameter is one multiply-add (2 FLOPs) per processed token: ``2 N T``.
+  Embedding lookups and the LM head are excluded, as in Kaplan's N (the transformers backend
+  computes logits for the last position only).
+* Attention term: the token at position i attends to i keys (causal, itself included). Per
+  layer and head, QK^T is i*d multiply-adds and the weighted sum AV another i*d, so
+  4*i*d FLOPs; summed over heads and layers, 4*L*H*d*i. Query heads count: grouped-query
+  attention shrinks the KV cache, not these products. Over the processed positions:
+  ``4 L H d * sum_{i=C+1}^{P+G-1} i``. For a full prefill of n tokens that is
+  4*L*H*d*n(n+1)/2 ~= 2*L*H*d*n^2: the causal half of the 4*L*H*d*n^2 a bidirectional pass
+  would cost. It passes the dense term once n > N / (L*H*d) tokens (about 2.7k for SmolLM2).
+* Softmax, norms and sliding windows are ignored; with sliding-window layers (Gemma 3) the
+  attention term is an upper bound.
+
+KV cache per query (the ``kv_cache_bytes`` record column): after the last step the cache holds
+the positions that ran plus the cached prefix, P + max(G - 1, 0) (the last completion token is
+sampled, never fed back), times 2 (keys and values) x L x KV heads x d x bytes per value. Bytes per
+value come from the dtype the cache is stored in (``dtype_bytes``): the transformers backend keeps
+it in the model's dtype, which its ``identity()["dtype"]`` reports (float32 on CPU by default: 4
+bytes). When the dtype is unknown (hosted APIs, servers) 2 bytes is *assumed*, the common serving
+dtype (bf16/fp16); the record's ``kv_bytes_per_value`` says which was used. Batch padding and a
+server's block rounding are not counted: this is one sequence's own cache.
+
+Measured beside the formula: ``kv_bytes_measured`` is what the transformers backend found in its
+cache's tensors right after the prefill (their real dtype: a quantized cache's packed codes plus
+its scales and zero points; a sink cache only its kept positions), and ``kv_bytes_prefill`` is the
+formula at the same moment (P positions, the cache's dtype), so the two compare directly: equal
+for the plain cache, smaller measured for a technique that shrinks the cache. None where nothing
+was measured (servers, the fake backend, completions cached before the column existed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ragbench.cost.prices import PriceSheet, dollars_per_query, gpu_seconds
+from ragbench.registry import unknown
+from ragbench.types import Completion, JsonMixin
+
+# ---------------------------------------------------------------------------- memory and compute
+
+
+def kv_cache_bytes(
+    layers: int,
+    kv_heads: int,
+    head_dim: int,
+    seq_len: int,
+    batch: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
+    """Bytes of keys + values: ``2 x layers x kv_heads x head_dim x seq_len x batch x bytes``.
+
+    The textbook example (100 layers, 80 heads, head dim 128, 10^6 tokens, batch 1, 2 bytes)
+    gives 4,096,000,000,000 bytes: 4.1 TB, 3.7 TiB, or the "3.8 TB" quoted as 3,815 GiB / 1000.
+    """
+    args = dict(layers=layers, kv_heads=kv_heads, head_dim=head_dim, seq_len=seq_len, batch=batch)
+    for name, v in {**args, "bytes_per_value": bytes_per_value}.items():
+        if v < 0:
+            raise ValueError(f"kv_cache_bytes: {name} must be >= 0, got {v}")
+    return 2 * layers * kv_heads * head_dim * seq_len * batch * bytes_per_value
+
+
+DEFAULT_KV_BYTES_PER_VALUE = 2  # assumed when the dtype is unknown: bf16/fp16 serving
+# dtype name (torch's, without "torch.") -> bytes per value; float8_* variants are 1 byte
+_DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "bf16": 2,
+    "fp16": 2,
+    "fp32": 4,
+    "fp8": 1,
+    "int8": 1,
+    "uint8": 1,
+}
+
+
+def dtype_bytes(dtype: Any = None, default: int = DEFAULT_KV_BYTES_PER_VALUE) -> int:
+    """Bytes per value of ``dtype`` ("float32", "torch.bfloat16", a torch dtype, "float8_e4m3fn").
+
+    None or "" (unknown) gives ``default``, an assumption; an unrecognised name is an error.
+    """
+    if dtype is None or str(dtype).strip() == "":
+        return default
+    name = str(dtype).strip().lower().removeprefix("torch.")
+    if name in _DTYPE_BYTES:
+        return _DTYPE_BYTES[name]
+    if name.startswith(("float8", "fp8")):
+        return 1
+    raise unknown("dtype", str(dtype), [*_DTYPE_BYTES, "float8_*"])
+
+
+def query_kv_positions(prompt_tokens: int, completion_tokens: int) -> int:
+    """Positions in one query's KV cache when generation ends: P + max(G - 1, 0)."""
+    return prompt_tokens + max(completion_tokens - 1, 0)
+
+
+def _arch(preset_or_arch: Any) -> tuple[int, int, int, int]:
+    """(non_embedding_params, layers, heads, head_dim) from a ModelPreset or a mapping."""
+    keys = ("non_embedding_params", "layers", "heads", "head_dim")
+    if isinstance(preset_or_arch, dict):
+        missing = [k for k in keys if k not in preset_or_arch]
+        if missing:
+            raise ValueError(f"architecture is missing {missing}; needs {list(keys)}")
+        return tuple(int(preset_or_arch[k]) for k in keys)  # type: ignore[return-value]
+    return tuple(int(getattr(preset_or_arch, k)) for k in keys)  # type: ignore[return-value]
+
+
+def processed_positions(prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> range:
+    """1-based positions that run through the network (see the module docstring)."""
+    if not 0 <= cached_tokens <= prompt_tokens:
+        raise ValueError(
+            f"cached_tokens {cached_tokens} must be in [0, prompt_tokens={prompt_tokens}]"
+        )
+    if completion_tokens < 0:
+        raise ValueError(f"completion_tokens must be >= 0, got {completion_tokens}")
+    return range(cached_tokens + 1, prompt_tokens + max(completion_tokens - 1, 0) + 1)
+
+
+def forward_flops(
+    preset_or_arch: Any, prompt_tokens: int, cached_tokens: int = 0, completion_tokens: int = 0
+) -> dict[str, int]:
+    """Forward FLOPs of one query: {"dense", "attention", "total"} (formula in the module doc)."""
+    n_params, layers, heads, head_dim = _arch(preset_or_arch)
+    pos = processed_positions(prompt_tokens, cached_tokens, completion_tokens)
+    tokens = len(pos)
+    position_sum = (pos.start + pos.stop - 1) * tokens // 2 if tokens else 0  # arithmetic series
+    dense = 2 * n_params * tokens
+    attention = 4 * layers * heads * head_dim * position_sum
+    return {"dense": dense, "attention": attention, "total": dense + attention}
+
+
+def mfu(flops: float, seconds: float, peak_flops: float) -> float | None:
+    """Model FLOPs utilisation: achieved FLOP/s over the hardware peak (None if unmeasurable)."""
+    if not seconds or seconds <= 0 or not peak_flops or peak_flops <= 0:
+        return None
+    return float(flops) / (seconds * peak_flops)
+
+
+# ---------------------------------------------------------------------------- a query's cost
+
+
+@dataclass(frozen=True)
+class Cost(JsonMixin):
+    """What one query cost: the record's cost columns (``to_dict()``, in field order). ``a + b``
+    is a query made of two calls (Self-Route: its RAG call, then long context): counts and
+    seconds add, memory takes the larger, MFU is recomputed. A field is None when it is
+    unknown (no architecture preset: no FLOPs; no price sheet: no dollars), never guessed."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # served from a reused prefix KV cache (not recomputed)
+    completion_tokens: int = 0
+    padding_tokens: int = 0  # padding positions its rows computed in padded batches
+    queue_seconds: float = 0.0  # submitted -> its work began (behind other batches, a slot)
+    prefill_seconds: float = 0.0  # work began -> first token
+    decode_seconds: float = 0.0  # first token -> last token
+    latency_seconds: float = 0.0  # queue + prefill + decode: what the user waited (not charged)
+    resource_seconds: float = 0.0  # its share of device time x devices: what dollars charge
+    retrieval_seconds: float | None = None  # index build + search; None: did not retrieve
+    peak_memory_bytes: int | None = None
+    usage_estimated: bool = False  # token counts estimated locally, not reported by a server
+    llm_calls: int = 0
+    flops: int | None = None
+    flops_attention: int | None = None
+    kv_cache_bytes: int | None = None  # this query's own KV cache at its last step
+    kv_bytes_per_value: int | None = None  # dtype bytes used for kv_cache_bytes
+    kv_bytes_prefill: int | None = None  # the formula after the prefill (P positions)
+    kv_bytes_measured: int | None = None  # the cache's tensors after the prefill, measured
+    dollars: float | None = None
+    peak_flops: float | None = None  # the price sheet's hardware peak MFU is relative to
+    mfu: float | None = None
+    price_sheet: str | None = None
+    # work done once and shared by many queries (a preloaded corpus KV: long_context preload),
+    # in none of the fields above; amortised_* add this query's share, one_time / amortised_over
+    # (without a one-time cost they equal resource_seconds and dollars)
+    one_time_seconds: float | None = None  # the one-time work's resource seconds
+    one_time_dollars: float | None = None
+    amortised_over: int | None = None  # queries that share the one-time cost
+    amortised_resource_seconds: float | None = None
+    amortised_dollars: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.one_time_seconds is not None:  # None there: unknown (a repriced api sheet)
+            return
+        if self.amortised_resource_seconds is None and self.resource_seconds is not None:
+            object.__setattr__(self, "amortised_resource_seconds", self.resource_seconds)
+        if self.amortised_dollars is None and self.dollars is not None:
+            object.__setattr__(self, "amortised_dollars", self.dollars)
+
+    @classmethod
+    def of(
+        cls,
+        completion: Completion,
+        preset: Any = None,
+        sheet: PriceSheet | None = None,
+        kv_dtype: Any = None,
+    ) -> Cost:
+        """The cost of one completion. ``preset`` (architecture) gives FLOPs and KV bytes,
+        ``sheet`` dollars and MFU. ``kv_dtype`` is the dtype the KV cache was stored in (the
+        transformers backend: ``llm.identity()["dtype"]``); unknown (None) assumes 2 bytes per
+        value (bf16/fp16) and ``kv_bytes_per_value`` records the value used."""
+        flops = flops_attention = kv_bytes = per_value = kv_prefill = None
+        if preset is not None:
+            f = forward_flops(
+                preset,
+                completion.prompt_tokens,
+                completion.cached_prompt_tokens,
+                completion.completion_tokens,
+            )
+            flops, flops_attention = f["total"], f["attention"]
+            seq = query_kv_positions(completion.prompt_tokens, completion.completion_tokens)
+            per_value = dtype_bytes(kv_dtype)
+            kv_bytes = kv_cache_bytes(
+                preset.layers, preset.kv_heads, preset.head_dim, seq, 1, per_value
+            )
+            kv_prefill = kv_cache_bytes(
+                preset.layers,
+                preset.kv_heads,
+                preset.head_dim,
+                completion.prompt_tokens,
+                1,
+                per_value,
+            )
+        seconds = gpu_seconds(completion)  # resource seconds, never latency
+        peak = sheet.peak_flops if sheet is not None else None
+        return cls(
+            prompt_tokens=completion.prompt_tokens,
+            cached_prompt_tokens=completion.cached_prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            padding_tokens=completion.padding_tokens,
+            queue_seconds=completion.queue_seconds,
+            prefill_seconds=completion.prefill_seconds,
+            decode_seconds=completion.decode_seconds,
+            latency_seconds=completion.latency_seconds,
+            resource_seconds=seconds,
+            peak_memory_bytes=completion.peak_memory_bytes,
+            usage_estimated=completion.usage_estimated,
+            llm_calls=1,
+            flops=flops,
+            flops_attention=flops_attention,
+            kv_cache_bytes=kv_bytes,
+            kv_bytes_per_value=per_value,
+            kv_bytes_prefill=kv_prefill,
+            kv_bytes_measured=completion.kv_bytes_measured,
+            dollars=dollars_per_query(completion, sheet) if sheet is not None else None,
+            peak_flops=peak,
+            mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
+            price_sheet=sheet.name if sheet is not None else None,
+        )
+
+    def __add__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+
+        def known_sum(a, b):  # unknown in either part: unknown in the whole
+            return None if a is None or b is None else a + b
+
+        def larger(a, b):
+            return max((v for v in (a, b) if v is not None), default=None)
+
+        def applicable_sum(a, b):  # None means "not done" (retrieval): the parts that did
+            return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+
+        summed = {f: known_sum(getattr(self, f), getattr(other, f)) for f in _ADDITIVE}
+        flops, seconds = summed["flops"], summed["resource_seconds"]
+        peak = self.peak_flops if self.peak_flops is not None else other.peak_flops
+        return Cost(
+            **summed,
+            retrieval_seconds=applicable_sum(self.retrieval_seconds, other.retrieval_seconds),
+            peak_memory_bytes=larger(self.peak_memory_bytes, other.peak_memory_bytes),
+            usage_estimated=self.usage_estimated or other.usage_estimated,
+            kv_cache_bytes=larger(self.kv_cache_bytes, other.kv_cache_bytes),
+            kv_bytes_per_value=other.kv_bytes_per_value or self.kv_bytes_per_value,
+            kv_bytes_prefill=larger(self.kv_bytes_prefill, other.kv_bytes_prefill),
+            kv_bytes_measured=larger(self.kv_bytes_measured, other.kv_bytes_measured),
+            peak_flops=peak,
+            mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
+            price_sheet=other.price_sheet or self.price_sheet,
+            one_time_seconds=applicable_sum(self.one_time_seconds, other.one_time_seconds),
+            one_time_dollars=applicable_sum(self.one_time_dollars, other.one_time_dollars),
+            amortised_over=larger(self.amortised_over, other.amortised_over),
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cost:
+        """Also reads records written before the times were renamed: ``gpu_seconds`` is now
+        ``resource_seconds``; ``total_seconds`` (then prefill + decode, no queue was measured)
+        gives ``latency_seconds``."""
+        data = dict(data)
+        if "gpu_seconds" in data:
+            data.setdefault("resource_seconds", data.pop("gpu_seconds"))
+        if "total_seconds" in data:
+            data.setdefault("latency_seconds", data.pop("total_seconds"))
+        else:
+            data.pop("total_seconds", None)
+        return super().from_dict(data)
+
+    def with_retrieval(self, seconds: float) -> Cost:
+        return dataclasses.replace(self, retrieval_seconds=seconds)
+
+    def amortise(self, one_time: Cost, over: int) -> Cost:
+        """This query's cost with a one-time cost (``one_time``: the cost of the work done once,
+        e.g. the preload call) shared by ``over`` queries: its own fields unchanged, the one-time
+        seconds and dollars beside them, and the amortised columns = own + one_time / over."""
+        if over < 1:
+            raise ValueError(f"a one-time cost is amortised over >= 1 queries, got {over}")
+        once = one_time.resource_seconds
+        dollars = one_time.dollars
+        return dataclasses.replace(
+            self,
+            one_time_seconds=once,
+            one_time_dollars=dollars,
+            amortised_over=over,
+            amortised_resource_seconds=self.resource_seconds + once / over,
+            amortised_dollars=None
+            if self.dollars is None or dollars is None
+            else self.dollars + dollars / over,
+        )
+
+
+# counts and seconds that add up over the calls of one query (None: unknown)
+_ADDITIVE = (
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "padding_tokens",
+    "queue_seconds",
+    "prefill_seconds",
+    "decode_seconds",
+    "latency_seconds",
+    "resource_seconds",
+    "flops",
+    "flops_attention",
+    "dollars",
+    "llm_calls",
+    "amortised_resource_seconds",  # own + share: the shares add as the own costs do
+    "amortised_dollars",
+)
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size, e.g. 3.7 TiB."""
+    if n <= 0:
+        return "0 B"
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    i = min(int(math.log(n, 1024)), len(units) - 1)
+    return f"{n / 1024**i:.1f} {units[i]}"

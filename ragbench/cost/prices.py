@@ -1,0 +1,316 @@
+"""Price sheets: dated YAML data files that turn a query's tokens or device seconds into dollars.
+
+A sheet is ``kind: api`` ($ per million tokens) or ``kind: gpu_hour`` ($ per hour x devices
+held, charged on measured device seconds). Every sheet names its date and source; no price lives
+in code. Shipped sheets are in ``ragbench/data/prices`` and are looked up by name through
+``PRICE_SHEETS`` (a path to any YAML file works too).
+
+An ``api`` sheet prices, per million tokens:
+
+* ``input_per_million``: prompt tokens neither read from nor written to a prompt cache;
+* ``cached_input_per_million``: prompt tokens read from the provider's prefix cache;
+* ``cache_write_per_million`` (optional; default: the input price): prompt tokens written to the
+  cache. Anthropic charges a premium for writes (1.25x input for its 5-minute TTL, 2x for 1
+  hour: ``cache_ttl`` names the one a sheet prices); OpenAI and Gemini's implicit caching charge
+  writes as plain input, so their sheets leave it out;
+* ``output_per_million``: completion tokens;
+* ``long_context_tiers``: prices that replace the above when the prompt (all of its tokens,
+  cached or not) is longer than ``above_prompt_tokens`` (Anthropic's 1M-context beta and Gemini
+  2.5 Pro above 200k tokens). Providers price such a request *entirely* at the tier's rates (a
+  cliff, not a marginal rate), so do we;
+* ``min_cacheable_prompt_tokens``: the shortest prefix a provider caches (1024 for OpenAI).
+  A cache read or write shorter than that would not have happened at that provider, so it is
+  priced as plain input: what makes repricing a run measured elsewhere (vLLM caches any block)
+  honest.
+
+Why dated YAML sheets and not the ``genai-prices`` package at run time: it does install and works
+offline from its bundled snapshot (checked with 0.2.3), but it pulls in its own HTTP client
+(``httpx2``) that nothing else here needs, has no minimum-cacheable-prefix field, and its
+snapshot changes with every release, so the same run would price differently after an upgrade.
+A sheet is a file with a date that a run's table names, diffable and editable.
+``ragbench prices import-genai`` writes a sheet from an installed genai-prices snapshot when a
+model is missing here: ``ragbench.cost.prices_import`` (``sheet_from_genai``, ``import_genai_sheet``,
+re-exported here), written out by ``sheet_yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ragbench.cost.prices_import import import_genai_sheet, sheet_from_genai  # noqa: F401 (re-exported)
+from ragbench.io import InputFileError
+from ragbench.registry import Registry, did_you_mean, unknown
+from ragbench.types import Completion
+
+PRICES_DIR = Path(__file__).parent.parent / "data" / "prices"
+
+# the token prices of an api sheet; a long-context tier may override any of them
+_TOKEN_PRICES = (
+    "input_per_million",
+    "cached_input_per_million",
+    "cache_write_per_million",
+    "output_per_million",
+)
+_API_REQUIRED = ("input_per_million", "cached_input_per_million", "output_per_million")
+_API_OPTIONAL = (
+    "cache_write_per_million",
+    "cache_ttl",
+    "long_context_tiers",
+    "min_cacheable_prompt_tokens",
+)
+_GPU_REQUIRED = ("gpu_hour", "gpus")
+_COMMON = ("name", "kind", "date", "source", "currency")
+_OPTIONAL = ("hardware", "peak_flops", "note", "provider", "model")
+
+
+@dataclass(frozen=True)
+class PriceTier:
+    """Token prices for a prompt longer than ``above_prompt_tokens`` (the whole request)."""
+
+    above_prompt_tokens: int
+    prices: dict[str, float] = field(default_factory=dict)  # the _TOKEN_PRICES it overrides
+
+
+@dataclass(frozen=True)
+class PriceSheet:
+    """One price sheet. ``kind="api"``: $ per million tokens; ``kind="gpu_hour"``: $ per hour."""
+
+    name: str
+    kind: str
+    date: str
+    source: str
+    currency: str = "USD"
+    prices: dict[str, float] = field(default_factory=dict)
+    hardware: str = ""
+    peak_flops: float | None = None
+    path: str = ""
+    tiers: tuple[PriceTier, ...] = ()  # ascending above_prompt_tokens
+    min_cacheable_prompt_tokens: int = 0
+    cache_ttl: str = ""  # the cache lifetime cache_write_per_million buys ("5m", "1h")
+    note: str = ""
+    provider: str = ""
+    model: str = ""
+
+    def rates(self, prompt_tokens: float = 0) -> dict[str, float]:
+        """The four token prices ($ per million) for a request with ``prompt_tokens`` prompt
+        tokens: the highest tier it exceeds, else the base prices; a cache write without its own
+        price costs plain input."""
+        if self.kind != "api":
+            raise ValueError(f"price sheet {self.name!r} is {self.kind!r}: it has no token prices")
+        rates = dict(self.prices)
+        for tier in self.tiers:
+            if prompt_tokens > tier.above_prompt_tokens:
+                rates.update(tier.prices)
+        rates.setdefault("cache_write_per_million", rates["input_per_million"])
+        return rates
+
+    def describe(self) -> dict[str, str]:
+        """What a manifest or a repriced table records about the sheet that priced it."""
+        return {"name": self.name, "date": self.date, "source": self.source, "path": self.path}
+
+
+# shipped sheets by name -> their YAML file (a Registry like every other set of names)
+PRICE_SHEETS = Registry("price sheet", {p.stem: p for p in sorted(PRICES_DIR.glob("*.yaml"))})
+
+
+def available_price_sheets() -> list[str]:
+    return PRICE_SHEETS.names()
+
+
+def price_sheet(name_or_path: str | os.PathLike) -> PriceSheet:
+    """Load a shipped sheet by name (``ragbench/data/prices/<name>.yaml``) or any YAML path."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") and path.exists()):
+        if str(name_or_path) not in PRICE_SHEETS:
+            raise unknown("price sheet", str(name_or_path), [*PRICE_SHEETS.names(), "<path.yaml>"])
+        path = PRICE_SHEETS.get(str(name_or_path))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise InputFileError(
+            path, None if line is None else line + 1, f"invalid YAML: {exc}"
+        ) from None
+    return parse_price_sheet(data, str(path))
+
+
+def _number(where: str, key: str, value: Any) -> float:
+    if isinstance(value, str):  # YAML 1.1 reads `192.0e9` (no exponent sign) as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+        raise InputFileError(where, None, f"must be a number >= 0, got {value!r}", key)
+    return float(value)
+
+
+def _count(where: str, key: str, value: Any, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InputFileError(where, None, f"must be an integer >= {minimum}, got {value!r}", key)
+    return value
+
+
+def _tiers(where: str, raw: Any) -> tuple[PriceTier, ...]:
+    key = "long_context_tiers"
+    if not isinstance(raw, list):
+        raise InputFileError(where, None, "must be a list of tiers", key)
+    tiers: list[PriceTier] = []
+    valid = ("above_prompt_tokens", *_TOKEN_PRICES)
+    for i, tier in enumerate(raw):
+        at = f"{key}[{i}]"
+        if not isinstance(tier, dict):
+            raise InputFileError(where, None, "a tier must be a mapping", at)
+        for k in tier:
+            if k not in valid:
+                raise InputFileError(where, None, f"unknown key; {did_you_mean(k, valid)}", at)
+        if "above_prompt_tokens" not in tier:
+            raise InputFileError(where, None, "required", f"{at}.above_prompt_tokens")
+        above = _count(where, f"{at}.above_prompt_tokens", tier["above_prompt_tokens"], 1)
+        if tiers and above <= tiers[-1].above_prompt_tokens:
+            raise InputFileError(
+                where, None, "tiers must be in ascending order", f"{at}.above_prompt_tokens"
+            )
+        prices = {k: _number(where, f"{at}.{k}", v) for k, v in tier.items() if k in _TOKEN_PRICES}
+        if not prices:
+            raise InputFileError(where, None, f"a tier sets at least one of {_TOKEN_PRICES}", at)
+        tiers.append(PriceTier(above, prices))
+    return tuple(tiers)
+
+
+def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
+    if not isinstance(data, dict):
+        raise InputFileError(where, None, "a price sheet must be a YAML mapping")
+    kind = data.get("kind")
+    if kind not in ("api", "gpu_hour"):
+        raise InputFileError(where, None, f"kind must be 'api' or 'gpu_hour', got {kind!r}", "kind")
+    required = _API_REQUIRED if kind == "api" else _GPU_REQUIRED
+    valid = set(_COMMON + _OPTIONAL + required + (_API_OPTIONAL if kind == "api" else ()))
+    for key in data:
+        if key not in valid:
+            raise InputFileError(where, None, f"unknown key; {did_you_mean(key, valid)}", key)
+    for key in ("name", "date", "source", *required):
+        if data.get(key) in (None, ""):
+            raise InputFileError(
+                where, None, "required (every sheet carries a date and a source)", key
+            )
+    prices = {key: _number(where, key, data[key]) for key in required}
+    if data.get("cache_write_per_million") is not None:
+        prices["cache_write_per_million"] = _number(
+            where, "cache_write_per_million", data["cache_write_per_million"]
+        )
+    peak = data.get("peak_flops")
+    return PriceSheet(
+        name=str(data["name"]),
+        kind=kind,
+        date=str(data["date"]),
+        source=str(data["source"]).strip(),
+        currency=str(data.get("currency", "USD")),
+        prices=prices,
+        hardware=str(data.get("hardware", "")),
+        peak_flops=_number(where, "peak_flops", peak) if peak is not None else None,
+        path=where,
+        tiers=_tiers(where, data["long_context_tiers"]) if "long_context_tiers" in data else (),
+        min_cacheable_prompt_tokens=_count(
+            where, "min_cacheable_prompt_tokens", data.get("min_cacheable_prompt_tokens", 0)
+        ),
+        cache_ttl=str(data.get("cache_ttl", "") or ""),
+        note=str(data.get("note", "") or "").strip(),
+        provider=str(data.get("provider", "") or ""),
+        model=str(data.get("model", "") or ""),
+    )
+
+
+def sheet_yaml(sheet: dict[str, Any]) -> str:
+    """YAML text of a sheet mapping, keys in the order written (parses back to the same)."""
+    text = yaml.safe_dump(sheet, sort_keys=False, allow_unicode=True, width=100)
+    parse_price_sheet(yaml.safe_load(text), sheet.get("name", "<sheet>"))  # never write a bad one
+    return text
+
+
+# ---------------------------------------------------------------------------- pricing
+
+
+def _tokens(name: str, value: Any) -> float:
+    v = float(value)
+    if not v >= 0:  # also rejects NaN: an unknown count has no price
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    return v
+
+
+def dollars(
+    sheet: PriceSheet,
+    *,
+    prompt_tokens: float = 0,
+    cached_prompt_tokens: float = 0,
+    completion_tokens: float = 0,
+    device_seconds: float = 0.0,
+    cache_write_tokens: float = 0,
+) -> float:
+    """Dollars of one query from plain numbers (what a results table logs).
+
+    API sheet: ``prompt_tokens`` is the whole prompt; of it, ``cached_prompt_tokens`` were read
+    from the provider's cache and ``cache_write_tokens`` written to it; the rest is plain input.
+    Prices come from the long-context tier the whole prompt falls in. ``device_seconds`` is
+    ignored. Self-hosted sheet: ``gpu_hour x gpus x device_seconds / 3600`` (``device_seconds``:
+    the query's own share of device time, one device's worth); tokens are ignored.
+    """
+    p = sheet.prices
+    if sheet.kind == "gpu_hour":
+        return p["gpu_hour"] * p["gpus"] * _tokens("device_seconds", device_seconds) / 3600.0
+    prompt = _tokens("prompt_tokens", prompt_tokens)
+    cached = _tokens("cached_prompt_tokens", cached_prompt_tokens)
+    written = _tokens("cache_write_tokens", cache_write_tokens)
+    output = _tokens("completion_tokens", completion_tokens)
+    if cached + written > prompt:
+        raise ValueError(
+            f"cached_prompt_tokens ({cached:g}) + cache_write_tokens ({written:g}) exceed "
+            f"prompt_tokens ({prompt:g})"
+        )
+    # a prefix shorter than the provider's minimum is never cached there: plain input
+    if cached < sheet.min_cacheable_prompt_tokens:
+        cached = 0.0
+    if written < sheet.min_cacheable_prompt_tokens:
+        written = 0.0
+    r = sheet.rates(prompt)
+    return (
+        (prompt - cached - written) * r["input_per_million"]
+        + cached * r["cached_input_per_million"]
+        + written * r["cache_write_per_million"]
+        + output * r["output_per_million"]
+    ) / 1e6
+
+
+def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
+    """Device seconds charged for one completion: its resource seconds x devices held.
+
+    ``completion.resource_seconds`` is its own share of the device time (the transformers backend
+    splits a batch's time by each row's stand-alone cost; the shares add up to the batch's wall
+    time). Never latency: queueing is not charged. Completions recorded before that field existed
+    carry the share in ``meta["gpu_seconds"]``; a backend that measures neither falls back to
+    prefill + decode, the time it held the device for (an estimate on a shared server).
+    """
+    if completion.resource_seconds is not None:
+        return float(completion.resource_seconds) * gpus
+    share = (completion.meta or {}).get("gpu_seconds")
+    own = completion.prefill_seconds + completion.decode_seconds
+    return (own if share is None else float(share)) * gpus
+
+
+def dollars_per_query(completion: Completion, sheet: PriceSheet) -> float:
+    """``dollars`` of one completion: its tokens (API) or its device seconds (self-hosted).
+    A backend that knows how many prompt tokens it wrote to a provider's cache (Anthropic's
+    ``cache_creation_input_tokens``) reports them in ``meta["cache_write_tokens"]``."""
+    return dollars(
+        sheet,
+        prompt_tokens=completion.prompt_tokens,
+        cached_prompt_tokens=completion.cached_prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        device_seconds=gpu_seconds(completion),
+        cache_write_tokens=(completion.meta or {}).get("cache_write_tokens") or 0,
+    )

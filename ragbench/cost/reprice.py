@@ -1,0 +1,299 @@
+"""Reprice a finished run with another price sheet, without calling a model.
+
+A record's dollars are a pure function of what it logged (``ragbench.cost.prices.dollars``): prompt,
+cached, cache-write and completion tokens for a per-token (API) sheet, its own device seconds for
+an hourly one. So ``reprice_run`` reads ``results.parquet`` (and ``records.jsonl`` when present),
+recomputes the dollar column and the ``price_sheet`` name, and writes the result *beside* the
+original (``results.<sheet>.parquet``, ``records.<sheet>.jsonl`` and ``results.<sheet>.json``
+saying which sheet, dated and sourced, priced it from which table). The original files are never
+written: the run's own numbers stay what the run measured.
+
+A one-time cost (``long_context preload``) is repriced with its record: ``one_time_dollars``
+from ``one_time_seconds`` on an hourly sheet, and ``amortised_dollars`` = dollars + one_time /
+``amortised_over``. On a per-token sheet the one-time cost cannot be priced (a record keeps its
+seconds, not its tokens): both are left empty and counted in ``warnings``, never kept from the
+old sheet.
+
+What is not repriced, on purpose: ``peak_flops`` and ``mfu`` describe the hardware the run was
+*measured* on, not the price paid, so they keep the original sheet's peak. Device seconds come
+from the hardware the run used: pricing a CPU run's seconds at an H100's hourly rate is a
+what-if, not a forecast.
+
+Limit: a record of several model calls (Self-Route's RAG call, then long context) logs only the
+sum of its calls' tokens, so a long-context tier or a minimum cacheable prefix is judged on the
+sum; such rows are counted in the result's ``warnings``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ragbench.cost.prices import PriceSheet, dollars, price_sheet
+from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical, sha256_file
+
+RESULTS = "results.parquet"
+RECORDS = "records.jsonl"
+DOLLAR_COLUMNS = ("dollars",)  # the cost fields a price sheet sets (with price_sheet)
+# also repriced: a one-time cost (long_context preload), and amortised_dollars = dollars + share
+ONE_TIME_FIELDS = ("one_time_seconds", "amortised_over")
+# a record's own device time, newest name first: cost.py may log it as resource_seconds
+SECONDS_FIELDS = ("resource_seconds", "gpu_seconds")
+TOKEN_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens")
+
+
+@dataclass
+class RepriceResult:
+    table: Any  # the repriced DataFrame
+    table_path: Path
+    records_path: Path | None  # None: the run folder had no records.jsonl
+    info_path: Path
+    summary: Any  # per label: before / after mean $ per query
+    warnings: list[str] = field(default_factory=list)
+
+
+def _column(columns, name: str) -> str | None:
+    """``name`` as the table spells it: plain, or ``cost_``-prefixed when another section
+    (a parameter, a score) uses the same name (``ragbench.experiment.results``)."""
+    for candidate in (name, f"cost_{name}"):
+        if candidate in columns:
+            return candidate
+    return None
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _price(sheet: PriceSheet, cost: dict[str, Any]) -> float | None:
+    """Dollars of one record's logged accounting (a mapping of cost fields), None when the
+    fields it needs are missing (a failed record)."""
+    if sheet.kind == "gpu_hour":
+        seconds = next((cost[f] for f in SECONDS_FIELDS if _finite(cost.get(f))), None)
+        return None if seconds is None else dollars(sheet, device_seconds=float(seconds))
+    if not all(_finite(cost.get(f)) for f in TOKEN_FIELDS):
+        return None
+    write = cost.get("cache_write_tokens")
+    return dollars(
+        sheet,
+        prompt_tokens=float(cost["prompt_tokens"]),
+        cached_prompt_tokens=float(cost["cached_prompt_tokens"]),
+        completion_tokens=float(cost["completion_tokens"]),
+        cache_write_tokens=float(write) if _finite(write) else 0.0,
+    )
+
+
+def _amortised(
+    sheet: PriceSheet, cost: dict[str, Any], priced: float | None
+) -> tuple[float | None, float | None]:
+    """(one_time_dollars, amortised_dollars) of a record newly priced at ``priced`` dollars
+    (``Cost.amortise``): the one-time cost (a preload) priced by its device seconds on an hourly
+    sheet; on an api sheet it is unknown (a record keeps the one-time seconds, not its tokens),
+    and so is the amortised cost. Without a one-time cost: (None, its own dollars)."""
+    if not _finite(cost.get("one_time_seconds")):
+        return None, priced
+    once = None
+    if sheet.kind == "gpu_hour":
+        once = dollars(sheet, device_seconds=float(cost["one_time_seconds"]))
+    over = cost.get("amortised_over")
+    if once is None or priced is None or not _finite(over) or float(over) < 1:
+        return once, None
+    return once, priced + once / float(over)
+
+
+def _approximate(sheet: PriceSheet, cost: dict[str, Any]) -> bool:
+    """A multi-call record where a tier or the minimum prefix is judged on summed tokens."""
+    calls = cost.get("llm_calls")
+    if sheet.kind != "api" or not _finite(calls) or float(calls) <= 1:
+        return False
+    prompt = float(cost.get("prompt_tokens") or 0)
+    tiered = bool(sheet.tiers) and prompt > sheet.tiers[0].above_prompt_tokens
+    cached = float(cost.get("cached_prompt_tokens") or 0) + float(
+        cost.get("cache_write_tokens") or 0
+    )
+    return tiered or (sheet.min_cacheable_prompt_tokens > 0 and cached > 0)
+
+
+def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
+    """A copy of a results table with its dollar columns and ``price_sheet`` recomputed from its
+    token and seconds columns; also the number of approximate rows (module docstring)."""
+    cols = {
+        name: _column(df.columns, name)
+        for name in (*TOKEN_FIELDS, "cache_write_tokens", *SECONDS_FIELDS, "llm_calls",
+                     *ONE_TIME_FIELDS)
+    }  # fmt: skip
+    need = TOKEN_FIELDS if sheet.kind == "api" else SECONDS_FIELDS
+    found = [bool(cols[n]) for n in need]
+    if not (all(found) if sheet.kind == "api" else any(found)):
+        which = "all of" if sheet.kind == "api" else "one of"
+        raise ValueError(
+            f"the table cannot be priced with {sheet.kind!r} sheet {sheet.name!r}: it needs "
+            f"{which} the columns {list(need)} (also accepted with a cost_ prefix)"
+        )
+    out = df.copy()
+    present = {name: col for name, col in cols.items() if col}
+    rows = out[list(present.values())].to_dict("records")
+    costs = [{name: row[col] for name, col in present.items()} for row in rows]
+    priced = [_price(sheet, cost) for cost in costs]
+    for name in DOLLAR_COLUMNS:
+        out[_column(out.columns, name) or name] = [float("nan") if d is None else d for d in priced]
+    if cols["one_time_seconds"] or _column(out.columns, "amortised_dollars"):
+        shared = [_amortised(sheet, c, d) for c, d in zip(costs, priced, strict=True)]
+        once = [float("nan") if o is None else o for o, _ in shared]
+        amortised = [float("nan") if a is None else a for _, a in shared]
+        out[_column(out.columns, "amortised_dollars") or "amortised_dollars"] = amortised
+        had = [_finite(c.get("one_time_seconds")) for c in costs]
+        if any(had):  # the rows with a one-time cost; the others keep theirs (none)
+            col = _column(out.columns, "one_time_dollars") or "one_time_dollars"
+            old = out[col].tolist() if col in out else [None] * len(out)
+            out[col] = [o if h else k for o, h, k in zip(once, had, old, strict=True)]
+    sheet_col = _column(out.columns, "price_sheet") or "price_sheet"
+    old = out[sheet_col] if sheet_col in out else [None] * len(out)
+    out[sheet_col] = [sheet.name if d is not None else o for d, o in zip(priced, old, strict=True)]
+    approximate = sum(_approximate(sheet, c) for c in costs)
+    return out, approximate
+
+
+def reprice_records_text(text: str, sheet: PriceSheet) -> str:
+    """``records.jsonl`` text with each record's ``cost.dollars`` and ``cost.price_sheet``
+    recomputed. Lines are kept as the runner wrote them otherwise; a torn last line (no
+    newline: a killed run) is left out, as the runner's reader does; an unreadable line is kept
+    verbatim (the reader skips it)."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break
+        try:
+            row = json.loads(line)
+            cost = row["record"].get("cost")
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            lines.append(line)
+            continue
+        if isinstance(cost, dict) and cost:
+            priced = _price(sheet, cost)
+            if priced is not None:
+                cost["dollars"] = priced
+                cost["price_sheet"] = sheet.name
+            if priced is not None or _finite(cost.get("one_time_seconds")):
+                once, amortised = _amortised(sheet, cost, priced)
+                if "one_time_dollars" in cost or once is not None:
+                    cost["one_time_dollars"] = once
+                if "amortised_dollars" in cost or amortised is not None:
+                    cost["amortised_dollars"] = amortised
+        lines.append(dumps_canonical(row) + "\n")
+    return "".join(lines)
+
+
+def compare(before: Any, after: Any) -> Any:
+    """Mean dollars per query per strategy variant (label), successful rows only, before and
+    after repricing; rows in first-seen (config) order."""
+    import pandas as pd
+
+    key = "label" if "label" in before else "strategy"
+    ok = before["error"].isna() if "error" in before else pd.Series(True, index=before.index)
+    col_b = _column(before.columns, "dollars")
+    col_a = _column(after.columns, "dollars")
+    b = pd.to_numeric(before[col_b], errors="coerce") if col_b else float("nan")
+    frame = pd.DataFrame(
+        {
+            key: before[key],
+            "strategy": before["strategy"] if "strategy" in before else before[key],
+            "before": b,
+            "after": pd.to_numeric(after[col_a], errors="coerce"),
+        }
+    )[ok.to_numpy()]
+    table = frame.groupby(key, sort=False).agg(
+        strategy=("strategy", "first"),
+        n=("after", "size"),
+        dollars_per_query_before=("before", "mean"),
+        dollars_per_query_after=("after", "mean"),
+    )
+    table["after_over_before"] = table["dollars_per_query_after"] / table[
+        "dollars_per_query_before"
+    ].where(table["dollars_per_query_before"] > 0)
+    return table.reset_index()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "sheet"
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run folder")
+    if not (run_dir / RESULTS).is_file():
+        raise FileNotFoundError(
+            f"{run_dir}: not a finished run folder (no {RESULTS}; a run writes it when it ends)"
+        )
+    return run_dir
+
+
+def reprice_run(
+    run_dir: str | Path, sheet: str | PriceSheet, out: str | Path | None = None
+) -> RepriceResult:
+    """Reprice a run folder's table (and records) with ``sheet``; writes beside the originals.
+
+    ``out``: the repriced table's path (default ``RUN_DIR/results.<sheet>.parquet``); the records
+    and the provenance JSON go in the same folder, named after the sheet and the table.
+    """
+    import pandas as pd
+
+    from ragbench.experiment.results import parquet_bytes
+
+    run_dir = check_run_dir(run_dir)
+    sheet = price_sheet(sheet) if not isinstance(sheet, PriceSheet) else sheet
+    tag = _safe(sheet.name)
+    table_path = Path(out) if out is not None else run_dir / f"results.{tag}.parquet"
+    records_src = run_dir / RECORDS
+    records_path = table_path.parent / f"records.{tag}.jsonl" if records_src.exists() else None
+    info_path = table_path.with_suffix(".json")
+    originals = {(run_dir / name).resolve() for name in (RESULTS, RECORDS, "manifest.json")}
+    for path in (table_path, records_path, info_path):
+        if path is not None and path.resolve() in originals:
+            raise ValueError(f"{path}: would overwrite the run's own file; choose another --out")
+
+    before = pd.read_parquet(run_dir / RESULTS)
+    after, approximate = reprice_table(before, sheet)
+    atomic_write_bytes(table_path, parquet_bytes(after))
+    if records_path is not None:
+        text = records_src.read_text(encoding="utf-8")
+        atomic_write_text(records_path, reprice_records_text(text, sheet))
+    warnings = []
+    one_time = _column(before.columns, "one_time_seconds")
+    unpriced = (
+        int(pd.to_numeric(before[one_time], errors="coerce").notna().sum())
+        if one_time and sheet.kind != "gpu_hour"
+        else 0
+    )
+    if unpriced:
+        warnings.append(
+            f"{unpriced} record(s) with a one-time cost (long_context preload): a per-token "
+            f"sheet cannot price it (records keep its seconds, not its tokens), so their "
+            f"one_time_dollars and amortised_dollars are left empty"
+        )
+    if approximate:
+        warnings.append(
+            f"{approximate} record(s) of several model calls: the sheet's long-context tier or "
+            f"minimum cacheable prefix was applied to their summed tokens (an approximation)"
+        )
+    summary = compare(before, after)
+    info = {
+        "repriced_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "price_sheet": sheet.describe(),
+        "from": {"table": str(run_dir / RESULTS), "sha256": sha256_file(run_dir / RESULTS)},
+        "table": str(table_path),
+        "records": str(records_path) if records_path else None,
+        "warnings": warnings,
+        "summary": json.loads(summary.to_json(orient="records")),
+    }
+    atomic_write_text(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return RepriceResult(after, table_path, records_path, info_path, summary, warnings)

@@ -1,0 +1,198 @@
+"""``ragbench run CONFIG --dry-run``: what a run will send, and what it will cost, before it runs.
+
+The dataset is built, indexes are built (retrieval is local CPU work, and RAG prompts depend on
+what it retrieves) and every strategy assembles its prompts exactly as in a real run; each
+request then goes to a ``PromptCounter`` instead of the model. The counter counts the prompt's
+tokens the way the configured backend will (the transformers backend: its tokenizer and chat
+template, read without loading the weights; a server: the tokenizer named in ``model.params``, else
+the backend's own estimate), so the prompt tokens a dry run reports are the ones the run logs.
+
+What cannot be known before generating is reported as a bound, never as a measurement:
+
+- completion tokens: ``max_new_tokens`` per call (an upper bound; answers usually stop earlier);
+- Self-Route: its RAG call only (the long-context fallback happens for the questions the model
+  declines, known only after it answers);
+- cached prompt tokens: a transformers model reuses a document prefix it has just computed;
+  counted when the same declared prefix came earlier in the run (an estimate), else 0;
+- dollars: from tokens for an ``api`` price sheet; a ``gpu_hour`` sheet charges measured device
+  seconds, which a dry run does not have (the column is empty and the note says so).
+
+Nothing is written: no records, no cache, no run folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragbench.llm.base import LLM
+from ragbench.types import Completion, GenerationRequest
+
+COLUMNS = (
+    "label", "records", "over_window", "prompt_tokens", "cached_prompt_tokens",
+    "completion_tokens_max", "dollars_per_query_max", "dollars_total_max",
+)  # fmt: skip
+
+
+class PromptCounter(LLM):
+    """Counts each request's tokens as ``counter`` (an LLM or a tokenizer-backed stand-in)
+    would, and answers with an empty completion charged ``max_new_tokens`` tokens."""
+
+    def __init__(self, counter: Any, track_prefixes: bool = False) -> None:
+        self.counter = counter
+        self.name = getattr(counter, "name", "model")
+        self.context_window = counter.context_window
+        self.track_prefixes = track_prefixes
+        self._seen: set[str] = set()
+
+    def count_tokens(self, text: str) -> int:
+        return self.counter.count_tokens(text)
+
+    def prompt_tokens(self, request: GenerationRequest) -> int:
+        return self.counter.prompt_tokens(request)
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": "dry-run", "counts_like": self.name}
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        out = []
+        for r in requests:
+            cached = 0
+            if self.track_prefixes and r.prefix:
+                if r.prefix in self._seen:
+                    cached = self.counter.count_tokens(r.prefix)
+                self._seen.add(r.prefix)
+            out.append(
+                Completion(
+                    text="",
+                    prompt_tokens=self.prompt_tokens(r),
+                    completion_tokens=r.max_new_tokens,
+                    cached_prompt_tokens=cached,
+                    usage_estimated=True,
+                    model=self.name,
+                    meta={"dry_run": True},
+                )
+            )
+        return out
+
+
+class HFPromptCounter:
+    """The transformers backend's prompt accounting without its weights: the model's tokenizer
+    and chat template (``ragbench.llm.hf_prompt``), the preset's context window."""
+
+    def __init__(
+        self,
+        model: str,
+        instruct: bool | None = None,
+        context_window: int | None = None,
+        rope_factor: float | None = None,
+        **_load_options: Any,  # device, dtype, rope_scaling...: they change no token count
+    ):
+        from ragbench.llm.hf_load import resolve_model
+        from ragbench.llm.hf_prompt import is_instruct
+        from ragbench.tokenizers import get_tokenizer
+
+        source, gguf, preset = resolve_model(model)
+        self.name = model
+        self.tokenizer = get_tokenizer(str(gguf) if gguf and not preset else model).hf
+        self.instruct = is_instruct(self.tokenizer, preset, instruct)
+        window = context_window or (preset.context_window if preset else 0)
+        if not window:
+            from transformers import AutoConfig
+
+            window = getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", 0)
+        # as HFModel: RoPE scaling multiplies the trained window unless a window is given
+        scaled = int((window or 2048) * rope_factor) if rope_factor and not context_window else 0
+        self.context_window = int(scaled or window or 2048)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_tokens(self, request: GenerationRequest) -> int:
+        from ragbench.llm.hf_prompt import render
+
+        text, special = render(self.tokenizer, self.instruct, request)
+        return len(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+
+
+def _counter(cfg) -> Any:
+    from ragbench.llm import load_llm
+
+    m = cfg.model
+    if m.backend == "hf":
+        return HFPromptCounter(m.name, **m.params)
+    return load_llm(m.backend, model=m.name, **m.params)  # no request is sent by building it
+
+
+def dry_run(config: Any, progress: bool = True) -> Any:
+    """Per strategy variant: records, prompts over the window, mean prompt / cached tokens,
+    the completion-token bound and dollars (``COLUMNS``). ``df.attrs["notes"]`` says what is a
+    bound or an estimate. Loads no model and sends no request."""
+    import pandas as pd
+    from tqdm import tqdm
+
+    from ragbench.experiment import runner
+    from ragbench.experiment.config import load_config
+    from ragbench.strategies import run_batch
+
+    cfg = load_config(config)
+    examples = runner._load_examples(cfg)
+    runner.check_examples(examples, cfg.dataset.name, generates=runner.generates_answers(cfg))
+    points = runner.parameter_points(cfg)
+    work = [(e, p) for e in examples for p in points]
+    llm = PromptCounter(_counter(cfg), track_prefixes=cfg.model.backend == "hf")
+    res = runner._resources(cfg, llm)
+    # a gpu_hour sheet would price the dry run's zero device seconds at $0: no dollars instead
+    priced = res.sheet is not None and res.sheet.kind == "api"
+    rows = []
+    size = cfg.model.batch_size
+    for start in tqdm(range(0, len(work), size), desc=f"{cfg.name} (dry run)",
+                      disable=not progress, unit="batch"):  # fmt: skip
+        chunk = work[start : start + size]
+        for (_, params), outcome in zip(chunk, run_batch(chunk, res), strict=True):
+            row = {"label": params.label(), "over_window": isinstance(outcome, Exception)}
+            if not isinstance(outcome, Exception) and outcome.cost is not None:
+                c = outcome.cost
+                row |= {
+                    "prompt_tokens": c.prompt_tokens,
+                    "cached_prompt_tokens": c.cached_prompt_tokens,
+                    "completion_tokens_max": c.completion_tokens,
+                    "dollars": c.dollars if priced else None,
+                }
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in ("prompt_tokens", "cached_prompt_tokens", "completion_tokens_max", "dollars"):
+        if col not in df:
+            df[col] = float("nan")
+    table = df.groupby("label", sort=False).agg(
+        records=("label", "size"),
+        over_window=("over_window", "sum"),
+        prompt_tokens=("prompt_tokens", "mean"),
+        cached_prompt_tokens=("cached_prompt_tokens", "mean"),
+        completion_tokens_max=("completion_tokens_max", "mean"),
+        dollars_per_query_max=("dollars", "mean"),
+        dollars_total_max=("dollars", lambda s: s.sum(min_count=1)),
+    )
+    table = table.reset_index()[list(COLUMNS)]
+    for col in ("prompt_tokens", "cached_prompt_tokens", "completion_tokens_max"):
+        table[col] = table[col].round(1)
+    table.attrs["notes"] = _notes(cfg)
+    return table
+
+
+def _notes(cfg) -> list[str]:
+    from ragbench.cost.prices import price_sheet
+
+    notes = [
+        f"completion tokens: at most max_new_tokens={cfg.model.max_new_tokens} per call",
+        "self_route: its RAG call only; declined questions add a long-context call",
+    ]
+    if cfg.model.backend == "hf":
+        notes.append("cached prompt tokens: estimated (a document prefix seen earlier is reused)")
+    if cfg.price_sheet is None:
+        notes.append("dollars: no price_sheet in the config")
+    elif price_sheet(cfg.price_sheet).kind != "api":
+        notes.append(
+            f"dollars: price sheet {cfg.price_sheet!r} charges measured device seconds; a dry run "
+            "has none (see notebook 04 for planning estimates)"
+        )
+    return notes

@@ -1,0 +1,146 @@
+"""The run's judge pass (``ragbench.experiment.runner`` calls it after generation): load the judge its config
+names, score the deferred metrics (judge, embedding) of finished records that lack them, append
+the updated records, and summarise the judge for the manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ragbench import secrets
+from ragbench.experiment import provenance
+from ragbench.experiment.config import RunConfig, _one_or_list
+from ragbench.experiment.results import RECORDS, append_record
+from ragbench.types import Example
+
+
+def needs_judging(cfg: RunConfig, record: Any) -> bool:
+    from ragbench.metrics.answer import deferred_metrics
+
+    deferred = deferred_metrics(cfg.metrics)
+    return record.error is None and any(m not in record.scores for m in deferred)
+
+
+JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass loses one chunk
+
+
+def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
+    """The ``ragbench.judge.Judge`` of the config, its LLM loaded and its server checked."""
+    from ragbench.experiment.config import JudgeConfig
+    from ragbench.judge import Judge
+    from ragbench.metrics.answer import METRICS
+
+    jc = cfg.judge or JudgeConfig()
+    llm_metrics = [m for m in cfg.metrics if METRICS.get(m).kind == "judge"]
+    m = jc.model
+    if llm_metrics and judge_llm is None:
+        same = m is not None and (m.backend, m.name, m.params) == (
+            cfg.model.backend,
+            cfg.model.name,
+            cfg.model.params,
+        )
+        if same and llm is not None:  # allowed by the config (checked there): one model in memory
+            judge_llm = llm
+        else:
+            from ragbench.experiment.runner import load_model
+
+            judge_llm = load_model(m)
+    if llm_metrics:
+        from ragbench.experiment.runner import check_server
+
+        check_server(judge_llm)
+    embedder = None
+    if "semantic_similarity" in cfg.metrics:
+        from ragbench.retrieval.embedders import get_embedder
+
+        name = jc.embedder or _one_or_list(cfg.retrieval.embedder)[0]
+        embedder = get_embedder(name)
+    sheet = None
+    if jc.price_sheet:
+        from ragbench.cost.prices import price_sheet
+
+        sheet = price_sheet(jc.price_sheet)
+    return Judge(
+        llm=judge_llm if llm_metrics else None,
+        prompts={metric: jc.prompt(metric) for metric in llm_metrics},
+        samples=jc.samples,
+        temperature=jc.temperature,
+        max_new_tokens=m.max_new_tokens if m is not None else 32,
+        max_attempts=jc.max_attempts,
+        batch_size=m.batch_size if m is not None else 8,
+        sheet=sheet,
+        embedder=embedder,
+        model=(m.name if m is not None else getattr(judge_llm, "name", "")) if llm_metrics else "",
+    )
+
+
+def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm, res) -> int:
+    """Score the deferred metrics of every finished record that lacks them, appending each
+    updated record; returns how many records were updated."""
+    from tqdm import tqdm
+
+    from ragbench.judge import judge_records
+    from ragbench.judge.context import given_context
+    from ragbench.metrics.answer import deferred_metrics
+
+    todo = [k for k in keys if k in done and needs_judging(cfg, done[k])]
+    if not todo:
+        return 0
+    by_id = {e.id: e for e in examples}
+    state = {"res": res, "llm": llm}
+
+    def context(example: Example, record: Any) -> str | None:
+        # the model under test's tokenizer and the index rebuild the prompt's context; a run
+        # with nothing left to generate loads the model only if a record needs it
+        if record.strategy == "closed_book":
+            return None
+        if state["res"] is None:
+            from ragbench.experiment.runner import _resources, load_model
+
+            state["llm"] = state["llm"] or load_model(cfg.model)
+            identity = provenance.identity(state["llm"])
+            state["res"] = _resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
+        return given_context(example, record, state["res"])
+
+    metrics = deferred_metrics(cfg.metrics)
+    updated = 0
+    with (out / RECORDS).open("ab") as f:
+        bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not progress, unit="rec")
+        for start in range(0, len(todo), JUDGE_CHUNK):
+            part = todo[start : start + JUDGE_CHUNK]
+            items = [(by_id[done[k].example_id], done[k]) for k in part]
+            for key, record in zip(
+                part, judge_records(items, metrics, judge, context), strict=True
+            ):
+                if record is not done[key]:
+                    append_record(f, key, record)
+                    done[key] = record
+                    updated += 1
+                bar.update(1)
+        bar.close()
+    return updated
+
+
+def judge_summary(cfg: RunConfig, judge: Any, df: Any, previous: dict | None) -> dict | None:
+    """The manifest's ``judge`` entry: the judge, its prompts and how far to trust it."""
+    from ragbench.judge import judge_agreement, judge_warnings
+    from ragbench.metrics.answer import deferred_metrics
+
+    if not deferred_metrics(cfg.metrics):
+        return None
+    agreement = judge_agreement(df)
+    rows = [
+        {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+        for row in agreement.to_dict("records")
+    ]  # NaN is not JSON
+    if judge is not None and judge.llm is not None:
+        model = secrets.redact(provenance.identity(judge.llm))
+    else:
+        model = ((previous or {}).get("judge") or {}).get("model")
+    return {
+        "model": model,
+        "prompts": {m: p.name for m, p in judge.prompts.items()} if judge else None,
+        "samples": cfg.judge.samples if cfg.judge else 1,
+        "agreement": rows,
+        "warnings": judge_warnings(df, agreement),
+    }

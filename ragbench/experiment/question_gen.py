@@ -1,0 +1,322 @@
+"""Generated questions: ask an LLM for question/answer pairs over sampled passages of a corpus.
+
+``ragbench data questions CORPUS --n N --out FILE`` (and notebook 05) when a user has documents
+but no questions. The pipeline is pure logic around one ``LLM`` (any backend, usually wrapped in
+the completion cache), so tests script the model with ``FakeLLM(answer_fn=...)``:
+
+1. Passages: the corpus chunked with the retrieval splitter (``sentence``, whole sentences up to
+   ``passage_tokens`` whitespace tokens; every chunk keeps its character span in its document),
+   passages under ``min_passage_words`` dropped (a title or a table cell makes poor questions),
+   then put in a seeded order (``random.Random(seed)``); at most one question per passage, so
+   the questions spread over the corpus instead of piling up on one paragraph.
+2. One request per passage in a strict two-line format (``Question: ...`` / ``Answer: ...``),
+   shown by one worked example (SmolLM2-135M ignored the format when it was only described:
+   5 of 5 replies unparseable on the test folder, 0 of 5 with the example), parsed robustly
+   (``parse_reply``: labels in any case, markdown emphasis, numbering, both on one line);
+   anything else is rejected as ``format``.
+3. Checks, each a reason in the report: the question ends with "?" (``not_a_question``); the
+   answer is short (``answer_too_long``); the answer is *found in its passage*
+   (``answer_not_in_passage``: verbatim, else ignoring case and whitespace runs, never inside a
+   word), and its span is recorded; the question does not contain the answer
+   (``answer_in_question``: it would grade a restatement as correct).
+4. ``drop_closed_book``: the question is asked with no context, exactly as the ``closed_book``
+   strategy asks it (same prompt, stop and ``max_new_tokens``, so a run over the same model and
+   cache gets the same answers for free); a correct answer (``closed_book_metric``) drops it
+   (``closed_book``): what the model knows by heart does not separate RAG from long context.
+5. Near-duplicate questions (``duplicate``): normalised-token Jaccard against every question
+   kept so far, computed exactly. Not the corpus's MinHash: questions are a dozen words, so the
+   word 5-gram shingles MinHash uses here share almost nothing after a one-word change, and with
+   hundreds of questions the exact pairwise comparison costs nothing and has no estimation error.
+
+Passages are tried in order, one batch at a time, until ``n`` questions are kept or the passages
+run out (``max_passages``, by default 5 per question). Same corpus, model, parameters and cache:
+the same file, byte for byte. The output is a questions JSONL file (``datasets.questions``):
+``evidence`` is the sentence of the passage holding the answer (a quote the ``corpus`` dataset
+locates again and turns into ``[doc_id, start, end]`` spans) and ``meta`` keeps the exact
+``answer_span`` and ``passage`` spans, and the generating model.
+
+Steps 1 to 3 and the Jaccard of step 5 are pure text functions in ``datasets.question_text``
+(re-exported here); this module is the driver around the model: the batches, the closed-book
+check, de-duplication against the kept questions, the cost accounting (``Usage``) and the files
+(``write_questions``, ``questions_file``, ``load_model``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragbench.datasets.question_text import (  # noqa: F401 (re-exported)
+    GENERATE_TEMPLATE,
+    Passage,
+    check_reply,
+    evidence_quote,
+    find_span,
+    generation_request,
+    jaccard,
+    parse_reply,
+    passage_id,
+    sample_passages,
+    tokens,
+)
+from ragbench.llm.base import LLM
+from ragbench.types import Completion, Document, GenerationRequest
+
+log = logging.getLogger(__name__)
+PathLike = str | os.PathLike
+
+PASSAGES_PER_QUESTION = 5  # default cap on passages tried per question requested
+REASONS = (
+    "format",
+    "not_a_question",
+    "answer_too_long",
+    "answer_not_in_passage",
+    "answer_in_question",
+    "duplicate",
+    "closed_book",
+)
+
+
+# --------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Usage:
+    """LLM use of one step: the accounting of every completion, cache hits included (their
+    original cost: what the file cost to make), and how many were served from the cache."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    dollars: float | None = None  # with a price sheet only
+
+    def add(self, completions: Sequence[Completion], sheet: Any = None) -> None:
+        from ragbench.cost.prices import dollars_per_query, gpu_seconds
+
+        for c in completions:
+            self.calls += 1
+            self.cache_hits += bool(c.cached)
+            self.prompt_tokens += c.prompt_tokens
+            self.cached_prompt_tokens += c.cached_prompt_tokens
+            self.completion_tokens += c.completion_tokens
+            # each one's own share of device time: a batch's latency counted once, not per row
+            self.seconds += gpu_seconds(c)
+            if sheet is not None:
+                self.dollars = (self.dollars or 0.0) + dollars_per_query(c, sheet)
+
+    def describe(self) -> str:
+        text = (
+            f"{self.calls} calls ({self.cache_hits} from the cache), {self.prompt_tokens:,} "
+            f"prompt tokens ({self.cached_prompt_tokens:,} cached), {self.completion_tokens:,} "
+            f"completion tokens, {self.seconds:.1f} device seconds"
+        )
+        return text + ("" if self.dollars is None else f", ${self.dollars:.6f}")
+
+
+@dataclass
+class GeneratedQuestions:
+    """What ``generate_questions`` kept, why it dropped the rest, and what it cost."""
+
+    rows: list[dict[str, Any]]
+    n_requested: int
+    passages_tried: int = 0
+    passages_available: int = 0
+    rejected: Counter = field(default_factory=Counter)  # reason -> count
+    rejections: list[dict[str, Any]] = field(default_factory=list)  # passage, reason, reply
+    usage: dict[str, Usage] = field(default_factory=dict)  # "generate", "closed_book"
+
+    def summary(self) -> str:
+        why = ", ".join(f"{n} {r}" for r, n in sorted(self.rejected.items())) or "none"
+        lines = [
+            f"kept {len(self.rows)} of {self.n_requested} questions requested from "
+            f"{self.passages_tried} passages tried ({self.passages_available} available); "
+            f"rejected: {why}"
+        ]
+        lines += [f"LLM cost, {step}: {u.describe()}" for step, u in self.usage.items()]
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def _closed_book_request(question: str, max_new_tokens: int) -> GenerationRequest:
+    """Exactly the ``closed_book`` strategy's request for a ``qa`` question (cache-compatible)."""
+    from ragbench.strategies.prompts import ANSWER_STOP, CLOSED_BOOK_TEMPLATE, INSTRUCTIONS
+
+    prompt = CLOSED_BOOK_TEMPLATE.format(instruction=INSTRUCTIONS["qa"], question=question)
+    return GenerationRequest(prompt=prompt, max_new_tokens=max_new_tokens, stop=ANSWER_STOP)
+
+
+def generate_questions(
+    documents: Sequence[Document],
+    llm: LLM,
+    n: int,
+    *,
+    seed: int = 0,
+    passage_tokens: int = 128,
+    min_passage_words: int = 8,
+    max_passages: int | None = None,
+    max_new_tokens: int = 64,
+    max_answer_words: int = 12,
+    dedup_threshold: float = 0.7,
+    drop_closed_book: bool = False,
+    closed_book_max_new_tokens: int = 32,
+    closed_book_metric: str = "contains",
+    batch_size: int = 8,
+    price_sheet: Any = None,
+    progress: bool | None = False,
+) -> GeneratedQuestions:
+    """Up to ``n`` checked question rows (module docstring), in the order they were kept.
+
+    ``max_passages`` bounds the passages tried (default ``5 * n``: with a small model most pairs
+    fail the checks, and trying every passage of a large corpus would take hours); ``price_sheet`` (a
+    ``PriceSheet``, name or path) adds dollars to the usage; ``progress``: a tqdm bar over kept
+    questions (None: on a terminal).
+    """
+    from tqdm.auto import tqdm
+
+    from ragbench.cost.prices import PriceSheet
+    from ragbench.cost.prices import price_sheet as load_sheet
+    from ragbench.metrics.answer import get_metric
+    from ragbench.strategies.prompts import clean_answer
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1 question, got {n}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not 0.0 < dedup_threshold <= 1.0:
+        raise ValueError(f"dedup_threshold must be in (0, 1], got {dedup_threshold}")
+    metric = get_metric(closed_book_metric)  # an unknown name fails before any call
+    sheet = price_sheet
+    if sheet is not None and not isinstance(sheet, PriceSheet):
+        sheet = load_sheet(sheet)
+    passages = sample_passages(
+        documents, seed=seed, passage_tokens=passage_tokens, min_passage_words=min_passage_words
+    )
+    if not passages:
+        raise ValueError(
+            f"no passage of at least {min_passage_words} words in the corpus "
+            f"({len(documents)} documents): nothing to ask about"
+        )
+    if max_passages is not None and max_passages < 1:
+        raise ValueError(f"max_passages must be >= 1, got {max_passages}")
+    todo = passages[: max_passages or PASSAGES_PER_QUESTION * n]
+    out = GeneratedQuestions([], n, passages_available=len(passages))
+    out.usage = {"generate": Usage()} | ({"closed_book": Usage()} if drop_closed_book else {})
+    kept_tokens: list[frozenset[str]] = []
+
+    def reject(passage: Passage, reason: str, reply: str) -> None:
+        out.rejected[reason] += 1
+        out.rejections.append({"passage": passage_id(passage), "reason": reason, "reply": reply})
+
+    bar = tqdm(
+        total=n, desc="questions", unit="q", disable=None if progress is None else not progress
+    )
+    for i in range(0, len(todo), batch_size):
+        if len(out.rows) >= n:
+            break
+        batch = todo[i : i + batch_size]
+        completions = llm.generate([generation_request(p, max_new_tokens) for p in batch])
+        out.usage["generate"].add(completions, sheet)
+        out.passages_tried += len(batch)
+        candidates = []
+        for passage, c in zip(batch, completions, strict=True):
+            row = check_reply(passage, c.text, max_answer_words)
+            if isinstance(row, str):
+                reject(passage, row, c.text)
+                continue
+            toks = tokens(row["question"])
+            if any(jaccard(toks, k) >= dedup_threshold for k in kept_tokens):
+                reject(passage, "duplicate", c.text)  # of a kept one: no closed-book call
+                continue
+            candidates.append((passage, c.text, row, toks))
+        closed = [True] * len(candidates)
+        if drop_closed_book and candidates:
+            asks = [_closed_book_request(r["question"], closed_book_max_new_tokens)
+                    for _, _, r, _ in candidates]  # fmt: skip
+            answers = llm.generate(asks)
+            out.usage["closed_book"].add(answers, sheet)
+            closed = [
+                metric(clean_answer(a.text, r["question"]), r["answers"]) < 1.0
+                for a, (_, _, r, _) in zip(answers, candidates, strict=True)
+            ]
+        for ok, (passage, reply, row, toks) in zip(closed, candidates, strict=True):
+            if len(out.rows) >= n:
+                break
+            if not ok:
+                reject(passage, "closed_book", reply)
+            elif any(jaccard(toks, k) >= dedup_threshold for k in kept_tokens):
+                reject(passage, "duplicate", reply)
+            else:
+                out.rows.append(row)
+                kept_tokens.append(toks)
+                bar.update(1)
+        bar.set_postfix(passages=out.passages_tried, refresh=False)
+    bar.close()
+    for k, row in enumerate(out.rows, start=1):
+        row["id"] = f"gen-{k}"
+        row["meta"]["model"] = llm.name
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_questions(path: PathLike, rows: Sequence[dict[str, Any]]) -> Path:
+    """Atomically write rows as a questions JSONL file (canonical JSON, one row per line)."""
+    from ragbench.io import atomic_write_text, dumps_canonical
+
+    if not rows:
+        raise ValueError("no questions to write (a questions file may not be empty)")
+    return atomic_write_text(path, "".join(dumps_canonical(r) + "\n" for r in rows))
+
+
+def load_model(model: dict[str, Any], cache: bool | None = None) -> LLM:
+    """An LLM from a run config's ``model`` section (``notebook.model_block`` builds one), with the
+    runs' completion cache (``cache_dir()/completions.sqlite``) unless the section says
+    ``cache: false``: generated questions and later runs share its answers."""
+    from ragbench.assets import cache_dir
+    from ragbench.experiment.config import ModelConfig
+    from ragbench.llm import load_llm
+
+    m = ModelConfig(**model)
+    use_cache = m.cache if cache is None else cache
+    path = cache_dir() / "completions.sqlite" if use_cache else None
+    return load_llm(m.backend, cache=path, model=m.name, **m.params)
+
+
+def questions_file(
+    corpus: PathLike,
+    out: PathLike,
+    n: int,
+    model: dict[str, Any] | LLM,
+    **options: Any,
+) -> GeneratedQuestions:
+    """Generate ``n`` questions over a corpus file and write them to ``out`` (what the CLI and
+    notebook 05 call). ``model``: a config ``model`` section or a loaded LLM; ``options`` go to
+    ``generate_questions``. Nothing kept is an error that says why every passage was rejected."""
+    from ragbench.datasets.shared_corpus import read_documents
+    from ragbench.experiment.config import ModelConfig
+
+    documents = read_documents(corpus)
+    if isinstance(model, LLM):
+        llm = model
+    else:
+        llm = load_model(model)
+        # the closed-book check asks as the run will, so their answers are one cache entry
+        options.setdefault("closed_book_max_new_tokens", ModelConfig(**model).max_new_tokens)
+    result = generate_questions(documents, llm, n, **options)
+    if not result.rows:
+        raise ValueError(f"no question survived the checks; {result.summary()}")
+    if len(result.rows) < n:
+        log.warning("only %d of %d questions: %s", len(result.rows), n, result.summary())
+    write_questions(out, result.rows)
+    return result

@@ -1,0 +1,45 @@
+"""Answer metrics: SQuAD-style and RULER string metrics (``answer``) and LongBench's official
+per-dataset metrics (``longbench``), all in one ``Registry`` (``METRICS``).
+
+The public names of ``answer`` are re-exported here (``ragbench.metrics.score``).
+"""
+
+from ragbench.metrics.answer import (
+    KINDS,
+    METRICS,
+    NO_ANSWER,
+    Metric,
+    aggregate,
+    bootstrap_ci,
+    contains,
+    declined,
+    deferred_metrics,
+    exact_match,
+    f1,
+    get_metric,
+    normalize_answer,
+    score,
+    string_match_all,
+    string_match_part,
+    string_metrics,
+)
+
+__all__ = [
+    "KINDS",
+    "METRICS",
+    "NO_ANSWER",
+    "Metric",
+    "aggregate",
+    "bootstrap_ci",
+    "contains",
+    "declined",
+    "deferred_metrics",
+    "exact_match",
+    "f1",
+    "get_metric",
+    "normalize_answer",
+    "score",
+    "string_match_all",
+    "string_match_part",
+    "string_metrics",
+]

@@ -1,0 +1,341 @@
+"""The Jupyter kernels ragbench starts (``make demo``, sweeps, ``make lab``): encrypted, free of
+credentials on disk, and gone when the process that started them goes.
+
+- Encryption: the kernel manager provisions CurveZMQ keys when the kernelspec declares support,
+  so kernel traffic is encrypted: the fix ipykernel 7.x names in the "Kernel is running over TCP
+  without encryption" warning it logs at every start otherwise.
+- No credentials in executed notebooks: papermill writes the parameters it injects (an API key,
+  a URL with a password) into the notebook's first cells and metadata, and a careless cell may
+  print them. :func:`execute_notebook` routes every save papermill makes (after each cell, on a
+  failure, at the end) through :func:`redact_notebook`, so no version with a credential in it
+  ever reaches the disk, not even while a long notebook runs or after the process is killed.
+- Lifetime: pool workers and the kernels they start end with the sweep that started them
+  (:func:`reap_children_on_signals` in the sweep process, :func:`init_worker` in each worker).
+
+jupyter_client, pyzmq, papermill and psutil are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ragbench import secrets
+from ragbench.io import atomic_write_text
+from ragbench.workspace.scrub import outside_data_uris, redact_keeping_links
+
+
+def kernel_config() -> Any:
+    """traitlets config for the kernels papermill starts, with transport encryption. Empty with a
+    jupyter_client or pyzmq too old to do it."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    if "transport_encryption" not in KernelManager.class_trait_names() or not zmq.has("curve"):
+        return Config()
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
+
+
+def kernel_cli_args() -> list[str]:
+    """:func:`kernel_config` as command-line flags for ``jupyter lab`` / ``jupyter server`` (the
+    Makefile's ``lab`` target), so JupyterLab's kernels are encrypted too."""
+    return [
+        f"--{section}.{name}={value}"
+        for section, traits in kernel_config().items()
+        for name, value in traits.items()
+    ]
+
+
+PROJECT_KERNEL = "ragbench"  # the kernelspec the notebooks name; `make setup` installs it
+_INSTALL_HINT = (
+    "`make setup` installs it, or run `python -m ipykernel install --sys-prefix --name "
+    "ragbench` with the environment's python"
+)
+
+
+class KernelNotInstalledError(ValueError):
+    """A notebook or sweep asks for a Jupyter kernel that is not installed."""
+
+
+def resolve_kernel(notebook: str | os.PathLike, kernel_name: str | None = None) -> str:
+    """The kernel a notebook executes with: ``kernel_name`` if given, else the notebook's
+    kernelspec (the project's ``ragbench`` kernel for every shipped notebook). Raises
+    :class:`KernelNotInstalledError` naming the installed kernels and how to install it, before
+    anything starts (papermill's own error is a bare ``NoSuchKernel``)."""
+    import nbformat
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if not kernel_name:
+        nb = nbformat.read(str(notebook), as_version=4)
+        kernel_name = nb.metadata.get("kernelspec", {}).get("name") or PROJECT_KERNEL
+    installed = KernelSpecManager().find_kernel_specs()
+    if kernel_name not in installed:
+        hint = _INSTALL_HINT if kernel_name == PROJECT_KERNEL else "install it or pick another"
+        raise KernelNotInstalledError(
+            f"{Path(notebook).name}: Jupyter kernel {kernel_name!r} is not installed ({hint}); "
+            f"installed: {', '.join(sorted(installed)) or 'none'}"
+        )
+    return kernel_name
+
+
+def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> Any:
+    """``papermill.execute_notebook`` with :func:`kernel_config`; keyword arguments as papermill's
+    (parameters, cwd, kernel_name, progress_bar, ...). Returns the executed notebook, redacted.
+    The kernel is :func:`resolve_kernel`'s: the notebook's own (``ragbench``) unless named.
+
+    Every save of ``output`` is redacted (:func:`redact_notebook`), and the credentials among
+    ``parameters`` are remembered (``secrets.collect``) so that a cell printing one bare (``key
+    in use: abc123``) is masked too."""
+    import nbformat
+    import papermill
+
+    secrets.collect(kwargs.get("parameters") or {})
+    kwargs["kernel_name"] = resolve_kernel(notebook, kwargs.get("kernel_name"))
+    _register_redacting_io()
+    # absolute: papermill saves while it has chdir'ed into ``cwd``
+    target = _REDACTED_SCHEME + str(Path(output).resolve())
+    nb = papermill.execute_notebook(str(notebook), target, config=kernel_config(), **kwargs)
+    return nbformat.from_dict(redact_notebook(nb))
+
+
+# --- executed notebooks without credentials -------------------------------------------------------
+
+# Output mime types holding text a credential could be spelled in. The others (image/png,
+# image/jpeg, application/pdf) are base64 and stay byte for byte.
+_TEXT_MIME = re.compile(r"text/.*|image/svg\+xml|application/javascript")
+
+
+def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a notebook (nbformat 4, as a dict) with every cell source and text output passed
+    through ``secrets.redact_text``, JSON outputs and papermill's recorded parameters through
+    ``secrets.redact``. Images, attachments and data: URIs are left untouched (a base64 alphabet
+    must not be edited)."""
+    nb = json.loads(json.dumps(nb, default=str))  # a plain deep copy, NotebookNode or dict
+    papermill = nb.get("metadata", {}).get("papermill")
+    if isinstance(papermill, dict) and isinstance(papermill.get("parameters"), dict):
+        papermill["parameters"] = secrets.redact(papermill["parameters"])
+    for cell in nb.get("cells", []):
+        if "source" in cell:
+            cell["source"] = _redact_text_field(cell["source"])
+        for output in cell.get("outputs", []):
+            if "text" in output:
+                output["text"] = _redact_text_field(output["text"])
+            for key in ("ename", "evalue"):
+                if isinstance(output.get(key), str):
+                    output[key] = secrets.redact_text(output[key])
+            if isinstance(output.get("traceback"), list):
+                output["traceback"] = [_redact_text_field(line) for line in output["traceback"]]
+            data = output.get("data")
+            if isinstance(data, dict):
+                for mime, value in data.items():
+                    if "json" in mime:  # application/json, application/vnd.*+json
+                        data[mime] = secrets.redact(value)
+                    elif _TEXT_MIME.fullmatch(mime):
+                        data[mime] = _redact_text_field(value, escaped=mime == "text/html")
+    return nb
+
+
+def _redact_text_field(value: Any, escaped: bool = False) -> Any:
+    """A notebook text field, a string or a list of lines: redacted as one text (a credential or
+    a data: URI may span the split), then split back into lines. Links without credentials keep
+    their spelling (``scrub.redact_keeping_links``)."""
+
+    def redact(text: str) -> str:
+        return redact_keeping_links(text, escaped=escaped)
+
+    if isinstance(value, list):
+        text = "".join(str(v) for v in value)
+        return outside_data_uris(text, redact).splitlines(keepends=True)
+    if isinstance(value, str):
+        return outside_data_uris(value, redact)
+    return value
+
+
+def redact_notebook_file(path: str | os.PathLike) -> Path:
+    """Rewrite an .ipynb file in place (atomically) with :func:`redact_notebook`."""
+    path = Path(path)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return _write_notebook(path, redact_notebook(nb))
+
+
+def _write_notebook(path: Path, nb: dict[str, Any]) -> Path:
+    # nbformat's own layout (indent 1, sorted keys), so diffs against papermill's files stay small
+    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    return atomic_write_text(path, text)
+
+
+_REDACTED_SCHEME = "ragbench-redacted://"
+_registered = threading.Lock()
+_is_registered = False
+
+
+class _RedactingHandler:
+    """papermill I/O handler for ``ragbench-redacted://<absolute path>``: each save is redacted,
+    then written atomically (a reader never sees half a notebook). Only writes are routed here."""
+
+    @staticmethod
+    def _path(path: str) -> str:
+        return path[len(_REDACTED_SCHEME) :]
+
+    def write(self, buf: str, path: str) -> None:
+        target = Path(self._path(path))
+        nb = redact_notebook(json.loads(buf))
+        papermill = nb.get("metadata", {}).get("papermill")
+        if isinstance(papermill, dict):
+            papermill["output_path"] = str(target)  # not our routing prefix
+        _write_notebook(target, nb)
+
+    def read(self, path: str) -> str:
+        return Path(self._path(path)).read_text(encoding="utf-8")
+
+    def listdir(self, path: str) -> list[str]:
+        folder = self._path(path)
+        return [os.path.join(folder, name) for name in os.listdir(folder)]
+
+    def pretty_path(self, path: str) -> str:
+        return self._path(path)
+
+
+def _register_redacting_io() -> None:
+    global _is_registered
+    with _registered:
+        if not _is_registered:
+            from papermill.iorw import papermill_io
+
+            papermill_io.register(_REDACTED_SCHEME, _RedactingHandler())
+            _is_registered = True
+
+
+# --- processes end with the sweep that started them -----------------------------------------------
+
+GRACE_SECONDS = 3.0  # SIGTERM first (a kernel shuts down cleanly), SIGKILL what is left after this
+
+
+def kill_tree(processes: list[Any], grace: float = GRACE_SECONDS) -> None:
+    """Terminate ``processes`` (psutil.Process) and all their descendants; kill what is still
+    alive after ``grace`` seconds. Descendants are listed first: a child whose parent dies is
+    re-parented and could no longer be found."""
+    import psutil
+
+    everything: dict[int, Any] = {}
+    for proc in processes:
+        try:
+            for p in [proc, *proc.children(recursive=True)]:
+                everything[p.pid] = p
+        except psutil.Error:
+            continue
+    for proc in everything.values():
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(list(everything.values()), timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+@contextmanager
+def reap_children_on_signals() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT first end every process this one started inside
+    it (pool workers, the kernels they or this process run, and their children), then call the
+    handler that was there before and raise: ``KeyboardInterrupt`` for SIGINT (as Python does),
+    ``SystemExit(143)`` for SIGTERM (the shell's code for it), so ``finally`` blocks and locks
+    still unwind.
+
+    Processes that were already children before the block are left alone (a notebook running a
+    sweep keeps its other subprocesses). Signal handlers can only be set in the main thread;
+    elsewhere the block runs unguarded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import psutil
+
+    me = psutil.Process()
+    before = {(p.pid, _created(p)) for p in me.children()}
+
+    def handler(signum: int, frame: Any) -> None:
+        kill_tree(
+            [p for p in me.children() if (p.pid, _created(p)) not in before and not _is_tracker(p)]
+        )
+        previous = saved[signum]
+        if callable(previous):
+            previous(signum, frame)  # for SIGINT Python's own: raises KeyboardInterrupt
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    # an ignored signal stays ignored (``nohup``, a background job of a script: no Ctrl-C)
+    saved = {
+        s: signal.getsignal(s)
+        for s in (signal.SIGTERM, signal.SIGINT)
+        if signal.getsignal(s) is not signal.SIG_IGN
+    }
+    for s in saved:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, previous in saved.items():
+            signal.signal(s, previous)
+
+
+def _is_tracker(proc: Any) -> bool:
+    """multiprocessing's resource tracker: it ignores SIGTERM by design, exits by itself when
+    this process does and then frees what the pool left; killing it leaks and spews tracebacks."""
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(proc.cmdline())
+    except Exception:
+        return False
+
+
+def _created(proc: Any) -> float:
+    try:
+        return proc.create_time()
+    except Exception:  # gone already: it cannot be confused with a new one
+        return 0.0
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def init_worker(parent_pid: int) -> None:
+    """Initializer of a sweep's pool workers: they end with the sweep.
+
+    - SIGTERM (from the sweep's handler, or from the kernel when the sweep dies, even by
+      SIGKILL: Linux's ``PR_SET_PDEATHSIG``) ends the worker's kernels, then the worker, without
+      writing a marker: an interrupted point is not a failed one and runs again on resume.
+    - SIGINT is ignored here: Ctrl-C reaches the whole foreground process group, and the sweep
+      process decides (it stops the workers with SIGTERM). A no-op handler rather than SIG_IGN,
+      which the kernels would inherit through exec and then could not be interrupted.
+    """
+    signal.signal(signal.SIGINT, lambda *_: None)
+    signal.signal(signal.SIGTERM, _worker_terminated)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the sweep died before prctl took effect
+        _worker_terminated(signal.SIGTERM, None)
+
+
+def _worker_terminated(signum: int, frame: Any) -> None:
+    import psutil
+
+    try:
+        kill_tree(psutil.Process().children())
+    finally:
+        os._exit(128 + signum)  # no cleanup that could block: the point's lock is an flock

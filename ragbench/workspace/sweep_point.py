@@ -1,0 +1,147 @@
+"""One sweep point: its folder's lock, its execution with papermill, its markers.
+
+Runs in a pool worker, a Ray task or the sweep process itself (``sweep.py`` plans the grid and
+hands each point here as a plain dict, the job). A point executes under ``locks.FolderLock`` on
+its folder and looks at its markers again once the lock is its own: that second look is what
+makes two concurrent sweeps of one spec execute it once. Markers are written atomically:
+``done.json`` or ``failed.json``, with the point's parameters (credentials masked), its status,
+seconds and ``finished_at`` (ISO 8601 UTC), so a later sweep can report the first completion.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ragbench import secrets
+from ragbench.io import atomic_write_text
+from ragbench.locks import LOCK_NAME, FolderLock, LockHeldError
+from ragbench.workspace.kernels import execute_notebook
+
+DONE, FAILED = "done.json", "failed.json"
+
+
+def execute_point(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one point under its folder's lock; never raises. A point another live process holds
+    comes back ``held`` (``job["wait"]``: wait for it instead); a point that has a marker by the
+    time the lock is ours comes back as recorded, skipped."""
+    # a worker does not share the sweep's memory: remember the credentials here too, so that
+    # error texts quoting them are masked
+    secrets.collect(job["parameters"])
+    point_dir = Path(job["point_dir"])
+    try:
+        lock = FolderLock(point_dir, what="sweep point", wait=job["wait"]).__enter__()
+    except LockHeldError:
+        return {"status": "held", "holder": _holder(point_dir)}
+    try:
+        return recorded(job, job["accept_failed"]) or _run_point(job)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _run_point(job: dict[str, Any]) -> dict[str, Any]:
+    from papermill.exceptions import PapermillExecutionError
+
+    point_dir, out_nb = Path(job["point_dir"]), Path(job["output_notebook"])
+    for marker in (DONE, FAILED):
+        (point_dir / marker).unlink(missing_ok=True)
+    start = time.perf_counter()
+    result: dict[str, Any] = {"status": "done", "cell": None, "exec_count": None, "error": None}
+    try:
+        execute_notebook(
+            job["notebook"],
+            str(out_nb),
+            parameters=job["parameters"],
+            kernel_name=job["kernel"],
+            cwd=job["cwd"],
+            progress_bar=False,
+        )
+    except PapermillExecutionError as exc:
+        result.update(
+            status="failed",
+            cell=_error_cell(out_nb, exc.cell_index),
+            exec_count=exc.exec_count,
+            error=secrets.redact_text(f"{exc.ename}: {exc.evalue}"),
+        )
+    except Exception as exc:  # kernel died, missing kernel, ...: still only this point fails
+        result.update(status="failed", error=secrets.redact_text(f"{type(exc).__name__}: {exc}"))
+        result["traceback"] = secrets.redact_text(traceback.format_exc())
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    marker = {"point_id": job["point_id"], "params": job["params"], "notebook": out_nb.name}
+    marker.update(result)
+    name = DONE if result["status"] == "done" else FAILED
+    atomic_write_text(point_dir / name, json.dumps(marker, indent=2, default=str) + "\n")
+    return result
+
+
+def recorded(job: dict[str, Any], accept_failed: bool) -> dict[str, Any] | None:
+    """The outcome a point's markers record, as skipped: done (notebook and done.json), or
+    failed (failed.json) when ``accept_failed`` or when the failure was recorded after the sweep
+    planned the point (``job["failed_seen"]``, the marker's mtime then: another sweep executed
+    the point meanwhile, and running it again would execute it twice); None: execute it."""
+    point_dir = Path(job["point_dir"])
+    failed = point_dir / FAILED
+    if is_done(job):
+        path, status = point_dir / DONE, "done"
+    elif failed.exists() and (accept_failed or _news(job, failed)):
+        path, status = failed, "failed"
+    else:
+        return None
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # written atomically, so only by hand: keep the status
+        marker = {}
+    keys = ("seconds", "cell", "exec_count", "error")
+    result = {k: marker[k] for k in keys if k in marker}
+    # "finished": the local-time field of markers written before finished_at existed
+    result.update(
+        status=status, skipped=True, finished_at=marker.get("finished_at", marker.get("finished"))
+    )
+    return result
+
+
+def _news(job: dict[str, Any], failed: Path) -> bool:
+    """failed.json was written after the sweep planned the job (a job planned without looking
+    has no news)."""
+    return "failed_seen" in job and mtime_ns(failed) != job["failed_seen"]
+
+
+def _holder(point_dir: Path) -> str:
+    """Who holds a point's lock, from the owner file ``FolderLock`` writes beside it."""
+    try:
+        owner = json.loads((point_dir / f"{LOCK_NAME}.owner").read_text(encoding="utf-8"))
+        return f"PID {owner['pid']} on {owner['host']} (since {owner['started']})"
+    except (OSError, ValueError, KeyError, TypeError):  # it is still writing it, or gone
+        return "another process"
+
+
+def _error_cell(notebook: Path, fallback: int) -> int:
+    """Index of the failing cell in the saved notebook, the one users open. papermill's own
+    cell_index counts before it inserts an error banner at the top and an anchor cell above the
+    failing one, so read the saved file instead."""
+    import nbformat
+
+    try:
+        cells = nbformat.read(notebook, as_version=4).cells
+    except Exception:
+        return fallback
+    for index, cell in enumerate(cells):
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            return index
+    return fallback
+
+
+def mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def is_done(job: dict[str, Any]) -> bool:
+    return Path(job["output_notebook"]).exists() and (Path(job["point_dir"]) / DONE).exists()

@@ -1,0 +1,209 @@
+"""Sweep specs: the YAML, its validation and the grid it expands to (pure but for reading files).
+
+A sweep YAML names a notebook, fixed parameters and a grid::
+
+    notebook: notebooks/01_niah_heatmap.ipynb
+    parameters: {model: smollm2-135m-instruct}
+    grid: {context_tokens: [1000, 2000], top_k: [2, 4]}
+    output_dir: data/results/sweeps/niah      # optional
+
+Errors name the file, line and key (``config.explain_validation_error``, shared with run
+configs); parameters the notebook does not declare fail before anything runs. Loading a spec
+hands every credential in its parameters to ``ragbench.secrets`` (``collect``), so whatever
+quotes them later (an error, a log line) is masked; point ids never spell a credential out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+
+from ragbench import secrets
+from ragbench.experiment.config import explain_validation_error
+from ragbench.io import dumps_canonical
+from ragbench.registry import did_you_mean
+
+# papermill's notebook parameter types are only hints; these are the ones we can check cheaply.
+_SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+}
+
+
+def _grid_values(values: list[Any]) -> list[Any]:
+    """One grid entry: at least one value, none repeated (pydantic reports it at grid.<name>)."""
+    if not values:
+        raise ValueError("needs at least one value")
+    keys = [dumps_canonical(v) for v in values]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"repeated values {values}")
+    return values
+
+
+GridValues = Annotated[list[Any], AfterValidator(_grid_values)]
+
+
+class SweepSpecError(ValueError):
+    """A bad sweep file or a parameter the notebook does not declare; names the file and key."""
+
+
+class SweepSpec(BaseModel):
+    """The sweep YAML. Unknown keys are errors, like every config in ragbench."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    notebook: str  # the parameterised notebook, relative to the YAML's folder or the cwd
+    parameters: dict[str, Any] = {}  # fixed for every point
+    grid: dict[str, GridValues] = {}  # name -> values; the sweep runs their cartesian product
+    output_dir: str | None = None  # sweep folder; default data/results/sweeps/<yaml stem>
+    output_param: str = "output_dir"  # notebook parameter that receives each point's folder
+    # glob, inside a point's folder, of the tables it writes; ragbench.experiment.runner writes
+    # <output_dir>/<name>-<hash>/results.parquet
+    results: str = "**/results.parquet"
+    # Jupyter kernel; default: the notebook's kernelspec (the project's ``ragbench`` kernel,
+    # which ``make setup`` installs). "python3" is whatever interpreter Jupyter finds first.
+    kernel: str | None = None
+
+
+def load_spec(path: str | os.PathLike) -> SweepSpec:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SweepSpecError(f"{path}: no such sweep file") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SweepSpecError(f"{path}: invalid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SweepSpecError(f"{path}: expected a mapping with 'notebook', 'parameters', 'grid'")
+    _collect_secrets(raw)  # before validating: its error messages may quote the values
+    try:
+        return SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        message = explain_validation_error(exc, str(path), text, SweepSpec)
+        raise SweepSpecError(_redact_explained(message)) from None
+
+
+def _redact_explained(message: str) -> str:
+    """``secrets.redact_text`` on the message part of each ``file:line: field: message`` line.
+    The location stays out of it: ``grid.api_key: repeated values`` reads to the redactor as a
+    credential named api_key with the value "repeated"."""
+    lines = []
+    for line in message.splitlines():
+        parts = line.split(": ", 2)
+        if len(parts) == 3:
+            lines.append(f"{parts[0]}: {parts[1]}: {secrets.redact_text(parts[2])}")
+        else:
+            lines.append(secrets.redact_text(line))
+    return "\n".join(lines)
+
+
+def _collect_secrets(raw: dict[str, Any]) -> None:
+    """Remember the credentials among the spec's values (``secrets.collect``). A grid value is
+    collected under its parameter's name, so ``grid: {api_key: [a, b]}`` counts as credentials,
+    as ``parameters: {api_key: a}`` does."""
+    secrets.collect(raw)
+    grid = raw.get("grid")
+    if isinstance(grid, dict):
+        for name, values in grid.items():
+            for value in values if isinstance(values, list) else [values]:
+                secrets.collect({name: value})
+
+
+def expand_grid(spec: SweepSpec | dict[str, Any]) -> list[dict[str, Any]]:
+    """Fixed parameters merged with each point of the grid, in YAML order (last key fastest)."""
+    if not isinstance(spec, SweepSpec):
+        spec = SweepSpec.model_validate(spec)
+    both = sorted(set(spec.parameters) & set(spec.grid))
+    if both:
+        raise SweepSpecError(f"parameters and grid both set {both}; keep each name in one place")
+    names = list(spec.grid)
+    return [
+        {**spec.parameters, **dict(zip(names, values, strict=True))}
+        for values in itertools.product(*(spec.grid[n] for n in names))
+    ]
+
+
+def point_id(params: dict[str, Any], varying: Sequence[str] | None = None) -> str:
+    """A stable, filesystem-safe name: the varying parameters as a slug, plus a hash of all.
+
+    The slug never spells a credential: the id names the point's folder and notebook and is
+    printed. The hash still tells apart points that differ only in a credential."""
+    digest = hashlib.sha256(dumps_canonical(params).encode()).hexdigest()[:8]
+    names = list(varying) if varying is not None else sorted(params)
+    parts = [
+        f"{n}={_slug_value(_slug_safe(n, params[n]))}".replace(secrets.MASK, "xxx")
+        for n in names
+        if n in params
+    ]
+    # "top_k=4,retriever=dense": comma-separated, as a reader would write the point
+    slug = re.sub(r"[^A-Za-z0-9=.,+_-]+", "-", ",".join(parts)).strip("-")[:80]
+    return f"{slug}-{digest}" if slug else digest
+
+
+_SLUG_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
+def _slug_safe(name: str, value: Any) -> Any:
+    """The value a point id may show: credential-named parameters as ``***``, URLs without their
+    userinfo or secret query values, well-known key shapes masked. Deliberately by fixed rules,
+    not ``secrets.redact_text``: that one also masks the values this process happens to
+    remember, and a folder name must not depend on which specs were loaded before."""
+    if secrets.is_secret_name(name) and value not in (None, ""):
+        return secrets.MASK
+    if isinstance(value, str):
+        value = _SLUG_URL.sub(lambda m: secrets.redact_url(m.group(0)), value)
+        return secrets.SECRET_SHAPES.sub(secrets.MASK, value)
+    return value
+
+
+def _slug_value(value: Any) -> str:
+    """A value as the id shows it: strings bare, lists ``64+128``, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return "+".join(_slug_value(v) for v in value)
+    return json.dumps(value, sort_keys=True)
+
+
+def check_parameters(
+    notebook: Path, names: Sequence[str], where: str, values: Sequence[tuple[str, Any]] = ()
+) -> dict[str, Any]:
+    """Fail before any execution on a name the notebook does not declare, or a value whose
+    type contradicts a simple declared type (int, float, str, bool); return the declarations."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(notebook))
+    if not declared:
+        raise SweepSpecError(f"{where}: {notebook} has no cell tagged 'parameters'")
+    problems = [
+        f"{where}: unknown parameter {n!r} for {notebook.name}; {did_you_mean(n, declared)}"
+        for n in names
+        if n not in declared
+    ]
+    for name, value in values:
+        expected = _SIMPLE_TYPES.get(str(declared.get(name, {}).get("inferred_type_name")))
+        bad_bool = isinstance(value, bool) and expected is not None and bool not in expected
+        if expected and (not isinstance(value, expected) or bad_bool):
+            shown = secrets.redact({name: value})[name]
+            kind = declared[name]["inferred_type_name"]
+            # a grid over a list parameter lists lists: `chunk_sizes: [[64], [128]]`
+            hint = f" (a grid over a {kind} parameter lists {kind}s)" if kind == "list" else ""
+            problems.append(f"{where}: parameter {name!r} is declared {kind}, got {shown!r}{hint}")
+    if problems:
+        raise SweepSpecError("\n".join(problems))
+    return declared
