@@ -234,8 +234,9 @@ class Record(JsonMixin):
     """One results-table row: (example, strategy, parameter point) -> prediction, scores, cost.
 
     ``params`` is the strategy's typed parameter point (``ragbench.strategies.params``) and
-    ``cost`` a ``ragbench.cost.accounting.Cost`` (None on an error row); both are stored as JSON objects and
-    typed again by ``from_dict``.
+    ``cost`` a ``ragbench.cost.Cost`` (None on an error row); both are stored as JSON objects.
+    ``from_dict`` keeps them as plain dicts (this core module knows no strategy); where records
+    are read back, ``ragbench.experiment.results.record_from_dict`` types them again.
     """
 
     example_id: str
@@ -249,18 +250,6 @@ class Record(JsonMixin):
     )
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Record:
-        from ragbench.cost.accounting import Cost
-        from ragbench.strategies import params_from_dict
-
-        data = dict(data)
-        if isinstance(data.get("params"), dict):
-            data["params"] = params_from_dict(str(data.get("strategy")), data["params"])
-        if isinstance(data.get("cost"), dict):
-            data["cost"] = Cost.from_dict(data["cost"]) if data["cost"] else None
-        return super().from_dict(data)
 
 
 _TUPLE_FIELDS: dict[str, tuple[str, ...]] = {

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from ragbench.cost.accounting import Cost
+from ragbench.experiment.results import record_from_dict
 from ragbench.strategies import RagParams
 from ragbench.types import (
     Chunk,
@@ -47,9 +48,19 @@ def _example() -> Example:
 )
 def test_json_round_trip_is_exact(obj):
     text = obj.to_json()
-    back = type(obj).from_json(text)
+    if isinstance(obj, Record):  # typed params and cost come back where records are read
+        back = record_from_dict(json.loads(text))
+    else:
+        back = type(obj).from_json(text)
     assert back == obj
     assert back.to_json() == text
+
+
+def test_a_core_record_keeps_params_and_cost_as_json_objects():
+    record = Record("ex-1", "rag", RagParams(top_k=3), "x", cost=Cost(dollars=0.001))
+    plain = Record.from_json(record.to_json())
+    assert plain.params == RagParams(top_k=3).to_dict() and plain.cost["dollars"] == 0.001
+    assert record_from_dict(plain.to_dict()) == record
 
 
 def test_frozen_and_evidence():

@@ -13,6 +13,15 @@ from ragbench.analysis._common import (
     _check_metric,
     _labels,
 )
+from ragbench.strategies import (
+    FULL_CONTEXT,
+    NO_CONTEXT,
+    RETRIEVED,
+    answer_source,
+    strategies_where,
+)
+from ragbench.strategies.prompts import is_declined
+from ragbench.types import DOCUMENT_SEPARATOR
 
 # Causes of a wrong answer, in the order they are checked (the first that applies wins): missing
 # evidence explains everything after it, so it comes first.
@@ -65,8 +74,6 @@ def names_value(prediction: str, values: Iterable[str]) -> bool:
 def evidence_depth(example: Any) -> float:
     """Where the (first) evidence span starts in the long-context prompt's context, as a
     percentage of its characters (NaN without evidence spans)."""
-    from ragbench.types import DOCUMENT_SEPARATOR
-
     spans = (example.meta or {}).get("evidence") or []
     if not spans:
         return float("nan")
@@ -89,28 +96,24 @@ def _cell(row: Mapping[str, Any], name: str) -> Any:
 
 
 def _source(row: Mapping[str, Any]) -> str:
-    """Which call produced the answer: rag, long_context, closed_book (or the strategy name).
-    Self-Route's answer comes from the branch its ``route`` names."""
-    strategy = row["strategy"]
-    if strategy == "self_route":
-        return _cell(row, "route") or "rag"
-    if strategy.startswith("long_context"):  # KV-cache variants answer from the whole context
-        return "long_context"
-    if strategy.startswith("rag") or _cell(row, "gold_hit") is not None:
-        return "rag"
-    return strategy
+    """Which call produced the answer (``NO_CONTEXT``, ``RETRIEVED``, ``FULL_CONTEXT``), as the
+    row's strategy declares it (a router: the branch its ``route`` names); the strategy name
+    when it declares none."""
+    return answer_source(row) or str(row["strategy"])
 
 
 def _cause(row: Mapping[str, Any], source: str, distractor: bool) -> str:
-    lc = "lc_" if row["strategy"] == "self_route" and source == "long_context" else ""
-    if source == "rag":
+    # a router's long-context branch records its facts with an lc_ prefix
+    routed = str(row["strategy"]) in strategies_where(routes=True)
+    lc = "lc_" if routed and source == FULL_CONTEXT else ""
+    if source == RETRIEVED:
         hit = _cell(row, "gold_hit")
         if hit is not None and not bool(hit):
             return "retrieval_miss"
         if distractor:
             return "distractor_answer"
         return "reader_miss" if hit is not None else "unattributed"
-    if source == "long_context":
+    if source == FULL_CONTEXT:
         # ``evidence_truncated`` is not recorded yet (see the module's report); only the number
         # of tokens cut is, which says the context lost something, not that the evidence did
         if _cell(row, f"{lc}evidence_truncated"):
@@ -120,7 +123,7 @@ def _cause(row: Mapping[str, Any], source: str, distractor: bool) -> str:
         if (_cell(row, f"{lc}truncated_tokens") or 0) > 0:
             return "context_truncated"
         return "reader_miss"
-    if source == "closed_book":
+    if source == NO_CONTEXT:
         return "distractor_answer" if distractor else "no_context"
     return "distractor_answer" if distractor else "unattributed"
 
@@ -143,8 +146,6 @@ def attribute(
     depth comes from a ``depth_percent`` column (NIAH) and no answer is called a distractor.
     """
     import pandas as pd
-
-    from ragbench.strategies.prompts import is_declined
 
     df = _labels(df)
     _check_metric(df, metric)

@@ -80,7 +80,7 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
     from tqdm import tqdm
 
     from ragbench.judge import judge_records
-    from ragbench.judge.context import given_context
+    from ragbench.strategies import NO_CONTEXT, get_strategy
     from ragbench.metrics.answer import deferred_metrics
 
     todo = [k for k in keys if k in done and needs_judging(cfg, done[k])]
@@ -92,7 +92,8 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
     def context(example: Example, record: Any) -> str | None:
         # the model under test's tokenizer and the index rebuild the prompt's context; a run
         # with nothing left to generate loads the model only if a record needs it
-        if record.strategy == "closed_book":
+        strategy = get_strategy(record.strategy)
+        if strategy.context == NO_CONTEXT:  # reads nothing: no need to load the model
             return None
         if state["res"] is None:
             from ragbench.experiment.runner import _resources, load_model
@@ -100,7 +101,7 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
             state["llm"] = state["llm"] or load_model(cfg.model)
             identity = provenance.identity(state["llm"])
             state["res"] = _resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
-        return given_context(example, record, state["res"])
+        return strategy.given_context(example, record, state["res"])
 
     metrics = deferred_metrics(cfg.metrics)
     updated = 0

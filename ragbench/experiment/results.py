@@ -18,8 +18,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ragbench.cost import Cost
 from ragbench.io import dumps_canonical
 from ragbench.secrets import redact_text
+from ragbench.strategies import params_from_dict
 from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,17 @@ SECTIONS = ("param_", "score_", "cost_", "meta_", "ex_")  # in column order
 
 def work_key(example_id: str, strategy: str, params: dict[str, Any]) -> str:
     return dumps_canonical([example_id, strategy, params])
+
+
+def record_from_dict(data: dict[str, Any]) -> Record:
+    """A stored record with its ``params`` and ``cost`` typed again (the strategy's parameter
+    class, ``Cost``); ``Record.from_dict`` alone leaves them as the JSON objects they were."""
+    data = dict(data)
+    if isinstance(data.get("params"), dict):
+        data["params"] = params_from_dict(str(data.get("strategy")), data["params"])
+    if isinstance(data.get("cost"), dict):
+        data["cost"] = Cost.from_dict(data["cost"]) if data["cost"] else None
+    return Record.from_dict(data)
 
 
 def read_records(path: Path) -> dict[str, Record]:
@@ -45,7 +58,7 @@ def read_records(path: Path) -> dict[str, Record]:
         good_end += len(line)
         try:
             row = json.loads(line)
-            done[row["key"]] = Record.from_dict(row["record"])
+            done[row["key"]] = record_from_dict(row["record"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             # a complete but unreadable line (another version's fields, a bad edit): skip it,
             # keep every record after it; its work item is simply run again

@@ -1,0 +1,72 @@
+"""The context a strategy gave the model, rebuilt (for ``judge_faithful``).
+
+Records do not store their prompt (a long-context prompt is the whole document, repeated in every
+record). The strategies' prompt builders are deterministic functions of the example, the
+parameters, the retrieval index and the tokenizer of the model under test, so the context is
+rebuilt by calling them again with the run's ``Resources``, and checked against what the record
+holds: the retrieved chunk ids (RAG) and the kept token count (long context). A mismatch is an
+error (the judgement is then left unscored with a note), never a silent guess.
+
+Each strategy names its rebuilder in its ``Strategy(...)`` line (``strategies/__init__.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragbench.strategies.base import Resources
+from ragbench.strategies.long_context import long_context_prompt
+from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
+from ragbench.strategies.rag import rag_prompt
+from ragbench.types import Example, Record
+
+
+class ContextUnavailable(ValueError):
+    """The context cannot be rebuilt faithfully; the message says why."""
+
+
+def no_context(example: Example, record: Record, res: Resources) -> None:
+    """Closed book: the model read no context."""
+    return None
+
+
+def rag_context(example: Example, record: Record, res: Resources, decline: bool = False) -> str:
+    """The retrieved chunks as the RAG prompt placed them (checked against the record's ids)."""
+    prompt, rebuilt = rag_prompt(example, res, record.params, decline=decline)
+    retrieved = list(record.meta.get("retrieved", []))
+    if list(rebuilt["retrieved"]) != retrieved:
+        raise ContextUnavailable(
+            "retrieval now returns other chunks than the record's "
+            f"({rebuilt['retrieved'][:3]}... vs {retrieved[:3]}...)"
+        )
+    tail = question_part(example, decline)
+    return _strip_template(prompt.removesuffix(tail), CONTEXT_TEMPLATE)
+
+
+def long_context_context(
+    example: Example, record: Record, res: Resources, decline: bool = False, meta_prefix: str = ""
+) -> str:
+    """The (possibly truncated) whole context (checked against the record's kept tokens)."""
+    _, prefix, rebuilt = long_context_prompt(example, res, record.params.overflow, decline=decline)
+    kept = record.meta.get(f"{meta_prefix}kept_tokens")
+    if kept is not None and int(kept) != int(rebuilt["kept_tokens"]):
+        raise ContextUnavailable(
+            f"the context now keeps {rebuilt['kept_tokens']} tokens, the record {kept}"
+        )
+    return _strip_template(prefix, CONTEXT_TEMPLATE)
+
+
+def self_route_context(example: Example, record: Record, res: Resources) -> str:
+    """The context of the branch the record's ``route`` names (both offer the decline option)."""
+    route = record.meta.get("route")
+    if route == "rag":
+        return rag_context(example, record, res, decline=True)
+    if route == "long_context":
+        return long_context_context(example, record, res, decline=True, meta_prefix="lc_")
+    raise ContextUnavailable(f"self_route record without a known route ({route!r})")
+
+
+def _strip_template(text: str, template: str) -> str:
+    """The ``{context}`` part of ``template.format(context=...)``."""
+    head, _, tail = template.partition("{context}")
+    return text.removeprefix(head).removesuffix(tail)
