@@ -36,7 +36,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragbench.experiment.runner import _load_llm, load_config, run  # noqa: E402
+from ragbench.experiment.config import load_config  # noqa: E402
+from ragbench.experiment.resources import load_model  # noqa: E402
+from ragbench.experiment.runner import run  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 
 STRATEGIES = ("closed_book", "long_context", "rag")
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     runs: dict[int, list[dict]] = {1: [], 8: []}
     with tempfile.TemporaryDirectory() as tmp:
-        llm = _load_llm(load_config(config(tmp, lengths, depths, 1, "load")))  # one model
+        llm = load_model(load_config(config(tmp, lengths, depths, 1, "load")).model)  # one model
         t0 = time.perf_counter()
         llm.cost_rates()  # measured once (or read from the cache) before either arm
         result["calibration_seconds"] = round(time.perf_counter() - t0, 2)

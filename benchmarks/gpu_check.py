@@ -22,8 +22,9 @@ where equality is exact and the test (tests/test_gpu_check.py) checks it.
 
 Imports: torch, transformers, and ragbench modules that need nothing else (``ragbench.types``,
 ``registry``, ``io``, ``cost`` + ``prices`` (PyYAML, a transformers dependency),
-``llm.presets``, ``llm.kv_cache``, ``llm.shared_prefix``, ``llm.hf_decode``), plus ``psutil`` on
-CPU only. Usage: ``bash benchmarks/gpu_check.sh --out gpu.json [--quick] [--device cpu]``.
+``llm.presets``, ``llm.kv_cache`` (+ ``kv_compress``, ``kv_sinks``), ``llm.shared_prefix``,
+``llm.hf_decode``), plus ``psutil`` on CPU only.
+Usage: ``bash benchmarks/gpu_check.sh --out gpu.json [--quick] [--device cpu]``.
 """
 
 from __future__ import annotations

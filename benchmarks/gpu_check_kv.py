@@ -29,15 +29,16 @@ KV_PARAMS: dict[str, list[dict]] = {  # parameters for variants that need them (
 }
 
 
-def kv_specs(tokens: int) -> list[tuple[str, kv_cache.KVSpec | None, str]]:
-    """(label, spec or None, error) for every variant kv_cache.KV_CACHES names."""
+def kv_specs(tokens: int) -> list[tuple[str, kv_cache.KVVariant | None, str]]:
+    """(label, variant or None, error) for every variant kv_cache.KV_CACHES names, plain first
+    (the others' tokens are compared with its)."""
     out = []
-    for kind in kv_cache.KV_CACHES:
+    for kind in sorted(kv_cache.KV_CACHES, key=lambda k: k != "plain"):
         for params in KV_PARAMS.get(kind, [{}]):
             if "window_tokens" in params:
                 params = {**params, "window_tokens": max(8, tokens // 4)}
             try:
-                spec = kv_cache.KVSpec(kind=kind, **params)
+                spec = kv_cache.KV_CACHES.get(kind)(**params)
                 out.append((spec.label(), spec, ""))
             except (TypeError, ValueError) as exc:  # a new variant needing unknown parameters
                 out.append((kind, None, f"{type(exc).__name__}: {exc}"))
@@ -56,8 +57,7 @@ def bench_kv(model, facts, dec, tokens: int, new: int) -> dict:
             out[label] = {"error": error}
             continue
         try:
-            if spec.kind == "quantized":
-                kv_cache.check_backend_installed(spec.backend)
+            spec.check_model(model)  # e.g. a quantization backend package missing
             with torch.inference_mode():
                 [row] = dec.decode([req], [ids], None, 0, shared=False, seed=0, kv=spec)
         except (ImportError, ValueError, NotImplementedError, RuntimeError, TypeError) as exc:
@@ -65,7 +65,7 @@ def bench_kv(model, facts, dec, tokens: int, new: int) -> dict:
             print(f"  kv {label}: {out[label]['error']}")
             continue
         tokens_out = ids_of(row["text"])
-        plain_tokens = tokens_out if spec.kind == "plain" else plain_tokens
+        plain_tokens = tokens_out if isinstance(spec, kv_cache.Plain) else plain_tokens
         formula = kv_cache_bytes(
             facts["layers"], facts["kv_heads"], facts["head_dim"], tokens, 1, model.dtype.itemsize
         )

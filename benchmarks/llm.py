@@ -41,6 +41,7 @@ import baselines  # noqa: E402  (benchmarks/baselines.py)
 from ragbench.assets import essays_dir, smollm2_gguf  # noqa: E402
 from ragbench.cost.accounting import forward_flops  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm import kv_cache  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
 from ragbench.llm.hf import HFModel  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
@@ -275,14 +276,14 @@ def bench_prefix_reuse(model: HFModel, tokens: int, questions: int, repeats: int
     return result
 
 
-KV_VARIANTS: dict[str, dict] = {
-    "plain": {},
-    "offloaded": {"kv_cache": "offloaded"},
-    "sinks": {"kv_cache": "sinks", "sink_tokens": 4, "window_tokens": 256},
-    "quantized-int8": {"kv_cache": "quantized", "kv_bits": 8, "kv_backend": "hqq"},
-    "quantized-int4": {"kv_cache": "quantized", "kv_bits": 4, "kv_backend": "hqq"},
-    "quantized-quanto-int4": {"kv_cache": "quantized", "kv_bits": 4, "kv_backend": "quanto"},
-    "snapkv-0.5": {"kv_cache": "snapkv", "kv_ratio": 0.5, "kv_window": 32},
+KV_VARIANTS: dict[str, kv_cache.KVVariant] = {
+    "plain": kv_cache.Plain(),
+    "offloaded": kv_cache.Offloaded(),
+    "sinks": kv_cache.Sinks(sink_tokens=4, window_tokens=256),
+    "quantized-int8": kv_cache.Quantized(bits=8, backend="hqq"),
+    "quantized-int4": kv_cache.Quantized(bits=4, backend="hqq"),
+    "quantized-quanto-int4": kv_cache.Quantized(bits=4, backend="quanto"),
+    "snapkv-0.5": kv_cache.SnapKV(ratio=0.5, window=32),
 }
 
 
@@ -300,7 +301,7 @@ def bench_kv_variants(
     for name in names or list(KV_VARIANTS):
         kv = KV_VARIANTS[name]
         request = GenerationRequest(
-            f"{doc}\n\n{qs[0]}", max_new_tokens=new_tokens, stop=ANSWER_STOP, **kv
+            f"{doc}\n\n{qs[0]}", max_new_tokens=new_tokens, stop=ANSWER_STOP, kv=kv
         )
         model._prefix_kv.clear()
         try:
@@ -313,7 +314,7 @@ def bench_kv_variants(
             p.layers, p.kv_heads, p.head_dim, c.prompt_tokens, 1, dtype_bytes(model.dtype)
         )
         out[name] = {
-            "kv": kv or {"kv_cache": "plain"},
+            "kv": kv.fields(),  # the flat form earlier result files have
             "prompt_tokens": c.prompt_tokens,
             "kv_bytes_measured": c.kv_bytes_measured,
             "kv_bytes_formula": formula,

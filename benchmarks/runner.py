@@ -28,7 +28,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragbench.experiment.runner import _load_llm, load_config, run  # noqa: E402
+from ragbench.experiment.config import load_config  # noqa: E402
+from ragbench.experiment.resources import load_model  # noqa: E402
+from ragbench.experiment.runner import run  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 
 
@@ -76,7 +78,7 @@ def shared_corpus(questions: int, threads: int) -> dict:
         corpus = write_essay_corpus(Path(tmp) / "corpus", questions=questions, tokens=4000)
         cfg = {arm: corpus_config(tmp, corpus, arm != "no_reuse", threads, arm == "preload")
                for arm in ("reuse", "no_reuse", "preload")}  # fmt: skip
-        llm = _load_llm(load_config(cfg["reuse"]))
+        llm = load_model(load_config(cfg["reuse"]).model)
         llm.cost_rates()  # calibration before any clock starts
         tables = {}
         for arm in ("reuse", "no_reuse", "preload"):
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
         return _write(args.out, result)
     result["context_lengths"] = lengths
     with tempfile.TemporaryDirectory() as tmp:
-        llm = _load_llm(load_config(config(tmp, lengths, 1)))  # one model for both arms
+        llm = load_model(load_config(config(tmp, lengths, 1)).model)  # one model for both arms
         tables = {}
         for batch in (1, 8):
             t0 = time.perf_counter()

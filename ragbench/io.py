@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragbench.secrets import redact_text
+
 if TYPE_CHECKING:
     import typer
 
@@ -117,8 +119,6 @@ USER_ERROR_EXIT = 2  # as click's usage errors; an uncaught exception exits 1
 def cli_error(exc: BaseException, code: int = USER_ERROR_EXIT) -> typer.Exit:
     """Print ``error: <exc>`` (credentials masked) to stderr; returns the ``typer.Exit`` to raise (``from None``)."""
     import typer
-
-    from ragbench.secrets import redact_text
 
     typer.echo(f"error: {redact_text(str(exc))}", err=True)
     return typer.Exit(code=code)

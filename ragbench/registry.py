@@ -8,6 +8,11 @@ retrievers, embedders, splitters, tokenizers, metrics), so every unknown name ge
 did-you-mean error listing the valid choices. A registry can also be open-ended: ``other``
 describes the names it accepts beyond its entries (``"<model folder or Hugging Face id>"``) and
 ``accepts`` recognises them; ``check`` lets those through, ``get`` serves entries only.
+
+A set of plain choices (an order, a policy, a precision) registers ``Choice(description)``s, so
+``ragbench list`` can say what each one means. ``target`` and ``items`` read the registered
+targets without importing anything (``ragbench list`` describes ``"module:attr"`` targets from
+their source).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -39,6 +45,13 @@ def unknown(kind: str, name: str, choices: Iterable[str]) -> UnknownNameError:
     return UnknownNameError(f"unknown {kind} {name!r}; {did_you_mean(name, choices)}")
 
 
+@dataclass(frozen=True)
+class Choice:
+    """An entry that is only a name (``"truncate_middle"``): what choosing it means."""
+
+    description: str
+
+
 class Registry:
     """Names -> targets: ``"module:attr"`` strings (imported on first ``get``) or objects.
 
@@ -52,14 +65,24 @@ class Registry:
         *,
         other: str | None = None,
         accepts: Callable[[str], bool] | None = None,
+        descriptions: dict[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self._entries: dict[str, str | Any] = dict(entries or {})
+        # what an entry is, where its target cannot say (a third-party class): ``ragbench list``
+        self.descriptions: dict[str, str] = dict(descriptions or {})
         self.other = other  # how accepted names beyond the entries look, shown in errors
         self._accepts = accepts
 
     def register(self, name: str, target: str | Any) -> None:
         self._entries[name] = target
+
+    def unregister(self, name: str) -> Any:
+        """Remove entry ``name`` (a plugin or a test undoing its ``register``); returns its
+        target."""
+        if name not in self._entries:
+            raise unknown(self.kind, name, self.choices())
+        return self._entries.pop(name)
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -76,6 +99,20 @@ class Registry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+    def target(self, name: str) -> Any:
+        """What entry ``name`` was registered with (a ``"module:attr"`` string until its first
+        ``get``), without importing it."""
+        if name not in self._entries:
+            raise unknown(self.kind, name, self.choices())
+        return self._entries[name]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """``(name, target)`` for every entry, sorted by name, without importing (see ``target``)."""
+        return [(name, self._entries[name]) for name in self.names()]
 
     def check(self, name: str) -> str:
         """``name`` if it is an entry (or accepted beyond them); else a did-you-mean error."""

@@ -16,11 +16,37 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ragbench.registry import Registry, UnknownNameError, unknown
+from ragbench.assets import asset_path, cache_dir
+from ragbench.devices import quiet_transformers
+from ragbench.models import PRESETS
+from ragbench.registry import Choice, Registry, unknown
 
-# tokenizers by name; a model preset name (ragbench.models) or a path names one too
-TOKENIZERS = Registry("tokenizer", {"whitespace": "ragbench.tokenizers:WhitespaceTokenizer"})
 LOCAL = "<folder or .gguf path>"
+
+
+def _path_like(name: str) -> bool:
+    """A tokenizer beyond the entries: a folder or a ``.gguf`` file (anything with a path
+    separator passes, and is looked up when loaded, so a config can name a path relative to
+    itself)."""
+    return "/" in name or os.sep in name or name.endswith(".gguf") or Path(name).is_dir()
+
+
+# tokenizers by name: whitespace, and each model preset's own (ragbench.models); a path too
+TOKENIZERS = Registry(
+    "tokenizer",
+    {
+        "whitespace": "ragbench.tokenizers:WhitespaceTokenizer",
+        **{
+            name: Choice(
+                f"model preset {name}'s tokenizer"
+                + (" (embedded, offline)" if preset.embedded else " (from the Hub)")
+            )
+            for name, preset in PRESETS.items()
+        },
+    },
+    other=LOCAL,
+    accepts=_path_like,
+)
 
 
 class Tokenizer(Protocol):
@@ -89,50 +115,32 @@ class HFTokenizer:
 
 
 def check_tokenizer(name: str) -> str:
-    """``name`` if it can name a tokenizer: a ``TOKENIZERS`` entry, a model preset, or a path
-    (a folder, a ``.gguf`` file; anything with a path separator passes here and is looked up
-    when loaded, so a config can name a path relative to itself). Else a did-you-mean error."""
-    from ragbench.models import PRESETS
-
-    path_like = "/" in name or os.sep in name or name.endswith(".gguf") or Path(name).is_dir()
-    if name not in TOKENIZERS and name not in PRESETS and not path_like:
-        raise _unknown(name)
-    return name
-
-
-def _unknown(name: str) -> UnknownNameError:
-    from ragbench.models import PRESETS
-
-    return unknown("tokenizer", name, [*TOKENIZERS, *PRESETS, LOCAL])
+    """``name`` if it can name a tokenizer: a ``TOKENIZERS`` entry (``whitespace`` or a model
+    preset) or a path (see ``_path_like``). Else a did-you-mean error."""
+    return TOKENIZERS.check(name)
 
 
 @functools.lru_cache(maxsize=8)
 def get_tokenizer(name: str = "smollm2-135m-instruct") -> Tokenizer:
-    if name in TOKENIZERS:
-        return TOKENIZERS.get(name)()
-    from ragbench.models import PRESETS
-
     if name in PRESETS:
-        preset = PRESETS[name]
+        preset = PRESETS.get(name)
         if preset.source.startswith("asset:"):
-            from ragbench.assets import asset_path
-
             return HFTokenizer(name, _load_gguf(asset_path(preset.source.removeprefix("asset:"))))
         return HFTokenizer(name, _load_hf(preset.source))
+    if name in TOKENIZERS:
+        return TOKENIZERS.get(name)()
     path = Path(name)
     if path.suffix == ".gguf" and path.exists():
         return HFTokenizer(name, _load_gguf(path))
     if path.is_dir():
         return HFTokenizer(name, _load_hf(str(path)))
-    raise _unknown(name)
+    raise unknown("tokenizer", name, TOKENIZERS.choices())
 
 
 def _load_gguf(gguf: Path):
     """Reading a tokenizer out of a GGUF file takes ~6 s; keep a converted copy in the cache dir
     (keyed by path, size and mtime) so later loads take well under a second."""
     import hashlib
-
-    from ragbench.assets import cache_dir
 
     st = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[
@@ -159,8 +167,6 @@ def _load_gguf(gguf: Path):
 
 def _load_hf(source: str, **kwargs):
     from transformers import AutoTokenizer
-
-    from ragbench.devices import quiet_transformers
 
     quiet_transformers(progress_bars=False)  # quiet logs; progress bars left as they are
     return AutoTokenizer.from_pretrained(source, **kwargs)

@@ -133,10 +133,12 @@ class GenerationRequest(JsonMixin):
     ``prefix`` optionally names the leading part of ``prompt`` that other requests share (the long
     document, placed first), so backends can compute its KV cache once and reuse it.
 
-    ``kv_cache`` and the fields after it say how the backend keeps this request's KV cache
-    (``ragbench.llm.kv_cache``: plain, offloaded, sinks, quantized, snapkv); a backend that cannot keep
-    it that way raises an error naming what it supports. At their defaults they are left out of
-    ``to_dict``, so the completion-cache keys of plain requests are the ones they always were.
+    ``kv`` says how the backend keeps this request's KV cache: a KV-cache variant
+    (``ragbench.llm.kv_cache``: ``Offloaded()``, ``Sinks()``, ``Quantized(bits=4)``, ``SnapKV()``,
+    which validates its own parameters) or None for the plain cache; a backend that cannot keep
+    it that way raises an error naming what it supports. ``to_dict`` writes it in its legacy flat
+    form (``kv_cache``, ``kv_bits``, ...), left out for the plain cache, so completion-cache keys
+    are the ones they always were.
     """
 
     prompt: str
@@ -146,40 +148,36 @@ class GenerationRequest(JsonMixin):
     prefix: str = ""
     system: str = ""
     id: str = ""
-    kv_cache: str = "plain"  # plain | offloaded | sinks | quantized | snapkv
-    kv_bits: int | None = None  # quantized: bits per value (hqq: 1-4, 8; quanto: 2, 4)
-    kv_backend: str | None = None  # quantized: hqq | quanto
-    sink_tokens: int | None = None  # sinks: first positions always kept (StreamingLLM)
-    window_tokens: int | None = None  # sinks: most recent positions kept
-    kv_ratio: float | None = None  # snapkv: fraction of the prompt before the window kept
-    kv_window: int | None = None  # snapkv: last prompt positions that score the rest (kept)
+    kv: Any = None  # ragbench.llm.kv_cache.KVVariant; None: plain
 
     def __post_init__(self) -> None:
-        from ragbench.llm.kv_cache import check
-
         if self.prefix and not self.prompt.startswith(self.prefix):
             raise ValueError("GenerationRequest.prefix must be a prefix of prompt")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        check(*(getattr(self, name) for name in _KV_DEFAULTS))
+        if self.kv is not None and not callable(getattr(self.kv, "fields", None)):
+            raise TypeError(
+                "GenerationRequest.kv must be a KV-cache variant of ragbench.llm.kv_cache "
+                f"(e.g. Quantized(bits=4)) or None for the plain cache, got {self.kv!r}"
+            )
+        if getattr(self.kv, "name", None) == "plain":  # one spelling of the plain cache
+            object.__setattr__(self, "kv", None)
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
-        for name, default in _KV_DEFAULTS.items():
-            if data.get(name) == default:
-                data.pop(name)
-        return data
+        data.pop("kv")
+        return data | (self.kv.fields() if self.kv is not None else {})
 
-
-_KV_DEFAULTS = {
-    "kv_cache": "plain",
-    "kv_bits": None,
-    "kv_backend": None,
-    "sink_tokens": None,
-    "window_tokens": None,
-    "kv_ratio": None,
-    "kv_window": None,
-}
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GenerationRequest:
+        """A request from ``to_dict``'s form. Its flat KV-cache keys name a variant this core
+        module does not know: ``ragbench.llm.kv_cache.request_from_dict`` reads those."""
+        if "kv_cache" in data:
+            raise ValueError(
+                "GenerationRequest.from_dict: a KV-cache variant (kv_cache="
+                f"{data['kv_cache']!r}) is read by ragbench.llm.kv_cache.request_from_dict"
+            )
+        return super().from_dict(data)  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

@@ -156,10 +156,8 @@ def test_retrieval_section_is_checked_before_anything_loads(tmp_path, retrieval,
 
 
 def test_retrieval_settings_are_a_grid_recorded_in_params(tmp_path):
-    from ragbench.experiment.runner import parameter_points
-
     text = GOOD + "retrieval:\n  retriever: [dense, bm25]\n  chunk_size: [64, 128]\n"
-    points = parameter_points(load_config(write(tmp_path, text)))
+    points = load_config(write(tmp_path, text)).points  # built once, by validation
     rag = [p for p in points if p.strategy == "rag"]
     assert len(points) == 1 + 2 * 2 * 2  # long_context + rag: top_k x retriever x chunk size
     assert {(p.retriever, p.chunk_size) for p in rag} == {
@@ -212,3 +210,37 @@ def test_hash_without_judge_is_unchanged(tmp_path):
     judged = load_config(write(tmp_path, JUDGED + JUDGE, "j.yaml"))
     other = load_config(write(tmp_path, JUDGED + JUDGE + "  max_attempts: 2\n", "k.yaml"))
     assert config_hash(judged) != config_hash(other)
+
+
+def test_validated_once_the_typed_points_and_sheet_are_kept_and_not_hashed(tmp_path, monkeypatch):
+    import ragbench.experiment.config as config
+
+    loads = []
+    real = config.price_sheet
+    monkeypatch.setattr(config, "price_sheet", lambda name: loads.append(name) or real(name))
+    cfg = load_config(write(tmp_path, GOOD + "price_sheet: example-hosted-api\n"))
+    assert loads == ["example-hosted-api"] and cfg.sheet.name == "example-hosted-api"
+    assert [(p.strategy, getattr(p, "top_k", None)) for p in cfg.points] == [
+        ("long_context", None), ("rag", 2), ("rag", 4),
+    ]  # fmt: skip
+    # private: neither dumped nor hashed, and kept by a copy (the CLI's --output-dir)
+    dumped = cfg.model_dump()
+    assert "points" not in dumped and "sheet" not in dumped and "_points" not in dumped
+    copy = cfg.model_copy(update={"output_dir": str(tmp_path)})
+    assert copy.points == cfg.points and copy.sheet is cfg.sheet
+    assert config_hash(copy) == config_hash(cfg) == config_hash(parse_config(dumped))
+    assert load_config(write(tmp_path, GOOD)).sheet is None
+
+
+def test_bad_strategy_parameters_name_the_strategy_and_its_line(tmp_path):
+    # built once, crossed with the retrieval grid, and still reported where they were written
+    text = GOOD.replace("{top_k: [2, 4]}", "{chunk_size: 32}") + "retrieval: {chunk_overlap: 32}\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    line = GOOD.splitlines().index("  - name: rag") + 1
+    assert str(info.value) == (
+        f"{path}:{line}: strategies.1: chunk_overlap must be in [0, chunk_size=32), got 32"
+    )
+    with pytest.raises(ConfigError, match=r"c.yaml:\d+: price_sheet: unknown price sheet 'nope'"):
+        load_config(write(tmp_path, GOOD + "price_sheet: nope\n"))

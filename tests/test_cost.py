@@ -273,3 +273,25 @@ def test_cost_adds_padding_queue_and_both_times():
     assert both.latency_seconds == pytest.approx(2.0) and both.resource_seconds == pytest.approx(
         0.8
     )
+
+
+def test_repriced_prices_own_and_one_time_costs_through_amortise():
+    api, gpu = prices.parse_price_sheet(API), prices.parse_price_sheet(GPU)
+    own = cost.Cost(prompt_tokens=1000, cached_prompt_tokens=400, completion_tokens=10,
+                    resource_seconds=36.0, dollars=9.0, price_sheet="old", mfu=0.5)  # fmt: skip
+    tokens = own.repriced(api)
+    assert tokens.dollars == pytest.approx((600 * 0.15 + 400 * 0.075 + 10 * 0.6) / 1e6)
+    assert tokens.price_sheet == "t" and tokens.amortised_dollars == tokens.dollars
+    assert tokens.mfu == 0.5  # the hardware it was measured on, not the price paid
+    hourly = own.repriced(gpu)
+    assert hourly.dollars == prices.dollars(gpu, device_seconds=36.0)
+    # a one-time cost (a preload) shared by 4 queries: priced by its seconds on an hourly sheet
+    shared = own.amortise(cost.Cost(resource_seconds=72.0, dollars=1.0), 4).repriced(gpu)
+    once = prices.dollars(gpu, device_seconds=72.0)
+    assert shared.one_time_dollars == once and shared.amortised_over == 4
+    assert shared.amortised_dollars == pytest.approx(hourly.dollars + once / 4)
+    # ... and unknown on an api sheet (a record keeps its seconds, not its tokens), never old
+    unknown = own.amortise(cost.Cost(resource_seconds=72.0, dollars=1.0), 4).repriced(api)
+    assert unknown.one_time_dollars is None and unknown.amortised_dollars is None
+    failed = own.repriced(api, known=False)  # its own accounting was never logged
+    assert failed.dollars is None and failed.price_sheet == "old"

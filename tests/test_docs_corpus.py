@@ -185,7 +185,7 @@ QUESTIONS = [
 
 
 def test_corpus_dataset_runs_end_to_end_for_every_strategy(tmp_path, monkeypatch):
-    import ragbench.retrieval
+    import ragbench.experiment.resources as resources
     from ragbench.experiment.runner import run
 
     folder = build_folder(tmp_path / "docs")
@@ -195,9 +195,9 @@ def test_corpus_dataset_runs_end_to_end_for_every_strategy(tmp_path, monkeypatch
     questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS), encoding="utf-8")
 
     builds = []
-    real_build = ragbench.retrieval.build_index
+    real_build = resources.build_index  # the run builds its indexes through resources
     monkeypatch.setattr(
-        ragbench.retrieval, "build_index", lambda *a, **k: builds.append(1) or real_build(*a, **k)
+        resources, "build_index", lambda *a, **k: builds.append(1) or real_build(*a, **k)
     )
     cfg = niah_config(tmp_path, name="t-corpus")
     cfg["dataset"] = {

@@ -41,7 +41,7 @@ def test_dry_run_cli_prints_the_table_and_loads_no_model(tmp_path, monkeypatch):
     import ragbench.experiment.runner as runner
     from ragbench.cli.run import register
 
-    monkeypatch.setattr(runner, "_load_llm", lambda cfg: pytest.fail("loaded the model"))
+    monkeypatch.setattr(runner, "load_model", lambda m: pytest.fail("loaded the model"))
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(niah_config(tmp_path, strategies=["long_context"])))
     app = typer.Typer()

@@ -224,7 +224,7 @@ def test_import_beir_writes_a_shared_corpus_that_runs(tmp_path, monkeypatch):
     # the same through `ragbench run`: no gold answers, no model loaded, a resume keeps scores
     import ragbench.experiment.runner as runner
 
-    monkeypatch.setattr(runner, "_load_llm", lambda cfg: pytest.fail("loaded a model"))
+    monkeypatch.setattr(runner, "load_model", lambda cfg: pytest.fail("loaded a model"))
     cfg = {
         "name": "beir-only",
         "dataset": {

@@ -25,20 +25,20 @@ def _formula(positions: int) -> int:
 @pytest.mark.parametrize("ratio", [0, -0.5, 1.5, True, "0.5", None])
 def test_bad_ratios_are_refused_with_the_valid_range(ratio):
     with pytest.raises(ValueError, match=r"kv_ratio in \(0, 1\]"):
-        kv_cache.KVSpec("snapkv", ratio=ratio, window=32)
+        kv_cache.SnapKV(ratio=ratio, window=32)
     with pytest.raises(ValueError, match=r"long_context: .*kv_ratio in \(0, 1\]"):
         LongContextParams(kv_cache="snapkv", kv_ratio=ratio if ratio is not None else 2)
 
 
 def test_snapkv_choices_are_validated_and_kept_apart():
     with pytest.raises(ValueError, match="kv_window >= 1"):
-        GenerationRequest("p", kv_cache="snapkv", kv_ratio=0.5, kv_window=0)
-    with pytest.raises(ValueError, match="snapkv only"):
-        GenerationRequest("p", kv_cache="sinks", sink_tokens=4, window_tokens=8, kv_ratio=0.5)
+        kv_cache.SnapKV(ratio=0.5, window=0)
+    with pytest.raises(ValueError, match="kv_ratio and kv_window apply to kv_cache=snapkv only"):
+        kv_cache.kv_from_fields("sinks", sink_tokens=4, window_tokens=8, kv_ratio=0.5)
     with pytest.raises(ValueError, match="snapkv only"):
         LongContextParams(kv_ratio=0.5)
     with pytest.raises(ValueError, match="snapkv"):
-        kv_cache.KVSpec("snap")  # the valid choices are named
+        kv_cache.kv_from_fields("snap")  # the valid choices are named
 
 
 def test_long_context_params_fill_snapkv_defaults_label_and_send_them():
@@ -47,10 +47,10 @@ def test_long_context_params_fill_snapkv_defaults_label_and_send_them():
     assert p.label() == "long_context kv=snapkv-0.5-w32"
     assert LongContextParams.from_dict(p.to_dict()) == p
     assert p.to_dict()["kv_ratio"] == 0.5  # the record's params name what ran
-    fields = LongContextParams(kv_cache="snapkv", kv_ratio=0.25, kv_window=16).kv_fields()
-    request = GenerationRequest("p", **fields)
-    assert kv_cache.KVSpec.of(request).label() == "snapkv-0.25-w16"
-    assert GenerationRequest.from_json(request.to_json()) == request
+    kv = LongContextParams(kv_cache="snapkv", kv_ratio=0.25, kv_window=16).kv
+    assert kv == kv_cache.SnapKV(ratio=0.25, window=16) and kv.label() == "snapkv-0.25-w16"
+    request = GenerationRequest("p", kv=kv)
+    assert kv_cache.request_from_dict(request.to_dict()) == request
     assert "kv_ratio" not in GenerationRequest("p").to_dict()  # plain cache keys unchanged
 
 
@@ -65,7 +65,7 @@ def test_other_backends_refuse_snapkv_by_name():
     from ragbench.llm.fake import FakeLLM
     from ragbench.llm.openai_compat import OpenAICompatLLM
 
-    request = GenerationRequest("p", kv_cache="snapkv", kv_ratio=0.5, kv_window=32)
+    request = GenerationRequest("p", kv=kv_cache.SnapKV(ratio=0.5, window=32))
     server = OpenAICompatLLM(model="m", base_url="http://127.0.0.1:9/v1")
     with pytest.raises(ValueError, match=r"OpenAI-compatible backend cannot run kv_cache='snapkv'"):
         server._generate([request])
@@ -83,8 +83,8 @@ from test_kv_techniques import _doc  # noqa: E402 (the tiny model: conftest)
 from ragbench.llm.hf import HFModel  # noqa: E402
 
 
-def _ask(model, doc, tails=(" w1 w2", " w3"), new_tokens=6, **kv):
-    reqs = [GenerationRequest(doc + t, prefix=doc, max_new_tokens=new_tokens, **kv) for t in tails]
+def _ask(model, doc, tails=(" w1 w2", " w3"), new_tokens=6, kv=None):
+    reqs = [GenerationRequest(doc + t, prefix=doc, max_new_tokens=new_tokens, kv=kv) for t in tails]
     return model.generate(reqs)
 
 
@@ -117,7 +117,7 @@ def test_scores_are_the_window_rows_of_the_eager_attention_weights(tiny):
 
 def test_ratio_one_gives_the_plain_answers_and_bytes(tiny):
     plain = _ask(tiny, _doc())
-    full = _ask(tiny, _doc(), kv_cache="snapkv", kv_ratio=1.0, kv_window=32)
+    full = _ask(tiny, _doc(), kv=kv_cache.SnapKV(ratio=1.0, window=32))
     assert [c.text for c in full] == [c.text for c in plain]
     assert [c.kv_bytes_measured for c in full] == [c.kv_bytes_measured for c in plain]
     assert full[0].meta["kv_cache"]["kept_positions"] == full[0].prompt_tokens
@@ -125,7 +125,7 @@ def test_ratio_one_gives_the_plain_answers_and_bytes(tiny):
 
 def test_half_ratio_keeps_half_the_prefix_plus_the_window(tiny):
     plain = _ask(tiny, _doc())
-    half = _ask(tiny, _doc(), kv_cache="snapkv", kv_ratio=0.5, kv_window=32)
+    half = _ask(tiny, _doc(), kv=kv_cache.SnapKV(ratio=0.5, window=32))
     for p, h in zip(plain, half, strict=True):
         n = h.prompt_tokens
         assert h.kv_bytes_measured == _formula(kv_compress.kept(n, 0.5, 32))
@@ -156,9 +156,8 @@ def test_compressed_decode_equals_masking_the_dropped_positions(tiny, monkeypatc
     monkeypatch.setattr(kv_compress, "scores", fixed)
     ratio = (n - w - len(dropped)) / (n - w)
     [snap] = tiny.generate(
-        [GenerationRequest(doc + tail, prefix=doc, max_new_tokens=8, kv_cache="snapkv",
-                           kv_ratio=ratio, kv_window=w)]
-    )  # fmt: skip
+        [GenerationRequest(doc + tail, prefix=doc, max_new_tokens=8, kv=kv_cache.SnapKV(ratio, w))]
+    )
     assert snap.meta["kv_cache"]["kept_positions"] == n - len(dropped)
     model, out = tiny.model, []
     with torch.inference_mode():

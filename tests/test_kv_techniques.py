@@ -5,6 +5,8 @@ logic; the embedded SmolLM2 (``slow``) for the real model."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ragbench import cost
@@ -29,15 +31,19 @@ def _formula(positions: int) -> int:
 
 def test_kv_choices_are_validated_with_the_valid_choices_named():
     with pytest.raises(ValueError, match="plain"):
-        kv_cache.KVSpec("paged")
+        kv_cache.kv_from_fields("paged")
     with pytest.raises(ValueError, match=r"supports kv_bits \[2, 4\]"):
-        kv_cache.KVSpec("quantized", bits=8, backend="quanto")
+        kv_cache.Quantized(bits=8, backend="quanto")
     with pytest.raises(ValueError, match="hqq"):
-        kv_cache.KVSpec("quantized", bits=4, backend="bnb")
+        kv_cache.Quantized(bits=4, backend="bnb")
+    with pytest.raises(ValueError, match=r"supports kv_bits \[1, 2, 3, 4, 8\], got None"):
+        kv_cache.kv_from_fields("quantized")  # bits has no default
     with pytest.raises(ValueError, match="window_tokens >= 1"):
-        kv_cache.KVSpec("sinks", sink_tokens=4, window_tokens=0)
-    with pytest.raises(ValueError, match="quantized only"):
-        GenerationRequest("p", kv_bits=4)
+        kv_cache.Sinks(sink_tokens=4, window_tokens=0)
+    with pytest.raises(ValueError, match="kv_bits and kv_backend apply to kv_cache=quantized only"):
+        kv_cache.kv_from_fields("plain", kv_bits=4)
+    with pytest.raises(TypeError, match="KV-cache variant"):
+        GenerationRequest("p", kv="quantized")  # a variant object, not its name
     with pytest.raises(ValueError, match="long_context: .*sinks only"):
         LongContextParams(window_tokens=64)
 
@@ -63,9 +69,12 @@ def test_plain_requests_keep_their_cache_keys_and_variants_change_them():
     plain = GenerationRequest("p")
     assert "kv_cache" not in plain.to_dict()  # left out at its default: old keys still hit
     assert GenerationRequest.from_json(plain.to_json()) == plain
-    quant = GenerationRequest("p", kv_cache="quantized", kv_bits=4, kv_backend="hqq")
+    assert GenerationRequest("p", kv=kv_cache.Plain()) == plain  # one spelling of plain
+    quant = GenerationRequest("p", kv=kv_cache.Quantized(bits=4))
     assert request_key(ident, quant) != request_key(ident, plain)
-    assert GenerationRequest.from_json(quant.to_json()) == quant
+    assert kv_cache.request_from_dict(json.loads(quant.to_json())) == quant
+    with pytest.raises(ValueError, match="request_from_dict"):
+        GenerationRequest.from_json(quant.to_json())  # the core type knows no variant
 
 
 def _example() -> Example:
@@ -83,13 +92,13 @@ def test_long_context_sends_the_variant_with_the_request_and_records_it():
     llm = FakeLLM(answer_fn=answer, simulate_kv_cache=True)
     params = LongContextParams(kv_cache="sinks", sink_tokens=2, window_tokens=16)
     record = get_strategy("long_context").run(_example(), Resources(llm=llm), params)
-    assert (seen[0].kv_cache, seen[0].sink_tokens, seen[0].window_tokens) == ("sinks", 2, 16)
+    assert seen[0].kv == kv_cache.Sinks(sink_tokens=2, window_tokens=16) == params.kv
     assert record.params.kv_cache == "sinks" and record.to_dict()["params"]["window_tokens"] == 16
     assert record.scores["string_match_all"] == 1.0
 
 
 def test_backends_without_kv_variants_refuse_them_by_name():
-    request = GenerationRequest("p", kv_cache="offloaded")
+    request = GenerationRequest("p", kv=kv_cache.Offloaded())
     with pytest.raises(ValueError, match=r"fake backend cannot run kv_cache='offloaded'.*'hf'"):
         FakeLLM().generate([request])
     [c] = FakeLLM(simulate_kv_cache=True).generate([request])  # tests only, and flagged
@@ -146,8 +155,8 @@ def _doc(n: int = 150, seed: int = 1) -> str:
     return _text(n, seed)
 
 
-def _ask(model, doc, tails=(" w1 w2", " w3"), **kv):
-    reqs = [GenerationRequest(doc + t, prefix=doc, max_new_tokens=6, **kv) for t in tails]
+def _ask(model, doc, tails=(" w1 w2", " w3"), kv=None):
+    reqs = [GenerationRequest(doc + t, prefix=doc, max_new_tokens=6, kv=kv) for t in tails]
     return model.generate(reqs)
 
 
@@ -165,7 +174,7 @@ def test_plain_cache_measured_bytes_equal_the_formula_exactly(tiny):
 
 def test_offloaded_cache_on_cpu_is_a_recorded_no_op_with_the_plain_answers(tiny):
     plain = _ask(tiny, _doc())
-    off = _ask(tiny, _doc(), kv_cache="offloaded")
+    off = _ask(tiny, _doc(), kv=kv_cache.Offloaded())
     assert [c.text for c in off] == [c.text for c in plain]
     assert [c.kv_bytes_measured for c in off] == [c.kv_bytes_measured for c in plain]
     assert off[0].meta["kv_cache"]["offloaded"] is False
@@ -179,7 +188,7 @@ def test_offloaded_cache_on_cuda_gives_the_plain_answers(tmp_path):
 
     _save_tiny(tmp_path / "m", chat=True)
     gpu = HFModel(str(tmp_path / "m"), device="cuda", dtype="float32", cache_dir=tmp_path)
-    plain, off = _ask(gpu, _doc()), _ask(gpu, _doc(), kv_cache="offloaded")
+    plain, off = _ask(gpu, _doc()), _ask(gpu, _doc(), kv=kv_cache.Offloaded())
     assert [c.text for c in off] == [c.text for c in plain]
     assert off[0].meta["kv_cache"]["offloaded"] is True
 
@@ -199,13 +208,13 @@ def test_sinks_with_room_for_the_whole_prompt_give_the_plain_answers(tiny):
     # chunked prefill (chunks of 60) with nothing evicted must equal full causal attention:
     # this checks the mask offsets of the chunks against the kept positions
     plain = _ask(tiny, _doc())
-    sinks = _ask(tiny, _doc(), kv_cache="sinks", sink_tokens=120, window_tokens=60)
+    sinks = _ask(tiny, _doc(), kv=kv_cache.Sinks(sink_tokens=120, window_tokens=60))
     assert [c.text for c in sinks] == [c.text for c in plain]
 
 
 def test_sinks_cut_the_cache_to_sinks_plus_window(tiny):
     plain = _ask(tiny, _doc())
-    sinks = _ask(tiny, _doc(), kv_cache="sinks", sink_tokens=4, window_tokens=32)
+    sinks = _ask(tiny, _doc(), kv=kv_cache.Sinks(sink_tokens=4, window_tokens=32))
     for p, s in zip(plain, sinks, strict=True):
         assert s.kv_bytes_measured == _formula(4 + 32) < p.kv_bytes_measured // 4
         assert s.meta["kv_cache"]["label"] == "sinks-4+32"
@@ -221,7 +230,7 @@ def _quantized_bytes(positions: int, bits: int, group: int) -> int:
 def test_hqq_quantized_cache_shrinks_by_its_bits_plus_the_quantizer_metadata(tiny, bits):
     pytest.importorskip("hqq")
     plain = _ask(tiny, _doc())
-    quant = _ask(tiny, _doc(), kv_cache="quantized", kv_bits=bits, kv_backend="hqq")
+    quant = _ask(tiny, _doc(), kv=kv_cache.Quantized(bits=bits, backend="hqq"))
     for p, q in zip(plain, quant, strict=True):
         assert q.meta["kv_cache"]["q_group_size"] == 16  # gcd(64, head dim 16)
         assert q.kv_bytes_measured == _quantized_bytes(q.prompt_tokens, bits, 16)
@@ -232,7 +241,7 @@ def test_hqq_quantized_cache_shrinks_by_its_bits_plus_the_quantizer_metadata(tin
 def test_quanto_quantized_cache_runs_and_shrinks(tiny):
     pytest.importorskip("optimum.quanto")
     plain = _ask(tiny, _doc())
-    quant = _ask(tiny, _doc(), kv_cache="quantized", kv_bits=4, kv_backend="quanto")
+    quant = _ask(tiny, _doc(), kv=kv_cache.Quantized(bits=4, backend="quanto"))
     assert quant[0].meta["kv_cache"]["label"] == "quantized-quanto-int4"
     assert quant[0].kv_bytes_measured < plain[0].kv_bytes_measured / 3
 
@@ -241,7 +250,7 @@ def test_variants_and_plain_requests_in_one_call_are_charged_their_own_time(tiny
     doc = _doc()
     reqs = [
         GenerationRequest(doc + " w1", prefix=doc, max_new_tokens=4),
-        GenerationRequest(doc + " w1", prefix=doc, max_new_tokens=4, kv_cache="offloaded"),
+        GenerationRequest(doc + " w1", prefix=doc, max_new_tokens=4, kv=kv_cache.Offloaded()),
     ]
     plain, off = tiny.generate(reqs)
     assert plain.text == off.text
@@ -261,20 +270,20 @@ def test_smollm2_kv_variants_measured_against_the_formula():
     doc = " ".join(["The special magic number is 7463343."] + ["Grass is green."] * 60)
     q = "\n\nWhat is the special magic number mentioned in the text?"
 
-    def run(new_tokens=4, **kv):
-        request = GenerationRequest(doc + q, prefix=doc, max_new_tokens=new_tokens, **kv)
+    def run(new_tokens=4, kv=None):
+        request = GenerationRequest(doc + q, prefix=doc, max_new_tokens=new_tokens, kv=kv)
         [c] = model.generate([request])
         return c
 
     plain = run(32)  # SmolLM2 restates the question first
     formula = cost.kv_cache_bytes(p.layers, p.kv_heads, p.head_dim, plain.prompt_tokens, 1, 4)
     assert plain.kv_bytes_measured == formula and "7463343" in plain.text
-    sinks = run(kv_cache="sinks", sink_tokens=4, window_tokens=64)
+    sinks = run(kv=kv_cache.Sinks(sink_tokens=4, window_tokens=64))
     assert sinks.kv_bytes_measured == cost.kv_cache_bytes(
         p.layers, p.kv_heads, p.head_dim, 68, 1, 4
     )
     pytest.importorskip("hqq")
-    int4 = run(kv_cache="quantized", kv_bits=4, kv_backend="hqq")
+    int4 = run(kv=kv_cache.Quantized(bits=4, backend="hqq"))
     assert int4.kv_bytes_measured < formula / 4  # 4-bit codes + float32 scales, zeros per 64
 
 
@@ -338,9 +347,7 @@ def test_the_fake_runs_kv_variants_alone_like_the_transformers_backend():
     fake = FakeLLM(simulate_kv_cache=True, prefix_cache_size=1)
     doc = "word " * 200
     plain = GenerationRequest(doc + "Q1?", prefix=doc)
-    variant = GenerationRequest(
-        doc + "Q2?", prefix=doc, kv_cache="quantized", kv_bits=4, kv_backend="hqq"
-    )
+    variant = GenerationRequest(doc + "Q2?", prefix=doc, kv=kv_cache.Quantized(bits=4))
     assert [c.cached_prompt_tokens for c in fake.generate([plain, variant])] == [0, 0]
     again = fake.generate([GenerationRequest(doc + "Q3?", prefix=doc)])
     assert again[0].cached_prompt_tokens == 200  # plain requests still share the prefix

@@ -183,6 +183,13 @@ def test_break_even_prefix_from_closed_book_or_given_and_errors():
     df = results(closed_book=True).drop(columns="kept_tokens")
     paired, _ = planning.prefix_cache_break_even(df, [CACHED])
     assert paired.prefix_tokens[0] == 10_000  # 10,020 long-context - 20 closed-book tokens
+    # the rows without context are named by a parameter, like the compared strategies
+    renamed = df.replace({"strategy": {"closed_book": "question_only"}})
+    with pytest.raises(ValueError, match="no question_only row"):
+        planning.prefix_cache_break_even(renamed.replace({"strategy": {"question_only": "x"}}),
+                                         [CACHED], closed_book="question_only")  # fmt: skip
+    again, _ = planning.prefix_cache_break_even(renamed, [CACHED], closed_book="question_only")
+    assert again.prefix_tokens[0] == 10_000
     given, _ = planning.prefix_cache_break_even(results(), [CACHED], prefix_tokens=5_000)
     assert given.lc_later_question_dollars[0] == pytest.approx((5_020 + 500 + 40) / 1e6)
     with pytest.raises(ValueError, match="prefix_tokens="):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ragbench.retrieval import metrics
+from ragbench.retrieval.build import build_retriever
 from ragbench.retrieval.chunking import chunk_documents, gold_chunk_ids
 from ragbench.retrieval.embedders import HashEmbedder
 from ragbench.retrieval.retrievers import (
@@ -16,7 +17,6 @@ from ragbench.retrieval.retrievers import (
     DenseRetriever,
     HybridRetriever,
     RerankRetriever,
-    build_retriever,
     to_run,
 )
 from ragbench.types import Chunk, Document

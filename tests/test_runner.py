@@ -306,7 +306,7 @@ def test_cli_run(tmp_path):
 def test_embedded_defaults_tiny_niah(tmp_path):
     """SmolLM2 + MiniLM (offline): long context finds the needle at 1k tokens, RAG at 7k."""
     from ragbench.experiment.config import load_config
-    from ragbench.experiment.runner import _load_llm
+    from ragbench.experiment.resources import load_model
 
     base = load_config(Path(__file__).parent.parent / "configs" / "quick-cpu.yaml").model_dump()
     base["output_dir"] = str(tmp_path)
@@ -319,7 +319,7 @@ def test_embedded_defaults_tiny_niah(tmp_path):
         cfg["strategies"] = [strategy]
         return run(cfg, progress=False, llm=llm)
 
-    llm = _load_llm(load_config(base))
+    llm = load_model(load_config(base).model)
     lc = one(1000, {"name": "long_context"})
     rag = one(7000, {"name": "rag", "params": {"top_k": 4}})
     assert lc["error"].isna().all() and rag["error"].isna().all(), (lc.error, rag.error)
@@ -469,10 +469,10 @@ def test_resume_recomputes_scores_and_keeps_the_run_history(tmp_path, monkeypatc
     (out / RECORDS).write_bytes(b"".join(lines))
 
     # nothing is pending: the model must not even be loaded
-    def no_load(cfg):
+    def no_load(m):
         raise AssertionError("the model was loaded for a run with nothing to do")
 
-    monkeypatch.setattr(runner, "_load_llm", no_load)
+    monkeypatch.setattr(runner, "load_model", no_load)
     again = run(cfg, progress=False)
     edited = again[again["prediction"] == "no idea"]
     assert len(edited) == 1 and edited["string_match_all"].iloc[0] == 0.0

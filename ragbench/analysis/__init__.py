@@ -1,8 +1,11 @@
-"""Analysis that decides: paired comparison, failure attribution, oracle-router headroom and
-Self-Route diagnostics. Every function takes the results table (one row per example, strategy
-and parameter point; ``label`` names the variant) and returns a table; plots live in
-``ragbench.report.figures``.
+"""Analysis that decides: the summary table, paired comparison, failure attribution,
+oracle-router headroom and Self-Route diagnostics. Every function takes the results table (one
+row per example, strategy and parameter point; ``label`` names the variant) and returns a table;
+plots live in ``ragbench.report``.
 
+- ``summary``: accuracy with a bootstrap 95% CI and mean cost per query per variant (with the
+  warnings the numbers hide), its ``pareto_front`` and RULER's ``effective_context_length``;
+  ``with_labels``/``strategy_label`` name the variants.
 - ``compare``: every pair of variants on the *same* questions. Averages with overlapping CIs hide
   a consistent per-question difference (and overlapping-looking CIs can hide none); pairing
   removes the question-difficulty variance both share. Binary metrics get an exact McNemar test
@@ -29,6 +32,7 @@ from ragbench.analysis.attribution import (
     evidence_depth,
     names_value,
 )
+from ragbench.analysis.labels import strategy_label, with_labels
 from ragbench.analysis.paired import (
     compare,
     decide,
@@ -39,12 +43,16 @@ from ragbench.analysis.paired import (
 from ragbench.analysis.routing import (
     COST_PREFERENCE,
     ORACLE_LABEL,
-    SUMMARY_COST_COLUMNS,
     oracle_router,
     pick_cost,
     router_headroom,
-    self_route_diagnostics,
-    self_route_warnings,
+)
+from ragbench.analysis.self_route import self_route_diagnostics, self_route_warnings
+from ragbench.analysis.summary import (
+    SUMMARY_COST_COLUMNS,
+    effective_context_length,
+    pareto_front,
+    summary,
 )
 
 __all__ = [
@@ -58,6 +66,7 @@ __all__ = [
     "compare",
     "decide",
     "distractor_values",
+    "effective_context_length",
     "evidence_depth",
     "holm",
     "mcnemar_exact",
@@ -65,8 +74,12 @@ __all__ = [
     "oracle_router",
     "paired_bootstrap",
     "paired_scores",
+    "pareto_front",
     "pick_cost",
     "router_headroom",
     "self_route_diagnostics",
     "self_route_warnings",
+    "strategy_label",
+    "summary",
+    "with_labels",
 ]

@@ -1,4 +1,4 @@
-"""Helpers every analysis shares: label columns, metric and label checks, scored rows."""
+"""Helpers every analysis shares: metric and label checks, scored rows, paired scores."""
 
 from __future__ import annotations
 
@@ -7,19 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.analysis.labels import with_labels
+from ragbench.metrics.answer import METRICS
 from ragbench.registry import unknown
-
-
-def _labels(df: Any) -> Any:
-    from ragbench.report.figures import with_labels  # lazy: report imports this module
-
-    return with_labels(df)
 
 
 def _check_metric(df: Any, metric: str) -> None:
     if metric not in df.columns:
-        from ragbench.metrics.answer import METRICS
-
         scored = [c for c in df.columns if c in METRICS] or list(df.columns)
         raise unknown("metric column", metric, scored)
 
@@ -37,14 +31,12 @@ def _check_labels(df: Any, labels: Iterable[str] | None) -> list[str]:
 
 
 def _scored(df: Any, metric: str) -> Any:
-    """Rows that have a score: error rows (no score) are excluded, as in ``report.summary``."""
+    """Rows that have a score: error rows (no score) are excluded, as in ``summary``."""
     ok = df["error"].isna() if "error" in df else np.ones(len(df), dtype=bool)
     return df[ok & df[metric].notna()]
 
 
 def _higher_is_better(metric: str) -> bool:
-    from ragbench.metrics.answer import METRICS
-
     return METRICS.get(metric).higher_is_better if metric in METRICS else True
 
 
@@ -52,7 +44,7 @@ def paired_scores(df: Any, metric: str, labels: Iterable[str] | None = None) -> 
     """Questions x variants matrix of ``metric`` (NaN where a variant has no score for a
     question). Two rows for the same (question, variant), e.g. two runs concatenated, are an
     error: pairing would silently pick one."""
-    df = _labels(df)
+    df = with_labels(df)
     _check_metric(df, metric)
     labels = _check_labels(df, labels)
     rows = _scored(df[df["label"].isin(labels)], metric)

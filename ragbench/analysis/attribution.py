@@ -9,10 +9,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragbench.analysis._common import (
-    _check_metric,
-    _labels,
-)
+from ragbench.analysis._common import _check_metric
+from ragbench.analysis.labels import with_labels
 from ragbench.strategies import (
     FULL_CONTEXT,
     NO_CONTEXT,
@@ -147,7 +145,7 @@ def attribute(
     """
     import pandas as pd
 
-    df = _labels(df)
+    df = with_labels(df)
     _check_metric(df, metric)
     if isinstance(examples, Mapping):
         by_id = dict(examples)

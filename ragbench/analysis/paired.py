@@ -9,10 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbench.analysis._common import (
-    _higher_is_better,
-    paired_scores,
-)
+from ragbench.analysis._common import _higher_is_better, paired_scores
 from ragbench.registry import unknown
 
 

@@ -1,4 +1,5 @@
-"""The oracle router's headroom and Self-Route's diagnostics."""
+"""The oracle router: per question the cheapest variant that answered right, and how much any
+router could gain over Self-Route and every fixed strategy."""
 
 from __future__ import annotations
 
@@ -6,22 +7,13 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from ragbench.analysis._common import (
-    _check_labels,
-    _check_metric,
-    _labels,
-    _scored,
-)
+from ragbench.analysis._common import _check_labels, _check_metric, _scored
+from ragbench.analysis.labels import with_labels
+from ragbench.analysis.summary import SUMMARY_COST_COLUMNS, summary
+from ragbench.metrics.answer import bootstrap_ci
 from ragbench.registry import unknown
+from ragbench.strategies import strategies_where
 
-# the per-query cost columns a summary table averages (report.summary; the oracle's rows too),
-# in display order; measured KV-cache bytes when the transformers backend measured them. The
-# amortised_* columns add each query's share of a one-time cost (a preloaded corpus; equal to
-# dollars / resource_seconds where there is none)
-SUMMARY_COST_COLUMNS = (
-    "prompt_tokens", "dollars", "amortised_dollars", "resource_seconds",
-    "amortised_resource_seconds", "latency_seconds", "kv_bytes_measured", "flops",
-)  # fmt: skip
 # cost is money, else the device time charged (resource seconds; gpu_seconds in older tables);
 # never latency, which is what a user waited, not what the query cost
 COST_PREFERENCE = ("dollars", "resource_seconds", "gpu_seconds")
@@ -58,11 +50,12 @@ def oracle_router(
     One row per question: ``example_id``, ``label`` chosen, ``correct``, the metric, the cost
     column and every summary cost column of the chosen record. ``attrs["cost"]`` names the cost.
     """
-    df = _labels(df)
+    df = with_labels(df)
     _check_metric(df, metric)
-    if labels is None:
+    if labels is None:  # every variant but the routers
+        routers = strategies_where(routes=True)
         labels = [lb for lb, s in df.drop_duplicates("label")[["label", "strategy"]].values
-                  if s != "self_route"]  # fmt: skip
+                  if s not in routers]  # fmt: skip
     labels = _check_labels(df, labels)
     if not labels:
         raise ValueError("no candidate variants for the oracle router (only Self-Route?)")
@@ -96,16 +89,13 @@ def router_headroom(
     labels: Iterable[str] | None = None,
     seed: int = 0,
 ) -> Any:
-    """``report.summary``'s table on the questions the oracle saw, plus one ``oracle router``
+    """``summary``'s table on the questions the oracle saw, plus one ``oracle router``
     row (its accuracy with a bootstrap 95% CI and the mean cost of its choices), plus
     ``oracle_gain``: how much accuracy the oracle adds over each row. Pass it to
     ``report.plot_accuracy_vs_cost`` to put the oracle on the accuracy-cost plot."""
     import pandas as pd
 
-    from ragbench.metrics.answer import bootstrap_ci
-    from ragbench.report.figures import summary
-
-    df = _labels(df)
+    df = with_labels(df)
     choices = oracle_router(df, metric, cost, threshold, labels)
     cost = choices.attrs["cost"]
     questions = set(choices["example_id"])
@@ -126,70 +116,3 @@ def router_headroom(
     table["oracle_gain"] = table.loc[table["label"] == ORACLE_LABEL, metric].iloc[0] - table[metric]
     table.attrs.update(cost=cost, metric=metric, candidates=choices.attrs["candidates"])
     return table
-
-
-# ---------------------------------------------------------------------------- Self-Route
-
-
-def self_route_diagnostics(
-    df: Any, metric: str = "string_match_all", threshold: float = 1.0
-) -> Any:
-    """Per Self-Route variant: ``n`` scored queries, ``routed`` (fell back to long context after
-    the model declined), ``routing_rate``, ``accuracy`` (share with score >= ``threshold``) and
-    the accuracy of the ``unrouted`` (answered by RAG) and ``routed`` queries."""
-    import pandas as pd
-
-    df = _labels(df)
-    _check_metric(df, metric)
-    columns = [
-        "label",
-        "n",
-        "routed",
-        "routing_rate",
-        "accuracy",
-        "accuracy_unrouted",
-        "accuracy_routed",
-    ]
-    sr = df[df["strategy"] == "self_route"]
-    if sr.empty:
-        return pd.DataFrame(columns=columns)
-    if "route" not in sr.columns:
-        raise ValueError(
-            "self_route rows have no 'route' column; was the run made by ragbench.experiment.runner?"
-        )
-    rows = []
-    for label, group in _scored(sr, metric).groupby("label", sort=False):
-        routed = group["route"] == "long_context"
-        correct = group[metric] >= threshold
-        rows.append({
-            "label": label, "n": len(group), "routed": int(routed.sum()),
-            "routing_rate": float(routed.mean()) if len(group) else float("nan"),
-            "accuracy": float(correct.mean()) if len(group) else float("nan"),
-            "accuracy_unrouted": float(correct[~routed].mean()) if (~routed).any() else float("nan"),
-            "accuracy_routed": float(correct[routed].mean()) if routed.any() else float("nan"),
-        })  # fmt: skip
-    return pd.DataFrame(rows, columns=columns)
-
-
-def self_route_warnings(df: Any, metric: str = "string_match_all") -> list[str]:
-    """Plain-language warnings about Self-Route runs that did not route: the model never
-    declined (Self-Route is then RAG with a longer prompt) or always declined (long context
-    plus a wasted RAG call). Empty when there is nothing to say."""
-    sr = df["strategy"] == "self_route" if "strategy" in df else None
-    if sr is None or not sr.any() or metric not in df or "route" not in df:
-        return []  # summary calls this on any table: nothing to say is not an error
-    out = []
-    for row in self_route_diagnostics(df, metric).itertuples(index=False):
-        if row.n and row.routed == 0:
-            out.append(
-                f"Self-Route '{row.label}' never routed: the model declined none of {row.n} "
-                "queries, so every answer came from RAG; Self-Route equals RAG here and says "
-                "nothing about routing (a model that does not follow the 'unanswerable' "
-                "instruction, or retrieval that always looked sufficient)."
-            )
-        elif row.n and row.routed == row.n:
-            out.append(
-                f"Self-Route '{row.label}' routed all {row.n} queries to long context: it costs "
-                "long context plus a RAG call that was never used."
-            )
-    return out

@@ -1,11 +1,15 @@
 """The `ragbench` command. Each area registers its sub-commands from its own module; heavy
-imports happen inside the commands, so `ragbench --help` is fast."""
+libraries (torch, faiss, transformers, pandas, papermill) load only inside the commands, so
+`ragbench --help` is fast."""
 
 from __future__ import annotations
 
 from importlib import import_module
 
 import typer
+
+from ragbench.assets import describe
+from ragbench.secrets import install_log_redaction
 
 app = typer.Typer(
     help="ragbench: retrieval (RAG) vs long-context prompting, accuracy and cost per query.",
@@ -27,20 +31,15 @@ COMMAND_MODULES: list[str] = [
 @app.callback()
 def _setup() -> None:
     """Log warnings to stderr with credentials masked (``ragbench.secrets``)."""
-    from ragbench.secrets import install_log_redaction
-
     install_log_redaction()
 
 
 @app.command()
 def assets() -> None:
     """Show where each embedded offline asset is (or how to install it)."""
-    from ragbench.assets import describe
-
     for name, where in describe().items():
         typer.echo(f"{name:24s} {where}")
 
 
 for _module in COMMAND_MODULES:
     import_module(_module).register(app)
-

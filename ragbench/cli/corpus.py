@@ -7,11 +7,18 @@ The commands are registered on the ``data`` group by ``ragbench.cli.data``, afte
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import typer
 
+from ragbench.datasets import docs
+from ragbench.datasets.corpus_file import write_documents
+from ragbench.experiment import question_gen
 from ragbench.io import user_errors
+from ragbench.secrets import collect
+
+DEFAULT_DIR = Path("data/generated")  # where `ragbench data ...` writes unless told otherwise
 
 # ------------------------------------------------------------------------- data docs (ingest)
 
@@ -36,12 +43,6 @@ def docs_cmd(
     A file that cannot be read is reported on stderr with the reason and skipped; nothing
     readable at all is an error. Use the corpus with the `corpus` dataset and a questions file.
     """
-    from collections import Counter
-
-    from ragbench.cli.data import DEFAULT_DIR
-    from ragbench.datasets import docs
-    from ragbench.datasets.shared_corpus import write_documents
-
     target = out or DEFAULT_DIR / f"corpus-{paths[0].resolve().name or 'docs'}.jsonl"
 
     def report(item: docs.Skipped) -> None:
@@ -116,9 +117,6 @@ def questions_cmd(
     the documents. Prints why the rest were rejected and the LLM cost (tokens, seconds; dollars
     with --price-sheet).
     """
-    from ragbench.experiment import question_gen
-    from ragbench.secrets import collect
-
     section = {
         "backend": backend,
         "name": model,

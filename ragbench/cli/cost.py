@@ -7,6 +7,11 @@ from pathlib import Path
 
 import typer
 
+from ragbench.cost.prices import available_price_sheets, price_sheet, sheet_yaml
+from ragbench.cost.prices_import import import_genai_sheet
+from ragbench.cost.reprice import reprice_run
+from ragbench.io import atomic_write_text, user_errors
+
 prices_app = typer.Typer(
     help="Price sheets: list the shipped ones, show one, import one from genai-prices.",
     no_args_is_help=True,
@@ -34,9 +39,6 @@ def reprice_command(
     """Recompute a run's dollars from its logged tokens and device seconds with another price
     sheet, without calling a model. Writes a new table beside the original (never modified) and
     prints the mean dollars per query of each strategy variant before and after."""
-    from ragbench.cost.reprice import reprice_run
-    from ragbench.io import user_errors
-
     with user_errors():
         result = reprice_run(run_dir, price_sheet, out)
     table = result.summary
@@ -71,8 +73,6 @@ def reprice_command(
 @prices_app.command("list")
 def list_command() -> None:
     """The shipped price sheets: name, kind, date, and the model or hardware they price."""
-    from ragbench.cost.prices import available_price_sheets, price_sheet
-
     for name in available_price_sheets():
         s = price_sheet(name)
         what = f"{s.provider}/{s.model}" if s.model else s.hardware
@@ -84,9 +84,6 @@ def show_command(
     name: str = typer.Argument(..., help="shipped sheet name or YAML path"),
 ) -> None:
     """One sheet's YAML file as shipped (prices, date, source, notes)."""
-    from ragbench.cost.prices import price_sheet
-    from ragbench.io import user_errors
-
     with user_errors():
         typer.echo(Path(price_sheet(name).path).read_text(encoding="utf-8"), nl=False)
 
@@ -99,10 +96,6 @@ def import_genai_command(
 ) -> None:
     """Write a price sheet from the installed genai-prices package's bundled snapshot (offline;
     `pip install genai-prices`). Check it, and add min_cacheable_prompt_tokens by hand."""
-    from ragbench.cost.prices import sheet_yaml
-    from ragbench.cost.prices_import import import_genai_sheet
-    from ragbench.io import atomic_write_text, user_errors
-
     with user_errors():
         sheet = import_genai_sheet(model, provider)
         path = out or Path(f"{sheet['name']}.yaml")

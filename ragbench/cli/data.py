@@ -18,11 +18,12 @@ from typing import Any
 
 import typer
 
-from ragbench.cli.corpus import docs_cmd, questions_cmd
+from ragbench.cli.corpus import DEFAULT_DIR, docs_cmd, questions_cmd
+from ragbench.datasets import beir, check_params, formats, multidoc, niah, ruler
+from ragbench.datasets.corpus import dedup_file
+from ragbench.datasets.corpus_file import corpus_fingerprint
 from ragbench.io import cli_error, user_errors
 from ragbench.registry import unknown
-
-DEFAULT_DIR = Path("data/generated")
 
 data_app = typer.Typer(
     help="Generate, import and deduplicate datasets (ragbench JSONL).",
@@ -102,8 +103,6 @@ def _default_out(stem: str, params: dict[str, Any]) -> Path:
 
 
 def _write(out: Path, examples: Iterable[Any]) -> None:
-    from ragbench.datasets import formats
-
     examples = list(examples)
     with user_errors():
         path = formats.write_examples(out, examples)
@@ -138,8 +137,6 @@ def niah_cmd(
     out: Path = typer.Option(None, help="Output JSONL (default: data/generated/niah-*.jsonl)."),
 ) -> None:
     """Kamradt needle-in-a-haystack grid: context lengths x depth percents."""
-    from ragbench.datasets import niah
-
     params: dict[str, Any] = {
         "context_lengths": _csv(context_lengths),
         "depth_intervals": depth_intervals,
@@ -174,8 +171,6 @@ def ruler_cmd(
     out: Path = typer.Option(None, help="Output JSONL (default: data/generated/ruler-*.jsonl)."),
 ) -> None:
     """A RULER-style synthetic task, sized to each context length."""
-    from ragbench.datasets import check_params, ruler
-
     if task not in ruler.TASKS:
         raise cli_error(unknown("RULER task", task, ruler.TASKS))
     lengths = _csv(context_lengths)
@@ -209,8 +204,6 @@ def multidoc_cmd(
     out: Path = typer.Option(None, help="Output JSONL (default: data/generated/multidoc-*.jsonl)."),
 ) -> None:
     """Multi-document QA in the lost-in-the-middle layout."""
-    from ragbench.datasets import multidoc
-
     params: dict[str, Any] = {
         "num_docs": num_docs,
         "gold_position": _positions(gold_positions),
@@ -246,8 +239,6 @@ def import_cmd(
 
     BEIR is written as a shared corpus (a corpus file and a questions file, for the `corpus`
     dataset) so the corpus is stored once; score it with the `retrieve_only` strategy."""
-    from ragbench.datasets import formats
-
     if fmt not in formats.IMPORTERS:
         raise cli_error(unknown("dataset format", fmt, formats.IMPORTERS))
     options: dict[str, Any] = {}
@@ -266,9 +257,6 @@ def import_cmd(
 
 def _write_shared(questions: Path, examples: list[Any]) -> None:
     """A corpus file beside the questions file (``NAME.questions.jsonl`` -> ``NAME.corpus.jsonl``)."""
-    from ragbench.datasets import beir
-    from ragbench.datasets.shared_corpus import corpus_fingerprint
-
     stem = questions.name.removesuffix(".jsonl").removesuffix(".questions")
     corpus = questions.with_name(f"{stem}.corpus.jsonl")
     with user_errors():
@@ -297,8 +285,6 @@ def dedup_cmd(
     when near-duplicates are a large share of the file: generated sweeps are near-duplicates by
     construction, so check the threshold before using the result.
     """
-    from ragbench.datasets.corpus import dedup_file
-
     target = out or DEFAULT_DIR / f"{path.stem}.dedup.jsonl"
     with user_errors():
         stats = dedup_file(path, target, threshold=threshold, num_perm=num_perm, seed=seed)

@@ -1,8 +1,12 @@
-"""``ragbench list WHAT``: the valid names a config can use, one line each with what it is.
+"""``ragbench list KIND``: the valid names a config can use, one line each with what it is.
 
-Read from the registries themselves (``ragbench.registry.Registry``), so the list never drifts
-from what a config accepts. A description is the first line of the docstring of what the entry
-points to, read from the source with ``ast``: listing imports no torch, faiss or llama-index.
+``KINDS`` maps each kind to the ``Registry`` that holds its names (``"module:ATTR"``), so the list
+never drifts from what a config accepts, and a new registry is one line here (a test finds every
+``Registry`` in the package and checks that it is listed). A description is the registry's
+(``descriptions``), the entry's own (``Choice``, ``Metric``, ``ModelPreset``), the first line
+of its docstring, or, for a
+``"module:attr"`` entry not yet imported, the docstring read from the source with ``ast``:
+listing imports no torch, faiss, transformers or llama-index.
 """
 
 from __future__ import annotations
@@ -11,10 +15,46 @@ import ast
 import importlib
 import importlib.util
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
-KINDS = ("datasets", "strategies", "metrics", "models", "price-sheets", "retrievers", "embedders")
+import typer
+
+from ragbench.cost.prices import price_sheet
+from ragbench.io import user_errors
+from ragbench.judge.prompts import load_prompt
+from ragbench.registry import Registry, unknown
+
+# the CLI kind -> "module:ATTR" of its registry
+KINDS: dict[str, str] = {
+    "datasets": "ragbench.datasets:DATASETS",
+    "importers": "ragbench.datasets.formats:IMPORTERS",
+    "task-types": "ragbench.datasets.task_types:TASK_TYPES",
+    "strategies": "ragbench.strategies:STRATEGIES",
+    "metrics": "ragbench.metrics.answer:METRICS",
+    "models": "ragbench.models:PRESETS",
+    "backends": "ragbench.llm:BACKENDS",
+    "kv-caches": "ragbench.llm.kv_cache:KV_CACHES",
+    "retrievers": "ragbench.retrieval.names:RETRIEVERS",
+    "embedders": "ragbench.retrieval.names:EMBEDDERS",
+    "embedder-backends": "ragbench.retrieval.names:EMBEDDER_BACKENDS",
+    "precisions": "ragbench.retrieval.precision:PRECISIONS",
+    "splitters": "ragbench.retrieval.names:SPLITTERS",
+    "tokenizers": "ragbench.tokenizers:TOKENIZERS",
+    "context-orders": "ragbench.retrieval.context:ORDERS",
+    "overflow-policies": "ragbench.strategies.prompts:OVERFLOW",
+    "judge-prompts": "ragbench.judge.prompts:JUDGE_PROMPTS",
+    "price-sheets": "ragbench.cost.prices:PRICE_SHEETS",
+}
+
+
+def registry(kind: str) -> Registry:
+    """The registry behind ``kind`` (one of ``KINDS``); an unknown kind names the valid ones."""
+    if kind not in KINDS:
+        raise unknown("kind", kind, KINDS)
+    module, _, attr = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _first_line(doc: str | None) -> str:
@@ -49,64 +89,54 @@ def _source_doc(target: str) -> str:
 def _describe(target: Any) -> str:
     if isinstance(target, str) and ":" in target:
         return _first_line(_source_doc(target))
-    for attr in ("description", "note"):  # Metric, ModelPreset
+    for attr in ("description", "note"):  # Choice, Metric, ModelPreset
         if getattr(target, attr, ""):
             return str(getattr(target, attr))
     steps = getattr(target, "steps", None)  # Strategy: its module says what it does
     if steps is not None:
         module = importlib.import_module(steps.__module__)
         return _first_line(steps.__doc__ or module.__doc__)
-    return _first_line(getattr(target, "__doc__", None))
+    doc = getattr(target, "__doc__", None)
+    module = getattr(target, "__module__", None)  # imported already (``Registry.get``)
+    if not doc and module in sys.modules:  # undocumented: what its module is for, as above
+        doc = sys.modules[module].__doc__
+    return _first_line(doc)
+
+
+def _price_sheet(name: str) -> str:
+    sheet = price_sheet(name)
+    what = _first_line(sheet.note) or sheet.model or sheet.provider
+    return f"{sheet.kind}, {sheet.date}" + (f": {what}" if what else "")
+
+
+def _judge_prompt(name: str) -> str:
+    prompt = load_prompt(name)
+    return f"scores {prompt.metric}: {' / '.join(label for label, _ in prompt.labels)}"
+
+
+# kinds whose entries are data files: described from the file, by name
+_BY_NAME: dict[str, Callable[[str], str]] = {
+    "price-sheets": _price_sheet,
+    "judge-prompts": _judge_prompt,
+}
 
 
 def entries(kind: str) -> list[tuple[str, str]]:
-    """``(name, one-line description)`` for every name of ``kind`` (one of ``KINDS``)."""
-    from ragbench.registry import unknown
-
-    listers: dict[str, Callable[[], list[tuple[str, str]]]] = {
-        "datasets": lambda: _registry("ragbench.datasets", "DATASETS"),
-        "strategies": lambda: _registry("ragbench.strategies", "STRATEGIES"),
-        "metrics": lambda: _registry("ragbench.metrics.answer", "METRICS"),
-        "models": _models,
-        "price-sheets": _price_sheets,
-        "retrievers": lambda: _registry("ragbench.retrieval.names", "RETRIEVERS"),
-        "embedders": lambda: _registry("ragbench.retrieval.names", "EMBEDDERS"),
-    }
-    if kind not in listers:
-        raise unknown("list", kind, KINDS)
-    return listers[kind]()
-
-
-def _registry(module: str, name: str) -> list[tuple[str, str]]:
-    registry = getattr(importlib.import_module(module), name)
-    out = [(n, _describe(registry._entries[n])) for n in registry.names()]
-    if registry.other:  # open-ended: say what else it accepts
-        out.append((registry.other, "also accepted"))
+    """``(name, one-line description)`` for every name of ``kind`` (one of ``KINDS``); an
+    open-ended registry ends with what else it accepts."""
+    reg = registry(kind)
+    by_name = _BY_NAME.get(kind)
+    out = [
+        (n, reg.descriptions.get(n) or (by_name(n) if by_name else _describe(target)))
+        for n, target in reg.items()
+    ]
+    if reg.other:
+        out.append((reg.other, "also accepted"))
     return out
 
 
-def _models() -> list[tuple[str, str]]:
-    from ragbench.models import PRESETS
-
-    out = [(name, _describe(preset)) for name, preset in sorted(PRESETS.items())]
-    out.append(("<HF id, folder or .gguf>", "any other transformers model (backend hf)"))
-    return out
-
-
-def _price_sheets() -> list[tuple[str, str]]:
-    from ragbench.cost.prices import PRICE_SHEETS, price_sheet
-
-    out = []
-    for name in PRICE_SHEETS.names():
-        sheet = price_sheet(name)
-        what = _first_line(sheet.note) or sheet.model or sheet.provider
-        out.append((name, f"{sheet.kind}, {sheet.date}" + (f": {what}" if what else "")))
-    return out
-
-
-def register(app) -> None:
-    """Adds ``ragbench list WHAT`` to the root typer app."""
-    import typer
+def register(app: typer.Typer) -> None:
+    """Adds ``ragbench list KIND`` to the root typer app."""
 
     @app.command("list")
     def list_command(
@@ -115,8 +145,6 @@ def register(app) -> None:
         ),
     ) -> None:
         """The valid names of one kind, each with a one-line description."""
-        from ragbench.io import user_errors
-
         with user_errors():
             rows = entries(what)
         width = max(len(name) for name, _ in rows)

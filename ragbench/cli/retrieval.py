@@ -3,8 +3,8 @@
 An index folder holds ``chunks.jsonl`` (one ``Chunk`` per line), the FAISS files written by
 ``FaissIndex.save`` (``index.faiss``, ``ids.npy``, ``index.json``: row i is chunk i) and
 ``build.json`` (the dataset's sha256 and the chunking and embedder parameters), so
-``retrieve`` rebuilds the same embedder and BM25 over the same chunks. Heavy imports happen
-inside the commands. User errors (a missing or malformed file, an unknown name, a folder that is
+``retrieve`` rebuilds the same embedder and BM25 over the same chunks. Heavy libraries (torch,
+faiss) load only when a command embeds or searches. User errors (a missing or malformed file, an unknown name, a folder that is
 not an index) print one ``error: ...`` line and exit 2; anything else keeps its traceback.
 """
 
@@ -15,9 +15,21 @@ from pathlib import Path
 
 import typer
 
-from ragbench.io import user_errors
+from ragbench.datasets.formats import read_examples
+from ragbench.experiment.config import ModelConfig, RetrievalConfig
+from ragbench.io import (
+    InputFileError,
+    atomic_write_text,
+    iter_jsonl,
+    sha256_file,
+    user_errors,
+    write_jsonl,
+)
 from ragbench.registry import unknown
 from ragbench.retrieval import SPLITTERS, build_index, build_retriever
+from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.faiss_index import FaissIndex
+from ragbench.types import Chunk
 
 CHUNKS_FILE, BUILD_FILE = "chunks.jsonl", "build.json"
 CLI_RETRIEVERS = ("dense", "bm25", "hybrid")  # the RETRIEVERS that need no cross-encoder
@@ -55,10 +67,6 @@ def write_index(
 ) -> dict:
     """Chunk, embed and index the documents of a ragbench JSONL dataset into ``out``
     (``build_index`` with a dense retriever, saved)."""
-    from ragbench.datasets.formats import read_examples
-    from ragbench.io import atomic_write_text, sha256_file, write_jsonl
-    from ragbench.retrieval.embedders import get_embedder
-
     if chunker not in SPLITTERS:  # names checked before the (slow) chunking and embedding
         raise unknown("chunker", chunker, SPLITTERS)
     emb = get_embedder(embedder)
@@ -99,11 +107,6 @@ def write_index(
 
 def load_retriever(index_dir: Path, retriever: str):
     """A retriever over a saved index folder (dense and hybrid reuse the saved FAISS index)."""
-    from ragbench.io import InputFileError, iter_jsonl
-    from ragbench.retrieval.embedders import get_embedder
-    from ragbench.retrieval.faiss_index import FaissIndex
-    from ragbench.types import Chunk
-
     if retriever not in CLI_RETRIEVERS:
         raise unknown("retriever", retriever, CLI_RETRIEVERS)
     build_path = index_dir / BUILD_FILE
@@ -131,8 +134,6 @@ def load_retriever(index_dir: Path, retriever: str):
 
 
 def register(app: typer.Typer) -> None:
-    from ragbench.experiment.config import ModelConfig, RetrievalConfig
-
     # one source per default: a default run config's retrieval settings
     default = {name: field.default for name, field in RetrievalConfig.model_fields.items()}
     # the tokenizer a default run config chunks with: the default model's

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import typer
 
-def register(app) -> None:
+from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.dry_run import dry_run
+from ragbench.experiment.results import error_summary
+from ragbench.experiment.runner import run
+from ragbench.io import user_errors
+from ragbench.locks import LockHeldError
+from ragbench.report.figures import summary
+from ragbench.report.readable import readable_text
+
+
+def register(app: typer.Typer) -> None:
     """Adds ``ragbench run CONFIG`` to the root typer app."""
-    import typer
 
     @app.command("run")
     def run_command(
@@ -35,12 +45,6 @@ def register(app) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json.
 
         Overrides (--set, --limit, --threads) are recorded in the manifest."""
-        from ragbench.experiment.config import load_config
-        from ragbench.experiment.runner import run
-        from ragbench.io import user_errors
-        from ragbench.locks import LockHeldError
-        from ragbench.report.figures import summary
-
         with user_errors(
             LockHeldError
         ):  # ConfigError, DatasetError: ValueErrors naming file, line, field
@@ -59,8 +63,6 @@ def register(app) -> None:
         if failed == len(df):  # nothing to summarise: say why, not a table of NaN
             _echo_errors(df, f"all {failed} records failed", err=True)
             raise typer.Exit(code=1)
-        from ragbench.report.readable import readable_text
-
         for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
             table = summary(df, metric=metric, seed=cfg.seed)
             typer.echo(readable_text(table))  # $ per 1k queries, rates as %: as notebooks show
@@ -70,21 +72,12 @@ def register(app) -> None:
 
 def _echo_errors(df, headline: str, err: bool = False) -> None:
     """``headline``, then the most frequent errors with their counts (already redacted)."""
-    import typer
-
-    from ragbench.experiment.results import error_summary
-
     typer.echo(f"{headline}; most frequent errors:", err=err)
     for message, count in error_summary(df["error"]):
         typer.echo(f"  {count:5d} x {message}", err=err)
 
 
-def _echo_dry_run(cfg, progress: bool) -> None:
-    import typer
-
-    from ragbench.experiment.dry_run import dry_run
-    from ragbench.report.readable import readable_text
-
+def _echo_dry_run(cfg: RunConfig, progress: bool) -> None:
     table = dry_run(cfg, progress=progress)
     typer.echo(f"dry run of {cfg.name}: nothing generated, nothing written")
     typer.echo(readable_text(table))

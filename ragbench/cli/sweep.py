@@ -1,10 +1,15 @@
-"""`ragbench sweep` and `ragbench render`. Heavy imports (papermill, nbconvert) stay inside."""
+"""`ragbench sweep` and `ragbench render`. Heavy libraries (papermill, nbconvert) load only
+when a command runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
+
+from ragbench.workspace.render import RenderInputError, render_notebook
+from ragbench.workspace.sweep import execute_sweep
+from ragbench.workspace.sweep_spec import SweepSpecError, expand_grid, load_spec
 
 
 def register(app: typer.Typer) -> None:
@@ -28,9 +33,6 @@ def sweep(
     Each point is locked while it runs: a second sweep of the same spec shares the work instead
     of repeating it. Ctrl-C or SIGTERM stops the workers and their kernels too."""
     from tqdm import tqdm
-
-    from ragbench.workspace.sweep import execute_sweep
-    from ragbench.workspace.sweep_spec import SweepSpecError, expand_grid, load_spec
 
     try:
         total = len(expand_grid(load_spec(spec)))
@@ -82,8 +84,6 @@ def render(
     """Render an executed notebook to standalone HTML (figures embedded, secrets scrubbed).
 
     A file that is not an executed notebook is refused with one line on stderr (exit 2)."""
-    from ragbench.workspace.render import RenderInputError, render_notebook
-
     if out is None:  # beside the notebook, wherever it is run from
         out = notebook.with_name(f"{notebook.stem}{'-nocode' if no_code else ''}.html")
     try:

@@ -55,7 +55,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.cost.prices import PriceSheet, dollars_per_query, gpu_seconds
+from ragbench.cost.prices import PriceSheet, dollars, dollars_per_query, gpu_seconds
 from ragbench.registry import unknown
 from ragbench.types import Completion, JsonMixin
 
@@ -85,18 +85,9 @@ def kv_cache_bytes(
 DEFAULT_KV_BYTES_PER_VALUE = 2  # assumed when the dtype is unknown: bf16/fp16 serving
 # dtype name (torch's, without "torch.") -> bytes per value; float8_* variants are 1 byte
 _DTYPE_BYTES = {
-    "float64": 8,
-    "float32": 4,
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "bf16": 2,
-    "fp16": 2,
-    "fp32": 4,
-    "fp8": 1,
-    "int8": 1,
-    "uint8": 1,
-}
+    "float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "half": 2, "bf16": 2, "fp16": 2,
+    "fp32": 4, "fp8": 1, "int8": 1, "uint8": 1,
+}  # fmt: skip
 
 
 def dtype_bytes(dtype: Any = None, default: int = DEFAULT_KV_BYTES_PER_VALUE) -> int:
@@ -340,6 +331,37 @@ class Cost(JsonMixin):
             if self.dollars is None or dollars is None
             else self.dollars + dollars / over,
         )
+
+    def repriced(
+        self, sheet: PriceSheet, cache_write_tokens: float = 0, known: bool = True
+    ) -> Cost:
+        """This cost under another price sheet, from what it logged (``ragbench.cost.reprice``):
+        its dollars from its tokens (an api sheet; ``cache_write_tokens`` of them written to the
+        provider's cache) or its resource seconds (gpu_hour); ``known=False``: its own accounting
+        was not logged (a failed record), its dollars are unknown. A one-time cost is priced by
+        its seconds on an hourly sheet, unknown on an api one (a record keeps its seconds, not its
+        tokens), and shared through ``amortise``. MFU keeps the hardware it was measured on."""
+        hourly = sheet.kind == "gpu_hour"
+        paid = None
+        if known and hourly:
+            paid = dollars(sheet, device_seconds=self.resource_seconds)
+        elif known:
+            paid = dollars(sheet, prompt_tokens=self.prompt_tokens,
+                           cached_prompt_tokens=self.cached_prompt_tokens,
+                           completion_tokens=self.completion_tokens,
+                           cache_write_tokens=cache_write_tokens)  # fmt: skip
+        named = sheet.name if paid is not None else self.price_sheet
+        if self.one_time_seconds is None:  # nothing shared: amortised = its own
+            return dataclasses.replace(
+                self, dollars=paid, price_sheet=named, amortised_dollars=paid
+            )
+        once = dollars(sheet, device_seconds=self.one_time_seconds) if hourly else None
+        out = dataclasses.replace(self, dollars=paid, price_sheet=named, one_time_dollars=once,
+                                  amortised_dollars=None)  # fmt: skip
+        over = self.amortised_over
+        if once is None or paid is None or not over or over < 1:
+            return out
+        return out.amortise(Cost(resource_seconds=self.one_time_seconds, dollars=once), over)
 
 
 # counts and seconds that add up over the calls of one query (None: unknown)

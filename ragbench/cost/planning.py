@@ -15,6 +15,7 @@ cache (``ragbench.cost.accounting.dtype_bytes`` maps dtype names).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -202,12 +203,13 @@ def _col(df: Any, name: str) -> str | None:
     return None
 
 
-def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None) -> Any:
+def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None, closed_book: str) -> Any:
     """The cacheable prefix of each long-context row: ``prefix_tokens`` when given; else the
     document tokens the strategy kept (``kept_tokens``; the prompt puts the document first);
-    else the long-context prompt minus the same example's closed-book prompt (instructions and
-    question: what is not the document). Both undercount the prefix by the few instruction
-    tokens before the document: the cache's benefit is understated, never overstated."""
+    else the long-context prompt minus the same example's prompt without context (the
+    ``closed_book`` strategy's rows: instructions and question, what is not the document). Both
+    undercount the prefix by the few instruction tokens before the document: the cache's
+    benefit is understated, never overstated."""
     import pandas as pd
 
     prompt = lc[_col(lc, "prompt_tokens")]
@@ -216,7 +218,7 @@ def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None) -> Any:
     kept = _col(lc, "kept_tokens")
     if kept is not None and lc[kept].notna().all():
         return lc[kept].astype(float).clip(upper=prompt)
-    closed = ok[ok["strategy"] == "closed_book"]
+    closed = ok[ok["strategy"] == closed_book]
     if len(closed):
         cb = closed.groupby("example_id")[_col(closed, "prompt_tokens")].first()
         paired = lc["example_id"].map(cb)
@@ -224,7 +226,7 @@ def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None) -> Any:
             return (prompt - paired).clip(lower=0)
     raise ValueError(
         "cannot tell the long-context prompt's cacheable prefix: the table has no kept_tokens "
-        "column and no closed_book row for every example; pass prefix_tokens="
+        f"column and no {closed_book} row for every example; pass prefix_tokens="
     )
 
 
@@ -237,6 +239,7 @@ def prefix_cache_break_even(
     questions_per_document: Sequence[int] = (1, 2, 3, 5, 10, 20, 50, 100),
     long_context: str = "long_context",
     rag: str = "rag",
+    closed_book: str = "closed_book",
 ) -> tuple[Any, Any]:
     """How many questions per document make long context with a prefix cache as cheap as RAG,
     from a run's measured tokens, per price sheet: ``(table, curve)``.
@@ -263,9 +266,11 @@ def prefix_cache_break_even(
     context costs no more than RAG; <NA>: never). ``curve`` is long: per sheet, group and series
     (each RAG variant, "long context, prefix cache", "long context, no cache"), the dollars per
     query at each of ``questions_per_document``.
-    """
-    import math
 
+    ``long_context``, ``rag`` and ``closed_book`` name the strategies whose rows are compared
+    (and, without ``kept_tokens`` or ``prefix_tokens``, whose prompt without context gives the
+    prefix): the cost layer sits below ``ragbench.strategies`` and reads no declarations.
+    """
     import pandas as pd
 
     ok = results[results["error"].isna()] if "error" in results else results
@@ -287,7 +292,7 @@ def prefix_cache_break_even(
         raise ValueError(
             f"several long-context variants {sorted(lc['label'].unique())}: filter the table to one"
         )
-    lc["_prefix"] = _prefix_tokens(lc, ok, prefix_tokens)
+    lc["_prefix"] = _prefix_tokens(lc, ok, prefix_tokens, closed_book)
     rag_key = "label" if "label" in rg else "strategy"
     p_lc, g_lc = _col(lc, "prompt_tokens"), _col(lc, "completion_tokens")
     p_rg, g_rg = _col(rg, "prompt_tokens"), _col(rg, "completion_tokens")

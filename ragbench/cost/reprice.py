@@ -8,11 +8,12 @@ original (``results.<sheet>.parquet``, ``records.<sheet>.jsonl`` and ``results.<
 saying which sheet, dated and sourced, priced it from which table). The original files are never
 written: the run's own numbers stay what the run measured.
 
-A one-time cost (``long_context preload``) is repriced with its record: ``one_time_dollars``
-from ``one_time_seconds`` on an hourly sheet, and ``amortised_dollars`` = dollars + one_time /
-``amortised_over``. On a per-token sheet the one-time cost cannot be priced (a record keeps its
-seconds, not its tokens): both are left empty and counted in ``warnings``, never kept from the
-old sheet.
+Each row or record is read back into a ``Cost`` and priced by ``Cost.repriced``, the same
+accounting the run used. A one-time cost (``long_context preload``) is repriced with its record:
+``one_time_dollars`` from ``one_time_seconds`` on an hourly sheet, and ``amortised_dollars`` =
+dollars + one_time / ``amortised_over`` (``Cost.amortise``). On a per-token sheet the one-time
+cost cannot be priced (a record keeps its seconds, not its tokens): both are left empty and
+counted in ``warnings``, never kept from the old sheet.
 
 What is not repriced, on purpose: ``peak_flops`` and ``mfu`` describe the hardware the run was
 *measured* on, not the price paid, so they keep the original sheet's peak. Device seconds come
@@ -26,15 +27,18 @@ sum; such rows are counted in the result's ``warnings``.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ragbench.cost.prices import PriceSheet, dollars, price_sheet
+from ragbench.cost.accounting import Cost
+from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical, sha256_file
 
 RESULTS = "results.parquet"
@@ -73,40 +77,22 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def _price(sheet: PriceSheet, cost: dict[str, Any]) -> float | None:
-    """Dollars of one record's logged accounting (a mapping of cost fields), None when the
-    fields it needs are missing (a failed record)."""
+def _repriced(sheet: PriceSheet, cost: Mapping[str, Any]) -> Cost:
+    """One record's logged accounting (a mapping of cost fields: a table row's or a record's;
+    empty values left out) as a ``Cost``, priced with ``sheet``. Its own dollars are unknown
+    (None) when the fields the sheet prices are missing (a failed record)."""
+    known = {k: cost[k] for k in (*TOKEN_FIELDS, *SECONDS_FIELDS, *ONE_TIME_FIELDS)
+             if _finite(cost.get(k))}  # fmt: skip
+    if "amortised_over" in known:
+        known["amortised_over"] = int(known["amortised_over"])
     if sheet.kind == "gpu_hour":
-        seconds = next((cost[f] for f in SECONDS_FIELDS if _finite(cost.get(f))), None)
-        return None if seconds is None else dollars(sheet, device_seconds=float(seconds))
-    if not all(_finite(cost.get(f)) for f in TOKEN_FIELDS):
-        return None
+        priceable = any(f in known for f in SECONDS_FIELDS)
+    else:
+        priceable = all(f in known for f in TOKEN_FIELDS)
     write = cost.get("cache_write_tokens")
-    return dollars(
-        sheet,
-        prompt_tokens=float(cost["prompt_tokens"]),
-        cached_prompt_tokens=float(cost["cached_prompt_tokens"]),
-        completion_tokens=float(cost["completion_tokens"]),
-        cache_write_tokens=float(write) if _finite(write) else 0.0,
+    return Cost.from_dict(known).repriced(
+        sheet, float(write) if _finite(write) else 0.0, known=priceable
     )
-
-
-def _amortised(
-    sheet: PriceSheet, cost: dict[str, Any], priced: float | None
-) -> tuple[float | None, float | None]:
-    """(one_time_dollars, amortised_dollars) of a record newly priced at ``priced`` dollars
-    (``Cost.amortise``): the one-time cost (a preload) priced by its device seconds on an hourly
-    sheet; on an api sheet it is unknown (a record keeps the one-time seconds, not its tokens),
-    and so is the amortised cost. Without a one-time cost: (None, its own dollars)."""
-    if not _finite(cost.get("one_time_seconds")):
-        return None, priced
-    once = None
-    if sheet.kind == "gpu_hour":
-        once = dollars(sheet, device_seconds=float(cost["one_time_seconds"]))
-    over = cost.get("amortised_over")
-    if once is None or priced is None or not _finite(over) or float(over) < 1:
-        return once, None
-    return once, priced + once / float(over)
 
 
 def _approximate(sheet: PriceSheet, cost: dict[str, Any]) -> bool:
@@ -142,13 +128,17 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
     present = {name: col for name, col in cols.items() if col}
     rows = out[list(present.values())].to_dict("records")
     costs = [{name: row[col] for name, col in present.items()} for row in rows]
-    priced = [_price(sheet, cost) for cost in costs]
+    repriced = [_repriced(sheet, cost) for cost in costs]
+    priced = [r.dollars for r in repriced]
     for name in DOLLAR_COLUMNS:
         out[_column(out.columns, name) or name] = [float("nan") if d is None else d for d in priced]
     if cols["one_time_seconds"] or _column(out.columns, "amortised_dollars"):
-        shared = [_amortised(sheet, c, d) for c, d in zip(costs, priced, strict=True)]
-        once = [float("nan") if o is None else o for o, _ in shared]
-        amortised = [float("nan") if a is None else a for _, a in shared]
+        once = [
+            float("nan") if r.one_time_dollars is None else r.one_time_dollars for r in repriced
+        ]
+        amortised = [
+            float("nan") if r.amortised_dollars is None else r.amortised_dollars for r in repriced
+        ]
         out[_column(out.columns, "amortised_dollars") or "amortised_dollars"] = amortised
         had = [_finite(c.get("one_time_seconds")) for c in costs]
         if any(had):  # the rows with a one-time cost; the others keep theirs (none)
@@ -178,16 +168,15 @@ def reprice_records_text(text: str, sheet: PriceSheet) -> str:
             lines.append(line)
             continue
         if isinstance(cost, dict) and cost:
-            priced = _price(sheet, cost)
-            if priced is not None:
-                cost["dollars"] = priced
+            new = _repriced(sheet, cost)
+            if new.dollars is not None:
+                cost["dollars"] = new.dollars
                 cost["price_sheet"] = sheet.name
-            if priced is not None or _finite(cost.get("one_time_seconds")):
-                once, amortised = _amortised(sheet, cost, priced)
-                if "one_time_dollars" in cost or once is not None:
-                    cost["one_time_dollars"] = once
-                if "amortised_dollars" in cost or amortised is not None:
-                    cost["amortised_dollars"] = amortised
+            if new.dollars is not None or new.one_time_seconds is not None:
+                if "one_time_dollars" in cost or new.one_time_dollars is not None:
+                    cost["one_time_dollars"] = new.one_time_dollars
+                if "amortised_dollars" in cost or new.amortised_dollars is not None:
+                    cost["amortised_dollars"] = new.amortised_dollars
         lines.append(dumps_canonical(row) + "\n")
     return "".join(lines)
 
@@ -247,8 +236,6 @@ def reprice_run(
     """
     import pandas as pd
 
-    from ragbench.experiment.results import parquet_bytes
-
     run_dir = check_run_dir(run_dir)
     sheet = price_sheet(sheet) if not isinstance(sheet, PriceSheet) else sheet
     tag = _safe(sheet.name)
@@ -263,7 +250,9 @@ def reprice_run(
 
     before = pd.read_parquet(run_dir / RESULTS)
     after, approximate = reprice_table(before, sheet)
-    atomic_write_bytes(table_path, parquet_bytes(after))
+    buf = io.BytesIO()  # read from parquet: every column is one pyarrow can type again
+    after.to_parquet(buf, index=False)
+    atomic_write_bytes(table_path, buf.getvalue())
     if records_path is not None:
         text = records_src.read_text(encoding="utf-8")
         atomic_write_text(records_path, reprice_records_text(text, sheet))

@@ -13,7 +13,6 @@ examples carry ``meta["task"]`` and ``meta["evidence"]`` spans, then register it
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from typing import Any
 
 from ragbench.registry import Registry, did_you_mean
@@ -33,18 +32,11 @@ DATASETS = Registry(
     {
         "niah": "ragbench.datasets.niah:build",
         "multidoc": "ragbench.datasets.multidoc:build",
-        "file": "ragbench.datasets:load_file",
+        "file": "ragbench.datasets.formats:load_file",
         "corpus": "ragbench.datasets.shared_corpus:build",
         **{f"ruler/{task}": f"ragbench.datasets.ruler:{task}" for task in RULER_TASKS},
     },
 )
-
-
-def load_file(path: str | Path, format: str = "jsonl", **options: Any) -> list[Example]:
-    """Examples from a file: ragbench JSONL by default, or an importer in ``formats.IMPORTERS``."""
-    from ragbench.datasets import formats
-
-    return formats.load(format, path, **options)
 
 
 def check_params(name: str, params: dict[str, Any]) -> None:
@@ -76,4 +68,4 @@ def dataset_names() -> list[str]:
     return DATASETS.names()
 
 
-__all__ = ["DATASETS", "RULER_TASKS", "build_dataset", "check_params", "dataset_names", "load_file"]
+__all__ = ["DATASETS", "RULER_TASKS", "build_dataset", "check_params", "dataset_names"]

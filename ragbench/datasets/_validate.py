@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ragbench.io import InputFileError, iter_jsonl
+from ragbench.types import Document
 
 STRINGS = "list of strings"  # a pseudo-type for check
+_DOCUMENT_KEYS = ("id", "text", "title", "meta")
 
 
 class FieldError(Exception):
@@ -169,3 +171,25 @@ def _key_position(text: str, key: Any, start: int, end: int, spans: Iterable[tup
         if not any(s <= at < e for s, e in nested):
             return at
     return start
+
+
+def refuse_duplicate_ids(ids: Iterable[str], what: str, where: str) -> None:
+    """A ValueError naming the first id that repeats (``what``: "example", "document")."""
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise ValueError(f"duplicate {what} id {i!r}; ids must be unique in {where}")
+        seen.add(i)
+
+
+def document_from_row(d: Any, where: tuple = ()) -> Document:
+    """A Document from its JSON object (``id``, ``text``, optional ``title`` and ``meta``),
+    strictly: unknown fields and wrong types raise ``FieldError`` at ``where``."""
+    check(d, dict, where)
+    no_unknown(d, _DOCUMENT_KEYS, where)
+    return Document(
+        id=req(d, "id", str, where),
+        text=req(d, "text", str, where),
+        title=opt(d, "title", str, "", where),
+        meta=opt(d, "meta", dict, {}, where),
+    )

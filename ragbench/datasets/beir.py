@@ -29,6 +29,7 @@ from ragbench.datasets._validate import (
     read_jsonl,
     req,
 )
+from ragbench.datasets.corpus_file import corpus_fingerprint, write_documents
 from ragbench.io import InputFileError, atomic_write_text, dumps_canonical
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
@@ -66,8 +67,6 @@ def load_beir(path: PathLike, split: str | None = None) -> BeirData:
 
 def load_beir_examples(path: PathLike, split: str | None = None) -> list[Example]:
     """One example per judged query, each over the whole corpus (see the module docstring)."""
-    from ragbench.datasets.shared_corpus import corpus_fingerprint
-
     data = load_beir(path, split)
     documents = tuple(data.corpus.values())  # one tuple, shared: never copied per question
     fingerprint = corpus_fingerprint(documents)
@@ -97,8 +96,6 @@ def write_shared(
     ``corpus`` dataset's shape), so the corpus is stored once however many questions there are.
     Each question keeps its id, text, answers and meta (less the keys the ``corpus`` dataset
     sets itself); evidence spans are not kept (BEIR's judgements are in ``meta["qrels"]``)."""
-    from ragbench.datasets.shared_corpus import write_documents
-
     if not examples:
         raise ValueError("no examples to write")
     documents = examples[0].documents

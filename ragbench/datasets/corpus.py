@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ragbench.datasets.formats import fingerprint, read_examples, write_examples
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
 
@@ -306,8 +307,6 @@ def read_examples_with_repeats(path: str | os.PathLike) -> tuple[list[Example], 
     ``formats.read_examples`` except that a record equal to an earlier one with its id is
     skipped (its line is returned); a same-id record with other content is an InputFileError
     naming both lines."""
-    from ragbench.datasets.formats import read_examples
-
     repeats: list[int] = []
     return read_examples(path, repeats=repeats), repeats
 
@@ -328,8 +327,6 @@ def dedup_file(
     repeats dropped, see ``read_examples_with_repeats``), the dropped ids with reasons, which documents cleaning
     left as-is (their evidence spans could not be moved), warnings and both fingerprints.
     """
-    from ragbench.datasets.formats import fingerprint, write_examples
-
     examples, repeats = read_examples_with_repeats(path)
     fingerprint_in = fingerprint(examples)
     cleaned, changed, skipped = examples, 0, []

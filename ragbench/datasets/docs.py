@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.datasets import readers
+from ragbench.datasets.corpus import clean_text, dedup_documents
+from ragbench.datasets.corpus_file import corpus_fingerprint
 from ragbench.types import Document
 
 PathLike = str | os.PathLike
@@ -135,8 +137,6 @@ def discover(
 
 def assemble(pieces: Sequence[str]) -> tuple[str, list[int]]:
     """(text, start offset of each piece): pieces cleaned one by one, then joined."""
-    from ragbench.datasets.corpus import clean_text
-
     text, starts, empty = "", [], []
     for piece in pieces:
         piece = clean_text(piece)
@@ -159,8 +159,6 @@ def assemble(pieces: Sequence[str]) -> tuple[str, list[int]]:
 def read_document(path: Path, doc_id: str) -> Document:
     """One file as a Document; raises ``readers.UnreadableFile`` (with the reason) when the
     file has no text or its reader fails."""
-    from ragbench.datasets.corpus import clean_text
-
     found = readers.reader_for(path)
     if found is None:
         raise readers.UnreadableFile(f"unsupported type {path.suffix!r}")
@@ -213,9 +211,6 @@ def ingest(
     when nothing readable is found. ``progress``: a tqdm bar over files (None: on a terminal).
     ``on_skip`` hears about each unreadable file as it happens."""
     from tqdm.auto import tqdm
-
-    from ragbench.datasets.corpus import dedup_documents
-    from ragbench.datasets.shared_corpus import corpus_fingerprint
 
     chosen, skipped = discover(paths, include, exclude, skip)
     documents: list[Document] = []

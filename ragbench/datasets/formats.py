@@ -27,14 +27,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ragbench.datasets._validate import (
+from ragbench.datasets._validate import (  # noqa: F401 (document_from_row: re-exported)
     STRINGS,
     FieldError,
     check,
+    document_from_row,
     no_unknown,
     nonempty,
     opt,
     read_jsonl,
+    refuse_duplicate_ids,
     req,
 )
 
@@ -67,6 +69,11 @@ PathLike = str | os.PathLike
 # --------------------------------------------------------------------------- public API
 
 
+def load_file(path: str | os.PathLike, format: str = "jsonl", **options: Any) -> list[Example]:
+    """Examples from a file: ragbench JSONL by default, or an importer in ``IMPORTERS``."""
+    return load(format, path, **options)
+
+
 def load(fmt: str, path: PathLike, **options: Any) -> list[Example]:
     """Import ``path`` in format ``fmt`` (one of ``IMPORTERS``); options go to the importer.
     An input that yields no examples is an error (a run, or a written 0-example file, would
@@ -97,15 +104,6 @@ def _canonical_lines(examples: Iterable[Example]) -> Iterator[str]:
         yield "{" + ",".join(parts) + "}\n"
 
 
-def refuse_duplicate_ids(ids: Iterable[str], what: str, where: str) -> None:
-    """A ValueError naming the first id that repeats (``what``: "example", "document")."""
-    seen: set[str] = set()
-    for i in ids:
-        if i in seen:
-            raise ValueError(f"duplicate {what} id {i!r}; ids must be unique in {where}")
-        seen.add(i)
-
-
 def write_examples(path: PathLike, examples: Iterable[Example]) -> Path:
     """Atomically write canonical ragbench JSONL; duplicate example ids are refused."""
     examples = list(examples)
@@ -131,7 +129,6 @@ def read_examples(path: PathLike, repeats: list[int] | None = None) -> list[Exam
 # --------------------------------------------------------------------------- ragbench JSONL
 
 _EXAMPLE_KEYS = ("id", "question", "answers", "documents", "meta")
-_DOCUMENT_KEYS = ("id", "text", "title", "meta")
 
 
 def _example_from_row(row: dict) -> Example:
@@ -151,19 +148,6 @@ def _example_from_row(row: dict) -> Example:
         answers=tuple(req(row, "answers", STRINGS)),
         documents=tuple(docs),
         meta=meta,
-    )
-
-
-def document_from_row(d: Any, where: tuple = ()) -> Document:
-    """A Document from its JSON object (``id``, ``text``, optional ``title`` and ``meta``),
-    strictly: unknown fields and wrong types raise ``FieldError`` at ``where``."""
-    check(d, dict, where)
-    no_unknown(d, _DOCUMENT_KEYS, where)
-    return Document(
-        id=req(d, "id", str, where),
-        text=req(d, "text", str, where),
-        title=opt(d, "title", str, "", where),
-        meta=opt(d, "meta", dict, {}, where),
     )
 
 

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragbench.assets import essays_dir
+from ragbench.datasets.corpus_file import read_documents
 from ragbench.tokenizers import Tokenizer
 
 NOISE_SENTENCE = (
@@ -131,15 +133,11 @@ def _folder_files(path: str) -> tuple[tuple[str, str], ...]:
 def haystack_files(source: str | Path = "essays") -> list[tuple[str, str]]:
     """The files of a finite haystack source: ``"essays"`` or a folder."""
     if str(source) == "essays":
-        from ragbench.assets import essays_dir
-
         return list(_folder_files(str(essays_dir())))
     if str(source) == "noise":
         raise ValueError("the 'noise' haystack has no files")
     path = Path(source)
     if path.suffix == ".jsonl" and path.is_file():  # a corpus written by `ragbench data docs`
-        from ragbench.datasets.shared_corpus import read_documents
-
         return [(d.id, d.text) for d in read_documents(path)]
     return list(_folder_files(str(path.resolve())))
 

@@ -51,7 +51,8 @@ from ragbench.datasets._validate import (
     req,
 )
 from ragbench.io import InputFileError
-from ragbench.metrics.answer import NO_ANSWER
+from ragbench.metrics.longbench import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
+from ragbench.metrics.normalize import NO_ANSWER
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
 
@@ -71,8 +72,6 @@ def load_longbench(path: PathLike) -> list[Example]:
 
 def _longbench_metric(v: dict, all_classes: list[str] | None) -> str:
     """The subset's official metric; inputs it cannot score are errors here, not 0s later."""
-    from ragbench.metrics.longbench import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
-
     subset = subset_name(v["dataset"])
     if subset not in SUBSET_METRIC:
         raise FieldError(("dataset",), str(unknown("LongBench subset", subset, SUBSET_METRIC)))

@@ -57,8 +57,6 @@ def depth_grid(n: int, spacing: str = "linear", lo: float = 0, hi: float = 100) 
             else:
                 out.append(float(np.round(100 / (1 + np.exp(0.1 * (x - 50))), 3)))
         return out
-    from ragbench.registry import unknown
-
     raise unknown("depth spacing", spacing, SPACINGS)
 
 

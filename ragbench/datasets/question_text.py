@@ -2,8 +2,8 @@
 
 Pure functions, no model: ``question_gen`` drives them, one batch of passages at a time.
 
-- Passages (``sample_passages``): the corpus chunked with the retrieval ``sentence`` splitter,
-  short ones dropped, in a seeded order; ``passage_id`` names one in requests and rejections.
+- Passages: ``Passage``, a piece of one document (``retrieval.passages.sample_passages`` chunks
+  a corpus into them); ``passage_id`` names one in requests and rejections.
 - The request for one passage (``generation_request``): ``GENERATE_TEMPLATE``, the two-line
   format shown by one worked example, its instructions named as the shared prompt prefix.
 - The reply: ``parse_reply`` reads the (question, answer) pair; ``check_reply`` applies the
@@ -14,13 +14,13 @@ Pure functions, no model: ``question_gen`` drives them, one batch of passages at
 
 from __future__ import annotations
 
-import random
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.types import Document, GenerationRequest
+from ragbench.datasets.corpus import normalize_for_hash
+from ragbench.metrics.normalize import normalize_answer
+from ragbench.types import GenerationRequest
 
 # One worked example before the passage: small models (SmolLM2-135M) ignore a format that is
 # only described, and copy one that is shown.
@@ -54,28 +54,6 @@ class Passage:
     start: int
     end: int
     text: str
-
-
-def sample_passages(
-    documents: Sequence[Document],
-    *,
-    seed: int = 0,
-    passage_tokens: int = 128,
-    min_passage_words: int = 8,
-) -> list[Passage]:
-    """Every passage of the corpus long enough to ask about, in a seeded order."""
-    from ragbench.retrieval.chunking import chunk_documents
-
-    if passage_tokens < 8:
-        raise ValueError(f"passage_tokens must be >= 8, got {passage_tokens}")
-    chunks = chunk_documents(documents, "sentence", passage_tokens, 0, "whitespace")
-    passages = [
-        Passage(c.doc_id, c.start, c.end, c.text)
-        for c in chunks
-        if len(c.text.split()) >= min_passage_words
-    ]
-    random.Random(seed).shuffle(passages)  # a local RNG: nothing else's randomness moves it
-    return passages
 
 
 def passage_id(passage: Passage) -> str:
@@ -174,8 +152,6 @@ def evidence_quote(text: str, start: int, end: int, max_chars: int = 300) -> tup
 def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str, Any] | str:
     """The question row for ``reply`` to ``passage``, or the reason it is rejected (``REASONS``
     in ``question_gen``: the per-reply ones, ``format`` to ``answer_in_question``)."""
-    from ragbench.metrics.answer import normalize_answer
-
     parsed = parse_reply(reply)
     if parsed is None:
         return "format"
@@ -206,8 +182,6 @@ def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str
 
 
 def tokens(text: str) -> frozenset[str]:
-    from ragbench.datasets.corpus import normalize_for_hash
-
     return frozenset(_WORD.findall(normalize_for_hash(text)))
 
 

@@ -14,7 +14,7 @@ Fields (JSONL keys, or CSV header columns; the format follows the extension, ``.
   and stored as ``[doc_id, start, end]`` spans in ``meta["evidence"]``, every occurrence in
   corpus order. A quote that is not found is reported with file and line.
 - ``task_type`` (optional): the instruction the prompt gives, one of the prompt task types
-  (``ragbench.strategies.prompts.INSTRUCTIONS``: ``qa``, ``needle``); default: the dataset's.
+  (``datasets.task_types.TASK_TYPES``: ``qa``, ``needle``); default: the dataset's.
 - ``meta`` (JSONL only): an object added to the example's ``meta``.
 
 Other fields or columns are errors naming the valid ones.
@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.datasets._validate import STRINGS, FieldError, check, json_type, no_unknown, opt, req
+from ragbench.datasets.corpus import clean_text
+from ragbench.datasets.task_types import TASK_TYPES
 from ragbench.io import InputFileError, iter_jsonl
 from ragbench.registry import did_you_mean, unknown
 from ragbench.types import Document, Example
@@ -63,9 +65,7 @@ class Question:
 
 
 def task_types() -> tuple[str, ...]:
-    from ragbench.strategies.prompts import INSTRUCTIONS
-
-    return tuple(INSTRUCTIONS)
+    return tuple(TASK_TYPES)
 
 
 # --------------------------------------------------------------------------- reading
@@ -225,8 +225,6 @@ def locate(quote: str, documents: Sequence[Document]) -> list[list[Any]]:
     spans = [[d.id, s, e] for d in documents for s, e in _find_all(d.text, quote)]
     if spans:
         return spans
-    from ragbench.datasets.corpus import clean_text
-
     words = clean_text(quote).split()
     if not words:
         return []

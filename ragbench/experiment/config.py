@@ -4,6 +4,11 @@ Unknown keys are errors (pydantic ``extra="forbid"``) reported as ``file:line: f
 with the closest valid key; unknown model, strategy, dataset and metric names get a did-you-mean.
 ``config_hash`` is the sha256 of the canonical JSON of the validated config (defaults filled in,
 ``output_dir`` left out), so the same experiment always lands in the same run folder.
+
+Validated once: the typed objects a run reads are built by validation and kept on the
+``RunConfig`` (``cfg.points``: every strategy parameter point; ``cfg.sheet``: the loaded price
+sheet), never rebuilt from the dicts. They are private attributes, so the dump and the hash are
+what they were.
 """
 
 from __future__ import annotations
@@ -25,14 +30,26 @@ from pydantic import (
     model_validator,
 )
 
+import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, retriever options
+from ragbench.cost.prices import PriceSheet, price_sheet
+from ragbench.datasets import DATASETS, check_params
 from ragbench.experiment.config_text import (  # noqa: F401 (re-exported)
     ConfigError,
     apply_overrides,
     explain_validation_error,
+    located,
 )
 from ragbench.io import dumps_canonical
+from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
+from ragbench.llm import BACKENDS, backend_capabilities
+from ragbench.metrics.answer import METRICS
+from ragbench.models import PRESETS
 from ragbench.registry import unknown
-from ragbench.strategies.params import RetrievalParams
+from ragbench.retrieval.precision import check_precision_param
+from ragbench.secrets import collect, redact
+from ragbench.strategies import get_strategy
+from ragbench.strategies.params import RetrievalParams, StrategyParams
+from ragbench.tokenizers import check_tokenizer
 
 
 class _Strict(BaseModel):
@@ -48,8 +65,6 @@ class DatasetConfig(_Strict):
 
     @model_validator(mode="after")
     def _known(self) -> DatasetConfig:
-        from ragbench.datasets import DATASETS, check_params
-
         DATASETS.check(self.name)  # unknown name -> did-you-mean over the registered datasets
         check_params(self.name, self.params)
         return self
@@ -74,29 +89,24 @@ class ModelConfig(_Strict):
     @field_validator("backend")
     @classmethod
     def _backend(cls, v: str) -> str:
-        from ragbench.llm import BACKENDS
-
         return BACKENDS.check(v)
 
     @model_validator(mode="after")
     def _known(self) -> ModelConfig:
-        from ragbench.models import PRESETS
-
         if self.preset is not None and self.preset not in PRESETS:
             raise unknown("model preset", self.preset, PRESETS)
         local = "/" in self.name or os.sep in self.name or self.name.endswith(".gguf")
-        if self.backend == "hf" and self.name not in PRESETS and not local:
+        loads_weights = backend_capabilities(self.backend).local_weights  # by name, in-process
+        if loads_weights and self.name not in PRESETS and not local:  # preset, HF id or path
             raise unknown("model", self.name, [*PRESETS, "<HF id or folder>"])
         return self
 
     @property
     def arch(self) -> str | None:
-        from ragbench.models import PRESETS
-
         return self.preset or (self.name if self.name in PRESETS else None)
 
 
-def _one_or_list(value: Any) -> list[Any]:
+def one_or_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
@@ -122,18 +132,14 @@ class RetrievalConfig(_Strict):
     @field_validator("embedder", "retriever", "splitter")
     @classmethod
     def _names(cls, v: Any, info: Any) -> Any:
-        import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS
-
         registry = getattr(registries, f"{info.field_name.upper()}S")
-        for name in _one_or_list(v):
+        for name in one_or_list(v):
             registry.check(name)
         return v
 
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, v: str | None) -> str | None:
-        from ragbench.tokenizers import check_tokenizer
-
         return v if v is None else check_tokenizer(v)
 
     @model_validator(mode="after")
@@ -141,29 +147,21 @@ class RetrievalConfig(_Strict):
         # every point of the section's grid (chunk overlap below each chunk size, ...) is
         # checked by the parameter class that owns the settings
         RetrievalParams.grid(self.grid_values())
-        embedders = [e.lower() for e in _one_or_list(self.embedder)]
+        embedders = [e.lower() for e in one_or_list(self.embedder)]
         for name, params in self.embedder_params.items():
             if name.lower() not in embedders:  # settings for an embedder the run does not use
-                from ragbench.registry import unknown
-
                 raise unknown("embedder in embedder_params", name, embedders)
-            from ragbench.retrieval.precision import check_precision_param
-
             check_precision_param(name, params)  # fp32 | bf16 | bf16-full, before any model loads
-        names = _one_or_list(self.retriever)
+        names = one_or_list(self.retriever)
         for key in self.retriever_params:  # each key must serve at least one retriever
             if not any(key in self.params_for(name) for name in names):
-                from ragbench.retrieval import check_retriever_params
-
-                check_retriever_params(names[0], {key: self.retriever_params[key]})
+                registries.check_retriever_params(names[0], {key: self.retriever_params[key]})
         return self
 
     def params_for(self, retriever: str) -> dict[str, Any]:
         """The ``retriever_params`` that ``retriever`` takes: a grid of retrievers shares one
         mapping (say a cross-encoder for rerank beside dense and bm25)."""
-        from ragbench.retrieval import retriever_options
-
-        options = retriever_options(retriever)
+        options = registries.retriever_options(retriever)
         return {k: v for k, v in self.retriever_params.items() if k in options}
 
     def grid_values(self) -> dict[str, Any]:
@@ -172,14 +170,15 @@ class RetrievalConfig(_Strict):
 
 
 class StrategyConfig(_Strict):
+    """One strategy to compare; its parameter points are built and validated by the run config
+    (crossed with the retrieval grid, once: ``RunConfig.points``)."""
+
     name: str  # closed_book | long_context | rag | self_route (ragbench.strategies.STRATEGIES)
     params: dict[str, Any] = Field(default_factory=dict)  # list values expand into a grid
 
     @model_validator(mode="after")
     def _known(self) -> StrategyConfig:
-        from ragbench.strategies import get_strategy
-
-        get_strategy(self.name).grid(self.params)  # every point validates itself
+        get_strategy(self.name)  # unknown name -> did-you-mean over the registered strategies
         return self
 
 
@@ -198,10 +197,10 @@ class JudgeConfig(_Strict):
     price_sheet: str | None = None  # prices the judge's calls (judge_dollars); None: no dollars
     embedder: str | None = None  # semantic_similarity; default: the retrieval embedder
 
+    _sheet: PriceSheet | None = PrivateAttr(default=None)  # `price_sheet`, loaded by validation
+
     @model_validator(mode="after")
     def _valid(self) -> JudgeConfig:
-        from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
-
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(
                 f"judge.samples is {self.samples} but judge.temperature is 0: greedy samples of "
@@ -214,19 +213,18 @@ class JudgeConfig(_Strict):
             if prompt.metric != metric:
                 raise ValueError(f"judge prompt {name!r} scores {prompt.metric}, not {metric}")
         if self.price_sheet is not None:
-            from ragbench.cost.prices import price_sheet
-
-            price_sheet(self.price_sheet)
+            self._sheet = price_sheet(self.price_sheet)
         if self.embedder is not None:
-            from ragbench.retrieval import EMBEDDERS
-
-            EMBEDDERS.check(self.embedder)
+            registries.EMBEDDERS.check(self.embedder)
         return self
+
+    @property
+    def sheet(self) -> PriceSheet | None:
+        """The loaded ``price_sheet`` that prices the judge's calls (None: no dollars)."""
+        return self._sheet
 
     def prompt(self, metric: str):
         """The template that scores ``metric`` (``judge_correct``: ``correct-v1`` unless set)."""
-        from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
-
         return load_prompt(self.prompts.get(metric, DEFAULT_PROMPTS[metric]))
 
 
@@ -250,6 +248,20 @@ class RunConfig(_Strict):
     _source_dir: str | None = PrivateAttr(default=None)
     # `--set dotted.path=value` overrides applied on top of the file (recorded in the manifest)
     _overrides: list[str] = PrivateAttr(default_factory=list)
+    # built by validation (`_typed`), read by the run: not part of the dump or the hash
+    _points: tuple[StrategyParams, ...] = PrivateAttr(default=())
+    _sheet: PriceSheet | None = PrivateAttr(default=None)
+
+    @property
+    def points(self) -> tuple[StrategyParams, ...]:
+        """Every (strategy, parameter point) of the config, in config order: each strategy's
+        ``params`` grid, crossed with the ``retrieval`` grid for the strategies that retrieve."""
+        return self._points
+
+    @property
+    def sheet(self) -> PriceSheet | None:
+        """The loaded ``price_sheet`` (None: no dollar column)."""
+        return self._sheet
 
     def dataset_params(self) -> dict[str, Any]:
         """The dataset builder's kwargs, with relative file parameters (``PATH_PARAMS``) resolved
@@ -274,36 +286,29 @@ class RunConfig(_Strict):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, v: list[str]) -> list[str]:
-        from ragbench.metrics.answer import METRICS
-
         for name in v:
             METRICS.check(name)
         return v
 
-    @field_validator("price_sheet")
-    @classmethod
-    def _sheet(cls, v: str | None) -> str | None:
-        if v is not None:
-            from ragbench.cost.prices import price_sheet
-
-            price_sheet(v)
-        return v
-
     @model_validator(mode="after")
-    def _points(self) -> RunConfig:
-        """Each strategy's grid crossed with the retrieval grid (a strategy's chunk_size with
-        the section's chunk_overlap, say): every point must be valid before anything loads."""
-        from ragbench.strategies import get_strategy
-
-        for s in self.strategies:
-            get_strategy(s.name).grid(s.params, self.retrieval.grid_values())
+    def _typed(self) -> RunConfig:
+        """The typed objects the run reads, built once: each strategy's grid crossed with the
+        retrieval grid (a strategy's chunk_size with the section's chunk_overlap, say; every
+        point must be valid before anything loads) and the price sheet. Errors name the place
+        in the file they come from (``strategies.1``, ``price_sheet``)."""
+        retrieval_grid = self.retrieval.grid_values()
+        points: list[StrategyParams] = []
+        for i, s in enumerate(self.strategies):
+            grid = located(("strategies", i), get_strategy(s.name).grid, s.params, retrieval_grid)
+            points.extend(grid)
+        self._points = tuple(points)
+        if self.price_sheet is not None:
+            self._sheet = located(("price_sheet",), price_sheet, self.price_sheet)
         return self
 
     @model_validator(mode="after")
     def _judge(self) -> RunConfig:
         """Judge metrics need a judge model, and not the model under test unless allowed."""
-        from ragbench.metrics.answer import METRICS
-
         judged = [m for m in self.metrics if METRICS.get(m).kind == "judge"]
         judge = self.judge
         if judged and (judge is None or judge.model is None):
@@ -328,8 +333,6 @@ class RunConfig(_Strict):
 def config_hash(config: RunConfig) -> str:
     """Identity of a config's results. Credentials are masked first: a new password or key
     gives the same run folder, and the hash is never a function of a secret."""
-    from ragbench.secrets import redact
-
     # threads change speed, not answers: the same run folder whatever the machine's load
     data = redact(
         config.model_dump(mode="json", exclude={"output_dir": True, "model": {"threads"}})
@@ -342,8 +345,6 @@ def config_hash(config: RunConfig) -> str:
 def parse_config(data: Any, source: str = "<config>", text: str | None = None) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a config must be a YAML mapping, got {type(data).__name__}")
-    from ragbench.secrets import collect
-
     collect(data)  # credentials in it are masked in every later error, log and file
     try:
         return RunConfig.model_validate(data)

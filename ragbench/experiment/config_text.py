@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ragbench.registry import did_you_mean
 
@@ -77,6 +78,19 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             node[step] = child
             node = child
     return data
+
+
+def located(loc: tuple, build: Any, *args: Any) -> Any:
+    """``build(*args)`` inside a model validator, its ValueError reported at ``loc`` in the
+    config (``("strategies", 1)``): a model validator's own errors are reported at the root,
+    with no line."""
+    try:
+        return build(*args)
+    except ValueError as exc:
+        error = PydanticCustomError("value_error", "{error}", {"error": str(exc)})
+        raise ValidationError.from_exception_data(
+            "config", [{"type": error, "loc": loc, "input": args[0] if args else None}]
+        ) from None
 
 
 def explain_validation_error(

@@ -6,14 +6,17 @@ request then goes to a ``PromptCounter`` instead of the model. The counter count
 tokens the way the configured backend will (the transformers backend: its tokenizer and chat
 template, read without loading the weights; a server: the tokenizer named in ``model.params``, else
 the backend's own estimate), so the prompt tokens a dry run reports are the ones the run logs.
+Which way is the backend's declaration (``ragbench.llm.Capabilities``): one that loads weights
+(``local_weights``) is counted by its tokenizer alone; any other is built, which sends nothing.
 
 What cannot be known before generating is reported as a bound, never as a measurement:
 
 - completion tokens: ``max_new_tokens`` per call (an upper bound; answers usually stop earlier);
 - Self-Route: its RAG call only (the long-context fallback happens for the questions the model
   declines, known only after it answers);
-- cached prompt tokens: a transformers model reuses a document prefix it has just computed;
-  counted when the same declared prefix came earlier in the run (an estimate), else 0;
+- cached prompt tokens: a backend that reuses a document prefix it has just computed
+  (``reuses_prefix_kv``: transformers) is counted as reusing the same declared prefix when it
+  came earlier in the run (an estimate); else 0;
 - dollars: from tokens for an ``api`` price sheet; a ``gpu_hour`` sheet charges measured device
   seconds, which a dry run does not have (the column is empty and the note says so).
 
@@ -24,7 +27,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from tqdm import tqdm
+
+from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.resources import (
+    build_resources,
+    check_examples,
+    generates_answers,
+    load_examples,
+)
+from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.base import LLM
+from ragbench.llm.hf_load import resolve_model
+from ragbench.llm.hf_prompt import is_instruct, render
+from ragbench.strategies import run_batch
+from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 COLUMNS = (
@@ -87,10 +104,6 @@ class HFPromptCounter:
         rope_factor: float | None = None,
         **_load_options: Any,  # device, dtype, rope_scaling...: they change no token count
     ):
-        from ragbench.llm.hf_load import resolve_model
-        from ragbench.llm.hf_prompt import is_instruct
-        from ragbench.tokenizers import get_tokenizer
-
         source, gguf, preset = resolve_model(model)
         self.name = model
         self.tokenizer = get_tokenizer(str(gguf) if gguf and not preset else model).hf
@@ -108,17 +121,13 @@ class HFPromptCounter:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def prompt_tokens(self, request: GenerationRequest) -> int:
-        from ragbench.llm.hf_prompt import render
-
         text, special = render(self.tokenizer, self.instruct, request)
         return len(self.tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
-def _counter(cfg) -> Any:
-    from ragbench.llm import load_llm
-
+def _counter(cfg: RunConfig) -> Any:
     m = cfg.model
-    if m.backend == "hf":
+    if backend_capabilities(m.backend).local_weights:  # building it would load the weights
         return HFPromptCounter(m.name, **m.params)
     return load_llm(m.backend, model=m.name, **m.params)  # no request is sent by building it
 
@@ -128,19 +137,14 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     the completion-token bound and dollars (``COLUMNS``). ``df.attrs["notes"]`` says what is a
     bound or an estimate. Loads no model and sends no request."""
     import pandas as pd
-    from tqdm import tqdm
-
-    from ragbench.experiment import runner
-    from ragbench.experiment.config import load_config
-    from ragbench.strategies import run_batch
 
     cfg = load_config(config)
-    examples = runner._load_examples(cfg)
-    runner.check_examples(examples, cfg.dataset.name, generates=runner.generates_answers(cfg))
-    points = runner.parameter_points(cfg)
-    work = [(e, p) for e in examples for p in points]
-    llm = PromptCounter(_counter(cfg), track_prefixes=cfg.model.backend == "hf")
-    res = runner._resources(cfg, llm)
+    examples = load_examples(cfg)
+    check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
+    work = [(e, p) for e in examples for p in cfg.points]
+    reuses_prefix = backend_capabilities(cfg.model.backend).reuses_prefix_kv
+    llm = PromptCounter(_counter(cfg), track_prefixes=reuses_prefix)
+    res = build_resources(cfg, llm)
     # a gpu_hour sheet would price the dry run's zero device seconds at $0: no dollars instead
     priced = res.sheet is not None and res.sheet.kind == "api"
     rows = []
@@ -179,18 +183,16 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     return table
 
 
-def _notes(cfg) -> list[str]:
-    from ragbench.cost.prices import price_sheet
-
+def _notes(cfg: RunConfig) -> list[str]:
     notes = [
         f"completion tokens: at most max_new_tokens={cfg.model.max_new_tokens} per call",
         "self_route: its RAG call only; declined questions add a long-context call",
     ]
-    if cfg.model.backend == "hf":
+    if backend_capabilities(cfg.model.backend).reuses_prefix_kv:
         notes.append("cached prompt tokens: estimated (a document prefix seen earlier is reused)")
     if cfg.price_sheet is None:
         notes.append("dollars: no price_sheet in the config")
-    elif price_sheet(cfg.price_sheet).kind != "api":
+    elif cfg.sheet.kind != "api":
         notes.append(
             f"dollars: price sheet {cfg.price_sheet!r} charges measured device seconds; a dry run "
             "has none (see notebook 04 for planning estimates)"

@@ -1,22 +1,28 @@
-"""The run's judge pass (``ragbench.experiment.runner`` calls it after generation): load the judge its config
-names, score the deferred metrics (judge, embedding) of finished records that lack them, append
-the updated records, and summarise the judge for the manifest."""
+"""The run's judge pass (``ragbench.experiment.runner`` calls it after generation): load the
+judge its config names, score the deferred metrics (judge, embedding) of finished records that
+lack them, append the updated records, and summarise the judge for the manifest. Models and the
+strategies' resources are loaded as the run loads them (``ragbench.experiment.resources``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from ragbench import secrets
 from ragbench.experiment import provenance
-from ragbench.experiment.config import RunConfig, _one_or_list
+from ragbench.experiment.config import JudgeConfig, RunConfig, one_or_list
+from ragbench.experiment.resources import build_resources, check_server, load_model
 from ragbench.experiment.results import RECORDS, append_record
+from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings
+from ragbench.metrics.answer import METRICS, deferred_metrics
+from ragbench.retrieval.embedders import get_embedder
+from ragbench.strategies import NO_CONTEXT, get_strategy
 from ragbench.types import Example
 
 
 def needs_judging(cfg: RunConfig, record: Any) -> bool:
-    from ragbench.metrics.answer import deferred_metrics
-
     deferred = deferred_metrics(cfg.metrics)
     return record.error is None and any(m not in record.scores for m in deferred)
 
@@ -26,10 +32,6 @@ JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass 
 
 def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
     """The ``ragbench.judge.Judge`` of the config, its LLM loaded and its server checked."""
-    from ragbench.experiment.config import JudgeConfig
-    from ragbench.judge import Judge
-    from ragbench.metrics.answer import METRICS
-
     jc = cfg.judge or JudgeConfig()
     llm_metrics = [m for m in cfg.metrics if METRICS.get(m).kind == "judge"]
     m = jc.model
@@ -42,24 +44,12 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
         if same and llm is not None:  # allowed by the config (checked there): one model in memory
             judge_llm = llm
         else:
-            from ragbench.experiment.runner import load_model
-
             judge_llm = load_model(m)
     if llm_metrics:
-        from ragbench.experiment.runner import check_server
-
         check_server(judge_llm)
     embedder = None
     if "semantic_similarity" in cfg.metrics:
-        from ragbench.retrieval.embedders import get_embedder
-
-        name = jc.embedder or _one_or_list(cfg.retrieval.embedder)[0]
-        embedder = get_embedder(name)
-    sheet = None
-    if jc.price_sheet:
-        from ragbench.cost.prices import price_sheet
-
-        sheet = price_sheet(jc.price_sheet)
+        embedder = get_embedder(jc.embedder or one_or_list(cfg.retrieval.embedder)[0])
     return Judge(
         llm=judge_llm if llm_metrics else None,
         prompts={metric: jc.prompt(metric) for metric in llm_metrics},
@@ -68,7 +58,7 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
         max_new_tokens=m.max_new_tokens if m is not None else 32,
         max_attempts=jc.max_attempts,
         batch_size=m.batch_size if m is not None else 8,
-        sheet=sheet,
+        sheet=jc.sheet,  # loaded by the config's validation
         embedder=embedder,
         model=(m.name if m is not None else getattr(judge_llm, "name", "")) if llm_metrics else "",
     )
@@ -77,12 +67,6 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
 def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm, res) -> int:
     """Score the deferred metrics of every finished record that lacks them, appending each
     updated record; returns how many records were updated."""
-    from tqdm import tqdm
-
-    from ragbench.judge import judge_records
-    from ragbench.strategies import NO_CONTEXT, get_strategy
-    from ragbench.metrics.answer import deferred_metrics
-
     todo = [k for k in keys if k in done and needs_judging(cfg, done[k])]
     if not todo:
         return 0
@@ -96,11 +80,9 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
         if strategy.context == NO_CONTEXT:  # reads nothing: no need to load the model
             return None
         if state["res"] is None:
-            from ragbench.experiment.runner import _resources, load_model
-
             state["llm"] = state["llm"] or load_model(cfg.model)
             identity = provenance.identity(state["llm"])
-            state["res"] = _resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
+            state["res"] = build_resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
         return strategy.given_context(example, record, state["res"])
 
     metrics = deferred_metrics(cfg.metrics)
@@ -124,9 +106,6 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
 
 def judge_summary(cfg: RunConfig, judge: Any, df: Any, previous: dict | None) -> dict | None:
     """The manifest's ``judge`` entry: the judge, its prompts and how far to trust it."""
-    from ragbench.judge import judge_agreement, judge_warnings
-    from ragbench.metrics.answer import deferred_metrics
-
     if not deferred_metrics(cfg.metrics):
         return None
     agreement = judge_agreement(df)

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ragbench import secrets
+from ragbench.datasets.formats import fingerprint
 from ragbench.experiment import provenance
-from ragbench.experiment.config import config_hash
+from ragbench.experiment.config import RunConfig, config_hash
 from ragbench.io import atomic_write_text
 
 
@@ -32,14 +33,11 @@ def sessions_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def write_manifest(
-    out: Path, cfg, examples, identity, sessions, status: str, records, judge=None
+    out: Path, cfg: RunConfig, examples, identity, sessions, status: str, records, judge=None
 ) -> dict:
     """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the
     first invocation's start and ``sessions`` logs every invocation (start, end, records it had
     to generate, errors), so a resumed run keeps its history."""
-    from ragbench.cost.prices import price_sheet
-    from ragbench.datasets.formats import fingerprint
-
     manifest: dict[str, Any] = {
         "name": cfg.name,
         "config": secrets.redact(cfg.model_dump(mode="json")),
@@ -51,7 +49,7 @@ def write_manifest(
         },
         "model": secrets.redact(identity),
         # which sheet priced the dollars, and as of when (a reprice writes its own beside it)
-        "price_sheet": price_sheet(cfg.price_sheet).describe() if cfg.price_sheet else None,
+        "price_sheet": cfg.sheet.describe() if cfg.sheet is not None else None,
         "status": status,
         "versions": provenance.versions(),
         "git_commit": provenance.git_commit(),

@@ -15,6 +15,8 @@ PACKAGES = (
     "ragbench", "numpy", "pandas", "pydantic", "torch", "transformers", "sentence-transformers",
     "faiss-cpu", "llama-index-core", "bm25s", "gguf",
 )  # fmt: skip
+# the mime type of a run's output in an executed notebook, which `ragbench render` reads back
+RUN_MIME = "application/vnd.ragbench.run+json"
 
 
 def versions() -> dict[str, str | None]:
@@ -84,8 +86,6 @@ def record_in_notebook(run_dir: Path, manifest: dict[str, Any]) -> None:
     if getattr(shell, "kernel", None) is None:  # terminal IPython has no kernel: no notebook
         return
     from IPython.display import display
-
-    from ragbench.workspace.render import RUN_MIME
 
     payload = {"run_dir": str(run_dir.resolve()), "manifest": manifest}
     display({"text/plain": f"run folder: {run_dir}", RUN_MIME: payload}, raw=True)

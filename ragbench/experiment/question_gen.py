@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragbench.cost.prices import PriceSheet, dollars_per_query, gpu_seconds
+from ragbench.cost.prices import price_sheet as load_sheet
 from ragbench.datasets.question_text import (  # noqa: F401 (re-exported)
     GENERATE_TEMPLATE,
     Passage,
@@ -61,10 +63,21 @@ from ragbench.datasets.question_text import (  # noqa: F401 (re-exported)
     jaccard,
     parse_reply,
     passage_id,
-    sample_passages,
     tokens,
 )
+from ragbench.datasets.shared_corpus import read_documents
+from ragbench.experiment import resources
+from ragbench.experiment.config import ModelConfig
+from ragbench.io import atomic_write_text, dumps_canonical
 from ragbench.llm.base import LLM
+from ragbench.metrics.answer import get_metric
+from ragbench.retrieval.passages import sample_passages
+from ragbench.strategies.prompts import (
+    ANSWER_STOP,
+    CLOSED_BOOK_TEMPLATE,
+    INSTRUCTIONS,
+    clean_answer,
+)
 from ragbench.types import Completion, Document, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -99,8 +112,6 @@ class Usage:
     dollars: float | None = None  # with a price sheet only
 
     def add(self, completions: Sequence[Completion], sheet: Any = None) -> None:
-        from ragbench.cost.prices import dollars_per_query, gpu_seconds
-
         for c in completions:
             self.calls += 1
             self.cache_hits += bool(c.cached)
@@ -149,8 +160,6 @@ class GeneratedQuestions:
 
 def _closed_book_request(question: str, max_new_tokens: int) -> GenerationRequest:
     """Exactly the ``closed_book`` strategy's request for a ``qa`` question (cache-compatible)."""
-    from ragbench.strategies.prompts import ANSWER_STOP, CLOSED_BOOK_TEMPLATE, INSTRUCTIONS
-
     prompt = CLOSED_BOOK_TEMPLATE.format(instruction=INSTRUCTIONS["qa"], question=question)
     return GenerationRequest(prompt=prompt, max_new_tokens=max_new_tokens, stop=ANSWER_STOP)
 
@@ -182,11 +191,6 @@ def generate_questions(
     questions (None: on a terminal).
     """
     from tqdm.auto import tqdm
-
-    from ragbench.cost.prices import PriceSheet
-    from ragbench.cost.prices import price_sheet as load_sheet
-    from ragbench.metrics.answer import get_metric
-    from ragbench.strategies.prompts import clean_answer
 
     if n < 1:
         raise ValueError(f"n must be >= 1 question, got {n}")
@@ -272,8 +276,6 @@ def generate_questions(
 
 def write_questions(path: PathLike, rows: Sequence[dict[str, Any]]) -> Path:
     """Atomically write rows as a questions JSONL file (canonical JSON, one row per line)."""
-    from ragbench.io import atomic_write_text, dumps_canonical
-
     if not rows:
         raise ValueError("no questions to write (a questions file may not be empty)")
     return atomic_write_text(path, "".join(dumps_canonical(r) + "\n" for r in rows))
@@ -282,15 +284,10 @@ def write_questions(path: PathLike, rows: Sequence[dict[str, Any]]) -> Path:
 def load_model(model: dict[str, Any], cache: bool | None = None) -> LLM:
     """An LLM from a run config's ``model`` section (``notebook.model_block`` builds one), with the
     runs' completion cache (``cache_dir()/completions.sqlite``) unless the section says
-    ``cache: false``: generated questions and later runs share its answers."""
-    from ragbench.assets import cache_dir
-    from ragbench.experiment.config import ModelConfig
-    from ragbench.llm import load_llm
-
+    ``cache: false``: generated questions and later runs share its answers. Loaded as a run
+    loads its model (``ragbench.experiment.resources.load_model``)."""
     m = ModelConfig(**model)
-    use_cache = m.cache if cache is None else cache
-    path = cache_dir() / "completions.sqlite" if use_cache else None
-    return load_llm(m.backend, cache=path, model=m.name, **m.params)
+    return resources.load_model(m if cache is None else m.model_copy(update={"cache": cache}))
 
 
 def questions_file(
@@ -303,9 +300,6 @@ def questions_file(
     """Generate ``n`` questions over a corpus file and write them to ``out`` (what the CLI and
     notebook 05 call). ``model``: a config ``model`` section or a loaded LLM; ``options`` go to
     ``generate_questions``. Nothing kept is an error that says why every passage was rejected."""
-    from ragbench.datasets.shared_corpus import read_documents
-    from ragbench.experiment.config import ModelConfig
-
     documents = read_documents(corpus)
     if isinstance(model, LLM):
         llm = model

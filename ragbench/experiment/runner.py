@@ -23,21 +23,36 @@ is generated.
 Example failures become error rows (``error`` column) and the run continues. Bad input that
 makes the whole run meaningless (unknown names, config typos, examples with no gold answers)
 fails before any model is loaded, with one clear message.
+
+What the run loads (examples, model, index, the strategies' ``Resources``) comes from
+``ragbench.experiment.resources``, shared with the judge pass and the dry run; the parameter
+points and the price sheet are the validated config's (``cfg.points``, ``cfg.sheet``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
 
 from ragbench import secrets
 from ragbench.experiment import provenance
 from ragbench.experiment.config import RunConfig, config_hash, load_config
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
+from ragbench.experiment.resources import (  # noqa: F401 (DatasetError, load_examples: re-exported)
+    DatasetError,
+    build_resources,
+    check_examples,
+    check_server,
+    generates_answers,
+    load_examples,
+    load_model,
+)
 from ragbench.experiment.results import (
     RECORDS,
     append_record,
@@ -48,153 +63,14 @@ from ragbench.experiment.results import (
     table,
     work_key,
 )
-from ragbench.io import atomic_write_bytes, dumps_canonical
+from ragbench.io import atomic_write_bytes
+from ragbench.llm.fake import FakeLLM
 from ragbench.locks import FolderLock
-from ragbench.strategies import (
-    Resources,
-    RetrievalParams,
-    StrategyParams,
-    get_strategy,
-    preload,
-    run_batch,
-)
+from ragbench.metrics.answer import deferred_metrics, score, string_metrics
+from ragbench.strategies import get_strategy, preload, run_batch
 from ragbench.types import Example
 
 log = logging.getLogger(__name__)
-
-
-class DatasetError(ValueError):
-    """The dataset cannot be scored (no examples, missing gold answers, duplicate ids)."""
-
-
-def check_examples(examples: list[Example], dataset: str, generates: bool = True) -> None:
-    """A dataset a run can use: some examples, unique ids, and gold answers for at least one
-    example when a strategy generates answers (questions without answers are run and reported
-    unscored; a retrieval-only run scores against relevance judgements instead)."""
-    if not examples:
-        raise DatasetError(f"dataset {dataset!r} produced no examples")
-    if generates and not any(a.strip() for e in examples for a in e.answers):
-        raise DatasetError(
-            f"dataset {dataset!r}: none of its {len(examples)} examples has a gold answer; "
-            "answer metrics need at least one"
-        )
-    seen: set[str] = set()
-    for e in examples:
-        if e.id in seen:
-            raise DatasetError(f"dataset {dataset!r}: duplicate example id {e.id!r}")
-        seen.add(e.id)
-
-
-def parameter_points(cfg: RunConfig) -> list[StrategyParams]:
-    """Every (strategy, parameter point) of the config, in config order: each strategy's
-    ``params`` grid, crossed with the ``retrieval`` grid for the strategies that retrieve."""
-    retrieval = cfg.retrieval.grid_values()
-    return [p for s in cfg.strategies for p in get_strategy(s.name).grid(s.params, retrieval)]
-
-
-# ---------------------------------------------------------------------------- resources
-
-
-def load_examples(config: Any) -> list[Example]:
-    """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
-    failure attribution needs beside the table (evidence spans, needles, distractors)."""
-    return _load_examples(load_config(config))
-
-
-def _load_examples(cfg: RunConfig) -> list[Example]:
-    from ragbench.datasets import build_dataset
-
-    examples = list(build_dataset(cfg.dataset.name, **cfg.dataset_params()))
-    return examples[: cfg.dataset.limit] if cfg.dataset.limit else examples
-
-
-def _load_llm(cfg: RunConfig):
-    return load_model(cfg.model)
-
-
-def load_model(m: Any):
-    """The LLM a ``ModelConfig`` names (the model under test, or a judge), behind the shared
-    completion cache when ``m.cache``."""
-    from ragbench.llm import load_llm
-
-    cache = None
-    if m.cache:
-        from ragbench.assets import cache_dir
-
-        cache = cache_dir() / "completions.sqlite"
-    if getattr(m, "threads", None):
-        from ragbench.llm.hf_load import set_threads
-
-        set_threads(m.threads)
-    return load_llm(m.backend, cache=cache, model=m.name, **m.params)
-
-
-def _chunk_tokenizer(cfg: RunConfig) -> str:
-    if cfg.retrieval.tokenizer:
-        return cfg.retrieval.tokenizer
-    from ragbench.models import PRESETS
-
-    name = cfg.model.name
-    embedded = name in PRESETS and PRESETS[name].embedded
-    return name if cfg.model.backend == "hf" and embedded else "whitespace"
-
-
-def make_index(cfg: RunConfig, cache_size: int = 8):
-    """(example, retrieval settings) -> (chunks, retriever), memoised by documents and settings
-    (many questions share one corpus); each embedder is loaded once per run."""
-    from ragbench.retrieval import build_index
-    from ragbench.retrieval.embedders import get_embedder
-
-    tokenizer = _chunk_tokenizer(cfg)
-    embedders: dict[str, Any] = {}
-    memo: OrderedDict[tuple[str, RetrievalParams], tuple] = OrderedDict()
-
-    def index(example: Example, settings: RetrievalParams):
-        # a shared corpus is named by its fingerprint (serialising it per question would cost
-        # more than the lookup saves); an example's own documents by their content
-        shared = example.meta.get("corpus_fingerprint")
-        docs = shared or dumps_canonical([d.to_dict() for d in example.documents])
-        key = (str(docs), settings)
-        if key not in memo:
-            if settings.embedder not in embedders:
-                params = cfg.retrieval.embedder_params.get(settings.embedder, {})
-                embedders[settings.embedder] = get_embedder(settings.embedder, **params)
-            memo[key] = build_index(
-                example.documents,
-                retriever=settings.retriever,
-                embedder=embedders[settings.embedder],
-                splitter=settings.splitter,
-                chunk_size=settings.chunk_size,
-                chunk_overlap=settings.chunk_overlap,
-                tokenizer=tokenizer,
-                retriever_params=cfg.retrieval.params_for(settings.retriever),
-            )
-            if len(memo) > cache_size:
-                memo.popitem(last=False)
-        memo.move_to_end(key)
-        return memo[key]
-
-    return index
-
-
-def _resources(cfg: RunConfig, llm, kv_dtype: str | None = None) -> Resources:
-    from ragbench.cost.prices import price_sheet
-    from ragbench.models import get_preset
-
-    needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
-    return Resources(
-        llm=llm,
-        metrics=tuple(cfg.metrics),
-        max_new_tokens=cfg.model.max_new_tokens,
-        prompt_budget=cfg.prompt_budget,
-        preset=get_preset(cfg.model.arch) if cfg.model.arch else None,
-        kv_dtype=kv_dtype,  # transformers backend: the model's dtype (identity()["dtype"])
-        sheet=price_sheet(cfg.price_sheet) if cfg.price_sheet else None,
-        index=make_index(cfg) if needs_index else None,
-    )
-
-
-# ---------------------------------------------------------------------------- run
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -219,21 +95,15 @@ def run(
     cfg = load_config(config)
     secrets.collect(cfg.model_dump(mode="json"))  # mask them in every error, log and file
     started = _now()
-    examples = _load_examples(cfg)
+    examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
-    points = parameter_points(cfg)
-    work = [(e, p) for e in examples for p in points]
+    work = [(e, p) for e in examples for p in cfg.points]
     keys = [work_key(e.id, p.strategy, p.to_dict()) for e, p in work]
     if len(set(keys)) != len(keys):
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
     with FolderLock(out, what="run", wait=wait):
         return _run_locked(cfg, examples, work, keys, out, started, progress, llm, judge_llm)
-
-
-def generates_answers(cfg: RunConfig) -> bool:
-    """Whether any strategy of the config calls the model (``retrieve_only`` does not)."""
-    return any(get_strategy(s.name).generates for s in cfg.strategies)
 
 
 def _now() -> str:
@@ -244,10 +114,6 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
     """Scores of loaded records recomputed from their stored predictions (cheap), so a line
     edited by hand, or written by a version with another metric implementation, cannot keep a
     score its prediction does not earn. Updates ``done`` in place; returns how many changed."""
-    import dataclasses
-
-    from ragbench.metrics.answer import score, string_metrics
-
     gold = {e.id: e.answers for e in examples}
     metas = {e.id: e.meta for e in examples}
     strings = string_metrics(metrics)
@@ -270,14 +136,6 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
     return changed
 
 
-def check_server(llm: Any) -> None:
-    """One short request to the model's server (backends that have one) before any work: a dead
-    server fails the run in seconds with its URL, instead of every record after its retries."""
-    check = getattr(llm, "check", None)
-    if callable(check):
-        check()
-
-
 def _run_locked(
     cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm
 ) -> Any:
@@ -294,18 +152,14 @@ def _run_locked(
     previous = read_manifest(out)
     session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
     sessions = [*sessions_of(previous), session]
-    from ragbench.metrics.answer import deferred_metrics
-
     judging = bool(deferred_metrics(cfg.metrics)) and (
         bool(pending) or any(needs_judging(cfg, done[k]) for k in keys if k in done)
     )
     res = None
     if pending:
-        if llm is None and not generates_answers(cfg):
-            from ragbench.llm.fake import FakeLLM  # retrieval only: no model is ever called
-
+        if llm is None and not generates_answers(cfg):  # retrieval only: no model is ever called
             llm = FakeLLM(cfg.model.name)
-        llm = llm if llm is not None else _load_llm(cfg)  # a CachedLLM has len(): 0 if empty
+        llm = llm if llm is not None else load_model(cfg.model)  # a CachedLLM has len(): 0 if empty
         check_server(llm)
     # the judge is loaded and its server checked before any record is generated: a dead judge
     # must not be found after an hour of generation
@@ -314,7 +168,7 @@ def _run_locked(
         identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
         # written before any work, so a run killed now still knows when it first started
         write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
-        res = _resources(cfg, llm, kv_dtype=identity.get("dtype"))
+        res = build_resources(cfg, llm, kv_dtype=identity.get("dtype"))
         res.preload_over.update(preload.count([item for item, _ in pending]))
         if unshared := preload.unshared([item for item, _ in pending]):
             log.warning(
@@ -379,8 +233,6 @@ def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) ->
     """Generate the pending records in rounds of at most ``batch_size`` (``plan_rounds``),
     appending each round to records.jsonl as it finishes (a killed run loses at most one round).
     Returns the errors."""
-    from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
-
     errors = 0
     with (out / RECORDS).open("ab") as f:
         # records arrive a whole batch at a time: the rate (and ETA) is the average over the

@@ -9,6 +9,7 @@ is undefined (chance agreement is already 1) and reported as NaN, never as 1.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -65,8 +66,6 @@ def _column(df: Any, name: str) -> Any:
 
 def _as_list(value: Any) -> list | None:
     """A meta list cell as a list (parquet gives numpy arrays, a JSON fallback text)."""
-    import json
-
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, str):

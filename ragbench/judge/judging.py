@@ -34,7 +34,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragbench.cost.accounting import Cost
 from ragbench.judge.prompts import JudgePrompt
+from ragbench.secrets import redact_text
+from ragbench.strategies import get_strategy
+from ragbench.strategies.driver import outcomes
 from ragbench.types import Completion, Example, GenerationRequest, Record
 
 log = logging.getLogger(__name__)
@@ -167,8 +171,6 @@ def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[_Job]:
             prompt = judge.prompts[metric]
             fields = {"question": example.question, "prediction": record.prediction}
             reason = None
-            from ragbench.strategies import get_strategy
-
             if not get_strategy(record.strategy).generates:  # retrieve_only: no answer to judge
                 reason = f"{record.strategy} writes no answer"
             elif metric == "judge_correct":
@@ -204,8 +206,6 @@ def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[_Job]:
 
 def _run_jobs(jobs: list[_Job], judge: Judge, completions: list[list[Completion]]) -> None:
     """Ask, parse, and ask again (with the reminder) until read or out of attempts."""
-    from ragbench.strategies.driver import outcomes
-
     while pending := [j for j in jobs if not j.done]:
         for start in range(0, len(pending), judge.batch_size):
             batch = pending[start : start + judge.batch_size]
@@ -230,8 +230,6 @@ def _run_jobs(jobs: list[_Job], judge: Judge, completions: list[list[Completion]
 
 
 def _collect(jobs: list[_Job], items, scores, meta, judge: Judge) -> None:
-    from ragbench.secrets import redact_text
-
     by_key: dict[tuple[int, str], list[_Job]] = {}
     for j in jobs:
         by_key.setdefault((j.item, j.metric), []).append(j)
@@ -259,8 +257,6 @@ def _collect(jobs: list[_Job], items, scores, meta, judge: Judge) -> None:
 
 def _add_cost(meta: dict[str, Any], done: list[Completion], sheet: Any) -> None:
     """Judge accounting, added to what earlier judge passes on this record spent."""
-    from ragbench.cost.accounting import Cost
-
     total = sum((Cost.of(c, None, sheet) for c in done[1:]), Cost.of(done[0], None, sheet))
     new = {
         "judge_calls": total.llm_calls,

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ragbench.registry import unknown
+from ragbench.registry import Registry
 
 PACKAGE_DIR = "data/judge_prompts"
 # the template each judge metric uses unless ``judge.prompts`` names another
@@ -55,24 +55,39 @@ class JudgePrompt:
         return parse_verdict(reply, dict(self.labels))
 
 
+def _yaml_path(name: str) -> bool:
+    """A judge prompt beyond the shipped ones: a YAML file of the same shape."""
+    return name.endswith((".yaml", ".yml")) or Path(name).exists()
+
+
+# the shipped templates by name -> their YAML file; a path to a YAML file names one too
+JUDGE_PROMPTS = Registry(
+    "judge prompt",
+    {
+        p.name.removesuffix(".yaml"): p
+        for p in resources.files("ragbench").joinpath(PACKAGE_DIR).iterdir()
+        if p.name.endswith(".yaml")
+    },
+    other="<path.yaml>",
+    accepts=_yaml_path,
+)
+
+
 def available_prompts() -> list[str]:
     """Names of the shipped templates, sorted."""
-    root = resources.files("ragbench").joinpath(PACKAGE_DIR)
-    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+    return JUDGE_PROMPTS.names()
 
 
 @lru_cache(maxsize=32)
 def load_prompt(name_or_path: str) -> JudgePrompt:
     """A shipped template by name (``correct-v1``) or a YAML file of the same shape."""
     path = Path(name_or_path)
-    if name_or_path.endswith((".yaml", ".yml")) or path.exists():
+    if name_or_path not in JUDGE_PROMPTS and _yaml_path(name_or_path):
         if not path.is_file():
             raise FileNotFoundError(f"judge prompt file {name_or_path!r} does not exist")
         text, where = path.read_text(encoding="utf-8"), str(path)
     else:
-        if name_or_path not in available_prompts():
-            raise unknown("judge prompt", name_or_path, [*available_prompts(), "<path.yaml>"])
-        res = resources.files("ragbench").joinpath(f"{PACKAGE_DIR}/{name_or_path}.yaml")
+        res = JUDGE_PROMPTS.get(name_or_path)  # an unknown name: did-you-mean over them
         text, where = res.read_text(encoding="utf-8"), f"ragbench/{PACKAGE_DIR}/{name_or_path}"
     return parse_prompt(yaml.safe_load(text), where)
 

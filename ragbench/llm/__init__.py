@@ -2,15 +2,18 @@
 
 The registry maps names to ``"module:Class"`` strings, so importing ``ragbench.llm`` imports no
 torch, transformers or httpx; ``load_llm("hf", model="smollm2-135m-instruct")`` imports the
-transformers backend only then.
+transformers backend only then. Each backend class declares what it can do
+(``Capabilities``); ``backend_capabilities(name)`` reads it without building the backend.
 """
 
 from __future__ import annotations
 
 import os
+from importlib import import_module
 from typing import Any
 
-from ragbench.llm.base import LLM, ContextOverflowError, ServerUnreachable
+from ragbench.llm.base import LLM, Capabilities, ContextOverflowError, ServerUnreachable
+from ragbench.llm.cache import CachedLLM
 from ragbench.registry import Registry
 
 BACKENDS = Registry(
@@ -23,7 +26,6 @@ BACKENDS = Registry(
 )
 
 _LAZY = {
-    "CachedLLM": "ragbench.llm.cache:CachedLLM",
     "FakeLLM": "ragbench.llm.fake:FakeLLM",
     "OpenAICompatLLM": "ragbench.llm.openai_compat:OpenAICompatLLM",
     "LLMRequestError": "ragbench.llm.openai_http:LLMRequestError",
@@ -31,7 +33,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "BACKENDS", "LLM", "ContextOverflowError", "ServerUnreachable", "load_llm", *_LAZY,
+    "BACKENDS", "LLM", "CachedLLM", "Capabilities", "ContextOverflowError", "ServerUnreachable",
+    "backend_capabilities", "load_llm", *_LAZY,
 ]  # fmt: skip
 
 
@@ -42,18 +45,22 @@ def load_llm(backend: str, cache: str | os.PathLike | None = None, **kwargs: Any
     4096
     """
     llm = BACKENDS.get(backend)(**kwargs)
-    if cache is not None:
-        from ragbench.llm.cache import CachedLLM
+    return CachedLLM(llm, cache) if cache is not None else llm
 
-        llm = CachedLLM(llm, cache)
-    return llm
+
+def backend_capabilities(backend: str) -> Capabilities:
+    """What the backend registered as ``backend`` can do (its class's ``capabilities``), read
+    without building it: importing a backend module loads no torch, transformers or httpx.
+
+    >>> backend_capabilities("fake").default_tokenizer
+    'whitespace'
+    """
+    return BACKENDS.get(backend).capabilities
 
 
 def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'ragbench.llm' has no attribute {name!r}")
-    from importlib import import_module
-
     module, _, attr = target.partition(":")
     return getattr(import_module(module), attr)

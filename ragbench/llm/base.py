@@ -14,9 +14,11 @@ batch driver then runs them one by one to find the culprit.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ragbench.types import Completion, GenerationRequest
 
@@ -37,9 +39,42 @@ class ServerUnreachable(ValueError):
     rather than as one error row per record."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared once on its class (``LLM.capabilities``): callers read a
+    capability (``ragbench.llm.backend_capabilities(name)``), never compare backend names. The
+    defaults are a backend that can do none of it (a server)."""
+
+    # runs weights in this process: its model name must be a preset, an HF id or a local path,
+    # and building it loads them (a dry run counts with the tokenizer alone instead)
+    local_weights: bool = False
+    # counts tokens with the tokenizer of the model it names (a preset's name also names the
+    # tokenizer documents are chunked with)
+    own_tokenizer: bool = False
+    # keeps a document prefix's KV cache across requests, so its cached prompt tokens follow from
+    # the prompts (a dry run estimates them)
+    reuses_prefix_kv: bool = False
+    # runs GenerationRequest.kv_cache variants (offloaded, sinks, quantized, snapkv)
+    kv_variants: bool = False
+    # takes rope_scaling / rope_factor: a context window past the trained one
+    rescales_rope: bool = False
+    # accepts kv_cache variants without running them (``simulate_kv_cache=True``; flagged, tests)
+    simulates_kv_cache: bool = False
+    # has no architecture of its own: FLOPs and KV bytes need a ``preset`` named for it
+    needs_preset: bool = False
+    # the tokenizer its token counts follow when none is named (None: the model's own name)
+    default_tokenizer: str | None = None
+
+    def replace(self, **changes: Any) -> Capabilities:
+        """These capabilities with ``changes`` (a backend's declaration: the base's, plus what
+        it can do)."""
+        return dataclasses.replace(self, **changes)
+
+
 class LLM(ABC):
     """Base class of every backend (transformers, OpenAI-compatible HTTP, fake)."""
 
+    capabilities: ClassVar[Capabilities] = Capabilities()  # a backend declares its own
     name: str = "llm"
     context_window: int = 8192
 

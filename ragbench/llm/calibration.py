@@ -44,6 +44,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragbench import assets
+from ragbench.llm import shared_prefix
+
 CALIBRATION_VERSION = 2  # bump when the probes or the cost model change: old files are ignored
 
 # ------------------------------------------------------------------------ the cost model (pure)
@@ -196,8 +199,6 @@ _MEMO: dict[str, Rates] = {}
 def rates_for(decoder: Any, weights: str, cache_dir: str | os.PathLike | None = None) -> Rates:
     """The rates of this model on this device: memoised in the process, cached on disk, else
     measured now (a few seconds) and written for next time."""
-    from ragbench import assets
-
     key = calibration_key(decoder, weights)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     folder = Path(cache_dir) if cache_dir is not None else assets.cache_dir()
@@ -267,8 +268,6 @@ def measure(decoder: Any, rounds: int = 3) -> Rates:
 
 
 def _shared_supported(decoder: Any) -> bool:
-    from ragbench.llm import shared_prefix
-
     return shared_prefix.supported(decoder.model)
 
 
@@ -302,8 +301,6 @@ def _forward(
     import contextlib
 
     import torch
-
-    from ragbench.llm import shared_prefix
 
     vocab = int(decoder.model.config.vocab_size)
     ids = torch.randint(0, vocab, (rows, new), generator=gen).to(decoder.device)

@@ -13,7 +13,7 @@ check real behaviour (a RAG run that drops the needle's chunk really gets "unans
 
 Accounting is real for its tokenizer (whitespace tokens) and simulated for time: a fixed prefill
 and decode throughput, flagged ``meta["simulated_timing"]``. KV-cache variants
-(``GenerationRequest.kv_cache`` other than plain) are an error unless ``simulate_kv_cache=True``
+(``GenerationRequest.kv`` other than plain) are an error unless ``simulate_kv_cache=True``
 (tests of the plumbing only): then they answer like the plain cache, flagged
 ``meta["simulated_kv_cache"]``, with no measured KV bytes and, as on the transformers backend,
 no prefix reuse. A request whose ``prefix`` was seen earlier in the same batch reports that
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ragbench.llm.base import LLM
+from ragbench.llm.kv_cache import KV_CACHES, refuse_variants
 from ragbench.tokenizers import WhitespaceTokenizer
 from ragbench.types import Completion, GenerationRequest
 
@@ -86,6 +87,12 @@ def answer_from_prompt(prompt: str) -> str:
 class FakeLLM(LLM):
     """Deterministic stand-in for a model: see the module docstring."""
 
+    # no weights, no architecture: whitespace tokens, an architecture preset from the config,
+    # and kv_cache variants only simulated (simulate_kv_cache=True)
+    capabilities = LLM.capabilities.replace(
+        simulates_kv_cache=True, needs_preset=True, default_tokenizer="whitespace"
+    )
+
     def __init__(
         self,
         model: str = "fake",  # the name it reports (``name``), like every backend's ``model=``
@@ -121,13 +128,11 @@ class FakeLLM(LLM):
         }
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        from ragbench.llm.kv_cache import KV_CACHES, refuse_variants
-
         refuse_variants(requests, "fake", KV_CACHES if self.simulate_kv_cache else ("plain",))
         self.calls += 1
         seen_prefixes: set[str] = set(self._kept)
         out = [self._one(r, seen_prefixes) for r in requests]
-        plain = [r for r in requests if r.kv_cache == "plain"]  # variants run alone (as on hf)
+        plain = [r for r in requests if r.kv is None]  # variants run alone (as on hf)
         for prefix in (r.prefix for r in plain if r.prefix and self.prefix_cache_size > 0):
             self._kept[prefix] = None
             self._kept.move_to_end(prefix)
@@ -146,7 +151,7 @@ class FakeLLM(LLM):
             text, finish = text[: spans[request.max_new_tokens - 1][1]], "length"
         prompt_tokens = self.prompt_tokens(request)
         cached = 0
-        if request.prefix and request.kv_cache == "plain":  # a KV variant reuses no prefix
+        if request.prefix and request.kv is None:  # a KV variant reuses no prefix
             if request.prefix in seen_prefixes:
                 cached = min(self.count_tokens(request.prefix), prompt_tokens)
             seen_prefixes.add(request.prefix)
@@ -162,6 +167,6 @@ class FakeLLM(LLM):
             model=self.name,
             meta={
                 "simulated_timing": True,
-                **({"simulated_kv_cache": request.kv_cache} if request.kv_cache != "plain" else {}),
+                **({"simulated_kv_cache": request.kv.name} if request.kv is not None else {}),
             },
         )

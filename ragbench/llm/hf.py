@@ -23,7 +23,7 @@ fraction, and an estimate of the seconds the padding cost. ``peak_memory_bytes``
 allocated, else the process RSS (``meta["peak_memory"]``). ``kv_bytes_measured``: its KV cache
 after the prefill, measured (``hf_decode.py``).
 
-KV-cache variants (``GenerationRequest.kv_cache``: offloaded, sinks, quantized, snapkv;
+KV-cache variants (``GenerationRequest.kv``: offloaded, sinks, quantized, snapkv;
 ``kv_cache.py``) run one request at a time, without prefix-KV reuse, and are charged their own
 measured device time (not a share of the plain requests' batches, whose calibrated estimates do
 not model them).
@@ -36,7 +36,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import calibration, hf_prompt, kv_cache, kv_compress, shared_prefix
+from ragbench.llm import calibration, hf_prompt, kv_cache, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.cpu_linear import PackedLinears
 from ragbench.llm.hf_decode import Decoder
@@ -61,6 +61,14 @@ class HFModel(LLM):
     ``packed_linear``: run batched decode steps on weights packed once (``cpu_linear.py``);
     None packs fp32 models on the CPU up to 4 GiB of linear weights (the copy doubles them).
     """
+
+    capabilities = LLM.capabilities.replace(
+        local_weights=True,
+        own_tokenizer=True,
+        reuses_prefix_kv=True,
+        kv_variants=True,
+        rescales_rope=True,
+    )
 
     def __init__(
         self,
@@ -187,7 +195,7 @@ class HFModel(LLM):
         alone_seconds: dict[int, float] = {}  # kv variants: request index -> its own seconds
         with torch.inference_mode():
             for plen, members in self._groups(requests, ids, declared):
-                spec = kv_cache.KVSpec.of(requests[members[0]])
+                spec = kv_cache.variant_of(requests[members[0]])
                 t_group = self.decoder.now()
                 keep = plen > 0 and declared[members[0]] == plen  # a document, not a preamble
                 kv, miss_seconds, hit = (
@@ -207,7 +215,7 @@ class HFModel(LLM):
                         seed=self.seed,
                         kv=spec,
                     )
-                    if spec.kind != "plain":  # alone: its own batch, its own measured time
+                    if not isinstance(spec, kv_cache.Plain):  # alone: own batch, own time
                         (i,) = batch
                         res = results[0]
                         t0, t_first, t_last = res.pop("_times")
@@ -258,10 +266,10 @@ class HFModel(LLM):
     def _groups(self, requests, ids, declared) -> list[tuple[int, list[int]]]:
         """``plan_groups`` over the plain-cache requests; each request with another KV-cache
         variant is a group of its own without a prefix (it runs alone on its own cache)."""
-        variants = [i for i, r in enumerate(requests) if r.kv_cache != "plain"]
-        if variants:
-            self._check_kv(requests[i] for i in variants)
-        plain = [i for i, r in enumerate(requests) if r.kv_cache == "plain"]
+        variants = [i for i, r in enumerate(requests) if r.kv is not None]
+        for i in variants:  # refuse what this model cannot keep before any work starts
+            requests[i].kv.check_model(self.model, self.name)
+        plain = [i for i, r in enumerate(requests) if r.kv is None]
         groups = []
         if plain:
             planned = plan_groups(
@@ -271,19 +279,6 @@ class HFModel(LLM):
             )
             groups = [(plen, [plain[j] for j in members]) for plen, members in planned]
         return groups + [(0, [i]) for i in variants]
-
-    def _check_kv(self, requests) -> None:
-        """Refuse a variant this model cannot run before any work starts (one clear error)."""
-        for r in requests:
-            if r.kv_cache != "offloaded" and not kv_cache.supported_model(self.model):
-                raise ValueError(
-                    f"kv_cache={r.kv_cache} needs a model whose layers are all full attention; "
-                    f"{self.name} has sliding-window layers: use kv_cache plain or offloaded"
-                )
-            if r.kv_cache == "quantized":
-                kv_cache.check_backend_installed(r.kv_backend)
-            if r.kv_cache == "snapkv":
-                kv_compress.check_model(self.model, self.name)
 
     def cost_rates(self) -> calibration.Rates:
         """This model's measured per-device rates (``calibration.py``): measured on first use,

@@ -20,8 +20,8 @@ allocated, else the process RSS.
 
 KV cache: ``kv_bytes_measured`` is each row's own share of the cache's tensors right after the
 prefill (``kv_cache.cache_bytes``; padding positions are not its own), plus the shared prefix KV
-where it is read through shared-prefix attention. A request with another ``kv_cache`` variant
-(offloaded, sinks, quantized: ``kv_cache.py``) runs alone (batch of one, no prefix KV reuse) on
+where it is read through shared-prefix attention. A request with another KV-cache variant
+(``kv``: offloaded, sinks, quantized, snapkv: ``kv_cache.py``) runs alone (batch of one, no prefix KV reuse) on
 a cache of that kind; ``meta["kv_cache"]`` records what was done.
 """
 
@@ -95,7 +95,7 @@ class Decoder:
         plen: int,
         shared: bool,
         seed: int,
-        kv: kv_cache.KVSpec | None = None,
+        kv: kv_cache.KVVariant | None = None,
     ) -> list[dict[str, Any]]:
         """Prefill left-padded suffixes after a prefix KV (or none), then decode until every row
         stops; one dict of Completion fields (``meta`` included) per row.
@@ -109,9 +109,10 @@ class Decoder:
         import torch
         from transformers import DynamicCache
 
-        kv = kv or kv_cache.KVSpec()
-        if kv.kind != "plain" and (len(suffixes) != 1 or prefix_kv is not None):
-            raise ValueError(f"kv_cache={kv.kind} runs one request without a prefix KV")
+        kv = kv or kv_cache.Plain()
+        plain = isinstance(kv, kv_cache.Plain)
+        if not plain and (len(suffixes) != 1 or prefix_kv is not None):
+            raise ValueError(f"kv_cache={kv.name} runs one request without a prefix KV")
         dev, batch, width = self.device, len(suffixes), max(len(s) for s in suffixes)
         shared = shared and prefix_kv is not None
         lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask
@@ -124,9 +125,9 @@ class Decoder:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:] + (plen - lead)
         input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
         extra: dict[str, Any] = {}
-        kv_meta: dict[str, Any] = {"kind": "plain", "label": "plain"}
-        if kv.kind != "plain":
-            cache, kv_meta = kv_cache.make_cache(kv, self.model, dev.type)
+        kv_meta: dict[str, Any] = kv.meta()
+        if not plain:
+            cache, kv_meta = kv.make_cache(self.model, dev.type)
         elif prefix_kv is None or shared:
             cache = DynamicCache(config=self.model.config)
             if shared:
@@ -139,8 +140,7 @@ class Decoder:
         gens = [self.generator(r, seed) for r in requests]
         attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
         packed = self.packed.active() if self.packed else contextlib.nullcontext()
-        # sinks: prefill in chunks of the window, so no prompt token sees past sinks + window
-        chunk = kv.window_tokens if kv.kind == "sinks" else None
+        chunk = kv.prefill_chunk()  # sinks: the window, so no prompt token sees past it
         with attention, packed:
             rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra, chunk)
         prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared else 0

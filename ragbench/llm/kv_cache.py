@@ -1,28 +1,34 @@
 """KV-cache variants for the transformers backend, and the cache's measured size in bytes.
 
 A long-context query's memory is dominated by its KV cache (``cost.kv_cache_bytes``); the
-techniques that make long context affordable change how that cache is kept. Each is one
-``kv_cache`` choice of a ``GenerationRequest`` (and of the ``long_context`` strategy's parameters):
+techniques that make long context affordable change how that cache is kept. Each is one small
+frozen class that owns its parameters, their validation, its label and the cache it builds
+(kvpress style: ``SnapKV(ratio=0.5, window=32)``); a ``GenerationRequest`` carries one as
+``kv`` (None: plain), and the ``long_context`` strategy's parameters build one from their
+flat YAML keys (``kv_cache: quantized``, ``kv_bits: 4``: ``kv_from_fields``).
 
-- ``plain``: transformers' ``DynamicCache``, in the model's dtype. The reference.
-- ``offloaded``: ``DynamicCache(offloading=True)``: every layer's KV goes back to host memory
+- ``Plain``: transformers' ``DynamicCache``, in the model's dtype. The reference.
+- ``Offloaded``: ``DynamicCache(offloading=True)``: every layer's KV goes back to host memory
   after its use and is prefetched for the next layer (tiered KV). It only means something on an
   accelerator; on a CPU the cache already lives in host memory, so there it is a recorded no-op
   (``meta["kv_cache"]["note"]``) that runs the plain cache, never a pretend saving.
-- ``sinks``: sliding window with attention sinks (StreamingLLM, Xiao et al. 2023,
+- ``Sinks``: sliding window with attention sinks (StreamingLLM, Xiao et al. 2023,
   arXiv:2309.17453): keep the first ``sink_tokens`` and the last ``window_tokens`` positions and
-  evict the middle. transformers removed its ``SinkCache`` from the core (it lives on only as a
-  Hub "custom generate" repository, which needs the network and ``model.generate``), and no
-  maintained package implements it for this transformers version, so ``SinkLayer`` below
-  implements it on the public cache-layer interface (``sink_layer_class``).
-- ``quantized``: transformers' ``QuantizedCache`` (KIVI-style, Liu et al. 2024,
+  evict the middle (``kv_sinks.py`` says why it is implemented here).
+- ``Quantized``: transformers' ``QuantizedCache`` (KIVI-style, Liu et al. 2024,
   arXiv:2402.02750): keys and values quantized per channel in groups, with a short residual of
   recent positions kept in full precision. Backends: ``hqq`` (1, 2, 3, 4 or 8 bits) and ``quanto``
   (``optimum-quanto``: 2 or 4 bits in this transformers version); ``pip install 'ragbench[kvquant]'``.
-- ``snapkv``: SnapKV (Li et al. 2024, arXiv:2404.14469; ``kv_compress.py``, which says why not
-  kvpress): after the prefill, each KV head keeps the ``kv_ratio`` of the positions before the
-  last ``kv_window`` prompt positions that the window (the question) attends to most, plus the
+- ``SnapKV``: SnapKV (Li et al. 2024, arXiv:2404.14469; ``kv_compress.py``, which says why not
+  kvpress): after the prefill, each KV head keeps the ``ratio`` of the positions before the
+  last ``window`` prompt positions that the window (the question) attends to most, plus the
   window. Per question: the kept positions depend on the question, so no prefix is shared.
+
+Adding a variant takes one class here (a ``KVVariant`` subclass: its ``name``, its parameters
+with their legacy flat names in ``flat``, ``__post_init__`` validation, ``label`` and
+``make_cache``) and one line registering it in ``KV_CACHES``. Every other layer reads only the
+variant's interface. (Setting its new parameters from a YAML config also needs them as fields
+of ``LongContextParams``, whose flat keys are part of existing configs' hashes.)
 
 Measured bytes (``cache_bytes``) are the tensors the cache object holds, in their real dtype:
 packed integer codes, scales and zero points of a quantized cache included. For the plain cache
@@ -31,14 +37,16 @@ this equals the formula ``2 x layers x kv_heads x head_dim x positions x bytes``
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from ragbench.registry import unknown
+from ragbench.llm import kv_compress
+from ragbench.llm.kv_sinks import sink_layer_class
+from ragbench.registry import Registry, unknown
+from ragbench.types import GenerationRequest
 
-KV_CACHES = ("plain", "offloaded", "sinks", "quantized", "snapkv")
 # bits each quantization backend accepts with transformers 5.x (its QuantizedLayer checks)
 QUANT_BACKENDS: dict[str, tuple[int, ...]] = {"hqq": (1, 2, 3, 4, 8), "quanto": (2, 4)}
 QUANT_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto"}
@@ -48,89 +56,261 @@ QUANT_GROUP_SIZE = 64  # values per quantization group (transformers' default)
 
 
 @dataclass(frozen=True)
-class KVSpec:
-    """How one request's KV cache is kept (``GenerationRequest`` fields, validated here)."""
+class KVVariant:
+    """How one request's KV cache is kept. Subclasses: frozen dataclasses whose fields are the
+    variant's parameters; ``__post_init__`` validates them (errors name the valid choices)."""
 
-    kind: str = "plain"  # plain | offloaded | sinks | quantized | snapkv
-    bits: int | None = None  # quantized: bits per value
-    backend: str | None = None  # quantized: hqq | quanto
-    sink_tokens: int | None = None  # sinks: first positions always kept
-    window_tokens: int | None = None  # sinks: last positions kept
-    ratio: float | None = None  # snapkv: fraction of the positions before the window kept
-    window: int | None = None  # snapkv: observation window (last prompt positions, kept)
-
-    def __post_init__(self) -> None:
-        check(
-            self.kind,
-            self.bits,
-            self.backend,
-            self.sink_tokens,
-            self.window_tokens,
-            self.ratio,
-            self.window,
-        )
-
-    @classmethod
-    def of(cls, request: Any) -> KVSpec:
-        return cls(
-            request.kv_cache,
-            request.kv_bits,
-            request.kv_backend,
-            request.sink_tokens,
-            request.window_tokens,
-            request.kv_ratio,
-            request.kv_window,
-        )
+    name: ClassVar[str] = ""  # the registry name: GenerationRequest's legacy ``kv_cache`` value
+    # own field -> its legacy flat name (GenerationRequest.to_dict, long_context's YAML keys)
+    flat: ClassVar[dict[str, str]] = {}
+    full_attention_only: ClassVar[bool] = True  # evicts/quantizes/compresses every layer alike
 
     def label(self) -> str:
-        """``plain``, ``offloaded``, ``sinks-4+1024``, ``quantized-hqq-int8``, ``snapkv-0.5-w32``:
-        the benchmark names."""
-        if self.kind == "snapkv":
-            return f"snapkv-{self.ratio:g}-w{self.window}"
-        if self.kind == "sinks":
-            return f"sinks-{self.sink_tokens}+{self.window_tokens}"
-        if self.kind == "quantized":
-            return f"quantized-{self.backend}-int{self.bits}"
-        return self.kind
+        """The benchmark name: ``plain``, ``sinks-4+1024``, ``quantized-hqq-int8``, ..."""
+        return self.name
 
+    def fields(self) -> dict[str, Any]:
+        """The legacy flat form: ``{"kv_cache": name, <flat name>: value, ...}`` (own fields
+        only). Completion-cache keys and records hash it: never rename these keys."""
+        own = {self.flat[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {"kv_cache": self.name, **own}
 
-def check(
-    kind: str,
-    bits: int | None = None,
-    backend: str | None = None,
-    sink_tokens: int | None = None,
-    window_tokens: int | None = None,
-    ratio: float | None = None,
-    window: int | None = None,
-) -> None:
-    """Raise ValueError naming the valid choices for an inconsistent KV-cache choice. Pure:
-    strategy parameters and requests both call it."""
-    from ragbench.llm import kv_compress
+    def meta(self) -> dict[str, Any]:
+        """What a completion records about its cache (``meta["kv_cache"]``), before building."""
+        return {"kind": self.name, "label": self.label()}
 
-    if kind not in KV_CACHES:
-        raise unknown("kv_cache", str(kind), KV_CACHES)
-    if kind == "quantized":
-        if backend not in QUANT_BACKENDS:
-            raise unknown("kv_cache=quantized backend", str(backend), list(QUANT_BACKENDS))
-        if bits not in QUANT_BACKENDS[backend]:
+    def prefill_chunk(self) -> int | None:
+        """Prefill in chunks of this many tokens (None: one pass)."""
+        return None
+
+    def check_model(self, model: Any, name: str = "") -> None:
+        """Raise ValueError (before any work starts) when ``model`` cannot keep this cache."""
+        if self.full_attention_only and not supported_model(model):
             raise ValueError(
-                f"kv_cache=quantized backend {backend!r} supports kv_bits "
-                f"{list(QUANT_BACKENDS[backend])}, got {bits!r}"
+                f"kv_cache={self.name} needs a model whose layers are all full attention; "
+                f"{name or model.config.model_type} has sliding-window layers: use kv_cache "
+                "plain or offloaded"
             )
-    elif bits is not None or backend is not None:
-        raise ValueError(f"kv_bits and kv_backend apply to kv_cache=quantized only, not {kind!r}")
-    if kind == "sinks":
-        for name, v in (("sink_tokens", sink_tokens), ("window_tokens", window_tokens)):
+
+    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+        """(a fresh transformers Cache kept this way, what to record about it in ``meta``)."""
+        raise NotImplementedError(f"kv_cache={self.name} builds no cache")
+
+
+@dataclass(frozen=True)
+class Plain(KVVariant):
+    """transformers' DynamicCache in the model's dtype: the reference."""
+
+    name: ClassVar[str] = "plain"
+    full_attention_only: ClassVar[bool] = False
+
+    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=model.config), self.meta()
+
+
+@dataclass(frozen=True)
+class Offloaded(KVVariant):
+    """Each layer's KV in host memory between uses (a recorded no-op on CPU)."""
+
+    name: ClassVar[str] = "offloaded"
+    full_attention_only: ClassVar[bool] = False
+
+    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+        from transformers import DynamicCache
+
+        meta = self.meta()
+        if device_type != "cuda":
+            meta["offloaded"] = False
+            meta["note"] = (
+                f"no-op on {device_type}: the KV cache already lives in host memory, so the plain "
+                "cache ran; offloading saves accelerator memory only"
+            )
+            return DynamicCache(config=model.config), meta
+        meta["offloaded"] = True
+        return DynamicCache(config=model.config, offloading=True), meta
+
+
+@dataclass(frozen=True)
+class Sinks(KVVariant):
+    """StreamingLLM: the first sink_tokens and the last window_tokens positions, the middle evicted."""
+
+    sink_tokens: int = DEFAULT_SINK_TOKENS  # first positions always kept (StreamingLLM)
+    window_tokens: int = DEFAULT_WINDOW_TOKENS  # most recent positions kept
+
+    name: ClassVar[str] = "sinks"
+    flat: ClassVar[dict[str, str]] = {
+        "sink_tokens": "sink_tokens",
+        "window_tokens": "window_tokens",
+    }
+
+    def __post_init__(self) -> None:
+        for field, v in (("sink_tokens", self.sink_tokens), ("window_tokens", self.window_tokens)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"kv_cache=sinks needs {name} >= 1, got {v!r}")
-    elif sink_tokens is not None or window_tokens is not None:
-        raise ValueError(
-            f"sink_tokens and window_tokens apply to kv_cache=sinks only, not {kind!r}"
+                raise ValueError(f"kv_cache=sinks needs {field} >= 1, got {v!r}")
+
+    def label(self) -> str:
+        return f"sinks-{self.sink_tokens}+{self.window_tokens}"
+
+    def prefill_chunk(self) -> int | None:
+        # chunks of the window, so no prompt token sees past sinks + window (see kv_sinks)
+        return self.window_tokens
+
+    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+        from transformers import DynamicCache
+
+        self.check_model(model)
+        layers = model.config.get_text_config(decoder=True).num_hidden_layers
+        cache = DynamicCache(config=model.config)
+        layer = sink_layer_class()
+        cache.layers = [layer(self.sink_tokens, self.window_tokens) for _ in range(layers)]
+        meta = self.meta() | {"sink_tokens": self.sink_tokens, "window_tokens": self.window_tokens}
+        return cache, meta
+
+
+@dataclass(frozen=True)
+class Quantized(KVVariant):
+    """KIVI-style quantized keys and values (hqq: 1-4 or 8 bits; quanto: 2 or 4)."""
+
+    bits: int  # bits per value (hqq: 1-4, 8; quanto: 2, 4)
+    backend: str = "hqq"  # hqq | quanto
+
+    name: ClassVar[str] = "quantized"
+    flat: ClassVar[dict[str, str]] = {"bits": "kv_bits", "backend": "kv_backend"}
+
+    def __post_init__(self) -> None:
+        if self.backend not in QUANT_BACKENDS:
+            raise unknown("kv_cache=quantized backend", str(self.backend), list(QUANT_BACKENDS))
+        if self.bits not in QUANT_BACKENDS[self.backend]:
+            raise ValueError(
+                f"kv_cache=quantized backend {self.backend!r} supports kv_bits "
+                f"{list(QUANT_BACKENDS[self.backend])}, got {self.bits!r}"
+            )
+
+    def label(self) -> str:
+        return f"quantized-{self.backend}-int{self.bits}"
+
+    def check_model(self, model: Any, name: str = "") -> None:
+        super().check_model(model, name)
+        check_backend_installed(self.backend)
+
+    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+        from transformers import QuantizedCache
+
+        self.check_model(model)
+        text = model.config.get_text_config(decoder=True)
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        # transformers' default group of 64 values; HQQ needs the tensor's size divisible by the
+        # group, which a head dim below 64 (test models) would break: never cross a head's values
+        group = math.gcd(QUANT_GROUP_SIZE, head_dim)
+        meta = self.meta() | {"bits": self.bits, "backend": self.backend, "q_group_size": group}
+        cache = QuantizedCache(
+            backend=self.backend, config=model.config, nbits=self.bits, q_group_size=group
         )
-    if kind == "snapkv":
-        kv_compress.check(ratio, window)
-    elif ratio is not None or window is not None:
-        raise ValueError(f"kv_ratio and kv_window apply to kv_cache=snapkv only, not {kind!r}")
+        return cache, meta
+
+
+@dataclass(frozen=True)
+class SnapKV(KVVariant):
+    """SnapKV: keep the ratio of prompt positions the question's window attends to most."""
+
+    ratio: float = kv_compress.DEFAULT_RATIO  # fraction of the positions before the window kept
+    window: int = kv_compress.DEFAULT_WINDOW  # observation window (last prompt positions, kept)
+
+    name: ClassVar[str] = "snapkv"
+    flat: ClassVar[dict[str, str]] = {"ratio": "kv_ratio", "window": "kv_window"}
+
+    def __post_init__(self) -> None:
+        kv_compress.check(self.ratio, self.window)
+
+    def label(self) -> str:
+        return f"snapkv-{self.ratio:g}-w{self.window}"
+
+    def check_model(self, model: Any, name: str = "") -> None:
+        super().check_model(model, name)
+        kv_compress.check_model(model, name)
+
+    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+        self.check_model(model)
+        meta = self.meta()
+        return kv_compress.make_snap_cache(self.ratio, self.window, model, meta), meta
+
+
+# name -> variant class; iterating yields the names. A new variant: its class + one line here.
+KV_CACHES = Registry(
+    "kv_cache",
+    {
+        "plain": Plain,
+        "offloaded": Offloaded,
+        "sinks": Sinks,
+        "quantized": Quantized,
+        "snapkv": SnapKV,
+    },
+)
+
+
+def kv_from_fields(kv_cache: str = "plain", **flat: Any) -> KVVariant:
+    """The variant of the legacy flat form (``kv_cache="quantized", kv_bits=4``, as in
+    ``LongContextParams`` and old request dicts). A parameter left None takes the variant's
+    default; one given for another variant is an error naming the variant it applies to."""
+    if not isinstance(kv_cache, str) or kv_cache not in KV_CACHES:
+        raise unknown("kv_cache", str(kv_cache), KV_CACHES)
+    cls = KV_CACHES.get(kv_cache)
+    owners = flat_owners()
+    for key, value in flat.items():
+        if key not in owners:
+            raise TypeError(f"unknown KV-cache field {key!r}; valid: {sorted(owners)}")
+        if value is not None and owners[key] is not cls:
+            owner = owners[key]
+            raise ValueError(
+                f"{' and '.join(owner.flat.values())} apply to kv_cache={owner.name} only, "
+                f"not {kv_cache!r}"
+            )
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        value = flat.get(cls.flat[f.name])
+        if value is not None or f.default is dataclasses.MISSING:  # required: its own error
+            kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def flat_owners() -> dict[str, type[KVVariant]]:
+    """Every registered variant's legacy flat parameter names -> the variant class."""
+    return {key: KV_CACHES.get(n) for n in KV_CACHES for key in KV_CACHES.get(n).flat.values()}
+
+
+def request_from_dict(data: dict[str, Any]) -> GenerationRequest:
+    """``GenerationRequest.from_dict`` for any request's ``to_dict`` (the flat KV keys too)."""
+    keys = {"kv_cache", *flat_owners()}
+    flat = {k: v for k, v in data.items() if k in keys}
+    request = GenerationRequest.from_dict({k: v for k, v in data.items() if k not in keys})
+    return dataclasses.replace(request, kv=kv_from_fields(**flat)) if flat else request
+
+
+def variant_of(request: Any) -> KVVariant:
+    """A request's variant (``GenerationRequest.kv``; None is plain)."""
+    return request.kv if request.kv is not None else Plain()
+
+
+def refuse_variants(requests: Any, backend: str, supported: Any = ("plain",)) -> None:
+    """Raise ValueError for a request whose KV-cache variant this backend cannot keep, naming
+    what it supports and where the variants run (the transformers backend). Pure."""
+    for r in requests:
+        name = variant_of(r).name
+        if name not in supported:
+            raise ValueError(
+                f"the {backend} backend cannot run kv_cache={name!r}: it supports "
+                f"{list(supported)}; the variants {list(KV_CACHES)} run on the transformers "
+                "backend (llm backend 'hf')"
+            )
+
+
+def supported_model(model: Any) -> bool:
+    """Sinks, quantized and SnapKV caches evict, quantize or compress every layer alike: full
+    attention only."""
+    types = getattr(model.config.get_text_config(decoder=True), "layer_types", None)
+    return types is None or all(t == "full_attention" for t in types)
 
 
 def check_backend_installed(backend: str) -> None:
@@ -190,134 +370,3 @@ def cache_bytes(cache: Any) -> int:
         for layer in cache.layers
         for name in _LAYER_DATA
     )
-
-
-# --------------------------------------------------------------------------- building caches
-
-
-def supported_model(model: Any) -> bool:
-    """Sinks, quantized and SnapKV caches evict, quantize or compress every layer alike: full
-    attention only."""
-    types = getattr(model.config.get_text_config(decoder=True), "layer_types", None)
-    return types is None or all(t == "full_attention" for t in types)
-
-
-def make_cache(spec: KVSpec, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
-    """(a fresh transformers Cache for ``spec``, what to record about it in ``meta``)."""
-    from transformers import DynamicCache
-
-    config = model.config
-    meta: dict[str, Any] = {"kind": spec.kind, "label": spec.label()}
-    if spec.kind in ("sinks", "quantized", "snapkv") and not supported_model(model):
-        raise ValueError(
-            f"kv_cache={spec.kind} needs a model whose layers are all full attention "
-            f"({getattr(config, 'model_type', '?')} has sliding-window layers); use plain or offloaded"
-        )
-    if spec.kind == "plain":
-        return DynamicCache(config=config), meta
-    if spec.kind == "offloaded":
-        if device_type != "cuda":
-            meta["offloaded"] = False
-            meta["note"] = (
-                f"no-op on {device_type}: the KV cache already lives in host memory, so the plain "
-                "cache ran; offloading saves accelerator memory only"
-            )
-            return DynamicCache(config=config), meta
-        meta["offloaded"] = True
-        return DynamicCache(config=config, offloading=True), meta
-    if spec.kind == "snapkv":
-        from ragbench.llm import kv_compress
-
-        return kv_compress.make_snap_cache(spec.ratio, spec.window, model, meta), meta
-    if spec.kind == "sinks":
-        layers = config.get_text_config(decoder=True).num_hidden_layers
-        cache = DynamicCache(config=config)
-        cache.layers = [
-            sink_layer_class()(spec.sink_tokens, spec.window_tokens) for _ in range(layers)
-        ]
-        meta.update(sink_tokens=spec.sink_tokens, window_tokens=spec.window_tokens)
-        return cache, meta
-    # quantized
-    from transformers import QuantizedCache
-
-    check_backend_installed(spec.backend)
-    text = config.get_text_config(decoder=True)
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    # transformers' default group of 64 values; HQQ needs the tensor's size divisible by the
-    # group, which a head dim below 64 (test models) would break: never cross a head's values
-    group = math.gcd(QUANT_GROUP_SIZE, head_dim)
-    meta.update(bits=spec.bits, backend=spec.backend, q_group_size=group)
-    cache = QuantizedCache(backend=spec.backend, config=config, nbits=spec.bits, q_group_size=group)
-    return cache, meta
-
-
-@functools.cache
-def sink_layer_class() -> type:
-    """``SinkLayer``, built on first use: it subclasses transformers' ``DynamicLayer``, and this
-    module must import without transformers (strategy parameters validate with it)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class SinkLayer(DynamicLayer):
-        """StreamingLLM's cache (Xiao et al. 2023): the first ``sinks`` positions ("attention
-        sinks", which soak up attention mass however little they matter) and the most recent
-        ``window`` positions; the middle is evicted after every forward pass.
-
-        Positions keep the rotary angle they were computed with: the paper re-assigns positions
-        inside the cache so a model can stream past its trained length; within the trained
-        window the original positions are valid, and this is the same keep-first-and-last
-        attention pattern. The mask treats the kept positions as the ones just before the
-        current queries (``get_mask_sizes``): every kept key is in the past, so causality holds.
-
-        The decoder prefills in chunks of ``window`` tokens with this cache, so no prompt token
-        attends further back than ``sinks + window + chunk`` positions, as in the paper's
-        streaming setting; a single full prefill would let the last prompt token see the
-        whole document and the eviction would only touch the answer.
-        """
-
-        def __init__(self, sinks: int, window: int) -> None:
-            super().__init__()
-            self.sinks, self.window = sinks, window
-            self.cumulative_length = 0  # positions seen so far (the next query's position)
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            import torch
-
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            self.cumulative_length += key_states.shape[-2]
-            keys = torch.cat([self.keys, key_states], dim=-2)
-            values = torch.cat([self.values, value_states], dim=-2)
-            if keys.shape[-2] > self.sinks + self.window:
-                s, w = self.sinks, self.window
-                self.keys = torch.cat([keys[..., :s, :], keys[..., -w:, :]], dim=-2)
-                self.values = torch.cat([values[..., :s, :], values[..., -w:, :]], dim=-2)
-            else:
-                self.keys, self.values = keys, values
-            return keys, values  # this pass attends to everything kept before it + itself
-
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            stored = self.keys.shape[-2] if self.is_initialized else 0
-            return stored + query_length, self.cumulative_length - stored
-
-        def get_seq_length(self) -> int:
-            return self.cumulative_length
-
-        def get_max_length(self) -> int:
-            return self.sinks + self.window
-
-        def crop(self, tokens_to_remove: int) -> None:
-            raise NotImplementedError("a sink cache has evicted positions: it cannot be cropped")
-
-    return SinkLayer
-
-
-def refuse_variants(requests: Any, backend: str, supported: tuple[str, ...] = ("plain",)) -> None:
-    """Raise ValueError for a request whose ``kv_cache`` this backend cannot keep, naming what it
-    supports and where the variants run (the transformers backend). Pure."""
-    for r in requests:
-        if r.kv_cache not in supported:
-            raise ValueError(
-                f"the {backend} backend cannot run kv_cache={r.kv_cache!r}: it supports "
-                f"{list(supported)}; the variants {list(KV_CACHES)} run on the transformers "
-                "backend (llm backend 'hf')"
-            )

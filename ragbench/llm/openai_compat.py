@@ -49,7 +49,9 @@ from ragbench import secrets
 from ragbench.llm import openai_http as http
 from ragbench.llm import openai_payload as wire
 from ragbench.llm.base import LLM, ServerUnreachable
+from ragbench.llm.kv_cache import refuse_variants
 from ragbench.llm.openai_http import RETRY_STATUSES, LLMBatchError, LLMRequestError
+from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,8 @@ class OpenAICompatLLM(LLM):
     """An OpenAI-compatible server. ``tokenizer`` (a preset name or folder for
     ``ragbench.tokenizers.get_tokenizer``) counts tokens for the window check and when a server
     reports no usage; without it a rough 4-characters-per-token estimate is used."""
+
+    capabilities = LLM.capabilities  # a server: its weights, KV and positions are its own
 
     def __init__(
         self,
@@ -220,8 +224,6 @@ class OpenAICompatLLM(LLM):
         if self.tokenizer_name is None:
             return math.ceil(len(text) / 4)
         if self._tokenizer is None:
-            from ragbench.tokenizers import get_tokenizer
-
             with self._lock:
                 self._tokenizer = self._tokenizer or get_tokenizer(self.tokenizer_name)
         return self._tokenizer.count(text)
@@ -229,8 +231,6 @@ class OpenAICompatLLM(LLM):
     # ------------------------------------------------------------------ generation
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        from ragbench.llm.kv_cache import refuse_variants
-
         # a server keeps its KV cache its own way (vLLM: --kv-cache-dtype); a request cannot
         refuse_variants(requests, "OpenAI-compatible")
         # Every request runs to its own end (a completion, or an error after its own retries),

@@ -14,13 +14,12 @@ judge LLM and ``embedding`` metrics (``semantic_similarity``) need an embedder. 
 every strategy's record) computes the ``string`` metrics only; the runner's judge pass
 (``ragbench.judge``) fills in the others afterwards, through the completion cache.
 
-Retrieval metrics live in ``ragbench.retrieval.metrics``; their names are re-exported lazily.
+Normalisation (``normalize_answer``, ``NO_ANSWER``) is ``metrics.normalize``'s, re-exported here.
+Retrieval metrics live in ``ragbench.retrieval.metrics``.
 """
 
 from __future__ import annotations
 
-import re
-import string
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,20 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.metrics.longbench import longbench_score
+from ragbench.metrics.normalize import NO_ANSWER, normalize_answer
 from ragbench.registry import Registry, unknown
 
 # ---------------------------------------------------------------------------- SQuAD (official)
-
-_PUNCT = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def normalize_answer(s: str) -> str:
-    """SQuAD v1.1 ``normalize_answer``: lower, remove punctuation, articles and extra spaces."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
 
 
 def _em_one(prediction: str, gold: str) -> float:
@@ -90,10 +80,6 @@ def contains(prediction: str, answers: Sequence[str]) -> float:
 
 # ---------------------------------------------------------------------------- no answer
 
-# the gold of a question with no answer in its context, equal to ``strategies.prompts.DECLINE``
-# (the word the prompts ask a model to reply with; a test keeps them equal)
-NO_ANSWER = "unanswerable"
-
 
 def declined(prediction: str) -> bool:
     """The prediction declines to answer (``strategies.prompts.is_declined``)."""
@@ -101,8 +87,6 @@ def declined(prediction: str) -> bool:
 
 
 def _longbench(prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None) -> float:
-    from ragbench.metrics.longbench import longbench_score  # lazy: rouge-score, jieba, rapidfuzz
-
     return longbench_score(prediction, answers, meta)
 
 
@@ -266,18 +250,3 @@ def aggregate(df: Any, by: Sequence[str], metric: str, n_boot: int = 1000, seed:
             }
         )
     return pd.DataFrame(rows)
-
-
-def __getattr__(name: str) -> Any:
-    """Lazy re-export of retrieval metrics (``ragbench.metrics.answer.recall_at_k`` etc.)."""
-    import importlib
-
-    if name.startswith("_"):
-        raise AttributeError(name)
-    try:
-        module = importlib.import_module("ragbench.retrieval.metrics")
-    except ImportError:
-        module = None
-    if module is not None and hasattr(module, name):
-        return getattr(module, name)
-    raise AttributeError(f"module 'ragbench.metrics.answer' has no attribute {name!r}")

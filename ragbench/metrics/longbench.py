@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from ragbench.metrics.answer import normalize_answer
+from ragbench.metrics.normalize import normalize_answer
 
 # subset -> official metric (LongBench eval.py ``dataset2metric``); LongBench-E names end in "_e"
 SUBSET_METRIC = {

@@ -1,13 +1,14 @@
 """Views of a results table for people: the functions notebooks call as ``report.<name>(df)``.
 
-- ``figures``: labels, the summary table, plots (accuracy vs cost, comparisons, heatmaps,
-  failure attribution, retrieval tuning);
+- ``figures``: plots (accuracy vs cost, comparisons, heatmaps, failure attribution, retrieval
+  tuning, a metric against a tested value);
 - ``tables``: numbers formatted with units, predictions, a run's provenance;
 - ``planning_plots``: the planning notebook's plots;
 - ``readable``: axis and figure checks every plot goes through.
 
-The analysis that decides (paired tests, attribution, routing) lives in ``ragbench.analysis``;
-its entry points are re-exported here so a notebook needs one import.
+The tables that decide (the summary, paired tests, attribution, routing) and the variant labels
+live in ``ragbench.analysis``; their entry points are re-exported here so a notebook needs one
+import.
 """
 
 from ragbench.analysis import (
@@ -17,23 +18,23 @@ from ragbench.analysis import (
     attribution_table,
     compare,
     decide,
+    effective_context_length,
+    pareto_front,
     router_headroom,
     self_route_diagnostics,
     self_route_warnings,
+    strategy_label,
+    summary,
+    with_labels,
 )
 from ragbench.report.figures import (
-    effective_context_length,
     heatmap_table,
-    pareto_front,
     plot_accuracy_vs_cost,
     plot_compare,
     plot_failure_attribution,
     plot_heatmaps,
     plot_metric_by,
     plot_retrieval_tuning,
-    strategy_label,
-    summary,
-    with_labels,
 )
 from ragbench.report.planning_plots import plot_break_even, plot_kv_cache, plot_prefix_caching
 from ragbench.report.tables import formatted, predictions, provenance

@@ -1,114 +1,26 @@
-"""Tables and plots for notebooks: every view is computed from the results table (one row per
-example x strategy x parameter point, as written by ``ragbench.experiment.runner``).
+"""Plots for notebooks: every view is computed from the results table (one row per example x
+strategy x parameter point, as written by ``ragbench.experiment.runner``) or from a table
+``ragbench.analysis`` made of it (the summary, a comparison, failure attribution).
 
-Tables are pure pandas; plot functions take an optional matplotlib ``ax`` and return it, with
+Plot functions take an optional matplotlib ``ax`` and return it (or the figure they made), with
 labelled axes, units and legends, so a notebook cell is one call.
 """
 
 from __future__ import annotations
 
-import json
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import ragbench.report.readable as readable
 from ragbench.analysis import (
     CAUSES,
     ORACLE_LABEL,
-    SUMMARY_COST_COLUMNS,
     attribution_table,
-    self_route_warnings,
+    pareto_front,
+    summary,  # noqa: F401  (ragbench.cli.run imports it from here)
+    with_labels,
 )
-from ragbench.metrics.answer import aggregate
-from ragbench.report import readable
-
-
-def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
-    """Short human label for a (strategy, params) pair: ``rag k=4 order=document`` (the
-    strategy's parameter class decides; ``params`` may be a results table's JSON text)."""
-    from ragbench.strategies import params_from_dict
-
-    params = json.loads(params) if isinstance(params, str) else dict(params or {})
-    return params_from_dict(strategy, params).label()
-
-
-def with_labels(df: Any) -> Any:
-    """``df`` with a ``label`` column (results tables carry one; older tables get it here)."""
-    if "label" in df:
-        return df
-    out = df.copy()
-    out["label"] = [
-        strategy_label(s, p) for s, p in zip(out["strategy"], out["params"], strict=True)
-    ]
-    return out
-
-
-def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
-    """Accuracy with a bootstrap 95% CI and mean cost per query, one row per strategy variant.
-
-    Cost columns are means over the variant's successful rows: prompt tokens, $/query (when a
-    price sheet was set), latency seconds, and estimated FLOPs. ``attrs["warnings"]`` lists what
-    the numbers hide (a Self-Route that never routed equals RAG; a judge metric's low agreement
-    with exact match, or an embedded judge); each is also raised as a
-    ``UserWarning`` so a notebook shows it next to the table.
-    """
-    import pandas as pd
-
-    df = with_labels(df)
-    acc = aggregate(df, ["label"], metric, seed=seed).set_index("label")
-    ok = df[df["error"].isna()] if "error" in df else df
-    cost_cols = [c for c in SUMMARY_COST_COLUMNS if c in ok]
-    costs = ok.groupby("label")[cost_cols].mean(numeric_only=True) if cost_cols else None
-    table = acc[["mean", "ci_low", "ci_high", "n", "n_missing"]].rename(columns={"mean": metric})
-    if costs is not None:
-        table = table.join(costs)
-    order = pd.Index(df.drop_duplicates("label")["label"])  # first-seen order = config order
-    out = table.reindex(order).reset_index()
-    out.attrs["warnings"] = self_route_warnings(df, metric)
-    if metric.startswith("judge_"):  # how far the judge can be trusted, next to its numbers
-        from ragbench.judge.agreement import judge_warnings
-
-        out.attrs["warnings"] += judge_warnings(df)
-    for message in out.attrs["warnings"]:
-        warnings.warn(message, UserWarning, stacklevel=2)
-    return out
-
-
-def pareto_front(table: Any, cost: str, metric: str) -> Any:
-    """Rows not dominated by a cheaper-or-equal, at-least-as-accurate row (lower cost, higher
-    metric is better), sorted by cost."""
-    rows = table.dropna(subset=[cost, metric]).sort_values([cost, metric], ascending=[True, False])
-    best = float("-inf")
-    keep = []
-    for idx, value in zip(rows.index, rows[metric], strict=True):
-        if value > best:
-            keep.append(idx)
-            best = value
-    return rows.loc[keep]
-
-
-def effective_context_length(
-    df: Any,
-    metric: str = "string_match_all",
-    threshold: float = 0.85,
-    length: str = "context_length",
-) -> Any:
-    """RULER-style effective length per strategy variant: the longest tested length such that the
-    mean score at it and at every shorter length stays at or above ``threshold`` (NaN if none)."""
-    import pandas as pd
-
-    df = with_labels(df)
-    means = df.groupby(["label", length])[metric].mean().reset_index().sort_values(length)
-    rows = []
-    for label, group in means.groupby("label", sort=False):
-        effective = float("nan")
-        for n, score in zip(group[length], group[metric], strict=True):
-            if score < threshold:
-                break
-            effective = n
-        rows.append({"label": label, "effective_length": effective, "threshold": threshold})
-    return pd.DataFrame(rows)
-
+from ragbench.registry import unknown
 
 # ---------------------------------------------------------------------------------- plots
 
@@ -279,19 +191,28 @@ def plot_failure_attribution(records: Any) -> Any:
     return fig
 
 
+# axis names with their units for the columns results are usually plotted against
+_X_NAMES = {
+    "context_length": "context length (tokens)",
+    "depth_percent": "needle depth (% of the context)",
+    "gold_position": "gold document position (0: first)",
+}
+
+
 def plot_metric_by(
     df: Any, x: str, metric: str = "string_match_all", ax: Any = None, xlabel: str | None = None
 ) -> Any:
     """Mean metric against a numeric column (context length, needle depth, gold position...)
-    per variant, with a tick at each tested value; tied variants stay visible and the legend
-    says which coincide."""
+    per variant, with a tick at each tested value, labelled compactly (``1k 4k 8k``); tied
+    variants stay visible and the legend says which coincide. ``xlabel`` defaults to the
+    column's name with its unit where known."""
     ax = _ax(ax, figsize=(8, 4))
     df = with_labels(df)
     means = df.groupby(["label", x])[metric].mean().reset_index()
     series = {str(k): g.sort_values(x) for k, g in means.groupby("label", sort=False)}
     _lines(ax, series, x, metric)
     readable.count_axis_at(ax.xaxis, means[x].unique())
-    ax.set_xlabel(xlabel or x.replace("_", " "))
+    ax.set_xlabel(xlabel or _X_NAMES.get(x, x.replace("_", " ")))
     ax.set_ylabel(readable.metric_label(metric))
     ax.set_ylim(-0.05, 1.05)
     readable.percent_axis(ax.yaxis)
@@ -334,8 +255,6 @@ def heatmap_table(
     df = with_labels(df)
     sub = df[df["label"] == label]
     if sub.empty:
-        from ragbench.registry import unknown
-
         raise unknown("strategy label", label, df["label"].unique())
     return sub.pivot_table(index=rows, columns=cols, values=metric, aggfunc="mean").sort_index()
 

@@ -1,12 +1,13 @@
 """Plots of the planning tables (``ragbench.cost.planning``): KV-cache memory per sequence, $ per
 query against questions per document with a prefix cache, and its break-even against RAG.
-``ragbench.report.figures`` re-exports them for the notebooks."""
+``ragbench.report`` re-exports them for the notebooks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ragbench.report import readable
+import ragbench.report.readable as readable
+from ragbench.registry import unknown
 
 _ax = readable.axes
 
@@ -45,8 +46,6 @@ def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any
         raise ValueError("empty break-even curve: the run has no successful long_context/rag rows")
     sheet = sheet or sheets[0]
     if sheet not in sheets:
-        from ragbench.registry import unknown
-
         raise unknown("sheet", sheet, sheets)
     rows = curve[curve["sheet"] == sheet]
     drawn: dict[tuple[float, ...], str] = {}

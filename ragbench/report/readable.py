@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ragbench.metrics.answer import METRICS
+
 # readable names for the columns figures and tables show; metric names map through
 # ``metric_label`` (rates: shown as percentages)
 _METRIC_NAMES = {
@@ -234,8 +236,6 @@ def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
         return "dollars_total"
     if "dollars" in name or name.startswith("$"):
         return "dollars"
-    from ragbench.metrics.answer import METRICS
-
     finite = values.dropna()
     metric = name in METRICS or name.startswith(("judge_", "semantic"))
     if column in rates or metric or any(word in name for word in _RATE_WORDS):

@@ -1,5 +1,5 @@
 """Tables for reading: numbers formatted with their units, predictions cut to their answer, and a
-run's provenance from its manifest. ``ragbench.report.figures`` re-exports them for the notebooks."""
+run's provenance from its manifest. ``ragbench.report`` re-exports them for the notebooks."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import ragbench.report.readable as readable
 from ragbench.cost.accounting import format_bytes
 from ragbench.experiment.provenance import dataset_name
-from ragbench.report import readable
 
 
 def _short_hash(value: Any) -> Any:

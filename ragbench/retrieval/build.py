@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ragbench.registry import UnknownNameError, did_you_mean
 from ragbench.retrieval.chunking import check_chunking, chunk_documents
+from ragbench.retrieval.embedders import get_embedder
 from ragbench.retrieval.names import EMBEDDERS, RETRIEVERS
+from ragbench.retrieval.retrievers import Retriever
+from ragbench.tokenizers import check_tokenizer
 from ragbench.types import Chunk, Document
-
-if TYPE_CHECKING:
-    from ragbench.retrieval.retrievers import Retriever
 
 BASE = "hybrid"  # what rerank reranks unless `base` names another retriever
 _RENAMED = {"candidates": "rerank_candidates"}  # rerank's own option, apart from hybrid's
@@ -102,8 +102,6 @@ def build_retriever(name: str, chunks: Sequence[Chunk], **options: Any) -> Retri
     if name == "bm25":
         return cls(chunks, **bm25_kw)
     if "embedder" not in dense_kw:
-        from ragbench.retrieval.embedders import get_embedder
-
         dense_kw["embedder"] = get_embedder()  # the embedded default
     dense = RETRIEVERS.get("dense")(chunks, **dense_kw)
     if name == "dense":
@@ -130,8 +128,6 @@ def build_index(
     ``chunk_documents``; ``retriever_params`` are the retriever's other options. Every name and
     setting is checked before anything is chunked or embedded.
     """
-    from ragbench.tokenizers import check_tokenizer
-
     params = dict(retriever_params or {})
     check_retriever_params(retriever, params)
     _check_required(retriever, params)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ragbench.retrieval.names import SPLITTERS
+from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Chunk, Document
 
 
@@ -64,8 +65,6 @@ def chunk_documents(
         raise ValueError("cannot chunk an empty corpus: no documents given")
     _check_unique_ids(documents)
     from llama_index.core import Document as LIDocument
-
-    from ragbench.tokenizers import get_tokenizer
 
     parser = make_splitter(splitter, chunk_size, chunk_overlap, get_tokenizer(tokenizer).encode)
     params = {

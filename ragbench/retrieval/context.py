@@ -23,10 +23,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ragbench.registry import unknown
+from ragbench.registry import Choice, Registry
 from ragbench.types import Chunk, ScoredChunk
 
-ORDERS = ("score", "document")
+ORDERS = Registry(
+    "context order",
+    {
+        "score": Choice("chunks best first, as the retriever ranked them"),
+        "document": Choice(
+            "chunks in source order (documents by best chunk): order-preserving RAG"
+        ),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,7 @@ def assemble_context(
     means no token limit. ``doc_order`` lists document ids in their original order for
     ``order="document"``.
     """
-    if order not in ORDERS:
-        raise unknown("context order", order, ORDERS)
+    ORDERS.check(order)
     if budget is not None and budget < 0:
         raise ValueError(f"token budget must be >= 0, got {budget}")
     if top_k is not None and top_k < 1:

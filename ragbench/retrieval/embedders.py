@@ -33,13 +33,19 @@ from pathlib import Path
 
 import numpy as np
 
+from ragbench.assets import cache_dir as ragbench_cache_dir
+from ragbench.assets import minilm_dir
 from ragbench.devices import pick_device
-from ragbench.retrieval.names import EMBEDDERS
-from ragbench.retrieval.precision import check_precision, warn_if_bf16_emulated
+from ragbench.retrieval.embedding_cache import EmbeddingCache
+from ragbench.retrieval.names import EMBEDDER_BACKENDS, EMBEDDERS
+from ragbench.retrieval.precision import PRECISIONS, check_precision, warn_if_bf16_emulated
 
 
 class Embedder(ABC):
     """Base class; subclasses call ``super().__init__`` and implement the abstract members."""
+
+    backend: str | None = None  # an ``EMBEDDER_BACKENDS`` name, for models that run on either
+    precisions: tuple[str, ...] = ()  # the ``PRECISIONS`` it takes (none: no precision option)
 
     def __init__(
         self,
@@ -79,8 +85,6 @@ class Embedder(ABC):
     def cache(self):
         """The ``EmbeddingCache`` in use, or None when caching is off."""
         if self._cache is None and self.cache_dir is not None:
-            from ragbench.retrieval.embedding_cache import EmbeddingCache
-
             self._cache = EmbeddingCache(self.cache_dir, self.model_identity)
         return self._cache
 
@@ -121,9 +125,7 @@ def l2_normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 def default_cache_dir() -> Path:
-    from ragbench.assets import cache_dir
-
-    return cache_dir() / "embeddings"
+    return ragbench_cache_dir() / "embeddings"
 
 
 class SentenceTransformerEmbedder(Embedder):
@@ -135,6 +137,9 @@ class SentenceTransformerEmbedder(Embedder):
     ``PRECISIONS``; anything but "fp32" is part of ``model_identity``, so cached vectors and
     indexes of different precisions never mix. Vectors come out float32 whatever the precision.
     """
+
+    backend = "torch"
+    precisions = tuple(PRECISIONS)
 
     def __init__(
         self,
@@ -155,8 +160,6 @@ class SentenceTransformerEmbedder(Embedder):
             cache_dir = default_cache_dir()
         super().__init__(query_prefix, document_prefix, cache_dir if cache else None)
         if model is None:
-            from ragbench.assets import minilm_dir
-
             self.source, self.label = str(minilm_dir()), "all-MiniLM-L6-v2"
         else:
             path = Path(model).expanduser()
@@ -321,20 +324,18 @@ def get_embedder(name: str = "minilm", backend: str | None = None, **kwargs) -> 
     key = name.lower()
     if backend is None and "quantize" in kwargs:
         backend = "onnx"  # quantization only exists on the ONNX backend
+    if key in EMBEDDERS:
+        cls, model = EMBEDDERS.get(key), None
+    else:
+        cls, model = SentenceTransformerEmbedder, EMBEDDERS.check(name)
     if backend is not None:
-        from ragbench.retrieval.embedders_onnx import OnnxEmbedder, check_backend
-
-        cls = EMBEDDERS.get(key) if key in EMBEDDERS else SentenceTransformerEmbedder
-        st_model = issubclass(cls, SentenceTransformerEmbedder)
-        if not st_model:
+        runtime = EMBEDDER_BACKENDS.get(backend)  # did-you-mean over the backends
+        if cls.backend is None:
             raise ValueError(f"embedder {name!r} has no backend option (backend={backend!r})")
-        if check_backend(backend) == "onnx":
+        if cls.backend != backend:
             if issubclass(cls, Bf16Embedder):
                 raise ValueError(f"embedder {name!r} runs on PyTorch in bf16, not backend='onnx'")
-            onnx_cls = cls if issubclass(cls, OnnxEmbedder) else OnnxEmbedder
-            return onnx_cls(None if key in EMBEDDERS else EMBEDDERS.check(name), **kwargs)
-        if issubclass(cls, OnnxEmbedder):
-            raise ValueError(f"embedder {name!r} runs on ONNX Runtime, not backend='torch'")
-    if key in EMBEDDERS:
-        return EMBEDDERS.get(key)(**kwargs)
-    return SentenceTransformerEmbedder(EMBEDDERS.check(name), **kwargs)
+            if backend == "torch":
+                raise ValueError(f"embedder {name!r} runs on ONNX Runtime, not backend='torch'")
+            return runtime(model, **kwargs)
+    return cls(**kwargs) if model is None else cls(model, **kwargs)

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from ragbench.llm.openai_compat import OpenAICompatLLM
 from ragbench.retrieval.embedders import Embedder, default_cache_dir
 
 
@@ -32,8 +33,6 @@ class OpenAIEmbedder(Embedder):
         cache_dir: str | os.PathLike | None = "default",
         sleep=None,
     ) -> None:
-        from ragbench.llm.openai_compat import OpenAICompatLLM
-
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir

@@ -33,11 +33,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ragbench.assets import cache_dir
 from ragbench.registry import unknown
 from ragbench.retrieval.embedders import SentenceTransformerEmbedder
 from ragbench.retrieval.precision import check_precision
 
-BACKENDS = ("torch", "onnx")
 # the export recipe; bump it when the exported graph changes, so old exports are not reused
 RECIPE = "torchscript-opset17-eager-v1"
 # dynamic int8 (weights quantized offline, activations per batch at run time), per channel
@@ -52,12 +52,6 @@ QUANTIZATIONS: dict[str | None, dict[str, Any] | None] = {
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _INSTALL = "pip install 'onnxruntime>=1.20' 'onnx>=1.17' (or: pip install -e '.[dev]')"
 exports = 0  # ONNX exports done by this process (tests check that a cached export is reused)
-
-
-def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise unknown("embedder backend", str(backend), BACKENDS)
-    return backend
 
 
 def check_quantize(quantize: str | None) -> str | None:
@@ -76,8 +70,6 @@ def require_onnxruntime() -> None:
 
 
 def onnx_cache_dir() -> Path:
-    from ragbench.assets import cache_dir
-
     return cache_dir() / "onnx"
 
 
@@ -90,6 +82,9 @@ class OnnxEmbedder(SentenceTransformerEmbedder):
     ``SentenceTransformerEmbedder``'s; it runs on the CPU, and its ``precision`` is "fp32"
     (bf16 is the PyTorch backend's: ``minilm-bf16``; ONNX gets faster through ``quantize``).
     """
+
+    backend = "onnx"
+    precisions = ("fp32",)
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""The names a retrieval setting can take: retrievers, embedders and splitters.
+"""The names a retrieval setting can take: retrievers, embedders (and the runtimes they run on)
+and splitters.
 
 Plain registries of ``"module:attr"`` strings: importing this module (the config validates names
 against it) loads no numpy model code, faiss, torch or llama-index.
@@ -47,13 +48,25 @@ EMBEDDERS = Registry(
     accepts=_model_name,
 )
 
+# what runs a sentence-transformers embedder (``embedder_params.<name>.backend``)
+EMBEDDER_BACKENDS = Registry(
+    "embedder backend",
+    {
+        "torch": _MINILM,
+        # exported once and cached; ``quantize`` for dynamic int8
+        "onnx": "ragbench.retrieval.embedders_onnx:OnnxEmbedder",
+    },
+)
+
 # llama-index-core node parsers
 SPLITTERS = Registry(
     "splitter",
     {
-        # packs whole sentences (NLTK punkt), then phrases, words
         "sentence": "llama_index.core.node_parser:SentenceSplitter",
-        # packs words up to the token budget, ignores sentence ends
         "token": "llama_index.core.node_parser:TokenTextSplitter",
+    },
+    descriptions={
+        "sentence": "packs whole sentences (NLTK punkt), then phrases, words (llama-index)",
+        "token": "packs words up to the token budget, ignores sentence ends (llama-index)",
     },
 )

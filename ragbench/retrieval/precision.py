@@ -1,5 +1,8 @@
 """Embedding precision: fp32 (the reference), bf16 autocast, bf16 weights; whether the hardware
-computes bf16 natively (where it does not, oneDNN emulates it and bf16 runs slower than fp32)."""
+computes bf16 natively (where it does not, oneDNN emulates it and bf16 runs slower than fp32).
+
+Which embedders take which precision is each class's own fact (its ``precisions``);
+``check_precision_param`` reads it through the ``EMBEDDERS`` registry."""
 
 from __future__ import annotations
 
@@ -7,23 +10,28 @@ import logging
 import platform
 from pathlib import Path
 
-from ragbench.registry import unknown
+from ragbench.registry import Choice, Registry
+from ragbench.retrieval.names import EMBEDDERS
 
 log = logging.getLogger(__name__)
 
-# fp32: the reference; bf16: torch.autocast (fp32 weights; linear layers and attention, softmax
-# included, in bfloat16; the residual stream, layer norms and pooling stay fp32 by type
-# promotion); bf16-full: the weights themselves in bfloat16
-PRECISIONS = ("fp32", "bf16", "bf16-full")
+PRECISIONS = Registry(
+    "embedder precision",
+    {
+        "fp32": Choice("float32 throughout: the reference (and the default)"),
+        # linear layers and attention, softmax included, in bfloat16; the residual stream,
+        # layer norms and pooling stay fp32 by type promotion
+        "bf16": Choice("torch.autocast to bfloat16 over fp32 weights (minilm-bf16)"),
+        "bf16-full": Choice("the weights themselves cast to bfloat16"),
+    },
+)
 
 
 def check_precision(precision: str | None) -> str:
     """``precision`` as one of ``PRECISIONS`` (None -> "fp32"), else an error naming them."""
     if precision is None:
         return "fp32"
-    if precision not in PRECISIONS:
-        raise unknown("embedder precision", str(precision), PRECISIONS)
-    return precision
+    return PRECISIONS.check(str(precision))
 
 
 def check_precision_param(name: str, params: dict) -> None:
@@ -33,16 +41,11 @@ def check_precision_param(name: str, params: dict) -> None:
     if "precision" not in params:
         return
     precision = check_precision(params["precision"])
-    from ragbench.retrieval.embedders import SentenceTransformerEmbedder
-    from ragbench.retrieval.names import EMBEDDERS
-
     key = name.lower()
-    cls = EMBEDDERS.get(key) if key in EMBEDDERS else SentenceTransformerEmbedder
-    if not issubclass(cls, SentenceTransformerEmbedder):
+    cls = EMBEDDERS.get(key if key in EMBEDDERS else "minilm")  # any other name: a ST model
+    if not getattr(cls, "precisions", ()):
         raise ValueError(f"embedder {name!r} has no precision option (precision={precision!r})")
-    from ragbench.retrieval.embedders_onnx import OnnxEmbedder
-
-    onnx = params.get("backend") == "onnx" or "quantize" in params or issubclass(cls, OnnxEmbedder)
+    onnx = params.get("backend") == "onnx" or "quantize" in params or cls.backend == "onnx"
     if onnx and precision != "fp32":
         raise ValueError(
             f"embedder {name!r} runs on ONNX Runtime: precision={precision!r} is "

@@ -8,8 +8,7 @@ larger than the corpus is clamped), times the call and counts queries, then call
 shape ``{qid: {chunk_id: score}}`` that ``ragbench.retrieval.metrics`` (and ranx) evaluate.
 
 Ties are broken by corpus position (the order of ``chunks``) wherever this module sorts, so
-results are deterministic. Retrievers by name and options: ``ragbench.retrieval.build``
-(``build_retriever`` is importable from here too).
+results are deterministic. Retrievers by name and options: ``ragbench.retrieval.build``.
 """
 
 from __future__ import annotations
@@ -21,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.devices import pick_device
 from ragbench.registry import unknown
-from ragbench.retrieval.build import build_retriever  # noqa: F401  (callers import it from here)
+from ragbench.retrieval.embedders import check_texts, get_embedder
+from ragbench.retrieval.faiss_index import FaissIndex, IndexCompatibilityError
 from ragbench.types import Chunk, ScoredChunk
 
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -81,8 +82,6 @@ def check_chunks(chunks: Sequence[Chunk]) -> list[Chunk]:
 
 
 def check_queries(queries: Sequence[str]) -> list[str]:
-    from ragbench.retrieval.embedders import check_texts
-
     return check_texts(queries, "query")
 
 
@@ -98,11 +97,7 @@ class DenseRetriever(Retriever):
 
     def __init__(self, chunks: Sequence[Chunk], embedder: Any, factory: str = "Flat", index=None):
         super().__init__(chunks)
-        from ragbench.retrieval.faiss_index import FaissIndex, IndexCompatibilityError
-
         if isinstance(embedder, str):
-            from ragbench.retrieval.embedders import get_embedder
-
             embedder = get_embedder(embedder)
         self.embedder = embedder
         if index is None:
@@ -279,8 +274,6 @@ class RerankRetriever(Retriever):
     def model(self):
         if self._model is None:
             from sentence_transformers import CrossEncoder
-
-            from ragbench.devices import pick_device
 
             self._model = CrossEncoder(self.source, device=pick_device(self.device))
         return self._model

@@ -12,10 +12,8 @@ Each strategy names its rebuilder in its ``Strategy(...)`` line (``strategies/__
 
 from __future__ import annotations
 
-from typing import Any
-
 from ragbench.strategies.base import Resources
-from ragbench.strategies.long_context import long_context_prompt
+from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
 from ragbench.strategies.rag import rag_prompt
 from ragbench.types import Example, Record

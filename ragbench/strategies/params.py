@@ -21,7 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from ragbench.llm import kv_cache
 from ragbench.registry import did_you_mean, unknown
+from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking
+from ragbench.retrieval.context import ORDERS
 from ragbench.strategies.prompts import OVERFLOW
 
 
@@ -131,44 +134,40 @@ class LongContextParams(StrategyParams):
     # questions (strategies/preload.py); its cost is reported apart and amortised
     preload: bool = False
 
-    short: ClassVar[dict[str, str]] = {"kv_cache": "kv", "kv_bits": "bits", "kv_backend": "quant"}
-    # the GenerationRequest fields that carry the KV-cache variant, in kv_cache.check's order
-    KV_FIELDS: ClassVar[tuple[str, ...]] = (
-        *("kv_cache", "kv_bits", "kv_backend", "sink_tokens", "window_tokens"),
-        *("kv_ratio", "kv_window"),
-    )
     ROPE = re.compile(r"(dynamic|yarn|linear)-x\d+(\.\d+)?")
 
     def __post_init__(self) -> None:
-        from ragbench.llm import kv_cache as kvc
-
-        # fill the variant's own defaults, so a record names exactly what ran
-        if self.kv_cache == "quantized" and self.kv_backend is None:
-            object.__setattr__(self, "kv_backend", "hqq")
-        if self.kv_cache == "sinks":
-            if self.sink_tokens is None:
-                object.__setattr__(self, "sink_tokens", kvc.DEFAULT_SINK_TOKENS)
-            if self.window_tokens is None:
-                object.__setattr__(self, "window_tokens", kvc.DEFAULT_WINDOW_TOKENS)
-        if self.kv_cache == "snapkv":
-            from ragbench.llm import kv_compress
-
-            if self.kv_ratio is None:
-                object.__setattr__(self, "kv_ratio", kv_compress.DEFAULT_RATIO)
-            if self.kv_window is None:
-                object.__setattr__(self, "kv_window", kv_compress.DEFAULT_WINDOW)
-        super().__post_init__()
-
-    def validate(self) -> None:
-        from ragbench.llm import kv_cache as kvc
-
-        _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
+        # the flat keys are the YAML surface (and part of existing configs' hashes); the variant
+        # is built once from them and validates itself. Its defaults are written back into the
+        # flat fields, so a record names exactly what ran (kv_backend hqq, sink_tokens 4, ...).
         try:
-            kvc.check(*self.kv_fields().values())
+            kv = kv_cache.kv_from_fields(
+                self.kv_cache,
+                kv_bits=self.kv_bits,
+                kv_backend=self.kv_backend,
+                sink_tokens=self.sink_tokens,
+                window_tokens=self.window_tokens,
+                kv_ratio=self.kv_ratio,
+                kv_window=self.kv_window,
+            )
         except ValueError as exc:
             raise ValueError(f"{self.strategy}: {exc}") from None
+        object.__setattr__(self, "_kv", kv)
+        for name, value in kv.fields().items():
+            if name in self.field_names():
+                object.__setattr__(self, name, value)
+        super().__post_init__()
+
+    @property
+    def kv(self) -> kv_cache.KVVariant:
+        """The KV-cache variant these parameters name (what ``GenerationRequest.kv`` carries)."""
+        return self._kv
+
+    def validate(self) -> None:
+        _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
         # a real bool: 1 and 0 pass `in (True, False)` (1 == True) and would label "preload" x1
-        if not isinstance(self.preload, bool) or (self.preload and self.kv_cache != "plain"):
+        plain = isinstance(self.kv, kv_cache.Plain)
+        if not isinstance(self.preload, bool) or (self.preload and not plain):
             raise ValueError(f"{self.strategy}: preload must be true or false, with kv_cache plain")
         if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
             raise ValueError(
@@ -180,20 +179,13 @@ class LongContextParams(StrategyParams):
         data = super().to_dict()  # preload only when set: runs written before it keep their keys
         return data if self.preload else {k: v for k, v in data.items() if k != "preload"}
 
-    def kv_fields(self) -> dict[str, Any]:
-        """The ``GenerationRequest`` fields that carry the KV-cache variant."""
-        return {n: getattr(self, n) for n in self.KV_FIELDS}
-
     def label(self) -> str:
         """``long_context``, ``long_context truncate_middle``, ``long_context kv=quantized-hqq-int4``."""
-        from ragbench.llm.kv_cache import KVSpec
-
         parts = [self.strategy]
         if self.overflow != "error":
             parts.append(self.overflow)
-        if self.kv_cache != "plain":
-            spec = KVSpec(*self.kv_fields().values())
-            parts.append(f"kv={spec.label()}")
+        if not isinstance(self.kv, kv_cache.Plain):
+            parts.append(f"kv={self.kv.label()}")
         if self.rope_scaling:
             parts.append(f"rope={self.rope_scaling}")
         return " ".join(parts + ["preload"] * self.preload)
@@ -213,8 +205,6 @@ class RetrievalParams(StrategyParams):
     short: ClassVar[dict[str, str]] = {"chunk_size": "chunk", "chunk_overlap": "overlap"}
 
     def validate(self) -> None:
-        from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking
-
         RETRIEVERS.check(self.retriever)
         EMBEDDERS.check(self.embedder)
         check_chunking(self.splitter, self.chunk_size, self.chunk_overlap)
@@ -238,8 +228,6 @@ class RagParams(RetrievalParams):
     always: ClassVar[tuple[str, ...]] = ("top_k",)
 
     def validate(self) -> None:
-        from ragbench.retrieval.context import ORDERS
-
         super().validate()
         _positive_or_none(self.strategy, "top_k", self.top_k)
         _positive_or_none(self.strategy, "budget", self.budget)

@@ -32,7 +32,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragbench.cost.accounting import Cost
+from ragbench.llm.cache import CachedLLM
 from ragbench.strategies.base import Resources
+from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.prompts import question_part
 from ragbench.types import Example
@@ -69,8 +71,6 @@ def count(items: Sequence[tuple[Example, StrategyParams]]) -> dict[tuple, int]:
 def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> None:
     """Send the preload request of every group of ``items`` not yet preloaded (once per run;
     a group not counted by the runner is amortised over its questions among ``items``)."""
-    from ragbench.llm.cache import CachedLLM
-    from ragbench.strategies.long_context import long_context_prompt
 
     # past the completion cache: a stored answer to the preload computes no KV, and the first
     # question would pay the corpus (a resumed or extended run)

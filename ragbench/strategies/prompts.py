@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ragbench.registry import unknown
+from ragbench.datasets.task_types import INSTRUCTIONS  # noqa: F401 (task type -> instruction)
+from ragbench.registry import Choice, Registry, unknown
 from ragbench.types import Example
 
-# what the long-context strategies do when the context does not fit (see ``truncate``):
-# error (default), truncate_middle (LongBench: keep head and tail), truncate_head (drop the
-# start), truncate_tail (drop the end)
-OVERFLOW = ("error", "truncate_middle", "truncate_head", "truncate_tail")
-
-INSTRUCTIONS = {
-    "needle": "Answer with the requested value only.",
-    "qa": "Answer with a short phrase, no explanation.",
-}
+# what the long-context strategies do when the context does not fit (see ``truncate``)
+OVERFLOW = Registry(
+    "overflow policy",
+    {
+        "error": Choice("stop with an error naming the sizes (the default)"),
+        "truncate_middle": Choice("keep the head and the tail (LongBench)"),
+        "truncate_head": Choice("drop the start, keep the end"),
+        "truncate_tail": Choice("drop the end, keep the start"),
+    },
+)
 CONTEXT_TEMPLATE = "{context}\n\n"
 QUESTION_TEMPLATE = (
     "Answer the question based on the text above. {instruction}\nQuestion: {question}\nAnswer:"

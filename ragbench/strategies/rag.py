@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ragbench.retrieval.chunking import gold_chunk_ids
+from ragbench.retrieval.context import assemble_context
 from ragbench.strategies.base import Resources, Steps, make_record
 from ragbench.strategies.params import RagParams
 from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
@@ -18,9 +20,6 @@ def rag_prompt(
     example: Example, res: Resources, params: RagParams, decline: bool = False
 ) -> tuple[str, dict[str, Any]]:
     """(prompt, meta): retrieve, assemble within the budget (and the limit), ask."""
-    from ragbench.retrieval.chunking import gold_chunk_ids
-    from ragbench.retrieval.context import assemble_context
-
     if res.index is None:
         raise ValueError("rag needs a retrieval index; the run has none (Resources.index)")
     tail = question_part(example, decline)

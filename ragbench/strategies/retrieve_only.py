@@ -16,6 +16,8 @@ import time
 from typing import Any, ClassVar
 
 from ragbench.cost.accounting import Cost
+from ragbench.retrieval.metrics import per_query
+from ragbench.retrieval.retrievers import documents_by_max
 from ragbench.strategies.base import Resources, Steps
 from ragbench.strategies.params import RetrievalParams, _positive_or_none
 from ragbench.types import Example, Record
@@ -62,8 +64,6 @@ def metric_names(top_k: int) -> list[str]:
 
 def rank_documents(example: Example, res: Resources, params: RetrieveOnlyParams) -> dict[str, Any]:
     """The top ``top_k`` documents ``{doc_id: best chunk score}`` and the timings."""
-    from ragbench.retrieval.retrievers import documents_by_max
-
     if res.index is None:
         raise ValueError(
             "retrieve_only needs a retrieval index; the run has none (Resources.index)"
@@ -86,8 +86,6 @@ def rank_documents(example: Example, res: Resources, params: RetrieveOnlyParams)
 
 
 def retrieve_only_steps(example: Example, res: Resources, params: RetrieveOnlyParams) -> Steps:
-    from ragbench.retrieval.metrics import per_query
-
     qrels = judgements(example)
     ranked = rank_documents(example, res, params)
     run = {example.id: ranked["docs"]}

@@ -4,7 +4,7 @@ query goes to long context. Its cost is the RAG call's plus, when routed, the lo
 from __future__ import annotations
 
 from ragbench.strategies.base import Resources, Steps, make_record
-from ragbench.strategies.long_context import long_context_prompt
+from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import SelfRouteParams
 from ragbench.strategies.prompts import clean_answer, is_declined
 from ragbench.strategies.rag import rag_prompt, retrieval_seconds

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragbench import secrets
-from ragbench.io import atomic_write_text, dumps_canonical
+from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
 from ragbench.registry import did_you_mean
 from ragbench.workspace.kernels import (
     KernelNotInstalledError,
@@ -256,8 +256,6 @@ def execute_sweep(
         json.dumps([asdict(p) for p in outcome.points], indent=2, default=str) + "\n",
     )
     if len(outcome.results):
-        from ragbench.io import atomic_write_bytes
-
         atomic_write_bytes(sweep_dir / "results.parquet", outcome.results.to_parquet(index=False))
     return outcome
 

@@ -1,0 +1,138 @@
+"""What a run loads before it generates: its examples (checked), its model (or a judge's) behind
+the completion cache, the retrieval index builder and the strategies' ``Resources``. The runner,
+the judge pass and the dry run all load through here, so they read the same model, the same
+index and the same price sheet."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from ragbench.assets import cache_dir
+from ragbench.datasets import build_dataset
+from ragbench.experiment.config import ModelConfig, RunConfig, load_config
+from ragbench.io import dumps_canonical
+from ragbench.llm import backend_capabilities, load_llm
+from ragbench.llm.hf_load import set_threads
+from ragbench.models import PRESETS, get_preset
+from ragbench.retrieval import build_index
+from ragbench.retrieval.embedders import get_embedder
+from ragbench.strategies import Resources, RetrievalParams, get_strategy
+from ragbench.types import Example
+
+
+class DatasetError(ValueError):
+    """The dataset cannot be scored (no examples, missing gold answers, duplicate ids)."""
+
+
+def check_examples(examples: list[Example], dataset: str, generates: bool = True) -> None:
+    """A dataset a run can use: some examples, unique ids, and gold answers for at least one
+    example when a strategy generates answers (questions without answers are run and reported
+    unscored; a retrieval-only run scores against relevance judgements instead)."""
+    if not examples:
+        raise DatasetError(f"dataset {dataset!r} produced no examples")
+    if generates and not any(a.strip() for e in examples for a in e.answers):
+        raise DatasetError(
+            f"dataset {dataset!r}: none of its {len(examples)} examples has a gold answer; "
+            "answer metrics need at least one"
+        )
+    seen: set[str] = set()
+    for e in examples:
+        if e.id in seen:
+            raise DatasetError(f"dataset {dataset!r}: duplicate example id {e.id!r}")
+        seen.add(e.id)
+
+
+def load_examples(config: Any) -> list[Example]:
+    """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
+    failure attribution needs beside the table (evidence spans, needles, distractors)."""
+    cfg = load_config(config)
+    examples = list(build_dataset(cfg.dataset.name, **cfg.dataset_params()))
+    return examples[: cfg.dataset.limit] if cfg.dataset.limit else examples
+
+
+def generates_answers(cfg: RunConfig) -> bool:
+    """Whether any strategy of the config calls the model (``retrieve_only`` does not)."""
+    return any(get_strategy(s.name).generates for s in cfg.strategies)
+
+
+def load_model(m: ModelConfig) -> Any:
+    """The LLM a ``ModelConfig`` names (the model under test, or a judge), behind the shared
+    completion cache (``cache_dir()/completions.sqlite``) when ``m.cache``."""
+    if m.threads:
+        set_threads(m.threads)
+    cache = cache_dir() / "completions.sqlite" if m.cache else None
+    return load_llm(m.backend, cache=cache, model=m.name, **m.params)
+
+
+def check_server(llm: Any) -> None:
+    """One short request to the model's server (backends that have one) before any work: a dead
+    server fails the run in seconds with its URL, instead of every record after its retries."""
+    check = getattr(llm, "check", None)
+    if callable(check):
+        check()
+
+
+def chunk_tokenizer(cfg: RunConfig) -> str:
+    """The tokenizer documents are chunked with: the configured one, else the model's own when
+    its backend counts with the tokenizer its name names and the name is an embedded preset
+    (offline), else whitespace."""
+    if cfg.retrieval.tokenizer:
+        return cfg.retrieval.tokenizer
+    name = cfg.model.name
+    embedded = name in PRESETS and PRESETS[name].embedded
+    own = backend_capabilities(cfg.model.backend).own_tokenizer
+    return name if own and embedded else "whitespace"
+
+
+def make_index(cfg: RunConfig, cache_size: int = 8):
+    """(example, retrieval settings) -> (chunks, retriever), memoised by documents and settings
+    (many questions share one corpus); each embedder is loaded once per run."""
+    tokenizer = chunk_tokenizer(cfg)
+    embedders: dict[str, Any] = {}
+    memo: OrderedDict[tuple[str, RetrievalParams], tuple] = OrderedDict()
+
+    def index(example: Example, settings: RetrievalParams):
+        # a shared corpus is named by its fingerprint (serialising it per question would cost
+        # more than the lookup saves); an example's own documents by their content
+        shared = example.meta.get("corpus_fingerprint")
+        docs = shared or dumps_canonical([d.to_dict() for d in example.documents])
+        key = (str(docs), settings)
+        if key not in memo:
+            if settings.embedder not in embedders:
+                params = cfg.retrieval.embedder_params.get(settings.embedder, {})
+                embedders[settings.embedder] = get_embedder(settings.embedder, **params)
+            memo[key] = build_index(
+                example.documents,
+                retriever=settings.retriever,
+                embedder=embedders[settings.embedder],
+                splitter=settings.splitter,
+                chunk_size=settings.chunk_size,
+                chunk_overlap=settings.chunk_overlap,
+                tokenizer=tokenizer,
+                retriever_params=cfg.retrieval.params_for(settings.retriever),
+            )
+            if len(memo) > cache_size:
+                memo.popitem(last=False)
+        memo.move_to_end(key)
+        return memo[key]
+
+    return index
+
+
+def build_resources(cfg: RunConfig, llm: Any, kv_dtype: str | None = None) -> Resources:
+    """What the strategies read besides the example: the LLM, the metrics, the token limits, the
+    architecture preset, the config's price sheet (loaded once, by the config) and, when a
+    strategy retrieves, the index builder. ``kv_dtype``: the transformers backend's dtype
+    (``identity()["dtype"]``), which its KV cache is stored in."""
+    needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
+    return Resources(
+        llm=llm,
+        metrics=tuple(cfg.metrics),
+        max_new_tokens=cfg.model.max_new_tokens,
+        prompt_budget=cfg.prompt_budget,
+        preset=get_preset(cfg.model.arch) if cfg.model.arch else None,
+        kv_dtype=kv_dtype,
+        sheet=cfg.sheet,
+        index=make_index(cfg) if needs_index else None,
+    )

@@ -1,0 +1,322 @@
+"""The package's shape, checked: folders name the layers, imports flow down, no import circles
+(imports inside functions count), few and justified lazy imports, small files, no strategy or
+backend names compared outside their packages, and a README Layout section that names every
+module. Static (ast): nothing here imports the package."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ragbench"
+
+# The small shared core at the top: contracts, registries, I/O, locks, redaction, assets,
+# devices, token counting, model facts. Nothing here imports a layer above it.
+CORE = {"types", "registry", "io", "locks", "secrets", "assets", "devices", "tokenizers", "models"}
+# Layers, lowest first: a module may import its own package, the core, and lower layers only.
+LAYERS = [
+    {"core"},
+    {"metrics"},
+    {"datasets", "llm"},
+    {"retrieval", "cost"},
+    {"strategies"},
+    {"judge"},
+    {"experiment"},
+    {"analysis"},
+    {"report"},
+    {"workspace"},
+    {"cli"},
+]
+RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+MAX_LINES = 400
+MAX_TOP_LEVEL = 12  # modules directly in ragbench/, __init__.py included
+MAX_LAZY_IMPORTS = 20
+# the packages allowed to compare strategy / backend names (they own them)
+NAME_OWNERS = {"strategy": "strategies", "backend": "llm"}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module, dotted
+    target: str  # imported ragbench module, dotted
+    line: int
+    in_function: bool
+    type_checking: bool
+    comment: str  # the import statement's lines and the line above it
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The module a dotted import name lands in (``ragbench.cost.Cost`` -> ``ragbench.cost``)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str, path: Path) -> list[Import]:
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    out: list[Import] = []
+    is_package = path.name == "__init__.py"
+
+    def targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        base = node.module or ""
+        if node.level:  # relative import
+            pkg = module.split(".") if is_package else module.split(".")[:-1]
+            pkg = pkg[: len(pkg) - (node.level - 1)]
+            base = ".".join(pkg + ([base] if base else []))
+        return [f"{base}.{a.name}" for a in node.names]
+
+    def visit(node: ast.AST, in_function: bool, type_checking: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            fn = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            tc = type_checking or (
+                isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
+            )
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                end = child.end_lineno or child.lineno
+                text = "\n".join(lines[max(child.lineno - 2, 0) : end])
+                for name in targets(child):
+                    target = _resolve(name) if name.startswith("ragbench") else None
+                    if target and target != module:
+                        out.append(Import(module, target, child.lineno, in_function, type_checking,
+                                          text))  # fmt: skip
+            visit(child, fn, tc)
+
+    visit(ast.parse(source), False, False)
+    return out
+
+
+IMPORTS = [imp for module, path in MODULES.items() for imp in _imports(module, path)]
+
+
+def _where(imp: Import) -> str:
+    return f"{MODULES[imp.source].relative_to(ROOT)}:{imp.line}"
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "core"  # ragbench/__init__.py: lazy re-exports only
+    return "core" if parts[1] in CORE else parts[1]
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(MODULES):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circles_counting_imports_inside_functions():
+    edges: dict[str, set[str]] = defaultdict(set)
+    for imp in IMPORTS:
+        edges[imp.source].add(imp.target)
+    assert _cycles(edges) == []
+
+
+def test_the_cycle_finder_finds_a_planted_circle():
+    edges: dict[str, set[str]] = defaultdict(set)
+    a, b, c = sorted(MODULES)[:3]
+    edges[a].add(b)
+    edges[b].add(c)
+    edges[c].add(a)
+    assert _cycles(edges) == [sorted([a, b, c])]
+
+
+def test_imports_flow_down_the_layers():
+    upward = []
+    for imp in IMPORTS:
+        src, dst = _layer(imp.source), _layer(imp.target)
+        if src == dst:
+            continue
+        assert src in RANK and dst in RANK, f"{_where(imp)}: package not in LAYERS: {src}/{dst}"
+        if RANK[dst] >= RANK[src]:
+            upward.append(f"{_where(imp)}: {imp.source} ({src}) imports {imp.target} ({dst})")
+    assert upward == []
+
+
+def test_every_package_is_a_known_layer():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert packages - {"data"} == set(RANK) - {"core"}
+
+
+def test_no_type_checking_imports_of_ragbench_modules():
+    hidden = [_where(imp) for imp in IMPORTS if imp.type_checking]
+    assert hidden == []
+
+
+def test_lazy_imports_are_few_and_each_says_why():
+    lazy = [imp for imp in IMPORTS if imp.in_function]
+    statements = {(imp.source, imp.line) for imp in lazy}
+    assert len(statements) <= MAX_LAZY_IMPORTS, sorted(_where(i) for i in lazy)
+    unexplained = [_where(imp) for imp in lazy if "# lazy:" not in imp.comment]
+    assert unexplained == [], "a function-level import needs a '# lazy: <reason>' comment"
+
+
+def test_top_level_modules_and_file_sizes():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL, top
+    assert {p.removesuffix(".py") for p in top} - {"__init__"} <= CORE
+    big = {
+        str(p.relative_to(ROOT)): n
+        for p in MODULES.values()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert big == {}
+
+
+def _registry_names(path: Path, variable: str) -> set[str]:
+    """The string keys of a registry literal (``BACKENDS = Registry("...", {"hf": ...})``) or the
+    ``Strategy("name", ...)`` entries, read with ast."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == variable for t in node.targets
+        ):
+            for sub in ast.walk(node.value):
+                if isinstance(sub, ast.Dict):
+                    names |= {k.value for k in sub.keys if isinstance(k, ast.Constant)}
+                if isinstance(sub, ast.Call) and getattr(sub.func, "id", "") == "Strategy":
+                    first = sub.args[0] if sub.args else None
+                    if isinstance(first, ast.Constant):
+                        names.add(first.value)
+    return {n for n in names if isinstance(n, str)}
+
+
+STRATEGY_NAMES = _registry_names(PACKAGE / "strategies" / "registry.py", "STRATEGIES")
+BACKEND_NAMES = _registry_names(PACKAGE / "llm" / "__init__.py", "BACKENDS")
+
+
+def test_the_name_sets_are_read():
+    assert {"closed_book", "long_context", "rag", "self_route"} <= STRATEGY_NAMES
+    assert {"hf", "fake", "openai"} <= BACKEND_NAMES
+
+
+def _compared_names(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every ``x == "name"``, ``x in ("name", ...)`` or ``x.startswith("name")``."""
+    out = []
+    for node in ast.walk(tree):
+        constants: list[ast.AST] = []
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                if isinstance(operand, ast.Tuple | ast.List | ast.Set):
+                    constants.extend(operand.elts)
+                else:
+                    constants.append(operand)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in (
+            "startswith",
+            "endswith",
+        ):
+            constants.extend(node.args)
+        for c in constants:
+            if isinstance(c, ast.Constant) and c.value in names:
+                out.append((node.lineno, c.value))
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(NAME_OWNERS))
+def test_strategy_and_backend_names_are_compared_only_by_their_owners(kind):
+    names = STRATEGY_NAMES if kind == "strategy" else BACKEND_NAMES
+    owner = PACKAGE / NAME_OWNERS[kind]
+    found = []
+    for path in MODULES.values():
+        if owner in path.parents:
+            continue
+        for line, name in _compared_names(ast.parse(path.read_text(encoding="utf-8")), names):
+            found.append(f"{path.relative_to(ROOT)}:{line}: compares {kind} name {name!r}")
+    assert found == [], "declare a capability or a strategy property instead"
+
+
+def test_the_name_comparison_check_sees_one():
+    tree = ast.parse('if cfg.backend == "hf" or s in ("rag", "x") or n.startswith("rag"): pass')
+    assert _compared_names(tree, {"hf", "rag"}) == [(1, "hf"), (1, "rag"), (1, "rag")]
+
+
+def _layout_section() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^## Layout\n(.*?)(?=^## )", readme, flags=re.S | re.M)
+    assert match, "README.md has no '## Layout' section"
+    return match.group(1)
+
+
+def test_the_readme_layout_names_every_module():
+    """Each folder has a line ``  folder/`` in the Layout block, and every module of the folder
+    is named (``name.py``) between it and the next folder's line (a subpackage's
+    ``__init__.py`` goes without saying)."""
+    layout = _layout_section()
+    blocks: dict[str, str] = {}
+    current = "ragbench/"
+    for line in layout.splitlines():
+        m = re.match(r"^\s{0,4}([a-z_]+/)\s", line + " ")
+        if m and line.startswith("  ") and not line.startswith("   "):
+            current = m.group(1)
+        blocks[current] = blocks.get(current, "") + line + "\n"
+    missing = []
+    for path in MODULES.values():
+        rel = path.relative_to(PACKAGE)
+        folder = "ragbench/" if len(rel.parts) == 1 else f"{rel.parts[0]}/"
+        if folder != "ragbench/" and path.name == "__init__.py":
+            continue
+        if not re.search(rf"(?<![\w/]){re.escape(path.name)}", blocks.get(folder, "")):
+            missing.append(str(path.relative_to(ROOT)))
+    assert missing == [], "README.md's Layout section does not name these modules"

@@ -1,0 +1,202 @@
+"""Extending ragbench through the files the README names ("Extending ragbench"), and nothing
+else: a toy strategy (its steps module with its parameter class, one ``Strategy(...)`` line), a
+toy backend (an ``LLM`` subclass declaring its capabilities, one ``BACKENDS`` line) and a toy
+KV-cache variant (one class, one ``KV_CACHES`` line), each run end to end. The toy modules are
+written to a temporary folder; registering them is the one line each README entry names."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import ClassVar  # module level: dataclass resolves the toy's annotations here
+
+import pytest
+
+from ragbench import analysis, report
+from ragbench.experiment.runner import run
+from ragbench.llm import BACKENDS, backend_capabilities, kv_cache
+from ragbench.llm.fake import FakeLLM
+from ragbench.strategies import FULL_CONTEXT, STRATEGIES, Strategy, get_strategy
+from ragbench.strategies.base import Resources
+from ragbench.strategies.params import LongContextParams
+from ragbench.types import Document, Example
+
+TOY_STRATEGY = '''
+"""First document only: the first `words` words of the first document, then the question."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ragbench.strategies.base import make_record
+from ragbench.strategies.params import StrategyParams
+from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
+
+
+@dataclass(frozen=True)
+class FirstDocParams(StrategyParams):
+    strategy: ClassVar[str] = "first_doc"
+    words: int = 200  # words of the first document placed before the question
+
+    def validate(self):
+        if self.words < 1:
+            raise ValueError(f"first_doc: words must be >= 1, got {self.words}")
+
+
+def first_doc_steps(example, res, params):
+    context = " ".join(example.documents[0].text.split()[: params.words])
+    prompt = CONTEXT_TEMPLATE.format(context=context) + question_part(example)
+    completion = yield res.request(prompt, rid=f"{example.id}:first_doc")
+    return make_record(example, params, completion, res, {})
+'''
+
+TOY_BACKEND = '''
+"""An echo backend: answers with the last number in its prompt."""
+
+import re
+
+from ragbench.llm.base import LLM
+from ragbench.types import Completion
+
+
+class EchoLLM(LLM):
+    """Answers with the last number its prompt holds; counts whitespace tokens."""
+
+    capabilities = LLM.capabilities.replace(needs_preset=True, default_tokenizer="whitespace")
+
+    def __init__(self, model="echo", context_window=4096):
+        self.name, self.context_window = model, context_window
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+    def _generate(self, requests):
+        out = []
+        for r in requests:
+            numbers = re.findall(r"\\b[0-9]{7}\\b", r.prompt)
+            text = numbers[-1] if numbers else "unknown"
+            out.append(Completion(text, self.prompt_tokens(r), 1, model=self.name))
+        return out
+'''
+
+
+def _write(tmp_path, name: str, source: str) -> None:
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+@pytest.fixture
+def toy_modules(tmp_path, monkeypatch):
+    _write(tmp_path, "toy_first_doc", TOY_STRATEGY)
+    _write(tmp_path, "toy_echo", TOY_BACKEND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in ("toy_first_doc", "toy_echo"):
+        sys.modules.pop(name, None)
+
+
+def _config(tmp_path, backend: str, strategies: list) -> dict:
+    return {
+        "name": "toy",
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [300, 900],
+                "depth_percents": [10, 90],
+                "needle": "\nThe special magic number is 7463343.\n",
+                "question": "What is the special magic number mentioned in the text?",
+                "answer": "7463343",
+                "tokenizer": "whitespace",
+                "final_context_length_buffer": 50,
+            },
+        },
+        "model": {
+            "backend": backend,
+            "name": backend,
+            "preset": "smollm2-135m-instruct",
+            "cache": False,
+        },  # fmt: skip
+        "retrieval": {"embedder": "hash", "tokenizer": "whitespace"},
+        "strategies": strategies,
+        "metrics": ["string_match_all"],
+        "output_dir": str(tmp_path / "results"),
+    }
+
+
+def test_a_toy_strategy_runs_is_labelled_and_its_misses_are_attributed(toy_modules):
+    import toy_first_doc
+
+    # the one line in strategies/registry.py
+    STRATEGIES.register(
+        "first_doc",
+        Strategy(
+            "first_doc",
+            toy_first_doc.first_doc_steps,
+            toy_first_doc.FirstDocParams,
+            context=FULL_CONTEXT,
+        ),  # fmt: skip
+    )
+    try:
+        strategies = ["closed_book", {"name": "first_doc", "params": {"words": [20, 400]}}]
+        df = run(_config(toy_modules, "fake", strategies), progress=False)
+        toy = df[df["strategy"] == "first_doc"]
+        assert sorted(toy["label"].unique()) == ["first_doc words=20", "first_doc words=400"]
+        assert toy["error"].isna().all() and (toy["prompt_tokens"] > 0).all()
+        # its misses are explained by what it declared it reads, never "unattributed"
+        causes = analysis.attribute(df)
+        toy = causes[causes["strategy"] == "first_doc"]
+        assert set(toy["source"]) == {FULL_CONTEXT}
+        assert len(toy) and "unattributed" not in set(toy["outcome"])
+        assert "first_doc words=20" in set(report.summary(df)["label"])
+        with pytest.raises(ValueError, match="words must be >= 1"):
+            get_strategy("first_doc").grid({"words": 0})
+    finally:
+        STRATEGIES.unregister("first_doc")
+    assert "first_doc" not in STRATEGIES
+
+
+def test_a_toy_backend_runs_from_a_config_and_is_read_by_its_capabilities(toy_modules):
+    BACKENDS.register("echo", "toy_echo:EchoLLM")  # the one line in llm/__init__.py
+    try:
+        assert backend_capabilities("echo").default_tokenizer == "whitespace"
+        df = run(_config(toy_modules, "echo", ["long_context"]), progress=False)
+        assert df["error"].isna().all()
+        # the echo answers with the needle's number: the long context holds it
+        assert df["string_match_all"].mean() == 1.0
+        assert (df["prompt_tokens"] > 250).all()  # the whole ~300- and ~900-token haystacks
+    finally:
+        BACKENDS.unregister("echo")
+
+
+def test_a_toy_kv_variant_validates_labels_and_travels_with_the_request():
+    @dataclass(frozen=True)
+    class KeepRecent(kv_cache.KVVariant):
+        """Keep only the most recent positions (a toy: the fake backend simulates it)."""
+
+        name: ClassVar[str] = "keep_recent"
+        flat: ClassVar[dict[str, str]] = {}
+
+        def label(self) -> str:
+            return "keep-recent"
+
+    kv_cache.KV_CACHES.register("keep_recent", KeepRecent)  # the one line in kv_cache.py
+    try:
+        params = LongContextParams(kv_cache="keep_recent")
+        assert params.kv == KeepRecent() and params.label() == "long_context kv=keep-recent"
+        assert params.to_dict()["kv_cache"] == "keep_recent"
+        seen = []
+
+        def answer(request):
+            seen.append(request)
+            return "4817263"
+
+        doc = Document("d", "One of the special magic numbers for quiet-lake is: 4817263.")
+        example = Example("e", "What is the special magic number for quiet-lake?", ("4817263",),
+                          (doc,))  # fmt: skip
+        llm = FakeLLM(answer_fn=answer, simulate_kv_cache=True)
+        record = get_strategy("long_context").run(example, Resources(llm=llm), params)
+        assert seen[0].kv == KeepRecent() and seen[0].to_dict()["kv_cache"] == "keep_recent"
+        assert record.scores["string_match_all"] == 1.0
+        with pytest.raises(ValueError, match="keep_recent"):
+            LongContextParams(kv_cache="keep_recnt")  # did-you-mean names the new variant
+    finally:
+        kv_cache.KV_CACHES.unregister("keep_recent")
