@@ -18,7 +18,17 @@ Writes benchmarks/results/cost.json:
   max of the batched-over-alone ratio; ``per_record``: every record's numbers;
   ``spread_per_repeat``: the spread computed from single repeats (no median), for the noise.
 
-Usage: ``python benchmarks/cost.py [--quick] [--repeats N] [--threads N] [--out PATH]``.
+``cost_reproducibility`` (``--only-reproducibility`` runs just it and adds it to ``--out``): does a
+config cost the same on a quiet and on a busy machine? The same config (closed book, long
+context, RAG on NIAH; SmolLM2, completion cache off) runs once alone and once with a CPU-bound
+process beside it (numpy matmuls on one core), under the default ``cost_basis: calibrated``, then
+the same pair under ``cost_basis: measured``: ``calibrated_ratio`` and ``measured_ratio`` (max / min
+of the two runs' mean dollars per query; target <= 1.05 calibrated), each run's load average
+(at start, end, and the mean of the 1-minute figure sampled during the run), wall seconds, mean
+resource and modelled seconds, and the calibration used (measured once, before the runs).
+
+Usage: ``python benchmarks/cost.py [--quick] [--repeats N] [--threads N] [--out PATH]
+[--only-reproducibility] [--repro-threads N]``.
 """
 
 from __future__ import annotations
@@ -27,8 +37,10 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +52,7 @@ from ragbench.experiment.config import load_config  # noqa: E402
 from ragbench.experiment.resources import load_model  # noqa: E402
 from ragbench.experiment.runner import run  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm.calibration import describe  # noqa: E402
 
 STRATEGIES = ("closed_book", "long_context", "rag")
 
@@ -97,13 +110,127 @@ def spread(ratios: list[float]) -> float:
     return round(max(ratios) / min(ratios), 3)
 
 
+# one core busy with float matmuls, single-threaded BLAS: the "other job" on the machine
+HOG = "import numpy as np\na = np.random.rand(384, 384)\nwhile True:\n    a = (a @ a) / 384.0"
+
+
+class LoadSampler:
+    """The 1-minute load average, sampled every ``every`` seconds while a run lasts."""
+
+    def __init__(self, every: float = 2.0) -> None:
+        self.every, self.samples, self._stop = every, [], threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> LoadSampler:
+        self.start = os.getloadavg()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.end = os.getloadavg()
+
+    def summary(self) -> dict:
+        return {"load_avg_start": [round(v, 2) for v in self.start],
+                "load_avg_end": [round(v, 2) for v in self.end],
+                "load_1min_mean": round(statistics.mean(self.samples), 2)}  # fmt: skip
+
+
+def hog() -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    return subprocess.Popen([sys.executable, "-c", HOG], env=env)
+
+
+def ratio(values: list[float]) -> float:
+    return round(max(values) / min(values), 4)
+
+
+def reproducibility(quick: bool, threads: int) -> dict:
+    """The ``cost_reproducibility`` section (module docstring)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    lengths, depths = ([1024], [50]) if quick else ([1024, 4096], [10, 50, 90])
+    out: dict = {"threads": threads, "context_lengths": lengths, "depth_percents": depths,
+                 "target_calibrated_ratio": 1.05, "runs": []}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        base = config(tmp, lengths, depths, 8, "repro")
+        llm = load_model(load_config(base).model)
+        t0 = time.perf_counter()
+        rates = llm.cost_rates()  # measured once (or read from the cache) before any run
+        out["calibration_seconds"] = round(time.perf_counter() - t0, 2)
+        out["calibration"] = describe(rates)
+        warm_up(llm)
+        tables = {}
+        for basis in ("calibrated", "measured"):
+            for loaded in (False, True):
+                cfg = {**base, "name": f"repro-{basis}-{int(loaded)}", "cost_basis": basis}
+                beside = hog() if loaded else None
+                try:
+                    time.sleep(3 if loaded else 0)  # let the hog reach the load average
+                    with LoadSampler() as load:
+                        t0 = time.perf_counter()
+                        df = run(cfg, progress=False, llm=llm)
+                        wall = round(time.perf_counter() - t0, 2)
+                finally:
+                    if beside is not None:
+                        beside.kill()
+                        beside.wait()
+                llm._prefix_kv.clear()  # each run starts with no document kept from the last
+                tables[basis, loaded] = df
+                row = {"cost_basis": basis, "cpu_hog_beside": loaded, "wall_seconds": wall,
+                       **load.summary(), "records": len(df),
+                       "mean_dollars_per_query": float(column(df, "dollars").mean()),
+                       "mean_resource_seconds": round(float(column(df, "resource_seconds").mean()), 4),
+                       "mean_modelled_seconds": round(float(column(df, "modelled_seconds").mean()), 4),
+                       "charged_basis": sorted(set(column(df, "cost_basis")))}  # fmt: skip
+                out["runs"].append(row)
+                print(f"{basis} {'with' if loaded else 'without'} CPU hog: {wall} s, "
+                      f"load {row['load_1min_mean']}", flush=True)  # fmt: skip
+    for basis in ("calibrated", "measured"):
+        means = [r["mean_dollars_per_query"] for r in out["runs"] if r["cost_basis"] == basis]
+        out[f"{basis}_ratio"] = ratio(means)
+    out["within_target"] = out["calibrated_ratio"] <= out["target_calibrated_ratio"]
+    preds = [list(t["prediction"]) for t in tables.values()]
+    out["same_predictions"] = all(p == preds[0] for p in preds)
+    out["same_tokens"] = len({tuple(column(t, "completion_tokens")) for t in tables.values()}) == 1
+    print(f"calibrated ratio {out['calibrated_ratio']} (target <= 1.05), measured ratio "
+          f"{out['measured_ratio']}")  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1k tokens, one depth, one repeat")
     parser.add_argument("--repeats", type=int, default=None, help="runs of each arm (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cost.json"))
+    parser.add_argument("--only-reproducibility", action="store_true",
+                        help="only cost_reproducibility, added to the JSON at --out")  # fmt: skip
+    parser.add_argument("--repro-threads", type=int, default=2,
+                        help="torch threads of cost_reproducibility (2: the hog contends)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.only_reproducibility:
+        path = Path(args.out)
+        result = json.loads(path.read_text()) if path.exists() else {}
+        result["cost_reproducibility"] = {
+            "quick": args.quick,
+            **reproducibility(args.quick, args.repro_threads),
+        }
+        atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}")
+        return result
     import torch
 
     torch.set_num_threads(args.threads)
@@ -194,6 +321,10 @@ def main(argv: list[str] | None = None) -> dict:
     result["records"] = len(per_record)
     result["per_record"] = per_record
     result["load_end"] = os.getloadavg()
+    result["cost_reproducibility"] = {
+        "quick": args.quick,
+        **reproducibility(args.quick, args.repro_threads),
+    }
     print(
         f"spread {result['batched_over_alone_spread']} (per repeat {result['spread_per_repeat']}); "
         f"closed book < RAG < long context: {result['closed_book_below_rag']}"

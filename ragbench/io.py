@@ -66,13 +66,43 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
     return atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
+def utf8_error(
+    path: str | os.PathLike, data: bytes, exc: UnicodeDecodeError, first_line: int = 1
+) -> InputFileError:
+    """The ``InputFileError`` for ``data`` (the bytes of ``path`` from line ``first_line`` on)
+    failing to decode: the line and column of the first bad byte, and the byte itself."""
+    line = data.count(b"\n", 0, exc.start) + first_line
+    column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1  # bytes, 1-based
+    bad = data[exc.start : exc.start + 1].hex()
+    return InputFileError(
+        path, line, f"not valid UTF-8 (byte 0x{bad} at column {column}); save the file as UTF-8"
+    )
+
+
+def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
+    """A text file's content; bytes that are not valid ``encoding`` (UTF-8, or ``utf-8-sig``)
+    raise an ``InputFileError`` naming the file, line and column instead of a bare
+    ``UnicodeDecodeError``."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise utf8_error(path, data, exc) from None
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object) for each non-blank line; malformed JSON names file and line."""
+    """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
+    not UTF-8) names file and line."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise utf8_error(path, raw, exc, lineno) from None
             if not line.strip():
                 continue
             try:
@@ -114,6 +144,22 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     PermissionError,
 )
 USER_ERROR_EXIT = 2  # as click's usage errors; an uncaught exception exits 1
+ALL_FAILED_EXIT = 1  # `ragbench run`: every record failed
+
+# the exit codes, as `ragbench --help` and `ragbench run --help` show them (typer's help prints
+# each paragraph as one reflowed line)
+EXIT_CODES_HELP = "\n\n".join(
+    [
+        "Exit codes:",
+        "0: done (a run whose records partly failed says how many; rerun it to retry them).",
+        f"{ALL_FAILED_EXIT}: a run in which every record failed (each record's error is listed), "
+        "or a bug (a traceback).",
+        f"{USER_ERROR_EXIT}: bad input, reported as one `error: ...` line naming the file and "
+        "line or key (a config, dataset or sweep file, an unknown name, a bad option), or a "
+        "failed preflight (the server unreachable, long-context prompts over the window, the run "
+        "folder held by another process).",
+    ]
+)
 
 
 def cli_error(exc: BaseException, code: int = USER_ERROR_EXIT) -> typer.Exit:

@@ -139,6 +139,10 @@ class GenerationRequest(JsonMixin):
     it that way raises an error naming what it supports. ``to_dict`` writes it in its legacy flat
     form (``kv_cache``, ``kv_bits``, ...), left out for the plain cache, so completion-cache keys
     are the ones they always were.
+
+    ``cacheable=False``: never served from or stored in a completion cache, because what it
+    costs depends on state outside the request (a question on a preloaded corpus KV: a stored
+    answer would carry the corpus prefill its run paid). Left out of ``to_dict`` when True.
     """
 
     prompt: str
@@ -149,6 +153,7 @@ class GenerationRequest(JsonMixin):
     system: str = ""
     id: str = ""
     kv: Any = None  # ragbench.llm.kv_cache.KVVariant; None: plain
+    cacheable: bool = True  # False: past the completion cache (see the docstring)
 
     def __post_init__(self) -> None:
         if self.prefix and not self.prompt.startswith(self.prefix):
@@ -166,6 +171,8 @@ class GenerationRequest(JsonMixin):
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data.pop("kv")
+        if data["cacheable"]:
+            data.pop("cacheable")
         return data | (self.kv.fields() if self.kv is not None else {})
 
     @classmethod

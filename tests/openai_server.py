@@ -1,7 +1,9 @@
 """A scripted OpenAI-compatible server on loopback for the HTTP backend's tests.
 
 ``serve(behave)`` (the fixture made from ``serving``) starts one; ``behave(handler, body, n)`` answers the n-th POST
-(``ok``, ``status``, ``hang``, ``drop``, ``sequence``). GETs (``/v1/models``) are answered by
+(``ok``, ``status``, ``hang``, ``drop``, ``sequence``; fault modes: ``ok(ignore_stream=True)``
+answers a streaming request with one JSON body, ``cut_mid_event`` ends a stream inside an event,
+``raw`` sends any body with status 200). GETs (``/v1/models``) are answered by
 ``get`` (by default a one-model list) and recorded apart in ``gets``, so request counts stay
 those of generation requests. Each request is recorded with its path (query included), headers
 and body.
@@ -45,8 +47,10 @@ def ok(
     between: float = 0.0,
     usage: bool = True,
     cut: bool = False,
+    ignore_stream: bool = False,
 ) -> Behave:
-    """Answer ``echo <prompt>``; streamed word by word when the request asks for it."""
+    """Answer ``echo <prompt>``; streamed word by word when the request asks for it (unless
+    ``ignore_stream``: one JSON body, as servers that do not stream answer)."""
 
     def behave(h, body, n):
         time.sleep(delay)
@@ -57,7 +61,7 @@ def ok(
             "completion_tokens": len(words),
             "prompt_tokens_details": {"cached_tokens": 4},
         }
-        if not body.get("stream"):
+        if not body.get("stream") or ignore_stream:
             msg = {"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
             send_json(
                 h,
@@ -97,6 +101,39 @@ def status(code: int, message: str | Callable = "boom", headers: dict | None = N
     def behave(h, body, n):
         text = message(h) if callable(message) else message
         send_json(h, code, {"error": {"message": text, "code": code}}, headers)
+
+    return behave
+
+
+def raw(body: str, content_type: str = "application/json", headers: dict | None = None) -> Behave:
+    """Status 200 with ``body`` as it is (not JSON, HTML from a proxy, a JSON list...)."""
+
+    def behave(h, req, n):
+        data = body.encode()
+        h.send_response(200)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+
+    return behave
+
+
+def cut_mid_event() -> Behave:
+    """A stream that sends one event, then half of the next, then closes the connection."""
+
+    def behave(h, body, n):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        h.close_connection = True
+        first = {"model": body["model"], "choices": [{"delta": {"content": "echo"}}]}
+        h.wfile.write(f"data: {json.dumps(first)}\n\n".encode())
+        h.wfile.write(b'data: {"model": "m", "choices": [{"delta": {"content": " hel')
+        h.wfile.flush()
 
     return behave
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -203,8 +204,9 @@ def test_hash_without_judge_is_unchanged(tmp_path):
     from ragbench.secrets import redact
 
     cfg = load_config(write(tmp_path, GOOD))
-    # model.threads (added later) is left out of the hash too: it changes speed, not answers
-    exclude = {"output_dir": True, "judge": True, "model": {"threads"}}
+    # model.threads (added later) is left out of the hash too: it changes speed, not answers;
+    # and cost_basis at its default (added later still: see test_cost_basis_default_...)
+    exclude = {"output_dir": True, "judge": True, "model": {"threads"}, "cost_basis": True}
     data = redact(cfg.model_dump(mode="json", exclude=exclude))
     assert config_hash(cfg) == hashlib.sha256(dumps_canonical(data).encode()).hexdigest()
     judged = load_config(write(tmp_path, JUDGED + JUDGE, "j.yaml"))
@@ -244,3 +246,28 @@ def test_bad_strategy_parameters_name_the_strategy_and_its_line(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"c.yaml:\d+: price_sheet: unknown price sheet 'nope'"):
         load_config(write(tmp_path, GOOD + "price_sheet: nope\n"))
+
+
+# the hashes of the shipped configs before cost_basis existed: their run folders must not move
+SHIPPED_HASHES = {
+    "fake.yaml": "71d045b9fa34078b9f40e08262af565e82907ebf88f73ced74d61d47deeff217",
+    "gpu.yaml": "c773d4e3c47c96419f0afeab697da0d880d1204f85c8bff84f669b1d7c3d423a",
+    "quick-cpu.yaml": "84fa08b8e011528b1b8c785b37e3e3ea4650e22e0e16423394bed3cb39d78db1",
+}
+
+
+@pytest.mark.parametrize("filename", sorted(SHIPPED_HASHES))
+def test_cost_basis_default_keeps_the_shipped_config_hashes(filename):
+    cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / filename)
+    assert cfg.cost_basis == "calibrated"
+    assert config_hash(cfg) == SHIPPED_HASHES[filename]
+    explicit = load_config(cfg, ["cost_basis=calibrated"])  # the default, written out
+    assert config_hash(explicit) == SHIPPED_HASHES[filename]
+    measured = load_config(cfg, ["cost_basis=measured"])  # other dollars: another run folder
+    assert measured.cost_basis == "measured"
+    assert config_hash(measured) != SHIPPED_HASHES[filename]
+
+
+def test_cost_basis_names_its_choices(tmp_path):
+    with pytest.raises(ConfigError, match="calibrated.*measured|measured.*calibrated"):
+        load_config(write(tmp_path, GOOD + "cost_basis: wallclock\n"))

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ragbench.datasets import corpus, formats
+from ragbench.datasets import cleaning, corpus, formats
 from ragbench.io import InputFileError
 from ragbench.registry import UnknownNameError
 from ragbench.types import Document, Example
@@ -281,3 +281,83 @@ def test_no_warning_at_or_below_the_share(caplog):
 def test_thresholds_datasketch_cannot_band_fail_clearly():
     with pytest.raises(ValueError, match="cannot use threshold 1.0 with num_perm 128.*<= 0.98"):
         corpus.dedup_documents(_docs({"a": "x y"}), threshold=1.0)
+
+
+# --------------------------------------------------------------------------- big texts
+
+TRICKY = [
+    "",
+    "  lead and trail  ",
+    "a\u00a0b\u3000c\u2003d  e\t\tf",
+    "x \x1c y\x1f\x85z\u2028w",
+    "Stra\u00dfe \ufb01ne \u0130stanbul \u03a3\u03a3",
+    "caf\u00c3\u00a9 \u00e2\u20ac\u0153open\u00e2\u20ac\u009d",
+    "line \r\nline\r\rline\x0c\n\n\n\nend \t \nx",
+]
+
+
+def _reference_normalize(text: str) -> str:
+    """The definition: what ``normalize_for_hash`` computes without holding every word."""
+    return " ".join(corpus.clean_text(text).casefold().split())
+
+
+def test_normalize_for_hash_is_the_split_join_form_in_any_slices(monkeypatch):
+    rng = random.Random(5)
+    pieces = [" ", "  ", "\t", "\n", "\u00a0", "a", "B", "\u00df", "\u0130", "\u03a3", "x.y"]
+    texts = TRICKY + ["".join(rng.choices(pieces, k=rng.randint(1, 50))) for _ in range(300)]
+    for size in (1, 2, 3, 7, 1 << 20):  # slices cut after a non-space, never inside a run
+        monkeypatch.setattr(cleaning, "_SLICE", size)
+        for text in texts:
+            assert corpus.normalize_for_hash(text) == _reference_normalize(text), repr(text)
+
+
+def test_clean_text_replaces_runs_but_not_lone_spaces():
+    assert corpus.clean_text("a b  c\u00a0d \u3000e") == "a b c d e"
+    assert corpus.clean_text("a \n b") == "a\n b"
+
+
+def test_sketches_in_batches_equal_one_update_over_the_shingle_set(monkeypatch):
+    from datasketch import MinHash
+
+    text = corpus.normalize_for_hash(" ".join(_words(3, 500) * 2))  # repeats: a set drops them
+    whole = MinHash(num_perm=64, seed=1)
+    whole.update_batch([g.encode() for g in sorted(corpus.shingles(text))])
+    for batch in (1, 7, 4096):
+        monkeypatch.setattr(corpus, "HASH_BATCH", batch)
+        streamed = corpus._sketch(text, lambda: MinHash(num_perm=64, seed=1))
+        assert (streamed.hashvalues == whole.hashvalues).all()
+    assert corpus._sketch("", MinHash) is None
+    short = corpus._sketch("too short", lambda: MinHash(num_perm=64, seed=1))
+    one = MinHash(num_perm=64, seed=1)
+    one.update(b"too short")
+    assert (short.hashvalues == one.hashvalues).all()
+
+
+def test_deduplicator_one_text_at_a_time_equals_find_duplicates():
+    base = _long_text(1)
+    texts = [base, _one_word_changed(base), base.upper(), "tiny", "TINY", _long_text(2), ""]
+    groups = ["q", "q", "q", "q", "r", "q", "q"]
+    for gs in (None, groups):
+        dedup = corpus.Deduplicator()
+        answers = [dedup.add(t, gs[i] if gs else "") for i, t in enumerate(texts)]
+        expected = corpus.find_duplicates(texts, groups=gs)
+        assert {i: a for i, a in enumerate(answers) if a is not None} == expected
+        assert dedup.drops == expected and expected  # something was dropped
+
+
+def test_dedup_of_a_big_text_holds_a_few_copies_of_it_not_its_shingles():
+    import sys
+    import tracemalloc
+
+    rng = random.Random(0)
+    vocab = ["".join(rng.choices("abcdefghij", k=rng.randint(2, 9))) for _ in range(3000)]
+    vocab += ["caf\u00e9", "don\u2019t"]  # 2 bytes per character, like most real text
+    text = "\n\n".join(" ".join(rng.choices(vocab, k=80)) for _ in range(2500))  # ~1.3M chars
+    tracemalloc.start()
+    try:
+        corpus.Deduplicator().add(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the word list, shingle set and (shingles x num_perm) array it once built were ~100x
+    assert peak < 8 * sys.getsizeof(text), peak / sys.getsizeof(text)

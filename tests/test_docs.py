@@ -270,3 +270,93 @@ def test_cli_nothing_readable_exits_2_with_one_line(cli, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "no readable documents" in lines[0]
     assert not (tmp_path / "c.jsonl").exists()
+
+
+# --------------------------------------------------------------------------- streaming, bad paths
+
+
+def test_ingest_to_writes_the_bytes_write_documents_writes(folder, tmp_path):
+    from ragbench.datasets.corpus_file import write_documents
+
+    whole = docs.ingest([folder])
+    expected = write_documents(tmp_path / "whole.jsonl", whole.documents).read_bytes()
+    streamed = docs.ingest_to(tmp_path / "out" / "streamed.jsonl", [folder])
+    assert streamed.path.read_bytes() == expected
+    assert streamed.fingerprint == whole.fingerprint == sha256_file(streamed.path)
+    assert streamed.ids == [d.id for d in whole.documents] and streamed.documents == []
+    assert streamed.dedup == whole.dedup and streamed.skipped == whole.skipped
+    assert not list((tmp_path / "out").glob(".*"))  # no temporary file left
+
+
+def test_ingest_to_writes_nothing_when_nothing_is_readable(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.docx").write_bytes(b"nope")
+    with pytest.raises(ValueError, match="no readable documents"):
+        docs.ingest_to(tmp_path / "c.jsonl", [bad])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+def test_progress_bar_counts_bytes(folder, monkeypatch):
+    import tqdm.auto
+
+    seen: dict = {"updated": 0}
+
+    class Recorder(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            seen.update(kwargs)
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            seen["updated"] += n
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    chosen, _ = docs.discover([folder])
+    docs.ingest([folder], progress=False)
+    assert seen["unit"] == "B" and seen["total"] == sum(p.stat().st_size for p, _ in chosen)
+    assert seen["updated"] == seen["total"]
+
+
+def _never_read(monkeypatch):
+    def fail(path, doc_id):
+        raise AssertionError(f"{doc_id} was read")
+
+    monkeypatch.setattr(docs, "read_document", fail)
+
+
+def _one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_cli_refuses_a_symlink_loop_before_reading(cli, folder, tmp_path, monkeypatch):
+    (folder / "sub" / "loop.md").symlink_to("loop.md")  # a link to itself
+    _never_read(monkeypatch)
+    out = tmp_path / "c.jsonl"
+    line = _one_error_line(cli("docs", str(folder), "--out", str(out)))
+    assert f"{folder / 'sub' / 'loop.md'}: symbolic link loop" in line
+    assert not out.exists()
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    assert f"{a}: symbolic link loop" in _one_error_line(cli("docs", str(a), "--out", str(out)))
+    assert f"{a}: symbolic link loop" in _one_error_line(cli("docs", str(a)))  # default --out
+    with pytest.raises(ValueError, match="symbolic link loop"):
+        docs.discover([folder])
+    assert docs.discover([folder], exclude=["loop.md"])[0]  # excluded: not looked at
+
+
+def test_cli_refuses_an_output_folder_before_reading(cli, folder, tmp_path, monkeypatch):
+    _never_read(monkeypatch)
+    target = tmp_path / "outdir"
+    target.mkdir()
+    line = _one_error_line(cli("docs", str(folder), "--out", str(target)))
+    assert f"--out {target} is a folder" in line and ".tmp" not in line
+    assert list(target.iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    line = _one_error_line(cli("docs", str(folder), "--out", str(tmp_path / "file" / "c.jsonl")))
+    assert f"{tmp_path / 'file'} is a file, not a folder" in line

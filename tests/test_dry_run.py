@@ -8,6 +8,7 @@ import pytest
 from test_runner import niah_config
 
 from ragbench.experiment.dry_run import dry_run
+from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
 
 
@@ -21,15 +22,23 @@ def test_dry_run_predicts_the_prompt_tokens_and_dollars_of_the_run(tmp_path):
     cfg["model"]["params"] = {"context_window": 1000}  # the 1500-token haystacks overflow
     table = dry_run(cfg, progress=False)
     assert not (tmp_path / "results").exists()  # nothing written
+    over = {k: v for k, v in table.set_index("label")["over_window"].items() if v}
+    assert over == {"long_context": 2}
+    # the run counts them the same way and stops before it loads the model (was: 2 error rows)
+    with pytest.raises(OverWindowError, match="2 of 4 examples are over the window") as info:
+        run(cfg, progress=False)
+    assert info.value.count == over["long_context"]
+    # cut instead, every prompt fits: the tokens predicted are the tokens logged
+    cfg["strategies"][1] = {"name": "long_context", "params": {"overflow": "truncate_middle"}}
+    table = dry_run(cfg, progress=False)
     df = run(cfg, progress=False)
     predicted = table.set_index("label")
-    assert predicted["prompt_tokens"].dropna().to_dict() == logged(df)
-    over = df[df["error"].notna()].groupby("label").size().to_dict()
-    assert {k: v for k, v in predicted["over_window"].items() if v} == over == {"long_context": 2}
+    assert df["error"].isna().all() and not predicted["over_window"].any()
+    assert predicted["prompt_tokens"].to_dict() == logged(df)
+    assert df[df.strategy == "long_context"]["truncated_tokens"].gt(0).sum() == 2
     # api sheet: dollars from tokens, with max_new_tokens as the completion bound
-    ok = df[df["error"].isna()]
-    assert (ok["completion_tokens"] <= cfg["model"].get("max_new_tokens", 32)).all()
-    assert (predicted["dollars_per_query_max"] >= ok.groupby("label")["dollars"].mean()).all()
+    assert (df["completion_tokens"] <= cfg["model"].get("max_new_tokens", 32)).all()
+    assert (predicted["dollars_per_query_max"] >= df.groupby("label")["dollars"].mean()).all()
     assert any("self_route" in n for n in table.attrs["notes"])
 
 
@@ -78,3 +87,24 @@ def test_dry_run_window_follows_rope_scaling_like_the_model():
     assert scaled.context_window == 2 * plain.context_window == 16384
     given = HFPromptCounter("smollm2-135m-instruct", context_window=4096, rope_factor=2.0)
     assert given.context_window == 4096  # an explicit window wins, as in HFModel
+
+
+def test_a_device_hour_sheet_is_priced_from_a_cached_calibration_or_not_at_all(
+    tmp_path, monkeypatch
+):
+    import ragbench.experiment.dry_run as dry
+    from ragbench.cost.prices import dollars, modelled_seconds_for, price_sheet
+    from ragbench.llm.calibration import Rates
+
+    cfg = niah_config(tmp_path, strategies=["closed_book"], price_sheet="example-cpu-hour")
+    unpriced = dry_run(cfg, progress=False)
+    assert unpriced["dollars_per_query_max"].isna().all()  # never a pretend $0
+    assert any("no calibration" in n for n in unpriced.attrs["notes"])
+    rates = Rates(a=0.01, b=0.002, c=1e-7, d0=0.02, d1=1e-6)
+    monkeypatch.setattr(dry, "cached_calibration", lambda cfg: rates)
+    priced = dry_run(cfg, progress=False)
+    row = priced.iloc[0]
+    seconds = modelled_seconds_for(rates, row["prompt_tokens"], 0, row["completion_tokens_max"])
+    expected = dollars(price_sheet("example-cpu-hour"), device_seconds=seconds)
+    assert row["dollars_per_query_max"] == pytest.approx(expected, rel=0.05)  # mean of 4 prompts
+    assert any("cached calibration" in n for n in priced.attrs["notes"])

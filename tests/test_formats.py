@@ -345,3 +345,24 @@ def test_fingerprint_of_examples_sharing_one_corpus_equals_the_written_bytes(tmp
     assert path.read_text(encoding="utf-8") == "".join(e.to_json() + "\n" for e in examples)
     assert formats.fingerprint(examples) == sha256_file(path)
     assert formats.fingerprint(examples[:1]) != formats.fingerprint(examples)
+
+
+def test_bytes_that_are_not_utf8_name_the_file_line_and_column(tmp_path):
+    from ragbench.io import read_text
+
+    good = tmp_path / "good.jsonl"
+    formats.write_examples(good, [Example("a", "q?", ("x",), (Document("d", "text"),))])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(good.read_bytes() + good.read_bytes().replace(b"text", b"t\xe9xt"))
+    with pytest.raises(InputFileError) as err:
+        formats.read_examples(bad)
+    column = bad.read_bytes().split(b"\n")[1].index(b"\xe9") + 1
+    assert str(err.value) == (
+        f"{bad}:2: not valid UTF-8 (byte 0xe9 at column {column}); save the file as UTF-8"
+    )
+    assert err.value.line == 2
+    with pytest.raises(
+        InputFileError, match=rf"bad.jsonl:2: not valid UTF-8 \(byte 0xe9 at column {column}\)"
+    ):
+        read_text(bad)
+    assert read_text(good) == good.read_text(encoding="utf-8")

@@ -558,3 +558,65 @@ def test_smollm2_closed_book_never_costs_more_than_rag_because_of_batching(smoll
     assert c_cb.meta["alone_seconds_estimate"] < c_rag.meta["alone_seconds_estimate"]
     assert c_cb.resource_seconds < c_rag.resource_seconds
     assert c_lc.cached_prompt_tokens == 0 and c_lc.meta["prefix_seconds"] > 0
+
+
+# --------------------------------------------------------------------------- pickle weights
+
+
+def _save_bin(model, folder) -> None:
+    """``pytorch_model.bin`` as older transformers wrote it: transformers 5 ignores
+    ``save_pretrained(safe_serialization=False)`` and writes safetensors, yet still loads .bin."""
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+
+
+def _pickled_copy(src, dst):
+    """``src`` with its weights in the pickle-based ``.bin`` format only."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(src, dst)
+    for file in dst.glob("*.safetensors"):
+        file.unlink()
+    _save_bin(AutoModelForCausalLM.from_pretrained(src), dst)
+    return dst
+
+
+def _logits(loaded, ids=(6, 7, 8, 9)):
+    with torch.no_grad():
+        return loaded.model(torch.tensor([list(ids)])).logits
+
+
+def test_pickle_weights_are_refused_unless_the_config_allows_them(tiny_dir, tmp_path):
+    from ragbench.llm.hf_load import load_model
+
+    pickled = _pickled_copy(tiny_dir, tmp_path / "pickled")
+    with pytest.raises(ValueError) as info:
+        load_model(str(pickled), device="cpu")
+    message = str(info.value)
+    assert str(pickled) in message and "allow_pickle_weights: true" in message
+    assert "\n" not in message
+    allowed = load_model(str(pickled), device="cpu", allow_pickle_weights=True)
+    safe = load_model(str(tiny_dir), device="cpu")  # safetensors: loaded as before
+    assert torch.equal(_logits(allowed), _logits(safe))
+    assert allowed.weights.startswith("files-sha256:") and safe.weights != allowed.weights
+
+
+def test_safetensors_are_preferred_when_both_formats_are_present(tiny_dir, tmp_path):
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from ragbench.llm.hf_load import load_model
+
+    both = tmp_path / "both"
+    shutil.copytree(tiny_dir, both)
+    other = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1.0)  # the .bin weights differ: which file was read shows in the logits
+    _save_bin(other, both)
+    safe = load_model(str(tiny_dir), device="cpu")
+    for allow in (False, True):
+        loaded = load_model(str(both), device="cpu", allow_pickle_weights=allow)
+        assert torch.equal(_logits(loaded), _logits(safe))

@@ -66,7 +66,7 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
 
     from tornado.websocket import websocket_connect
 
-    if not kernel_cli_args():
+    if not kernel_config():
         pytest.skip("this jupyter_client or pyzmq cannot provision CurveZMQ keys")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

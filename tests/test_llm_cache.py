@@ -242,3 +242,14 @@ def test_a_locked_cache_is_not_taken_for_a_corrupt_one(tmp_path):
         holder.execute("ROLLBACK")
     assert is_corruption(sqlite3.DatabaseError("database disk image is malformed"))
     assert list(tmp_path.glob("*.corrupt-*")) == []
+
+
+def test_a_request_past_the_cache_is_answered_and_never_stored(tmp_path):
+    fake = FakeLLM()
+    llm = CachedLLM(fake, tmp_path / "c.sqlite")
+    kept, past = GenerationRequest("a"), GenerationRequest("b", cacheable=False)
+    assert "cacheable" not in kept.to_dict() and past.to_dict()["cacheable"] is False
+    for _ in range(2):
+        first, second = llm.generate([kept, past])  # a mixed call: each group on its own
+    assert not second.cached and first.cached  # the second call hit only the cacheable one
+    assert llm.generate([past])[0].cached is False and fake.calls == 4

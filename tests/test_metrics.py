@@ -91,3 +91,18 @@ def test_aggregate_groups_and_missing():
     assert list(out.columns[:2]) == ["strategy", "metric"]
     with pytest.raises(ValueError, match="unknown column 'f2'"):
         m.aggregate(df, by=["strategy"], metric="f2")
+
+
+def test_every_metric_has_a_version_for_the_manifest():
+    from ragbench.metrics.answer import METRICS, metric_versions
+
+    versions = metric_versions(list(METRICS))
+    assert set(versions) == set(METRICS) and all(isinstance(v, int) for v in versions.values())
+    # bumped by the official-scoring fixes: SQuAD 2.0 (every string metric scores its no-answer
+    # questions) and LongBench's ROUGE-L
+    assert metric_versions(["exact_match", "f1", "contains", "longbench"]) == dict.fromkeys(
+        ["exact_match", "f1", "contains", "longbench"], 2
+    )
+    assert versions["judge_correct"] == 1
+    with pytest.raises(ValueError, match="did you mean 'exact_match'"):
+        metric_versions(["exact_mach"])

@@ -80,5 +80,5 @@ def test_too_few_passages_is_an_error(tmp_path):
     hay = str(_folder(tmp_path / "hay", n_files=1, sentences=20))
     with pytest.raises(ValueError, match=r"yields \d+ passages .* 30 documents are needed"):
         build(num_docs=30, num_examples=1, words_per_doc=40, haystack=hay, tokenizer=WS)
-    with pytest.raises(ValueError, match="num_docs must be >= 1"):
+    with pytest.raises(ValueError, match="'num_docs': 0 is out of range; valid: an integer >= 1"):
         build(num_docs=0, tokenizer=WS)

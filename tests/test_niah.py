@@ -183,3 +183,56 @@ def test_your_corpus_is_a_haystack_and_nonliteral_needles_share_no_word(tmp_path
                        needle_mode="nonliteral"))  # fmt: skip
     with pytest.raises(ValueError, match="did you mean 'literal'"):
         list(iter_niah([300], [50], haystack=str(corpus), needle_mode="literl"))
+
+
+@pytest.mark.parametrize(
+    ("needle", "question", "shared"),
+    [
+        ("Maria paints every morning.", "Who painted the mural?", {"painted"}),
+        ("Tom sings in the choir.", "Which singer lives nearby?", {"singer"}),
+        ("Ann cooked dinner for six.", "Who was cooking?", {"cooking"}),
+        ("The baker opened early.", "Who bakes bread?", {"bakes"}),
+        ("Rivers flow to the sea.", "Which river?", {"river"}),
+        ("The magic number is 7.", "What is the magic number?", {"magic", "number"}),
+    ],
+)
+def test_nonliteral_guard_compares_stems(needle, question, shared):
+    from ragbench.datasets.niah import iter_niah, shared_content_words
+
+    assert shared_content_words(needle, question) == shared
+    with pytest.raises(ValueError, match="needle_mode='nonliteral': the question shares"):
+        next(iter_niah([300], [50], needle=needle, question=question, needle_mode="nonliteral"))
+
+
+@pytest.mark.parametrize(
+    ("needle", "question"),
+    [
+        ("Actually, Yuki lives next to the Semper Opera House.", "Which character has been to Dresden?"),
+        ("The pain in his knee faded.", "Who mixed the paint?"),
+        ("She parked the car.", "Who dealt the card?"),
+        ("Kiki plays the violin at the concert hall.", "Who is a musician?"),
+    ],
+)  # fmt: skip
+def test_nonliteral_guard_passes_unrelated_words(needle, question):
+    from ragbench.datasets.niah import shared_content_words
+
+    assert shared_content_words(needle, question) == set()
+
+
+def test_bad_parameters_name_their_key_and_valid_range():
+    from ragbench.datasets._validate import DatasetParamError
+    from ragbench.datasets.niah import iter_niah
+
+    cases = [
+        ({"context_lengths": "abc"}, "context_lengths", 'got "abc"'),
+        ({"context_lengths": [-5]}, "context_lengths", "-5 is out of range; valid: integers >= 201"),
+        ({"context_lengths": 300, "final_context_length_buffer": -1}, "final_context_length_buffer", "-1 is out of range"),
+        ({"depth_percents": [10, 150]}, "depth_percents", "150 is out of range; valid: numbers within [0, 100]"),
+        ({"depth_percents": ["x"]}, "depth_percents", 'expected a list of numbers within [0, 100], got ["x"]'),
+        ({"needle_mode": "fuzzy"}, "needle_mode", '"fuzzy" is not valid; valid: literal, nonliteral'),
+    ]  # fmt: skip
+    for params, key, message in cases:
+        with pytest.raises(DatasetParamError) as err:
+            list(iter_niah(tokenizer="whitespace", **params))
+        assert err.value.key == key and message in str(err.value), str(err.value)
+        assert str(err.value).startswith(f"dataset parameter {key!r}: ")

@@ -228,3 +228,54 @@ def test_rendered_quickstart_shows_its_figures_in_chromium(executed, tmp_path):
     non_white = (shot.min(axis=2) < 240).mean()
     colours = len(np.unique(shot.reshape(-1, 3), axis=0))
     assert non_white > 0.01 and colours > 100, (non_white, colours)
+
+
+# the comparison notebooks: each opens its results with the verdict
+VERDICT_FIRST = ["00_quickstart", "02_rag_vs_long_context", "03_retrieval_tuning",
+                 "05_your_documents", "06_long_context_techniques"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", VERDICT_FIRST)
+def test_the_first_output_after_the_run_is_the_verdict(executed, name):
+    nb = nbformat.read(executed[name], as_version=4)
+    shown = [o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+             for o in c.get("outputs", []) if o.get("output_type") != "stream"]  # fmt: skip
+    run = next(i for i, d in enumerate(shown) if "run folder:" in d.get("text/plain", ""))
+    verdict = shown[run + 1]
+    assert verdict.get("text/markdown", "").startswith("**Verdict:** "), verdict
+    text = verdict["text/markdown"]
+    assert any(w in text for w in ("Use ", "Too few questions", "No variant meets")), text
+    assert "Holds for" in text and "e-0" not in text  # conditions; dollars in fixed notation
+
+
+@pytest.mark.slow
+def test_rendered_quickstart_opens_with_the_verdict(executed, tmp_path):
+    html = render_notebook(executed["00_quickstart"], tmp_path / "q.html", include_code=False)
+    page = html.read_text(encoding="utf-8")
+    header = page.index("ragbench-provenance")
+    verdict = page.index("Verdict:</strong>")
+    first_table = page.index("<table", page.index("</section>", header))
+    assert header < verdict < first_table < page.index('src="data:image/png;base64,')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_rendered_tables_fit_the_page_and_read_numbers_in_chromium(executed, name, tmp_path):
+    """Every table of the rendered page fits its output area in a 1,000 px wide window (none
+    clipped or scrolled sideways, the page itself neither), and no cell reads inf, nan or
+    <NA> where a number is expected (a break-even never reached reads "never")."""
+    import shutil
+
+    from ragbench.workspace.render import table_layout
+
+    html = render_notebook(executed[name], tmp_path / f"{name}.html", include_code=False)
+    if shutil.which("chromium") is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    layout = table_layout(html, window=(1000, 1600))
+    assert layout["tables"], "no table on the page"
+    clipped = [t for t in layout["tables"] if t["width"] > t["container"]]
+    assert clipped == [], [(t["header"], t["width"], t["container"]) for t in clipped]
+    assert layout["page"] <= layout["viewport"]
+    bad = [(t["header"], t["bad_cells"]) for t in layout["tables"] if t["bad_cells"]]
+    assert bad == []

@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -20,9 +21,11 @@ import pytest
 from openai_server import (
     ask,
     client,
+    cut_mid_event,
     drop,
     hang,
     ok,
+    raw,
     sequence,
     serving,
     status,
@@ -571,3 +574,77 @@ def test_real_server_completions_endpoint(transformers_serve):
     c = llm.generate([GenerationRequest(prompt="The capital of France is", max_new_tokens=6)])[0]
     assert c.text.strip() and c.completion_tokens == 6 and c.finish_reason == "length"
     assert c.prompt_tokens == 5 and not c.usage_estimated
+
+
+# ---------------------------------------------------------------------------- unreadable answers
+
+
+def test_a_stream_cut_mid_event_is_retried_like_a_dropped_connection(serve):
+    srv = serve(sequence(cut_mid_event(), ok()))
+    c = ask(client(srv))
+    assert c.text == "echo hello world" and c.meta["attempts"] == 2
+    srv = serve(cut_mid_event())
+    with pytest.raises(LLMRequestError) as err:
+        ask(client(srv, max_retries=1))
+    msg = str(err.value)
+    assert re.match(
+        rf"POST {re.escape(srv.url)}/chat/completions \(request ragbench-\w+\) failed after 2 "
+        r"attempt\(s\): the event stream was cut short: it ended inside an event: event 2 is "
+        r"not valid JSON \(Unterminated string starting at: line 1 column \d+\): '",
+        msg,
+    ), msg
+    assert "\n" not in msg and len(srv.requests) == 2
+
+
+def test_a_json_body_answering_a_streaming_request_is_read_as_a_completion(serve):
+    srv = serve(ok(ignore_stream=True))
+    c = ask(client(srv))  # stream=True by default
+    assert c.text == "echo hello world" and c.finish_reason == "stop"
+    assert srv.requests[0][2]["stream"] is True
+    assert c.meta["ttft_measured"] is False and c.prefill_seconds == 0.0
+    assert (c.prompt_tokens, c.cached_prompt_tokens) == (11, 4)
+    # an event stream labelled as JSON is still read as events
+    events = 'data: {"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n'
+    c = ask(client(serve(raw(events + "data: [DONE]\n\n"))))
+    assert c.text == "hi" and c.meta["ttft_measured"] is True
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_unreadable_body_names_the_url_and_the_request_id_and_is_not_retried(serve, stream):
+    srv = serve(raw('{"id": "x", "choices": [{"message": <html>bad gateway</html>'))
+    with pytest.raises(LLMRequestError) as err:
+        ask(client(srv, stream=stream))
+    msg = str(err.value)
+    sent = srv.requests[0][1]["X-Request-ID"]
+    assert sent.startswith("ragbench-")
+    assert msg.startswith(
+        f"POST {srv.url}/chat/completions (request {sent}) failed after 1 attempt(s): response "
+        "is not valid JSON (Expecting value: line 1 column 37): "
+    )
+    assert "<html>bad gateway" in msg and "\n" not in msg and len(srv.requests) == 1
+    # the server's own request id wins; JSON that is no completion is named as such
+    srv = serve(raw("[1, 2]", headers={"x-request-id": "srv-42"}))
+    with pytest.raises(
+        LLMRequestError,
+        match=r"\(request srv-42\) failed after 1 attempt\(s\): response is not a JSON object",
+    ):
+        ask(client(srv, stream=stream))
+
+
+def test_a_bad_event_followed_by_more_is_an_error_not_a_cut(serve):
+    body = "data: {oops\n\ndata: [DONE]\n\n"
+    srv = serve(raw(body, content_type="text/event-stream"))
+    with pytest.raises(
+        LLMRequestError, match=r"\(request ragbench-\w+\) failed .*: event 1 is not valid JSON"
+    ):
+        ask(client(srv))
+    assert len(srv.requests) == 1  # the server answered: not retried
+
+
+def test_embeddings_reply_that_is_not_json_names_the_request(serve):
+    srv = serve(raw("<html>502</html>", content_type="text/html"))
+    with pytest.raises(
+        LLMRequestError,
+        match=r"/v1/embeddings \(request ragbench-\w+\) failed .*: response is not valid JSON",
+    ):
+        client(srv).post_json("embeddings", {"input": ["a"]})

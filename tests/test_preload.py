@@ -196,7 +196,9 @@ def test_preload_without_a_shared_corpus_runs_as_plain_long_context(tmp_path, co
 
 def test_preload_bypasses_the_completion_cache(tmp_path, corpus):
     # an extended run finds its preload request in the completion cache: answered from there,
-    # no KV would be computed and the first new question would pay the corpus
+    # no KV would be computed and the first new question would pay the corpus. Its questions
+    # are never answered from the cache either: a stored answer carries the corpus prefill
+    # its own run paid, and the preload's one-time share would charge the corpus twice
     from ragbench.llm.cache import CachedLLM
 
     strategies = [{"name": "long_context", "params": {"preload": True}}]
@@ -208,7 +210,7 @@ def test_preload_bypasses_the_completion_cache(tmp_path, corpus):
     fake = FakeLLM(prefix_cache_size=1)  # a new process: no KV kept
     df = run(corpus_config(tmp_path, corpus, strategies, name="second"), progress=False,
              llm=CachedLLM(fake, db))  # fmt: skip
-    assert fake.calls == 1 + (N - 2) // 2  # the preload reached the model, then the new questions
+    assert fake.calls == 1 + N // 2  # the preload reached the model, then every question
     corpus_tokens = fake.count_tokens(build_dataset("corpus", corpus=str(corpus[0]),
                                                     questions=str(corpus[1]))[0].context)  # fmt: skip
     assert (df["cached_prompt_tokens"] >= corpus_tokens).all()
@@ -255,3 +257,19 @@ def test_reprice_recomputes_the_one_time_and_amortised_dollars(tmp_path, corpus)
             assert back.one_time_dollars is None and back.amortised_dollars is None
         else:
             assert back.amortised_dollars == back.dollars
+
+
+def test_a_preloaded_run_after_a_plain_one_is_charged_as_with_the_cache_off(tmp_path, corpus):
+    from ragbench.llm.cache import CachedLLM
+
+    db = tmp_path / "completions.sqlite"
+    plain = corpus_config(tmp_path, corpus, ["long_context"], name="plain")
+    run(plain, progress=False, llm=CachedLLM(FakeLLM(prefix_cache_size=1), db))
+    preload = [{"name": "long_context", "params": {"preload": True}}]
+    cached = run(corpus_config(tmp_path, corpus, preload, name="after"), progress=False,
+                 llm=CachedLLM(FakeLLM(prefix_cache_size=1), db))  # fmt: skip
+    alone = run(corpus_config(tmp_path, corpus, preload, name="alone"), progress=False,
+                llm=FakeLLM(prefix_cache_size=1))  # fmt: skip
+    assert cached["amortised_dollars"].tolist() == alone["amortised_dollars"].tolist()
+    assert cached["prompt_tokens"].tolist() == alone["prompt_tokens"].tolist()
+    assert (cached["cached_prompt_tokens"] > 0).all()  # every question read the preloaded KV

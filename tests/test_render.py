@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from ragbench.secrets import env_secret_values
-from ragbench.workspace.render import render_notebook, repo_root, screenshot_html, scrub
+from ragbench.workspace.render import (
+    render_notebook,
+    repo_root,
+    screenshot_html,
+    scrub,
+    table_layout,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "figure.ipynb"
 FAKE_KEY = "fake-openai-key-0123456789abcdef"  # no known key shape: only the env scan catches it
@@ -298,3 +304,24 @@ def test_render_cli_bad_manifest_is_one_line(rendered, tmp_path):
         assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
         (line,) = result.stderr.splitlines()
         assert line.startswith(f"ragbench render: {manifest}: {reason}")  # fmt: skip
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_the_layout_check_sees_a_clipped_table_and_an_inf_cell(tmp_path):
+    import pandas as pd
+
+    from ragbench import report
+
+    wide = pd.DataFrame({f"a_rather_long_column_name_{i}": [1.5e-3 * i] for i in range(30)})
+    wide["break_even_questions_per_document"] = float("inf")
+    page = tmp_path / "page.html"
+    page.write_text(  # a notebook's output area: a block as wide as the page, tables inside
+        "<html><body><div class='out'>" + wide.to_html() + "</div>"
+        "<div class='out'>" + report.formatted(wide).to_html() + "</div></body></html>",
+        encoding="utf-8",
+    )
+    layout = table_layout(page, chromium=str(CHROMIUM), window=(1000, 800))
+    raw, *formatted = layout["tables"]
+    assert raw["width"] > raw["container"] and raw["bad_cells"] == ["inf"]  # pandas as is
+    assert formatted and all(t["width"] <= t["container"] for t in formatted)  # split to fit
+    assert all(t["bad_cells"] == [] for t in formatted)  # "never", not inf

@@ -330,3 +330,84 @@ def test_summary_averages_measured_kv_bytes_and_plots_them_with_a_unit():
     ax = report.plot_accuracy_vs_cost(table, cost="kv_bytes_measured")
     assert "KV-cache MiB per query (measured)" in ax.get_xlabel()
     assert "memory" in ax.get_title()
+
+
+# ------------------------------------------------------------------ tables that fit the page
+
+
+def _cells(html: str) -> list[str]:
+    import re
+
+    return re.findall(r"<td [^>]*>([^<]*)</td>", html)
+
+
+def test_a_wide_summary_splits_into_what_a_reader_needs_first_and_its_detail():
+    df = _df().assign(flops=1.5e12, latency_seconds=0.5, amortised_dollars=0.2)
+    table = report.summary(df)
+    styler = report.formatted(table)
+    assert styler.data.columns[0] == "label"
+    assert set(styler.data.columns) == set(table.columns)  # every number stays in .data
+    html = styler.to_html()
+    assert html.count("<table") == 2 and "more columns for the same rows" in html
+    [detail] = styler.more
+    shown = list(detail.data.columns)
+    assert shown[0] == "label" and {"n_missing", "ci_method", "flops"} <= set(shown)
+    assert "string_match_all" not in shown and "dollars" not in shown  # those read first
+    head = html.split("more columns")[0]
+    assert "string_<wbr>match_<wbr>all" in head and "n_<wbr>missing" not in head
+    assert ">0<" not in html.split("<tbody>")[1][:200]  # a RangeIndex 0, 1, 2 is not shown
+    small = report.formatted(report.self_route_diagnostics(_df()))  # narrow: one table
+    assert small.more == [] and small.to_html().count("<table") == 1
+
+
+def test_break_even_reads_never_and_comes_first():
+    table = pd.DataFrame({
+        "sheet": ["example-hosted-api", "anthropic-claude-sonnet-4-5"],
+        "sheet_date": ["2025-01-15", "2025-11-01"], "rag_label": ["rag k=1", "rag k=1"],
+        "rag_dollars_per_query": [1.5e-5, 3e-4], "lc_first_question_dollars": [7e-5, 1.5e-3],
+        "lc_later_question_dollars": [4e-5, 1e-4], "lc_no_cache_dollars_per_query": [7e-5, 1e-3],
+        "prefix_tokens": [464.0, 464.0], "break_even_questions_per_document": [float("inf"), 2.5],
+        "lc_cheaper_from": pd.array([None, 3], dtype="Int64"),
+    })  # fmt: skip
+    styler = report.formatted(table)
+    first = list(styler.data.columns[:4])
+    assert first == ["sheet", "rag_label", "break_even_questions_per_document", "lc_cheaper_from"]
+    html = styler.to_html()
+    cells = _cells(html)
+    assert "inf" not in " ".join(cells).split() and "<NA>" not in html
+    # the first row as read: the sheet, the variant, the answer ("never"), then RAG's cost in
+    # $ per 1k queries (never 1.5e-05); the second breaks even at 2.5 questions per document
+    assert cells[:5] == ["example-hosted-api", "rag k=1", "never", "never", "$0.0150"]
+    assert cells[5:10] == ["anthropic-claude-sonnet-4-5", "rag k=1", "2.5", "3", "$0.3000"]
+    from ragbench.report.readable import readable_text
+
+    text = readable_text(table)  # the terminal reads "never" too
+    assert "never" in text and " inf" not in text
+
+
+def test_effective_length_at_the_longest_tested_length_reads_at_least():
+    df = _df()
+    eff = report.effective_context_length(df, threshold=0.5).set_index("label")
+    assert bool(eff.loc["rag k=2", "censored"]) and not eff.loc["long_context", "censored"]
+    assert eff.loc["rag k=2", "longest_tested"] == 8000
+    cells = _cells(report.formatted(eff.reset_index(), rates=["threshold"]).to_html())
+    assert "≥ 8,000" in cells and "4,000" in cells and "≥ 4,000" not in cells
+
+
+def test_heatmap_cells_carry_their_values():
+    df = _df()
+    fig = report.plot_heatmaps(df, ["long_context", "rag k=2"])
+    texts = [[t.get_text() for t in ax.texts] for ax in fig.axes[:2]]
+    assert texts[0] == ["100%", "100%", "0%", "100%", "0%", "0%"]  # depth 10 row, then 90
+    assert texts[1] == ["100%", "100%", "100%", "100%", "100%", "0%"]
+    from ragbench.report.figures import _cell_text
+
+    assert _cell_text(0.996) == ">99%" and _cell_text(0.004) == "<1%" and _cell_text(1.0) == "100%"
+    many = pd.concat([_df().assign(depth_percent=d) for d in range(0, 100, 10)])
+    big = report.plot_heatmaps(many, ["rag k=2"])
+    assert len(big.axes[0].texts) == 30
+    assert report.readable.figure_problems(big) == []
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    plt.close(big)

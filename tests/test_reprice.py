@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -53,8 +54,6 @@ def run_dir(tmp_path_factory):
 
 
 def originals(run_dir):
-    from pathlib import Path
-
     return {n: sha256_file(Path(run_dir) / n) for n in ("results.parquet", "records.jsonl")}
 
 
@@ -168,7 +167,13 @@ def test_cli_reprice_prints_before_after_and_exit_codes(run_dir, tmp_path):
     cli = CliRunner()
     ok = cli.invoke(app, ["reprice", run_dir, "--price-sheet", "openai-gpt-5-mini"])
     assert ok.exit_code == 0, ok.output
-    assert "before $/query" in ok.output and "long_context" in ok.output
+    assert "before ($ / 1k queries)" in ok.output and "long_context" in ok.output
+    assert "$/query" not in ok.output  # one unit for dollars everywhere: $ per 1k queries
+    # the printed value is the variant's mean $ per query x 1,000, in fixed notation
+    after = pd.read_parquet(Path(run_dir) / "results.openai-gpt-5-mini.parquet")
+    lc = after[after["strategy"] == "long_context"]["dollars"].mean()
+    [line] = [ln for ln in ok.output.splitlines() if ln.startswith("long_context ")]
+    assert f"${lc * 1000:,.4f}" in line.split() and "e-0" not in line
     assert "results.openai-gpt-5-mini.parquet" in ok.output
     bad = cli.invoke(app, ["reprice", run_dir, "--price-sheet", "openai-gpt5-mini"])
     assert bad.exit_code == 2 and "did you mean 'openai-gpt-5-mini'" in bad.output

@@ -205,3 +205,18 @@ def test_your_corpus_as_the_ruler_haystack(tmp_path):
     with pytest.raises(ValueError, match="corpus.jsonl"):
         build("niah_single", context_lengths=[1200], num_examples=1, tokenizer=WS,
               haystack="essay")  # fmt: skip
+
+
+def test_bad_parameters_name_their_key_and_valid_range():
+    from ragbench.datasets._validate import DatasetParamError
+
+    cases = [
+        ("niah_single", {"context_lengths": [100]}, "context_lengths", "100 is out of range"),
+        ("niah_multikey", {"num_keys": 0}, "num_keys", "0 is out of range; valid: an integer >= 1"),
+        ("variable_tracking", {"num_hops": "4"}, "num_hops", 'expected an integer >= 1, got "4"'),
+        ("niah_single", {"key_type": "word"}, "key_type", "did you mean 'words'?"),
+    ]
+    for task, params, key, message in cases:
+        with pytest.raises(DatasetParamError) as err:
+            build(task, tokenizer="whitespace", **params)
+        assert err.value.key == key and message in str(err.value), str(err.value)

@@ -258,16 +258,47 @@ def test_dataset_without_answers(tmp_path):
         run(cfg, progress=False)
 
 
-def test_context_over_window_is_an_error_row(tmp_path):
+def test_context_over_window_stops_the_run_before_the_model_loads(tmp_path, monkeypatch):
+    # was: the model loaded, then one ContextOverflowError row per over-window example; now the
+    # run stops before any model loads, naming the count, the longest prompt and the window
+    import ragbench.experiment.runner as runner
+    from ragbench.experiment.preflight import OverWindowError
+
+    monkeypatch.setattr(runner, "load_model", lambda m: pytest.fail("the model was loaded"))
     cfg = niah_config(tmp_path, strategies=["closed_book", "long_context"])
     cfg["model"]["params"] = {"context_window": 1000}
-    df = run(cfg, progress=False)
-    lc = df[df.strategy == "long_context"].set_index("example_id")
-    long_ids = [i for i in lc.index if "L1500" in i]
-    assert lc.loc[long_ids, "error"].str.contains("exceeds the 1000-token context window").all()
-    assert lc.loc[long_ids, "string_match_all"].isna().all()
-    assert lc.drop(long_ids)["error"].isna().all()  # the run went on
-    assert df[df.strategy == "closed_book"]["error"].isna().all()
+    with pytest.raises(OverWindowError, match=r"2 of 4 examples are over the window") as info:
+        run(cfg, progress=False)
+    message = str(info.value)
+    assert "longest prompt is 1,476 tokens" in message and "1,000-token context window" in message
+    assert "error | truncate_head | truncate_middle | truncate_tail" in message
+    assert "--set strategies[1].params.overflow=truncate_middle" in message
+    assert (info.value.count, info.value.longest, info.value.window) == (2, 1476, 1000)
+    assert all("L1500" in i for i in info.value.example_ids)
+    assert not (tmp_path / "results").exists()  # nothing written
+    # the model a caller holds counts the prompts itself
+    with pytest.raises(OverWindowError):
+        run(cfg, progress=False, llm=FakeLLM("fake", context_window=1000))
+
+
+def test_truncated_context_says_what_it_kept(tmp_path):
+    # truncate_tail keeps the start: the needle at 10% depth survives the cut, the one at 90% not
+    lc = {"name": "long_context", "params": {"overflow": "truncate_tail"}}
+    cfg = niah_config(tmp_path, strategies=["closed_book", lc])
+    cfg["model"]["params"] = {"context_window": 1000}
+    df = run(cfg, progress=False).set_index("example_id")
+    df = df[df.strategy == "long_context"]
+    assert df["error"].isna().all()
+    cut = df[df["truncated_tokens"] > 0]
+    assert sorted(cut.index) == ["niah-L1500-D10", "niah-L1500-D90"]
+    assert cut["dropped_documents"].map(list).tolist() == [[], []]  # one document, cut
+    assert cut["cut_documents"].map(list).tolist() == [[f"{i}/haystack"] for i in cut.index]
+    assert cut["evidence_truncated"].to_dict() == {"niah-L1500-D10": False, "niah-L1500-D90": True}
+    whole = df.drop(cut.index)
+    assert (whole["evidence_truncated"] == False).all()  # noqa: E712 (a bool column)
+    assert whole["cut_documents"].map(len).eq(0).all()
+    assert df.loc["niah-L1500-D10", "string_match_all"] == 1.0
+    assert df.loc["niah-L1500-D90", "string_match_all"] == 0.0
 
 
 def test_cli_run(tmp_path):
@@ -491,8 +522,11 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
 
     from ragbench.cli.run import register
 
-    cfg = niah_config(tmp_path, strategies=["long_context"])
-    cfg["model"]["params"] = {"context_window": 10}  # every prompt is over the window
+    # every prompt is over the window, even cut to nothing (the question alone does not fit):
+    # under a truncating policy that is found per record (under "error" the run stops first)
+    lc = {"name": "long_context", "params": {"overflow": "truncate_tail"}}
+    cfg = niah_config(tmp_path, strategies=[lc])
+    cfg["model"]["params"] = {"context_window": 10}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     app = typer.Typer()
@@ -501,7 +535,7 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
     result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
     assert result.exit_code == 1, result.output
     assert "all 4 records failed" in result.output
-    assert "2 x ContextOverflowError: prompt of 376 tokens" in result.output
+    assert "4 x ContextOverflowError: prompt of 26 tokens" in result.output
     assert "Traceback" not in result.output
 
 
@@ -521,3 +555,25 @@ def test_credentials_change_neither_the_run_folder_nor_reach_the_manifest(tmp_pa
     for path in Path(tmp_path / "results").rglob("*"):
         if path.is_file():
             assert b"hunter2-cccc" not in path.read_bytes(), path
+
+
+def test_the_manifest_records_each_metric_version(tmp_path):
+    from ragbench.metrics.answer import get_metric
+
+    df = run(niah_config(tmp_path, strategies=["closed_book"]), progress=False)
+    manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
+    expected = {m: get_metric(m).version for m in ("string_match_all", "contains")}
+    assert manifest["metric_versions"] == expected and expected["string_match_all"] >= 2
+
+
+def test_a_damaged_manifest_is_kept_aside_and_said_not_silently_replaced(tmp_path, caplog):
+    cfg = niah_config(tmp_path, strategies=["closed_book"])
+    run_dir = Path(run(cfg, progress=False).attrs["run_dir"])
+    (run_dir / "manifest.json").write_text('{"name": "t-niah", "sessions": [')  # torn by hand
+    with caplog.at_level("WARNING", logger="ragbench.experiment.manifest"):
+        run(cfg, progress=False)
+    kept = list(run_dir.glob("manifest.json.damaged-*"))
+    assert len(kept) == 1 and kept[0].read_text().endswith('"sessions": [')
+    assert any("unreadable" in r.getMessage() and kept[0].name in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    assert json.loads((run_dir / "manifest.json").read_text())["name"] == "t-niah"

@@ -371,3 +371,90 @@ def test_params_grid_crosses_the_run_retrieval_settings():
     # a stored point comes back as its class
     p = st.SelfRouteParams(top_k=2, overflow="truncate_tail")
     assert st.params_from_dict("self_route", p.to_dict()) == p
+
+
+# --------------------------------------------------------------------------- what a cut kept
+
+
+@pytest.mark.parametrize("policy", ["truncate_head", "truncate_tail", "truncate_middle"])
+def test_kept_ranges_are_what_truncate_keeps(policy):
+    count = FakeLLM().count_tokens
+    text = " ".join(f"t{i}" for i in range(100))
+    ranges = prompts.kept_ranges(text, 10, policy, count)
+    assert "".join(text[s:e] for s, e in ranges) == prompts.truncate(text, 10, policy, count)
+    assert len(ranges) == (2 if policy == "truncate_middle" else 1)
+    assert prompts.kept_ranges(text, 1000, policy, count) == [(0, len(text))]  # all: one range
+    assert prompts.kept_ranges(text, 0, policy, count) == []
+    with pytest.raises(ValueError, match="overflow policy 'error'.*truncate_middle"):
+        prompts.truncate(text, 10, "error", count)
+
+
+def ten_documents(evidence_doc: int) -> Example:
+    """Ten titled 40-word documents; the needle (the evidence) sits in document ``evidence_doc``."""
+    docs = []
+    for i in range(10):
+        words = [f"d{i}w{j}" for j in range(40)]
+        text = " ".join(words[:20] + ([NEEDLE] if i == evidence_doc else []) + words[20:])
+        docs.append(Document(id=f"doc{i}", text=text, title=f"Title {i}"))
+    start = docs[evidence_doc].text.index(NEEDLE)
+    meta = {"evidence": [[f"doc{evidence_doc}", start, start + len(NEEDLE)]]}
+    return Example(f"e{evidence_doc}", "What is the special magic number?", ("7463343",),
+                   tuple(docs), meta)  # fmt: skip
+
+
+def test_truncation_names_the_dropped_and_cut_documents_and_whether_the_evidence_stayed():
+    # ~430 context tokens into a 200-token window: the middle documents go
+    inside, outside = ten_documents(0), ten_documents(5)
+    kept = run1("long_context", inside, res(window=200), overflow="truncate_middle")
+    lost = run1("long_context", outside, res(window=200), overflow="truncate_middle")
+    for r in (kept, lost):
+        assert r.meta["truncated_tokens"] > 200
+        dropped, cut = r.meta["dropped_documents"], r.meta["cut_documents"]
+        assert "doc5" in dropped and "doc0" not in dropped + cut and "doc9" not in dropped + cut
+        assert len(cut) == 2 and not set(cut) & set(dropped)  # the head's and the tail's last
+        ids = [d.id for d in inside.documents]  # dropped ones: a run between the cut ones
+        assert ids.index(cut[0]) < min(map(ids.index, dropped)) <= max(map(ids.index, dropped))
+        assert max(map(ids.index, dropped)) < ids.index(cut[1])
+    assert kept.meta["evidence_truncated"] is False and kept.prediction == "7463343"
+    assert lost.meta["evidence_truncated"] is True and lost.prediction == "unanswerable"
+    # nothing cut: nothing dropped, the evidence kept; without evidence spans: unknown
+    whole = run1("long_context", inside, res())
+    assert whole.meta["truncated_tokens"] == 0 and whole.meta["evidence_truncated"] is False
+    assert whole.meta["dropped_documents"] == whole.meta["cut_documents"] == []
+    bare = Example("b", inside.question, inside.answers, inside.documents)
+    assert (
+        run1("long_context", bare, res(window=200), overflow="truncate_middle").meta[
+            "evidence_truncated"
+        ]
+        is None
+    )
+
+
+def test_self_route_long_context_branch_says_what_it_kept():
+    ex = ten_documents(5)
+    routed = run1("self_route", ex, res(window=200), top_k=1, budget=5, overflow="truncate_head")
+    assert routed.meta["route"] == "long_context"
+    assert routed.meta["lc_evidence_truncated"] is True and routed.meta["lc_truncated_tokens"] > 0
+    assert "doc0" in routed.meta["lc_dropped_documents"] and routed.meta["lc_cut_documents"]
+    assert "evidence_truncated" not in routed.meta  # only the branch's, prefixed
+
+
+def test_a_shared_corpus_is_cut_once_and_each_question_checks_its_own_evidence():
+    docs = ten_documents(0).documents
+    early, late = ten_documents(0), ten_documents(9)
+    meta = {"corpus_fingerprint": "c1"}
+    early = Example("q1", early.question, early.answers, docs, {**early.meta, **meta})
+    start = docs[9].text.index("d9w30")
+    late = Example(
+        "q2", late.question, ("d9w30",), docs, {"evidence": [["doc9", start, start + 5]], **meta}
+    )
+    r = res(window=400)
+    a = run1("long_context", early, r, overflow="truncate_tail")
+    b = run1("long_context", late, r, overflow="truncate_tail")
+    assert len(r.fitted) == 1  # one cut for both questions
+    assert a.meta["kept_tokens"] == b.meta["kept_tokens"]
+    assert (
+        a.meta["dropped_documents"] == b.meta["dropped_documents"]
+        and "doc9" in a.meta["dropped_documents"]
+    )
+    assert a.meta["evidence_truncated"] is False and b.meta["evidence_truncated"] is True

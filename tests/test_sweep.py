@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
+import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -214,6 +216,38 @@ def test_run_sweep_warns_and_cli_summarises(sweep_runs):
     )
 
 
+def plant_temp(folder: Path, name: str) -> Path:
+    """A temporary file as ``io.atomic_write_bytes`` names it, as a kill -9 mid-save leaves it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    os.write(fd, b'{"half": ')
+    os.close(fd)
+    return Path(tmp)
+
+
+def test_a_point_run_again_removes_the_temp_files_an_interrupted_save_left(tmp_path, caplog):
+    spec = write_spec(tmp_path, grid={"x": [1, 2]})
+    done, killed = execute_sweep(spec).points
+    # x=2 was killed while saving: its temp files are there, its marker is not
+    folder = Path(killed.notebook).parent
+    (folder / "done.json").unlink()
+    stale = [plant_temp(folder, Path(killed.notebook).name), plant_temp(folder, "done.json")]
+    not_ours = [folder / name for name in ("notes.tmp", ".notes.tmp", ".a.ipynb.12345678.tmp.bak")]
+    (folder / "sub").mkdir()
+    not_ours += [plant_temp(folder / "sub", "results.parquet")]  # only the point's own files
+    for path in not_ours:
+        path.touch()
+    left_alone = plant_temp(Path(done.notebook).parent, Path(done.notebook).name)  # not rerun
+
+    with caplog.at_level(logging.WARNING, logger="ragbench.workspace.sweep_point"):
+        rerun = execute_sweep(spec)
+    assert statuses(rerun) == {1: "done (skipped)", 2: "done"}
+    assert [p.exists() for p in stale] == [False, False]
+    assert all(p.exists() for p in not_ours) and left_alone.exists()
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 2 and all("left by an interrupted execution" in m for m in logged)
+    assert {p.name for p in stale} == {m.split(": removed ")[1].split(",")[0] for m in logged}
+
+
 @pytest.mark.slow
 def test_ray_executor_on_a_local_ray(tmp_path):
     pytest.importorskip("ray", reason="ray is not installed")
@@ -262,3 +296,10 @@ def test_notebooks_ask_for_the_project_kernel():
     nb = Path(__file__).parents[1] / "notebooks" / "00_quickstart.ipynb"
     assert resolve_kernel(nb) == PROJECT_KERNEL  # installed by `make setup`
     assert resolve_kernel(nb, "python3") == "python3"
+
+
+def test_a_spec_setting_the_output_parameter_is_refused_naming_file_line_and_key(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("notebook: nb.ipynb\nparameters:\n  output_dir: elsewhere\n")
+    with pytest.raises(SweepSpecError, match=r"s.yaml:3: parameters.output_dir: the sweep sets"):
+        load_spec(spec)

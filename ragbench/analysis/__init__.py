@@ -1,8 +1,12 @@
-"""Analysis that decides: the summary table, paired comparison, failure attribution,
+"""Analysis that decides: the verdict, the summary table, paired comparison, failure attribution,
 oracle-router headroom and Self-Route diagnostics. Every function takes the results table (one
 row per example, strategy and parameter point; ``label`` names the variant) and returns a table;
 plots live in ``ragbench.report``.
 
+- ``verdict``: which variant to use under the reader's constraints (minimum score, maximum $ per
+  1k queries, maximum latency): the cheapest not significantly worse than the most accurate, the
+  most accurate, none, or "too few questions" with how many more would tell; one or two
+  sentences with the paired test's numbers and the conditions they hold for (``Verdict``).
 - ``summary``: accuracy with a bootstrap 95% CI and mean cost per query per variant (with the
   warnings the numbers hide), its ``pareto_front`` and RULER's ``effective_context_length``;
   ``with_labels``/``strategy_label`` name the variants.
@@ -17,7 +21,8 @@ plots live in ``ragbench.report``.
 - ``oracle_router``/``router_headroom``: per question the cheapest variant that answered right;
   how much any router could gain over Self-Route and every fixed strategy.
 - ``self_route_diagnostics``/``self_route_warnings``: how often Self-Route fell back to long
-  context and how accurate each branch was; a warning when it never did (it then equals RAG).
+  context and how accurate each branch was; a warning when it never did (every answer then came
+  from its RAG step).
 
 Pure pandas/numpy; nothing here loads a model.
 """
@@ -54,13 +59,16 @@ from ragbench.analysis.summary import (
     pareto_front,
     summary,
 )
+from ragbench.analysis.verdict import REASONS, Verdict, questions_needed, verdict
 
 __all__ = [
     "CAUSES",
     "COST_PREFERENCE",
     "ORACLE_LABEL",
     "OUTCOMES",
+    "REASONS",
     "SUMMARY_COST_COLUMNS",
+    "Verdict",
     "attribute",
     "attribution_table",
     "compare",
@@ -76,10 +84,12 @@ __all__ = [
     "paired_scores",
     "pareto_front",
     "pick_cost",
+    "questions_needed",
     "router_headroom",
     "self_route_diagnostics",
     "self_route_warnings",
     "strategy_label",
     "summary",
+    "verdict",
     "with_labels",
 ]

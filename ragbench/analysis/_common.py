@@ -1,4 +1,5 @@
-"""Helpers every analysis shares: metric and label checks, scored rows, paired scores."""
+"""Helpers every analysis shares: the default metric, metric and label checks, scored rows,
+paired scores."""
 
 from __future__ import annotations
 
@@ -12,10 +13,42 @@ from ragbench.metrics.answer import METRICS
 from ragbench.registry import unknown
 
 
-def _check_metric(df: Any, metric: str) -> None:
+def metric_columns(df: Any) -> list[str]:
+    """The answer-metric columns of ``df`` in column order: columns named after a registered
+    metric (``ragbench.metrics.METRICS``: string, judge and embedding metrics). The runner
+    writes them in the config's metric order; a summary table holds the one it summarises."""
+    return [str(c) for c in df.columns if c in METRICS]
+
+
+def default_metric(df: Any) -> str:
+    """The metric an analysis uses when none is named: the one a derived table says it holds
+    (``attrs["metric"]``, as ``summary`` sets it), else the first answer-metric column of ``df``
+    (the run's first metric). A table with none is an error that names its columns."""
+    named = df.attrs.get("metric")
+    if isinstance(named, str) and named in df.columns:
+        return named
+    found = metric_columns(df)
+    if not found:
+        raise ValueError(
+            "no answer-metric column in the table; its columns are "
+            f"{', '.join(map(str, df.columns)) or '(none)'}; metric columns are named after a "
+            f"registered metric ({', '.join(METRICS)})"
+        )
+    return found[0]
+
+
+def resolve_metric(df: Any, metric: str | None) -> str:
+    """``metric``, or ``default_metric(df)`` when it is None; a name that is not a column is an
+    error naming the metric columns there are."""
+    if metric is None:
+        return default_metric(df)
     if metric not in df.columns:
-        scored = [c for c in df.columns if c in METRICS] or list(df.columns)
+        scored = metric_columns(df) or list(df.columns)
         raise unknown("metric column", metric, scored)
+    return metric
+
+
+_check_metric = resolve_metric  # the name the analysis modules import
 
 
 def _check_labels(df: Any, labels: Iterable[str] | None) -> list[str]:
@@ -40,12 +73,12 @@ def _higher_is_better(metric: str) -> bool:
     return METRICS.get(metric).higher_is_better if metric in METRICS else True
 
 
-def paired_scores(df: Any, metric: str, labels: Iterable[str] | None = None) -> Any:
-    """Questions x variants matrix of ``metric`` (NaN where a variant has no score for a
-    question). Two rows for the same (question, variant), e.g. two runs concatenated, are an
+def paired_scores(df: Any, metric: str | None = None, labels: Iterable[str] | None = None) -> Any:
+    """Questions x variants matrix of ``metric`` (default: the table's first metric column;
+    NaN where a variant has no score for a question). Two rows for the same (question, variant), e.g. two runs concatenated, are an
     error: pairing would silently pick one."""
     df = with_labels(df)
-    _check_metric(df, metric)
+    metric = _check_metric(df, metric)
     labels = _check_labels(df, labels)
     rows = _scored(df[df["label"].isin(labels)], metric)
     dup = rows.duplicated(["example_id", "label"])

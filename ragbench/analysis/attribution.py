@@ -1,5 +1,11 @@
 """Failure attribution: why each wrong answer was wrong (retrieval, reader, distractor,
-truncation), and where in the context the missed evidence sat."""
+truncation), and where in the context the missed evidence sat.
+
+A long-context miss is ``truncated`` when its record says the overflow policy cut evidence away
+(meta ``evidence_truncated``, ``lc_evidence_truncated`` for Self-Route's long-context branch),
+``reader_miss`` when every evidence span was in the kept text, and ``context_truncated`` only
+when tokens were cut and the example has no evidence spans to tell (or the table predates the
+column)."""
 
 from __future__ import annotations
 
@@ -18,17 +24,17 @@ from ragbench.strategies import (
     answer_source,
     strategies_where,
 )
+from ragbench.strategies.fit import document_layout
 from ragbench.strategies.prompts import is_declined
-from ragbench.types import DOCUMENT_SEPARATOR
 
 # Causes of a wrong answer, in the order they are checked (the first that applies wins): missing
 # evidence explains everything after it, so it comes first.
 CAUSES = (
     "retrieval_miss",  # RAG: no gold evidence in the retrieved context (meta gold_hit False)
-    "truncated",  # long context: the overflow policy cut the evidence away (known)
+    "truncated",  # long context: the overflow policy cut evidence away (evidence_truncated)
     "distractor_answer",  # the answer names another key's value (RULER multikey, hard needles)
-    "context_truncated",  # long context: the context was cut; whether the evidence went is unknown
-    "reader_miss",  # the evidence was in the prompt and the answer is still wrong
+    "context_truncated",  # long context: the context was cut; no evidence spans tell what went
+    "reader_miss",  # the evidence was in the prompt (kept by any cut) and the answer is wrong
     "no_context",  # closed book: the model was given no context
     "unattributed",  # a miss with nothing recorded to explain it (no evidence spans)
 )
@@ -75,12 +81,11 @@ def evidence_depth(example: Any) -> float:
     spans = (example.meta or {}).get("evidence") or []
     if not spans:
         return float("nan")
-    offsets, pos = {}, 0
-    for doc in example.documents:
-        head = len(doc.title) + 1 if doc.title else 0  # join_documents: "title\ntext"
-        offsets[doc.id] = pos + head
-        pos += head + len(doc.text) + len(DOCUMENT_SEPARATOR)
-    total = max(1, pos - len(DOCUMENT_SEPARATOR))
+    offsets: dict[str, int] = {}
+    layout = document_layout(example.documents)  # where join_documents puts each text
+    for doc_id, _, text_start, _ in layout:
+        offsets.setdefault(doc_id, text_start)
+    total = max(1, layout[-1][3] if layout else 0)
     starts = [offsets[d] + s for d, s, _ in spans if d in offsets]
     return 100.0 * min(starts) / total if starts else float("nan")
 
@@ -100,6 +105,13 @@ def _source(row: Mapping[str, Any]) -> str:
     return answer_source(row) or str(row["strategy"])
 
 
+def _flag(value: Any) -> bool | None:
+    """A stored boolean (None: unknown); parquet may keep a mixed column as JSON text."""
+    if isinstance(value, str):
+        return {"true": True, "false": False}.get(value.strip().lower())
+    return None if value is None else bool(value)
+
+
 def _cause(row: Mapping[str, Any], source: str, distractor: bool) -> str:
     # a router's long-context branch records its facts with an lc_ prefix
     routed = str(row["strategy"]) in strategies_where(routes=True)
@@ -112,13 +124,15 @@ def _cause(row: Mapping[str, Any], source: str, distractor: bool) -> str:
             return "distractor_answer"
         return "reader_miss" if hit is not None else "unattributed"
     if source == FULL_CONTEXT:
-        # ``evidence_truncated`` is not recorded yet (see the module's report); only the number
-        # of tokens cut is, which says the context lost something, not that the evidence did
-        if _cell(row, f"{lc}evidence_truncated"):
+        # ``evidence_truncated`` (strategies.fit.kept_facts): whether the evidence spans lie
+        # outside the text the overflow policy kept; None (or an older table without it) when
+        # the example has no spans, and then only the tokens cut say the context lost something
+        cut = _flag(_cell(row, f"{lc}evidence_truncated"))
+        if cut:
             return "truncated"
         if distractor:
             return "distractor_answer"
-        if (_cell(row, f"{lc}truncated_tokens") or 0) > 0:
+        if cut is None and (_cell(row, f"{lc}truncated_tokens") or 0) > 0:
             return "context_truncated"
         return "reader_miss"
     if source == NO_CONTEXT:
@@ -128,7 +142,7 @@ def _cause(row: Mapping[str, Any], source: str, distractor: bool) -> str:
 
 def attribute(
     df: Any,
-    metric: str = "string_match_all",
+    metric: str | None = None,
     examples: Iterable[Any] | Mapping[str, Any] | None = None,
     threshold: float = 1.0,
 ) -> Any:
@@ -146,7 +160,7 @@ def attribute(
     import pandas as pd
 
     df = with_labels(df)
-    _check_metric(df, metric)
+    metric = _check_metric(df, metric)
     if isinstance(examples, Mapping):
         by_id = dict(examples)
     else:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbench.analysis._common import _higher_is_better, paired_scores
+from ragbench.analysis._common import _check_metric, _higher_is_better, paired_scores
 from ragbench.registry import unknown
 
 
@@ -59,14 +59,15 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 def compare(
     df: Any,
-    metric: str = "string_match_all",
+    metric: str | None = None,
     level: float = 0.05,
     n_boot: int = 2000,
     seed: int = 0,
     labels: Iterable[str] | None = None,
     adjust: str = "holm",
 ) -> Any:
-    """Every pair of variants on the questions both answered (inner join on ``example_id``).
+    """Every pair of variants on the questions both answered (inner join on ``example_id``),
+    on ``metric`` (default: the table's first metric column, the config's first metric).
 
     One row per pair (a, b), in config order: ``n`` paired questions, ``mean_a``, ``mean_b``,
     ``diff`` (= mean_a - mean_b) with its paired bootstrap CI at ``1 - level`` (``ci_low``,
@@ -86,6 +87,7 @@ def compare(
         raise ValueError(f"level must be in (0, 1), got {level}")
     if adjust not in ("holm", "none"):
         raise unknown("p-value adjustment", adjust, ("holm", "none"))
+    metric = _check_metric(df, metric)
     wide = paired_scores(df, metric, labels)
     values = wide.to_numpy()
     binary = bool(np.isin(values[~np.isnan(values)], (0.0, 1.0)).all())

@@ -9,8 +9,8 @@ from typing import Any
 
 from ragbench.analysis._common import _check_labels, _check_metric, _scored
 from ragbench.analysis.labels import with_labels
-from ragbench.analysis.summary import SUMMARY_COST_COLUMNS, summary
-from ragbench.metrics.answer import bootstrap_ci
+from ragbench.analysis.summary import SUMMARY_COST_COLUMNS, small_n_notes, summary
+from ragbench.metrics.answer import mean_ci
 from ragbench.registry import unknown
 from ragbench.strategies import strategies_where
 
@@ -36,22 +36,23 @@ def pick_cost(df: Any, cost: str | None = None) -> str:
 
 def oracle_router(
     df: Any,
-    metric: str = "string_match_all",
+    metric: str | None = None,
     cost: str | None = None,
     threshold: float = 1.0,
     labels: Iterable[str] | None = None,
 ) -> Any:
     """Per question, the variant an all-knowing router would send it to: the cheapest (by
     ``cost``, see ``pick_cost``) whose score reached ``threshold``; where none did, the cheapest
-    of all (knowing every answer is wrong, it spends least). Candidates: ``labels``, default every
-    variant except Self-Route (itself a router). Only questions every candidate answered without
-    error count, so each choice is made among the same options.
+    of all (knowing every answer is wrong, it spends least). ``metric`` defaults to the table's
+    first metric column. Candidates: ``labels``, default every variant except Self-Route (itself
+    a router). Only questions every candidate answered without error count, so each choice is
+    made among the same options.
 
     One row per question: ``example_id``, ``label`` chosen, ``correct``, the metric, the cost
     column and every summary cost column of the chosen record. ``attrs["cost"]`` names the cost.
     """
     df = with_labels(df)
-    _check_metric(df, metric)
+    metric = _check_metric(df, metric)
     if labels is None:  # every variant but the routers
         routers = strategies_where(routes=True)
         labels = [lb for lb, s in df.drop_duplicates("label")[["label", "strategy"]].values
@@ -83,19 +84,21 @@ ORACLE_LABEL = "oracle router"
 
 def router_headroom(
     df: Any,
-    metric: str = "string_match_all",
+    metric: str | None = None,
     cost: str | None = None,
     threshold: float = 1.0,
     labels: Iterable[str] | None = None,
     seed: int = 0,
 ) -> Any:
     """``summary``'s table on the questions the oracle saw, plus one ``oracle router``
-    row (its accuracy with a bootstrap 95% CI and the mean cost of its choices), plus
-    ``oracle_gain``: how much accuracy the oracle adds over each row. Pass it to
+    row (its accuracy with a 95% CI of the same kind as the table's, Wilson or bootstrap, and
+    the mean cost of its choices), plus ``oracle_gain``: how much accuracy the oracle adds over
+    each row; ``attrs["notes"]`` flags rows on few questions, as ``summary``'s. Pass it to
     ``report.plot_accuracy_vs_cost`` to put the oracle on the accuracy-cost plot."""
     import pandas as pd
 
     df = with_labels(df)
+    metric = _check_metric(df, metric)
     choices = oracle_router(df, metric, cost, threshold, labels)
     cost = choices.attrs["cost"]
     questions = set(choices["example_id"])
@@ -106,13 +109,15 @@ def router_headroom(
         ok = _scored(df[df["example_id"].isin(questions)], metric)
         base[cost] = base["label"].map(ok.groupby("label")[cost].mean())
     scores = choices[metric].to_numpy(dtype=float)
-    lo, hi = bootstrap_ci(scores, seed=seed)
+    method = base["ci_method"].iloc[0] if len(base) else None  # the same kind as the table's
+    lo, hi, method = mean_ci(scores, seed=seed, method=method)
     oracle = {
         "label": ORACLE_LABEL, metric: float(scores.mean()) if scores.size else float("nan"),
-        "ci_low": lo, "ci_high": hi, "n": int(scores.size), "n_missing": 0,
+        "ci_low": lo, "ci_high": hi, "n": int(scores.size), "n_missing": 0, "ci_method": method,
         **{c: float(choices[c].mean()) for c in base.columns if c in choices and c not in ("label", metric)},
     }  # fmt: skip
     table = pd.concat([base, pd.DataFrame([oracle])], ignore_index=True)
     table["oracle_gain"] = table.loc[table["label"] == ORACLE_LABEL, metric].iloc[0] - table[metric]
     table.attrs.update(cost=cost, metric=metric, candidates=choices.attrs["candidates"])
+    table.attrs["notes"] = small_n_notes(table)
     return table

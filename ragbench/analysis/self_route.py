@@ -4,11 +4,12 @@ declare ``routes``; a row's ``route`` names the source that answered."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from ragbench.analysis._common import _check_metric, _scored
+from ragbench.analysis._common import _check_metric, _scored, metric_columns
 from ragbench.analysis.labels import with_labels
-from ragbench.strategies import FULL_CONTEXT, strategies_where
+from ragbench.strategies import FULL_CONTEXT, RETRIEVED, strategies_where
 
 
 def _router_rows(df: Any) -> Any:
@@ -16,16 +17,15 @@ def _router_rows(df: Any) -> Any:
     return df["strategy"].isin(strategies_where(routes=True))
 
 
-def self_route_diagnostics(
-    df: Any, metric: str = "string_match_all", threshold: float = 1.0
-) -> Any:
+def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float = 1.0) -> Any:
     """Per Self-Route variant: ``n`` scored queries, ``routed`` (fell back to long context after
     the model declined), ``routing_rate``, ``accuracy`` (share with score >= ``threshold``) and
-    the accuracy of the ``unrouted`` (answered by RAG) and ``routed`` queries."""
+    the accuracy of the ``unrouted`` (answered by RAG) and ``routed`` queries. ``metric``
+    defaults to the table's first metric column."""
     import pandas as pd
 
     df = with_labels(df)
-    _check_metric(df, metric)
+    metric = _check_metric(df, metric)
     columns = [
         "label",
         "n",
@@ -57,21 +57,81 @@ def self_route_diagnostics(
     return pd.DataFrame(rows, columns=columns)
 
 
-def self_route_warnings(df: Any, metric: str = "string_match_all") -> list[str]:
+def _rag_twin(df: Any, label: str) -> str | None:
+    """The RAG variant that retrieved as Self-Route variant ``label`` did: a strategy that reads
+    retrieved chunks and builds an index, whose every parameter the router shares (its own
+    parameters extend RAG's). None when the run has none."""
+    params = df.loc[df["label"] == label, "params"] if "params" in df else None
+    if params is None or params.empty:
+        return None
+    mine = _params(params.iloc[0])
+    rag = df[df["strategy"].isin(strategies_where(context=RETRIEVED, needs_retrieval=True))]
+    for other, group in rag.groupby("label", sort=False):
+        theirs = _params(group["params"].iloc[0])
+        if theirs is not None and mine is not None and theirs.items() <= mine.items():
+            return str(other)
+    return None
+
+
+def _params(text: Any) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return {k: json.dumps(v, sort_keys=True) for k, v in value.items()}  # hashable, comparable
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}".removesuffix(".0") + "%"
+
+
+def _never_routed(df: Any, label: str, n: int, metric: str) -> str:
+    """What a Self-Route variant that never routed does and does not say, with its accuracy
+    beside the RAG variant's that retrieved the same way, on the same questions: its RAG step
+    reads another prompt (the 'unanswerable' option), so the two need not agree."""
+    text = (
+        f"Self-Route '{label}' never routed: the model declined none of {n} queries, so every "
+        "answer came from its RAG step and the run says nothing about routing (a model that "
+        "does not follow the 'unanswerable' instruction, or retrieval that always looked "
+        "sufficient)."
+    )
+    twin = _rag_twin(df, label)
+    if twin is None:
+        return text
+    mine = _scored(df[df["label"] == label], metric)
+    theirs = _scored(df[df["label"] == twin], metric)
+    shared = set(mine["example_id"]) & set(theirs["example_id"]) if "example_id" in df else set()
+    if not shared:
+        return text
+    a = float(mine[mine["example_id"].isin(shared)][metric].mean())
+    b = float(theirs[theirs["example_id"].isin(shared)][metric].mean())
+    on = f"on {metric} over the same {len(shared)} questions"
+    if abs(a - b) < 1e-9:
+        return f"{text} It scored {_percent(a)}, as '{twin}' did, {on}."
+    return (
+        f"{text} It scored {_percent(a)} against {_percent(b)} for '{twin}' {on}: its RAG "
+        "step's prompt differs from RAG's (the 'unanswerable' option), not its routing."
+    )
+
+
+def self_route_warnings(df: Any, metric: str | None = None) -> list[str]:
     """Plain-language warnings about Self-Route runs that did not route: the model never
-    declined (Self-Route is then RAG with a longer prompt) or always declined (long context
-    plus a wasted RAG call). Empty when there is nothing to say."""
-    if "strategy" not in df or not _router_rows(df).any() or metric not in df or "route" not in df:
+    declined (every answer came from its RAG step; its accuracy is set beside the RAG variant's
+    that retrieved the same way, which its different prompt need not match) or always declined
+    (long context plus a wasted RAG call). Empty when there is nothing to say. ``metric``
+    defaults to the table's first metric column."""
+    if "strategy" not in df or not _router_rows(df).any() or "route" not in df:
         return []  # summary calls this on any table: nothing to say is not an error
+    metric = metric if metric is not None else next(iter(metric_columns(df)), None)
+    if metric not in df:
+        return []
+    df = with_labels(df)
     out = []
     for row in self_route_diagnostics(df, metric).itertuples(index=False):
         if row.n and row.routed == 0:
-            out.append(
-                f"Self-Route '{row.label}' never routed: the model declined none of {row.n} "
-                "queries, so every answer came from RAG; Self-Route equals RAG here and says "
-                "nothing about routing (a model that does not follow the 'unanswerable' "
-                "instruction, or retrieval that always looked sufficient)."
-            )
+            out.append(_never_routed(df, row.label, row.n, metric))
         elif row.n and row.routed == row.n:
             out.append(
                 f"Self-Route '{row.label}' routed all {row.n} queries to long context: it costs "

@@ -1,11 +1,12 @@
-"""The summary table: accuracy with a bootstrap CI and mean cost per query, one row per
-strategy variant; its Pareto front; and RULER's effective context length."""
+"""The summary table: accuracy with a 95% CI (Wilson for 0/1 scores, else bootstrap) and mean
+cost per query, one row per strategy variant; its Pareto front; and RULER's effective context
+length."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
+from ragbench.analysis._common import _check_metric
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.self_route import self_route_warnings
 from ragbench.judge.agreement import judge_warnings
@@ -21,32 +22,58 @@ SUMMARY_COST_COLUMNS = (
 )  # fmt: skip
 
 
-def summary(df: Any, metric: str = "string_match_all", seed: int = 0) -> Any:
-    """Accuracy with a bootstrap 95% CI and mean cost per query, one row per strategy variant.
+# fewer scored questions than this and a variant's row gets a note: its interval is wide
+SMALL_N = 30
 
+
+def small_n_notes(table: Any, min_n: int = SMALL_N) -> list[str]:
+    """One plain sentence naming the rows of a summary-like table (``label``, ``n``) with fewer
+    than ``min_n`` scored questions, or nothing."""
+    small = [(lb, int(n)) for lb, n in zip(table["label"], table["n"], strict=True) if n < min_n]
+    if not small:
+        return []
+    if len(small) == len(table) > 1:  # every row: one count, not a list of every label
+        low, high = min(n for _, n in small), max(n for _, n in small)
+        rows = f"every variant (n={low})" if low == high else f"every variant (n={low} to {high})"
+    else:
+        rows = ", ".join(f"{lb} (n={n})" for lb, n in small)
+    return [f"fewer than {min_n} questions for: {rows}; intervals are wide"]
+
+
+def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
+    """Accuracy with a 95% CI and mean cost per query, one row per strategy variant.
+
+    ``metric`` defaults to the table's first metric column (the config's first metric). The CI
+    is a Wilson score interval when every score is 0 or 1, else a percentile bootstrap
+    (``ci_method`` says which; ``metrics.answer.aggregate``); ``n`` counts the scored questions.
     Cost columns are means over the variant's successful rows: prompt tokens, $/query (when a
     price sheet was set), latency seconds, and estimated FLOPs. ``attrs["warnings"]`` lists what
-    the numbers hide (a Self-Route that never routed equals RAG; a judge metric's low agreement
-    with exact match, or an embedded judge); each is also raised as a
-    ``UserWarning`` so a notebook shows it next to the table.
+    the numbers hide (a Self-Route that never routed: every answer came from its RAG step; a
+    judge metric's low agreement with exact match, or an embedded judge). ``attrs["notes"]``
+    says which rows rest on fewer than ``SMALL_N`` questions. Both are said once, where the
+    table is shown: ``report.formatted`` puts them in its caption, ``ragbench run`` prints them
+    under it (``report.tables.table_remarks``); they are not raised as Python warnings, which
+    would repeat them with a source path beside the caption.
     """
     import pandas as pd
 
     df = with_labels(df)
+    metric = _check_metric(df, metric)
     acc = aggregate(df, ["label"], metric, seed=seed).set_index("label")
     ok = df[df["error"].isna()] if "error" in df else df
     cost_cols = [c for c in SUMMARY_COST_COLUMNS if c in ok]
     costs = ok.groupby("label")[cost_cols].mean(numeric_only=True) if cost_cols else None
-    table = acc[["mean", "ci_low", "ci_high", "n", "n_missing"]].rename(columns={"mean": metric})
+    columns = ["mean", "ci_low", "ci_high", "n", "n_missing", "ci_method"]
+    table = acc[columns].rename(columns={"mean": metric})
     if costs is not None:
         table = table.join(costs)
     order = pd.Index(df.drop_duplicates("label")["label"])  # first-seen order = config order
     out = table.reindex(order).reset_index()
+    out.attrs["metric"] = metric
+    out.attrs["notes"] = small_n_notes(out)
     out.attrs["warnings"] = self_route_warnings(df, metric)
     if metric.startswith("judge_"):  # how far the judge can be trusted, next to its numbers
         out.attrs["warnings"] += judge_warnings(df)
-    for message in out.attrs["warnings"]:
-        warnings.warn(message, UserWarning, stacklevel=2)
     return out
 
 
@@ -65,15 +92,21 @@ def pareto_front(table: Any, cost: str, metric: str) -> Any:
 
 def effective_context_length(
     df: Any,
-    metric: str = "string_match_all",
+    metric: str | None = None,
     threshold: float = 0.85,
     length: str = "context_length",
 ) -> Any:
     """RULER-style effective length per strategy variant: the longest tested length such that the
-    mean score at it and at every shorter length stays at or above ``threshold`` (NaN if none)."""
+    mean score at it and at every shorter length stays at or above ``threshold`` (NaN if none).
+    ``metric`` defaults to the table's first metric column.
+
+    Columns: ``label``, ``effective_length``, ``censored`` (True when it is the longest length
+    tested: the true effective length is at least that, maybe more; ``report.formatted`` shows
+    it as ``≥ 8,192``), ``longest_tested`` and ``threshold``."""
     import pandas as pd
 
     df = with_labels(df)
+    metric = _check_metric(df, metric)
     means = df.groupby(["label", length])[metric].mean().reset_index().sort_values(length)
     rows = []
     for label, group in means.groupby("label", sort=False):
@@ -82,5 +115,9 @@ def effective_context_length(
             if score < threshold:
                 break
             effective = n
-        rows.append({"label": label, "effective_length": effective, "threshold": threshold})
+        longest = group[length].max()
+        rows.append({
+            "label": label, "effective_length": effective, "censored": bool(effective == longest),
+            "longest_tested": longest, "threshold": threshold,
+        })  # fmt: skip
     return pd.DataFrame(rows)

@@ -9,10 +9,12 @@ from importlib import import_module
 import typer
 
 from ragbench.assets import describe
+from ragbench.io import EXIT_CODES_HELP
 from ragbench.secrets import install_log_redaction
 
 app = typer.Typer(
     help="ragbench: retrieval (RAG) vs long-context prompting, accuracy and cost per query.",
+    epilog=EXIT_CODES_HELP,  # the exit codes (ragbench.io)
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -22,6 +24,7 @@ COMMAND_MODULES: list[str] = [
     "ragbench.cli.data",
     "ragbench.cli.retrieval",
     "ragbench.cli.run",
+    "ragbench.cli.compare",
     "ragbench.cli.sweep",
     "ragbench.cli.cost",
     "ragbench.cli.listing",

@@ -13,7 +13,6 @@ from pathlib import Path
 import typer
 
 from ragbench.datasets import docs
-from ragbench.datasets.corpus_file import write_documents
 from ragbench.experiment import question_gen
 from ragbench.io import user_errors
 from ragbench.secrets import collect
@@ -42,19 +41,28 @@ def docs_cmd(
     Text is cleaned, then exact and near-duplicate documents are dropped (the first is kept).
     A file that cannot be read is reported on stderr with the reason and skipped; nothing
     readable at all is an error. Use the corpus with the `corpus` dataset and a questions file.
+    Documents are written as they are read (memory: a few times the largest file; a progress
+    bar by bytes on a terminal); a link loop or a folder as --out is refused before reading.
     """
-    target = out or DEFAULT_DIR / f"corpus-{paths[0].resolve().name or 'docs'}.jsonl"
+    with user_errors():
+        docs.refuse_loop(paths[0])  # resolve() below would fail on a link loop with a traceback
+        target = out or DEFAULT_DIR / f"corpus-{paths[0].resolve().name or 'docs'}.jsonl"
+        if out is not None and out.is_dir():  # before any file is read
+            raise ValueError(
+                f"--out {out} is a folder: name the corpus file, e.g. {out / 'corpus.jsonl'}"
+            )
 
     def report(item: docs.Skipped) -> None:
         typer.echo(f"skipped {item.path}: {item.reason}", err=True)
 
     with user_errors():
-        result = docs.ingest(
+        # written as it is read (one document in memory at a time), in place when complete
+        result = docs.ingest_to(
+            target,
             paths,
             include=include,
             exclude=exclude,
             threshold=threshold,
-            skip=[target],
             progress=None,
             on_skip=report,
         )
@@ -73,11 +81,9 @@ def docs_cmd(
             f"(Jaccard {drop['jaccard']})",
             err=True,
         )
-    with user_errors():
-        path = write_documents(target, result.documents)
     unreadable = len(result.skipped) - len(unsupported)
     typer.echo(
-        f"wrote {len(result.documents)} documents to {path} ({result.files} files: "
+        f"wrote {len(result.ids)} documents to {result.path} ({result.files} files: "
         f"{unreadable} unreadable, {len(unsupported)} unsupported, "
         f"{len(result.dedup['dropped'])} duplicates)"
     )

@@ -11,6 +11,7 @@ from ragbench.cost.prices import available_price_sheets, price_sheet, sheet_yaml
 from ragbench.cost.prices_import import import_genai_sheet
 from ragbench.cost.reprice import reprice_run
 from ragbench.io import atomic_write_text, user_errors
+from ragbench.report.readable import per_1k
 
 prices_app = typer.Typer(
     help="Price sheets: list the shipped ones, show one, import one from genai-prices.",
@@ -24,11 +25,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(prices_app, name="prices")
 
 
-def _money(x: float) -> str:
-    # fixed notation, enough places for a fraction of a cent per query; NaN: not priced
-    return "-" if x != x else f"{x:.7f}"
-
-
 def reprice_command(
     run_dir: Path = typer.Argument(..., help="a run folder (holds results.parquet)"),
     price_sheet: str = typer.Option(..., help="shipped sheet name (ragbench prices list) or YAML"),
@@ -38,20 +34,21 @@ def reprice_command(
 ) -> None:
     """Recompute a run's dollars from its logged tokens and device seconds with another price
     sheet, without calling a model. Writes a new table beside the original (never modified) and
-    prints the mean dollars per query of each strategy variant before and after."""
+    prints the mean dollars of each strategy variant before and after, in $ per 1,000 queries
+    (the unit ``ragbench run`` and the notebooks use)."""
     with user_errors():
         result = reprice_run(run_dir, price_sheet, out)
     table = result.summary
-    rows = [("variant", "n", "before $/query", "after $/query", "after/before")]
+    rows = [("variant", "n", "before ($ / 1k queries)", "after ($ / 1k queries)", "after/before")]
     for r in table.itertuples(index=False):
         ratio = r.after_over_before
         rows.append(
             (
                 str(r[0]),
                 str(r.n),
-                _money(r.dollars_per_query_before),
-                _money(r.dollars_per_query_after),
-                "-" if ratio != ratio else f"{ratio:.2f}x",
+                per_1k(r.dollars_per_query_before),  # NaN: not priced
+                per_1k(r.dollars_per_query_after),
+                "–" if ratio != ratio else f"{ratio:.2f}x",
             )
         )
     width = [max(len(row[i]) for row in rows) for i in range(5)]

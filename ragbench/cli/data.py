@@ -300,6 +300,6 @@ def dedup_cmd(
     typer.echo(f"fingerprint {stats.get('fingerprint_out')}")
 
 
-# `data docs` and `data questions` are in corpus_cli.py; registered last, as they were listed
+# `data docs` and `data questions` are in cli/corpus.py; registered last, as they were listed
 data_app.command("docs")(docs_cmd)
 data_app.command("questions")(questions_cmd)

@@ -8,18 +8,22 @@ import typer
 
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
+from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.results import error_summary
 from ragbench.experiment.runner import run
-from ragbench.io import user_errors
+from ragbench.io import ALL_FAILED_EXIT, EXIT_CODES_HELP, user_errors
 from ragbench.locks import LockHeldError
-from ragbench.report.figures import summary
+from ragbench.report import summary
 from ragbench.report.readable import readable_text
+from ragbench.report.tables import table_remarks
+from ragbench.strategies import get_strategy
+from ragbench.strategies.retrieve_only import metric_names
 
 
 def register(app: typer.Typer) -> None:
     """Adds ``ragbench run CONFIG`` to the root typer app."""
 
-    @app.command("run")
+    @app.command("run", epilog=EXIT_CODES_HELP)
     def run_command(
         config: Path = typer.Argument(..., help="experiment YAML, e.g. configs/quick-cpu.yaml"),
         output_dir: str | None = typer.Option(None, help="override the config's output_dir"),
@@ -44,10 +48,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json.
 
-        Overrides (--set, --limit, --threads) are recorded in the manifest."""
-        with user_errors(
-            LockHeldError
-        ):  # ConfigError, DatasetError: ValueErrors naming file, line, field
+        Overrides (--set, --limit, --threads) are recorded in the manifest. Long-context prompts
+        over the model's window under the overflow policy error stop it before the model loads
+        (exit 2), naming how many, the longest and the valid policies."""
+        # ConfigError, DatasetError: ValueErrors naming file, line, field; OverWindowError: the
+        # long-context prompts over the window, found before the model loads (exit 2, as both)
+        with user_errors(LockHeldError, OverWindowError):
             overrides = list(set_)
             overrides += [f"dataset.limit={limit}"] if limit else []
             overrides += [f"model.threads={threads}"] if threads else []
@@ -62,10 +68,12 @@ def register(app: typer.Typer) -> None:
         failed = int(df["error"].notna().sum())
         if failed == len(df):  # nothing to summarise: say why, not a table of NaN
             _echo_errors(df, f"all {failed} records failed", err=True)
-            raise typer.Exit(code=1)
-        for metric in cfg.metrics:  # accuracy with its 95% CI and mean cost per query
+            raise typer.Exit(code=ALL_FAILED_EXIT)
+        for metric in shown_metrics(cfg, df):  # the score with its 95% CI, mean cost per query
             table = summary(df, metric=metric, seed=cfg.seed)
             typer.echo(readable_text(table))  # $ per 1k queries, rates as %: as notebooks show
+            for remark in table_remarks(table):  # warning: ..., note: ... (each said once)
+                typer.echo(remark)
         if failed:
             _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
 
@@ -86,3 +94,16 @@ def _echo_dry_run(cfg: RunConfig, progress: bool) -> None:
         typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
     for note in table.attrs["notes"]:
         typer.echo(f"note: {note}")
+
+
+def shown_metrics(cfg: RunConfig, df) -> list[str]:
+    """The config's answer metrics that scored something; with none (a run that generates no
+    answer: retrieve_only), the retrieval metrics its points computed at their own top_k."""
+    scored = [m for m in cfg.metrics if m in df and df[m].notna().any()]
+    if scored:
+        return scored
+    ranked = [p for p in cfg.points if not get_strategy(p.strategy).generates]
+    names = dict.fromkeys(
+        n for p in ranked for n in metric_names(p.top_k) if n.endswith(f"@{p.top_k}")
+    )
+    return [n for n in names if n in df and df[n].notna().any()]

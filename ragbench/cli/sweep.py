@@ -46,7 +46,7 @@ def sweep(
                 spec, workers, executor, rerun_failed, on_point=advance, wait=wait
             )
     except SweepSpecError as exc:  # its message has its credentials masked already
-        typer.secho(str(exc), fg=typer.colors.RED, err=True)
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
 
     typer.echo(f"\n{'point':48s} {'status':16s} {'seconds':>8s}  {'finished at':25s}  error")

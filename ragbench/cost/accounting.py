@@ -1,10 +1,12 @@
 """Cost per query: tokens, latency, resource seconds, FLOPs, KV-cache bytes, MFU and dollars.
 
-Two times per query, never mixed: ``latency_seconds`` is what its user waited (queue + prefill +
-decode); ``resource_seconds`` is its own share of the device time (a batched row: split by its
-stand-alone cost, see ``ragbench.llm.calibration``). Dollars and MFU come from resource seconds
-(self-hosted) or tokens (APIs), never from latency, so a record's cost does not depend on what it
-was batched with or how long it queued.
+Three times per query, never mixed: ``latency_seconds`` is what its user waited (queue + prefill +
+decode); ``resource_seconds`` is its own share of the measured device time (a batched row: split
+by its stand-alone cost, see ``ragbench.llm.calibration``); ``modelled_seconds`` is what its own
+work (tokens) takes by the calibrated model of its model and device. Dollars come from tokens
+(APIs) or, self-hosted, from the modelled seconds (``cost_basis: calibrated``, the default: the
+same tokens cost the same whatever else the machine was doing) or the measured ones
+(``measured``; also where no calibration exists); MFU from the measured ones. Never latency.
 
 Everything here is a pure function of a ``Completion`` (the backend's accounting), a model's
 architecture facts (``ragbench.models.ModelPreset``) and a price sheet
@@ -55,7 +57,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.cost.prices import PriceSheet, dollars, dollars_per_query, gpu_seconds
+from ragbench.cost.prices import (
+    COST_BASES,
+    PriceSheet,
+    charged_seconds,
+    dollars,
+    dollars_per_query,
+    gpu_seconds,
+    modelled_seconds,
+)
 from ragbench.registry import unknown
 from ragbench.types import Completion, JsonMixin
 
@@ -170,7 +180,8 @@ class Cost(JsonMixin):
     prefill_seconds: float = 0.0  # work began -> first token
     decode_seconds: float = 0.0  # first token -> last token
     latency_seconds: float = 0.0  # queue + prefill + decode: what the user waited (not charged)
-    resource_seconds: float = 0.0  # its share of device time x devices: what dollars charge
+    resource_seconds: float = 0.0  # its share of measured device time x devices
+    modelled_seconds: float | None = None  # its tokens by the calibrated rates; None: no model
     retrieval_seconds: float | None = None  # index build + search; None: did not retrieve
     peak_memory_bytes: int | None = None
     usage_estimated: bool = False  # token counts estimated locally, not reported by a server
@@ -185,10 +196,12 @@ class Cost(JsonMixin):
     peak_flops: float | None = None  # the price sheet's hardware peak MFU is relative to
     mfu: float | None = None
     price_sheet: str | None = None
+    cost_basis: str | None = None  # calibrated: dollars from modelled_seconds; else measured
     # work done once and shared by many queries (a preloaded corpus KV: long_context preload),
     # in none of the fields above; amortised_* add this query's share, one_time / amortised_over
     # (without a one-time cost they equal resource_seconds and dollars)
     one_time_seconds: float | None = None  # the one-time work's resource seconds
+    one_time_modelled_seconds: float | None = None  # and its modelled seconds
     one_time_dollars: float | None = None
     amortised_over: int | None = None  # queries that share the one-time cost
     amortised_resource_seconds: float | None = None
@@ -209,59 +222,39 @@ class Cost(JsonMixin):
         preset: Any = None,
         sheet: PriceSheet | None = None,
         kv_dtype: Any = None,
+        rates: Any = None,
+        basis: str = "calibrated",
     ) -> Cost:
         """The cost of one completion. ``preset`` (architecture) gives FLOPs and KV bytes,
         ``sheet`` dollars and MFU. ``kv_dtype`` is the dtype the KV cache was stored in (the
         transformers backend: ``llm.identity()["dtype"]``); unknown (None) assumes 2 bytes per
-        value (bf16/fp16) and ``kv_bytes_per_value`` records the value used."""
-        flops = flops_attention = kv_bytes = per_value = kv_prefill = None
+        value (bf16/fp16) and ``kv_bytes_per_value`` records the value used. ``rates``: the
+        model's calibration (``llm.calibration.Rates``), which gives ``modelled_seconds``; an
+        hourly sheet charges those under ``basis="calibrated"``, else the measured seconds."""
+        if basis not in COST_BASES:
+            raise ValueError(f"cost_basis must be one of {list(COST_BASES)}, got {basis!r}")
+        c, arch = completion, {}
         if preset is not None:
-            f = forward_flops(
-                preset,
-                completion.prompt_tokens,
-                completion.cached_prompt_tokens,
-                completion.completion_tokens,
-            )
-            flops, flops_attention = f["total"], f["attention"]
-            seq = query_kv_positions(completion.prompt_tokens, completion.completion_tokens)
+            f = forward_flops(preset, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens)
             per_value = dtype_bytes(kv_dtype)
-            kv_bytes = kv_cache_bytes(
-                preset.layers, preset.kv_heads, preset.head_dim, seq, 1, per_value
+            kv = lambda n: kv_cache_bytes(  # noqa: E731 (this query's KV at n positions)
+                preset.layers, preset.kv_heads, preset.head_dim, n, 1, per_value
             )
-            kv_prefill = kv_cache_bytes(
-                preset.layers,
-                preset.kv_heads,
-                preset.head_dim,
-                completion.prompt_tokens,
-                1,
-                per_value,
-            )
-        seconds = gpu_seconds(completion)  # resource seconds, never latency
-        peak = sheet.peak_flops if sheet is not None else None
+            arch = dict(flops=f["total"], flops_attention=f["attention"], kv_bytes_per_value=per_value,
+                        kv_cache_bytes=kv(query_kv_positions(c.prompt_tokens, c.completion_tokens)),
+                        kv_bytes_prefill=kv(c.prompt_tokens))  # fmt: skip
+        seconds = gpu_seconds(c)  # resource seconds, never latency
+        modelled = modelled_seconds(c, rates)
+        used = "calibrated" if basis == "calibrated" and modelled is not None else "measured"
+        peak, flops = (sheet.peak_flops if sheet is not None else None), arch.get("flops")
+        own = {k: getattr(c, k) for k in _FROM_COMPLETION}
         return cls(
-            prompt_tokens=completion.prompt_tokens,
-            cached_prompt_tokens=completion.cached_prompt_tokens,
-            completion_tokens=completion.completion_tokens,
-            padding_tokens=completion.padding_tokens,
-            queue_seconds=completion.queue_seconds,
-            prefill_seconds=completion.prefill_seconds,
-            decode_seconds=completion.decode_seconds,
-            latency_seconds=completion.latency_seconds,
-            resource_seconds=seconds,
-            peak_memory_bytes=completion.peak_memory_bytes,
-            usage_estimated=completion.usage_estimated,
-            llm_calls=1,
-            flops=flops,
-            flops_attention=flops_attention,
-            kv_cache_bytes=kv_bytes,
-            kv_bytes_per_value=per_value,
-            kv_bytes_prefill=kv_prefill,
-            kv_bytes_measured=completion.kv_bytes_measured,
-            dollars=dollars_per_query(completion, sheet) if sheet is not None else None,
-            peak_flops=peak,
-            mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
-            price_sheet=sheet.name if sheet is not None else None,
-        )
+            **own, **arch, resource_seconds=seconds, modelled_seconds=modelled, llm_calls=1,
+            dollars=None if sheet is None
+            else dollars_per_query(c, sheet, charged_seconds(seconds, modelled, used)),
+            peak_flops=peak, mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
+            price_sheet=sheet.name if sheet is not None else None, cost_basis=used,
+        )  # fmt: skip
 
     def __add__(self, other: Cost) -> Cost:
         if not isinstance(other, Cost):
@@ -277,6 +270,8 @@ class Cost(JsonMixin):
             return None if a is None and b is None else (a or 0.0) + (b or 0.0)
 
         summed = {f: known_sum(getattr(self, f), getattr(other, f)) for f in _ADDITIVE}
+        bases = {b for b in (self.cost_basis, other.cost_basis) if b is not None}
+        # calls charged on different bases: "mixed" (a reprice charges its measured seconds)
         flops, seconds = summed["flops"], summed["resource_seconds"]
         peak = self.peak_flops if self.peak_flops is not None else other.peak_flops
         return Cost(
@@ -291,7 +286,11 @@ class Cost(JsonMixin):
             peak_flops=peak,
             mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=other.price_sheet or self.price_sheet,
+            cost_basis=bases.pop() if len(bases) == 1 else ("mixed" if bases else None),
             one_time_seconds=applicable_sum(self.one_time_seconds, other.one_time_seconds),
+            one_time_modelled_seconds=known_sum(
+                self.one_time_modelled_seconds, other.one_time_modelled_seconds
+            ),
             one_time_dollars=applicable_sum(self.one_time_dollars, other.one_time_dollars),
             amortised_over=larger(self.amortised_over, other.amortised_over),
         )
@@ -324,6 +323,7 @@ class Cost(JsonMixin):
         return dataclasses.replace(
             self,
             one_time_seconds=once,
+            one_time_modelled_seconds=one_time.modelled_seconds,
             one_time_dollars=dollars,
             amortised_over=over,
             amortised_resource_seconds=self.resource_seconds + once / over,
@@ -337,14 +337,17 @@ class Cost(JsonMixin):
     ) -> Cost:
         """This cost under another price sheet, from what it logged (``ragbench.cost.reprice``):
         its dollars from its tokens (an api sheet; ``cache_write_tokens`` of them written to the
-        provider's cache) or its resource seconds (gpu_hour); ``known=False``: its own accounting
+        provider's cache) or its device seconds on its own basis (gpu_hour: modelled under
+        ``cost_basis`` calibrated, else resource seconds); ``known=False``: its own accounting
         was not logged (a failed record), its dollars are unknown. A one-time cost is priced by
         its seconds on an hourly sheet, unknown on an api one (a record keeps its seconds, not its
         tokens), and shared through ``amortise``. MFU keeps the hardware it was measured on."""
         hourly = sheet.kind == "gpu_hour"
         paid = None
+        calibrated = self.cost_basis == "calibrated"
         if known and hourly:
-            paid = dollars(sheet, device_seconds=self.resource_seconds)
+            seconds = charged_seconds(self.resource_seconds, self.modelled_seconds, self.cost_basis)
+            paid = dollars(sheet, device_seconds=seconds)
         elif known:
             paid = dollars(sheet, prompt_tokens=self.prompt_tokens,
                            cached_prompt_tokens=self.cached_prompt_tokens,
@@ -355,33 +358,33 @@ class Cost(JsonMixin):
             return dataclasses.replace(
                 self, dollars=paid, price_sheet=named, amortised_dollars=paid
             )
-        once = dollars(sheet, device_seconds=self.one_time_seconds) if hourly else None
+        once_modelled = self.one_time_modelled_seconds if calibrated else None
+        once_seconds = once_modelled if once_modelled is not None else self.one_time_seconds
+        once = dollars(sheet, device_seconds=once_seconds) if hourly else None
         out = dataclasses.replace(self, dollars=paid, price_sheet=named, one_time_dollars=once,
                                   amortised_dollars=None)  # fmt: skip
         over = self.amortised_over
         if once is None or paid is None or not over or over < 1:
             return out
-        return out.amortise(Cost(resource_seconds=self.one_time_seconds, dollars=once), over)
+        one = Cost(resource_seconds=self.one_time_seconds, modelled_seconds=once_modelled,
+                   dollars=once)  # fmt: skip
+        return out.amortise(one, over)
 
 
+# the Completion's own accounting, copied as it is
+_FROM_COMPLETION = (
+    "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "padding_tokens",
+    "queue_seconds", "prefill_seconds", "decode_seconds", "latency_seconds",
+    "peak_memory_bytes", "usage_estimated", "kv_bytes_measured",
+)  # fmt: skip
 # counts and seconds that add up over the calls of one query (None: unknown)
 _ADDITIVE = (
-    "prompt_tokens",
-    "cached_prompt_tokens",
-    "completion_tokens",
-    "padding_tokens",
-    "queue_seconds",
-    "prefill_seconds",
-    "decode_seconds",
-    "latency_seconds",
-    "resource_seconds",
-    "flops",
-    "flops_attention",
-    "dollars",
-    "llm_calls",
+    "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "padding_tokens",
+    "queue_seconds", "prefill_seconds", "decode_seconds", "latency_seconds", "resource_seconds",
+    "modelled_seconds", "flops", "flops_attention", "dollars", "llm_calls",
     "amortised_resource_seconds",  # own + share: the shares add as the own costs do
     "amortised_dollars",
-)
+)  # fmt: skip
 
 
 def format_bytes(n: float) -> str:

@@ -1,7 +1,9 @@
 """Price sheets: dated YAML data files that turn a query's tokens or device seconds into dollars.
 
 A sheet is ``kind: api`` ($ per million tokens) or ``kind: gpu_hour`` ($ per hour x devices
-held, charged on measured device seconds). Every sheet names its date and source; no price lives
+held, charged on device seconds: by default the seconds the calibrated model of the hardware
+gives the query's own tokens, ``modelled_seconds``; with ``cost_basis: measured`` its measured
+share, ``gpu_seconds``; see ``COST_BASES``). Every sheet names its date and source; no price lives
 in code. Shipped sheets are in ``ragbench/data/prices`` and are looked up by name through
 ``PRICE_SHEETS`` (a path to any YAML file works too).
 
@@ -286,6 +288,50 @@ def dollars(
     ) / 1e6
 
 
+# how an hourly sheet finds a query's device seconds: "calibrated" (the default) prices the
+# query's own work with its model's measured rates; "measured" charges its measured share
+COST_BASES = ("calibrated", "measured")
+
+
+def work_of(completion: Completion) -> dict[str, Any] | None:
+    """A completion's own work as ``Rates.alone`` takes it (``ragbench.llm.calibration``): what the
+    transformers backend logged (``meta["work"]``: tokens, the prefix it computed or reused,
+    shared-prefix attention), else, for a completion stored before that, its tokens (cached
+    tokens read as a reused prefix). None: not a request the calibrated model describes (a
+    KV-cache variant ran alone on its own cache; a server; the fake backend)."""
+    meta = completion.meta or {}
+    if isinstance(meta.get("work"), dict):
+        return dict(meta["work"])
+    if "alone_seconds_estimate" not in meta:
+        return None
+    return {"prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": completion.completion_tokens,
+            "prefix_tokens": completion.cached_prompt_tokens, "prefix_computed": False}  # fmt: skip
+
+
+def modelled_seconds(completion: Completion, rates: Any) -> float | None:
+    """Device seconds the completion's own work takes on its model and device by the calibrated
+    model (``rates``: ``ragbench.llm.calibration.Rates``): a function of its tokens and the
+    rates, not of what else the machine was doing. None without rates or a describable work."""
+    work = work_of(completion) if rates is not None else None
+    return None if work is None else float(rates.alone(**work))
+
+
+def modelled_seconds_for(
+    rates: Any, prompt_tokens: int, cached_prompt_tokens: int = 0, completion_tokens: int = 1
+) -> float:
+    """``modelled_seconds`` from plain counts (a dry run's prompts and its completion bound):
+    cached tokens are a reused prefix. With ``dollars(sheet, device_seconds=...)`` it prices a
+    device-hour sheet before anything runs (rates: ``calibration.cached_rates``)."""
+    return float(rates.alone(prompt_tokens, completion_tokens, cached_prompt_tokens, False))
+
+
+def charged_seconds(resource_seconds: float, modelled: float | None, basis: str | None) -> float:
+    """The device seconds an hourly sheet charges: the modelled ones under the calibrated basis
+    where they are known, else the measured ones."""
+    return modelled if basis == "calibrated" and modelled is not None else resource_seconds
+
+
 def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
     """Device seconds charged for one completion: its resource seconds x devices held.
 
@@ -302,8 +348,11 @@ def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
     return (own if share is None else float(share)) * gpus
 
 
-def dollars_per_query(completion: Completion, sheet: PriceSheet) -> float:
-    """``dollars`` of one completion: its tokens (API) or its device seconds (self-hosted).
+def dollars_per_query(
+    completion: Completion, sheet: PriceSheet, device_seconds: float | None = None
+) -> float:
+    """``dollars`` of one completion: its tokens (API) or its device seconds (self-hosted:
+    ``device_seconds`` when given, say its modelled seconds, else ``gpu_seconds``).
     A backend that knows how many prompt tokens it wrote to a provider's cache (Anthropic's
     ``cache_creation_input_tokens``) reports them in ``meta["cache_write_tokens"]``."""
     return dollars(
@@ -311,6 +360,6 @@ def dollars_per_query(completion: Completion, sheet: PriceSheet) -> float:
         prompt_tokens=completion.prompt_tokens,
         cached_prompt_tokens=completion.cached_prompt_tokens,
         completion_tokens=completion.completion_tokens,
-        device_seconds=gpu_seconds(completion),
+        device_seconds=gpu_seconds(completion) if device_seconds is None else device_seconds,
         cache_write_tokens=(completion.meta or {}).get("cache_write_tokens") or 0,
     )

@@ -48,6 +48,8 @@ DOLLAR_COLUMNS = ("dollars",)  # the cost fields a price sheet sets (with price_
 ONE_TIME_FIELDS = ("one_time_seconds", "amortised_over")
 # a record's own device time, newest name first: cost.py may log it as resource_seconds
 SECONDS_FIELDS = ("resource_seconds", "gpu_seconds")
+# what a calibrated record's hourly dollars were charged from (its own work by the calibration)
+MODELLED_FIELDS = ("modelled_seconds", "one_time_modelled_seconds")
 TOKEN_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens")
 
 
@@ -81,12 +83,17 @@ def _repriced(sheet: PriceSheet, cost: Mapping[str, Any]) -> Cost:
     """One record's logged accounting (a mapping of cost fields: a table row's or a record's;
     empty values left out) as a ``Cost``, priced with ``sheet``. Its own dollars are unknown
     (None) when the fields the sheet prices are missing (a failed record)."""
-    known = {k: cost[k] for k in (*TOKEN_FIELDS, *SECONDS_FIELDS, *ONE_TIME_FIELDS)
-             if _finite(cost.get(k))}  # fmt: skip
+    known: dict[str, Any] = {
+        k: cost[k]
+        for k in (*TOKEN_FIELDS, *SECONDS_FIELDS, *MODELLED_FIELDS, *ONE_TIME_FIELDS)
+        if _finite(cost.get(k))
+    }
+    if isinstance(cost.get("cost_basis"), str):  # calibrated | measured | mixed
+        known["cost_basis"] = cost["cost_basis"]
     if "amortised_over" in known:
         known["amortised_over"] = int(known["amortised_over"])
     if sheet.kind == "gpu_hour":
-        priceable = any(f in known for f in SECONDS_FIELDS)
+        priceable = any(f in known for f in (*SECONDS_FIELDS, "modelled_seconds"))
     else:
         priceable = all(f in known for f in TOKEN_FIELDS)
     write = cost.get("cache_write_tokens")
@@ -114,7 +121,7 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
     cols = {
         name: _column(df.columns, name)
         for name in (*TOKEN_FIELDS, "cache_write_tokens", *SECONDS_FIELDS, "llm_calls",
-                     *ONE_TIME_FIELDS)
+                     *ONE_TIME_FIELDS, *MODELLED_FIELDS, "cost_basis")
     }  # fmt: skip
     need = TOKEN_FIELDS if sheet.kind == "api" else SECONDS_FIELDS
     found = [bool(cols[n]) for n in need]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ragbench.io import InputFileError, iter_jsonl
+from ragbench.registry import did_you_mean
 from ragbench.types import Document
 
 STRINGS = "list of strings"  # a pseudo-type for check
@@ -193,3 +194,76 @@ def document_from_row(d: Any, where: tuple = ()) -> Document:
         title=opt(d, "title", str, "", where),
         meta=opt(d, "meta", dict, {}, where),
     )
+
+
+# --------------------------------------------------------------------------- generator parameters
+
+
+class DatasetParamError(ValueError):
+    """A generator parameter of the wrong type or out of its range. ``key`` names it: a run
+    reports it at ``dataset.params.<key>`` in its config file (``experiment.resources``)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"dataset parameter {key!r}: {message}")
+        self.key, self.message = key, message
+
+
+def _shown(value: Any) -> str:
+    return (
+        json.dumps(value)
+        if isinstance(value, str | list | dict | bool) or value is None
+        else f"{value}"
+    )
+
+
+def int_param(key: str, value: Any, lo: int = 1, hi: int | None = None) -> int:
+    """``value`` as an integer in [lo, hi] (hi: no bound when None), else ``DatasetParamError``."""
+    rng = f">= {lo}" if hi is None else f"within [{lo}, {hi}]"
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise DatasetParamError(key, f"expected an integer {rng}, got {_shown(value)}")
+    if value < lo or (hi is not None and value > hi):
+        raise DatasetParamError(key, f"{value} is out of range; valid: an integer {rng}")
+    return value
+
+
+def int_list_param(key: str, value: Any, lo: int = 1, why: str = "") -> list[int]:
+    """An integer or a list of integers, each >= ``lo`` (``why``: what the bound is, shown in
+    the message), as a list; else ``DatasetParamError``."""
+    bound = f">= {lo}{f' ({why})' if why else ''}"
+    items = value if isinstance(value, list | tuple) else [value]
+    if not items or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise DatasetParamError(
+            key, f"expected an integer or a list of integers, each {bound}; got {_shown(value)}"
+        )
+    for v in items:
+        if v < lo:
+            raise DatasetParamError(key, f"{v} is out of range; valid: integers {bound}")
+    return list(items)
+
+
+def number_list_param(key: str, value: Any, lo: float, hi: float) -> list[float]:
+    """A number or a list of numbers, each within [lo, hi], as floats; else
+    ``DatasetParamError``."""
+    items = value if isinstance(value, list | tuple) else [value]
+    ok = all(isinstance(v, int | float) and not isinstance(v, bool) for v in items)
+    if not items or not ok:
+        raise DatasetParamError(
+            key, f"expected a list of numbers within [{lo:g}, {hi:g}], got {_shown(value)}"
+        )
+    for v in items:
+        if not lo <= v <= hi:
+            raise DatasetParamError(
+                key, f"{v:g} is out of range; valid: numbers within [{lo:g}, {hi:g}]"
+            )
+    return [float(v) for v in items]
+
+
+def choice_param(key: str, value: Any, valid: Iterable[str]) -> str:
+    """``value`` when it is one of ``valid``, else ``DatasetParamError`` listing them (with a
+    did-you-mean)."""
+    valid = tuple(valid)
+    if value not in valid:
+        raise DatasetParamError(
+            key, f"{_shown(value)} is not valid; {did_you_mean(str(value), valid)}"
+        )
+    return value

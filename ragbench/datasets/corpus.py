@@ -1,12 +1,12 @@
 """Corpus preparation: text cleaning, exact dedup and MinHash-LSH near-duplicate removal.
 
-- ``clean_text``: mojibake repair with ftfy (conservative settings: no quote uncurling, no HTML
-  unescaping, no width/ligature folding), control characters removed except ``\\n`` and ``\\t``,
-  line breaks unified, Unicode spaces -> ``" "``, runs of spaces collapsed, trailing spaces
-  stripped, at most one blank line in a row, NFC.
+- ``clean_text`` (``datasets.cleaning``, re-exported): mojibake repair with ftfy, control
+  characters removed, spaces and line breaks unified, NFC.
 - Exact duplicates: sha256 of the normalised text (cleaned, casefolded, whitespace collapsed).
 - Near duplicates: datasketch ``MinHash`` over word 5-gram shingles, candidates from
   ``MinHashLSH``, confirmed when the estimated Jaccard similarity is >= ``threshold``.
+  ``Deduplicator`` takes one text at a time and holds only the kept texts' sketches; a big
+  text is shingled and hashed in batches, so memory stays a few times the text's size.
 - Items are visited in order and compared only with items already kept, so the first occurrence
   is always the one kept and a rerun with the same parameters drops the same ids. Every drop is
   reported with its reason (``exact`` or ``near``), the kept id it duplicates and the estimate.
@@ -32,14 +32,21 @@ report's ``warnings``) with the count and the threshold. Only
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import re
-import unicodedata
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ragbench.datasets.cleaning import (  # noqa: F401 (text_hash: re-exported)
+    clean_text,
+    normalize_for_hash,
+    text_hash,
+    update_sha256,
+)
 from ragbench.datasets.formats import fingerprint, read_examples, write_examples
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
@@ -49,43 +56,11 @@ log = logging.getLogger(__name__)
 SHINGLE_WORDS = 5
 NEAR_DROP_WARN = 0.2  # warn when near duplicates are more than this share of the items
 DEDUP_KEYS = ("question+context", "context")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")  # Cc except \t \n, BOM
-_LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
-_SPACES = re.compile(r"[^\S\n\t]+")  # any whitespace but newline and tab (incl. NBSP, U+3000)
-_TRAILING = re.compile(r"[ \t]+\n")
-_BLANK_LINES = re.compile(r"\n{3,}")
 _WORD = re.compile(r"\w+")
+HASH_BATCH = 4096  # shingles per MinHash.update_batch: it builds a (batch x num_perm) array
 
 
 # --------------------------------------------------------------------------- cleaning
-
-
-def clean_text(text: str) -> str:
-    import ftfy
-
-    config = ftfy.TextFixerConfig(
-        unescape_html=False,
-        uncurl_quotes=False,
-        fix_latin_ligatures=False,
-        fix_character_width=False,
-        normalization="NFC",
-    )
-    text = ftfy.fix_text(text, config)
-    text = _LINE_BREAKS.sub("\n", text)
-    text = _CONTROL.sub("", text)
-    text = _SPACES.sub(" ", text)
-    text = _TRAILING.sub("\n", text)
-    text = _BLANK_LINES.sub("\n\n", text)
-    return unicodedata.normalize("NFC", text.strip())
-
-
-def normalize_for_hash(text: str) -> str:
-    """Cleaned, casefolded, all whitespace collapsed to single spaces."""
-    return " ".join(clean_text(text).casefold().split())
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(normalize_for_hash(text).encode("utf-8")).hexdigest()
 
 
 def _move_span(old: str, new: str, start: int, end: int, slack: int = 16) -> tuple[int, int] | None:
@@ -153,10 +128,89 @@ def shingles(text: str, n: int = SHINGLE_WORDS) -> set[str]:
 
 
 def _shingles(normalised: str, n: int = SHINGLE_WORDS) -> set[str]:
-    words = _WORD.findall(normalised)
-    if len(words) < n:
-        return {" ".join(words)} if words else set()
-    return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
+    return set(_iter_shingles(normalised, n))
+
+
+def _iter_shingles(normalised: str, n: int = SHINGLE_WORDS) -> Iterator[str]:
+    """The shingles of ``_shingles`` one at a time (repeats included), never all words at once."""
+    window: deque[str] = deque(maxlen=n)
+    for match in _WORD.finditer(normalised):
+        window.append(match.group())
+        if len(window) == n:
+            yield " ".join(window)
+    if 0 < len(window) < n:
+        yield " ".join(window)
+
+
+def _sketch(normalised: str, make: Any) -> Any:
+    """MinHash of the shingles (None: no words), in batches: a minimum ignores order and repeats,
+    so this equals one ``update_batch`` of the set, without its (shingles x num_perm) array."""
+    sketch, shingles_ = None, _iter_shingles(normalised)
+    while batch := list(itertools.islice(shingles_, HASH_BATCH)):
+        sketch = sketch or make()
+        sketch.update_batch([g.encode("utf-8") for g in batch])
+    return sketch
+
+
+class Deduplicator:
+    """``find_duplicates`` one text at a time, for a stream of documents: ``add`` says whether
+    a text duplicates an earlier kept one; only the kept texts' sketches are held (num_perm
+    integers each), never the texts."""
+
+    def __init__(self, threshold: float = 0.8, num_perm: int = 128, seed: int = 1) -> None:
+        from datasketch import MinHash, MinHashLSH
+
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        if num_perm < 2:
+            raise ValueError(f"num_perm must be >= 2, got {num_perm}")
+        try:
+            self.lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+        except ValueError as exc:  # datasketch finds no banding for thresholds near 1 ("b < 2")
+            raise ValueError(
+                f"MinHash LSH cannot use threshold {threshold} with num_perm {num_perm} ({exc}); "
+                "use a threshold <= 0.98"
+            ) from None
+        self.threshold, self.num_perm, self.seed = threshold, num_perm, seed
+        template = MinHash(num_perm=num_perm, seed=seed)
+        shared = {"permutations": template.permutations}  # generated once, not once per text
+        if hasattr(template, "scheme"):  # datasketch >= 2.0 wants the scheme with permutations
+            shared["scheme"] = template.scheme
+        self._make = lambda: MinHash(num_perm=num_perm, seed=seed, **shared)
+        self.kept_by_hash: dict[str, int] = {}
+        self.sketches: dict[int, tuple[str, Any]] = {}  # kept index -> (group, sketch)
+        self.drops: dict[int, dict[str, Any]] = {}
+        self.count = 0
+
+    def add(self, text: str, group: str = "") -> dict[str, Any] | None:
+        """None when ``text`` is kept, else its drop ({"reason", "duplicate_of", "jaccard"})."""
+        i, self.count = self.count, self.count + 1
+        normalised, digest_ = normalize_for_hash(text), hashlib.sha256(f"{group}\0".encode())
+        update_sha256(digest_, normalised)
+        digest = digest_.hexdigest()
+        if digest in self.kept_by_hash:
+            return self._drop(i, "exact", self.kept_by_hash[digest], 1.0)
+        sketch = _sketch(normalised, self._make)
+        best: tuple[int, float] | None = None
+        for key in self.lsh.query(sketch) if sketch is not None else ():
+            j = int(key)
+            other_group, other = self.sketches[j]
+            if other_group != group:
+                continue
+            estimate = float(sketch.jaccard(other))
+            if estimate >= self.threshold and (best is None or j < best[0]):
+                best = (j, estimate)
+        if best is not None:
+            return self._drop(i, "near", best[0], round(best[1], 4))
+        self.kept_by_hash[digest] = i
+        if sketch is not None:
+            self.sketches[i] = (group, sketch)
+            self.lsh.insert(str(i), sketch)
+        return None
+
+    def _drop(self, i: int, reason: str, of: int, jaccard: float) -> dict[str, Any]:
+        self.drops[i] = {"reason": reason, "duplicate_of": of, "jaccard": jaccard}
+        return self.drops[i]
 
 
 def find_duplicates(
@@ -172,54 +226,12 @@ def find_duplicates(
     A text is compared only with earlier *kept* texts (of the same group when ``groups`` is
     given), so the first occurrence always survives.
     """
-    from datasketch import MinHash, MinHashLSH
-
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    if num_perm < 2:
-        raise ValueError(f"num_perm must be >= 2, got {num_perm}")
     if groups is not None and len(groups) != len(texts):
         raise ValueError("groups must have one entry per text")
-    try:
-        lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
-    except ValueError as exc:  # datasketch finds no banding for thresholds near 1 ("b < 2")
-        raise ValueError(
-            f"MinHash LSH cannot use threshold {threshold} with num_perm {num_perm} ({exc}); "
-            "use a threshold <= 0.98"
-        ) from None
-    template = MinHash(num_perm=num_perm, seed=seed)
-    shared = {"permutations": template.permutations}  # generated once, not once per text
-    if hasattr(template, "scheme"):  # datasketch >= 2.0 wants the scheme with permutations
-        shared["scheme"] = template.scheme
-    kept_by_hash: dict[str, int] = {}
-    sketches: dict[int, Any] = {}
-    drops: dict[int, dict[str, Any]] = {}
+    dedup = Deduplicator(threshold, num_perm, seed)
     for i, text in enumerate(texts):
-        group = groups[i] if groups is not None else ""
-        normalised = normalize_for_hash(text)
-        digest = hashlib.sha256(f"{group}\0{normalised}".encode()).hexdigest()
-        if digest in kept_by_hash:
-            drops[i] = {"reason": "exact", "duplicate_of": kept_by_hash[digest], "jaccard": 1.0}
-            continue
-        grams = _shingles(normalised)
-        sketch = MinHash(num_perm=num_perm, seed=seed, **shared)
-        sketch.update_batch([g.encode("utf-8") for g in sorted(grams)])
-        best: tuple[int, float] | None = None
-        for key in lsh.query(sketch) if grams else ():
-            j = int(key)
-            if groups is not None and groups[j] != group:
-                continue
-            estimate = float(sketch.jaccard(sketches[j]))
-            if estimate >= threshold and (best is None or j < best[0]):
-                best = (j, estimate)
-        if best is not None:
-            drops[i] = {"reason": "near", "duplicate_of": best[0], "jaccard": round(best[1], 4)}
-            continue
-        kept_by_hash[digest] = i
-        if grams:
-            sketches[i] = sketch
-            lsh.insert(str(i), sketch)
-    return drops
+        dedup.add(text, groups[i] if groups is not None else "")
+    return dedup.drops
 
 
 def _near_drop_warning(near: int, total: int, what: str, threshold: float) -> str | None:
@@ -270,14 +282,17 @@ def dedup_documents(
     drops = find_duplicates(
         [d.text for d in docs], threshold=threshold, num_perm=num_perm, seed=seed
     )
-    params = {
-        "threshold": threshold,
-        "num_perm": num_perm,
-        "seed": seed,
-        "shingle_words": SHINGLE_WORDS,
-    }
     kept = [d for i, d in enumerate(docs) if i not in drops]
-    return kept, _report([d.id for d in docs], drops, params, "documents")
+    return kept, documents_report([d.id for d in docs], drops, threshold, num_perm, seed)
+
+
+def documents_report(
+    ids: Sequence[str], drops: dict[int, dict[str, Any]], threshold: float, num_perm: int, seed: int
+) -> dict[str, Any]:
+    """``dedup_documents``' report for documents ``ids`` (in order) and their ``drops``."""
+    params = {"threshold": threshold, "num_perm": num_perm, "seed": seed}
+    params["shingle_words"] = SHINGLE_WORDS
+    return _report(ids, drops, params, "documents")
 
 
 def dedup_examples(

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import TracebackType
 
 from ragbench.datasets._validate import document_from_row, read_jsonl, refuse_duplicate_ids
-from ragbench.io import InputFileError, atomic_write_text
+from ragbench.io import InputFileError
 from ragbench.types import Document
 
 PathLike = str | os.PathLike
+_UMASK = os.umask(0)  # read once (as ragbench.io does): setting it is process-wide
+os.umask(_UMASK)
 
 
 def _lines(documents: Iterable[Document]) -> Iterator[str]:
@@ -32,7 +36,74 @@ def write_documents(path: PathLike, documents: Iterable[Document]) -> Path:
     """Atomically write a corpus file; duplicate document ids are refused."""
     documents = list(documents)
     refuse_duplicate_ids((d.id for d in documents), "document", "a corpus")
-    return atomic_write_text(path, "".join(_lines(documents)))
+    with CorpusWriter(path) as writer:
+        for document in documents:
+            writer.write(document)
+    return writer.path
+
+
+def check_output(path: PathLike) -> Path:
+    """``path`` as a file that can be written, or a ValueError (one line) naming it: a folder,
+    or a folder on the way that is a file. Checked before any work is done."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder: name the corpus file, e.g. {path / 'corpus.jsonl'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{path}: {parent} is a file, not a folder")
+            break
+    return path
+
+
+class CorpusWriter:
+    """A corpus file written one document at a time (memory: one line), atomically: lines go
+    to a hidden temporary file beside ``path``, renamed over it on success and removed on any
+    error. ``fingerprint``: sha256 of the bytes written (``corpus_fingerprint``)."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = check_output(path)
+        self.count = 0
+        self._digest = hashlib.sha256()
+        self._ids: set[str] = set()
+        self._file = None
+        self._tmp: Path | None = None
+
+    def __enter__(self) -> CorpusWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        prefix = f".{self.path.name}."
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=self.path.parent)
+        self._tmp = Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a corpus is shared like any output
+        self._file = os.fdopen(fd, "wb")
+        return self
+
+    def write(self, document: Document) -> None:
+        if document.id in self._ids:
+            refuse_duplicate_ids([document.id] * 2, "document", "a corpus")
+        self._ids.add(document.id)
+        line = document.to_json().encode("utf-8")  # no ``+ "\n"``: a big text is not copied again
+        for data in (line, b"\n"):
+            self._digest.update(data)
+            self._file.write(data)
+        self.count += 1
+
+    @property
+    def fingerprint(self) -> str:
+        return self._digest.hexdigest()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if kind is None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+            self._file.close()
+            if kind is None:
+                os.replace(self._tmp, self.path)
+        finally:
+            self._tmp.unlink(missing_ok=True)  # gone already when renamed into place
 
 
 def corpus_fingerprint(documents: Iterable[Document]) -> str:

@@ -7,15 +7,21 @@ Steps, each stated so a corpus can be reproduced:
    to files found in folders, matched against the path relative to the folder and against the
    file name (``*`` also crosses ``/``; ``**/`` may match no folder); a folder matching an
    exclude glob is not entered. A file named as a PATH is always read. Files of other types
-   are reported as unsupported.
+   are reported as unsupported. A symbolic link that leads back to itself is an error naming
+   it, before any file is read (links to folders inside a folder are not followed).
 2. Read (``datasets.readers``): one reader per format; a file that cannot be read is reported
    with its path and reason and skipped, and so is one with no text (a scanned PDF).
 3. Clean each piece (a PDF page) with ``corpus.clean_text``, then join the pieces with a blank
    line. Cleaning happens before joining, so ``meta["page_starts"]`` (the offset where each
    page starts in ``text``; an empty page starts where the next one does) refers to the text
    that is written, and so do evidence spans located later: nothing edits it afterwards.
-4. Deduplicate with ``corpus.dedup_documents`` (exact, then MinHash near duplicates; the first
-   in corpus order is kept) and report what was dropped.
+4. Deduplicate with ``corpus.Deduplicator`` as each document is read (exact, then MinHash
+   near duplicates; the first in corpus order is kept: the report is ``dedup_documents``') and
+   report what was dropped.
+
+``ingest_to`` writes each kept document to the corpus file as soon as it is read, so memory
+holds one document (a few copies of the largest file's text), not the corpus; ``ingest``
+returns them all as a list.
 
 Ids: each document's id is its path relative to the common folder of the PATHs (for one folder,
 relative to that folder; for a file, its name), with ``/`` separators, so ids are unique and
@@ -28,8 +34,8 @@ file, and for PDFs ``pages`` and ``page_starts``. The title is the one the file 
 from __future__ import annotations
 
 import bisect
+import errno
 import fnmatch
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,8 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.datasets import readers
-from ragbench.datasets.corpus import clean_text, dedup_documents
-from ragbench.datasets.corpus_file import corpus_fingerprint
+from ragbench.datasets.corpus import Deduplicator, clean_text, documents_report
+from ragbench.datasets.corpus_file import CorpusWriter, check_output, corpus_fingerprint
+from ragbench.io import sha256_file
 from ragbench.types import Document
 
 PathLike = str | os.PathLike
@@ -56,12 +63,14 @@ class Skipped:
 
 @dataclass
 class IngestResult:
-    documents: list[Document]
+    documents: list[Document]  # the kept documents (``ingest``); empty from ``ingest_to``
     skipped: list[Skipped]
     dedup: dict[str, Any]  # corpus.dedup_documents' report (dropped ids with reasons)
     files: int  # files considered (read, unreadable or unsupported)
     fingerprint: str = ""
     warnings: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)  # the kept documents' ids, in corpus order
+    path: Path | None = None  # the corpus file ``ingest_to`` wrote
 
 
 # --------------------------------------------------------------------------- discovery
@@ -80,6 +89,17 @@ def _hidden(name: str) -> bool:
     return name.startswith(".")
 
 
+def refuse_loop(path: Path) -> None:
+    """A ValueError naming ``path`` when it is a symbolic link that leads back to itself."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(
+                f"{path}: symbolic link loop (it leads back to itself); remove or exclude it"
+            ) from None
+
+
 def discover(
     paths: Sequence[PathLike],
     include: Sequence[str] = (),
@@ -92,6 +112,7 @@ def discover(
         raise ValueError("no PATH given: name files or folders to ingest")
     roots = [Path(p) for p in paths]
     for root in roots:
+        refuse_loop(root)
         if not root.exists():
             raise FileNotFoundError(f"{root}: no such file or folder")
     resolved = [r.resolve() for r in roots]
@@ -100,6 +121,8 @@ def discover(
     found: dict[Path, str] = {}  # resolved file -> id; a file reached twice is read once
 
     def consider(file: Path) -> None:
+        if file.is_symlink():
+            refuse_loop(file)
         real = file.resolve()
         if real not in never and real not in found:
             found[real] = (file.parent.resolve() / file.name).relative_to(base).as_posix()
@@ -137,22 +160,26 @@ def discover(
 
 def assemble(pieces: Sequence[str]) -> tuple[str, list[int]]:
     """(text, start offset of each piece): pieces cleaned one by one, then joined."""
-    text, starts, empty = "", [], []
+    parts: list[str] = []  # joined once at the end: no quadratic ``text +=`` over many pages
+    length, starts, empty = 0, [], []
     for piece in pieces:
         piece = clean_text(piece)
         if not piece:  # an empty page starts where the next page's text does
             empty.append(len(starts))
             starts.append(0)
             continue
-        if text:
-            text += PIECE_SEPARATOR
+        if parts:
+            parts.append(PIECE_SEPARATOR)
+            length += len(PIECE_SEPARATOR)
         for i in empty:
-            starts[i] = len(text)
+            starts[i] = length
         empty = []
-        starts.append(len(text))
-        text += piece
+        starts.append(length)
+        parts.append(piece)
+        length += len(piece)
     for i in empty:
-        starts[i] = len(text)
+        starts[i] = length
+    text = parts[0] if len(parts) == 1 else "".join(parts)  # one piece: no copy
     return text, starts
 
 
@@ -164,15 +191,15 @@ def read_document(path: Path, doc_id: str) -> Document:
         raise readers.UnreadableFile(f"unsupported type {path.suffix!r}")
     fmt, read = found
     parsed = read(path)
+    title = clean_text(parsed.title) or path.stem
     text, starts = assemble(parsed.pieces)
+    del parsed  # the text as read: one copy fewer while the document lives
     if not text:
         hint = " (a scanned PDF needs OCR first)" if fmt == "pdf" else ""
         raise readers.UnreadableFile(f"no text{hint}")
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    meta: dict[str, Any] = {"source": doc_id, "format": fmt, "sha256": sha}
+    meta: dict[str, Any] = {"source": doc_id, "format": fmt, "sha256": sha256_file(path)}
     if fmt == "pdf":
         meta |= {"pages": len(starts), "page_starts": starts}
-    title = clean_text(parsed.title) or path.stem
     return Document(id=doc_id, text=text, title=title, meta=meta)
 
 
@@ -208,33 +235,101 @@ def ingest(
     on_skip: Callable[[Skipped], None] | None = None,
 ) -> IngestResult:
     """Discover, read, clean and deduplicate (module docstring); raise ValueError (one line)
-    when nothing readable is found. ``progress``: a tqdm bar over files (None: on a terminal).
-    ``on_skip`` hears about each unreadable file as it happens."""
-    from tqdm.auto import tqdm
-
+    when nothing readable is found. ``progress``: a tqdm bar over bytes read (None: on a
+    terminal). ``on_skip`` hears about each unreadable file as it happens. Every kept document
+    is in memory: ``ingest_to`` writes a corpus file without holding them."""
+    dedup = Deduplicator(threshold)
     chosen, skipped = discover(paths, include, exclude, skip)
     documents: list[Document] = []
-    bar = tqdm(chosen, desc="docs", unit="file", disable=None if progress is None else not progress)
-    for path, doc_id in bar:
-        try:
-            documents.append(read_document(path, doc_id))
-        except MemoryError:
-            raise
-        except Exception as exc:
-            # A damaged file makes parsers raise many kinds of error (pypdf, zipfile, lxml,
-            # KeyError from a missing DOCX part, ...); one bad file must not stop the ingest,
-            # and its reason is reported, never dropped.
-            item = Skipped(doc_id, _reason(exc))
-            skipped.append(item)
-            if on_skip is not None:
-                on_skip(item)
-    files = len(chosen) + sum(s.unsupported for s in skipped)
-    if not documents:
-        raise ValueError(_nothing_readable(paths, skipped, files))
-    kept, report = dedup_documents(documents, threshold=threshold)
-    result = IngestResult(kept, skipped, report, files, warnings=list(report["warnings"]))
-    result.fingerprint = corpus_fingerprint(kept)
+    result = _ingest(paths, chosen, skipped, dedup, documents.append, progress, on_skip)
+    result.documents = documents
+    result.fingerprint = corpus_fingerprint(documents)
     return result
+
+
+def ingest_to(
+    out: PathLike,
+    paths: Sequence[PathLike],
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    threshold: float = 0.8,
+    skip: Iterable[PathLike] = (),
+    progress: bool | None = False,
+    on_skip: Callable[[Skipped], None] | None = None,
+) -> IngestResult:
+    """``ingest`` into the corpus file ``out``, each kept document written as soon as it is
+    read (the bytes ``write_documents`` would write; ``out`` appears whole or not at all).
+    ``out`` (a folder, say) and ``paths`` (a symbolic link loop) are checked before any file is
+    read. The result's ``documents`` is empty; ``ids`` names what was written."""
+    check_output(out)
+    dedup = Deduplicator(threshold)
+    chosen, skipped = discover(paths, include, exclude, [*skip, out])
+    with CorpusWriter(out) as writer:
+        result = _ingest(paths, chosen, skipped, dedup, writer.write, progress, on_skip)
+    result.fingerprint, result.path = writer.fingerprint, writer.path
+    return result
+
+
+def _ingest(
+    paths: Sequence[PathLike],
+    chosen: list[tuple[Path, str]],
+    skipped: list[Skipped],
+    dedup: Deduplicator,
+    keep: Callable[[Document], None],
+    progress: bool | None,
+    on_skip: Callable[[Skipped], None] | None,
+) -> IngestResult:
+    """Read ``chosen`` in order, handing each document that is no duplicate to ``keep``."""
+    from tqdm.auto import tqdm
+
+    sizes = [_size(path) for path, _ in chosen]
+    read_ids: list[str] = []
+    kept: list[str] = []
+    disable = None if progress is None else not progress
+    with tqdm(
+        total=sum(sizes), desc="docs", unit="B", unit_scale=True, unit_divisor=1024, disable=disable
+    ) as bar:
+        for (path, doc_id), size in zip(chosen, sizes, strict=True):
+            bar.set_postfix_str(doc_id, refresh=False)
+            document = _read_or_skip(path, doc_id, skipped, on_skip)
+            if document is not None:
+                read_ids.append(doc_id)
+                if dedup.add(document.text) is None:
+                    keep(document)
+                    kept.append(doc_id)
+            del document  # before the next file is read: one document in memory at a time
+            bar.update(size)
+    files = len(chosen) + sum(s.unsupported for s in skipped)
+    if not read_ids:
+        raise ValueError(_nothing_readable(paths, skipped, files))
+    report = documents_report(read_ids, dedup.drops, dedup.threshold, dedup.num_perm, dedup.seed)
+    return IngestResult([], skipped, report, files, warnings=list(report["warnings"]), ids=kept)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # a dangling link: reported when it is read
+        return 0
+
+
+def _read_or_skip(
+    path: Path, doc_id: str, skipped: list[Skipped], on_skip: Callable[[Skipped], None] | None
+) -> Document | None:
+    try:
+        return read_document(path, doc_id)
+    except MemoryError:
+        raise
+    except Exception as exc:
+        # A damaged file makes parsers raise many kinds of error (pypdf, zipfile, lxml,
+        # KeyError from a missing DOCX part, ...); one bad file must not stop the ingest,
+        # and its reason is reported, never dropped.
+        item = Skipped(doc_id, _reason(exc))
+        skipped.append(item)
+        if on_skip is not None:
+            on_skip(item)
+        return None
 
 
 def _nothing_readable(paths: Sequence[PathLike], skipped: list[Skipped], files: int) -> str:

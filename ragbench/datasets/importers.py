@@ -26,7 +26,10 @@ line and field for malformed input, and for input with no examples. Choices, per
   1, answering 0) and ``meta["unanswerable"] = True``; every question of such a file gets
   ``meta["allow_decline"] = True``, so the prompt offers the decline option to answerable and
   unanswerable questions alike (offering it only to the unanswerable ones would leak the gold).
-  ``unanswerable="drop"`` leaves them out instead. Line numbers in errors point into the JSON
+  ``unanswerable="drop"`` leaves them out instead. Every question of a v2.0 file (its
+  ``version``, or any ``is_impossible`` question) gets ``meta["squad_v2"] = True``: it is
+  scored as the official v2.0 script does (``metrics.squad``), and whether it has an answer is
+  ``meta["unanswerable"]``, never its gold text. Line numbers in errors point into the JSON
   text (real SQuAD files are one line; the field path, e.g.
   ``data[0].paragraphs[2].qas[1].answers[0].answer_start``, locates the fault exactly).
 """
@@ -178,6 +181,9 @@ def load_squad(path: PathLike, unanswerable: str = "keep") -> list[Example]:
     except FieldError as bad:
         raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None
     nonempty(path, examples, "no questions (data[].paragraphs[].qas[] are all empty)")
+    if any(e.meta["unanswerable"] or e.meta["version"].startswith("v2") for e in examples):
+        # scored as the official v2.0 script scores (metrics.squad), dropped questions or not
+        examples = [replace(e, meta={**e.meta, "squad_v2": True}) for e in examples]
     if unanswerable == "drop":
         kept = [e for e in examples if not e.meta["unanswerable"]]
         return nonempty(path, kept, f"all {len(examples)} questions are unanswerable (dropped)")

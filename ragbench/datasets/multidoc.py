@@ -15,6 +15,7 @@ import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ragbench.datasets._validate import DatasetParamError, int_param
 from ragbench.datasets.haystack import haystack_files, normalize_space, sentences
 from ragbench.datasets.niah import DEFAULT_TOKENIZER
 from ragbench.datasets.ruler import random_text, wordlist
@@ -82,11 +83,20 @@ def iter_multidoc(
     seed: int = 0,
 ) -> Iterator[Example]:
     """Yield ``num_examples`` questions x each gold position (examples outer, positions inner)."""
-    if num_docs < 1:
-        raise ValueError(f"num_docs must be >= 1, got {num_docs}")
+    int_param("num_docs", num_docs)
+    int_param("num_examples", num_examples)
+    int_param("words_per_doc", words_per_doc)
     if isinstance(gold_position, int | str):
         gold_position = [gold_position]
-    positions = [resolve_position(p, num_docs) for p in gold_position]
+    if not isinstance(gold_position, list | tuple) or not gold_position:
+        raise DatasetParamError(
+            "gold_position",
+            f"expected an index, start/middle/end or a list of them, got {gold_position!r}",
+        )
+    try:
+        positions = [resolve_position(p, num_docs) for p in gold_position]
+    except (ValueError, TypeError) as exc:
+        raise DatasetParamError("gold_position", str(exc)) from None
     pool = passages(str(haystack), words_per_doc)
     if len(pool) < num_docs:
         raise ValueError(

@@ -14,7 +14,15 @@ import functools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ragbench.datasets._validate import (
+    DatasetParamError,
+    choice_param,
+    int_list_param,
+    int_param,
+    number_list_param,
+)
 from ragbench.datasets.haystack import Haystack, load_haystack, sentence_start_before
 from ragbench.registry import unknown
 from ragbench.tokenizers import Tokenizer, get_tokenizer
@@ -155,18 +163,32 @@ _STOPWORDS = frozenset(
 )
 
 
+@functools.cache
+def _stemmer() -> Any:
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+def _word_keys(word: str) -> set[str]:
+    """A word's Snowball (Porter 2) stem, plus the stem without an agent "-er" ("singer" ->
+    "sing", "baker" -> "bake"), which the stemmer keeps."""
+    stem = _stemmer().stemWord(word)
+    if stem.endswith("er") and len(stem) >= 5:
+        return {stem, stem[:-2], stem[:-1]}
+    return {stem}
+
+
 def shared_content_words(needle: str, question: str) -> set[str]:
-    """Content words (not stopwords, 3+ letters, lower-cased, a plural's final s dropped) that
-    the needle and the question both contain."""
+    """Content words (not stopwords, 3+ letters, lower-cased) of the question whose stem a word
+    of the needle shares: "paints"/"painted", "sings"/"singer", "cooked"/"cooking" all match."""
 
-    def words(text: str) -> set[str]:
-        out = set()
-        for w in re.findall(r"[A-Za-z]+", text.lower()):
-            if len(w) >= 3 and w not in _STOPWORDS:
-                out.add(w[:-1] if w.endswith("s") and len(w) > 3 else w)
-        return out
+    def words(text: str) -> dict[str, set[str]]:
+        found = re.findall(r"[A-Za-z]+", text.lower())
+        return {w: _word_keys(w) for w in found if len(w) >= 3 and w not in _STOPWORDS}
 
-    return words(needle) & words(question)
+    in_needle = set().union(*words(needle).values())
+    return {w for w, keys in words(question).items() if keys & in_needle}
 
 
 def iter_niah(
@@ -195,8 +217,15 @@ def iter_niah(
     default needle it uses ``NONLITERAL``, and a given needle/question pair that shares a content
     word is refused (the test would be literal after all).
     """
-    if needle_mode not in NEEDLE_MODES:
-        raise unknown("needle_mode", needle_mode, NEEDLE_MODES)
+    choice_param("needle_mode", needle_mode, NEEDLE_MODES)
+    buffer = int_param("final_context_length_buffer", final_context_length_buffer, lo=0)
+    why = f"more than final_context_length_buffer, {buffer}"
+    context_lengths = int_list_param("context_lengths", context_lengths, lo=buffer + 1, why=why)
+    if depth_percents is not None:
+        depth_percents = number_list_param("depth_percents", depth_percents, 0, 100)
+    else:
+        int_param("depth_intervals", depth_intervals, lo=1)
+        choice_param("depth_spacing", depth_spacing, SPACINGS)
     if needle_mode == "nonliteral":
         if needle == KAMRADT_NEEDLE and question == KAMRADT_QUESTION:
             needle, question, answer = NONLITERAL
@@ -206,8 +235,6 @@ def iter_niah(
                 f"needle_mode='nonliteral': the question shares {sorted(shared)} with the "
                 "needle; reword it so that only an association links them"
             )
-    if isinstance(context_lengths, int):
-        context_lengths = [context_lengths]
     depths = (
         [float(d) for d in depth_percents]
         if depth_percents is not None
@@ -216,6 +243,14 @@ def iter_niah(
     if answer is None:
         answer = KAMRADT_ANSWER if needle == KAMRADT_NEEDLE else needle.strip()
     tok = get_tokenizer(tokenizer)
+    room = buffer + tok.count(needle)  # place_needle needs more than this
+    for length in context_lengths:
+        if length <= room:
+            raise DatasetParamError(
+                "context_lengths",
+                f"{length} leaves no room for the {room - buffer}-token needle after the "
+                f"{buffer}-token final_context_length_buffer; valid: integers > {room}",
+            )
     hay = load_haystack(haystack, seed=seed)
     for length in context_lengths:
         for depth in depths:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 
 from ragbench.datasets import RULER_TASKS
+from ragbench.datasets._validate import choice_param, int_list_param, int_param
 from ragbench.datasets.haystack import (
     NOISE_SENTENCE,
     fit,
@@ -285,8 +286,18 @@ def iter_ruler(
     """
     if task not in TASKS:
         raise unknown("RULER task", task, TASKS)
-    if isinstance(context_lengths, int):
-        context_lengths = [context_lengths]
+    buffer = int_param("final_context_length_buffer", final_context_length_buffer, lo=0)
+    why = f"more than final_context_length_buffer, {buffer}"
+    context_lengths = int_list_param("context_lengths", context_lengths, lo=buffer + 1, why=why)
+    int_param("num_examples", num_examples)
+    choice_param("key_type", key_type, VALUE_TYPES)
+    choice_param("value_type", value_type, VALUE_TYPES)
+    counts = {"num_keys": num_keys, "num_values": num_values, "num_queries": num_queries}
+    counts |= {"num_chains": num_chains, "num_hops": num_hops, "num_cw": num_cw}
+    counts |= {"freq_cw": freq_cw, "freq_ucw": freq_ucw}
+    for key, value in counts.items():
+        if value is not None:
+            int_param(key, value)
     tok = get_tokenizer(tokenizer)
     niah_defaults = {
         "niah_single": (1, 1, 1),

@@ -5,10 +5,8 @@ with the closest valid key; unknown model, strategy, dataset and metric names ge
 ``config_hash`` is the sha256 of the canonical JSON of the validated config (defaults filled in,
 ``output_dir`` left out), so the same experiment always lands in the same run folder.
 
-Validated once: the typed objects a run reads are built by validation and kept on the
-``RunConfig`` (``cfg.points``: every strategy parameter point; ``cfg.sheet``: the loaded price
-sheet), never rebuilt from the dicts. They are private attributes, so the dump and the hash are
-what they were.
+Validated once: the typed objects a run reads (``cfg.points``, ``cfg.sheet``) are built by
+validation and kept as private attributes (not in the dump or the hash), never rebuilt.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -49,6 +47,7 @@ from ragbench.retrieval.precision import check_precision_param
 from ragbench.secrets import collect, redact
 from ragbench.strategies import get_strategy
 from ragbench.strategies.params import RetrievalParams, StrategyParams
+from ragbench.strategies.pipeline_target import imports_from
 from ragbench.tokenizers import check_tokenizer
 
 
@@ -241,16 +240,23 @@ class RunConfig(_Strict):
     metrics: list[str] = Field(default_factory=lambda: ["string_match_all"])  # answer metrics
     prompt_budget: int | None = Field(None, ge=1)  # matched budgets: one prompt-token cap for all
     price_sheet: str | None = None  # shipped sheet name or YAML path; None: no $ column
+    # what an hourly sheet charges: calibrated = the seconds the model's measured rates give the
+    # query's own tokens (same tokens, same dollars, whatever the load); measured = its measured
+    # share of device time (varies with the load). Token sheets price tokens either way.
+    cost_basis: Literal["calibrated", "measured"] = "calibrated"
     judge: JudgeConfig | None = None  # judge metrics' model and settings (ragbench.judge)
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
 
     # the folder of the YAML file the config came from: relative dataset paths resolve there
     _source_dir: str | None = PrivateAttr(default=None)
+    _source_file: str | None = PrivateAttr(default=None)  # that YAML file (error locations)
     # `--set dotted.path=value` overrides applied on top of the file (recorded in the manifest)
     _overrides: list[str] = PrivateAttr(default_factory=list)
     # built by validation (`_typed`), read by the run: not part of the dump or the hash
     _points: tuple[StrategyParams, ...] = PrivateAttr(default=())
     _sheet: PriceSheet | None = PrivateAttr(default=None)
+    # the calibration the run priced with, set when its resources are built (for the manifest)
+    _calibration: dict[str, Any] | None = PrivateAttr(default=None)
 
     @property
     def points(self) -> tuple[StrategyParams, ...]:
@@ -339,6 +345,8 @@ def config_hash(config: RunConfig) -> str:
     )
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)
+    if data.get("cost_basis") == "calibrated":  # added later: the default hashes as before
+        data.pop("cost_basis")
     return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
 
 
@@ -362,7 +370,7 @@ def load_config(
         if not overrides:
             return path
         cfg = parse_config(apply_overrides(path.model_dump(mode="json"), overrides))
-        cfg._source_dir = path._source_dir
+        cfg._source_dir, cfg._source_file = path._source_dir, path._source_file
         cfg._overrides = [*path._overrides, *overrides]
         return cfg
     if isinstance(path, dict):
@@ -383,7 +391,8 @@ def load_config(
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a config must be a YAML mapping")
         data = apply_overrides(data, overrides)
-    cfg = parse_config(data, str(path), None if overrides else text)
-    cfg._source_dir = str(path.resolve().parent)
+    with imports_from(path.resolve().parent):  # a pipeline target may sit beside the config
+        cfg = parse_config(data, str(path), None if overrides else text)
+    cfg._source_dir, cfg._source_file = str(path.resolve().parent), str(path)
     cfg._overrides = list(overrides)
     return cfg

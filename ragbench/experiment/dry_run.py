@@ -20,6 +20,10 @@ What cannot be known before generating is reported as a bound, never as a measur
 - dollars: from tokens for an ``api`` price sheet; a ``gpu_hour`` sheet charges measured device
   seconds, which a dry run does not have (the column is empty and the note says so).
 
+``over_window`` counts the prompts that do not fit. A real run counts the long-context ones the
+same way before it loads the model (``ragbench.experiment.preflight``, with ``prompt_counter``)
+and stops when any is over the window under the ``error`` overflow policy.
+
 Nothing is written: no records, no cache, no run folder.
 """
 
@@ -29,6 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ragbench.cost.prices import dollars, modelled_seconds_for
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.resources import (
     build_resources,
@@ -38,9 +43,12 @@ from ragbench.experiment.resources import (
 )
 from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.base import LLM
+from ragbench.llm.calibration import cached_rates, cpu_name
+from ragbench.llm.gguf import file_sha256
 from ragbench.llm.hf_load import resolve_model
 from ragbench.llm.hf_prompt import is_instruct, render
-from ragbench.strategies import run_batch
+from ragbench.strategies import get_strategy, run_batch
+from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
@@ -125,7 +133,10 @@ class HFPromptCounter:
         return len(self.tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
-def _counter(cfg: RunConfig) -> Any:
+def prompt_counter(cfg: RunConfig) -> Any:
+    """What counts the run's prompts without running the model: the tokenizer-backed
+    ``HFPromptCounter`` for a backend that loads weights, else the backend itself (building it
+    sends nothing). The preflight (``ragbench.experiment.preflight``) counts with it too."""
     m = cfg.model
     if backend_capabilities(m.backend).local_weights:  # building it would load the weights
         return HFPromptCounter(m.name, **m.params)
@@ -141,12 +152,16 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     cfg = load_config(config)
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
-    work = [(e, p) for e in examples for p in cfg.points]
+    # an external system (the user's pipeline) would really be called: it is not estimated
+    points = [p for p in cfg.points if not get_strategy(p.strategy).external]
+    work = [(e, p) for e in examples for p in points]
     reuses_prefix = backend_capabilities(cfg.model.backend).reuses_prefix_kv
-    llm = PromptCounter(_counter(cfg), track_prefixes=reuses_prefix)
+    llm = PromptCounter(prompt_counter(cfg), track_prefixes=reuses_prefix)
     res = build_resources(cfg, llm)
-    # a gpu_hour sheet would price the dry run's zero device seconds at $0: no dollars instead
-    priced = res.sheet is not None and res.sheet.kind == "api"
+    # a gpu_hour sheet prices seconds: modelled from this model's cached calibration on this
+    # machine when one exists (as a calibrated run charges), else no dollars (never $0)
+    rates = cached_calibration(cfg) if res.sheet is not None and res.sheet.kind != "api" else None
+    priced = res.sheet is not None and (res.sheet.kind == "api" or rates is not None)
     rows = []
     size = cfg.model.batch_size
     for start in tqdm(range(0, len(work), size), desc=f"{cfg.name} (dry run)",
@@ -160,10 +175,21 @@ def dry_run(config: Any, progress: bool = True) -> Any:
                     "prompt_tokens": c.prompt_tokens,
                     "cached_prompt_tokens": c.cached_prompt_tokens,
                     "completion_tokens_max": c.completion_tokens,
-                    "dollars": c.dollars if priced else None,
+                    "dollars": (
+                        c.dollars
+                        if rates is None
+                        else dollars(
+                            res.sheet,
+                            device_seconds=modelled_seconds_for(
+                                rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
+                            ),
+                        )
+                    )
+                    if priced
+                    else None,
                 }
             rows.append(row)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["label", "over_window"])
     for col in ("prompt_tokens", "cached_prompt_tokens", "completion_tokens_max", "dollars"):
         if col not in df:
             df[col] = float("nan")
@@ -180,7 +206,36 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     for col in ("prompt_tokens", "cached_prompt_tokens", "completion_tokens_max"):
         table[col] = table[col].round(1)
     table.attrs["notes"] = _notes(cfg)
+    skipped = sorted({p.label() for p in cfg.points} - {p.label() for p in points})
+    if skipped:
+        table.attrs["notes"].append(
+            f"not estimated (they call your own system): {', '.join(skipped)}"
+        )
+    if table["over_window"].any():
+        table.attrs["notes"].append(
+            "over_window: prompts that do not fit the window; a real run stops before loading "
+            f"the model when a long-context variant has any under overflow {OVERFLOW_ERROR!r} "
+            f"(policies: {' | '.join(OVERFLOW)})"
+        )
     return table
+
+
+def cached_calibration(cfg: RunConfig) -> Any:
+    """The newest calibration of the config's model measured on this CPU (cached by an earlier
+    run that loaded it), found without loading anything; None when there is none (a model from
+    a folder or the Hub, a server, or never run here)."""
+    if not backend_capabilities(cfg.model.backend).local_weights:
+        return None
+    try:
+        _, gguf, _ = resolve_model(cfg.model.name)
+    except (OSError, ValueError):
+        return None
+    if gguf is None:
+        return None
+    match = {"weights": "gguf-sha256:" + file_sha256(gguf), "hardware": cpu_name()}
+    if cfg.model.threads:
+        match["threads"] = cfg.model.threads
+    return cached_rates(match)
 
 
 def _notes(cfg: RunConfig) -> list[str]:
@@ -192,9 +247,15 @@ def _notes(cfg: RunConfig) -> list[str]:
         notes.append("cached prompt tokens: estimated (a document prefix seen earlier is reused)")
     if cfg.price_sheet is None:
         notes.append("dollars: no price_sheet in the config")
+    elif cfg.sheet.kind != "api" and cached_calibration(cfg) is not None:
+        notes.append(
+            f"dollars: price sheet {cfg.price_sheet!r} charges device seconds, modelled here from "
+            "the tokens and this model's cached calibration on this CPU (an upper bound: every "
+            "completion at max_new_tokens)"
+        )
     elif cfg.sheet.kind != "api":
         notes.append(
-            f"dollars: price sheet {cfg.price_sheet!r} charges measured device seconds; a dry run "
-            "has none (see notebook 04 for planning estimates)"
+            f"dollars: price sheet {cfg.price_sheet!r} charges device seconds; no calibration of "
+            "this model on this machine is cached yet (a real run measures one), so none here"
         )
     return notes

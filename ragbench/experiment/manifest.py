@@ -1,10 +1,13 @@
 """A run folder's ``manifest.json``: what produced its numbers (config and model identity with
-credentials masked, dataset fingerprint, versions, commit, hardware, price sheet) and its history
-(the first start, one ``sessions`` entry per invocation, so a resumed run keeps its past)."""
+credentials masked, dataset fingerprint, versions, commit, hardware, price sheet, cost basis and
+the calibration the dollars were modelled with) and its history (the first start, one
+``sessions`` entry per invocation, so a resumed run keeps its past)."""
 
 from __future__ import annotations
 
 import json
+import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +16,27 @@ from ragbench.datasets.formats import fingerprint
 from ragbench.experiment import provenance
 from ragbench.experiment.config import RunConfig, config_hash
 from ragbench.io import atomic_write_text
+from ragbench.metrics.answer import metric_versions
+
+log = logging.getLogger(__name__)
 
 
-def read_manifest(out: Path) -> dict[str, Any] | None:
+def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, Any] | None:
+    """The run folder's manifest; None for a first run or a damaged file. ``keep_damaged`` (a
+    run about to write a new one): a damaged file is moved aside, never silently replaced."""
+    path = out / "manifest.json"
     try:
-        return json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # a first run, or a manifest too damaged to keep its history
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None  # a first run
+    except (OSError, ValueError) as exc:  # too damaged to keep its history
+        if keep_damaged:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            kept = path.with_name(f"manifest.json.damaged-{stamp}")
+            path.replace(kept)
+            log.warning("%s is unreadable (%s): kept as %s; a new manifest starts the run's "
+                        "history again", path, exc, kept.name)  # fmt: skip
+        return None
 
 
 def sessions_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -50,6 +67,12 @@ def write_manifest(
         "model": secrets.redact(identity),
         # which sheet priced the dollars, and as of when (a reprice writes its own beside it)
         "price_sheet": cfg.sheet.describe() if cfg.sheet is not None else None,
+        # how an hourly sheet found its seconds, and the calibration (key, cache file, rates)
+        # that modelled them; a session that loaded no model keeps the last one
+        "cost_basis": cfg.cost_basis,
+        "calibration": cfg._calibration or (read_manifest(out) or {}).get("calibration"),
+        # each metric's version: a scoring fix bumps it, so runs scored apart can be told apart
+        "metric_versions": metric_versions(cfg.metrics),
         "status": status,
         "versions": provenance.versions(),
         "git_commit": provenance.git_commit(),

@@ -5,19 +5,30 @@ index and the same price sheet."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from ragbench.assets import cache_dir
 from ragbench.datasets import build_dataset
+from ragbench.datasets._validate import DatasetParamError
 from ragbench.experiment.config import ModelConfig, RunConfig, load_config
+from ragbench.experiment.config_text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
+from ragbench.llm.calibration import Rates, announce, describe
 from ragbench.llm.hf_load import set_threads
 from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index
 from ragbench.retrieval.embedders import get_embedder
 from ragbench.strategies import Resources, RetrievalParams, get_strategy
+from ragbench.strategies.params import StrategyParams
+from ragbench.strategies.registry import preflight_points
 from ragbench.types import Example
 
 
@@ -47,8 +58,29 @@ def load_examples(config: Any) -> list[Example]:
     """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
     failure attribution needs beside the table (evidence spans, needles, distractors)."""
     cfg = load_config(config)
-    examples = list(build_dataset(cfg.dataset.name, **cfg.dataset_params()))
+    try:
+        examples = list(build_dataset(cfg.dataset.name, **cfg.dataset_params()))
+    except DatasetParamError as exc:  # reported at dataset.params.<key> of the config file
+        source = str(config) if isinstance(config, str | os.PathLike) else None
+        raise param_error(cfg, exc, source or getattr(cfg, "_source_file", None)) from None
     return examples[: cfg.dataset.limit] if cfg.dataset.limit else examples
+
+
+def param_error(cfg: RunConfig, exc: DatasetParamError, source: str | None) -> ConfigError:
+    """A generator's bad parameter as the config loader reports one: ``file:line:
+    dataset.params.<key>: message`` (no line when ``--set`` overrides changed the file's text)."""
+
+    def fail(message: str) -> None:
+        raise ValueError(message)
+
+    text = None
+    if source and Path(source).is_file() and not cfg._overrides:
+        text = Path(source).read_text(encoding="utf-8")
+    try:
+        located(("dataset", "params", exc.key), fail, exc.message)
+    except ValidationError as err:
+        return ConfigError(explain_validation_error(err, source or "<config>", text, RunConfig))
+    raise AssertionError("located() always raises")
 
 
 def generates_answers(cfg: RunConfig) -> bool:
@@ -62,15 +94,38 @@ def load_model(m: ModelConfig) -> Any:
     if m.threads:
         set_threads(m.threads)
     cache = cache_dir() / "completions.sqlite" if m.cache else None
-    return load_llm(m.backend, cache=cache, model=m.name, **m.params)
+    loads = backend_capabilities(m.backend).local_weights  # seconds to minutes: say so
+    threads = f", {m.threads} threads" if m.threads else ""
+    if loads:
+        announce(f"loading model {m.name} ({m.backend}{threads}) ...")
+    t0 = time.perf_counter()
+    llm = load_llm(m.backend, cache=cache, model=m.name, **m.params)
+    if loads:
+        announce(f"loaded model {m.name} in {time.perf_counter() - t0:.1f} s")
+    return llm
 
 
-def check_server(llm: Any) -> None:
+def rates_of(llm: Any) -> Rates | None:
+    """The model's calibration (``llm.calibration``: measured once per model, device, dtype and
+    thread count, then read from its cache), through a completion cache; None for a backend
+    without one (a server, the fake backend)."""
+    for _ in range(4):  # CachedLLM(llm): the wrapped model is .llm
+        get = getattr(llm, "cost_rates", None)
+        if callable(get):
+            rates = get()
+            return rates if isinstance(rates, Rates) else None
+        llm = getattr(llm, "llm", None)
+    return None
+
+
+def check_server(llm: Any, points: Iterable[StrategyParams] = ()) -> None:
     """One short request to the model's server (backends that have one) before any work: a dead
-    server fails the run in seconds with its URL, instead of every record after its retries."""
+    server fails the run in seconds with its URL, instead of every record after its retries.
+    Then each parameter point's own preflight (``Strategy.preflight``: a pipeline's endpoint)."""
     check = getattr(llm, "check", None)
     if callable(check):
         check()
+    preflight_points(points)
 
 
 def chunk_tokenizer(cfg: RunConfig) -> str:
@@ -124,8 +179,12 @@ def build_resources(cfg: RunConfig, llm: Any, kv_dtype: str | None = None) -> Re
     """What the strategies read besides the example: the LLM, the metrics, the token limits, the
     architecture preset, the config's price sheet (loaded once, by the config) and, when a
     strategy retrieves, the index builder. ``kv_dtype``: the transformers backend's dtype
-    (``identity()["dtype"]``), which its KV cache is stored in."""
+    (``identity()["dtype"]``), which its KV cache is stored in. The model's calibration (its
+    rates: what the default ``cost_basis`` charges) is read here, before any record, and
+    recorded on ``cfg`` for the manifest."""
     needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
+    rates = rates_of(llm) if generates_answers(cfg) else None
+    cfg._calibration = describe(rates)
     return Resources(
         llm=llm,
         metrics=tuple(cfg.metrics),
@@ -134,5 +193,7 @@ def build_resources(cfg: RunConfig, llm: Any, kv_dtype: str | None = None) -> Re
         preset=get_preset(cfg.model.arch) if cfg.model.arch else None,
         kv_dtype=kv_dtype,
         sheet=cfg.sheet,
+        rates=rates,
+        cost_basis=cfg.cost_basis,
         index=make_index(cfg) if needs_index else None,
     )

@@ -21,8 +21,9 @@ columns, never in its cost. A judge server that does not answer fails the run be
 is generated.
 
 Example failures become error rows (``error`` column) and the run continues. Bad input that
-makes the whole run meaningless (unknown names, config typos, examples with no gold answers)
-fails before any model is loaded, with one clear message.
+makes the whole run meaningless (unknown names, config typos, examples with no gold answers,
+long-context prompts over the window under the ``error`` overflow policy: ``OverWindowError``,
+``ragbench.experiment.preflight``) fails before any model is loaded, with one clear message.
 
 What the run loads (examples, model, index, the strategies' ``Resources``) comes from
 ``ragbench.experiment.resources``, shared with the judge pass and the dry run; the parameter
@@ -44,6 +45,7 @@ from ragbench.experiment import provenance
 from ragbench.experiment.config import RunConfig, config_hash, load_config
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
+from ragbench.experiment.preflight import OverWindowError, check_window  # noqa: F401 (re-exported)
 from ragbench.experiment.resources import (  # noqa: F401 (DatasetError, load_examples: re-exported)
     DatasetError,
     build_resources,
@@ -90,13 +92,18 @@ def run(
     ``judge_llm`` the configured judge model. One process
     writes a run folder at a time: another one on the same folder raises ``LockHeldError``
     naming it, or with ``wait=True`` waits for it to finish. A server that does not answer fails
-    here, in seconds, before any record is attempted (``ServerUnreachable``).
+    here, in seconds, before any record is attempted (``ServerUnreachable``); so do long-context
+    prompts over the window under the ``error`` overflow policy (``OverWindowError``), before the
+    model is loaded.
     """
     cfg = load_config(config)
     secrets.collect(cfg.model_dump(mode="json"))  # mask them in every error, log and file
     started = _now()
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
+    # long-context prompts over the window under overflow "error" could only fail: stop now,
+    # before the model loads, counting with its tokenizer alone (OverWindowError)
+    check_window(cfg, examples, llm)
     work = [(e, p) for e in examples for p in cfg.points]
     keys = [work_key(e.id, p.strategy, p.to_dict()) for e, p in work]
     if len(set(keys)) != len(keys):
@@ -149,7 +156,7 @@ def _run_locked(
     # error rows are retried on resume (timeouts, out-of-memory); the new record is appended and
     # read_records keeps the last line of a key
     pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done or done[k].error]
-    previous = read_manifest(out)
+    previous = read_manifest(out, keep_damaged=True)
     session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
     sessions = [*sessions_of(previous), session]
     judging = bool(deferred_metrics(cfg.metrics)) and (
@@ -160,7 +167,7 @@ def _run_locked(
         if llm is None and not generates_answers(cfg):  # retrieval only: no model is ever called
             llm = FakeLLM(cfg.model.name)
         llm = llm if llm is not None else load_model(cfg.model)  # a CachedLLM has len(): 0 if empty
-        check_server(llm)
+        check_server(llm, [p for (_, p), _ in pending])  # and each point's preflight
     # the judge is loaded and its server checked before any record is generated: a dead judge
     # must not be found after an hour of generation
     judge = load_judge(cfg, judge_llm, llm) if judging else None

@@ -258,6 +258,10 @@ class CachedLLM(LLM):
     # ------------------------------------------------------------------ generation
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        if not any(r.cacheable for r in requests):  # past the cache: answered, never stored
+            return self.llm.generate(requests)
+        if not all(r.cacheable for r in requests):
+            return self._mixed(requests)
         identity = self.llm.identity()
         keys = [request_key(identity, r) for r in requests]
         found = self._lookup(keys)
@@ -289,3 +293,21 @@ class CachedLLM(LLM):
                 results.append(dataclasses.replace(found[k], cached=True))
                 self.hits += 1
         return results
+
+    def _mixed(self, requests: list[GenerationRequest]) -> list[Completion]:
+        """A call mixing cacheable requests with ones past the cache: each group on its own. A
+        failure's ``partial`` would index one group, not the call: it is dropped, so the caller
+        finds each request's own outcome."""
+        direct = [i for i, r in enumerate(requests) if not r.cacheable]
+        cached = [i for i, r in enumerate(requests) if r.cacheable]
+        out: list[Completion | None] = [None] * len(requests)
+        try:
+            for group, done in ((direct, self.llm.generate([requests[i] for i in direct])),
+                                (cached, self._generate([requests[i] for i in cached]))):  # fmt: skip
+                for i, completion in zip(group, done, strict=True):
+                    out[i] = completion
+        except Exception as exc:
+            if getattr(exc, "partial", None) is not None:
+                exc.partial = None  # type: ignore[attr-defined]
+            raise
+        return out  # type: ignore[return-value]

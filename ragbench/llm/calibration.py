@@ -26,26 +26,37 @@ with random tensors costs nothing, prefilling one would cost seconds): prefills 
 tokens, 128 tokens after 2048 cached positions, decode steps at 16/1024/4096 positions, a
 4-row step, and the shared-prefix variants. Each probe keeps its fastest of a few repetitions:
 on a shared machine noise only ever adds time. This takes a few seconds once per model, device,
-dtype and thread count; the rates are cached as JSON under ``assets.cache_dir()/calibration``
+dtype and thread count (announced on stderr; sweep workers wait for one another under a file
+lock, see :func:`rates_for`); the rates are cached as JSON under ``assets.cache_dir()/calibration``
 keyed by that identity (see :func:`calibration_key`), so later loads read them. We chose
 measuring at load over fitting online from observed batches because the split then does not
 depend on what ran before (the same batch is split the same way in every run) and a batch's
-time alone cannot separate its rows' costs, which is the very thing to estimate.
+time alone cannot separate its rows' costs, which is the very thing to estimate. The same
+estimate, not a share of measured time, is what the default cost basis charges (``modelled
+seconds``, ``ragbench.cost.prices.modelled_seconds``): it depends on tokens and these rates only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+from tqdm import tqdm
+
 from ragbench import assets
+from ragbench.io import atomic_write_text
 from ragbench.llm import shared_prefix
+
+log = logging.getLogger(__name__)
 
 CALIBRATION_VERSION = 2  # bump when the probes or the cost model change: old files are ignored
 
@@ -167,7 +178,7 @@ def calibration_key(decoder: Any, weights: str) -> dict[str, Any]:
     if dev.type == "cuda":
         hardware = torch.cuda.get_device_name(dev)
     else:
-        hardware = _cpu_name()
+        hardware = cpu_name()
     config = decoder.model.config
     return {
         "version": CALIBRATION_VERSION,
@@ -183,7 +194,8 @@ def calibration_key(decoder: Any, weights: str) -> dict[str, Any]:
     }
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """This machine's CPU model (``/proc/cpuinfo``): a CPU calibration's ``hardware``."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -194,32 +206,85 @@ def _cpu_name() -> str:
 
 
 _MEMO: dict[str, Rates] = {}
+LOCK = ".lock"  # one calibration at a time per cache folder (see rates_for)
+
+
+def calibration_path(key: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache file of the rates measured under ``key`` (``calibration_key``)."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    folder = Path(cache_dir) if cache_dir is not None else assets.cache_dir()
+    return folder / "calibration" / f"{digest}.json"
+
+
+def _read(path: Path) -> Rates | None:
+    if not path.is_file():
+        return None
+    try:
+        rates = Rates.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, OSError):
+        return None  # unreadable or from another layout: measure again
+    return Rates(**{**asdict(rates), "meta": {**rates.meta, "path": str(path)}})
+
+
+def announce(message: str) -> None:
+    """One line on stderr that a progress bar does not tear (and the same in the log): slow
+    one-time work (a model load, a calibration) must not pass for a hung run."""
+    log.info("%s", message)
+    tqdm.write(message, file=sys.stderr)
 
 
 def rates_for(decoder: Any, weights: str, cache_dir: str | os.PathLike | None = None) -> Rates:
     """The rates of this model on this device: memoised in the process, cached on disk, else
-    measured now (a few seconds) and written for next time."""
+    measured now and written for next time.
+
+    Sweep workers on one machine share the cache: the measuring happens under one file lock per
+    cache folder, so a second worker with the same key waits for the first and reads its file
+    instead of measuring again (and two calibrations never time each other's load). The file is
+    written atomically (``ragbench.io``): a reader sees the old file or the new one."""
     key = calibration_key(decoder, weights)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    folder = Path(cache_dir) if cache_dir is not None else assets.cache_dir()
-    path = folder / "calibration" / f"{digest}.json"
+    path = calibration_path(key, cache_dir)
     if str(path) in _MEMO:
         return _MEMO[str(path)]
-    rates = None
-    if path.is_file():
-        try:
-            rates = Rates.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, TypeError, OSError):
-            rates = None  # unreadable or from another layout: measure again
+    rates = _read(path)
     if rates is None:
-        rates = measure(decoder)
-        rates = Rates(**{**asdict(rates), "meta": {**rates.meta, "key": key}})
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(rates.to_dict(), indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+        with FileLock(str(path.parent / LOCK)):
+            rates = _read(path)  # another worker measured it while this one waited
+            if rates is None:
+                threads = f" ({key['threads']} threads)" if key["device"] == "cpu" else ""
+                announce(
+                    f"calibrating {weights or 'the model'} on {key['hardware']}{threads}, once "
+                    f"per model/device/dtype/thread count; cached at {path}"
+                )
+                measured = measure(decoder)
+                rates = Rates(**{**asdict(measured), "meta": {**measured.meta, "key": key}})
+                atomic_write_text(path, json.dumps(rates.to_dict(), indent=1, sort_keys=True))
+                rates = Rates(**{**asdict(rates), "meta": {**rates.meta, "path": str(path)}})
     _MEMO[str(path)] = rates
     return rates
+
+
+def describe(rates: Rates | None) -> dict[str, Any] | None:
+    """What a manifest records about the calibration that priced a run: its identity (the key
+    and the cache file), when it was measured, and the rates themselves."""
+    if rates is None:
+        return None
+    meta = rates.meta or {}
+    numbers = {k: v for k, v in asdict(rates).items() if k != "meta"}
+    return {"key": meta.get("key"), "path": meta.get("path"),
+            "measured_at": meta.get("measured_at"), "rates": numbers}  # fmt: skip
+
+
+def cached_rates(match: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Rates | None:
+    """The newest cached calibration whose key has every item of ``match`` (say ``{"weights":
+    ..., "device": "cpu", "threads": 2}``), without loading the model: what a dry run can price
+    a device-hour sheet with. None when no such calibration was measured on this machine."""
+    folder = (Path(cache_dir) if cache_dir is not None else assets.cache_dir()) / "calibration"
+    found = [r for p in sorted(folder.glob("*.json")) if (r := _read(p)) is not None]
+    fits = [r for r in found
+            if all((r.meta.get("key") or {}).get(k) == v for k, v in match.items())
+            and (r.meta.get("key") or {}).get("version") == CALIBRATION_VERSION]  # fmt: skip
+    return max(fits, key=lambda r: str(r.meta.get("measured_at", "")), default=None)
 
 
 def measure(decoder: Any, rounds: int = 3) -> Rates:

@@ -17,7 +17,8 @@ began, including the prefix prefill it waited for, until the first token) and ``
 device time (prefix prefills + padded batches) split in proportion to each request's stand-alone
 cost estimated from its own tokens with this model's measured rates (``calibration.py``); the
 shares add up to the device time and every request of the call saves by the same factor
-(``meta["call"]["batching_factor"]``). ``padding_tokens`` is the padding its row computed;
+(``meta["call"]["batching_factor"]``). ``meta["work"]`` is the request's own work (tokens, prefix
+computed or reused), which the calibrated cost basis prices with ``cost_rates()``. ``padding_tokens`` is the padding its row computed;
 ``meta["batch"]`` reports its padded batch once for all rows: seconds, padding tokens and
 fraction, and an estimate of the seconds the padding cost. ``peak_memory_bytes`` is CUDA max
 allocated, else the process RSS (``meta["peak_memory"]``). ``kv_bytes_measured``: its KV cache
@@ -346,6 +347,8 @@ class HFModel(LLM):
             meta = {
                 **fields.pop("meta"),
                 "alone_seconds_estimate": own,  # unrounded: share / estimate is the call's factor
+                # its own work, what the calibrated cost basis charges (cost.prices.work_of)
+                "work": work[i],
                 "call": call,
             }
             meta.pop("batch_seconds", None)

@@ -5,6 +5,11 @@ A model name resolves to a preset, a local folder, a ``.gguf`` file (dequantised
 in the chosen dtype with the fastest attention available, and are identified for cache keys by a
 hash of the local files or by the hub revision.
 
+Weights load from safetensors only: a folder (or hub repo) whose weights are only in the
+pickle-based ``.bin`` format is refused, since unpickling a file can run code hidden in it. The
+model param ``allow_pickle_weights: true`` loads such weights from a source you trust (safetensors
+are still preferred where both are present).
+
 RoPE scaling (``rope_scaling``, ``rope_factor``) is a load-time option: the rotary frequencies are
 built with the model, so a model trained on N positions can be run at factor x N. See
 ``rope_parameters`` for the methods and the papers.
@@ -30,6 +35,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 # 2023 §3.3) and YaRN (Peng et al. 2023, arXiv:2309.00071); "linear" is position interpolation
 # (Chen et al. 2023, arXiv:2306.15595), for comparison
 ROPE_SCALINGS = ("dynamic", "yarn", "linear")
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")  # torch.save files: unpickled to load
+PICKLE_OPTION = "allow_pickle_weights: true"
 
 
 @dataclass(frozen=True)
@@ -79,10 +86,12 @@ def load_model(
     attn_implementation: str = "auto",
     cache_dir: str | os.PathLike | None = None,
     rope: tuple[str, float] | None = None,
+    allow_pickle_weights: bool = False,
 ) -> LoadedModel:
     """Load ``model`` (see :func:`resolve_model`). Several GPUs under ``device="cuda"`` share
     the layers (``device_map="auto"``); ``"cuda:N"`` pins one. ``rope``: ``(scaling, factor)``
-    to run past the trained window (``rope_parameters``)."""
+    to run past the trained window (``rope_parameters``). ``allow_pickle_weights``: load
+    ``.bin`` weights when a source has no safetensors (else a ValueError naming it)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -92,6 +101,8 @@ def load_model(
     if gguf is not None:
         source = str(convert_gguf(gguf, cache_dir))
         weights = "gguf-sha256:" + file_sha256(gguf, cache_dir)
+    if not allow_pickle_weights:
+        refuse_pickle_weights(source)
     device = pick_device(device)
     torch_dtype = pick_dtype(dtype, device)
     multi_gpu = device == "cuda" and torch.cuda.device_count() > 1
@@ -100,13 +111,19 @@ def load_model(
         config = AutoConfig.from_pretrained(source)
         config.rope_parameters = rope_parameters(config, *rope)
         extra["config"] = config
-    lm = AutoModelForCausalLM.from_pretrained(
-        source,
-        **extra,
-        dtype=torch_dtype,
-        attn_implementation=pick_attention(attn_implementation, device, torch_dtype),
-        device_map="auto" if multi_gpu else None,
-    )
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(
+            source,
+            **extra,
+            dtype=torch_dtype,
+            attn_implementation=pick_attention(attn_implementation, device, torch_dtype),
+            device_map="auto" if multi_gpu else None,
+            use_safetensors=None if allow_pickle_weights else True,  # None: safetensors first
+        )
+    except OSError as exc:  # a hub repo without safetensors (a local folder is checked above)
+        if allow_pickle_weights or "safetensors" not in str(exc):
+            raise
+        raise ValueError(_pickle_refusal(source, "has no safetensors weights")) from None
     if not multi_gpu:
         lm.to(device)
     lm.eval()
@@ -118,6 +135,26 @@ def load_model(
         dtype=torch_dtype,
         weights=weights or weights_id(source, lm, cache_dir),
         preset=preset,
+    )
+
+
+def refuse_pickle_weights(source: str) -> None:
+    """A ValueError naming the folder and the option when a local model folder has weights
+    only in a pickle-based format (``PICKLE_WEIGHTS``); hub ids are checked at load time."""
+    folder = Path(source)
+    if not source or not folder.is_dir() or any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(f.name for pattern in PICKLE_WEIGHTS for f in folder.glob(pattern))
+    if pickled:
+        shown = ", ".join(pickled[:3]) + (", ..." if len(pickled) > 3 else "")
+        raise ValueError(_pickle_refusal(source, f"has weights only as pickle files ({shown})"))
+
+
+def _pickle_refusal(source: str, what: str) -> str:
+    return (
+        f"model {source} {what}: loading them unpickles, which can run code hidden in the file; "
+        f"convert them to safetensors, or set the model param {PICKLE_OPTION} to trust the "
+        "source"
     )
 
 

@@ -28,8 +28,11 @@ event-stream reading, retries and errors are in ``openai_http.py`` (``http``). W
   ``ServerUnreachable`` before a run rather than one error row per record;
 - latency: with ``stream=True`` (default) the server-sent events give time to first token
   (``prefill_seconds``, which includes queueing and network) and the rest is ``decode_seconds``.
-  Without streaming only the total is known: it goes to ``decode_seconds`` and
-  ``meta["ttft_measured"]`` is False;
+  Without streaming (or from a server that answers a streaming request with one JSON body) only
+  the total is known: it goes to ``decode_seconds`` and ``meta["ttft_measured"]`` is False;
+- a stream cut short (mid-event or before its finish reason) is retried like a dropped
+  connection; a body that is not a readable completion fails at once, its error naming the URL
+  and the request id (``X-Request-ID``, sent with each attempt, or the server's own);
 - usage from the response, cached prompt tokens from ``prompt_tokens_details.cached_tokens``;
   when a server reports none, tokens are counted locally and ``usage_estimated`` is True.
 """
@@ -276,10 +279,17 @@ class OpenAICompatLLM(LLM):
         url = self._models_url.removesuffix("/models") + "/" + path.lstrip("/")
 
         def once() -> dict[str, Any]:
-            resp = self._client.post(url, json=payload)
+            request_id = http.new_request_id()
+            resp = self._client.post(
+                url, json=payload, headers={http.REQUEST_ID_HEADER: request_id}
+            )
             if resp.status_code >= 400:
                 raise http.status_error(resp, resp.text)
-            return resp.json()
+            try:
+                return wire.parse_json(resp.text)
+            except ValueError as exc:
+                request_id = resp.headers.get("x-request-id") or request_id
+                raise http.BadResponse(str(exc), request_id) from None
 
         return self._with_retries(once, url=secrets.redact_url(url))[0]
 
@@ -310,7 +320,7 @@ class OpenAICompatLLM(LLM):
         meta: dict[str, Any] = {
             "endpoint": self.endpoint,
             "attempts": attempts,
-            "ttft_measured": bool(self.stream),
+            "ttft_measured": parsed.streamed,  # False when a server ignored stream=True
             # a server's device time is not visible from here: the cost falls back to the time
             # the request held a server slot (prefill + decode), an estimate
             "resource_seconds_estimated": True,

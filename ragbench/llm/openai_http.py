@@ -9,8 +9,10 @@ backoff waits) is ``openai_payload.py`` (``wire``). Here:
   cut short are retried (``retryable``), with exponential backoff honouring ``Retry-After``
   (``with_retries``); then ``final_error`` names the URL, the attempts, the HTTP status and the
   server's last message, redacted;
-- one attempt (``post_completion``): the POST, the error body of a failed status, and the response
-  read whole or as server-sent events, timed (time to first token, then the rest);
+- one attempt (``post_completion``): the POST (with an ``X-Request-ID``), the error body of a
+  failed status, and the response read whole or as server-sent events, timed (time to first
+  token, then the rest); a body that is no readable completion is a ``BadResponse`` (not
+  retried), a stream cut mid-event an ``IncompleteStream`` (retried), both naming the request id;
 - ``redact_httpx_logs``: httpx logs each request's full URL, query and all.
 
 httpx and tenacity are imported when first used, so importing this module imports neither.
@@ -18,10 +20,10 @@ httpx and tenacity are imported when first used, so importing this module import
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ragbench import secrets
@@ -69,7 +71,29 @@ class StatusError(Exception):
 
 
 class IncompleteStream(Exception):
-    """The event stream ended without a finish reason or [DONE]: treated as a dropped connection."""
+    """The event stream ended without a finish reason or [DONE], or cut mid-event: treated as a
+    dropped connection (retried). ``request_id``: the attempt's (``final_error`` names it)."""
+
+    request_id: str | None = None
+
+
+class BadResponse(Exception):
+    """The server answered, but not with a completion we can read (not JSON, no choices, an
+    error event): it would answer the same again, so it is not retried. ``request_id``: the
+    attempt's (``final_error`` names it)."""
+
+    def __init__(self, message: str, request_id: str | None = None):
+        super().__init__(message)
+        self.request_id = request_id
+
+
+REQUEST_ID_HEADER = "X-Request-ID"  # sent with each attempt; vLLM and most gateways echo it
+
+
+def new_request_id() -> str:
+    """An id for one attempt, sent as ``X-Request-ID``: errors name it (or the server's own
+    ``x-request-id`` when it answers with one), so a server's log line can be found."""
+    return f"ragbench-{uuid.uuid4().hex[:16]}"
 
 
 def status_error(resp, body: str) -> StatusError:
@@ -135,11 +159,15 @@ def final_error(exc: Exception, attempts: int, url: str, timeout: float) -> LLMR
     status = exc.status if isinstance(exc, StatusError) else None
     if isinstance(exc, httpx.TimeoutException):
         detail = f"timed out after {timeout:g} s ({type(exc).__name__})"
-    elif isinstance(exc, httpx.TransportError | IncompleteStream):
+    elif isinstance(exc, IncompleteStream):
+        detail = f"the event stream was cut short: {exc}"
+    elif isinstance(exc, httpx.TransportError):
         detail = f"connection failed: {type(exc).__name__}: {exc}"
     else:
         detail = str(exc)
-    msg = f"POST {url} failed after {attempts} attempt(s): {detail}"
+    request_id = getattr(exc, "request_id", None)  # an unreadable answer: the server's log line
+    where = f"POST {url} (request {request_id})" if request_id else f"POST {url}"
+    msg = f"{where} failed after {attempts} attempt(s): {detail}"
     return LLMRequestError(secrets.redact_text(msg), url, status, attempts)
 
 
@@ -150,30 +178,52 @@ def post_completion(
     client, url: str, payload: dict[str, Any], endpoint: str
 ) -> tuple[wire.Parsed, float, float]:
     """One attempt: (parsed response, prefill seconds, decode seconds). Without streaming the
-    whole time is decode; a failed status raises ``StatusError``."""
+    whole time is decode; a failed status raises ``StatusError``. A server that answers a
+    streaming request with one JSON body (it ignores ``stream``) is read as a normal completion
+    (``Parsed.streamed`` False: no time to first token). A body that cannot be read raises
+    ``BadResponse``, a stream cut short ``IncompleteStream`` (retried), each with the request id."""
     t0 = time.perf_counter()
-    with client.stream("POST", url, json=payload) as resp:
+    request_id = new_request_id()
+    with client.stream("POST", url, json=payload, headers={REQUEST_ID_HEADER: request_id}) as resp:
+        request_id = resp.headers.get("x-request-id") or request_id  # the server's, if it has one
         if resp.status_code >= 400:
             raise status_error(resp, resp.read().decode("utf-8", "replace"))
-        if not payload.get("stream"):
-            body = resp.read()
-            parsed = wire.parse_response(json.loads(body), endpoint)
+        try:
+            json_body = "json" in resp.headers.get("content-type", "").lower()
+            if payload.get("stream") and not json_body:
+                return read_stream(resp.iter_lines(), t0, endpoint)
+            body = resp.read().decode("utf-8", "replace")
+            if payload.get("stream") and wire.looks_like_sse(body):  # mislabelled event stream
+                return read_stream(body.splitlines(), t0, endpoint)
+            parsed = wire.parse_response(wire.parse_json(body), endpoint)
             return parsed, 0.0, time.perf_counter() - t0
-        return read_stream(resp, t0, endpoint)
+        except IncompleteStream as exc:
+            exc.request_id = request_id
+            raise
+        except ValueError as exc:
+            raise BadResponse(str(exc), request_id) from None
 
 
-def read_stream(resp, t0: float, endpoint: str) -> tuple[wire.Parsed, float, float]:
-    """A server-sent event stream to its end: the time to its first text is prefill (from ``t0``,
-    so queueing and network are in it), the rest decode. A stream that stops without a finish
-    reason or [DONE] raises ``IncompleteStream``."""
+def read_stream(lines: Iterable[str], t0: float, endpoint: str) -> tuple[wire.Parsed, float, float]:
+    """A server-sent event stream (its ``lines``) to its end: the time to its first text is
+    prefill (from ``t0``, so queueing and network are in it), the rest decode. A stream that
+    stops without a finish reason or [DONE], or whose last event is cut off (not valid JSON),
+    raises ``IncompleteStream``; an unreadable event with more after it, ``ValueError``."""
     parts: list[str] = []
     finish, usage, model, t_first = "", None, "", None
     done = False
-    for data in wire.iter_sse_data(resp.iter_lines()):
+    cut: str | None = None  # why the last event could not be read
+    for n, data in enumerate(wire.iter_sse_data(lines), start=1):
+        if cut is not None:  # an unreadable event, and the stream went on: not a cut
+            raise ValueError(cut)
         if data == "[DONE]":
             done = True
             break
-        chunk = json.loads(data)
+        try:
+            chunk = wire.parse_json(data, f"event {n}")
+        except ValueError as exc:
+            cut = str(exc)
+            continue
         text, fin, use = wire.parse_chunk(chunk, endpoint)
         if text and t_first is None:
             t_first = time.perf_counter()
@@ -181,10 +231,13 @@ def read_stream(resp, t0: float, endpoint: str) -> tuple[wire.Parsed, float, flo
         finish, usage, model = fin or finish, use or usage, chunk.get("model") or model
         done = done or bool(fin)
     t_end = time.perf_counter()
+    if cut is not None:
+        raise IncompleteStream(f"it ended inside an event: {cut}")
     if not done:
         raise IncompleteStream("event stream ended without a finish reason")
     t_first = t_first if t_first is not None else t_end
-    return wire.Parsed("".join(parts), finish, usage, model), t_first - t0, t_end - t_first
+    parsed = wire.Parsed("".join(parts), finish, usage, model, streamed=True)
+    return parsed, t_first - t0, t_end - t_first
 
 
 # ---------------------------------------------------------------------------- logs

@@ -118,6 +118,7 @@ class Parsed:
     finish_reason: str
     usage: dict[str, Any] | None
     model: str = ""
+    streamed: bool = False  # read from server-sent events: the time to first token is known
 
 
 def _choice_text(choice: dict[str, Any], endpoint: str, delta: bool) -> str:
@@ -127,14 +128,41 @@ def _choice_text(choice: dict[str, Any], endpoint: str, delta: bool) -> str:
     return choice.get("text") or ""
 
 
-def parse_response(body: dict[str, Any], endpoint: str = "chat") -> Parsed:
+def snippet(text: str, limit: int = 200) -> str:
+    """The start of a response body for an error message, on one line."""
+    flat = " ".join(text.split())
+    return repr(flat[:limit] + ("..." if len(flat) > limit else ""))
+
+
+def parse_json(text: str, what: str = "response") -> Any:
+    """``json.loads(text)``; a body that is not JSON raises a ``ValueError`` saying where it
+    broke and how the body starts (an HTML error page from a proxy, a truncated answer)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"{exc.msg}: line {exc.lineno} column {exc.colno}"  # as json words it
+        raise ValueError(f"{what} is not valid JSON ({where}): {snippet(text)}") from None
+
+
+def looks_like_sse(text: str) -> bool:
+    """Whether a body is a server-sent event stream (its first line a ``data:``, ``event:``,
+    ``id:`` field or a ``:`` comment), whatever its content type says."""
+    first = text.lstrip().split("\n", 1)[0]
+    return first.startswith(("data:", "event:", "id:", ":"))
+
+
+def parse_response(body: Any, endpoint: str = "chat") -> Parsed:
     """Text, finish reason and usage of a non-streamed response."""
+    if not isinstance(body, dict):
+        raise ValueError(f"response is not a JSON object: {snippet(json.dumps(body))}")
     if "error" in body and not body.get("choices"):
         raise ValueError(f"server returned an error object: {error_message(json.dumps(body))}")
     choices = body.get("choices")
     if not choices:
         raise ValueError(f"response has no choices: {json.dumps(body)[:300]}")
     choice = choices[0]
+    if not isinstance(choices, list) or not isinstance(choice, dict):
+        raise ValueError(f"response choices are not objects: {snippet(json.dumps(body))}")
     return Parsed(
         text=_choice_text(choice, endpoint, delta=False),
         finish_reason=choice.get("finish_reason") or "",
@@ -155,11 +183,15 @@ def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
             return
 
 
-def parse_chunk(chunk: dict[str, Any], endpoint: str = "chat") -> tuple[str, str, dict | None]:
+def parse_chunk(chunk: Any, endpoint: str = "chat") -> tuple[str, str, dict | None]:
     """(text delta, finish reason or "", usage or None) of one streamed event."""
+    if not isinstance(chunk, dict):
+        raise ValueError(f"event is not a JSON object: {snippet(json.dumps(chunk))}")
     if "error" in chunk and not chunk.get("choices"):
         raise ValueError(f"server sent an error event: {error_message(json.dumps(chunk))}")
     choices = chunk.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise ValueError(f"event choices are not objects: {snippet(json.dumps(chunk))}")
     text = finish = ""
     if choices:
         text = _choice_text(choices[0], endpoint, delta=True)

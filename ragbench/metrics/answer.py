@@ -1,4 +1,5 @@
-"""Answer metrics and their aggregation with bootstrap confidence intervals.
+"""Answer metrics and their aggregation with confidence intervals (Wilson for 0/1 scores,
+percentile bootstrap for continuous ones).
 
 Each metric maps (prediction, gold answers) to a score in [0, 1] and declares
 ``higher_is_better`` and its aggregation. SQuAD exact match / token F1 reproduce the official
@@ -6,7 +7,9 @@ SQuAD v1.1 evaluation script (normalisation: lowercase, drop punctuation, drop t
 a/an/the, collapse whitespace; maximum over the gold answers). It is copied, not imported,
 because the official script is not a package; lm-evaluation-harness does the same. RULER's
 ``string_match_all`` / ``string_match_part`` follow RULER's ``eval/synthetic/constants.py``
-(case-insensitive substring, averaged or maxed over the references).
+(case-insensitive substring, averaged or maxed over the references). SQuAD 2.0 questions are
+scored by the official v2.0 script's rules (``metrics.squad``; ``score`` dispatches on the
+example's meta). Every metric has a ``version`` (``metric_versions``) for the run's manifest.
 
 Metrics of another ``kind`` are registered here so configs can name them, but are not computed
 from (prediction, gold) alone: ``judge`` metrics (``judge_correct``, ``judge_faithful``) ask a
@@ -20,15 +23,25 @@ Retrieval metrics live in ``ragbench.retrieval.metrics``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 from ragbench.metrics.longbench import longbench_score
 from ragbench.metrics.normalize import NO_ANSWER, normalize_answer
+from ragbench.metrics.squad import (
+    as_squad_prediction,
+    exact,
+    gold_answers,
+    has_answer,
+    is_squad_v2,
+    squad_v2_scores,
+)
 from ragbench.registry import Registry, unknown
 
 # ---------------------------------------------------------------------------- SQuAD (official)
@@ -107,6 +120,9 @@ class Metric:
     # chosen per example, such as LongBench's official metric of each subset
     needs_meta: bool = False
     kind: str = "string"  # string: fn(prediction, answers); judge/embedding: ragbench.judge
+    # bumped whenever the metric's scores change, so a manifest says which scoring made a table
+    # (2: SQuAD 2.0 scored as the official v2.0 script; LongBench ROUGE-L from `rouge` 1.0.1)
+    version: int = 1
 
     def __call__(
         self, prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None = None
@@ -126,16 +142,37 @@ METRICS = Registry(
     {
         m.name: m
         for m in (
-            Metric("exact_match", exact_match, description="SQuAD exact match, max over answers"),
-            Metric("f1", f1, description="SQuAD token F1, max over answers"),
-            Metric("string_match_all", string_match_all, description="RULER: share of refs found"),
-            Metric("string_match_part", string_match_part, description="RULER: any ref found"),
-            Metric("contains", contains, description="normalised gold answer inside prediction"),
+            Metric(
+                "exact_match",
+                exact_match,
+                description="SQuAD exact match, max over answers",
+                version=2,
+            ),
+            Metric("f1", f1, description="SQuAD token F1, max over answers", version=2),
+            Metric(
+                "string_match_all",
+                string_match_all,
+                description="RULER: share of refs found",
+                version=2,
+            ),
+            Metric(
+                "string_match_part",
+                string_match_part,
+                description="RULER: any ref found",
+                version=2,
+            ),
+            Metric(
+                "contains",
+                contains,
+                description="normalised gold answer inside prediction",
+                version=2,
+            ),
             Metric(
                 "longbench",
                 _longbench,
                 description="LongBench: each subset's official metric (meta['metric'])",
                 needs_meta=True,
+                version=2,
             ),
             # scored after generation by ragbench.judge (a judge LLM / an embedder); a score is
             # None (NaN in the table) when the judge's reply could not be parsed, never 0
@@ -169,6 +206,11 @@ def get_metric(name: str) -> Metric:
     return METRICS.get(name)
 
 
+def metric_versions(names: Sequence[str]) -> dict[str, int]:
+    """``{name: version}`` of the named metrics, for a run's manifest."""
+    return {n: get_metric(n).version for n in names}
+
+
 def string_metrics(names: Sequence[str]) -> list[str]:
     """The names among ``names`` computed from (prediction, gold) alone, in order."""
     return [n for n in names if get_metric(n).kind == "string"]
@@ -189,26 +231,61 @@ def score(
     metrics that need it. Judge and embedding metrics are skipped: ``ragbench.judge`` scores
     them after generation. Gold answers must be non-empty.
 
-    A question whose only gold answer is ``NO_ANSWER`` has no answer in its context (SQuAD 2.0's
-    unanswerable questions; the official script's gold is "" there): a prediction that declines
-    (contains the decline word the prompts ask for) scores 1 on every metric, anything else 0,
-    so "Unanswerable: the text does not say" counts as declining, exactly as
-    ``strategies.prompts.is_declined`` does."""
+    A SQuAD 2.0 question (``metrics.squad.is_squad_v2(meta)``) is scored as the official v2.0
+    script scores it: the decline word ``NO_ANSWER`` is read as the empty answer, gold texts that
+    normalise to nothing are dropped, and a question left with no gold (an unanswerable one, by
+    ``meta["unanswerable"]``) scores 1 on every metric when the prediction is empty or declines,
+    else 0. Other questions are scored literally, a gold "unanswerable" included."""
     if not answers:
         raise ValueError("cannot score an example with no gold answers")
     names = string_metrics(names)
-    if tuple(answers) == (NO_ANSWER,):
-        return dict.fromkeys(names, float(declined(prediction)))
+    if meta is not None and is_squad_v2(meta):
+        prediction = as_squad_prediction(prediction)
+        golds = gold_answers(answers, has_answer(meta))
+        if golds == [""]:  # nothing to find: every metric asks whether it declined
+            return dict.fromkeys(names, exact(prediction, ""))
+        official = squad_v2_scores(prediction, golds, True)
+        return {
+            n: official[n] if n in official else get_metric(n)(prediction, golds, meta)
+            for n in names
+        }
     return {n: get_metric(n)(prediction, answers, meta) for n in names}
 
 
 # ---------------------------------------------------------------------------- aggregation
 
+CI_METHODS = ("wilson", "bootstrap")  # aggregate's ``ci_method`` column
+
+
+def wilson_ci(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a proportion of ``successes`` out of ``n`` (NaN when n = 0).
+
+    Unlike a percentile bootstrap it stays honest at small n: 4 of 4 correct gives
+    [51%, 100%], not [100%, 100%]. Matches ``scipy.stats.binomtest(k, n).proportion_ci(level,
+    method="wilson")``; the bounds are exactly 0 at k = 0 and 1 at k = n."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return (float("nan"), float("nan"))
+    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+    p, z2 = successes / n, z * z
+    denom = 1 + z2 / n
+    center = (p + z2 / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    lo = 0.0 if successes == 0 else max(0.0, center - half)
+    hi = 1.0 if successes == n else min(1.0, center + half)
+    return (lo, hi)
+
 
 def bootstrap_ci(
     values: Sequence[float], n_boot: int = 1000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean (local RNG: the same seed gives the same interval)."""
+    """Percentile bootstrap CI of the mean (local RNG: the same seed gives the same interval).
+
+    For continuous scores (F1, RULER's share of references found); it is too narrow on few
+    questions, and on 0/1 scores ``wilson_ci`` is the right interval (``mean_ci`` chooses)."""
     v = np.asarray(values, dtype=float)
     if v.size == 0:
         return (float("nan"), float("nan"))
@@ -221,11 +298,38 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+def is_binary(values: Sequence[float]) -> bool:
+    """Every value is 0 or 1 (NaN ignored): a proportion, whose interval is Wilson's."""
+    v = np.asarray(values, dtype=float)
+    return bool(np.isin(v[~np.isnan(v)], (0.0, 1.0)).all())
+
+
+def mean_ci(
+    values: Sequence[float],
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    method: str | None = None,
+) -> tuple[float, float, str]:
+    """(ci_low, ci_high, method) for the mean of ``values``: ``wilson_ci`` when every value is
+    0 or 1, else ``bootstrap_ci``; ``method`` forces one of ``CI_METHODS``."""
+    v = np.asarray(values, dtype=float)
+    method = method or ("wilson" if is_binary(v) else "bootstrap")
+    if method == "wilson":
+        return (*wilson_ci(int(v.sum()), int(v.size), level), method)
+    if method == "bootstrap":
+        return (*bootstrap_ci(v, n_boot=n_boot, seed=seed, level=level), method)
+    raise unknown("interval method", method, CI_METHODS)
+
+
 def aggregate(df: Any, by: Sequence[str], metric: str, n_boot: int = 1000, seed: int = 0) -> Any:
-    """Mean of ``metric`` per group with a bootstrap 95% CI.
+    """Mean of ``metric`` per group with a 95% CI.
 
     Returns one row per group: the ``by`` columns, ``metric``, ``mean``, ``ci_low``,
-    ``ci_high``, ``n`` (scored rows) and ``n_missing`` (error rows, excluded from the mean).
+    ``ci_high``, ``ci_method``, ``n`` (scored rows) and ``n_missing`` (error rows, excluded from
+    the mean). The method is chosen once for the whole column, so every group of a table gets
+    the same kind of interval: ``wilson`` (Wilson score interval) when every scored value is 0
+    or 1, else ``bootstrap`` (percentile bootstrap with ``n_boot`` resamples).
     """
     import pandas as pd
 
@@ -233,11 +337,12 @@ def aggregate(df: Any, by: Sequence[str], metric: str, n_boot: int = 1000, seed:
     missing = [c for c in [*by, metric] if c not in df.columns]
     if missing:
         raise unknown("column", missing[0], df.columns)
+    method = "wilson" if is_binary(pd.to_numeric(df[metric], errors="coerce")) else "bootstrap"
     rows = []
     for key, group in df.groupby(by, sort=True, dropna=False) if by else [((), df)]:
         key = key if isinstance(key, tuple) else (key,)
         values = pd.to_numeric(group[metric], errors="coerce").dropna().to_numpy()
-        lo, hi = bootstrap_ci(values, n_boot=n_boot, seed=seed)
+        lo, hi, _ = mean_ci(values, n_boot=n_boot, seed=seed, method=method)
         rows.append(
             {
                 **dict(zip(by, key, strict=True)),
@@ -245,6 +350,7 @@ def aggregate(df: Any, by: Sequence[str], metric: str, n_boot: int = 1000, seed:
                 "mean": float(values.mean()) if values.size else float("nan"),
                 "ci_low": lo,
                 "ci_high": hi,
+                "ci_method": method,
                 "n": int(values.size),
                 "n_missing": int(len(group) - values.size),
             }

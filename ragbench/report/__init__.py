@@ -6,9 +6,10 @@
 - ``planning_plots``: the planning notebook's plots;
 - ``readable``: axis and figure checks every plot goes through.
 
-The tables that decide (the summary, paired tests, attribution, routing) and the variant labels
-live in ``ragbench.analysis``; their entry points are re-exported here so a notebook needs one
-import.
+The verdict (``verdict(df, ...)``: which variant to use, in one or two sentences; every
+comparison notebook opens its results with it), the tables that decide (the summary, paired
+tests, attribution, routing) and the variant labels live in ``ragbench.analysis``; their entry
+points are re-exported here so a notebook needs one import.
 """
 
 from ragbench.analysis import (
@@ -25,6 +26,7 @@ from ragbench.analysis import (
     self_route_warnings,
     strategy_label,
     summary,
+    verdict,
     with_labels,
 )
 from ragbench.report.figures import (
@@ -66,5 +68,6 @@ __all__ = [
     "self_route_warnings",
     "strategy_label",
     "summary",
+    "verdict",
     "with_labels",
 ]

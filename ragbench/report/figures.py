@@ -17,9 +17,9 @@ from ragbench.analysis import (
     ORACLE_LABEL,
     attribution_table,
     pareto_front,
-    summary,  # noqa: F401  (ragbench.cli.run imports it from here)
     with_labels,
 )
+from ragbench.analysis._common import resolve_metric
 from ragbench.registry import unknown
 
 # ---------------------------------------------------------------------------------- plots
@@ -48,12 +48,14 @@ _COST_SCALE = {
 
 
 def plot_accuracy_vs_cost(
-    table: Any, metric: str = "string_match_all", cost: str = "dollars", ax: Any = None
+    table: Any, metric: str | None = None, cost: str = "dollars", ax: Any = None
 ) -> Any:
     """Scatter of accuracy (with CI bars) against mean cost per query; the Pareto front is drawn.
+    ``table``: ``summary``'s (or ``router_headroom``'s); ``metric`` defaults to the one it holds.
     An ``oracle router`` row (``analysis.router_headroom``) is drawn as a star and left out of
     the front: no real router reaches it, it marks the headroom. Variants at the same point are
     drawn with different markers and sizes, and the legend says which coincide."""
+    metric = resolve_metric(table, metric)
     ax = _ax(ax, figsize=(8, 4))
     scale = _COST_SCALE.get(cost, 1.0)
     oracle = table["label"] == ORACLE_LABEL
@@ -200,14 +202,15 @@ _X_NAMES = {
 
 
 def plot_metric_by(
-    df: Any, x: str, metric: str = "string_match_all", ax: Any = None, xlabel: str | None = None
+    df: Any, x: str, metric: str | None = None, ax: Any = None, xlabel: str | None = None
 ) -> Any:
     """Mean metric against a numeric column (context length, needle depth, gold position...)
     per variant, with a tick at each tested value, labelled compactly (``1k 4k 8k``); tied
     variants stay visible and the legend says which coincide. ``xlabel`` defaults to the
-    column's name with its unit where known."""
+    column's name with its unit where known; ``metric`` the table's first metric column."""
     ax = _ax(ax, figsize=(8, 4))
     df = with_labels(df)
+    metric = resolve_metric(df, metric)
     means = df.groupby(["label", x])[metric].mean().reset_index()
     series = {str(k): g.sort_values(x) for k, g in means.groupby("label", sort=False)}
     _lines(ax, series, x, metric)
@@ -221,12 +224,15 @@ def plot_metric_by(
     return ax
 
 
-def plot_retrieval_tuning(tuning: Any, metric: str = "string_match_all") -> Any:
+def plot_retrieval_tuning(tuning: Any, metric: str | None = None) -> Any:
     """Recall@k of the gold chunk and downstream accuracy against k, one line per retriever and
     chunk size. ``tuning``: mean ``gold_hit`` and ``metric`` indexed by (retriever, chunk_size,
-    top_k), as notebook 03 builds it. Returns the figure."""
+    top_k), as notebook 03 builds it; ``metric`` defaults to its first metric column. Returns
+    the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    metric = resolve_metric(tuning, metric)
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
     groups = tuning.reset_index().groupby(["retriever", "chunk_size"])
@@ -247,12 +253,14 @@ def plot_retrieval_tuning(tuning: Any, metric: str = "string_match_all") -> Any:
 def heatmap_table(
     df: Any,
     label: str,
-    metric: str = "string_match_all",
+    metric: str | None = None,
     rows: str = "depth_percent",
     cols: str = "context_length",
 ) -> Any:
-    """Mean metric of one strategy variant as a rows x cols grid (NIAH: depth x length)."""
+    """Mean metric (default: the table's first metric column) of one strategy variant as a
+    rows x cols grid (NIAH: depth x length)."""
     df = with_labels(df)
+    metric = resolve_metric(df, metric)
     sub = df[df["label"] == label]
     if sub.empty:
         raise unknown("strategy label", label, df["label"].unique())
@@ -262,21 +270,27 @@ def heatmap_table(
 def plot_heatmaps(
     df: Any,
     labels: Sequence[str] | None = None,
-    metric: str = "string_match_all",
+    metric: str | None = None,
     rows: str = "depth_percent",
     cols: str = "context_length",
 ) -> Any:
-    """Side-by-side NIAH heatmaps (green = found) for each strategy variant; returns the figure."""
+    """Side-by-side NIAH heatmaps (green = found) for each strategy variant, each cell labelled
+    with its value (``100%``; an untested cell stays blank), so an all-found grid still reads as
+    numbers and not one green block; returns the figure. ``metric`` defaults to the table's first
+    metric column."""
     import matplotlib.pyplot as plt
 
     df = with_labels(df)
+    metric = resolve_metric(df, metric)
     labels = list(labels or df["label"].drop_duplicates())
     fig, axes = plt.subplots(
         1, len(labels), figsize=(4.5 * len(labels), 3.8), squeeze=False, layout="constrained"
     )
     image = None
+    grids = []
     for ax, label in zip(axes[0], labels, strict=True):
         grid = heatmap_table(df, label, metric, rows, cols)
+        grids.append(grid)
         image = ax.imshow(grid.to_numpy(), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
         ax.set_xticks(range(grid.shape[1]), [readable.compact_number(c) for c in grid.columns])
         ax.set_yticks(range(grid.shape[0]), _depth_ticks(list(grid.index)))
@@ -285,7 +299,38 @@ def plot_heatmaps(
         ax.set_title(label)
     bar = fig.colorbar(image, ax=list(axes[0]), label=readable.metric_label(metric))
     readable.percent_axis(bar.ax.yaxis)
+    fig.draw_without_rendering()  # the cells' final size, for the size of their labels
+    for ax, grid in zip(axes[0], grids, strict=True):
+        _annotate(ax, grid)
     return fig
+
+
+def _annotate(ax: Any, grid: Any) -> None:
+    """Each cell's value as a percentage, in a size its cell holds: dark text on the light
+    middle of the colour map, white on its dark ends."""
+    rows, cols = grid.shape
+    box = ax.get_window_extent()  # display pixels; points = pixels x 72 / dpi
+    width = box.width / max(cols, 1) * 72 / ax.figure.dpi
+    height = box.height / max(rows, 1) * 72 / ax.figure.dpi
+    # "100%" is about 2.9 x the font size wide: keep it within 80% of the cell, and 60% high
+    size = max(4.0, min(10.0, 0.8 * width / 2.9, 0.6 * height))
+    for r in range(rows):
+        for c in range(cols):
+            value = grid.iat[r, c]
+            if value != value:  # not tested
+                continue
+            color = "white" if value < 0.2 or value > 0.85 else "black"
+            ax.text(c, r, _cell_text(value), ha="center", va="center", fontsize=size, color=color)
+
+
+def _cell_text(value: float) -> str:
+    """A share as a whole percentage that never rounds a miss away: ``>99%``, not ``100%``."""
+    text = f"{value:.0%}"
+    if text == "100%" and value < 1:
+        return ">99%"
+    if text == "0%" and value > 0:
+        return "<1%"
+    return text
 
 
 def _depth_ticks(depths: list[float]) -> list[str]:

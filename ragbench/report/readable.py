@@ -222,6 +222,16 @@ def figure_problems(fig: Any) -> list[str]:
 _RATE_WORDS = ("rate", "share", "saving", "recall", "accuracy", "ci_low", "ci_high", "gold_hit")
 
 
+# columns where an infinite or missing value means the thing never happens (a break-even point
+# that is never reached): they read "never", not "inf"
+_NEVER_WORDS = ("break_even", "cheaper_from")
+
+
+def reads_never(column: Any) -> bool:
+    """Whether ``column``'s infinite or missing values mean "never" (``_NEVER_WORDS``)."""
+    return any(word in str(column).lower() for word in _NEVER_WORDS)
+
+
 def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
     """How a column reads: ``dollars`` (per query), ``dollars_total``, ``dollars_1k`` (already per
     1k), ``rate``, ``int``, ``float`` or ``other``."""
@@ -236,7 +246,7 @@ def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
         return "dollars_total"
     if "dollars" in name or name.startswith("$"):
         return "dollars"
-    finite = values.dropna()
+    finite = values[values.abs() != math.inf].dropna()
     metric = name in METRICS or name.startswith(("judge_", "semantic"))
     if column in rates or metric or any(word in name for word in _RATE_WORDS):
         if finite.empty or finite.between(-1, 1).all():
@@ -248,12 +258,30 @@ def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
     return "float"
 
 
-def _per_1k(dollars_per_query: float) -> str:
+def per_1k(dollars_per_query: float) -> str:
+    """Dollars per query as ``$`` per 1,000 queries in fixed notation (``$0.0741``); NaN: ``–``."""
+    if dollars_per_query != dollars_per_query:
+        return "–"
     return f"${dollars_per_query * 1000:,.4f}"
 
 
 def _dollars(total: float) -> str:
     return f"${total:,.6f}" if abs(total) < 1 else f"${total:,.2f}"
+
+
+def _float(value: float) -> str:
+    return f"{value:,.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
+
+
+def _finite(fmt: Any, never: bool) -> Any:
+    """``fmt`` for finite values; an infinite one reads "never" (``never``) or as ``∞``."""
+
+    def show(value: Any) -> str:
+        if isinstance(value, float) and math.isinf(value):
+            return "never" if never and value > 0 else ("∞" if value > 0 else "-∞")
+        return fmt(value)
+
+    return show
 
 
 def _formats(table: Any, rates: Sequence[str]) -> tuple[dict[Any, Any], dict[Any, str]]:
@@ -263,7 +291,7 @@ def _formats(table: Any, rates: Sequence[str]) -> tuple[dict[Any, Any], dict[Any
     for column in table.columns:
         kind = _kind(column, table[column], rates)
         if kind == "dollars":
-            formats[column] = _per_1k
+            formats[column] = per_1k
             headers[column] = f"{column} ($ / 1k queries)"
         elif kind == "dollars_total":
             formats[column] = _dollars
@@ -275,19 +303,27 @@ def _formats(table: Any, rates: Sequence[str]) -> tuple[dict[Any, Any], dict[Any
         elif kind == "int":
             formats[column] = "{:,.0f}".format
         elif kind == "float":
-            formats[column] = lambda v: f"{v:,.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
+            formats[column] = _float
+        if column in formats:
+            formats[column] = _finite(formats[column], reads_never(column))
     return formats, headers
 
 
-def readable_table(table: Any, rates: Sequence[str] = ()) -> Any:
+def readable_table(table: Any, rates: Sequence[str] = (), styler: Any = None) -> Any:
     """``table`` formatted for reading, as a pandas ``Styler`` (the numbers stay numbers in
     ``.data``): dollars per query as ``$`` per 1,000 queries in fixed notation, dollar totals in
     fixed notation, rates (metric means, CIs, shares, savings, and the columns named in
     ``rates``) as percentages, integers and token counts as integers with thousands separators,
-    other numbers to 3 significant digits. Column headers get the unit (``dollars`` ->
-    ``$ / 1k queries``)."""
+    other numbers to 3 significant digits; missing values as ``–``, and where a column counts
+    until something happens (a break-even point) an infinite or missing value as ``never``.
+    Column headers get the unit (``dollars`` -> ``$ / 1k queries``). ``styler``: format this
+    ``Styler`` of ``table`` instead of a new one."""
     formats, headers = _formats(table, rates)
-    styler = table.style.format(formats, na_rep="–")
+    styler = (table.style if styler is None else styler).format(formats, na_rep="–")
+    never = [c for c in table.columns if reads_never(c) and c in formats]
+    if never:
+        # subset: a dict alone would reset every other column's format
+        styler = styler.format({c: formats[c] for c in never}, subset=never, na_rep="never")
     if headers:
         styler = styler.format_index(lambda c: headers.get(c, c), axis=1)
     return styler
@@ -295,8 +331,23 @@ def readable_table(table: Any, rates: Sequence[str] = ()) -> Any:
 
 def readable_text(table: Any, rates: Sequence[str] = ()) -> str:
     """``readable_table`` as aligned plain text, for terminals (``ragbench run --dry-run``)."""
-    formats, headers = _formats(table, rates)
-    shown = table.copy()
-    for column, fmt in formats.items():
-        shown[column] = [("–" if v != v else fmt(v)) for v in table[column]]
+    shown, headers = shown_values(table, rates)
     return shown.rename(columns=headers).to_string(index=False)
+
+
+def shown_values(table: Any, rates: Sequence[str] = ()) -> tuple[Any, dict[Any, str]]:
+    """``table`` with every value as the text ``readable_table`` shows, and the headers with
+    units (``{column: header}`` where a unit was added)."""
+    formats, headers = _formats(table, rates)
+    shown = table.astype(object).copy()
+    for column in table.columns:
+        missing = "never" if reads_never(column) else "–"
+        fmt = formats.get(column, str)
+        shown[column] = [missing if _missing(v) else fmt(v) for v in table[column]]
+    return shown.astype(str) if len(shown.columns) else shown, headers
+
+
+def _missing(value: Any) -> bool:
+    import pandas as pd
+
+    return bool(pd.api.types.is_scalar(value) and pd.isna(value))

@@ -3,7 +3,10 @@ run's provenance from its manifest. ``ragbench.report`` re-exports them for the 
 
 from __future__ import annotations
 
+import functools
+import html
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,11 +40,172 @@ def _with_unit(key: str, value: Any) -> tuple[str, Any]:
     return key, _short_hash(value)
 
 
+def table_remarks(table: Any) -> list[str]:
+    """What a table says about itself, for reading under it: its ``attrs["warnings"]`` (what
+    the numbers hide), as ``warning: ...``, then its ``attrs["notes"]`` (e.g. rows on fewer than
+    30 questions), as ``note: ...``. ``ragbench run`` prints these lines under each summary."""
+    attrs = getattr(table, "attrs", {})
+    return [f"warning: {w}" for w in attrs.get("warnings", ())] + [
+        f"note: {n}" for n in attrs.get("notes", ())
+    ]
+
+
+# the columns a reader needs first, right after the row names: what the table is there to say
+LEAD_COLUMNS = (
+    "break_even_questions_per_document", "lc_cheaper_from", "effective_length", "censored",
+    "winner", "significant",
+)  # fmt: skip
+# kept, but last, and in a second table when one would not fit the page: how the numbers were
+# made (interval method, missing scores, the test), the one-time-cost and FLOP variants, the
+# parts a break-even is computed from
+DETAIL_COLUMNS = (
+    "n_missing", "ci_method", "amortised_dollars", "amortised_resource_seconds", "flops",
+    "kv_bytes_measured", "a_only", "b_only", "test", "p_value", "sheet_date", "prefix_tokens",
+    "lc_first_question_dollars", "lc_later_question_dollars", "lc_no_cache_dollars_per_query",
+)  # fmt: skip
+# what one table may take: a page about 1,000 px wide. 12 px text is about 7.5 px a character
+# and a cell's padding 16 px; a header or cell takes up to LINE characters a line (headers break
+# after underscores and at spaces, text cells at spaces and after hyphens)
+PAGE_PX, CHAR_PX, CELL_PX, LINE = 940, 7.5, 16, 12
+HEADER_EM = 11  # a header line at most (about 16 characters of bold 12 px text)
+MORE_COLUMNS = "more columns for the same rows"
+# value column -> the boolean column saying it is only a lower bound (the longest length tested
+# still passed: the effective length is at least that); shown as "≥ 8,192"
+LOWER_BOUNDS = {"effective_length": "censored"}
+
+
+def _chars(text: str, breaks: str) -> int:
+    """The characters ``text`` takes a line once wrapped at ``breaks`` into lines of ``LINE``."""
+    longest = max((len(part) for part in re.split(breaks, text)), default=0)
+    return min(len(text), max(longest, LINE))
+
+
+def _width(header: Any, values: Sequence[str]) -> float:
+    """About how wide (px) a column reads comfortably: its header or widest cell, wrapped."""
+    cells = [_chars(str(v), r"\s+|(?<=-)") for v in values]
+    chars = max([_chars(str(header), r"\s+|(?<=_)"), *cells])
+    return CHAR_PX * chars + CELL_PX
+
+
+def _row_names(table: Any) -> bool:
+    """Whether the index names the rows (a RangeIndex 0, 1, 2... says nothing and is hidden)."""
+    import pandas as pd
+
+    return not (isinstance(table.index, pd.RangeIndex) and table.index.name is None)
+
+
+def _split(table: Any, rates: Sequence[str]) -> tuple[list[Any], list[list[Any]]]:
+    """(the columns every part repeats, each part's other columns). The row names (the first
+    text columns, at most two; else the first column) come first, then ``LEAD_COLUMNS``, the
+    rest, ``DETAIL_COLUMNS``. A table wider than ``PAGE_PX`` is split before its first detail
+    column, or before the column that would not fit, and so on."""
+    import pandas as pd
+
+    columns = list(table.columns)
+    ids: list[Any] = []
+    for c in (c for c in columns if c not in DETAIL_COLUMNS + LEAD_COLUMNS):
+        if pd.api.types.is_numeric_dtype(table[c]) or len(ids) == 2:
+            break
+        ids.append(c)
+    if not ids and not _row_names(table) and columns:
+        ids = columns[:1]
+    rest = [c for c in columns if c not in ids]
+    rest = (
+        [c for c in LEAD_COLUMNS if c in rest]
+        + [c for c in rest if c not in LEAD_COLUMNS + DETAIL_COLUMNS]
+        + [c for c in DETAIL_COLUMNS if c in rest]
+    )
+    shown, headers = readable.shown_values(table, rates)
+    width = {c: _width(headers.get(c, c), shown[c]) for c in columns}
+    used = sum(width[c] for c in ids)
+    if _row_names(table):
+        used += _width(" ".join(str(n) for n in table.index.names if n is not None),
+                       [str(v) for v in table.index])  # fmt: skip
+    if used + sum(width[c] for c in rest) <= PAGE_PX:
+        return ids, [rest]
+    parts: list[list[Any]] = [[]]
+    taken = used
+    for c in rest:
+        detail = len(parts) == 1 and c in DETAIL_COLUMNS
+        if parts[-1] and (taken + width[c] > PAGE_PX or detail):
+            parts.append([])
+            taken = used
+        parts[-1].append(c)
+        taken += width[c]
+    return ids, parts
+
+
+def _header(headers: dict[Any, str]) -> Any:
+    """A header as HTML that may break after each underscore (``string_<wbr>match_<wbr>all``)
+    and takes at most ``HEADER_EM`` a line, so a long name wraps instead of widening its
+    column."""
+
+    def show(column: Any) -> str:
+        text = html.escape(str(headers.get(column, column))).replace("_", "_<wbr>")
+        return f'<span style="display:inline-block;max-width:{HEADER_EM}em">{text}</span>'
+
+    return show
+
+
+def _styled(styler: Any, table: Any, rates: Sequence[str], caption: Sequence[str]) -> Any:
+    styler = readable.readable_table(table, rates, styler=styler)
+    for column, flag in LOWER_BOUNDS.items():
+        if column in table and flag in table:
+            rows = table.index[table[flag].fillna(False).astype(bool)]
+            if len(rows):
+                styler = styler.format(lambda v: f"≥ {v:,.0f}", subset=(rows, [column]))
+    styler = styler.format_index(_header(readable.shown_values(table, rates)[1]), axis=1)
+    if not _row_names(table):
+        styler = styler.hide(axis="index")
+    if caption:
+        styler = styler.set_caption("<br>".join(html.escape(r) for r in caption))
+        styler = styler.set_table_styles(
+            [{"selector": "caption", "props": "caption-side: top; text-align: left;"}],
+            overwrite=False,
+        )
+    return styler
+
+
+@functools.cache
+def _tables_class() -> type:
+    """``Styler`` whose HTML is its own table and then its ``more`` tables (made on first use:
+    pandas' styling loads jinja2)."""
+    from pandas.io.formats.style import Styler
+
+    class FormattedTable(Styler):
+        more: Sequence[Any] = ()
+
+        def to_html(self, buf: Any = None, **kwargs: Any) -> Any:
+            styles = {"exclude_styles": kwargs.get("exclude_styles", False)}
+            text = super().to_html(**kwargs) + "".join(m.to_html(**styles) for m in self.more)
+            if buf is None:
+                return text
+            if hasattr(buf, "write"):
+                return buf.write(text)
+            return Path(buf).write_text(text, encoding=kwargs.get("encoding") or "utf-8")
+
+    return FormattedTable
+
+
 def formatted(table: Any, rates: Sequence[str] = ()) -> Any:
     """``table`` formatted for reading (a ``Styler``; the numbers stay in ``.data``): $ per
-    1,000 queries in fixed notation, rates as percentages, counts as integers. See
-    ``ragbench.report.readable.readable_table``."""
-    return readable.readable_table(table, rates)
+    1,000 queries in fixed notation, rates as percentages, counts as integers, "never" where a
+    break-even is never reached, every column kept (a summary's ``n`` too). It fits a page
+    about ``PAGE_PX`` wide: the row names, then the columns a reader needs first
+    (``LEAD_COLUMNS``), the others, then ``DETAIL_COLUMNS``; headers break after underscores;
+    columns that do not fit go to a second table under it (the same rows, their names
+    repeated; ``.more``). A RangeIndex is not shown. The table's warnings and notes
+    (``table_remarks``) become its caption, so they stay with the numbers in a rendered
+    notebook, whose stderr is left out. See ``ragbench.report.readable.readable_table``."""
+    ids, parts = _split(table, rates)
+    ordered = table[ids + [c for part in parts for c in part]]
+    styler = _tables_class()(ordered)
+    styler = _styled(styler, ordered, rates, table_remarks(table))
+    hidden = [c for part in parts[1:] for c in part]
+    if hidden:
+        styler = styler.hide(subset=hidden, axis="columns")
+    styler.more = [_styled(None, ordered[ids + part], rates, [MORE_COLUMNS]) for part in parts[1:]]
+    return styler
 
 
 def provenance(run_dir: str | Path) -> Any:

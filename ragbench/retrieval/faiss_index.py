@@ -26,7 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ragbench.io import InputFileError, atomic_write_bytes, atomic_write_text, sha256_file
+from ragbench.io import (
+    InputFileError,
+    atomic_write_bytes,
+    atomic_write_text,
+    read_text,
+    sha256_file,
+)
 from ragbench.registry import unknown
 
 METRICS = {"ip": "METRIC_INNER_PRODUCT", "l2": "METRIC_L2"}
@@ -230,9 +236,12 @@ def read_sidecar(directory: Path) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no saved index here (expected {SIDECAR})")
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(read_text(path))  # bytes that are not UTF-8: InputFileError too
     except json.JSONDecodeError as exc:
-        raise InputFileError(path, exc.lineno, f"invalid JSON ({exc.msg})") from None
+        msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
+        raise InputFileError(path, exc.lineno, msg) from None
+    if not isinstance(meta, dict):
+        raise InputFileError(path, None, f"expected a JSON object, got {type(meta).__name__}")
     required = ("dim", "factory", "metric", "embedder", "ntotal", "index_sha256", "ids_sha256")
     for key in required:
         if key not in meta:

@@ -33,6 +33,10 @@ class Resources:
     preset: Any = None  # ModelPreset for FLOPs / KV bytes
     kv_dtype: str | None = None  # dtype the KV cache is stored in; None: 2 bytes/value assumed
     sheet: Any = None  # PriceSheet for dollars
+    # the model's calibration (llm.calibration.Rates; None: none, a server or the fake backend):
+    # its modelled seconds are what an hourly sheet charges under cost_basis "calibrated"
+    rates: Any = None
+    cost_basis: str = "calibrated"  # calibrated | measured (the config's cost_basis)
     index: IndexFn | None = None
     # long context over a shared corpus: the corpus fitted to the window once per run, keyed by
     # (corpus fingerprint, overflow policy), so every question gets the same prefix
@@ -73,7 +77,9 @@ class Resources:
         return self.prompt_tokens(CONTEXT_TEMPLATE.format(context=context) + tail) - self.limit()
 
     def cost(self, completion: Completion) -> Cost:
-        return Cost.of(completion, self.preset, self.sheet, self.kv_dtype)
+        return Cost.of(
+            completion, self.preset, self.sheet, self.kv_dtype, self.rates, self.cost_basis
+        )
 
 
 def make_record(

@@ -5,24 +5,36 @@ preload and the judge's context rebuild.
 Many questions over one shared corpus (``meta["corpus_fingerprint"]``) get the same context,
 fitted once per run against a fixed reserve for the question (``QUESTION_RESERVE`` tokens)
 rather than against each question's length: otherwise every question would cut the corpus at a
-different token and no prefix cache could serve two of them."""
+different token and no prefix cache could serve two of them.
+
+A record says what a cut kept (``kept_facts``): ``truncated_tokens``, the ids of the documents
+``dropped_documents`` entirely and ``cut_documents`` in part, and ``evidence_truncated`` (whether
+the example's evidence spans lie outside the kept text; None without spans), which failure
+attribution reads. Self-Route's long-context branch stores the same keys with an ``lc_`` prefix."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies.base import Resources
-from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part, truncate
-from ragbench.types import Example
+from ragbench.strategies.prompts import (
+    CONTEXT_TEMPLATE,
+    OVERFLOW_ERROR,
+    kept_ranges,
+    question_part,
+)
+from ragbench.types import DOCUMENT_SEPARATOR, Document, Example
 
 QUESTION_RESERVE = 256  # tokens kept free for the question when a shared corpus must be cut
 
 
 def long_context_prompt(
-    example: Example, res: Resources, overflow: str = "error", decline: bool = False
+    example: Example, res: Resources, overflow: str = OVERFLOW_ERROR, decline: bool = False
 ) -> tuple[str, str, dict[str, Any]]:
-    """(prompt, prefix, meta) with the context fitted to the limit under ``overflow``."""
+    """(prompt, prefix, meta) with the context fitted to the limit under ``overflow``; the meta
+    says what the cut kept (``kept_facts``)."""
     tail = question_part(example, decline)
     shared = example.meta.get("corpus_fingerprint")
     if shared:
@@ -30,9 +42,9 @@ def long_context_prompt(
         if key not in res.fitted:
             reserve = "x " * QUESTION_RESERVE  # a stand-in question of the reserved length
             res.fitted[key] = _fit(example, res, reserve, overflow)
-        kept, context_tokens = res.fitted[key]
+        kept, context_tokens, ranges = res.fitted[key]
     else:
-        kept, context_tokens = _fit(example, res, tail, overflow)
+        kept, context_tokens, ranges = _fit(example, res, tail, overflow)
     if res.excess(kept, tail) > 0:  # a question longer than the reserve (or a budget overflow)
         raise ContextOverflowError(
             res.prompt_tokens(CONTEXT_TEMPLATE.format(context=kept) + tail),
@@ -46,28 +58,73 @@ def long_context_prompt(
         "input_context_tokens": context_tokens,
         "kept_tokens": kept_tokens,
         "truncated_tokens": context_tokens - kept_tokens,
+        **kept_facts(example, ranges),
     }
     return prefix + tail, prefix, meta
 
 
-def _fit(example: Example, res: Resources, tail: str, overflow: str) -> tuple[str, int]:
-    """(the context kept before ``tail`` under ``overflow``, the context's own token count)."""
+def _fit(
+    example: Example, res: Resources, tail: str, overflow: str
+) -> tuple[str, int, list[tuple[int, int]]]:
+    """(the context kept before ``tail`` under ``overflow``, the context's own token count, the
+    kept character ranges of the context)."""
     context = example.context
     available = res.room(tail)
     context_tokens = res.llm.count_tokens(context)
     if context_tokens <= available:
-        return context, context_tokens
-    if overflow == "error":
+        return context, context_tokens, [(0, len(context))]
+    if overflow == OVERFLOW_ERROR:
         raise ContextOverflowError(
             context_tokens + res.prompt_tokens(tail),
             res.max_new_tokens,
             res.limit() + res.max_new_tokens,
             getattr(res.llm, "name", "llm"),
         )
-    kept = truncate(context, available, overflow, res.llm.count_tokens)
+    ranges = kept_ranges(context, available, overflow, res.llm.count_tokens)
     # Tokens can merge across the join with the template and the question, so measure the real
     # prompt and cut again by the excess until it fits (usually once, by one token).
-    while kept and (excess := res.excess(kept, tail)) > 0:
+    while ranges and (excess := res.excess(_text(context, ranges), tail)) > 0:
         available -= excess
-        kept = truncate(context, available, overflow, res.llm.count_tokens)
-    return kept, context_tokens
+        ranges = kept_ranges(context, available, overflow, res.llm.count_tokens)
+    return _text(context, ranges), context_tokens, ranges
+
+
+def _text(context: str, ranges: list[tuple[int, int]]) -> str:
+    return "".join(context[s:e] for s, e in ranges)
+
+
+def document_layout(documents: Sequence[Document]) -> list[tuple[str, int, int, int]]:
+    """Where each document sits in ``join_documents``' text: (id, start of its part, start of
+    its text after the title line, end), in order."""
+    out, pos = [], 0
+    for doc in documents:
+        head = len(doc.title) + 1 if doc.title else 0  # "title\ntext"
+        out.append((doc.id, pos, pos + head, pos + head + len(doc.text)))
+        pos += head + len(doc.text) + len(DOCUMENT_SEPARATOR)
+    return out
+
+
+def kept_facts(example: Example, ranges: list[tuple[int, int]]) -> dict[str, Any]:
+    """What a cut to ``ranges`` (kept character ranges of ``example.context``) kept:
+    ``dropped_documents`` (ids with nothing kept) and ``cut_documents`` (ids partly kept), in
+    document order, and ``evidence_truncated``: True when some evidence span
+    (``example.evidence``) is not wholly inside the kept text, False when every one is, None
+    when the example has no evidence spans (in its documents) to tell."""
+
+    def kept(start: int, end: int) -> int:  # characters of [start, end) inside the ranges
+        return sum(max(0, min(end, e) - max(start, s)) for s, e in ranges)
+
+    dropped, cut, text_at = [], [], {}
+    for doc_id, start, text_start, end in document_layout(example.documents):
+        text_at.setdefault(doc_id, text_start)
+        if end > start and kept(start, end) == 0:
+            dropped.append(doc_id)
+        elif kept(start, end) < end - start:
+            cut.append(doc_id)
+    spans = [(text_at[d] + s, text_at[d] + e) for d, s, e in example.evidence if d in text_at]
+    inside = [any(s <= a and b <= e for s, e in ranges) for a, b in spans]
+    return {
+        "dropped_documents": dropped,
+        "cut_documents": cut,
+        "evidence_truncated": (not all(inside)) if spans else None,
+    }

@@ -64,6 +64,15 @@ def self_route_context(example: Example, record: Record, res: Resources) -> str:
     raise ContextUnavailable(f"self_route record without a known route ({route!r})")
 
 
+def pipeline_context(example: Example, record: Record, res: Resources) -> str:
+    """The contexts a pipeline reported, as it recorded them (best first, blank-line separated)."""
+    if record.meta.get("contexts_truncated"):
+        raise ContextUnavailable(
+            "the record keeps the pipeline's contexts cut short (see pipeline.MAX_CONTEXT_CHARS)"
+        )
+    return "\n\n".join(str(c.get("text", "")) for c in record.meta.get("contexts") or [])
+
+
 def _strip_template(text: str, template: str) -> str:
     """The ``{context}`` part of ``template.format(context=...)``."""
     head, _, tail = template.partition("{context}")

@@ -46,7 +46,9 @@ def long_context_steps(example: Example, res: Resources, params: LongContextPara
         ensure([(example, params)], res)
     prompt, prefix, meta = long_context_prompt(example, res, params.overflow)
     request = res.request(prompt, prefix, rid=f"{example.id}:long_context")
-    request = dataclasses.replace(request, kv=params.kv)  # the KV-cache technique travels with it
+    # the KV-cache technique travels with it; a preloaded question is never answered from the
+    # completion cache: a stored answer (a plain run's) carries the corpus prefill it paid
+    request = dataclasses.replace(request, kv=params.kv, cacheable=not params.preload)
     completion = yield request
     cost = res.cost(completion)
     if params.preload:  # the corpus KV was computed once before the questions: its share

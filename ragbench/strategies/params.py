@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+import ragbench.strategies.pipeline_target as pipeline_target
+from ragbench import secrets
 from ragbench.llm import kv_cache
 from ragbench.registry import did_you_mean, unknown
 from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking
@@ -247,3 +249,85 @@ class SelfRouteParams(RagParams):
     def validate(self) -> None:
         super().validate()
         _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
+
+
+@dataclass(frozen=True)
+class PipelineParams(StrategyParams):
+    """Your own system under test (``strategies/pipeline.py``): a Python callable, a llama-index
+    query engine or retriever, or an HTTP endpoint. Exactly one of ``target`` and ``url``.
+
+    ``version`` is its identity, part of the parameter point (work keys, label): a changed
+    pipeline reruns its rows, an unchanged one resumes. ``timeout``, ``retries`` and
+    ``headers_env`` say how it is called, not what it answers: they are not in ``to_dict``."""
+
+    strategy: ClassVar[str] = "pipeline"
+
+    # "module:function" (question, example_id, corpus) -> answer; or "module:attr" naming a
+    # llama-index QueryEngine / BaseRetriever, or a no-argument factory returning one
+    target: str | None = None
+    url: str | None = None  # POST {"question", "id", "corpus"} -> answer JSON; kept redacted
+    # null: the target's __version__ (or its module's), else sha256 of its module file; a url
+    # pipeline has none unless given here
+    version: str | None = None
+    timeout: float = 120.0  # seconds per call; past it the record is an error row
+    retries: int = 2  # url: retries of 408/429/5xx, timeouts and dropped connections
+    headers_env: Any = None  # url: {header: ENV_VAR}, each value read from the environment
+
+    CALLING: ClassVar[tuple[str, ...]] = ("timeout", "retries", "headers_env")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.headers_env, Mapping):  # hashable, like every parameter point
+            object.__setattr__(self, "headers_env", tuple(sorted(self.headers_env.items())))
+        if isinstance(self.url, str):  # the credentials stay in memory only (never stored)
+            secrets.collect(self.url)
+            object.__setattr__(self, "_raw_url", self.url)
+            object.__setattr__(self, "url", secrets.redact_url(self.url))
+        super().__post_init__()
+        if self.target is not None and self.version is None:
+            object.__setattr__(
+                self, "version", pipeline_target.identity(self.target, self.strategy)
+            )
+
+    @property
+    def raw_url(self) -> str | None:
+        """The endpoint as configured, credentials included (for the call only)."""
+        return getattr(self, "_raw_url", self.url)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """``headers_env`` as {header: ENV_VAR}."""
+        return dict(self.headers_env or ())
+
+    def validate(self) -> None:
+        owner = self.strategy
+        if (self.target is None) == (self.url is None):
+            raise ValueError(f"{owner}: set exactly one of target ('module:function') and url")
+        if self.target is not None:
+            pipeline_target.check_target(owner, self.target)
+            if self.headers_env:
+                raise ValueError(f"{owner}: headers_env applies to a url pipeline only")
+        if self.url is not None and not re.match(r"^https?://[^/\s]+", self.url):
+            raise ValueError(f"{owner}: url must be an http(s):// URL, got {self.url!r}")
+        if self.version is not None and (not isinstance(self.version, str) or not self.version):
+            raise ValueError(f"{owner}: version must be a non-empty string or null")
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(f"{owner}: timeout must be a number of seconds > 0, got {timeout!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"{owner}: retries must be an integer >= 0, got {self.retries!r}")
+        for header, env in self.headers.items():
+            if not (isinstance(header, str) and isinstance(env, str) and env):
+                raise ValueError(
+                    f"{owner}: headers_env maps header names to environment variable names, "
+                    f"got {header!r}: {env!r}"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().to_dict().items() if k not in self.CALLING}
+
+    def label(self) -> str:
+        """``pipeline mypkg.rag:answer v=1a2b3c4d`` or ``pipeline http://host/answer v=2``."""
+        version = (self.version or "").removeprefix("sha256:")[:12]
+        return " ".join(
+            [self.strategy, self.target or self.url or ""] + [f"v={version}"] * bool(version)
+        )

@@ -23,6 +23,7 @@ OVERFLOW = Registry(
         "truncate_tail": Choice("drop the end, keep the start"),
     },
 )
+OVERFLOW_ERROR = "error"  # the policy that stops instead of cutting (a run checks it up front)
 CONTEXT_TEMPLATE = "{context}\n\n"
 QUESTION_TEMPLATE = (
     "Answer the question based on the text above. {instruction}\nQuestion: {question}\nAnswer:"
@@ -73,9 +74,10 @@ def is_declined(answer: str) -> bool:
     return DECLINE in answer.lower()
 
 
-def _longest_fit(text: str, n_tokens: int, count: Callable[[str], int], head: bool) -> str:
-    """Longest head (or tail) of ``text`` with at most ``n_tokens`` tokens: binary search on
-    characters, so it works with any backend's ``count_tokens`` (no encode/decode needed)."""
+def _longest_fit(text: str, n_tokens: int, count: Callable[[str], int], head: bool) -> int:
+    """Length in characters of the longest head (or tail) of ``text`` with at most ``n_tokens``
+    tokens: binary search on characters, so it works with any backend's ``count_tokens`` (no
+    encode/decode needed)."""
     lo, hi = 0, len(text)
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -84,25 +86,49 @@ def _longest_fit(text: str, n_tokens: int, count: Callable[[str], int], head: bo
             lo = mid
         else:
             hi = mid - 1
-    return text[:lo] if head else text[len(text) - lo :]
+    return lo
+
+
+def kept_ranges(
+    text: str, n_tokens: int, policy: str, count: Callable[[str], int]
+) -> list[tuple[int, int]]:
+    """The half-open character ranges of ``text`` that ``truncate`` keeps, in order (none, one,
+    or for ``truncate_middle`` the head's and the tail's): what says which documents and which
+    evidence spans survived the cut."""
+    if policy not in OVERFLOW or policy == OVERFLOW_ERROR:
+        raise unknown("overflow policy", policy, [p for p in OVERFLOW if p != OVERFLOW_ERROR])
+    if n_tokens <= 0:
+        return []
+    n = len(text)
+    if policy == "truncate_head":  # keep the end
+        return _ranges((n - _longest_fit(text, n_tokens, count, head=False), n))
+    if policy == "truncate_tail":  # keep the start
+        return _ranges((0, _longest_fit(text, n_tokens, count, head=True)))
+    budget = n_tokens  # truncate_middle: keep the head and the tail
+    while budget > 0:  # token counts are not additive across a join: shrink until it fits
+        head = _longest_fit(text, budget // 2, count, head=True)
+        tail = _longest_fit(text[head:], budget - budget // 2, count, head=False)
+        joined = count(text[:head] + text[n - tail :])
+        if joined <= n_tokens:
+            return _ranges((0, head), (n - tail, n))
+        budget -= max(1, joined - n_tokens)
+    return []
+
+
+def _ranges(*ranges: tuple[int, int]) -> list[tuple[int, int]]:
+    """Non-empty ranges, adjacent ones merged (a head and a tail that meet keep everything)."""
+    out: list[tuple[int, int]] = []
+    for start, end in ranges:
+        if end <= start:
+            continue
+        if out and out[-1][1] >= start:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def truncate(text: str, n_tokens: int, policy: str, count: Callable[[str], int]) -> str:
-    """Cut ``text`` to at most ``n_tokens`` tokens under ``policy`` (see module docstring)."""
-    if n_tokens <= 0:
-        return ""
-    if policy == "truncate_head":  # keep the end
-        return _longest_fit(text, n_tokens, count, head=False)
-    if policy == "truncate_tail":  # keep the start
-        return _longest_fit(text, n_tokens, count, head=True)
-    if policy == "truncate_middle":
-        budget = n_tokens
-        while budget > 0:  # token counts are not additive across a join: shrink until it fits
-            head = _longest_fit(text, budget // 2, count, head=True)
-            tail = _longest_fit(text[len(head) :], budget - budget // 2, count, head=False)
-            joined = head + tail
-            if count(joined) <= n_tokens:
-                return joined
-            budget -= max(1, count(joined) - n_tokens)
-        return ""
-    raise unknown("overflow policy", policy, OVERFLOW)
+    """Cut ``text`` to at most ``n_tokens`` tokens under ``policy`` (see ``OVERFLOW``): the text
+    of ``kept_ranges``, joined."""
+    return "".join(text[s:e] for s, e in kept_ranges(text, n_tokens, policy, count))

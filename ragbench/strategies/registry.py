@@ -7,12 +7,14 @@ Adding a strategy: write its steps (a generator: yield ``res.request(...)``, rec
 strategy's answers read (``context``: nothing, retrieved chunks or the whole context; or
 ``routes`` for a router whose records name the branch that answered) and how to rebuild that
 context for the judge (``rebuild_context``); failure attribution and the judge read these
-declarations, never the strategy's name.
+declarations, never the strategy's name. A strategy that depends on something outside the run
+(``pipeline``: the user's endpoint) declares a ``preflight``, which the runner calls once per
+parameter point before any work (``preflight_points``), so a dead endpoint fails the run at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from ragbench.strategies.given_context import (
     ContextUnavailable,
     long_context_context,
     no_context,
+    pipeline_context,
     rag_context,
     self_route_context,
 )
@@ -31,10 +34,12 @@ from ragbench.strategies.long_context import long_context_steps
 from ragbench.strategies.params import (
     ClosedBookParams,
     LongContextParams,
+    PipelineParams,
     RagParams,
     SelfRouteParams,
     StrategyParams,
 )
+from ragbench.strategies.pipeline import pipeline_steps, preflight
 from ragbench.strategies.rag import rag_steps
 from ragbench.strategies.retrieve_only import RetrieveOnlyParams, retrieve_only_steps
 from ragbench.strategies.self_route import self_route_steps
@@ -61,6 +66,12 @@ class Strategy:
     # (example, record, res) -> the context text the model read (None: none), for judge_faithful;
     # raises ContextUnavailable when it cannot be rebuilt faithfully; None: nothing to rebuild
     rebuild_context: Callable[[Example, Record, Resources], str | None] | None = None
+    # (params) -> None, once per parameter point with work to do, before any work: raises
+    # (ServerUnreachable, ValueError) when the point cannot run (a dead endpoint)
+    preflight: Callable[[StrategyParams], None] | None = None
+    # answers by calling a system outside ragbench (the user's pipeline): a dry run, which
+    # sends nothing, cannot count or price it
+    external: bool = False
 
     def answer_source(self, row: Mapping[str, Any]) -> str | None:
         """The source that produced the answer of a record (or results-table row) of this
@@ -128,9 +139,26 @@ STRATEGIES = Registry(
                 needs_retrieval=True,
                 generates=False,
             ),
+            Strategy(
+                "pipeline",
+                pipeline_steps,
+                PipelineParams,
+                context=RETRIEVED,
+                rebuild_context=pipeline_context,
+                preflight=preflight,
+                external=True,
+            ),
         )
     },
 )
+
+
+def preflight_points(points: Iterable[StrategyParams]) -> None:
+    """Each distinct point's ``Strategy.preflight``, in order; the first failure raises."""
+    for params in dict.fromkeys(points):
+        check = get_strategy(params.strategy).preflight
+        if check is not None:
+            check(params)
 
 
 def get_strategy(name: str) -> Strategy:

@@ -1,5 +1,9 @@
 """Self-Route (Li et al. 2024): the RAG prompt with an explicit "unanswerable" option; a declined
-query goes to long context. Its cost is the RAG call's plus, when routed, the long-context call's."""
+query goes to long context. Its cost is the RAG call's plus, when routed, the long-context call's.
+
+A routed record keeps the long-context branch's facts with an ``lc_`` prefix: ``lc_kept_tokens``,
+``lc_truncated_tokens``, ``lc_dropped_documents``, ``lc_cut_documents`` and
+``lc_evidence_truncated`` (``strategies.fit.kept_facts``), which failure attribution reads."""
 
 from __future__ import annotations
 

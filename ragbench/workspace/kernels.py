@@ -4,6 +4,11 @@ credentials on disk, and gone when the process that started them goes.
 - Encryption: the kernel manager provisions CurveZMQ keys when the kernelspec declares support,
   so kernel traffic is encrypted: the fix ipykernel 7.x names in the "Kernel is running over TCP
   without encryption" warning it logs at every start otherwise.
+- No IPython history: an IPython kernel saves every cell it runs (the injected parameters, a URL
+  with a password, a ``?token=``) to ``$IPYTHONDIR/profile_default/history.sqlite``, unless its
+  kernel is named ``python3`` and nbclient starts it. Every IPython kernel ragbench starts gets
+  ``--HistoryManager.enabled=False`` (:data:`HISTORY_OFF`): papermill's (:func:`execute_notebook`)
+  and JupyterLab's (:func:`kernel_cli_args` names :class:`HistoryOffKernelManager`).
 - No credentials in executed notebooks: papermill writes the parameters it injects (an API key,
   a URL with a password) into the notebook's first cells and metadata, and a careless cell may
   print them. :func:`execute_notebook` routes every save papermill makes (after each cell, on a
@@ -12,7 +17,7 @@ credentials on disk, and gone when the process that started them goes.
 - Lifetime: pool workers and the kernels they start end with the sweep that started them
   (:func:`reap_children_on_signals` in the sweep process, :func:`init_worker` in each worker).
 
-jupyter_client, pyzmq, papermill and psutil are imported inside the functions.
+jupyter_client, jupyter_server, pyzmq, papermill and psutil are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -47,12 +52,59 @@ def kernel_config() -> Any:
 
 def kernel_cli_args() -> list[str]:
     """:func:`kernel_config` as command-line flags for ``jupyter lab`` / ``jupyter server`` (the
-    Makefile's ``lab`` target), so JupyterLab's kernels are encrypted too."""
+    Makefile's ``lab`` target), so JupyterLab's kernels are encrypted too, and the server's
+    kernel manager class, :class:`HistoryOffKernelManager`, so they keep no history on disk."""
+    manager = f"{__name__}.{_SERVER_MANAGER}"
     return [
         f"--{section}.{name}={value}"
         for section, traits in kernel_config().items()
         for name, value in traits.items()
-    ]
+    ] + [f"--AsyncMappingKernelManager.kernel_manager_class={manager}"]
+
+
+# IPython's SQLite history off: no cell source (credentials included) is saved to disk
+HISTORY_OFF = ("--HistoryManager.enabled=False",)
+
+
+def is_ipython_kernel(argv: list[str]) -> bool:
+    """A kernelspec's argv starts ipykernel (``-m ipykernel_launcher``): the flags in
+    :data:`HISTORY_OFF` are IPython's, and another kernel could reject them."""
+    return any(Path(arg).name.split(".")[0] in ("ipykernel", "ipykernel_launcher") for arg in argv)
+
+
+def history_off_arguments(kernel_name: str, given: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """``given`` kernel arguments plus :data:`HISTORY_OFF` when ``kernel_name`` is an IPython
+    kernel (those not given already)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    argv = KernelSpecManager().get_kernel_spec(kernel_name).argv
+    extra = [a for a in HISTORY_OFF if a not in given] if is_ipython_kernel(argv) else []
+    return [*given, *extra]
+
+
+_SERVER_MANAGER = "HistoryOffKernelManager"
+_built: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``HistoryOffKernelManager``: jupyter_server's ``ServerKernelManager`` whose IPython kernels
+    start with :data:`HISTORY_OFF`. Built when first looked up (PEP 562: the server imports it by
+    name), so importing this module imports no jupyter_server."""
+    if name != _SERVER_MANAGER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _built:
+        from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
+
+        class HistoryOffKernelManager(ServerKernelManager):
+            def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+                extra = list(extra_arguments or [])
+                if self.kernel_spec is not None and is_ipython_kernel(self.kernel_spec.argv):
+                    extra += [a for a in HISTORY_OFF if a not in extra]
+                return super().format_kernel_cmd(extra)
+
+        HistoryOffKernelManager.__module__, HistoryOffKernelManager.__qualname__ = __name__, name
+        _built[name] = HistoryOffKernelManager
+    return _built[name]
 
 
 PROJECT_KERNEL = "ragbench"  # the kernelspec the notebooks name; `make setup` installs it
@@ -90,7 +142,8 @@ def resolve_kernel(notebook: str | os.PathLike, kernel_name: str | None = None) 
 def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> Any:
     """``papermill.execute_notebook`` with :func:`kernel_config`; keyword arguments as papermill's
     (parameters, cwd, kernel_name, progress_bar, ...). Returns the executed notebook, redacted.
-    The kernel is :func:`resolve_kernel`'s: the notebook's own (``ragbench``) unless named.
+    The kernel is :func:`resolve_kernel`'s: the notebook's own (``ragbench``) unless named, and
+    an IPython kernel starts with its history off (:func:`history_off_arguments`).
 
     Every save of ``output`` is redacted (:func:`redact_notebook`), and the credentials among
     ``parameters`` are remembered (``secrets.collect``) so that a cell printing one bare (``key
@@ -100,6 +153,9 @@ def execute_notebook(notebook: str | os.PathLike, output: str | os.PathLike, **k
 
     secrets.collect(kwargs.get("parameters") or {})
     kwargs["kernel_name"] = resolve_kernel(notebook, kwargs.get("kernel_name"))
+    kwargs["extra_arguments"] = history_off_arguments(
+        kwargs["kernel_name"], list(kwargs.get("extra_arguments") or [])
+    )
     _register_redacting_io()
     # absolute: papermill saves while it has chdir'ed into ``cwd``
     target = _REDACTED_SCHEME + str(Path(output).resolve())

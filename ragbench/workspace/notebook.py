@@ -6,7 +6,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ragbench.llm import backend_capabilities
+from ragbench.llm import backend_capabilities, backend_params
+from ragbench.secrets import redact_url
 
 # Without ipywidgets, tqdm.auto (transformers' "Loading weights", ingest bars) warns "IProgress
 # not found" in every notebook, then falls back to a text bar, which is what a rendered notebook
@@ -24,8 +25,17 @@ def model_block(
     """(the run config's ``model`` section, the token counter for dataset lengths and chunks)
     from a notebook's model parameters. An empty ``tokenizer`` counts with the model's own
     tokenizer, or the backend's default counter (whitespace for the fake backend, which has
-    none)."""
+    none). A ``base_url`` left set for a backend that takes none (fake, hf: switching backends
+    in the parameters cell) is dropped with a warning saying so, not passed on to fail."""
     can = backend_capabilities(backend)
+    if base_url and "base_url" not in backend_params(backend):
+        warnings.warn(
+            f"base_url={redact_url(base_url)!r} is ignored: the {backend!r} backend talks to no server "
+            "(clear base_url, or set backend to one that does, e.g. openai)",
+            UserWarning,
+            stacklevel=2,
+        )
+        base_url = ""
     section = {
         "backend": backend,
         "name": model,

@@ -1,4 +1,5 @@
-"""Executed notebooks to standalone, shareable HTML, and a headless-Chromium screenshot of one.
+"""Executed notebooks to standalone, shareable HTML, and a headless-Chromium screenshot of one
+(and a check that its tables fit the page).
 
 nbconvert's lab template, minus every external script (require.js, MathJax, mermaid come from
 CDNs; none is needed to see tables and figures, and a report must open offline). Figures are the
@@ -22,6 +23,7 @@ import html
 import json
 import os
 from collections.abc import Mapping, Sequence
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +298,23 @@ CHROMIUM_FLAGS = (
 )
 
 
+def _chromium(args: Sequence[str], chromium: str, timeout: float) -> str:
+    """Headless Chromium with a throwaway profile; its stdout."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    exe = shutil.which(chromium)
+    if exe is None:
+        raise FileNotFoundError(f"{chromium!r} not found; install Debian's chromium package")
+    with tempfile.TemporaryDirectory(prefix="ragbench-chromium-") as profile:
+        done = subprocess.run(
+            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            check=True, capture_output=True, timeout=timeout, text=True,
+        )  # fmt: skip
+    return done.stdout
+
+
 def screenshot_html(
     html: str | os.PathLike,
     png: str | os.PathLike,
@@ -304,18 +323,58 @@ def screenshot_html(
     timeout: float = 120,
 ) -> Path:
     """A PNG of a rendered page as headless Chromium shows it (a preview, and the browser test)."""
-    import shutil
-    import subprocess
+    png = Path(png)
+    _chromium(
+        [f"--screenshot={png}", f"--window-size={window[0]},{window[1]}",
+         Path(html).resolve().as_uri()],
+        chromium, timeout,
+    )  # fmt: skip
+    return png
+
+
+# appended to a copy of the page: once laid out, it writes what it measured into the DOM, which
+# --dump-dom prints. A cell is bad when it reads inf, nan or <NA> (as a word) instead of a number
+_LAYOUT_JS = r"""<script>window.addEventListener("load", () => {
+  const bad = /(^|[^\w])[-+]?(inf|infinity|nan)([^\w]|$)|<NA>/i, root = document.documentElement;
+  const tables = [...document.querySelectorAll("table")].map((t, i) => ({index: i,
+    header: (t.tHead || t).textContent.replace(/\s+/g, " ").trim().slice(0, 120),
+    width: t.scrollWidth, container: t.parentElement.clientWidth,
+    right: Math.round(t.getBoundingClientRect().right),
+    bad_cells: [...t.querySelectorAll("td")].map(c => c.textContent.trim()).filter(x => bad.test(x))}));
+  const out = document.createElement("pre");
+  out.id = "ragbench-table-layout";
+  out.textContent = JSON.stringify({viewport: root.clientWidth, page: root.scrollWidth, tables});
+  document.body.appendChild(out);
+});</script>"""
+
+
+def table_layout(
+    html: str | os.PathLike,
+    chromium: str = "chromium",
+    window: tuple[int, int] = (1200, 1600),
+    timeout: float = 120,
+) -> dict[str, Any]:
+    """How a rendered page's tables lie in headless Chromium at ``window``: ``viewport`` and
+    ``page`` widths (a page wider than its viewport scrolls sideways) and per table its
+    ``width`` (``scrollWidth``), its ``container``'s ``clientWidth`` (a wider table is clipped
+    or scrolls), its ``right`` edge, the start of its ``header`` text and ``bad_cells``: cells
+    that read ``inf``, ``nan`` or ``<NA>`` where a reader expects a number or a word."""
+    import re
     import tempfile
 
-    exe = shutil.which(chromium)
-    if exe is None:
-        raise FileNotFoundError(f"{chromium!r} not found; install Debian's chromium package")
-    png = Path(png)
-    with tempfile.TemporaryDirectory(prefix="ragbench-chromium-") as profile:
-        subprocess.run(
-            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
-             f"--window-size={window[0]},{window[1]}", Path(html).resolve().as_uri()],
-            check=True, capture_output=True, timeout=timeout,
+    page = Path(html).read_text(encoding="utf-8")
+    probe = (
+        page.replace("</body>", _LAYOUT_JS + "</body>") if "</body>" in page else page + _LAYOUT_JS
+    )
+    with tempfile.TemporaryDirectory(prefix="ragbench-layout-") as folder:
+        copy = Path(folder) / Path(html).name
+        copy.write_text(probe, encoding="utf-8")
+        dom = _chromium(
+            ["--dump-dom", "--run-all-compositor-stages-before-draw", "--virtual-time-budget=10000",
+             f"--window-size={window[0]},{window[1]}", copy.as_uri()],
+            chromium, timeout,
         )  # fmt: skip
-    return png
+    found = re.search(r'<pre id="ragbench-table-layout">(.*?)</pre>', dom, re.S)
+    if found is None:
+        raise RuntimeError(f"{html}: the layout check did not run in {chromium}")
+    return json.loads(unescape(found.group(1)))

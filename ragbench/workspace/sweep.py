@@ -23,7 +23,8 @@ reports the outcome the other process recorded, as skipped: each sweep ends with
 result and the full results table, as if it had run alone. With ``wait=False`` (``--no-wait``)
 such a point is reported as ``held`` (running elsewhere, with the holder's PID and host), is not
 counted as failed, and is picked up by a later resume. The lock of a process that died is taken
-over (the OS releases it), and a point it left without a marker runs again.
+over (the OS releases it), and a point it left without a marker runs again, once the temporary
+files of the saves it cut short are removed from the point's folder (logged).
 
 Stopping a sweep stops its work: on SIGTERM or SIGINT (Ctrl-C) the local executor's workers and
 every kernel they started are ended before the sweep exits (``kernels.reap_children_on_signals``),
@@ -32,7 +33,8 @@ An interrupted point writes no marker: it is neither done nor failed, and runs o
 
 Credentials never reach disk: parameter values in ``summary.json``, the markers, the results
 table's parameter columns and printed point ids go through ``secrets.redact``; error texts
-through ``secrets.redact_text``; executed notebooks are redacted as papermill saves them.
+through ``secrets.redact_text``; executed notebooks are redacted as papermill saves them, and
+the kernels keep no IPython history (``kernels.HISTORY_OFF``).
 """
 
 from __future__ import annotations

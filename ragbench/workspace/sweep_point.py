@@ -6,11 +6,15 @@ its folder and looks at its markers again once the lock is its own: that second 
 makes two concurrent sweeps of one spec execute it once. Markers are written atomically:
 ``done.json`` or ``failed.json``, with the point's parameters (credentials masked), its status,
 seconds and ``finished_at`` (ISO 8601 UTC), so a later sweep can report the first completion.
+A point that runs again first removes the temporary files an interrupted atomic write left in its
+folder (:func:`remove_stale_temps`), once the lock is its own: no live writer can own them then.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 import traceback
 from datetime import UTC, datetime
@@ -22,7 +26,12 @@ from ragbench.io import atomic_write_text
 from ragbench.locks import LOCK_NAME, FolderLock, LockHeldError
 from ragbench.workspace.kernels import execute_notebook
 
+log = logging.getLogger(__name__)
+
 DONE, FAILED = "done.json", "failed.json"
+# the temporary name of ``io.atomic_write_bytes``: mkstemp(prefix=".<name>.", suffix=".tmp"),
+# whose random part is 8 characters of [a-z0-9_]
+TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 
 
 def execute_point(job: dict[str, Any]) -> dict[str, Any]:
@@ -47,6 +56,7 @@ def _run_point(job: dict[str, Any]) -> dict[str, Any]:
     from papermill.exceptions import PapermillExecutionError
 
     point_dir, out_nb = Path(job["point_dir"]), Path(job["output_notebook"])
+    remove_stale_temps(point_dir)
     for marker in (DONE, FAILED):
         (point_dir / marker).unlink(missing_ok=True)
     start = time.perf_counter()
@@ -77,6 +87,19 @@ def _run_point(job: dict[str, Any]) -> dict[str, Any]:
     name = DONE if result["status"] == "done" else FAILED
     atomic_write_text(point_dir / name, json.dumps(marker, indent=2, default=str) + "\n")
     return result
+
+
+def remove_stale_temps(point_dir: Path) -> list[Path]:
+    """Remove the temporary files of atomic writes (the executed notebook, a marker) that an
+    interrupted execution left directly in ``point_dir``; logs each. Only names of
+    :data:`TEMP_NAME`'s pattern, only plain files; call it holding the point's lock."""
+    removed = []
+    for path in sorted(point_dir.iterdir()):
+        if TEMP_NAME.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+            log.warning("%s: removed %s, left by an interrupted execution", point_dir, path.name)
+    return removed
 
 
 def recorded(job: dict[str, Any], accept_failed: bool) -> dict[str, Any] | None:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 from ragbench import secrets
-from ragbench.experiment.config import explain_validation_error
+from ragbench.experiment.config import explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.registry import did_you_mean
 
@@ -76,6 +76,22 @@ class SweepSpec(BaseModel):
     # Jupyter kernel; default: the notebook's kernelspec (the project's ``ragbench`` kernel,
     # which ``make setup`` installs). "python3" is whatever interpreter Jupyter finds first.
     kernel: str | None = None
+
+    @model_validator(mode="after")
+    def _own_output(self) -> SweepSpec:
+        """The sweep gives each point its own folder through ``output_param``: a spec that sets
+        that parameter itself would send every point's run elsewhere (and find no results)."""
+        for section in ("parameters", "grid"):
+            if self.output_param in getattr(self, section):
+                located((section, self.output_param), _refuse_output_param, self.output_param)
+        return self
+
+
+def _refuse_output_param(name: str) -> None:
+    raise ValueError(
+        f"the sweep sets {name!r} itself (each point's own folder, where it looks for "
+        f"results); remove it here and put the sweep's folder in the top-level output_dir key"
+    )
 
 
 def load_spec(path: str | os.PathLike) -> SweepSpec:

@@ -1,0 +1,151 @@
+"""``ragbench compare DOCS... [--questions FILE]``: a folder of documents to the verdict in one
+command, no YAML to write (it writes the one it used). The steps are ``ragbench.workspace.compare``'s."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import typer
+
+from ragbench.experiment.preflight import OverWindowError
+from ragbench.experiment.runner import run
+from ragbench.io import user_errors
+from ragbench.locks import LockHeldError
+from ragbench.report import summary
+from ragbench.report.readable import readable_text
+from ragbench.report.tables import table_remarks
+from ragbench.secrets import collect
+from ragbench.workspace import compare as steps
+
+_D = steps.CompareSpec  # the defaults: notebook 05's
+
+
+def register(app: typer.Typer) -> None:
+    """Adds ``ragbench compare`` to the root typer app."""
+
+    @app.command("compare")
+    def compare_command(
+        docs: list[Path] = typer.Argument(..., help="Folders and files: PDF, HTML, Markdown, DOCX, text."),
+        questions: Path = typer.Option(None, help="Questions CSV or JSONL (README); none: generate them."),
+        n_questions: int = typer.Option(_D.n_questions, min=1, help="Questions to generate (no --questions)."),
+        backend: str = typer.Option(_D.backend, help="hf (local, the embedded model) | openai (a server) | fake (offline tests)."),
+        model: str = typer.Option(_D.model, help="Preset, HF id/folder/.gguf, or the served model's name."),
+        base_url: str = typer.Option(_D.base_url, help="OpenAI-compatible server URL (openai backend); key from OPENAI_API_KEY."),
+        price_sheet: str = typer.Option(_D.price_sheet, help="Shipped sheet name (`ragbench prices list`) or YAML path."),
+        strategy: list[str] = typer.Option(list(_D.strategies), help="Strategies to compare (repeatable)."),
+        overflow: str = typer.Option(_D.overflow, help="Long context over the window: truncate_middle | truncate_head | truncate_tail | error."),
+        min_accuracy: float = typer.Option(_D.min_accuracy, help="Verdict: lowest acceptable mean `contains`, 0-1 (0: any)."),
+        max_dollars_per_1k: float = typer.Option(_D.max_dollars_per_1k, help="Verdict: most $ per 1,000 queries (0: no limit)."),
+        max_latency_s: float = typer.Option(_D.max_latency_s, help="Verdict: longest mean wait per query, s (0: no limit)."),
+        embedder: str = typer.Option(_D.embedder, help="RAG embedder: minilm (embedded) | hash (no model, tests)."),
+        top_k: int = typer.Option(_D.top_k, min=1, help="Chunks RAG and Self-Route read."),
+        chunk_size: int = typer.Option(_D.chunk_size, min=1, help="RAG chunk size in tokens."),
+        max_new_tokens: int = typer.Option(_D.max_new_tokens, min=1, help="Answer length cap (SmolLM2: keep >= 32)."),
+        tokenizer: str = typer.Option(_D.tokenizer, help="Chunk token counter; empty: the model's."),
+        output_dir: str = typer.Option(_D.output_dir, help="Where the corpus and the run folder go."),
+        seed: int = typer.Option(_D.seed, help="Question sampling and bootstraps."),
+        threads: int = typer.Option(None, min=1, help="Torch CPU threads (1-2 on a busy machine)."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Spend without asking (paid APIs)."),
+        report: bool = typer.Option(True, help="Write report.html (notebook 05) beside the run."),
+        quiet: bool = typer.Option(False, help="No progress bars."),
+    ) -> None:  # fmt: skip
+        """Closed book, long context, RAG and Self-Route on your documents: the verdict.
+
+        Ingests DOCS into one corpus, takes --questions (or generates them), writes the run
+        config (compare.yaml in the run folder: edit it and `ragbench run` it), prints the dry-run
+        estimate (tokens, dollars) before spending (a paid API asks unless --yes), runs, prints
+        the verdict and the summary table, and writes report.html beside the run."""
+        spec = steps.CompareSpec(
+            docs=tuple(str(d) for d in docs), questions=str(questions or ""),
+            n_questions=n_questions, backend=backend, model=model, base_url=base_url,
+            embedder=embedder, tokenizer=tokenizer, max_new_tokens=max_new_tokens,
+            chunk_size=chunk_size, top_k=top_k, price_sheet=price_sheet,
+            strategies=tuple(strategy), overflow=overflow, min_accuracy=min_accuracy,
+            max_dollars_per_1k=max_dollars_per_1k, max_latency_s=max_latency_s,
+            output_dir=output_dir, seed=seed, threads=threads,
+        )  # fmt: skip
+        collect({"base_url": base_url})  # a key in the URL is masked in every line below
+        with user_errors(LockHeldError, OverWindowError):
+            df, spec_run = _run(spec, yes=yes, progress=not quiet)
+        _answer(spec, df, spec_run)
+        if report:
+            _report(spec, spec_run, progress=not quiet)
+
+
+def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
+    """Ingest, questions, config, estimate, confirmation, run: (results, (yaml, questions))."""
+    ingested, corpus = steps.ingest(
+        spec, on_skip=lambda s: typer.echo(f"skipped {s.path}: {s.reason}", err=True)
+    )
+    typer.echo(
+        f"corpus: {len(ingested.documents)} documents from {ingested.files} files -> {corpus}"
+    )
+    for drop in ingested.dedup["dropped"]:
+        typer.echo(
+            f"dropped {drop['id']}: {drop['reason']} duplicate of {drop['duplicate_of']}", err=True
+        )
+    cfg = steps.validate(spec, corpus)  # every option checked before anything is spent
+    if not spec.questions and steps.is_paid(cfg) and not yes:
+        typer.confirm(
+            f"Generate {spec.n_questions} questions with {spec.model} (a paid API)?", abort=True
+        )
+    questions, generated = steps.questions_path(spec, corpus, ingested.fingerprint)
+    if generated is not None:
+        typer.echo(generated.summary())
+    typer.echo(f"questions: {questions}")
+    cfg, yaml_path = steps.write_config(steps.build_config(spec, corpus, questions))
+    typer.echo(f"config: {yaml_path} (edit it, then `ragbench run {yaml_path}`)")
+    table = steps.estimate(cfg)
+    typer.echo("estimate (dry run: nothing generated yet):")
+    typer.echo(readable_text(table))
+    total = table["dollars_total_max"].sum(min_count=1)
+    if total == total:  # not NaN
+        typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
+    for note in table.attrs["notes"]:
+        typer.echo(f"note: {note}")
+    if steps.is_paid(cfg) and not yes:
+        typer.confirm(f"{cfg.model.name} is a paid API ({cfg.price_sheet}): run it?", abort=True)
+    return run(yaml_path, progress=progress), (yaml_path, questions)
+
+
+def _answer(spec: steps.CompareSpec, df, spec_run) -> None:
+    """The verdict, then the summary table (accuracy with its 95% CI, $ per 1k queries)."""
+    typer.echo(f"run folder: {df.attrs['run_dir']}")
+    failed = int(df["error"].notna().sum())
+    if failed == len(df):
+        typer.echo(
+            f"error: all {failed} records failed; see {df.attrs['run_dir']}/records.jsonl", err=True
+        )
+        raise typer.Exit(code=1)
+    with user_errors():
+        v = steps.decide(df, spec)
+    typer.echo(f"verdict: {v.text}")
+    if v.conditions_text:
+        typer.echo(v.conditions_text)
+    with warnings.catch_warnings():  # printed below, as lines
+        warnings.simplefilter("ignore", UserWarning)
+        table = summary(df, metric=steps.METRICS[0], seed=spec.seed)
+    typer.echo(readable_text(steps.summary_view(table)))
+    for remark in table_remarks(table):
+        typer.echo(remark)
+    if failed:
+        typer.echo(f"{failed} of {len(df)} records failed (rerun to retry them)")
+    typer.echo(f"rerun or edit: ragbench run {spec_run[0]}")
+
+
+def _report(spec: steps.CompareSpec, spec_run, progress: bool) -> None:
+    yaml_path, questions = spec_run
+    blocker = steps.report_blocker(spec)
+    if blocker:
+        typer.echo(f"report: not written: {blocker}")
+        return
+    try:
+        html = steps.write_report(spec, questions, yaml_path.parent, progress=progress)
+    except Exception as exc:  # the run is done and printed: say why the page is missing
+        typer.echo(
+            f"report: not written: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            err=True,
+        )
+        raise typer.Exit(code=1) from None
+    typer.echo(f"report: {html}")

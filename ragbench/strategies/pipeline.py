@@ -1,0 +1,328 @@
+"""Pipeline: your own system under test, scored beside closed book, long context and RAG on the
+same examples and metrics.
+
+Three kinds (``PipelineParams``): a Python callable ``target: "module:function"`` called as
+``fn(question, example_id, corpus)`` (as many of those as it takes; ``corpus`` is the shared
+corpus' fingerprint or None); a llama-index ``QueryEngine`` or ``BaseRetriever`` that
+``target: "module:attr"`` names (or a no-argument factory returning one; built once); an HTTP
+endpoint ``url`` (``pipeline_http``). A callable or endpoint answers with a string or a
+``PipelineAnswer`` (or a dict / object with its fields); a query engine with its response and
+source nodes; a retriever with nodes only: the run's model then reads them with the RAG prompt,
+so the comparison is of retrieval alone.
+
+Each record keeps the contexts (ids, document ids, spans, texts cut to ``MAX_CONTEXT_CHARS``),
+``gold_hit`` against the evidence spans, and, where the example has relevance judgements, the
+ranking metrics of ``retrieve_only`` (``hit``, ``recall``, ``mrr``, ``ndcg`` at 1, 5, 10 over the
+contexts' documents in their order). Cost: the reported usage priced by the run's price sheet;
+without usage, the contexts + question (prompt) and the answer (completion) counted with the
+run's tokenizer, ``usage_estimated``. Latency: the wall time of the call. A call that raises,
+times out or answers out of contract is an error row (``MalformedAnswer`` names the field).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ragbench.strategies.pipeline_http as pipeline_http
+import ragbench.strategies.pipeline_target as pipeline_target
+from ragbench.cost.accounting import Cost
+from ragbench.retrieval.context import assemble_context
+from ragbench.retrieval.metrics import per_query
+from ragbench.strategies.base import Resources, Steps, make_record
+from ragbench.strategies.params import PipelineParams
+from ragbench.strategies.pipeline_answer import (
+    Context,
+    MalformedAnswer,
+    PipelineAnswer,
+    Usage,
+    shown,
+)
+from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
+from ragbench.strategies.retrieve_only import judgements
+from ragbench.types import Chunk, Completion, Example, ScoredChunk
+
+MAX_CONTEXTS = 50  # contexts kept per record
+MAX_CONTEXT_CHARS = 4000  # characters kept per context text
+CUTOFFS = (1, 5, 10)
+MEASURES = ("hit", "recall", "mrr", "ndcg")
+
+
+# ---------------------------------------------------------------------------- the system
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A resolved pipeline: ``kind`` is function | query_engine | retriever | http."""
+
+    kind: str
+    obj: Any = None
+    arity: int = 0  # function: how many of (question, example_id, corpus) it takes
+
+
+_opened: dict[tuple, Opened] = {}
+_open_lock = threading.Lock()
+
+
+def _llama_kind(obj: Any) -> str | None:
+    if "llama_index.core" not in sys.modules:  # a llama-index object implies it is imported
+        return None
+    from llama_index.core.base.base_query_engine import BaseQueryEngine  # lazy: llama-index
+    from llama_index.core.base.base_retriever import BaseRetriever
+
+    if isinstance(obj, BaseQueryEngine):
+        return "query_engine"
+    return "retriever" if isinstance(obj, BaseRetriever) else None
+
+
+def _arity(fn: Any) -> int | None:
+    """Positional arguments ``fn`` takes, up to 3 (None: not inspectable)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return 3
+    return min(3, sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params))
+
+
+def _classify(obj: Any, target: str, factory_ok: bool = True) -> Opened:
+    kind = _llama_kind(obj)
+    if kind:
+        return Opened(kind, obj)
+    if callable(obj):
+        arity = _arity(obj)
+        if arity == 0 and factory_ok:  # a factory: build once, then classify what it returns
+            return _classify(obj(), target, factory_ok=False)
+        if arity:
+            return Opened("function", obj, arity)
+    raise ValueError(
+        f"pipeline target {target!r} is {shown(obj)}: expected a function of (question, "
+        "example_id, corpus), a llama-index QueryEngine or BaseRetriever, or a no-argument "
+        "factory returning one"
+    )
+
+
+def open_pipeline(params: PipelineParams) -> Opened:
+    """The pipeline ``params`` name, resolved once per identity (a changed one is reloaded)."""
+    if params.url is not None:
+        return Opened("http")
+    key = (params.target, params.version)
+    with _open_lock:
+        if key not in _opened:
+            obj, _ = pipeline_target.resolve(params.target)
+            _opened[key] = _classify(obj, params.target)
+        return _opened[key]
+
+
+def preflight(params: PipelineParams) -> None:
+    """Before any work: an endpoint answers (``pipeline_http.check``) and its header variables
+    are set; a target imports and classifies (its factory built)."""
+    if params.url is not None:
+        pipeline_http.check(params)
+    else:
+        open_pipeline(params)
+
+
+def _node_context(n: Any) -> Context:
+    node = getattr(n, "node", n)
+    meta = getattr(node, "metadata", None) or {}
+    doc_id = meta.get("doc_id") or getattr(node, "ref_doc_id", None)
+    start, end = getattr(node, "start_char_idx", None), getattr(node, "end_char_idx", None)
+    score = getattr(n, "score", None)
+    return Context(
+        text=node.get_content(),
+        doc_id=None if doc_id is None else str(doc_id),
+        id=getattr(node, "node_id", None),
+        span=(int(start), int(end)) if start is not None and end is not None else None,
+        score=None if score is None else float(score),
+    )
+
+
+def _token_counter(engine: Any) -> Any:
+    """A llama-index ``TokenCountingHandler`` the user attached (engine, else Settings)."""
+    from llama_index.core import Settings  # lazy: llama-index
+    from llama_index.core.callbacks import TokenCountingHandler
+
+    for manager in (getattr(engine, "callback_manager", None), Settings.callback_manager):
+        for handler in getattr(manager, "handlers", None) or ():
+            if isinstance(handler, TokenCountingHandler):
+                return handler
+    return None
+
+
+def _query(engine: Any, question: str) -> PipelineAnswer:
+    counter = _token_counter(engine)
+    before = (counter.prompt_llm_token_count, counter.completion_llm_token_count) if counter else 0
+    response = engine.query(question)
+    usage = None
+    if counter is not None and counter.llm_token_counts:
+        usage = Usage(
+            prompt_tokens=counter.prompt_llm_token_count - before[0],
+            completion_tokens=counter.completion_llm_token_count - before[1],
+        )
+    text = getattr(response, "response", None)
+    contexts = tuple(_node_context(n) for n in getattr(response, "source_nodes", None) or ())
+    return PipelineAnswer("" if text is None else str(text), contexts, usage)
+
+
+# ---------------------------------------------------------------------------- the record
+
+
+def _located(context: Context, example: Example) -> Context:
+    """A context without a document id gets the first document holding its text (and the span)."""
+    if context.doc_id is not None or not context.text.strip():
+        return context
+    needle = context.text.strip()
+    for doc in example.documents:
+        at = doc.text.find(needle)
+        if at >= 0:
+            return dataclasses.replace(context, doc_id=doc.id, span=(at, at + len(needle)))
+    return context
+
+
+def _gold_hit(contexts: list[Context], example: Example) -> bool | None:
+    """Whether a context holds an evidence span (overlapping it, or containing its text); without
+    spans, whether one comes from a judged-relevant document; None: nothing to judge by."""
+    evidence = example.evidence
+    if evidence:
+        texts = {d.id: d.text for d in example.documents}
+        for c in contexts:
+            for doc_id, s, e in evidence:
+                quote = texts.get(doc_id, "")[s:e]
+                if c.doc_id == doc_id and c.span is not None and c.span[0] < e and s < c.span[1]:
+                    return True
+                if quote and quote in c.text:
+                    return True
+        return False
+    qrels = example.meta.get("qrels")
+    if isinstance(qrels, dict) and qrels:
+        return any(c.doc_id is not None and qrels.get(c.doc_id, 0) >= 1 for c in contexts)
+    return None
+
+
+def retrieval_scores(contexts: list[Context], example: Example) -> dict[str, float]:
+    """``hit/recall/mrr/ndcg@1,5,10`` of the contexts' documents (in their order, first
+    occurrence) against the example's judgements; {} when it has none or no context has a
+    document id."""
+    try:
+        qrels = judgements(example)
+    except ValueError:  # neither qrels nor evidence spans
+        return {}
+    docs = list(dict.fromkeys(c.doc_id for c in contexts if c.doc_id is not None))
+    if not docs and contexts:
+        return {}  # ranks unknown: the contexts name no document
+    run = {example.id: {d: float(len(docs) - i) for i, d in enumerate(docs)}}
+    names = [f"{m}@{k}" for m in MEASURES for k in CUTOFFS]
+    return {n: v[example.id] for n, v in per_query(run, {example.id: qrels}, names).items()}
+
+
+def _kept(c: Context) -> dict[str, Any]:
+    text = c.text if len(c.text) <= MAX_CONTEXT_CHARS else c.text[:MAX_CONTEXT_CHARS]
+    out = {"id": c.id, "doc_id": c.doc_id, "span": list(c.span) if c.span else None, "text": text}
+    return out | ({"score": c.score} if c.score is not None else {})
+
+
+def context_meta(contexts: list[Context], example: Example) -> dict[str, Any]:
+    kept = contexts[:MAX_CONTEXTS]
+    truncated = len(contexts) > MAX_CONTEXTS or any(len(c.text) > MAX_CONTEXT_CHARS for c in kept)
+    qrels = example.meta.get("qrels")
+    if isinstance(qrels, dict) and qrels:
+        relevant = {d for d, grade in qrels.items() if grade >= 1}
+    else:
+        relevant = {d for d, _, _ in example.evidence}
+    return {
+        "contexts": [_kept(c) for c in kept],
+        "contexts_truncated": truncated,
+        "retrieved": [c.id or f"{c.doc_id}#ctx{i}" for i, c in enumerate(kept)],
+        "gold_hit": _gold_hit(contexts, example),
+        "gold_docs": sorted(str(d) for d in relevant),
+    }
+
+
+def _usage_completion(
+    answer: PipelineAnswer, question: str, seconds: float, res: Resources
+) -> Completion:
+    """The call's accounting: reported counts, else counted with the run's tokenizer."""
+    u = answer.usage or Usage()
+    joined = "\n\n".join([*(c.text for c in answer.contexts), question])
+    prompt = u.prompt_tokens
+    completion = u.completion_tokens
+    estimated = prompt is None or completion is None
+    return Completion(
+        text=answer.answer,
+        prompt_tokens=res.llm.count_tokens(joined) if prompt is None else prompt,
+        completion_tokens=res.llm.count_tokens(answer.answer) if completion is None else completion,
+        cached_prompt_tokens=u.cached_prompt_tokens,
+        decode_seconds=seconds,  # the wall time of the call: what its user waited
+        model=u.model,
+        usage_estimated=estimated,
+    )
+
+
+def _read(example: Example, res: Resources, contexts: list[Context]) -> str:
+    """The run's RAG prompt over a retriever's contexts (best first, within the window)."""
+    tail = question_part(example)
+    scored = [
+        ScoredChunk(Chunk(c.id or f"ctx{i}", c.doc_id or "", c.text, *(c.span or (0, 0))),
+                    c.score if c.score is not None else float(-i))
+        for i, c in enumerate(contexts)
+    ]  # fmt: skip
+    cap, cite = res.room(tail), any(c.doc_id for c in contexts)
+    ctx = assemble_context(scored, res.llm.count_tokens, cap, cite=cite)
+    while ctx.chunk_ids and (excess := res.excess(ctx.text, tail)) > 0:
+        cap -= excess  # as in rag_prompt: the joined prompt can count more than its parts
+        ctx = assemble_context(scored, res.llm.count_tokens, cap, cite=cite)
+    return CONTEXT_TEMPLATE.format(context=ctx.text) + tail
+
+
+def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> Steps:
+    system = open_pipeline(params)
+    what = repr(params.target or params.url)
+    question, corpus = example.question, example.meta.get("corpus_fingerprint")
+    t0 = time.perf_counter()
+    if system.kind == "retriever":
+        nodes = pipeline_target.call_with_deadline(
+            lambda: system.obj.retrieve(question), params.timeout, what
+        )
+        seconds = time.perf_counter() - t0
+        contexts = [_located(_node_context(n), example) for n in nodes]
+        completion = yield res.request(_read(example, res, contexts), rid=f"{example.id}:pipeline")
+        cost = res.cost(completion).with_retrieval(seconds)
+        meta = context_meta(contexts, example) | {"pipeline_kind": system.kind}
+        record = make_record(example, params, completion, res, meta, cost)
+        scores = record.scores | retrieval_scores(contexts, example)
+        return dataclasses.replace(record, scores=scores)
+    if system.kind == "http":
+        call = lambda: pipeline_http.post(params, question, example.id, corpus)  # noqa: E731
+    elif system.kind == "query_engine":
+        call = lambda: _query(system.obj, question)  # noqa: E731
+    else:
+        args = (question, example.id, corpus)[: system.arity]
+        call = lambda: system.obj(*args)  # noqa: E731
+    # an endpoint's deadline is httpx's, per attempt (its retries wait in between)
+    deadline = None if system.kind == "http" else params.timeout
+    raw = pipeline_target.call_with_deadline(call, deadline, what)
+    seconds = time.perf_counter() - t0
+    try:
+        answer = PipelineAnswer.parse(raw)
+    except MalformedAnswer as exc:
+        raise MalformedAnswer(f"pipeline {what} returned a malformed answer: {exc}") from None
+    contexts = [_located(c, example) for c in answer.contexts]
+    completion = _usage_completion(answer, question, seconds, res)
+    # the run's architecture facts (FLOPs, KV bytes) hold only for the run's own model
+    own_model = completion.model in ("", getattr(res.llm, "name", ""))
+    cost = res.cost(completion) if own_model else Cost.of(completion, None, res.sheet)
+    meta = context_meta(contexts, example) | {"pipeline_kind": system.kind}
+    if answer.usage is not None and answer.usage.latency_seconds is not None:
+        meta["pipeline_latency_seconds"] = float(answer.usage.latency_seconds)
+    if answer.version is not None:
+        meta["pipeline_version"] = answer.version
+    record = make_record(example, params, completion, res, meta, cost)
+    return dataclasses.replace(record, scores=record.scores | retrieval_scores(contexts, example))
+    yield  # unreachable here; makes this a generator, the shape every strategy's steps have

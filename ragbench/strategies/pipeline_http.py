@@ -1,0 +1,108 @@
+"""A pipeline behind an HTTP endpoint: ``POST url`` with ``{"question", "id", "corpus"}``, a JSON
+answer back (the fields of ``PipelineAnswer``).
+
+The transport is the OpenAI-compatible backend's (``ragbench.llm.openai_http``): httpx, the same
+retry policy (408/409/425/429, 5xx, timeouts and dropped connections, with backoff honouring
+``Retry-After``, ``retries`` times), the same errors naming the redacted URL, the attempts and
+the server's message, and httpx's logs redacted. Header values come from environment variables
+named in ``headers_env`` and are remembered as secrets, so no message or file can quote them.
+
+``check(params)`` is the preflight: one ``GET url`` (5 s) before any work. Any answer but 401,
+403 or 404 means the service is up (a POST-only route answers 405 or 501); a refused connection,
+no answer, or those statuses raise ``ServerUnreachable`` naming the URL and the cause.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from ragbench import secrets
+from ragbench.llm import openai_http as http
+from ragbench.llm.base import ServerUnreachable
+from ragbench.strategies.params import PipelineParams
+
+CHECK_TIMEOUT = 5.0
+BACKOFF_BASE, BACKOFF_MAX = 0.5, 30.0
+_clients: dict[tuple, Any] = {}
+_lock = threading.Lock()
+
+
+def headers_of(params: PipelineParams) -> dict[str, str]:
+    """{header: value} from the environment; a variable that is not set is an error."""
+    out = {}
+    for header, env in params.headers.items():
+        value = os.environ.get(env)
+        if value is None:
+            raise ValueError(
+                f"pipeline {params.url}: header {header!r} reads ${env}, which is not set"
+            )
+        secrets.remember(value)
+        out[header] = value
+    return out
+
+
+def client(params: PipelineParams) -> Any:
+    """One httpx client per endpoint, headers and timeout (connections are reused)."""
+    import httpx  # lazy: only url pipelines need it
+
+    headers = headers_of(params)
+    key = (params.raw_url, tuple(sorted(headers.items())), params.timeout)
+    with _lock:
+        if key not in _clients:
+            http.redact_httpx_logs()
+            timeout = httpx.Timeout(params.timeout, connect=min(10.0, params.timeout))
+            _clients[key] = httpx.Client(headers=headers, timeout=timeout)
+        return _clients[key]
+
+
+def _attempt(c: Any, url: str, payload: dict[str, Any]) -> Any:
+    resp = c.post(url, json=payload)
+    if resp.status_code >= 400:
+        raise http.status_error(resp, resp.text)
+    try:
+        return resp.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"the endpoint answered HTTP {resp.status_code} with no JSON ({exc}): "
+            f"{secrets.redact_text(resp.text[:200])!r}"
+        ) from None
+
+
+def post(params: PipelineParams, question: str, example_id: str, corpus: str | None) -> Any:
+    """The endpoint's JSON answer to one question (after retries), or ``LLMRequestError``."""
+    payload = {"question": question, "id": example_id, "corpus": corpus}
+    result, _ = http.with_retries(
+        _attempt, client(params), params.raw_url, payload,
+        url=params.url, timeout=params.timeout, max_retries=params.retries,
+        backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX, sleep=time.sleep,
+    )  # fmt: skip
+    return result
+
+
+def check(params: PipelineParams, timeout: float = CHECK_TIMEOUT) -> None:
+    """The preflight (see the module docstring); ``ServerUnreachable`` when it fails."""
+    import httpx  # lazy: only url pipelines need it
+
+    try:
+        resp = client(params).get(params.raw_url, timeout=httpx.Timeout(timeout))
+    except httpx.TimeoutException as exc:
+        phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "answer"
+        cause = f"no {phase} within {timeout:g} s ({type(exc).__name__})"
+    except httpx.ConnectError as exc:
+        cause = f"cannot connect ({exc}); is the service running and the url right?"
+    except httpx.TransportError as exc:
+        cause = f"{type(exc).__name__}: {exc}"
+    else:
+        if resp.status_code not in (401, 403, 404):
+            return
+        cause = f"HTTP {resp.status_code}"
+        if resp.status_code == 404:
+            cause += ": no such route (check the url's path)"
+        else:
+            cause += ": the service refused our headers (check headers_env and its variables)"
+    msg = f"pipeline endpoint check failed: GET {params.url}: {cause}; nothing was run"
+    raise ServerUnreachable(secrets.redact_text(" ".join(msg.split()))) from None

@@ -1,0 +1,315 @@
+"""``ragbench compare DOCS... --questions FILE``: from a folder of documents to the answer, with no
+YAML to write (the command is ``ragbench.cli.compare``; this is its logic).
+
+The steps, each a function here so the CLI stays thin and tests can call them:
+
+1. :func:`ingest`: the folder(s) -> one corpus file, fingerprinted, under
+   ``<output_dir>/your-documents/`` (where notebook 05 writes it);
+2. :func:`questions_path`: the questions file given, or questions generated over the corpus
+   (``experiment.question_gen``, as ``ragbench data questions`` and notebook 05 generate them);
+3. :func:`build_config` + :func:`write_config`: the run config notebook 05 builds from the same
+   parameters (closed book, long context, RAG and Self-Route on one shared corpus), written as a
+   real YAML file in the run folder, so ``ragbench run <that file>`` resumes the same run;
+4. :func:`estimate` (the dry run: tokens and dollars per strategy) and :func:`is_paid` (a backend
+   without local weights priced per token: the CLI asks before spending);
+5. ``experiment.runner.run`` on that YAML, then :func:`decide` (``analysis.verdict`` with the share
+   of the corpus long context had to cut added to its conditions);
+6. :func:`write_report`: notebook 05 executed with the run's parameters (its run is this run: same
+   config, same folder, nothing pending), its verdict moved to the top, rendered to HTML beside
+   the run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ragbench.analysis import verdict as analysis_verdict
+from ragbench.datasets import docs as ingest_docs
+from ragbench.datasets.corpus_file import write_documents
+from ragbench.experiment import question_gen
+from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.dry_run import dry_run
+from ragbench.experiment.runner import run_dir_for
+from ragbench.llm import backend_capabilities
+from ragbench.strategies import get_strategy
+from ragbench.workspace.kernels import execute_notebook
+from ragbench.workspace.notebook import model_block
+from ragbench.workspace.render import executed_runs, render_notebook
+from ragbench.workspace.scrub import repo_root
+
+# what notebook 05 compares, and how its long context fits a corpus larger than the window
+# (LongBench's middle truncation: keep the start and the end)
+DEFAULT_STRATEGIES = ("closed_book", "long_context", "rag", "self_route")
+DEFAULT_OVERFLOW = "truncate_middle"
+RUN_NAME = "your-documents"  # notebook 05's run name: its report resumes this very run
+WORK_FOLDER = "your-documents"  # under output_dir: the corpus and generated questions
+METRICS = ("contains", "f1")  # notebook 05's; the verdict decides on the first
+CONFIG_FILE = "compare.yaml"  # in the run folder: the config the run used
+NOTEBOOK = "notebooks/05_your_documents.ipynb"
+VERDICT_HEADING = "## Verdict"
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """What ``ragbench compare`` was asked (its options); the defaults are notebook 05's."""
+
+    docs: tuple[str, ...]  # files and folders, read recursively
+    questions: str = ""  # CSV or JSONL questions file; empty: generate n_questions
+    n_questions: int = 10
+    backend: str = "hf"  # hf (the embedded model) | openai (a server) | fake (tests, offline)
+    model: str = "smollm2-135m-instruct"
+    base_url: str = ""
+    embedder: str = "minilm"
+    tokenizer: str = ""  # chunk and length counting; empty: the model's (or the backend's)
+    max_new_tokens: int = 32
+    chunk_size: int = 128
+    top_k: int = 3
+    price_sheet: str = "example-hosted-api"
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    overflow: str = DEFAULT_OVERFLOW
+    min_accuracy: float = 0.0  # the verdict's constraints (0: none)
+    max_dollars_per_1k: float = 0.0
+    max_latency_s: float = 0.0
+    output_dir: str = "data/results"
+    seed: int = 0
+    threads: int | None = None  # torch CPU threads (model.threads; speed only, not in the hash)
+
+    @property
+    def out(self) -> Path:
+        """``output_dir``, absolute: the YAML and the notebook name it from anywhere."""
+        return Path(self.output_dir).resolve()
+
+
+# --------------------------------------------------------------------------- corpus and questions
+
+
+def ingest(spec: CompareSpec, on_skip: Callable[[Any], None] | None = None) -> tuple[Any, Path]:
+    """(ingest result, corpus file): the documents of ``spec.docs`` in one corpus file named by
+    its fingerprint, where notebook 05 writes it. A path that does not exist, or nothing
+    readable, raises (FileNotFoundError, ValueError: one line each)."""
+    result = ingest_docs.ingest(list(spec.docs), progress=False, on_skip=on_skip)
+    work = spec.out / WORK_FOLDER
+    return result, write_documents(
+        work / f"corpus-{result.fingerprint[:12]}.jsonl", result.documents
+    )
+
+
+def model_section(spec: CompareSpec) -> tuple[dict[str, Any], str]:
+    """(the config's ``model`` section, the chunking tokenizer), as notebook 05 makes them (plus
+    ``threads``, which changes speed, not the config hash)."""
+    section, counter = model_block(
+        spec.backend, spec.model, spec.base_url, spec.max_new_tokens, spec.tokenizer
+    )
+    return ({**section, "threads": spec.threads} if spec.threads else section), counter
+
+
+def questions_path(spec: CompareSpec, corpus: Path, fingerprint: str) -> tuple[Path, Any]:
+    """(questions file, the generation result or None): the file given, or ``n_questions``
+    generated from sampled passages of the corpus (answers checked against their passage,
+    near-duplicates and questions the model answers closed book dropped), where notebook 05
+    puts them."""
+    if spec.questions:
+        path = Path(spec.questions)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such questions file")
+        return path.resolve(), None
+    path = spec.out / WORK_FOLDER / f"questions-{fingerprint[:12]}.jsonl"
+    section, _ = model_section(spec)
+    generated = question_gen.questions_file(
+        corpus, path, spec.n_questions, section, seed=spec.seed, drop_closed_book=True,
+        price_sheet=spec.price_sheet, progress=False,
+    )  # fmt: skip
+    return path, generated
+
+
+# --------------------------------------------------------------------------- the config
+
+
+def strategy_entries(spec: CompareSpec) -> list[Any]:
+    """Each strategy with the options it declares among ``top_k`` and ``overflow`` (a bare name
+    when it takes none), as notebook 05 lists them."""
+    options = {"top_k": spec.top_k, "overflow": spec.overflow}
+    entries: list[Any] = []
+    for name in spec.strategies:
+        fields = get_strategy(name).params.field_names()  # unknown name: did-you-mean
+        params = {k: v for k, v in options.items() if k in fields}
+        entries.append({"name": name, "params": params} if params else name)
+    return entries
+
+
+def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, Any]:
+    """The run config, key for key the one notebook 05 builds from the same parameters (so the
+    notebook's run is this run: same hash, same folder)."""
+    section, counter = model_section(spec)
+    return {
+        "name": RUN_NAME,
+        "seed": spec.seed,
+        "dataset": {
+            "name": "corpus",
+            "params": {"corpus": str(corpus), "questions": str(questions)},
+        },
+        "model": section,
+        "retrieval": {
+            "embedder": spec.embedder,
+            "retriever": "dense",
+            "chunk_size": spec.chunk_size,
+            "chunk_overlap": 16,
+            "tokenizer": counter,
+        },  # fmt: skip
+        "strategies": strategy_entries(spec),
+        "metrics": list(METRICS),
+        "price_sheet": spec.price_sheet,
+        "output_dir": str(spec.out),
+    }
+
+
+def validate(spec: CompareSpec, corpus: Path) -> RunConfig:
+    """The config validated before anything is spent (question generation included): unknown
+    strategies, overflow policies, price sheets, models raise ValueError naming the choices."""
+    return load_config(build_config(spec, corpus, corpus))
+
+
+def write_config(config: dict[str, Any]) -> tuple[RunConfig, Path]:
+    """(the validated config, its YAML file in the run folder). The file is what the run reads,
+    so ``ragbench run`` on it lands in the same folder; edit it and rerun for a variation."""
+    cfg = load_config(config)  # validated first: a bad option fails before anything is written
+    path = run_dir_for(cfg) / CONFIG_FILE
+    header = (
+        "# written by `ragbench compare` (its options are the keys below)\n"
+        f"# rerun or resume: ragbench run {path}\n"
+        "# edit anything (strategies, top_k, model, price_sheet...) and run it again: a changed\n"
+        "# config is a new run folder beside this one. Keys: see the README (Bring your own documents)\n"
+    )
+    body = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=100)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + body, encoding="utf-8")
+    return load_config(path), path
+
+
+# --------------------------------------------------------------------------- before spending
+
+
+def estimate(cfg: RunConfig) -> Any:
+    """The dry run: records, prompt tokens and dollars (bounds) per strategy variant."""
+    return dry_run(cfg, progress=False)
+
+
+def is_paid(cfg: RunConfig) -> bool:
+    """A paid API: a backend that runs no weights here, priced per token. Its calls cost money,
+    so the CLI shows the estimate and asks before spending (``--yes`` skips the question)."""
+    local = backend_capabilities(cfg.model.backend).local_weights
+    return not local and cfg.sheet is not None and cfg.sheet.kind == "api"
+
+
+# --------------------------------------------------------------------------- the answer
+
+
+def decide(df: Any, spec: CompareSpec) -> Any:
+    """``analysis.verdict`` on the run (the first metric, ``spec``'s constraints); its
+    conditions say what share of the corpus long context cut (``analysis.conditions``)."""
+    return analysis_verdict(
+        df, metric=METRICS[0], min_accuracy=spec.min_accuracy,
+        max_dollars_per_1k=spec.max_dollars_per_1k, max_latency_s=spec.max_latency_s,
+        seed=spec.seed,
+    )  # fmt: skip
+
+
+SUMMARY_COLUMNS = ("label", METRICS[0], "ci_low", "ci_high", "n", "prompt_tokens", "dollars",
+                   "amortised_dollars", "latency_seconds")  # fmt: skip
+
+
+def summary_view(table: Any) -> Any:
+    """The summary's columns a terminal has room for (the report and the parquet have all);
+    amortised dollars only where a one-time cost makes them differ."""
+    columns = [c for c in SUMMARY_COLUMNS if c in table.columns]
+    if "amortised_dollars" in columns and table["amortised_dollars"].equals(table["dollars"]):
+        columns.remove("amortised_dollars")
+    view = table[columns].copy()
+    view.attrs = dict(table.attrs)
+    return view
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def notebook_path() -> Path | None:
+    root = repo_root()
+    path = root / NOTEBOOK if root is not None else None
+    return path if path is not None and path.is_file() else None
+
+
+def report_blocker(spec: CompareSpec) -> str | None:
+    """Why notebook 05 cannot show this run (it would run another one), or None."""
+    if notebook_path() is None:
+        return f"{NOTEBOOK} not found (ragbench is not running from its checkout)"
+    if len(spec.docs) != 1:
+        return "notebook 05 reads one folder; this run read several"
+    if tuple(spec.strategies) != DEFAULT_STRATEGIES or spec.overflow != DEFAULT_OVERFLOW:
+        return (
+            f"notebook 05 compares {', '.join(DEFAULT_STRATEGIES)} with overflow "
+            f"{DEFAULT_OVERFLOW}; this run differs"
+        )
+    return None
+
+
+def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
+    """Notebook 05's parameters for this run: the notebook builds the same config from them."""
+    return {
+        "docs": str(Path(spec.docs[0]).resolve()),
+        "questions": str(questions),
+        "backend": spec.backend,
+        "model": spec.model,
+        "base_url": spec.base_url,
+        "embedder": spec.embedder,
+        "tokenizer": spec.tokenizer,
+        "max_new_tokens": spec.max_new_tokens,
+        "chunk_size": spec.chunk_size,
+        "top_k": spec.top_k,
+        "price_sheet": spec.price_sheet,
+        "output_dir": str(spec.out),
+        "seed": spec.seed,
+        "min_accuracy": spec.min_accuracy,
+        "max_dollars_per_1k": spec.max_dollars_per_1k,
+        "max_latency_s": spec.max_latency_s,
+    }
+
+
+def verdict_first(nb: Any) -> Any:
+    """The notebook with its verdict section (the ``## Verdict`` markdown cell and the code cell
+    after it) moved up to follow the title: a comparison page opens with its verdict."""
+    cells = list(nb.cells)
+    at = next((i for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
+               and "".join(c.get("source", "")).startswith(VERDICT_HEADING)), None)  # fmt: skip
+    if at is None or at + 1 >= len(cells):
+        return nb
+    section = cells[at : at + 2]
+    rest = cells[:at] + cells[at + 2 :]
+    title = 1 if rest and rest[0].get("cell_type") == "markdown" else 0
+    nb.cells = rest[:title] + section + rest[title:]
+    return nb
+
+
+def write_report(spec: CompareSpec, questions: Path, run_dir: Path, progress: bool = False) -> Path:
+    """Notebook 05 executed with the run's parameters into ``run_dir/report.ipynb`` (its run is
+    this run, resumed with nothing pending) and rendered, verdict first and without code, to
+    ``run_dir/report.html``. Raises ValueError when the notebook ran another run."""
+    import nbformat
+
+    executed = run_dir / "report.ipynb"
+    nb = execute_notebook(
+        notebook_path(), executed, parameters=notebook_parameters(spec, questions),
+        cwd=str(run_dir), progress_bar=progress,
+    )  # fmt: skip
+    runs = [name for name, _ in executed_runs(nb)]
+    if runs != [run_dir.name]:
+        raise ValueError(f"notebook 05 ran {', '.join(runs) or 'nothing'}, not {run_dir.name}")
+    with tempfile.TemporaryDirectory(prefix="ragbench-report-") as tmp:
+        shown = Path(tmp) / Path(NOTEBOOK).name  # the header names notebook 05
+        nbformat.write(verdict_first(nb), str(shown))
+        return render_notebook(shown, run_dir / "report.html", include_code=False)

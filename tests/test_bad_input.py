@@ -1,0 +1,265 @@
+"""Bad input through the CLI: each case exits with its code and ONE ``error: ...`` line naming the
+file and the line or key, never a traceback (``ragbench.io.user_errors``)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+from openai_server import raw, serving
+from typer.testing import CliRunner
+
+from ragbench.cli import app
+from ragbench.datasets.formats import write_examples
+from ragbench.experiment.resources import load_examples
+from ragbench.types import Document, Example
+from ragbench.workspace.notebook import model_block
+from ragbench.workspace.sweep_spec import SweepSpecError, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = ROOT / "configs" / "fake.yaml"
+QUICKSTART = ROOT / "notebooks" / "00_quickstart.ipynb"
+
+serve = pytest.fixture(serving, name="serve")
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def one_error_line(result, code: int, *needles: str) -> str:
+    """The single ``error:`` line of a failed command, checked for ``needles``."""
+    assert result.exit_code == code, result.output
+    assert (
+        "Traceback" not in result.output
+        and result.exception is None
+        or isinstance(result.exception, SystemExit)
+    ), result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def fake_config(tmp_path: Path, name: str = "cfg.yaml", **changes) -> Path:
+    """configs/fake.yaml with ``changes`` (dotted keys) and fewer strategies, in ``tmp_path``."""
+    data = yaml.safe_load(FAKE.read_text())
+    data["strategies"] = ["long_context"]
+    data["output_dir"] = str(tmp_path / "runs")
+    for dotted, value in changes.items():
+        node = data
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def small_dataset(path: Path) -> Path:
+    doc = Document("d1", "The special magic number is 7463343. " + "Filler text here. " * 20)
+    q = "What is the special magic number?"
+    write_examples(path, [Example("q1", q, ("7463343",), (doc,))])
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def test_invalid_utf8_in_a_dataset_names_file_line_and_column(tmp_path):
+    data = small_dataset(tmp_path / "data.jsonl")
+    good = data.read_bytes()
+    data.write_bytes(good + good.replace(b'"q1"', b'"q2"').replace(b"Filler", b"Caf\xe9"))
+    cfg = fake_config(tmp_path, **{"dataset": {"name": "file", "params": {"path": "data.jsonl"}}})
+    result = cli("run", cfg, "--quiet")
+    line = one_error_line(result, 2, f"{data}:2: not valid UTF-8 (byte 0xe9 at column ")
+    assert "save the file as UTF-8" in line
+    # the index builder reads the same files the same way
+    result = cli("index", "build", data, "--out", tmp_path / "idx", "--embedder", "hash")
+    one_error_line(result, 2, f"{data}:2: not valid UTF-8 (byte 0xe9")
+
+
+def test_a_corrupt_index_sidecar_names_the_file_and_line(tmp_path):
+    data = small_dataset(tmp_path / "data.jsonl")
+    idx = tmp_path / "idx"
+    built = cli(
+        "index", "build", data, "--out", idx, "--embedder", "hash", "--tokenizer", "whitespace"
+    )
+    assert built.exit_code == 0, built.output
+    sidecar = idx / "index.json"
+    text = sidecar.read_bytes()
+    sidecar.write_bytes(text.replace(b'"factory"', b'"f\xe9ctory"'))
+    bad_line = text[: text.index(b'"factory"')].count(b"\n") + 1
+    result = cli("retrieve", idx, "magic number")
+    one_error_line(result, 2, f"{sidecar}:{bad_line}: not valid UTF-8 (byte 0xe9 at column ")
+    sidecar.write_text('{"dim": 3,\n  "factory": }')
+    result = cli("retrieve", idx, "magic number")
+    one_error_line(result, 2, f"{sidecar}:2: invalid JSON (Expecting value at column 14)")
+
+
+# ---------------------------------------------------------------------------- dataset params
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "context_lengths",
+            "abc",
+            "dataset.params.context_lengths: expected an integer or a list of integers, each >= "
+            '201 (more than final_context_length_buffer, 200); got "abc"',
+        ),
+        (
+            "depth_percents",
+            [150],
+            "dataset.params.depth_percents: 150 is out of range; valid: numbers within [0, 100]",
+        ),
+        (
+            "context_lengths",
+            [-5],
+            "dataset.params.context_lengths: -5 is out of range; valid: integers >= 201",
+        ),
+    ],
+)
+def test_a_bad_generator_parameter_names_its_key_and_range(tmp_path, key, value, message):
+    cfg = fake_config(tmp_path, **{f"dataset.params.{key}": value})
+    one_error_line(cli("run", cfg, "--quiet"), 2, message)
+    one_error_line(cli("run", cfg, "--dry-run"), 2, message)
+    # given the file, the examples loader names it and the key's line
+    with pytest.raises(ValueError) as err:
+        load_examples(cfg)
+    assert str(err.value).startswith(f"{cfg}:{line_of(cfg, key + ':')}: {message}")
+
+
+def test_ragbench_run_names_the_config_file_and_line_of_a_bad_generator_parameter(tmp_path):
+    cfg = fake_config(tmp_path, **{"dataset.params.depth_percents": [150]})
+    one_error_line(
+        cli("run", cfg, "--quiet"),
+        2,
+        f"error: {cfg}:{line_of(cfg, 'depth_percents:')}: dataset.params.depth_percents: 150",
+    )
+
+
+def test_generator_parameters_are_checked_with_their_valid_ranges():
+    from ragbench.datasets import build_dataset
+    from ragbench.datasets._validate import DatasetParamError
+
+    cases = [
+        ("niah", {"context_lengths": [500], "depth_intervals": 0}, "'depth_intervals': 0 is out"),
+        ("niah", {"depth_spacing": "log"}, "'depth_spacing': \"log\" is not valid; valid: "),
+        (
+            "niah",
+            {"context_lengths": [203], "tokenizer": "whitespace"},
+            "'context_lengths': 203 leaves no room for the",
+        ),
+        ("ruler/niah_single", {"num_examples": 0}, "'num_examples': 0 is out of range"),
+        ("ruler/niah_single", {"value_type": "ints"}, "'value_type': \"ints\" is not valid"),
+        ("ruler/common_words", {"context_lengths": "4k"}, "'context_lengths': expected"),
+        ("multidoc", {"num_docs": 0}, "'num_docs': 0 is out of range; valid: an integer >= 1"),
+        ("multidoc", {"num_docs": 3, "gold_position": [5]}, "'gold_position': gold position 5"),
+    ]
+    for name, params, message in cases:
+        with pytest.raises(DatasetParamError, match=message.replace("(", r"\(")) as err:
+            build_dataset(name, **params)
+        assert err.value.key in message
+
+
+# ---------------------------------------------------------------------------- the server
+
+
+def test_an_unreadable_server_answer_fails_each_record_naming_url_and_request(tmp_path, serve):
+    srv = serve(raw('{"choices": [<html>bad gateway</html>'))
+    data = small_dataset(tmp_path / "data.jsonl")
+    cfg = fake_config(
+        tmp_path,
+        **{
+            "dataset": {"name": "file", "params": {"path": str(data)}},
+            "model": {"backend": "openai", "name": "m", "cache": False,
+                      "params": {"base_url": srv.url, "max_retries": 0}},
+            "price_sheet": None,
+        },
+    )  # fmt: skip
+    result = cli("run", cfg, "--quiet")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "all 1 records failed" in result.stderr
+    assert f"POST {srv.url}/chat/completions (request ragbench-" in result.stderr
+    assert (
+        ") failed after 1 attempt(s): response is not valid JSON (Expecting value: line 1 "
+        "column 14): '{\"choices\": [<html>bad gateway</html>'" in result.stderr
+    )
+
+
+# ---------------------------------------------------------------------------- sweeps
+
+
+def test_a_sweep_spec_setting_the_output_parameter_is_refused_at_its_line(tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(
+        f"notebook: {QUICKSTART}\n"
+        "parameters:\n  backend: fake\n  output_dir: /tmp/elsewhere\n"
+        "grid:\n  top_k: [1, 3]\n"
+    )
+    with pytest.raises(SweepSpecError) as err:
+        load_spec(spec)
+    assert str(err.value).startswith(f"{spec}:4: parameters.output_dir: the sweep sets ")
+    assert "top-level output_dir key" in str(err.value) and "\n" not in str(err.value)
+    spec.write_text(f"notebook: {QUICKSTART}\ngrid:\n  output_dir: [a, b]\n")
+    with pytest.raises(SweepSpecError, match=r"sweep.yaml:3: grid.output_dir: the sweep sets"):
+        load_spec(spec)
+    # another output_param frees output_dir, and refuses its own name instead
+    spec.write_text(f"notebook: {QUICKSTART}\noutput_param: out\nparameters: {{out: x}}\n")
+    with pytest.raises(SweepSpecError, match=r"sweep.yaml:3: parameters.out: the sweep sets"):
+        load_spec(spec)
+
+
+def test_ragbench_sweep_reports_the_output_parameter_as_one_error_line(tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"notebook: {QUICKSTART}\nparameters:\n  output_dir: /tmp/x\n")
+    one_error_line(cli("sweep", spec), 2, f"{spec}:3: parameters.output_dir: ")
+
+
+# ---------------------------------------------------------------------------- backends
+
+
+def test_a_parameter_the_backend_does_not_take_is_refused_naming_the_valid_ones(tmp_path):
+    cfg = fake_config(tmp_path, **{"model.params": {"base_url": "http://127.0.0.1:9/v1"}})
+    for extra in ([], ["--dry-run"]):
+        one_error_line(
+            cli("run", cfg, "--quiet", *extra),
+            2,
+            "LLM backend 'fake' takes no parameter 'base_url'; valid: answer_fn, context_window",
+        )
+
+
+def test_the_notebooks_model_block_drops_a_base_url_the_backend_cannot_use():
+    with pytest.warns(
+        UserWarning, match=r"base_url='http://\*\*\*@h:8000/v1' is ignored: the 'fake'"
+    ):
+        section, counter = model_block("fake", "fake", "http://u:pw@h:8000/v1")
+    assert "base_url" not in section["params"] and counter == "whitespace"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        server, _ = model_block("openai", "served", "http://h:8000/v1")
+    assert server["params"] == {"base_url": "http://h:8000/v1"}
+
+
+# ---------------------------------------------------------------------------- exit codes
+
+
+def test_help_documents_the_exit_codes():
+    text = " ".join(cli("--help").output.split())
+    assert "Exit codes:" in text and "1: a run in which every record failed" in text
+    assert "2: bad input, reported as one `error: ...` line" in text and "preflight" in text
+
+
+def test_run_help_documents_the_exit_codes():
+    text = " ".join(cli("run", "--help").output.split())
+    assert "Exit codes:" in text and "1: a run in which every record failed" in text

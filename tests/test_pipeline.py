@@ -1,0 +1,489 @@
+"""The `pipeline` strategy: your own system beside closed book, long context and RAG.
+
+A plain Python function, a llama-index query engine (ragbench's embedder and FAISS inside, a
+llama-index reader), a llama-index retriever read by the run's model and a loopback HTTP service,
+each run through ``ragbench.run`` beside ``long_context`` with the fake backend over one shared
+corpus; error rows for a pipeline that raises, times out or answers out of contract; a dead
+endpoint stops the CLI (exit 2) before any work; resume reruns only a changed pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import sys
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from ragbench.cost import prices
+from ragbench.datasets.corpus_file import write_documents
+from ragbench.experiment.runner import run
+from ragbench.llm.fake import FakeLLM
+from ragbench.strategies import get_strategy
+from ragbench.strategies.params import PipelineParams
+from ragbench.strategies.pipeline import retrieval_scores
+from ragbench.strategies.pipeline_answer import MalformedAnswer, PipelineAnswer
+from ragbench.types import Document, Example
+
+KEYS = {"quiet-lake": "4817263", "red-fox": "5920114", "old-mill": "6031875", "blue-sky": "7142986"}
+SHEET = prices.price_sheet("example-hosted-api").prices
+
+# A plain pipeline: rank documents by the question's key, read the best two with the fake reader.
+PIPE = """
+from ragbench.datasets.corpus_file import read_documents
+from ragbench.llm.fake import answer_from_prompt
+
+CORPUS = {corpus!r}
+CALLS = {calls!r}
+
+
+def rank(question):
+    key = question.rstrip("?").rsplit(" ", 1)[-1]
+    return sorted(read_documents(CORPUS), key=lambda d: key not in d.text)
+
+
+def answer(question, example_id, corpus):
+    with open(CALLS, "a") as f:
+        f.write(example_id + "\\n")
+    docs = rank(question)[:2]
+    text = answer_from_prompt("\\n\\n".join(d.text for d in docs) + "\\nQuestion: " + question)
+    return {{"answer": text, "contexts": [{{"text": d.text, "doc_id": d.id}} for d in docs],
+            "usage": {{"prompt_tokens": 100, "completion_tokens": 3, "model": "my-model"}}}}
+
+
+def plain(question):  # a string answer, text contexts: tokens counted, documents found by text
+    class Out:
+        pass
+
+    out = Out()
+    out.answer = answer_from_prompt(rank(question)[0].text + "\\nQuestion: " + question)
+    out.contexts = [d.text for d in rank(question)[:3]]
+    return out
+
+
+def boom(question):
+    raise RuntimeError("index is down")
+
+
+def slow(question):
+    import time
+    time.sleep(3)
+    return "late"
+
+
+def no_answer(question):
+    return {{"answr": "x"}}
+
+
+def bad_usage(question):
+    return {{"answer": "x", "usage": {{"prompt_tokens": "many"}}}}
+
+
+def bad_span(question):
+    return {{"answer": "x", "contexts": [{{"text": "t", "span": [1]}}]}}
+"""
+
+ENGINE = """
+from llama_index.core import get_response_synthesizer
+from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
+from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
+from llama_index.core.llms.callbacks import llm_completion_callback
+from llama_index.core.query_engine import RetrieverQueryEngine
+
+from ragbench.datasets.corpus_file import read_documents
+from ragbench.llm.fake import answer_from_prompt
+from ragbench.retrieval import build_index
+from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.llamaindex import RagbenchLlamaRetriever
+
+CORPUS = {corpus!r}
+EMBEDDER = {embedder!r}
+
+
+class Reader(CustomLLM):
+    @property
+    def metadata(self):
+        return LLMMetadata()
+
+    @llm_completion_callback()
+    def complete(self, prompt, formatted=False, **kwargs):
+        context, _, query = prompt.rpartition("Query:")
+        question = query.split("\\n")[0].strip()
+        return CompletionResponse(text=answer_from_prompt(context + "\\nQuestion: " + question))
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt, formatted=False, **kwargs):
+        raise NotImplementedError
+
+
+def retriever():
+    _, dense = build_index(read_documents(CORPUS), retriever="dense",
+                           embedder=get_embedder(EMBEDDER), splitter="sentence", chunk_size=48,
+                           chunk_overlap=8, tokenizer="whitespace")
+    return RagbenchLlamaRetriever(dense, k=3)
+
+
+def engine():
+    counter = TokenCountingHandler(tokenizer=str.split)
+    manager = CallbackManager([counter])
+    reader = Reader(callback_manager=manager)
+    synthesizer = get_response_synthesizer(llm=reader, callback_manager=manager)
+    return RetrieverQueryEngine(retriever(), response_synthesizer=synthesizer,
+                                callback_manager=manager)
+"""
+
+
+def corpus(tmp_path: Path) -> tuple[Path, Path]:
+    docs, rows = [], []
+    for i, (key, value) in enumerate(KEYS.items()):
+        filler = " ".join(f"d{i}w{j}" for j in range(120))
+        fact = f"The special magic number for {key} is {value}."
+        docs.append(Document(f"doc-{i}", f"{filler} {fact} {filler}"))
+        rows.append({"id": key, "question": f"What is the special magic number for {key}?",
+                     "answers": [value], "evidence": fact, "task_type": "needle"})  # fmt: skip
+    path = write_documents(tmp_path / "corpus.jsonl", docs)
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path, questions
+
+
+def setup(tmp_path, monkeypatch, name="mypipe", source=PIPE, **fmt) -> Path:
+    """The corpus, and the pipeline module ``name`` in a folder on sys.path."""
+    path, _ = corpus(tmp_path)
+    folder = tmp_path / "code"
+    folder.mkdir(exist_ok=True)
+    module = folder / f"{name}.py"
+    module.write_text(source.format(corpus=str(path), calls=str(tmp_path / "calls.txt"), **fmt))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, name, raising=False)  # another test's module of that name
+    return module
+
+
+def config(tmp_path, *pipelines, **over):
+    cfg = {
+        "name": "t-pipe",
+        "dataset": {
+            "name": "corpus",
+            "params": {
+                "corpus": str(tmp_path / "corpus.jsonl"),
+                "questions": str(tmp_path / "questions.jsonl"),
+            },
+        },  # fmt: skip
+        "model": {
+            "backend": "fake",
+            "name": "fake",
+            "preset": "smollm2-135m-instruct",
+            "cache": False,
+        },  # fmt: skip
+        "strategies": ["long_context", *({"name": "pipeline", "params": p} for p in pipelines)],
+        "metrics": ["string_match_all"],
+        "price_sheet": "example-hosted-api",
+        "output_dir": str(tmp_path / "results"),
+    }
+    return cfg | over
+
+
+def dollars(prompt, completion, cached=0):
+    return (
+        (prompt - cached) * SHEET["input_per_million"]
+        + cached * SHEET["cached_input_per_million"]
+        + completion * SHEET["output_per_million"]
+    ) / 1e6
+
+
+def check_reported(pipe):
+    """Rows of the `answer` pipeline (reported usage, document ids): tokens, dollars, contexts,
+    retrieval metrics."""
+    assert pipe["error"].isna().all() and (pipe["string_match_all"] == 1.0).all()
+    assert (pipe["prompt_tokens"] == 100).all() and (pipe["completion_tokens"] == 3).all()
+    assert not pipe["usage_estimated"].any()
+    assert (pipe["dollars"] - dollars(100, 3)).abs().max() < 1e-15
+    assert pipe["flops"].isna().all()  # another model than the run's: no architecture facts
+    assert (pipe["latency_seconds"] > 0).all() and pipe["gold_hit"].all()
+    for key, row in pipe.set_index("example_id").iterrows():
+        assert [c["doc_id"] for c in row["contexts"]][0] == f"doc-{list(KEYS).index(key)}"
+        assert KEYS[key] in row["contexts"][0]["text"] and len(row["contexts"]) == 2
+    for name in ("hit@1", "recall@1", "mrr@10", "ndcg@10", "recall@5"):
+        assert (pipe[name] == 1.0).all(), name
+
+
+def test_a_python_function_beside_long_context(tmp_path, monkeypatch):
+    setup(tmp_path, monkeypatch)
+    df = run(config(tmp_path, {"target": "mypipe:answer"}, {"target": "mypipe:plain"}),
+             progress=False)  # fmt: skip
+    assert len(df) == 4 * 3 and df["error"].isna().all()
+    lc = df[df.strategy == "long_context"]
+    assert (lc["string_match_all"] == 1.0).all()
+    labels = df[df.strategy == "pipeline"]["label"].unique()
+    assert {label.split(" v=")[0] for label in labels} == {
+        "pipeline mypipe:answer", "pipeline mypipe:plain"
+    }  # fmt: skip
+    assert all(" v=" in label for label in labels)  # the module's identity
+    check_reported(df[df.label.str.startswith("pipeline mypipe:answer")])
+    plain = df[df.label.str.startswith("pipeline mypipe:plain")].set_index("example_id")
+    assert plain["usage_estimated"].all() and (plain["string_match_all"] == 1.0).all()
+    fake = FakeLLM("fake")
+    for key, row in plain.iterrows():  # counted with the run's tokenizer
+        texts = [c["text"] for c in row["contexts"]]
+        question = f"What is the special magic number for {key}?"
+        assert row["prompt_tokens"] == fake.count_tokens("\n\n".join([*texts, question]))
+        assert row["completion_tokens"] == fake.count_tokens(row["prediction"])
+        assert row["dollars"] == pytest.approx(
+            dollars(row["prompt_tokens"], row["completion_tokens"])
+        )
+        assert row["flops"] > 0  # no model reported: the run's own (counted with its tokenizer)
+        # text-only contexts were found in the corpus: document ids and spans, so ranks are known
+        assert row["contexts"][0]["doc_id"] == f"doc-{list(KEYS).index(key)}"
+        assert row["hit@1"] == 1.0 and row["recall@10"] == 1.0 and row["gold_hit"]
+
+
+def _engine_run(tmp_path, monkeypatch, embedder):
+    setup(tmp_path, monkeypatch, "myengine", ENGINE, embedder=embedder)
+    cfg = config(tmp_path, {"target": "myengine:engine"}, {"target": "myengine:retriever"})
+    return run(cfg, progress=False)
+
+
+def check_engine(df):
+    assert df["error"].isna().all(), df["error"].dropna().tolist()
+    engine = df[df.label.str.startswith("pipeline myengine:engine")]
+    reader = df[df.label.str.startswith("pipeline myengine:retriever")]
+    for rows in (engine, reader):
+        assert len(rows) == 4 and (rows["contexts"].map(len) == 3).all()
+        assert rows["contexts"].map(lambda cs: all("#" in c["id"] for c in cs)).all()  # chunk ids
+        # the reader answers iff the evidence was retrieved; the ranking metrics agree
+        assert (rows["string_match_all"] == rows["gold_hit"].astype(float)).all()
+        assert (rows["hit@5"] >= rows["gold_hit"].astype(float)).all()
+        assert rows["gold_hit"].any()
+    # the query engine's tokens come from its TokenCountingHandler (whitespace tokens)
+    assert not engine["usage_estimated"].any() and (engine["prompt_tokens"] > 50).all()
+    assert (engine["dollars"] > 0).all()
+    # a retriever's contexts are read by the run's model with the RAG prompt: its real usage
+    assert not reader["usage_estimated"].any() and (reader["llm_calls"] == 1).all()
+    assert (reader["retrieval_seconds"] > 0).all() and (reader["flops"] > 0).all()
+
+
+def test_a_llamaindex_query_engine_and_retriever_with_faiss(tmp_path, monkeypatch):
+    check_engine(_engine_run(tmp_path, monkeypatch, "hash"))
+
+
+@pytest.mark.slow
+def test_a_llamaindex_query_engine_with_the_embedded_embedder(tmp_path, monkeypatch):
+    df = _engine_run(tmp_path, monkeypatch, "minilm")
+    check_engine(df)
+    assert df[df.strategy == "pipeline"]["gold_hit"].all()  # MiniLM finds every key
+
+
+class Service(BaseHTTPRequestHandler):
+    """POST: the `answer` pipeline over HTTP (its JSON), with the service's version."""
+
+    answer = None
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Service.seen.append((body, self.headers.get("X-Token")))
+        out = Service.answer(body["question"], body["id"], body["corpus"]) | {"version": "7"}
+        data = json.dumps(out).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def service():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Service)
+    server.handle_error = lambda *a: None  # a client that timed out closed its socket
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_http_service(tmp_path, monkeypatch, service):
+    setup(tmp_path, monkeypatch)
+    import mypipe
+
+    Service.answer, Service.seen = staticmethod(mypipe.answer), []
+    monkeypatch.setenv("PIPE_TOKEN", "tok-abcdef-123456")
+    url = service.replace("http://", "http://me:hunter2-secret@") + "/answer"
+    params = {"url": url, "version": "2", "headers_env": {"X-Token": "PIPE_TOKEN"}, "retries": 0}
+    df = run(config(tmp_path, params), progress=False)
+    pipe = df[df.strategy == "pipeline"]
+    check_reported(pipe)
+    assert (pipe["pipeline_version"] == "7").all()  # what the service says it runs
+    assert (
+        pipe["label"].iloc[0] == f"pipeline {service.replace('http://', 'http://***@')}/answer v=2"
+    )
+    body, token = Service.seen[0]
+    assert token == "tok-abcdef-123456" and set(body) == {"question", "id", "corpus"}
+    assert body["corpus"]  # the shared corpus' fingerprint
+    stored = (Path(df.attrs["run_dir"]) / "records.jsonl").read_text()
+    assert "hunter2" not in stored and "tok-abcdef" not in stored and "***@127.0.0.1" in stored
+
+
+def test_error_rows(tmp_path, monkeypatch, service):
+    setup(tmp_path, monkeypatch)
+    points = [{"target": f"mypipe:{n}"} for n in ("boom", "no_answer", "bad_usage", "bad_span")]
+    points.append({"target": "mypipe:slow", "timeout": 0.2})
+    points.append({"url": service + "/answer", "timeout": 0.5, "retries": 0})
+    Service.answer = staticmethod(lambda *a: __import__("time").sleep(2) or {"answer": "late"})
+    df = run(config(tmp_path, *points, dataset=config(tmp_path)["dataset"] | {"limit": 1}),
+             progress=False)  # fmt: skip
+    pipe = df[df.strategy == "pipeline"].set_index("label")
+
+    def error(name):
+        return next(e for label, e in pipe["error"].items() if name in label)
+
+    assert "RuntimeError: index is down" in error("mypipe:boom")
+    assert "malformed" in error("no_answer") and "unknown field(s) ['answr']" in error("no_answer")
+    assert "usage.prompt_tokens must be an integer" in error("bad_usage")
+    assert "contexts[0].span" in error("bad_span")
+    assert "PipelineTimeout" in error("mypipe:slow") and "0.2 s" in error("mypipe:slow")
+    assert "POST" in error("/answer") and "timed out after 0.5 s" in error("/answer")
+    assert (pipe["prediction"] == "").all() and pipe["prompt_tokens"].isna().all()  # no partial
+    assert "contexts" not in pipe.columns or pipe["contexts"].isna().all()
+
+
+def test_a_dead_endpoint_stops_the_cli_before_any_work(tmp_path, monkeypatch):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.cli.run import register
+
+    corpus(tmp_path)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = typer.Typer()
+    register(app)
+    app.command("other")(lambda: None)  # a second command keeps typer in multi-command mode
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config(tmp_path, {"url": f"http://127.0.0.1:{port}/answer"})))
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert "pipeline endpoint check failed" in result.output and str(port) in result.output
+    assert not list((tmp_path / "results").glob("*/records.jsonl"))  # nothing was run
+
+
+def test_resume_reruns_only_a_changed_pipeline(tmp_path, monkeypatch):
+    module = setup(tmp_path, monkeypatch)
+    calls = tmp_path / "calls.txt"
+    cfg = config(tmp_path, {"target": "mypipe:answer"})
+    first = run(cfg, progress=False)
+    assert len(calls.read_text().split()) == 4
+    again = run(cfg, progress=False)  # unchanged: nothing reruns
+    assert len(calls.read_text().split()) == 4
+    assert again["label"].tolist() == first["label"].tolist()
+    manifest = json.loads((Path(again.attrs["run_dir"]) / "manifest.json").read_text())
+    assert manifest["sessions"][-1]["pending"] == 0
+    module.write_text(module.read_text() + "\n# retuned: a new prompt\n")
+    changed = run(cfg, progress=False)  # the module changed: its rows rerun, long context not
+    assert len(calls.read_text().split()) == 8
+    manifest = json.loads((Path(changed.attrs["run_dir"]) / "manifest.json").read_text())
+    assert manifest["sessions"][-1]["pending"] == 4
+    assert changed.attrs["run_dir"] == first.attrs["run_dir"]
+    old, new = (d[d.strategy == "pipeline"]["label"].iloc[0] for d in (first, changed))
+    assert old != new and old.split(" v=")[0] == new.split(" v=")[0]
+    check_reported(changed[changed.strategy == "pipeline"])
+
+
+def test_params_and_contract():
+    with pytest.raises(ValueError, match="exactly one of target"):
+        PipelineParams()
+    with pytest.raises(ValueError, match="exactly one of target"):
+        PipelineParams(target="json:dumps", url="http://x/a")
+    with pytest.raises(ValueError, match="module:attribute"):
+        PipelineParams(target="json.dumps")
+    with pytest.raises(ValueError, match="cannot import 'nope_mod'"):
+        PipelineParams(target="nope_mod:f")
+    with pytest.raises(ValueError, match="has no attribute 'dumpz'"):
+        PipelineParams(target="json:dumpz")
+    with pytest.raises(ValueError, match="timeout"):
+        PipelineParams(url="http://x/a", timeout=0)
+    p = PipelineParams(url="http://u:pw@x/a?token=abc", version="3")
+    assert p.url == "http://***@x/a?token=***" and p.raw_url == "http://u:pw@x/a?token=abc"
+    assert p.to_dict() == {"target": None, "url": p.url, "version": "3"}  # how it's called: not
+    assert PipelineParams.from_dict(p.to_dict()) == p
+    assert get_strategy("pipeline").params is PipelineParams
+    assert PipelineAnswer.parse("x").answer == "x"
+    parsed = PipelineAnswer.parse({"answer": "a", "contexts": ["t", {"text": "u", "doc_id": 3}]})
+    assert parsed.contexts[1].doc_id == "3"
+    for bad, field in (({"answer": None}, "answer"), ({"answer": "a", "contexts": "t"}, "contexts"),
+                       ([1], "the answer"), ({"answer": "a", "usage": {"completion_tokens": -1}},
+                                             "usage.completion_tokens")):  # fmt: skip
+        with pytest.raises(MalformedAnswer, match=field):
+            PipelineAnswer.parse(bad)
+
+
+def test_retrieval_scores_match_the_shared_metrics():
+    docs = tuple(Document(f"d{i}", f"text {i}") for i in range(4))
+    example = Example("q", "?", ("a",), docs, {"qrels": {"d2": 2, "d3": 1}})
+    from ragbench.strategies.pipeline_answer import Context
+
+    contexts = [Context("x", "d1"), Context("y", "d2"), Context("z", "d2"), Context("w", "d3")]
+    scores = retrieval_scores(contexts, example)
+    assert scores["hit@1"] == 0.0 and scores["mrr@10"] == 0.5 and scores["recall@5"] == 1.0
+    # ranked documents d1, d2, d3 (d2 once: its first rank); gains d2=2, d3=1 (as ranx's ndcg)
+    dcg = 2 / math.log2(3) + 1 / math.log2(4)
+    assert scores["ndcg@5"] == pytest.approx(dcg / (2 + 1 / math.log2(3)), abs=1e-12)
+    assert retrieval_scores([Context("x")], example) == {}  # ranks unknown: no documents
+    assert retrieval_scores(contexts, Example("q", "?", ("a",), docs, {})) == {}  # no judgements
+
+
+def test_the_judge_reads_the_recorded_contexts():
+    from ragbench.strategies import ContextUnavailable
+    from ragbench.types import Record
+
+    strategy = get_strategy("pipeline")
+    params = PipelineParams(url="http://x/a")
+    record = Record(
+        "q", "pipeline", params, "a", meta={"contexts": [{"text": "one"}, {"text": "two"}]}
+    )
+    assert strategy.given_context(None, record, None) == "one\n\ntwo"
+    cut = Record("q", "pipeline", params, "a", meta={"contexts": [], "contexts_truncated": True})
+    with pytest.raises(ContextUnavailable):
+        strategy.given_context(None, cut, None)
+
+
+def test_a_changed_module_is_reloaded_in_process(tmp_path, monkeypatch):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    monkeypatch.delitem(sys.modules, "versioned", raising=False)
+    (folder / "versioned.py").write_text("def answer(q):\n    return 'one'\n")
+    monkeypatch.syspath_prepend(str(folder))
+    from ragbench.strategies.pipeline import open_pipeline
+
+    a = PipelineParams(target="versioned:answer")
+    assert open_pipeline(a).obj("?") == "one"
+    (folder / "versioned.py").write_text(textwrap.dedent("""\
+        __version__ = "2.0"
+        def answer(q):
+            return 'two, longer'
+    """))  # fmt: skip
+    b = PipelineParams(target="versioned:answer")
+    assert b.version == "2.0" and a.version.startswith("sha256:")
+    assert open_pipeline(b).obj("?") == "two, longer"
+
+
+def test_a_target_in_the_config_folder(tmp_path, monkeypatch):
+    from ragbench.strategies.pipeline_target import imports_from
+
+    (tmp_path / "beside_config.py").write_text("def answer(q):\n    return 'here'\n")
+    monkeypatch.delitem(sys.modules, "beside_config", raising=False)
+    with pytest.raises(ValueError, match="cannot import 'beside_config'"):
+        PipelineParams(target="beside_config:answer")
+    with imports_from(tmp_path):  # the hook for the config file's folder
+        assert PipelineParams(target="beside_config:answer").version.startswith("sha256:")
+    assert str(tmp_path) not in sys.path
