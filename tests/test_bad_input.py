@@ -263,3 +263,15 @@ def test_help_documents_the_exit_codes():
 def test_run_help_documents_the_exit_codes():
     text = " ".join(cli("run", "--help").output.split())
     assert "Exit codes:" in text and "1: a run in which every record failed" in text
+
+
+def test_an_empty_metrics_list_is_refused_when_a_strategy_answers(tmp_path):
+    from ragbench.experiment.config import ConfigError, load_config
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "name: t\ndataset: {name: niah, params: {context_lengths: [400], tokenizer: whitespace}}\n"
+        "model: {backend: fake, name: fake}\nstrategies: [long_context]\nmetrics: []\n"
+    )
+    with pytest.raises(ConfigError, match=r"cfg.yaml.*metrics: \[\] scores no answer"):
+        load_config(cfg)

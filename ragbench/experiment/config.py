@@ -292,9 +292,7 @@ class RunConfig(_Strict):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, v: list[str]) -> list[str]:
-        for name in v:
-            METRICS.check(name)
-        return v
+        return [METRICS.check(name) for name in v]
 
     @model_validator(mode="after")
     def _typed(self) -> RunConfig:
@@ -308,6 +306,8 @@ class RunConfig(_Strict):
             grid = located(("strategies", i), get_strategy(s.name).grid, s.params, retrieval_grid)
             points.extend(grid)
         self._points = tuple(points)
+        if not self.metrics and any(get_strategy(p.strategy).generates for p in points):
+            raise ValueError("metrics: [] scores no answer; name one (e.g. string_match_all)")
         if self.price_sheet is not None:
             self._sheet = located(("price_sheet",), price_sheet, self.price_sheet)
         return self
