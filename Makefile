@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner bench-cost clean
+.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner bench-cost bench-docs clean
 
 setup: $(STAMP)
 
@@ -78,6 +78,10 @@ bench-runner: $(STAMP)
 # per-record cost batched vs alone (fair split of device time): benchmarks/results/cost.json
 bench-cost: $(STAMP)
 	$(PY) benchmarks/cost.py
+
+# peak memory and seconds of `ragbench data docs` on one big text file: benchmarks/results/docs_ingest.json
+bench-docs: $(STAMP)
+	$(PY) benchmarks/docs_ingest.py
 
 # removes the repo's own .venv only, never an environment VENV points to (conda's: just the stamp)
 clean:

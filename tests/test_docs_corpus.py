@@ -313,3 +313,29 @@ def test_embedded_model_computes_the_corpus_prefix_once(tmp_path):
     )
     cached = sorted(df["cached_prompt_tokens"])
     assert cached[0] == 0 and cached[1] == cached[2] > 0.9 * df["prompt_tokens"].min()
+
+
+def test_corpus_lines_are_written_slice_by_slice_with_the_same_bytes(monkeypatch, tmp_path):
+    import random
+
+    from ragbench.datasets import corpus_file
+
+    rng = random.Random(0)
+    chars = ["a", '"', "\\", "\n", "\t", "\x00", "\x1f", "é", "’", "😀", "\u2028", " "]
+    sentinel = corpus_file._SENTINEL
+    docs_ = [
+        Document(
+            f"d{i}",
+            "".join(rng.choices(chars, k=rng.randint(1, 40))),
+            title=rng.choice(["", 'T"x', sentinel]),
+            meta=rng.choice([{}, {"text": sentinel, "page_starts": [0, 3]}]),
+        )
+        for i in range(300)
+    ]
+    for size in (1, 3, 7):
+        monkeypatch.setattr(corpus_file, "_TEXT_SLICE", size)
+        for d in docs_:
+            assert b"".join(corpus_file.line_chunks(d)) == (d.to_json() + "\n").encode()
+    path = write_documents(tmp_path / "c.jsonl", docs_)
+    assert read_documents(path) == docs_
+    assert sha256_file(path) == corpus_file.corpus_fingerprint(docs_)

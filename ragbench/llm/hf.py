@@ -90,11 +90,13 @@ class HFModel(LLM):
         rope_scaling: str | None = None,  # dynamic | yarn | linear: run past the trained window
         rope_factor: float | None = None,  # with rope_scaling: the window grows by this factor
         packed_linear: bool | None = None,  # None: pack fp32 CPU weights for decode steps if small
+        allow_pickle_weights: bool = False,  # load pickle-based .bin weights (they can run code)
     ) -> None:
         if (rope_scaling is None) != (rope_factor is None):
             raise ValueError("set rope_scaling (dynamic | yarn | linear) and rope_factor together")
         rope = (rope_scaling, rope_factor) if rope_scaling is not None else None
-        loaded = load_model(model, device, dtype, attn_implementation, cache_dir, rope=rope)
+        loaded = load_model(model, device, dtype, attn_implementation, cache_dir, rope=rope,
+                            allow_pickle_weights=allow_pickle_weights)  # fmt: skip
         self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
         packed = PackedLinears.auto(self.model, self.device, self.dtype, packed_linear)
