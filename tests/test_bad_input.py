@@ -275,3 +275,20 @@ def test_an_empty_metrics_list_is_refused_when_a_strategy_answers(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"cfg.yaml.*metrics: \[\] scores no answer"):
         load_config(cfg)
+
+
+@pytest.mark.parametrize("kind", ["squad", "questions", "qrels"])
+def test_bytes_that_are_not_utf8_name_their_file_and_line_in_every_importer(tmp_path, kind):
+    from ragbench.datasets import beir, importers, questions
+    from ragbench.io import InputFileError
+
+    bad = b'{"data": []}\n\xe9\n'
+    path = tmp_path / {"squad": "s.json", "questions": "q.csv", "qrels": "test.tsv"}[kind]
+    path.write_bytes(bad if kind == "squad" else b"question,answer\nok,1\n\xe9,2\n")
+    read = {
+        "squad": lambda: importers.load_squad(path),
+        "questions": lambda: questions.read_questions(path),
+        "qrels": lambda: list(beir._qrels_rows(path)),
+    }[kind]
+    with pytest.raises(InputFileError, match=rf"{path.name}:\d+: not valid UTF-8"):
+        read()

@@ -21,6 +21,7 @@ from ragbench.io import (
     InputFileError,
     atomic_write_text,
     iter_jsonl,
+    read_text,
     sha256_file,
     user_errors,
     write_jsonl,
@@ -115,7 +116,7 @@ def load_retriever(index_dir: Path, retriever: str):
             f"{index_dir}: not an index folder, no {BUILD_FILE} (run `ragbench index build`)"
         )
     try:
-        build = json.loads(build_path.read_text(encoding="utf-8"))
+        build = json.loads(read_text(build_path))
     except json.JSONDecodeError as exc:
         raise InputFileError(build_path, exc.lineno, f"invalid JSON ({exc.msg})") from None
     if not isinstance(build, dict) or not isinstance(build.get("embedder"), str):

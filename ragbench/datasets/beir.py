@@ -30,7 +30,7 @@ from ragbench.datasets._validate import (
     req,
 )
 from ragbench.datasets.corpus_file import corpus_fingerprint, write_documents
-from ragbench.io import InputFileError, atomic_write_text, dumps_canonical
+from ragbench.io import InputFileError, atomic_write_text, dumps_canonical, read_text
 from ragbench.registry import unknown
 from ragbench.types import Document, Example
 
@@ -137,10 +137,9 @@ def _qrels_file(root: Path, split: str | None) -> Path:
 
 
 def _qrels_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                yield lineno, line.rstrip("\r\n").split("\t")
+    for lineno, line in enumerate(read_text(path).split("\n"), start=1):  # file:line errors
+        if line.strip():
+            yield lineno, line.rstrip("\r").split("\t")
 
 
 def _read_qrels(path: Path, queries: dict, corpus: dict) -> dict[str, dict[str, int]]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ragbench.assets import essays_dir
 from ragbench.datasets.corpus_file import read_documents
+from ragbench.io import read_text
 from ragbench.tokenizers import Tokenizer
 
 NOISE_SENTENCE = (
@@ -122,7 +123,7 @@ def read_folder(path: str | Path) -> list[tuple[str, str]]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES)
     if not files:
         raise FileNotFoundError(f"haystack folder {root} holds no {'/'.join(FILE_SUFFIXES)} files")
-    return [(p.relative_to(root).as_posix(), p.read_text(encoding="utf-8")) for p in files]
+    return [(p.relative_to(root).as_posix(), read_text(p)) for p in files]
 
 
 @functools.lru_cache(maxsize=4)

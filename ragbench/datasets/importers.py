@@ -53,7 +53,7 @@ from ragbench.datasets._validate import (
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError
+from ragbench.io import InputFileError, read_text
 from ragbench.metrics.longbench import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
 from ragbench.metrics.normalize import NO_ANSWER
 from ragbench.registry import unknown
@@ -170,7 +170,7 @@ def load_squad(path: PathLike, unanswerable: str = "keep") -> list[Example]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

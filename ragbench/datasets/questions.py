@@ -35,7 +35,7 @@ from typing import Any
 from ragbench.datasets._validate import STRINGS, FieldError, check, json_type, no_unknown, opt, req
 from ragbench.datasets.corpus import clean_text
 from ragbench.datasets.task_types import TASK_TYPES
-from ragbench.io import InputFileError, iter_jsonl
+from ragbench.io import InputFileError, iter_jsonl, read_text
 from ragbench.registry import did_you_mean, unknown
 from ragbench.types import Document, Example
 
@@ -148,7 +148,7 @@ def _meta(meta: dict) -> dict:
 
 def _csv_rows(path: Path) -> Iterator[Question]:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_text(path, "utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputFileError(
             path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
