@@ -577,3 +577,19 @@ def test_a_damaged_manifest_is_kept_aside_and_said_not_silently_replaced(tmp_pat
     assert any("unreadable" in r.getMessage() and kept[0].name in r.getMessage()
                for r in caplog.records)  # fmt: skip
     assert json.loads((run_dir / "manifest.json").read_text())["name"] == "t-niah"
+
+
+def test_rows_scored_by_two_versions_of_a_metric_are_not_compared(tmp_path):
+    import pandas as pd
+
+    from ragbench import report
+
+    df = run(niah_config(tmp_path, strategies=["closed_book", "long_context"]), progress=False)
+    versions = json.loads(df["metric_versions"].iloc[0])
+    assert versions["string_match_all"] >= 2 and df["metric_versions"].nunique() == 1
+    assert len(report.summary(df)) == 2  # one run: one version
+    older = df.assign(metric_versions=json.dumps({**versions, "string_match_all": 1}))
+    both = pd.concat([older.assign(label="old " + older["label"]), df])
+    with pytest.raises(ValueError, match=r"'string_match_all' versions \[1, 2\]"):
+        report.summary(both)
+    assert len(report.summary(both, metric="contains")) == 4  # contains: one version throughout

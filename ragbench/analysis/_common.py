@@ -3,6 +3,7 @@ paired scores."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,11 +42,28 @@ def resolve_metric(df: Any, metric: str | None) -> str:
     """``metric``, or ``default_metric(df)`` when it is None; a name that is not a column is an
     error naming the metric columns there are."""
     if metric is None:
-        return default_metric(df)
-    if metric not in df.columns:
+        metric = default_metric(df)
+    elif metric not in df.columns:
         scored = metric_columns(df) or list(df.columns)
         raise unknown("metric column", metric, scored)
+    check_metric_version(df, metric)
     return metric
+
+
+def check_metric_version(df: Any, metric: str) -> None:
+    """Rows scored by different versions of ``metric`` (tables of runs made before and after a
+    scoring fix, concatenated; each run records its ``metric_versions``) are not compared: an
+    error naming the versions."""
+    if "metric_versions" not in df.columns:
+        return
+    seen = {json.loads(v).get(metric) for v in df["metric_versions"].dropna().unique()}
+    seen.discard(None)
+    if len(seen) > 1:
+        raise ValueError(
+            f"the rows were scored with {metric!r} versions {sorted(seen)} (runs made before and "
+            "after a scoring change): rerun the older run so every row is scored alike, or "
+            "compare rows of one version"
+        )
 
 
 _check_metric = resolve_metric  # the name the analysis modules import

@@ -65,10 +65,10 @@ from ragbench.experiment.results import (
     table,
     work_key,
 )
-from ragbench.io import atomic_write_bytes
+from ragbench.io import atomic_write_bytes, dumps_canonical
 from ragbench.llm.fake import FakeLLM
 from ragbench.locks import FolderLock
-from ragbench.metrics.answer import deferred_metrics, score, string_metrics
+from ragbench.metrics.answer import deferred_metrics, metric_versions, score, string_metrics
 from ragbench.strategies import get_strategy, preload, run_batch
 from ragbench.types import Example
 
@@ -195,6 +195,9 @@ def _run_locked(
 
     meta = {e.id: e.meta for e in examples}
     df = table([done[k] for k in keys], meta, list(cfg.metrics))
+    # the version of each metric the scores were computed with: tables of runs scored before and
+    # after a scoring fix cannot be compared (the analysis refuses a metric with two versions)
+    df["metric_versions"] = dumps_canonical(metric_versions(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
     judge_info = judge_summary(cfg, judge, df, previous)
     manifest = write_manifest(
