@@ -593,3 +593,17 @@ def test_rows_scored_by_two_versions_of_a_metric_are_not_compared(tmp_path):
     with pytest.raises(ValueError, match=r"'string_match_all' versions \[1, 2\]"):
         report.summary(both)
     assert len(report.summary(both, metric="contains")) == 4  # contains: one version throughout
+
+
+def test_a_table_whose_every_record_failed_says_why_instead_of_a_missing_column(tmp_path):
+    from ragbench import report
+
+    def down(request):
+        raise RuntimeError("HTTP 503 from the server")
+
+    df = run(niah_config(tmp_path, strategies=["closed_book"]), progress=False,
+             llm=FakeLLM(answer_fn=down))  # fmt: skip
+    assert df["error"].notna().all()
+    for view in (report.summary, report.verdict, report.compare):
+        with pytest.raises(ValueError, match=r"all 4 records failed.*4 x .*HTTP 503"):
+            view(df)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ragbench.analysis.labels import with_labels
+from ragbench.experiment.results import error_summary
 from ragbench.metrics.answer import METRICS
 from ragbench.registry import unknown
 
@@ -47,7 +48,17 @@ def resolve_metric(df: Any, metric: str | None) -> str:
         scored = metric_columns(df) or list(df.columns)
         raise unknown("metric column", metric, scored)
     check_metric_version(df, metric)
+    check_some_succeeded(df)
     return metric
+
+
+def check_some_succeeded(df: Any) -> None:
+    """A table whose every record failed has nothing to analyse: an error saying why they
+    failed (the most frequent errors), instead of a missing column further on."""
+    if "error" not in df.columns or not len(df) or df["error"].isna().any():
+        return
+    top = "; ".join(f"{n} x {message}" for message, n in error_summary(df["error"], limit=2))
+    raise ValueError(f"all {len(df)} records failed, so there is nothing to compare: {top}")
 
 
 def check_metric_version(df: Any, metric: str) -> None:
