@@ -1,0 +1,197 @@
+"""The sections of a run config (``ragbench.experiment.config.RunConfig``): dataset, model,
+retrieval, strategies, judge. Each validates itself; the run config checks how they combine."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, retriever options
+from ragbench.cost.prices import PriceSheet, price_sheet
+from ragbench.datasets import DATASETS, check_params
+from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
+from ragbench.llm import BACKENDS, backend_capabilities
+from ragbench.models import PRESETS
+from ragbench.registry import unknown
+from ragbench.retrieval.precision import check_precision_param
+from ragbench.strategies import get_strategy
+from ragbench.strategies.params import RetrievalParams
+from ragbench.tokenizers import check_tokenizer
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetConfig(_Strict):
+    name: str  # niah | ruler/<task> | multidoc | file: which builder makes the examples
+    params: dict[str, Any] = Field(
+        default_factory=dict
+    )  # builder kwargs (lengths, depths, path...)
+    limit: int | None = Field(None, ge=1)  # first N examples: quick looks without editing the grid
+
+    @model_validator(mode="after")
+    def _known(self) -> DatasetConfig:
+        DATASETS.check(self.name)  # unknown name -> did-you-mean over the registered datasets
+        check_params(self.name, self.params)
+        return self
+
+
+class ModelConfig(_Strict):
+    backend: str = "hf"  # where generation runs: hf | openai | fake (ragbench.llm.BACKENDS)
+    name: str = "smollm2-135m-instruct"  # preset name, HF id/folder, or served model name
+    params: dict[str, Any] = Field(default_factory=dict)  # backend kwargs: device, base_url, ...
+    preset: str | None = None  # architecture for FLOPs/KV bytes; default: `name` if it is a preset
+    max_new_tokens: int = Field(32, ge=1)  # SmolLM2 restates the question: allow >= 32
+    cache: bool = True  # sqlite completion cache: reruns and resumed runs cost nothing
+    # records generated together, one LLM call per round: padded batches and shared document
+    # prefixes on transformers, concurrent requests on a server; 1 = one request at a time
+    batch_size: int = Field(8, ge=1)
+    # torch CPU threads (torch.set_num_threads) for the transformers backend and local
+    # embedders; None: torch's default (all cores). On a shared or loaded machine 1-2 threads
+    # can be several times faster than the default, which oversubscribes the cores. Not part of
+    # the config hash: it changes speed, not answers.
+    threads: int | None = Field(None, ge=1)
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        return BACKENDS.check(v)
+
+    @model_validator(mode="after")
+    def _known(self) -> ModelConfig:
+        if self.preset is not None and self.preset not in PRESETS:
+            raise unknown("model preset", self.preset, PRESETS)
+        local = "/" in self.name or os.sep in self.name or self.name.endswith(".gguf")
+        loads_weights = backend_capabilities(self.backend).local_weights  # by name, in-process
+        if loads_weights and self.name not in PRESETS and not local:  # preset, HF id or path
+            raise unknown("model", self.name, [*PRESETS, "<HF id or folder>"])
+        return self
+
+    @property
+    def arch(self) -> str | None:
+        return self.preset or (self.name if self.name in PRESETS else None)
+
+
+def one_or_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+_R = RetrievalParams  # the retrieval settings' defaults live on the parameter class
+
+
+class RetrievalConfig(_Strict):
+    """The index the retrieving strategies (rag, self_route) read. The first five fields take a
+    value or a list (a grid, crossed with each strategy's own parameter grid, and recorded in
+    every record's params); a strategy's ``params`` may override them."""
+
+    embedder: str | list[str] = _R.embedder  # minilm (embedded, offline) | hash (fast tests)
+    retriever: str | list[str] = _R.retriever  # dense | bm25 | hybrid | rerank
+    splitter: str | list[str] = _R.splitter  # llama-index splitter: sentence | token
+    chunk_size: int | list[int] = _R.chunk_size  # tokens per chunk (the chunking tokenizer's)
+    chunk_overlap: int | list[int] = _R.chunk_overlap  # tokens shared by neighbouring chunks
+    retriever_params: dict[str, Any] = Field(default_factory=dict)  # e.g. hybrid weights
+    # per embedder name, its constructor's arguments: {openai: {model, base_url, batch_size}},
+    # {minilm: {precision: bf16}} (fp32 | bf16 | bf16-full), {minilm: {backend: onnx}}
+    embedder_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    tokenizer: str | None = None  # chunking tokenizer; default: the model preset's, else whitespace
+
+    @field_validator("embedder", "retriever", "splitter")
+    @classmethod
+    def _names(cls, v: Any, info: Any) -> Any:
+        registry = getattr(registries, f"{info.field_name.upper()}S")
+        for name in one_or_list(v):
+            registry.check(name)
+        return v
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, v: str | None) -> str | None:
+        return v if v is None else check_tokenizer(v)
+
+    @model_validator(mode="after")
+    def _combinations(self) -> RetrievalConfig:
+        # every point of the section's grid (chunk overlap below each chunk size, ...) is
+        # checked by the parameter class that owns the settings
+        RetrievalParams.grid(self.grid_values())
+        embedders = [e.lower() for e in one_or_list(self.embedder)]
+        for name, params in self.embedder_params.items():
+            if name.lower() not in embedders:  # settings for an embedder the run does not use
+                raise unknown("embedder in embedder_params", name, embedders)
+            check_precision_param(name, params)  # fp32 | bf16 | bf16-full, before any model loads
+        names = one_or_list(self.retriever)
+        for key in self.retriever_params:  # each key must serve at least one retriever
+            if not any(key in self.params_for(name) for name in names):
+                registries.check_retriever_params(names[0], {key: self.retriever_params[key]})
+        return self
+
+    def params_for(self, retriever: str) -> dict[str, Any]:
+        """The ``retriever_params`` that ``retriever`` takes: a grid of retrievers shares one
+        mapping (say a cross-encoder for rerank beside dense and bm25)."""
+        options = registries.retriever_options(retriever)
+        return {k: v for k, v in self.retriever_params.items() if k in options}
+
+    def grid_values(self) -> dict[str, Any]:
+        """The grid-able settings, as a strategy's parameter grid takes them."""
+        return {k: getattr(self, k) for k in RetrievalParams.field_names()}
+
+
+class StrategyConfig(_Strict):
+    """One strategy to compare; its parameter points are built and validated by the run config
+    (crossed with the retrieval grid, once: ``RunConfig.points``)."""
+
+    name: str  # closed_book | long_context | rag | self_route (ragbench.strategies.STRATEGIES)
+    params: dict[str, Any] = Field(default_factory=dict)  # list values expand into a grid
+
+    @model_validator(mode="after")
+    def _known(self) -> StrategyConfig:
+        get_strategy(self.name)  # unknown name -> did-you-mean over the registered strategies
+        return self
+
+
+class JudgeConfig(_Strict):
+    """The judge of ``judge_correct`` / ``judge_faithful`` and the embedder of
+    ``semantic_similarity`` (``ragbench.judge``). The judge is its own model, never the model
+    under test unless ``allow_model_under_test`` says so: a model grading itself is lenient in
+    exactly the places it is wrong."""
+
+    model: ModelConfig | None = None  # any backend: hf | openai | fake; needed by judge metrics
+    allow_model_under_test: bool = False  # let the judge be the same model config as `model`
+    samples: int = Field(1, ge=1)  # judgements per record; > 1 reports Fleiss' kappa across them
+    temperature: float = Field(0.0, ge=0.0)  # > 0 when samples > 1 (else they are copies)
+    max_attempts: int = Field(3, ge=1)  # tries per judgement when the reply cannot be parsed
+    prompts: dict[str, str] = Field(default_factory=dict)  # metric -> template name or YAML path
+    price_sheet: str | None = None  # prices the judge's calls (judge_dollars); None: no dollars
+    embedder: str | None = None  # semantic_similarity; default: the retrieval embedder
+
+    _sheet: PriceSheet | None = PrivateAttr(default=None)  # `price_sheet`, loaded by validation
+
+    @model_validator(mode="after")
+    def _valid(self) -> JudgeConfig:
+        if self.samples > 1 and self.temperature <= 0:
+            raise ValueError(
+                f"judge.samples is {self.samples} but judge.temperature is 0: greedy samples of "
+                "one prompt are copies; set judge.temperature > 0 (e.g. 0.7) or samples: 1"
+            )
+        for metric, name in self.prompts.items():
+            if metric not in DEFAULT_PROMPTS:
+                raise unknown("judge metric", metric, DEFAULT_PROMPTS)
+            prompt = load_prompt(name)
+            if prompt.metric != metric:
+                raise ValueError(f"judge prompt {name!r} scores {prompt.metric}, not {metric}")
+        if self.price_sheet is not None:
+            self._sheet = price_sheet(self.price_sheet)
+        if self.embedder is not None:
+            registries.EMBEDDERS.check(self.embedder)
+        return self
+
+    @property
+    def sheet(self) -> PriceSheet | None:
+        """The loaded ``price_sheet`` that prices the judge's calls (None: no dollars)."""
+        return self._sheet
+
+    def prompt(self, metric: str):
+        """The template that scores ``metric`` (``judge_correct``: ``correct-v1`` unless set)."""
+        return load_prompt(self.prompts.get(metric, DEFAULT_PROMPTS[metric]))
