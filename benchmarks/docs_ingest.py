@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm.calibration import cpu_name  # noqa: E402
 
 # run in the child: the CLI, then its own peak RSS (KiB on Linux) on stderr, whatever the exit
 CHILD = """
@@ -77,16 +78,6 @@ def write_text_file(path: Path, size: int, seed: int = 0) -> int:
     return path.stat().st_size
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def ingest(file: Path, out: Path) -> dict:
     """Run the CLI on ``file`` in a fresh interpreter: its peak RSS, seconds and output."""
     cmd = [sys.executable, "-c", CHILD, str(file), "--out", str(out)]
@@ -115,7 +106,7 @@ def main() -> None:
     mb = args.mb if args.mb is not None else 5.0 if args.quick else 50.0
     result: dict = {
         "date": time.strftime("%Y-%m-%d"),
-        "cpu_model": cpu_model(),
+        "cpu_model": cpu_name(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "load_start": [round(x, 2) for x in os.getloadavg()],
