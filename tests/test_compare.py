@@ -1,15 +1,24 @@
 """`ragbench compare DOCS --questions FILE`: a folder of real PDF, HTML and text files to the
 verdict, the YAML it used (which `ragbench run` resumes with nothing pending) and an HTML report
-that opens with the verdict."""
+that opens with the verdict; a user's pipeline (`--pipeline module:attr`, `--pipeline-url`) runs
+beside the built-in strategies, in the verdict and the report, and a bad one stops the command
+before anything is read or loaded."""
 
 from __future__ import annotations
 
 import html as html_lib
 import json
 import re
+import shlex
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import nbformat
+import pandas as pd
+import papermill as pm
 import pytest
 from typer.testing import CliRunner
 
@@ -23,7 +32,8 @@ tower,How tall is the white tower?,31 metres,31 metres tall
 ferry,When does the first ferry leave?,06:40,The first ferry leaves at 06:40
 """
 VERDICT = re.compile(
-    r"^verdict: (Use (closed_book|long_context|rag|self_route)\b|Too few questions|No variant)",
+    r"^verdict: (Use (closed_book|long_context|rag|self_route|pipeline)\b|Too few questions|"
+    r"No variant)",
     re.M,
 )
 
@@ -57,6 +67,29 @@ def make_docs(folder: Path, long_words: int = 0) -> Path:
         words = " ".join(f"w{i % 997}" for i in range(long_words))
         (folder / "logbook.txt").write_text(f"Harbour logbook.\n\n{words}\n", encoding="utf-8")
     return folder
+
+
+# the user's pipeline: answers from its own lookup, with the sentence it read as its context
+PIPELINE = """
+ANSWERS = {
+    "tide": ("4.2 metres", "The spring tide reaches 4.2 metres."),
+    "keeper": ("Ada Quill", "The lighthouse keeper is Ada Quill."),
+    "tower": ("31 metres", "the white tower is 31 metres tall."),
+    "ferry": ("06:40", "The first ferry leaves at 06:40 from pier 3."),
+}
+
+
+def answer(question, example_id):
+    text, context = ANSWERS[example_id]
+    return {"answer": text, "contexts": [context]}
+"""
+
+
+def pipeline_module(folder: Path, monkeypatch, name: str = "handbook_rag") -> str:
+    """``name``.py in ``folder`` (the working directory: where the command imports it from)."""
+    (folder / f"{name}.py").write_text(PIPELINE, encoding="utf-8")
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return f"{name}:answer"
 
 
 def compare(args: list[str], input: str | None = None):
@@ -98,21 +131,34 @@ def check_report(run_dir: Path, printed: str) -> None:
 
 
 def test_compare_fake_end_to_end(tmp_path, monkeypatch):
+    """The four strategies and a user's function pipeline beside them, to the report."""
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "handbook", long_words=9000)
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
+    target = pipeline_module(tmp_path, monkeypatch)
     result = compare([str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder",
-                      "hash", "--yes", "--quiet", "--output-dir", "out"])  # fmt: skip
+                      "hash", "--yes", "--quiet", "--output-dir", "out", "--pipeline", target])  # fmt: skip
     out = result.output
     assert result.exit_code == 0, out
+    assert out.index(f"pipeline: pipeline {target} v=") < out.index("corpus: 4 documents")
     assert "corpus: 4 documents from 4 files" in out
     # the estimate comes before anything is generated, with tokens and dollars per strategy
     estimate = out.index("estimate (dry run")
     assert estimate < out.index("run folder:")
     assert "total: at most $" in out
-    for label in ("closed_book", "long_context truncate_middle", "rag k=3", "self_route k=3"):
+    for label in ("closed_book", "long_context truncate_middle", "rag k=3", "self_route k=3",
+                  f"pipeline {target}"):  # fmt: skip
         assert label in out[estimate:]
     assert VERDICT.search(out), out
+    # the pipeline is in the summary, and its rows kept what it read, found in the documents
+    assert re.search(rf"^ *pipeline {target} v=\S+ +100\.0%", out[out.index("verdict:") :], re.M), (
+        out
+    )
+    df = pd.read_parquet(config_of(out).parent / "results.parquet")
+    pipe = df[df["strategy"] == "pipeline"]
+    assert len(pipe) == 4 and pipe["error"].isna().all() and pipe["gold_hit"].all()
+    assert (pipe["hit@1"] == 1.0).all() and (pipe["prompt_tokens"] > 0).all()
+    assert pipe["dollars"].notna().all() and pipe["usage_estimated"].all()
     # the corpus is over the fake model's window: the conditions say what share was cut
     assert re.search(r"long context cut \d+% of it to fit the window", out)
     yaml_path = config_of(out)
@@ -121,8 +167,11 @@ def test_compare_fake_end_to_end(tmp_path, monkeypatch):
         and yaml_path.parent == Path(tmp_path / "out").resolve() / yaml_path.parent.name
     )
     assert f"report: {yaml_path.parent / 'report.html'}" in out
+    assert f"`ragbench compare` ran in {tmp_path}\n" in yaml_path.read_text()
     check_rerun_resumes(yaml_path)
     check_report(yaml_path.parent, out)
+    page = (yaml_path.parent / "report.html").read_text(encoding="utf-8")
+    assert f"pipeline {target} v=" in html_lib.unescape(page)  # the report shows it too
 
 
 def test_paid_api_asks_before_spending(tmp_path, monkeypatch):
@@ -166,17 +215,115 @@ def test_bad_option_fails_before_anything_is_spent(tmp_path, monkeypatch):
 
 
 def test_config_is_notebook_05s_and_options_reach_the_strategies_that_take_them(tmp_path):
-    spec = steps.CompareSpec(docs=("d",), backend="fake", overflow="truncate_head", top_k=5)
+    spec = steps.CompareSpec(docs=("d",), backend="fake", overflow="truncate_head", top_k=5,
+                             pipeline="json:dumps", pipeline_url="http://rag:8080/answer")  # fmt: skip
     entries = steps.strategy_entries(spec)
     assert entries == [
         "closed_book",
         {"name": "long_context", "params": {"overflow": "truncate_head"}},
         {"name": "rag", "params": {"top_k": 5}},
         {"name": "self_route", "params": {"top_k": 5, "overflow": "truncate_head"}},
+        {"name": "pipeline", "params": {"target": "json:dumps"}},
+        {"name": "pipeline", "params": {"url": "http://rag:8080/answer"}},
     ]
-    assert steps.report_blocker(spec) and "truncate_middle" in steps.report_blocker(spec)
+    # notebook 05 builds its strategies from its parameters with the same function
+    params = steps.notebook_parameters(spec, tmp_path / "q.csv")
+    assert entries == steps.strategy_list(params["strategies"], params["top_k"],
+                                          params["overflow"], params["pipeline"],
+                                          params["pipeline_url"])  # fmt: skip
+    nb = nbformat.read(steps.notebook_path(), as_version=4)
+    assert "compare.strategy_list(strategies, top_k, overflow, pipeline, pipeline_url)" in "".join(
+        c.source for c in nb.cells
+    )
+    assert set(params) <= set(pm.inspect_notebook(str(steps.notebook_path())))
+    assert steps.report_blocker(spec) is None  # other strategies, overflow and pipelines: shown
     assert steps.report_blocker(steps.CompareSpec(docs=("a", "b"))) is not None
     assert steps.report_blocker(steps.CompareSpec(docs=("a",))) is None
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_such_rag_module:answer", "cannot import 'no_such_rag_module'"),
+        ("handbook_rag:anwser", "has no attribute 'anwser'"),
+        ("handbook_rag.answer", "target must be 'module:attribute'"),
+    ],
+)
+def test_a_bad_pipeline_target_stops_before_anything_is_read(
+    tmp_path, monkeypatch, target, message
+):
+    monkeypatch.chdir(tmp_path)
+    pipeline_module(tmp_path, monkeypatch)
+    docs = make_docs(tmp_path / "docs")
+    result = compare([str(docs), "--backend", "fake", "--output-dir", "out", "--pipeline", target])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: pipeline: ") and message in result.output
+    assert "corpus:" not in result.output and not (tmp_path / "out").exists()
+
+
+class Service(BaseHTTPRequestHandler):
+    """The user's pipeline as an HTTP service: POST {question, id, corpus} -> answer JSON."""
+
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Service.seen.append(body)
+        data = json.dumps({"answer": "Ada Quill", "usage": {"prompt_tokens": 40,
+                           "completion_tokens": 2}, "version": "svc-1"}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802 (the preflight: any answer but 401/403/404)
+        self.send_response(405)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_pipeline_service_beside_the_strategies(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Service)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Service.seen = []
+    url = f"http://127.0.0.1:{server.server_address[1]}/answer"
+    try:
+        result = compare([str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder",
+                          "hash", "--yes", "--quiet", "--no-report", "--output-dir", "out",
+                          "--strategy", "long_context", "--pipeline-url", url])  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = result.output
+    assert result.exit_code == 0, out
+    assert VERDICT.search(out), out
+    assert re.search(rf"^ *pipeline {re.escape(url)} +25\.0%", out, re.M), out  # 1 of 4 right
+    assert sorted(b["id"] for b in Service.seen) == ["ferry", "keeper", "tide", "tower"]
+    df = pd.read_parquet(config_of(out).parent / "results.parquet")
+    pipe = df[df["strategy"] == "pipeline"]
+    assert (pipe["prompt_tokens"] == 40).all() and not pipe["usage_estimated"].any()
+    assert (pipe["pipeline_version"] == "svc-1").all() and pipe["dollars"].gt(0).all()
+    assert set(df["example_id"]) == set(pipe["example_id"])  # the same questions as long context
+
+
+def test_a_dead_pipeline_endpoint_stops_before_anything_is_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/answer"
+    result = compare([str(docs), "--backend", "fake", "--output-dir", "out", "--pipeline-url", url])
+    assert result.exit_code == 2, result.output
+    assert "pipeline endpoint check failed" in result.output and str(port) in result.output
+    assert "corpus:" not in result.output and not (tmp_path / "out").exists()
 
 
 def test_verdict_first_moves_the_verdict_section_under_the_title():
@@ -208,3 +355,17 @@ def test_compare_embedded_model_end_to_end(tmp_path, monkeypatch):
     yaml_path = config_of(out)
     check_rerun_resumes(yaml_path)
     check_report(yaml_path.parent, out)
+
+
+def test_readme_pipeline_commands_are_this_commands_options():
+    """The README's `ragbench compare ... --pipeline` lines parse (tests/test_pipeline_models.py
+    runs its engine and service snippets on the embedded model)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Your own pipeline beside long context", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+    lines = [line for b in blocks for line in b.splitlines() if line.startswith("ragbench compare")]
+    assert len(lines) == 2 and "--pipeline " in lines[0] and "--pipeline-url " in lines[1]
+    for line in lines:
+        result = compare([*shlex.split(line)[2:], "--help"])  # options are parsed before --help
+        assert result.exit_code == 0, result.output
+    assert compare(["docs", "--pipline", "a:b", "--help"]).exit_code == 2  # what a typo does

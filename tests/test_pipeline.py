@@ -442,6 +442,20 @@ def test_retrieval_scores_match_the_shared_metrics():
     assert retrieval_scores(contexts, Example("q", "?", ("a",), docs, {})) == {}  # no judgements
 
 
+def test_contexts_with_the_pipelines_own_ids_are_found_by_text():
+    # llama-index's readers give nodes made-up document ids: the text says which document it is
+    from ragbench.strategies.pipeline import _located
+    from ragbench.strategies.pipeline_answer import Context
+
+    docs = (Document("a.md", "alpha beta gamma"), Document("b.md", "delta epsilon zeta"))
+    example = Example("q", "?", ("x",), docs, {"qrels": {"b.md": 1}})
+    found = _located(Context("epsilon zeta", "7f3c-uuid"), example)
+    assert (found.doc_id, found.span) == ("b.md", (6, 18))
+    assert _located(Context("beta", "b.md"), example).doc_id == "b.md"  # an id of the run's: kept
+    assert _located(Context("nowhere", "7f3c-uuid"), example).doc_id == "7f3c-uuid"
+    assert retrieval_scores([found], example)["hit@1"] == 1.0
+
+
 def test_the_judge_reads_the_recorded_contexts():
     from ragbench.strategies import ContextUnavailable
     from ragbench.types import Record
@@ -487,3 +501,143 @@ def test_a_target_in_the_config_folder(tmp_path, monkeypatch):
     with imports_from(tmp_path):  # the hook for the config file's folder
         assert PipelineParams(target="beside_config:answer").version.startswith("sha256:")
     assert str(tmp_path) not in sys.path
+
+
+# A pipeline that answers only from what its setup hook handed it (the run's corpus).
+INDEXED = """
+import json
+
+from ragbench.llm.fake import answer_from_prompt
+
+SETUPS = {setups!r}
+HELD = {{}}
+
+
+def index(documents, corpus):
+    HELD.update(docs=list(documents), corpus=corpus)
+    with open(SETUPS, "a") as f:
+        f.write(json.dumps({{"corpus": corpus, "docs": [[d.id, d.text] for d in documents]}}) + "\\n")
+
+
+def answer(question, example_id, corpus):
+    assert corpus == HELD["corpus"], "asked about another corpus than the one set up"
+    key = question.rstrip("?").rsplit(" ", 1)[-1]
+    docs = sorted(HELD["docs"], key=lambda d: key not in d.text)[:2]
+    text = answer_from_prompt("\\n\\n".join(d.text for d in docs) + "\\nQuestion: " + question)
+    return {{"answer": text, "contexts": [{{"text": d.text, "doc_id": d.id}} for d in docs]}}
+"""
+
+
+def test_the_setup_hook_indexes_the_run_corpus(tmp_path, monkeypatch):
+    from ragbench.analysis import verdict
+    from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
+
+    module = setup(tmp_path, monkeypatch)  # mypipe: answers from its own copy of the corpus
+    setups = tmp_path / "setups.jsonl"
+    (module.parent / "idxpipe.py").write_text(INDEXED.format(setups=str(setups)))
+    monkeypatch.delitem(sys.modules, "idxpipe", raising=False)
+    points = [{"target": "idxpipe:answer", "setup": "idxpipe:index"}, {"target": "mypipe:answer"},
+              {"target": "idxpipe:answer", "setup": "mypipe:boom"}]  # fmt: skip
+    cfg = config(tmp_path, *points, metrics=["string_match_all", "noise_sensitivity"])
+    df = run(cfg, progress=False)
+    docs = read_documents(tmp_path / "corpus.jsonl")
+    calls = [json.loads(line) for line in setups.read_text().splitlines()]
+    # once for the shared corpus: exactly its documents, ids and texts, and its fingerprint
+    assert calls == [{"corpus": corpus_fingerprint(docs), "docs": [[d.id, d.text] for d in docs]}]
+    indexed = df[df.label.str.contains("setup=idxpipe:index")]
+    assert len(indexed) == 4 and indexed["error"].isna().all()
+    assert (indexed["string_match_all"] == 1.0).all() and indexed["gold_hit"].all()
+    assert (indexed["pipeline_index"] == "ragbench corpus").all()
+    stored = json.loads(indexed["params"].iloc[0])
+    assert stored["setup"] == "idxpipe:index" and stored["setup_version"].startswith("sha256:")
+    own = df[df.label.str.startswith("pipeline mypipe:answer")]
+    assert (own["pipeline_index"] == "own index").all()
+    failed = df[df.label.str.contains("setup=mypipe:boom")]
+    assert failed["error"].str.contains("pipeline setup 'mypipe:boom' failed on corpus").all()
+    assert failed["error"].str.contains("RuntimeError: index is down").all()
+    # one shared corpus: no document outside it to add as a distractor
+    assert indexed["noise_sensitivity"].isna().all()
+    assert indexed["noise_note"].str.startswith("no distractors").all()
+    assert own["noise_note"].str.contains("own index").all()
+    text = str(verdict(df, metric="string_match_all"))
+    assert f"{own['label'].iloc[0]} answered from its own index, not the run's documents." in text
+    assert text.count("answered from its own index") == 1
+    run(cfg, progress=False)  # resumed: the failed rows are retried, the good ones not set up
+    assert len(setups.read_text().splitlines()) == 1
+
+
+class IndexService(BaseHTTPRequestHandler):
+    """POST /setup: keep the corpus; POST /answer: the `answer` pipeline over what it keeps."""
+
+    corpus: dict = {}
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(405)
+        self.end_headers()
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        IndexService.seen.append((self.path, self.headers.get("X-Token")))
+        if self.path == "/setup":
+            IndexService.corpus = body
+            self.send_response(204)
+            self.end_headers()
+            return
+        assert body["corpus"] == IndexService.corpus["corpus"]
+        key = body["question"].rstrip("?").rsplit(" ", 1)[-1]
+        doc = next(d for d in IndexService.corpus["documents"] if key in d["text"])
+        data = json.dumps({"answer": KEYS[key], "contexts": [{"text": doc["text"],
+                                                             "doc_id": doc["id"]}]}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_http_service_with_a_setup_url(tmp_path, monkeypatch):
+    from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
+
+    corpus(tmp_path)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), IndexService)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("PIPE_TOKEN", "tok-setup-7654321")
+    IndexService.seen = []
+    params = {"url": base + "/answer", "setup_url": base + "/setup", "version": "1",
+              "headers_env": {"X-Token": "PIPE_TOKEN"}, "retries": 0}  # fmt: skip
+    try:
+        df = run(config(tmp_path, params), progress=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    pipe = df[df.strategy == "pipeline"]
+    assert pipe["error"].isna().all() and (pipe["string_match_all"] == 1.0).all()
+    assert (pipe["pipeline_index"] == "ragbench corpus").all() and pipe["gold_hit"].all()
+    docs = read_documents(tmp_path / "corpus.jsonl")
+    assert IndexService.corpus["corpus"] == corpus_fingerprint(docs)
+    assert IndexService.corpus["documents"] == [d.to_dict() for d in docs]
+    posts = [p for p, _ in IndexService.seen]
+    assert posts == ["/setup"] + ["/answer"] * 4  # the corpus once, before its questions
+    assert {t for _, t in IndexService.seen} == {"tok-setup-7654321"}
+
+
+def test_setup_params():
+    p = PipelineParams(target="json:dumps", setup="json:loads")
+    assert p.setup_version == p.version and p.indexes_corpus  # json's __version__ for both
+    assert p.to_dict()["setup"] == "json:loads" and PipelineParams.from_dict(p.to_dict()) == p
+    assert p.label().endswith(" setup=json:loads")
+    assert "setup" not in PipelineParams(target="json:dumps").to_dict()  # older keys unchanged
+    u = PipelineParams(url="http://h/a", setup_url="http://u:pw@h/setup")
+    assert u.setup_url == "http://***@h/setup" and u.raw_setup_url == "http://u:pw@h/setup"
+    assert "pw" not in json.dumps(u.to_dict()) and "setup_version" not in u.to_dict()
+    for bad, match in (({"target": "json:dumps", "setup": "json.loads"}, "module:attribute"),
+                       ({"target": "json:dumps", "setup_url": "http://h/s"}, "beside a url"),
+                       ({"url": "http://h/a", "setup": "json:loads", "setup_url": "http://h/s"},
+                        "at most one of setup"),
+                       ({"target": "json:dumps", "setup": "json:nope"}, "has no attribute")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            PipelineParams(**bad)

@@ -18,6 +18,7 @@ from ragbench.cli.data import register
 from ragbench.datasets import build_dataset
 from ragbench.datasets.shared_corpus import write_documents
 from ragbench.experiment import question_gen
+from ragbench.experiment import question_gen_multihop as multihop
 from ragbench.experiment.question_gen import (
     evidence_quote,
     find_span,
@@ -27,6 +28,7 @@ from ragbench.experiment.question_gen import (
 )
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
+from ragbench.retrieval.passages import sample_passages
 from ragbench.types import Document, Example, GenerationRequest
 
 # each sentence is its own passage at passage_tokens=16 (the sentence splitter packs sentences)
@@ -407,3 +409,142 @@ def test_embedded_model_pipeline_is_honest(tmp_path):
             missing_evidence="error",
         )  # fmt: skip
         assert len(examples) == len(result.rows)
+
+
+# --------------------------------------------------------------------------- two passages (multi-hop)
+
+
+# two documents, two sentences each (one passage each at passage_tokens=16): "Gull Point" links
+# the keeper to the distance, "old ferry" links Ben Marsh to the year it was built
+MULTI = (
+    Document(
+        "keepers.md",
+        "Ada Quill keeps the white lighthouse on Gull Point.\n\n"
+        "The harbour master Ben Marsh sails the old ferry every day.",
+    ),
+    Document(
+        "places.txt",
+        "Gull Point lies twelve miles north of the town of Dover.\n\n"
+        "The old ferry was built in 1923 in the yard at Hull.",
+    ),
+)
+KEEPER = "Ada Quill keeps the white lighthouse on Gull Point."  # keepers.md[0:51]
+MASTER = "The harbour master Ben Marsh sails the old ferry every day."  # keepers.md[53:112]
+DISTANCE = "Gull Point lies twelve miles north of the town of Dover."  # places.txt[0:56]
+BUILT = "The old ferry was built in 1923 in the yard at Hull."  # places.txt[58:110]
+DOVER_Q = "How far north of Dover is the lighthouse kept by Ada Quill?"
+FERRY_Q = "In which year was the ferry that Ben Marsh sails built?"
+BRIDGES = {
+    "Gull Point": f"Question: {DOVER_Q}\nAnswer: twelve miles",
+    "old ferry": f"Question: {FERRY_Q}\nAnswer: 1923",
+}
+
+
+def pair_fake(replies: dict[str, str], closed_book: dict[str, str] | None = None) -> FakeLLM:
+    """The reply for the first key found in both texts of a pair request; closed-book prompts get
+    ``closed_book[question]`` (default "unanswerable")."""
+
+    def answer(request: GenerationRequest) -> str:
+        if "needs both texts" not in request.prompt:
+            question = request.prompt.rsplit("Question: ", 1)[1].split("\n")[0]
+            return (closed_book or {}).get(question, "unanswerable")
+        pair = request.prompt.rsplit("Text 1: ", 1)[1]
+        return next((r for key, r in replies.items() if pair.count(key) == 2), "no idea")
+
+    return FakeLLM("fake", answer_fn=answer)
+
+
+def test_pairs_are_passages_of_two_documents_sharing_rare_words_by_seed():
+    ids = {}
+    for seed in range(4):
+        passages = sample_passages(MULTI, seed=seed, **SMALL)
+        pairs = list(multihop.pair_passages(passages))
+        ids[seed] = [multihop.pair_id(p) for p in pairs]
+        assert {frozenset((p.first.text, p.second.text)): p.shared for p in pairs} == {
+            frozenset((KEEPER, DISTANCE)): ("gull", "point"),
+            frozenset((MASTER, BUILT)): ("ferry", "old"),
+        }
+        # the first passage of a pair is the earlier one in the seeded order
+        order = [multihop.passage_id(p) for p in passages]
+        assert all(order.index(i.split("+")[0]) < order.index(i.split("+")[1]) for i in ids[seed])
+        assert ids[seed] == [multihop.pair_id(p) for p in multihop.pair_passages(passages)]
+    assert len({tuple(v) for v in ids.values()}) > 1  # the seed orders the pairs
+    # one document: its passages pair with each other; nothing shared: no pair
+    one = sample_passages((Document("one", f"{KEEPER}\n\n{DISTANCE}"),), **SMALL)
+    [pair] = multihop.pair_passages(one)
+    assert pair.shared == ("gull", "point") and pair.first.doc_id == pair.second.doc_id == "one"
+    alone = sample_passages(
+        (Document("a", MASTER), Document("b", "Tea is served at noon.")), **SMALL
+    )
+    assert list(multihop.pair_passages(alone)) == []
+
+
+def test_a_two_passage_question_has_two_evidence_spans_in_two_documents(tmp_path):
+    corpus = write_documents(tmp_path / "corpus.jsonl", MULTI)
+    out = tmp_path / "q.jsonl"
+    result = questions_file(corpus, out, 5, pair_fake(BRIDGES), **SMALL, hops=2)
+    assert result.passages_tried == 2 and result.unit == "passage pairs"
+    assert "from 2 passage pairs tried (4 passages available)" in result.summary()
+    rows = {r["question"]: r for r in result.rows}
+    assert set(rows) == {DOVER_Q, FERRY_Q}
+    assert rows[DOVER_Q]["answers"] == ["twelve miles"] and rows[FERRY_Q]["answers"] == ["1923"]
+    assert rows[DOVER_Q]["meta"]["answer_span"] == ["places.txt", 16, 28]
+    assert rows[FERRY_Q]["meta"]["answer_span"] == ["places.txt", 85, 89]
+    assert sorted(map(tuple, rows[DOVER_Q]["meta"]["evidence_spans"])) == [
+        ("keepers.md", 0, 51), ("places.txt", 0, 56)
+    ]  # fmt: skip
+    assert rows[FERRY_Q]["meta"]["hops"] == 2 and rows[FERRY_Q]["meta"]["shared_words"]
+    examples = {e.question: e for e in build_dataset(
+        "corpus", corpus=str(corpus), questions=str(out), missing_evidence="error")}  # fmt: skip
+    texts = {d.id: d.text for d in MULTI}
+    for question, sentences in ((DOVER_Q, {KEEPER, DISTANCE}), (FERRY_Q, {MASTER, BUILT})):
+        spans = examples[question].evidence
+        assert len(spans) == 2 and len({doc for doc, _, _ in spans}) == 2  # two places
+        assert {texts[doc][s:e] for doc, s, e in spans} == sentences
+        assert sorted(map(list, spans)) == sorted(rows[question]["meta"]["evidence_spans"])
+
+
+def test_two_passage_checks_drop_single_hop_unsupported_and_closed_book_questions():
+    replies = {"Gull Point": "Question: Who keeps the white lighthouse?\nAnswer: Ada Quill",
+               "old ferry": f"Question: {FERRY_Q}\nAnswer: 1999"}  # fmt: skip
+    result = generate_questions(MULTI, pair_fake(replies), 2, **SMALL, hops=2)
+    assert not result.rows
+    assert dict(result.rejected) == {"single_hop": 1, "answer_not_in_passage": 1}
+    # the answer in both passages: it must need each one's partner ("Gull Point" is in both)
+    where = {"Gull Point": "Question: Where is the white lighthouse?\nAnswer: Gull Point"}
+    both = generate_questions(MULTI, pair_fake(where), 1, **SMALL, hops=2)
+    assert dict(both.rejected) == {"single_hop": 1, "format": 1}  # the other pair: no reply
+    closed = pair_fake(BRIDGES, closed_book={DOVER_Q: "It is twelve miles north."})
+    kept = generate_questions(MULTI, closed, 2, **SMALL, hops=2, drop_closed_book=True)
+    assert [r["question"] for r in kept.rows] == [FERRY_Q]
+    assert dict(kept.rejected) == {"closed_book": 1} and kept.usage["closed_book"].calls == 2
+    assert set(kept.rejected) <= set(question_gen.REASONS)
+    with pytest.raises(ValueError, match="hops must be 1"):
+        generate_questions(MULTI, pair_fake({}), 1, hops=3)
+    lone = (Document("a", MASTER), Document("b", "Tea is served at noon in the hall."))
+    with pytest.raises(ValueError, match="share a key word"):
+        generate_questions(lone, pair_fake({}), 1, **SMALL, hops=2)
+
+
+def test_two_passage_request_shows_the_format_and_shares_the_prefix():
+    [pair, other] = multihop.pair_passages(sample_passages(MULTI, **SMALL))
+    a, b = multihop.pair_request(pair), multihop.pair_request(other)
+    assert a.prompt.startswith(a.prefix) and a.prefix == b.prefix and "Question: <" in a.prefix
+    assert a.prompt.endswith(
+        f"Text 2: {pair.second.text}\nBoth mention: {', '.join(pair.shared)}\n"
+    )
+    assert a.id == multihop.pair_id(pair)
+
+
+def test_cli_multi_hop(cli, tmp_path, monkeypatch):
+    corpus = write_documents(tmp_path / "corpus.jsonl", MULTI)
+    monkeypatch.setattr(question_gen, "load_model", lambda section, cache=None: pair_fake(BRIDGES))
+    out = tmp_path / "q.jsonl"
+    result = cli("questions", str(corpus), "--n", "2", "--out", str(out), "--backend", "fake",
+                 "--passage-tokens", "16", "--multi-hop")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "kept 2 of 2 questions requested from 2 passage pairs tried" in result.stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [len(r["evidence"]) for r in rows] == [2, 2] and all(
+        r["meta"]["hops"] == 2 for r in rows
+    )

@@ -12,7 +12,8 @@ from ragbench.experiment.manifest import read_manifest
 def conditions(df: Any, rows: Any) -> dict[str, Any]:
     """What a verdict holds for, from a results table (``rows``: the compared variants' rows):
     question count, model, context or corpus size, the share of it long context cut to fit the
-    window, and the price sheet with its date."""
+    window, the price sheet with its date, and the pipelines that answered from their own index
+    (``own_index``: their labels)."""
     out: dict[str, Any] = {"questions": int(rows["example_id"].nunique())}
     if "model" in df.columns and df["model"].notna().any():
         out["model"] = ", ".join(map(str, dict.fromkeys(df["model"].dropna())))
@@ -37,6 +38,10 @@ def conditions(df: Any, rows: Any) -> dict[str, Any]:
         out["truncated"] = float(cut / max(fitted["input_context_tokens"].sum(), 1))
         read = f"cut {out['truncated']:.0%} of it to fit the window" if cut else "read all of it"
         out["context"] += f" (long context {read})"
+    if "pipeline_index" in rows.columns and "label" in rows.columns:  # strategies/pipeline.py
+        own = rows[rows["pipeline_index"] == "own index"]
+        if len(own):  # it read other documents than long context and the built-in RAG
+            out["own_index"] = list(dict.fromkeys(own["label"].astype(str)))
     if "price_sheet" in rows.columns and rows["price_sheet"].notna().any():
         names = list(dict.fromkeys(rows["price_sheet"].dropna().astype(str)))
         out["price_sheet"] = ", ".join(names)

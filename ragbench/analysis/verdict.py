@@ -94,7 +94,9 @@ class Verdict:
                  f"{c['questions']:,} questions" if c.get("questions") else "",
                  f"price sheet {c['price_sheet']}{dated}" if c.get("price_sheet") else ""]  # fmt: skip
         parts = [p for p in parts if p]
-        return f"Holds for {', '.join(parts)}." if parts else ""
+        own = [f"{label} answered from its own index, not the run's documents."
+               for label in c.get("own_index") or ()]  # fmt: skip
+        return " ".join([f"Holds for {', '.join(parts)}."] * bool(parts) + own)
 
     def __str__(self) -> str:
         return "\n".join(filter(None, [self.text, self.conditions_text]))

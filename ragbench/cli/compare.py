@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
         base_url: str = typer.Option(_D.base_url, help="OpenAI-compatible server URL (openai backend); key from OPENAI_API_KEY."),
         price_sheet: str = typer.Option(_D.price_sheet, help="Shipped sheet name (`ragbench prices list`) or YAML path."),
         strategy: list[str] = typer.Option(list(_D.strategies), help="Strategies to compare (repeatable)."),
+        pipeline: str = typer.Option(_D.pipeline, help="Your system beside them, 'module:attr': a function, a llama-index query engine or retriever, or a factory of one."),
+        pipeline_url: str = typer.Option(_D.pipeline_url, help="Your system as an HTTP service: POST {question, id, corpus} -> answer JSON (README)."),
         overflow: str = typer.Option(_D.overflow, help="Long context over the window: truncate_middle | truncate_head | truncate_tail | error."),
         min_accuracy: float = typer.Option(_D.min_accuracy, help="Verdict: lowest acceptable mean `contains`, 0-1 (0: any)."),
         max_dollars_per_1k: float = typer.Option(_D.max_dollars_per_1k, help="Verdict: most $ per 1,000 queries (0: no limit)."),
@@ -50,9 +52,11 @@ def register(app: typer.Typer) -> None:
         report: bool = typer.Option(True, help="Write report.html (notebook 05) beside the run."),
         quiet: bool = typer.Option(False, help="No progress bars."),
     ) -> None:  # fmt: skip
-        """Closed book, long context, RAG and Self-Route on your documents: the verdict.
+        """Closed book, long context, RAG and Self-Route on your documents (and your own pipeline
+        beside them): the verdict.
 
-        Ingests DOCS into one corpus, takes --questions (or generates them), writes the run
+        Checks --pipeline / --pipeline-url first (its module imports, the endpoint answers), ingests
+        DOCS into one corpus, takes --questions (or generates them), writes the run
         config (compare.yaml in the run folder: edit it and `ragbench run` it), prints the dry-run
         estimate (tokens, dollars) before spending (a paid API asks unless --yes), runs, prints
         the verdict and the summary table, and writes report.html beside the run."""
@@ -63,9 +67,13 @@ def register(app: typer.Typer) -> None:
             chunk_size=chunk_size, top_k=top_k, price_sheet=price_sheet,
             strategies=tuple(strategy), overflow=overflow, min_accuracy=min_accuracy,
             max_dollars_per_1k=max_dollars_per_1k, max_latency_s=max_latency_s,
-            output_dir=output_dir, seed=seed, threads=threads,
+            output_dir=output_dir, seed=seed, threads=threads, pipeline=pipeline,
+            pipeline_url=pipeline_url,
         )  # fmt: skip
-        collect({"base_url": base_url})  # a key in the URL is masked in every line below
+        collect({"base_url": base_url, "pipeline_url": pipeline_url})  # masked in every line below
+        with user_errors():  # a bad target or a dead endpoint: before any document is read
+            for point in steps.check_pipelines(spec):
+                typer.echo(f"pipeline: {point.label()}")
         with user_errors(LockHeldError, OverWindowError):
             df, spec_run = _run(spec, yes=yes, progress=not quiet)
         _answer(spec, df, spec_run)

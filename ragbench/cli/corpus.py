@@ -115,13 +115,17 @@ def questions_cmd(
     batch_size: int = typer.Option(8, help="Requests per LLM call."),
     price_sheet: str = typer.Option(None, help="Shipped sheet name or YAML: adds dollars."),
     cache: bool = typer.Option(True, help="Use the completion cache (reruns cost nothing)."),
+    multi_hop: bool = typer.Option(
+        False, help="Questions whose answer needs two passages of two documents (hops: 2)."
+    ),
 ) -> None:
     """Ask an LLM for question/answer pairs over sampled passages of a corpus.
 
     Keeps a pair only when its answer is found in its passage (the span is recorded), drops
     near-duplicate questions and, with --drop-closed-book, questions the model answers without
     the documents. Prints why the rest were rejected and the LLM cost (tokens, seconds; dollars
-    with --price-sheet).
+    with --price-sheet). With --multi-hop each question needs two passages of two documents
+    that share a rare word (its two evidence sentences are recorded).
     """
     section = {
         "backend": backend,
@@ -145,6 +149,7 @@ def questions_cmd(
             batch_size=batch_size,
             price_sheet=price_sheet,
             progress=None,
+            hops=2 if multi_hop else 1,
         )
     typer.echo(result.summary())
     typer.echo(f"wrote {len(result.rows)} questions to {out}")

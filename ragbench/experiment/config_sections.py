@@ -6,13 +6,22 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, retriever options
 from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.datasets import DATASETS, check_params
+from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
-from ragbench.llm import BACKENDS, backend_capabilities
+from ragbench.llm import BACKENDS, backend_capabilities, backend_params
 from ragbench.models import PRESETS
 from ragbench.registry import unknown
 from ragbench.retrieval.precision import check_precision_param
@@ -39,6 +48,14 @@ class DatasetConfig(_Strict):
         return self
 
 
+class RateLimitConfig(_Strict):
+    """A server's or API's limits (``ragbench.llm.rate_limit``): the backend waits before each
+    request so the run stays under them. None: unlimited (the server's headers still pause it)."""
+
+    requests_per_minute: float | None = Field(None, gt=0)
+    tokens_per_minute: float | None = Field(None, gt=0)  # prompt + max_new_tokens per request
+
+
 class ModelConfig(_Strict):
     backend: str = "hf"  # where generation runs: hf | openai | fake (ragbench.llm.BACKENDS)
     name: str = "smollm2-135m-instruct"  # preset name, HF id/folder, or served model name
@@ -54,6 +71,10 @@ class ModelConfig(_Strict):
     # can be several times faster than the default, which oversubscribes the cores. Not part of
     # the config hash: it changes speed, not answers.
     threads: int | None = Field(None, ge=1)
+    # requests/tokens per minute, for a backend that takes ``rate_limit`` (openai); on Ray each
+    # worker has its own: divide the account's limit by the workers. Not part of the config hash:
+    # like threads, it changes speed, not answers
+    rate_limit: RateLimitConfig | None = None
 
     @field_validator("backend")
     @classmethod
@@ -68,7 +89,21 @@ class ModelConfig(_Strict):
         loads_weights = backend_capabilities(self.backend).local_weights  # by name, in-process
         if loads_weights and self.name not in PRESETS and not local:  # preset, HF id or path
             raise unknown("model", self.name, [*PRESETS, "<HF id or folder>"])
+        if "rate_limit" in self.params:
+            raise ValueError("model.params.rate_limit: set it as model.rate_limit")
+        if self.rate_limit is not None and "rate_limit" not in backend_params(self.backend):
+            takes = [b for b in BACKENDS.names() if "rate_limit" in backend_params(b)]
+            raise ValueError(
+                f"model.rate_limit: backend {self.backend!r} sends no requests to limit; "
+                f"backends that take one: {', '.join(takes)}"
+            )
         return self
+
+    def backend_options(self) -> dict[str, Any]:
+        """What the backend gets besides ``params`` (``rate_limit`` when set)."""
+        if self.rate_limit is None:
+            return {}
+        return {"rate_limit": self.rate_limit.model_dump(exclude_none=True)}
 
     @property
     def arch(self) -> str | None:
@@ -152,10 +187,11 @@ class StrategyConfig(_Strict):
 
 
 class JudgeConfig(_Strict):
-    """The judge of ``judge_correct`` / ``judge_faithful`` and the embedder of
-    ``semantic_similarity`` (``ragbench.judge``). The judge is its own model, never the model
-    under test unless ``allow_model_under_test`` says so: a model grading itself is lenient in
-    exactly the places it is wrong."""
+    """The judge of ``judge_correct`` / ``judge_faithful`` and of the RAGAS-style
+    ``context_precision`` / ``context_recall`` / ``answer_relevancy``, and the embedder of
+    ``semantic_similarity`` and ``answer_relevancy`` (``ragbench.judge``). The judge is its own
+    model, never the model under test unless ``allow_model_under_test`` says so: a model
+    grading itself is lenient in exactly the places it is wrong."""
 
     model: ModelConfig | None = None  # any backend: hf | openai | fake; needed by judge metrics
     allow_model_under_test: bool = False  # let the judge be the same model config as `model`
@@ -164,7 +200,10 @@ class JudgeConfig(_Strict):
     max_attempts: int = Field(3, ge=1)  # tries per judgement when the reply cannot be parsed
     prompts: dict[str, str] = Field(default_factory=dict)  # metric -> template name or YAML path
     price_sheet: str | None = None  # prices the judge's calls (judge_dollars); None: no dollars
-    embedder: str | None = None  # semantic_similarity; default: the retrieval embedder
+    embedder: str | None = None  # semantic_similarity, answer_relevancy; default: retrieval's
+    # answer_relevancy: questions the judge writes per answer (RAGAS's strictness); each is its
+    # own request, so they differ at temperature > 0 (at 0 they are often the same question)
+    questions: int = Field(QUESTIONS, ge=1)
 
     _sheet: PriceSheet | None = PrivateAttr(default=None)  # `price_sheet`, loaded by validation
 
@@ -186,6 +225,13 @@ class JudgeConfig(_Strict):
         if self.embedder is not None:
             registries.EMBEDDERS.check(self.embedder)
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("questions") == QUESTIONS:
+            data.pop("questions")  # added later: configs at the default hash as before
+        return data
 
     @property
     def sheet(self) -> PriceSheet | None:

@@ -16,6 +16,7 @@ from ragbench.experiment.config import JudgeConfig, RunConfig, one_or_list
 from ragbench.experiment.resources import build_resources, check_server, load_model
 from ragbench.experiment.results import RECORDS, append_record
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings
+from ragbench.judge.contexts import record_contexts
 from ragbench.metrics.answer import METRICS, deferred_metrics
 from ragbench.retrieval.embedders import get_embedder
 from ragbench.strategies import NO_CONTEXT, get_strategy
@@ -48,7 +49,7 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
     if llm_metrics:
         check_server(judge_llm)
     embedder = None
-    if "semantic_similarity" in cfg.metrics:
+    if {"semantic_similarity", "answer_relevancy"} & set(cfg.metrics):
         embedder = get_embedder(jc.embedder or one_or_list(cfg.retrieval.embedder)[0])
     return Judge(
         llm=judge_llm if llm_metrics else None,
@@ -61,6 +62,7 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
         sheet=jc.sheet,  # loaded by the config's validation
         embedder=embedder,
         model=(m.name if m is not None else getattr(judge_llm, "name", "")) if llm_metrics else "",
+        questions=jc.questions,
     )
 
 
@@ -73,17 +75,23 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
     by_id = {e.id: e for e in examples}
     state = {"res": res, "llm": llm}
 
-    def context(example: Example, record: Any) -> str | None:
+    def resources() -> Any:
         # the model under test's tokenizer and the index rebuild the prompt's context; a run
         # with nothing left to generate loads the model only if a record needs it
-        strategy = get_strategy(record.strategy)
-        if strategy.context == NO_CONTEXT:  # reads nothing: no need to load the model
-            return None
         if state["res"] is None:
             state["llm"] = state["llm"] or load_model(cfg.model)
             identity = provenance.identity(state["llm"])
             state["res"] = build_resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
-        return strategy.given_context(example, record, state["res"])
+        return state["res"]
+
+    def context(example: Example, record: Any) -> str | None:
+        strategy = get_strategy(record.strategy)
+        if strategy.context == NO_CONTEXT:  # reads nothing: no need to load the model
+            return None
+        return strategy.given_context(example, record, resources())
+
+    def contexts(example: Example, record: Any) -> list[str] | None:
+        return record_contexts(example, record, resources)  # context metrics: one per context
 
     metrics = deferred_metrics(cfg.metrics)
     updated = 0
@@ -93,7 +101,7 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
             part = todo[start : start + JUDGE_CHUNK]
             items = [(by_id[done[k].example_id], done[k]) for k in part]
             for key, record in zip(
-                part, judge_records(items, metrics, judge, context), strict=True
+                part, judge_records(items, metrics, judge, context, contexts), strict=True
             ):
                 if record is not done[key]:
                     append_record(f, key, record)

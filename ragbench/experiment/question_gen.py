@@ -29,11 +29,14 @@ the completion cache), so tests script the model with ``FakeLLM(answer_fn=...)``
    hundreds of questions the exact pairwise comparison costs nothing and has no estimation error.
 
 Passages are tried in order, one batch at a time, until ``n`` questions are kept or the passages
-run out (``max_passages``, by default 5 per question). Same corpus, model, parameters and cache:
-the same file, byte for byte. The output is a questions JSONL file (``datasets.questions``):
-``evidence`` is the sentence of the passage holding the answer (a quote the ``corpus`` dataset
-locates again and turns into ``[doc_id, start, end]`` spans) and ``meta`` keeps the exact
-``answer_span`` and ``passage`` spans, and the generating model.
+run out (``max_passages``, by default 5 per question). ``hops=2`` (``--multi-hop``) asks about
+pairs of passages from two documents instead, for a question whose answer needs both
+(``question_gen_multihop``: the pairing, the request, the checks, the two evidence spans); the
+closed-book check, de-duplication and accounting are the same. Same corpus, model, parameters
+and cache: the same file, byte for byte. The output is a questions JSONL file
+(``datasets.questions``): ``evidence`` is the sentence of the passage holding the answer (a quote
+the ``corpus`` dataset locates again and turns into ``[doc_id, start, end]`` spans) and ``meta``
+keeps the exact ``answer_span`` and ``passage`` spans, and the generating model.
 
 Steps 1 to 3 and the Jaccard of step 5 are pure text functions in ``datasets.question_text``
 (re-exported here); this module is the driver around the model: the batches, the closed-book
@@ -43,6 +46,7 @@ check, de-duplication against the kept questions, the cost accounting (``Usage``
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections import Counter
@@ -66,6 +70,7 @@ from ragbench.datasets.question_text import (  # noqa: F401 (re-exported)
     tokens,
 )
 from ragbench.datasets.shared_corpus import read_documents
+from ragbench.experiment import question_gen_multihop as multihop
 from ragbench.experiment import resources
 from ragbench.experiment.config import ModelConfig
 from ragbench.io import atomic_write_text, dumps_canonical
@@ -90,6 +95,7 @@ REASONS = (
     "answer_too_long",
     "answer_not_in_passage",
     "answer_in_question",
+    *multihop.REASONS,
     "duplicate",
     "closed_book",
 )
@@ -138,8 +144,9 @@ class GeneratedQuestions:
 
     rows: list[dict[str, Any]]
     n_requested: int
-    passages_tried: int = 0
-    passages_available: int = 0
+    passages_tried: int = 0  # with hops=2: passage pairs
+    passages_available: int = 0  # passages (with hops=2 paired as they are tried)
+    unit: str = "passages"  # what was tried: passages, or passage pairs
     rejected: Counter = field(default_factory=Counter)  # reason -> count
     rejections: list[dict[str, Any]] = field(default_factory=list)  # passage, reason, reply
     usage: dict[str, Usage] = field(default_factory=dict)  # "generate", "closed_book"
@@ -148,8 +155,8 @@ class GeneratedQuestions:
         why = ", ".join(f"{n} {r}" for r, n in sorted(self.rejected.items())) or "none"
         lines = [
             f"kept {len(self.rows)} of {self.n_requested} questions requested from "
-            f"{self.passages_tried} passages tried ({self.passages_available} available); "
-            f"rejected: {why}"
+            f"{self.passages_tried} {self.unit} tried ({self.passages_available} passages "
+            f"available); rejected: {why}"
         ]
         lines += [f"LLM cost, {step}: {u.describe()}" for step, u in self.usage.items()]
         return "\n".join(lines)
@@ -182,13 +189,15 @@ def generate_questions(
     batch_size: int = 8,
     price_sheet: Any = None,
     progress: bool | None = False,
+    hops: int = 1,
 ) -> GeneratedQuestions:
     """Up to ``n`` checked question rows (module docstring), in the order they were kept.
 
     ``max_passages`` bounds the passages tried (default ``5 * n``: with a small model most pairs
     fail the checks, and trying every passage of a large corpus would take hours); ``price_sheet`` (a
     ``PriceSheet``, name or path) adds dollars to the usage; ``progress``: a tqdm bar over kept
-    questions (None: on a terminal).
+    questions (None: on a terminal); ``hops``: 1 (a passage per question) or 2 (a pair of
+    passages of two documents per question; ``max_passages`` then bounds the pairs tried).
     """
     from tqdm.auto import tqdm
 
@@ -196,6 +205,8 @@ def generate_questions(
         raise ValueError(f"n must be >= 1 question, got {n}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if hops not in (1, 2):
+        raise ValueError(f"hops must be 1 (one passage) or 2 (two passages), got {hops!r}")
     if not 0.0 < dedup_threshold <= 1.0:
         raise ValueError(f"dedup_threshold must be in (0, 1], got {dedup_threshold}")
     metric = get_metric(closed_book_metric)  # an unknown name fails before any call
@@ -212,14 +223,26 @@ def generate_questions(
         )
     if max_passages is not None and max_passages < 1:
         raise ValueError(f"max_passages must be >= 1, got {max_passages}")
-    todo = passages[: max_passages or PASSAGES_PER_QUESTION * n]
-    out = GeneratedQuestions([], n, passages_available=len(passages))
+    limit = max_passages or PASSAGES_PER_QUESTION * n
+    if hops == 2:
+        todo: list[Any] = list(itertools.islice(multihop.pair_passages(passages), limit))
+        if not todo:
+            raise ValueError(
+                f"no two passages of the corpus ({len(documents)} documents) share a key word: "
+                "nothing to ask a two-passage question about"
+            )
+        request, check, name = multihop.pair_request, multihop.check_pair_reply, multihop.pair_id
+    else:
+        todo = passages[:limit]
+        request, check, name = generation_request, check_reply, passage_id
+    unit = "passage pairs" if hops == 2 else "passages"
+    out = GeneratedQuestions([], n, passages_available=len(passages), unit=unit)
     out.usage = {"generate": Usage()} | ({"closed_book": Usage()} if drop_closed_book else {})
     kept_tokens: list[frozenset[str]] = []
 
-    def reject(passage: Passage, reason: str, reply: str) -> None:
+    def reject(item: Any, reason: str, reply: str) -> None:
         out.rejected[reason] += 1
-        out.rejections.append({"passage": passage_id(passage), "reason": reason, "reply": reply})
+        out.rejections.append({"passage": name(item), "reason": reason, "reply": reply})
 
     bar = tqdm(
         total=n, desc="questions", unit="q", disable=None if progress is None else not progress
@@ -228,12 +251,12 @@ def generate_questions(
         if len(out.rows) >= n:
             break
         batch = todo[i : i + batch_size]
-        completions = llm.generate([generation_request(p, max_new_tokens) for p in batch])
+        completions = llm.generate([request(item, max_new_tokens) for item in batch])
         out.usage["generate"].add(completions, sheet)
         out.passages_tried += len(batch)
         candidates = []
         for passage, c in zip(batch, completions, strict=True):
-            row = check_reply(passage, c.text, max_answer_words)
+            row = check(passage, c.text, max_answer_words)
             if isinstance(row, str):
                 reject(passage, row, c.text)
                 continue

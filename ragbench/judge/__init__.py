@@ -4,13 +4,18 @@ agreement numbers that say how far to trust them (``agreement``).
 ``judge_correct`` asks a judge LLM whether an answer means the same as a gold answer,
 ``judge_faithful`` whether it is supported by the context the strategy gave the model, and
 ``semantic_similarity`` compares embeddings (a cheap middle ground between string metrics and a
-judge). The judge is its own model config (the run's ``judge`` section); its calls are cached
-and costed in their own columns, apart from the strategy's cost per query.
+judge). ``context_metrics`` adds RAGAS's ``context_precision``, ``context_recall`` and
+``answer_relevancy`` for rows that read contexts (``contexts``: a pipeline's, or the built-in
+RAG's chunks). The judge is its own model config (the run's ``judge`` section); its calls
+(``calls``) are cached and costed in their own columns, apart from the strategy's cost per
+query.
 """
 
 from __future__ import annotations
 
 from ragbench.judge.agreement import cohen_kappa, fleiss_kappa, judge_agreement, judge_warnings
+from ragbench.judge.context_metrics import CONTEXT_METRICS
+from ragbench.judge.contexts import record_contexts
 from ragbench.judge.judging import COST_KEYS, Judge, judge_records
 from ragbench.judge.prompts import (
     DEFAULT_PROMPTS,
@@ -21,7 +26,7 @@ from ragbench.judge.prompts import (
 )
 
 __all__ = [
-    "COST_KEYS", "DEFAULT_PROMPTS", "Judge", "JudgePrompt", "available_prompts", "cohen_kappa",
-    "fleiss_kappa", "judge_agreement", "judge_records", "judge_warnings", "load_prompt",
-    "parse_verdict",
+    "CONTEXT_METRICS", "COST_KEYS", "DEFAULT_PROMPTS", "Judge", "JudgePrompt",
+    "available_prompts", "cohen_kappa", "fleiss_kappa", "judge_agreement", "judge_records",
+    "judge_warnings", "load_prompt", "parse_verdict", "record_contexts",
 ]  # fmt: skip

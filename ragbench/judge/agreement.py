@@ -1,6 +1,11 @@
 """How far to trust a judge: agreement of its repeated samples (Fleiss' kappa) and with the
 string metrics where gold answers exist (Cohen's kappa against exact match and F1 >= 0.5).
 
+The context metrics (``context_metrics``) give one verdict per context, statement or generated
+question in each sample; their Fleiss' kappa is over those units (the items), each rated by every
+sample: do the samples agree on which contexts were useful, which statements supported, whether
+the answer was committal.
+
 Kappa is agreement corrected for chance: 1 perfect, 0 what chance alone gives, below 0 worse
 than chance. Landis and Koch's reading (0.41-0.60 moderate, 0.61-0.80 substantial) is the usual
 yardstick; below ``LOW_KAPPA`` the summary warns. When every rating is the same category kappa
@@ -16,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.judge.context_metrics import CONTEXT_METRICS
 from ragbench.metrics.answer import exact_match, f1
 
 LOW_KAPPA = 0.4  # below this (Landis-Koch: "fair" or worse) the summary warns
@@ -76,6 +82,18 @@ def _as_list(value: Any) -> list | None:
     return list(value) if hasattr(value, "__iter__") else None
 
 
+def _items(cell: Any, by_unit: bool) -> list[list]:
+    """A verdicts cell as items rated by the samples: a judge metric's cell (one verdict per
+    sample) is one item; a context metric's (per sample, per unit) is one item per unit."""
+    rows = _as_list(cell)
+    if not rows or not by_unit:
+        return [rows] if rows else []
+    per_sample = [_as_list(r) for r in rows]
+    if any(r is None for r in per_sample) or len({len(r) for r in per_sample}) != 1:
+        return []
+    return [list(unit) for unit in zip(*per_sample, strict=True)]
+
+
 def judge_agreement(df: Any) -> Any:
     """One row per judge metric in the results table ``df``:
 
@@ -84,7 +102,8 @@ def judge_agreement(df: Any) -> Any:
       of those ``n_unreadable``: the judge answered but no reply could be parsed; error rows
       are left out;
     - ``samples``: judge samples per record; ``fleiss_kappa`` over the records where every
-      sample was read (``n_fleiss`` of them), NaN with one sample;
+      sample was read (``n_fleiss`` of them), NaN with one sample; for the context metrics
+      over their units (contexts, statements, questions: ``n_fleiss`` of those) instead;
     - for ``judge_correct`` on records with gold answers (``n_gold``): ``agree_exact_match``
       (share of records where the judge's majority verdict equals exact match),
       ``kappa_exact_match`` and ``kappa_f1`` (Cohen's kappa against exact match and against
@@ -95,7 +114,7 @@ def judge_agreement(df: Any) -> Any:
 
     rows = []
     ok = df[df["error"].isna()] if "error" in df.columns else df
-    for metric in JUDGE_METRICS:
+    for metric in (*JUDGE_METRICS, *CONTEXT_METRICS):
         scores = _column(ok, metric)
         if scores is None:
             continue
@@ -122,9 +141,10 @@ def judge_agreement(df: Any) -> Any:
             ),
         }
         full = []
-        if samples_col is not None:
-            for cell in samples_col[attempted]:
-                verdicts = _as_list(cell)
+        if metric in CONTEXT_METRICS:  # items: the units of every record, rated by each sample
+            samples_col = _column(ok, f"{metric}_verdicts")
+        for cell in samples_col[attempted] if samples_col is not None else []:
+            for verdicts in _items(cell, metric in CONTEXT_METRICS):
                 if verdicts and all(v is not None and v == v for v in verdicts):
                     full.append([int(v) for v in verdicts])
         sizes = {len(r) for r in full}
@@ -158,6 +178,11 @@ def judge_agreement(df: Any) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
+def _count(n: Any) -> int:
+    """A count cell of the agreement table (NaN where it does not apply) as an int."""
+    return 0 if n is None or n != n else int(n)
+
+
 def _fmt(k: float) -> str:
     return "undefined (every verdict the same)" if k != k else f"{k:.2f}"
 
@@ -173,7 +198,7 @@ def judge_warnings(df: Any, agreement: Any = None) -> list[str]:
         kappas = [
             f"Cohen's kappa {_fmt(row[k])} against {what} (n={row['n_gold']})"
             for k, what in (("kappa_exact_match", "exact match"), ("kappa_f1", "F1 >= 0.5"))
-            if row.get("n_gold") and k in row
+            if _count(row.get("n_gold")) and k in row
         ]
         if row["n_fleiss"]:
             kappas.append(

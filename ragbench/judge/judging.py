@@ -18,12 +18,9 @@ Judge cost goes to ``meta`` (``judge_calls``, ``judge_prompt_tokens``, ``judge_c
 ``judge_latency_seconds``, ``judge_resource_seconds``, ``judge_dollars``), never into ``Record.cost``: what a strategy costs per query
 must not depend on how it was graded.
 
-N different judgements, deterministically: ``samples > 1`` needs ``temperature > 0`` (the config
-checks it), and sample k > 0 carries a tag in its system message, so each sample is its own
-request: its own completion-cache key, and on the transformers backend its own sampling RNG
-(seeded from the request). Served models sample nondeterministically on the first run; the cache
-then replays the same N judgements on every rerun. Sample 0 has no tag, so raising ``samples``
-keeps the judgements already made.
+The context metrics (``context_precision``, ``context_recall``, ``answer_relevancy``) are
+judged in the same pass, their calls batched, cached and costed with these (``context_metrics``);
+the calls themselves, the ``Judge`` and the ``samples`` convention are ``calls``'.
 """
 
 from __future__ import annotations
@@ -31,77 +28,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from ragbench.cost.accounting import Cost
-from ragbench.judge.prompts import JudgePrompt
+from ragbench.judge.calls import COST_KEYS, REPLY_EXCERPT, Job, Judge, add_cost, run_jobs
+from ragbench.judge.context_metrics import ContextsFn, collect_context_jobs, context_jobs
 from ragbench.secrets import redact_text
 from ragbench.strategies import get_strategy
-from ragbench.strategies.driver import outcomes
-from ragbench.types import Completion, Example, GenerationRequest, Record
+from ragbench.types import Completion, Example, Record
 
 log = logging.getLogger(__name__)
 
-COST_KEYS = (
-    "judge_calls", "judge_prompt_tokens", "judge_cached_prompt_tokens",
-    "judge_completion_tokens", "judge_latency_seconds", "judge_resource_seconds", "judge_dollars",
-)  # fmt: skip
-REPLY_EXCERPT = 120  # characters of an unreadable reply quoted in its note
-
-
-@dataclass
-class Judge:
-    """What the judge pass needs; the runner builds it from the config's ``judge`` section."""
-
-    llm: Any = None  # the judge LLM (any backend, usually a CachedLLM); None: no LLM metric
-    prompts: dict[str, JudgePrompt] = field(default_factory=dict)  # judge metric -> template
-    samples: int = 1
-    temperature: float = 0.0
-    max_new_tokens: int = 32
-    max_attempts: int = 3  # first try + reminders after unreadable replies
-    batch_size: int = 8  # judge requests per generate() call
-    sheet: Any = None  # PriceSheet of the judge model: judge_dollars
-    embedder: Any = None  # semantic_similarity
-    model: str = ""  # judge model name, recorded in meta["judge_model"]
-
-    def __post_init__(self) -> None:
-        if self.samples > 1 and self.temperature <= 0:
-            raise ValueError(
-                f"judge samples={self.samples} needs temperature > 0: greedy samples of one "
-                "prompt are copies and their agreement would mean nothing"
-            )
-
-    def request(self, prompt: JudgePrompt, sample: int, attempt: int, **fields: str):
-        system = prompt.system
-        if sample > 0:  # its own cache key and RNG seed (see the module docstring)
-            system += f"\n(Independent judgement {sample + 1}.)"
-        return GenerationRequest(
-            prompt=prompt.render(attempt, **fields),
-            system=system,
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            id=f"judge:{prompt.name}:{sample}:{attempt}",
-        )
-
+__all__ = ["COST_KEYS", "Judge", "judge_records"]
 
 # (example, record) -> the context the model read (None: none); raises to leave it unscored
 ContextFn = Callable[[Example, Record], "str | None"]
-
-
-@dataclass
-class _Job:
-    """One judge sample of one (record, metric): its attempts so far."""
-
-    item: int
-    metric: str
-    sample: int
-    fields: dict[str, str]
-    attempt: int = 0
-    verdict: int | None = None
-    reply: str = ""
-    error: str | None = None
-    done: bool = False
 
 
 def judge_records(
@@ -109,6 +49,7 @@ def judge_records(
     metrics: Sequence[str],
     judge: Judge,
     context_fn: ContextFn | None = None,
+    contexts_fn: ContextsFn | None = None,
 ) -> list[Record]:
     """``items``' records with the deferred ``metrics`` they lack filled in (see the module
     docstring); records with an error, or already holding every metric, come back unchanged."""
@@ -118,12 +59,14 @@ def judge_records(
     if "semantic_similarity" in metrics:
         _semantic(items, todo, scores, meta, judge)
     jobs = _jobs(items, todo, scores, meta, judge, context_fn)
+    more = context_jobs(items, todo, scores, meta, judge, contexts_fn)
     completions: list[list[Completion]] = [[] for _ in items]
-    _run_jobs(jobs, judge, completions)
+    run_jobs(jobs + more, judge, completions)
     _collect(jobs, items, scores, meta, judge)
+    collect_context_jobs(more, items, scores, meta, judge)
     for i, done in enumerate(completions):
         if done:
-            _add_cost(meta[i], done, judge.sheet)
+            add_cost(meta[i], done, judge.sheet)
             meta[i]["judge_model"] = judge.model
     return [
         dataclasses.replace(r, scores=scores[i], meta=meta[i])
@@ -164,7 +107,7 @@ def _semantic(items, todo, scores, meta, judge: Judge) -> None:
         scores[i]["semantic_similarity"] = float(np.clip(sims.max(), 0.0, 1.0))
 
 
-def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[_Job]:
+def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[Job]:
     jobs = []
     for i, (example, record) in enumerate(items):
         for metric in (m for m in todo[i] if m in ("judge_correct", "judge_faithful")):
@@ -187,50 +130,18 @@ def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[_Job]:
                     reason = f"{record.strategy} gives the model no context"
                 fields["context"] = context or ""
             meta[i][f"{metric}_prompt"] = prompt.name
-            if reason is None:
-                # a prompt the judge cannot read whole is a fact of this judge, not a retry
-                first = judge.request(prompt, 0, 1, **fields)
-                need = judge.llm.prompt_tokens(first) + judge.max_new_tokens
-                if need > judge.llm.context_window:
-                    reason = (
-                        f"judge prompt needs {need} tokens; the judge's window is "
-                        f"{judge.llm.context_window}"
-                    )
+            if reason is None:  # a prompt the judge cannot read whole: unscored, not retried
+                reason = judge.too_long(judge.request(prompt, 0, 1, **fields))
             if reason is not None:
                 scores[i][metric] = None
                 meta[i][f"{metric}_note"] = reason
                 continue
-            jobs += [_Job(i, metric, k, fields) for k in range(judge.samples)]
+            jobs += [Job(i, metric, k, fields) for k in range(judge.samples)]
     return jobs
 
 
-def _run_jobs(jobs: list[_Job], judge: Judge, completions: list[list[Completion]]) -> None:
-    """Ask, parse, and ask again (with the reminder) until read or out of attempts."""
-    while pending := [j for j in jobs if not j.done]:
-        for start in range(0, len(pending), judge.batch_size):
-            batch = pending[start : start + judge.batch_size]
-            for j in batch:
-                j.attempt += 1
-            requests = [
-                judge.request(judge.prompts[j.metric], j.sample, j.attempt, **j.fields)
-                for j in batch
-            ]
-            try:
-                results: list[Any] = list(judge.llm.generate(requests))
-            except Exception as exc:  # each request's own fate, none sent twice
-                results = outcomes(judge.llm, requests, exc)
-            for j, out in zip(batch, results, strict=True):
-                if isinstance(out, Exception):
-                    j.error, j.done = f"{type(out).__name__}: {out}", True
-                    continue
-                completions[j.item].append(out)
-                j.reply = out.text
-                j.verdict = judge.prompts[j.metric].parse(out.text)
-                j.done = j.verdict is not None or j.attempt >= judge.max_attempts
-
-
-def _collect(jobs: list[_Job], items, scores, meta, judge: Judge) -> None:
-    by_key: dict[tuple[int, str], list[_Job]] = {}
+def _collect(jobs: list[Job], items, scores, meta, judge: Judge) -> None:
+    by_key: dict[tuple[int, str], list[Job]] = {}
     for j in jobs:
         by_key.setdefault((j.item, j.metric), []).append(j)
     for (i, metric), group in by_key.items():
@@ -253,19 +164,3 @@ def _collect(jobs: list[_Job], items, scores, meta, judge: Judge) -> None:
             )
         else:
             meta[i].pop(f"{metric}_note", None)
-
-
-def _add_cost(meta: dict[str, Any], done: list[Completion], sheet: Any) -> None:
-    """Judge accounting, added to what earlier judge passes on this record spent."""
-    total = sum((Cost.of(c, None, sheet) for c in done[1:]), Cost.of(done[0], None, sheet))
-    new = {
-        "judge_calls": total.llm_calls,
-        "judge_prompt_tokens": total.prompt_tokens,
-        "judge_cached_prompt_tokens": total.cached_prompt_tokens,
-        "judge_completion_tokens": total.completion_tokens,
-        "judge_latency_seconds": total.latency_seconds,
-        "judge_resource_seconds": total.resource_seconds,
-        "judge_dollars": total.dollars,
-    }
-    for key, value in new.items():  # unknown (no price sheet) stays unknown
-        meta[key] = None if value is None else value + (meta.get(key) or 0)

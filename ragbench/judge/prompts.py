@@ -4,7 +4,8 @@ strict parser of their replies.
 Reply format: one line ``Verdict: <LABEL>`` with a label the template names (``CORRECT`` /
 ``INCORRECT``). The verdict comes first and alone, as llama-index's CorrectnessEvaluator puts its
 score on the first line: small judges ramble, and a verdict at the end of a long reasoning is the
-part a token limit cuts. Unlike RAGAS (JSON lists of statements and verdicts, several calls per
+part a token limit cuts (``answer-relevancy-v1`` adds one ``Question: ...`` line after it,
+read by ``parse_question``). Unlike RAGAS (JSON lists of statements and verdicts, several calls per
 answer) one call gives one binary verdict: cheap enough to repeat ``samples`` times, which is
 what the agreement numbers need.
 
@@ -30,7 +31,13 @@ from ragbench.registry import Registry
 
 PACKAGE_DIR = "data/judge_prompts"
 # the template each judge metric uses unless ``judge.prompts`` names another
-DEFAULT_PROMPTS = {"judge_correct": "correct-v1", "judge_faithful": "faithful-v1"}
+DEFAULT_PROMPTS = {
+    "judge_correct": "correct-v1",
+    "judge_faithful": "faithful-v1",
+    "context_precision": "context-precision-v1",
+    "context_recall": "context-recall-v1",
+    "answer_relevancy": "answer-relevancy-v1",
+}
 _FIELDS = {"name", "metric", "labels", "system", "user", "retry"}
 
 
@@ -138,3 +145,19 @@ def parse_verdict(reply: str, labels: dict[str, int]) -> int | None:
         found = [first.group(1)] if first else []
     scores = {labels[f.upper()] for f in found}
     return scores.pop() if len(scores) == 1 else None
+
+
+_AROUND = " *_`\"'“”‘’"  # markdown and quotes around a generated question
+_QUESTION = re.compile(r"^[\s*_#>]*question[\s*_]*[:=\-]\s*(?P<q>.*?)\s*$", re.I | re.M)
+
+
+def parse_question(reply: str, labels: dict[str, int]) -> tuple[int, str] | None:
+    """(verdict, question) of a reply that states one verdict (``parse_verdict``) and one
+    ``Question: ...`` line (any case, markdown and quotes around it ignored; the same question
+    repeated is one); None when either is missing, or two different questions are given."""
+    verdict = parse_verdict(reply, labels)
+    if verdict is None:
+        return None
+    found = {" ".join(m["q"].strip(_AROUND).split()) for m in _QUESTION.finditer(reply or "")}
+    found.discard("")
+    return (verdict, found.pop()) if len(found) == 1 else None

@@ -15,7 +15,8 @@ Metrics of another ``kind`` are registered here so configs can name them, but ar
 from (prediction, gold) alone: ``judge`` metrics (``judge_correct``, ``judge_faithful``) ask a
 judge LLM and ``embedding`` metrics (``semantic_similarity``) need an embedder. ``score`` (and so
 every strategy's record) computes the ``string`` metrics only; the runner's judge pass
-(``ragbench.judge``) fills in the others afterwards, through the completion cache.
+(``ragbench.judge``) fills in the others afterwards, through the completion cache (the ``noise``
+kind: ``ragbench.experiment.noise_pass``, answering again with distractor documents added).
 
 Normalisation (``normalize_answer``, ``NO_ANSWER``) is ``metrics.normalize``'s, re-exported here.
 Retrieval metrics live in ``ragbench.retrieval.metrics``.
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ragbench.metrics.longbench import longbench_score
+from ragbench.metrics.longbench_v2 import longbench_v2_accuracy
 from ragbench.metrics.normalize import NO_ANSWER, normalize_answer
 from ragbench.metrics.squad import (
     as_squad_prediction,
@@ -106,7 +108,7 @@ def _longbench(prediction: str, answers: Sequence[str], meta: Mapping[str, Any] 
 # ---------------------------------------------------------------------------- registry
 
 
-KINDS = ("string", "judge", "embedding")  # how a metric is computed (see the module docstring)
+KINDS = ("string", "judge", "embedding", "noise")  # how a metric is computed (module docstring)
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,11 @@ METRICS = Registry(
                 needs_meta=True,
                 version=2,
             ),
+            Metric(
+                "longbench_v2_accuracy",
+                longbench_v2_accuracy,
+                description="LongBench v2: the letter pred.py extracts equals the gold letter",
+            ),
             # scored after generation by ragbench.judge (a judge LLM / an embedder); a score is
             # None (NaN in the table) when the judge's reply could not be parsed, never 0
             Metric(
@@ -197,6 +204,36 @@ METRICS = Registry(
                 description="cosine of prediction and gold embeddings, max over answers, "
                 "clipped at 0",
             ),
+            # RAGAS's context metrics (ragbench.judge.context_metrics), judge LLM calls per
+            # retrieved context / reference statement / generated question
+            Metric(
+                "context_precision",
+                None,
+                kind="judge",
+                description="judge LLM (RAGAS): average precision of the retrieved contexts, "
+                "each judged useful or not for reaching the gold answer, in rank order",
+            ),
+            Metric(
+                "context_recall",
+                None,
+                kind="judge",
+                description="judge LLM (RAGAS): share of the gold answer's statements the "
+                "retrieved contexts support",
+            ),
+            Metric(
+                "answer_relevancy",
+                None,
+                kind="judge",
+                description="judge LLM + embedder (RAGAS): mean cosine of the question and "
+                "questions the judge writes from the answer; 0 if it finds the answer evasive",
+            ),
+            Metric(
+                "noise_sensitivity",
+                None,
+                higher_is_better=False,
+                kind="noise",  # experiment/noise_pass.py, after generation and the judge pass
+                description="first answer metric: clean corpus minus distractors added",
+            ),
         )
     },
 )
@@ -218,7 +255,7 @@ def string_metrics(names: Sequence[str]) -> list[str]:
 
 def deferred_metrics(names: Sequence[str]) -> list[str]:
     """The names among ``names`` the judge pass fills in (judge and embedding metrics)."""
-    return [n for n in names if get_metric(n).kind != "string"]
+    return [n for n in names if get_metric(n).kind not in ("string", "noise")]
 
 
 def score(

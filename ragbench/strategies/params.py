@@ -258,7 +258,12 @@ class PipelineParams(StrategyParams):
 
     ``version`` is its identity, part of the parameter point (work keys, label): a changed
     pipeline reruns its rows, an unchanged one resumes. ``timeout``, ``retries`` and
-    ``headers_env`` say how it is called, not what it answers: they are not in ``to_dict``."""
+    ``headers_env`` say how it is called, not what it answers: they are not in ``to_dict``.
+
+    ``setup`` / ``setup_url``: the hook that receives the run's corpus before the questions on it
+    (``strategies/pipeline.py``), so the pipeline answers from the documents long context reads;
+    without one it answers from its own index (each record's ``pipeline_index`` says which).
+    They and ``setup_version`` are in ``to_dict`` only when set (older work keys stay valid)."""
 
     strategy: ClassVar[str] = "pipeline"
 
@@ -272,8 +277,15 @@ class PipelineParams(StrategyParams):
     timeout: float = 120.0  # seconds per call; past it the record is an error row
     retries: int = 2  # url: retries of 408/429/5xx, timeouts and dropped connections
     headers_env: Any = None  # url: {header: ENV_VAR}, each value read from the environment
+    # "module:function" given (documents, corpus id) once per corpus, before its questions: the
+    # run's documents (ragbench Documents: id, text, title, meta) for the pipeline to index
+    setup: str | None = None
+    # url pipelines: POST {"corpus", "documents": [{id, text, title, meta}]} here instead
+    setup_url: str | None = None
+    setup_version: str | None = None  # null: the setup's identity (as `version` for target)
 
     CALLING: ClassVar[tuple[str, ...]] = ("timeout", "retries", "headers_env")
+    SETUP: ClassVar[tuple[str, ...]] = ("setup", "setup_url", "setup_version")
 
     def __post_init__(self) -> None:
         if isinstance(self.headers_env, Mapping):  # hashable, like every parameter point
@@ -282,16 +294,33 @@ class PipelineParams(StrategyParams):
             secrets.collect(self.url)
             object.__setattr__(self, "_raw_url", self.url)
             object.__setattr__(self, "url", secrets.redact_url(self.url))
+        if isinstance(self.setup_url, str):
+            secrets.collect(self.setup_url)
+            object.__setattr__(self, "_raw_setup_url", self.setup_url)
+            object.__setattr__(self, "setup_url", secrets.redact_url(self.setup_url))
         super().__post_init__()
         if self.target is not None and self.version is None:
             object.__setattr__(
                 self, "version", pipeline_target.identity(self.target, self.strategy)
             )
+        if self.setup is not None and self.setup_version is None:
+            owner = f"{self.strategy} setup"
+            object.__setattr__(self, "setup_version", pipeline_target.identity(self.setup, owner))
 
     @property
     def raw_url(self) -> str | None:
         """The endpoint as configured, credentials included (for the call only)."""
         return getattr(self, "_raw_url", self.url)
+
+    @property
+    def raw_setup_url(self) -> str | None:
+        """``setup_url`` as configured, credentials included (for the call only)."""
+        return getattr(self, "_raw_setup_url", self.setup_url)
+
+    @property
+    def indexes_corpus(self) -> bool:
+        """Whether the run's corpus is handed to the pipeline (a setup hook) to answer from."""
+        return self.setup is not None or self.setup_url is not None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -310,6 +339,20 @@ class PipelineParams(StrategyParams):
             raise ValueError(f"{owner}: url must be an http(s):// URL, got {self.url!r}")
         if self.version is not None and (not isinstance(self.version, str) or not self.version):
             raise ValueError(f"{owner}: version must be a non-empty string or null")
+        if self.setup is not None and self.setup_url is not None:
+            raise ValueError(f"{owner}: set at most one of setup ('module:function') and setup_url")
+        if self.setup is not None:
+            pipeline_target.check_target(f"{owner} setup", self.setup)
+        if self.setup_url is not None and (
+            self.url is None or not re.match(r"^https?://[^/\s]+", self.setup_url)
+        ):
+            raise ValueError(
+                f"{owner}: setup_url must be an http(s):// URL beside a url pipeline, "
+                f"got {self.setup_url!r}"
+            )
+        ver = self.setup_version
+        if ver is not None and (not isinstance(ver, str) or not ver or not self.indexes_corpus):
+            raise ValueError(f"{owner}: setup_version must be a non-empty string, with a setup")
         timeout = self.timeout
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ValueError(f"{owner}: timeout must be a number of seconds > 0, got {timeout!r}")
@@ -323,11 +366,16 @@ class PipelineParams(StrategyParams):
                 )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in super().to_dict().items() if k not in self.CALLING}
+        data = {k: v for k, v in super().to_dict().items() if k not in self.CALLING}
+        return {k: v for k, v in data.items() if k not in self.SETUP or v is not None}
 
     def label(self) -> str:
-        """``pipeline mypkg.rag:answer v=1a2b3c4d`` or ``pipeline http://host/answer v=2``."""
+        """``pipeline mypkg.rag:answer v=1a2b3c4d`` or ``pipeline http://host/answer v=2``, then
+        ``setup=mypkg.rag:index`` when the run's corpus is handed to it."""
         version = (self.version or "").removeprefix("sha256:")[:12]
+        setup = self.setup or self.setup_url
         return " ".join(
-            [self.strategy, self.target or self.url or ""] + [f"v={version}"] * bool(version)
+            [self.strategy, self.target or self.url or ""]
+            + [f"v={version}"] * bool(version)
+            + [f"setup={setup}"] * bool(setup)
         )

@@ -17,6 +17,20 @@ contexts' documents in their order). Cost: the reported usage priced by the run'
 without usage, the contexts + question (prompt) and the answer (completion) counted with the
 run's tokenizer, ``usage_estimated``. Latency: the wall time of the call. A call that raises,
 times out or answers out of contract is an error row (``MalformedAnswer`` names the field).
+
+The same documents on both sides (``setup`` / ``setup_url``): before a question, the setup hook
+receives its corpus, ``setup(documents, corpus)`` (or ``setup(documents)``): the example's
+``Document``s (id, text, title, meta) and the corpus id (a shared corpus' fingerprint, else the
+sha256 of the example's documents), which the question's call then gets as ``corpus``. It is
+called when the corpus differs from the one this hook last received in the process: once for a
+shared corpus, once per example for per-example documents (multidoc, RULER: each question has
+its own documents, as long context reads them; pooling every example's documents into one
+index would make the others distractors, which is what ``noise_sensitivity`` measures, apart).
+Calls are sequential (``run_batch`` advances one item at a time), so a pipeline may keep one
+index and rebuild it on each call, or keep one per corpus id. A setup that raises is an error row
+(the next question on that corpus tries it again). Records say ``pipeline_index``: ``"ragbench
+corpus"`` with a setup hook, ``"own index"`` without one (the verdict's conditions name such a
+pipeline).
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ from typing import Any
 import ragbench.strategies.pipeline_http as pipeline_http
 import ragbench.strategies.pipeline_target as pipeline_target
 from ragbench.cost.accounting import Cost
+from ragbench.datasets.corpus_file import corpus_fingerprint
 from ragbench.retrieval.context import assemble_context
 from ragbench.retrieval.metrics import per_query
 from ragbench.strategies.base import Resources, Steps, make_record
@@ -120,6 +135,46 @@ def open_pipeline(params: PipelineParams) -> Opened:
         return _opened[key]
 
 
+OWN_INDEX, RUN_CORPUS = "own index", "ragbench corpus"  # a record's ``pipeline_index``
+_set_up: dict[tuple, str] = {}  # setup hook -> the corpus id it last received (and indexed)
+_setup_lock = threading.Lock()
+
+
+def corpus_id(example: Example) -> str:
+    """A shared corpus' fingerprint, else the sha256 of the example's own documents."""
+    return example.meta.get("corpus_fingerprint") or corpus_fingerprint(example.documents)
+
+
+def set_up(params: PipelineParams, example: Example) -> str | None:
+    """Hand the example's corpus to the setup hook unless it holds it already (module
+    docstring); the corpus id, or None without a hook. A setup that fails raises (an error row)
+    and is tried again by the next question on that corpus, or by a resumed run."""
+    if not params.indexes_corpus:
+        return None
+    corpus = corpus_id(example)
+    hook = (
+        ("url", params.raw_setup_url) if params.setup_url else (params.setup, params.setup_version)
+    )
+    with _setup_lock:
+        if _set_up.get(hook) == corpus:
+            return corpus
+        _set_up.pop(hook, None)  # what it holds now is unknown until this setup returns
+        docs = list(example.documents)
+        try:
+            if params.setup_url is not None:
+                pipeline_http.post_setup(params, corpus, docs)
+            else:
+                fn, _ = pipeline_target.resolve(params.setup, "pipeline setup")
+                fn(*(docs, corpus)[: _arity(fn) or 1])
+        except Exception as exc:
+            raise RuntimeError(
+                f"pipeline setup {params.setup or params.setup_url!r} failed on corpus "
+                f"{corpus[:12]} ({len(docs)} documents): {type(exc).__name__}: {exc}"
+            ) from None
+        _set_up[hook] = corpus
+    return corpus
+
+
 def preflight(params: PipelineParams) -> None:
     """Before any work: an endpoint answers (``pipeline_http.check``) and its header variables
     are set; a target imports and classifies (its factory built)."""
@@ -175,8 +230,10 @@ def _query(engine: Any, question: str) -> PipelineAnswer:
 
 
 def _located(context: Context, example: Example) -> Context:
-    """A context without a document id gets the first document holding its text (and the span)."""
-    if context.doc_id is not None or not context.text.strip():
+    """A context whose document id is not one of the example's (none, or the pipeline's own ids:
+    llama-index's readers make up uuids) gets the first document holding its text, and the span;
+    a text found nowhere keeps what the pipeline said."""
+    if not context.text.strip() or context.doc_id in {d.id for d in example.documents}:
         return context
     needle = context.text.strip()
     for doc in example.documents:
@@ -284,7 +341,8 @@ def _read(example: Example, res: Resources, contexts: list[Context]) -> str:
 def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> Steps:
     system = open_pipeline(params)
     what = repr(params.target or params.url)
-    question, corpus = example.question, example.meta.get("corpus_fingerprint")
+    corpus = set_up(params, example) or example.meta.get("corpus_fingerprint")
+    question, index = example.question, RUN_CORPUS if params.indexes_corpus else OWN_INDEX
     t0 = time.perf_counter()
     if system.kind == "retriever":
         nodes = pipeline_target.call_with_deadline(
@@ -294,7 +352,10 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         contexts = [_located(_node_context(n), example) for n in nodes]
         completion = yield res.request(_read(example, res, contexts), rid=f"{example.id}:pipeline")
         cost = res.cost(completion).with_retrieval(seconds)
-        meta = context_meta(contexts, example) | {"pipeline_kind": system.kind}
+        meta = context_meta(contexts, example) | {
+            "pipeline_kind": system.kind,
+            "pipeline_index": index,
+        }
         record = make_record(example, params, completion, res, meta, cost)
         scores = record.scores | retrieval_scores(contexts, example)
         return dataclasses.replace(record, scores=scores)
@@ -318,7 +379,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
     # the run's architecture facts (FLOPs, KV bytes) hold only for the run's own model
     own_model = completion.model in ("", getattr(res.llm, "name", ""))
     cost = res.cost(completion) if own_model else Cost.of(completion, None, res.sheet)
-    meta = context_meta(contexts, example) | {"pipeline_kind": system.kind}
+    meta = context_meta(contexts, example) | {"pipeline_kind": system.kind, "pipeline_index": index}
     if answer.usage is not None and answer.usage.latency_seconds is not None:
         meta["pipeline_latency_seconds"] = float(answer.usage.latency_seconds)
     if answer.version is not None:

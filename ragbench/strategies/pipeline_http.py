@@ -7,9 +7,14 @@ retry policy (408/409/425/429, 5xx, timeouts and dropped connections, with backo
 the server's message, and httpx's logs redacted. Header values come from environment variables
 named in ``headers_env`` and are remembered as secrets, so no message or file can quote them.
 
-``check(params)`` is the preflight: one ``GET url`` (5 s) before any work. Any answer but 401,
-403 or 404 means the service is up (a POST-only route answers 405 or 501); a refused connection,
-no answer, or those statuses raise ``ServerUnreachable`` naming the URL and the cause.
+``check(params)`` is the preflight: one ``GET url`` (5 s) before any work (and one of
+``setup_url``). Any answer but 401, 403 or 404 means the service is up (a POST-only route
+answers 405 or 501); a refused connection, no answer, or those statuses raise
+``ServerUnreachable`` naming the URL and the cause.
+
+``post_setup`` is the corpus setup hook over HTTP: ``POST setup_url`` with ``{"corpus": id,
+"documents": [{"id", "text", "title", "meta"}]}`` and the same headers and retries; any 2xx
+answer (a body or none) means the corpus is indexed.
 """
 
 from __future__ import annotations
@@ -83,12 +88,34 @@ def post(params: PipelineParams, question: str, example_id: str, corpus: str | N
     return result
 
 
+def _attempt_setup(c: Any, url: str, payload: dict[str, Any]) -> None:
+    resp = c.post(url, json=payload)
+    if resp.status_code >= 400:
+        raise http.status_error(resp, resp.text)
+
+
+def post_setup(params: PipelineParams, corpus: str, documents: list[Any]) -> None:
+    """Hand the corpus (``Document``s) to ``setup_url`` (after retries), or ``LLMRequestError``."""
+    payload = {"corpus": corpus, "documents": [d.to_dict() for d in documents]}
+    http.with_retries(
+        _attempt_setup, client(params), params.raw_setup_url, payload,
+        url=params.setup_url, timeout=params.timeout, max_retries=params.retries,
+        backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX, sleep=time.sleep,
+    )  # fmt: skip
+
+
 def check(params: PipelineParams, timeout: float = CHECK_TIMEOUT) -> None:
     """The preflight (see the module docstring); ``ServerUnreachable`` when it fails."""
+    _check(params, params.raw_url, params.url, timeout)
+    if params.setup_url is not None:
+        _check(params, params.raw_setup_url, params.setup_url, timeout)
+
+
+def _check(params: PipelineParams, raw_url: Any, shown_url: Any, timeout: float) -> None:
     import httpx  # lazy: only url pipelines need it
 
     try:
-        resp = client(params).get(params.raw_url, timeout=httpx.Timeout(timeout))
+        resp = client(params).get(raw_url, timeout=httpx.Timeout(timeout))
     except httpx.TimeoutException as exc:
         phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "answer"
         cause = f"no {phase} within {timeout:g} s ({type(exc).__name__})"
@@ -104,5 +131,5 @@ def check(params: PipelineParams, timeout: float = CHECK_TIMEOUT) -> None:
             cause += ": no such route (check the url's path)"
         else:
             cause += ": the service refused our headers (check headers_env and its variables)"
-    msg = f"pipeline endpoint check failed: GET {params.url}: {cause}; nothing was run"
+    msg = f"pipeline endpoint check failed: GET {shown_url}: {cause}; nothing was run"
     raise ServerUnreachable(secrets.redact_text(" ".join(msg.split()))) from None

@@ -8,8 +8,9 @@ The steps, each a function here so the CLI stays thin and tests can call them:
 2. :func:`questions_path`: the questions file given, or questions generated over the corpus
    (``experiment.question_gen``, as ``ragbench data questions`` and notebook 05 generate them);
 3. :func:`build_config` + :func:`write_config`: the run config notebook 05 builds from the same
-   parameters (closed book, long context, RAG and Self-Route on one shared corpus), written as a
-   real YAML file in the run folder, so ``ragbench run <that file>`` resumes the same run;
+   parameters (closed book, long context, RAG and Self-Route on one shared corpus, and the user's
+   own pipeline beside them: :func:`strategy_list`), written as a real YAML file in the run
+   folder, so ``ragbench run <that file>`` resumes the same run;
 4. :func:`estimate` (the dry run: tokens and dollars per strategy) and :func:`is_paid` (a backend
    without local weights priced per token: the CLI asks before spending);
 5. ``experiment.runner.run`` on that YAML, then :func:`decide` (``analysis.verdict`` with the share
@@ -17,12 +18,17 @@ The steps, each a function here so the CLI stays thin and tests can call them:
 6. :func:`write_report`: notebook 05 executed with the run's parameters (its run is this run: same
    config, same folder, nothing pending), its verdict moved to the top, rendered to HTML beside
    the run.
+
+A pipeline (``pipeline``: ``"module:attr"``, a function, a llama-index query engine or retriever,
+or a factory of one; ``pipeline_url``: an HTTP service) is checked first, by
+:func:`check_pipelines`, before the documents are read or any model loads: a target whose module
+does not import or lacks the attribute, or an endpoint that does not answer, is one error line.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,8 @@ from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.runner import run_dir_for
 from ragbench.llm import backend_capabilities
-from ragbench.strategies import get_strategy
+from ragbench.strategies import get_strategy, pipeline_http
+from ragbench.strategies.params import PipelineParams
 from ragbench.workspace.kernels import execute_notebook
 from ragbench.workspace.notebook import model_block
 from ragbench.workspace.render import executed_runs, render_notebook
@@ -79,6 +86,8 @@ class CompareSpec:
     output_dir: str = "data/results"
     seed: int = 0
     threads: int | None = None  # torch CPU threads (model.threads; speed only, not in the hash)
+    pipeline: str = ""  # your system: "module:attr" (function, llama-index engine, or a factory)
+    pipeline_url: str = ""  # your system as an HTTP service (POST JSON, see the README)
 
     @property
     def out(self) -> Path:
@@ -131,16 +140,47 @@ def questions_path(spec: CompareSpec, corpus: Path, fingerprint: str) -> tuple[P
 # --------------------------------------------------------------------------- the config
 
 
-def strategy_entries(spec: CompareSpec) -> list[Any]:
+def strategy_list(
+    strategies: Sequence[str], top_k: int, overflow: str, pipeline: str = "", pipeline_url: str = ""
+) -> list[Any]:
     """Each strategy with the options it declares among ``top_k`` and ``overflow`` (a bare name
-    when it takes none), as notebook 05 lists them."""
-    options = {"top_k": spec.top_k, "overflow": spec.overflow}
+    when it takes none), then the pipeline(s): what notebook 05 and ``ragbench compare`` run."""
+    options = {"top_k": top_k, "overflow": overflow}
     entries: list[Any] = []
-    for name in spec.strategies:
+    for name in strategies:
         fields = get_strategy(name).params.field_names()  # unknown name: did-you-mean
         params = {k: v for k, v in options.items() if k in fields}
         entries.append({"name": name, "params": params} if params else name)
-    return entries
+    return entries + [{"name": PipelineParams.strategy, "params": p}
+                      for p in pipeline_params(pipeline, pipeline_url)]  # fmt: skip
+
+
+def strategy_entries(spec: CompareSpec) -> list[Any]:
+    """``strategy_list`` of the spec's strategies, options and pipeline(s)."""
+    return strategy_list(spec.strategies, spec.top_k, spec.overflow, spec.pipeline,
+                         spec.pipeline_url)  # fmt: skip
+
+
+def pipeline_params(pipeline: str = "", pipeline_url: str = "") -> list[dict[str, str]]:
+    """The ``pipeline`` strategy's params for a target and/or an endpoint (none when both are
+    empty)."""
+    points = []
+    if pipeline:
+        points.append({"target": pipeline})
+    if pipeline_url:
+        points.append({"url": pipeline_url})
+    return points
+
+
+def check_pipelines(spec: CompareSpec) -> list[PipelineParams]:
+    """The spec's pipelines, checked before anything else is done: a target's module imports and
+    has the attribute (``ValueError`` naming which failed; its factory is not called yet), an
+    endpoint answers (``ServerUnreachable``, a ``ValueError``)."""
+    points = [PipelineParams(**p) for p in pipeline_params(spec.pipeline, spec.pipeline_url)]
+    for point in points:
+        if point.url is not None:
+            pipeline_http.check(point)
+    return points
 
 
 def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, Any]:
@@ -186,6 +226,11 @@ def write_config(config: dict[str, Any]) -> tuple[RunConfig, Path]:
         "# edit anything (strategies, top_k, model, price_sheet...) and run it again: a changed\n"
         "# config is a new run folder beside this one. Keys: see the README (Bring your own documents)\n"
     )
+    if any(isinstance(s, dict) and s["params"].get("target") for s in config["strategies"]):
+        header += (
+            "# the pipeline's module is imported from sys.path, the working directory or this\n"
+            f"# folder; `ragbench compare` ran in {Path.cwd()}\n"
+        )
     body = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=100)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + body, encoding="utf-8")
@@ -245,16 +290,12 @@ def notebook_path() -> Path | None:
 
 
 def report_blocker(spec: CompareSpec) -> str | None:
-    """Why notebook 05 cannot show this run (it would run another one), or None."""
+    """Why notebook 05 cannot show this run (it would run another one), or None. Its parameters
+    carry the strategies, overflow policy and pipelines; it reads one folder."""
     if notebook_path() is None:
         return f"{NOTEBOOK} not found (ragbench is not running from its checkout)"
     if len(spec.docs) != 1:
         return "notebook 05 reads one folder; this run read several"
-    if tuple(spec.strategies) != DEFAULT_STRATEGIES or spec.overflow != DEFAULT_OVERFLOW:
-        return (
-            f"notebook 05 compares {', '.join(DEFAULT_STRATEGIES)} with overflow "
-            f"{DEFAULT_OVERFLOW}; this run differs"
-        )
     return None
 
 
@@ -277,6 +318,10 @@ def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
         "min_accuracy": spec.min_accuracy,
         "max_dollars_per_1k": spec.max_dollars_per_1k,
         "max_latency_s": spec.max_latency_s,
+        "strategies": list(spec.strategies),
+        "overflow": spec.overflow,
+        "pipeline": spec.pipeline,
+        "pipeline_url": spec.pipeline_url,
     }
 
 
@@ -298,13 +343,16 @@ def verdict_first(nb: Any) -> Any:
 def write_report(spec: CompareSpec, questions: Path, run_dir: Path, progress: bool = False) -> Path:
     """Notebook 05 executed with the run's parameters into ``run_dir/report.ipynb`` (its run is
     this run, resumed with nothing pending) and rendered, verdict first and without code, to
-    ``run_dir/report.html``. Raises ValueError when the notebook ran another run."""
+    ``run_dir/report.html``. Raises ValueError when the notebook ran another run.
+
+    Its kernel starts in this process's working directory (every path it is given is
+    absolute), so a pipeline module found there by the command is found by the notebook too."""
     import nbformat
 
     executed = run_dir / "report.ipynb"
     nb = execute_notebook(
         notebook_path(), executed, parameters=notebook_parameters(spec, questions),
-        cwd=str(run_dir), progress_bar=progress,
+        cwd=str(Path.cwd()), progress_bar=progress,
     )  # fmt: skip
     runs = [name for name, _ in executed_runs(nb)]
     if runs != [run_dir.name]:
