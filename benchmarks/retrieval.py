@@ -16,12 +16,25 @@ Output: ``benchmarks/results/retrieval.json`` (``--out`` to change), with for ea
   ``retrieve`` of all queries, k=10; warm = query embeddings cached too), ``end_to_end_*_s``;
 - ``llamaindex.build_s`` (``VectorStoreIndex(nodes)``), ``query_s`` (``retriever.retrieve``
   per query: its API is one query at a time), ``end_to_end_s``;
+- the cold numbers on both sides are medians over ``rounds`` (``--rounds``, default 3 on the
+  essays, 1 on the generated corpus): each round runs ragbench cold (a fresh embedder, an empty
+  cache) and llama-index back to back, the order alternating from round to round so machine
+  load and first-use kernel set-up fall on both sides alike; every round's times and load
+  average are under ``cold_rounds``;
 - ``speedup_warm`` / ``speedup_cold``: llama-index end-to-end time over ragbench's (target >= 2
-  warm);
+  warm); ``padded_tokens``: the token slots each side's batches feed the model (ragbench batches
+  by token length, sentence-transformers alone by characters, llama-index in chunks of 64 in
+  corpus order), with the real tokens;
 - ``topk_agreement``: fraction of queries whose top-k id lists are identical, whose top-k sets
   are identical, and the mean overlap |A∩B|/k (target: identical for the exact index);
 - ``faiss_search_us``: FAISS search latency per query in microseconds, one query at a time
   (median) and amortised over the batch, for ``Flat`` (exact) and ``HNSW32``.
+
+The headline ``default_cold_speedup_vs_llamaindex`` is the essays' ``speedup_cold`` (default fp32
+embedder; target >= 1.0), with ``default_top10_identical_to_llamaindex`` (every round's top-10
+lists equal llama-index's) and ``default_top10_identical_to_prefix`` (equal to ragbench's own
+lists from before token-length batching, ``results/retrieval_top10_reference.json``; null with
+``--quick``, whose corpus differs).
 
 and ``embedding_throughput``: texts/s of ``model.encode(texts, batch_size)`` called directly vs
 ragbench's ``embed_documents`` (cache off, and cold cache), best of ``--repeats`` alternating
@@ -56,14 +69,19 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+# benchmarks/ goes last: a script here named like a standard module must not shadow it
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.append(str(BENCH))
 
 from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm.calibration import cpu_name  # noqa: E402
 from ragbench.types import Chunk, Document  # noqa: E402
 
 K = 10
 BATCH_SIZE = 64
+REFERENCE = BENCH / "results" / "retrieval_top10_reference.json"
 
 
 def essay_chunks(limit: int | None) -> list[Chunk]:
@@ -142,19 +160,86 @@ def new_embedder(cache_root: Path | None):
     return emb
 
 
-def bench_corpus(chunks: list[Chunk], queries: list[str], model, cache_root: Path) -> dict:
-    from llama_index.core import VectorStoreIndex
-
-    from ragbench.retrieval.llamaindex import chunk_to_node
+def ragbench_cold(chunks: list[Chunk], queries: list[str], cache_root: Path) -> dict:
+    """One cold ragbench run: a fresh embedder on an empty cache, build, one batch of queries."""
     from ragbench.retrieval.retrievers import DenseRetriever
 
     emb = new_embedder(cache_root)
     t = time.perf_counter()
-    cold = DenseRetriever(chunks, emb)
-    build_cold = time.perf_counter() - t
+    dense = DenseRetriever(chunks, emb)
+    build = time.perf_counter() - t
+    padded = emb.padded_tokens  # the chunks' (before the queries')
     t = time.perf_counter()
-    cold.retrieve(queries, K)
-    query_cold = time.perf_counter() - t
+    hits = dense.retrieve(queries, K)
+    query = time.perf_counter() - t
+    ids = [[h.chunk.id for h in r] for r in hits]
+    return {"build_s": build, "query_s": query, "ids": ids, "padded_tokens": padded}
+
+
+def llamaindex_run(chunks: list[Chunk], queries: list[str], model) -> dict:
+    """One llama-index run: ``VectorStoreIndex(nodes)`` (embeds every node), then its
+    retriever one query at a time (its API)."""
+    from llama_index.core import VectorStoreIndex
+
+    from ragbench.retrieval.llamaindex import chunk_to_node
+
+    nodes = [chunk_to_node(c) for c in chunks]
+    t = time.perf_counter()
+    index = VectorStoreIndex(nodes, embed_model=llama_embedding(model, BATCH_SIZE))
+    build = time.perf_counter() - t
+    retriever = index.as_retriever(similarity_top_k=K)
+    t = time.perf_counter()
+    theirs = [retriever.retrieve(q) for q in queries]
+    query = time.perf_counter() - t
+    return {"build_s": build, "query_s": query, "ids": [[n.node.id_ for n in r] for r in theirs]}
+
+
+def padded_tokens(chunks: list[Chunk], model, ragbench: int) -> dict:
+    """Token slots fed to the model: llama-index sends batches of 64 in corpus order (each pads
+    to its longest); sentence-transformers alone sorts by characters; ragbench by tokens."""
+    from ragbench.retrieval.embedders import token_lengths
+
+    lengths = token_lengths(model, [c.text for c in chunks])
+
+    def padded(order: list[int]) -> int:
+        batches = [order[s : s + BATCH_SIZE] for s in range(0, len(order), BATCH_SIZE)]
+        return sum(len(b) * max(lengths[i] for i in b) for b in batches)
+
+    by_chars = sorted(range(len(chunks)), key=lambda i: -len(chunks[i].text))
+    return {
+        "real": sum(lengths),
+        "ragbench": ragbench,
+        "llamaindex": padded(list(range(len(chunks)))),
+        "sentence_transformers_char_sorted": padded(by_chars),
+    }
+
+
+def bench_corpus(
+    chunks: list[Chunk], queries: list[str], model, cache_root: Path, rounds: int = 1
+) -> dict:
+    from ragbench.retrieval.retrievers import DenseRetriever
+
+    cold_rounds, ours_cold, theirs, padded = [], [], [], 0
+    for r in range(rounds):
+        # round 0 fills cache_root (the warm runs below and retrieval_fast read it)
+        root = cache_root if r == 0 else cache_root.with_name(f"{cache_root.name}-cold{r}")
+        row: dict[str, Any] = {"first": "ragbench" if r % 2 == 0 else "llamaindex"}
+        for side in ("ragbench", "llamaindex") if r % 2 == 0 else ("llamaindex", "ragbench"):
+            if side == "ragbench":
+                run = ragbench_cold(chunks, queries, root)
+                ours_cold.append(run["ids"])
+                padded = run["padded_tokens"]
+            else:
+                run = llamaindex_run(chunks, queries, model)
+                theirs.append(run["ids"])
+            row[side] = {k: v for k, v in run.items() if k.endswith("_s")}
+            row[side]["end_to_end_s"] = run["build_s"] + run["query_s"]
+        row["load_average"] = os.getloadavg()
+        cold_rounds.append(row)
+        print(f"[bench]   round {r}: {json.dumps(row)}", flush=True)
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(row[side][key] for row in cold_rounds)
 
     emb = new_embedder(cache_root)
     t = time.perf_counter()
@@ -164,33 +249,34 @@ def bench_corpus(chunks: list[Chunk], queries: list[str], model, cache_root: Pat
     ours = warm.retrieve(queries, K)
     query_warm = time.perf_counter() - t
 
-    nodes = [chunk_to_node(c) for c in chunks]
-    t = time.perf_counter()
-    index = VectorStoreIndex(nodes, embed_model=llama_embedding(model, BATCH_SIZE))
-    li_build = time.perf_counter() - t
-    retriever = index.as_retriever(similarity_top_k=K)
-    t = time.perf_counter()
-    theirs = [retriever.retrieve(q) for q in queries]
-    li_query = time.perf_counter() - t
-
     a = [[h.chunk.id for h in r] for r in ours]
-    b = [[n.node.id_ for n in r] for r in theirs]
-    rb_cold, rb_warm, li = build_cold + query_cold, build_warm + query_warm, li_build + li_query
+    b = theirs[0]
+    rb_cold, rb_warm = median("ragbench", "end_to_end_s"), build_warm + query_warm
+    li = median("llamaindex", "end_to_end_s")
     return {
         "chunks": len(chunks),
         "queries": len(queries),
         "k": K,
+        "rounds": rounds,
         "ragbench": {
-            "build_cold_s": build_cold,
+            "build_cold_s": median("ragbench", "build_s"),
             "build_warm_s": build_warm,
-            "query_cold_s": query_cold,
+            "query_cold_s": median("ragbench", "query_s"),
             "query_warm_s": query_warm,
             "end_to_end_cold_s": rb_cold,
             "end_to_end_warm_s": rb_warm,
         },
-        "llamaindex": {"build_s": li_build, "query_s": li_query, "end_to_end_s": li},
+        "llamaindex": {
+            "build_s": median("llamaindex", "build_s"),
+            "query_s": median("llamaindex", "query_s"),
+            "end_to_end_s": li,
+        },
         "speedup_warm": li / rb_warm,
         "speedup_cold": li / rb_cold,
+        "cold_rounds": cold_rounds,
+        "top10_cold_runs_identical": all(x == a for x in ours_cold) and all(x == b for x in theirs),
+        "top10_identical_to_prefix": against_reference(chunks, queries, [a, *ours_cold]),
+        "padded_tokens": padded_tokens(chunks, model, ragbench=padded),
         "topk_agreement": {
             "identical_lists": float(np.mean([x == y for x, y in zip(a, b, strict=True)])),
             "identical_sets": float(np.mean([set(x) == set(y) for x, y in zip(a, b, strict=True)])),
@@ -200,6 +286,15 @@ def bench_corpus(chunks: list[Chunk], queries: list[str], model, cache_root: Pat
         },
         "faiss_search_us": faiss_latency(warm, queries),
     }
+
+
+def against_reference(chunks: list[Chunk], queries: list[str], runs: list) -> bool | None:
+    """Whether every run's top-10 lists equal ragbench's from before token-length batching
+    (``REFERENCE``); None for another corpus or other queries (``--quick``, the generated one)."""
+    reference = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    if reference["queries"] != queries or reference["chunks"] != len(chunks):
+        return None
+    return all(ids == reference["top10"] for ids in runs)
 
 
 def faiss_latency(dense, queries: list[str]) -> dict:
@@ -288,6 +383,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/retrieval.json")
     parser.add_argument("--queries", type=int, default=None, help="queries per corpus")
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (best of)")
+    parser.add_argument("--rounds", type=int, default=3, help="cold rounds on the essays (median)")
     parser.add_argument("--generated", type=int, default=None, help="generated corpus size")
     parser.add_argument(
         "--no-fast-embedders", "--no-onnx", dest="no_fast", action="store_true",
@@ -311,6 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
             "batch_size": BATCH_SIZE,
             "k": K,
             "embedder": "all-MiniLM-L6-v2 (embedded), cpu",
+            "cpu_model": cpu_name(),
             "torch_threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(),
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
@@ -328,8 +425,19 @@ def main(argv: list[str] | None = None) -> dict:
         for name, chunks in (("essays", essays), ("generated", generated)):
             print(f"[bench] {name}: {len(chunks)} chunks ...", flush=True)
             queries[name] = make_queries(chunks, n_queries)
-            report["corpora"][name] = bench_corpus(chunks, queries[name], model, root / name)
+            rounds = args.rounds if name == "essays" else 1  # 10k chunks: minutes a side
+            report["corpora"][name] = bench_corpus(
+                chunks, queries[name], model, root / name, rounds
+            )
             print(json.dumps(report["corpora"][name], indent=1), flush=True)
+        essays_result = report["corpora"]["essays"]
+        report["default_cold_speedup_vs_llamaindex"] = essays_result["speedup_cold"]
+        report["default_top10_identical_to_llamaindex"] = (
+            essays_result["topk_agreement"]["identical_lists"] == 1.0
+            and essays_result["top10_cold_runs_identical"]
+        )
+        report["default_top10_identical_to_prefix"] = essays_result["top10_identical_to_prefix"]
+        report["targets"] = {"default_cold_speedup_vs_llamaindex": 1.0}
         texts = [c.text for c in essays[: 128 if args.quick else 512]]
         report["embedding_throughput"] = embedding_throughput(texts, model, root, args.repeats)
         print(json.dumps(report["embedding_throughput"], indent=1))

@@ -19,7 +19,8 @@ Each gets, under ``variants.<name>``:
   top-10 chunk lists against the fp32 PyTorch index over the essay corpus and queries of the
   main benchmark;
 - ``cold_speedup_vs_llamaindex``: llama-index ``VectorStoreIndex`` end-to-end time (build +
-  queries, fp32 PyTorch, from the essays section of the same run) over ragbench's cold
+  queries, fp32 PyTorch, the median of the essays section's rounds in the same run; one run
+  of each variant here) over ragbench's cold
   end-to-end time with this embedder (empty embedding cache: embed + index + one batch of
   queries). Model loading and the one-time ONNX export are outside the timed section, as model
   loading is for both sides; first-use kernel set-up is inside it, as it is for both. The variants run one after another in the order

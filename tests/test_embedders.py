@@ -14,6 +14,8 @@ from ragbench.retrieval.embedders import (
     SentenceTransformerEmbedder,
     get_embedder,
     l2_normalise,
+    length_batches,
+    token_lengths,
 )
 from ragbench.retrieval.embedding_cache import EmbeddingCache
 
@@ -163,6 +165,45 @@ def test_minilm_vectors_cache_and_prefixes(minilm, tmp_path):
     q, d = e5.embed_queries([DOCS[0]]), e5.embed_documents([DOCS[0]])
     assert float((q @ d.T)[0, 0]) < 0.999 and e5.cache is None
     assert e5.identity() != minilm.identity()
+
+
+def test_length_batches_group_by_length_longest_first_ties_by_position():
+    lengths = [3, 9, 9, 1, 5, 3]
+    batches = length_batches(lengths, 2)
+    assert batches == [[1, 2], [4, 0], [5, 3]]
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert length_batches([], 4) == [] and length_batches([7], 4) == [[0]]
+    # padding of sorted batches is minimal: each batch pads to its own longest
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    assert padded == 2 * 9 + 2 * 5 + 2 * 3 < 6 * 9
+
+
+def padded(lengths: list[int], order: list[int], batch_size: int) -> int:
+    return sum(
+        len(order[s : s + batch_size]) * max(lengths[i] for i in order[s : s + batch_size])
+        for s in range(0, len(order), batch_size)
+    )
+
+
+@pytest.mark.slow
+def test_minilm_batches_by_tokens_not_characters(minilm):
+    # digits are a token each (many tokens, few characters), a long common word is one token
+    # (few tokens, many characters): characters order these 59, 55, 43, 41 (tokens 32, 6, 24,
+    # 5), so sorting by characters pairs a long text with a short one in every batch
+    digits = [" ".join(str(d % 10) for d in range(n)) for n in (30, 22)]
+    words = [" ".join(["understanding"] * m) for m in (4, 3)]
+    texts = [t for pair in zip(digits, words, strict=True) for t in pair]
+    emb = SentenceTransformerEmbedder(batch_size=2, cache=False, device="cpu")
+    emb._model = minilm.model  # share the loaded weights
+    vectors = emb.embed_documents(texts)
+    lengths = token_lengths(emb.model, texts)
+    by_tokens = [i for b in length_batches(lengths, 2) for i in b]
+    by_chars = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # sentence-transformers'
+    assert emb.padded_tokens == padded(lengths, by_tokens, 2) < padded(lengths, by_chars, 2)
+    # the same vectors, in input order, as one encode call over all texts
+    direct = emb.model.encode(texts, batch_size=2, normalize_embeddings=True)
+    np.testing.assert_allclose(vectors, direct, atol=1e-6)
+    assert_unit_float32(vectors, len(texts), 384)
 
 
 def test_server_embeddings_equal_local_ones_and_are_cached(tmp_path, monkeypatch):

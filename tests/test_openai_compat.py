@@ -648,3 +648,22 @@ def test_embeddings_reply_that_is_not_json_names_the_request(serve):
         match=r"/v1/embeddings \(request ragbench-\w+\) failed .*: response is not valid JSON",
     ):
         client(srv).post_json("embeddings", {"input": ["a"]})
+
+
+def test_every_worker_keeps_its_connection(serve):
+    """max_concurrency connections stay open between batches: no worker reconnects (a TLS
+    handshake each time on a hosted API)."""
+    ports: set[int] = set()
+    answer = ok(delay=0.05)
+
+    def behave(h, body, n):
+        ports.add(h.client_address[1])  # one client port per connection
+        answer(h, body, n)
+
+    srv = serve(behave)
+    llm = client(srv, stream=False, max_concurrency=24)
+    for _ in range(3):
+        outs = llm.generate([GenerationRequest(prompt=f"q{i}") for i in range(24)])
+        assert [o.text for o in outs] == [f"echo q{i}" for i in range(24)]
+    assert len(srv.requests) == 72
+    assert len(ports) <= 24  # the connections of the first batch serve the next ones

@@ -9,12 +9,13 @@ from importlib import import_module
 import typer
 
 from ragbench.assets import describe
+from ragbench.experiment.budget import EXIT_HELP as BUDGET_EXIT_HELP
 from ragbench.io import EXIT_CODES_HELP
 from ragbench.secrets import install_log_redaction
 
 app = typer.Typer(
     help="ragbench: retrieval (RAG) vs long-context prompting, accuracy and cost per query.",
-    epilog=EXIT_CODES_HELP,  # the exit codes (ragbench.io)
+    epilog=f"{EXIT_CODES_HELP}\n\n{BUDGET_EXIT_HELP}",  # the exit codes (ragbench.io, budget)
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import typer
 
+from ragbench.experiment.budget import BUDGET_EXIT, EXIT_HELP
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.results import error_summary
 from ragbench.experiment.runner import run
-from ragbench.io import ALL_FAILED_EXIT, EXIT_CODES_HELP, user_errors
+from ragbench.io import ALL_FAILED_EXIT, EXIT_CODES_HELP, cli_error, user_errors
 from ragbench.locks import LockHeldError
 from ragbench.report import summary
 from ragbench.report.readable import readable_text
@@ -23,7 +24,7 @@ from ragbench.strategies.retrieve_only import metric_names
 def register(app: typer.Typer) -> None:
     """Adds ``ragbench run CONFIG`` to the root typer app."""
 
-    @app.command("run", epilog=EXIT_CODES_HELP)
+    @app.command("run", epilog=f"{EXIT_CODES_HELP}\n\n{EXIT_HELP}")
     def run_command(
         config: Path = typer.Argument(..., help="experiment YAML, e.g. configs/quick-cpu.yaml"),
         output_dir: str | None = typer.Option(None, help="override the config's output_dir"),
@@ -45,6 +46,17 @@ def register(app: typer.Typer) -> None:
         threads: int | None = typer.Option(
             None, min=1, help="torch CPU threads (model.threads); 1-2 on a busy machine"
         ),
+        executor: str = typer.Option(
+            "local",
+            help="where generation runs: local (this process) | ray (--workers Ray "
+            "workers, each its own model; RAY_ADDRESS joins a running cluster)",
+        ),  # fmt: skip
+        workers: int = typer.Option(1, min=1, help="Ray workers (--executor ray)"),
+        max_dollars: float | None = typer.Option(
+            None,
+            help="stop before the run's spend passes this many dollars (max_dollars; exit "
+            f"{BUDGET_EXIT}); a dry run refuses a config estimated over it (exit 2)",
+        ),  # fmt: skip
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json.
 
@@ -57,14 +69,17 @@ def register(app: typer.Typer) -> None:
             overrides = list(set_)
             overrides += [f"dataset.limit={limit}"] if limit else []
             overrides += [f"model.threads={threads}"] if threads else []
+            overrides += [f"max_dollars={max_dollars:.12f}"] if max_dollars is not None else []
             cfg = load_config(config, overrides)
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
             if dry_run:
                 _echo_dry_run(cfg, progress=not quiet)
                 return
-            df = run(cfg, progress=not quiet, wait=wait)
+            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers)
         typer.echo(f"run folder: {df.attrs['run_dir']}")
+        if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes
+            raise typer.Exit(code=BUDGET_EXIT)
         failed = int(df["error"].notna().sum())
         if failed == len(df):  # nothing to summarise: say why, not a table of NaN
             _echo_errors(df, f"all {failed} records failed", err=True)
@@ -94,6 +109,8 @@ def _echo_dry_run(cfg: RunConfig, progress: bool) -> None:
         typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
     for note in table.attrs["notes"]:
         typer.echo(f"note: {note}")
+    if table.attrs.get("over_budget"):  # the estimate is over max_dollars: exit 2
+        raise cli_error(ValueError(f"dry run of {cfg.name}: {table.attrs['over_budget']}"))
 
 
 def shown_metrics(cfg: RunConfig, df) -> list[str]:

@@ -67,6 +67,10 @@ class RunConfig(_Strict):
     # share of device time (varies with the load). Token sheets price tokens either way.
     cost_basis: Literal["calibrated", "measured"] = "calibrated"
     judge: JudgeConfig | None = None  # judge metrics' model and settings (ragbench.judge)
+    # stop the run before its spend (price sheets; judge included) passes this many dollars
+    # (ragbench.experiment.budget); the dry run refuses a config estimated over it. Not part of
+    # the hash: a rerun with a higher cap resumes in the same run folder
+    max_dollars: float | None = Field(None, gt=0)
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
 
     # the folder of the YAML file the config came from: relative dataset paths resolve there
@@ -135,6 +139,17 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _budget(self) -> RunConfig:
+        """A dollar cap needs dollars: a price sheet for the model (or the judge)."""
+        judge_sheet = self.judge is not None and self.judge.price_sheet is not None
+        if self.max_dollars is not None and self.price_sheet is None and not judge_sheet:
+            raise ValueError(
+                "max_dollars needs dollars to count: set price_sheet (e.g. example-hosted-api, "
+                "or a YAML path; `ragbench prices list` shows the shipped ones)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _judge(self) -> RunConfig:
         """Judge metrics need a judge model, and not the model under test unless allowed."""
         judged = [m for m in self.metrics if METRICS.get(m).kind == "judge"]
@@ -161,10 +176,11 @@ class RunConfig(_Strict):
 def config_hash(config: RunConfig) -> str:
     """Identity of a config's results. Credentials are masked first: a new password or key
     gives the same run folder, and the hash is never a function of a secret."""
-    # threads change speed, not answers: the same run folder whatever the machine's load
-    data = redact(
-        config.model_dump(mode="json", exclude={"output_dir": True, "model": {"threads"}})
-    )
+    # threads and rate limits change speed, not answers: the same run folder whatever the
+    # machine's load; max_dollars where a run stops, not what it computes (a higher cap resumes)
+    speed = {"threads", "rate_limit"}
+    exclude = {"output_dir": True, "max_dollars": True, "model": speed, "judge": {"model": speed}}
+    data = redact(config.model_dump(mode="json", exclude=exclude))
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)
     if data.get("cost_basis") == "calibrated":  # added later: the default hashes as before

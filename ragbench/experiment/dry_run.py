@@ -24,6 +24,10 @@ What cannot be known before generating is reported as a bound, never as a measur
 same way before it loads the model (``ragbench.experiment.preflight``, with ``prompt_counter``)
 and stops when any is over the window under the ``error`` overflow policy.
 
+With ``max_dollars``, a config whose total (the bound above; the judge's calls are not
+estimated) exceeds it is refused: ``attrs["over_budget"]`` says by how much, and ``ragbench run
+--dry-run`` prints the table, then that line, and exits 2.
+
 Nothing is written: no records, no cache, no run folder.
 """
 
@@ -34,6 +38,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ragbench.cost.prices import dollars, modelled_seconds_for
+from ragbench.experiment.budget import over_budget
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.resources import (
     build_resources,
@@ -211,6 +216,10 @@ def dry_run(config: Any, progress: bool = True) -> Any:
         table.attrs["notes"].append(
             f"not estimated (they call your own system): {', '.join(skipped)}"
         )
+    total = table["dollars_total_max"].sum(min_count=1)
+    table.attrs["over_budget"] = over_budget(total, cfg.max_dollars)
+    if cfg.max_dollars is not None and total != total:  # NaN: no dollars estimated
+        table.attrs["notes"].append("max_dollars: not checked (no dollar estimate)")
     if table["over_window"].any():
         table.attrs["notes"].append(
             "over_window: prompts that do not fit the window; a real run stops before loading "

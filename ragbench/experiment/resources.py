@@ -99,7 +99,7 @@ def load_model(m: ModelConfig) -> Any:
     if loads:
         announce(f"loading model {m.name} ({m.backend}{threads}) ...")
     t0 = time.perf_counter()
-    llm = load_llm(m.backend, cache=cache, model=m.name, **m.params)
+    llm = load_llm(m.backend, cache=cache, model=m.name, **m.params, **m.backend_options())
     if loads:
         announce(f"loaded model {m.name} in {time.perf_counter() - t0:.1f} s")
     return llm

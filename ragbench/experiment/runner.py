@@ -18,7 +18,7 @@ Judge pass: when the config names judge or embedding metrics (``judge_correct``,
 after generation (``ragbench.judge``), through the completion cache, and appended again
 (``read_records`` keeps a key's last line). Judge cost lands in the record's ``judge_*`` meta
 columns, never in its cost. A judge server that does not answer fails the run before any record
-is generated.
+is generated. Then the noise pass (``noise_sensitivity``: ``ragbench.experiment.noise_pass``).
 
 Example failures become error rows (``error`` column) and the run continues. Bad input that
 makes the whole run meaningless (unknown names, config typos, examples with no gold answers,
@@ -28,6 +28,12 @@ long-context prompts over the window under the ``error`` overflow policy: ``Over
 What the run loads (examples, model, index, the strategies' ``Resources``) comes from
 ``ragbench.experiment.resources``, shared with the judge pass and the dry run; the parameter
 points and the price sheet are the validated config's (``cfg.points``, ``cfg.sheet``).
+
+Executors: ``local`` (the default) generates in this process; ``ray`` (``workers=N``) sends the
+same rounds to N Ray workers, each with its own model, keeping the questions on one document or
+corpus on one worker (``ragbench.experiment.executor_ray``). Either way the records come back
+here and this process alone appends them, in the one loop below (``_generate``); the session's
+manifest entry says which executor ran, with how many workers, and where each shard ran.
 """
 
 from __future__ import annotations
@@ -41,10 +47,14 @@ from typing import Any
 from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
 
 from ragbench import secrets
+from ragbench.assets import cache_dir
 from ragbench.experiment import provenance
+from ragbench.experiment.budget import Budget
 from ragbench.experiment.config import RunConfig, config_hash, load_config
+from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
+from ragbench.experiment.noise_pass import measures_noise, noise_pass
 from ragbench.experiment.preflight import OverWindowError, check_window  # noqa: F401 (re-exported)
 from ragbench.experiment.resources import (  # noqa: F401 (DatasetError, load_examples: re-exported)
     DatasetError,
@@ -69,10 +79,13 @@ from ragbench.io import atomic_write_bytes, dumps_canonical
 from ragbench.llm.fake import FakeLLM
 from ragbench.locks import FolderLock
 from ragbench.metrics.answer import deferred_metrics, metric_versions, score, string_metrics
+from ragbench.registry import did_you_mean
 from ragbench.strategies import get_strategy, preload, run_batch
 from ragbench.types import Example
 
 log = logging.getLogger(__name__)
+
+EXECUTORS = ("local", "ray")  # where generation runs: this process, or Ray workers
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -85,6 +98,8 @@ def run(
     llm: Any = None,
     wait: bool = False,
     judge_llm: Any = None,
+    executor: str = "local",
+    workers: int = 1,
 ) -> Any:
     """Run ``config`` (path, dict or RunConfig); returns the results DataFrame.
 
@@ -94,8 +109,16 @@ def run(
     naming it, or with ``wait=True`` waits for it to finish. A server that does not answer fails
     here, in seconds, before any record is attempted (``ServerUnreachable``); so do long-context
     prompts over the window under the ``error`` overflow policy (``OverWindowError``), before the
-    model is loaded.
+    model is loaded. ``executor="ray"`` spreads the generation over ``workers`` Ray workers,
+    each loading the configured model (``llm`` cannot travel to them: use the config).
     """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; {did_you_mean(executor, EXECUTORS)}")
+    if workers < 1 or (executor == "local" and workers != 1):
+        raise ValueError(f"workers={workers}: the local executor runs 1, ray runs 1 or more")
+    if executor == "ray" and llm is not None:
+        raise ValueError("executor 'ray' loads the configured model on each worker; pass llm= "
+                         "only with executor 'local'")  # fmt: skip
     cfg = load_config(config)
     secrets.collect(cfg.model_dump(mode="json"))  # mask them in every error, log and file
     started = _now()
@@ -110,7 +133,9 @@ def run(
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
     with FolderLock(out, what="run", wait=wait):
-        return _run_locked(cfg, examples, work, keys, out, started, progress, llm, judge_llm)
+        return _run_locked(
+            cfg, examples, work, keys, out, started, progress, llm, judge_llm, (executor, workers)
+        )
 
 
 def _now() -> str:
@@ -144,7 +169,7 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
 
 
 def _run_locked(
-    cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm
+    cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm, executor
 ) -> Any:
     done = read_records(out / RECORDS)
     changed = rescore(done, examples, list(cfg.metrics))
@@ -163,7 +188,10 @@ def _run_locked(
         bool(pending) or any(needs_judging(cfg, done[k]) for k in keys if k in done)
     )
     res = None
-    if pending:
+    ray_workers = executor[1] if executor[0] == "ray" else 0
+    if pending and ray_workers:  # each worker loads the model and checks its server
+        check_server(None, [p for (_, p), _ in pending])  # each point's preflight
+    elif pending:
         if llm is None and not generates_answers(cfg):  # retrieval only: no model is ever called
             llm = FakeLLM(cfg.model.name)
         llm = llm if llm is not None else load_model(cfg.model)  # a CachedLLM has len(): 0 if empty
@@ -171,12 +199,8 @@ def _run_locked(
     # the judge is loaded and its server checked before any record is generated: a dead judge
     # must not be found after an hour of generation
     judge = load_judge(cfg, judge_llm, llm) if judging else None
+    budget = Budget.of(cfg)  # max_dollars: stops the rounds before the spend passes it
     if pending:
-        identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
-        # written before any work, so a run killed now still knows when it first started
-        write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
-        res = build_resources(cfg, llm, kv_dtype=identity.get("dtype"))
-        res.preload_over.update(preload.count([item for item, _ in pending]))
         if unshared := preload.unshared([item for item, _ in pending]):
             log.warning(
                 "%d long_context preload item(s) have no shared corpus (meta corpus_fingerprint: "
@@ -184,24 +208,49 @@ def _run_locked(
                 "long_context",
                 unshared,
             )
-        session["errors"] = _generate(cfg, res, pending, done, out, progress, len(work))
+    if pending and ray_workers:
+        over = preload.count([item for item, _ in pending])  # the run's, not one worker's
+        cache = cache_dir() / "completions.sqlite" if cfg.model.cache else None  # load_model's
+        with RayRun(cfg, ray_workers, examples, over, main_cache=cache) as pool:
+            identity = pool.identity
+            write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
+            session["errors"] = _generate(
+                cfg, pool, pending, done, out, progress, len(work), budget
+            )
+        session["preloaded"], session["executor"] = pool.preloaded, pool.summary()
+    elif pending:
+        identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
+        # written before any work, so a run killed now still knows when it first started
+        write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
+        res = build_resources(cfg, llm, kv_dtype=identity.get("dtype"))
+        res.preload_over.update(preload.count([item for item, _ in pending]))
+        session["errors"] = _generate(
+            cfg, _Local(res), pending, done, out, progress, len(work), budget
+        )
         session["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
+        session["executor"] = {"name": "local", "workers": 1}
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
         identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
         session["errors"] = 0
-    if judge is not None:
+    if budget.stopped:  # no judge pass (it would spend more): a resume judges these records
+        session["stopped"], session["budget"] = budget.stopped, budget.info
+        session["pending"] -= budget.pending_at_stop  # what it generated; the rest: records_left
+    elif judge is not None:
         session["judged"] = judge_pass(cfg, judge, examples, keys, done, out, progress, llm, res)
+    if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
+        session["noised"] = noise_pass(cfg, examples, keys, done, out, progress, llm, res)
     session["finished_at"] = _now()
 
     meta = {e.id: e.meta for e in examples}
-    df = table([done[k] for k in keys], meta, list(cfg.metrics))
+    df = table([done[k] for k in keys if k in done], meta, list(cfg.metrics))
     # the version of each metric the scores were computed with: tables of runs scored before and
     # after a scoring fix cannot be compared (the analysis refuses a metric with two versions)
     df["metric_versions"] = dumps_canonical(metric_versions(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
     judge_info = judge_summary(cfg, judge, df, previous)
+    status = "stopped" if budget.stopped else "finished"
     manifest = write_manifest(
-        out, cfg, examples, identity, sessions, status="finished", records=df, judge=judge_info
+        out, cfg, examples, identity, sessions, status=status, records=df, judge=judge_info
     )
     provenance.record_in_notebook(out, manifest)
     failed = int(df["error"].notna().sum())
@@ -210,6 +259,9 @@ def _run_locked(
         log.warning("%d of %d records failed; most frequent error (%d x): %s",
                     failed, len(df), top[1], top[0])  # fmt: skip
     df.attrs["run_dir"] = str(out)
+    if budget.stopped:
+        df.attrs["stopped"] = budget.reason  # `ragbench run` exits BUDGET_EXIT
+        log.warning("%s", budget.reason)  # the one line that says why
     if judge_info:
         df.attrs["judge_warnings"] = judge_info["warnings"]
         for message in judge_info["warnings"]:
@@ -239,10 +291,24 @@ def plan_rounds(pending: list, size: int) -> list[list]:
     return rounds
 
 
-def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) -> int:
-    """Generate the pending records in rounds of at most ``batch_size`` (``plan_rounds``),
-    appending each round to records.jsonl as it finishes (a killed run loses at most one round).
-    Returns the errors."""
+class _Local:
+    """The local executor: each round in this process, in plan order (see ``RayRun`` for Ray)."""
+
+    def __init__(self, res) -> None:
+        self.res = res
+
+    def order(self, rounds: list[list]) -> list[list]:
+        return rounds
+
+    def run(self, rounds):
+        for chunk in rounds:  # strategies.run_batch: one LLM call per step
+            yield chunk, run_batch([item for item, _ in chunk], self.res)
+
+
+def _generate(cfg, executor, pending, done, out: Path, progress: bool, total: int, budget) -> int:
+    """Generate the pending records in rounds of at most ``batch_size`` (``plan_rounds``) on
+    ``executor`` (``_Local`` or ``RayRun``), appending each round to records.jsonl as it
+    finishes (a killed run loses at most the rounds in flight). Returns the errors."""
     errors = 0
     with (out / RECORDS).open("ab") as f:
         # records arrive a whole batch at a time: the rate (and ETA) is the average over the
@@ -250,8 +316,8 @@ def _generate(cfg, res, pending, done, out: Path, progress: bool, total: int) ->
         bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
                    disable=not progress, unit="rec", smoothing=0)  # fmt: skip
         # each round's records run together (strategies.run_batch: one LLM call per step)
-        for chunk in plan_rounds(pending, cfg.model.batch_size):
-            outcomes = run_batch([item for item, _ in chunk], res)
+        planned = executor.order(plan_rounds(pending, cfg.model.batch_size))
+        for chunk, outcomes in executor.run(budget.rounds(planned, done)):
             for ((example, params), key), outcome in zip(chunk, outcomes, strict=True):
                 record = (  # one bad example must not stop the run
                     error_record(example, params, outcome)

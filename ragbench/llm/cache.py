@@ -20,6 +20,9 @@ of every run on one bad file costs the run.
 Several sweep workers may share one file: WAL journal (readers never block the writer), a busy
 timeout, ``INSERT OR IGNORE`` (first writer wins, identical keys are identical requests) and one
 short transaction per batch. A connection is opened per process (and reopened after a fork).
+
+A run sharded over Ray gives each worker a file of its own (never one sqlite file over a network
+filesystem); the driver merges them into its cache at the end (``cache_rows``, ``merge_rows``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ _SQL_VARS = 500  # keys per SELECT ... IN (...) (sqlite's default limit is 999 o
 # locked database (another sweep worker) is an OperationalError too and must never count.
 _CORRUPT_CODES = frozenset({11, 26})
 _SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every sqlite 3 database
+_CREATE = (
+    "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, completion TEXT NOT NULL,"
+    " identity TEXT NOT NULL, created REAL NOT NULL)"
+)
 
 
 class _Corrupt(sqlite3.DatabaseError):
@@ -74,6 +81,48 @@ def request_key(identity: dict[str, Any], request: GenerationRequest) -> str:
     fields.pop("id", None)
     blob = dumps_canonical({"v": SCHEMA_VERSION, "llm": identity, "request": fields})
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def cache_rows(path: str | os.PathLike) -> list[tuple[str, str, str, float]]:
+    """Every row of the cache file at ``path`` (key, completion JSON, identity JSON, created);
+    [] when there is none. What a Ray worker hands its driver (``merge_rows``)."""
+    if not Path(path).exists():
+        return []
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        return conn.execute("SELECT key, completion, identity, created FROM completions").fetchall()
+    except sqlite3.OperationalError:  # a file created but never given its table
+        return []
+    finally:
+        conn.close()
+
+
+def merge_rows(path: str | os.PathLike, rows: Sequence[tuple[str, str, str, float]]) -> int:
+    """Add ``rows`` (``cache_rows`` of other cache files: a Ray run's per-worker caches) to the
+    cache at ``path``, in one transaction; a key already there keeps its completion (identical
+    keys are identical requests). Returns how many rows were new."""
+    if not rows:
+        return 0
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute(_CREATE)
+        before = conn.total_changes
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT OR IGNORE INTO completions (key, completion, identity, created)"
+                " VALUES (?, ?, ?, ?)",
+                rows,
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return conn.total_changes - before
+    finally:
+        conn.close()
 
 
 class CachedLLM(LLM):
@@ -147,11 +196,7 @@ class CachedLLM(LLM):
             with FileLock(f"{self.path}.open.lock"):
                 if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS completions ("
-                    " key TEXT PRIMARY KEY, completion TEXT NOT NULL,"
-                    " identity TEXT NOT NULL, created REAL NOT NULL)"
-                )
+                conn.execute(_CREATE)
             conn.execute("PRAGMA synchronous=NORMAL")  # durable enough in WAL mode, much faster
             problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:

@@ -12,7 +12,10 @@ check real behaviour (a RAG run that drops the needle's chunk really gets "unans
 - otherwise "unanswerable". ``answer_fn(request) -> str`` replaces all of this.
 
 Accounting is real for its tokenizer (whitespace tokens) and simulated for time: a fixed prefill
-and decode throughput, flagged ``meta["simulated_timing"]``. KV-cache variants
+and decode throughput, flagged ``meta["simulated_timing"]``; with ``sleep=True`` a call also
+waits those simulated seconds (summed over its requests), so executors and kills can be exercised
+on a model that takes time without computing anything (``benchmarks/scale.py``, the Ray tests).
+It changes no answer or record, so it is not part of the identity. KV-cache variants
 (``GenerationRequest.kv`` other than plain) are an error unless ``simulate_kv_cache=True``
 (tests of the plumbing only): then they answer like the plain cache, flagged
 ``meta["simulated_kv_cache"]``, with no measured KV bytes and, as on the transformers backend,
@@ -24,6 +27,7 @@ last that many prefixes are kept across calls too (like ``HFModel``'s prefix cac
 from __future__ import annotations
 
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -103,6 +107,7 @@ class FakeLLM(LLM):
         decode_tokens_per_second: float = 50.0,
         simulate_kv_cache: bool = False,  # accept kv_cache variants (tests only; flagged)
         prefix_cache_size: int = 0,  # prefixes kept across calls (0: within a call only)
+        sleep: bool = False,  # really wait the simulated seconds (executor benchmarks, kill tests)
     ) -> None:
         if not isinstance(model, str):
             raise TypeError(f"model must be a name (str), got {model!r}")
@@ -112,6 +117,7 @@ class FakeLLM(LLM):
         self.prefill_tps, self.decode_tps = prefill_tokens_per_second, decode_tokens_per_second
         self.simulate_kv_cache = simulate_kv_cache
         self.prefix_cache_size, self._kept = prefix_cache_size, OrderedDict()
+        self.sleep = sleep
         self._tok = WhitespaceTokenizer()
         self.calls = 0  # generate() batches served; tests use it to see cache hits
 
@@ -138,6 +144,8 @@ class FakeLLM(LLM):
             self._kept.move_to_end(prefix)
             while len(self._kept) > self.prefix_cache_size:
                 self._kept.popitem(last=False)
+        if self.sleep:
+            time.sleep(sum(c.prefill_seconds + c.decode_seconds for c in out))
         return out
 
     def _one(self, request: GenerationRequest, seen_prefixes: set[str]) -> Completion:

@@ -16,7 +16,12 @@ event-stream reading, retries and errors are in ``openai_http.py`` (``http``). W
   <key>`` only; without one, the URL's ``user:password`` is sent as HTTP Basic auth. A
   ``headers`` entry named ``Authorization`` replaces both. The query is kept on every request
   (Azure needs ``api-version``);
-- a batch runs on a thread pool of ``max_concurrency`` workers sharing one ``httpx.Client``;
+- a batch runs on a thread pool of ``max_concurrency`` workers sharing one ``httpx.Client`` with
+  as many connections, all kept alive between batches, so ``max_concurrency`` C against a server
+  that answers in L seconds sustains about C/L requests per second (``benchmarks/http.py``);
+- rate limits (``rate_limit``: requests and tokens per minute, ``ragbench.llm.rate_limit``): one
+  limiter shared by every thread waits before each attempt as the configured limits and the
+  server's ``x-ratelimit-*`` headers require; a 429 pauses every thread, not only its own;
 - each request retries with exponential backoff (tenacity) on 408/409/425/429/5xx, timeouts and
   dropped connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests
   replace); then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's
@@ -54,6 +59,7 @@ from ragbench.llm import openai_payload as wire
 from ragbench.llm.base import LLM, ServerUnreachable
 from ragbench.llm.kv_cache import refuse_variants
 from ragbench.llm.openai_http import RETRY_STATUSES, LLMBatchError, LLMRequestError
+from ragbench.llm.rate_limit import RateLimiter
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
@@ -104,6 +110,9 @@ class OpenAICompatLLM(LLM):
         # must not invalidate the completion cache.
         headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,  # waits between retries; tests pass a no-op
+        # {requests_per_minute, tokens_per_minute} (``model.rate_limit``), or a RateLimiter to
+        # share with another backend on the same account; None: only the server's headers limit
+        rate_limit: RateLimiter | Mapping[str, Any] | None = None,
     ) -> None:
         model = model or os.environ.get("OPENAI_MODEL")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -140,6 +149,7 @@ class OpenAICompatLLM(LLM):
         self.stream, self.revision, self.tokenizer_name = stream, revision, tokenizer
         self.header_names = sorted(headers)
         self.sleep = sleep
+        self.limiter = RateLimiter.of(rate_limit, sleep=sleep)  # its waits are retry-like
         self._tokenizer = None
         self._has_key = bool(key)
         self._client = self._make_client(key, creds, headers)
@@ -164,7 +174,8 @@ class OpenAICompatLLM(LLM):
         if explicit_auth:
             auth_header = {}
         http.redact_httpx_logs()
-        limits = httpx.Limits(max_connections=self.max_concurrency)
+        c = self.max_concurrency  # every worker keeps its connection between batches
+        limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
         return httpx.Client(
             headers={**auth_header, **headers}, auth=auth, params=list(creds.query),
             timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)), limits=limits,
@@ -266,11 +277,31 @@ class OpenAICompatLLM(LLM):
         """One request to its end. ``queue_seconds`` is everything its user waited that was not
         the answering attempt: a free worker, and earlier failed attempts with their backoff."""
         payload = wire.build_payload(request, self.model, self.endpoint, self.stream)
-        (parsed, prefill, decode), attempts = self._with_retries(
-            http.post_completion, self._client, self._post_url, payload, self.endpoint
+        # what a TPM limit counts before the answer: the prompt and max_tokens (OpenAI's rule)
+        tokens = (
+            self.prompt_tokens(request) + request.max_new_tokens
+            if self.limiter.tokens_per_minute
+            else 0
         )
+        (parsed, prefill, decode), attempts = self._with_retries(self._attempt, payload, tokens)
         queue = max(0.0, time.perf_counter() - submitted - prefill - decode)
         return self._completion(request, parsed, prefill, decode, attempts, queue)
+
+    def _attempt(self, payload: dict[str, Any], tokens: int) -> tuple[wire.Parsed, float, float]:
+        """One attempt, admitted by the rate limiter (its wait is queue time, before the clock of
+        ``post_completion`` starts), which then sees the answer's status and headers."""
+        lim = self.limiter
+        ticket = lim.acquire(tokens)
+
+        def seen(status: int, headers: Any) -> None:
+            lim.observe(ticket, status, headers, wire.parse_retry_after(headers.get("retry-after")))
+
+        out = http.post_completion(
+            self._client, self._post_url, payload, self.endpoint, on_response=seen
+        )
+        counts = wire.usage_counts(out[0].usage)
+        lim.settle(ticket, counts[0] + counts[1] if counts else None)
+        return out
 
     def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload`` to ``<api root>/<path>`` (e.g. ``embeddings``) with this client's

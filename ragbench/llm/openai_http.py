@@ -12,7 +12,10 @@ backoff waits) is ``openai_payload.py`` (``wire``). Here:
 - one attempt (``post_completion``): the POST (with an ``X-Request-ID``), the error body of a
   failed status, and the response read whole or as server-sent events, timed (time to first
   token, then the rest); a body that is no readable completion is a ``BadResponse`` (not
-  retried), a stream cut mid-event an ``IncompleteStream`` (retried), both naming the request id;
+  retried), a stream cut mid-event an ``IncompleteStream`` (retried), both naming the request id.
+  ``on_response`` sees each answer's status and headers as soon as they arrive (the rate
+  limiter, ``rate_limit.py``, reads ``x-ratelimit-*`` there); a 429 without ``Retry-After``
+  waits for the reset of the window its ``x-ratelimit-*`` headers say is exhausted;
 - ``redact_httpx_logs``: httpx logs each request's full URL, query and all.
 
 httpx and tenacity are imported when first used, so importing this module imports neither.
@@ -28,6 +31,7 @@ from typing import Any
 
 from ragbench import secrets
 from ragbench.llm import openai_payload as wire
+from ragbench.llm.rate_limit import parse_headers
 from ragbench.types import Completion
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # plus every 5xx
@@ -100,6 +104,8 @@ def status_error(resp, body: str) -> StatusError:
     """The error for a response with status >= 400 whose body is ``body``."""
     message = secrets.redact_text(wire.error_message(body))  # the server may quote our key
     retry_after = wire.parse_retry_after(resp.headers.get("retry-after"))
+    if retry_after is None and resp.status_code == 429:  # OpenAI's headers say when, instead
+        retry_after = parse_headers(resp.headers).exhausted_for()
     return StatusError(resp.status_code, message, retry_after)
 
 
@@ -175,17 +181,24 @@ def final_error(exc: Exception, attempts: int, url: str, timeout: float) -> LLMR
 
 
 def post_completion(
-    client, url: str, payload: dict[str, Any], endpoint: str
+    client,
+    url: str,
+    payload: dict[str, Any],
+    endpoint: str,
+    on_response: Callable[[int, Any], None] | None = None,
 ) -> tuple[wire.Parsed, float, float]:
     """One attempt: (parsed response, prefill seconds, decode seconds). Without streaming the
     whole time is decode; a failed status raises ``StatusError``. A server that answers a
     streaming request with one JSON body (it ignores ``stream``) is read as a normal completion
     (``Parsed.streamed`` False: no time to first token). A body that cannot be read raises
-    ``BadResponse``, a stream cut short ``IncompleteStream`` (retried), each with the request id."""
+    ``BadResponse``, a stream cut short ``IncompleteStream`` (retried), each with the request id.
+    ``on_response(status, headers)`` is called when the answer's headers arrive."""
     t0 = time.perf_counter()
     request_id = new_request_id()
     with client.stream("POST", url, json=payload, headers={REQUEST_ID_HEADER: request_id}) as resp:
         request_id = resp.headers.get("x-request-id") or request_id  # the server's, if it has one
+        if on_response is not None:
+            on_response(resp.status_code, resp.headers)
         if resp.status_code >= 400:
             raise status_error(resp, resp.read().decode("utf-8", "replace"))
         try:

@@ -6,6 +6,9 @@ normalise; a backend implements ``_encode(texts)`` and ``model_identity``.
 
 - ``SentenceTransformerEmbedder``: any sentence-transformers model; the embedded
   all-MiniLM-L6-v2 by default (offline). Loaded lazily, on the first text that misses the cache.
+  Batches are formed by token length (``length_batches``), not by sentence-transformers'
+  character-length proxy: on the 128-token essay chunks that pads 12% fewer tokens, for the
+  same vectors (within float32 noise) and the same top-k lists.
   ``precision``: "fp32" (the default and the reference), "bf16" (autocast: fp32 weights, matmuls
   in bfloat16; ``minilm-bf16``) or "bf16-full" (weights cast to bfloat16). bf16 is faster only
   where the hardware computes it natively (CPUs with AMX or avx512_bf16, recent GPUs); elsewhere
@@ -171,6 +174,7 @@ class SentenceTransformerEmbedder(Embedder):
         self.show_progress = show_progress
         self._model = None
         self.encode_calls = 0  # how many times the model was asked to embed (cache misses)
+        self.padded_tokens = 0  # token slots fed to the model, padding included
 
     @property
     def model(self):
@@ -222,14 +226,58 @@ class SentenceTransformerEmbedder(Embedder):
             return self._st_encode(model, texts, normalize=False)
 
     def _st_encode(self, model, texts: list[str], normalize: bool) -> np.ndarray:
-        vectors = model.encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=normalize,
-            convert_to_numpy=True,
-            show_progress_bar=self.show_progress,
-        )
-        return np.asarray(vectors, dtype=np.float32)
+        # sentence-transformers sorts a call's texts by characters, a rough proxy for tokens;
+        # one encode call per batch of similar token length pads less (a batch pads to its
+        # longest text). The texts are tokenized twice (lengths here, ids inside encode): the
+        # first pass is ~1% of the forward (0.19 s of ~14 s on the 1,476 essay chunks).
+        lengths = token_lengths(model, texts)
+        batches = length_batches(lengths, self.batch_size)
+        parts = []
+        for rows in _progress(batches, self.show_progress):
+            vectors = model.encode(
+                [texts[i] for i in rows],
+                batch_size=len(rows),
+                normalize_embeddings=normalize,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            parts.append(np.asarray(vectors, dtype=np.float32))
+            self.padded_tokens += len(rows) * max(lengths[i] for i in rows)
+        out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+        out[np.concatenate(batches)] = np.concatenate(parts)  # back to input order
+        return out
+
+
+def token_lengths(model, texts: list[str]) -> list[int]:
+    """Tokens per text as ``model`` will see them (special tokens in, truncated at its
+    ``max_seq_length``); characters where the model has no text tokenizer."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if not callable(tokenizer):
+        return [len(t) for t in texts]
+    max_length = getattr(model, "max_seq_length", None)
+    ids = tokenizer(
+        texts,
+        truncation=max_length is not None,
+        max_length=max_length,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )["input_ids"]
+    return [len(row) for row in ids]
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Positions ``0..len(lengths)-1`` in batches of ``batch_size``, longest first, ties by
+    position: consecutive lengths together, so each batch pads little (deterministic)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def _progress(batches: list[list[int]], show: bool):
+    if not show:
+        return batches
+    from tqdm.auto import tqdm  # a sentence-transformers dependency
+
+    return tqdm(batches, desc="Batches")
 
 
 class Bf16Embedder(SentenceTransformerEmbedder):

@@ -1,0 +1,160 @@
+"""A run's dollar cap (``max_dollars``): stop before the spend passes it, resume with a higher one.
+
+What counts as spent: every record in the run folder (earlier sessions included) priced by the
+run's price sheet: its ``cost.dollars`` plus the ``judge_dollars`` its judge calls cost (the
+judge's own sheet). A cached completion is priced like a sent one: the cap bounds what the run
+is *worth* at its sheet, which is what the dry run estimates too.
+
+When the runner stops (``Budget.rounds`` wraps its rounds of ``model.batch_size`` records):
+before each round, from the records finished so far,
+
+- spent >= ``max_dollars``: stop;
+- spent + estimate > ``max_dollars``: stop before the round. The estimate is the round's size
+  (plus the records of rounds still in flight, on an executor that runs several at once) times
+  the mean dollars per priced record so far (generation, plus the mean judge dollars per judged
+  record when the config has judge metrics);
+- else run the round.
+
+So the run never starts a round it expects to pass the cap; it can pass it only by what one
+round costs beyond its estimate (the first round has no estimate: the dry run, which refuses a
+config estimated over the cap, is the check before any spend). A stopped run skips its judge
+pass, writes its records, results table and manifest (``status: stopped``, the session's
+``stopped: budget`` with the spend), prints one line (``reason``) and exits with
+``BUDGET_EXIT``. ``max_dollars`` is not in the config hash, so rerunning with a higher cap
+lands in the same run folder and generates only the records that are missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragbench.metrics.answer import deferred_metrics
+
+BUDGET_EXIT = 3  # `ragbench run`: stopped at max_dollars (records so far written; rerun resumes)
+EXIT_HELP = (
+    f"{BUDGET_EXIT}: the run stopped before passing max_dollars (--max-dollars); what it "
+    "finished is written, and a rerun with a higher cap resumes it."
+)
+
+
+def record_dollars(record: Any) -> tuple[float | None, float | None]:
+    """(generation dollars, judge dollars) of one record; None where it has none."""
+    cost = getattr(record, "cost", None)
+    gen = getattr(cost, "dollars", None) if cost is not None else None
+    judge = (getattr(record, "meta", None) or {}).get("judge_dollars")
+    return gen, judge
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What the records so far cost, and the means a round's estimate is made of."""
+
+    dollars: float = 0.0
+    per_record: float = 0.0  # mean generation dollars per priced record
+    judge_per_record: float = 0.0  # mean judge dollars per judged record
+
+
+def spend_of(records: Iterable[Any]) -> Spend:
+    """Total dollars of ``records`` (generation and judge) and the mean of each per record."""
+    gen_total = judge_total = 0.0
+    gen_n = judge_n = 0
+    for record in records:
+        gen, judge = record_dollars(record)
+        if gen is not None:
+            gen_total, gen_n = gen_total + gen, gen_n + 1
+        if judge is not None:
+            judge_total, judge_n = judge_total + judge, judge_n + 1
+    return Spend(
+        gen_total + judge_total,
+        gen_total / gen_n if gen_n else 0.0,
+        judge_total / judge_n if judge_n else 0.0,
+    )
+
+
+def round_estimate(spend: Spend, size: int, judged: bool) -> float:
+    """Dollars a round of ``size`` new records is expected to cost (``judged``: they will be
+    judged too)."""
+    return size * (spend.per_record + (spend.judge_per_record if judged else 0.0))
+
+
+def decide(spent: float, estimate: float, cap: float) -> str | None:
+    """Why to stop before a round (None: run it)."""
+    if spent >= cap:
+        return "reached"
+    if spent + estimate > cap:
+        return "next round would pass it"
+    return None
+
+
+@dataclass
+class Budget:
+    """One session's cap. ``stopped``: None, or ``"budget"`` once it stopped the run;
+    ``info``: what the manifest records about it."""
+
+    max_dollars: float | None
+    judged: bool = False  # the config has judge metrics: new records will be judged too
+    pending_at_stop: int = 0
+    stopped: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cfg: Any) -> Budget:
+        return cls(cfg.max_dollars, judged=bool(deferred_metrics(cfg.metrics)))
+
+    def rounds(self, rounds: Iterable[list], done: Mapping[str, Any]) -> Iterator[list]:
+        """``rounds`` (of ``((example, params), key)`` items) until the cap stops the run;
+        ``done`` (key -> Record, updated by the caller as each round finishes) is what has been
+        spent. Rounds handed out but not finished yet (an executor with several in flight: Ray)
+        count at their estimate."""
+        rounds = list(rounds)
+        handed: list[str] = []  # keys of the records handed out, finished or not
+        for i, chunk in enumerate(rounds):
+            if self.max_dollars is not None:
+                spend = spend_of(done.values())
+                in_flight = sum(k not in done for k in handed)
+                estimate = round_estimate(spend, len(chunk) + in_flight, self.judged)
+                why = decide(spend.dollars, estimate, self.max_dollars)
+                if why is not None:
+                    self._stop(why, spend.dollars, estimate, sum(len(c) for c in rounds[i:]))
+                    return
+            handed.extend(item[1] for item in chunk)
+            yield chunk
+
+    def _stop(self, why: str, spent: float, estimate: float, left: int) -> None:
+        self.stopped, self.pending_at_stop = "budget", left
+        self.info = {
+            "max_dollars": self.max_dollars,
+            "spent_dollars": round(spent, 6),
+            "next_round_estimate": round(estimate, 6),
+            "why": why,
+            "records_left": left,
+        }
+
+    @property
+    def reason(self) -> str:
+        """The one line a stopped run prints."""
+        i = self.info
+        why = (
+            "reached it"
+            if i["why"] == "reached"
+            else f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
+        )
+        return (
+            f"stopped: budget: spent ${i['spent_dollars']:,.6f} of max_dollars "
+            f"${i['max_dollars']:,.6f}, {why}; {i['records_left']} record(s) left: rerun with a "
+            "higher --max-dollars to resume"
+        )
+
+
+def over_budget(estimate: float | None, cap: float | None) -> str | None:
+    """The dry run's refusal: why a config estimated at ``estimate`` dollars (an upper bound:
+    every completion at max_new_tokens) exceeds ``cap``; None when it fits or nothing is
+    known."""
+    if cap is None or estimate is None or estimate != estimate or estimate <= cap:
+        return None
+    return (
+        f"estimated at most ${estimate:,.6f}, over max_dollars ${cap:,.6f}: raise "
+        "--max-dollars, or shrink the run (dataset.limit, fewer strategies or points)"
+    )

@@ -1,0 +1,158 @@
+"""``max_dollars``: the dry run refuses a config estimated over it (exit 2, with the estimate); a
+fake-backend run priced by a sheet stops at the cap with its own exit code and one line, and a
+rerun with a higher cap resumes it in the same folder, redoing nothing."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import yaml
+from test_runner import niah_config
+from typer.testing import CliRunner
+
+from ragbench.cli import app
+from ragbench.experiment.budget import (
+    BUDGET_EXIT,
+    Budget,
+    Spend,
+    decide,
+    over_budget,
+    round_estimate,
+    spend_of,
+)
+from ragbench.experiment.config import ConfigError, config_hash, load_config
+from ragbench.experiment.results import RECORDS, read_records
+from ragbench.experiment.runner import run, run_dir_for
+
+
+def config(tmp_path, out: str = "results", **over):
+    cfg = niah_config(tmp_path, strategies=["closed_book", "long_context"], **over)
+    cfg["dataset"]["params"]["depth_percents"] = [10, 50, 90]  # 6 examples: 12 records
+    cfg["model"]["batch_size"] = 2  # 6 rounds
+    cfg["output_dir"] = str(tmp_path / out)
+    return cfg
+
+
+def write(tmp_path, cfg, name="c.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, ["run", *map(str, args), "--quiet"])
+
+
+def record(dollars=None, judge=None):
+    return SimpleNamespace(cost=SimpleNamespace(dollars=dollars), meta={"judge_dollars": judge})
+
+
+# ---------------------------------------------------------------------------- pure rules
+
+
+def test_spend_counts_generation_and_judge_dollars():
+    spend = spend_of([record(1.0, 0.5), record(3.0), SimpleNamespace(cost=None, meta={})])
+    assert spend == Spend(dollars=4.5, per_record=2.0, judge_per_record=0.5)
+    assert round_estimate(spend, 4, judged=False) == 8.0
+    assert round_estimate(spend, 4, judged=True) == 10.0
+
+
+def test_decide_stops_before_a_round_expected_to_pass_the_cap():
+    assert decide(spent=5.0, estimate=4.0, cap=10.0) is None
+    assert decide(spent=5.0, estimate=5.0, cap=10.0) is None  # exactly at the cap: allowed
+    assert decide(spent=5.0, estimate=5.1, cap=10.0) == "next round would pass it"
+    assert decide(spent=10.0, estimate=0.0, cap=10.0) == "reached"
+
+
+def test_rounds_in_flight_count_at_their_estimate():
+    # $1 per record so far, $2 spent, a $5 cap: an executor that takes rounds before the earlier
+    # ones finish (Ray) gets three more single-record rounds, not an unbounded number
+    budget = Budget(5.0)
+    done = {"a": record(1.0), "b": record(1.0)}
+    rounds = [[((None, None), k)] for k in "cdefg"]
+    handed = list(budget.rounds(rounds, done))  # none of them finishes meanwhile
+    assert [r[0][1] for r in handed] == ["c", "d", "e"]
+    assert budget.stopped == "budget" and budget.info["records_left"] == 2
+    assert budget.info["next_round_estimate"] == 4.0  # the round, plus the three in flight
+    assert "spent $2.000000 of max_dollars $5.000000" in budget.reason
+
+
+def test_over_budget_names_the_estimate():
+    assert over_budget(0.5, 1.0) is None and over_budget(2.0, None) is None
+    assert over_budget(float("nan"), 1.0) is None  # nothing estimated: nothing to refuse
+    assert "$2.000000, over max_dollars $1.000000" in over_budget(2.0, 1.0)
+
+
+def test_max_dollars_needs_a_price_sheet_and_keeps_the_run_folder(tmp_path):
+    cfg = config(tmp_path)
+    capped = load_config({**cfg, "max_dollars": 0.01})
+    assert config_hash(capped) == config_hash(load_config(cfg))  # a higher cap resumes here
+    with pytest.raises(ConfigError, match="max_dollars needs dollars.*price_sheet"):
+        load_config({**cfg, "price_sheet": None, "max_dollars": 0.01})
+    with pytest.raises(ConfigError, match="greater than 0"):
+        load_config({**cfg, "max_dollars": 0})
+
+
+# ---------------------------------------------------------------------------- the dry run
+
+
+def test_dry_run_refuses_a_config_estimated_over_the_cap(tmp_path):
+    path = write(tmp_path, config(tmp_path))
+    fits = invoke(path, "--dry-run", "--max-dollars", 100)
+    assert fits.exit_code == 0, fits.output
+    over = invoke(path, "--dry-run", "--max-dollars", 0.000001)
+    assert over.exit_code == 2, over.output
+    assert "total: at most $" in over.output  # the table and its estimate come first
+    last = over.output.strip().splitlines()[-1]
+    assert last.startswith("error: dry run of t-niah: estimated at most $"), last
+    assert "over max_dollars $0.000001" in last
+    assert not (tmp_path / "results").exists()  # nothing written
+
+
+# ---------------------------------------------------------------------------- a live run
+
+
+def test_run_stops_at_the_cap_then_resumes_with_a_higher_one(tmp_path):
+    full = run(config(tmp_path, out="full"), progress=False)
+    total = float(full["dollars"].sum())
+    assert len(full) == 12 and total > 0
+
+    cfg = config(tmp_path)
+    path = write(tmp_path, cfg)
+    cap = total / 2
+    stopped = invoke(path, "--max-dollars", repr(cap))
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    lines = [x for x in stopped.output.splitlines() if "stopped: budget" in x]
+    assert len(lines) == 1 and "rerun with a higher --max-dollars" in lines[0], stopped.output
+
+    out = run_dir_for(load_config(cfg))
+    first = (out / RECORDS).read_text().splitlines()
+    assert 0 < len(first) < 12
+    done = read_records(out / RECORDS)
+    spent = spend_of(done.values()).dollars
+    assert spent < total
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "stopped" and manifest["records"] == len(first)
+    session = manifest["sessions"][-1]
+    assert session["stopped"] == "budget"
+    info = session["budget"]
+    assert info["spent_dollars"] == pytest.approx(spent, abs=1e-6)
+    # it stopped for the reason it gives: the next round was expected to pass the cap
+    assert info["spent_dollars"] + info["next_round_estimate"] > cap
+    assert info["records_left"] == 12 - len(first)
+    assert len(pd.read_parquet(out / "results.parquet")) == len(first)  # the table so far
+
+    resumed = invoke(path, "--max-dollars", repr(total * 10))
+    assert resumed.exit_code == 0, resumed.output
+    after = (out / RECORDS).read_text().splitlines()
+    assert after[: len(first)] == first  # nothing redone: the first session's lines stand
+    keys = [json.loads(line)["key"] for line in after]
+    assert len(after) == 12 and len(set(keys)) == 12  # every record once
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "finished"
+    assert [s.get("stopped") for s in manifest["sessions"]] == ["budget", None]
+    assert manifest["resumed_records"] == len(first)
+    assert spend_of(read_records(out / RECORDS).values()).dollars == pytest.approx(total)
