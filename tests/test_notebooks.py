@@ -58,6 +58,12 @@ TINY = {
         "top_k": 1,
         "rope_lengths": [600],  # the fake has no positions: the unscaled heatmap only
     },  # fmt: skip
+    "07_ruler": {
+        **FAKE,
+        "context_lengths": [600],
+        "num_examples": 1,
+        "presets": ["niah_single_1", "niah_multikey_2", "vt", "fwe"],
+    },  # fmt: skip
     "05_your_documents": {
         **FAKE,
         "docs": "",

@@ -19,7 +19,15 @@ from typing import Any
 import typer
 
 from ragbench.cli.corpus import DEFAULT_DIR, docs_cmd, questions_cmd
-from ragbench.datasets import beir, check_params, formats, multidoc, niah, ruler
+from ragbench.datasets import (
+    beir,
+    build_dataset,
+    check_params,
+    formats,
+    multidoc,
+    niah,
+    ruler_presets,
+)
 from ragbench.datasets.corpus import dedup_file
 from ragbench.datasets.corpus_file import corpus_fingerprint
 from ragbench.io import cli_error, user_errors
@@ -158,21 +166,28 @@ def niah_cmd(
 
 @data_app.command("ruler")
 def ruler_cmd(
-    task: str = typer.Argument(..., help="niah_single, niah_multikey, niah_multivalue, ..."),
+    task: str = typer.Argument(
+        ...,
+        help="A RULER task or preset, with or without ruler/: niah_single, ..., niah_single_1, "
+        "..., vt, cwe, fwe, qa_1, qa_2 (`ragbench list datasets`).",
+    ),
     context_lengths: str = typer.Option("4096", help="Comma-separated token counts."),
     num_examples: int = typer.Option(10, help="Examples per context length."),
     haystack: str = typer.Option(None, help="NIAH tasks: essays, noise or needles."),
-    value_type: str = typer.Option("numbers", help="NIAH tasks: words, numbers or uuids."),
-    key_type: str = typer.Option("words", help="NIAH tasks: words, numbers or uuids."),
+    value_type: str = typer.Option(None, help="NIAH tasks: words, numbers or uuids."),
+    key_type: str = typer.Option(None, help="NIAH tasks: words, numbers or uuids."),
+    path: Path = typer.Option(None, help="qa tasks: the SQuAD / HotpotQA JSON to build from."),
     tokenizer: str = typer.Option("smollm2-135m-instruct", help="Tokenizer counting lengths."),
     buffer: int = typer.Option(200, help="final_context_length_buffer: tokens left free."),
     seed: int = typer.Option(42),
     param: list[str] = typer.Option([], help="Extra task parameter key=value (repeatable)."),
     out: Path = typer.Option(None, help="Output JSONL (default: data/generated/ruler-*.jsonl)."),
 ) -> None:
-    """A RULER-style synthetic task, sized to each context length."""
-    if task not in ruler.TASKS:
-        raise cli_error(unknown("RULER task", task, ruler.TASKS))
+    """A RULER task or one of RULER's 13 named configurations, sized to each context length.
+
+    Options left unset keep the task's (or the preset's) own values."""
+    with user_errors(KeyError):
+        name = ruler_presets.dataset_name(task)
     lengths = _csv(context_lengths)
     params: dict[str, Any] = {
         "context_lengths": lengths,
@@ -180,16 +195,15 @@ def ruler_cmd(
         "tokenizer": tokenizer,
         "final_context_length_buffer": buffer,
         "seed": seed,
-        "haystack": haystack,
-        **_extra(param),
     }
-    if task.startswith("niah"):
-        params |= {"value_type": value_type, "key_type": key_type}
+    given = {"haystack": haystack, "value_type": value_type, "key_type": key_type, "path": path}
+    params |= {k: str(v) if k == "path" else v for k, v in given.items() if v is not None}
+    params |= _extra(param)
     with user_errors():
-        check_params(f"ruler/{task}", params)
-    it = ruler.iter_ruler(task, **params)
-    default = _default_out(f"ruler-{task}", params)
-    _generate(task, it, len(lengths) * num_examples, out or default)
+        check_params(name, params)
+    it = ruler_presets.iter_examples(name, **params)
+    short = name.removeprefix("ruler/")
+    _generate(short, it, len(lengths) * num_examples, out or _default_out(f"ruler-{short}", params))
 
 
 @data_app.command("multidoc")
@@ -222,10 +236,24 @@ def multidoc_cmd(
 @data_app.command("import")
 def import_cmd(
     fmt: str = typer.Argument(
-        ..., metavar="FORMAT", help="longbench, ruler, squad, beir or jsonl."
+        ...,
+        metavar="FORMAT",
+        help="longbench, longbench-v2, ruler, squad, beir, flashrag, hf or jsonl.",
     ),
-    path: Path = typer.Argument(..., help="File (or BEIR folder) to import."),
-    split: str = typer.Option(None, help="BEIR qrels split (default: test, else dev, else train)."),
+    path: Path = typer.Argument(..., help="File (or BEIR / Hugging Face folder) to import."),
+    split: str = typer.Option(
+        None,
+        help="BEIR qrels split (default: test, else dev, else train); hf: the DatasetDict split.",
+    ),
+    corpus: Path = typer.Option(
+        None, help="flashrag: the corpus JSONL; hf: a shared corpus (instead of --context)."
+    ),
+    question: str = typer.Option(None, help="hf: the question column."),
+    answers: str = typer.Option(None, help="hf: the answers column (dotted: answers.text)."),
+    context: str = typer.Option(None, help="hf: each row's context column."),
+    param: list[str] = typer.Option(
+        [], help="hf: another mapping key=value (id_column, title_column, corpus_text, ...)."
+    ),
     unanswerable: str = typer.Option(
         None, help="SQuAD 2.0 unanswerable questions: keep (declining scores 1) or drop."
     ),
@@ -238,9 +266,15 @@ def import_cmd(
     """Convert a LongBench / RULER / SQuAD / BEIR dataset to ragbench JSONL.
 
     BEIR is written as a shared corpus (a corpus file and a questions file, for the `corpus`
-    dataset) so the corpus is stored once; score it with the `retrieve_only` strategy."""
+    dataset) so the corpus is stored once; score it with the `retrieve_only` strategy. So are
+    FlashRAG and a Hugging Face dataset mapped to a --corpus."""
+    if fmt in _DATASET_IMPORTERS:  # the importers that are datasets too (same name in configs)
+        given = {"split": split, "corpus": corpus, "question": question, "answers": answers}
+        given |= {"context": context, "unanswerable": unanswerable, "param": param}
+        _import_dataset(fmt, path, out, given)
+        return
     if fmt not in formats.IMPORTERS:
-        raise cli_error(unknown("dataset format", fmt, formats.IMPORTERS))
+        raise cli_error(unknown("dataset format", fmt, [*formats.IMPORTERS, *_DATASET_IMPORTERS]))
     options: dict[str, Any] = {}
     for name, value, owner in (("split", split, "beir"), ("unanswerable", unanswerable, "squad")):
         if value is not None:
@@ -255,7 +289,38 @@ def import_cmd(
         _write(out or DEFAULT_DIR / f"{fmt}-{path.stem}.jsonl", examples)
 
 
-def _write_shared(questions: Path, examples: list[Any]) -> None:
+# importers registered as datasets (``ragbench.datasets.DATASETS``), the options each takes
+_DATASET_IMPORTERS = {
+    "longbench-v2": (),
+    "flashrag": ("corpus",),
+    "hf": ("split", "corpus", "question", "answers", "context", "param"),
+}
+
+
+def _import_dataset(fmt: str, path: Path, out: Path | None, given: dict[str, Any]) -> None:
+    """``data import`` for an importer that is a dataset: its options are the dataset's
+    parameters (``--param`` adds any other), so the file written is what a config would load.
+    Questions over a shared corpus are written as a corpus file plus a questions file."""
+    takes = _DATASET_IMPORTERS[fmt]
+    for name, value in given.items():
+        if value not in (None, []) and name not in takes:
+            what = ", ".join(f"--{t}" for t in takes) or "no options"
+            raise cli_error(ValueError(f"--{name} does not apply to {fmt} (it takes {what})"))
+    params: dict[str, Any] = {"path": str(path)}
+    params |= {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v}
+    params |= _extra(params.pop("param", []))
+    with user_errors(TypeError):
+        check_params(fmt, params)
+        examples = build_dataset(fmt, **params)
+    if examples[0].meta.get("corpus_fingerprint"):  # over one shared corpus: stored once
+        _write_shared(out or DEFAULT_DIR / f"{fmt}-{path.stem}.questions.jsonl", examples, "")
+    else:
+        _write(out or DEFAULT_DIR / f"{fmt}-{path.stem}.jsonl", examples)
+
+
+def _write_shared(
+    questions: Path, examples: list[Any], hint: str = "  # with strategies: [retrieve_only]"
+) -> None:
     """A corpus file beside the questions file (``NAME.questions.jsonl`` -> ``NAME.corpus.jsonl``)."""
     stem = questions.name.removesuffix(".jsonl").removesuffix(".questions")
     corpus = questions.with_name(f"{stem}.corpus.jsonl")
@@ -265,8 +330,7 @@ def _write_shared(questions: Path, examples: list[Any]) -> None:
     typer.echo(f"wrote {n_docs} documents to {corpus} and {len(examples)} questions to {questions}")
     typer.echo(f"fingerprint {corpus_fingerprint(examples[0].documents)} (corpus)")
     typer.echo(
-        f"dataset: {{name: corpus, params: {{corpus: {corpus}, questions: {questions}}}}}"
-        "  # with strategies: [retrieve_only]"
+        f"dataset: {{name: corpus, params: {{corpus: {corpus}, questions: {questions}}}}}{hint}"
     )
 
 

@@ -26,6 +26,12 @@ RULER_TASKS = (
     "variable_tracking",
     "common_words",
 )
+# RULER's 13 named task configurations (``ruler_presets``: its synthetic.yaml, with RULER's
+# defaults); three share a name with a task above and replace it with identical defaults
+RULER_PRESETS = (
+    "niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
+    "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2",
+)  # fmt: skip
 
 DATASETS = Registry(
     "dataset",
@@ -34,7 +40,18 @@ DATASETS = Registry(
         "multidoc": "ragbench.datasets.multidoc:build",
         "file": "ragbench.datasets.formats:load_file",
         "corpus": "ragbench.datasets.shared_corpus:build",
+        # importers of public suites' own files (also `ragbench data import NAME`)
+        "longbench-v2": "ragbench.datasets.longbench_v2:build",
+        "flashrag": "ragbench.datasets.flashrag:build",
+        "hf": "ragbench.datasets.hf_local:load_hf",
         **{f"ruler/{task}": f"ragbench.datasets.ruler:{task}" for task in RULER_TASKS},
+        "ruler/qa": "ragbench.datasets.ruler_qa:build",
+        **{f"ruler/{name}": f"ragbench.datasets.ruler_presets:{name}" for name in RULER_PRESETS},
+    },
+    descriptions={
+        f"ruler/{task}": f"RULER-style {task} task, every parameter open (RULER's own: the presets)"
+        for task in RULER_TASKS
+        if task not in RULER_PRESETS
     },
 )
 
@@ -68,4 +85,11 @@ def dataset_names() -> list[str]:
     return DATASETS.names()
 
 
-__all__ = ["DATASETS", "RULER_TASKS", "build_dataset", "check_params", "dataset_names"]
+__all__ = [
+    "DATASETS",
+    "RULER_PRESETS",
+    "RULER_TASKS",
+    "build_dataset",
+    "check_params",
+    "dataset_names",
+]

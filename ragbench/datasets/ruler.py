@@ -10,7 +10,9 @@ sized like RULER does: a binary search for the most haystack units (haystack tok
 sentences, filler needles, words) whose context still fits ``context_length -
 final_context_length_buffer`` tokens of the named tokenizer. Keys and variable names are drawn
 unique, so each appears exactly once; evidence spans of the needles are in ``meta["evidence"]``.
-Words come from wonderwords' lists, as in RULER.
+Words come from wonderwords' lists, as in RULER. RULER's other tasks (``fwe``: ``ruler_fwe``; qa
+over SQuAD / HotpotQA: ``ruler_qa``) and its 13 named configurations (``ruler_presets``) build on
+these.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ TASKS = RULER_TASKS  # the registry names them without importing this module
 VALUE_TYPES = ("words", "numbers", "uuids")
 HAYSTACKS = ("essays", "noise", "needles")
 DEPTHS = linear_spacing(0, 100, 40)
+# RULER's tokens_to_generate (scripts/data/synthetic/constants.py lines 26, 32, 38); all three
+# families are scored with string_match_all (scripts/eval/synthetic/constants.py lines 34-42)
+TOKENS_TO_GENERATE = {"variable_tracking": 30, "common_words": 120}  # the NIAH family: 128
 
 NEEDLE = "One of the special magic {type_v} for {key} is: {value}."
 NIAH_INSTRUCTION = (
@@ -360,6 +365,8 @@ def iter_ruler(
                 "instruction": instruction,
                 "answer_prefix": prefix,
                 "evidence": [[doc.id, s, e] for s, e in evidence],
+                "ruler_metric": "string_match_all",
+                "tokens_to_generate": TOKENS_TO_GENERATE.get(task, 128),
                 **extra,
             }
             yield Example(ex_id, question, tuple(answers), (doc,), meta)
