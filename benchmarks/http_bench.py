@@ -47,6 +47,7 @@ import time  # noqa: E402
 ROOT = _HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from ragbench.devices import cpu_flags  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm.calibration import cpu_name  # noqa: E402
 
@@ -209,16 +210,6 @@ def measure(server: Server, n: int, stream: bool, rate_limit: dict | None) -> di
         "median_queue_seconds": med([o.queue_seconds for o in outs]),
         "limiter_pauses": llm.limiter.pauses,
     }
-
-
-def cpu_flags() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return sorted(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return []
 
 
 def main(argv: list[str] | None = None) -> dict:

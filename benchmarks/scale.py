@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
+from ragbench.devices import cpu_flags  # noqa: E402
 from ragbench.experiment.results import RECORDS, read_records  # noqa: E402
 from ragbench.experiment.runner import run  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
@@ -168,16 +169,6 @@ def calibrate(cfg: dict) -> None:
     from ragbench.experiment.resources import load_model, rates_of
 
     rates_of(load_model(load_config(cfg).model))
-
-
-def cpu_flags() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return sorted(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return []
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -7,6 +7,8 @@ transformers are imported inside the functions: importing this module stays ligh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ragbench.registry import unknown
 
 DEVICES = ("auto", "cpu", "cuda", "mps")  # "cuda:N" is accepted too
@@ -38,3 +40,15 @@ def quiet_transformers(progress_bars: bool = True) -> None:
     if progress_bars:
         hf_logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def cpu_flags() -> list[str]:
+    """This CPU's feature flags (``/proc/cpuinfo``; [] elsewhere): benchmarks record them beside
+    each figure."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return []

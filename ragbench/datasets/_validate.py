@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ragbench.io import InputFileError, iter_jsonl
+from ragbench.io import InputFileError, iter_jsonl, read_text
 from ragbench.registry import did_you_mean
 from ragbench.types import Document
 
@@ -267,3 +267,16 @@ def choice_param(key: str, value: Any, valid: Iterable[str]) -> str:
             key, f"{_shown(value)} is not valid; {did_you_mean(str(value), valid)}"
         )
     return value
+
+
+def read_json_file(path: str | os.PathLike) -> tuple[str, Any]:
+    """(text, parsed) of a whole-file JSON input (SQuAD, HotpotQA); a missing file or invalid
+    JSON is one error naming the file (and the line)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    text = read_text(path)
+    try:
+        return text, json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
+        raise InputFileError(path, exc.lineno, msg) from None

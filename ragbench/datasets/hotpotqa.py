@@ -16,27 +16,27 @@ e.g. ``[3].context[1][1][0]``); a file with no questions is one too.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from ragbench.datasets._validate import FieldError, check, json_line_of, nonempty, opt, req
-from ragbench.io import InputFileError, read_text
+from ragbench.datasets._validate import (
+    FieldError,
+    check,
+    json_line_of,
+    nonempty,
+    opt,
+    read_json_file,
+    req,
+)
+from ragbench.io import InputFileError
 from ragbench.types import Document, Example
 
 
 def load_hotpotqa(path: str | os.PathLike) -> list[Example]:
     """Every question of a HotpotQA JSON file (see the module docstring)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
-        raise InputFileError(path, exc.lineno, msg) from None
+    text, data = read_json_file(path)
     try:
         check(data, list, ())
         examples, seen = [], set()

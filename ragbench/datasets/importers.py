@@ -38,7 +38,6 @@ line and field for malformed input, and for input with no examples. Choices, per
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import replace
@@ -52,10 +51,11 @@ from ragbench.datasets._validate import (
     json_line_of,
     nonempty,
     opt,
+    read_json_file,
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError, read_text
+from ragbench.io import InputFileError
 from ragbench.metrics.longbench import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
 from ragbench.metrics.normalize import NO_ANSWER
 from ragbench.registry import unknown
@@ -170,14 +170,7 @@ def load_squad(path: PathLike, unanswerable: str = "keep") -> list[Example]:
     if unanswerable not in UNANSWERABLE:
         raise unknown("unanswerable policy", unanswerable, UNANSWERABLE)
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
-        raise InputFileError(path, exc.lineno, msg) from None
+    text, data = read_json_file(path)
     try:
         examples = _squad_examples(data)
     except FieldError as bad:
