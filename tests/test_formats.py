@@ -139,11 +139,15 @@ def test_load_beir_returns_the_corpus_once():
 
 
 def test_unknown_format_and_split_name_the_valid_ones():
-    with pytest.raises(UnknownNameError, match=r"did you mean 'squad'\?.*valid: beir, jsonl"):
+    with pytest.raises(
+        UnknownNameError, match=r"did you mean 'squad'\?.*valid: beir, flashrag, hf, jsonl"
+    ):
         formats.load("sqaud", FIX / "squad_v1.json")
     with pytest.raises(UnknownNameError, match=r"unknown BEIR split 'tset'.*valid: dev, test"):
         formats.load("beir", FIX / "beir", split="tset")
-    assert set(formats.IMPORTERS) == {"jsonl", "longbench", "ruler", "squad", "beir"}
+    assert set(formats.IMPORTERS) == {"jsonl", "longbench", "ruler", "squad", "beir"} | {
+        "longbench-v2", "flashrag", "hf"  # also datasets, under the same names
+    }  # fmt: skip
 
 
 # --------------------------------------------------------------------------- malformed input

@@ -274,7 +274,7 @@ def import_cmd(
         _import_dataset(fmt, path, out, given)
         return
     if fmt not in formats.IMPORTERS:
-        raise cli_error(unknown("dataset format", fmt, [*formats.IMPORTERS, *_DATASET_IMPORTERS]))
+        raise cli_error(unknown("dataset format", fmt, formats.IMPORTERS))
     options: dict[str, Any] = {}
     for name, value, owner in (("split", split, "beir"), ("unanswerable", unanswerable, "squad")):
         if value is not None:

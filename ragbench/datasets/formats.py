@@ -13,6 +13,7 @@ Choices, per format:
   choices); ``load_longbench``, ``load_ruler``, ``load_squad``, ``split_ruler_input`` and
   ``UNANSWERABLE`` are re-exported here.
 - ``beir``: ``beir.py`` (the whole corpus stored once, each judged query an example over it).
+- ``longbench-v2``, ``flashrag``, ``hf``: their own modules; also datasets under the same names.
 
 Every malformed input raises one ``ragbench.io.InputFileError`` naming the file, line and field;
 an input with no examples (an empty file, a BEIR split judging no query) is one too.
@@ -60,6 +61,10 @@ IMPORTERS = Registry(
         "ruler": "ragbench.datasets.importers:load_ruler",
         "squad": "ragbench.datasets.importers:load_squad",
         "beir": "ragbench.datasets.beir:load_beir_examples",
+        # importers that are datasets too (the same names in configs: ``datasets.DATASETS``)
+        "longbench-v2": "ragbench.datasets.longbench_v2:load_longbench_v2",
+        "flashrag": "ragbench.datasets.flashrag:load_flashrag",
+        "hf": "ragbench.datasets.hf_local:load_hf",
     },
 )
 
