@@ -6,9 +6,10 @@ Pure functions, no model: ``question_gen`` drives them, one batch of passages at
   a corpus into them); ``passage_id`` names one in requests and rejections.
 - The request for one passage (``generation_request``): ``GENERATE_TEMPLATE``, the two-line
   format shown by one worked example, its instructions named as the shared prompt prefix.
-- The reply: ``parse_reply`` reads the (question, answer) pair; ``check_reply`` applies the
-  per-reply checks and builds the question row, with ``find_span`` (the answer in its passage,
-  never inside a word) and ``evidence_quote`` (the sentence around it).
+- The reply: ``parse_reply`` reads the (question, answer) pair, ``read_reply`` adds the checks
+  of its form; ``check_reply`` applies the per-reply checks and builds the question row, with
+  ``find_span`` (the answer in its passage, never inside a word) and ``evidence_quote`` (the
+  sentence around it; ``sentence_spans``: every sentence of a text).
 - Near duplicates: ``tokens`` (normalised word set) and their exact ``jaccard``.
 """
 
@@ -132,6 +133,25 @@ def find_span(answer: str, text: str) -> tuple[int, int] | None:
     return None
 
 
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """The sentence spans of ``text`` (bounded by . ! ? and line ends, as in ``evidence_quote``),
+    stripped of surrounding whitespace; empty ones left out."""
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        spans.append((start, m.end() if m.group() != "\n" else m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    out = []
+    for s, e in spans:
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        if e > s:
+            out.append((s, e))
+    return out
+
+
 def evidence_quote(text: str, start: int, end: int, max_chars: int = 300) -> tuple[int, int]:
     """The sentence of ``text`` around ``[start, end)`` (bounded by . ! ? and line ends), cut to
     ``max_chars`` around the answer: a quote specific enough to locate the evidence again."""
@@ -149,9 +169,9 @@ def evidence_quote(text: str, start: int, end: int, max_chars: int = 300) -> tup
 # --------------------------------------------------------------------------- checks
 
 
-def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str, Any] | str:
-    """The question row for ``reply`` to ``passage``, or the reason it is rejected (``REASONS``
-    in ``question_gen``: the per-reply ones, ``format`` to ``answer_in_question``)."""
+def read_reply(reply: str, max_answer_words: int) -> tuple[str, str] | str:
+    """(question, answer) of ``reply``, or the reason its form is rejected: ``format``,
+    ``not_a_question``, ``answer_too_long``."""
     parsed = parse_reply(reply)
     if parsed is None:
         return "format"
@@ -160,6 +180,16 @@ def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str
         return "not_a_question"
     if len(answer.split()) > max_answer_words:
         return "answer_too_long"
+    return question, answer
+
+
+def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str, Any] | str:
+    """The question row for ``reply`` to ``passage``, or the reason it is rejected (``REASONS``
+    in ``question_gen``: the per-reply ones, ``format`` to ``answer_in_question``)."""
+    parsed = read_reply(reply, max_answer_words)
+    if isinstance(parsed, str):
+        return parsed
+    question, answer = parsed
     span = find_span(answer, passage.text)
     if span is None:
         return "answer_not_in_passage"

@@ -45,8 +45,9 @@ from ragbench.datasets.question_text import (
     Passage,
     evidence_quote,
     find_span,
-    parse_reply,
     passage_id,
+    read_reply,
+    sentence_spans,
 )
 from ragbench.metrics.normalize import normalize_answer
 from ragbench.types import GenerationRequest
@@ -77,7 +78,6 @@ STOPWORDS = frozenset(
     "upon while you your yours she him himself herself itself themselves one two".split()
 )
 _WORD = re.compile(r"\w+")
-_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 
 
 @dataclass(frozen=True)
@@ -148,29 +148,11 @@ def pair_request(pair: PassagePair, max_new_tokens: int = 64) -> GenerationReque
     )
 
 
-def sentences(text: str) -> list[tuple[int, int]]:
-    """The sentence spans of ``text`` (ended by . ! ? before a space, or a line end), stripped."""
-    spans, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        spans.append((start, m.end() if m.group() != "\n" else m.start()))
-        start = m.end()
-    spans.append((start, len(text)))
-    out = []
-    for s, e in spans:
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        if e > s:
-            out.append((s, e))
-    return out
-
-
 def bridge_sentence(passage: Passage, question: str, words: set[str]) -> tuple[int, int] | None:
     """The span (in ``passage.text``) of its sentence holding most of ``words`` (question words
     matched by stem), the first on a tie; None when no sentence holds one."""
     best, best_n = None, 0
-    for s, e in sentences(passage.text):
+    for s, e in sentence_spans(passage.text):
         n = len(shared_content_words(passage.text[s:e], question) & words)
         if n > best_n:
             best, best_n = (s, e), n
@@ -179,14 +161,10 @@ def bridge_sentence(passage: Passage, question: str, words: set[str]) -> tuple[i
 
 def check_pair_reply(pair: PassagePair, reply: str, max_answer_words: int) -> dict[str, Any] | str:
     """The question row for ``reply`` to ``pair``, or the reason it is rejected."""
-    parsed = parse_reply(reply)
-    if parsed is None:
-        return "format"
+    parsed = read_reply(reply, max_answer_words)
+    if isinstance(parsed, str):
+        return parsed
     question, answer = parsed
-    if not question.endswith("?"):
-        return "not_a_question"
-    if len(answer.split()) > max_answer_words:
-        return "answer_too_long"
     hops = (pair.first, pair.second)
     found = [(k, span) for k, p in enumerate(hops) if (span := find_span(answer, p.text))]
     if not found:

@@ -3,8 +3,10 @@
 ``Judge`` holds what the judge pass needs (the judge LLM, its templates, ``samples``, the
 embedder); ``Job`` is one judgement of one record (for the context metrics: of one context,
 statement or generated question of it); ``run_jobs`` asks, parses and asks again with the
-template's reminder until each job is read or out of attempts; ``add_cost`` adds what the calls
-cost to a record's ``judge_*`` meta columns, never to its cost.
+template's reminder until each job is read or out of attempts; ``settled`` groups the finished
+jobs by (record, metric) and writes the notes every metric shares (a failed call, unreadable
+replies); ``add_cost`` adds what the calls cost to a record's ``judge_*`` meta columns, never to
+its cost.
 
 N different judgements, deterministically: ``samples > 1`` needs ``temperature > 0`` (the config
 checks it), and sample k > 0 carries a tag in its system message, so each sample is its own
@@ -16,14 +18,18 @@ keeps the judgements already made.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.cost.accounting import Cost
 from ragbench.judge.prompts import JudgePrompt
+from ragbench.secrets import redact_text
 from ragbench.strategies.driver import outcomes
 from ragbench.types import Completion, GenerationRequest
+
+log = logging.getLogger(__name__)
 
 COST_KEYS = (
     "judge_calls", "judge_prompt_tokens", "judge_cached_prompt_tokens",
@@ -138,6 +144,33 @@ def run_jobs(jobs: Sequence[Job], judge: Judge, completions: list[list[Completio
                 j.reply = out.text
                 j.verdict = j.read(judge, out.text)
                 j.done = j.verdict is not None or j.attempt >= judge.max_attempts
+
+
+def settled(
+    jobs: Sequence[Job], items: Sequence[Any], meta: list[dict[str, Any]], judge: Judge
+) -> Iterator[tuple[int, str, list[Job]]]:
+    """The finished ``jobs`` as ``(record index, metric, its jobs)``, in job order. A group with a
+    failed call (the judge, not its reply) gets a ``<metric>_note`` and is skipped: the metric
+    stays missing and a rerun retries it. The others get a note on their unreadable replies, or
+    lose an earlier pass's."""
+    groups: dict[tuple[int, str], list[Job]] = {}
+    for j in jobs:
+        groups.setdefault((j.item, j.metric), []).append(j)
+    for (i, metric), group in groups.items():
+        errors = [j.error for j in group if j.error]
+        if errors:
+            meta[i][f"{metric}_note"] = redact_text(f"judge call failed: {errors[0]}")
+            log.warning("%s: %s not scored: %s", items[i][1].example_id, metric, errors[0])
+            continue
+        bad = [j for j in group if j.verdict is None]
+        if bad:
+            meta[i][f"{metric}_note"] = (
+                f"{len(bad)} of {len(group)} judge replies unreadable after {judge.max_attempts} "
+                f"attempts; last: {bad[-1].reply[:REPLY_EXCERPT]!r}"
+            )
+        else:
+            meta[i].pop(f"{metric}_note", None)
+        yield i, metric, group
 
 
 def add_cost(meta: dict[str, Any], done: list[Completion], sheet: Any) -> None:

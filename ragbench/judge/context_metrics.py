@@ -49,21 +49,18 @@ score), ``<metric>_replies``, ``<metric>_prompt``; ``context_recall_statements``
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ragbench.datasets.haystack import sentences
-from ragbench.judge.calls import REPLY_EXCERPT, Job, Judge
+from ragbench.judge.calls import Job, Judge, settled
 from ragbench.judge.prompts import parse_question
 from ragbench.metrics.normalize import normalize_answer
 from ragbench.secrets import redact_text
 from ragbench.strategies import get_strategy
 from ragbench.types import Example, Record
-
-log = logging.getLogger(__name__)
 
 CONTEXT_METRICS = ("context_precision", "context_recall", "answer_relevancy")
 QUESTION_TOKENS = 64  # new tokens allowed for a verdict line and a generated question, at least
@@ -198,29 +195,13 @@ def _job_extras(metric: str, prompt, judge: Judge) -> dict[str, Any]:
 
 def collect_context_jobs(jobs: Sequence[Job], items, scores, meta, judge: Judge) -> None:
     """Scores and per-record detail from the finished ``jobs`` (see the module docstring)."""
-    groups: dict[tuple[int, str], list[Job]] = {}
-    for j in jobs:
-        groups.setdefault((j.item, j.metric), []).append(j)
     relevancy_grids: dict[int, list[list[Job]]] = {}
-    for (i, metric), group in groups.items():
-        errors = [j.error for j in group if j.error]
-        if errors:  # the judge failed (not its reply): leave it missing, a rerun retries it
-            meta[i][f"{metric}_note"] = redact_text(f"judge call failed: {errors[0]}")
-            log.warning("%s: %s not scored: %s", items[i][1].example_id, metric, errors[0])
-            continue
+    for i, metric, group in settled(jobs, items, meta, judge):
         n_units = 1 + max(j.unit for j in group)
         grid: list[list[Any]] = [[None] * n_units for _ in range(judge.samples)]
         for j in group:
             grid[j.sample][j.unit] = j
         meta[i][f"{metric}_replies"] = [[j.reply for j in row] for row in grid]
-        bad = [j for j in group if j.verdict is None]
-        if bad:
-            meta[i][f"{metric}_note"] = (
-                f"{len(bad)} of {len(group)} judge replies unreadable after {judge.max_attempts} "
-                f"attempts; last: {bad[-1].reply[:REPLY_EXCERPT]!r}"
-            )
-        else:
-            meta[i].pop(f"{metric}_note", None)
         if metric == "answer_relevancy":
             relevancy_grids[i] = grid
             continue

@@ -26,17 +26,13 @@ the calls themselves, the ``Judge`` and the ``samples`` convention are ``calls``
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ragbench.judge.calls import COST_KEYS, REPLY_EXCERPT, Job, Judge, add_cost, run_jobs
+from ragbench.judge.calls import COST_KEYS, Job, Judge, add_cost, run_jobs, settled
 from ragbench.judge.context_metrics import ContextsFn, collect_context_jobs, context_jobs
-from ragbench.secrets import redact_text
 from ragbench.strategies import get_strategy
 from ragbench.types import Completion, Example, Record
-
-log = logging.getLogger(__name__)
 
 __all__ = ["COST_KEYS", "Judge", "judge_records"]
 
@@ -141,26 +137,10 @@ def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[Job]:
 
 
 def _collect(jobs: list[Job], items, scores, meta, judge: Judge) -> None:
-    by_key: dict[tuple[int, str], list[Job]] = {}
-    for j in jobs:
-        by_key.setdefault((j.item, j.metric), []).append(j)
-    for (i, metric), group in by_key.items():
+    for i, metric, group in settled(jobs, items, meta, judge):
         group.sort(key=lambda j: j.sample)
-        errors = [j.error for j in group if j.error]
-        if errors:  # the judge failed (not its reply): leave it missing, a rerun retries it
-            meta[i][f"{metric}_note"] = redact_text(f"judge call failed: {errors[0]}")
-            log.warning("%s: %s not scored: %s", items[i][1].example_id, metric, errors[0])
-            continue
         verdicts = [j.verdict for j in group]
         meta[i][f"{metric}_samples"] = verdicts
         meta[i][f"{metric}_replies"] = [j.reply for j in group]
         read = [v for v in verdicts if v is not None]
         scores[i][metric] = sum(read) / len(read) if read else None
-        bad = [j for j in group if j.verdict is None]
-        if bad:
-            meta[i][f"{metric}_note"] = (
-                f"{len(bad)} of {len(group)} judge replies unreadable after {judge.max_attempts} "
-                f"attempts; last: {bad[-1].reply[:REPLY_EXCERPT]!r}"
-            )
-        else:
-            meta[i].pop(f"{metric}_note", None)

@@ -342,7 +342,9 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
     system = open_pipeline(params)
     what = repr(params.target or params.url)
     corpus = set_up(params, example) or example.meta.get("corpus_fingerprint")
-    question, index = example.question, RUN_CORPUS if params.indexes_corpus else OWN_INDEX
+    question = example.question
+    index = RUN_CORPUS if params.indexes_corpus else OWN_INDEX
+    tags = {"pipeline_kind": system.kind, "pipeline_index": index}  # in every record's meta
     t0 = time.perf_counter()
     if system.kind == "retriever":
         nodes = pipeline_target.call_with_deadline(
@@ -352,10 +354,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         contexts = [_located(_node_context(n), example) for n in nodes]
         completion = yield res.request(_read(example, res, contexts), rid=f"{example.id}:pipeline")
         cost = res.cost(completion).with_retrieval(seconds)
-        meta = context_meta(contexts, example) | {
-            "pipeline_kind": system.kind,
-            "pipeline_index": index,
-        }
+        meta = context_meta(contexts, example) | tags
         record = make_record(example, params, completion, res, meta, cost)
         scores = record.scores | retrieval_scores(contexts, example)
         return dataclasses.replace(record, scores=scores)
@@ -379,7 +378,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
     # the run's architecture facts (FLOPs, KV bytes) hold only for the run's own model
     own_model = completion.model in ("", getattr(res.llm, "name", ""))
     cost = res.cost(completion) if own_model else Cost.of(completion, None, res.sheet)
-    meta = context_meta(contexts, example) | {"pipeline_kind": system.kind, "pipeline_index": index}
+    meta = context_meta(contexts, example) | tags
     if answer.usage is not None and answer.usage.latency_seconds is not None:
         meta["pipeline_latency_seconds"] = float(answer.usage.latency_seconds)
     if answer.version is not None:
