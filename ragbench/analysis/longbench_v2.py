@@ -20,10 +20,9 @@ from typing import Any
 
 from ragbench.analysis._common import _check_metric
 from ragbench.analysis.labels import with_labels
-from ragbench.metrics.longbench_v2 import COMPENSATED, extract_answer
+from ragbench.metrics.longbench_v2 import COMPENSATED, METRIC, extract_answer
 
 COLUMNS = ("Overall", "Easy", "Hard", "Short", "Medium", "Long")
-METRIC = "longbench_v2_accuracy"
 
 
 def _fact(df: Any, name: str) -> Any:

@@ -95,11 +95,13 @@ def no_unknown(obj: dict, valid: Iterable[str], where: tuple = ()) -> None:
 
 def read_jsonl(
     path: str | os.PathLike,
-    convert: Callable[[dict], Any],
+    convert: Callable[..., Any],
     id_field: str,
     repeats: list[int] | None = None,
+    with_line: bool = False,
 ) -> list[Any]:
-    """Convert each JSONL row, turning a FieldError into InputFileError(file, line, field).
+    """Convert each JSONL row (``convert(row, line)`` when ``with_line``), turning a FieldError
+    into InputFileError(file, line, field).
 
     A repeated id is an error naming both lines; with a ``repeats`` list, a record equal to the
     earlier one with its id is skipped instead and its line appended there (verbatim repeats);
@@ -107,7 +109,7 @@ def read_jsonl(
     out, first = [], {}
     for lineno, row in iter_jsonl(path):
         try:
-            item = convert(row)
+            item = convert(row, lineno) if with_line else convert(row)
         except FieldError as bad:
             raise InputFileError(path, lineno, bad.message, bad.field) from None
         if item.id in first:
@@ -239,6 +241,14 @@ def int_list_param(key: str, value: Any, lo: int = 1, why: str = "") -> list[int
         if v < lo:
             raise DatasetParamError(key, f"{v} is out of range; valid: integers {bound}")
     return list(items)
+
+
+def lengths_param(context_lengths: Any, final_context_length_buffer: Any) -> tuple[list[int], int]:
+    """(context lengths, buffer) of a sized generator: the buffer an integer >= 0 and each
+    length more than it, else ``DatasetParamError``."""
+    buffer = int_param("final_context_length_buffer", final_context_length_buffer, lo=0)
+    why = f"more than final_context_length_buffer, {buffer}"
+    return int_list_param("context_lengths", context_lengths, lo=buffer + 1, why=why), buffer
 
 
 def number_list_param(key: str, value: Any, lo: float, hi: float) -> list[float]:

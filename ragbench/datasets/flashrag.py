@@ -33,7 +33,6 @@ from typing import Any
 from ragbench.datasets._validate import STRINGS, FieldError, nonempty, opt, read_jsonl, req
 from ragbench.datasets.corpus_file import corpus_fingerprint
 from ragbench.datasets.questions import RESERVED_META, Question, to_examples
-from ragbench.io import InputFileError, iter_jsonl
 from ragbench.types import Document, Example
 
 PathLike = str | os.PathLike
@@ -59,9 +58,7 @@ def build(path: PathLike, corpus: PathLike) -> list[Example]:
 def read_flashrag_corpus(path: PathLike) -> list[Document]:
     """The documents of a FlashRAG corpus JSONL, in file order; an empty file is an error."""
     documents = read_jsonl(path, _document, id_field="id")
-    if not documents:
-        raise InputFileError(path, None, "no documents (an empty FlashRAG corpus file)")
-    return documents
+    return nonempty(path, documents, "no documents (an empty FlashRAG corpus file)")
 
 
 def split_contents(contents: str) -> tuple[str, str]:
@@ -95,19 +92,8 @@ def _document(row: dict) -> Document:
 
 def read_flashrag_questions(path: PathLike) -> list[Question]:
     """The questions of a FlashRAG split file, with their lines; a duplicate id names both."""
-    out: list[Question] = []
-    first: dict[str, int] = {}
-    for lineno, row in iter_jsonl(path):
-        try:
-            q = _question(row, lineno)
-        except FieldError as bad:
-            raise InputFileError(path, lineno, bad.message, bad.field) from None
-        if q.id in first:
-            msg = f"duplicate id {q.id!r} (first on line {first[q.id]})"
-            raise InputFileError(path, lineno, msg, "id")
-        first[q.id] = lineno
-        out.append(q)
-    return nonempty(path, out, "no questions (an empty FlashRAG split file)")
+    questions = read_jsonl(path, _question, id_field="id", with_line=True)
+    return nonempty(path, questions, "no questions (an empty FlashRAG split file)")
 
 
 def _question(row: dict, lineno: int) -> Question:

@@ -32,7 +32,6 @@ does not exist lists the available ones (dotted paths included); a value of the 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,10 +41,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ragbench.datasets._validate import json_type
+from ragbench.datasets._validate import json_type, read_json_file
 from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
 from ragbench.datasets.questions import RESERVED_META, Question, to_examples
-from ragbench.io import InputFileError, read_text
+from ragbench.io import InputFileError
 from ragbench.registry import did_you_mean, unknown
 from ragbench.types import Document, Example
 
@@ -102,10 +101,7 @@ def _pick_split(path: Path, split: str | None) -> str:
 
 
 def _json(path: Path) -> dict:
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputFileError(path, exc.lineno, f"invalid JSON ({exc.msg})") from None
+    _, data = read_json_file(path)
     if not isinstance(data, dict):
         raise InputFileError(path, None, f"expected a JSON object, got {json_type(data)}")
     return data

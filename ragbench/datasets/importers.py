@@ -1,10 +1,11 @@
 """Importers for third-party dataset files: LongBench and RULER JSONL, SQuAD JSON.
 
 ``formats.IMPORTERS`` names them (``longbench``, ``ruler``, ``squad``) and ``formats`` re-exports
-them. The importers of LongBench v2 (``longbench_v2.py``), FlashRAG's format (``flashrag.py``)
-and local Hugging Face datasets (``hf_local.py``) are datasets of their own, registered by name
-in ``ragbench.datasets.DATASETS`` (``longbench-v2``, ``flashrag``, ``hf``). Each returns ``list[Example]`` and raises one ``ragbench.io.InputFileError`` naming the file,
-line and field for malformed input, and for input with no examples. Choices, per format:
+them. Each returns ``list[Example]`` and raises one ``ragbench.io.InputFileError`` naming the file,
+line and field for malformed input, and for input with no examples. (The importers of LongBench
+v2, FlashRAG's format and local Hugging Face datasets, ``longbench_v2.py``, ``flashrag.py`` and
+``hf_local.py``, are datasets of their own in ``ragbench.datasets.DATASETS``: ``longbench-v2``,
+``flashrag``, ``hf``.) Choices, per format:
 
 - ``longbench``: ``context`` becomes one document (id ``"{_id}/context"``), ``input`` the
   question. ``dataset``, ``length``, ``all_classes`` and any extra fields go to ``meta``, and

@@ -41,21 +41,27 @@ both of its prompts for a caller (a notebook, a pipeline) that drives a model it
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-from ragbench.datasets._validate import FieldError, check, json_line_of, nonempty, read_jsonl, req
-from ragbench.io import InputFileError, read_text
-from ragbench.metrics.longbench_v2 import CHOICES, DIFFICULTIES, LENGTHS
+from ragbench.datasets._validate import (
+    FieldError,
+    check,
+    json_line_of,
+    nonempty,
+    read_json_file,
+    read_jsonl,
+    req,
+)
+from ragbench.io import InputFileError
+from ragbench.metrics.longbench_v2 import CHOICES, DIFFICULTIES, LENGTHS, METRIC
 from ragbench.registry import unknown
 from ragbench.tokenizers import Tokenizer, get_tokenizer
 from ragbench.types import Document, Example
 
 PathLike = str | os.PathLike
-METRIC = "longbench_v2_accuracy"  # the metric the importer names in meta["metric"]
 
 # THUDM/LongBench prompts/*.txt (LongBench v2), verbatim: 0shot.txt, 0shot_cot.txt,
 # 0shot_cot_ans.txt, 0shot_no_context.txt, 0shot_rag.txt
@@ -112,12 +118,7 @@ def build(path: PathLike) -> list[Example]:
 
 
 def _from_json_list(path: Path) -> list[Example]:
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
-        raise InputFileError(path, exc.lineno, msg) from None
+    text, data = read_json_file(path)
     examples: list[Example] = []
     first: dict[str, int] = {}
     try:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 
 from ragbench.datasets import RULER_TASKS
-from ragbench.datasets._validate import choice_param, int_list_param, int_param
+from ragbench.datasets._validate import choice_param, int_param, lengths_param
 from ragbench.datasets.haystack import (
     NOISE_SENTENCE,
     fit,
@@ -291,9 +291,7 @@ def iter_ruler(
     """
     if task not in TASKS:
         raise unknown("RULER task", task, TASKS)
-    buffer = int_param("final_context_length_buffer", final_context_length_buffer, lo=0)
-    why = f"more than final_context_length_buffer, {buffer}"
-    context_lengths = int_list_param("context_lengths", context_lengths, lo=buffer + 1, why=why)
+    context_lengths, buffer = lengths_param(context_lengths, final_context_length_buffer)
     int_param("num_examples", num_examples)
     choice_param("key_type", key_type, VALUE_TYPES)
     choice_param("value_type", value_type, VALUE_TYPES)

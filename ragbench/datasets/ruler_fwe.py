@@ -24,7 +24,7 @@ import random
 import string
 from collections.abc import Iterator, Sequence
 
-from ragbench.datasets._validate import DatasetParamError, int_list_param, int_param
+from ragbench.datasets._validate import DatasetParamError, int_param, lengths_param
 from ragbench.datasets.haystack import fit
 from ragbench.datasets.niah import DEFAULT_TOKENIZER
 from ragbench.tokenizers import get_tokenizer
@@ -100,9 +100,7 @@ def iter_fwe(
 ) -> Iterator[Example]:
     """Yield ``num_examples`` fwe examples per context length (RULER's defaults: alpha 2.0,
     6-letter words, ``(context_length - 50) // 50`` of them)."""
-    buffer = int_param("final_context_length_buffer", final_context_length_buffer, lo=0)
-    why = f"more than final_context_length_buffer, {buffer}"
-    lengths = int_list_param("context_lengths", context_lengths, lo=buffer + 1, why=why)
+    lengths, buffer = lengths_param(context_lengths, final_context_length_buffer)
     int_param("num_examples", num_examples)
     int_param("coded_wordlen", coded_wordlen)
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or alpha <= 1:

@@ -31,23 +31,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ragbench.datasets import DATASETS, ruler
+from ragbench.datasets import DATASETS, ruler, ruler_fwe, ruler_qa
 from ragbench.datasets._validate import int_list_param
-from ragbench.datasets.ruler_fwe import iter_fwe
-from ragbench.datasets.ruler_qa import iter_qa
 from ragbench.registry import unknown
 from ragbench.types import Example
 
 RULER_COMMIT = "c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a"
 SOURCE = f"https://github.com/NVIDIA/RULER/blob/{RULER_COMMIT}/scripts/synthetic.yaml"
 # RULER task script -> (tokens_to_generate: data/synthetic/constants.py line, metric:
-# eval/synthetic/constants.py lines 33-48)
+# eval/synthetic/constants.py lines 33-48), as each generator cites and sets them
 TASK_FACTS = {
     "niah": (128, "string_match_all"),  # constants.py line 26
-    "variable_tracking": (30, "string_match_all"),  # line 32
-    "common_words_extraction": (120, "string_match_all"),  # line 38
-    "freq_words_extraction": (50, "string_match_all"),  # line 44
-    "qa": (32, "string_match_part"),  # line 50
+    "variable_tracking": (ruler.TOKENS_TO_GENERATE["variable_tracking"], "string_match_all"),
+    "common_words_extraction": (ruler.TOKENS_TO_GENERATE["common_words"], "string_match_all"),
+    "freq_words_extraction": (ruler_fwe.TOKENS_TO_GENERATE, ruler_fwe.METRIC),
+    "qa": (ruler_qa.TOKENS_TO_GENERATE, ruler_qa.METRIC),
 }
 NIAH_HAYSTACKS = {"noise": "noise", "essay": "essays", "needle": "needles"}
 SHORT_LENGTH = 4096  # common_words_extraction.py line 102: below it, other frequencies
@@ -127,8 +125,8 @@ PRESETS = {
 
 GENERATORS: dict[str, Callable[..., Iterator[Example]]] = {
     **{t: functools.partial(ruler.iter_ruler, t) for t in ruler.TASKS},
-    "fwe": iter_fwe,
-    "qa": iter_qa,
+    "fwe": ruler_fwe.iter_fwe,
+    "qa": ruler_qa.iter_qa,
 }
 
 
@@ -204,9 +202,7 @@ def iter_examples(name: str, **params: Any) -> Iterator[Example]:
     short = dataset_name(name).removeprefix("ruler/")
     if short in PRESETS:
         return iter_preset(short, **params)
-    if short == "qa":
-        return iter_qa(**params)
-    return ruler.iter_ruler(short, **params)
+    return GENERATORS[short](**params)
 
 
 # the registered datasets (``RULER_PRESETS``); the first sentence of each docstring is its line

@@ -33,8 +33,8 @@ from collections.abc import Iterator, Sequence
 from ragbench.datasets._validate import (
     DatasetParamError,
     choice_param,
-    int_list_param,
     int_param,
+    lengths_param,
     nonempty,
 )
 from ragbench.datasets.formats import read_examples
@@ -136,9 +136,7 @@ def iter_qa(
             "path", f"RULER's QA tasks are built from a QA file: set `path` to "
             f"{WHERE_TO_GET[format]}; nothing is downloaded",
         )  # fmt: skip
-    buffer = int_param("final_context_length_buffer", final_context_length_buffer, lo=0)
-    why = f"more than final_context_length_buffer, {buffer}"
-    lengths = int_list_param("context_lengths", context_lengths, lo=buffer + 1, why=why)
+    lengths, buffer = lengths_param(context_lengths, final_context_length_buffer)
     int_param("num_examples", num_examples)
     tok = get_tokenizer(tokenizer)
     questions, everything = _load(str(path), format)

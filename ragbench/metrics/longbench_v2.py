@@ -22,6 +22,7 @@ from collections.abc import Sequence
 CHOICES = ("A", "B", "C", "D")  # the gold ``answer`` is one of these letters
 DIFFICULTIES = ("easy", "hard")  # ``difficulty`` values (result.py's Easy / Hard columns)
 LENGTHS = ("short", "medium", "long")  # ``length`` buckets (result.py's Short / Medium / Long)
+METRIC = "longbench_v2_accuracy"  # its name in metrics.answer.METRICS (the importer names it)
 COMPENSATED = 0.25  # result.py's credit for a reply with no extractable answer, when compensated
 
 
