@@ -118,6 +118,7 @@ def check_report(run_dir: Path, printed: str) -> None:
     """report.html: after the provenance header (naming this run), the first section is the
     verdict the command printed."""
     page = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert str(run_dir.resolve()) not in page  # the run folder reads $RUN_DIR, as in `render`
     header_end = page.index("</section>", page.index("ragbench-provenance"))
     assert run_dir.name in page[:header_end]
     first_h2 = re.search(r"<h2[^>]*>(.*?)</h2>", page[header_end:], re.S)

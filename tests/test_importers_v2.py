@@ -333,6 +333,8 @@ def test_data_import_flashrag_writes_a_shared_corpus(tmp_path, monkeypatch):
         cli_app(), ["data", "import", "flashrag", str(split), "--context", "c"]
     )
     assert bad.exit_code != 0 and "--context does not apply to flashrag" in bad.output
+    missing = CliRunner().invoke(cli_app(), ["data", "import", "flashrag", str(split)])
+    assert missing.exit_code == 2 and "'corpus' (--corpus)" in missing.output  # the option's name
 
 
 # ----------------------------------------------------------------- local Hugging Face datasets

@@ -253,3 +253,21 @@ def test_ruler_table_layout_and_per_task_metric():
         ruler_table(_table_rows().drop(columns="string_match_part"))
     with pytest.raises(ValueError, match="no 'task' column"):
         ruler_table(_table_rows().drop(columns="task"))
+
+
+def test_ruler_table_rows_follow_rulers_order():
+    # niah_multivalue and fwe are both presets and generic tasks: their place is the preset's
+    tasks = ["ruler/qa_1", "ruler/fwe", "ruler/niah_multivalue", "ruler/vt", "ruler/niah_single_1"]
+    rows = [
+        {"label": "lc", "strategy": "lc", "params": "{}", "task": t, "context_length": 1024,
+         "ruler_metric": "string_match_all", "error": None, "string_match_all": 1.0}
+        for t in tasks
+    ]  # fmt: skip
+    table = ruler_table(pd.DataFrame(rows))
+    assert [t for _, t in table.index][:-1] == [
+        "niah_single_1",
+        "niah_multivalue",
+        "vt",
+        "fwe",
+        "qa_1",
+    ]  # RULER's synthetic.yaml order

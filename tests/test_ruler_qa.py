@@ -167,6 +167,9 @@ def test_hotpotqa_reader(tmp_path):
     (tmp_path / "empty.json").write_text("[]")
     with pytest.raises(InputFileError, match="no questions"):
         load_hotpotqa(tmp_path / "empty.json")
+    (tmp_path / "squad.json").write_text('{"version": "1.1", "data": []}')
+    with pytest.raises(InputFileError, match="a SQuAD file .* build ruler/qa_1 from it"):
+        load_hotpotqa(tmp_path / "squad.json")
 
 
 def test_qa_errors_name_the_parameter_and_the_file(tmp_path):

@@ -22,7 +22,7 @@ from ragbench.datasets import RULER_PRESETS, RULER_TASKS
 
 ALL_TASKS = "all tasks"  # the per-variant row averaging the tasks at each length
 AVERAGE = "avg"  # the column averaging the lengths of a row
-ORDER = (*RULER_PRESETS, *RULER_TASKS, "qa")  # RULER's table order first
+ORDER = tuple(dict.fromkeys((*RULER_PRESETS, *RULER_TASKS, "qa")))  # RULER's order first, once
 
 
 def ruler_scores(df: Any, metric: str | None = None) -> Any:

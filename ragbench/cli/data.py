@@ -309,13 +309,23 @@ def _import_dataset(fmt: str, path: Path, out: Path | None, given: dict[str, Any
     params: dict[str, Any] = {"path": str(path)}
     params |= {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v}
     params |= _extra(params.pop("param", []))
-    with user_errors(TypeError):
+    try:
         check_params(fmt, params)
+    except ValueError as exc:  # the dataset's parameter names, as this command's options
+        raise cli_error(ValueError(_as_options(str(exc), takes))) from None
+    with user_errors(TypeError):
         examples = build_dataset(fmt, **params)
     if examples[0].meta.get("corpus_fingerprint"):  # over one shared corpus: stored once
         _write_shared(out or DEFAULT_DIR / f"{fmt}-{path.stem}.questions.jsonl", examples, "")
     else:
         _write(out or DEFAULT_DIR / f"{fmt}-{path.stem}.jsonl", examples)
+
+
+def _as_options(message: str, options: tuple[str, ...]) -> str:
+    """``missing a required argument: 'corpus'`` -> ``... 'corpus' (--corpus)``."""
+    for name in options:
+        message = message.replace(f"'{name}'", f"'{name}' (--{name})")
+    return message
 
 
 def _write_shared(

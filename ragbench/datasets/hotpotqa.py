@@ -37,6 +37,11 @@ def load_hotpotqa(path: str | os.PathLike) -> list[Example]:
     """Every question of a HotpotQA JSON file (see the module docstring)."""
     path = Path(path)
     text, data = read_json_file(path)
+    if isinstance(data, dict) and "data" in data:  # the shape of SQuAD's files
+        raise InputFileError(
+            path, 1, "a SQuAD file (an object with 'data'), not HotpotQA's list of questions: "
+            "build ruler/qa_1 from it (RULER's qa_2 is HotpotQA)"
+        )  # fmt: skip
     try:
         check(data, list, ())
         examples, seen = [], set()

@@ -360,4 +360,6 @@ def write_report(spec: CompareSpec, questions: Path, run_dir: Path, progress: bo
     with tempfile.TemporaryDirectory(prefix="ragbench-report-") as tmp:
         shown = Path(tmp) / Path(NOTEBOOK).name  # the header names notebook 05
         nbformat.write(verdict_first(nb), str(shown))
-        return render_notebook(shown, run_dir / "report.html", include_code=False)
+        return render_notebook(
+            shown, run_dir / "report.html", include_code=False, run_dir=run_dir.resolve()
+        )  # the page names the run folder as ``ragbench render`` does: $RUN_DIR

@@ -136,8 +136,10 @@ def render_notebook(
     manifest: Mapping[str, Any] | str | os.PathLike | None = None,
     keep_stderr: bool = False,
     allow_unexecuted: bool = False,
+    run_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Render an executed notebook to standalone HTML (atomically) and return the HTML path.
+    Paths under ``run_dir`` (default: the notebook's folder) read ``$RUN_DIR``.
 
     stderr streams (progress bars, library warnings) are left out unless ``keep_stderr``: the
     page is for readers of the results; the executed .ipynb keeps everything. A file that is not
@@ -168,7 +170,7 @@ def render_notebook(
         "metadata": {"name": executed_ipynb.stem, "path": str(executed_ipynb.parent)},
     }
     body, _ = exporter.from_notebook_node(nb, resources=resources)
-    body = scrub(body, extra_paths=[executed_ipynb.resolve().parent])
+    body = scrub(body, extra_paths=[Path(run_dir or executed_ipynb.resolve().parent)])
     return atomic_write_text(out_html, body)
 
 
