@@ -242,27 +242,24 @@ def main(argv: list[str] | None = None) -> dict:
             print(("stream " if stream else "") + json.dumps(r), flush=True)
     finally:
         server.close()
+
+    def limited(server: Server, case: str, label: str, rate_limit: dict | None) -> None:
+        """One case against a server that limits to ``rpm``: its rate against that limit."""
+        r = measure(server, n, False, rate_limit)
+        r["limit_rps"] = rpm / 60
+        r["rate_vs_limit"] = round(r["achieved_rps"] / (rpm / 60), 4)
+        result["cases"][case] = r
+        print(f"{label} " + json.dumps(r), flush=True)
+
     server = Server(rpm)
     try:
-        r = measure(server, n, False, {"requests_per_minute": rpm})
-        r["limit_rps"] = rpm / 60
-        r["rate_vs_limit"] = round(r["achieved_rps"] / (rpm / 60), 4)
-        result["cases"]["rpm_limit"] = r
-        print("rpm " + json.dumps(r), flush=True)
-        r = measure(server, n, False, None)
-        r["limit_rps"] = rpm / 60
-        r["rate_vs_limit"] = round(r["achieved_rps"] / (rpm / 60), 4)
-        result["cases"]["server_headers"] = r
-        print("headers " + json.dumps(r), flush=True)
+        limited(server, "rpm_limit", "rpm", {"requests_per_minute": rpm})
+        limited(server, "server_headers", "headers", None)
     finally:
         server.close()
     server = Server(rpm, headers_on_ok=False)  # the client learns the limit from 429s alone
     try:
-        r = measure(server, n, False, None)
-        r["limit_rps"] = rpm / 60
-        r["rate_vs_limit"] = round(r["achieved_rps"] / (rpm / 60), 4)
-        result["cases"]["server_429"] = r
-        print("429 " + json.dumps(r), flush=True)
+        limited(server, "server_429", "429", None)
     finally:
         server.close()
     cases = result["cases"]

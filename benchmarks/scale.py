@@ -5,9 +5,8 @@
   without using the CPU, so two workers can run side by side on a loaded 2-core machine);
 - embedded model: SmolLM2 (transformers, CPU) on a smaller NIAH run (``--embedded-examples``,
   200 by default), one torch thread per process: local on one core vs 2 Ray workers on one core
-  each (the scale-out being measured; a first try with 2 torch threads in the local arm took
-  561 s for 20 examples on this loaded machine, its calibration at 2 threads included). The
-  model's cost calibration is measured (or read) once before the timed runs: neither arm pays it.
+  each (the scale-out being measured). The model's cost calibration is measured (or read) once
+  before the timed runs: neither arm pays it.
 
 Per arm: wall seconds of ``run()``, ``ray_speedup`` = local / Ray (Ray already started, as on a
 cluster; ``ray_init_seconds`` apart, and ``ray_speedup_with_init`` counting it), whether the

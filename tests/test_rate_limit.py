@@ -171,8 +171,8 @@ def test_a_429_pauses_every_thread_for_its_retry_after():
 
 def test_limiter_of_a_config_mapping_names_the_valid_keys():
     assert RateLimiter.of({"requests_per_minute": 60}).requests_per_minute == 60
-    assert RateLimiter.of(None).describe() == {
-        "requests_per_minute": None, "tokens_per_minute": None}  # fmt: skip
+    unlimited = RateLimiter.of(None)
+    assert (unlimited.requests_per_minute, unlimited.tokens_per_minute) == (None, None)
     with pytest.raises(ValueError, match="requests_per_minute, tokens_per_minute"):
         RateLimiter.of({"rpm": 60})
     shared = RateLimiter()
@@ -265,5 +265,5 @@ def test_a_batch_meeting_429s_loses_nothing(serve):
 def test_model_rate_limit_reaches_the_backend():
     cfg = load_config(fake_server_config(rate_limit={"tokens_per_minute": 90000}, cache=False))
     llm = load_model(cfg.model)
-    assert llm.limiter.describe() == {"requests_per_minute": None, "tokens_per_minute": 90000}
+    assert (llm.limiter.requests_per_minute, llm.limiter.tokens_per_minute) == (None, 90000)
     llm.close()

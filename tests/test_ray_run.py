@@ -21,11 +21,16 @@ import pytest
 import yaml
 from test_runner import niah_config
 
+from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.executor_worker import RunWorker
+from ragbench.experiment.resources import load_examples
 from ragbench.experiment.results import RECORDS, read_records
 from ragbench.experiment.runner import plan_rounds, run
 from ragbench.experiment.shards import assign, balance, group_key, plan_shards
 from ragbench.llm import ServerUnreachable
 from ragbench.llm.cache import cache_rows
+from ragbench.llm.calibration import Rates, describe
+from ragbench.secrets import redact_text
 from ragbench.types import Document, Example
 
 ray = pytest.importorskip("ray")
@@ -258,3 +263,26 @@ def test_a_worker_that_cannot_start_stops_the_run(tmp_path, local_ray):
     with pytest.raises(ServerUnreachable, match="cannot connect"):  # the worker's own error
         run(cfg, progress=False, executor="ray", workers=2)
     assert not list(Path(cfg["output_dir"]).glob(f"*/{RECORDS}"))  # before any record
+
+
+def test_worker_prices_with_the_rates_it_is_given_and_masks_the_configs_secrets(tmp_path):
+    """Run in this process (no actor): a worker given worker 0's calibration prices with it, not
+    its own, and knows the config's URL password as a secret before anything can fail (the
+    backend would remember it, but only once it is built)."""
+    rates = Rates(a=0.01, b=0.002, c=1e-7, d0=0.02, d1=1e-8)
+    cfg = load_config(niah_config(tmp_path, model={**FAKE, "cache": False}))
+    worker = RunWorker(cfg, 1, 2, (load_examples(cfg),), {}, rates)
+    assert worker.failure is None
+    assert worker.res.rates is rates and worker.ready()["calibration"] == describe(rates)
+    assert RunWorker(cfg, 0, 2, (load_examples(cfg),), {}).res.rates is None  # fake: none
+
+    password = "Pw0rd-only-in-this-config-7731"
+    url = f"http://user:{password}@127.0.0.1:9/v1"
+    model = {"backend": "openai", "name": "m", "preset": "smollm2-135m-instruct", "cache": False,
+             "params": {"base_url": url, "tokenizer": "whitespace"}}  # fmt: skip
+    # validated, not parsed (parse_config would remember it): as a worker receives it, pickled
+    cfg = RunConfig.model_validate(niah_config(tmp_path, model=model, strategies=["closed_book"]))
+    assert password in redact_text(f"failed: {password}")
+    worker = RunWorker(cfg, 0, 1, (None,), {})  # no examples: fails before the model loads
+    assert isinstance(worker.failure, TypeError)
+    assert password not in redact_text(f"failed: {password}")

@@ -13,6 +13,11 @@ loses at most the rounds in flight, and a resume reruns only what is missing. A 
 budget checks before each round is sent; the rounds already queued (two per worker) are priced
 only as they finish, so a Ray run can pass its cap by up to those.
 
+Cost: a backend that loads weights prices a record by its calibration (``cost_basis:
+calibrated``), measured per node; worker 0 starts first and the others price with its rates, so
+a record's dollars do not depend on the worker that ran it (nor on a calibration measured while
+N workers load at once).
+
 Failures: a worker process that dies is restarted by Ray (``max_restarts``) and its in-flight
 rounds retried (``max_task_retries``); once its restarts are spent, each round it still had
 becomes error records (``WorkerDied``), which a resume retries. A worker that cannot start (a dead
@@ -82,6 +87,7 @@ class RayRun:
         self.shards: list[dict[str, Any]] = []  # per shard: worker, rounds, items, where it ran
         self.infos: list[dict[str, Any]] = []
         self.preloaded: list[dict[str, Any]] = []
+        self.merged = 0  # cache rows the workers added to main_cache
 
     # ------------------------------------------------------------------ start and stop
 
@@ -117,16 +123,30 @@ class RayRun:
         # once through the object store, not per round; held here, so a restarted worker (its
         # __init__ run again) still finds them
         self._examples_ref = ray.put(self.examples)
-        self.actors = [
-            # wrapped: a bare reference would be a constructor argument Ray cannot restart from
-            actor.remote(self.cfg, i, self.workers, (self._examples_ref,), self.preload_over)
-            for i in range(self.workers)
-        ]
-        try:
-            self.infos = ray.get([a.ready.remote() for a in self.actors])
-        except ray.exceptions.RayTaskError as exc:  # the worker's own error: ServerUnreachable...
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, Exception) else exc.as_instanceof_cause()) from None
+
+        def start(indices: range, rates: Any = None) -> list[dict[str, Any]]:
+            # the examples wrapped: a bare reference would be a constructor argument Ray cannot
+            # restart from
+            ref = (self._examples_ref,)
+            new = [
+                actor.remote(self.cfg, i, self.workers, ref, self.preload_over, rates)
+                for i in indices
+            ]
+            self.actors += new
+            try:
+                return ray.get([a.ready.remote() for a in new])
+            except ray.exceptions.RayTaskError as exc:  # the worker's error: ServerUnreachable...
+                cause = getattr(exc, "cause", None)
+                raise (
+                    cause if isinstance(cause, Exception) else exc.as_instanceof_cause()
+                ) from None
+
+        # a model that loads weights is priced by its calibration (measured on first load): worker
+        # 0 measures it alone, and the others price with its rates, so a record's dollars do not
+        # depend on which worker (or node) ran it
+        first = 1 if local_weights else self.workers
+        self.infos = start(range(first))
+        self.infos += start(range(first, self.workers), self.infos[0]["rates"])
         self.identity = self.infos[0]["identity"]
         self.cfg._calibration = self.infos[0]["calibration"]  # for the manifest, as locally
 
@@ -239,5 +259,5 @@ class RayRun:
                 for info in self.infos
             ],
             "shards": sorted(self.shards, key=lambda row: row["shard"]),
-            "cache_rows_merged": getattr(self, "merged", 0),
+            "cache_rows_merged": self.merged,
         }

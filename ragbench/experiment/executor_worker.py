@@ -23,6 +23,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ragbench import secrets
 from ragbench.assets import cache_dir
 from ragbench.experiment import provenance
 from ragbench.experiment.config import RunConfig, config_hash
@@ -31,6 +32,7 @@ from ragbench.experiment.resources import load_model as load_configured_model
 from ragbench.experiment.results import error_record
 from ragbench.llm import backend_capabilities
 from ragbench.llm.cache import CachedLLM, cache_rows
+from ragbench.llm.calibration import describe
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies import preload, run_batch
 from ragbench.strategies.pipeline_target import imports_from
@@ -45,7 +47,9 @@ def worker_cache_path(cfg: RunConfig, index: int) -> Path:
 class RunWorker:
     """A Ray actor (``ray.remote(RunWorker)``): see the module docstring. ``examples`` and
     ``preload_over`` (questions per preload group, counted over the whole run) come from the
-    driver (the examples as a 1-tuple holding their object reference); rounds name items by (example index, point index)."""
+    driver (the examples as a 1-tuple holding their object reference); rounds name items by
+    (example index, point index). ``rates``: worker 0's calibration (``ready()["rates"]``), which
+    the others price with instead of their own (one node's measurement, not one per worker)."""
 
     def __init__(
         self,
@@ -54,19 +58,23 @@ class RunWorker:
         workers: int,
         examples: tuple[Any],
         preload_over: dict[tuple, int],
+        rates: Any = None,
     ) -> None:
         self.cfg, self.index = cfg, index
+        # as the driver does (runner.run): the config's keys and URL passwords are masked in this
+        # process's error records and logs too, not only those the driver's environment names
+        secrets.collect(cfg.model_dump(mode="json"))
         self.points = cfg.points
         self.failure: Exception | None = None
         self.where = {"worker": index, "hostname": socket.gethostname(), "pid": os.getpid()}
         try:
             self.where["node_id"] = _node_id()
             self.examples: list[Example] = _fetch(examples[0])
-            self._start(workers, preload_over)
+            self._start(workers, preload_over, rates)
         except Exception as exc:  # raised by every call: the driver reports the original error
             self.failure = exc
 
-    def _start(self, workers: int, preload_over: dict[tuple, int]) -> None:
+    def _start(self, workers: int, preload_over: dict[tuple, int], rates: Any) -> None:
         cfg = self.cfg
         if generates_answers(cfg):
             # the node's cores split between the run's workers (a backend that loads weights),
@@ -85,7 +93,10 @@ class RunWorker:
         self.llm = llm
         self.res = build_resources(cfg, llm, kv_dtype=identity.get("dtype"))
         self.res.preload_over.update(preload_over)
+        if rates is not None:  # worker 0's: a record's dollars do not depend on its worker
+            self.res.rates, cfg._calibration = rates, describe(rates)
         self.info = {**self.where, "identity": identity, "calibration": cfg._calibration}
+        self.info["rates"] = self.res.rates
 
     def _check(self) -> None:
         if self.failure is not None:

@@ -97,6 +97,22 @@ def cache_rows(path: str | os.PathLike) -> list[tuple[str, str, str, float]]:
         conn.close()
 
 
+def _insert(conn: sqlite3.Connection, rows: Sequence[tuple[str, str, str, float]]) -> None:
+    """``rows`` added in one transaction (a key already there keeps its completion); the write
+    lock is taken up front (``BEGIN IMMEDIATE``): no upgrade deadlock between processes."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(
+            "INSERT OR IGNORE INTO completions (key, completion, identity, created)"
+            " VALUES (?, ?, ?, ?)",
+            rows,
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 def merge_rows(path: str | os.PathLike, rows: Sequence[tuple[str, str, str, float]]) -> int:
     """Add ``rows`` (``cache_rows`` of other cache files: a Ray run's per-worker caches) to the
     cache at ``path``, in one transaction; a key already there keeps its completion (identical
@@ -109,17 +125,7 @@ def merge_rows(path: str | os.PathLike, rows: Sequence[tuple[str, str, str, floa
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         conn.execute(_CREATE)
         before = conn.total_changes
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(
-                "INSERT OR IGNORE INTO completions (key, completion, identity, created)"
-                " VALUES (?, ?, ?, ?)",
-                rows,
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        _insert(conn, rows)
         return conn.total_changes - before
     finally:
         conn.close()
@@ -255,18 +261,7 @@ class CachedLLM(LLM):
         now = time.time()
         rows = [(k, c.to_json(), identity, now) for k, c in items.items()]
         with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")  # take the write lock up front: no upgrade deadlock
-            try:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO completions (key, completion, identity, created)"
-                    " VALUES (?, ?, ?, ?)",
-                    rows,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            _insert(self._connection(), rows)
 
     def _reindex(
         self, exc: Exception, keys: list[str], todo_keys: list[str], found: dict[str, Completion]

@@ -18,7 +18,7 @@ event-stream reading, retries and errors are in ``openai_http.py`` (``http``). W
   (Azure needs ``api-version``);
 - a batch runs on a thread pool of ``max_concurrency`` workers sharing one ``httpx.Client`` with
   as many connections, all kept alive between batches, so ``max_concurrency`` C against a server
-  that answers in L seconds sustains about C/L requests per second (``benchmarks/http.py``);
+  that answers in L seconds sustains about C/L requests per second (``benchmarks/http_bench.py``);
 - rate limits (``rate_limit``: requests and tokens per minute, ``ragbench.llm.rate_limit``): one
   limiter shared by every thread waits before each attempt as the configured limits and the
   server's ``x-ratelimit-*`` headers require; a 429 pauses every thread, not only its own;

@@ -224,10 +224,6 @@ class RateLimiter:
                 raise ValueError(f"rate_limit takes no {key!r}; valid: {', '.join(valid)}")
         return cls(**{k: v for k, v in spec.items() if v is not None}, **kw)
 
-    def describe(self) -> dict[str, Any]:
-        return {"requests_per_minute": self.requests_per_minute,
-                "tokens_per_minute": self.tokens_per_minute}  # fmt: skip
-
     def _server_wait(self, now: float, served: float, tokens: int) -> float:
         """Seconds until the server's windows admit one more request of ``tokens``, for a
         thread that has already waited until ``served`` (its clock may lag: tests' sleeps)."""
