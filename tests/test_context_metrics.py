@@ -24,7 +24,8 @@ from ragbench.judge.contexts import record_contexts
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM, answer_from_prompt
 from ragbench.retrieval.embedders import get_embedder
-from ragbench.strategies.params import ClosedBookParams, PipelineParams
+from ragbench.strategies.params import ClosedBookParams
+from ragbench.strategies.pipeline_params import PipelineParams
 from ragbench.types import Document, Example, Record
 
 METRICS = ("context_precision", "context_recall", "answer_relevancy")

@@ -25,9 +25,9 @@ from ragbench.datasets.corpus_file import write_documents
 from ragbench.experiment.runner import run
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies import get_strategy
-from ragbench.strategies.params import PipelineParams
 from ragbench.strategies.pipeline import retrieval_scores
 from ragbench.strategies.pipeline_answer import MalformedAnswer, PipelineAnswer
+from ragbench.strategies.pipeline_params import PipelineParams
 from ragbench.types import Document, Example
 
 KEYS = {"quiet-lake": "4817263", "red-fox": "5920114", "old-mill": "6031875", "blue-sky": "7142986"}

@@ -226,16 +226,13 @@ def test_drop_closed_book_drops_what_the_model_knows_without_the_documents():
 
 def test_closed_book_check_asks_exactly_what_the_closed_book_strategy_asks():
     """Same request -> same completion-cache key: the run's closed book answers come free."""
+    from ragbench.strategies.base import Resources
     from ragbench.strategies.closed_book import closed_book_steps
     from ragbench.strategies.params import ClosedBookParams
 
     class Res:
         max_new_tokens = 32
-
-        def request(self, prompt, prefix="", rid=""):
-            from ragbench.strategies.base import Resources
-
-            return Resources.request(self, prompt, prefix, rid)
+        request, new_tokens = Resources.request, Resources.new_tokens
 
     example = Example("q", "Who is the keeper?", ("Ada",), DOCS, {"task_type": "qa"})
     strategy_request = next(closed_book_steps(example, Res(), ClosedBookParams()))

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_json_round_trip_is_exact(obj):
 def test_a_core_record_keeps_params_and_cost_as_json_objects():
     record = Record("ex-1", "rag", RagParams(top_k=3), "x", cost=Cost(dollars=0.001))
     plain = Record.from_json(record.to_json())
-    assert plain.params == RagParams(top_k=3).to_dict() and plain.cost["dollars"] == 0.001
+    assert plain.params == dataclasses.asdict(RagParams(top_k=3)) and plain.cost["dollars"] == 0.001
     assert record_from_dict(plain.to_dict()) == record
 
 

@@ -30,13 +30,16 @@ are not the official ones, or that needs ``$COT$`` without it being given, is an
 ``max_len // 2`` and last ``-max_len // 2`` token ids (Python's floor division: an odd
 ``max_len`` gives the tail the extra token), decoded again.
 
-How a ragbench run relates to the official protocol. The strategies use ragbench's prompt layout
-(document first, then "Answer the question based on the text above", then the question block
-above) and keep the reply's first line; ``overflow: truncate_middle`` on ``long_context`` keeps
-the head and the tail of the context by tokens of the run's model, so the instruction and the
-question survive the cut as they do in ``pred.py``. The reply is scored by the official
-extraction. The two-call chain-of-thought protocol is not a ragbench strategy: ``render`` gives
-both of its prompts for a caller (a notebook, a pipeline) that drives a model itself.
+How a ragbench run uses them. Each example names ``PROMPT_FORMAT`` in ``meta["prompt_format"]``,
+so the strategies prompt with these templates (``strategies.prompt_format``): long context with
+``0shot`` (``0shot_cot`` under ``cot: true``), RAG with ``0shot_rag`` over "Retrieved chunk N:"
+blocks, closed book with ``0shot_no_context``; with ``cot: true`` the reply is sent back in
+``0shot_cot_ans`` (``answer_step``) as ``pred.py`` does. ``frame`` splits a template around
+``$DOC$`` so the strategies can fit the context to the window and reuse the document's KV. The
+whole reply is scored by the official extraction. Where a run departs from ``pred.py``: decoding
+is greedy (``pred.py``: temperature 0.1); ``overflow: truncate_middle`` cuts the context (by the
+run's tokenizer) rather than the whole prompt, so the instruction and the question are kept
+whole; an empty reply is scored wrong (``pred.py`` drops the item).
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ TEMPLATES = {
     "0shot_rag": "Please read the following retrieved text chunks and answer the question below."
     "\n\n<text>\n$DOC$\n</text>\n\n" + _CHOICES_BLOCK + _FORMAT,
 }  # fmt: skip
+FORMAT_LINE = _FORMAT  # the answer format the extraction reads (last line of the templates)
+PROMPT_FORMAT = "longbench_v2"  # meta["prompt_format"]: the strategies prompt with TEMPLATES
+COT_TOKENS = 1024  # pred.py's max_new_tokens for the chain-of-thought call (the answer: 128)
 PLACEHOLDERS = ("$DOC$", "$Q$", "$C_A$", "$C_B$", "$C_C$", "$C_D$", "$COT$")
 _PLACEHOLDER = re.compile(r"\$[A-Z_]+\$")
 # the lines of a rendered prompt: a question holding one was exported already templated
@@ -169,6 +175,7 @@ def _example(row: dict) -> Example:
     meta |= {"source": "longbench_v2", "task": "longbench_v2", "task_type": "qa"}
     meta |= {k: v[k] for k in ("domain", "sub_domain", "difficulty", "length")}
     meta |= {"question_text": question, "choices": choices, "metric": METRIC}
+    meta["prompt_format"] = PROMPT_FORMAT
     doc = Document(id=f"{v['_id']}/context", text=context)
     return Example(v["_id"], question_block(question, choices), (v["answer"],), (doc,), meta)
 
@@ -211,10 +218,7 @@ def render(template: str, example: Example, context: str | None = None, cot: str
     ``pred.py`` fills it: ``$DOC$`` is ``context`` (default: the example's context), stripped;
     ``$COT$`` is the first call's reply in the chain-of-thought answer step."""
     text = template_text(template)
-    if "choices" not in example.meta or "question_text" not in example.meta:
-        raise ValueError(
-            f"example {example.id!r} is not a LongBench v2 example (no choices in its meta)"
-        )
+    _meta(example)
     if "$COT$" in text and not cot.strip():
         raise ValueError("this template is the chain-of-thought answer step: pass cot=")
     if cot and "$COT$" not in text:
@@ -223,6 +227,36 @@ def render(template: str, example: Example, context: str | None = None, cot: str
     values = {"$DOC$": doc, "$Q$": example.meta["question_text"].strip()}
     values |= _choice_values(example.meta["choices"]) | {"$COT$": cot}
     return _fill(text, values)
+
+
+def frame(template: str, example: Example) -> tuple[str, str, str]:
+    """``template`` (one holding ``$DOC$``) for ``example`` as (head, separator, question part):
+    the prompt is ``head + context + separator + question part``, as ``render`` fills it;
+    the first two and the context do not depend on the question (a shared KV prefix)."""
+    text = template_text(template)
+    head, found, after = text.partition("$DOC$")
+    if not found:
+        raise ValueError(f"LongBench v2 template {template!r} has no $DOC$ to put the context in")
+    separator, start, rest = after.partition(_RENDERED[0])  # the question block's first words
+    meta = _meta(example)
+    values = {"$Q$": meta["question_text"].strip(), **_choice_values(meta["choices"])}
+    return head, separator, _fill(start + rest, values)
+
+
+def answer_step(example: Example, reasoning: str) -> str:
+    """The chain-of-thought answer step (``0shot_cot_ans``) with ``reasoning`` (the first call's
+    reply, stripped as ``pred.py`` does) as ``$COT$``; an empty reasoning is kept empty."""
+    meta = _meta(example)
+    values = {"$Q$": meta["question_text"].strip(), "$COT$": reasoning.strip()}
+    return _fill(TEMPLATES["0shot_cot_ans"], values | _choice_values(meta["choices"]))
+
+
+def _meta(example: Example) -> dict[str, Any]:
+    if "choices" not in example.meta or "question_text" not in example.meta:
+        raise ValueError(
+            f"example {example.id!r} is not a LongBench v2 example (no choices in its meta)"
+        )
+    return example.meta
 
 
 def retrieved_context(chunks: list[str]) -> str:

@@ -252,6 +252,8 @@ def _notes(cfg: RunConfig) -> list[str]:
         f"completion tokens: at most max_new_tokens={cfg.model.max_new_tokens} per call",
         "self_route: its RAG call only; declined questions add a long-context call",
     ]
+    if any(getattr(p, "cot", False) for p in cfg.points):
+        notes[0] += " (a cot point's reasoning call: the prompt format's own budget)"
     if backend_capabilities(cfg.model.backend).reuses_prefix_kv:
         notes.append("cached prompt tokens: estimated (a document prefix seen earlier is reused)")
     if cfg.price_sheet is None:

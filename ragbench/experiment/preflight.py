@@ -26,6 +26,7 @@ from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies import FULL_CONTEXT, Resources, get_strategy
 from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import StrategyParams
+from ragbench.strategies.prompt_format import FULL, prompt_format
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
 from ragbench.types import Example
 
@@ -96,11 +97,30 @@ def over_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) ->
     )
     out = []
     for example in examples:
-        try:  # every checked point builds the same prompt (the policy is error for all of them)
-            long_context_prompt(example, res, OVERFLOW_ERROR)
-        except ContextOverflowError as exc:
-            out += [Overflow(example.id, p.label(), exc.prompt_tokens, exc.window) for p in points]
+        # the points of one cot value build the same prompt (the policy is error for all)
+        for cot in sorted({bool(getattr(p, "cot", False)) for p in points}):
+            same = [p for p in points if bool(getattr(p, "cot", False)) == cot]
+            try:
+                long_context_prompt(example, res, OVERFLOW_ERROR, cot=cot)
+            except ContextOverflowError as exc:
+                out += [
+                    Overflow(example.id, p.label(), exc.prompt_tokens, exc.window) for p in same
+                ]
     return out
+
+
+def check_cot(cfg: RunConfig, examples: Sequence[Example]) -> None:
+    """Raise ValueError (naming the formats that have one) when a ``cot: true`` point meets an
+    example whose prompt format has no chain-of-thought protocol: every such record could only
+    fail, so the run stops before its model loads."""
+    labels = [p.label() for p in cfg.points if getattr(p, "cot", False)]
+    for example in examples if labels else ():
+        fmt = prompt_format(example)
+        if fmt.cot_tokens is None:
+            try:
+                fmt.frame(example, FULL, cot=True)
+            except ValueError as exc:
+                raise ValueError(f"{', '.join(labels)}: example {example.id!r}: {exc}") from None
 
 
 def check_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) -> None:

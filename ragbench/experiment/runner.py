@@ -55,7 +55,11 @@ from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
-from ragbench.experiment.preflight import OverWindowError, check_window  # noqa: F401 (re-exported)
+from ragbench.experiment.preflight import (  # noqa: F401 (OverWindowError re-exported)
+    OverWindowError,
+    check_cot,
+    check_window,
+)
 from ragbench.experiment.resources import (  # noqa: F401 (DatasetError, load_examples: re-exported)
     DatasetError,
     build_resources,
@@ -124,8 +128,10 @@ def run(
     started = _now()
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
-    # long-context prompts over the window under overflow "error" could only fail: stop now,
-    # before the model loads, counting with its tokenizer alone (OverWindowError)
+    # chain of thought without a protocol, and long-context prompts over the window under
+    # overflow "error", could only fail: stop now, before the model loads (the window counted
+    # with its tokenizer alone: OverWindowError)
+    check_cot(cfg, examples)
     check_window(cfg, examples, llm)
     work = [(e, p) for e in examples for p in cfg.points]
     keys = [work_key(e.id, p.strategy, p.to_dict()) for e, p in work]

@@ -59,12 +59,14 @@ def assemble_context(
     separator: str = "\n\n",
     cite: bool = True,
     doc_order: Sequence[str] | None = None,
+    marker: str = "[{n}] ",
 ) -> AssembledContext:
     """Join the best chunks of ``scored`` into at most ``budget`` tokens of ``count_tokens``.
 
     ``top_k`` caps the number of candidates (the first ``top_k`` of ``scored``); ``budget=None``
     means no token limit. ``doc_order`` lists document ids in their original order for
-    ``order="document"``.
+    ``order="document"``. ``marker`` is the citation marker (``{n}``: the chunk's number in
+    text order), used when ``cite`` is true.
     """
     ORDERS.check(order)
     if budget is not None and budget < 0:
@@ -86,7 +88,7 @@ def assemble_context(
         return sorted(chosen, key=lambda c: (doc_key[c.doc_id], c.start, c.end, rank_of[c.id]))
 
     def render(chunks: list[Chunk]) -> str:
-        blocks = [f"[{i + 1}] {c.text}" if cite else c.text for i, c in enumerate(chunks)]
+        blocks = [marker.format(n=i + 1) + c.text if cite else c.text for i, c in enumerate(chunks)]
         return separator.join(blocks)
 
     chosen: list[Chunk] = []

@@ -14,10 +14,11 @@ from typing import Any
 from ragbench.cost.accounting import Cost
 from ragbench.metrics.answer import score
 from ragbench.strategies.params import RetrievalParams, StrategyParams
-from ragbench.strategies.prompts import ANSWER_STOP, CONTEXT_TEMPLATE, clean_answer
+from ragbench.strategies.prompt_format import RAGBENCH, Frame, PromptFormat, prompt_format
 from ragbench.types import Completion, Example, GenerationRequest, Record
 
 Steps = Generator[GenerationRequest, Completion, Record]  # yields requests, returns the Record
+Answer = Generator[GenerationRequest, Completion, tuple[Completion, Cost, dict[str, Any]]]
 # (example, retrieval settings) -> (chunks, retriever); the runner memoises built indexes
 IndexFn = Callable[[Example, RetrievalParams], tuple[list, Any]]
 
@@ -39,25 +40,39 @@ class Resources:
     cost_basis: str = "calibrated"  # calibrated | measured (the config's cost_basis)
     index: IndexFn | None = None
     # long context over a shared corpus: the corpus fitted to the window once per run, keyed by
-    # (corpus fingerprint, overflow policy), so every question gets the same prefix
-    fitted: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict, repr=False)
+    # (corpus fingerprint, overflow policy, prompt frame), so every question gets the same prefix
+    fitted: dict[tuple, tuple] = field(default_factory=dict, repr=False)
     # long_context preload (strategies/preload.py): per preload group, the preload call's Cost
     # (or its error), and how many questions of the run share it (set by the runner)
     preloaded: dict[tuple, Any] = field(default_factory=dict, repr=False)
     preload_over: dict[tuple, int] = field(default_factory=dict, repr=False)
 
-    def limit(self) -> int:
-        """Prompt tokens allowed: the window minus the answer, capped by the matched budget."""
-        window = self.llm.context_window - self.max_new_tokens
+    def limit(self, new_tokens: int | None = None) -> int:
+        """Prompt tokens allowed: the window minus the answer (``new_tokens``, default the run's
+        ``max_new_tokens``), capped by the matched budget."""
+        window = self.llm.context_window - (new_tokens or self.max_new_tokens)
         return min(window, self.prompt_budget) if self.prompt_budget else window
 
-    def request(self, prompt: str, prefix: str = "", rid: str = "") -> GenerationRequest:
-        """A request in the answer format every strategy uses (one line, greedy)."""
+    def new_tokens(self, fmt: PromptFormat, reasoning: bool = False) -> int:
+        """New tokens a call may generate: the format's reasoning budget for a chain-of-thought
+        call, else the run's ``max_new_tokens``."""
+        return (fmt.cot_tokens or self.max_new_tokens) if reasoning else self.max_new_tokens
+
+    def request(
+        self,
+        prompt: str,
+        prefix: str = "",
+        rid: str = "",
+        fmt: PromptFormat = RAGBENCH,
+        reasoning: bool = False,
+    ) -> GenerationRequest:
+        """A request in ``fmt``'s answer format (greedy); a ``reasoning`` call (the first of
+        chain of thought) has the format's reasoning budget and no stop string."""
         return GenerationRequest(
             prompt=prompt,
             prefix=prefix,
-            max_new_tokens=self.max_new_tokens,
-            stop=ANSWER_STOP,
+            max_new_tokens=self.new_tokens(fmt, reasoning),
+            stop=() if reasoning else fmt.stop,
             id=rid,
         )
 
@@ -67,14 +82,15 @@ class Resources:
             GenerationRequest(prompt=text, max_new_tokens=self.max_new_tokens)
         )
 
-    def room(self, tail: str) -> int:
-        """Context tokens that fit before ``tail`` (the question part) within the limit."""
-        return self.limit() - self.prompt_tokens(CONTEXT_TEMPLATE.format(context="") + tail)
+    def room(self, frame: Frame, new_tokens: int | None = None) -> int:
+        """Context tokens that fit in ``frame`` within the limit."""
+        return self.limit(new_tokens) - self.prompt_tokens(frame.prompt(""))
 
-    def excess(self, context: str, tail: str) -> int:
-        """Tokens by which the assembled prompt exceeds the limit (<= 0: it fits). Token counts
-        are not additive across the join, so callers re-measure and cut by this until it fits."""
-        return self.prompt_tokens(CONTEXT_TEMPLATE.format(context=context) + tail) - self.limit()
+    def excess(self, context: str, frame: Frame, new_tokens: int | None = None) -> int:
+        """Tokens by which ``frame`` around ``context`` exceeds the limit (<= 0: it fits). Token
+        counts are not additive across the joins, so callers re-measure and cut by this until
+        it fits."""
+        return self.prompt_tokens(frame.prompt(context)) - self.limit(new_tokens)
 
     def cost(self, completion: Completion) -> Cost:
         return Cost.of(
@@ -90,7 +106,7 @@ def make_record(
     meta: dict[str, Any],
     cost: Cost | None = None,
 ) -> Record:
-    prediction = clean_answer(completion.text, example.question)
+    prediction = prompt_format(example).prediction(example, completion.text)
     scored = any(a.strip() for a in example.answers)  # a question without gold: unscored
     return Record(
         example_id=example.id,
@@ -102,3 +118,17 @@ def make_record(
         cost=cost or res.cost(completion),
         meta={"raw": completion.text, **meta, **({} if scored else {"unscored": True})},
     )
+
+
+def answer(example: Example, res: Resources, request: GenerationRequest, cot: bool) -> Answer:
+    """Send a strategy's ``request`` and return (the answer's completion, the cost, meta). Under
+    ``cot`` the request is the reasoning call: its reply goes back in the example format's
+    answer step (a second call), whose reply is the answer; the cost is both calls'."""
+    first = yield request
+    if not cot:
+        return first, res.cost(first), {}
+    fmt = prompt_format(example)
+    second = yield res.request(
+        fmt.cot_answer(example, first.text), rid=f"{request.id}:answer", fmt=fmt
+    )
+    return second, res.cost(first) + res.cost(second), {"cot_reasoning": first.text}

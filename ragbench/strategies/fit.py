@@ -19,40 +19,42 @@ from typing import Any
 
 from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies.base import Resources
-from ragbench.strategies.prompts import (
-    CONTEXT_TEMPLATE,
-    OVERFLOW_ERROR,
-    kept_ranges,
-    question_part,
-)
+from ragbench.strategies.prompt_format import FULL, Frame, prompt_format
+from ragbench.strategies.prompts import OVERFLOW_ERROR, kept_ranges
 from ragbench.types import DOCUMENT_SEPARATOR, Document, Example
 
 QUESTION_RESERVE = 256  # tokens kept free for the question when a shared corpus must be cut
 
 
 def long_context_prompt(
-    example: Example, res: Resources, overflow: str = OVERFLOW_ERROR, decline: bool = False
+    example: Example,
+    res: Resources,
+    overflow: str = OVERFLOW_ERROR,
+    decline: bool = False,
+    cot: bool = False,
 ) -> tuple[str, str, dict[str, Any]]:
-    """(prompt, prefix, meta) with the context fitted to the limit under ``overflow``; the meta
-    says what the cut kept (``kept_facts``)."""
-    tail = question_part(example, decline)
+    """(prompt, prefix, meta) with the context fitted to the limit under ``overflow``, in the
+    example's prompt format (``cot``: its reasoning call's prompt, with that call's budget);
+    the meta says what the cut kept (``kept_facts``)."""
+    fmt = prompt_format(example)
+    frame = fmt.frame(example, FULL, decline, cot)
+    new_tokens = res.new_tokens(fmt, cot)
     shared = example.meta.get("corpus_fingerprint")
     if shared:
-        key = (str(shared), overflow)
+        key = (str(shared), overflow, frame.head, frame.separator, new_tokens)
         if key not in res.fitted:
-            reserve = "x " * QUESTION_RESERVE  # a stand-in question of the reserved length
-            res.fitted[key] = _fit(example, res, reserve, overflow)
+            reserve = frame.with_tail("x " * QUESTION_RESERVE)  # a question of the reserved length
+            res.fitted[key] = _fit(example, res, reserve, overflow, new_tokens)
         kept, context_tokens, ranges = res.fitted[key]
     else:
-        kept, context_tokens, ranges = _fit(example, res, tail, overflow)
-    if res.excess(kept, tail) > 0:  # a question longer than the reserve (or a budget overflow)
+        kept, context_tokens, ranges = _fit(example, res, frame, overflow, new_tokens)
+    if res.excess(kept, frame, new_tokens) > 0:  # a question over the reserve (or the budget)
         raise ContextOverflowError(
-            res.prompt_tokens(CONTEXT_TEMPLATE.format(context=kept) + tail),
-            res.max_new_tokens,
-            res.limit() + res.max_new_tokens,
+            res.prompt_tokens(frame.prompt(kept)),
+            new_tokens,
+            res.limit(new_tokens) + new_tokens,
             getattr(res.llm, "name", "llm"),
         )
-    prefix = CONTEXT_TEMPLATE.format(context=kept)
     kept_tokens = res.llm.count_tokens(kept)
     meta = {
         "input_context_tokens": context_tokens,
@@ -60,30 +62,30 @@ def long_context_prompt(
         "truncated_tokens": context_tokens - kept_tokens,
         **kept_facts(example, ranges),
     }
-    return prefix + tail, prefix, meta
+    return frame.prompt(kept), frame.prefix(kept), meta
 
 
 def _fit(
-    example: Example, res: Resources, tail: str, overflow: str
+    example: Example, res: Resources, frame: Frame, overflow: str, new_tokens: int
 ) -> tuple[str, int, list[tuple[int, int]]]:
-    """(the context kept before ``tail`` under ``overflow``, the context's own token count, the
+    """(the context kept in ``frame`` under ``overflow``, the context's own token count, the
     kept character ranges of the context)."""
     context = example.context
-    available = res.room(tail)
+    available = res.room(frame, new_tokens)
     context_tokens = res.llm.count_tokens(context)
     if context_tokens <= available:
         return context, context_tokens, [(0, len(context))]
     if overflow == OVERFLOW_ERROR:
         raise ContextOverflowError(
-            context_tokens + res.prompt_tokens(tail),
-            res.max_new_tokens,
-            res.limit() + res.max_new_tokens,
+            context_tokens + res.prompt_tokens(frame.prompt("")),
+            new_tokens,
+            res.limit(new_tokens) + new_tokens,
             getattr(res.llm, "name", "llm"),
         )
     ranges = kept_ranges(context, available, overflow, res.llm.count_tokens)
-    # Tokens can merge across the join with the template and the question, so measure the real
-    # prompt and cut again by the excess until it fits (usually once, by one token).
-    while ranges and (excess := res.excess(_text(context, ranges), tail)) > 0:
+    # Tokens can merge across the joins with the frame, so measure the real prompt and cut
+    # again by the excess until it fits (usually once, by one token).
+    while ranges and (excess := res.excess(_text(context, ranges), frame, new_tokens)) > 0:
         available -= excess
         ranges = kept_ranges(context, available, overflow, res.llm.count_tokens)
     return _text(context, ranges), context_tokens, ranges

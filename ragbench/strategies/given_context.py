@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ragbench.strategies.base import Resources
 from ragbench.strategies.fit import long_context_prompt
-from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
+from ragbench.strategies.prompt_format import FULL, RETRIEVED, prompt_format
 from ragbench.strategies.rag import rag_prompt
 from ragbench.types import Example, Record
 
@@ -37,21 +37,22 @@ def rag_context(example: Example, record: Record, res: Resources, decline: bool 
             "retrieval now returns other chunks than the record's "
             f"({rebuilt['retrieved'][:3]}... vs {retrieved[:3]}...)"
         )
-    tail = question_part(example, decline)
-    return _strip_template(prompt.removesuffix(tail), CONTEXT_TEMPLATE)
+    frame = prompt_format(example).frame(example, RETRIEVED, decline, record.params.cot)
+    return frame.context_of(prompt.removesuffix(frame.tail))
 
 
 def long_context_context(
     example: Example, record: Record, res: Resources, decline: bool = False, meta_prefix: str = ""
 ) -> str:
     """The (possibly truncated) whole context (checked against the record's kept tokens)."""
-    _, prefix, rebuilt = long_context_prompt(example, res, record.params.overflow, decline=decline)
+    cot = getattr(record.params, "cot", False)  # Self-Route's long-context leg has none
+    _, prefix, rebuilt = long_context_prompt(example, res, record.params.overflow, decline, cot)
     kept = record.meta.get(f"{meta_prefix}kept_tokens")
     if kept is not None and int(kept) != int(rebuilt["kept_tokens"]):
         raise ContextUnavailable(
             f"the context now keeps {rebuilt['kept_tokens']} tokens, the record {kept}"
         )
-    return _strip_template(prefix, CONTEXT_TEMPLATE)
+    return prompt_format(example).frame(example, FULL, decline, cot).context_of(prefix)
 
 
 def self_route_context(example: Example, record: Record, res: Resources) -> str:
@@ -71,9 +72,3 @@ def pipeline_context(example: Example, record: Record, res: Resources) -> str:
             "the record keeps the pipeline's contexts cut short (see pipeline.MAX_CONTEXT_CHARS)"
         )
     return "\n\n".join(str(c.get("text", "")) for c in record.meta.get("contexts") or [])
-
-
-def _strip_template(text: str, template: str) -> str:
-    """The ``{context}`` part of ``template.format(context=...)``."""
-    head, _, tail = template.partition("{context}")
-    return text.removeprefix(head).removesuffix(tail)

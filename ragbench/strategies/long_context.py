@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ragbench.strategies.base import Resources, Steps, make_record
+from ragbench.strategies.base import Resources, Steps, answer, make_record
 from ragbench.strategies.fit import QUESTION_RESERVE, long_context_prompt
 from ragbench.strategies.params import LongContextParams
 from ragbench.strategies.preload import amortised, ensure
+from ragbench.strategies.prompt_format import prompt_format
 from ragbench.types import Example
 
 __all__ = ["QUESTION_RESERVE", "check_rope", "long_context_prompt", "long_context_steps"]
@@ -44,13 +45,14 @@ def long_context_steps(example: Example, res: Resources, params: LongContextPara
     check_rope(params, res.llm)
     if params.preload:  # the corpus KV once, before the first question (run_batch does it too)
         ensure([(example, params)], res)
-    prompt, prefix, meta = long_context_prompt(example, res, params.overflow)
-    request = res.request(prompt, prefix, rid=f"{example.id}:long_context")
+    prompt, prefix, meta = long_context_prompt(example, res, params.overflow, cot=params.cot)
+    fmt = prompt_format(example)
+    rid = f"{example.id}:long_context"
+    request = res.request(prompt, prefix, rid, fmt=fmt, reasoning=params.cot)
     # the KV-cache technique travels with it; a preloaded question is never answered from the
     # completion cache: a stored answer (a plain run's) carries the corpus prefill it paid
     request = dataclasses.replace(request, kv=params.kv, cacheable=not params.preload)
-    completion = yield request
-    cost = res.cost(completion)
+    completion, cost, more = yield from answer(example, res, request, params.cot)
     if params.preload:  # the corpus KV was computed once before the questions: its share
         cost = amortised(cost, example, params, res)
-    return make_record(example, params, completion, res, meta, cost)
+    return make_record(example, params, completion, res, meta | more, cost)

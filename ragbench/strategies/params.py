@@ -21,8 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-import ragbench.strategies.pipeline_target as pipeline_target
-from ragbench import secrets
 from ragbench.llm import kv_cache
 from ragbench.registry import did_you_mean, unknown
 from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking
@@ -49,6 +47,9 @@ class StrategyParams:
     # (``always`` fields are shown always). Fields not listed are shown by their own name.
     short: ClassVar[dict[str, str]] = {}
     always: ClassVar[tuple[str, ...]] = ()
+    # fields stored (``to_dict``: results, work keys) only when not at their default: fields
+    # added after runs were written, so those runs keep their keys and resume
+    quiet: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -87,25 +88,46 @@ class StrategyParams:
         return [cls(**dict(zip(keys, point, strict=True))) for point in itertools.product(*axes)]
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        default = {f.name: f.default for f in dataclasses.fields(self)}
+        data = dataclasses.asdict(self)
+        return {k: v for k, v in data.items() if k not in self.quiet or v != default[k]}
 
     def label(self) -> str:
         """``rag k=4 order=document cite=False``: the strategy, then every set value that is not
-        its default (``always`` fields first, and shown even at their default)."""
+        its default (``always`` fields first, and shown even at their default; a true flag by
+        its name alone: ``long_context cot``)."""
         parts = [self.strategy]
         fields = sorted(dataclasses.fields(self), key=lambda f: f.name not in self.always)
         for f in fields:
             value = getattr(self, f.name)
             if value is not None and (f.name in self.always or value != f.default):
-                parts.append(f"{self.short.get(f.name, f.name)}={value}")
+                name = self.short.get(f.name, f.name)
+                parts.append(name if value is True else f"{name}={value}")
         return " ".join(parts)
+
+
+def _flag(owner: str, name: str, value: Any) -> None:
+    # a real bool: 1 and 0 pass `in (True, False)` (1 == True) and would label "flag" x1
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
+
+
+# chain of thought: the example's prompt format's two-call protocol (strategies.prompt_format;
+# LongBench v2's pred.py): a reasoning call, then the answer step with its reply
+COT = "cot"
 
 
 @dataclass(frozen=True)
 class ClosedBookParams(StrategyParams):
-    """The question alone: no parameters."""
+    """The question alone."""
 
     strategy: ClassVar[str] = "closed_book"
+    quiet: ClassVar[tuple[str, ...]] = (COT,)
+
+    cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
+
+    def validate(self) -> None:
+        _flag(self.strategy, COT, self.cot)
 
 
 @dataclass(frozen=True)
@@ -135,6 +157,9 @@ class LongContextParams(StrategyParams):
     # cache-augmented generation: the corpus KV computed once, in its own call, before the
     # questions (strategies/preload.py); its cost is reported apart and amortised
     preload: bool = False
+    cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
+
+    quiet: ClassVar[tuple[str, ...]] = ("preload", COT)  # stored when set: older keys stay valid
 
     ROPE = re.compile(r"(dynamic|yarn|linear)-x\d+(\.\d+)?")
 
@@ -167,19 +192,15 @@ class LongContextParams(StrategyParams):
 
     def validate(self) -> None:
         _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
-        # a real bool: 1 and 0 pass `in (True, False)` (1 == True) and would label "preload" x1
-        plain = isinstance(self.kv, kv_cache.Plain)
-        if not isinstance(self.preload, bool) or (self.preload and not plain):
+        _flag(self.strategy, "preload", self.preload)
+        _flag(self.strategy, COT, self.cot)
+        if self.preload and not isinstance(self.kv, kv_cache.Plain):
             raise ValueError(f"{self.strategy}: preload must be true or false, with kv_cache plain")
         if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
             raise ValueError(
                 f"{self.strategy}: rope_scaling must be null or <dynamic|yarn|linear>-x<factor> "
                 f"(e.g. yarn-x2), got {self.rope_scaling!r}"
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()  # preload only when set: runs written before it keep their keys
-        return data if self.preload else {k: v for k, v in data.items() if k != "preload"}
 
     def label(self) -> str:
         """``long_context``, ``long_context truncate_middle``, ``long_context kv=quantized-hqq-int4``."""
@@ -190,7 +211,7 @@ class LongContextParams(StrategyParams):
             parts.append(f"kv={self.kv.label()}")
         if self.rope_scaling:
             parts.append(f"rope={self.rope_scaling}")
-        return " ".join(parts + ["preload"] * self.preload)
+        return " ".join(parts + ["preload"] * self.preload + [COT] * self.cot)
 
 
 @dataclass(frozen=True)
@@ -225,17 +246,19 @@ class RagParams(RetrievalParams):
     budget: int | None = None  # context-token cap for the chunks (null: the window's room)
     order: str = "score"  # chunks in the prompt: score (best first) | document (reading order)
     cite: bool = True  # prefix each chunk with its document id
+    cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
 
     short: ClassVar[dict[str, str]] = {**RetrievalParams.short, "top_k": "k"}
     always: ClassVar[tuple[str, ...]] = ("top_k",)
+    quiet: ClassVar[tuple[str, ...]] = (COT,)
 
     def validate(self) -> None:
         super().validate()
         _positive_or_none(self.strategy, "top_k", self.top_k)
         _positive_or_none(self.strategy, "budget", self.budget)
         _choice(self.strategy, "order", self.order, ORDERS)
-        if not isinstance(self.cite, bool):
-            raise ValueError(f"{self.strategy}: cite must be true or false, got {self.cite!r}")
+        _flag(self.strategy, "cite", self.cite)
+        _flag(self.strategy, COT, self.cot)
         if self.top_k is None and self.budget is None:
             raise ValueError(f"{self.strategy}: set top_k, budget or both (both are null)")
 
@@ -249,133 +272,5 @@ class SelfRouteParams(RagParams):
     def validate(self) -> None:
         super().validate()
         _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
-
-
-@dataclass(frozen=True)
-class PipelineParams(StrategyParams):
-    """Your own system under test (``strategies/pipeline.py``): a Python callable, a llama-index
-    query engine or retriever, or an HTTP endpoint. Exactly one of ``target`` and ``url``.
-
-    ``version`` is its identity, part of the parameter point (work keys, label): a changed
-    pipeline reruns its rows, an unchanged one resumes. ``timeout``, ``retries`` and
-    ``headers_env`` say how it is called, not what it answers: they are not in ``to_dict``.
-
-    ``setup`` / ``setup_url``: the hook that receives the run's corpus before the questions on it
-    (``strategies/pipeline.py``), so the pipeline answers from the documents long context reads;
-    without one it answers from its own index (each record's ``pipeline_index`` says which).
-    They and ``setup_version`` are in ``to_dict`` only when set (older work keys stay valid)."""
-
-    strategy: ClassVar[str] = "pipeline"
-
-    # "module:function" (question, example_id, corpus) -> answer; or "module:attr" naming a
-    # llama-index QueryEngine / BaseRetriever, or a no-argument factory returning one
-    target: str | None = None
-    url: str | None = None  # POST {"question", "id", "corpus"} -> answer JSON; kept redacted
-    # null: the target's __version__ (or its module's), else sha256 of its module file; a url
-    # pipeline has none unless given here
-    version: str | None = None
-    timeout: float = 120.0  # seconds per call; past it the record is an error row
-    retries: int = 2  # url: retries of 408/429/5xx, timeouts and dropped connections
-    headers_env: Any = None  # url: {header: ENV_VAR}, each value read from the environment
-    # "module:function" given (documents, corpus id) once per corpus, before its questions: the
-    # run's documents (ragbench Documents: id, text, title, meta) for the pipeline to index
-    setup: str | None = None
-    # url pipelines: POST {"corpus", "documents": [{id, text, title, meta}]} here instead
-    setup_url: str | None = None
-    setup_version: str | None = None  # null: the setup's identity (as `version` for target)
-
-    CALLING: ClassVar[tuple[str, ...]] = ("timeout", "retries", "headers_env")
-    SETUP: ClassVar[tuple[str, ...]] = ("setup", "setup_url", "setup_version")
-
-    def __post_init__(self) -> None:
-        if isinstance(self.headers_env, Mapping):  # hashable, like every parameter point
-            object.__setattr__(self, "headers_env", tuple(sorted(self.headers_env.items())))
-        if isinstance(self.url, str):  # the credentials stay in memory only (never stored)
-            secrets.collect(self.url)
-            object.__setattr__(self, "_raw_url", self.url)
-            object.__setattr__(self, "url", secrets.redact_url(self.url))
-        if isinstance(self.setup_url, str):
-            secrets.collect(self.setup_url)
-            object.__setattr__(self, "_raw_setup_url", self.setup_url)
-            object.__setattr__(self, "setup_url", secrets.redact_url(self.setup_url))
-        super().__post_init__()
-        if self.target is not None and self.version is None:
-            object.__setattr__(
-                self, "version", pipeline_target.identity(self.target, self.strategy)
-            )
-        if self.setup is not None and self.setup_version is None:
-            owner = f"{self.strategy} setup"
-            object.__setattr__(self, "setup_version", pipeline_target.identity(self.setup, owner))
-
-    @property
-    def raw_url(self) -> str | None:
-        """The endpoint as configured, credentials included (for the call only)."""
-        return getattr(self, "_raw_url", self.url)
-
-    @property
-    def raw_setup_url(self) -> str | None:
-        """``setup_url`` as configured, credentials included (for the call only)."""
-        return getattr(self, "_raw_setup_url", self.setup_url)
-
-    @property
-    def indexes_corpus(self) -> bool:
-        """Whether the run's corpus is handed to the pipeline (a setup hook) to answer from."""
-        return self.setup is not None or self.setup_url is not None
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """``headers_env`` as {header: ENV_VAR}."""
-        return dict(self.headers_env or ())
-
-    def validate(self) -> None:
-        owner = self.strategy
-        if (self.target is None) == (self.url is None):
-            raise ValueError(f"{owner}: set exactly one of target ('module:function') and url")
-        if self.target is not None:
-            pipeline_target.check_target(owner, self.target)
-            if self.headers_env:
-                raise ValueError(f"{owner}: headers_env applies to a url pipeline only")
-        if self.url is not None and not re.match(r"^https?://[^/\s]+", self.url):
-            raise ValueError(f"{owner}: url must be an http(s):// URL, got {self.url!r}")
-        if self.version is not None and (not isinstance(self.version, str) or not self.version):
-            raise ValueError(f"{owner}: version must be a non-empty string or null")
-        if self.setup is not None and self.setup_url is not None:
-            raise ValueError(f"{owner}: set at most one of setup ('module:function') and setup_url")
-        if self.setup is not None:
-            pipeline_target.check_target(f"{owner} setup", self.setup)
-        if self.setup_url is not None and (
-            self.url is None or not re.match(r"^https?://[^/\s]+", self.setup_url)
-        ):
-            raise ValueError(
-                f"{owner}: setup_url must be an http(s):// URL beside a url pipeline, "
-                f"got {self.setup_url!r}"
-            )
-        ver = self.setup_version
-        if ver is not None and (not isinstance(ver, str) or not ver or not self.indexes_corpus):
-            raise ValueError(f"{owner}: setup_version must be a non-empty string, with a setup")
-        timeout = self.timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError(f"{owner}: timeout must be a number of seconds > 0, got {timeout!r}")
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
-            raise ValueError(f"{owner}: retries must be an integer >= 0, got {self.retries!r}")
-        for header, env in self.headers.items():
-            if not (isinstance(header, str) and isinstance(env, str) and env):
-                raise ValueError(
-                    f"{owner}: headers_env maps header names to environment variable names, "
-                    f"got {header!r}: {env!r}"
-                )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in super().to_dict().items() if k not in self.CALLING}
-        return {k: v for k, v in data.items() if k not in self.SETUP or v is not None}
-
-    def label(self) -> str:
-        """``pipeline mypkg.rag:answer v=1a2b3c4d`` or ``pipeline http://host/answer v=2``, then
-        ``setup=mypkg.rag:index`` when the run's corpus is handed to it."""
-        version = (self.version or "").removeprefix("sha256:")[:12]
-        setup = self.setup or self.setup_url
-        return " ".join(
-            [self.strategy, self.target or self.url or ""]
-            + [f"v={version}"] * bool(version)
-            + [f"setup={setup}"] * bool(setup)
-        )
+        if self.cot:
+            raise ValueError(f"{self.strategy}: cot is not supported (the route reads one reply)")

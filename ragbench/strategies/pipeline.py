@@ -50,7 +50,6 @@ from ragbench.datasets.corpus_file import corpus_fingerprint
 from ragbench.retrieval.context import assemble_context
 from ragbench.retrieval.metrics import per_query
 from ragbench.strategies.base import Resources, Steps, make_record
-from ragbench.strategies.params import PipelineParams
 from ragbench.strategies.pipeline_answer import (
     Context,
     MalformedAnswer,
@@ -58,7 +57,8 @@ from ragbench.strategies.pipeline_answer import (
     Usage,
     shown,
 )
-from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
+from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, prompt_format
 from ragbench.strategies.retrieve_only import judgements
 from ragbench.types import Chunk, Completion, Example, ScoredChunk
 
@@ -323,19 +323,27 @@ def _usage_completion(
 
 
 def _read(example: Example, res: Resources, contexts: list[Context]) -> str:
-    """The run's RAG prompt over a retriever's contexts (best first, within the window)."""
-    tail = question_part(example)
+    """The run's RAG prompt (the example's format) over a retriever's contexts (best first,
+    within the window)."""
+    fmt = prompt_format(example)
+    frame = fmt.frame(example, RETRIEVED)
     scored = [
         ScoredChunk(Chunk(c.id or f"ctx{i}", c.doc_id or "", c.text, *(c.span or (0, 0))),
                     c.score if c.score is not None else float(-i))
         for i, c in enumerate(contexts)
     ]  # fmt: skip
-    cap, cite = res.room(tail), any(c.doc_id for c in contexts)
-    ctx = assemble_context(scored, res.llm.count_tokens, cap, cite=cite)
-    while ctx.chunk_ids and (excess := res.excess(ctx.text, tail)) > 0:
+    cap = res.room(frame)
+    cite = any(c.doc_id for c in contexts) or fmt.chunk_marker is not None
+    marker = fmt.chunk_marker or CITE_MARKER
+
+    def assemble(cap: int):
+        return assemble_context(scored, res.llm.count_tokens, cap, cite=cite, marker=marker)
+
+    ctx = assemble(cap)
+    while ctx.chunk_ids and (excess := res.excess(ctx.text, frame)) > 0:
         cap -= excess  # as in rag_prompt: the joined prompt can count more than its parts
-        ctx = assemble_context(scored, res.llm.count_tokens, cap, cite=cite)
-    return CONTEXT_TEMPLATE.format(context=ctx.text) + tail
+        ctx = assemble(cap)
+    return frame.prompt(ctx.text)
 
 
 def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> Steps:
@@ -352,7 +360,8 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         )
         seconds = time.perf_counter() - t0
         contexts = [_located(_node_context(n), example) for n in nodes]
-        completion = yield res.request(_read(example, res, contexts), rid=f"{example.id}:pipeline")
+        prompt, rid = _read(example, res, contexts), f"{example.id}:pipeline"
+        completion = yield res.request(prompt, rid=rid, fmt=prompt_format(example))
         cost = res.cost(completion).with_retrieval(seconds)
         meta = context_meta(contexts, example) | tags
         record = make_record(example, params, completion, res, meta, cost)

@@ -28,7 +28,7 @@ from typing import Any
 from ragbench import secrets
 from ragbench.llm import openai_http as http
 from ragbench.llm.base import ServerUnreachable
-from ragbench.strategies.params import PipelineParams
+from ragbench.strategies.pipeline_params import PipelineParams
 
 CHECK_TIMEOUT = 5.0
 BACKOFF_BASE, BACKOFF_MAX = 0.5, 30.0

@@ -36,7 +36,7 @@ from ragbench.llm.cache import CachedLLM
 from ragbench.strategies.base import Resources
 from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import StrategyParams
-from ragbench.strategies.prompts import question_part
+from ragbench.strategies.prompt_format import FULL, prompt_format
 from ragbench.types import Example
 
 
@@ -83,8 +83,9 @@ def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> N
         res.preload_over.setdefault(key, counted[key])
         try:
             _, prefix, _ = long_context_prompt(example, res, params.overflow)
-            tail = question_part(dataclasses.replace(example, question=""))
-            request = res.request(prefix + tail, prefix, rid=f"preload:{key[0][:16]}")
+            fmt = prompt_format(example)
+            tail = fmt.frame(dataclasses.replace(example, question=""), FULL).tail
+            request = res.request(prefix + tail, prefix, rid=f"preload:{key[0][:16]}", fmt=fmt)
             request = dataclasses.replace(request, max_new_tokens=1, stop=())
             completion = llm.generate([request])[0]
             res.preloaded[key] = res.cost(completion)

@@ -8,9 +8,9 @@ from typing import Any
 
 from ragbench.retrieval.chunking import gold_chunk_ids
 from ragbench.retrieval.context import assemble_context
-from ragbench.strategies.base import Resources, Steps, make_record
+from ragbench.strategies.base import Resources, Steps, answer, make_record
 from ragbench.strategies.params import RagParams
-from ragbench.strategies.prompts import CONTEXT_TEMPLATE, question_part
+from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, prompt_format
 from ragbench.types import Example
 
 MAX_CANDIDATES = 200  # chunks retrieved when only a token budget limits the context
@@ -19,29 +19,34 @@ MAX_CANDIDATES = 200  # chunks retrieved when only a token budget limits the con
 def rag_prompt(
     example: Example, res: Resources, params: RagParams, decline: bool = False
 ) -> tuple[str, dict[str, Any]]:
-    """(prompt, meta): retrieve, assemble within the budget (and the limit), ask."""
+    """(prompt, meta): retrieve, assemble within the budget (and the limit), ask, in the
+    example's prompt format (``params.cot``: its reasoning call's prompt and budget)."""
     if res.index is None:
         raise ValueError("rag needs a retrieval index; the run has none (Resources.index)")
-    tail = question_part(example, decline)
+    cot = getattr(params, "cot", False)
+    fmt = prompt_format(example)
+    frame = fmt.frame(example, RETRIEVED, decline, cot)
+    new_tokens = res.new_tokens(fmt, cot)
     t0 = time.perf_counter()
     chunks, retriever = res.index(example, params.retrieval())
     t1 = time.perf_counter()
     k = min(len(chunks), params.top_k or MAX_CANDIDATES)
     scored = retriever.retrieve([example.question], k)[0]
     t2 = time.perf_counter()
-    available = res.room(tail)
+    available = res.room(frame, new_tokens)
     cap = min(params.budget, available) if params.budget else available
     doc_order = [d.id for d in example.documents]
+    marker = fmt.chunk_marker or CITE_MARKER  # a format with its own marker marks every chunk
 
     def assemble(cap: int):
         return assemble_context(
             scored, res.llm.count_tokens, cap, params.top_k, params.order,
-            cite=params.cite, doc_order=doc_order,
+            cite=params.cite or fmt.chunk_marker is not None, doc_order=doc_order, marker=marker,
         )  # fmt: skip
 
     ctx = assemble(cap)
     # as in long_context_prompt: the joined prompt can count more than its parts
-    while ctx.chunk_ids and (excess := res.excess(ctx.text, tail)) > 0:
+    while ctx.chunk_ids and (excess := res.excess(ctx.text, frame, new_tokens)) > 0:
         cap -= excess
         ctx = assemble(cap)
     gold = gold_chunk_ids(chunks, example.evidence) if example.evidence else set()
@@ -54,7 +59,7 @@ def rag_prompt(
         "index_seconds": t1 - t0,
         "retrieve_seconds": t2 - t1,
     }
-    return CONTEXT_TEMPLATE.format(context=ctx.text) + tail, meta
+    return frame.prompt(ctx.text), meta
 
 
 def retrieval_seconds(meta: dict[str, Any]) -> float:
@@ -63,6 +68,8 @@ def retrieval_seconds(meta: dict[str, Any]) -> float:
 
 def rag_steps(example: Example, res: Resources, params: RagParams) -> Steps:
     prompt, meta = rag_prompt(example, res, params)
-    completion = yield res.request(prompt, rid=f"{example.id}:rag")
-    cost = res.cost(completion).with_retrieval(retrieval_seconds(meta))
-    return make_record(example, params, completion, res, meta, cost)
+    fmt = prompt_format(example)
+    request = res.request(prompt, rid=f"{example.id}:rag", fmt=fmt, reasoning=params.cot)
+    completion, cost, more = yield from answer(example, res, request, params.cot)
+    cost = cost.with_retrieval(retrieval_seconds(meta))
+    return make_record(example, params, completion, res, meta | more, cost)

@@ -34,12 +34,12 @@ from ragbench.strategies.long_context import long_context_steps
 from ragbench.strategies.params import (
     ClosedBookParams,
     LongContextParams,
-    PipelineParams,
     RagParams,
     SelfRouteParams,
     StrategyParams,
 )
 from ragbench.strategies.pipeline import pipeline_steps, preflight
+from ragbench.strategies.pipeline_params import PipelineParams
 from ragbench.strategies.rag import rag_steps
 from ragbench.strategies.retrieve_only import RetrieveOnlyParams, retrieve_only_steps
 from ragbench.strategies.self_route import self_route_steps

@@ -10,19 +10,22 @@ from __future__ import annotations
 from ragbench.strategies.base import Resources, Steps, make_record
 from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import SelfRouteParams
-from ragbench.strategies.prompts import clean_answer, is_declined
+from ragbench.strategies.prompt_format import prompt_format
+from ragbench.strategies.prompts import is_declined
 from ragbench.strategies.rag import rag_prompt, retrieval_seconds
 from ragbench.types import Example
 
 
 def self_route_steps(example: Example, res: Resources, params: SelfRouteParams) -> Steps:
+    fmt = prompt_format(example)
     prompt, meta = rag_prompt(example, res, params, decline=True)
-    first = yield res.request(prompt, rid=f"{example.id}:self_route:rag")
+    first = yield res.request(prompt, rid=f"{example.id}:self_route:rag", fmt=fmt)
     rag_cost = res.cost(first).with_retrieval(retrieval_seconds(meta))
-    if not is_declined(clean_answer(first.text, example.question)):
+    if not is_declined(fmt.prediction(example, first.text)):
         return make_record(example, params, first, res, {**meta, "route": "rag"}, rag_cost)
     lc_prompt, prefix, lc_meta = long_context_prompt(example, res, params.overflow)
-    second = yield res.request(lc_prompt, prefix, rid=f"{example.id}:self_route:long_context")
+    rid = f"{example.id}:self_route:long_context"
+    second = yield res.request(lc_prompt, prefix, rid, fmt=fmt)
     lc_meta = {f"lc_{k}": v for k, v in lc_meta.items()}
     meta = {**meta, **lc_meta, "route": "long_context", "rag_raw": first.text}
     return make_record(example, params, second, res, meta, rag_cost + res.cost(second))

@@ -44,7 +44,7 @@ from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.runner import run_dir_for
 from ragbench.llm import backend_capabilities
 from ragbench.strategies import get_strategy, pipeline_http
-from ragbench.strategies.params import PipelineParams
+from ragbench.strategies.pipeline_params import PipelineParams
 from ragbench.workspace.kernels import execute_notebook
 from ragbench.workspace.notebook import model_block
 from ragbench.workspace.render import executed_runs, render_notebook
