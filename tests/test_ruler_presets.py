@@ -14,6 +14,7 @@ import pytest
 from ragbench.analysis.ruler import ALL_TASKS, AVERAGE, ruler_table
 from ragbench.datasets import DATASETS, RULER_PRESETS, build_dataset, check_params
 from ragbench.datasets._validate import DatasetParamError
+from ragbench.datasets.ruler import CWE_INSTRUCTION
 from ragbench.datasets.ruler_fwe import NOISE_WORD, iter_fwe, zeta, zeta_counts
 from ragbench.datasets.ruler_presets import (
     PRESETS,
@@ -113,8 +114,9 @@ def test_vt_and_cwe_presets_and_rulers_short_context_frequencies():
     assert vt.meta["haystack"] == "noise" and len(vt.answers) == 5  # 1 chain of 4 hops
     assert vt.meta["chains"] == 1 and vt.meta["tokens_to_generate"] == 30
 
-    def counts(example):
-        words = Counter(re.findall(r"\d+\. ([a-z]+)", example.documents[0].text))
+    def counts(example):  # in the list asked about: after the worked example
+        listing = example.documents[0].text.rsplit(CWE_INSTRUCTION + "\n", 1)[1]
+        words = Counter(re.findall(r"\d+\. ([a-z]+)", listing))
         return {words[a] for a in example.answers}, set(words.values()) - {
             words[example.answers[0]]
         }
@@ -127,6 +129,39 @@ def test_vt_and_cwe_presets_and_rulers_short_context_frequencies():
     [chosen] = build_dataset("ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS,
                              freq_cw=8)  # fmt: skip
     assert counts(chosen) == ({8}, {1})  # an explicit value wins; the other stays RULER's
+
+
+def test_cwe_has_rulers_worked_example_in_front_of_the_list():
+    [e] = build_dataset("ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS)
+    text = e.documents[0].text
+    shot, real = text.split("\n" + CWE_INSTRUCTION + "\n")
+    # RULER's few-shot block: the template around a short list, its question, the answer
+    assert shot.startswith(CWE_INSTRUCTION + "\n1. ")
+    listing, answer = shot.split(
+        "\nQuestion: What are the 10 most common words in the above list? "
+    )
+    common = re.findall(r"\d+\. ([a-z]+)", answer)
+    assert answer == " ".join(f"{i + 1}. {w}" for i, w in enumerate(common)) and len(common) == 10
+    worked = Counter(re.findall(r"\d+\. ([a-z]+)", listing))
+    assert len(worked) == 20 and {worked[w] for w in common} == {3}  # below 4096: 20 words, 3x/1x
+    assert set(worked.values()) == {3, 1}
+    # the evidence spans still point at the common words of the real list, after the example
+    assert {text[s:t] for _, s, t in e.meta["evidence"]} == set(e.answers)
+    assert min(s for _, s, _ in e.meta["evidence"]) > len(shot)
+    assert e.meta["context_tokens"] <= 1000 - 200 and e.meta["context_tokens"] > 1000 - 200 - 40
+    assert e.meta["worked_examples"] == 1 and e.meta["final_context_length_buffer"] == 200
+    [long] = build_dataset("ruler/cwe", context_lengths=[4096], num_examples=1, tokenizer=WS)
+    shot = long.documents[0].text.split("\n" + CWE_INSTRUCTION + "\n")[0]
+    assert len(set(re.findall(r"\d+\. ([a-z]+)", shot))) == 40  # from 4096: 40 words, 10x/3x
+    [none] = build_dataset("ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS,
+                           num_fewshot=0)  # fmt: skip
+    assert none.documents[0].text.startswith(CWE_INSTRUCTION + "\n1. ")
+    # the generic task keeps its plain list
+    [plain] = build_dataset("ruler/common_words", context_lengths=[1000], num_examples=1,
+                            tokenizer=WS)  # fmt: skip
+    assert (
+        plain.documents[0].text.startswith("1. ") and CWE_INSTRUCTION not in plain.documents[0].text
+    )
 
 
 def test_zeta_and_counts_hand_checked():

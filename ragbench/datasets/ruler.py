@@ -80,6 +80,13 @@ def wordlist(name: str) -> tuple[str, ...]:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def word_pool() -> tuple[str, ...]:
+    """RULER cwe's words: wonderwords' nouns, adjectives and verbs, deduplicated and sorted."""
+    names = ("nounlist", "adjectivelist", "verblist")
+    return tuple(sorted({w for name in names for w in wordlist(name)}))
+
+
 def random_text(rng: random.Random, kind: str) -> str:
     """A random key or value: "adjective-noun" words, a 7-digit number or a UUID (as RULER)."""
     if kind == "words":
@@ -236,9 +243,7 @@ def _variable_tracking(rng, tok, budget, *, num_chains, num_hops):
 
 def _common_words(rng, tok, budget, *, num_cw, freq_cw, freq_ucw):
     """A numbered list: ``num_cw`` words ``freq_cw`` times each, the rest ``freq_ucw`` times."""
-    pool = sorted(
-        set(wordlist("nounlist")) | set(wordlist("adjectivelist")) | set(wordlist("verblist"))
-    )
+    pool = word_pool()
     if freq_cw <= freq_ucw:
         raise ValueError(f"freq_cw ({freq_cw}) must exceed freq_ucw ({freq_ucw})")
     state = rng.getstate()

@@ -17,9 +17,10 @@ context) and ``qa_1``/``qa_2`` hide the gold paragraph among other paragraphs of
 (``ruler_qa``; the file is the ``path`` parameter, nothing is downloaded).
 
 Left as ragbench does it: lengths are sized by ``final_context_length_buffer`` (200 tokens for
-the instructions and the answer) rather than RULER's ``tokens_to_generate`` plus its template,
-and ``cwe`` has no in-context worked example (RULER prepends one); below 4096 tokens ``cwe``
-uses RULER's short-context frequencies (6 and 1, ``common_words_extraction.py`` lines 102-106).
+the instructions and the answer) rather than RULER's ``tokens_to_generate`` plus its template.
+``cwe`` is RULER's: its worked example before the list (``ruler_cwe``, ``num_fewshot`` 1), and
+below 4096 tokens RULER's short-context frequencies (6 and 1, ``common_words_extraction.py``
+lines 102-106).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ragbench.datasets import DATASETS, ruler, ruler_fwe, ruler_qa
+from ragbench.datasets import DATASETS, ruler, ruler_cwe, ruler_fwe, ruler_qa
 from ragbench.datasets._validate import int_list_param
 from ragbench.registry import unknown
 from ragbench.types import Example
@@ -48,7 +49,7 @@ TASK_FACTS = {
     "qa": (ruler_qa.TOKENS_TO_GENERATE, ruler_qa.METRIC),
 }
 NIAH_HAYSTACKS = {"noise": "noise", "essay": "essays", "needle": "needles"}
-SHORT_LENGTH = 4096  # common_words_extraction.py line 102: below it, other frequencies
+SHORT_LENGTH = ruler_cwe.SHORT_LENGTH  # common_words_extraction.py line 102: other frequencies
 SHORT_CWE = {"freq_cw": 6, "freq_ucw": 1}  # line 106
 
 
@@ -61,11 +62,12 @@ class RulerPreset:
 
     @property
     def generator(self) -> str:
-        """The ragbench generator (``ruler/<generator>``) that builds it."""
+        """The ragbench generator (``GENERATORS``) that builds it: ``ruler/<generator>``, or
+        ``cwe`` (``ruler/common_words`` with RULER's worked example, ``ruler_cwe``)."""
         if self.task == "niah":
             return re.sub(r"_\d$", "", self.name)  # niah_single_2 -> niah_single
         return {"variable_tracking": "variable_tracking", "freq_words_extraction": "fwe",
-                "common_words_extraction": "common_words", "qa": "qa"}[self.task]  # fmt: skip
+                "common_words_extraction": "cwe", "qa": "qa"}[self.task]  # fmt: skip
 
     @property
     def params(self) -> dict[str, Any]:
@@ -125,6 +127,7 @@ PRESETS = {
 
 GENERATORS: dict[str, Callable[..., Iterator[Example]]] = {
     **{t: functools.partial(ruler.iter_ruler, t) for t in ruler.TASKS},
+    "cwe": ruler_cwe.iter_cwe,
     "fwe": ruler_fwe.iter_fwe,
     "qa": ruler_qa.iter_qa,
 }
