@@ -215,6 +215,18 @@ def test_bad_option_fails_before_anything_is_spent(tmp_path, monkeypatch):
     assert not list((tmp_path / "data" / "results").glob("your-documents-*"))
 
 
+def test_a_bad_backend_or_questions_file_fails_before_the_documents_are_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    result = compare([str(docs), "--backend", "hff", "--output-dir", "out"])
+    assert result.exit_code == 2 and "did you mean 'hf'" in result.output
+    assert "corpus:" not in result.output and not (tmp_path / "out").exists()
+    result = compare([str(docs), "--backend", "fake", "--output-dir", "out",
+                      "--questions", "no-such.csv"])  # fmt: skip
+    assert result.exit_code == 2 and "no-such.csv: no such questions file" in result.output
+    assert "corpus:" not in result.output and not (tmp_path / "out").exists()
+
+
 def test_config_is_notebook_05s_and_options_reach_the_strategies_that_take_them(tmp_path):
     spec = steps.CompareSpec(docs=("d",), backend="fake", overflow="truncate_head", top_k=5,
                              pipeline="json:dumps", pipeline_url="http://rag:8080/answer")  # fmt: skip

@@ -71,9 +71,10 @@ def register(app: typer.Typer) -> None:
             pipeline_url=pipeline_url,
         )  # fmt: skip
         collect({"base_url": base_url, "pipeline_url": pipeline_url})  # masked in every line below
-        with user_errors():  # a bad target or a dead endpoint: before any document is read
+        with user_errors():  # a bad option, target or endpoint: before any document is read
             for point in steps.check_pipelines(spec):
                 typer.echo(f"pipeline: {point.label()}")
+            steps.precheck(spec)
         with user_errors(LockHeldError, OverWindowError):
             df, spec_run = _run(spec, yes=yes, progress=not quiet)
         _answer(spec, df, spec_run)

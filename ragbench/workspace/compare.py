@@ -209,6 +209,15 @@ def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, 
     }
 
 
+def precheck(spec: CompareSpec) -> RunConfig:
+    """Every option, and the questions file, checked before a document is read: a typo in a
+    backend or model name fails in a second, not after the ingest. (The config is built on the
+    corpus path the ingest will write; nothing is read from it here.)"""
+    if spec.questions and not Path(spec.questions).is_file():
+        raise FileNotFoundError(f"{spec.questions}: no such questions file")
+    return validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
+
+
 def validate(spec: CompareSpec, corpus: Path) -> RunConfig:
     """The config validated before anything is spent (question generation included): unknown
     strategies, overflow policies, price sheets, models raise ValueError naming the choices."""
