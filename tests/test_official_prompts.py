@@ -24,7 +24,7 @@ from ragbench.strategies.params import (
     RagParams,
     SelfRouteParams,
 )
-from ragbench.strategies.prompt_format import FULL, prompt_format
+from ragbench.strategies.prompt_format import FORMATS, FULL, prompt_format
 
 REASONING = "Step one: the text names vault-{i}.\n\nStep two: its code is {code}."
 
@@ -53,11 +53,9 @@ class Recorder:
         return [r for r in self.requests if r.id == rid]
 
 
-def run_lb2(tmp_path, strategies, rows=None, window=8192):
-    rows = rows or [lb2_row(0, "B"), lb2_row(1, "C")]
-    path = write_lb2(tmp_path / "data.json", rows)
-    recorder = Recorder()
-    cfg = {
+def lb2_config(tmp_path, strategies, rows=None) -> dict:
+    path = write_lb2(tmp_path / "data.json", rows or [lb2_row(0, "B"), lb2_row(1, "C")])
+    return {
         "name": "lb2-official",
         "dataset": {"name": "longbench-v2", "params": {"path": str(path)}},
         "model": {"backend": "fake", "name": "fake", "cache": False, "max_new_tokens": 128},
@@ -67,9 +65,14 @@ def run_lb2(tmp_path, strategies, rows=None, window=8192):
         "metrics": ["longbench_v2_accuracy"],
         "output_dir": str(tmp_path / "results"),
     }  # fmt: skip
-    llm = FakeLLM(answer_fn=recorder, context_window=window)
+
+
+def run_lb2(tmp_path, strategies, rows=None, window=8192, **fake):
+    cfg = lb2_config(tmp_path, strategies, rows)
+    recorder = Recorder()
+    llm = FakeLLM(answer_fn=recorder, context_window=window, **fake)
     df = run(cfg, progress=False, llm=llm)
-    return df, recorder, lb2.load_longbench_v2(path), llm
+    return df, recorder, lb2.load_longbench_v2(cfg["dataset"]["params"]["path"]), llm
 
 
 def test_long_context_rag_and_closed_book_send_the_official_prompts(tmp_path):
@@ -196,6 +199,61 @@ def test_cot_needs_a_format_with_a_protocol(tmp_path):
         SelfRouteParams(cot=True)
     with pytest.raises(ValueError, match="cot must be true or false"):
         ClosedBookParams(cot=1)
+
+
+def test_the_dry_run_counts_the_answer_step_with_the_longest_reasoning(tmp_path):
+    from ragbench.experiment.dry_run import dry_run
+
+    cfg = lb2_config(tmp_path, [{"name": "long_context", "params": {"cot": True}}], [lb2_row(0)])
+    table = dry_run(cfg, progress=False).set_index("label")
+    [ex] = lb2.load_longbench_v2(cfg["dataset"]["params"]["path"])
+    longest = " ".join(["x"] * lb2.COT_TOKENS)  # the reasoning call may fill its budget
+    count = FakeLLM().count_tokens
+    calls = [lb2.render("0shot_cot", ex), lb2.render("0shot_cot_ans", ex, cot=longest)]
+    assert table.loc["long_context cot", "prompt_tokens"] == sum(count(c) for c in calls)
+    assert table.loc["long_context cot", "completion_tokens_max"] == lb2.COT_TOKENS + 128
+    # a real run (short reasoning) stays under the dry run's bound
+    df, *_ = run_lb2(tmp_path, [{"name": "long_context", "params": {"cot": True}}], [lb2_row(0)])
+    assert 0 < df.iloc[0]["prompt_tokens"] < table.loc["long_context cot", "prompt_tokens"]
+
+
+def test_cot_over_the_window_names_the_reasoning_budget(tmp_path):
+    from ragbench.experiment.preflight import OverWindowError
+
+    lc = {"name": "long_context", "params": {"cot": True}}
+    with pytest.raises(OverWindowError, match="leaves 76 after the 1024 answer tokens \\(a cot"):
+        run_lb2(tmp_path, [lc], [lb2_row(0)], window=1100)
+    with pytest.raises(ValueError, match="preload and cot cannot be combined"):
+        LongContextParams(preload=True, cot=True)
+
+
+def test_the_answer_step_keeps_the_points_kv_cache(tmp_path):
+    lc = {"name": "long_context", "params": {"cot": True, "kv_cache": "quantized", "kv_bits": 4}}
+    _, rec, _, _ = run_lb2(tmp_path, [lc], [lb2_row(0)], simulate_kv_cache=True)
+    first, second = rec.sent("lb0:long_context")[0], rec.sent("lb0:long_context:answer")[0]
+    assert first.kv is not None and second.kv == first.kv
+
+
+def test_files_imported_before_formats_and_records_of_the_old_prompts():
+    from ragbench.experiment.results import work_key
+    from ragbench.io import dumps_canonical
+    from ragbench.types import Example
+
+    old = Example("lb0", "q", ("B",), (), {"source": "longbench_v2", "choices": {}})
+    assert prompt_format(old).name == "longbench_v2"
+    assert prompt_format(Example("n", "q", ("a",), (), {})).name == "ragbench"
+    # ragbench's keys are what they were; another format's are not taken for them
+    assert work_key("e", "rag", {"k": 1}) == dumps_canonical(["e", "rag", {"k": 1}])
+    assert work_key("e", "rag", {"k": 1}, "longbench_v2") != work_key("e", "rag", {"k": 1})
+
+
+def test_a_longbench_reply_declines_only_without_a_letter():
+    fmt = FORMATS["longbench_v2"]
+    ex = None  # the decision reads the reply alone
+    assert fmt.declined(ex, "unanswerable")
+    assert fmt.declined(ex, "The text does not say: unanswerable.")
+    assert not fmt.declined(ex, "The correct answer is (B), not unanswerable.")
+    assert not fmt.declined(ex, "The correct answer is (C)")
 
 
 def test_cot_is_stored_only_when_set():

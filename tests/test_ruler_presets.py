@@ -138,7 +138,8 @@ def test_cwe_has_rulers_worked_example_in_front_of_the_list():
     # RULER's few-shot block: the template around a short list, its question, the answer
     assert shot.startswith(CWE_INSTRUCTION + "\n1. ")
     listing, answer = shot.split(
-        "\nQuestion: What are the 10 most common words in the above list? "
+        "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 "
+        "words that appear most often in the list are: "
     )
     common = re.findall(r"\d+\. ([a-z]+)", answer)
     assert answer == " ".join(f"{i + 1}. {w}" for i, w in enumerate(common)) and len(common) == 10
@@ -156,6 +157,8 @@ def test_cwe_has_rulers_worked_example_in_front_of_the_list():
     [none] = build_dataset("ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS,
                            num_fewshot=0)  # fmt: skip
     assert none.documents[0].text.startswith(CWE_INSTRUCTION + "\n1. ")
+    with pytest.raises(DatasetParamError, match="the worked example takes .* or num_fewshot: 0"):
+        build_dataset("ruler/cwe", context_lengths=[400], num_examples=1, tokenizer=WS)
     # the generic task keeps its plain list
     [plain] = build_dataset("ruler/common_words", context_lengths=[1000], num_examples=1,
                             tokenizer=WS)  # fmt: skip

@@ -39,7 +39,8 @@ blocks, closed book with ``0shot_no_context``; with ``cot: true`` the reply is s
 whole reply is scored by the official extraction. Where a run departs from ``pred.py``: decoding
 is greedy (``pred.py``: temperature 0.1); ``overflow: truncate_middle`` cuts the context (by the
 run's tokenizer) rather than the whole prompt, so the instruction and the question are kept
-whole; an empty reply is scored wrong (``pred.py`` drops the item).
+whole; an empty reply is scored wrong and an empty reasoning still gets its answer step
+(``pred.py`` drops the item).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 RULER's ``common_words_extraction.py`` (NVIDIA/RULER at ``ruler_presets.RULER_COMMIT``,
 ``generate_input_output``) puts ``num_fewshot`` (default 1) solved lists before every input:
-the task's template around a short list, its question, then the answer ``1. w1 2. w2 ...``;
-then a newline and the input itself (the template around the real list). A worked list has 40
+the task's template (``prepare.py``: the template plus its ``answer_prefix``) around a short
+list, so its question and " Answer: The top 10 words that appear most often in the list are:",
+then a space and the answer ``1. w1 2. w2 ...``; then a newline and the input itself (the
+template around the real list). A worked list has 40
 words, the 10 common ones 10 times each and the rest 3 times (below 4096 tokens: 20 words, 3
 and 1), drawn from the same word pool as the real list.
 
@@ -21,20 +23,23 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from ragbench.datasets import ruler
-from ragbench.datasets._validate import int_param, lengths_param
+from ragbench.datasets._validate import DatasetParamError, int_param, lengths_param
 from ragbench.datasets.niah import DEFAULT_TOKENIZER
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Example
 
 SHORT_LENGTH = 4096  # common_words_extraction.py: below it, smaller lists (worked and real)
 WORKED = {True: (20, 3, 1), False: (40, 10, 3)}  # short? -> (words, common x, uncommon x)
+MIN_LIST_TOKENS = 100  # below this the real list cannot hold the common words repeated
 
 
 def worked_examples(rng: random.Random, num_cw: int, num_fewshot: int, short: bool) -> str:
     """``num_fewshot`` solved lists, newline-separated, as RULER renders its few-shot block:
-    the instruction, the numbered list, the question, a space and the numbered answer."""
+    the instruction, the numbered list, the question and answer prefix, a space and the
+    numbered answer."""
     n_words, freq_cw, freq_ucw = WORKED[short]
     question = ruler.CWE_QUESTION.format(num_cw=num_cw)
+    prefix = ruler.CWE_ANSWER_PREFIX.format(num_cw=num_cw)
     blocks = []
     for _ in range(num_fewshot):
         words = rng.sample(ruler.word_pool(), max(n_words, num_cw + 1))
@@ -43,7 +48,9 @@ def worked_examples(rng: random.Random, num_cw: int, num_fewshot: int, short: bo
         rng.shuffle(items)
         listing = " ".join(f"{i + 1}. {w}" for i, w in enumerate(items))
         answer = " ".join(f"{i + 1}. {w}" for i, w in enumerate(common))
-        blocks.append(f"{ruler.CWE_INSTRUCTION}\n{listing}\nQuestion: {question} {answer}")
+        blocks.append(
+            f"{ruler.CWE_INSTRUCTION}\n{listing}\nQuestion: {question} Answer: {prefix} {answer}"
+        )
     return "\n".join(blocks)
 
 
@@ -71,6 +78,13 @@ def iter_cwe(
             shots = worked_examples(rng, num_cw, num_fewshot, length < SHORT_LENGTH)
             heads.append((shots + "\n" if shots else "") + ruler.CWE_INSTRUCTION + "\n")
         reserve = max(tok.count(h) for h in heads)  # every list leaves room for the longest
+        if length - buffer - reserve < MIN_LIST_TOKENS:
+            raise DatasetParamError(
+                "context_lengths",
+                f"{length} leaves no room for the list: the worked example takes {reserve} "
+                f"tokens and final_context_length_buffer {buffer}; use lengths of at least "
+                f"{buffer + reserve + MIN_LIST_TOKENS}, or num_fewshot: 0",
+            )
         built = ruler.iter_ruler(
             "common_words", [length], num_examples, tokenizer, buffer + reserve, seed,
             num_cw=num_cw, freq_cw=freq_cw, freq_ucw=freq_ucw,

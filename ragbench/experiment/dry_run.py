@@ -53,6 +53,7 @@ from ragbench.llm.gguf import file_sha256
 from ragbench.llm.hf_load import resolve_model
 from ragbench.llm.hf_prompt import is_instruct, render
 from ragbench.strategies import get_strategy, run_batch
+from ragbench.strategies.prompt_format import check_cot
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Completion, GenerationRequest
@@ -65,7 +66,8 @@ COLUMNS = (
 
 class PromptCounter(LLM):
     """Counts each request's tokens as ``counter`` (an LLM or a tokenizer-backed stand-in)
-    would, and answers with an empty completion charged ``max_new_tokens`` tokens."""
+    would, and answers with ``max_new_tokens`` filler words, charged ``max_new_tokens`` tokens:
+    a prompt built from a reply (chain of thought's answer step) counts the longest reply."""
 
     def __init__(self, counter: Any, track_prefixes: bool = False) -> None:
         self.counter = counter
@@ -93,7 +95,7 @@ class PromptCounter(LLM):
                 self._seen.add(r.prefix)
             out.append(
                 Completion(
-                    text="",
+                    text=" ".join(["x"] * r.max_new_tokens),
                     prompt_tokens=self.prompt_tokens(r),
                     completion_tokens=r.max_new_tokens,
                     cached_prompt_tokens=cached,
@@ -157,6 +159,7 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     cfg = load_config(config)
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
+    check_cot(cfg.points, examples)  # as the run: cot without a protocol is refused
     # an external system (the user's pipeline) would really be called: it is not estimated
     points = [p for p in cfg.points if not get_strategy(p.strategy).external]
     work = [(e, p) for e in examples for p in points]

@@ -26,7 +26,6 @@ from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies import FULL_CONTEXT, Resources, get_strategy
 from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import StrategyParams
-from ragbench.strategies.prompt_format import FULL, prompt_format
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
 from ragbench.types import Example
 
@@ -54,6 +53,7 @@ class Overflow:
     label: str
     prompt_tokens: int
     window: int
+    new_tokens: int  # the answer's tokens it had to leave room for (a cot point: its reasoning)
 
 
 def checked(params: StrategyParams) -> bool:
@@ -103,24 +103,12 @@ def over_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) ->
             try:
                 long_context_prompt(example, res, OVERFLOW_ERROR, cot=cot)
             except ContextOverflowError as exc:
+                new = exc.max_new_tokens
                 out += [
-                    Overflow(example.id, p.label(), exc.prompt_tokens, exc.window) for p in same
+                    Overflow(example.id, p.label(), exc.prompt_tokens, exc.window, new)
+                    for p in same
                 ]
     return out
-
-
-def check_cot(cfg: RunConfig, examples: Sequence[Example]) -> None:
-    """Raise ValueError (naming the formats that have one) when a ``cot: true`` point meets an
-    example whose prompt format has no chain-of-thought protocol: every such record could only
-    fail, so the run stops before its model loads."""
-    labels = [p.label() for p in cfg.points if getattr(p, "cot", False)]
-    for example in examples if labels else ():
-        fmt = prompt_format(example)
-        if fmt.cot_tokens is None:
-            try:
-                fmt.frame(example, FULL, cot=True)
-            except ValueError as exc:
-                raise ValueError(f"{', '.join(labels)}: example {example.id!r}: {exc}") from None
 
 
 def check_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) -> None:
@@ -134,15 +122,15 @@ def check_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) -
 def _message(cfg: RunConfig, over: list[Overflow], n_examples: int) -> tuple:
     ids = list(dict.fromkeys(o.example_id for o in over))
     labels = ", ".join(dict.fromkeys(o.label for o in over))
-    longest = max(o.prompt_tokens for o in over)
-    window = over[0].window
-    answer = cfg.model.max_new_tokens
-    if cfg.prompt_budget and cfg.prompt_budget + answer == window:  # the matched budget binds
+    worst = max(over, key=lambda o: o.prompt_tokens)
+    longest, window, answer = worst.prompt_tokens, worst.window, worst.new_tokens
+    budget = "max_new_tokens" if answer == cfg.model.max_new_tokens else "a cot reasoning call's"
+    if cfg.prompt_budget and cfg.prompt_budget + cfg.model.max_new_tokens == window:  # it binds
         limit = f"the run's prompt_budget allows {cfg.prompt_budget:,}"
     else:
         limit = (
             f"the {window:,}-token context window of {cfg.model.name} leaves {window - answer:,} "
-            f"after the {answer} answer tokens (max_new_tokens)"
+            f"after the {answer} answer tokens ({budget})"
         )
     policies = " | ".join(OVERFLOW)
     message = (

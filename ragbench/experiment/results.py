@@ -30,8 +30,11 @@ ID_COLUMNS = ("example_id", "strategy", "label", "params", "prediction", "answer
 SECTIONS = ("param_", "score_", "cost_", "meta_", "ex_")  # in column order
 
 
-def work_key(example_id: str, strategy: str, params: dict[str, Any]) -> str:
-    return dumps_canonical([example_id, strategy, params])
+def work_key(example_id: str, strategy: str, params: dict[str, Any], fmt: str = "ragbench") -> str:
+    """A record's identity in its run folder. A prompt format other than ragbench's (the
+    example's, ``strategies.prompt_format``) is part of it: records answered with other prompts
+    (a LongBench v2 run made before its official prompts) are not taken for these."""
+    return dumps_canonical([example_id, strategy, params, *([fmt] if fmt != "ragbench" else [])])
 
 
 def record_from_dict(data: dict[str, Any]) -> Record:

@@ -55,11 +55,7 @@ from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
-from ragbench.experiment.preflight import (  # noqa: F401 (OverWindowError re-exported)
-    OverWindowError,
-    check_cot,
-    check_window,
-)
+from ragbench.experiment.preflight import OverWindowError, check_window  # noqa: F401 (re-exported)
 from ragbench.experiment.resources import (  # noqa: F401 (DatasetError, load_examples: re-exported)
     DatasetError,
     build_resources,
@@ -85,6 +81,7 @@ from ragbench.locks import FolderLock
 from ragbench.metrics.answer import deferred_metrics, metric_versions, score, string_metrics
 from ragbench.registry import did_you_mean
 from ragbench.strategies import get_strategy, preload, run_batch
+from ragbench.strategies.prompt_format import check_cot, prompt_format
 from ragbench.types import Example
 
 log = logging.getLogger(__name__)
@@ -131,10 +128,10 @@ def run(
     # chain of thought without a protocol, and long-context prompts over the window under
     # overflow "error", could only fail: stop now, before the model loads (the window counted
     # with its tokenizer alone: OverWindowError)
-    check_cot(cfg, examples)
+    check_cot(cfg.points, examples)
     check_window(cfg, examples, llm)
     work = [(e, p) for e in examples for p in cfg.points]
-    keys = [work_key(e.id, p.strategy, p.to_dict()) for e, p in work]
+    keys = [work_key(e.id, p.strategy, p.to_dict(), prompt_format(e).name) for e, p in work]
     if len(set(keys)) != len(keys):
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)

@@ -2,18 +2,22 @@
 
 - ``closed_book``: the question alone (what the model knows without context).
 - ``long_context``: the whole context, document first and question last (``overflow`` policy).
-- ``rag``: retrieve, assemble within a token budget and/or top-k, answer with the same template.
+- ``rag``: retrieve, assemble within a token budget and/or top-k, answer over the chunks.
 - ``self_route`` (Li et al. 2024): RAG with an "unanswerable" option; declined -> long context.
 - ``retrieve_only``: no generation; documents ranked and scored against relevance judgements.
 
-Files, one job each: ``prompts`` (templates, answer cleaning, truncation), ``params`` (one typed,
-frozen parameter class per strategy: defaults, validation, grid, label), ``base`` (resources and
-records), ``fit`` (the whole context fitted to the window), one module per strategy (its steps),
+Every prompt is built in the example's prompt format (``prompt_format``: ragbench's own, or a
+benchmark's official templates, and chain of thought).
+
+Files, one job each: ``prompts`` (ragbench's templates, answer cleaning, truncation),
+``prompt_format`` (formats and frames), ``params`` (one typed, frozen parameter class per
+strategy: defaults, validation, grid, label; the pipeline's in ``pipeline_params``), ``base``
+(resources, requests, the chain-of-thought answer step and records), ``fit`` (the whole context fitted to the window), one module per strategy (its steps),
 ``given_context`` (what each strategy's answer read, rebuilt for the judge), ``registry`` (the
 ``STRATEGIES`` registry and what each strategy declares), ``driver`` and ``batch`` (running
 steps, one at a time or batched).
 
-Adding a strategy: its steps module, its parameter class in ``params.py`` and one
+Adding a strategy: its steps module, its parameter class (``params.py``) and one
 ``Strategy(...)`` line in ``registry.py`` (see there).
 """
 
@@ -28,6 +32,7 @@ from ragbench.strategies.params import (
     SelfRouteParams,
     StrategyParams,
 )
+from ragbench.strategies.pipeline_params import PipelineParams
 from ragbench.strategies.prompts import clean_answer, truncate
 from ragbench.strategies.registry import (
     FULL_CONTEXT,
@@ -53,6 +58,7 @@ __all__ = [
     "ContextUnavailable",
     "ClosedBookParams",
     "LongContextParams",
+    "PipelineParams",
     "RagParams",
     "Resources",
     "RetrieveOnlyParams",

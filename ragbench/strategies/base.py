@@ -7,6 +7,7 @@ together). ``Steps`` is that generator's type.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,7 +129,6 @@ def answer(example: Example, res: Resources, request: GenerationRequest, cot: bo
     if not cot:
         return first, res.cost(first), {}
     fmt = prompt_format(example)
-    second = yield res.request(
-        fmt.cot_answer(example, first.text), rid=f"{request.id}:answer", fmt=fmt
-    )
+    step = res.request(fmt.cot_answer(example, first.text), rid=f"{request.id}:answer", fmt=fmt)
+    second = yield dataclasses.replace(step, kv=request.kv)  # the point's KV technique, both calls
     return second, res.cost(first) + res.cost(second), {"cot_reasoning": first.text}

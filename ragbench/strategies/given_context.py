@@ -56,12 +56,13 @@ def long_context_context(
 
 
 def self_route_context(example: Example, record: Record, res: Resources) -> str:
-    """The context of the branch the record's ``route`` names (both offer the decline option)."""
+    """The context of the branch the record's ``route`` names (the RAG call offers the decline
+    option, the long-context call does not)."""
     route = record.meta.get("route")
     if route == "rag":
         return rag_context(example, record, res, decline=True)
     if route == "long_context":
-        return long_context_context(example, record, res, decline=True, meta_prefix="lc_")
+        return long_context_context(example, record, res, decline=False, meta_prefix="lc_")
     raise ContextUnavailable(f"self_route record without a known route ({route!r})")
 
 

@@ -196,6 +196,8 @@ class LongContextParams(StrategyParams):
         _flag(self.strategy, COT, self.cot)
         if self.preload and not isinstance(self.kv, kv_cache.Plain):
             raise ValueError(f"{self.strategy}: preload must be true or false, with kv_cache plain")
+        if self.preload and self.cot:  # the preloaded prefix is the one-call prompt's
+            raise ValueError(f"{self.strategy}: preload and cot cannot be combined")
         if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
             raise ValueError(
                 f"{self.strategy}: rope_scaling must be null or <dynamic|yarn|linear>-x<factor> "

@@ -1,7 +1,8 @@
 """Prompt formats: how an example and its context become the prompt, and the reply the prediction.
 
 An example names its format in ``meta["prompt_format"]`` (an importer of a benchmark with
-official prompts sets it); an example without one uses ``ragbench``'s. Every strategy that asks
+official prompts sets it; a LongBench v2 file imported before formats existed is known by its
+``meta["source"]``); an example without one uses ``ragbench``'s. Every strategy that asks
 the run's model (closed book, long context, RAG, Self-Route, a pipeline's retriever) builds its
 prompt through the example's format, so a benchmark is run with the prompts its own scripts use.
 
@@ -14,7 +15,9 @@ prompt through the example's format, so a benchmark is run with the prompts its 
   Chain of thought (``cot: true`` on closed_book, long_context and rag) is ``pred.py``'s two
   calls: the first (long context: ``0shot_cot``) with up to ``COT_TOKENS`` new tokens and no
   stop string, then ``0shot_cot_ans`` with that reply as ``$COT$``, whose reply is scored.
-  Self-Route's "unanswerable" option is one sentence before the answer-format line.
+  Self-Route's "unanswerable" option is one sentence before the answer-format line; a reply
+  declines when it says "unanswerable" and names no letter. The rag strategy's ``cite`` has no
+  effect: every chunk is marked "Retrieved chunk N:", as ``pred.py`` marks them.
 
 A prompt around its context is a ``Frame`` (head + context + separator + question part): the
 strategies fit the context to the window inside it, and the first three are the KV prefix that
@@ -23,10 +26,12 @@ every question on one document shares.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import ragbench.datasets.longbench_v2 as lb2
+from ragbench.metrics.longbench_v2 import extract_answer
 from ragbench.registry import unknown
 from ragbench.strategies.prompts import (
     ANSWER_STOP,
@@ -35,6 +40,7 @@ from ragbench.strategies.prompts import (
     DECLINE_INSTRUCTION,
     INSTRUCTIONS,
     clean_answer,
+    is_declined,
     question_part,
     task_type,
 )
@@ -100,6 +106,10 @@ class PromptFormat:
         """What is scored: the reply's first line, cleaned (``clean_answer``)."""
         return clean_answer(reply, example.question)
 
+    def declined(self, example: Example, reply: str) -> bool:
+        """Whether ``reply`` takes Self-Route's "unanswerable" option."""
+        return is_declined(self.prediction(example, reply))
+
     def _check_cot(self, cot: bool) -> None:
         if cot and self.cot_tokens is None:
             with_cot = [name for name, f in FORMATS.items() if f.cot_tokens is not None]
@@ -139,14 +149,32 @@ class LongBenchV2Format(PromptFormat):
     def prediction(self, example: Example, reply: str) -> str:
         return reply.strip()  # pred.py's response; the metric extracts the letter from it
 
+    def declined(self, example: Example, reply: str) -> bool:
+        return is_declined(reply) and extract_answer(reply) is None  # a chosen letter answers
+
 
 FORMATS: dict[str, PromptFormat] = {f.name: f for f in (PromptFormat(), LongBenchV2Format())}
 RAGBENCH = FORMATS["ragbench"]
+BY_SOURCE = {"longbench_v2": lb2.PROMPT_FORMAT}  # meta["source"] of files imported before
 
 
 def prompt_format(example: Example) -> PromptFormat:
-    """The format ``example`` names in ``meta["prompt_format"]`` (none: ``ragbench``)."""
-    name = example.meta.get("prompt_format") or RAGBENCH.name
+    """The format ``example`` names in ``meta["prompt_format"]`` (none: its source's, else
+    ``ragbench``)."""
+    meta = example.meta
+    name = meta.get("prompt_format") or BY_SOURCE.get(str(meta.get("source"))) or RAGBENCH.name
     if name not in FORMATS:
         raise unknown(f"prompt format of example {example.id!r}", str(name), FORMATS)
     return FORMATS[name]
+
+
+def check_cot(points: Sequence[Any], examples: Sequence[Example]) -> None:
+    """Raise ValueError (naming the formats that have one) when a ``cot: true`` point meets an
+    example whose prompt format has no chain-of-thought protocol: every such record could only
+    fail, so a run (and its dry run) stops before anything is sent."""
+    labels = [p.label() for p in points if getattr(p, "cot", False)]
+    for example in examples if labels else ():
+        try:
+            prompt_format(example).frame(example, FULL, cot=True)
+        except ValueError as exc:
+            raise ValueError(f"{', '.join(labels)}: example {example.id!r}: {exc}") from None

@@ -1,4 +1,5 @@
-"""Prompts and truncation: how a question and its context become the text a model reads.
+"""ragbench's own prompts, and truncation: how a question and its context become the text a model
+reads, for examples without a prompt format of their own (``prompt_format``).
 
 Long-context and RAG prompts share one layout: the context first (``CONTEXT_TEMPLATE``, so one
 document's KV cache serves every question on it) and the question last. Answers are one line:

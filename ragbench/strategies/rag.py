@@ -1,5 +1,6 @@
 """RAG: retrieve, assemble within a token budget and/or top-k, in score or document order, then
-answer with the same template as long context. Records chunk ids and gold hits."""
+answer in the example's prompt format (ragbench's: the long-context layout around the chunks).
+Records chunk ids and gold hits."""
 
 from __future__ import annotations
 
