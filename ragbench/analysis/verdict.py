@@ -279,11 +279,12 @@ def verdict(
 
     def stats(e: dict[str, Any]) -> str:
         test = "exact McNemar" if e["test"] == "mcnemar_exact" else "paired bootstrap"
-        holm = ", Holm-adjusted" if len(pairs) > 1 else ""
+        # the p that decides is Holm's over the pairs (the paired table shows it beside the raw p)
+        holm = "Holm-adjusted " if len(pairs) > 1 else ""
         p = "=n/a" if math.isnan(e["p_value"]) else f"={e['p_value']:.2g}"
         p = "<0.001" if e["p_value"] < 0.001 else p
         return (f"difference {fmt.diff(e['diff'])}, {fmt.ci(e['ci_low'], e['ci_high'])}, "
-                f"{test} p{p}{holm}, {e['n_pairs']:,} paired questions")  # fmt: skip
+                f"{test} {holm}p{p}, {e['n_pairs']:,} paired questions")  # fmt: skip
 
     cheaper = eligible[eligible["cost_per_1k"] < eligible.loc[best, "cost_per_1k"]]
     order = list(cheaper.sort_values("cost_per_1k", kind="stable").index)
