@@ -19,7 +19,8 @@ import pytest
 
 from ragbench.analysis import verdict
 from ragbench.datasets.corpus_file import corpus_fingerprint
-from ragbench.experiment.noise_pass import DISTRACTORS, distractors, pool
+from ragbench.experiment.config import NOISE_DISTRACTORS as DISTRACTORS
+from ragbench.experiment.noise_pass import distractors, pool
 from ragbench.experiment.resources import load_examples
 from ragbench.experiment.runner import run
 from ragbench.types import Document, Example
@@ -165,6 +166,19 @@ def test_a_killed_noise_pass_resumes_where_it_stopped(tmp_path):
     assert len(records.read_text().splitlines()) == 16  # only the five missing were redone
     cols = ["example_id", "noise_sensitivity", "noise_prediction", "noise_distractor_ids"]
     assert again[cols].equals(first[cols])
+
+
+def test_the_distractor_count_is_a_config_key(tmp_path):
+    from ragbench.experiment.config import config_hash, load_config
+
+    cfg = config(tmp_path) | {"strategies": [{"name": "rag", "params": {"top_k": 2}}]}
+    assert config_hash(load_config(cfg)) == config_hash(load_config(cfg | {"noise_distractors": 5}))
+    two = cfg | {"noise_distractors": 2}
+    assert config_hash(load_config(two)) != config_hash(load_config(cfg))  # other answers
+    df = run(two, progress=False)
+    assert df["noise_distractor_ids"].map(len).eq(2).all() and (df["noise_distractors"] == 2).all()
+    with pytest.raises(Exception, match="noise_distractors"):
+        load_config(cfg | {"noise_distractors": 0})
 
 
 def test_distractors_are_other_examples_documents_without_the_answer():

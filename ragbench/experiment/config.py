@@ -52,6 +52,9 @@ from ragbench.strategies.pipeline_target import imports_from
 PATH_PARAMS = ("path", "corpus", "questions")  # dataset parameters that name files
 
 
+NOISE_DISTRACTORS = 5  # noise_sensitivity's default distractors per example
+
+
 class RunConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # run folder: <name>-<hash[:8]>
     seed: int = 0  # every generator and bootstrap takes it: same config, same table
@@ -67,6 +70,8 @@ class RunConfig(_Strict):
     # share of device time (varies with the load). Token sheets price tokens either way.
     cost_basis: Literal["calibrated", "measured"] = "calibrated"
     judge: JudgeConfig | None = None  # judge metrics' model and settings (ragbench.judge)
+    # noise_sensitivity: distractor documents put before each example's own (noise_pass.py)
+    noise_distractors: int = Field(NOISE_DISTRACTORS, ge=1)
     # stop the run before its spend (price sheets; judge included) passes this many dollars
     # (ragbench.experiment.budget); the dry run refuses a config estimated over it. Not part of
     # the hash: a rerun with a higher cap resumes in the same run folder
@@ -183,8 +188,9 @@ def config_hash(config: RunConfig) -> str:
     data = redact(config.model_dump(mode="json", exclude=exclude))
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)
-    if data.get("cost_basis") == "calibrated":  # added later: the default hashes as before
-        data.pop("cost_basis")
+    for key, default in (("cost_basis", "calibrated"), ("noise_distractors", NOISE_DISTRACTORS)):
+        if data.get(key) == default:  # added later: the default hashes as before
+            data.pop(key)
     return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
 
 

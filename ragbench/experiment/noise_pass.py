@@ -6,13 +6,13 @@ Which records: those whose answer read a corpus ragbench builds the index of (th
 declares ``needs_retrieval``: the built-in ``rag``, ``self_route``) or hands to the pipeline
 (a pipeline with a setup hook: its record's ``pipeline_index`` is ``"ragbench corpus"``). Each is
 answered a second time, by the same strategy and parameter point, on its example with
-``DISTRACTORS`` documents put in front of its own: the same question, evidence and gold answers,
+``noise_distractors`` (config; default 5) documents put in front of its own: the same question, evidence and gold answers,
 a noisier corpus. The others get ``None`` and a ``noise_note`` saying why: closed book and long
 context read no retrieved corpus, and a pipeline with its own index never sees the distractors.
 
 The distractors: documents of the run's other examples (multidoc's other passages and other
 questions' gold passages, RULER's other haystacks) that are not among the example's documents
-and contain none of its gold answers, sorted by id, ``DISTRACTORS`` of them drawn with a local
+and contain none of its gold answers, sorted by id, ``noise_distractors`` of them drawn with a local
 RNG seeded by the run's seed and the example id: the same run draws the same ones. In front,
 because retrieval is blind to corpus order and a reader that favours early documents meets them
 first (the hard case). A dataset whose questions all share one corpus (``corpus``, BEIR) has no
@@ -53,7 +53,6 @@ from ragbench.strategies.pipeline import OWN_INDEX, RUN_CORPUS
 from ragbench.types import Document, Example, Record
 
 METRIC = "noise_sensitivity"
-DISTRACTORS = 5  # documents added to each example's corpus
 NOISE_CHUNK = 32  # at most this many answered again (and appended) together: a kill loses one
 NOISE_COST = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "llm_calls",
               "latency_seconds", "resource_seconds", "dollars")  # fmt: skip
@@ -103,15 +102,16 @@ def ineligible(record: Record) -> str | None:
     return "answers from no corpus ragbench indexes or hands to it"
 
 
-def needs_noise(record: Record) -> bool:
-    """A finished, scored answer without its noise score (or measured with another count)."""
+def needs_noise(record: Record, count: int) -> bool:
+    """A finished, scored answer without its noise score (or measured with another ``count`` of
+    distractors)."""
     if record.error is not None or not get_strategy(record.strategy).generates:
         return False
     if not record.scores:  # an unscored question (no gold answer): nothing to compare
         return False
     if METRIC not in record.scores:
         return True
-    return "noise_note" not in record.meta and record.meta.get("noise_distractors") != DISTRACTORS
+    return "noise_note" not in record.meta and record.meta.get("noise_distractors") != count
 
 
 def derive(record: Record, example: Example, metric: str | None) -> Record:
@@ -135,9 +135,9 @@ def _with_note(record: Record, note: str) -> Record:
     )
 
 
-def _with_noisy(record: Record, added: list[Document], outcome: Any) -> Record:
+def _with_noisy(record: Record, added: list[Document], outcome: Any, count: int) -> Record:
     meta = {k: v for k, v in record.meta.items() if not k.startswith("noise_")}
-    meta |= {"noise_distractors": DISTRACTORS, "noise_distractor_ids": [d.id for d in added]}
+    meta |= {"noise_distractors": count, "noise_distractor_ids": [d.id for d in added]}
     if isinstance(outcome, Exception):
         scores = {k: v for k, v in record.scores.items() if k != METRIC}
         error = redact_text(f"{type(outcome).__name__}: {outcome}")
@@ -157,9 +157,12 @@ def measures_noise(cfg: RunConfig) -> bool:
     return any(METRICS.get(m).kind == "noise" for m in cfg.metrics)
 
 
-def noise_pass(cfg: RunConfig, examples, keys, done, out: Path, progress: bool, llm, res) -> int:
+def noise_pass(
+    cfg: RunConfig, examples, keys, done, out: Path, progress: bool, llm, res, budget=None
+) -> int:
     """Fill ``noise_sensitivity`` of every finished record that lacks it (module docstring),
-    appending each updated record; returns how many records were updated."""
+    appending each updated record; returns how many records were updated. ``budget``
+    (``experiment.budget.Budget``) may stop it between chunks (``max_dollars``)."""
     if not measures_noise(cfg):
         return 0
     by_id = {e.id: e for e in examples}
@@ -174,12 +177,14 @@ def noise_pass(cfg: RunConfig, examples, keys, done, out: Path, progress: bool, 
         if record is None:
             continue
         example = by_id[record.example_id]
-        if not needs_noise(record):  # done: its score re-derived (a rescored clean answer)
+        if not needs_noise(
+            record, cfg.noise_distractors
+        ):  # done: its score re-derived (a rescored clean answer)
             if (new := derive(record, example, metric)) is not record:
                 updates[key] = new
             continue
         note = ineligible(record) or (None if metric else "no string metric to score it with")
-        added = distractors(example, docs, DISTRACTORS, cfg.seed) if note is None else []
+        added = distractors(example, docs, cfg.noise_distractors, cfg.seed) if note is None else []
         if note is None and not added:
             note = "no distractors: no document of the run lies outside this example's corpus"
         if note is not None:
@@ -197,10 +202,14 @@ def noise_pass(cfg: RunConfig, examples, keys, done, out: Path, progress: bool, 
         size = min(NOISE_CHUNK, cfg.model.batch_size)  # one LLM call per round, as generation
         for start in range(0, len(todo), size):
             part = todo[start : start + size]
+            if budget is not None and not budget.allows(
+                done, len(part), len(todo) - start, "noise"
+            ):
+                break
             items = [(ex, _point(points, done[key])) for key, ex, _ in part]
             outcomes = run_batch(items, res)
             for (key, _, added), outcome in zip(part, outcomes, strict=True):
-                record = _with_noisy(done[key], added, outcome)
+                record = _with_noisy(done[key], added, outcome, cfg.noise_distractors)
                 record = derive(record, by_id[record.example_id], metric)
                 append_record(f, key, record)
                 done[key] = record
