@@ -5,6 +5,7 @@ rerun with a higher cap resumes it in the same folder, redoing nothing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -78,6 +79,22 @@ def test_rounds_in_flight_count_at_their_estimate():
     assert budget.stopped == "budget" and budget.info["records_left"] == 2
     assert budget.info["next_round_estimate"] == 4.0  # the round, plus the three in flight
     assert "spent $2.000000 of max_dollars $5.000000" in budget.reason
+
+
+def test_passes_after_generation_are_held_to_the_cap_chunk_by_chunk():
+    done = {"a": record(1.0, 0.5), "b": record(1.0, 0.5)}  # spent 3.0; judge 0.5 per record
+    judge = Budget(max_dollars=4.2)
+    assert judge.allows(done, 2, 10, "judge")  # 3.0 + 2 x 0.5 = 4.0 fits
+    assert not judge.allows(done, 3, 10, "judge")  # 3.0 + 1.5 would pass 4.2
+    assert judge.info["pass"] == "judge" and judge.pending_at_stop == 0
+    assert "10 record(s) left in the judge pass" in judge.reason
+    assert not judge.allows(done, 1, 9, "judge")  # once stopped, no pass runs
+    # the noise pass: its own mean once it has one, else the generation mean (1.0 per record)
+    assert not Budget(max_dollars=4.5).allows(done, 2, 2, "noise")
+    noisy = {"a": SimpleNamespace(cost=SimpleNamespace(dollars=1.0), meta={"noise_dollars": 0.1})}
+    assert Budget(max_dollars=1.25).allows(noisy, 1, 1, "noise")  # 1.1 + 0.1
+    assert spend_of(noisy.values()).dollars == pytest.approx(1.1)
+    assert Budget(max_dollars=None).allows(done, 100, 100, "judge")
 
 
 def test_over_budget_names_the_estimate():
@@ -156,3 +173,36 @@ def test_run_stops_at_the_cap_then_resumes_with_a_higher_one(tmp_path):
     assert [s.get("stopped") for s in manifest["sessions"]] == ["budget", None]
     assert manifest["resumed_records"] == len(first)
     assert spend_of(read_records(out / RECORDS).values()).dollars == pytest.approx(total)
+
+
+def test_the_noise_pass_is_held_to_the_cap_and_resumes(tmp_path):
+    """The noise pass answers again after generation: its calls count, chunk by chunk."""
+    from test_noise import config as noise_config
+
+    cfg = noise_config(tmp_path) | {"strategies": [{"name": "rag", "params": {"top_k": 2}}]}
+    cfg |= {"price_sheet": "example-hosted-api", "model": cfg["model"] | {"batch_size": 2}}
+    full = run(cfg | {"output_dir": str(tmp_path / "full")}, progress=False)
+    generation = float(full["dollars"].sum())
+    noise = float(full["noise_dollars"].sum())
+    assert generation > 0 and noise > 0 and full["noise_sensitivity"].notna().all()
+    # room for the generation and about half the noise pass
+    stopped = run(cfg | {"max_dollars": generation + noise / 2}, progress=False)
+    assert "in the noise pass" in stopped.attrs["stopped"]
+    out = Path(stopped.attrs["run_dir"])
+    done = read_records(out / RECORDS)
+    measured = sum("noise_sensitivity" in r.scores for r in done.values())
+    assert 0 < measured < len(done) == 8
+    # it can pass the cap only by what its last chunk (2 records) cost beyond the estimate
+    assert (
+        spend_of(done.values()).dollars <= generation + noise / 2 + 2 * full["noise_dollars"].max()
+    )
+    session = json.loads((out / "manifest.json").read_text())["sessions"][-1]
+    assert session["budget"]["pass"] == "noise" and session["pending"] == 8  # all generated
+    resumed = run(cfg | {"max_dollars": (generation + noise) * 2}, progress=False)
+    assert "stopped" not in resumed.attrs and resumed["noise_sensitivity"].notna().all()
+    cols = ["example_id", "noise_sensitivity", "noise_distractor_ids"]
+    assert (
+        resumed.sort_values("example_id")[cols]
+        .reset_index(drop=True)
+        .equals(full.sort_values("example_id")[cols].reset_index(drop=True))
+    )

@@ -2,7 +2,7 @@
 
 What counts as spent: every record in the run folder (earlier sessions included) priced by the
 run's price sheet: its ``cost.dollars`` plus the ``judge_dollars`` its judge calls cost (the
-judge's own sheet). A cached completion is priced like a sent one: the cap bounds what the run
+judge's own sheet) and the ``noise_dollars`` of its noise-pass call. A cached completion is priced like a sent one: the cap bounds what the run
 is *worth* at its sheet, which is what the dry run estimates too.
 
 When the runner stops (``Budget.rounds`` wraps its rounds of ``model.batch_size`` records):
@@ -17,8 +17,11 @@ before each round, from the records finished so far,
 
 So the run never starts a round it expects to pass the cap; it can pass it only by what one
 round costs beyond its estimate (the first round has no estimate: the dry run, which refuses a
-config estimated over the cap, is the check before any spend). A stopped run skips its judge
-pass, writes its records, results table and manifest (``status: stopped``, the session's
+config estimated over the cap, is the check before any spend). The passes after generation are
+held to the cap the same way, chunk by chunk (``Budget.allows``): the judge pass at the mean
+judge dollars per judged record so far (its first chunk has no estimate), the noise pass at the
+mean noise dollars so far, else at the mean generation dollars (a noisy answer is one more call
+of the same kind). A run stopped in generation skips its judge pass, writes its records, results table and manifest (``status: stopped``, the session's
 ``stopped: budget`` with the spend), prints one line (``reason``) and exits with
 ``BUDGET_EXIT``. ``max_dollars`` is not in the config hash, so rerunning with a higher cap
 lands in the same run folder and generates only the records that are missing.
@@ -54,23 +57,20 @@ class Spend:
     dollars: float = 0.0
     per_record: float = 0.0  # mean generation dollars per priced record
     judge_per_record: float = 0.0  # mean judge dollars per judged record
+    noise_per_record: float = 0.0  # mean noise-pass dollars per record it answered again
 
 
 def spend_of(records: Iterable[Any]) -> Spend:
-    """Total dollars of ``records`` (generation and judge) and the mean of each per record."""
-    gen_total = judge_total = 0.0
-    gen_n = judge_n = 0
+    """Total dollars of ``records`` (generation, judge, noise pass) and the mean of each per
+    record that has it."""
+    totals, counts = [0.0, 0.0, 0.0], [0, 0, 0]
     for record in records:
-        gen, judge = record_dollars(record)
-        if gen is not None:
-            gen_total, gen_n = gen_total + gen, gen_n + 1
-        if judge is not None:
-            judge_total, judge_n = judge_total + judge, judge_n + 1
-    return Spend(
-        gen_total + judge_total,
-        gen_total / gen_n if gen_n else 0.0,
-        judge_total / judge_n if judge_n else 0.0,
-    )
+        noise = (getattr(record, "meta", None) or {}).get("noise_dollars")
+        for i, value in enumerate((*record_dollars(record), noise)):
+            if value is not None:
+                totals[i], counts[i] = totals[i] + value, counts[i] + 1
+    means = [t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)]
+    return Spend(sum(totals), *means)
 
 
 def round_estimate(spend: Spend, size: int, judged: bool) -> float:
@@ -122,15 +122,35 @@ class Budget:
             handed.extend(item[1] for item in chunk)
             yield chunk
 
-    def _stop(self, why: str, spent: float, estimate: float, left: int) -> None:
-        self.stopped, self.pending_at_stop = "budget", left
+    def allows(self, done: Mapping[str, Any], size: int, left: int, step: str) -> bool:
+        """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its
+        next chunk of ``size`` records; ``left``: its records not done yet, this chunk's
+        included. False once the cap stopped the run (the pass stops; a rerun resumes it)."""
+        if self.stopped is not None:
+            return False
+        if self.max_dollars is None:
+            return True
+        spend = spend_of(done.values())
+        per = (
+            spend.judge_per_record
+            if step == "judge"
+            else (spend.noise_per_record or spend.per_record)
+        )
+        why = decide(spend.dollars, size * per, self.max_dollars)
+        if why is not None:
+            self._stop(why, spend.dollars, size * per, left, step)
+        return why is None
+
+    def _stop(self, why: str, spent: float, estimate: float, left: int, step: str = "") -> None:
+        self.stopped = "budget"
+        self.pending_at_stop = 0 if step else left  # generation's records not generated
         self.info = {
             "max_dollars": self.max_dollars,
             "spent_dollars": round(spent, 6),
             "next_round_estimate": round(estimate, 6),
             "why": why,
             "records_left": left,
-        }
+        } | ({"pass": step} if step else {})
 
     @property
     def reason(self) -> str:
@@ -141,10 +161,13 @@ class Budget:
             if i["why"] == "reached"
             else f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
         )
+        left = f"{i['records_left']} record(s) left" + (
+            f" in the {i['pass']} pass" if i.get("pass") else ""
+        )
         return (
             f"stopped: budget: spent ${i['spent_dollars']:,.6f} of max_dollars "
-            f"${i['max_dollars']:,.6f}, {why}; {i['records_left']} record(s) left: rerun with a "
-            "higher --max-dollars to resume"
+            f"${i['max_dollars']:,.6f}, {why}; {left}: rerun with a higher --max-dollars to "
+            "resume"
         )
 
 

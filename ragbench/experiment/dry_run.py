@@ -24,8 +24,9 @@ What cannot be known before generating is reported as a bound, never as a measur
 same way before it loads the model (``ragbench.experiment.preflight``, with ``prompt_counter``)
 and stops when any is over the window under the ``error`` overflow policy.
 
-With ``max_dollars``, a config whose total (the bound above; the judge's calls are not
-estimated) exceeds it is refused: ``attrs["over_budget"]`` says by how much, and ``ragbench run
+With ``max_dollars``, a config whose total (the bound above; the judge's calls and the noise
+pass's are not estimated: notes say so, and the run holds those passes to the cap as they go)
+exceeds it is refused: ``attrs["over_budget"]`` says by how much, and ``ragbench run
 --dry-run`` prints the table, then that line, and exits 2.
 
 Nothing is written: no records, no cache, no run folder.
@@ -40,6 +41,7 @@ from tqdm import tqdm
 from ragbench.cost.prices import dollars, modelled_seconds_for
 from ragbench.experiment.budget import over_budget
 from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.noise_pass import measures_noise
 from ragbench.experiment.resources import (
     build_resources,
     check_examples,
@@ -52,6 +54,7 @@ from ragbench.llm.calibration import cached_rates, cpu_name
 from ragbench.llm.gguf import file_sha256
 from ragbench.llm.hf_load import resolve_model
 from ragbench.llm.hf_prompt import is_instruct, render
+from ragbench.metrics.answer import deferred_metrics
 from ragbench.strategies import get_strategy, run_batch
 from ragbench.strategies.prompt_format import check_cot
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
@@ -257,6 +260,13 @@ def _notes(cfg: RunConfig) -> list[str]:
     ]
     if any(getattr(p, "cot", False) for p in cfg.points):
         notes[0] += " (a cot point's reasoning call: the prompt format's own budget)"
+    if deferred_metrics(cfg.metrics):
+        notes.append("judge metrics: the judge's calls are not in this table")
+    if measures_noise(cfg):
+        notes.append(
+            "noise_sensitivity: after generation, retrieving records are answered once more "
+            "with distractors (about their cost again); not in this table"
+        )
     if backend_capabilities(cfg.model.backend).reuses_prefix_kv:
         notes.append("cached prompt tokens: estimated (a document prefix seen earlier is reused)")
     if cfg.price_sheet is None:

@@ -66,9 +66,12 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
     )
 
 
-def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm, res) -> int:
+def judge_pass(
+    cfg, judge, examples, keys, done, out: Path, progress: bool, llm, res, budget=None
+) -> int:
     """Score the deferred metrics of every finished record that lacks them, appending each
-    updated record; returns how many records were updated."""
+    updated record; returns how many records were updated. ``budget``
+    (``experiment.budget.Budget``) may stop it between chunks (``max_dollars``)."""
     todo = [k for k in keys if k in done and needs_judging(cfg, done[k])]
     if not todo:
         return 0
@@ -99,6 +102,10 @@ def judge_pass(cfg, judge, examples, keys, done, out: Path, progress: bool, llm,
         bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not progress, unit="rec")
         for start in range(0, len(todo), JUDGE_CHUNK):
             part = todo[start : start + JUDGE_CHUNK]
+            if budget is not None and not budget.allows(
+                done, len(part), len(todo) - start, "judge"
+            ):
+                break
             items = [(by_id[done[k].example_id], done[k]) for k in part]
             for key, record in zip(
                 part, judge_records(items, metrics, judge, context, contexts), strict=True

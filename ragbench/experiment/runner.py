@@ -235,13 +235,16 @@ def _run_locked(
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
         identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
         session["errors"] = 0
-    if budget.stopped:  # no judge pass (it would spend more): a resume judges these records
+    # the passes after generation: none once the budget stopped it (a resume does them); each
+    # may stop at the budget between its chunks
+    if judge is not None and not budget.stopped:
+        passes = (cfg, judge, examples, keys, done, out, progress, llm, res, budget)
+        session["judged"] = judge_pass(*passes)
+    if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
+        session["noised"] = noise_pass(cfg, examples, keys, done, out, progress, llm, res, budget)
+    if budget.stopped:
         session["stopped"], session["budget"] = budget.stopped, budget.info
         session["pending"] -= budget.pending_at_stop  # what it generated; the rest: records_left
-    elif judge is not None:
-        session["judged"] = judge_pass(cfg, judge, examples, keys, done, out, progress, llm, res)
-    if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
-        session["noised"] = noise_pass(cfg, examples, keys, done, out, progress, llm, res)
     session["finished_at"] = _now()
 
     meta = {e.id: e.meta for e in examples}
