@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from openai_server import ok, serving
 from test_runner import niah_config
 
 from ragbench.experiment.config import RunConfig, load_config
@@ -48,6 +49,9 @@ def local_ray():
     yield ray.get_runtime_context().gcs_address
     if started:
         ray.shutdown()
+
+
+serve = pytest.fixture(serving, name="serve")
 
 
 def same_fields(record) -> dict:
@@ -286,3 +290,20 @@ def test_worker_prices_with_the_rates_it_is_given_and_masks_the_configs_secrets(
     worker = RunWorker(cfg, 0, 1, (None,), {})  # no examples: fails before the model loads
     assert isinstance(worker.failure, TypeError)
     assert password not in redact_text(f"failed: {password}")
+
+
+def test_each_ray_worker_holds_to_its_share_of_the_rate_limit(tmp_path, serve):
+    """Run in this process (no actor) against a loopback server: the configured limit is the
+    run's; 3 workers each hold to a third, so together they stay under it."""
+    srv = serve(ok())
+    model = {"backend": "openai", "name": "m", "preset": "smollm2-135m-instruct", "cache": False,
+             "params": {"base_url": srv.url, "tokenizer": "whitespace"},
+             "rate_limit": {"requests_per_minute": 600, "tokens_per_minute": 90000}}  # fmt: skip
+    cfg = load_config(niah_config(tmp_path, model=model, strategies=["closed_book"]))
+    worker = RunWorker(cfg, 2, 3, (load_examples(cfg),), {})
+    assert worker.failure is None, worker.failure
+    limiter = worker.llm.limiter
+    assert (limiter.requests_per_minute, limiter.tokens_per_minute) == (200, 30000)
+    assert cfg.model.rate_limit.requests_per_minute == 600  # the run's config is unchanged
+    one = RunWorker(cfg, 0, 1, (load_examples(cfg),), {}).llm.limiter
+    assert (one.requests_per_minute, one.tokens_per_minute) == (600, 90000)

@@ -55,6 +55,15 @@ class RateLimitConfig(_Strict):
     requests_per_minute: float | None = Field(None, gt=0)
     tokens_per_minute: float | None = Field(None, gt=0)  # prompt + max_new_tokens per request
 
+    def share(self, workers: int) -> RateLimitConfig:
+        """One of ``workers`` equal shares: what each Ray worker's own limiter holds to, so the
+        run together stays under the account's limit."""
+        rpm, tpm = self.requests_per_minute, self.tokens_per_minute
+        return RateLimitConfig(
+            requests_per_minute=rpm / workers if rpm else None,
+            tokens_per_minute=tpm / workers if tpm else None,
+        )
+
 
 class ModelConfig(_Strict):
     backend: str = "hf"  # where generation runs: hf | openai | fake (ragbench.llm.BACKENDS)
@@ -71,9 +80,9 @@ class ModelConfig(_Strict):
     # can be several times faster than the default, which oversubscribes the cores. Not part of
     # the config hash: it changes speed, not answers.
     threads: int | None = Field(None, ge=1)
-    # requests/tokens per minute, for a backend that takes ``rate_limit`` (openai); on Ray each
-    # worker has its own: divide the account's limit by the workers. Not part of the config hash:
-    # like threads, it changes speed, not answers
+    # requests/tokens per minute, for a backend that takes ``rate_limit`` (openai), for the whole
+    # run: on Ray each worker holds to its share (``share``). Not part of the config hash: like
+    # threads, it changes speed, not answers
     rate_limit: RateLimitConfig | None = None
 
     @field_validator("backend")

@@ -82,7 +82,10 @@ class RunWorker:
             split = max(1, (os.cpu_count() or 1) // max(1, workers))
             local = backend_capabilities(cfg.model.backend).local_weights
             threads = cfg.model.threads or (split if local else None)
-            model = cfg.model.model_copy(update={"cache": False, "threads": threads})
+            update: dict[str, Any] = {"cache": False, "threads": threads}
+            if cfg.model.rate_limit is not None:  # the run's limit, split between its workers
+                update["rate_limit"] = cfg.model.rate_limit.share(max(1, workers))
+            model = cfg.model.model_copy(update=update)
             llm = load_configured_model(model)
             if cfg.model.cache:
                 llm = CachedLLM(llm, worker_cache_path(cfg, self.index))

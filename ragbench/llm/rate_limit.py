@@ -30,9 +30,10 @@ cannot be told by the server. The arithmetic here is pure (``refill``, ``reserve
 ``parse_duration``, ``parse_headers``) and the limiter takes its clock and sleep, so tests need
 no real time.
 
-On Ray (``--executor ray``), each worker builds its own backend and so its own limiter: set
-``model.rate_limit`` to the account's limit divided by the workers. The server's headers still
-pause each worker when the shared limit runs out.
+On Ray (``--executor ray``), each worker builds its own backend and so its own limiter, holding
+to an equal share of ``model.rate_limit`` (``experiment.executor_worker``): together they stay
+under the configured limit, though one worker cannot use another's idle share. The server's
+headers still pause each worker when the shared limit runs out.
 """
 
 from __future__ import annotations
