@@ -118,7 +118,7 @@ def load_longbench_v2(path: PathLike) -> list[Example]:
 
 
 def build(path: PathLike) -> list[Example]:
-    """LongBench v2 (THUDM): four-choice questions over long contexts, official scoring.
+    """LongBench v2 (THUDM): four-choice questions over long contexts, official prompts and scoring.
 
     Scored by ``pred.py``'s answer extraction (metric ``longbench_v2_accuracy``)."""
     return load_longbench_v2(path)

@@ -259,7 +259,7 @@ def vt(**params: Any) -> list[Example]:
 
 @_preset
 def cwe(**params: Any) -> list[Example]:
-    """RULER cwe: the 10 most common words of a numbered list (30x vs 3x; 6x vs 1x below 4k)."""
+    """RULER cwe: the 10 most common words of a list, after a worked one (30x/3x; 6x/1x <4k)."""
 
 
 @_preset
