@@ -247,3 +247,17 @@ def test_a_resumed_noise_pass_calls_an_endpoint_as_configured(tmp_path):
     assert (again["noise_sensitivity"] == gold_first).all()
     cols = ["example_id", "noise_sensitivity", "noise_prediction"]
     assert again[cols].equals(first[cols])
+
+
+def test_noise_sensitivity_gets_a_bootstrap_interval_even_when_every_value_is_0_or_1():
+    """A difference of scores can be negative: Wilson's interval (a proportion's) is wrong."""
+    import pandas as pd
+
+    from ragbench.metrics.answer import aggregate
+
+    df = pd.DataFrame({"label": ["rag"] * 6, "noise_sensitivity": [0.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+                       "string_match_all": [0.0, 1.0, 0.0, 0.0, 1.0, 0.0]})  # fmt: skip
+    [noise] = aggregate(df, ["label"], "noise_sensitivity").to_dict("records")
+    [plain] = aggregate(df, ["label"], "string_match_all").to_dict("records")
+    assert noise["ci_method"] == "bootstrap" and plain["ci_method"] == "wilson"
+    assert noise["mean"] == plain["mean"] == pytest.approx(1 / 3)

@@ -366,7 +366,7 @@ def aggregate(df: Any, by: Sequence[str], metric: str, n_boot: int = 1000, seed:
     ``ci_high``, ``ci_method``, ``n`` (scored rows) and ``n_missing`` (error rows, excluded from
     the mean). The method is chosen once for the whole column, so every group of a table gets
     the same kind of interval: ``wilson`` (Wilson score interval) when every scored value is 0
-    or 1, else ``bootstrap`` (percentile bootstrap with ``n_boot`` resamples).
+    or 1 (and the metric is a proportion), else ``bootstrap`` (percentile, ``n_boot`` resamples).
     """
     import pandas as pd
 
@@ -374,7 +374,11 @@ def aggregate(df: Any, by: Sequence[str], metric: str, n_boot: int = 1000, seed:
     missing = [c for c in [*by, metric] if c not in df.columns]
     if missing:
         raise unknown("column", missing[0], df.columns)
-    method = "wilson" if is_binary(pd.to_numeric(df[metric], errors="coerce")) else "bootstrap"
+    # a difference of scores (noise_sensitivity: clean minus noisy) is no proportion even when
+    # every value seen is 0 or 1: it can be negative, and Wilson's bounds cannot
+    proportion = metric not in METRICS or get_metric(metric).kind != "noise"
+    binary = is_binary(pd.to_numeric(df[metric], errors="coerce"))
+    method = "wilson" if proportion and binary else "bootstrap"
     rows = []
     for key, group in df.groupby(by, sort=True, dropna=False) if by else [((), df)]:
         key = key if isinstance(key, tuple) else (key,)
