@@ -84,17 +84,19 @@ def test_rounds_in_flight_count_at_their_estimate():
 def test_passes_after_generation_are_held_to_the_cap_chunk_by_chunk():
     done = {"a": record(1.0, 0.5), "b": record(1.0, 0.5)}  # spent 3.0; judge 0.5 per record
     judge = Budget(max_dollars=4.2)
-    assert judge.allows(done, 2, 10, "judge")  # 3.0 + 2 x 0.5 = 4.0 fits
-    assert not judge.allows(done, 3, 10, "judge")  # 3.0 + 1.5 would pass 4.2
+    two, three = [record(1.0)] * 2, [record(1.0)] * 3
+    assert judge.allows(done, two, 10, "judge")  # 3.0 + 2 x 0.5 = 4.0 fits
+    assert not judge.allows(done, three, 10, "judge")  # 3.0 + 1.5 would pass 4.2
     assert judge.info["pass"] == "judge" and judge.pending_at_stop == 0
     assert "10 record(s) left in the judge pass" in judge.reason
-    assert not judge.allows(done, 1, 9, "judge")  # once stopped, no pass runs
-    # the noise pass: its own mean once it has one, else the generation mean (1.0 per record)
-    assert not Budget(max_dollars=4.5).allows(done, 2, 2, "noise")
+    assert not judge.allows(done, [record(1.0)], 9, "judge")  # once stopped, no pass runs
+    # the noise pass: its own mean once it has one, else the chunk's own generation dollars
+    assert not Budget(max_dollars=4.5).allows(done, two, 2, "noise")  # 3.0 + 2 x 1.0
+    assert Budget(max_dollars=4.5).allows(done, [record(0.5)] * 2, 2, "noise")  # 3.0 + 1.0
     noisy = {"a": SimpleNamespace(cost=SimpleNamespace(dollars=1.0), meta={"noise_dollars": 0.1})}
-    assert Budget(max_dollars=1.25).allows(noisy, 1, 1, "noise")  # 1.1 + 0.1
+    assert Budget(max_dollars=1.25).allows(noisy, [record(1.0)], 1, "noise")  # 1.1 + 0.1
     assert spend_of(noisy.values()).dollars == pytest.approx(1.1)
-    assert Budget(max_dollars=None).allows(done, 100, 100, "judge")
+    assert Budget(max_dollars=None).allows(done, three * 30, 100, "judge")
 
 
 def test_over_budget_names_the_estimate():

@@ -20,8 +20,8 @@ round costs beyond its estimate (the first round has no estimate: the dry run, w
 config estimated over the cap, is the check before any spend). The passes after generation are
 held to the cap the same way, chunk by chunk (``Budget.allows``): the judge pass at the mean
 judge dollars per judged record so far (its first chunk has no estimate), the noise pass at the
-mean noise dollars so far, else at the mean generation dollars (a noisy answer is one more call
-of the same kind). A run stopped in generation skips its judge pass, writes its records, results table and manifest (``status: stopped``, the session's
+mean noise dollars so far, else at the chunk's own generation dollars (a noisy answer is the
+same call again). A run stopped in generation skips its judge pass, writes its records, results table and manifest (``status: stopped``, the session's
 ``stopped: budget`` with the spend), prints one line (``reason``) and exits with
 ``BUDGET_EXIT``. ``max_dollars`` is not in the config hash, so rerunning with a higher cap
 lands in the same run folder and generates only the records that are missing.
@@ -29,7 +29,7 @@ lands in the same run folder and generates only the records that are missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,23 +122,26 @@ class Budget:
             handed.extend(item[1] for item in chunk)
             yield chunk
 
-    def allows(self, done: Mapping[str, Any], size: int, left: int, step: str) -> bool:
+    def allows(self, done: Mapping[str, Any], chunk: Sequence[Any], left: int, step: str) -> bool:
         """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its
-        next chunk of ``size`` records; ``left``: its records not done yet, this chunk's
-        included. False once the cap stopped the run (the pass stops; a rerun resumes it)."""
+        next ``chunk`` (the records it will answer or judge again); ``left``: its records not
+        done yet, this chunk's included. False once the cap stopped the run (the pass stops; a
+        rerun resumes it). The noise pass, before it has a mean of its own, is estimated at the
+        chunk's own generation dollars: the same calls again, on a noisier corpus."""
         if self.stopped is not None:
             return False
         if self.max_dollars is None:
             return True
         spend = spend_of(done.values())
-        per = (
-            spend.judge_per_record
-            if step == "judge"
-            else (spend.noise_per_record or spend.per_record)
-        )
-        why = decide(spend.dollars, size * per, self.max_dollars)
+        if step == "judge":
+            estimate = len(chunk) * spend.judge_per_record
+        elif spend.noise_per_record:
+            estimate = len(chunk) * spend.noise_per_record
+        else:
+            estimate = spend_of(chunk).per_record * len(chunk)
+        why = decide(spend.dollars, estimate, self.max_dollars)
         if why is not None:
-            self._stop(why, spend.dollars, size * per, left, step)
+            self._stop(why, spend.dollars, estimate, left, step)
         return why is None
 
     def _stop(self, why: str, spent: float, estimate: float, left: int, step: str = "") -> None:

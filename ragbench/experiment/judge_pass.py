@@ -102,9 +102,8 @@ def judge_pass(
         bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not progress, unit="rec")
         for start in range(0, len(todo), JUDGE_CHUNK):
             part = todo[start : start + JUDGE_CHUNK]
-            if budget is not None and not budget.allows(
-                done, len(part), len(todo) - start, "judge"
-            ):
+            chunk = [done[k] for k in part]
+            if budget is not None and not budget.allows(done, chunk, len(todo) - start, "judge"):
                 break
             items = [(by_id[done[k].example_id], done[k]) for k in part]
             for key, record in zip(

@@ -202,9 +202,8 @@ def noise_pass(
         size = min(NOISE_CHUNK, cfg.model.batch_size)  # one LLM call per round, as generation
         for start in range(0, len(todo), size):
             part = todo[start : start + size]
-            if budget is not None and not budget.allows(
-                done, len(part), len(todo) - start, "noise"
-            ):
+            again = [done[key] for key, _, _ in part]  # the records answered again
+            if budget is not None and not budget.allows(done, again, len(todo) - start, "noise"):
                 break
             items = [(ex, _point(points, done[key])) for key, ex, _ in part]
             outcomes = run_batch(items, res)
