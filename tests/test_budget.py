@@ -200,6 +200,7 @@ def test_the_noise_pass_is_held_to_the_cap_and_resumes(tmp_path):
     )
     session = json.loads((out / "manifest.json").read_text())["sessions"][-1]
     assert session["budget"]["pass"] == "noise" and session["pending"] == 8  # all generated
+    assert session["noised"] == measured  # what it answered again, not what it planned
     resumed = run(cfg | {"max_dollars": (generation + noise) * 2}, progress=False)
     assert "stopped" not in resumed.attrs and resumed["noise_sensitivity"].notna().all()
     cols = ["example_id", "noise_sensitivity", "noise_distractor_ids"]

@@ -175,6 +175,10 @@ def test_the_distractor_count_is_a_config_key(tmp_path):
     assert config_hash(load_config(cfg)) == config_hash(load_config(cfg | {"noise_distractors": 5}))
     two = cfg | {"noise_distractors": 2}
     assert config_hash(load_config(two)) != config_hash(load_config(cfg))  # other answers
+    plain = cfg | {"metrics": ["string_match_all"]}  # no noise metric: the count changes nothing
+    assert config_hash(load_config(plain | {"noise_distractors": 2})) == config_hash(
+        load_config(plain)
+    )
     df = run(two, progress=False)
     assert df["noise_distractor_ids"].map(len).eq(2).all() and (df["noise_distractors"] == 2).all()
     with pytest.raises(Exception, match="noise_distractors"):

@@ -191,6 +191,8 @@ def config_hash(config: RunConfig) -> str:
     for key, default in (("cost_basis", "calibrated"), ("noise_distractors", NOISE_DISTRACTORS)):
         if data.get(key) == default:  # added later: the default hashes as before
             data.pop(key)
+    if not any(m in METRICS and METRICS.get(m).kind == "noise" for m in config.metrics):
+        data.pop("noise_distractors", None)  # changes nothing without a noise metric
     return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
 
 

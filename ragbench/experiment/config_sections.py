@@ -59,9 +59,11 @@ class RateLimitConfig(_Strict):
         """One of ``workers`` equal shares: what each Ray worker's own limiter holds to, so the
         run together stays under the account's limit."""
         rpm, tpm = self.requests_per_minute, self.tokens_per_minute
-        return RateLimitConfig(
-            requests_per_minute=rpm / workers if rpm else None,
-            tokens_per_minute=tpm / workers if tpm else None,
+        return self.model_copy(
+            update={
+                "requests_per_minute": rpm / workers if rpm else None,
+                "tokens_per_minute": tpm / workers if tpm else None,
+            }
         )
 
 

@@ -200,6 +200,7 @@ def noise_pass(
             res = build_resources(cfg, llm, kv_dtype=provenance.identity(llm).get("dtype"))
         bar = tqdm(total=len(todo), desc=f"{cfg.name} noise", disable=not progress, unit="rec")
         size = min(NOISE_CHUNK, cfg.model.batch_size)  # one LLM call per round, as generation
+        answered = 0  # a budget stop leaves the rest of todo for a rerun
         for start in range(0, len(todo), size):
             part = todo[start : start + size]
             again = [done[key] for key, _, _ in part]  # the records answered again
@@ -212,6 +213,7 @@ def noise_pass(
                 record = derive(record, by_id[record.example_id], metric)
                 append_record(f, key, record)
                 done[key] = record
+                answered += 1
                 bar.update(1)
         bar.close()
-    return len(updates) + len(todo)
+    return len(updates) + answered
