@@ -29,6 +29,7 @@ from typing import Any
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
+from ragbench.workspace.alt_text import describe_figures
 
 # the scrubbing lives in ragbench.workspace.scrub (kernels.py uses it too); importable from here as before
 from ragbench.workspace.scrub import (  # noqa: F401 (re-exported)
@@ -61,6 +62,11 @@ _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {{ super() }}
 {{ resources.ragbench_header }}
 {%- endblock body_header -%}
+{%- block data_png scoped -%}
+{%- set alt = output.metadata.get('image/png', {}).get('alt', '') -%}
+{%- if alt -%}{{ super() | replace('<img ', '<img alt="' ~ (alt | escape_html) ~ '" ', 1) }}
+{%- else -%}{{ super() }}{%- endif -%}
+{%- endblock data_png -%}
 """
 _HEADER_CSS = (
     "margin:1em auto;max-width:1000px;padding:0.6em 1em;border:1px solid #ccc;"
@@ -156,6 +162,7 @@ def render_notebook(
         for cell in nb.cells:
             if "outputs" in cell:
                 cell.outputs = [o for o in cell.outputs if o.get("name") != "stderr"]
+    describe_figures(nb)  # each figure's alt text, from the markdown above it
     exporter = HTMLExporter(
         template_name="lab",
         extra_loaders=[jinja2.DictLoader({"ragbench_report.html.j2": _TEMPLATE})],
