@@ -238,8 +238,9 @@ def _run_locked(
     # the passes after generation: none once the budget stopped it (a resume does them); each
     # may stop at the budget between its chunks
     if judge is not None and not budget.stopped:
-        passes = (cfg, judge, examples, keys, done, out, progress, llm, res, budget)
-        session["judged"] = judge_pass(*passes)
+        session["judged"] = judge_pass(
+            cfg, judge, examples, keys, done, out, progress, llm, res, budget
+        )
     if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
         session["noised"] = noise_pass(cfg, examples, keys, done, out, progress, llm, res, budget)
     if budget.stopped:

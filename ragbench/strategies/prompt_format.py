@@ -88,18 +88,18 @@ class PromptFormat:
     ) -> Frame:
         """The frame for the whole context (``FULL``) or retrieved chunks (``RETRIEVED``);
         ``decline`` adds the "unanswerable" option (Self-Route), ``cot`` the reasoning call's."""
-        self._check_cot(cot)
+        self.require_cot(cot)
         head, _, separator = CONTEXT_TEMPLATE.partition("{context}")
         return Frame(head, separator, question_part(example, decline))
 
     def closed_book(self, example: Example, cot: bool = False) -> str:
-        self._check_cot(cot)
+        self.require_cot(cot)
         instruction = INSTRUCTIONS[task_type(example)]
         return CLOSED_BOOK_TEMPLATE.format(instruction=instruction, question=example.question)
 
     def cot_answer(self, example: Example, reasoning: str) -> str:
         """The second call of chain of thought: ``reasoning`` (the first reply) and the ask."""
-        self._check_cot(True)
+        self.require_cot(True)
         raise NotImplementedError  # every format with cot_tokens overrides this
 
     def prediction(self, example: Example, reply: str) -> str:
@@ -110,7 +110,9 @@ class PromptFormat:
         """Whether ``reply`` takes Self-Route's "unanswerable" option."""
         return is_declined(self.prediction(example, reply))
 
-    def _check_cot(self, cot: bool) -> None:
+    def require_cot(self, cot: bool = True) -> None:
+        """Raise ValueError, naming the formats that have one, when ``cot`` is asked of a
+        format without a chain-of-thought protocol."""
         if cot and self.cot_tokens is None:
             with_cot = [name for name, f in FORMATS.items() if f.cot_tokens is not None]
             raise ValueError(
@@ -175,6 +177,6 @@ def check_cot(points: Sequence[Any], examples: Sequence[Example]) -> None:
     labels = [p.label() for p in points if getattr(p, "cot", False)]
     for example in examples if labels else ():
         try:
-            prompt_format(example).frame(example, FULL, cot=True)
+            prompt_format(example).require_cot()
         except ValueError as exc:
             raise ValueError(f"{', '.join(labels)}: example {example.id!r}: {exc}") from None
