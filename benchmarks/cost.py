@@ -27,8 +27,15 @@ of the two runs' mean dollars per query; target <= 1.05 calibrated), each run's 
 (at start, end, and the mean of the 1-minute figure sampled during the run), wall seconds, mean
 resource and modelled seconds, and the calibration used (measured once, before the runs).
 
+``calibrated_vs_measured`` (``--only-calibration`` runs just it and adds it to ``--out``): is the
+calibrated cost model the device time it stands for, at the lengths a run uses? NIAH at 1k, 4k
+and 7k tokens (depth 50%), closed book, long context and RAG, every request alone
+(``batch_size: 1``, so a record's measured resource seconds are its own device time), under the
+calibration the run probes to its longest prompt. Per strategy and length: mean modelled / mean
+measured seconds per query (goal within 10%), with the CPU model, its flags and the load average.
+
 Usage: ``python benchmarks/cost.py [--quick] [--repeats N] [--threads N] [--out PATH]
-[--only-reproducibility] [--repro-threads N]``.
+[--only-reproducibility] [--repro-threads N] [--only-calibration]``.
 """
 
 from __future__ import annotations
@@ -210,6 +217,46 @@ def reproducibility(quick: bool, threads: int) -> dict:
     return out
 
 
+def calibrated_vs_measured(quick: bool, threads: int) -> dict:
+    """The ``calibrated_vs_measured`` section (module docstring)."""
+    import torch
+
+    from ragbench.devices import cpu_flags
+    from ragbench.llm.calibration import cpu_name
+
+    torch.set_num_threads(threads)
+    lengths = [1024] if quick else [1024, 4096, 7168]
+    out: dict = {"threads": threads, "context_lengths": lengths, "goal": "within 10%",
+                 "cpu": cpu_name(), "cpu_flags": cpu_flags(), "load_start": os.getloadavg()}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {**config(tmp, lengths, [50], 1, "calibration"), "cost_basis": "calibrated"}
+        llm = load_model(load_config(cfg).model)
+        warm_up(llm)
+        with LoadSampler() as load:
+            t0 = time.perf_counter()
+            df = run(cfg, progress=False, llm=llm)
+            out["wall_seconds"] = round(time.perf_counter() - t0, 2)
+        out["calibration"] = describe(llm.cost_rates())
+    out.update(load.summary())
+    df = df.assign(length=[int(str(i).split("-L")[1].split("-")[0]) for i in df["example_id"]])
+    rows = []
+    for (name, length), group in df.groupby(["strategy", "length"]):
+        modelled = float(column(group, "modelled_seconds").mean())
+        measured = float(column(group, "resource_seconds").mean())
+        rows.append({"strategy": name, "context_length": int(length),
+                     "prompt_tokens": float(column(group, "prompt_tokens").mean()),
+                     "modelled_seconds": round(modelled, 4), "measured_seconds": round(measured, 4),
+                     "modelled_over_measured": round(modelled / measured, 4)})  # fmt: skip
+    out["per_strategy_length"] = rows
+    worst = max(abs(r["modelled_over_measured"] - 1) for r in rows)
+    out["worst_relative_error"] = round(worst, 4)
+    out["within_goal"] = worst <= 0.10
+    for r in rows:
+        print(f"{r['strategy']:>12} {r['context_length']:>5}: modelled/measured "
+              f"{r['modelled_over_measured']}")  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1k tokens, one depth, one repeat")
@@ -220,7 +267,16 @@ def main(argv: list[str] | None = None) -> dict:
                         help="only cost_reproducibility, added to the JSON at --out")  # fmt: skip
     parser.add_argument("--repro-threads", type=int, default=2,
                         help="torch threads of cost_reproducibility (2: the hog contends)")  # fmt: skip
+    parser.add_argument("--only-calibration", action="store_true",
+                        help="only calibrated_vs_measured, added to the JSON at --out")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.only_calibration:
+        path = Path(args.out)
+        result = json.loads(path.read_text()) if path.exists() else {}
+        result["calibrated_vs_measured"] = calibrated_vs_measured(args.quick, args.repro_threads)
+        atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}")
+        return result
     if args.only_reproducibility:
         path = Path(args.out)
         result = json.loads(path.read_text()) if path.exists() else {}
@@ -325,6 +381,7 @@ def main(argv: list[str] | None = None) -> dict:
         "quick": args.quick,
         **reproducibility(args.quick, args.repro_threads),
     }
+    result["calibrated_vs_measured"] = calibrated_vs_measured(args.quick, args.repro_threads)
     print(
         f"spread {result['batched_over_alone_spread']} (per repeat {result['spread_per_repeat']}); "
         f"closed book < RAG < long context: {result['closed_book_below_rag']}"

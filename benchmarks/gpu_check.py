@@ -12,6 +12,11 @@ device, and fed token ids (no tokenizer). Per model:
 - runner batching: independent prompts decoded one at a time against one batch;
 - memory: measured KV bytes and ``torch.cuda.max_memory_allocated`` against
   ``ragbench.cost.accounting.kv_cache_bytes``;
+- the cost model: ``ragbench.llm.calibration.measure`` probed to the longest length checked
+  (32k), then long-context requests alone (a prefill of 1k/4k/16k/32k random tokens and 31
+  decode steps through the ragbench decoder), each timed against what the calibrated model
+  charges it (``modelled_over_measured``, goal within 15%), beside the fit the old probes (up to
+  512-token prefills, 128 tokens after 2,048) give the same requests;
 - every KV-cache variant ``ragbench.llm.kv_cache.KV_CACHES`` names (new ones are picked up;
   one that needs parameters this script does not know, or a missing package, is recorded as an
   error, not fatal).
@@ -45,7 +50,7 @@ from gpu_check_kv import ids_of, random_ids  # noqa: E402
 
 from ragbench.cost.accounting import forward_flops, kv_cache_bytes  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
-from ragbench.llm import kv_cache  # noqa: E402
+from ragbench.llm import calibration, kv_cache  # noqa: E402
 from ragbench.llm.hf_decode import Decoder  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
@@ -76,8 +81,12 @@ TINY = {
 }
 # sizes: (prefill lengths, document, questions, question tokens, new tokens, prompts x length)
 FULL = {"prefill": [1024, 4096, 16384], "doc": 8192, "q": 16, "q_len": 24, "new": 32}
-FULL |= {"runner": (8, 2048)}
+FULL |= {"runner": (8, 2048), "cost": [1024, 4096, 16384, 32768]}
 QUICK = {"prefill": [64, 128], "doc": 96, "q": 4, "q_len": 6, "new": 6, "runner": (3, 32)}
+QUICK |= {"cost": [32, 64, 128]}
+# the probes of calibration version 2 (before it probed the run's lengths), for the comparison
+OLD_PREFILL = ((16, 0), (128, 0), (512, 0), (128, 2048))
+OLD_DECODE = ((16, 1), (1024, 1), (4096, 1), (16, 4))
 
 
 class IdTokenizer:
@@ -297,7 +306,53 @@ def bench_runner(model, dec: Decoder, count: int, length: int, new: int) -> dict
     return out
 
 
-def check_model(name: str, device, dtype, s: dict, quick: bool) -> dict:
+def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
+    """Calibrated (modelled) against measured device seconds of long-context requests alone."""
+    import torch
+
+    t0 = time.perf_counter()
+    rates = calibration.measure(dec, longest=max(lengths), rounds=2)
+    seconds = time.perf_counter() - t0
+    gen, kv = torch.Generator().manual_seed(0), {}
+    with torch.inference_mode():  # the old probe set on the same device, fitted the new way
+        old_prefill = [(n, p, calibration._forward(dec, gen, kv, n, p, 1, False))
+                       for n, p in OLD_PREFILL]  # fmt: skip
+        old_decode = [(k, r, calibration._forward(dec, gen, kv, 1, k - 1, r, False))
+                      for k, r in OLD_DECODE]  # fmt: skip
+    kv.clear()
+    old = calibration.fit(old_prefill, old_decode)
+    rows, vocab = [], model.config.vocab_size
+    with torch.inference_mode():
+        warm = random_ids(lengths[0], vocab, 7)
+        dec.decode([GenerationRequest("w", max_new_tokens=new)], [warm], None, 0, False, 0)
+        for n in lengths:
+            prompt = random_ids(n, vocab, 900 + n)
+            req = GenerationRequest(f"lc{n}", max_new_tokens=new)
+            best = float("inf")
+            for _ in range(2):
+                t1 = dec.now()
+                out = dec.decode([req], [prompt], None, 0, False, 0)[0]
+                best = min(best, dec.now() - t1)
+            made = len(ids_of(out["text"]))
+            modelled, before = rates.alone(n, made), old.alone(n, made)
+            rows.append({"prompt_tokens": n, "completion_tokens": made,
+                         "measured_seconds": round(best, 5), "modelled_seconds": round(modelled, 5),
+                         "modelled_over_measured": round(modelled / best, 4),
+                         "old_probes_modelled_over_measured": round(before / best, 4)})  # fmt: skip
+            print(f"  cost model {n:>6} tokens: modelled/measured {rows[-1]['modelled_over_measured']}"
+                  f" (old probes {rows[-1]['old_probes_modelled_over_measured']})")  # fmt: skip
+    worst = max(abs(r["modelled_over_measured"] - 1) for r in rows)
+    numbers = {k: v for k, v in rates.to_dict().items() if k != "meta"}
+    return {"calibration_seconds": round(seconds, 2), "rates": numbers,
+            "validation": rates.meta.get("validation"), "long_context": rows,
+            "worst_relative_error": round(worst, 4), "within_15_percent": worst <= 0.15,
+            "old_rates": {k: v for k, v in old.to_dict().items() if k != "meta"}}  # fmt: skip
+
+
+PARTS = ("prefill", "reuse", "runner", "kv", "cost")
+
+
+def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS) -> dict:
     import torch
 
     t0 = time.perf_counter()
@@ -308,10 +363,19 @@ def check_model(name: str, device, dtype, s: dict, quick: bool) -> dict:
     width = model.config.intermediate_size
     peak = matmul_peak(model.config.hidden_size, width, device, dtype)
     out = {"arch": facts, "build_seconds": round(built, 2), "matmul_peak": peak}
-    out["prefill"] = bench_prefill(model, facts, dec, s["prefill"], peak["peak_flops"])
-    out["prefix_reuse"] = bench_reuse(model, facts, dec, s)
-    out["runner_batching"] = bench_runner(model, dec, *s["runner"], s["new"])
-    out["kv_variants"] = gpu_check_kv.bench_kv(model, facts, dec, s["doc"], s["new"])
+    if "prefill" in parts:
+        out["prefill"] = bench_prefill(model, facts, dec, s["prefill"], peak["peak_flops"])
+    if "reuse" in parts:
+        out["prefix_reuse"] = bench_reuse(model, facts, dec, s)
+    if "runner" in parts:
+        out["runner_batching"] = bench_runner(model, dec, *s["runner"], s["new"])
+    if "kv" in parts:
+        out["kv_variants"] = gpu_check_kv.bench_kv(model, facts, dec, s["doc"], s["new"])
+    if "cost" in parts:
+        try:
+            out["cost_model"] = bench_cost_model(model, dec, s["cost"], s["new"])
+        except Exception as exc:  # recorded; the other parts' results stand
+            out["cost_model"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     if torch.device(device).type == "cuda":
         out["max_memory_allocated"] = torch.cuda.max_memory_allocated()
     del model, dec
@@ -328,7 +392,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dtype", default="auto", help="auto: bf16 on CUDA, float32 on CPU")
     parser.add_argument("--quick", action="store_true", help="tiny configs and sizes")
     parser.add_argument("--models", default=",".join(ARCHS), help=f"from {list(ARCHS)}")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"from {list(PARTS)}")
     args = parser.parse_args(argv)
+    parts = [p for p in args.parts.split(",") if p]
+    if unknown := [p for p in parts if p not in PARTS]:
+        parser.error(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
     import torch
     import transformers
 
@@ -346,11 +414,12 @@ def main(argv: list[str] | None = None) -> dict:
         "transformers": transformers.__version__,
         "kv_caches": list(kv_cache.KV_CACHES),
         "sizes": s,
+        "parts": parts,
         "models": {},
     }
     for name in [m for m in args.models.split(",") if m]:
         try:
-            result["models"][name] = check_model(name, device, dtype, s, args.quick)
+            result["models"][name] = check_model(name, device, dtype, s, args.quick, parts)
         except Exception as exc:  # one architecture failing leaves the other's results
             result["models"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
             print(f"{name}: {result['models'][name]['error']}")

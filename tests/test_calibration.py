@@ -51,14 +51,91 @@ def test_short_request_in_a_long_batch_is_charged_for_its_own_work():
 
 
 def test_fit_recovers_the_rates_that_made_the_timings():
-    prefill = [(n, p, RATES.forward(n, p)) for n, p in calibration.PREFILL_PROBES]
+    plan = calibration.probe_plan(4096)
+    prefill = [(n, p, RATES.forward(n, p)) for n, p in (*plan.prefill, plan.holdout)]
     decode = [
-        (k, r, RATES.d0 + RATES.d_row * (r - 1) + RATES.d1 * r * k)
-        for k, r in calibration.DECODE_PROBES
+        (k, r, RATES.d0 + RATES.d_row * (r - 1) + RATES.d1 * r * k) for k, r in plan.decode
     ]
     got = fit(prefill, decode)
     for name in ("a", "b", "c", "d0", "d1", "d_row"):
         assert getattr(got, name) == pytest.approx(getattr(RATES, name), rel=1e-6), name
+    assert got.floor == 0.0  # a CPU-like device: no launch-bound floor is invented
+
+
+def test_probe_plan_reaches_the_longest_prompt_and_holds_it_out():
+    plan = calibration.probe_plan(32768)
+    sizes = [n for n, p in plan.prefill if p == 0]
+    assert sizes[0] == 16 and sizes[-1] == 16384 and plan.holdout == (32768, 0)
+    assert all(b == 2 * a for a, b in zip(sizes, sizes[1:], strict=False))  # doubling
+    assert max(k for k, _ in plan.decode) == 32768  # decode at KV lengths up to the longest
+    assert any(r > 1 for _, r in plan.decode) and any(p > 0 for _, p in plan.prefill)
+    # a tiny window still gets enough probes to fit three terms
+    tiny = calibration.probe_plan(64)
+    assert len([1 for _, p in tiny.prefill if p == 0]) >= 3 and tiny.holdout == (64, 0)
+    # the probed length: a power of two, at least 8k on CUDA, never past the window
+    assert calibration.probed_length(5000, 1 << 20, "cpu") == 8192
+    assert calibration.probed_length(5000, 1 << 20, "cuda") == 8192
+    assert calibration.probed_length(100, 1 << 20, "cuda") == 8192
+    assert calibration.probed_length(20000, 16384, "cuda") == 16384
+    assert calibration.probed_length(None, 1 << 20, "cpu") == 2048
+
+
+class GpuLikeClock:
+    """A device whose forward passes "take" time along an H200-like curve, read off a clock the
+    test controls (nothing sleeps): flat 20 ms (launch-bound) until the dense work passes it at
+    2k tokens, then linear dense work plus quadratic causal attention; decode steps flat 28 ms
+    plus reading the KV cache."""
+
+    def __init__(self) -> None:
+        self.clock = 0.0
+
+    @staticmethod
+    def curve(new: int, past: int, rows: int) -> float:
+        dense = 1e-5 * new * rows  # 20 ms at 2,048 tokens
+        attention = 4e-10 * rows * new * (past + (new + 1) / 2)
+        if new == 1:  # a decode step: bandwidth-bound on the weights, plus its KV reads
+            return 0.028 + 2e-8 * rows * past + 0.001 * (rows - 1)
+        return max(0.020, dense + attention)
+
+    def timer(self, new: int, past: int, rows: int, shared: bool) -> float:
+        t0 = self.clock
+        self.clock += self.curve(new, past, rows)  # the "forward pass"
+        return self.clock - t0
+
+
+def test_calibration_fits_a_launch_bound_gpu_within_10_percent_at_32k():
+    """The old model (a + b*n + c*n*p, probes to 512 tokens) put the flat GPU time into ``a``
+    and the dense work into ``c``: 2.4x too dear at 16k, 4x at 30k. The new one probes the
+    run's lengths and has a floor."""
+    device = GpuLikeClock()
+    rates = calibration.measure(None, longest=32768, rounds=1, timer=device.timer)
+    for n in (1024, 4096, 16384, 32768):
+        truth = device.curve(n, 0, 1)
+        assert rates.forward(n) == pytest.approx(truth, rel=0.10), n
+    assert rates.floor == pytest.approx(0.020, rel=0.05)
+    # the held-out 32k probe, predicted from probes up to 16k: the manifest's figure
+    check = rates.meta["validation"]
+    assert check["tokens"] == 32768 and check["error"] < 0.10
+    # a long-context request alone: a 30k prefill then 31 decode steps
+    truth = device.curve(30000, 0, 1) + sum(device.curve(1, 30000 + j, 1) for j in range(31))
+    assert rates.alone(30000, 32) == pytest.approx(truth, rel=0.10)
+    # and the fit the old probes gave, for the record: it misses by far more than 10% at 32k
+    old = fit([(n, 0, device.curve(n, 0, 1)) for n in (16, 128, 512)]
+              + [(128, 2048, device.curve(128, 2048, 1))],
+              [(k, 1, device.curve(1, k, 1)) for k in (16, 1024, 4096)])  # fmt: skip
+    assert abs(old.forward(32768) / device.curve(32768, 0, 1) - 1) > 0.5
+
+
+def test_a_poor_fit_warns_once_with_its_figure(capsys):
+    rates = Rates(a=0.0, b=0.001, c=0.0, d0=0.01, d1=0.0,
+                  meta={"path": "/x/poor.json", "validation": {"tokens": 8192, "measured": 1.0,
+                                                               "modelled": 1.3, "error": 0.3}})  # fmt: skip
+    calibration.warn_validation(rates)
+    calibration.warn_validation(rates)
+    err = capsys.readouterr().err
+    assert err.count("30.0%") == 1 and "8,192 tokens" in err
+    described = calibration.describe(rates)
+    assert described["validation_error"] == 0.3
 
 
 def test_account_splits_the_calls_device_time_by_stand_alone_cost():

@@ -128,7 +128,7 @@ class LoadedFake(FakeLLM):
 
     load = 1.0
 
-    def cost_rates(self) -> Rates:
+    def cost_rates(self, longest: int | None = None) -> Rates:
         return replace(RATES, meta={"key": {"weights": "fake", "threads": 1}, "path": "p.json"})
 
     def _generate(self, requests):
@@ -208,7 +208,7 @@ def _worker(cache_dir: str, log: str, out: str) -> None:
 
 
 def _slow_measure(log: str):
-    def measure(decoder):
+    def measure(decoder, longest=None):
         with open(log, "a") as f:
             f.write("measured\n")
         time.sleep(0.5)
@@ -225,7 +225,7 @@ KEY = {"version": calibration.CALIBRATION_VERSION, "weights": "w", "device": "cp
 def test_concurrent_workers_calibrate_once_under_the_lock(tmp_path, monkeypatch):
     """A sweep's workers on one machine: the first measures, the others wait and read its file."""
     log, out = tmp_path / "measured.log", tmp_path / "out.log"
-    monkeypatch.setattr(calibration, "calibration_key", lambda d, w: dict(KEY))
+    monkeypatch.setattr(calibration, "calibration_key", lambda d, w, n=None: dict(KEY))
     monkeypatch.setattr(calibration, "measure", _slow_measure(str(log)))
     monkeypatch.setattr(calibration, "_MEMO", {})
     ctx = multiprocessing.get_context("fork")  # the patched functions travel with the fork
@@ -245,13 +245,13 @@ def test_concurrent_workers_calibrate_once_under_the_lock(tmp_path, monkeypatch)
 def test_calibration_is_announced_with_its_cache_and_found_by_a_dry_run(
     tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(calibration, "calibration_key", lambda d, w: dict(KEY))
+    monkeypatch.setattr(calibration, "calibration_key", lambda d, w, n=None: dict(KEY))
     monkeypatch.setattr(calibration, "measure", _slow_measure(str(tmp_path / "m.log")))
     monkeypatch.setattr(calibration, "_MEMO", {})
     rates = calibration.rates_for(object(), "w", tmp_path)
     err = capsys.readouterr().err
-    assert "calibrating w on test cpu (2 threads)" in err and str(tmp_path) in err
-    assert "once per model/device/dtype/thread count" in err
+    assert "calibrating w on test cpu (2 threads) up to 2,048 tokens" in err and str(tmp_path) in err
+    assert "once per model/device/dtype/thread count/length" in err
     assert rates.meta["path"].startswith(str(tmp_path / "calibration"))
     described = calibration.describe(rates)
     assert described["key"]["threads"] == 2 and described["rates"]["a"] == RATES.a
@@ -285,3 +285,18 @@ def test_reprice_charges_a_calibrated_record_its_modelled_seconds_and_a_measured
     measured = _repriced(sheet, {**logged, "cost_basis": "measured"})
     assert measured.dollars > 0  # an hourly sheet: dollars in proportion to the seconds charged
     assert calibrated.dollars == pytest.approx(measured.dollars * 2.0 / 40.0)
+
+
+def test_a_longer_run_calibrates_again_and_a_shorter_one_reads_the_longer(tmp_path, monkeypatch):
+    """The key names the probed length: rates probed to 2k do not price an 8k prompt."""
+    log = tmp_path / "m.log"
+    monkeypatch.setattr(calibration, "calibration_key", lambda d, w, n=None: dict(KEY))
+    monkeypatch.setattr(calibration, "measure", _slow_measure(str(log)))
+    monkeypatch.setattr(calibration, "_MEMO", {})
+    short = calibration.rates_for(object(), "w", tmp_path, longest=1500)
+    assert short.meta["key"]["probed_tokens"] == 2048
+    long = calibration.rates_for(object(), "w", tmp_path, longest=6000)
+    assert long.meta["key"]["probed_tokens"] == 8192 and log.read_text().count("measured") == 2
+    monkeypatch.setattr(calibration, "_MEMO", {})
+    again = calibration.rates_for(object(), "w", tmp_path, longest=3000)  # 4k: the 8k one serves
+    assert again.meta["key"]["probed_tokens"] == 8192 and log.read_text().count("measured") == 2

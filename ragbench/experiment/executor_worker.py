@@ -94,7 +94,7 @@ class RunWorker:
         else:  # retrieval only: no model is ever called (as in a local run)
             llm, identity = FakeLLM(cfg.model.name), {"retrieval_only": True}
         self.llm = llm
-        self.res = build_resources(cfg, llm, kv_dtype=identity.get("dtype"))
+        self.res = build_resources(cfg, llm, identity.get("dtype"), self.examples)
         self.res.preload_over.update(preload_over)
         if rates is not None:  # worker 0's: a record's dollars do not depend on its worker
             self.res.rates, cfg._calibration = rates, describe(rates)

@@ -105,17 +105,33 @@ def load_model(m: ModelConfig) -> Any:
     return llm
 
 
-def rates_of(llm: Any) -> Rates | None:
-    """The model's calibration (``llm.calibration``: measured once per model, device, dtype and
-    thread count, then read from its cache), through a completion cache; None for a backend
-    without one (a server, the fake backend)."""
+def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
+    """The model's calibration (``llm.calibration``: measured once per model, device, dtype,
+    thread count and probed length, then read from its cache), probed to ``longest`` prompt
+    tokens, through a completion cache; None for a backend without one (a server, the fake
+    backend)."""
     for _ in range(4):  # CachedLLM(llm): the wrapped model is .llm
         get = getattr(llm, "cost_rates", None)
         if callable(get):
-            rates = get()
+            rates = get(longest) if longest else get()
             return rates if isinstance(rates, Rates) else None
         llm = getattr(llm, "llm", None)
     return None
+
+
+def longest_prompt(llm: Any, examples: Iterable[Example], max_new_tokens: int = 0) -> int | None:
+    """The most positions a run's request can reach, what its calibration probes to: the
+    example with the most text (its documents and question, counted with the model's tokenizer,
+    plus a prompt template's allowance) and its new tokens. An upper bound: long context reads
+    every document; a strategy that reads less is within it. None: no examples."""
+    longest = max(examples, key=lambda e: sum(len(d.text) for d in e.documents), default=None)
+    if longest is None:
+        return None
+    text = "\n\n".join([*(d.text for d in longest.documents), longest.question])
+    return llm.count_tokens(text) + TEMPLATE_TOKENS + max_new_tokens
+
+
+TEMPLATE_TOKENS = 64  # a prompt template's instruction and chat markup, beyond the text
 
 
 def check_server(llm: Any, points: Iterable[StrategyParams] = ()) -> None:
@@ -175,15 +191,21 @@ def make_index(cfg: RunConfig, cache_size: int = 8):
     return index
 
 
-def build_resources(cfg: RunConfig, llm: Any, kv_dtype: str | None = None) -> Resources:
+def build_resources(
+    cfg: RunConfig, llm: Any, kv_dtype: str | None = None, examples: Iterable[Example] = ()
+) -> Resources:
     """What the strategies read besides the example: the LLM, the metrics, the token limits, the
     architecture preset, the config's price sheet (loaded once, by the config) and, when a
     strategy retrieves, the index builder. ``kv_dtype``: the transformers backend's dtype
     (``identity()["dtype"]``), which its KV cache is stored in. The model's calibration (its
     rates: what the default ``cost_basis`` charges) is read here, before any record, and
-    recorded on ``cfg`` for the manifest."""
+    recorded on ``cfg`` for the manifest. ``examples``: what the run will ask, so the
+    calibration probes up to its longest prompt (none: the default range)."""
     needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
-    rates = rates_of(llm) if generates_answers(cfg) else None
+    rates = None
+    if generates_answers(cfg):
+        longest = longest_prompt(llm, examples, cfg.model.max_new_tokens) if examples else None
+        rates = rates_of(llm, longest)
     cfg._calibration = describe(rates)
     return Resources(
         llm=llm,

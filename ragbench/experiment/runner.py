@@ -225,7 +225,7 @@ def _run_locked(
         identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
         # written before any work, so a run killed now still knows when it first started
         write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
-        res = build_resources(cfg, llm, kv_dtype=identity.get("dtype"))
+        res = build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
         res.preload_over.update(preload.count([item for item, _ in pending]))
         session["errors"] = _generate(
             cfg, _Local(res), pending, done, out, progress, len(work), budget
@@ -274,6 +274,14 @@ def _run_locked(
         for message in judge_info["warnings"]:
             log.warning("%s", message)
     return df
+
+
+def unique_examples(pending: list) -> list[Example]:
+    """The examples of the pending work items, each once (many points share an example)."""
+    seen: dict[str, Example] = {}
+    for (example, _), _key in pending:
+        seen.setdefault(example.id, example)
+    return list(seen.values())
 
 
 def plan_rounds(pending: list, size: int) -> list[list]:

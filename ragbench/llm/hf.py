@@ -283,11 +283,17 @@ class HFModel(LLM):
             groups = [(plen, [plain[j] for j in members]) for plen, members in planned]
         return groups + [(0, [i]) for i in variants]
 
-    def cost_rates(self) -> calibration.Rates:
-        """This model's measured per-device rates (``calibration.py``): measured on first use,
-        then read from the on-disk cache."""
-        if getattr(self, "_rates", None) is None:
-            self._rates = calibration.rates_for(self.decoder, self.weights, self.cache_dir)
+    def cost_rates(self, longest: int | None = None) -> calibration.Rates:
+        """This model's measured per-device rates (``calibration.py``), probed to ``longest``
+        prompt tokens (the run's longest prompt; None: the default range, or whatever range was
+        asked for before): measured on first use, then read from the on-disk cache. A longer
+        ``longest`` than the rates in hand were probed to measures again."""
+        have = getattr(self, "_rates", None)
+        probed = ((have.meta or {}).get("key") or {}).get("probed_tokens") if have else None
+        if have is None or (longest is not None and probed is not None and longest > probed):
+            self._rates = calibration.rates_for(
+                self.decoder, self.weights, self.cache_dir, longest=longest
+            )
         return self._rates
 
     def _batch_info(self, index, batch, results, ids, plen) -> dict[str, Any]:
