@@ -34,7 +34,10 @@ LAYERS = [
     {"cli"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-MAX_LINES = 400
+# size follows the job (DESIGN.md): past GUIDE_LINES a module says in its docstring why it is one
+# job ("One job: ..."); past MAX_LINES it has two. Never split for a count alone.
+MAX_LINES = 800
+GUIDE_LINES = 500
 MAX_TOP_LEVEL = 12  # modules directly in ragbench/, __init__.py included
 MAX_LAZY_IMPORTS = 20
 # the packages allowed to compare strategy / backend names (they own them)
@@ -216,12 +219,15 @@ def test_top_level_modules_and_file_sizes():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL, top
     assert {p.removesuffix(".py") for p in top} - {"__init__"} <= CORE
-    big = {
-        str(p.relative_to(ROOT)): n
-        for p in MODULES.values()
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
+    sizes = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in MODULES.values()}
+    big = {str(p.relative_to(ROOT)): n for p, n in sizes.items() if n > MAX_LINES}
     assert big == {}
+    unexplained = [
+        str(p.relative_to(ROOT))
+        for p, n in sizes.items()
+        if n > GUIDE_LINES and "One job:" not in (ast.get_docstring(ast.parse(p.read_text())) or "")
+    ]
+    assert unexplained == [], f"over {GUIDE_LINES} lines: say 'One job: ...' in the docstring"
 
 
 def _registry_names(path: Path, variable: str) -> set[str]:
