@@ -163,11 +163,6 @@ class BusyTimeline:
             self._flying.pop(ticket, None)
             self._cond.notify_all()
 
-    def interval(self, ticket: int) -> tuple[float, float, float]:
-        """(start, end, work) of a finished attempt."""
-        with self._cond:
-            return self._done[ticket]
-
     def shares(self, tickets: Sequence[int]) -> dict[int, float]:
         """Resource seconds of each of a call's finished ``tickets``: its share of the busy time,
         split with every finished request of this backend that overlaps it (``busy_shares``).
