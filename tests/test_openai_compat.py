@@ -264,7 +264,11 @@ def test_waiting_for_a_concurrency_slot_is_queue_time_not_time_to_first_token(se
     assert third.latency_seconds == pytest.approx(
         third.queue_seconds + third.prefill_seconds + third.decode_seconds
     )
-    assert third.resource_seconds is None and third.meta["resource_seconds_estimated"]
+    # charged its share of the server's busy time: alone on it, its own time, not its queue
+    assert third.meta["resource_seconds_basis"] == "server_busy_share"
+    assert third.resource_seconds == pytest.approx(
+        third.prefill_seconds + third.decode_seconds, abs=0.01
+    )
 
 
 def test_a_failed_request_fails_the_batch_and_reports_the_finished(serve, tmp_path):

@@ -65,6 +65,8 @@ from ragbench.cost.prices import (
     dollars_per_query,
     gpu_seconds,
     modelled_seconds,
+    one_basis,
+    resource_seconds_basis,
 )
 from ragbench.registry import unknown
 from ragbench.types import Completion, JsonMixin
@@ -197,6 +199,7 @@ class Cost(JsonMixin):
     mfu: float | None = None
     price_sheet: str | None = None
     cost_basis: str | None = None  # calibrated: dollars from modelled_seconds; else measured
+    resource_seconds_basis: str | None = None  # what resource_seconds is: RESOURCE_SECONDS_BASES
     # work done once and shared by many queries (a preloaded corpus KV: long_context preload),
     # in none of the fields above; amortised_* add this query's share, one_time / amortised_over
     # (without a one-time cost they equal resource_seconds and dollars)
@@ -254,6 +257,7 @@ class Cost(JsonMixin):
             else dollars_per_query(c, sheet, charged_seconds(seconds, modelled, used)),
             peak_flops=peak, mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=sheet.name if sheet is not None else None, cost_basis=used,
+            resource_seconds_basis=resource_seconds_basis(c),
         )  # fmt: skip
 
     def __add__(self, other: Cost) -> Cost:
@@ -270,8 +274,7 @@ class Cost(JsonMixin):
             return None if a is None and b is None else (a or 0.0) + (b or 0.0)
 
         summed = {f: known_sum(getattr(self, f), getattr(other, f)) for f in _ADDITIVE}
-        bases = {b for b in (self.cost_basis, other.cost_basis) if b is not None}
-        # calls charged on different bases: "mixed" (a reprice charges its measured seconds)
+        bases = {f: one_basis(getattr(self, f), getattr(other, f)) for f in _BASES}
         flops, seconds = summed["flops"], summed["resource_seconds"]
         peak = self.peak_flops if self.peak_flops is not None else other.peak_flops
         return Cost(
@@ -286,7 +289,7 @@ class Cost(JsonMixin):
             peak_flops=peak,
             mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=other.price_sheet or self.price_sheet,
-            cost_basis=bases.pop() if len(bases) == 1 else ("mixed" if bases else None),
+            **bases,
             one_time_seconds=applicable_sum(self.one_time_seconds, other.one_time_seconds),
             one_time_modelled_seconds=known_sum(
                 self.one_time_modelled_seconds, other.one_time_modelled_seconds
@@ -377,6 +380,7 @@ _FROM_COMPLETION = (
     "queue_seconds", "prefill_seconds", "decode_seconds", "latency_seconds",
     "peak_memory_bytes", "usage_estimated", "kv_bytes_measured",
 )  # fmt: skip
+_BASES = ("cost_basis", "resource_seconds_basis")  # each call's, or "mixed"
 # counts and seconds that add up over the calls of one query (None: unknown)
 _ADDITIVE = (
     "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "padding_tokens",

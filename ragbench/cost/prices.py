@@ -337,15 +337,45 @@ def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
 
     ``completion.resource_seconds`` is its own share of the device time (the transformers backend
     splits a batch's time by each row's stand-alone cost; the shares add up to the batch's wall
-    time). Never latency: queueing is not charged. Completions recorded before that field existed
-    carry the share in ``meta["gpu_seconds"]``; a backend that measures neither falls back to
-    prefill + decode, the time it held the device for (an estimate on a shared server).
+    time); an OpenAI-compatible server's, its share of the server's busy time
+    (``ragbench.llm.server_time``: the shares add up to the busy wall time). Never latency:
+    queueing is not charged. Completions recorded before that field existed carry the share in
+    ``meta["gpu_seconds"]``; a backend that measures neither falls back to prefill + decode, the
+    time it held the device for (on a shared server, an over-charge by the concurrency).
+    ``resource_seconds_basis`` names which of these a completion's seconds are.
     """
     if completion.resource_seconds is not None:
         return float(completion.resource_seconds) * gpus
     share = (completion.meta or {}).get("gpu_seconds")
     own = completion.prefill_seconds + completion.decode_seconds
     return (own if share is None else float(share)) * gpus
+
+
+# what a completion's resource seconds are (the ``resource_seconds_basis`` cost column):
+# device_measured: its share of device time measured in this process (the transformers backend);
+# server_busy_share: its share of a server's busy time (ragbench.llm.server_time); simulated: the
+# fake backend's simulated seconds; slot_time: its own prefill + decode, the fallback of a
+# backend that measured neither (server completions stored before the busy share existed)
+RESOURCE_SECONDS_BASES = ("device_measured", "server_busy_share", "simulated", "slot_time")
+
+
+def resource_seconds_basis(completion: Completion) -> str:
+    """Which of ``RESOURCE_SECONDS_BASES`` ``gpu_seconds(completion)`` is: the backend's own
+    word (``meta["resource_seconds_basis"]``), else what the completion carries."""
+    meta = completion.meta or {}
+    named = meta.get("resource_seconds_basis")
+    if isinstance(named, str) and named:
+        return named
+    if completion.resource_seconds is not None or meta.get("gpu_seconds") is not None:
+        return "device_measured"
+    return "simulated" if meta.get("simulated_timing") else "slot_time"
+
+
+def one_basis(*bases: str | None) -> str | None:
+    """The basis of a query made of calls on ``bases`` (None: unknown, ignored): theirs where
+    they agree, else "mixed" (a reprice charges a mixed query its measured seconds)."""
+    known = {b for b in bases if b is not None}
+    return known.pop() if len(known) == 1 else ("mixed" if known else None)
 
 
 def dollars_per_query(

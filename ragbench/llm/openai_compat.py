@@ -39,7 +39,10 @@ event-stream reading, retries and errors are in ``openai_http.py`` (``http``). W
   connection; a body that is not a readable completion fails at once, its error naming the URL
   and the request id (``X-Request-ID``, sent with each attempt, or the server's own);
 - usage from the response, cached prompt tokens from ``prompt_tokens_details.cached_tokens``;
-  when a server reports none, tokens are counted locally and ``usage_estimated`` is True.
+  when a server reports none, tokens are counted locally and ``usage_estimated`` is True;
+- ``resource_seconds``: its share of the time the server was busy with this backend's requests,
+  split among those in flight by token work (``server_time.py``); the shares add up to the busy
+  wall time, not to the requests' own times, which count the device once per concurrent request.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from ragbench.llm.base import LLM, ServerUnreachable
 from ragbench.llm.kv_cache import refuse_variants
 from ragbench.llm.openai_http import RETRY_STATUSES, LLMBatchError, LLMRequestError
 from ragbench.llm.rate_limit import RateLimiter
+from ragbench.llm.server_time import RESOURCE_SECONDS_BASIS, BusyTimeline, token_work
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
@@ -154,6 +158,8 @@ class OpenAICompatLLM(LLM):
         self._has_key = bool(key)
         self._client = self._make_client(key, creds, headers)
         self._lock = threading.Lock()
+        # every request of this instance, across calls: their busy time is what they are charged
+        self.timeline = BusyTimeline()
 
     def _make_client(self, key: str | None, creds: wire.Credentials, headers: dict[str, str]):
         # The secrets go straight into the client (httpx shows auth headers as [secure]); none is
@@ -250,31 +256,34 @@ class OpenAICompatLLM(LLM):
         # Every request runs to its own end (a completion, or an error after its own retries),
         # even when another has failed: the caller then knows each request's fate and never
         # has to resend one, which would repeat its retries against the server.
+        finished: dict[int, tuple[Completion, int]] = {}  # index -> (completion, its ticket)
+        errors: dict[int, Exception] = {}
         if len(requests) == 1:
             try:
-                return [self._request(requests[0], time.perf_counter())]
+                finished[0] = self._request(requests[0], time.perf_counter())
             except Exception as exc:
                 if not hasattr(exc, "partial"):
                     exc.partial = {}  # nothing else finished; the request is not to be resent
                 raise
-        results: dict[int, Completion] = {}
-        errors: dict[int, Exception] = {}
-        with ThreadPoolExecutor(min(self.max_concurrency, len(requests))) as pool:
-            # each request's clock starts at submission: the wait for a free worker (the local
-            # concurrency limit) is queue time, not the server's time to first token
-            futures = [pool.submit(self._request, r, time.perf_counter()) for r in requests]
-            for i, f in enumerate(futures):
-                exc = f.exception()
-                if exc is None:
-                    results[i] = f.result()
-                else:
-                    errors[i] = exc
+        else:
+            with ThreadPoolExecutor(min(self.max_concurrency, len(requests))) as pool:
+                # each request's clock starts at submission: the wait for a free worker (the
+                # local concurrency limit) is queue time, not the server's time to first token
+                futures = [pool.submit(self._request, r, time.perf_counter()) for r in requests]
+                for i, f in enumerate(futures):
+                    exc = f.exception()
+                    if exc is None:
+                        finished[i] = f.result()
+                    else:
+                        errors[i] = exc
+        results = self.timeline.charge(finished)  # a failed batch's finished ones too
         if errors:
             raise LLMBatchError(results, errors, len(requests))
         return [results[i] for i in range(len(requests))]
 
-    def _request(self, request: GenerationRequest, submitted: float) -> Completion:
-        """One request to its end. ``queue_seconds`` is everything its user waited that was not
+    def _request(self, request: GenerationRequest, submitted: float) -> tuple[Completion, int]:
+        """One request to its end: its completion (resource seconds to come) and its answering
+        attempt's timeline ticket. ``queue_seconds`` is everything its user waited that was not
         the answering attempt: a free worker, and earlier failed attempts with their backoff."""
         payload = wire.build_payload(request, self.model, self.endpoint, self.stream)
         # what a TPM limit counts before the answer: the prompt and max_tokens (OpenAI's rule)
@@ -283,25 +292,35 @@ class OpenAICompatLLM(LLM):
             if self.limiter.tokens_per_minute
             else 0
         )
-        (parsed, prefill, decode), attempts = self._with_retries(self._attempt, payload, tokens)
+        (parsed, prefill, decode, sent, end), attempts = self._with_retries(
+            self._attempt, payload, tokens
+        )
         queue = max(0.0, time.perf_counter() - submitted - prefill - decode)
-        return self._completion(request, parsed, prefill, decode, attempts, queue)
+        with self.timeline.sending(sent):  # left out of the timeline if this fails
+            c = self._completion(request, parsed, prefill, decode, attempts, queue)
+            self.timeline.finish(sent, end, token_work(c))
+        return c, sent
 
-    def _attempt(self, payload: dict[str, Any], tokens: int) -> tuple[wire.Parsed, float, float]:
+    def _attempt(
+        self, payload: dict[str, Any], tokens: int
+    ) -> tuple[wire.Parsed, float, float, int, float]:
         """One attempt, admitted by the rate limiter (its wait is queue time, before the clock of
-        ``post_completion`` starts), which then sees the answer's status and headers."""
+        ``post_completion`` starts), which then sees the answer's status and headers: (parsed,
+        prefill s, decode s, its timeline ticket: sent after the limiter, its last byte's time)."""
         lim = self.limiter
         ticket = lim.acquire(tokens)
 
         def seen(status: int, headers: Any) -> None:
             lim.observe(ticket, status, headers, wire.parse_retry_after(headers.get("retry-after")))
 
-        out = http.post_completion(
-            self._client, self._post_url, payload, self.endpoint, on_response=seen
-        )
-        counts = wire.usage_counts(out[0].usage)
-        lim.settle(ticket, counts[0] + counts[1] if counts else None)
-        return out
+        with self.timeline.sending() as sent:  # a failed attempt is charged nothing
+            out = http.post_completion(
+                self._client, self._post_url, payload, self.endpoint, on_response=seen
+            )
+            end = self.timeline.clock()
+            counts = wire.usage_counts(out[0].usage)
+            lim.settle(ticket, counts[0] + counts[1] if counts else None)
+        return (*out, sent, end)
 
     def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload`` to ``<api root>/<path>`` (e.g. ``embeddings``) with this client's
@@ -352,9 +371,10 @@ class OpenAICompatLLM(LLM):
             "endpoint": self.endpoint,
             "attempts": attempts,
             "ttft_measured": parsed.streamed,  # False when a server ignored stream=True
-            # a server's device time is not visible from here: the cost falls back to the time
-            # the request held a server slot (prefill + decode), an estimate
+            # a server's device time is not visible from here: its share of the server's busy
+            # time (server_time.py) is an estimate
             "resource_seconds_estimated": True,
+            "resource_seconds_basis": RESOURCE_SECONDS_BASIS,
         }
         if estimated:
             meta["token_counter"] = self.tokenizer_name or "chars/4"
