@@ -1,5 +1,9 @@
 """What a request would cost alone: measured per-model, per-device rates, and the fair split.
 
+One job: the calibrated cost model of one model on one device. Its shape, its fit, the probes
+that feed the fit and the cache that keeps the result change together (the probes are chosen
+for the shape, the cache key names the probes), so they stay in one file.
+
 Why: a padded batch (or a whole ``generate`` call) is timed as one piece of device work, and its
 rows did very different amounts of it. Splitting the time evenly charged a 57-token question as
 much as its 4k-token batch mates; splitting by FLOPs misses that on a CPU a short request's time
