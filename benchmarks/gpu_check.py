@@ -323,28 +323,38 @@ def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
     old = calibration.fit(old_prefill, old_decode)
     rows, vocab = [], model.config.vocab_size
     with torch.inference_mode():
-        warm = random_ids(lengths[0], vocab, 7)
-        dec.decode([GenerationRequest("w", max_new_tokens=new)], [warm], None, 0, False, 0)
+        for n in lengths:  # warm-up at every length: kernels and allocator blocks per shape
+            warm = random_ids(n, vocab, 7 + n)
+            dec.decode([GenerationRequest("w", max_new_tokens=2)], [warm], None, 0, False, 0)
         for n in lengths:
             prompt = random_ids(n, vocab, 900 + n)
             req = GenerationRequest(f"lc{n}", max_new_tokens=new)
-            best = float("inf")
-            for _ in range(2):
+            runs = []
+            for _ in range(3):
                 t1 = dec.now()
                 out = dec.decode([req], [prompt], None, 0, False, 0)[0]
-                best = min(best, dec.now() - t1)
+                runs.append((dec.now() - t1, out["prefill_seconds"], out["decode_seconds"]))
+            best, prefill_s, decode_s = min(runs)
             made = len(ids_of(out["text"]))
             modelled, before = rates.alone(n, made), old.alone(n, made)
             rows.append({"prompt_tokens": n, "completion_tokens": made,
                          "measured_seconds": round(best, 5), "modelled_seconds": round(modelled, 5),
+                         "measured_runs": [round(r[0], 5) for r in runs],
+                         "measured_prefill_seconds": round(prefill_s, 5),
+                         "measured_decode_seconds": round(decode_s, 5),
+                         "modelled_prefill_seconds": round(rates.forward(n), 5),
+                         "modelled_decode_seconds": round(rates.decode(made - 1, n + 1), 5),
                          "modelled_over_measured": round(modelled / best, 4),
                          "old_probes_modelled_over_measured": round(before / best, 4)})  # fmt: skip
             print(f"  cost model {n:>6} tokens: modelled/measured {rows[-1]['modelled_over_measured']}"
-                  f" (old probes {rows[-1]['old_probes_modelled_over_measured']})")  # fmt: skip
+                  f" (old probes {rows[-1]['old_probes_modelled_over_measured']}); runs "
+                  f"{rows[-1]['measured_runs']}")  # fmt: skip
     worst = max(abs(r["modelled_over_measured"] - 1) for r in rows)
     numbers = {k: v for k, v in rates.to_dict().items() if k != "meta"}
     return {"calibration_seconds": round(seconds, 2), "rates": numbers,
             "validation": rates.meta.get("validation"), "long_context": rows,
+            "probes": rates.meta.get("probes"),
+            "old_probes": {"prefill": old_prefill, "decode": old_decode},
             "worst_relative_error": round(worst, 4), "within_15_percent": worst <= 0.15,
             "old_rates": {k: v for k, v in old.to_dict().items() if k != "meta"}}  # fmt: skip
 

@@ -53,9 +53,8 @@ def test_short_request_in_a_long_batch_is_charged_for_its_own_work():
 def test_fit_recovers_the_rates_that_made_the_timings():
     plan = calibration.probe_plan(4096)
     prefill = [(n, p, RATES.forward(n, p)) for n, p in (*plan.prefill, plan.holdout)]
-    decode = [
-        (k, r, RATES.d0 + RATES.d_row * (r - 1) + RATES.d1 * r * k) for k, r in plan.decode
-    ]
+    prefill.append((128, 2048, RATES.forward(128, 2048)))  # one after a cached past fits too
+    decode = [(k, r, RATES.d0 + RATES.d_row * (r - 1) + RATES.d1 * r * k) for k, r in plan.decode]
     got = fit(prefill, decode)
     for name in ("a", "b", "c", "d0", "d1", "d_row"):
         assert getattr(got, name) == pytest.approx(getattr(RATES, name), rel=1e-6), name
@@ -68,7 +67,7 @@ def test_probe_plan_reaches_the_longest_prompt_and_holds_it_out():
     assert sizes[0] == 16 and sizes[-1] == 16384 and plan.holdout == (32768, 0)
     assert all(b == 2 * a for a, b in zip(sizes, sizes[1:], strict=False))  # doubling
     assert max(k for k, _ in plan.decode) == 32768  # decode at KV lengths up to the longest
-    assert any(r > 1 for _, r in plan.decode) and any(p > 0 for _, p in plan.prefill)
+    assert any(r > 1 for _, r in plan.decode) and plan.after_cached == (2048, 16384)
     # a tiny window still gets enough probes to fit three terms
     tiny = calibration.probe_plan(64)
     assert len([1 for _, p in tiny.prefill if p == 0]) >= 3 and tiny.holdout == (64, 0)
