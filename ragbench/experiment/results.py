@@ -61,7 +61,8 @@ def read_records(path: Path) -> dict[str, Record]:
         good_end += len(line)
         try:
             row = json.loads(line)
-            done[row["key"]] = record_from_dict(row["record"])
+            record = record_from_dict(row["record"])
+            done[current_key(row["key"], record)] = record
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             # a complete but unreadable line (another version's fields, a bad edit): skip it,
             # keep every record after it; its work item is simply run again
@@ -73,6 +74,24 @@ def read_records(path: Path) -> dict[str, Record]:
             f.flush()
             os.fsync(f.fileno())
     return done
+
+
+def current_key(key: str, record: Record) -> str:
+    """A stored work key as this version writes it. Keys written before a retriever that embeds
+    nothing (bm25) stopped naming the run's embedder carry ``embedder``; their records' params
+    no longer do, and the key follows them, so such a run resumes instead of answering again."""
+    try:
+        parts = json.loads(key)
+        params = record.params.to_dict()
+    except (ValueError, TypeError, AttributeError):
+        return key
+    if not (isinstance(parts, list) and len(parts) >= 3 and isinstance(parts[2], dict)):
+        return key
+    stored = parts[2]
+    if "embedder" in stored and "embedder" not in params:
+        if {k: v for k, v in stored.items() if k != "embedder"} == params:
+            return dumps_canonical([*parts[:2], params, *parts[3:]])
+    return key
 
 
 def append_record(f, key: str, record: Record) -> None:
