@@ -134,7 +134,7 @@ def test_chain_of_thought_is_pred_py_two_calls(tmp_path):
         "closed_book cot",
         "long_context",
         "long_context cot",
-        "rag k=2 retriever=bm25 embedder=hash chunk=16 overlap=2 cot",
+        "rag k=2 retriever=bm25 chunk=16 overlap=2 cot",  # bm25 names no embedder
     }
     cot = by_label["long_context cot"]
     assert list(cot["longbench_v2_accuracy"]) == [1.0, 1.0]

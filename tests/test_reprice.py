@@ -69,7 +69,10 @@ def test_reprice_run_matches_hand_computation_and_keeps_the_original(run_dir, tm
     assert (new.dollars - expected).abs().max() < 1e-15
     assert (new.price_sheet == "anthropic-claude-haiku-4-5").all()
     # everything else as the run measured it (MFU, seconds, scores, predictions)
-    priced = ["dollars", "price_sheet", "amortised_dollars"]  # no one-time cost: amortised = own
+    # no one-time cost: amortised = own; the sheet's content hash is the new sheet's
+    priced = ["dollars", "price_sheet", "price_sheet_sha256", "amortised_dollars"]
+    sha = prices.price_sheet("anthropic-claude-haiku-4-5").short_sha256()
+    assert (new.price_sheet_sha256 == sha).all()
     assert new.amortised_dollars.equals(new.dollars)
     pd.testing.assert_frame_equal(old.drop(columns=priced), new.drop(columns=priced))
     # the records copy carries the same dollars, line for line

@@ -198,6 +198,9 @@ class Cost(JsonMixin):
     peak_flops: float | None = None  # the price sheet's hardware peak MFU is relative to
     mfu: float | None = None
     price_sheet: str | None = None
+    # the sheet's content hash (``PriceSheet.short_sha256``) when these dollars were priced: a
+    # resumed run reprices records whose sheet changed; None: no sheet, or written before this
+    price_sheet_sha256: str | None = None
     cost_basis: str | None = None  # calibrated: dollars from modelled_seconds; else measured
     resource_seconds_basis: str | None = None  # what resource_seconds is: RESOURCE_SECONDS_BASES
     # work done once and shared by many queries (a preloaded corpus KV: long_context preload),
@@ -258,6 +261,7 @@ class Cost(JsonMixin):
             peak_flops=peak, mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=sheet.name if sheet is not None else None, cost_basis=used,
             resource_seconds_basis=resource_seconds_basis(c),
+            price_sheet_sha256=sheet.short_sha256() if sheet is not None else None,
         )  # fmt: skip
 
     def __add__(self, other: Cost) -> Cost:
@@ -290,6 +294,7 @@ class Cost(JsonMixin):
             mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=other.price_sheet or self.price_sheet,
             **bases,
+            price_sheet_sha256=other.price_sheet_sha256 or self.price_sheet_sha256,
             one_time_seconds=applicable_sum(self.one_time_seconds, other.one_time_seconds),
             one_time_modelled_seconds=known_sum(
                 self.one_time_modelled_seconds, other.one_time_modelled_seconds
@@ -357,15 +362,17 @@ class Cost(JsonMixin):
                            completion_tokens=self.completion_tokens,
                            cache_write_tokens=cache_write_tokens)  # fmt: skip
         named = sheet.name if paid is not None else self.price_sheet
+        sha = sheet.short_sha256() if paid is not None else self.price_sheet_sha256
         if self.one_time_seconds is None:  # nothing shared: amortised = its own
             return dataclasses.replace(
-                self, dollars=paid, price_sheet=named, amortised_dollars=paid
-            )
+                self, dollars=paid, price_sheet=named, price_sheet_sha256=sha,
+                amortised_dollars=paid,
+            )  # fmt: skip
         once_modelled = self.one_time_modelled_seconds if calibrated else None
         once_seconds = once_modelled if once_modelled is not None else self.one_time_seconds
         once = dollars(sheet, device_seconds=once_seconds) if hourly else None
         out = dataclasses.replace(self, dollars=paid, price_sheet=named, one_time_dollars=once,
-                                  amortised_dollars=None)  # fmt: skip
+                                  price_sheet_sha256=sha, amortised_dollars=None)  # fmt: skip
         over = self.amortised_over
         if once is None or paid is None or not over or over < 1:
             return out

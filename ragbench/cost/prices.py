@@ -37,6 +37,8 @@ re-exported here), written out by ``sheet_yaml``.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +47,7 @@ from typing import Any
 import yaml
 
 from ragbench.cost.prices_import import import_genai_sheet, sheet_from_genai  # noqa: F401 (re-exported)
-from ragbench.io import InputFileError
+from ragbench.io import InputFileError, dumps_canonical
 from ragbench.registry import Registry, did_you_mean, unknown
 from ragbench.types import Completion
 
@@ -67,6 +69,7 @@ _API_OPTIONAL = (
 )
 _GPU_REQUIRED = ("gpu_hour", "gpus")
 _COMMON = ("name", "kind", "date", "source", "currency")
+SHEET_HASH_CHARS = 16  # hex digits of the content hash a record keeps (price_sheet_sha256)
 _OPTIONAL = ("hardware", "peak_flops", "note", "provider", "model")
 
 
@@ -111,9 +114,24 @@ class PriceSheet:
         rates.setdefault("cache_write_per_million", rates["input_per_million"])
         return rates
 
+    def content_sha256(self) -> str:
+        """sha256 of the sheet's parsed content (every field but ``path``), as canonical JSON: a
+        price, tier, date or note edited in the file changes it; a YAML comment, the keys'
+        order, the number's spelling (``3`` / ``3.0``) or the file's place do not. A run
+        records it (``short_sha256`` on each record, the whole in the manifest) so a resumed run
+        can tell that its sheet changed (``ragbench.cost.reprice.reprice_stale``)."""
+        content = dataclasses.asdict(self)
+        content.pop("path")
+        return hashlib.sha256(dumps_canonical(content).encode("utf-8")).hexdigest()
+
+    def short_sha256(self) -> str:
+        """The content hash as a record's ``price_sheet_sha256`` column keeps it."""
+        return self.content_sha256()[:SHEET_HASH_CHARS]
+
     def describe(self) -> dict[str, str]:
         """What a manifest or a repriced table records about the sheet that priced it."""
-        return {"name": self.name, "date": self.date, "source": self.source, "path": self.path}
+        return {"name": self.name, "date": self.date, "source": self.source, "path": self.path,
+                "sha256": self.content_sha256()}  # fmt: skip
 
 
 # shipped sheets by name -> their YAML file (a Registry like every other set of names)

@@ -9,7 +9,10 @@ saying which sheet, dated and sourced, priced it from which table). The original
 written: the run's own numbers stay what the run measured.
 
 Each row or record is read back into a ``Cost`` and priced by ``Cost.repriced``, the same
-accounting the run used. A one-time cost (``long_context preload``) is repriced with its record:
+accounting the run used; its ``price_sheet_sha256`` becomes the new sheet's content hash
+(``PriceSheet.short_sha256``). A resumed run whose sheet file changed reprices its own stored
+records the same way (``reprice_stale``, called by the runner), so one table never mixes two
+versions of a sheet. A one-time cost (``long_context preload``) is repriced with its record:
 ``one_time_dollars`` from ``one_time_seconds`` on an hourly sheet, and ``amortised_dollars`` =
 dollars + one_time / ``amortised_over`` (``Cost.amortise``). On a per-token sheet the one-time
 cost cannot be priced (a record keeps its seconds, not its tokens): both are left empty and
@@ -152,9 +155,10 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
             col = _column(out.columns, "one_time_dollars") or "one_time_dollars"
             old = out[col].tolist() if col in out else [None] * len(out)
             out[col] = [o if h else k for o, h, k in zip(once, had, old, strict=True)]
-    sheet_col = _column(out.columns, "price_sheet") or "price_sheet"
-    old = out[sheet_col] if sheet_col in out else [None] * len(out)
-    out[sheet_col] = [sheet.name if d is not None else o for d, o in zip(priced, old, strict=True)]
+    for name, value in (("price_sheet", sheet.name), ("price_sheet_sha256", sheet.short_sha256())):
+        col = _column(out.columns, name) or name
+        old = out[col] if col in out else [None] * len(out)
+        out[col] = [value if d is not None else o for d, o in zip(priced, old, strict=True)]
     approximate = sum(_approximate(sheet, c) for c in costs)
     return out, approximate
 
@@ -179,6 +183,7 @@ def reprice_records_text(text: str, sheet: PriceSheet) -> str:
             if new.dollars is not None:
                 cost["dollars"] = new.dollars
                 cost["price_sheet"] = sheet.name
+                cost["price_sheet_sha256"] = sheet.short_sha256()
             if new.dollars is not None or new.one_time_seconds is not None:
                 if "one_time_dollars" in cost or new.one_time_dollars is not None:
                     cost["one_time_dollars"] = new.one_time_dollars
@@ -186,6 +191,72 @@ def reprice_records_text(text: str, sheet: PriceSheet) -> str:
                     cost["amortised_dollars"] = new.amortised_dollars
         lines.append(dumps_canonical(row) + "\n")
     return "".join(lines)
+
+
+@dataclass
+class StaleRecords:
+    """What ``reprice_stale`` did to a run's stored records (by work key)."""
+
+    repriced: dict[str, Any] = field(default_factory=dict)  # key -> Record, repriced
+    stamped: dict[str, Any] = field(default_factory=dict)  # key -> Record, hash added only
+    was: dict[str, int] = field(default_factory=dict)  # old hash ("unknown") -> records repriced
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> dict[str, Any]:
+        """Every record to write again: the repriced and the stamped ones."""
+        return {**self.stamped, **self.repriced}
+
+
+def reprice_stale(records: Mapping[str, Any], sheet: PriceSheet) -> StaleRecords:
+    """The stored records (``Record``s by work key) of a run that ``sheet`` would not have
+    priced as they are: each record whose ``price_sheet_sha256`` is not ``sheet``'s content
+    hash is priced again with ``sheet`` by ``Cost.repriced``, as ``ragbench reprice`` does, so a
+    resumed run's table never mixes two versions of its sheet.
+
+    A record written before records kept the hash (none: unknown) whose dollars ``sheet`` gives
+    again is taken as priced by it: only the hash is added (``stamped``), so nothing a reprice
+    cannot recompute (an api sheet's one-time preload dollars) is lost. One whose dollars differ
+    is repriced. Records without a cost (failed ones) are left alone."""
+    import dataclasses
+
+    out = StaleRecords()
+    sha = sheet.short_sha256()
+    approximate = one_time = 0
+    for key, record in records.items():
+        cost = getattr(record, "cost", None)
+        if cost is None or cost.price_sheet_sha256 == sha:
+            continue
+        write = getattr(cost, "cache_write_tokens", 0) or 0  # where Cost logs it
+        new = cost.repriced(sheet, float(write))
+        if cost.price_sheet_sha256 is None and _same(cost.dollars, new.dollars):
+            out.stamped[key] = dataclasses.replace(
+                record, cost=dataclasses.replace(cost, price_sheet_sha256=sha)
+            )
+            continue
+        was = cost.price_sheet_sha256 or "unknown"
+        out.was[was] = out.was.get(was, 0) + 1
+        out.repriced[key] = dataclasses.replace(record, cost=new)
+        approximate += _approximate(sheet, cost.to_dict())
+        one_time += cost.one_time_seconds is not None and new.one_time_dollars is None
+    if one_time:
+        out.warnings.append(
+            f"{one_time} repriced record(s) with a one-time cost (long_context preload): a "
+            f"per-token sheet cannot price it again, so their one_time_dollars and "
+            f"amortised_dollars are now empty"
+        )
+    if approximate:
+        out.warnings.append(
+            f"{approximate} repriced record(s) of several model calls: the sheet's long-context "
+            f"tier or minimum cacheable prefix was applied to their summed tokens"
+        )
+    return out
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
 
 
 def compare(before: Any, after: Any) -> Any:

@@ -24,7 +24,7 @@ from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.calibration import Rates, announce, describe
 from ragbench.llm.hf_load import set_threads
 from ragbench.models import PRESETS, get_preset
-from ragbench.retrieval import build_index
+from ragbench.retrieval import build_index, needs_embedder
 from ragbench.retrieval.embedders import get_embedder
 from ragbench.strategies import Resources, RetrievalParams, get_strategy
 from ragbench.strategies.params import StrategyParams
@@ -158,7 +158,8 @@ def chunk_tokenizer(cfg: RunConfig) -> str:
 
 def make_index(cfg: RunConfig, cache_size: int = 8):
     """(example, retrieval settings) -> (chunks, retriever), memoised by documents and settings
-    (many questions share one corpus); each embedder is loaded once per run."""
+    (many questions share one corpus); each embedder is loaded once per run, and none for a
+    retriever that embeds nothing (``needs_embedder``: bm25)."""
     tokenizer = chunk_tokenizer(cfg)
     embedders: dict[str, Any] = {}
     memo: OrderedDict[tuple[str, RetrievalParams], tuple] = OrderedDict()
@@ -170,18 +171,21 @@ def make_index(cfg: RunConfig, cache_size: int = 8):
         docs = shared or dumps_canonical([d.to_dict() for d in example.documents])
         key = (str(docs), settings)
         if key not in memo:
-            if settings.embedder not in embedders:
-                params = cfg.retrieval.embedder_params.get(settings.embedder, {})
-                embedders[settings.embedder] = get_embedder(settings.embedder, **params)
+            options = cfg.retrieval.params_for(settings.retriever)
+            # a retriever that embeds nothing (bm25, rerank over bm25) loads no embedder
+            name = settings.embedder if needs_embedder(settings.retriever, options) else None
+            if name is not None and name not in embedders:
+                params = cfg.retrieval.embedder_params.get(name, {})
+                embedders[name] = get_embedder(name, **params)
             memo[key] = build_index(
                 example.documents,
                 retriever=settings.retriever,
-                embedder=embedders[settings.embedder],
+                embedder=embedders.get(name),  # None: embeds nothing
                 splitter=settings.splitter,
                 chunk_size=settings.chunk_size,
                 chunk_overlap=settings.chunk_overlap,
                 tokenizer=tokenizer,
-                retriever_params=cfg.retrieval.params_for(settings.retriever),
+                retriever_params=options,
             )
             if len(memo) > cache_size:
                 memo.popitem(last=False)

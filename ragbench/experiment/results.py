@@ -61,7 +61,8 @@ def read_records(path: Path) -> dict[str, Record]:
         good_end += len(line)
         try:
             row = json.loads(line)
-            done[row["key"]] = record_from_dict(row["record"])
+            record = record_from_dict(row["record"])
+            done[current_key(row["key"], record)] = record
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             # a complete but unreadable line (another version's fields, a bad edit): skip it,
             # keep every record after it; its work item is simply run again
@@ -75,10 +76,61 @@ def read_records(path: Path) -> dict[str, Record]:
     return done
 
 
+def current_key(key: str, record: Record) -> str:
+    """A stored work key as this version writes it. Keys written before a retriever that embeds
+    nothing (bm25) stopped naming the run's embedder carry ``embedder``; their records' params
+    no longer do, and the key follows them, so such a run resumes instead of answering again."""
+    try:
+        parts = json.loads(key)
+        params = record.params.to_dict()
+    except (ValueError, TypeError, AttributeError):
+        return key
+    if not (isinstance(parts, list) and len(parts) >= 3 and isinstance(parts[2], dict)):
+        return key
+    stored = parts[2]
+    if "embedder" in stored and "embedder" not in params:
+        if {k: v for k, v in stored.items() if k != "embedder"} == params:
+            return dumps_canonical([*parts[:2], params, *parts[3:]])
+    return key
+
+
 def append_record(f, key: str, record: Record) -> None:
     f.write((dumps_canonical({"key": key, "record": record.to_dict()}) + "\n").encode("utf-8"))
     f.flush()
     os.fsync(f.fileno())
+
+
+def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str, Any] | None:
+    """Resuming a run whose price sheet changed since some of its records were priced: those
+    records priced again with the sheet as it is now (``ragbench.cost.reprice.reprice_stale``,
+    what ``ragbench reprice`` does), appended to ``records.jsonl`` (the last line of a key wins,
+    so the file stays append-only and a crash midway is finished by the next resume) and put in
+    ``done``; one warning line says so, naming both hashes. Returns what the session's manifest
+    entry logs, or None when nothing was repriced (no sheet; every record already priced by it;
+    records older than the hash whose dollars the sheet gives again only get the hash added)."""
+    from ragbench.cost.reprice import reprice_stale
+
+    if sheet is None or not done:
+        return None
+    stale = reprice_stale(done, sheet)
+    if not stale.changed:
+        return None
+    with path.open("ab") as f:  # one fsync for them all: an old run may have thousands
+        for key, record in stale.changed.items():
+            f.write((dumps_canonical({"key": key, "record": record.to_dict()}) + "\n").encode())
+            done[key] = record
+        f.flush()
+        os.fsync(f.fileno())
+    if not stale.repriced:
+        return None
+    was = ", ".join(f"{sha} ({n})" for sha, n in stale.was.items())
+    log.warning("%s: price sheet %r changed since %d stored record(s) were priced (sha256 %s -> "
+                "%s): repriced them with the sheet as it is now, as `ragbench reprice` does",
+                path, sheet.name, len(stale.repriced), was, sheet.short_sha256())  # fmt: skip
+    for message in stale.warnings:
+        log.warning("%s", message)
+    return {"price_sheet": sheet.name, "sha256": sheet.short_sha256(), "from": stale.was,
+            "records": len(stale.repriced), "warnings": stale.warnings}  # fmt: skip
 
 
 def error_record(example: Example, params: Any, exc: BaseException) -> Record:

@@ -72,6 +72,7 @@ from ragbench.experiment.results import (
     error_summary,
     parquet_bytes,
     read_records,
+    reprice_resumed,
     table,
     work_key,
 )
@@ -186,6 +187,9 @@ def _run_locked(
     pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done or done[k].error]
     previous = read_manifest(out, keep_damaged=True)
     session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
+    # the sheet file edited since records were priced: reprice them, never mix two versions
+    if repriced := reprice_resumed(done, cfg.sheet, out / RECORDS):
+        session["repriced"] = repriced
     sessions = [*sessions_of(previous), session]
     judging = bool(deferred_metrics(cfg.metrics)) and (
         bool(pending) or any(needs_judging(cfg, done[k]) for k in keys if k in done)

@@ -12,6 +12,7 @@ from ragbench.retrieval.build import (
     build_index,
     build_retriever,
     check_retriever_params,
+    needs_embedder,
     retriever_options,
 )
 from ragbench.retrieval.chunking import check_chunking
@@ -25,5 +26,6 @@ __all__ = [
     "build_retriever",
     "check_chunking",
     "check_retriever_params",
+    "needs_embedder",
     "retriever_options",
 ]

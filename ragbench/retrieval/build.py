@@ -60,6 +60,16 @@ def retriever_options(name: str) -> list[str]:
     return sorted(options)
 
 
+def needs_embedder(name: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether retriever ``name`` reads an embedder, as its class declares (``Retriever.embeds``);
+    a retriever that wraps another (rerank) as its ``base`` option does (default ``hybrid``).
+    One that does not (bm25) gets no embedder loaded, and its parameters name none."""
+    embeds = getattr(RETRIEVERS.get(name), "embeds", True)
+    if embeds is None:
+        return needs_embedder((options or {}).get("base", BASE), options)
+    return bool(embeds)
+
+
 def _check_options(name: str, options: dict[str, Any], valid: Sequence[str]) -> None:
     for key in sorted(options):
         if key not in valid:
@@ -101,7 +111,7 @@ def build_retriever(name: str, chunks: Sequence[Chunk], **options: Any) -> Retri
     bm25_kw = {p: kw.pop(p) for p in _params("bm25", "chunks") if p in kw}
     if name == "bm25":
         return cls(chunks, **bm25_kw)
-    if "embedder" not in dense_kw:
+    if dense_kw.get("embedder") is None:
         dense_kw["embedder"] = get_embedder()  # the embedded default
     dense = RETRIEVERS.get("dense")(chunks, **dense_kw)
     if name == "dense":
@@ -124,7 +134,7 @@ def build_index(
 
     ``embedder``: an ``EMBEDDERS`` name (or model folder) or an Embedder (pass one instance to
     load a model once for many indexes); dense, hybrid and rerank embed with it, bm25 ignores
-    it. ``splitter``, ``chunk_size`` and ``chunk_overlap`` (tokens of ``tokenizer``) go to
+    it (None: nothing to embed with, for a retriever that ``needs_embedder`` says needs none). ``splitter``, ``chunk_size`` and ``chunk_overlap`` (tokens of ``tokenizer``) go to
     ``chunk_documents``; ``retriever_params`` are the retriever's other options. Every name and
     setting is checked before anything is chunked or embedded.
     """

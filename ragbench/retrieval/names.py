@@ -11,6 +11,8 @@ from pathlib import Path
 
 from ragbench.registry import Registry
 
+# each class declares whether it reads the run's embedder (``Retriever.embeds``; bm25 does not,
+# so a run loads none for it: ``build.needs_embedder``)
 RETRIEVERS = Registry(
     "retriever",
     {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,9 +30,14 @@ BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 
 
 class Retriever(ABC):
-    """Base class: subclasses call ``super().__init__(chunks)`` and implement ``_retrieve``."""
+    """Base class: subclasses call ``super().__init__(chunks)`` and implement ``_retrieve``.
+
+    ``embeds`` declares whether the retriever reads the run's embedder (``retrieval.embedder``):
+    True (dense, hybrid), False (none: the run loads no embedder for it and its parameters name
+    none, ``build.needs_embedder``), None (as the retriever it wraps: rerank's ``base``)."""
 
     name = "retriever"
+    embeds: ClassVar[bool | None] = True
 
     def __init__(self, chunks: Sequence[Chunk]) -> None:
         self.chunks = check_chunks(chunks)
@@ -136,6 +141,7 @@ class BM25Retriever(Retriever):
     """
 
     name = "bm25"
+    embeds = False  # words only: no embedder is loaded for it
 
     def __init__(
         self,
@@ -249,6 +255,7 @@ class RerankRetriever(Retriever):
     """
 
     name = "rerank"
+    embeds = None  # as its base retriever
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Self
 
 from ragbench.llm import kv_cache
 from ragbench.registry import did_you_mean, unknown
-from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking
+from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking, needs_embedder
 from ragbench.retrieval.context import ORDERS
 from ragbench.strategies.prompts import OVERFLOW
 
@@ -85,7 +85,16 @@ class StrategyParams:
         merged = {k: v for k, v in (base or {}).items() if k in names} | dict(spec)
         keys = [n for n in names if n in merged]
         axes = [merged[k] if isinstance(merged[k], list) else [merged[k]] for k in keys]
-        return [cls(**dict(zip(keys, point, strict=True))) for point in itertools.product(*axes)]
+        points: list[Self] = []
+        raw: dict[str, tuple] = {}  # a point's repr -> the first values that made it
+        for values in itertools.product(*axes):
+            point = cls(**dict(zip(keys, values, strict=True)))
+            if raw.setdefault(repr(point), values) != values:
+                # other values that make the same point (the embedders of a grid, for bm25,
+                # which names none): once. A value listed twice stays (the run refuses it).
+                continue
+            points.append(point)
+        return points
 
     def to_dict(self) -> dict[str, Any]:
         default = {f.name: f.default for f in dataclasses.fields(self)}
@@ -222,17 +231,34 @@ class RetrievalParams(StrategyParams):
     config's defaults too (``config.RetrievalConfig`` reads them)."""
 
     retriever: str = "dense"  # dense | bm25 | hybrid | rerank
-    embedder: str = "minilm"  # minilm (embedded, offline) | hash (fast tests); bm25 ignores it
+    # minilm (embedded, offline) | hash (fast tests); None for a retriever that embeds nothing
+    # (bm25: ``needs_embedder``), whatever was given: such a point names no embedder
+    embedder: str | None = "minilm"
     splitter: str = "sentence"  # llama-index splitter: sentence | token
     chunk_size: int = 128  # tokens per chunk (the chunking tokenizer's)
     chunk_overlap: int = 16  # tokens shared by neighbouring chunks (< chunk_size)
 
     short: ClassVar[dict[str, str]] = {"chunk_size": "chunk", "chunk_overlap": "overlap"}
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         RETRIEVERS.check(self.retriever)
-        EMBEDDERS.check(self.embedder)
+        if not needs_embedder(self.retriever):  # the run-wide embedder does not apply
+            object.__setattr__(self, "embedder", None)
+        super().__post_init__()
+
+    def validate(self) -> None:
+        if self.embedder is None and needs_embedder(self.retriever):
+            raise ValueError(f"{self.strategy}: retriever {self.retriever!r} needs an embedder")
+        if self.embedder is not None:
+            EMBEDDERS.check(self.embedder)
         check_chunking(self.splitter, self.chunk_size, self.chunk_overlap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored; a retriever that embeds nothing names no embedder (not even null)."""
+        data = super().to_dict()
+        if self.embedder is None:
+            data.pop("embedder", None)
+        return data
 
     def retrieval(self) -> RetrievalParams:
         """Only the index settings (the key an index is built and cached under)."""
