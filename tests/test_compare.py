@@ -32,7 +32,7 @@ tower,How tall is the white tower?,31 metres,31 metres tall
 ferry,When does the first ferry leave?,06:40,The first ferry leaves at 06:40
 """
 VERDICT = re.compile(
-    r"^verdict: (Use (closed_book|long_context|rag|self_route|pipeline)\b|Too few questions|"
+    r"^verdict: (Use (closed_book|long_context|rag|self_route|pipeline)\b|Not decided yet|"
     r"No variant)",
     re.M,
 )
