@@ -32,7 +32,7 @@ tower,How tall is the white tower?,31 metres,31 metres tall
 ferry,When does the first ferry leave?,06:40,The first ferry leaves at 06:40
 """
 VERDICT = re.compile(
-    r"^verdict: (Use (closed_book|long_context|rag|self_route|pipeline)\b|Too few questions|"
+    r"^verdict: (Use (closed_book|long_context|rag|self_route|pipeline)\b|Not decided yet|"
     r"No variant)",
     re.M,
 )
@@ -344,10 +344,12 @@ def test_verdict_first_moves_the_verdict_section_under_the_title():
     nb.cells = [nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell("x = 1"),
                 nbformat.v4.new_markdown_cell("## 1. Data"), nbformat.v4.new_code_cell("run()"),
                 nbformat.v4.new_markdown_cell("## Verdict\n\nwhy"),
-                nbformat.v4.new_code_cell("verdict(df)"), nbformat.v4.new_markdown_cell("## 2.")]  # fmt: skip
+                nbformat.v4.new_code_cell("verdict(df)"),
+                nbformat.v4.new_markdown_cell("### Verdict detail"),
+                nbformat.v4.new_code_cell("v.detail"), nbformat.v4.new_markdown_cell("## 2.")]  # fmt: skip
     sources = [c.source for c in steps.verdict_first(nb).cells]
-    assert sources == ["# Title", "## Verdict\n\nwhy", "verdict(df)", "x = 1", "## 1. Data",
-                       "run()", "## 2."]  # fmt: skip
+    assert sources == ["# Title", "## Verdict\n\nwhy", "verdict(df)", "### Verdict detail",
+                       "v.detail", "x = 1", "## 1. Data", "run()", "## 2."]  # fmt: skip
 
 
 @pytest.mark.slow

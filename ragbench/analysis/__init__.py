@@ -3,10 +3,12 @@ oracle-router headroom and Self-Route diagnostics. Every function takes the resu
 row per example, strategy and parameter point; ``label`` names the variant) and returns a table;
 plots live in ``ragbench.report``.
 
-- ``verdict``: which variant to use under the reader's constraints (minimum score, maximum $ per
-  1k queries, maximum latency): the cheapest not significantly worse than the most accurate, the
-  most accurate, none, or "too few questions" with how many more would tell; one or two
-  sentences with the paired test's numbers and the conditions they hold for (``Verdict``).
+- ``verdict``: RAG or long context, under the reader's constraints (minimum score, maximum $ per
+  1k queries, maximum latency): the best retrieval variant against the best long-context one,
+  "not worse" as non-inferiority within a margin, closed book as the baseline line, the cost as
+  a ratio with its interval, or "not decided yet" with how many more questions would decide;
+  each interval and p from one procedure (``paired_difference``), Bonferroni over the
+  comparisons the sentence makes (``Verdict``; ``Verdict.detail``: every comparison).
 - ``summary``: accuracy with a bootstrap 95% CI and mean cost per query per variant (with the
   warnings the numbers hide), its ``pareto_front`` and RULER's ``effective_context_length``;
   ``with_labels``/``strategy_label`` name the variants.
@@ -44,6 +46,8 @@ from ragbench.analysis.paired import (
     holm,
     mcnemar_exact,
     paired_bootstrap,
+    paired_difference,
+    tango,
 )
 from ragbench.analysis.routing import (
     COST_PREFERENCE,
@@ -81,6 +85,7 @@ __all__ = [
     "names_value",
     "oracle_router",
     "paired_bootstrap",
+    "paired_difference",
     "paired_scores",
     "pareto_front",
     "pick_cost",
@@ -90,6 +95,7 @@ __all__ = [
     "self_route_warnings",
     "strategy_label",
     "summary",
+    "tango",
     "verdict",
     "with_labels",
 ]

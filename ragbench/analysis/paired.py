@@ -169,3 +169,117 @@ def decide(table: Any) -> str:
             f"=> no variant is significantly better than all others on {metric} at {level:g}"
         )
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ one procedure per difference
+#
+# The verdict quotes a difference's interval and its p-value side by side, so both come from one
+# procedure: the interval is the set of differences the test does not reject, and the p-value is
+# the test of "no difference" (0/1 scores: Tango's score interval, whose test at 0 is McNemar's
+# score test; other scores: a paired bootstrap whose interval and p read the same resampled
+# means). Hence "the interval excludes 0" and "p < level" are the same statement, at any level.
+
+
+def _tango_z(a_only: int, b_only: int, n: int, delta: float) -> float:
+    """Tango's (1998) score statistic for ``H0: p_a - p_b = delta`` on paired 0/1 outcomes:
+    ``(a_only - b_only - n delta) / sqrt(n (2 q + delta (1 - delta)))`` with ``q`` the
+    maximum-likelihood estimate of P(a wrong, b right) under H0 (a closed form; tests check it
+    against a numerical maximum). At ``delta = 0`` it is McNemar's ``(b - c) / sqrt(b + c)``."""
+    big_a = 2.0 * n
+    big_b = -a_only - b_only + (2.0 * n - a_only + b_only) * delta
+    big_c = -b_only * delta * (1.0 - delta)
+    q = (math.sqrt(max(big_b * big_b - 4.0 * big_a * big_c, 0.0)) - big_b) / (2.0 * big_a)
+    var = n * (2.0 * q + delta * (1.0 - delta))
+    top = a_only - b_only - n * delta
+    if var <= 0:
+        return 0.0 if top == 0 else math.copysign(math.inf, top)
+    return top / math.sqrt(var)
+
+
+def tango(a_only: int, b_only: int, n: int, level: float = 0.05) -> tuple[float, float, float]:
+    """(ci_low, ci_high, p) for the difference of two paired proportions, ``p_a - p_b``, from
+    ``n`` pairs of which ``a_only`` had only a right and ``b_only`` only b right: Tango's score
+    interval (Stat Med 1998;17:891-908) at ``1 - level``, found by inverting the score test
+    (``scipy.optimize.brentq``), and the score test's two-sided p at 0 (McNemar's asymptotic
+    test; 1 when no pair is discordant). The interval is right at small n (it never collapses to
+    a point, even with no discordant pair) and contains 0 exactly when ``p >= level``."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    if n < 1:
+        return float("nan"), float("nan"), float("nan")
+    crit = float(norm.ppf(1 - level / 2))
+    z0 = _tango_z(a_only, b_only, n, 0.0) if a_only + b_only else 0.0
+    p = float(min(1.0, 2 * norm.sf(abs(z0))))
+    est = (a_only - b_only) / n
+    eps = 1e-12
+
+    def bound(target: float, lo: float, hi: float, edge: float) -> float:
+        f = lambda d: _tango_z(a_only, b_only, n, d) - target  # noqa: E731
+        if f(edge) * (1 if edge == lo else -1) <= 0:  # the test never rejects out to the edge
+            return -1.0 if edge < 0 else 1.0
+        return float(brentq(f, lo, hi, xtol=1e-12))
+
+    low = bound(crit, -1 + eps, est, -1 + eps) if est > -1 + eps else -1.0
+    high = bound(-crit, est, 1 - eps, 1 - eps) if est < 1 - eps else 1.0
+    return low, high, p
+
+
+def bootstrap_difference(
+    diffs: Sequence[float], n_boot: int = 2000, seed: Any = 0, level: float = 0.05
+) -> tuple[float, float, float]:
+    """(ci_low, ci_high, p) for the mean of per-question differences from one set of paired
+    resamples (``paired_bootstrap``'s draws): the interval's ends are order statistics of the
+    resampled means, the ``ceil(n_boot * level / 2)``-th from each end, and ``p`` is twice the
+    smaller share of resampled means at or beyond 0 on either side. With ends taken this way (no
+    interpolation), ``ci_low > 0`` exactly when the share at or below 0 is under ``level / 2``,
+    so the interval excludes 0 exactly when ``p < level``."""
+    d = np.asarray(diffs, dtype=float)
+    if d.size < 2 or n_boot < 1:
+        value = float(d[0]) if d.size == 1 else float("nan")
+        return value, value, float("nan")
+    rng = np.random.default_rng(seed)
+    means = np.sort(d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1))
+    k = max(1, math.ceil(n_boot * level / 2 - 1e-9))
+    lo, hi = float(means[k - 1]), float(means[n_boot - k])
+    p = min(1.0, 2 * min(float(np.mean(means <= 0)), float(np.mean(means >= 0))))
+    return lo, hi, p
+
+
+def paired_difference(
+    x: Sequence[float],
+    y: Sequence[float],
+    level: float = 0.05,
+    comparisons: int = 1,
+    binary: bool | None = None,
+    n_boot: int = 2000,
+    seed: Any = 0,
+) -> dict[str, Any]:
+    """``mean(x) - mean(y)`` over paired scores (NaN pairs dropped) with its interval and p from
+    one procedure (``tango`` for 0/1 scores, else ``bootstrap_difference``), Bonferroni-adjusted
+    for ``comparisons``: the interval is at ``1 - level / comparisons`` (together the intervals
+    of that many comparisons cover at ``1 - level``) and ``p_value`` is ``comparisons`` times
+    the raw p (capped at 1). So ``significant`` (``p_value < level``) is "the interval excludes
+    0". Also: ``n``, ``a_only``/``b_only`` (pairs where x / y scored higher), ``sd`` of the
+    per-question differences, ``test`` (``tango`` or ``paired_bootstrap``)."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    d = a - b
+    if binary is None:
+        binary = bool(np.isin(np.concatenate([a, b]), (0.0, 1.0)).all())
+    each = level / max(1, comparisons)
+    a_only, b_only = int((d > 0).sum()), int((d < 0).sum())
+    if binary:
+        lo, hi, p = tango(a_only, b_only, int(d.size), each)
+    else:
+        lo, hi, p = bootstrap_difference(d, n_boot, seed, each)
+    p_adj = min(1.0, p * max(1, comparisons)) if p == p else p
+    return {
+        "n": int(d.size), "diff": float(d.mean()) if d.size else float("nan"),
+        "ci_low": lo, "ci_high": hi, "p_value": p_adj, "p_raw": p,
+        "significant": bool(lo > 0 or hi < 0), "a_only": a_only, "b_only": b_only,
+        "sd": float(d.std(ddof=1)) if d.size > 1 else 0.0,
+        "test": "tango" if binary else "paired_bootstrap", "comparisons": max(1, comparisons),
+        "level": level,
+    }  # fmt: skip

@@ -1,18 +1,34 @@
-"""The verdict: which variant to use, from a results table and the reader's constraints, in one
-or two plain sentences with the evidence (the paired test) and the conditions it holds for.
+"""The verdict: RAG or long context, from a results table and the reader's constraints, in one
+sentence a manager can act on, then the evidence and the conditions it holds for.
 
-Among the variants that meet the constraints (a minimum score, a maximum $ per 1k queries, a
-maximum mean latency), take the most accurate; then, cheapest first, the first cheaper variant
-that the paired test (``compare``: exact McNemar for 0/1 scores, else a paired bootstrap;
-Holm-adjusted over the candidates' pairs) does not find significantly worse is chosen, provided
-the comparison could have seen a loss of ``margin`` (80% power on that many questions). Where it
-could not, the answer is "too few questions", with how many more would separate the two. Where
-every cheaper variant is significantly worse, the most accurate one is chosen.
+1. The variants that meet the constraints (a minimum score, a maximum $ per 1k queries, a
+   maximum mean latency) are sorted into families (``families``): retrieval (RAG, Self-Route, a
+   pipeline), long context (with its KV-cache variants) and the closed-book baseline. Each
+   family's best is its most accurate variant; equal scores go to the one with less machinery
+   (RAG before Self-Route, a plain KV cache before a technique), and a Self-Route that never
+   routed yields to the RAG variant that retrieved as it did.
+2. The best retrieval variant is compared with the best long-context one on the same questions
+   (with one family only, the best with the next best). Of the two, the cheaper (mean cost per
+   query; at the same cost, the simpler) is used when it is significantly more accurate, or
+   *not worse*: non-inferiority, the lower end of the paired difference's interval above
+   ``-margin``. The dearer one is used when it is significantly more accurate. Otherwise it is
+   not decided yet, with the questions that would decide it (80% power at the observed
+   difference).
+3. Closed book is the baseline line: the documents matter (the choice is significantly better),
+   do not matter (closed book within the margin) or hurt.
+
+Each difference's interval and p-value come from one procedure (``paired.paired_difference``:
+Tango's score interval for 0/1 scores, whose test at 0 is McNemar's; a paired bootstrap
+otherwise), Bonferroni-adjusted over the comparisons the sentence makes (the intervals are
+simultaneous, the p-values multiplied by their number), so an interval that excludes 0 always
+stands beside p < alpha. Cost is the ratio of mean cost per query, with a paired bootstrap
+interval; a variant is called cheaper only when that interval lies below 1.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
@@ -21,16 +37,25 @@ import numpy as np
 
 from ragbench.analysis._common import _check_metric, _higher_is_better, _scored, paired_scores
 from ragbench.analysis.conditions import conditions as run_conditions
+from ragbench.analysis.families import BASELINE, LONG_CONTEXT, RETRIEVAL, annotate
 from ragbench.analysis.labels import with_labels
-from ragbench.analysis.paired import compare
+from ragbench.analysis.paired import paired_difference
+from ragbench.analysis.verdict_text import (
+    _cost_phrase,
+    _cost_text,
+    _evidence,
+    _Fmt,
+    _money,
+    _same_cost,
+)
 from ragbench.cost.planning import prefix_cache_break_even
-from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, RETRIEVED, strategies_where
+from ragbench.strategies import NO_CONTEXT, strategies_where
 
-REASONS = ("cheapest_not_worse", "most_accurate_within_budget", "none_meets_constraints",
-           "too_few_questions")  # fmt: skip
-POWER = 0.8  # the chance a comparison must have of seeing a difference before "not worse" counts
+REASONS = ("more_accurate", "not_worse", "undecided", "only_variant", "none_meets_constraints")
+POWER = 0.8  # the chance "more questions" gives of deciding, at the observed difference
 # cost per query, best first: money (a preloaded corpus's one-time cost amortised), else tokens
 COSTS = ("amortised_dollars", "dollars", "prompt_tokens")
+MOST = 0.5  # long context cut more than this share of the corpus: the sentence says so
 
 
 def questions_needed(effect: float, *, discordant: float | None = None, sd: float | None = None,
@@ -43,8 +68,9 @@ def questions_needed(effect: float, *, discordant: float | None = None, sd: floa
     ``n = (z(1-alpha/2) sqrt(psi) + z(power) sqrt(psi - effect^2))^2 / effect^2`` with ``psi``
     = ``discordant``, the share of questions the two variants disagree on (at least |effect|).
     Other scores (paired z): ``n = ((z(1-alpha/2) + z(power)) sd / effect)^2`` with ``sd`` the
-    standard deviation of the per-question differences. tests/test_verdict.py checks both
-    against simulated tests."""
+    standard deviation of the per-question differences. A non-inferiority margin ``m`` is the
+    same question with ``effect`` = difference + m. tests/test_verdict.py checks both against
+    simulated tests."""
     effect = abs(effect)
     if effect == 0 or not math.isfinite(effect):
         return math.inf  # type: ignore[return-value]
@@ -59,32 +85,44 @@ def questions_needed(effect: float, *, discordant: float | None = None, sd: floa
 
 @dataclass(frozen=True)
 class Verdict:
-    """What to use and why. ``text``: the decision with its numbers; ``choice``: the label to
-    use (None: none meets the constraints, or too few questions to tell); ``reason``: one of
-    ``REASONS``. The evidence is the paired comparison of ``rival`` (a cheaper variant) with
-    ``best`` (the most accurate meeting the constraints): ``diff`` = rival - best on ``metric``
-    with its CI, ``p_value`` Holm-adjusted, on ``n_pairs`` questions; ``more_questions`` the
-    power estimate when too few. ``conditions``: model, context tokens, questions, price sheet.
-    ``variants``: one row per variant (score, $ per 1k queries, latency, constraints met)."""
+    """What to use and why. ``text``: the sentence, then its evidence; ``choice``: the label to
+    use (None: none meets the constraints, or not decided yet); ``reason``: one of ``REASONS``;
+    ``opponent``: the best of the other family (or the next best); ``leaning``: when undecided,
+    the variant ahead on both score and cost, if one is. ``compared`` = (x, y): ``diff`` = x - y
+    on ``metric`` with its interval (``ci_low``, ``ci_high``) and ``p_value`` from one procedure
+    (``test``), Bonferroni-adjusted over ``comparisons``, on ``n_pairs`` questions;
+    ``cost_ratio`` = mean cost of x / of y with its bootstrap 95% interval. ``baseline``: the
+    closed-book line's variant. ``more_questions``: how many more would decide. ``detail``:
+    every comparison (these first), ``conditions``: model, context, questions, price sheet;
+    ``variants``: one row per variant (score, $ per 1k queries, latency, family, constraints
+    met)."""
 
     text: str
     choice: str | None
     reason: str
     metric: str
-    best: str | None = None
-    rival: str | None = None
+    opponent: str | None = None
+    leaning: str | None = None
+    compared: tuple[str, str] | None = None
     test: str | None = None
     p_value: float | None = None
     diff: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
     n_pairs: int | None = None
+    comparisons: int = 1
+    margin: float = 0.05
+    cost_ratio: float | None = None
+    cost_ratio_low: float | None = None
+    cost_ratio_high: float | None = None
+    baseline: str | None = None
     more_questions: int | None = None
     binding: tuple[str, ...] = ()
     break_even_questions: int | None = None
     cost: str = "dollars"
     conditions: dict[str, Any] = field(default_factory=dict, compare=False)
     variants: Any = field(default=None, repr=False, compare=False)
+    detail: Any = field(default=None, repr=False, compare=False)
 
     @property
     def conditions_text(self) -> str:
@@ -106,36 +144,7 @@ class Verdict:
         return f"**Verdict:** {self.text}{tail}"
 
 
-def _money(x: float) -> str:
-    """Fixed notation, two significant figures below $1 (never 1e-05)."""
-    if x == 0 or not math.isfinite(x):
-        return "$0" if x == 0 else "n/a"
-    if x >= 1:
-        return f"${x:,.2f}"
-    return f"${x:.{max(2, 1 - math.floor(math.log10(x)))}f}"
-
-
-def _cost_text(cost: str, value: float) -> str:
-    return f"{value:,.0f} prompt tokens" if cost == "prompt_tokens" else _money(value)
-
-
-@dataclass(frozen=True)
-class _Fmt:
-    """Scores as percentages for 0/1 metrics (differences in points), else 3 decimals."""
-
-    binary: bool
-
-    def score(self, x: float) -> str:
-        return f"{100 * x:.3g}%" if self.binary else f"{x:.3f}"
-
-    def num(self, x: float) -> str:  # a signed difference; never "-0"
-        return f"{round(100 * x, 1) + 0.0:+g}" if self.binary else f"{round(x, 3) + 0.0:+.3f}"
-
-    def diff(self, x: float) -> str:
-        return self.num(x) + (" points" if self.binary else "")
-
-    def ci(self, lo: float, hi: float) -> str:
-        return f"95% CI {self.num(lo)} to {self.num(hi)}"
+# ------------------------------------------------------------------------------ the numbers
 
 
 def _variants(df: Any, metric: str, cost: str) -> Any:
@@ -160,7 +169,8 @@ def _pick_cost(rows: Any) -> str:
 
 
 def _constraints(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: dict) -> dict:
-    """{name: (passes per variant, what binds in words)} for the active constraints."""
+    """{name: (passes per variant, what binds in words, the bound in words)} for the active
+    constraints."""
     specs = {  # name: (column, bound is a minimum?, value in words, what, the closest variant)
         "min_accuracy": ("score", higher, fmt.score, f"{'minimum' if higher else 'maximum'} "
                          f"{metric}", "the most accurate"),
@@ -179,7 +189,8 @@ def _constraints(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: dict)
             raise ValueError(f"{name} needs a {column} for each variant; the table has none")
         top = values.idxmax() if minimum else values.idxmin()
         out[name] = (values >= bound if minimum else values <= bound,
-                     f"the {what} of {show(bound)} ({closest}, {top}: {show(values[top])})")  # fmt: skip
+                     f"the {what} of {show(bound)} ({closest}, {top}: {show(values[top])})",
+                     f"the {what} of {show(bound)}")  # fmt: skip
     return out
 
 
@@ -190,6 +201,85 @@ def _binding(checks: dict, labels: Any) -> tuple[str, ...]:
     alone = [n for n in names
              if any(all(checks[m][0][lb] for m in names if m != n) for lb in labels)]  # fmt: skip
     return tuple(alone or [n for n in names if not checks[n][0].all()])
+
+
+def _cost_ratio(df: Any, cost: str, a: str, b: str, n_boot: int, seed: int):
+    """(mean cost of ``a`` / mean cost of ``b``, 95% percentile interval) over the questions
+    both answered, resampling questions (each keeps its two costs together)."""
+    rows = df[df["label"].isin([a, b])]
+    if "error" in rows:
+        rows = rows[rows["error"].isna()]
+    wide = rows.pivot_table(index="example_id", columns="label", values=cost, aggfunc="mean")
+    wide = wide.reindex(columns=[a, b]).dropna()
+    x, y = wide[a].to_numpy(dtype=float), wide[b].to_numpy(dtype=float)
+    if not len(x) or y.sum() <= 0:
+        return float("nan"), float("nan"), float("nan")
+    ratio = float(x.mean() / y.mean())
+    rng = np.random.default_rng([seed, 7])
+    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
+    den = y[idx].mean(axis=1)
+    boot = x[idx].mean(axis=1)[den > 0] / den[den > 0]
+    if not len(boot):
+        return ratio, float("nan"), float("nan")
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return ratio, min(float(lo), ratio), max(float(hi), ratio)
+
+
+def _to_decide(r: dict[str, Any], margin: float, binary: bool) -> tuple[int | None, str]:
+    """(more questions, what they would show) for an undecided x - y: the fewer of those that
+    give 80% power at the observed difference to show x within ``margin`` (non-inferiority)
+    or y better; no spread observed is no proof of none (at least the margin's share)."""
+    d, n = r["diff"], r["n"]
+    alpha = r["level"] / r["comparisons"]
+    psi = (r["a_only"] + r["b_only"]) / max(n, 1)
+    floor = math.sqrt(margin - margin**2)
+    sd = math.sqrt(max(max(psi, margin) - d * d, 1e-12)) if binary else max(r["sd"], floor)
+    options = []
+    if d + margin > 0:
+        options.append((questions_needed(d + margin, sd=sd, alpha=alpha), "within"))
+    if d < 0:
+        need = (questions_needed(d, discordant=psi, alpha=alpha) if binary
+                else questions_needed(d, sd=max(r["sd"], floor), alpha=alpha))  # fmt: skip
+        options.append((need, "better"))
+    need, what = min(options)
+    return (max(1, need - n) if math.isfinite(need) else None), what
+
+
+# ------------------------------------------------------------------------------ the sides
+
+
+def _rank(sub: Any, higher: bool) -> list[str]:
+    """Labels best first: score, then less machinery, then cheaper, then config order."""
+    order = {lb: i for i, lb in enumerate(sub.index)}
+    return sorted(sub.index, key=lambda lb: (-sub.loc[lb, "score"] if higher else
+                  sub.loc[lb, "score"], len(sub.loc[lb, "machinery"]),
+                  sub.loc[lb, "cost_per_1k"], order[lb]))  # fmt: skip
+
+
+def _champion(sub: Any, higher: bool, fmt: _Fmt) -> tuple[str, list[str]]:
+    """A family's best variant, with why where a simpler one stood in for another: equal
+    scores, or a Self-Route that never routed (its twin RAG did the same)."""
+    ranked = _rank(sub, higher)
+    top, notes = ranked[0], []
+    for other in ranked[1:]:
+        row = sub.loc[other]
+        if abs(row["score"] - sub.loc[top, "score"]) > 1e-12 or not row["machinery"]:
+            continue
+        if row["never_routed"]:
+            notes.append(f"{other} also scored {fmt.score(row['score'])} but never routed "
+                         f"(every answer came from its RAG step): {top} does the same without "
+                         "the routing step")  # fmt: skip
+        elif len(row["machinery"]) > len(sub.loc[top, "machinery"]):
+            notes.append(f"{other} also scored {fmt.score(row['score'])} but adds "
+                         f"{' and '.join(row['machinery'])}: {top} is the simpler")  # fmt: skip
+    if sub.loc[top, "never_routed"]:
+        twin = sub.loc[top, "twin"]
+        seen = f", against {fmt.score(sub.loc[twin, 'score'])} for {twin}" if (
+            isinstance(twin, str) and twin in sub.index) else ""  # fmt: skip
+        notes.append(f"{top} never routed: every answer came from its RAG step, whose prompt "
+                     f"(with its 'unanswerable' option) scored {fmt.score(sub.loc[top, 'score'])}"
+                     f"{seen}")  # fmt: skip
+    return top, notes
 
 
 def _break_even(df: Any, table: Any, choice: str, lc: str, sheet: str | None) -> int | None:
@@ -213,6 +303,9 @@ def _break_even(df: Any, table: Any, choice: str, lc: str, sheet: str | None) ->
     return int(row["lc_cheaper_from"].iloc[0])
 
 
+# ------------------------------------------------------------------------------ the verdict
+
+
 def verdict(
     df: Any,
     metric: str | None = None,
@@ -222,15 +315,17 @@ def verdict(
     alpha: float = 0.05,
     margin: float = 0.05,
     seed: int = 0,
+    n_boot: int = 2000,
 ) -> Verdict:
-    """Which variant to use for this table, under the constraints (None or 0: no limit):
+    """RAG or long context for this table, under the constraints (None or 0: no limit):
     ``min_accuracy`` (the lowest acceptable mean ``metric``; a maximum for lower-is-better
     metrics), ``max_dollars_per_1k`` ($ per 1,000 queries, one-time costs amortised),
-    ``max_latency_s`` (mean seconds a user waits). ``metric`` defaults to the table's first
-    metric column; ``alpha`` is the paired tests' level; ``margin`` the loss of ``metric`` (0.05
-    = 5 points of accuracy) a cheaper variant may hide and still count as "not worse": the
-    comparison must have had 80% power to see it. Cost is $ per 1k queries, or prompt tokens
-    per query when the run had no price sheet. See the module docstring for the decision."""
+    ``max_latency_s`` (mean seconds a user waits, from ``latency_seconds``). ``metric``
+    defaults to the table's first metric column; ``alpha``: the level the intervals hold
+    together; ``margin``: the loss of ``metric`` (0.05 = 5 points of accuracy) within which a
+    cheaper or simpler variant is "not worse" (non-inferiority). Cost is $ per 1k queries, or
+    prompt tokens per query when the run had no price sheet. The module docstring has the
+    decision; ``Verdict.detail`` every comparison."""
     if not 0 < alpha < 1 or not 0 < margin < 1:
         raise ValueError(f"alpha and margin must be in (0, 1), got {alpha} and {margin}")
     df = with_labels(df)
@@ -239,10 +334,10 @@ def verdict(
     if rows.empty:
         raise ValueError(f"no scored rows for {metric!r}: nothing to decide")
     cost = _pick_cost(rows)
-    table = _variants(df, metric, cost)
     higher = _higher_is_better(metric)
     scores = rows[metric].to_numpy(dtype=float)
     fmt = _Fmt(bool(np.isin(scores, (0.0, 1.0)).all()))
+    table = annotate(df, _variants(df, metric, cost))
     limits = {k: float(v) if v else None for k, v in [("min_accuracy", min_accuracy),
               ("max_dollars_per_1k", max_dollars_per_1k), ("max_latency_s", max_latency_s)]}  # fmt: skip
     if limits["max_dollars_per_1k"] and cost == "prompt_tokens":
@@ -250,7 +345,8 @@ def verdict(
     checks = _constraints(table, metric, higher, fmt, limits)
     table["meets"] = np.logical_and.reduce([c[0] for c in checks.values()] + [table["n"] > 0])
     conditions = run_conditions(df, rows)
-    common = {"metric": metric, "cost": cost, "conditions": conditions, "variants": table}
+    common = {"metric": metric, "cost": cost, "conditions": conditions, "variants": table,
+              "margin": margin}  # fmt: skip
 
     eligible = table[table["meets"]]
     if eligible.empty:
@@ -258,113 +354,266 @@ def verdict(
         text = "No variant meets the constraints: " + "; ".join(checks[b][1] for b in binding)
         return Verdict(text + ".", None, "none_meets_constraints", binding=binding, **common)
 
-    # the most accurate; ties go to the cheaper, then to config order
-    ranked = eligible.assign(_key=eligible["score"] * (-1 if higher else 1))
-    best = ranked.sort_values(["_key", "cost_per_1k"], kind="stable").index[0]
-    per = "per 1k queries" if cost != "prompt_tokens" else "per query"
-    cost_of = {lb: _cost_text(cost, v) for lb, v in eligible["cost_per_1k"].items()}
-    if len(eligible) == 1:
-        only = "the only variant" + (" that meets the constraints" if checks else " in the table")
-        text = (f"Use {best}: {only}, {metric} {fmt.score(eligible.loc[best, 'score'])} at "
-                f"{cost_of[best]} {per}; nothing to compare it with.")  # fmt: skip
-        return Verdict(text, best, "most_accurate_within_budget", best=best, **common)
-
-    pairs = compare(df, metric=metric, level=alpha, seed=seed, labels=list(eligible.index))
-    wide = paired_scores(df, metric, list(eligible.index))
-    # power at Bonferroni's alpha / pairs, the level Holm holds the smallest p to (an upper bound)
-    ev = {lb: _evidence(pairs, wide, lb, best, alpha / len(pairs)) for lb in eligible.index
-          if lb != best}  # fmt: skip
-    score = {lb: fmt.score(v) for lb, v in eligible["score"].items()}
-    within = " within the constraints" if checks else ""
-
-    def stats(e: dict[str, Any]) -> str:
-        test = "exact McNemar" if e["test"] == "mcnemar_exact" else "paired bootstrap"
-        # the p that decides is Holm's over the pairs (the paired table shows it beside the raw p)
-        holm = "Holm-adjusted " if len(pairs) > 1 else ""
-        p = "=n/a" if math.isnan(e["p_value"]) else f"={e['p_value']:.2g}"
-        p = "<0.001" if e["p_value"] < 0.001 else p
-        return (f"difference {fmt.diff(e['diff'])}, {fmt.ci(e['ci_low'], e['ci_high'])}, "
-                f"{test} {holm}p{p}, {e['n_pairs']:,} paired questions")  # fmt: skip
-
-    cheaper = eligible[eligible["cost_per_1k"] < eligible.loc[best, "cost_per_1k"]]
-    order = list(cheaper.sort_values("cost_per_1k", kind="stable").index)
-    runner_up = ranked.sort_values(["_key", "cost_per_1k"], kind="stable").index[1]
-    # cheaper variants first: is one as good? None cheaper: is the best really better than the next?
-    for other in order or [runner_up]:
-        e = ev[other]
-        if e["_worse"]:
-            continue
-        if e["n_pairs"] >= e["_need"](margin):
-            if not order:
-                break  # the next is not better, and dearer: the best stands
-            text = (f"Use {other}: it costs {cost_of[other]} {per} against {cost_of[best]} for "
-                    f"{best}, the most accurate{within}, and is not significantly worse on "
-                    f"{metric} ({score[other]} vs {score[best]}; {stats(e)}).")  # fmt: skip
-            q, note = _cache_note(df, eligible, other, best, ev, conditions.get("price_sheet"))
-            return Verdict(text + note, other, "cheapest_not_worse", best=best,
-                           break_even_questions=q, **_public(e), **common)  # fmt: skip
-        at_effect = abs(e["diff"]) >= margin
-        more = max(1, e["_need"](abs(e["diff"]) if at_effect else margin) - e["n_pairs"])
-        what = ("would separate them at this effect size" if at_effect else
-                f"would detect a difference of {fmt.diff(margin)[1:]} or more")  # fmt: skip
-        text = (f"Too few questions to tell {best} ({score[best]} on {metric}, {cost_of[best]} "
-                f"{per}) from {'the cheaper ' * bool(order)}{other} ({score[other]}, "
-                f"{cost_of[other]}): {stats(e)}. About {more:,} more question"
-                f"{'s' * (more > 1)} {what} (80% power, {100 * alpha:g}% level).")  # fmt: skip
-        return Verdict(text, None, "too_few_questions", best=best, more_questions=more,
-                       **_public(e), **common)  # fmt: skip
-    if order:  # every cheaper variant is significantly worse: show the closest call
-        e = max((ev[o] for o in order), key=lambda x: x["p_value"])
-        text = (f"Use {best}: the most accurate{within} ({score[best]} on {metric}, "
-                f"{cost_of[best]} {per}); every cheaper variant is significantly worse, the "
-                f"closest {e['rival']} ({score[e['rival']]}, {cost_of[e['rival']]}; "
-                f"{stats(e)}).")  # fmt: skip
-    else:  # the most accurate is also the cheapest: show the next
-        e = ev[runner_up]
-        text = (f"Use {best}: the most accurate{within} ({score[best]} on {metric}) and the "
-                f"cheapest ({cost_of[best]} {per}); next, {e['rival']} scores "
-                f"{score[e['rival']]} ({stats(e)}).")  # fmt: skip
-    return Verdict(text, best, "most_accurate_within_budget", best=best, **_public(e), **common)
+    ctx = _Context(df, table, eligible, checks, fmt, higher, metric, cost, alpha, margin, seed,
+                   n_boot, conditions)  # fmt: skip
+    return ctx.decide(common)
 
 
-def _evidence(pairs: Any, wide: Any, other: str, best: str, alpha: float) -> dict[str, Any]:
-    """``compare``'s row of (other, best), oriented as other - best; ``_need(effect)``: the
-    paired questions that would detect ``effect`` (``questions_needed``)."""
-    row = pairs[((pairs["a"] == other) & (pairs["b"] == best))
-                | ((pairs["a"] == best) & (pairs["b"] == other))].iloc[0]  # fmt: skip
-    sign, n = (1.0 if row["a"] == other else -1.0), int(row["n"])
-    d = (wide[other] - wide[best]).dropna().to_numpy(dtype=float)
-    sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
-    disc = (row["a_only"] + row["b_only"]) / max(n, 1)
+@dataclass
+class _Context:
+    """One verdict's inputs, so each step is a short method."""
 
-    def need(effect: float) -> int:
-        if row["test"] == "mcnemar_exact":
-            return questions_needed(effect, discordant=disc, alpha=alpha)
-        # no spread observed is no proof of none: at least a 0/1 score's at this effect
-        return questions_needed(effect, sd=max(sd, math.sqrt(effect - effect**2)), alpha=alpha)
+    df: Any
+    table: Any
+    eligible: Any
+    checks: dict
+    fmt: _Fmt
+    higher: bool
+    metric: str
+    cost: str
+    alpha: float
+    margin: float
+    seed: int
+    n_boot: int
+    conditions: dict
 
-    lo, hi = sorted((sign * row["ci_low"], sign * row["ci_high"]))
-    return {"rival": other, "test": str(row["test"]), "p_value": float(row["p_adjusted"]),
-            "diff": sign * row["diff"], "ci_low": lo, "ci_high": hi, "n_pairs": n,
-            "_worse": bool(row["significant"]) and row["winner"] == best, "_need": need}  # fmt: skip
+    @property
+    def per(self) -> str:
+        return "per 1k queries" if self.cost != "prompt_tokens" else "per query"
 
+    def cost_of(self) -> dict[str, str]:
+        return {lb: _cost_text(self.cost, v) for lb, v in self.table["cost_per_1k"].items()}
 
-def _public(ev: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in ev.items() if not k.startswith("_")}
+    def score(self, label: str) -> str:
+        return self.fmt.score(self.table.loc[label, "score"])
 
+    def good(self, labels: list[str]) -> Any:
+        """Paired scores, oriented so that higher is better."""
+        wide = paired_scores(self.df, self.metric, labels)
+        return wide if self.higher else -wide
 
-def _cache_note(df: Any, eligible: Any, choice: str, best: str, ev: dict, sheet: str | None):
-    """Where the choice is a retrieval variant and a long-context one is as accurate (not
-    significantly worse than the best) but dearer: the questions per document from which a
-    prefix cache makes long context no dearer (``prefix_cache_break_even``)."""
-    strategy = eligible["strategy"]
-    if strategy[choice] not in strategies_where(context=RETRIEVED):
-        return None, ""
-    for lc in eligible[strategy.isin(strategies_where(context=FULL_CONTEXT))].index:
-        if lc != best and ev[lc]["_worse"]:
-            continue  # significantly less accurate: a cache would not change the answer
-        q = _break_even(df, eligible, choice, lc, sheet)
-        if q is not None and q > 1:
-            return q, (f" With a prefix cache ({sheet} prices), {lc} costs no more than {choice} "
-                       f"from {q:,} questions per document on.")  # fmt: skip
-    return None, ""
+    def difference(self, x: str, y: str, comparisons: int) -> dict[str, Any]:
+        wide = self.good([x, y])
+        # an independent stream per pair, fixed by ``seed`` and the two labels
+        stream = [self.seed, zlib.crc32(x.encode()), zlib.crc32(y.encode())]
+        r = paired_difference(wide[x], wide[y], self.alpha, comparisons, self.fmt.binary,
+                              self.n_boot, stream)  # fmt: skip
+        return {**r, "a": x, "b": y}
+
+    def out_note(self, fam: str, present: set) -> str:
+        """Why a family is missing from the comparison."""
+        members = self.table[self.table["family"] == fam]
+        if members.empty:
+            return f"No {fam} variant in the table."
+        best = _rank(members, self.higher)[0]
+        failed = [self.checks[n][2] for n in self.checks if not self.checks[n][0][best]]
+        return f"{best}, the best {fam} variant, does not meet {' and '.join(failed)}."
+
+    def baseline_line(self, x: str, comparisons: int) -> tuple[str, dict | None, str | None]:
+        base = self.table[self.table["family"] == BASELINE]
+        if base.empty or x in base.index:
+            return "", None, None
+        b = _rank(base, self.higher)[0]
+        r = self.difference(x, b, comparisons)
+        ev = _evidence(r, self.fmt, self.alpha, x, b)
+        head = f"Without the documents, {b} scores {self.score(b)}"
+        if r["ci_low"] > 0:
+            text = f"{head}: the documents matter ({ev})."
+        elif r["ci_high"] < 0:
+            text = f"{head}, more than {x}: the documents hurt these answers ({ev})."
+        elif r["ci_high"] < self.margin:
+            text = (f"{head}, within {self.fmt.size(self.margin)} of {x}: the documents do not "
+                    f"matter for these questions ({ev}).")  # fmt: skip
+        else:
+            text = f"{head}; whether the documents matter is not yet shown ({ev})."
+        return text, r, b
+
+    def truncation_note(self, labels: tuple[str, ...]) -> str:
+        cut = self.conditions.get("truncated") or 0.0
+        lc = [lb for lb in labels if self.table.loc[lb, "family"] == LONG_CONTEXT]
+        if cut <= MOST or not lc:
+            return ""
+        return (f"{lc[0]} cut {cut:.0%} of the corpus to fit the window: it answered from "
+                f"{1 - cut:.0%} of the documents.")  # fmt: skip
+
+    def decide(self, common: dict) -> Verdict:
+        el, fmt = self.eligible, self.fmt
+        contenders = el[el["family"] != BASELINE]
+        sides, notes = {}, []
+        for fam in (RETRIEVAL, LONG_CONTEXT):
+            sub = contenders[contenders["family"] == fam]
+            if len(sub):
+                sides[fam], why = _champion(sub, self.higher, fmt)
+                notes += why
+        missing = [f for f in (RETRIEVAL, LONG_CONTEXT) if f not in sides]
+        if len(sides) == 2:
+            x, y = sides[RETRIEVAL], sides[LONG_CONTEXT]
+        else:
+            ranked = _rank(contenders, self.higher) if len(contenders) else []
+            if len(ranked) < 2:
+                return self.only(ranked[0] if ranked else _rank(el, self.higher)[0], common,
+                                 notes, missing)  # fmt: skip
+            x = next(iter(sides.values()), ranked[0])
+            y = next(lb for lb in ranked if lb != x)
+        if len(sides) < 2:
+            notes += [self.out_note(f, set(sides)) for f in missing]
+        return self.headline(x, y, common, notes)
+
+    def only(self, x: str, common: dict, notes: list[str], missing: list[str]) -> Verdict:
+        kind = (
+            "variant"
+            if x in self.table.index[self.table["family"] == BASELINE]
+            or not ((self.table["family"] == BASELINE).any())
+            else "retrieval or long-context variant"
+        )
+        only = f"the only {kind}" + (" that meets the constraints" if self.checks else
+                                     " in the table")  # fmt: skip
+        base, r, b = self.baseline_line(x, 1)
+        text = (f"Use {x}: {only}, {self.metric} {self.score(x)} at {self.cost_of()[x]} "
+                f"{self.per}; nothing to compare it with.")  # fmt: skip
+        extra = [self.out_note(f, set()) for f in missing
+                 if self.table.loc[x, "family"] != f] if self.checks else []  # fmt: skip
+        text = " ".join([text, *[n.rstrip(".") + "." for n in notes], *extra, base]).strip()
+        detail = self.detail([r] if r else [], [x])
+        return Verdict(text, x, "only_variant", baseline=b, detail=detail, **common)
+
+    def headline(self, x: str, y: str, common: dict, notes: list[str]) -> Verdict:
+        fmt, t = self.fmt, self.table
+        cost_of = self.cost_of()
+        has_base = (t["family"] == BASELINE).any()
+        m = 2 if has_base else 1
+        cr = _cost_ratio(self.df, self.cost, x, y, self.n_boot, self.seed)
+        if _same_cost(cr[1], cr[2]):  # the simpler first; at equal machinery the more accurate
+            sign = 1 if self.higher else -1
+            keys = {lb: (len(t.loc[lb, "machinery"]), -sign * t.loc[lb, "score"]) for lb in (x, y)}
+            c, d = (y, x) if keys[y] < keys[x] else (x, y)
+        else:
+            c, d = (x, y) if cr[0] < 1 else (y, x)
+        if (c, d) != (x, y):
+            cr = _cost_ratio(self.df, self.cost, c, d, self.n_boot, self.seed)
+        r = self.difference(c, d, m)
+        leaning, more, choice = None, None, None
+        simpler = (_same_cost(cr[1], cr[2])
+                   and len(t.loc[c, "machinery"]) < len(t.loc[d, "machinery"]))  # fmt: skip
+        if r["ci_low"] > 0:
+            choice, reason, other = c, "more_accurate", d
+        elif r["ci_high"] < 0:
+            choice, reason, other = d, "more_accurate", c
+        elif r["ci_low"] > -self.margin:
+            choice, reason, other = c, "not_worse", d
+        else:
+            reason, other = "undecided", d
+            sign = 1 if self.higher else -1
+            leaning = c if sign * t.loc[c, "score"] >= sign * t.loc[d, "score"] else None
+            more, what = _to_decide(r, self.margin, fmt.binary)
+        sign = 1 if self.higher else -1
+        ahead_of_pair = c if sign * t.loc[c, "score"] >= sign * t.loc[d, "score"] else d
+        base, rb, b = self.baseline_line(choice or ahead_of_pair, m)
+        if choice == d:  # the dearer (or more elaborate) one wins: flip the evidence to it
+            r = {**r, "a": d, "b": c, "diff": -r["diff"], "ci_low": -r["ci_high"],
+                 "ci_high": -r["ci_low"], "a_only": r["b_only"], "b_only": r["a_only"]}  # fmt: skip
+            cr = _cost_ratio(self.df, self.cost, d, c, self.n_boot, self.seed)
+        x_, y_ = r["a"], r["b"]
+        ev = _evidence(r, fmt, self.alpha, x_, y_)
+        cost = _cost_phrase(x_, y_, cr, cost_of, self.per)
+        on = f"on {self.metric} ({self.score(x_)} vs {self.score(y_)})"
+        if reason == "more_accurate":
+            text = f"Use {x_} rather than {y_}: more accurate {on}, {cost}."
+        elif reason == "not_worse":
+            also = f", and simpler ({y_} adds {' and '.join(t.loc[y_, 'machinery'])})" * simpler
+            text = (f"Use {x_} rather than {y_}: not worse by more than "
+                    f"{fmt.size(self.margin)} {on}, {cost}{also}.")  # fmt: skip
+        else:
+            shows = (f"whether {x_} is within {fmt.size(self.margin)} of {y_}" if what == "within"
+                     else f"whether {y_} is more accurate")  # fmt: skip
+            decide = (f"about {more:,} more questions would show {shows} (80% power at the "
+                      f"observed difference)") if more else "more questions would decide"  # fmt: skip
+            if leaning:
+                text = (f"Not decided yet: {x_} leads {y_} {on}, {cost}, but {r['n']:,} "
+                        f"questions cannot yet show it is not worse by more than "
+                        f"{fmt.size(self.margin)}; {decide}.")  # fmt: skip
+            else:
+                on = f"on {self.metric} ({self.score(y_)} vs {self.score(x_)})"
+                text = (f"Not decided yet between {x_} and {y_}: {y_} scores higher {on} and "
+                        f"{x_} is {cost}; {decide}.")  # fmt: skip
+        text += f" Evidence: {ev}."
+        q, cache = self.cache_note(choice, other, reason)
+        parts = [text, *[n.rstrip(".") + "." for n in notes],
+                 self.truncation_note((x_, y_)), base, cache]  # fmt: skip
+        detail = self.detail([r, *([rb] if rb else [])], [x_, y_])
+        return Verdict(
+            " ".join(p for p in parts if p), choice, reason, opponent=other, leaning=leaning,
+            compared=(x_, y_), test=r["test"], p_value=r["p_value"], diff=r["diff"],
+            ci_low=r["ci_low"], ci_high=r["ci_high"], n_pairs=r["n"], comparisons=m,
+            cost_ratio=cr[0], cost_ratio_low=cr[1], cost_ratio_high=cr[2], baseline=b,
+            more_questions=more, break_even_questions=q, detail=detail, **common,
+        )  # fmt: skip
+
+    def cache_note(self, choice: str | None, other: str, reason: str) -> tuple[int | None, str]:
+        """Where retrieval is used and long context is as accurate but dearer: the questions
+        per document from which a prefix cache makes long context no dearer."""
+        t = self.table
+        if (reason != "not_worse" or t.loc[choice, "family"] != RETRIEVAL
+                or t.loc[other, "family"] != LONG_CONTEXT):  # fmt: skip
+            return None, ""
+        sheet = self.conditions.get("price_sheet")
+        q = _break_even(self.df, t, choice, other, sheet)
+        if q is None or q <= 1:
+            return None, ""
+        return q, (f"With a prefix cache ({sheet} prices), {other} costs no more than {choice} "
+                   f"from {q:,} questions per document on.")  # fmt: skip
+
+    def detail(self, used: list[dict], shown: list[str]) -> Any:
+        """Every comparison: the verdict's own first (the numbers its sentence quotes), then
+        every other pair of variants, Bonferroni-adjusted over those pairs; each row's interval
+        and p from one procedure, its cost ratio, and the questions that would decide it."""
+        import pandas as pd
+
+        labels = list(self.table.index)
+        done = {frozenset((r["a"], r["b"])) for r in used}
+        others = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1 :]
+                  if frozenset((a, b)) not in done]  # fmt: skip
+        rows = [{**r, "role": "verdict" if i == 0 else "baseline"} for i, r in enumerate(used)]
+        rows += [{**self.difference(a, b, len(others)), "role": "other pair"} for a, b in others]
+        out = []
+        for r in rows:
+            a, b = r["a"], r["b"]
+            cr = _cost_ratio(self.df, self.cost, a, b, self.n_boot, self.seed)
+            if r["ci_low"] > 0 or r["ci_high"] < 0:
+                decision = f"{a if r['ci_low'] > 0 else b} more accurate"
+            elif r["ci_low"] > -self.margin and r["ci_high"] < self.margin:
+                decision = f"equivalent within {self.fmt.size(self.margin)}"
+            elif r["ci_low"] > -self.margin:
+                decision = f"{a} not worse by more than {self.fmt.size(self.margin)}"
+            elif r["ci_high"] < self.margin:
+                decision = f"{b} not worse by more than {self.fmt.size(self.margin)}"
+            else:
+                decision = "undecided"
+            more = _to_decide(r, self.margin, self.fmt.binary)[0] if decision == "undecided" \
+                else None  # fmt: skip
+            out.append({
+                "role": r["role"], "a": a, "b": b, "n": r["n"],
+                "mean_a": self.table.loc[a, "score"], "mean_b": self.table.loc[b, "score"],
+                "diff": r["diff"] if self.higher else -r["diff"],
+                "ci_low": r["ci_low"] if self.higher else -r["ci_high"],
+                "ci_high": r["ci_high"] if self.higher else -r["ci_low"],
+                "ci_level": 1 - self.alpha / r["comparisons"], "comparisons": r["comparisons"],
+                "p_value": r["p_value"], "significant": r["significant"], "decision": decision,
+                "more_questions": more, "cost_ratio": cr[0], "cost_ratio_low": cr[1],
+                "cost_ratio_high": cr[2], "test": r["test"], "a_only": r["a_only"],
+                "b_only": r["b_only"],
+            })  # fmt: skip
+        table = pd.DataFrame(out)
+        method = ("Tango's score interval and test (0/1 scores; its test at 0 is McNemar's)"
+                  if self.fmt.binary else "a paired bootstrap (interval and p from the same "
+                  f"{self.n_boot:,} resamples)")  # fmt: skip
+        table.attrs["metric"] = self.metric
+        table.attrs["notes"] = [
+            f"diff = a - b on {self.metric}; interval and p from {method}, Bonferroni-adjusted "
+            "over the row's comparisons (the verdict's: its sentence; the other pairs: each "
+            f"other), so an interval excludes 0 exactly when p < {self.alpha:g}",
+            f"not worse: the interval's lower end above -{self.fmt.size(self.margin)}; "
+            "more_questions: 80% power at the observed difference; cost_ratio: mean cost per "
+            "query of a over b, 95% bootstrap interval",
+        ]  # fmt: skip
+        return table

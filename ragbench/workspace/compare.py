@@ -335,15 +335,22 @@ def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
 
 
 def verdict_first(nb: Any) -> Any:
-    """The notebook with its verdict section (the ``## Verdict`` markdown cell and the code cell
-    after it) moved up to follow the title: a comparison page opens with its verdict."""
+    """The notebook with its verdict section (the ``## Verdict`` markdown cell and every cell
+    after it up to the next ``## `` heading: the sentence, then its detail) moved up to follow
+    the title: a comparison page opens with its verdict."""
     cells = list(nb.cells)
-    at = next((i for i, c in enumerate(cells) if c.get("cell_type") == "markdown"
-               and "".join(c.get("source", "")).startswith(VERDICT_HEADING)), None)  # fmt: skip
+
+    def heading(cell: Any, text: str = "## ") -> bool:
+        return cell.get("cell_type") == "markdown" and "".join(cell.get("source", "")).startswith(
+            text
+        )
+
+    at = next((i for i, c in enumerate(cells) if heading(c, VERDICT_HEADING)), None)
     if at is None or at + 1 >= len(cells):
         return nb
-    section = cells[at : at + 2]
-    rest = cells[:at] + cells[at + 2 :]
+    end = next((i for i in range(at + 1, len(cells)) if heading(cells[i])), len(cells))
+    section = cells[at:end]
+    rest = cells[:at] + cells[end:]
     title = 1 if rest and rest[0].get("cell_type") == "markdown" else 0
     nb.cells = rest[:title] + section + rest[title:]
     return nb

@@ -1,0 +1,94 @@
+"""The verdict's words: money in fixed notation, ratios, p-values that never round across the
+level, scores as percentages or decimals, a difference's evidence, and how one cost compares
+with another (``verdict`` decides; this module only writes)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+def _money(x: float) -> str:
+    """Fixed notation, two significant figures below $1 (never 1e-05)."""
+    if x == 0 or not math.isfinite(x):
+        return "$0" if x == 0 else "n/a"
+    if x >= 1:
+        return f"${x:,.2f}"
+    return f"${x:.{max(2, 1 - math.floor(math.log10(x)))}f}"
+
+
+def _cost_text(cost: str, value: float) -> str:
+    return f"{value:,.0f} prompt tokens" if cost == "prompt_tokens" else _money(value)
+
+
+def _ratio(x: float) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:.2g}x" if x < 10 else f"{x:,.0f}x"
+
+
+def _p(p: float, alpha: float) -> str:
+    """Two significant figures, more where rounding would land on the other side of
+    ``alpha`` (never "p=0.05" beside an interval that excludes 0)."""
+    if p != p:
+        return "p=n/a"
+    if p < 0.001:
+        return "p<0.001"
+    for digits in (2, 3, 4, 6):
+        text = f"{p:.{digits}g}"
+        if (float(text) < alpha) == (p < alpha):
+            return f"p={text}"
+    return f"p={p:.6g}"
+
+
+@dataclass(frozen=True)
+class _Fmt:
+    """Scores as percentages for 0/1 metrics (differences in points), else 3 decimals."""
+
+    binary: bool
+
+    def score(self, x: float) -> str:
+        return f"{100 * x:.3g}%" if self.binary else f"{x:.3f}"
+
+    def num(self, x: float) -> str:  # a signed difference; never "-0", never 0 for a non-zero
+        scale, places = (100, 1) if self.binary else (1, 3)
+        while places < 6 and x != 0 and round(scale * x, places) == 0:
+            places += 1
+        value = round(scale * x, places) + 0.0
+        if value == 0:
+            return "0"
+        return f"{value:+g}" if self.binary else f"{value:+.{places}f}"
+
+    def diff(self, x: float) -> str:
+        return self.num(x) + (" points" if self.binary else "")
+
+    def size(self, x: float) -> str:  # an unsigned amount: the margin
+        return self.diff(x)[1:]
+
+
+def _evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
+    test = "Tango score test" if r["test"] == "tango" else "paired bootstrap"
+    m = r["comparisons"]
+    ci = f"{100 * (1 - alpha):g}% CI" if m == 1 else f"{100 * (1 - alpha):g}% simultaneous CI"
+    adj = f" (Bonferroni over {m} comparisons)" if m > 1 else ""
+    return (f"{x} - {y} = {fmt.diff(r['diff'])}, {ci} {fmt.num(r['ci_low'])} to "
+            f"{fmt.num(r['ci_high'])}, {test} {_p(r['p_value'], alpha)}{adj}, "
+            f"{r['n']:,} paired questions")  # fmt: skip
+
+
+def _same_cost(lo: float, hi: float) -> bool:
+    return not (hi < 1 or lo > 1)  # the interval holds 1 (NaN: cannot tell, so no "cheaper")
+
+
+def _cost_phrase(x: str, y: str, cr: tuple, cost_of: dict, per: str) -> str:
+    """How x's cost compares with y's: a ratio of mean cost per query, with its interval."""
+    r, lo, hi = cr
+    both = f"{cost_of[x]} vs {cost_of[y]} {per}"
+    spread = f", 95% CI {_ratio(lo)} to {_ratio(hi)}" if hi - lo > 1e-9 * max(hi, 1) else ""
+    if r == 1 and not spread:
+        return f"at the same cost ({cost_of[x]} {per})"
+    if _same_cost(lo, hi):
+        return f"at about the same cost ({_ratio(r)} the cost of {y}{spread}; {both})"
+    word = "cheaper" if r < 1 else "dearer"
+    return f"{word}: {_ratio(r)} the cost of {y} ({both}{spread})"
