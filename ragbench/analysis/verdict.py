@@ -1,6 +1,10 @@
 """The verdict: RAG or long context, from a results table and the reader's constraints, in one
 sentence a manager can act on, then the evidence and the conditions it holds for.
 
+One job: the decision (its wording is ``verdict_text``); the constraints, the families' best,
+the paired comparisons and the cost ratio are its steps and read the same frame, so they stay
+together.
+
 1. The variants that meet the constraints (a minimum score, a maximum $ per 1k queries, a
    maximum mean latency) are sorted into families (``families``): retrieval (RAG, Self-Route, a
    pipeline), long context (with its KV-cache variants) and the closed-book baseline. Each
