@@ -493,9 +493,12 @@ def measure(
         probes[("shared_prefill", n, p, 1)] = (n, p, 1, True)
         probes[("shared_decode", 1, p, 1)] = (1, p, 1, True)
     best = dict.fromkeys(probes, float("inf"))
+    loop_best = float("inf")
     with torch.inference_mode():
         timer(16, 0, 1, False)  # warm-up: the first call allocates
         for round_ in range(max(rounds, FAST_ROUNDS)):
+            if loop_timer is not None:  # interleaved too: a GPU host's speed drifts for seconds
+                loop_best = min(loop_best, loop_timer(LOOP_STEPS))
             for name, args in probes.items():
                 if round_ >= _rounds_for(best[name], rounds):
                     continue
@@ -508,8 +511,7 @@ def measure(
     rates = fit(prefill, decode)
     loop = None
     if loop_timer is not None:  # the decode loop's step at a short cache, fastest of its rounds
-        with torch.inference_mode():
-            loop = min(loop_timer(LOOP_STEPS) for _ in range(max(rounds, FAST_ROUNDS)))
+        loop = loop_best
         rates = replace(rates, d0=max(rates.d0, loop - rates.d1 * LOOP_KV))
         without = replace(without, d0=rates.d0)
     shared = {}
