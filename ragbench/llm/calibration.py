@@ -405,7 +405,6 @@ def warn_validation(rates: Rates) -> None:
     if error is None or error <= WARN_ERROR or where in _WARNED:
         return
     _WARNED.add(where)
-    log.warning("calibration validation error %.1f%%", 100 * error)
     announce(
         f"warning: the calibrated cost model misses its held-out probe ({check.get('tokens'):,} "
         f"tokens: modelled {check.get('modelled'):.4g} s, measured {check.get('measured'):.4g} s) "
