@@ -251,7 +251,9 @@ class RerankRetriever(Retriever):
     """Rerank the top ``candidates`` of ``base`` with a sentence-transformers ``CrossEncoder``.
 
     ``cross_encoder``: a local model folder or Hugging Face id (loaded lazily), or an already
-    built object with ``predict(pairs, batch_size=...)``. Scores are the cross-encoder's.
+    built object with ``predict(pairs, batch_size=...)``. Scores are the cross-encoder's. A
+    folder with weights only in pickle-based ``.bin`` files is refused, as the LLM's are, unless
+    ``allow_pickle_weights``.
     """
 
     name = "rerank"
@@ -264,6 +266,7 @@ class RerankRetriever(Retriever):
         candidates: int = 20,
         batch_size: int = 32,
         device: str = "auto",
+        allow_pickle_weights: bool = False,  # a folder with pickle-based .bin weights only
     ) -> None:
         super().__init__(base.chunks)
         if candidates < 1 or batch_size < 1:
@@ -276,6 +279,13 @@ class RerankRetriever(Retriever):
         self.source = (
             cross_encoder if isinstance(cross_encoder, str) else type(cross_encoder).__name__
         )
+        if isinstance(cross_encoder, str) and not allow_pickle_weights:  # before it loads
+            from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
+
+            refuse_pickle_weights(
+                cross_encoder, "cross-encoder", f"retrieval.retriever_params.{PICKLE_OPTION}",
+                recursive=True,
+            )  # fmt: skip
 
     @property
     def model(self):
