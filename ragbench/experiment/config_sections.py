@@ -22,6 +22,7 @@ from ragbench.datasets import DATASETS, check_params
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
 from ragbench.llm import BACKENDS, backend_capabilities, backend_params
+from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.models import PRESETS
 from ragbench.registry import unknown
 from ragbench.retrieval.precision import check_precision_param
@@ -196,8 +197,6 @@ class RetrievalConfig(_Strict):
         are refused here, before a run folder exists, as the LLM's are at load: unpickling can
         run code. ``allow_pickle_weights: true`` in the embedder's ``embedder_params`` (or in
         ``retriever_params`` for the cross-encoder) trusts the source."""
-        from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
-
         params = {k.lower(): v for k, v in self.embedder_params.items()}
         for name in one_or_list(self.embedder):
             if not (params.get(str(name).lower()) or {}).get("allow_pickle_weights"):

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ragbench.devices import pick_device
+from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.registry import unknown
 from ragbench.retrieval.embedders import check_texts, get_embedder
 from ragbench.retrieval.faiss_index import FaissIndex, IndexCompatibilityError
@@ -280,8 +281,6 @@ class RerankRetriever(Retriever):
             cross_encoder if isinstance(cross_encoder, str) else type(cross_encoder).__name__
         )
         if isinstance(cross_encoder, str) and not allow_pickle_weights:  # before it loads
-            from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
-
             refuse_pickle_weights(
                 cross_encoder, "cross-encoder", f"retrieval.retriever_params.{PICKLE_OPTION}",
                 recursive=True,

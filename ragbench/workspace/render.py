@@ -32,6 +32,7 @@ from typing import Any
 from ragbench import secrets
 from ragbench.io import atomic_write_text
 from ragbench.workspace.alt_text import describe_figures
+from ragbench.workspace.kernels import redact_notebook
 
 # the scrubbing lives in ragbench.workspace.scrub (kernels.py uses it too); importable from here as before
 from ragbench.workspace.scrub import (  # noqa: F401 (re-exported)
@@ -156,8 +157,6 @@ def render_notebook(
     import jinja2
     import nbformat
     from nbconvert import HTMLExporter
-
-    from ragbench.workspace.kernels import redact_notebook
 
     executed_ipynb = Path(executed_ipynb)
     nb = read_notebook(executed_ipynb, allow_unexecuted=allow_unexecuted)
