@@ -115,7 +115,8 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
         typer.echo(f"note: {note}")
     if steps.is_paid(cfg) and not yes:
         typer.confirm(f"{cfg.model.name} is a paid API ({cfg.price_sheet}): run it?", abort=True)
-    return run(yaml_path, progress=progress), (yaml_path, questions)
+    # the config itself, not the file: the file's URLs have their credentials masked
+    return run(cfg, progress=progress), (yaml_path, questions)
 
 
 def _answer(spec: steps.CompareSpec, df, spec_run) -> None:

@@ -73,6 +73,7 @@ def register(app: typer.Typer) -> None:
             cfg = load_config(config, overrides)
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
+                cfg._output_base = None  # a command-line path: against the working directory
             if dry_run:
                 _echo_dry_run(cfg, progress=not quiet)
                 return

@@ -38,6 +38,7 @@ from ragbench.experiment.config_sections import (  # noqa: F401 (re-exported)
 )
 from ragbench.experiment.config_text import (  # noqa: F401 (re-exported)
     ConfigError,
+    _line_of,
     apply_overrides,
     explain_validation_error,
     located,
@@ -81,6 +82,9 @@ class RunConfig(_Strict):
     # the folder of the YAML file the config came from: relative dataset paths resolve there
     _source_dir: str | None = PrivateAttr(default=None)
     _source_file: str | None = PrivateAttr(default=None)  # that YAML file (error locations)
+    # the folder a relative output_dir resolves against: the config file's when the file (or a
+    # --set) names output_dir; None: the working directory (the default data/results, dicts)
+    _output_base: str | None = PrivateAttr(default=None)
     # `--set dotted.path=value` overrides applied on top of the file (recorded in the manifest)
     _overrides: list[str] = PrivateAttr(default_factory=list)
     # built by validation (`_typed`), read by the run: not part of the dump or the hash
@@ -99,6 +103,15 @@ class RunConfig(_Strict):
     def sheet(self) -> PriceSheet | None:
         """The loaded ``price_sheet`` (None: no dollar column)."""
         return self._sheet
+
+    def output_path(self) -> Path:
+        """Where run folders go: ``output_dir``, a relative one against the config file's
+        folder when the file names it (as dataset paths), else against the working directory
+        (the default ``data/results``, configs given as dicts, ``--output-dir``)."""
+        out = Path(self.output_dir).expanduser()
+        if out.is_absolute() or self._output_base is None:
+            return out
+        return Path(os.path.normpath(Path(self._output_base) / out))
 
     def dataset_params(self) -> dict[str, Any]:
         """The dataset builder's kwargs, with relative file parameters (``PATH_PARAMS``) resolved
@@ -206,6 +219,26 @@ def parse_config(data: Any, source: str = "<config>", text: str | None = None) -
         raise ConfigError(explain_validation_error(exc, source, text, RunConfig)) from None
 
 
+def check_output_dir(cfg: RunConfig, text: str | None = None) -> None:
+    """A relative ``output_dir`` named in a config file must stay inside the config's folder
+    tree or the working directory (``output_dir: ../../..`` would put run folders at /); an
+    absolute path is the user's own choice. A ConfigError naming the key, the resolved path
+    and the fix otherwise."""
+    if cfg._output_base is None or Path(cfg.output_dir).expanduser().is_absolute():
+        return
+    resolved, base, cwd = cfg.output_path().resolve(), Path(cfg._output_base).resolve(), Path.cwd()
+    if resolved.is_relative_to(base) or resolved.is_relative_to(cwd.resolve()):
+        return
+    source = cfg._source_file or "<config>"
+    line = _line_of(text, ("output_dir",)) if text else None
+    raise ConfigError(
+        f"{source}{f':{line}' if line else ''}: output_dir: {cfg.output_dir!r} resolves to "
+        f"{resolved}, outside the config's folder ({base}) and the working directory ({cwd}); "
+        "write a path inside either (relative paths resolve against the config's folder), or "
+        "an absolute path to write there"
+    )
+
+
 def load_config(
     path: str | os.PathLike | RunConfig | dict, overrides: Sequence[str] = ()
 ) -> RunConfig:
@@ -218,6 +251,10 @@ def load_config(
         cfg = parse_config(apply_overrides(path.model_dump(mode="json"), overrides))
         cfg._source_dir, cfg._source_file = path._source_dir, path._source_file
         cfg._overrides = [*path._overrides, *overrides]
+        cfg._output_base = path._output_base
+        if path._source_dir and any(o.strip().startswith("output_dir=") for o in overrides):
+            cfg._output_base = path._source_dir  # a --set output_dir is the file's key
+        check_output_dir(cfg)
         return cfg
     if isinstance(path, dict):
         cfg = parse_config(apply_overrides(path, overrides))
@@ -241,4 +278,7 @@ def load_config(
         cfg = parse_config(data, str(path), None if overrides else text)
     cfg._source_dir, cfg._source_file = str(path.resolve().parent), str(path)
     cfg._overrides = list(overrides)
+    if isinstance(data, dict) and "output_dir" in data:  # named in the file (or a --set)
+        cfg._output_base = cfg._source_dir
+    check_output_dir(cfg, None if overrides else text)
     return cfg

@@ -22,9 +22,11 @@ from ragbench.datasets import DATASETS, check_params
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
 from ragbench.llm import BACKENDS, backend_capabilities, backend_params
+from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.models import PRESETS
 from ragbench.registry import unknown
 from ragbench.retrieval.precision import check_precision_param
+from ragbench.secrets import names_a_credential
 from ragbench.strategies import get_strategy
 from ragbench.strategies.params import RetrievalParams
 from ragbench.tokenizers import check_tokenizer
@@ -100,6 +102,7 @@ class ModelConfig(_Strict):
         loads_weights = backend_capabilities(self.backend).local_weights  # by name, in-process
         if loads_weights and self.name not in PRESETS and not local:  # preset, HF id or path
             raise unknown("model", self.name, [*PRESETS, "<HF id or folder>"])
+        check_credential_types("params", self.params)
         if "rate_limit" in self.params:
             raise ValueError("model.params.rate_limit: set it as model.rate_limit")
         if self.rate_limit is not None and "rate_limit" not in backend_params(self.backend):
@@ -119,6 +122,20 @@ class ModelConfig(_Strict):
     @property
     def arch(self) -> str | None:
         return self.preset or (self.name if self.name in PRESETS else None)
+
+
+def check_credential_types(where: str, params: Any) -> None:
+    """A credential (``api_key``, ``token``, ``password``...) given as anything but text would
+    be sent as its repr (``Bearer {'a': 1}``): a ValueError naming the key, never its value."""
+    if not isinstance(params, dict):
+        return
+    for key, value in params.items():
+        if names_a_credential(key) and value is not None and not isinstance(value, str):
+            env = " (or leave it out and set RAGBENCH_API_KEY)" if key == "api_key" else ""
+            raise ValueError(
+                f"{where}.{key}: a credential must be a string, not {type(value).__name__} "
+                f"(its value is not shown); write it as quoted text{env}"
+            )
 
 
 def one_or_list(value: Any) -> list[Any]:
@@ -167,11 +184,28 @@ class RetrievalConfig(_Strict):
             if name.lower() not in embedders:  # settings for an embedder the run does not use
                 raise unknown("embedder in embedder_params", name, embedders)
             check_precision_param(name, params)  # fp32 | bf16 | bf16-full, before any model loads
+            check_credential_types(f"embedder_params.{name}", params)
+        self._refuse_pickle_weights()
         names = one_or_list(self.retriever)
         for key in self.retriever_params:  # each key must serve at least one retriever
             if not any(key in self.params_for(name) for name in names):
                 registries.check_retriever_params(names[0], {key: self.retriever_params[key]})
         return self
+
+    def _refuse_pickle_weights(self) -> None:
+        """Embedder and cross-encoder folders with weights only in pickle-based ``.bin`` files
+        are refused here, before a run folder exists, as the LLM's are at load: unpickling can
+        run code. ``allow_pickle_weights: true`` in the embedder's ``embedder_params`` (or in
+        ``retriever_params`` for the cross-encoder) trusts the source."""
+        params = {k.lower(): v for k, v in self.embedder_params.items()}
+        for name in one_or_list(self.embedder):
+            if not (params.get(str(name).lower()) or {}).get("allow_pickle_weights"):
+                option = f"retrieval.embedder_params: {{{name}: {{{PICKLE_OPTION}}}}}"
+                refuse_pickle_weights(str(name), "embedder", option, recursive=True)
+        cross = self.retriever_params.get("cross_encoder")
+        if isinstance(cross, str) and not self.retriever_params.get("allow_pickle_weights"):
+            option = f"retrieval.retriever_params.{PICKLE_OPTION}"
+            refuse_pickle_weights(cross, "cross-encoder", option, recursive=True)
 
     def params_for(self, retriever: str) -> dict[str, Any]:
         """The ``retriever_params`` that ``retriever`` takes: a grid of retrievers shares one

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
+from ragbench import secrets
 from ragbench.registry import did_you_mean
 
 
@@ -47,6 +48,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     data = copy.deepcopy(data)
     for expr in overrides:
         path, sep, text = expr.partition("=")
+        expr = _shown(expr, path, text)  # every message below quotes a credential masked
         if not sep or not path.strip():
             raise ConfigError(f"--set {expr}: expected dotted.path=value")
         try:
@@ -78,6 +80,17 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             node[step] = child
             node = child
     return data
+
+
+def _shown(expr: str, path: str, text: str) -> str:
+    """``path=value`` as messages quote it: a credential-named path's value (``api_key``,
+    ``token``...) is remembered as a secret (so the YAML parser's own excerpt of it is masked
+    too) and shown as ``***``."""
+    last = re.split(r"[.\[\]]", path.strip().rstrip("]"))[-1]
+    if not text.strip() or not secrets.names_a_credential(last):
+        return expr
+    secrets.remember(text, text.strip(), text.strip().strip("[]{}\"'"))
+    return f"{path}={secrets.MASK}"
 
 
 def located(loc: tuple, build: Any, *args: Any) -> Any:

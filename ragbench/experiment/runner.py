@@ -91,7 +91,7 @@ EXECUTORS = ("local", "ray")  # where generation runs: this process, or Ray work
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
-    return Path(cfg.output_dir) / f"{cfg.name}-{config_hash(cfg)[:8]}"
+    return cfg.output_path() / f"{cfg.name}-{config_hash(cfg)[:8]}"
 
 
 def run(

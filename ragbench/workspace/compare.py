@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
 from ragbench.datasets import docs as ingest_docs
 from ragbench.datasets.corpus_file import write_documents
@@ -42,9 +43,10 @@ from ragbench.experiment import question_gen
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.runner import run_dir_for
+from ragbench.io import atomic_write_text
 from ragbench.llm import backend_capabilities
 from ragbench.strategies import get_strategy, pipeline_http
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.pipeline_params import URL_ENV, PipelineParams
 from ragbench.workspace.kernels import execute_notebook
 from ragbench.workspace.notebook import model_block
 from ragbench.workspace.render import executed_runs, render_notebook
@@ -226,24 +228,42 @@ def validate(spec: CompareSpec, corpus: Path) -> RunConfig:
 
 def write_config(config: dict[str, Any]) -> tuple[RunConfig, Path]:
     """(the validated config, its YAML file in the run folder). The file is what the run reads,
-    so ``ragbench run`` on it lands in the same folder; edit it and rerun for a variation."""
+    so ``ragbench run`` on it lands in the same folder; edit it and rerun for a variation.
+
+    The file holds no credential (``secrets.redact``: a ``--base-url`` or ``--pipeline-url`` with
+    ``user:password@`` or a ``?token=`` is written with them masked, which gives the same run
+    folder: the hash is taken redacted). The config returned is the one given, credentials and
+    all, for this command's run; a resume takes them from the environment (``OPENAI_BASE_URL``,
+    ``RAGBENCH_PIPELINE_URL``) or ``--set``, as the file's header says."""
     cfg = load_config(config)  # validated first: a bad option fails before anything is written
     path = run_dir_for(cfg) / CONFIG_FILE
+    stored = secrets.redact(config)
     header = (
         "# written by `ragbench compare` (its options are the keys below)\n"
         f"# rerun or resume: ragbench run {path}\n"
         "# edit anything (strategies, top_k, model, price_sheet...) and run it again: a changed\n"
         "# config is a new run folder beside this one. Keys: see the README (Bring your own documents)\n"
     )
+    if stored != config:
+        header += (
+            "# credentials are never stored: the URLs below read *** where they had them. To\n"
+            "# resume, give the full URLs in the environment (model: OPENAI_BASE_URL, pipeline:\n"
+            f"# {URL_ENV}) or on the command line, e.g.\n"
+            f"# ragbench run {path} --set 'model.params.base_url=http://user:password@host/v1'\n"
+        )
     if any(isinstance(s, dict) and s["params"].get("target") for s in config["strategies"]):
         header += (
             "# the pipeline's module is imported from sys.path, the working directory or this\n"
             f"# folder; `ragbench compare` ran in {Path.cwd()}\n"
         )
-    body = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=100)
+    body = yaml.safe_dump(stored, sort_keys=False, allow_unicode=True, width=100)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + body, encoding="utf-8")
-    return load_config(path), path
+    atomic_write_text(path, header + body)
+    written = load_config(path)  # the file reads back into the same run folder
+    if run_dir_for(written) != path.parent:
+        raise RuntimeError(f"{path}: the written config names another run folder")  # a bug
+    cfg._source_dir, cfg._source_file = written._source_dir, written._source_file
+    return cfg, path
 
 
 # --------------------------------------------------------------------------- before spending
