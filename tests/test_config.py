@@ -207,9 +207,11 @@ def test_hash_without_judge_is_unchanged(tmp_path):
     # model.threads (added later) is left out of the hash too: it changes speed, not answers;
     # and cost_basis at its default (added later still: see test_cost_basis_default_...)
     # model.rate_limit and max_dollars (later still) change speed and where a run stops: out too;
-    # noise_distractors (later still) at its default, like cost_basis
+    # noise_distractors (later still) at its default, like cost_basis; tracking (later still)
+    # where a run is reported, never part of it
     exclude = {"output_dir": True, "judge": True, "model": {"threads", "rate_limit"},
-               "cost_basis": True, "max_dollars": True, "noise_distractors": True}  # fmt: skip
+               "cost_basis": True, "max_dollars": True, "noise_distractors": True,
+               "tracking": True}  # fmt: skip
     data = redact(cfg.model_dump(mode="json", exclude=exclude))
     assert config_hash(cfg) == hashlib.sha256(dumps_canonical(data).encode()).hexdigest()
     judged = load_config(write(tmp_path, JUDGED + JUDGE, "j.yaml"))

@@ -87,7 +87,14 @@ def test_a_planted_secret_reaches_no_file_of_a_run(serve, tmp_path):
     env = env_with_secret(tmp_path)
     log = tmp_path / "cli.log"
     assert ragbench("run", str(path), env=env, log=log) == 0, log.read_text()
-    assert ragbench("run", str(path), env=env, log=log) == 0  # resume: errors retried
+    # resume: errors retried; logged to a real MLflow store (tmp_path/mlruns: grepped below)
+    mlruns = str(tmp_path / "mlruns")
+    assert ragbench("run", str(path), "--mlflow-uri", mlruns, env=env, log=log) == 0
+    assert (tmp_path / "mlruns" / "mlflow.db").exists()
+    # and exported for other tools (tmp_path/results/<run>/export: grepped below)
+    run_dir = next((tmp_path / "results").iterdir())
+    for fmt in ("jsonl", "csv", "lm-eval"):
+        assert ragbench("export", str(run_dir), "--format", fmt, env=env, log=log) == 0
     # the requests did carry the credentials: the key as Bearer, the header, the query token
     sent = srv.requests[0]
     assert sent[1]["Authorization"] == f"Bearer {SECRET}-param"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.cli.run import log_to_mlflow
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
 from ragbench.io import user_errors
@@ -17,6 +18,7 @@ from ragbench.report.readable import readable_text
 from ragbench.report.tables import table_remarks
 from ragbench.secrets import collect
 from ragbench.workspace import compare as steps
+from ragbench.workspace import tracking
 
 _D = steps.CompareSpec  # the defaults: notebook 05's
 
@@ -51,6 +53,9 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(False, "--yes", "-y", help="Spend without asking (paid APIs)."),
         report: bool = typer.Option(True, help="Write report.html (notebook 05) beside the run."),
         quiet: bool = typer.Option(False, help="No progress bars."),
+        mlflow: bool = typer.Option(False, "--mlflow", help="Log the run (and report.html) to MLflow; default store ./mlruns."),
+        mlflow_uri: str = typer.Option(None, metavar="URI", help="MLflow tracking URI or folder (implies --mlflow)."),
+        mlflow_experiment: str = typer.Option(None, help="MLflow experiment (implies --mlflow; default: ragbench)."),
     ) -> None:  # fmt: skip
         """Closed book, long context, RAG and Self-Route on your documents (and your own pipeline
         beside them): the verdict.
@@ -71,7 +76,10 @@ def register(app: typer.Typer) -> None:
             pipeline_url=pipeline_url,
         )  # fmt: skip
         collect({"base_url": base_url, "pipeline_url": pipeline_url})  # masked in every line below
-        with user_errors():  # a bad option, target or endpoint: before any document is read
+        tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
+        with user_errors(tracking.TrackingError):  # a bad option, target or endpoint, no MLflow:
+            if tracked is not None:  # before any document is read
+                tracking.check_available()
             for point in steps.check_pipelines(spec):
                 typer.echo(f"pipeline: {point.label()}")
             steps.precheck(spec)
@@ -80,6 +88,8 @@ def register(app: typer.Typer) -> None:
         _answer(spec, df, spec_run)
         if report:
             _report(spec, spec_run, progress=not quiet)
+        if tracked is not None:  # after the report: report.html is one of its artifacts
+            log_to_mlflow(df.attrs["run_dir"], tracked)
 
 
 def _run(spec: steps.CompareSpec, yes: bool, progress: bool):

@@ -33,6 +33,7 @@ from ragbench.experiment.config_sections import (  # noqa: F401 (re-exported)
     ModelConfig,
     RetrievalConfig,
     StrategyConfig,
+    TrackingConfig,
     _Strict,
     one_or_list,
 )
@@ -78,6 +79,9 @@ class RunConfig(_Strict):
     # the hash: a rerun with a higher cap resumes in the same run folder
     max_dollars: float | None = Field(None, gt=0)
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
+    # where the run is logged besides its folder (MLflow: ragbench.workspace.tracking); not part
+    # of the hash: where a run is reported changes nothing it computes
+    tracking: TrackingConfig | None = None
 
     # the folder of the YAML file the config came from: relative dataset paths resolve there
     _source_dir: str | None = PrivateAttr(default=None)
@@ -195,9 +199,11 @@ def config_hash(config: RunConfig) -> str:
     """Identity of a config's results. Credentials are masked first: a new password or key
     gives the same run folder, and the hash is never a function of a secret."""
     # threads and rate limits change speed, not answers: the same run folder whatever the
-    # machine's load; max_dollars where a run stops, not what it computes (a higher cap resumes)
+    # machine's load; max_dollars where a run stops, not what it computes (a higher cap resumes);
+    # tracking where it is reported
     speed = {"threads", "rate_limit"}
-    exclude = {"output_dir": True, "max_dollars": True, "model": speed, "judge": {"model": speed}}
+    exclude = {"output_dir": True, "max_dollars": True, "tracking": True, "model": speed,
+               "judge": {"model": speed}}  # fmt: skip
     data = redact(config.model_dump(mode="json", exclude=exclude))
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)

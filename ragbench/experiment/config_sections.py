@@ -1,5 +1,5 @@
 """The sections of a run config (``ragbench.experiment.config.RunConfig``): dataset, model,
-retrieval, strategies, judge. Each validates itself; the run config checks how they combine."""
+retrieval, strategies, judge, tracking. Each validates itself; the run config checks how they combine."""
 
 from __future__ import annotations
 
@@ -286,3 +286,20 @@ class JudgeConfig(_Strict):
     def prompt(self, metric: str):
         """The template that scores ``metric`` (``judge_correct``: ``correct-v1`` unless set)."""
         return load_prompt(self.prompts.get(metric, DEFAULT_PROMPTS[metric]))
+
+
+class MlflowConfig(_Strict):
+    """Where ``ragbench.workspace.tracking`` logs the run in MLflow (the ``tracking`` extra)."""
+
+    # None: ./mlruns in the working directory (a SQLite store + artifacts: `mlflow ui
+    # --backend-store-uri sqlite:///mlruns/mlflow.db`); a folder path: the same layout there;
+    # any MLflow URI (sqlite:///..., http://server:5000, databricks) as MLflow reads it
+    tracking_uri: str | None = None
+    experiment: str = Field("ragbench", min_length=1)  # MLflow experiment, created if missing
+
+
+class TrackingConfig(_Strict):
+    """Where a run is logged besides its run folder. Not part of the config hash: where a run
+    is reported changes nothing it computes."""
+
+    mlflow: MlflowConfig | None = None

@@ -53,6 +53,7 @@ from ragbench.experiment.budget import Budget
 from ragbench.experiment.config import RunConfig, config_hash, load_config
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
+from ragbench.experiment.log_once import once_per_run
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
 from ragbench.experiment.preflight import OverWindowError, check_window  # noqa: F401 (re-exported)
@@ -136,7 +137,7 @@ def run(
     if len(set(keys)) != len(keys):
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
-    with FolderLock(out, what="run", wait=wait):
+    with FolderLock(out, what="run", wait=wait), once_per_run():  # third-party repeats: once
         return _run_locked(
             cfg, examples, work, keys, out, started, progress, llm, judge_llm, (executor, workers)
         )
