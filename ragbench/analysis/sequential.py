@@ -111,13 +111,13 @@ def boundaries(
         else:
             sd = math.sqrt(dt)
 
-            def cross(b: float, x=x, w=w, g=g, sd=sd) -> float:
-                return float(np.sum(w * g * (norm.sf((b - x) / sd) + norm.cdf((-b - x) / sd))))
+            def excess(b: float, x=x, w=w, g=g, sd=sd, inc=inc) -> float:
+                # the paths still inside that first leave (-b, b) now, less what may be spent
+                out = norm.sf((b - x) / sd) + norm.cdf((-b - x) / sd)
+                return float(np.sum(w * g * out)) - inc
 
             top = NEVER * math.sqrt(tk)
-            c = NEVER if cross(top) >= inc else brentq(
-                lambda b: cross(b) - inc, 1e-9, top, xtol=1e-10
-            ) / math.sqrt(tk)  # fmt: skip
+            c = NEVER if excess(top) >= 0 else brentq(excess, 1e-9, top, xtol=1e-10) / math.sqrt(tk)
         out.append(float(c))
         b = c * math.sqrt(tk)
         sd = math.sqrt(dt) if dt > 0 else math.sqrt(tk)
