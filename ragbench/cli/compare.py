@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.analysis.verdict import sequential_look
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
 from ragbench.io import user_errors
@@ -51,6 +52,7 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(False, "--yes", "-y", help="Spend without asking (paid APIs)."),
         report: bool = typer.Option(True, help="Write report.html (notebook 05) beside the run."),
         quiet: bool = typer.Option(False, help="No progress bars."),
+        until_decided: bool = typer.Option(False, "--until-decided", help="Questions in a seeded order, in rounds, until a group-sequential test decides (no report: notebook 05 answers every question)."),
     ) -> None:  # fmt: skip
         """Closed book, long context, RAG and Self-Route on your documents (and your own pipeline
         beside them): the verdict.
@@ -68,7 +70,7 @@ def register(app: typer.Typer) -> None:
             strategies=tuple(strategy), overflow=overflow, min_accuracy=min_accuracy,
             max_dollars_per_1k=max_dollars_per_1k, max_latency_s=max_latency_s,
             output_dir=output_dir, seed=seed, threads=threads, pipeline=pipeline,
-            pipeline_url=pipeline_url,
+            pipeline_url=pipeline_url, until_decided=until_decided,
         )  # fmt: skip
         collect({"base_url": base_url, "pipeline_url": pipeline_url})  # masked in every line below
         with user_errors():  # a bad option, target or endpoint: before any document is read
@@ -115,7 +117,10 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
         typer.echo(f"note: {note}")
     if steps.is_paid(cfg) and not yes:
         typer.confirm(f"{cfg.model.name} is a paid API ({cfg.price_sheet}): run it?", abort=True)
-    return run(yaml_path, progress=progress), (yaml_path, questions)
+    df = run(yaml_path, progress=progress, until_decided=sequential_look)
+    if df.attrs.get("sequential"):
+        typer.echo(df.attrs["sequential"]["line"])
+    return df, (yaml_path, questions)
 
 
 def _answer(spec: steps.CompareSpec, df, spec_run) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.analysis.verdict import sequential_look
 from ragbench.experiment.budget import BUDGET_EXIT, EXIT_HELP
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
@@ -57,6 +58,12 @@ def register(app: typer.Typer) -> None:
             help="stop before the run's spend passes this many dollars (max_dollars; exit "
             f"{BUDGET_EXIT}); a dry run refuses a config estimated over it (exit 2)",
         ),  # fmt: skip
+        until_decided: bool = typer.Option(
+            False,
+            "--until-decided",
+            help="questions in a seeded random order, in rounds, until a group-sequential test "
+            "decides (the config's sequential section; default: 5 rounds, O'Brien-Fleming)",
+        ),  # fmt: skip
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json.
 
@@ -71,13 +78,20 @@ def register(app: typer.Typer) -> None:
             overrides += [f"model.threads={threads}"] if threads else []
             overrides += [f"max_dollars={max_dollars:.12f}"] if max_dollars is not None else []
             cfg = load_config(config, overrides)
+            if until_decided and cfg.sequential is None:  # the section's defaults
+                cfg = load_config(cfg, ["sequential={}"])
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
             if dry_run:
                 _echo_dry_run(cfg, progress=not quiet)
                 return
-            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers)
+            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
+                     until_decided=sequential_look)  # fmt: skip
         typer.echo(f"run folder: {df.attrs['run_dir']}")
+        if df.attrs.get("sequential"):  # where it stopped, and the verdict at that look
+            typer.echo(df.attrs["sequential"]["line"])
+            if df.attrs["sequential"].get("verdict"):
+                typer.echo(f"verdict: {df.attrs['sequential']['verdict']}")
         if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes
             raise typer.Exit(code=BUDGET_EXIT)
         failed = int(df["error"].notna().sum())
