@@ -117,3 +117,31 @@ def test_question_order_is_seeded():
     a, b = question_order(examples, 0), question_order(examples, 1)
     assert sorted(a) == sorted(b) == sorted(e.id for e in examples)
     assert a == question_order(examples, 0) and a != b
+
+
+def test_the_verdict_at_a_look_quotes_the_repeated_interval():
+    """The look's verdict: its interval is the repeated one (wider than the fixed design's at
+    the same questions), it excludes 0 exactly when the statistic reaches the boundary, and the
+    sentence says where the run stopped."""
+    from test_verdict import CB, LC, PRICES, RAG, flip, results
+
+    from ragbench.analysis.verdict import sequential_look, verdict
+
+    lc = [1] * 60 + [0] * 40
+    df = results({CB: [0] * 100, LC: lc, RAG: flip(lc, ones_to_zero=14)}, PRICES)
+    state = {"fractions": [0.25, 0.5], "spending": "obrien_fleming", "questions": 200,
+             "answered": 100, "stopped": None, "alpha": 0.05, "margin": 0.05, "seed": 0}  # fmt: skip
+    fixed, look = verdict(df), sequential_look(df, state)
+    assert fixed.reason == "more_accurate" and fixed.choice == LC
+    assert look.ci_high - look.ci_low > fixed.ci_high - fixed.ci_low
+    s = look.sequential
+    assert s["look"] == 2 and s["comparisons"] == 2 and s["boundary"] > 2.24
+    assert (abs(s["z"]) >= s["boundary"]) == (look.ci_low > 0 or look.ci_high < 0)
+    assert "repeated 95% CI" in look.text and "against the boundary" in look.text
+    assert "Decided after" not in look.text
+    done = sequential_look(df, {**state, "stopped": "decided"})
+    assert "Decided after 100 of 200 questions (a group-sequential test, O'Brien-Fleming" in (
+        done.text
+    )
+    budget = sequential_look(df, {**state, "stopped": "budget"})
+    assert "Stopped at the budget after 100 of 200 questions" in budget.text
