@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.analysis.verdict import sequential_look
 from ragbench.cli.run import log_to_mlflow
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
@@ -56,6 +57,7 @@ def register(app: typer.Typer) -> None:
         mlflow: bool = typer.Option(False, "--mlflow", help="Log the run (and report.html) to MLflow; default store ./mlruns."),
         mlflow_uri: str = typer.Option(None, metavar="URI", help="MLflow tracking URI or folder (implies --mlflow)."),
         mlflow_experiment: str = typer.Option(None, help="MLflow experiment (implies --mlflow; default: ragbench)."),
+        until_decided: bool = typer.Option(False, "--until-decided", help="Questions in a seeded order, in rounds, until a group-sequential test decides (no report: notebook 05 answers every question)."),
     ) -> None:  # fmt: skip
         """Closed book, long context, RAG and Self-Route on your documents (and your own pipeline
         beside them): the verdict.
@@ -73,7 +75,7 @@ def register(app: typer.Typer) -> None:
             strategies=tuple(strategy), overflow=overflow, min_accuracy=min_accuracy,
             max_dollars_per_1k=max_dollars_per_1k, max_latency_s=max_latency_s,
             output_dir=output_dir, seed=seed, threads=threads, pipeline=pipeline,
-            pipeline_url=pipeline_url,
+            pipeline_url=pipeline_url, until_decided=until_decided,
         )  # fmt: skip
         collect({"base_url": base_url, "pipeline_url": pipeline_url})  # masked in every line below
         tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
@@ -126,7 +128,10 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
     if steps.is_paid(cfg) and not yes:
         typer.confirm(f"{cfg.model.name} is a paid API ({cfg.price_sheet}): run it?", abort=True)
     # the config itself, not the file: the file's URLs have their credentials masked
-    return run(cfg, progress=progress), (yaml_path, questions)
+    df = run(cfg, progress=progress, until_decided=sequential_look)
+    if df.attrs.get("sequential"):
+        typer.echo(df.attrs["sequential"]["line"])
+    return df, (yaml_path, questions)
 
 
 def _answer(spec: steps.CompareSpec, df, spec_run) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ragbench import secrets
+from ragbench.analysis.verdict import sequential_look
 from ragbench.experiment.budget import BUDGET_EXIT, EXIT_HELP
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
@@ -71,6 +72,12 @@ def register(app: typer.Typer) -> None:
         mlflow_experiment: str | None = typer.Option(
             None, help="MLflow experiment (implies --mlflow; default: ragbench)"
         ),
+        until_decided: bool = typer.Option(
+            False,
+            "--until-decided",
+            help="questions in a seeded random order, in rounds, until a group-sequential test "
+            "decides (the config's sequential section; default: 5 rounds, O'Brien-Fleming)",
+        ),  # fmt: skip
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json.
 
@@ -85,6 +92,8 @@ def register(app: typer.Typer) -> None:
             overrides += [f"model.threads={threads}"] if threads else []
             overrides += [f"max_dollars={max_dollars:.12f}"] if max_dollars is not None else []
             cfg = load_config(config, overrides)
+            if until_decided and cfg.sequential is None:  # the section's defaults
+                cfg = load_config(cfg, ["sequential={}"])
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
                 cfg._output_base = None  # a command-line path: against the working directory
@@ -94,8 +103,13 @@ def register(app: typer.Typer) -> None:
             tracked = tracking.settings(cfg, mlflow, mlflow_uri, mlflow_experiment)
             if tracked is not None:
                 tracking.check_available()  # before the run, not after it
-            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers)
+            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
+                     until_decided=sequential_look)  # fmt: skip
         typer.echo(f"run folder: {df.attrs['run_dir']}")
+        if df.attrs.get("sequential"):  # where it stopped, and the verdict at that look
+            typer.echo(df.attrs["sequential"]["line"])
+            if df.attrs["sequential"].get("verdict"):
+                typer.echo(f"verdict: {df.attrs['sequential']['verdict']}")
         if tracked is not None:
             log_to_mlflow(df.attrs["run_dir"], tracked)
         if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes

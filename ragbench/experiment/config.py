@@ -23,6 +23,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -32,6 +33,7 @@ from ragbench.experiment.config_sections import (  # noqa: F401 (re-exported)
     JudgeConfig,
     ModelConfig,
     RetrievalConfig,
+    SequentialConfig,
     StrategyConfig,
     TrackingConfig,
     _Strict,
@@ -78,6 +80,9 @@ class RunConfig(_Strict):
     # (ragbench.experiment.budget); the dry run refuses a config estimated over it. Not part of
     # the hash: a rerun with a higher cap resumes in the same run folder
     max_dollars: float | None = Field(None, gt=0)
+    # stop when decided (`ragbench run --until-decided`): rounds, alpha spending, margin; not
+    # part of the hash either (where a run stops); a config without it dumps as before
+    sequential: SequentialConfig | None = None
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
     # where the run is logged besides its folder (MLflow: ragbench.workspace.tracking); not part
     # of the hash: where a run is reported changes nothing it computes
@@ -160,6 +165,13 @@ class RunConfig(_Strict):
             self._sheet = located(("price_sheet",), price_sheet, self.price_sheet)
         return self
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("sequential", 0) is None:
+            data.pop("sequential")  # added later: configs without it dump (and hash) as before
+        return data
+
     @model_validator(mode="after")
     def _budget(self) -> RunConfig:
         """A dollar cap needs dollars: a price sheet for the model (or the judge)."""
@@ -199,10 +211,11 @@ def config_hash(config: RunConfig) -> str:
     """Identity of a config's results. Credentials are masked first: a new password or key
     gives the same run folder, and the hash is never a function of a secret."""
     # threads and rate limits change speed, not answers: the same run folder whatever the
-    # machine's load; max_dollars where a run stops, not what it computes (a higher cap resumes);
-    # tracking where it is reported
+    # machine's load; max_dollars and sequential where a run stops, not what it computes (a
+    # higher cap resumes; a run without sequential answers the rest); tracking where it is reported
     speed = {"threads", "rate_limit"}
-    exclude = {"output_dir": True, "max_dollars": True, "tracking": True, "model": speed,
+    exclude = {"output_dir": True, "max_dollars": True, "sequential": True, "tracking": True,
+               "model": speed,
                "judge": {"model": speed}}  # fmt: skip
     data = redact(config.model_dump(mode="json", exclude=exclude))
     if data.get("judge") is None:  # configs written before the judge section hash as before

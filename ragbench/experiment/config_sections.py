@@ -1,10 +1,10 @@
 """The sections of a run config (``ragbench.experiment.config.RunConfig``): dataset, model,
-retrieval, strategies, judge, tracking. Each validates itself; the run config checks how they combine."""
+retrieval, strategies, judge, sequential, tracking. Each validates itself; the run config checks how they combine."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -303,3 +303,35 @@ class TrackingConfig(_Strict):
     is reported changes nothing it computes."""
 
     mlflow: MlflowConfig | None = None
+
+
+class SequentialConfig(_Strict):
+    """Stop when decided (``ragbench run --until-decided``; ``ragbench.analysis.sequential``):
+    the questions in a seeded random order, in rounds; after each round a group-sequential test
+    of the verdict's two variants (the best retrieval against the best long-context one) says
+    "recommend X", "equivalent within the margin" or "continue". Where a run stops, not what it
+    computes: not part of the config hash (a run without it resumes and answers the rest)."""
+
+    rounds: int | None = Field(None, ge=1)  # looks, equal in questions (default 5)
+    round_size: int | None = Field(None, ge=1)  # or: questions per look
+    # Lan-DeMets alpha spending: obrien_fleming (little early, nearly the fixed test at the end)
+    # or pocock (even: stops sooner on large differences, costs more at the end)
+    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
+    alpha: float = Field(0.05, gt=0, lt=1)  # the level all looks' intervals hold together
+    margin: float = Field(0.05, gt=0, lt=1)  # "not worse" / "equivalent" within this much
+    seed: int | None = None  # the question order; None: the run's seed
+
+    @model_validator(mode="after")
+    def _one_size(self) -> SequentialConfig:
+        if self.rounds is not None and self.round_size is not None:
+            raise ValueError("give rounds or round_size, not both")
+        return self
+
+    def looks(self, questions: int) -> list[int]:
+        """Questions answered at each look (cumulative), the last one ``questions``."""
+        if questions < 1:
+            return []
+        if self.round_size is not None:
+            return [*range(self.round_size, questions, self.round_size), questions]
+        rounds = min(self.rounds or 5, questions)
+        return sorted({round(questions * (k + 1) / rounds) for k in range(rounds)})

@@ -90,6 +90,7 @@ class CompareSpec:
     threads: int | None = None  # torch CPU threads (model.threads; speed only, not in the hash)
     pipeline: str = ""  # your system: "module:attr" (function, llama-index engine, or a factory)
     pipeline_url: str = ""  # your system as an HTTP service (POST JSON, see the README)
+    until_decided: bool = False  # questions in rounds until a group-sequential test decides
 
     @property
     def out(self) -> Path:
@@ -208,7 +209,7 @@ def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, 
         "metrics": list(METRICS),
         "price_sheet": spec.price_sheet,
         "output_dir": str(spec.out),
-    }
+    } | ({"sequential": {}} if spec.until_decided else {})
 
 
 def precheck(spec: CompareSpec) -> RunConfig:
@@ -287,10 +288,12 @@ def is_paid(cfg: RunConfig) -> bool:
 def decide(df: Any, spec: CompareSpec) -> Any:
     """``analysis.verdict`` on the run (the first metric, ``spec``'s constraints); its
     conditions say what share of the corpus long context cut (``analysis.conditions``)."""
+    seq = df.attrs.get("sequential")  # --until-decided: read at its last look
+    design = {"alpha": seq["alpha"], "margin": seq["margin"]} if seq else {}
     return analysis_verdict(
         df, metric=METRICS[0], min_accuracy=spec.min_accuracy,
         max_dollars_per_1k=spec.max_dollars_per_1k, max_latency_s=spec.max_latency_s,
-        seed=spec.seed,
+        seed=spec.seed, sequential=seq, **design,
     )  # fmt: skip
 
 
@@ -325,6 +328,8 @@ def report_blocker(spec: CompareSpec) -> str | None:
         return f"{NOTEBOOK} not found (ragbench is not running from its checkout)"
     if len(spec.docs) != 1:
         return "notebook 05 reads one folder; this run read several"
+    if spec.until_decided:
+        return "notebook 05 answers every question; --until-decided stops when decided"
     return None
 
 
