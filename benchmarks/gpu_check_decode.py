@@ -166,7 +166,7 @@ def bench_logits(model, device, s: dict, tok) -> dict:
 
     def forward(ids: list[int]):
         x = torch.tensor([ids], device=device)
-        return model(input_ids=x, use_cache=False).logits[0, -1].float().cpu()
+        return model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1].float().cpu()
 
     with torch.inference_mode():
         ref0 = [forward(p) for p in prompts]
