@@ -191,3 +191,56 @@ def test_decode_path_is_not_part_of_the_identity_or_the_config_hash(pair):
         assert config_hash(parse_config(with_params)) == plain
     other = {**base, "model": {**base["model"], "params": {"device": "cpu"}}}
     assert config_hash(parse_config(other)) != plain  # other params still count
+
+
+class _FakeCuda:
+    """Enough of ``torch.cuda`` for ``_State._capture`` to run on the CPU: streams do nothing,
+    "capture" runs the step eagerly and replay fails, so the failure path is what runs."""
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    class CUDAGraph:
+        def replay(self):
+            raise RuntimeError("fake replay")
+
+    @staticmethod
+    def stream(s):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def graph(g):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def test_a_failed_capture_runs_the_step_uncaptured_with_the_same_tokens(pair, monkeypatch):
+    """After a capture fails at any point (here: its replay, after the capture's own step ran),
+    exactly one step stands and the texts are the plain loop's; the failure is recorded and
+    later states do not try again."""
+    eager, static = pair
+    fake = _FakeCuda()
+    for name in ("Stream", "CUDAGraph", "stream", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: fake.Stream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    fast = static.decoder.fast
+    fast.states.clear()
+    monkeypatch.setattr(fast, "capture", True)
+    try:
+        requests = _requests()[:5]
+        plain, got = eager.generate(requests), static.generate(requests)
+        _same(plain, got)
+        meta = got[0].meta["decode"]
+        assert meta["graph"] == "failed" and "fake replay" in meta["fallback"], meta
+        assert "fake replay" in fast.capture_error
+        fast.states.clear()  # a new state: no second try
+        _same(plain, static.generate(requests))
+        assert all(not s.capture for s in fast.states.values())
+    finally:
+        fast.capture_error = ""
+        fast.states.clear()

@@ -398,12 +398,14 @@ class _State:
             return self._step(dec, extra)
         self.capture = False  # one try per state
         t0 = time.perf_counter()
+        saved = self._inputs()
         try:
-            out = self._capture(dec, extra)
+            out = self._capture(dec, extra, saved)
         except Exception as exc:  # noqa: BLE001 (recorded; the step runs uncaptured)
             import torch
 
             torch.cuda.synchronize()
+            self._restore(saved)  # whatever ran, exactly one step stands: this one
             self.graph = None
             self.graph_error = f"capture failed: {type(exc).__name__}: {exc}"[:300]
             owner.capture_error = self.graph_error
@@ -412,19 +414,24 @@ class _State:
         meta["capture_seconds"] = round(time.perf_counter() - t0, 4)
         return out
 
-    def _capture(self, dec: Any, extra: dict) -> Any:
+    def _inputs(self) -> list:
+        """Copies of the step's inputs (token, position, slot, mask): what a step changes besides
+        the KV at its slot (which the step that stands rewrites)."""
+        return [t.clone() for t in (self.ids, self.pos, self.slot, self.mask)]
+
+    def _restore(self, saved: list) -> None:
+        for t, s in zip((self.ids, self.pos, self.slot, self.mask), saved, strict=True):
+            t.copy_(s)
+
+    def _capture(self, dec: Any, extra: dict, saved: list) -> Any:
         """Run the step eagerly on a side stream (the warm-up capture needs), capture it from the
         same inputs, and replay it: the graph is kept only if its replay gives the eager run's
         token and logits (within rounding). Either way exactly one step stands (the replay's, or
         the eager run again). Returns that step's logits."""
         import torch
 
-        inputs = (self.ids, self.pos, self.slot, self.mask)
-        saved = [t.clone() for t in inputs]
-
         def restore() -> None:
-            for t, s in zip(inputs, saved, strict=True):
-                t.copy_(s)
+            self._restore(saved)
 
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
