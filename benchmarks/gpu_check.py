@@ -19,7 +19,16 @@ device, and fed token ids (no tokenizer). Per model:
   512-token prefills, 128 tokens after 2,048) give the same requests;
 - every KV-cache variant ``ragbench.llm.kv_cache.KV_CACHES`` names (new ones are picked up;
   one that needs parameters this script does not know, or a missing package, is recorded as an
-  error, not fatal).
+  error, not fatal);
+- ``decode``: the bandwidth floor (weight bytes / measured copy bandwidth), ms per decode step at
+  batch 1, 8, 32 on the plain loop and the fast path (static cache, CUDA graph), as multiples of
+  the floor, and runner batching of 8 short prompts on the fast path;
+- ``logits``: every path's first two picks' logits against transformers' forward (top-1
+  agreement, max |difference|), with an initialisation that keeps them off near-ties
+  (``gpu_check_decode.py``).
+
+Decoders here take ragbench's default decode path (``decode="auto"``: the fast path on CUDA);
+the ``decode`` and ``logits`` parts name theirs.
 
 Random weights make greedy tokens near-ties, so in bf16 token equality between differently
 fused kernels is reported, not required; ``--device cpu --quick`` (tiny configs, float32) is
@@ -45,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import baselines  # noqa: E402  (benchmarks/baselines.py: torch + transformers only)
+import gpu_check_decode  # noqa: E402
 import gpu_check_kv  # noqa: E402
 from gpu_check_kv import ids_of, random_ids  # noqa: E402
 
@@ -84,6 +94,14 @@ FULL = {"prefill": [1024, 4096, 16384], "doc": 8192, "q": 16, "q_len": 24, "new"
 FULL |= {"runner": (8, 2048), "cost": [1024, 4096, 16384, 32768]}
 QUICK = {"prefill": [64, 128], "doc": 96, "q": 4, "q_len": 6, "new": 6, "runner": (3, 32)}
 QUICK |= {"cost": [32, 64, 128]}
+# decode: a short prompt, 32 decode steps, best of 3; runner batching of 8 short prompts on the
+# fast path. logits: a document and questions (gpu_check_decode.py)
+FULL |= {"decode": {"copy_bytes": 1 << 30, "prompt": 128, "new": 33, "repeats": 3,
+                    "batches": [1, 8, 32], "runner": (8, 128)},
+         "logits": {"doc": 1024, "q": 8, "q_len": 16}}  # fmt: skip
+QUICK |= {"decode": {"copy_bytes": 1 << 24, "prompt": 16, "new": 5, "repeats": 1,
+                     "batches": [1, 8, 32], "runner": (3, 16)},
+          "logits": {"doc": 48, "q": 4, "q_len": 6}}  # fmt: skip
 # the probes of calibration version 2 (before it probed the run's lengths), for the comparison
 OLD_PREFILL = ((16, 0), (128, 0), (512, 0), (128, 2048))
 OLD_DECODE = ((16, 1), (1024, 1), (4096, 1), (16, 4))
@@ -283,8 +301,9 @@ def bench_runner(model, dec: Decoder, count: int, length: int, new: int) -> dict
     vocab = model.config.vocab_size
     prompts = [random_ids(length, vocab, 500 + i) for i in range(count)]
     reqs = [GenerationRequest(f"r{i}", max_new_tokens=new) for i in range(count)]
-    with torch.inference_mode():
-        dec.decode(reqs[:1], prompts[:1], None, 0, shared=False, seed=0)  # warm-up
+    with torch.inference_mode():  # warm-up of both shapes (kernels; the fast path's captures)
+        dec.decode(reqs[:1], prompts[:1], None, 0, shared=False, seed=0)
+        dec.decode(reqs, prompts, None, 0, shared=False, seed=0)
         t0 = dec.now()
         alone = [
             dec.decode([r], [p], None, 0, False, 0)[0] for r, p in zip(reqs, prompts, strict=True)
@@ -359,7 +378,7 @@ def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
             "old_rates": {k: v for k, v in old.to_dict().items() if k != "meta"}}  # fmt: skip
 
 
-PARTS = ("prefill", "reuse", "runner", "kv", "cost")
+PARTS = ("prefill", "reuse", "runner", "kv", "cost", "decode", "logits")
 
 
 def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS) -> dict:
@@ -386,6 +405,12 @@ def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS) -> 
             out["cost_model"] = bench_cost_model(model, dec, s["cost"], s["new"])
         except Exception as exc:  # recorded; the other parts' results stand
             out["cost_model"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    if "decode" in parts:
+        out["decode"] = gpu_check_decode.bench_decode(
+            model, facts, torch.device(device), s, IdTokenizer(), bench_runner
+        )
+    if "logits" in parts:  # last: it rescales the weights (gpu_check_decode.scaled_init)
+        out["logits"] = gpu_check_decode.bench_logits(model, torch.device(device), s, IdTokenizer())
     if torch.device(device).type == "cuda":
         out["max_memory_allocated"] = torch.cuda.max_memory_allocated()
     del model, dec

@@ -54,3 +54,38 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
         assert kv["plain"]["same_tokens_as_plain"] is True
         sinks = next(v for k, v in kv.items() if k.startswith("sinks"))
         assert sinks["kv_ratio_to_formula"] < 0.5  # window of a quarter + 4 sinks: evicted
+        # the decode part: the floor, ms per step per batch on both paths, runner batching
+        dec = m["decode"]
+        assert dec["floor_ms"] > 0 and dec["copy_bandwidth_bytes_per_second"] > 0
+        assert dec["cuda_graphs"] is False  # capture is CUDA only
+        for path, kind in (("plain", "eager"), ("fast", "static")):
+            assert set(dec[path]) == {str(b) for b in data["sizes"]["decode"]["batches"]}
+            for row in dec[path].values():
+                assert row["ms"] > 0 and row["x_floor"] > 0 and row["path"] == kind, row
+        assert dec["fast"]["1"]["graph"] == "off"
+        assert dec["fast_batch8_over_batch1"] > 0
+        assert dec["runner_batching_fast"]["same_tokens"]["all"]
+        assert dec["runner_batching_fast"]["prompts"] == data["sizes"]["decode"]["runner"][0]
+        # the logits part: in float32 on the CPU every exact path picks the reference's top-1
+        logits = m["logits"]
+        assert logits["reference_min_top1_margin"] > 0
+        paths = logits["paths"]
+        expected = {"plain", "batched", "prefix_reuse_copied", "prefix_reuse_shared", "fast",
+                    "fast_batched", "fast_prefix_shared"}  # fmt: skip
+        assert expected <= set(paths)
+        assert {k.split("-")[0] for k in paths if k.startswith("kv_")} == {
+            f"kv_{name}" for name in kv_cache.KV_CACHES if name != "plain"
+        }
+        for name, p in paths.items():
+            if "error" in p:  # only a missing package (quantized backends)
+                assert p["error"].startswith(missing) and name.startswith("kv_quantized"), p
+                continue
+            for key in ("top1_agreement", "max_abs_diff", "first_token", "first_decode_step"):
+                assert key in p, (name, p)
+            if p["exact"]:
+                assert p["top1_agreement"] == 1.0, (name, p)
+                assert p["max_abs_diff"] < 1e-3, (name, p)
+                assert p["same_first_token_as_reference"], (name, p)
+        for name in ("fast", "fast_batched", "fast_prefix_shared"):
+            assert paths[name]["decode_path"] == "static" and paths[name]["graph"] == "off"
+        assert paths["plain"]["decode_path"] == "eager"

@@ -207,16 +207,20 @@ class RunConfig(_Strict):
 # (the text side: --set overrides and file:line validation messages live in config_text.py)
 
 
+SPEED_PARAMS = ("decode", "cuda_graphs")  # model.params that change speed, not answers
+
+
 def config_hash(config: RunConfig) -> str:
     """Identity of a config's results. Credentials are masked first: a new password or key
     gives the same run folder, and the hash is never a function of a secret."""
     # threads and rate limits change speed, not answers: the same run folder whatever the
     # machine's load; max_dollars and sequential where a run stops, not what it computes (a
-    # higher cap resumes; a run without sequential answers the rest); tracking where it is reported
-    speed = {"threads", "rate_limit"}
+    # higher cap resumes; a run without sequential answers the rest); tracking where it is
+    # reported; and so does the transformers backend's decode path (model.params decode /
+    # cuda_graphs)
+    speed = {"threads": True, "rate_limit": True, "params": dict.fromkeys(SPEED_PARAMS, True)}
     exclude = {"output_dir": True, "max_dollars": True, "sequential": True, "tracking": True,
-               "model": speed,
-               "judge": {"model": speed}}  # fmt: skip
+               "model": speed, "judge": {"model": speed}}  # fmt: skip
     data = redact(config.model_dump(mode="json", exclude=exclude))
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)

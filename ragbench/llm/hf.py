@@ -61,6 +61,10 @@ class HFModel(LLM):
     ``generate`` calls is prefilled once; ``prefix_reuse=False`` is the baseline without any.
     ``packed_linear``: run batched decode steps on weights packed once (``cpu_linear.py``);
     None packs fp32 models on the CPU up to 4 GiB of linear weights (the copy doubles them).
+    ``decode``: ``auto`` decodes greedy rows on a static KV cache with a CUDA-graph step on CUDA
+    (``hf_static.py``; ``cuda_graphs=False``: uncaptured), ``eager`` in the plain loop,
+    ``static`` the static cache on any device. Neither is part of the model's identity (completion
+    cache keys) or a config's hash: they change speed, not what is computed.
     """
 
     capabilities = LLM.capabilities.replace(
@@ -91,6 +95,8 @@ class HFModel(LLM):
         rope_factor: float | None = None,  # with rope_scaling: the window grows by this factor
         packed_linear: bool | None = None,  # None: pack fp32 CPU weights for decode steps if small
         allow_pickle_weights: bool = False,  # load pickle-based .bin weights (they can run code)
+        decode: str = "auto",  # auto | eager | static: the decode path (hf_static.py); speed only
+        cuda_graphs: bool = True,  # capture the static path's step in a CUDA graph (CUDA only)
     ) -> None:
         if (rope_scaling is None) != (rope_factor is None):
             raise ValueError("set rope_scaling (dynamic | yarn | linear) and rope_factor together")
@@ -100,7 +106,7 @@ class HFModel(LLM):
         self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
         packed = PackedLinears.auto(self.model, self.device, self.dtype, packed_linear)
-        self.decoder = Decoder.for_model(self.model, self.tokenizer, packed)
+        self.decoder = Decoder.for_model(self.model, self.tokenizer, packed, decode, cuda_graphs)
         self.input_device = self.decoder.device
         self.name = model
         preset = loaded.preset

@@ -23,6 +23,11 @@ prefill (``kv_cache.cache_bytes``; padding positions are not its own), plus the 
 where it is read through shared-prefix attention. A request with another KV-cache variant
 (``kv``: offloaded, sinks, quantized, snapkv: ``kv_cache.py``) runs alone (batch of one, no prefix KV reuse) on
 a cache of that kind; ``meta["kv_cache"]`` records what was done.
+
+Decode path (``meta["decode"]``): after the prefill, greedy rows on a supported model decode on a
+static cache with a captured step on CUDA (``hf_static.py``, ``decode: auto | eager | static``),
+else in the plain loop here; ``meta["decode"]["path"]`` says which ran and ``reason`` why not the
+fast path.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 
 from ragbench.llm import kv_cache, shared_prefix
 from ragbench.llm.cpu_linear import PackedLinears
+from ragbench.llm.hf_static import FastDecode
 from ragbench.types import GenerationRequest
 
 
@@ -53,23 +59,36 @@ class Decoder:
     cache_kw: str  # transformers 5.x renamed past_key_values to cache; both generations work
     last_logits_only: dict[str, int]  # {"logits_to_keep": 1} where the model accepts it
     packed: PackedLinears | None = None  # CPU fp32: weights packed for decode steps
+    fast: FastDecode | None = None  # the decode path (hf_static.py); None: the plain loop
 
     @classmethod
-    def for_model(cls, model, tokenizer, packed: PackedLinears | None = None) -> Decoder:
+    def for_model(
+        cls,
+        model,
+        tokenizer,
+        packed: PackedLinears | None = None,
+        decode: str = "auto",
+        cuda_graphs: bool = True,
+    ) -> Decoder:
+        """``decode``: auto (the static path on CUDA where the model allows it), eager (the plain
+        loop) or static (also off CUDA: the CPU tests run it); ``cuda_graphs``: capture its step
+        (CUDA only)."""
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         eos_ids = frozenset(int(e) for e in [*eos, tokenizer.eos_token_id] if e is not None)
         pad = tokenizer.pad_token_id
         params = inspect.signature(model.forward).parameters
+        device = next(model.parameters()).device
         return cls(
             model=model,
             tokenizer=tokenizer,
-            device=next(model.parameters()).device,
+            device=device,
             eos_ids=eos_ids,
             pad_id=int(pad if pad is not None else min(eos_ids, default=0)),
             cache_kw="cache" if "cache" in params else "past_key_values",
             last_logits_only={"logits_to_keep": 1} if "logits_to_keep" in params else {},
             packed=packed,
+            fast=FastDecode.choose(model, device, decode, cuda_graphs),
         )
 
     def prefill(self, prefix: list[int]) -> tuple[Any, float]:
@@ -96,6 +115,7 @@ class Decoder:
         shared: bool,
         seed: int,
         kv: kv_cache.KVVariant | None = None,
+        record_logits: int = 0,
     ) -> list[dict[str, Any]]:
         """Prefill left-padded suffixes after a prefix KV (or none), then decode until every row
         stops; one dict of Completion fields (``meta`` included) per row.
@@ -104,7 +124,8 @@ class Decoder:
         per-row cache, mask and padding cover the suffix only and positions continue from the
         prefix. Otherwise each row gets its own copy of the prefix KV. ``seed`` seeds sampling.
         ``kv``: the KV-cache variant (None or plain: ``DynamicCache``); other variants take one
-        request and no prefix KV.
+        request and no prefix KV. ``record_logits``: each row also gets ``_logits``, the logits
+        (float32, on the host) its first ``record_logits`` tokens were picked from (a check's).
         """
         import torch
         from transformers import DynamicCache
@@ -141,8 +162,14 @@ class Decoder:
         attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
         packed = self.packed.active() if self.packed else contextlib.nullcontext()
         chunk = kv.prefill_chunk()  # sinks: the window, so no prompt token sees past it
+        why = self.fast.why_not(requests, kv) if self.fast else "decode=eager"
+        fast = self.fast if not why else None
         with attention, packed:
-            rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra, chunk)
+            rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra, chunk,
+                              fast, record_logits)  # fmt: skip
+        decode_meta = rows[0]["meta"].pop("_decode", None) if rows else None
+        if decode_meta is None:  # the plain loop ran: why
+            decode_meta = self.fast.meta(why) if self.fast else {"path": "eager", "reason": why}
         prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared else 0
         for row, s in zip(rows, suffixes, strict=True):
             row["padding_tokens"] = width - len(s)  # left padding its row computed
@@ -153,9 +180,11 @@ class Decoder:
                 batch * (lead + width)
             )
             row["meta"]["kv_cache"] = kv_meta
+            row["meta"]["decode"] = dict(decode_meta)
         return rows
 
-    def _loop(self, requests, gens, input_ids, mask, positions, cache, extra, chunk=None):
+    def _loop(self, requests, gens, input_ids, mask, positions, cache, extra, chunk=None,
+              fast=None, record=0):  # fmt: skip
         import torch
 
         dev, batch = self.device, len(requests)
@@ -180,7 +209,19 @@ class Decoder:
         t_first = self.now()
         kv_bytes = kv_cache.cache_bytes(cache)  # after the prefill, before any decode step
         peak = self.peak_memory()
-        while True:
+        probes: list[list[Any]] = [[] for _ in requests]
+        decode_meta = None
+        if fast is not None:  # the static cache (and captured step): hf_static.py
+            generated, done, now, decode_meta = fast.run(
+                self, requests, logits, cache, mask, positions, extra, t_first, record
+            )
+            for step in decode_meta.pop("_logits", []):
+                for b in range(batch):
+                    probes[b].append(step[b].cpu())
+        while fast is None:
+            if len(probes[active[0]]) < record:
+                for j, b in enumerate(active):
+                    probes[b].append(logits[j].float().cpu())
             nxt = self.pick(logits, [requests[b] for b in active], [gens[b] for b in active])
             keep = []
             now = self.now()  # the step's end: the time of rows finishing now
@@ -210,7 +251,7 @@ class Decoder:
                 **extra,
             ).logits[:, -1, :]
         peak = max(peak, self.peak_memory())
-        return [
+        rows = [
             {
                 "text": done[b]["text"],
                 "finish_reason": done[b]["finish_reason"],
@@ -229,6 +270,12 @@ class Decoder:
             }
             for b in range(batch)
         ]
+        if decode_meta is not None:
+            rows[0]["meta"]["_decode"] = decode_meta
+        if record:
+            for row, logged in zip(rows, probes, strict=True):
+                row["_logits"] = logged
+        return rows
 
     def finished(self, request: GenerationRequest, tokens: list[int], last: int) -> tuple[str, str]:
         """("stop" | "length" | "", text so far): EOS, a stop string, or max_new_tokens."""

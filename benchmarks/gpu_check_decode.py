@@ -1,0 +1,242 @@
+"""The ``decode`` and ``logits`` parts of ``gpu_check.py``.
+
+``decode``: the bandwidth floor of a decode step (the weights' bytes over a measured
+device-to-device copy bandwidth: a step reads every weight once), then decode milliseconds per
+step at batch 1, 8 and 32 on the plain loop (``decode="eager"``) and on the fast path
+(``decode="static"``: static KV cache, a CUDA-graph step on CUDA; ``ragbench/llm/hf_static.py``),
+each as a multiple of the floor; and runner batching of 8 short prompts (one at a time against
+one batch) on the fast path, where decode, not prefill, is most of the work.
+
+``logits``: the logits of the first two picks (the prefill's last position, then the first decode
+step) of every ragbench path against transformers' own forward over the same token ids (one
+sequence, no cache, no padding): top-1 agreement and max |difference|, plus the reference's
+smallest top-1 margin (a disagreement where the margin is below the path's max |difference| is a
+near-tie, not a bug). Paths: plain (one request), batched (left padding), prefix reuse (copied and
+shared-prefix attention), the fast path (alone, batched, shared prefix), and every KV-cache variant
+(``exact``: those that should give the plain cache's numbers: offloaded, sinks with a window that
+holds the prompt, SnapKV keeping every position; quantized is compared but not exact).
+
+Initialisation for ``logits`` (random weights otherwise give near-ties in bf16): the residual
+branches' output projections (``o_proj``, ``down_proj``) are scaled by 1/sqrt(2 x layers) (GPT-2's
+scaled initialisation), so the rounding of each layer is not amplified through 32 random layers;
+and the output head is scaled x4 so the logits spread over several units. Scaling the head alone
+would not help (the margins and the rounding scale together); it keeps the logits of a float32
+CPU run far from the float32 noise.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from gpu_check_kv import ids_of, kv_specs, random_ids
+
+from ragbench.llm import kv_cache
+from ragbench.llm.hf_decode import Decoder
+from ragbench.types import GenerationRequest
+
+BATCHES = (1, 8, 32)
+
+
+def now(device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def copy_bandwidth(device, nbytes: int) -> dict:
+    """Device-to-device copy bandwidth: bytes read + written per second, best of 5."""
+    import torch
+
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = math.inf
+    for _ in range(5):
+        t0 = now(device)
+        dst.copy_(src)
+        best = min(best, now(device) - t0)
+    del src, dst
+    return {"bytes": nbytes, "seconds": best, "bytes_per_second": 2 * nbytes / best}
+
+
+def step_ms(dec: Decoder, rows: int, prompt: int, new: int, repeats: int) -> dict:
+    """Milliseconds per decode step with ``rows`` prompts of ``prompt`` random tokens decoded
+    ``new`` tokens (new - 1 steps), best of ``repeats`` after a warm-up (kernels, the static
+    cache and its captured step)."""
+    import torch
+
+    vocab = dec.model.config.vocab_size
+    prompts = [random_ids(prompt, vocab, 40 + i) for i in range(rows)]
+    reqs = [GenerationRequest(f"d{i}", max_new_tokens=new) for i in range(rows)]
+    best, meta = math.inf, {}
+    with torch.inference_mode():
+        for k in range(repeats + 1):
+            out = dec.decode(reqs, prompts, None, 0, shared=False, seed=0)
+            seconds = max(r["decode_seconds"] for r in out) / max(1, new - 1)
+            if k:  # the first run warms up
+                best = min(best, seconds)
+            meta = out[0]["meta"]["decode"]
+    return {"ms": round(best * 1e3, 3), "path": meta.get("path"), "graph": meta.get("graph"),
+            "reason": meta.get("reason") or meta.get("fallback")}  # fmt: skip
+
+
+def bench_decode(model, facts, device, s: dict, tokenizer, runner) -> dict:
+    """The floor, ms per step at each batch on both paths, and runner batching on the fast one
+    (``runner``: ``gpu_check.bench_runner``; ``tokenizer``: its ``IdTokenizer``)."""
+
+    size = s["decode"]
+    copy = copy_bandwidth(device, size["copy_bytes"])
+    floor = facts["weight_bytes"] / copy["bytes_per_second"]
+    capture = device.type == "cuda"
+    decoders = {
+        "plain": Decoder.for_model(model, tokenizer, decode="eager"),
+        "fast": Decoder.for_model(
+            model, tokenizer, decode="static", cuda_graphs=capture
+        ),  # fmt: skip
+    }
+    out = {
+        "copy_bandwidth_bytes_per_second": round(copy["bytes_per_second"]),
+        "copy_bytes": copy["bytes"],
+        "weight_bytes": facts["weight_bytes"],
+        "floor_ms": round(floor * 1e3, 4),
+        "prompt_tokens": size["prompt"],
+        "new_tokens": size["new"],
+        "repeats": size["repeats"],
+        "cuda_graphs": capture,
+    }
+    for name, dec in decoders.items():
+        rows = {}
+        for batch in size["batches"]:
+            row = step_ms(dec, batch, size["prompt"], size["new"], size["repeats"])
+            row["x_floor"] = round(row["ms"] / 1e3 / floor, 2)
+            rows[str(batch)] = row
+            print(
+                f"  decode {name} batch {batch}: {row['ms']:.2f} ms/step ({row['x_floor']}x floor)"
+            )
+        out[name] = rows
+    one, eight = out["fast"].get("1"), out["fast"].get("8")
+    if one and eight:
+        out["fast_batch8_over_batch1"] = round(eight["ms"] / one["ms"], 3)
+    count, length = size["runner"]
+    out["runner_batching_fast"] = runner(model, decoders["fast"], count, length, size["new"])
+    decoders["fast"].fast.states.clear()  # the kept static caches
+    return out
+
+
+# --------------------------------------------------------------------------- logits
+
+
+def scaled_init(model) -> None:
+    """GPT-2's scaled initialisation of the residual branches' output projections and a x4 output
+    head: see the module docstring."""
+    import torch
+
+    layers = model.config.num_hidden_layers
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(1 / math.sqrt(2 * layers))
+        model.lm_head.weight.mul_(4.0)
+
+
+def compare(got: list, ref: list) -> dict:
+    """Top-1 agreement and max |difference| of per-row logits against the reference's."""
+    agree = [int(g.argmax()) == int(r.argmax()) for g, r in zip(got, ref, strict=True)]
+    diff = max(float((g - r).abs().max()) for g, r in zip(got, ref, strict=True))
+    return {"top1_agreement": sum(agree) / len(agree), "max_abs_diff": diff, "rows": len(agree)}
+
+
+def bench_logits(model, device, s: dict, tok) -> dict:
+    """Every path's first two picks' logits against transformers' forward (module docstring);
+    ``tok``: ``gpu_check.IdTokenizer()``."""
+    import torch
+
+    size = s["logits"]
+    scaled_init(model)
+    vocab = model.config.vocab_size
+    doc = random_ids(size["doc"], vocab, 3)
+    questions = [random_ids(size["q_len"] + i % 3, vocab, 300 + i) for i in range(size["q"])]
+    prompts = [doc + q for q in questions]
+    reqs = [GenerationRequest(f"l{i}", max_new_tokens=2) for i in range(len(prompts))]
+    plain = Decoder.for_model(model, tok, decode="eager")
+    fast = Decoder.for_model(model, tok, decode="static", cuda_graphs=device.type == "cuda")
+
+    def forward(ids: list[int]):
+        x = torch.tensor([ids], device=device)
+        return model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1].float().cpu()
+
+    with torch.inference_mode():
+        ref0 = [forward(p) for p in prompts]
+        ref1 = [forward(p + [int(r.argmax())]) for p, r in zip(prompts, ref0, strict=True)]
+    margins = [float(r.topk(2).values[0] - r.topk(2).values[1]) for r in ref0 + ref1]
+
+    def run(dec, batch, suffixes, prefix=None, shared=False, kv=None):
+        with torch.inference_mode():
+            kv_prefix = dec.prefill(prefix)[0] if prefix else None
+            plen = len(prefix) if prefix else 0
+            rows = dec.decode(batch, suffixes, kv_prefix, plen, shared, 0, kv=kv, record_logits=2)
+        return rows
+
+    def alone(dec, kv=None):
+        return [run(dec, [r], [p], kv=kv)[0] for r, p in zip(reqs, prompts, strict=True)]
+
+    paths = {
+        "plain": lambda: alone(plain),
+        "batched": lambda: run(plain, reqs, prompts),
+        "prefix_reuse_copied": lambda: run(plain, reqs, questions, doc),
+        "prefix_reuse_shared": lambda: run(plain, reqs, questions, doc, shared=True),
+        "fast": lambda: alone(fast),
+        "fast_batched": lambda: run(fast, reqs, prompts),
+        "fast_prefix_shared": lambda: run(fast, reqs, questions, doc, shared=True),
+    }
+    exact = dict.fromkeys(paths, True)
+    longest = max(len(p) for p in prompts)
+    for label, spec, _ in kv_specs(longest):
+        if spec is None or isinstance(spec, kv_cache.Plain):
+            continue
+        if isinstance(spec, kv_cache.Sinks):  # a window that holds the prompt: nothing evicted
+            spec = kv_cache.Sinks(sink_tokens=4, window_tokens=longest + 8)
+            label = spec.label()
+        elif isinstance(spec, kv_cache.SnapKV):  # every position kept
+            spec = kv_cache.SnapKV(ratio=1.0, window=spec.window)
+            label = spec.label()
+        key = f"kv_{label}"
+        paths[key] = lambda spec=spec: (spec.check_model(model), alone(plain, kv=spec))[1]
+        exact[key] = not isinstance(spec, kv_cache.Quantized)
+    out: dict = {
+        "rows": len(prompts),
+        "document_tokens": len(doc),
+        "init": "o_proj/down_proj x 1/sqrt(2 layers), lm_head x 4",
+        "reference": "model(input_ids) per row, no cache, no padding",
+        "reference_min_top1_margin": round(min(margins), 5),
+        "paths": {},
+    }
+    for name, make in paths.items():
+        try:
+            rows = make()  # a KV variant: its check_model first (a package missing)
+        except (ImportError, ValueError, NotImplementedError, RuntimeError, TypeError) as exc:
+            out["paths"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            print(f"  logits {name}: {out['paths'][name]['error']}")
+            continue
+        first = compare([r["_logits"][0] for r in rows], ref0)
+        second = compare([r["_logits"][1] for r in rows], ref1)
+        same_first = [ids_of(r["text"])[:1] for r in rows] == [[int(r.argmax())] for r in ref0]
+        out["paths"][name] = {
+            "exact": exact[name],
+            "decode_path": rows[0]["meta"]["decode"].get("path"),
+            "graph": rows[0]["meta"]["decode"].get("graph"),
+            "first_token": first,
+            "first_decode_step": second,
+            "top1_agreement": min(first["top1_agreement"], second["top1_agreement"]),
+            "max_abs_diff": max(first["max_abs_diff"], second["max_abs_diff"]),
+            "same_first_token_as_reference": same_first,
+        }
+        p = out["paths"][name]
+        print(
+            f"  logits {name}: top-1 {p['top1_agreement']:.3f}, max |diff| {p['max_abs_diff']:.3g}"
+        )
+    fast.fast.states.clear()
+    return out

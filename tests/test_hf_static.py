@@ -1,0 +1,246 @@
+"""The decode fast path (``hf_static.py``) on the CPU: its static cache, bucketed rows and stop
+checks every k steps, run in float32 without CUDA-graph capture (capture is CUDA only and a
+separate switch), give exactly the plain loop's tokens and texts; and what cannot use it falls
+back to the plain loop, saying why in ``meta["decode"]``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from test_hf import WORDS, _save_tiny  # noqa: E402
+
+from ragbench.llm import kv_cache  # noqa: E402
+from ragbench.llm.hf import HFModel  # noqa: E402
+from ragbench.llm.hf_static import FastDecode, bucket_rows, bucket_slots  # noqa: E402
+from ragbench.types import GenerationRequest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """The same tiny model loaded twice: the plain loop and the static path (CPU, no capture)."""
+    folder = tmp_path_factory.mktemp("tiny-static")
+    _save_tiny(folder, chat=True)
+    cache = folder.parent / "cache-static"
+    eager = HFModel(str(folder), device="cpu", decode="eager", cache_dir=cache)
+    static = HFModel(str(folder), device="cpu", decode="static", cache_dir=cache)
+    return eager, static
+
+
+def _requests() -> list[GenerationRequest]:
+    """Prompts of different lengths (left padding), max_new_tokens per row, stop strings, and
+    two questions on one declared document (a shared prefix)."""
+    doc = " ".join(WORDS[:60])
+    out = [
+        GenerationRequest(
+            " ".join(WORDS[i : 2 * i + 5]),
+            max_new_tokens=3 + 4 * i,
+            stop=("w7", "w65") if i % 2 else (),
+        )
+        for i in range(5)
+    ]
+    out += [
+        GenerationRequest(doc + " w3 w4", prefix=doc, max_new_tokens=12),
+        GenerationRequest(doc + " w5 w9 w1", prefix=doc, max_new_tokens=21, stop=("w50",)),
+    ]
+    return out
+
+
+def _same(a, b) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert (x.text, x.finish_reason, x.completion_tokens) == (
+            y.text,
+            y.finish_reason,
+            y.completion_tokens,
+        )
+
+
+def test_buckets():
+    assert [bucket_rows(n) for n in (1, 2, 3, 5, 8, 9, 17, 32, 33, 70)] == [
+        1, 2, 4, 8, 8, 16, 32, 32, 64, 96,
+    ]  # fmt: skip
+    assert bucket_slots(1) == bucket_slots(64) == 64
+    assert bucket_slots(65) == 128 and bucket_slots(1000) == 1024
+    assert bucket_slots(2049) == 2304  # an eighth of 2048: at most 1/8 of the slots unused
+    for n in range(1, 5000, 37):
+        assert n <= bucket_slots(n) < n + max(64, n / 8)
+
+
+@pytest.mark.parametrize("check_every", [1, 3, 8])
+def test_static_path_gives_the_plain_loops_tokens(pair, check_every):
+    eager, static = pair
+    static.decoder.fast.check_every = check_every
+    requests = _requests()
+    for batch in (requests[:1], requests[1:2], requests[:5], requests[5:], requests):
+        plain, fast = eager.generate(batch), static.generate(batch)
+        _same(plain, fast)
+        for c in fast:
+            assert c.meta["decode"]["path"] == "static", c.meta["decode"]
+            assert c.meta["decode"]["graph"] == "off"  # no capture off CUDA
+        for c in plain:
+            assert c.meta["decode"] == {
+                "path": "eager",
+                "requested": "eager",
+                "reason": "decode=eager",
+            }
+    fast = static.generate(requests)
+    reasons = {c.finish_reason for c in fast}
+    assert reasons == {"stop", "length"}  # both stop kinds were exercised
+    assert {c.meta["decode"]["rows_bucket"] for c in fast} == {8, 2}  # 5 loose rows, 2 on a doc
+    assert all(c.meta["decode"]["state"] == "reused" for c in fast)  # same shapes as before
+    # the shared-prefix attention served the document's batch on the static cache
+    assert static.shared_prefix_attention
+    assert fast[-1].cached_prompt_tokens > 0
+
+
+def test_static_path_stops_at_eos_like_the_plain_loop(pair):
+    """EOS: a token each row generates mid-answer is made an end-of-sequence id."""
+    eager, static = pair
+    requests = _requests()[:5]
+    free = eager.generate(requests)
+    tokens = eager.tokenizer.convert_tokens_to_ids(free[2].text.split())
+    eos = frozenset({tokens[3]})
+    for model in (eager, static):
+        model.decoder = dataclasses.replace(model.decoder, eos_ids=eos | model.decoder.eos_ids)
+    try:
+        plain, fast = eager.generate(requests), static.generate(requests)
+    finally:
+        for model in (eager, static):
+            model.decoder = dataclasses.replace(model.decoder, eos_ids=model.decoder.eos_ids - eos)
+    _same(plain, fast)
+    assert plain[2].finish_reason == "stop" and plain[2].completion_tokens == 4
+
+
+def test_static_path_without_shared_prefix_attention(pair):
+    """The copied prefix (each row its own copy of the document's KV) on the static cache."""
+    eager, static = pair
+    requests = _requests()[5:]
+    eager.shared_prefix_attention = static.shared_prefix_attention = False
+    try:
+        _same(eager.generate(requests), static.generate(requests))
+    finally:
+        eager.shared_prefix_attention = static.shared_prefix_attention = True
+
+
+def test_static_path_records_the_plain_loops_logits(pair):
+    eager, static = pair
+    dec_e, dec_s = eager.decoder, static.decoder
+    reqs = [GenerationRequest("a", max_new_tokens=5), GenerationRequest("b", max_new_tokens=3)]
+    suffixes = [[5, 9, 14, 20], [7, 8]]
+    with torch.inference_mode():
+        a = dec_e.decode(reqs, suffixes, None, 0, shared=False, seed=0, record_logits=2)
+        b = dec_s.decode(reqs, suffixes, None, 0, shared=False, seed=0, record_logits=2)
+    for x, y in zip(a, b, strict=True):
+        assert x["text"] == y["text"] and len(x["_logits"]) == len(y["_logits"]) == 2
+        for p, q in zip(x["_logits"], y["_logits"], strict=True):
+            assert torch.allclose(p, q, atol=1e-4, rtol=1e-4)
+            assert int(p.argmax()) == int(q.argmax())
+
+
+def test_what_cannot_use_the_static_path_falls_back_and_says_why(pair):
+    eager, static = pair
+    sinks = kv_cache.Sinks(sink_tokens=2, window_tokens=8)
+    quant = kv_cache.Quantized(bits=8)  # no package needed to refuse it before building
+    snap = kv_cache.SnapKV()
+    fast = static.decoder.fast
+    assert "kv_cache=sinks" in fast.why_not([GenerationRequest("x")], sinks)
+    assert "kv_cache=quantized" in fast.why_not([GenerationRequest("x")], quant)
+    assert "kv_cache=snapkv" in fast.why_not([GenerationRequest("x")], snap)
+    assert "offloaded" in fast.why_not([GenerationRequest("x")], kv_cache.Offloaded())
+    assert fast.why_not([GenerationRequest("x")], kv_cache.Plain()) == ""
+    prompt = " ".join(WORDS[:20])
+    [row] = static.generate([GenerationRequest(prompt, max_new_tokens=4, kv=sinks)])
+    assert row.meta["decode"]["path"] == "eager"
+    assert row.meta["decode"]["reason"].startswith("kv_cache=sinks")
+    [plain] = eager.generate([GenerationRequest(prompt, max_new_tokens=4, kv=sinks)])
+    assert plain.text == row.text
+    hot = GenerationRequest(prompt, max_new_tokens=4, temperature=0.7)
+    [row] = static.generate([hot])
+    assert row.meta["decode"]["path"] == "eager" and "sampling" in row.meta["decode"]["reason"]
+    assert row.text == eager.generate([hot])[0].text  # seeded: the same sample either way
+    # auto: the static path on CUDA only
+    auto = FastDecode.choose(static.model, torch.device("cpu"), "auto")
+    assert not auto.static and "CUDA only" in auto.reason and not auto.capture
+    forced = FastDecode.choose(static.model, torch.device("cpu"), "static")
+    assert forced.static and not forced.capture  # capture is CUDA only
+    with pytest.raises(ValueError, match="decode must be one of"):
+        FastDecode.choose(static.model, torch.device("cpu"), "fast")
+    # a model whose attention takes no 4D mask
+    static.model.config._attn_implementation = "flash_attention_2"
+    try:
+        off = FastDecode.choose(static.model, torch.device("cuda"), "auto")
+    finally:
+        static.model.config._attn_implementation = "sdpa"
+    assert not off.static and "flash_attention_2" in off.reason
+
+
+def test_decode_path_is_not_part_of_the_identity_or_the_config_hash(pair):
+    from ragbench.experiment.config import config_hash, parse_config
+
+    eager, static = pair
+    assert eager.identity() == static.identity()  # the completion cache keys
+    base = {"name": "x", "dataset": {"name": "niah"}, "strategies": ["long_context"]}
+    base["model"] = {"name": "smollm2-135m-instruct"}
+    plain = config_hash(parse_config(base))
+    for params in ({"decode": "eager"}, {"decode": "static", "cuda_graphs": False}):
+        with_params = {**base, "model": {**base["model"], "params": params}}
+        assert config_hash(parse_config(with_params)) == plain
+    other = {**base, "model": {**base["model"], "params": {"device": "cpu"}}}
+    assert config_hash(parse_config(other)) != plain  # other params still count
+
+
+class _FakeCuda:
+    """Enough of ``torch.cuda`` for ``_State._capture`` to run on the CPU: streams do nothing,
+    "capture" runs the step eagerly and replay fails, so the failure path is what runs."""
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    class CUDAGraph:
+        def replay(self):
+            raise RuntimeError("fake replay")
+
+    @staticmethod
+    def stream(s):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def graph(g):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def test_a_failed_capture_runs_the_step_uncaptured_with_the_same_tokens(pair, monkeypatch):
+    """After a capture fails at any point (here: its replay, after the capture's own step ran),
+    exactly one step stands and the texts are the plain loop's; the failure is recorded and
+    later states do not try again."""
+    eager, static = pair
+    fake = _FakeCuda()
+    for name in ("Stream", "CUDAGraph", "stream", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: fake.Stream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    fast = static.decoder.fast
+    fast.states.clear()
+    monkeypatch.setattr(fast, "capture", True)
+    try:
+        requests = _requests()[:5]
+        plain, got = eager.generate(requests), static.generate(requests)
+        _same(plain, got)
+        meta = got[0].meta["decode"]
+        assert meta["graph"] == "failed" and "fake replay" in meta["fallback"], meta
+        assert "fake replay" in fast.capture_error
+        fast.states.clear()  # a new state: no second try
+        _same(plain, static.generate(requests))
+        assert all(not s.capture for s in fast.states.values())
+    finally:
+        fast.capture_error = ""
+        fast.states.clear()
