@@ -290,7 +290,17 @@ def calibration_key(decoder: Any, weights: str, probed_tokens: int | None = None
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "probed_tokens": probed_tokens or probed_length(None, window_of(decoder), dev.type),
+        "decode_path": decode_path(decoder),
     }
+
+
+def decode_path(decoder: Any) -> str:
+    """Which decode loop the loop probe times (``hf_static.py``): ``static+graphs``, ``static``
+    or ``eager``. A part of the key: the captured step costs a fraction of the eager one."""
+    fast = getattr(decoder, "fast", None)
+    if fast is None or not fast.static:
+        return "eager"
+    return "static+graphs" if fast.capture else "static"
 
 
 def window_of(decoder: Any) -> int:
@@ -461,7 +471,8 @@ def measure(
     On an H200 the 8B forward took 20 ms and the loop's step 22-34 ms, so the bare probes charged
     long-context requests' decode 25% short. ``loop_timer(steps)`` (default: the decoder's own
     loop, :func:`_loop_step`) gives seconds per step of that loop at a short cache; ``d0`` is set
-    from it (the KV slope ``d1`` stays the bare probes')."""
+    from it (the KV slope ``d1`` stays the bare probes'), also when it is less than a bare
+    forward pass: the static path's captured step (``hf_static.py``) is."""
     import torch
 
     window = window_of(decoder) if timer is None else 1 << 30
@@ -512,7 +523,7 @@ def measure(
     loop = None
     if loop_timer is not None:  # the decode loop's step at a short cache, fastest of its rounds
         loop = loop_best
-        rates = replace(rates, d0=max(rates.d0, loop - rates.d1 * LOOP_KV))
+        rates = replace(rates, d0=max(0.0, loop - rates.d1 * LOOP_KV))
         without = replace(without, d0=rates.d0)
     shared = {}
     for (kind, n, p, _), t in best.items():
