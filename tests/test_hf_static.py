@@ -162,9 +162,10 @@ def test_what_cannot_use_the_static_path_falls_back_and_says_why(pair):
     [row] = static.generate([hot])
     assert row.meta["decode"]["path"] == "eager" and "sampling" in row.meta["decode"]["reason"]
     assert row.text == eager.generate([hot])[0].text  # seeded: the same sample either way
-    # auto: the static path on CUDA only
+    # auto: the plain loop for now (hf_static.AUTO_REASON), on CUDA too
     auto = FastDecode.choose(static.model, torch.device("cpu"), "auto")
-    assert not auto.static and "CUDA only" in auto.reason and not auto.capture
+    assert not auto.static and "opt-in" in auto.reason and not auto.capture
+    assert not FastDecode.choose(static.model, torch.device("cuda"), "auto").static
     forced = FastDecode.choose(static.model, torch.device("cpu"), "static")
     assert forced.static and not forced.capture  # capture is CUDA only
     with pytest.raises(ValueError, match="decode must be one of"):
@@ -172,7 +173,7 @@ def test_what_cannot_use_the_static_path_falls_back_and_says_why(pair):
     # a model whose attention takes no 4D mask
     static.model.config._attn_implementation = "flash_attention_2"
     try:
-        off = FastDecode.choose(static.model, torch.device("cuda"), "auto")
+        off = FastDecode.choose(static.model, torch.device("cuda"), "static")
     finally:
         static.model.config._attn_implementation = "sdpa"
     assert not off.static and "flash_attention_2" in off.reason
