@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from ragbench.secrets import redact_text
 
 if TYPE_CHECKING:
@@ -116,6 +118,110 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
                     path, lineno, f"expected a JSON object, got {type(obj).__name__}"
                 )
             yield lineno, obj
+
+
+# --------------------------------------------------------------------------- YAML
+
+# Nodes a YAML document may hold once its aliases are expanded. A config is a few hundred; nine
+# levels of nine-fold aliases (a "billion laughs") are 387 million, which every later walk over
+# the loaded object (secret collection, validation) would visit one by one.
+YAML_MAX_NODES = 100_000
+
+
+class YAMLInputError(yaml.MarkedYAMLError):
+    """A document PyYAML reads but ragbench refuses: a repeated key, aliases that expand too far."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the later
+    one silently); merge keys (``<<: *base``) may still be overridden."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode
+                ):
+                    continue
+                key = self.construct_object(key_node)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise YAMLInputError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key]}); keep one",
+                        key_node.start_mark,
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> int:
+    """Nodes in ``root`` with every alias expanded (a shared node counts each time it is used),
+    counted without expanding: sizes are memoised per node. Past ``limit``, or a node that
+    contains itself, raises ``YAMLInputError`` at the alias."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise YAMLInputError(
+                None, None, "an alias refers to a node that contains it", node.start_mark
+            )
+        open_.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > limit:
+                raise YAMLInputError(
+                    None,
+                    None,
+                    f"its aliases expand to more than {limit:,} values; write the values out "
+                    "or use fewer nested aliases",
+                    child.start_mark,
+                )
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+def load_yaml(text: str, max_nodes: int = YAML_MAX_NODES) -> Any:
+    """``yaml.safe_load`` for files people write: a repeated key in a mapping is an error, and
+    aliases may expand to at most ``max_nodes`` values (checked on the node graph, before any
+    object is built). Errors are ``yaml.MarkedYAMLError``s with a ``problem_mark``; see
+    :func:`yaml_problem` for one line."""
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, max_nodes)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def yaml_problem(exc: yaml.YAMLError) -> tuple[int | None, str]:
+    """The 1-based line and a one-line description of a YAML error (PyYAML's own ``str`` spans
+    several lines, quoting the text with a caret)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    text = f"{problem} ({context})" if context else str(problem)
+    return line, " ".join(text.split())
 
 
 def sha256_bytes(data: bytes) -> str:

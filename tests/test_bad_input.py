@@ -292,3 +292,83 @@ def test_bytes_that_are_not_utf8_name_their_file_and_line_in_every_importer(tmp_
     }[kind]
     with pytest.raises(InputFileError, match=rf"{path.name}:\d+: not valid UTF-8"):
         read()
+
+
+# ---------------------------------------------------------------------------- YAML
+
+
+def billion_laughs(levels: int = 9) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_nested_aliases_are_refused_at_once_naming_file_and_line(tmp_path):
+    import time
+
+    cfg = tmp_path / "laughs.yaml"
+    cfg.write_text(FAKE.read_text() + billion_laughs())
+    start = time.monotonic()
+    one_error_line(cli("run", cfg), 2, f"{cfg}:", "aliases expand to more than 100,000 values")
+    assert time.monotonic() - start < 10  # was 135 s of CPU walking 387M expanded values
+    assert not (tmp_path / "runs").exists()
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"notebook: {QUICKSTART}\n" + billion_laughs())
+    one_error_line(cli("sweep", spec), 2, f"{spec}:", "aliases expand to more than")
+
+
+def test_a_few_aliases_and_merge_keys_still_load():
+    from ragbench.io import load_yaml
+
+    data = load_yaml("base: &b {x: 1, y: 2}\nc: {<<: *b, x: 3}\nks: &k [1, 2]\nd: *k\n")
+    assert data == {"base": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}, "ks": [1, 2], "d": [1, 2]}
+    assert load_yaml("") is None
+
+
+def test_a_self_referencing_alias_is_refused():
+    from ragbench.io import load_yaml, yaml_problem
+
+    with pytest.raises(yaml.YAMLError) as err:
+        load_yaml("a: 1\nb: &x [1, *x]\n")
+    assert yaml_problem(err.value) == (2, "an alias refers to a node that contains it")
+
+
+def test_a_repeated_key_names_file_line_and_key(tmp_path):
+    cfg = fake_config(tmp_path)
+    text = cfg.read_text()
+    cfg.write_text(text + "seed: 3\n")
+    line = len(text.splitlines()) + 1
+    first = line_of(cfg, "seed: 0")
+    one_error_line(
+        cli("run", cfg), 2, f"{cfg}:{line}: ", f"duplicate key 'seed' (first at line {first})"
+    )
+    nested = fake_config(tmp_path, "nested.yaml")
+    nested.write_text(
+        nested.read_text().replace("  backend: fake\n", "  backend: fake\n  backend: openai\n")
+    )
+    one_error_line(
+        cli("run", nested), 2, f"{nested}:{line_of(nested, 'backend: openai')}: ", "'backend'"
+    )
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"notebook: {QUICKSTART}\ngrid:\n  top_k: [1]\n  top_k: [2]\n")
+    one_error_line(cli("sweep", spec), 2, f"{spec}:4: ", "duplicate key 'top_k'")
+
+
+def test_a_config_that_is_not_utf8_names_file_line_and_byte(tmp_path):
+    cfg = fake_config(tmp_path)
+    line = line_of(cfg, "name: fake")
+    cfg.write_bytes(cfg.read_bytes().replace(b"name: fake\n", b"name: fa\xffke\n", 1))
+    one_error_line(cli("run", cfg), 2, f"{cfg}:{line}: not valid UTF-8 (byte 0xff at column 9)")
+    spec = tmp_path / "sweep.yaml"
+    spec.write_bytes(f"notebook: {QUICKSTART}\n".encode() + b"grid: {x: [\xff]}\n")
+    one_error_line(cli("sweep", spec), 2, f"{spec}:2: not valid UTF-8")
+
+
+def test_bad_yaml_in_set_and_in_a_sweep_spec_is_one_line(tmp_path):
+    cfg = fake_config(tmp_path)
+    line = one_error_line(cli("run", cfg, "--set", "model.max_new_tokens=[1, 2"), 2)
+    assert "--set model.max_new_tokens: invalid YAML value: expected ',' or ']'" in line
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"notebook: {QUICKSTART}\ngrid:\n  top_k: [1, 2\n")
+    one_error_line(cli("sweep", spec), 2, f"{spec}:", "invalid YAML: ")

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
+from ragbench.io import load_yaml, yaml_problem
 from ragbench.registry import did_you_mean
 
 
@@ -50,9 +51,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         if not sep or not path.strip():
             raise ConfigError(f"--set {expr}: expected dotted.path=value")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {expr}: invalid YAML value: {exc}") from None
+            value = load_yaml(text)
+        except yaml.YAMLError as exc:  # one line: PyYAML's own message quotes the text
+            _, problem = yaml_problem(exc)
+            raise ConfigError(f"--set {path.strip()}: invalid YAML value: {problem}") from None
         steps = _override_path(expr, path.strip())
         node: Any = data
         for i, step in enumerate(steps):
