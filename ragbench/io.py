@@ -3,9 +3,12 @@ and the one-line ``error: ...`` exit the commands use for user errors."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -18,6 +21,8 @@ from ragbench.secrets import redact_text
 
 if TYPE_CHECKING:
     import typer
+
+log = logging.getLogger(__name__)
 
 
 class InputFileError(ValueError):
@@ -36,11 +41,55 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def temp_prefix(path: Path) -> str:
+    """The start of the temporary file's name a writer of ``path`` uses beside it:
+    ``.<name>.<pid>.`` (mkstemp adds 8 characters of [a-z0-9_] and ``.tmp``). The PID lets a
+    later writer tell a temporary file whose writer died from one being written now."""
+    return f".{path.name}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of ``path`` (:func:`temp_prefix`'s names, beside it) that a
+    writer killed mid-write left behind: only plain files of exactly that pattern, and only when
+    the PID in the name is not a running process here (a live writer's file is kept). Returns
+    what it removed."""
+    path = Path(path)
+    pattern = re.compile(re.escape(f".{path.name}.") + r"(\d+)\.[a-z0-9_]{8}\.tmp")
+    removed = []
+    try:
+        candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        match = pattern.fullmatch(tmp.name)
+        if match is None or tmp.is_symlink() or not tmp.is_file():
+            continue
+        pid = int(match.group(1))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+        log.warning("%s: removed %s, left by a writer that was stopped", path.parent, tmp.name)
+    return removed
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write to a temporary file in the same folder, fsync, then rename: never half-written."""
+    """Write to a temporary file in the same folder, fsync, then rename: never half-written.
+    Temporary files of ``path`` that a killed writer left are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; shared reports need normal modes
         with os.fdopen(fd, "wb") as f:
