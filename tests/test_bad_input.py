@@ -386,7 +386,7 @@ def free_port() -> int:
 
 
 def pipeline_config(tmp_path: Path, params: dict) -> Path:
-    module = tmp_path / "mypipe.py"
+    module = tmp_path / "refusedpipe.py"
     module.write_text("notcallable = 3\n")
     return fake_config(tmp_path, strategies=[{"name": "pipeline", "params": params}])
 
@@ -394,7 +394,10 @@ def pipeline_config(tmp_path: Path, params: dict) -> Path:
 @pytest.mark.parametrize(
     "params, needle",
     [
-        ({"target": "mypipe:notcallable"}, "pipeline target 'mypipe:notcallable' is int 3"),
+        (
+            {"target": "refusedpipe:notcallable"},
+            "pipeline target 'refusedpipe:notcallable' is int 3",
+        ),
         ({"url": "http://127.0.0.1:{port}/answer"}, "pipeline endpoint check failed"),
         (
             {"url": "http://127.0.0.1:{port}/a", "headers_env": {"X-Token": "RAGBENCH_UNSET_X"}},
@@ -405,7 +408,7 @@ def pipeline_config(tmp_path: Path, params: dict) -> Path:
 )
 def test_a_refused_run_leaves_no_run_folder(tmp_path, monkeypatch, params, needle):
     monkeypatch.delenv("RAGBENCH_UNSET_X", raising=False)
-    monkeypatch.delitem(__import__("sys").modules, "mypipe", raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "refusedpipe", raising=False)
     port = free_port()
     params = {k: v.format(port=port) if isinstance(v, str) else v for k, v in params.items()}
     cfg = pipeline_config(tmp_path, params)
@@ -569,3 +572,34 @@ def test_an_html_page_answering_a_stream_names_its_type_and_status(tmp_path, ser
     )  # not retried: it would answer the same again
     assert "<html><body>Please log in" in result.stderr
     assert len(srv.requests) == 1
+
+
+def test_a_huge_pipeline_answer_is_stored_cut_with_a_marker(tmp_path, monkeypatch):
+    from ragbench.experiment.results import RECORDS, read_records
+    from ragbench.strategies.pipeline import MAX_ANSWER_CHARS
+
+    size = 5_000_000  # 5 MB of answer: stored whole, twice per record, before the cap
+    (tmp_path / "bigpipe.py").write_text(
+        f"def answer(q):\n    return {{'answer': '7463343 ' + 'x ' * {size // 2}}}\n"
+    )
+    monkeypatch.delitem(__import__("sys").modules, "bigpipe", raising=False)
+    cfg = fake_config(
+        tmp_path, strategies=[{"name": "pipeline", "params": {"target": "bigpipe:answer"}}]
+    )
+    cfg_data = yaml.safe_load(cfg.read_text())
+    cfg_data["dataset"]["params"]["depth_percents"] = [50]
+    cfg_data["dataset"]["params"]["context_lengths"] = [500]
+    cfg.write_text(yaml.safe_dump(cfg_data))
+    result = cli("run", cfg, "--quiet")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    (record,) = read_records(run_dir / RECORDS).values()
+    assert record.meta["answer_truncated"] == size + 8
+    assert len(record.prediction) < MAX_ANSWER_CHARS + 100
+    marker = (
+        f"[truncated by ragbench: {size + 8:,} characters, the first {MAX_ANSWER_CHARS:,} kept]"
+    )
+    assert record.meta["raw"].endswith(f" {marker}") and record.prediction.endswith(marker)
+    assert record.scores["string_match_all"] == 1.0  # scored as kept: the answer is in it
+    assert record.cost.completion_tokens == 1 + size // 2  # counted on the whole answer
+    assert sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()) < 2_000_000
