@@ -21,7 +21,8 @@ from ragbench.types import (  # noqa: E402
 )
 
 _LAZY = {
-    "run": "ragbench.experiment.runner:run",
+    "run": "ragbench.workspace.tracking:run",  # the runner's run, then MLflow if configured
+    "assert_run": "ragbench.analysis.gate:assert_run",  # a CI gate inside pytest
     "load_config": "ragbench.experiment.config:load_config",
 }
 

@@ -9,10 +9,15 @@ passes it through this module:
   field named like a credential, every header value, URL userinfo and secret query parameters
   replaced by ``***``;
 - ``redact_url(url)``: one URL, without its userinfo and with secret query values masked;
-- ``redact_text(text)``: free text (errors, logs, notebook sources, HTML): URLs as above,
-  ``name = value`` / ``"name": "value"`` pairs whose name looks like a credential, bearer tokens,
-  well-known key shapes, and every secret value this process has seen (``remember``) or that the
-  environment holds under a credential-like name.
+- ``redact_text(text)``: free text (errors, logs, notebook sources, HTML): URLs as above (a
+  malformed one's ``//user:password@`` too), ``name = value`` / ``"name": "value"`` pairs whose
+  name looks like a credential, bearer tokens, well-known key shapes, and every secret value this
+  process has seen (``remember``) or that the environment holds under a credential-like name;
+- ``redact_code(text)``: ``redact_text`` for source code (notebook code cells), where a quoted
+  literal assigned to a credential name is masked whatever it looks like;
+- ``fill_masked_url(url, env_var, key)``: a URL stored redacted (``http://***@host/v1?token=***``),
+  with its credentials restored from the full URL in ``env_var`` (a run config written by
+  ``ragbench compare`` keeps none).
 
 Hand-written because no maintained library covers this mix (URL userinfo, config trees, free
 text); the name test works on words, so ``max_new_tokens`` or ``tokenizer`` are not credentials
@@ -64,6 +69,18 @@ _PAIR = re.compile(
     re.IGNORECASE,
 )
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+# ``//user:password@`` in text the URL pattern misses (``http//u:p@host``, ``//u:p@host``): the
+# userinfo is masked wherever it appears
+_USERINFO = re.compile(r"(?<=//)(?P<user>[^\s/@:'\"<>()\[\]{}]*):(?P<password>[^\s/@'\"<>]+)@")
+# in code: a quoted literal assigned to (or keyed by) a credential name, ``api_key = "x"``,
+# ``OpenAI(api_key='x')``, ``{"X-Api-Key": "x"}``, ``os.environ["HF_TOKEN"] = "x"``,
+# ``api_key: str = "x"``: masked whatever it looks like (the quotes make it a value, not prose)
+_CODE_PAIR = re.compile(
+    r"(?P<name>\b[\w-]*?(?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|passwd"
+    r"|passphrase|authorization|credentials?))(?P<sep>\\?[\"']?\]?\s*(?::\s*\w+\s*=|[:=])\s*)"
+    r"(?P<quote>\\?[\"'])(?P<value>(?:(?!(?P=quote)).){1,4000}?)(?P=quote)",
+    re.IGNORECASE,
+)
 
 _remembered: set[str] = set()
 _lock = threading.Lock()
@@ -74,6 +91,16 @@ def is_secret_name(name: str) -> bool:
     ``max_new_tokens``, ``tokenizer``, ``keywords``: False."""
     words = [w.lower() for w in _WORDS.findall(str(name))]
     return any(w in SECRET_WORDS for w in words) or "apikey" in "".join(words)
+
+
+def names_a_credential(name: str) -> bool:
+    """A name whose last word is a credential word (``api_key``, ``HF_TOKEN``, ``X-Api-Key``,
+    ``password``): its value is a credential whatever its type. ``is_secret_name`` also holds
+    for ``eos_token_id`` or ``num_key_value_heads``, whose numbers are not."""
+    words = [w.lower() for w in _WORDS.findall(str(name))]
+    if not words:
+        return False
+    return words[-1] in SECRET_WORDS or "".join(words[-2:]) == "apikey"
 
 
 def remember(*values: str | None) -> None:
@@ -97,11 +124,15 @@ def collect(obj: Any) -> None:
     elif isinstance(obj, list | tuple):
         for v in obj:
             collect(v)
-    elif isinstance(obj, str) and "://" in obj:
+    elif isinstance(obj, str) and "//" in obj:
         for m in _URL.finditer(obj):
-            parts = urlsplit(m.group(0))
+            try:
+                parts = urlsplit(m.group(0))
+            except ValueError:  # a bad port or bracket: the pattern below still finds userinfo
+                continue
             remember(parts.password)
             remember(*(v for k, v in parse_qsl(parts.query) if is_secret_name(k)))
+        remember(*(m.group("password") for m in _USERINFO.finditer(obj)))
 
 
 def header_secrets(headers: Mapping[str, Any]) -> list[str]:
@@ -153,9 +184,49 @@ def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
         for form in {value, quote(value, safe=""), html.escape(value), json.dumps(value)[1:-1]}:
             text = text.replace(form, MASK)
     text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    text = _USERINFO.sub(f"{MASK}@", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
     text = _PAIR.sub(_mask_pair, text)
     return SECRET_SHAPES.sub(MASK, text)
+
+
+def redact_code(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """``redact_text`` for source code: a quoted literal assigned to a credential name is
+    masked whatever it looks like (``api_key = "plainword"`` too); an empty one is left."""
+    return redact_text(mask_code_literals(text), environ)
+
+
+def mask_code_literals(text: str) -> str:
+    """Only the code rule of ``redact_code``: quoted literals of credential names masked."""
+    if not text:
+        return text
+    return _CODE_PAIR.sub(
+        lambda m: (
+            m.group(0)
+            if m.group("value") == MASK
+            else f"{m.group('name')}{m.group('sep')}{m.group('quote')}{MASK}{m.group('quote')}"
+        ),
+        text,
+    )
+
+
+def fill_masked_url(url: str, env_var: str, key: str) -> str:
+    """``url`` as given, or, when its credentials were masked on disk (its userinfo or a query
+    value reads ``***``), the full URL from the environment variable ``env_var``, which must
+    redact to the same text. Else a ValueError naming ``key``, the variable and the command-line
+    alternative (the message shows the masked URL only)."""
+    if not isinstance(url, str) or MASK not in url:
+        return url
+    full = os.environ.get(env_var, "")
+    if full and MASK not in full and redact_url(full) == redact_url(url):
+        collect(full)
+        return full
+    why = f"${env_var} holds another URL ({redact_url(full)})" if full else f"${env_var} is not set"
+    raise ValueError(
+        f"{key}: {url} has its credentials masked (ragbench stores none) and {why}; set "
+        f"{env_var} to the full URL, or give it on the command line "
+        f"(ragbench run CONFIG --set {key}=URL)"
+    )
 
 
 def _mask_pair(m: re.Match) -> str:
@@ -183,13 +254,17 @@ def _is_number(text: str) -> bool:
 
 def redact(obj: Any) -> Any:
     """A copy of a config-like value that is safe to store: credential-named fields and every
-    header value masked, strings redacted with ``redact_text``. Non-string values stay."""
+    header value masked, strings redacted with ``redact_text``. A field whose name ends in a
+    credential word (``names_a_credential``) is masked whatever its value's type (a dict, a
+    list, a number); other non-string values stay (``eos_token_id: 2``)."""
     if isinstance(obj, Mapping):
         out = {}
         for k, v in obj.items():
             if str(k).lower() == "headers" and isinstance(v, Mapping):
                 out[k] = {h: MASK for h in v}
             elif is_secret_name(k) and isinstance(v, str) and v:
+                out[k] = MASK
+            elif names_a_credential(k) and _is_a_value(v):  # api_key: {...}, [..], 1234
                 out[k] = MASK
             else:
                 out[k] = redact(v)
@@ -199,6 +274,11 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact_text(obj)
     return obj
+
+
+def _is_a_value(v: Any) -> bool:
+    """Anything but nothing: None, a bool and empty containers hold no credential."""
+    return v is not None and not isinstance(v, bool) and v != "" and v != [] and v != {}
 
 
 class RedactingFilter(logging.Filter):

@@ -368,7 +368,7 @@ def test_a_config_that_is_not_utf8_names_file_line_and_byte(tmp_path):
 def test_bad_yaml_in_set_and_in_a_sweep_spec_is_one_line(tmp_path):
     cfg = fake_config(tmp_path)
     line = one_error_line(cli("run", cfg, "--set", "model.max_new_tokens=[1, 2"), 2)
-    assert "--set model.max_new_tokens: invalid YAML value: expected ',' or ']'" in line
+    assert "--set model.max_new_tokens=[1, 2: invalid YAML value: expected ',' or ']'" in line
     spec = tmp_path / "sweep.yaml"
     spec.write_text(f"notebook: {QUICKSTART}\ngrid:\n  top_k: [1, 2\n")
     one_error_line(cli("sweep", spec), 2, f"{spec}:", "invalid YAML: ")

@@ -139,7 +139,7 @@ def test_a_poor_fit_warns_once_with_its_figure(capsys):
     calibration.warn_validation(rates)
     calibration.warn_validation(rates)
     err = capsys.readouterr().err
-    assert err.count("30.0%") == 1 and "8,192 tokens" in err
+    assert err.count("by 30.0%") == 1 and "8,192 tokens" in err
     described = calibration.describe(rates)
     assert described["validation_error"] == 0.3
 

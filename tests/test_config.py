@@ -207,9 +207,11 @@ def test_hash_without_judge_is_unchanged(tmp_path):
     # model.threads (added later) is left out of the hash too: it changes speed, not answers;
     # and cost_basis at its default (added later still: see test_cost_basis_default_...)
     # model.rate_limit and max_dollars (later still) change speed and where a run stops: out too;
-    # noise_distractors (later still) at its default, like cost_basis
+    # noise_distractors (later still) at its default, like cost_basis; tracking (later still)
+    # where a run is reported, never part of it
     exclude = {"output_dir": True, "judge": True, "model": {"threads", "rate_limit"},
-               "cost_basis": True, "max_dollars": True, "noise_distractors": True}  # fmt: skip
+               "cost_basis": True, "max_dollars": True, "noise_distractors": True,
+               "tracking": True}  # fmt: skip
     data = redact(cfg.model_dump(mode="json", exclude=exclude))
     assert config_hash(cfg) == hashlib.sha256(dumps_canonical(data).encode()).hexdigest()
     judged = load_config(write(tmp_path, JUDGED + JUDGE, "j.yaml"))
@@ -274,3 +276,58 @@ def test_cost_basis_default_keeps_the_shipped_config_hashes(filename):
 def test_cost_basis_names_its_choices(tmp_path):
     with pytest.raises(ConfigError, match="calibrated.*measured|measured.*calibrated"):
         load_config(write(tmp_path, GOOD + "cost_basis: wallclock\n"))
+
+
+# --------------------------------------------------------------------------- output_dir (issue 34)
+
+
+def test_output_dir_named_in_a_config_resolves_against_its_folder(tmp_path, monkeypatch):
+    """As dataset paths do; the default (data/results) and dicts stay against the working
+    directory, so `ragbench run configs/x.yaml` from the checkout writes data/results/."""
+    from ragbench.experiment.runner import run_dir_for
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "configs" / "exp"
+    folder.mkdir(parents=True)
+    named = load_config(write(folder, GOOD + "output_dir: out\n"))
+    assert run_dir_for(named).parent == folder / "out"
+    up = load_config(write(folder, GOOD + "output_dir: ../../runs\n"))  # inside the cwd
+    assert run_dir_for(up).parent == tmp_path / "runs"
+    default = load_config(write(folder, GOOD))
+    assert run_dir_for(default).parent == Path("data/results")
+    assert run_dir_for(parse_config({**default.model_dump(), "output_dir": "x"})).parent == Path(
+        "x"
+    )
+    absolute = load_config(write(folder, GOOD + "output_dir: /elsewhere/runs\n"))
+    assert run_dir_for(absolute).parent == Path("/elsewhere/runs")  # the user's own choice
+    # a --set output_dir is the file's key; the CLI's --output-dir the working directory's
+    assert run_dir_for(load_config(folder / "c.yaml", ["output_dir=o"])).parent == folder / "o"
+    assert config_hash(named) == config_hash(default) == config_hash(absolute)
+
+
+def test_output_dir_outside_the_config_folder_and_the_cwd_is_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ragbench.cli import app
+
+    work = tmp_path / "work"
+    folder = work / "a" / "b"
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    path = write(folder, GOOD + "output_dir: ../../..\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith(f"{path}:13: output_dir: '../../..' resolves to ")
+    assert f"resolves to {tmp_path}," in msg and "an absolute path to write there" in msg
+    with pytest.raises(ConfigError, match=r"output_dir: '\.\./\.\./\.\./x' resolves to "):
+        load_config(write(folder, GOOD, "d.yaml"), ["output_dir=../../../x"])  # --set: the same
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "output_dir" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing written at all
+    # the command line's --output-dir is a path of the working directory: allowed
+    path = write(folder, GOOD.replace("[200]", "[400]") + "output_dir: out\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet", "--output-dir", "cli-out"])
+    assert result.exit_code == 0, result.output
+    assert list((work / "cli-out").glob("t-*/manifest.json"))

@@ -9,6 +9,7 @@ endpoint stops the CLI (exit 2) before any work; resume reruns only a changed pi
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import socket
@@ -24,7 +25,7 @@ from ragbench.cost import prices
 from ragbench.datasets.corpus_file import write_documents
 from ragbench.experiment.runner import run
 from ragbench.llm.fake import FakeLLM
-from ragbench.strategies import get_strategy
+from ragbench.strategies import get_strategy, pipeline_http
 from ragbench.strategies.pipeline import retrieval_scores
 from ragbench.strategies.pipeline_answer import MalformedAnswer, PipelineAnswer
 from ragbench.strategies.pipeline_params import PipelineParams
@@ -641,3 +642,45 @@ def test_setup_params():
                        ({"target": "json:dumps", "setup": "json:nope"}, "has no attribute")):  # fmt: skip
         with pytest.raises(ValueError, match=match):
             PipelineParams(**bad)
+
+
+def test_url_userinfo_beside_a_headers_env_authorization_warns_and_sends_the_header(
+    monkeypatch, caplog
+):
+    """httpx would turn the URL's user:password into Basic auth over the Authorization header
+    headers_env names, silently: the header is sent, the userinfo dropped, with a warning (as the
+    OpenAI backend does)."""
+    seen = []
+
+    class Auth(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            data = json.dumps({"answer": "ok"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Auth)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("PIPE_AUTH", "Bearer header-token-123456")
+    url = f"http://me:url-pw-987654@127.0.0.1:{server.server_address[1]}/answer"
+    try:
+        with caplog.at_level("WARNING", logger="ragbench.strategies.pipeline_http"):
+            both = PipelineParams(url=url, headers_env={"Authorization": "PIPE_AUTH"}, retries=0)
+            pipeline_http.post(both, "q", "id", None)
+            pipeline_http.post(PipelineParams(url=url, retries=0), "q", "id", None)  # no header
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen[0] == "Bearer header-token-123456"
+    assert seen[1] == "Basic " + base64.b64encode(b"me:url-pw-987654").decode()
+    warned = [r.getMessage() for r in caplog.records]
+    assert (
+        len(warned) == 1 and "carries user:password but headers_env sets Authorization" in warned[0]
+    )
+    assert "url-pw-987654" not in warned[0] and "***@127.0.0.1" in warned[0]

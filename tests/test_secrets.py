@@ -76,3 +76,49 @@ def test_log_lines_pass_through_the_filter(caplog):
     finally:
         logger.removeHandler(handler)
     assert seen == ["POST http://***@host/v1 failed"]
+
+
+def test_a_credential_named_field_is_masked_whatever_its_type():
+    clean = secrets.redact({"api_key": {"k": "v-1"}, "token": [7, 8], "password": 31415926,
+                            "eos_token_id": 2, "num_key_value_heads": 8, "auth": None})  # fmt: skip
+    assert clean == {"api_key": "***", "token": "***", "password": "***", "eos_token_id": 2,
+                     "num_key_value_heads": 8, "auth": None}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("code", "clean"),
+    [
+        ('api_key = "plainword"', 'api_key = "***"'),
+        ("OpenAI(api_key='abc')", "OpenAI(api_key='***')"),
+        ('{"X-Api-Key": "k"}', '{"X-Api-Key": "***"}'),
+        ('os.environ["HF_TOKEN"] = "x"', 'os.environ["HF_TOKEN"] = "***"'),
+        ('api_key: str = ""  # help', 'api_key: str = ""  # help'),
+        ('tokenizer = "whitespace"; max_new_tokens = 32', 'tokenizer = "whitespace"; max_new_tokens = 32'),
+    ],
+)  # fmt: skip
+def test_code_masks_quoted_credentials_whatever_they_look_like(code, clean):
+    assert secrets.redact_code(code, environ={}) == clean
+
+
+def test_userinfo_of_a_malformed_url_is_masked_and_remembered():
+    text = "base_url must look like http://host:port/v1, got 'http//user:pw-MAL-1@h:9/v1'"
+    assert secrets.redact_text(text, environ={}).endswith("got 'http//***@h:9/v1'")
+    secrets.collect({"base_url": "http//user:pw-MAL-2@h:9/v1"})
+    assert secrets.redact_text("quoted pw-MAL-2", environ={}) == "quoted ***"
+
+
+def test_a_masked_url_is_filled_from_the_environment(monkeypatch):
+    shown = "http://***@h:8000/v1?token=***&api-version=2"
+    monkeypatch.delenv("FILL_URL", raising=False)
+    with pytest.raises(ValueError, match=r"^model.params.base_url: http://\*\*\*@h:8000.*FILL_URL"):
+        secrets.fill_masked_url(shown, "FILL_URL", "model.params.base_url")
+    monkeypatch.setenv("FILL_URL", "http://u:pw-FILL-3@other:1/v1")
+    with pytest.raises(ValueError, match=r"holds another URL \(http://\*\*\*@other:1/v1\)") as info:
+        secrets.fill_masked_url(shown, "FILL_URL", "model.params.base_url")
+    assert "pw-FILL-3" not in str(info.value)
+    full = "http://u:pw-FILL-4@h:8000/v1?token=t-FILL-4&api-version=2"
+    monkeypatch.setenv("FILL_URL", full)
+    assert secrets.fill_masked_url(shown, "FILL_URL", "k") == full
+    assert (
+        secrets.fill_masked_url("http://h/v1", "FILL_URL", "k") == "http://h/v1"
+    )  # nothing masked

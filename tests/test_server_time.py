@@ -265,8 +265,10 @@ def test_a_failed_batch_charges_its_finished_requests_and_gaps_are_free(serve):
         llm.generate([GenerationRequest(p) for p in ("a", "b", "bad", "c")])
     partial = err.value.partial
     assert sorted(partial) == [0, 1, 3]
+    # client-side intervals carry the client's own parsing: on a loaded 2-core machine up to ~10%
+    # more than the server's spans; a charged gap or a charged failure would be 2x
     assert sum(c.resource_seconds for c in partial.values()) == pytest.approx(
-        busy_seconds(behave.spans), rel=0.05
+        busy_seconds(behave.spans), rel=0.15
     )
     time.sleep(0.3)  # idle between calls: nobody's
     alone = llm.generate([GenerationRequest("d")])[0]

@@ -1,6 +1,10 @@
 """The verdict: RAG or long context, from a results table and the reader's constraints, in one
 sentence a manager can act on, then the evidence and the conditions it holds for.
 
+One job: the decision (its wording is ``verdict_text``); the constraints, the families' best,
+the paired comparisons and the cost ratio are its steps and read the same frame, so they stay
+together.
+
 1. The variants that meet the constraints (a minimum score, a maximum $ per 1k queries, a
    maximum mean latency) are sorted into families (``families``): retrieval (RAG, Self-Route, a
    pipeline), long context (with its KV-cache variants) and the closed-book baseline. Each
@@ -23,6 +27,15 @@ otherwise), Bonferroni-adjusted over the comparisons the sentence makes (the int
 simultaneous, the p-values multiplied by their number), so an interval that excludes 0 always
 stands beside p < alpha. Cost is the ratio of mean cost per query, with a paired bootstrap
 interval; a variant is called cheaper only when that interval lies below 1.
+
+A run that stopped when decided (``sequential``: ``ragbench run --until-decided``) is read at
+its last look: the two variants' interval is the repeated confidence interval at that look's
+group-sequential critical value (``analysis.sequential``; Bonferroni over every retrieval x
+long-context pair, since the best of each family may change from look to look, and the
+baseline), and the sentence says after how many of the questions it was decided. The runner
+decides each look with this very function, so the sentence and the stop agree.
+
+One job: the decision and its sentence, from one table; the words are ``verdict_text``'s.
 """
 
 from __future__ import annotations
@@ -40,9 +53,11 @@ from ragbench.analysis.conditions import conditions as run_conditions
 from ragbench.analysis.families import BASELINE, LONG_CONTEXT, RETRIEVAL, annotate
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.paired import paired_difference
+from ragbench.analysis.sequential import SPENDING_NAMES, boundaries, repeated_interval
 from ragbench.analysis.verdict_text import (
     _cost_phrase,
     _cost_text,
+    _counted,
     _evidence,
     _Fmt,
     _money,
@@ -120,6 +135,8 @@ class Verdict:
     binding: tuple[str, ...] = ()
     break_even_questions: int | None = None
     cost: str = "dollars"
+    # a sequential run's look: boundary (critical value), statistic, comparisons, fraction
+    sequential: dict[str, Any] | None = field(default=None, compare=False)
     conditions: dict[str, Any] = field(default_factory=dict, compare=False)
     variants: Any = field(default=None, repr=False, compare=False)
     detail: Any = field(default=None, repr=False, compare=False)
@@ -316,6 +333,7 @@ def verdict(
     margin: float = 0.05,
     seed: int = 0,
     n_boot: int = 2000,
+    sequential: dict[str, Any] | None = None,
 ) -> Verdict:
     """RAG or long context for this table, under the constraints (None or 0: no limit):
     ``min_accuracy`` (the lowest acceptable mean ``metric``; a maximum for lower-is-better
@@ -325,7 +343,10 @@ def verdict(
     together; ``margin``: the loss of ``metric`` (0.05 = 5 points of accuracy) within which a
     cheaper or simpler variant is "not worse" (non-inferiority). Cost is $ per 1k queries, or
     prompt tokens per query when the run had no price sheet. The module docstring has the
-    decision; ``Verdict.detail`` every comparison."""
+    decision; ``Verdict.detail`` every comparison. ``sequential``: the run's group-sequential
+    looks (``fractions``: information fraction of each look so far, this one last; ``spending``;
+    ``questions``: all the run could ask; ``answered``: asked by this look; ``stopped``: why the
+    run stopped, None while it runs), as ``experiment.sequential_run`` records them."""
     if not 0 < alpha < 1 or not 0 < margin < 1:
         raise ValueError(f"alpha and margin must be in (0, 1), got {alpha} and {margin}")
     df = with_labels(df)
@@ -355,7 +376,7 @@ def verdict(
         return Verdict(text + ".", None, "none_meets_constraints", binding=binding, **common)
 
     ctx = _Context(df, table, eligible, checks, fmt, higher, metric, cost, alpha, margin, seed,
-                   n_boot, conditions)  # fmt: skip
+                   n_boot, conditions, sequential)  # fmt: skip
     return ctx.decide(common)
 
 
@@ -376,6 +397,7 @@ class _Context:
     seed: int
     n_boot: int
     conditions: dict
+    sequential: dict[str, Any] | None = None
 
     @property
     def per(self) -> str:
@@ -399,6 +421,52 @@ class _Context:
         r = paired_difference(wide[x], wide[y], self.alpha, comparisons, self.fmt.binary,
                               self.n_boot, stream)  # fmt: skip
         return {**r, "a": x, "b": y}
+
+    def seq_comparisons(self) -> int:
+        """A sequential run's Bonferroni count: every retrieval x long-context pair (with one
+        family, every pair of contenders), since the best of a family may change between looks,
+        plus the baseline line."""
+        fam = self.table["family"]
+        r, lc = int((fam == RETRIEVAL).sum()), int((fam == LONG_CONTEXT).sum())
+        pairs = r * lc if r and lc else (r + lc) * (r + lc - 1) // 2
+        return max(1, pairs) + int((fam == BASELINE).any())
+
+    def repeated(self, x: str, y: str, comparisons: int) -> dict[str, Any]:
+        """``x - y`` with its repeated confidence interval at the last look's critical value
+        (``analysis.sequential``), in ``paired_difference``'s shape, plus ``boundary``, ``z``
+        and the look."""
+        seq = self.sequential or {}
+        fractions = list(seq["fractions"])
+        crit = boundaries(fractions, self.alpha / comparisons, seq.get("spending",
+                          "obrien_fleming"))[-1]  # fmt: skip
+        wide = self.good([x, y])
+        r = repeated_interval(wide[x], wide[y], crit, self.fmt.binary, self.margin)
+        nominal = float(2 * NormalDist().cdf(-crit))  # the level one look's interval holds
+        p = float(2 * NormalDist().cdf(-abs(r["z"])))
+        return {
+            **r, "a": x, "b": y, "p_raw": p, "p_value": min(1.0, p * comparisons),
+            "significant": bool(r["ci_low"] > 0 or r["ci_high"] < 0),
+            "test": "tango" if self.fmt.binary else "paired_z", "comparisons": comparisons,
+            "level": nominal * comparisons, "ci_level": 1 - nominal, "z": r["z"],
+            "look": len(fractions), "fraction": fractions[-1], "sequential": True,
+            "spending": seq.get("spending", "obrien_fleming"),
+        }  # fmt: skip
+
+    def stop_note(self, n_pairs: int) -> str:
+        """When a sequential run stopped: decided early, at the budget, or out of questions."""
+        seq = self.sequential or {}
+        why, of = seq.get("stopped"), seq.get("questions")
+        if not why or not of:
+            return ""
+        asked = seq.get("answered", n_pairs)
+        looks = len(seq.get("fractions", ()))
+        test = (f"a group-sequential test, {SPENDING_NAMES.get(seq.get('spending'), '')} alpha "
+                f"spending, {_counted(looks, 'look')}")  # fmt: skip
+        if why == "decided":
+            return f"Decided after {asked:,} of {of:,} questions ({test})."
+        if why == "budget":
+            return f"Stopped at the budget after {asked:,} of {of:,} questions ({test})."
+        return f"Not decided after all {of:,} questions ({test})."
 
     def out_note(self, fam: str, present: set) -> str:
         """Why a family is missing from the comparison."""
@@ -482,6 +550,8 @@ class _Context:
         cost_of = self.cost_of()
         has_base = (t["family"] == BASELINE).any()
         m = 2 if has_base else 1
+        if self.sequential:
+            m = self.seq_comparisons()
         cr = _cost_ratio(self.df, self.cost, x, y, self.n_boot, self.seed)
         if _same_cost(cr[1], cr[2]):  # the simpler first; at equal machinery the more accurate
             sign = 1 if self.higher else -1
@@ -491,7 +561,7 @@ class _Context:
             c, d = (x, y) if cr[0] < 1 else (y, x)
         if (c, d) != (x, y):
             cr = _cost_ratio(self.df, self.cost, c, d, self.n_boot, self.seed)
-        r = self.difference(c, d, m)
+        r = self.repeated(c, d, m) if self.sequential else self.difference(c, d, m)
         leaning, more, choice = None, None, None
         simpler = (_same_cost(cr[1], cr[2])
                    and len(t.loc[c, "machinery"]) < len(t.loc[d, "machinery"]))  # fmt: skip
@@ -512,6 +582,8 @@ class _Context:
         if choice == d:  # the dearer (or more elaborate) one wins: flip the evidence to it
             r = {**r, "a": d, "b": c, "diff": -r["diff"], "ci_low": -r["ci_high"],
                  "ci_high": -r["ci_low"], "a_only": r["b_only"], "b_only": r["a_only"]}  # fmt: skip
+            if "z" in r:
+                r["z"] = -r["z"]
             cr = _cost_ratio(self.df, self.cost, d, c, self.n_boot, self.seed)
         x_, y_ = r["a"], r["b"]
         ev = _evidence(r, fmt, self.alpha, x_, y_)
@@ -538,7 +610,7 @@ class _Context:
                         f"{x_} is {cost}; {decide}.")  # fmt: skip
         text += f" Evidence: {ev}."
         q, cache = self.cache_note(choice, other, reason)
-        parts = [text, *[n.rstrip(".") + "." for n in notes],
+        parts = [text, self.stop_note(r["n"]), *[n.rstrip(".") + "." for n in notes],
                  self.truncation_note((x_, y_)), base, cache]  # fmt: skip
         detail = self.detail([r, *([rb] if rb else [])], [x_, y_])
         return Verdict(
@@ -547,6 +619,8 @@ class _Context:
             ci_low=r["ci_low"], ci_high=r["ci_high"], n_pairs=r["n"], comparisons=m,
             cost_ratio=cr[0], cost_ratio_low=cr[1], cost_ratio_high=cr[2], baseline=b,
             more_questions=more, break_even_questions=q, detail=detail, **common,
+            sequential={k: r[k] for k in ("boundary", "z", "comparisons", "look", "fraction",
+                                          "spending")} if r.get("sequential") else None,
         )  # fmt: skip
 
     def cache_note(self, choice: str | None, other: str, reason: str) -> tuple[int | None, str]:
@@ -597,7 +671,8 @@ class _Context:
                 "diff": r["diff"] if self.higher else -r["diff"],
                 "ci_low": r["ci_low"] if self.higher else -r["ci_high"],
                 "ci_high": r["ci_high"] if self.higher else -r["ci_low"],
-                "ci_level": 1 - self.alpha / r["comparisons"], "comparisons": r["comparisons"],
+                "ci_level": r.get("ci_level", 1 - self.alpha / r["comparisons"]),
+                "comparisons": r["comparisons"],
                 "p_value": r["p_value"], "significant": r["significant"], "decision": decision,
                 "more_questions": more, "cost_ratio": cr[0], "cost_ratio_low": cr[1],
                 "cost_ratio_high": cr[2], "test": r["test"], "a_only": r["a_only"],
@@ -617,3 +692,11 @@ class _Context:
             "query of a over b, 95% bootstrap interval",
         ]  # fmt: skip
         return table
+
+
+def sequential_look(df: Any, state: dict[str, Any]) -> Verdict:
+    """A sequential run's look (``experiment.sequential_run``): the verdict on the records so
+    far at the look's boundary, with the design's ``alpha``, ``margin`` and ``seed`` from
+    ``state`` (no constraints: the reader's, applied when the verdict is read)."""
+    return verdict(df, alpha=state["alpha"], margin=state["margin"], seed=state["seed"],
+                   sequential=state)  # fmt: skip

@@ -67,7 +67,13 @@ class _Fmt:
         return self.diff(x)[1:]
 
 
+def _counted(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("s" if n != 1 else "")
+
+
 def _evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
+    if r.get("sequential"):
+        return _repeated_evidence(r, fmt, alpha, x, y)
     test = "Tango score test" if r["test"] == "tango" else "paired bootstrap"
     m = r["comparisons"]
     ci = f"{100 * (1 - alpha):g}% CI" if m == 1 else f"{100 * (1 - alpha):g}% simultaneous CI"
@@ -75,6 +81,18 @@ def _evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str
     return (f"{x} - {y} = {fmt.diff(r['diff'])}, {ci} {fmt.num(r['ci_low'])} to "
             f"{fmt.num(r['ci_high'])}, {test} {_p(r['p_value'], alpha)}{adj}, "
             f"{r['n']:,} paired questions")  # fmt: skip
+
+
+def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
+    """A sequential run's difference: its repeated interval, and the statistic against the
+    look's boundary (the interval excludes 0 exactly when |z| reaches it)."""
+    m = r["comparisons"]
+    adj = f", Bonferroni over {m} comparisons" if m > 1 else ""
+    test = "Tango score z" if r["test"] == "tango" else "paired z"
+    return (f"{x} - {y} = {fmt.diff(r['diff'])}, repeated {100 * (1 - alpha):g}% CI "
+            f"{fmt.num(r['ci_low'])} to {fmt.num(r['ci_high'])} (group-sequential, look "
+            f"{r['look']}{adj}), {test} {abs(r['z']):.2f} against the boundary "
+            f"{r['boundary']:.2f}, {r['n']:,} paired questions")  # fmt: skip
 
 
 def _same_cost(lo: float, hi: float) -> bool:

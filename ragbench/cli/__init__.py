@@ -29,6 +29,8 @@ COMMAND_MODULES: list[str] = [
     "ragbench.cli.sweep",
     "ragbench.cli.cost",
     "ragbench.cli.listing",
+    "ragbench.cli.check",
+    "ragbench.cli.export",
 ]
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from ragbench.analysis.verdict import sequential_look
+from ragbench.cli.run import log_to_mlflow
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
 from ragbench.io import user_errors
@@ -17,6 +19,7 @@ from ragbench.report.readable import readable_text
 from ragbench.report.tables import table_remarks
 from ragbench.secrets import collect
 from ragbench.workspace import compare as steps
+from ragbench.workspace import tracking
 
 _D = steps.CompareSpec  # the defaults: notebook 05's
 
@@ -51,6 +54,10 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(False, "--yes", "-y", help="Spend without asking (paid APIs)."),
         report: bool = typer.Option(True, help="Write report.html (notebook 05) beside the run."),
         quiet: bool = typer.Option(False, help="No progress bars."),
+        mlflow: bool = typer.Option(False, "--mlflow", help="Log the run (and report.html) to MLflow; default store ./mlruns."),
+        mlflow_uri: str = typer.Option(None, metavar="URI", help="MLflow tracking URI or folder (implies --mlflow)."),
+        mlflow_experiment: str = typer.Option(None, help="MLflow experiment (implies --mlflow; default: ragbench)."),
+        until_decided: bool = typer.Option(False, "--until-decided", help="Questions in a seeded order, in rounds, until a group-sequential test decides (no report: notebook 05 answers every question)."),
     ) -> None:  # fmt: skip
         """Closed book, long context, RAG and Self-Route on your documents (and your own pipeline
         beside them): the verdict.
@@ -68,10 +75,13 @@ def register(app: typer.Typer) -> None:
             strategies=tuple(strategy), overflow=overflow, min_accuracy=min_accuracy,
             max_dollars_per_1k=max_dollars_per_1k, max_latency_s=max_latency_s,
             output_dir=output_dir, seed=seed, threads=threads, pipeline=pipeline,
-            pipeline_url=pipeline_url,
+            pipeline_url=pipeline_url, until_decided=until_decided,
         )  # fmt: skip
         collect({"base_url": base_url, "pipeline_url": pipeline_url})  # masked in every line below
-        with user_errors():  # a bad option, target or endpoint: before any document is read
+        tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
+        with user_errors(tracking.TrackingError):  # a bad option, target or endpoint, no MLflow:
+            if tracked is not None:  # before any document is read
+                tracking.check_available()
             for point in steps.check_pipelines(spec):
                 typer.echo(f"pipeline: {point.label()}")
             steps.precheck(spec)
@@ -80,6 +90,8 @@ def register(app: typer.Typer) -> None:
         _answer(spec, df, spec_run)
         if report:
             _report(spec, spec_run, progress=not quiet)
+        if tracked is not None:  # after the report: report.html is one of its artifacts
+            log_to_mlflow(df.attrs["run_dir"], tracked)
 
 
 def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
@@ -115,7 +127,11 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
         typer.echo(f"note: {note}")
     if steps.is_paid(cfg) and not yes:
         typer.confirm(f"{cfg.model.name} is a paid API ({cfg.price_sheet}): run it?", abort=True)
-    return run(yaml_path, progress=progress), (yaml_path, questions)
+    # the config itself, not the file: the file's URLs have their credentials masked
+    df = run(cfg, progress=progress, until_decided=sequential_look)
+    if df.attrs.get("sequential"):
+        typer.echo(df.attrs["sequential"]["line"])
+    return df, (yaml_path, questions)
 
 
 def _answer(spec: steps.CompareSpec, df, spec_run) -> None:

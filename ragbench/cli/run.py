@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ragbench import secrets
+from ragbench.analysis.verdict import sequential_look
 from ragbench.experiment.budget import BUDGET_EXIT, EXIT_HELP
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
@@ -19,6 +21,7 @@ from ragbench.report.readable import readable_text
 from ragbench.report.tables import table_remarks
 from ragbench.strategies import get_strategy
 from ragbench.strategies.retrieve_only import metric_names
+from ragbench.workspace import tracking
 
 
 def register(app: typer.Typer) -> None:
@@ -57,6 +60,24 @@ def register(app: typer.Typer) -> None:
             help="stop before the run's spend passes this many dollars (max_dollars; exit "
             f"{BUDGET_EXIT}); a dry run refuses a config estimated over it (exit 2)",
         ),  # fmt: skip
+        mlflow: bool = typer.Option(
+            False,
+            "--mlflow",
+            help="log the run to MLflow (default store ./mlruns; the "
+            "config's tracking.mlflow section, if any, says where)",
+        ),  # fmt: skip
+        mlflow_uri: str | None = typer.Option(
+            None, metavar="URI", help="MLflow tracking URI or folder (implies --mlflow)"
+        ),
+        mlflow_experiment: str | None = typer.Option(
+            None, help="MLflow experiment (implies --mlflow; default: ragbench)"
+        ),
+        until_decided: bool = typer.Option(
+            False,
+            "--until-decided",
+            help="questions in a seeded random order, in rounds, until a group-sequential test "
+            "decides (the config's sequential section; default: 5 rounds, O'Brien-Fleming)",
+        ),  # fmt: skip
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json.
 
@@ -65,19 +86,32 @@ def register(app: typer.Typer) -> None:
         (exit 2), naming how many, the longest and the valid policies."""
         # ConfigError, DatasetError: ValueErrors naming file, line, field; OverWindowError: the
         # long-context prompts over the window, found before the model loads (exit 2, as both)
-        with user_errors(LockHeldError, OverWindowError):
+        with user_errors(LockHeldError, OverWindowError, tracking.TrackingError):
             overrides = list(set_)
             overrides += [f"dataset.limit={limit}"] if limit else []
             overrides += [f"model.threads={threads}"] if threads else []
             overrides += [f"max_dollars={max_dollars:.12f}"] if max_dollars is not None else []
             cfg = load_config(config, overrides)
+            if until_decided and cfg.sequential is None:  # the section's defaults
+                cfg = load_config(cfg, ["sequential={}"])
             if output_dir:
                 cfg = cfg.model_copy(update={"output_dir": output_dir})
+                cfg._output_base = None  # a command-line path: against the working directory
             if dry_run:
                 _echo_dry_run(cfg, progress=not quiet)
                 return
-            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers)
+            tracked = tracking.settings(cfg, mlflow, mlflow_uri, mlflow_experiment)
+            if tracked is not None:
+                tracking.check_available()  # before the run, not after it
+            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
+                     until_decided=sequential_look)  # fmt: skip
         typer.echo(f"run folder: {df.attrs['run_dir']}")
+        if df.attrs.get("sequential"):  # where it stopped, and the verdict at that look
+            typer.echo(df.attrs["sequential"]["line"])
+            if df.attrs["sequential"].get("verdict"):
+                typer.echo(f"verdict: {df.attrs['sequential']['verdict']}")
+        if tracked is not None:
+            log_to_mlflow(df.attrs["run_dir"], tracked)
         if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes
             raise typer.Exit(code=BUDGET_EXIT)
         failed = int(df["error"].notna().sum())
@@ -91,6 +125,18 @@ def register(app: typer.Typer) -> None:
                 typer.echo(remark)
         if failed:
             _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
+
+
+def log_to_mlflow(run_dir: str, tracked: tracking.Tracking) -> None:
+    """Log a finished run to MLflow; a store that refuses is one error line (exit 1): the run
+    itself is saved, and a rerun with --mlflow logs it."""
+    try:
+        run_id = tracking.log_run(run_dir, tracked)
+    except tracking.TrackingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"mlflow: run {run_id} in {secrets.redact_text(tracked.uri)} "
+               f"(experiment {tracked.experiment})")  # fmt: skip
 
 
 def _echo_errors(df, headline: str, err: bool = False) -> None:

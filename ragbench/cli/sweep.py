@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.workspace import tracking
 from ragbench.workspace.render import RenderInputError, render_notebook
 from ragbench.workspace.sweep import execute_sweep
 from ragbench.workspace.sweep_spec import SweepSpecError, expand_grid, load_spec
@@ -27,6 +28,17 @@ def sweep(
         help="points another running sweep is executing: wait for them and report their result "
         "(--wait), or report them as running elsewhere and finish (--no-wait)",
     ),
+    mlflow: bool = typer.Option(
+        False, "--mlflow", help="log the sweep to MLflow: a parent run, a child per point's run"
+    ),
+    mlflow_uri: str | None = typer.Option(
+        None,
+        metavar="URI",
+        help="MLflow tracking URI or folder (implies --mlflow; default ./mlruns)",
+    ),
+    mlflow_experiment: str | None = typer.Option(
+        None, help="MLflow experiment (implies --mlflow; default: ragbench)"
+    ),
 ) -> None:
     """Execute a notebook once per grid point with papermill; done points are skipped.
 
@@ -34,7 +46,10 @@ def sweep(
     of repeating it. Ctrl-C or SIGTERM stops the workers and their kernels too."""
     from tqdm import tqdm
 
+    tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
     try:
+        if tracked is not None:
+            tracking.check_available()  # before the sweep, not after it
         total = len(expand_grid(load_spec(spec)))
         with tqdm(total=total, unit="point", desc=spec.stem) as bar:
 
@@ -45,7 +60,7 @@ def sweep(
             outcome = execute_sweep(
                 spec, workers, executor, rerun_failed, on_point=advance, wait=wait
             )
-    except SweepSpecError as exc:  # its message has its credentials masked already
+    except (SweepSpecError, tracking.TrackingError) as exc:  # credentials masked already
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
 
@@ -64,6 +79,13 @@ def sweep(
     )
     for p in outcome.failed:
         typer.echo(f"failed notebook: {p.notebook}")
+    if tracked is not None:
+        try:
+            parent = tracking.log_sweep(outcome, spec, tracked, load_spec(spec).results)
+        except tracking.TrackingError as exc:
+            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(1) from None
+        typer.echo(f"mlflow: sweep run {parent} (experiment {tracked.experiment})")
     if outcome.failed:
         raise typer.Exit(1)
 

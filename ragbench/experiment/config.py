@@ -23,6 +23,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -32,12 +33,15 @@ from ragbench.experiment.config_sections import (  # noqa: F401 (re-exported)
     JudgeConfig,
     ModelConfig,
     RetrievalConfig,
+    SequentialConfig,
     StrategyConfig,
+    TrackingConfig,
     _Strict,
     one_or_list,
 )
 from ragbench.experiment.config_text import (  # noqa: F401 (re-exported)
     ConfigError,
+    _line_of,
     apply_overrides,
     explain_validation_error,
     located,
@@ -76,11 +80,20 @@ class RunConfig(_Strict):
     # (ragbench.experiment.budget); the dry run refuses a config estimated over it. Not part of
     # the hash: a rerun with a higher cap resumes in the same run folder
     max_dollars: float | None = Field(None, gt=0)
+    # stop when decided (`ragbench run --until-decided`): rounds, alpha spending, margin; not
+    # part of the hash either (where a run stops); a config without it dumps as before
+    sequential: SequentialConfig | None = None
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
+    # where the run is logged besides its folder (MLflow: ragbench.workspace.tracking); not part
+    # of the hash: where a run is reported changes nothing it computes
+    tracking: TrackingConfig | None = None
 
     # the folder of the YAML file the config came from: relative dataset paths resolve there
     _source_dir: str | None = PrivateAttr(default=None)
     _source_file: str | None = PrivateAttr(default=None)  # that YAML file (error locations)
+    # the folder a relative output_dir resolves against: the config file's when the file (or a
+    # --set) names output_dir; None: the working directory (the default data/results, dicts)
+    _output_base: str | None = PrivateAttr(default=None)
     # `--set dotted.path=value` overrides applied on top of the file (recorded in the manifest)
     _overrides: list[str] = PrivateAttr(default_factory=list)
     # built by validation (`_typed`), read by the run: not part of the dump or the hash
@@ -99,6 +112,15 @@ class RunConfig(_Strict):
     def sheet(self) -> PriceSheet | None:
         """The loaded ``price_sheet`` (None: no dollar column)."""
         return self._sheet
+
+    def output_path(self) -> Path:
+        """Where run folders go: ``output_dir``, a relative one against the config file's
+        folder when the file names it (as dataset paths), else against the working directory
+        (the default ``data/results``, configs given as dicts, ``--output-dir``)."""
+        out = Path(self.output_dir).expanduser()
+        if out.is_absolute() or self._output_base is None:
+            return out
+        return Path(os.path.normpath(Path(self._output_base) / out))
 
     def dataset_params(self) -> dict[str, Any]:
         """The dataset builder's kwargs, with relative file parameters (``PATH_PARAMS``) resolved
@@ -143,6 +165,13 @@ class RunConfig(_Strict):
             self._sheet = located(("price_sheet",), price_sheet, self.price_sheet)
         return self
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("sequential", 0) is None:
+            data.pop("sequential")  # added later: configs without it dump (and hash) as before
+        return data
+
     @model_validator(mode="after")
     def _budget(self) -> RunConfig:
         """A dollar cap needs dollars: a price sheet for the model (or the judge)."""
@@ -182,9 +211,12 @@ def config_hash(config: RunConfig) -> str:
     """Identity of a config's results. Credentials are masked first: a new password or key
     gives the same run folder, and the hash is never a function of a secret."""
     # threads and rate limits change speed, not answers: the same run folder whatever the
-    # machine's load; max_dollars where a run stops, not what it computes (a higher cap resumes)
+    # machine's load; max_dollars and sequential where a run stops, not what it computes (a
+    # higher cap resumes; a run without sequential answers the rest); tracking where it is reported
     speed = {"threads", "rate_limit"}
-    exclude = {"output_dir": True, "max_dollars": True, "model": speed, "judge": {"model": speed}}
+    exclude = {"output_dir": True, "max_dollars": True, "sequential": True, "tracking": True,
+               "model": speed,
+               "judge": {"model": speed}}  # fmt: skip
     data = redact(config.model_dump(mode="json", exclude=exclude))
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)
@@ -206,6 +238,26 @@ def parse_config(data: Any, source: str = "<config>", text: str | None = None) -
         raise ConfigError(explain_validation_error(exc, source, text, RunConfig)) from None
 
 
+def check_output_dir(cfg: RunConfig, text: str | None = None) -> None:
+    """A relative ``output_dir`` named in a config file must stay inside the config's folder
+    tree or the working directory (``output_dir: ../../..`` would put run folders at /); an
+    absolute path is the user's own choice. A ConfigError naming the key, the resolved path
+    and the fix otherwise."""
+    if cfg._output_base is None or Path(cfg.output_dir).expanduser().is_absolute():
+        return
+    resolved, base, cwd = cfg.output_path().resolve(), Path(cfg._output_base).resolve(), Path.cwd()
+    if resolved.is_relative_to(base) or resolved.is_relative_to(cwd.resolve()):
+        return
+    source = cfg._source_file or "<config>"
+    line = _line_of(text, ("output_dir",)) if text else None
+    raise ConfigError(
+        f"{source}{f':{line}' if line else ''}: output_dir: {cfg.output_dir!r} resolves to "
+        f"{resolved}, outside the config's folder ({base}) and the working directory ({cwd}); "
+        "write a path inside either (relative paths resolve against the config's folder), or "
+        "an absolute path to write there"
+    )
+
+
 def load_config(
     path: str | os.PathLike | RunConfig | dict, overrides: Sequence[str] = ()
 ) -> RunConfig:
@@ -218,6 +270,10 @@ def load_config(
         cfg = parse_config(apply_overrides(path.model_dump(mode="json"), overrides))
         cfg._source_dir, cfg._source_file = path._source_dir, path._source_file
         cfg._overrides = [*path._overrides, *overrides]
+        cfg._output_base = path._output_base
+        if path._source_dir and any(o.strip().startswith("output_dir=") for o in overrides):
+            cfg._output_base = path._source_dir  # a --set output_dir is the file's key
+        check_output_dir(cfg)
         return cfg
     if isinstance(path, dict):
         cfg = parse_config(apply_overrides(path, overrides))
@@ -243,4 +299,7 @@ def load_config(
         cfg = parse_config(data, str(path), None if overrides else text)
     cfg._source_dir, cfg._source_file = str(path.resolve().parent), str(path)
     cfg._overrides = list(overrides)
+    if isinstance(data, dict) and "output_dir" in data:  # named in the file (or a --set)
+        cfg._output_base = cfg._source_dir
+    check_output_dir(cfg, None if overrides else text)
     return cfg

@@ -1,11 +1,11 @@
 """The sections of a run config (``ragbench.experiment.config.RunConfig``): dataset, model,
-retrieval, strategies, judge. Each validates itself; the run config checks how they combine."""
+retrieval, strategies, judge, sequential, tracking. Each validates itself; the run config checks how they combine."""
 
 from __future__ import annotations
 
 import inspect
 import os
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -24,9 +24,11 @@ from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS:
 from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
 from ragbench.llm import BACKENDS, backend_capabilities, backend_params
 from ragbench.llm import openai_payload as wire
+from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.models import PRESETS, get_preset
 from ragbench.registry import unknown
 from ragbench.retrieval.precision import check_precision_param
+from ragbench.secrets import names_a_credential
 from ragbench.strategies import get_strategy
 from ragbench.strategies.params import RetrievalParams
 from ragbench.tokenizers import check_tokenizer
@@ -165,6 +167,7 @@ class ModelConfig(_Strict):
         loads_weights = backend_capabilities(self.backend).local_weights  # by name, in-process
         if loads_weights and self.name not in PRESETS and not local:  # preset, HF id or path
             raise unknown("model", self.name, [*PRESETS, "<HF id or folder>"])
+        check_credential_types("params", self.params)
         if "rate_limit" in self.params:
             raise ValueError("model.params.rate_limit: set it as model.rate_limit")
         if self.rate_limit is not None and "rate_limit" not in backend_params(self.backend):
@@ -184,6 +187,20 @@ class ModelConfig(_Strict):
     @property
     def arch(self) -> str | None:
         return self.preset or (self.name if self.name in PRESETS else None)
+
+
+def check_credential_types(where: str, params: Any) -> None:
+    """A credential (``api_key``, ``token``, ``password``...) given as anything but text would
+    be sent as its repr (``Bearer {'a': 1}``): a ValueError naming the key, never its value."""
+    if not isinstance(params, dict):
+        return
+    for key, value in params.items():
+        if names_a_credential(key) and value is not None and not isinstance(value, str):
+            env = " (or leave it out and set RAGBENCH_API_KEY)" if key == "api_key" else ""
+            raise ValueError(
+                f"{where}.{key}: a credential must be a string, not {type(value).__name__} "
+                f"(its value is not shown); write it as quoted text{env}"
+            )
 
 
 def one_or_list(value: Any) -> list[Any]:
@@ -232,11 +249,28 @@ class RetrievalConfig(_Strict):
             if name.lower() not in embedders:  # settings for an embedder the run does not use
                 raise unknown("embedder in embedder_params", name, embedders)
             check_precision_param(name, params)  # fp32 | bf16 | bf16-full, before any model loads
+            check_credential_types(f"embedder_params.{name}", params)
+        self._refuse_pickle_weights()
         names = one_or_list(self.retriever)
         for key in self.retriever_params:  # each key must serve at least one retriever
             if not any(key in self.params_for(name) for name in names):
                 registries.check_retriever_params(names[0], {key: self.retriever_params[key]})
         return self
+
+    def _refuse_pickle_weights(self) -> None:
+        """Embedder and cross-encoder folders with weights only in pickle-based ``.bin`` files
+        are refused here, before a run folder exists, as the LLM's are at load: unpickling can
+        run code. ``allow_pickle_weights: true`` in the embedder's ``embedder_params`` (or in
+        ``retriever_params`` for the cross-encoder) trusts the source."""
+        params = {k.lower(): v for k, v in self.embedder_params.items()}
+        for name in one_or_list(self.embedder):
+            if not (params.get(str(name).lower()) or {}).get("allow_pickle_weights"):
+                option = f"retrieval.embedder_params: {{{name}: {{{PICKLE_OPTION}}}}}"
+                refuse_pickle_weights(str(name), "embedder", option, recursive=True)
+        cross = self.retriever_params.get("cross_encoder")
+        if isinstance(cross, str) and not self.retriever_params.get("allow_pickle_weights"):
+            option = f"retrieval.retriever_params.{PICKLE_OPTION}"
+            refuse_pickle_weights(cross, "cross-encoder", option, recursive=True)
 
     def params_for(self, retriever: str) -> dict[str, Any]:
         """The ``retriever_params`` that ``retriever`` takes: a grid of retrievers shares one
@@ -317,3 +351,52 @@ class JudgeConfig(_Strict):
     def prompt(self, metric: str):
         """The template that scores ``metric`` (``judge_correct``: ``correct-v1`` unless set)."""
         return load_prompt(self.prompts.get(metric, DEFAULT_PROMPTS[metric]))
+
+
+class MlflowConfig(_Strict):
+    """Where ``ragbench.workspace.tracking`` logs the run in MLflow (the ``tracking`` extra)."""
+
+    # None: ./mlruns in the working directory (a SQLite store + artifacts: `mlflow ui
+    # --backend-store-uri sqlite:///mlruns/mlflow.db`); a folder path: the same layout there;
+    # any MLflow URI (sqlite:///..., http://server:5000, databricks) as MLflow reads it
+    tracking_uri: str | None = None
+    experiment: str = Field("ragbench", min_length=1)  # MLflow experiment, created if missing
+
+
+class TrackingConfig(_Strict):
+    """Where a run is logged besides its run folder. Not part of the config hash: where a run
+    is reported changes nothing it computes."""
+
+    mlflow: MlflowConfig | None = None
+
+
+class SequentialConfig(_Strict):
+    """Stop when decided (``ragbench run --until-decided``; ``ragbench.analysis.sequential``):
+    the questions in a seeded random order, in rounds; after each round a group-sequential test
+    of the verdict's two variants (the best retrieval against the best long-context one) says
+    "recommend X", "equivalent within the margin" or "continue". Where a run stops, not what it
+    computes: not part of the config hash (a run without it resumes and answers the rest)."""
+
+    rounds: int | None = Field(None, ge=1)  # looks, equal in questions (default 5)
+    round_size: int | None = Field(None, ge=1)  # or: questions per look
+    # Lan-DeMets alpha spending: obrien_fleming (little early, nearly the fixed test at the end)
+    # or pocock (even: stops sooner on large differences, costs more at the end)
+    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
+    alpha: float = Field(0.05, gt=0, lt=1)  # the level all looks' intervals hold together
+    margin: float = Field(0.05, gt=0, lt=1)  # "not worse" / "equivalent" within this much
+    seed: int | None = None  # the question order; None: the run's seed
+
+    @model_validator(mode="after")
+    def _one_size(self) -> SequentialConfig:
+        if self.rounds is not None and self.round_size is not None:
+            raise ValueError("give rounds or round_size, not both")
+        return self
+
+    def looks(self, questions: int) -> list[int]:
+        """Questions answered at each look (cumulative), the last one ``questions``."""
+        if questions < 1:
+            return []
+        if self.round_size is not None:
+            return [*range(self.round_size, questions, self.round_size), questions]
+        rounds = min(self.rounds or 5, questions)
+        return sorted({round(questions * (k + 1) / rounds) for k in range(rounds)})

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
+from ragbench import secrets
 from ragbench.io import load_yaml, yaml_problem
 from ragbench.registry import did_you_mean
 
@@ -48,13 +49,14 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     data = copy.deepcopy(data)
     for expr in overrides:
         path, sep, text = expr.partition("=")
+        expr = _shown(expr, path, text)  # every message below quotes a credential masked
         if not sep or not path.strip():
             raise ConfigError(f"--set {expr}: expected dotted.path=value")
         try:
             value = load_yaml(text)
         except yaml.YAMLError as exc:  # one line: PyYAML's own message quotes the text
             _, problem = yaml_problem(exc)
-            raise ConfigError(f"--set {path.strip()}: invalid YAML value: {problem}") from None
+            raise ConfigError(f"--set {expr}: invalid YAML value: {problem}") from None
         steps = _override_path(expr, path.strip())
         node: Any = data
         for i, step in enumerate(steps):
@@ -80,6 +82,17 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             node[step] = child
             node = child
     return data
+
+
+def _shown(expr: str, path: str, text: str) -> str:
+    """``path=value`` as messages quote it: a credential-named path's value (``api_key``,
+    ``token``...) is remembered as a secret (so the YAML parser's own excerpt of it is masked
+    too) and shown as ``***``."""
+    last = re.split(r"[.\[\]]", path.strip().rstrip("]"))[-1]
+    if not text.strip() or not secrets.names_a_credential(last):
+        return expr
+    secrets.remember(text, text.strip(), text.strip().strip("[]{}\"'"))
+    return f"{path}={secrets.MASK}"
 
 
 def located(loc: tuple, build: Any, *args: Any) -> Any:

@@ -83,6 +83,10 @@ def write_manifest(
     }
     if judge is not None:
         manifest["judge"] = judge
+    # where the run was logged (the MLflow run id: ragbench.workspace.tracking), so a resumed
+    # run logs to the same tracking run
+    if tracked := (read_manifest(out) or {}).get("tracking"):
+        manifest["tracking"] = tracked
     if cfg._overrides:  # `ragbench run --set ...`: what the file alone does not say
         manifest["overrides"] = [secrets.redact_text(o) for o in cfg._overrides]
     if records is not None:

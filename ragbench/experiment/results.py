@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.cost import Cost
+from ragbench.cost.reprice import reprice_stale
 from ragbench.io import dumps_canonical
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
@@ -108,8 +109,6 @@ def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str
     ``done``; one warning line says so, naming both hashes. Returns what the session's manifest
     entry logs, or None when nothing was repriced (no sheet; every record already priced by it;
     records older than the hash whose dollars the sheet gives again only get the hash added)."""
-    from ragbench.cost.reprice import reprice_stale
-
     if sheet is None or not done:
         return None
     stale = reprice_stale(done, sheet)

@@ -56,6 +56,7 @@ from ragbench.experiment.config import RunConfig, config_hash, load_config
 from ragbench.experiment.dry_run import round_dollars
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
+from ragbench.experiment.log_once import once_per_run
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
 from ragbench.experiment.preflight import OverWindowError, check_window  # noqa: F401 (re-exported)
@@ -79,6 +80,7 @@ from ragbench.experiment.results import (
     table,
     work_key,
 )
+from ragbench.experiment.sequential_run import Sequential, generate_until_decided
 from ragbench.io import atomic_write_bytes, dumps_canonical
 from ragbench.llm.fake import FakeLLM
 from ragbench.locks import FolderLock
@@ -94,7 +96,7 @@ EXECUTORS = ("local", "ray")  # where generation runs: this process, or Ray work
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
-    return Path(cfg.output_dir) / f"{cfg.name}-{config_hash(cfg)[:8]}"
+    return cfg.output_path() / f"{cfg.name}-{config_hash(cfg)[:8]}"
 
 
 def run(
@@ -105,6 +107,7 @@ def run(
     judge_llm: Any = None,
     executor: str = "local",
     workers: int = 1,
+    until_decided: Any = None,
 ) -> Any:
     """Run ``config`` (path, dict or RunConfig); returns the results DataFrame.
 
@@ -116,6 +119,9 @@ def run(
     prompts over the window under the ``error`` overflow policy (``OverWindowError``), before the
     model is loaded. ``executor="ray"`` spreads the generation over ``workers`` Ray workers,
     each loading the configured model (``llm`` cannot travel to them: use the config).
+    A config with a ``sequential`` section stops when decided (``experiment.sequential_run``):
+    ``until_decided`` is its look, ``analysis.verdict.sequential_look`` (the analysis layer
+    sits above this one, so the caller hands it in: ``ragbench run`` and ``compare`` do).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; {did_you_mean(executor, EXECUTORS)}")
@@ -125,6 +131,9 @@ def run(
         raise ValueError("executor 'ray' loads the configured model on each worker; pass llm= "
                          "only with executor 'local'")  # fmt: skip
     cfg = load_config(config)
+    if cfg.sequential is not None and until_decided is None:
+        raise ValueError("the config's sequential section needs its look: pass until_decided="
+                         "ragbench.analysis.verdict.sequential_look (ragbench run does)")  # fmt: skip
     secrets.collect(cfg.model_dump(mode="json"))  # mask them in every error, log and file
     started = _now()
     examples = load_examples(cfg)
@@ -140,12 +149,10 @@ def run(
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
     made = [d for d in (out, *out.parents) if not d.exists()]  # the folders the lock creates
-    with FolderLock(out, what="run", wait=wait) as lock:
+    with FolderLock(out, what="run", wait=wait) as lock, once_per_run():  # third-party: once
         try:
-            return _run_locked(
-                cfg, examples, work, keys, out, started, progress, llm, judge_llm,
-                (executor, workers),
-            )  # fmt: skip
+            return _run_locked(cfg, examples, work, keys, out, started, progress, llm, judge_llm,
+                               (executor, workers), until_decided)  # fmt: skip
         except BaseException:
             # refused before writing anything (a backend, pipeline or server check): no folder
             # holding only its lock is left behind, nor the empty output_dir made for it
@@ -187,8 +194,9 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
 
 
 def _run_locked(
-    cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm, executor
-) -> Any:
+    cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm, executor,
+    until_decided=None,
+) -> Any:  # fmt: skip
     done = read_records(out / RECORDS)
     changed = rescore(done, examples, list(cfg.metrics))
     if changed:
@@ -221,6 +229,23 @@ def _run_locked(
     # must not be found after an hour of generation
     judge = load_judge(cfg, judge_llm, llm) if judging else None
     budget = Budget.of(cfg)  # max_dollars: stops the rounds before the spend passes it
+    # sequential: questions in a seeded order, in rounds, until a look decides (sequential_run)
+    seq = Sequential(cfg, examples, keys, until_decided) if cfg.sequential is not None else None
+
+    def generate(executor_: Any, items: list) -> int:
+        if seq is None:
+            return _generate(cfg, executor_, items, done, out, progress, len(work), budget)
+        scored = deferred_metrics(cfg.metrics[:1]) and judge is not None
+        score = (lambda: judge_pass(cfg, judge, examples, keys, done, out, progress, llm, res,
+                                    budget)) if scored else None  # fmt: skip
+        errors, handed = generate_until_decided(
+            seq, items, done,
+            lambda part: _generate(cfg, executor_, part, done, out, progress, len(work), budget),
+            budget, score,
+        )  # fmt: skip
+        session["pending"] = handed  # what this session was to generate; the rest waits
+        return errors
+
     if pending:
         if unshared := preload.unshared([item for item, _ in pending]):
             log.warning(
@@ -236,9 +261,7 @@ def _run_locked(
         with RayRun(cfg, ray_workers, examples, over, main_cache=cache) as pool:
             identity = pool.identity
             write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
-            session["errors"] = _generate(
-                cfg, pool, pending, done, out, progress, len(work), budget
-            )
+            session["errors"] = generate(pool, pending)
         session["preloaded"], session["executor"] = pool.preloaded, pool.summary()
     elif pending:
         identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
@@ -247,14 +270,12 @@ def _run_locked(
         res = build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
         res.preload_over.update(preload.count([item for item, _ in pending]))
         budget.first_round = functools.partial(round_dollars, cfg, res=res)  # before any price
-        session["errors"] = _generate(
-            cfg, _Local(res), pending, done, out, progress, len(work), budget
-        )
+        session["errors"] = generate(_Local(res), pending)
         session["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
         session["executor"] = {"name": "local", "workers": 1}
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
         identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
-        session["errors"] = 0
+        session["errors"] = generate(None, []) if seq is not None else 0  # replay the looks
     # the passes after generation: none once the budget stopped it (a resume does them); each
     # may stop at the budget between its chunks
     if judge is not None and not budget.stopped:
@@ -266,6 +287,8 @@ def _run_locked(
     if budget.stopped:
         session["stopped"], session["budget"] = budget.stopped, budget.info
         session["pending"] -= budget.pending_at_stop  # what it generated; the rest: records_left
+    if seq is not None:  # every look: n, statistic, boundary, decision; why it stopped
+        session["sequential"] = seq.summary()
     session["finished_at"] = _now()
 
     meta = {e.id: e.meta for e in examples}
@@ -286,6 +309,8 @@ def _run_locked(
         log.warning("%d of %d records failed; most frequent error (%d x): %s",
                     failed, len(df), top[1], top[0])  # fmt: skip
     df.attrs["run_dir"] = str(out)
+    if seq is not None:  # the verdict reads the run at its last look (analysis.verdict)
+        df.attrs["sequential"] = session["sequential"]
     if budget.stopped:
         df.attrs["stopped"] = budget.reason  # `ragbench run` exits BUDGET_EXIT
         log.warning("%s", budget.reason)  # the one line that says why

@@ -405,7 +405,6 @@ def warn_validation(rates: Rates) -> None:
     if error is None or error <= WARN_ERROR or where in _WARNED:
         return
     _WARNED.add(where)
-    log.warning("calibration validation error %.1f%%", 100 * error)
     announce(
         f"warning: the calibrated cost model misses its held-out probe ({check.get('tokens'):,} "
         f"tokens: modelled {check.get('modelled'):.4g} s, measured {check.get('measured'):.4g} s) "
@@ -466,6 +465,7 @@ def measure(
     import torch
 
     window = window_of(decoder) if timer is None else 1 << 30
+    device = getattr(getattr(decoder, "device", None), "type", "cpu")
     longest = min(longest or DEFAULT_LONGEST["cpu"], window)
     plan = probe_plan(longest)
     if timer is None:
@@ -493,11 +493,14 @@ def measure(
         probes[("shared_prefill", n, p, 1)] = (n, p, 1, True)
         probes[("shared_decode", 1, p, 1)] = (1, p, 1, True)
     best = dict.fromkeys(probes, float("inf"))
+    loop_best = float("inf")
     with torch.inference_mode():
         timer(16, 0, 1, False)  # warm-up: the first call allocates
         for round_ in range(max(rounds, FAST_ROUNDS)):
+            if loop_timer is not None:  # interleaved too: a GPU host's speed drifts for seconds
+                loop_best = min(loop_best, loop_timer(LOOP_STEPS))
             for name, args in probes.items():
-                if round_ >= _rounds_for(best[name], rounds):
+                if round_ >= _rounds_for(best[name], rounds, device):
                     continue
                 best[name] = min(best[name], timer(*args))
     prefill = [(n, p, t) for (kind, n, p, _), t in best.items() if kind == "prefill" and not p]
@@ -508,8 +511,7 @@ def measure(
     rates = fit(prefill, decode)
     loop = None
     if loop_timer is not None:  # the decode loop's step at a short cache, fastest of its rounds
-        with torch.inference_mode():
-            loop = min(loop_timer(LOOP_STEPS) for _ in range(max(rounds, FAST_ROUNDS)))
+        loop = loop_best
         rates = replace(rates, d0=max(rates.d0, loop - rates.d1 * LOOP_KV))
         without = replace(without, d0=rates.d0)
     shared = {}
@@ -560,15 +562,18 @@ def _loop_step(decoder: Any, gen: Any, steps: int) -> float:
 
 
 FAST_ROUNDS = 5  # a probe under 0.1 s: a GPU decode step's launch time varies by 2x
-SLOW_PROBE = 10.0  # a probe over 10 s (a long CPU prefill) is timed once: noise is small beside it
+SLOW_PROBE = {"cuda": 10.0, "cpu": 1.0}  # a probe longer than this is timed once
 
 
-def _rounds_for(best: float, rounds: int) -> int:
-    """How often a probe is timed, by its best time so far: at least twice (the first time a
-    shape runs can carry one-off work: an H200 took 1.17 s for a 0.12 s prefill once)."""
+def _rounds_for(best: float, rounds: int, device: str = "cpu") -> int:
+    """How often a probe is timed, by its best time so far: probes under 0.1 s five times; on a
+    GPU every probe at least twice (the first time a shape runs can carry one-off work: an H200
+    took 1.17 s for a 0.12 s prefill once); a long probe once (on a CPU the noise is small beside
+    a second, and an 8k-token prefill takes 15 s there)."""
     if best < 0.1:
         return max(rounds, FAST_ROUNDS)
-    return 1 if best > SLOW_PROBE else max(2, rounds)
+    slow = SLOW_PROBE.get(device, SLOW_PROBE["cpu"])
+    return 1 if best > slow else (max(2, rounds) if device == "cuda" else rounds)
 
 
 def _shared_supported(decoder: Any) -> bool:

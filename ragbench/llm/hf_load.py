@@ -138,23 +138,38 @@ def load_model(
     )
 
 
-def refuse_pickle_weights(source: str) -> None:
+def refuse_pickle_weights(
+    source: str, kind: str = "model", option: str = f"the model param {PICKLE_OPTION}",
+    recursive: bool = False,
+) -> None:  # fmt: skip
     """A ValueError naming the folder and the option when a local model folder has weights
-    only in a pickle-based format (``PICKLE_WEIGHTS``); hub ids are checked at load time."""
+    only in a pickle-based format (``PICKLE_WEIGHTS``); hub ids are checked at load time.
+    ``kind`` and ``option`` name what is loaded and how to opt in (embedders and
+    cross-encoders: their own settings); ``recursive``: each subfolder too (a
+    sentence-transformers model keeps a module's weights in its own folder: ``2_Dense/``)."""
     folder = Path(source)
-    if not source or not folder.is_dir() or any(folder.glob("*.safetensors")):
+    if not source or not folder.is_dir():
         return
-    pickled = sorted(f.name for pattern in PICKLE_WEIGHTS for f in folder.glob(pattern))
+    folders = [folder, *(sorted(p for p in folder.rglob("*") if p.is_dir()) if recursive else [])]
+    pickled = []
+    for each in folders:
+        if any(each.glob("*.safetensors")):
+            continue
+        found = sorted(f for pattern in PICKLE_WEIGHTS for f in each.glob(pattern))
+        pickled += [str(f.relative_to(folder)) for f in found if f.is_file()]
     if pickled:
         shown = ", ".join(pickled[:3]) + (", ..." if len(pickled) > 3 else "")
-        raise ValueError(_pickle_refusal(source, f"has weights only as pickle files ({shown})"))
+        raise ValueError(
+            _pickle_refusal(source, f"has weights only as pickle files ({shown})", kind, option)
+        )
 
 
-def _pickle_refusal(source: str, what: str) -> str:
+def _pickle_refusal(
+    source: str, what: str, kind: str = "model", option: str = f"the model param {PICKLE_OPTION}"
+) -> str:
     return (
-        f"model {source} {what}: loading them unpickles, which can run code hidden in the file; "
-        f"convert them to safetensors, or set the model param {PICKLE_OPTION} to trust the "
-        "source"
+        f"{kind} {source} {what}: loading them unpickles, which can run code hidden in the file; "
+        f"convert them to safetensors, or set {option} to trust the source"
     )
 
 

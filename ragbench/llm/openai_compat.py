@@ -120,6 +120,8 @@ class OpenAICompatLLM(LLM):
     ) -> None:
         model = model or os.environ.get("OPENAI_MODEL")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        # stored with its credentials masked (compare.yaml): the full URL from OPENAI_BASE_URL
+        base_url = secrets.fill_masked_url(base_url, "OPENAI_BASE_URL", "model.params.base_url")
         if not model:
             raise ValueError("OpenAICompatLLM needs a model: pass model= or set OPENAI_MODEL")
         if not base_url:
@@ -129,6 +131,10 @@ class OpenAICompatLLM(LLM):
             )
         if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ValueError("max_concurrency must be >= 1, max_retries >= 0 and timeout > 0")
+        if api_key is not None and not isinstance(api_key, str):  # else sent as "Bearer <repr>"
+            raise ValueError(
+                f"api_key must be a string, not {type(api_key).__name__} (its value is not shown)"
+            )
         headers = wire.check_headers(headers)
         key = api_key or next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), None)
         creds = wire.url_credentials(base_url)

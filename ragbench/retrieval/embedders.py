@@ -39,6 +39,7 @@ import numpy as np
 from ragbench.assets import cache_dir as ragbench_cache_dir
 from ragbench.assets import minilm_dir
 from ragbench.devices import pick_device
+from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.retrieval.embedding_cache import EmbeddingCache
 from ragbench.retrieval.names import EMBEDDER_BACKENDS, EMBEDDERS
 from ragbench.retrieval.precision import PRECISIONS, check_precision, warn_if_bf16_emulated
@@ -139,6 +140,9 @@ class SentenceTransformerEmbedder(Embedder):
     ``<ragbench cache>/embeddings``; ``cache=False`` turns caching off. ``precision``: one of
     ``PRECISIONS``; anything but "fp32" is part of ``model_identity``, so cached vectors and
     indexes of different precisions never mix. Vectors come out float32 whatever the precision.
+    A model folder with weights only in pickle-based ``.bin`` files (any of its module folders)
+    is refused, as the LLM's are (``hf_load.refuse_pickle_weights``), unless
+    ``allow_pickle_weights``.
     """
 
     backend = "torch"
@@ -155,6 +159,7 @@ class SentenceTransformerEmbedder(Embedder):
         show_progress: bool = False,
         cache: bool = True,
         precision: str = "fp32",
+        allow_pickle_weights: bool = False,  # load pickle-based .bin weights (they can run code)
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -169,6 +174,11 @@ class SentenceTransformerEmbedder(Embedder):
             is_dir = path.is_dir()
             self.source = str(path.resolve()) if is_dir else str(model)
             self.label = path.name if is_dir else str(model)
+            if is_dir and not allow_pickle_weights:  # before anything loads, as the LLM's
+                refuse_pickle_weights(
+                    self.source, "embedder",
+                    f"retrieval.embedder_params: {{{model}: {{{PICKLE_OPTION}}}}}", recursive=True,
+                )  # fmt: skip
         self.device = pick_device(device)
         self.batch_size = batch_size
         self.show_progress = show_progress

@@ -100,6 +100,7 @@ class OnnxEmbedder(SentenceTransformerEmbedder):
         cache: bool = True,
         device: str = "cpu",
         precision: str = "fp32",
+        allow_pickle_weights: bool = False,  # the weights it exports from: pickle .bin allowed
     ) -> None:
         if device != "cpu":
             raise ValueError(f"the ONNX embedder runs on the CPU; got device={device!r}")
@@ -114,8 +115,9 @@ class OnnxEmbedder(SentenceTransformerEmbedder):
         self.quantize = check_quantize(quantize)
         require_onnxruntime()
         super().__init__(
-            model, "cpu", batch_size, query_prefix, document_prefix, cache_dir, show_progress, cache
-        )
+            model, "cpu", batch_size, query_prefix, document_prefix, cache_dir, show_progress, cache,
+            allow_pickle_weights=allow_pickle_weights,
+        )  # fmt: skip
         self.export_dir = Path(export_dir) if export_dir is not None else None
         self.threads = threads
         self.exported = False  # whether this instance exported (False: the cached file served)

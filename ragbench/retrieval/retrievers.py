@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ragbench.devices import pick_device
+from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.registry import unknown
 from ragbench.retrieval.embedders import check_texts, get_embedder
 from ragbench.retrieval.faiss_index import FaissIndex, IndexCompatibilityError
@@ -251,7 +252,9 @@ class RerankRetriever(Retriever):
     """Rerank the top ``candidates`` of ``base`` with a sentence-transformers ``CrossEncoder``.
 
     ``cross_encoder``: a local model folder or Hugging Face id (loaded lazily), or an already
-    built object with ``predict(pairs, batch_size=...)``. Scores are the cross-encoder's.
+    built object with ``predict(pairs, batch_size=...)``. Scores are the cross-encoder's. A
+    folder with weights only in pickle-based ``.bin`` files is refused, as the LLM's are, unless
+    ``allow_pickle_weights``.
     """
 
     name = "rerank"
@@ -264,6 +267,7 @@ class RerankRetriever(Retriever):
         candidates: int = 20,
         batch_size: int = 32,
         device: str = "auto",
+        allow_pickle_weights: bool = False,  # a folder with pickle-based .bin weights only
     ) -> None:
         super().__init__(base.chunks)
         if candidates < 1 or batch_size < 1:
@@ -276,6 +280,11 @@ class RerankRetriever(Retriever):
         self.source = (
             cross_encoder if isinstance(cross_encoder, str) else type(cross_encoder).__name__
         )
+        if isinstance(cross_encoder, str) and not allow_pickle_weights:  # before it loads
+            refuse_pickle_weights(
+                cross_encoder, "cross-encoder", f"retrieval.retriever_params.{PICKLE_OPTION}",
+                recursive=True,
+            )  # fmt: skip
 
     @property
     def model(self):

@@ -5,7 +5,10 @@ The transport is the OpenAI-compatible backend's (``ragbench.llm.openai_http``):
 retry policy (408/409/425/429, 5xx, timeouts and dropped connections, with backoff honouring
 ``Retry-After``, ``retries`` times), the same errors naming the redacted URL, the attempts and
 the server's message, and httpx's logs redacted. Header values come from environment variables
-named in ``headers_env`` and are remembered as secrets, so no message or file can quote them.
+named in ``headers_env`` and are remembered as secrets, so no message or file can quote them. A
+URL's ``user:password@`` is sent as HTTP Basic auth, unless ``headers_env`` sets
+``Authorization``: then that header is sent, the userinfo is dropped and a warning says so (as
+the OpenAI backend does).
 
 ``check(params)`` is the preflight: one ``GET url`` (5 s) before any work (and one of
 ``setup_url``). Any answer but 401, 403 or 404 means the service is up (a POST-only route
@@ -20,16 +23,19 @@ answer (a body or none) means the corpus is indexed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ragbench import secrets
 from ragbench.llm import openai_http as http
 from ragbench.llm.base import ServerUnreachable
 from ragbench.strategies.pipeline_params import PipelineParams
 
+log = logging.getLogger(__name__)
 CHECK_TIMEOUT = 5.0
 BACKOFF_BASE, BACKOFF_MAX = 0.5, 30.0
 _clients: dict[tuple, Any] = {}
@@ -50,6 +56,23 @@ def headers_of(params: PipelineParams) -> dict[str, str]:
     return out
 
 
+def sends_url_userinfo(params: PipelineParams) -> bool:
+    """Whether the URL's ``user:password@`` is sent (as HTTP Basic auth): not when
+    ``headers_env`` sets ``Authorization``, which httpx's Basic auth would silently replace; the
+    header is sent and the userinfo dropped, with a warning (as the OpenAI backend does)."""
+    return not any(h.lower() == "authorization" for h in params.headers)
+
+
+def request_url(params: PipelineParams, raw: str) -> str:
+    """``raw`` as requested: without its userinfo when it is not to be sent."""
+    if sends_url_userinfo(params):
+        return raw
+    parts = urlsplit(raw)
+    if "@" not in parts.netloc:
+        return raw
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 def client(params: PipelineParams) -> Any:
     """One httpx client per endpoint, headers and timeout (connections are reused)."""
     import httpx  # lazy: only url pipelines need it
@@ -58,6 +81,14 @@ def client(params: PipelineParams) -> Any:
     key = (params.raw_url, tuple(sorted(headers.items())), params.timeout)
     with _lock:
         if key not in _clients:
+            if not sends_url_userinfo(params) and any(
+                "@" in urlsplit(u).netloc for u in (params.raw_url, params.raw_setup_url) if u
+            ):
+                log.warning(
+                    "pipeline %s carries user:password but headers_env sets Authorization: "
+                    "sending that only",
+                    params.url,
+                )  # fmt: skip
             http.redact_httpx_logs()
             timeout = httpx.Timeout(params.timeout, connect=min(10.0, params.timeout))
             _clients[key] = httpx.Client(headers=headers, timeout=timeout)
@@ -81,7 +112,7 @@ def post(params: PipelineParams, question: str, example_id: str, corpus: str | N
     """The endpoint's JSON answer to one question (after retries), or ``LLMRequestError``."""
     payload = {"question": question, "id": example_id, "corpus": corpus}
     result, _ = http.with_retries(
-        _attempt, client(params), params.raw_url, payload,
+        _attempt, client(params), request_url(params, params.raw_url), payload,
         url=params.url, timeout=params.timeout, max_retries=params.retries,
         backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX, sleep=time.sleep,
     )  # fmt: skip
@@ -98,7 +129,7 @@ def post_setup(params: PipelineParams, corpus: str, documents: list[Any]) -> Non
     """Hand the corpus (``Document``s) to ``setup_url`` (after retries), or ``LLMRequestError``."""
     payload = {"corpus": corpus, "documents": [d.to_dict() for d in documents]}
     http.with_retries(
-        _attempt_setup, client(params), params.raw_setup_url, payload,
+        _attempt_setup, client(params), request_url(params, params.raw_setup_url), payload,
         url=params.setup_url, timeout=params.timeout, max_retries=params.retries,
         backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX, sleep=time.sleep,
     )  # fmt: skip
@@ -115,7 +146,7 @@ def _check(params: PipelineParams, raw_url: Any, shown_url: Any, timeout: float)
     import httpx  # lazy: only url pipelines need it
 
     try:
-        resp = client(params).get(raw_url, timeout=httpx.Timeout(timeout))
+        resp = client(params).get(request_url(params, raw_url), timeout=httpx.Timeout(timeout))
     except httpx.TimeoutException as exc:
         phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "answer"
         cause = f"no {phase} within {timeout:g} s ({type(exc).__name__})"

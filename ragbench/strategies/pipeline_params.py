@@ -12,6 +12,9 @@ import ragbench.strategies.pipeline_target as pipeline_target
 from ragbench import secrets
 from ragbench.strategies.params import StrategyParams
 
+# the full pipeline URL, when a config holds it with its credentials masked (compare.yaml)
+URL_ENV = "RAGBENCH_PIPELINE_URL"
+
 
 @dataclass(frozen=True)
 class PipelineParams(StrategyParams):
@@ -72,8 +75,11 @@ class PipelineParams(StrategyParams):
 
     @property
     def raw_url(self) -> str | None:
-        """The endpoint as configured, credentials included (for the call only)."""
-        return getattr(self, "_raw_url", self.url)
+        """The endpoint as configured, credentials included (for the call only). A url stored
+        with its credentials masked (``ragbench compare``'s compare.yaml) takes them from the full
+        URL in ``$RAGBENCH_PIPELINE_URL`` (``secrets.fill_masked_url``; a ValueError without)."""
+        raw = getattr(self, "_raw_url", self.url)
+        return secrets.fill_masked_url(raw, URL_ENV, "strategies[N].params.url")
 
     @property
     def raw_setup_url(self) -> str | None:

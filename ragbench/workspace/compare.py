@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
 from ragbench.datasets import docs as ingest_docs
 from ragbench.datasets.corpus_file import write_documents
@@ -43,9 +44,10 @@ from ragbench.experiment import question_gen
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.runner import run_dir_for
+from ragbench.io import atomic_write_text
 from ragbench.llm import backend_params
 from ragbench.strategies import get_strategy, pipeline_http
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.pipeline_params import URL_ENV, PipelineParams
 from ragbench.workspace.kernels import execute_notebook
 from ragbench.workspace.notebook import model_block
 from ragbench.workspace.render import executed_runs, render_notebook
@@ -89,6 +91,7 @@ class CompareSpec:
     threads: int | None = None  # torch CPU threads (model.threads; speed only, not in the hash)
     pipeline: str = ""  # your system: "module:attr" (function, llama-index engine, or a factory)
     pipeline_url: str = ""  # your system as an HTTP service (POST JSON, see the README)
+    until_decided: bool = False  # questions in rounds until a group-sequential test decides
 
     @property
     def out(self) -> Path:
@@ -207,7 +210,7 @@ def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, 
         "metrics": list(METRICS),
         "price_sheet": spec.price_sheet,
         "output_dir": str(spec.out),
-    }
+    } | ({"sequential": {}} if spec.until_decided else {})
 
 
 def precheck(spec: CompareSpec) -> RunConfig:
@@ -229,24 +232,42 @@ def validate(spec: CompareSpec, corpus: Path) -> RunConfig:
 
 def write_config(config: dict[str, Any]) -> tuple[RunConfig, Path]:
     """(the validated config, its YAML file in the run folder). The file is what the run reads,
-    so ``ragbench run`` on it lands in the same folder; edit it and rerun for a variation."""
+    so ``ragbench run`` on it lands in the same folder; edit it and rerun for a variation.
+
+    The file holds no credential (``secrets.redact``: a ``--base-url`` or ``--pipeline-url`` with
+    ``user:password@`` or a ``?token=`` is written with them masked, which gives the same run
+    folder: the hash is taken redacted). The config returned is the one given, credentials and
+    all, for this command's run; a resume takes them from the environment (``OPENAI_BASE_URL``,
+    ``RAGBENCH_PIPELINE_URL``) or ``--set``, as the file's header says."""
     cfg = load_config(config)  # validated first: a bad option fails before anything is written
     path = run_dir_for(cfg) / CONFIG_FILE
+    stored = secrets.redact(config)
     header = (
         "# written by `ragbench compare` (its options are the keys below)\n"
         f"# rerun or resume: ragbench run {path}\n"
         "# edit anything (strategies, top_k, model, price_sheet...) and run it again: a changed\n"
         "# config is a new run folder beside this one. Keys: see the README (Bring your own documents)\n"
     )
+    if stored != config:
+        header += (
+            "# credentials are never stored: the URLs below read *** where they had them. To\n"
+            "# resume, give the full URLs in the environment (model: OPENAI_BASE_URL, pipeline:\n"
+            f"# {URL_ENV}) or on the command line, e.g.\n"
+            f"# ragbench run {path} --set 'model.params.base_url=http://user:password@host/v1'\n"
+        )
     if any(isinstance(s, dict) and s["params"].get("target") for s in config["strategies"]):
         header += (
             "# the pipeline's module is imported from sys.path, the working directory or this\n"
             f"# folder; `ragbench compare` ran in {Path.cwd()}\n"
         )
-    body = yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=100)
+    body = yaml.safe_dump(stored, sort_keys=False, allow_unicode=True, width=100)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + body, encoding="utf-8")
-    return load_config(path), path
+    atomic_write_text(path, header + body)
+    written = load_config(path)  # the file reads back into the same run folder
+    if run_dir_for(written) != path.parent:
+        raise RuntimeError(f"{path}: the written config names another run folder")  # a bug
+    cfg._source_dir, cfg._source_file = written._source_dir, written._source_file
+    return cfg, path
 
 
 # --------------------------------------------------------------------------- before spending
@@ -272,10 +293,12 @@ def is_paid(cfg: RunConfig) -> bool:
 def decide(df: Any, spec: CompareSpec) -> Any:
     """``analysis.verdict`` on the run (the first metric, ``spec``'s constraints); its
     conditions say what share of the corpus long context cut (``analysis.conditions``)."""
+    seq = df.attrs.get("sequential")  # --until-decided: read at its last look
+    design = {"alpha": seq["alpha"], "margin": seq["margin"]} if seq else {}
     return analysis_verdict(
         df, metric=METRICS[0], min_accuracy=spec.min_accuracy,
         max_dollars_per_1k=spec.max_dollars_per_1k, max_latency_s=spec.max_latency_s,
-        seed=spec.seed,
+        seed=spec.seed, sequential=seq, **design,
     )  # fmt: skip
 
 
@@ -310,6 +333,8 @@ def report_blocker(spec: CompareSpec) -> str | None:
         return f"{NOTEBOOK} not found (ragbench is not running from its checkout)"
     if len(spec.docs) != 1:
         return "notebook 05 reads one folder; this run read several"
+    if spec.until_decided:
+        return "notebook 05 answers every question; --until-decided stops when decided"
     return None
 
 

@@ -180,8 +180,10 @@ def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(papermill, dict) and isinstance(papermill.get("parameters"), dict):
         papermill["parameters"] = secrets.redact(papermill["parameters"])
     for cell in nb.get("cells", []):
-        if "source" in cell:
-            cell["source"] = _redact_text_field(cell["source"])
+        if "source" in cell:  # code: a quoted credential is masked whatever it looks like
+            cell["source"] = _redact_text_field(
+                cell["source"], code=cell.get("cell_type") == "code"
+            )
         for output in cell.get("outputs", []):
             if "text" in output:
                 output["text"] = _redact_text_field(output["text"])
@@ -200,13 +202,17 @@ def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
     return nb
 
 
-def _redact_text_field(value: Any, escaped: bool = False) -> Any:
+def _redact_text_field(value: Any, escaped: bool = False, code: bool = False) -> Any:
     """A notebook text field, a string or a list of lines: redacted as one text (a credential or
     a data: URI may span the split), then split back into lines. Links without credentials keep
-    their spelling (``scrub.redact_keeping_links``)."""
+    their spelling (``scrub.redact_keeping_links``). ``code``: a code cell's source, where a
+    quoted literal of a credential name is masked whatever it looks like
+    (``secrets.mask_code_literals``)."""
 
     def redact(text: str) -> str:
-        return redact_keeping_links(text, escaped=escaped)
+        return redact_keeping_links(
+            secrets.mask_code_literals(text) if code else text, escaped=escaped
+        )
 
     if isinstance(value, list):
         text = "".join(str(v) for v in value)

@@ -7,9 +7,11 @@ PNG outputs matplotlib's inline backend already stores base64 in the notebook, s
 a kernel. A provenance header names the notebook, its papermill parameters and the manifests of the
 runs the notebook executed (``ragbench.run`` records each one in the cell's outputs under
 ``RUN_MIME``; several runs: the facts they share, then per run what differs). Before anything is
-written the HTML is scrubbed (``ragbench.workspace.scrub``, whose names are re-exported here): every
-credential ``ragbench.secrets`` recognises becomes ``***`` and the machine's absolute paths (repo
-root, venv, $HOME, the notebook's folder) become placeholders.
+written the notebook's cells are redacted (``kernels.redact_notebook``: code cells before syntax
+highlighting splits an assignment into <span>s, a quoted literal of a credential name masked
+whatever it looks like) and the HTML is scrubbed (``ragbench.workspace.scrub``, whose names are
+re-exported here): every credential ``ragbench.secrets`` recognises becomes ``***`` and the
+machine's absolute paths (repo root, venv, $HOME, the notebook's folder) become placeholders.
 
 Only executed notebooks are rendered: a file that is not a notebook, or a notebook no code cell of
 which has run, is a ``RenderInputError`` (``ragbench render`` prints it as one line and exits 2).
@@ -30,6 +32,7 @@ from typing import Any
 from ragbench import secrets
 from ragbench.io import atomic_write_text
 from ragbench.workspace.alt_text import describe_figures
+from ragbench.workspace.kernels import redact_notebook
 
 # the scrubbing lives in ragbench.workspace.scrub (kernels.py uses it too); importable from here as before
 from ragbench.workspace.scrub import (  # noqa: F401 (re-exported)
@@ -152,12 +155,16 @@ def render_notebook(
     an executed notebook raises ``RenderInputError`` (see :func:`read_notebook`);
     ``allow_unexecuted`` renders an unexecuted one under :data:`UNEXECUTED_BANNER`."""
     import jinja2
+    import nbformat
     from nbconvert import HTMLExporter
 
     executed_ipynb = Path(executed_ipynb)
     nb = read_notebook(executed_ipynb, allow_unexecuted=allow_unexecuted)
     banner = "" if is_executed(nb) else UNEXECUTED_BANNER
     runs = _load_manifests(manifest, executed_ipynb, nb)
+    # credentials masked in the cells themselves, before the exporter highlights code: pygments
+    # splits ``api_key = "sk-..."`` into <span>s that the page's scrub below cannot see as a pair
+    nb = nbformat.from_dict(redact_notebook(nb))
     if not keep_stderr:
         for cell in nb.cells:
             if "outputs" in cell:

@@ -1,0 +1,217 @@
+"""A CI gate over a run: requirements such as ``"rag k=4: contains >= 0.6"`` or
+``"long_context: dollars_per_1k <= 0.5"`` checked against the run's summary, and optionally the
+verdict's choice (``ragbench check``; ``assert_run`` inside pytest).
+
+A requirement is ``VARIANT: VALUE OP NUMBER``:
+
+- ``VARIANT`` names one variant of the run: its label (``rag k=4 embedder=hash chunk=64
+  overlap=8``) or words of it that only it has (``rag k=4``, ``long_context``);
+- ``VALUE`` is a score (``contains``: the variant's mean), its interval's bounds
+  (``contains.ci_low``, ``contains.ci_high``: the summary's 95% interval, Wilson for 0/1 scores,
+  so a gate on ``ci_low`` is not passed by the noise of a few lucky questions) and its number of
+  scored questions (``contains.n``), or a cost per query: ``dollars_per_1k``,
+  ``amortised_dollars_per_1k``, ``latency_seconds``, ``prompt_tokens``, ``completion_tokens``,
+  ``resource_seconds``;
+- ``OP`` is one of ``>= <= > < ==``; ``NUMBER`` may end in ``%`` (``60%`` is 0.6).
+
+The values are the summary's (``analysis.summary.summary``: the table ``ragbench run`` prints),
+so a gate reads the numbers people read. A requirement that names no variant or value of the
+run is malformed (``GateError``, naming the valid ones), never a silent pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ragbench.analysis._common import metric_columns
+from ragbench.analysis.labels import with_labels
+from ragbench.analysis.summary import summary
+from ragbench.analysis.verdict import verdict as decide_verdict
+from ragbench.registry import did_you_mean
+
+OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
+# a score's companions in the summary table (``contains.ci_low``)
+SCORE_PARTS = ("ci_low", "ci_high", "n")
+# per-query costs: name -> (summary or results column, scale); the means of successful rows
+COSTS = {
+    "dollars_per_1k": ("dollars", 1000.0),
+    "amortised_dollars_per_1k": ("amortised_dollars", 1000.0),
+    "latency_seconds": ("latency_seconds", 1.0),
+    "prompt_tokens": ("prompt_tokens", 1.0),
+    "completion_tokens": ("completion_tokens", 1.0),
+    "resource_seconds": ("resource_seconds", 1.0),
+}
+_REQUIREMENT = re.compile(
+    r"^(?P<variant>.+):\s*(?P<value>[A-Za-z_][\w@.\-]*)\s*(?P<op>>=|<=|==|>|<)\s*"
+    r"(?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(?P<percent>%?)\s*$"
+)
+
+
+class GateError(ValueError):
+    """A malformed requirement, or one naming a variant or value the run does not have."""
+
+
+@dataclass(frozen=True)
+class Requirement:
+    text: str  # as written
+    variant: str
+    value: str  # contains, contains.ci_low, dollars_per_1k, ...
+    op: str
+    number: float
+
+    def holds(self, got: float) -> bool:
+        return not math.isnan(got) and OPS[self.op](got, self.number)
+
+
+def parse_requirement(text: str) -> Requirement:
+    """``"rag k=4: contains.ci_low >= 0.5"`` -> a Requirement; a malformed one is a GateError
+    saying what the shape is."""
+    m = _REQUIREMENT.match(text.strip())
+    if not m:
+        raise GateError(
+            f"malformed requirement {text!r}: expected 'VARIANT: VALUE OP NUMBER', e.g. "
+            f"'rag k=4: contains >= 0.6' or 'long_context: dollars_per_1k <= 0.5' "
+            f"(OP one of {' '.join(OPS)})"
+        )
+    number = float(m["number"]) / (100.0 if m["percent"] else 1.0)
+    return Requirement(text.strip(), m["variant"].strip(), m["value"], m["op"], number)
+
+
+def score_columns(df: Any) -> list[str]:
+    """The run's score columns: answer metrics (``contains``) and retrieval metrics
+    (``recall@5``) that scored something."""
+    answer = metric_columns(df)
+    ranked = [str(c) for c in df.columns if re.search(r"@\d+$", str(c)) and c not in answer]
+    return [c for c in [*answer, *ranked] if df[c].notna().any()]
+
+
+def variant_values(df: Any, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Every value a requirement may name, per variant label (config order): each score with its
+    ``.ci_low``, ``.ci_high`` and ``.n`` (the summary's), and the ``COSTS`` (means over the
+    variant's successful rows; NaN when the run has none, e.g. no price sheet: no dollars)."""
+    import pandas as pd
+
+    df = with_labels(df)
+    labels = list(dict.fromkeys(df["label"]))
+    values: dict[str, dict[str, float]] = {label: {} for label in labels}
+    for metric in score_columns(df):
+        table = summary(df, metric=metric, seed=seed).set_index("label")
+        for label in labels:
+            row = table.loc[label]
+            values[label][metric] = float(row[metric])
+            for part in SCORE_PARTS:
+                values[label][f"{metric}.{part}"] = float(row[part])
+    ok = df[df["error"].isna()] if "error" in df else df
+    for name, (column, scale) in COSTS.items():
+        means = (
+            ok.groupby("label")[column].apply(lambda s: pd.to_numeric(s, errors="coerce").mean())
+            if column in ok and len(ok)
+            else pd.Series(dtype=float)
+        )
+        for label in labels:
+            mean = means.get(label, float("nan"))
+            values[label][name] = float(mean) * scale if mean == mean else float("nan")
+    return values
+
+
+def match_variant(name: str, labels: list[str]) -> str:
+    """The one label ``name`` names: itself, or the only label holding all its words. None or
+    several: a GateError naming the labels."""
+    if name in labels:
+        return name
+    words = name.split()
+    found = [label for label in labels if set(words) <= set(label.split())]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise GateError(f"variant {name!r} names {len(found)} variants ({'; '.join(found)}): "
+                        "add the words that tell them apart")  # fmt: skip
+    raise GateError(f"unknown variant {name!r}; {did_you_mean(name, labels)}")
+
+
+def _fmt(value: float) -> str:
+    return "nan" if value != value else f"{value:.4g}"
+
+
+def check(
+    df: Any, requirements: list[str], verdict: str | None = None, seed: int = 0,
+    metric: str | None = None,
+) -> list[str]:  # fmt: skip
+    """One line per failed requirement (empty: all hold). ``verdict``: the verdict's choice
+    (``analysis.verdict.verdict`` on ``metric``, default the run's first) must be the variant it
+    names (words of its label, as for requirements: ``rag``, ``long_context``). Every
+    requirement is parsed and matched before any is checked: a malformed one raises GateError."""
+    parsed = [parse_requirement(text) for text in requirements]
+    values = variant_values(df, seed=seed)
+    labels = list(values)
+    valid = sorted({name for row in values.values() for name in row})
+    resolved = []
+    for req in parsed:
+        label = match_variant(req.variant, labels)
+        if req.value not in values[label]:
+            raise GateError(f"requirement {req.text!r}: unknown value {req.value!r}; "
+                            f"{did_you_mean(req.value, valid)}")  # fmt: skip
+        resolved.append((req, label))
+    failed = []
+    for req, label in resolved:
+        got = values[label][req.value]
+        if not req.holds(got):
+            interval = ""
+            base = req.value.split(".")[0]
+            if f"{base}.ci_low" in values[label]:
+                row = values[label]
+                interval = (f" ({base} {_fmt(row[base])}, 95% CI {_fmt(row[base + '.ci_low'])}"
+                            f"-{_fmt(row[base + '.ci_high'])}, n={int(row[base + '.n'])})")  # fmt: skip
+            failed.append(f"FAILED {req.text}: {label}: {req.value} is {_fmt(got)}{interval}")
+    if verdict is not None:
+        v = decide_verdict(df, metric=metric, seed=seed)
+        if v.choice is None or not set(verdict.split()) <= set(v.choice.split()):
+            failed.append(f"FAILED verdict {verdict}: the verdict chose "
+                          f"{v.choice or 'nothing'}: {headline(v.text)}")  # fmt: skip
+    return failed
+
+
+def headline(text: str) -> str:
+    """A verdict's sentence without its evidence (what a CI log line or a tracker tag shows)."""
+    return text.split(" Evidence: ")[0].strip()
+
+
+def load_run(run: Any) -> tuple[Any, int]:
+    """(results table, seed) of a run folder (``results.parquet``, the manifest's seed), or of
+    a results DataFrame as given (seed 0)."""
+    import pandas as pd
+
+    if isinstance(run, pd.DataFrame):
+        return run, 0
+    folder = Path(run)
+    results = folder / "results.parquet"
+    if not results.exists():
+        raise FileNotFoundError(f"{folder}: no results.parquet (is it a ragbench run folder?)")
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        seed = int(manifest.get("config", {}).get("seed", 0))
+    except (OSError, ValueError):
+        seed = 0
+    return pd.read_parquet(results), seed
+
+
+def assert_run(
+    run: Any, *requirements: str, verdict: str | None = None, metric: str | None = None
+) -> None:
+    """``ragbench check`` inside pytest: ``run`` is a run folder (or its results DataFrame);
+    raises AssertionError with one line per failed requirement, GateError (a ValueError) for a
+    malformed one::
+
+        assert_run("data/results/nightly-1a2b3c4d", "rag k=4: contains.ci_low >= 0.5",
+                   "long_context: dollars_per_1k <= 0.5", verdict="rag")
+    """
+    df, seed = load_run(run)
+    failed = check(df, list(requirements), verdict=verdict, seed=seed, metric=metric)
+    if failed:
+        raise AssertionError("\n".join(failed))

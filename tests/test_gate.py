@@ -1,0 +1,97 @@
+"""`ragbench check` and `assert_run`: requirements on a run's summary (means, interval bounds,
+costs) and on the verdict's choice; malformed ones name the valid variants and values."""
+
+from __future__ import annotations
+
+import pytest
+from test_runner import niah_config
+from typer.testing import CliRunner
+
+from ragbench.analysis.gate import (
+    GateError,
+    assert_run,
+    check,
+    load_run,
+    parse_requirement,
+    variant_values,
+)
+from ragbench.analysis.summary import summary
+from ragbench.cli import app
+from ragbench.experiment.runner import run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gate")
+    cfg = niah_config(tmp, strategies=["closed_book", "long_context",
+                                       {"name": "rag", "params": {"top_k": [1, 4]}}])  # fmt: skip
+    cfg["metrics"] = ["contains"]
+    cfg["price_sheet"] = "example-hosted-api"
+    df = run(cfg, progress=False)
+    return df.attrs["run_dir"]
+
+
+def test_parse_requirements():
+    r = parse_requirement("rag k=4: contains.ci_low >= 60%")
+    assert (r.variant, r.value, r.op, r.number) == ("rag k=4", "contains.ci_low", ">=", 0.6)
+    r = parse_requirement("pipeline mod:fn: dollars_per_1k<0.5")  # a ':' in the label
+    assert (r.variant, r.value, r.op, r.number) == ("pipeline mod:fn", "dollars_per_1k", "<", 0.5)
+    for bad in ["rag: contains", "contains >= 0.5", "rag: contains => 0.5", "rag: contains >= x"]:
+        with pytest.raises(GateError, match="malformed requirement"):
+            parse_requirement(bad)
+
+
+def test_values_are_the_summary(run_dir):
+    df, seed = load_run(run_dir)
+    table = summary(df, metric="contains", seed=seed).set_index("label")
+    values = variant_values(df, seed=seed)
+    for label, row in table.iterrows():
+        assert values[label]["contains"] == pytest.approx(row["contains"])
+        assert values[label]["contains.ci_low"] == pytest.approx(row["ci_low"])
+        assert values[label]["contains.n"] == row["n"]
+        assert values[label]["dollars_per_1k"] == pytest.approx(row["dollars"] * 1000)
+
+
+def test_check_fails_one_line_per_requirement(run_dir):
+    df, seed = load_run(run_dir)
+    assert check(df, ["long_context: contains >= 0.5", "rag k=4: contains.n >= 4"]) == []
+    failed = check(df, ["closed_book: contains >= 0.5", "long_context: dollars_per_1k <= 0",
+                        "long_context: contains.ci_low >= 0.99"], seed=seed)  # fmt: skip
+    assert len(failed) == 3 and all(line.startswith("FAILED ") for line in failed)
+    assert "closed_book: contains is 0" in failed[0] and "95% CI" in failed[0]
+    with pytest.raises(GateError, match="names 2 variants"):
+        check(df, ["rag: contains >= 0.5"])
+    with pytest.raises(GateError, match="unknown variant 'rga k=4'.*valid: .*long_context"):
+        check(df, ["rga k=4: contains >= 0.5"])
+    with pytest.raises(GateError, match="unknown value 'contain'; did you mean 'contains'"):
+        check(df, ["long_context: contain >= 0.5"])
+
+
+def test_check_command_exit_codes(run_dir):
+    ok = ["check", run_dir, "--require", "long_context: contains >= 0.5"]
+    result = CliRunner().invoke(app, ok)
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, [*ok, "--require", "closed_book: contains >= 0.5",
+                                      "--require", "long_context: dollars_per_1k <= 0"])  # fmt: skip
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("FAILED closed_book: contains >= 0.5")
+    result = CliRunner().invoke(app, ["check", run_dir, "--require", "rag: contains >> 1"])
+    assert result.exit_code == 2 and "malformed requirement 'rag: contains >> 1'" in result.output
+    result = CliRunner().invoke(app, ["check", run_dir, "--require", "rag: contains >= 1"])
+    assert result.exit_code == 2 and "rag k=1" in result.output  # names the variants
+    result = CliRunner().invoke(app, ["check", run_dir, "--verdict", "closed_book"])
+    assert (
+        result.exit_code == 1 and "FAILED verdict closed_book: the verdict chose" in result.output
+    )
+
+
+def test_assert_run_inside_pytest(run_dir):
+    assert_run(run_dir, "long_context: contains.ci_low >= 0.3")
+    with pytest.raises(AssertionError, match="FAILED closed_book: contains >= 0.5"):
+        assert_run(run_dir, "closed_book: contains >= 0.5", "long_context: contains >= 0.5")
+    with pytest.raises(AssertionError, match="FAILED verdict closed_book"):
+        assert_run(run_dir, verdict="closed_book")
+    import ragbench
+
+    assert ragbench.assert_run is assert_run
