@@ -3,19 +3,26 @@ and the one-line ``error: ...`` exit the commands use for user errors."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from ragbench.secrets import redact_text
 
 if TYPE_CHECKING:
     import typer
+
+log = logging.getLogger(__name__)
 
 
 class InputFileError(ValueError):
@@ -34,11 +41,55 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def temp_prefix(path: Path) -> str:
+    """The start of the temporary file's name a writer of ``path`` uses beside it:
+    ``.<name>.<pid>.`` (mkstemp adds 8 characters of [a-z0-9_] and ``.tmp``). The PID lets a
+    later writer tell a temporary file whose writer died from one being written now."""
+    return f".{path.name}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of ``path`` (:func:`temp_prefix`'s names, beside it) that a
+    writer killed mid-write left behind: only plain files of exactly that pattern, and only when
+    the PID in the name is not a running process here (a live writer's file is kept). Returns
+    what it removed."""
+    path = Path(path)
+    pattern = re.compile(re.escape(f".{path.name}.") + r"(\d+)\.[a-z0-9_]{8}\.tmp")
+    removed = []
+    try:
+        candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        match = pattern.fullmatch(tmp.name)
+        if match is None or tmp.is_symlink() or not tmp.is_file():
+            continue
+        pid = int(match.group(1))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+        log.warning("%s: removed %s, left by a writer that was stopped", path.parent, tmp.name)
+    return removed
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write to a temporary file in the same folder, fsync, then rename: never half-written."""
+    """Write to a temporary file in the same folder, fsync, then rename: never half-written.
+    Temporary files of ``path`` that a killed writer left are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; shared reports need normal modes
         with os.fdopen(fd, "wb") as f:
@@ -116,6 +167,110 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
                     path, lineno, f"expected a JSON object, got {type(obj).__name__}"
                 )
             yield lineno, obj
+
+
+# --------------------------------------------------------------------------- YAML
+
+# Nodes a YAML document may hold once its aliases are expanded. A config is a few hundred; nine
+# levels of nine-fold aliases (a "billion laughs") are 387 million, which every later walk over
+# the loaded object (secret collection, validation) would visit one by one.
+YAML_MAX_NODES = 100_000
+
+
+class YAMLInputError(yaml.MarkedYAMLError):
+    """A document PyYAML reads but ragbench refuses: a repeated key, aliases that expand too far."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the later
+    one silently); merge keys (``<<: *base``) may still be overridden."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode
+                ):
+                    continue
+                key = self.construct_object(key_node)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise YAMLInputError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key]}); keep one",
+                        key_node.start_mark,
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> int:
+    """Nodes in ``root`` with every alias expanded (a shared node counts each time it is used),
+    counted without expanding: sizes are memoised per node. Past ``limit``, or a node that
+    contains itself, raises ``YAMLInputError`` at the alias."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise YAMLInputError(
+                None, None, "an alias refers to a node that contains it", node.start_mark
+            )
+        open_.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > limit:
+                raise YAMLInputError(
+                    None,
+                    None,
+                    f"its aliases expand to more than {limit:,} values; write the values out "
+                    "or use fewer nested aliases",
+                    child.start_mark,
+                )
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+def load_yaml(text: str, max_nodes: int = YAML_MAX_NODES) -> Any:
+    """``yaml.safe_load`` for files people write: a repeated key in a mapping is an error, and
+    aliases may expand to at most ``max_nodes`` values (checked on the node graph, before any
+    object is built). Errors are ``yaml.MarkedYAMLError``s with a ``problem_mark``; see
+    :func:`yaml_problem` for one line."""
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, max_nodes)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def yaml_problem(exc: yaml.YAMLError) -> tuple[int | None, str]:
+    """The 1-based line and a one-line description of a YAML error (PyYAML's own ``str`` spans
+    several lines, quoting the text with a caret)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    text = f"{problem} ({context})" if context else str(problem)
+    return line, " ".join(text.split())
 
 
 def sha256_bytes(data: bytes) -> str:

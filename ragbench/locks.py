@@ -4,6 +4,8 @@ The lock is an OS file lock (``filelock``: ``flock`` on Unix), so the kernel rel
 holder dies, kill -9 included: a dead holder's lock is taken over, never waited on. Beside it an
 ``.owner`` file says who holds it (PID, host, start time) for the message a second process gets;
 the holder removes it on a clean exit, so finding one on acquiring means the last holder died.
+A holder refused before writing anything removes the folder it created (``discard_if_empty``);
+a waiter that locked the removed file notices and locks the new one.
 """
 
 from __future__ import annotations
@@ -58,18 +60,27 @@ class FolderLock:
     def __enter__(self) -> FolderLock:
         from filelock import Timeout
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        try:
-            self._lock.acquire(timeout=0)
-        except Timeout:
-            holder = _describe(_owner(self.owner_path))
-            if not self.wait:
-                raise LockHeldError(
-                    f"{self.folder}: {holder} is already writing this {self.what}; wait for "
-                    f"it (--wait) or use another output_dir"
-                ) from None
-            log.warning("waiting for %s to finish the %s in %s", holder, self.what, self.folder)
-            self._lock.acquire()
+        while True:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            try:
+                self._lock.acquire(timeout=0)
+            except FileNotFoundError:  # its holder discarded the folder as we opened it
+                continue
+            except Timeout:
+                holder = _describe(_owner(self.owner_path))
+                if not self.wait:
+                    raise LockHeldError(
+                        f"{self.folder}: {holder} is already writing this {self.what}; wait "
+                        f"for it (--wait) or use another output_dir"
+                    ) from None
+                log.warning("waiting for %s to finish the %s in %s", holder, self.what, self.folder)
+                try:
+                    self._lock.acquire()
+                except FileNotFoundError:
+                    continue
+            if self._holds_the_file():
+                break
+            self._lock.release()  # the holder we waited for discarded the folder: start over
         stale = _owner(self.owner_path)
         if stale:
             log.warning(
@@ -84,6 +95,31 @@ class FolderLock:
         }
         atomic_write_text(self.owner_path, json.dumps(owner) + "\n")
         return self
+
+    def _holds_the_file(self) -> bool:
+        """Whether the locked descriptor is still the file at ``self.path``: a holder that
+        discards its folder (``discard_if_empty``) unlinks the file a waiter may have locked."""
+        fd = getattr(getattr(self._lock, "_context", None), "lock_file_fd", None)
+        try:
+            here = self.path.stat()
+            held = os.fstat(fd) if isinstance(fd, int) else here
+        except OSError:
+            return False
+        return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+
+    def discard_if_empty(self) -> bool:
+        """Remove the folder if it holds nothing but this lock, while holding it: a command
+        refused before it wrote anything leaves no empty folder behind. Returns whether it did."""
+        names = {p.name for p in self.folder.iterdir()}
+        if not names <= {self.path.name, self.owner_path.name}:
+            return False
+        self.owner_path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)
+        try:
+            self.folder.rmdir()
+        except OSError:  # something arrived meanwhile: keep it
+            return False
+        return True
 
     def __exit__(self, *exc: object) -> None:
         self.owner_path.unlink(missing_ok=True)

@@ -292,3 +292,314 @@ def test_bytes_that_are_not_utf8_name_their_file_and_line_in_every_importer(tmp_
     }[kind]
     with pytest.raises(InputFileError, match=rf"{path.name}:\d+: not valid UTF-8"):
         read()
+
+
+# ---------------------------------------------------------------------------- YAML
+
+
+def billion_laughs(levels: int = 9) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_nested_aliases_are_refused_at_once_naming_file_and_line(tmp_path):
+    import time
+
+    cfg = tmp_path / "laughs.yaml"
+    cfg.write_text(FAKE.read_text() + billion_laughs())
+    start = time.monotonic()
+    one_error_line(cli("run", cfg), 2, f"{cfg}:", "aliases expand to more than 100,000 values")
+    assert time.monotonic() - start < 10  # was 135 s of CPU walking 387M expanded values
+    assert not (tmp_path / "runs").exists()
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"notebook: {QUICKSTART}\n" + billion_laughs())
+    one_error_line(cli("sweep", spec), 2, f"{spec}:", "aliases expand to more than")
+
+
+def test_a_few_aliases_and_merge_keys_still_load():
+    from ragbench.io import load_yaml
+
+    data = load_yaml("base: &b {x: 1, y: 2}\nc: {<<: *b, x: 3}\nks: &k [1, 2]\nd: *k\n")
+    assert data == {"base": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}, "ks": [1, 2], "d": [1, 2]}
+    assert load_yaml("") is None
+
+
+def test_a_self_referencing_alias_is_refused():
+    from ragbench.io import load_yaml, yaml_problem
+
+    with pytest.raises(yaml.YAMLError) as err:
+        load_yaml("a: 1\nb: &x [1, *x]\n")
+    assert yaml_problem(err.value) == (2, "an alias refers to a node that contains it")
+
+
+def test_a_repeated_key_names_file_line_and_key(tmp_path):
+    cfg = fake_config(tmp_path)
+    text = cfg.read_text()
+    cfg.write_text(text + "seed: 3\n")
+    line = len(text.splitlines()) + 1
+    first = line_of(cfg, "seed: 0")
+    one_error_line(
+        cli("run", cfg), 2, f"{cfg}:{line}: ", f"duplicate key 'seed' (first at line {first})"
+    )
+    nested = fake_config(tmp_path, "nested.yaml")
+    nested.write_text(
+        nested.read_text().replace("  backend: fake\n", "  backend: fake\n  backend: openai\n")
+    )
+    one_error_line(
+        cli("run", nested), 2, f"{nested}:{line_of(nested, 'backend: openai')}: ", "'backend'"
+    )
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"notebook: {QUICKSTART}\ngrid:\n  top_k: [1]\n  top_k: [2]\n")
+    one_error_line(cli("sweep", spec), 2, f"{spec}:4: ", "duplicate key 'top_k'")
+
+
+def test_a_config_that_is_not_utf8_names_file_line_and_byte(tmp_path):
+    cfg = fake_config(tmp_path)
+    line = line_of(cfg, "name: fake")
+    cfg.write_bytes(cfg.read_bytes().replace(b"name: fake\n", b"name: fa\xffke\n", 1))
+    one_error_line(cli("run", cfg), 2, f"{cfg}:{line}: not valid UTF-8 (byte 0xff at column 9)")
+    spec = tmp_path / "sweep.yaml"
+    spec.write_bytes(f"notebook: {QUICKSTART}\n".encode() + b"grid: {x: [\xff]}\n")
+    one_error_line(cli("sweep", spec), 2, f"{spec}:2: not valid UTF-8")
+
+
+def test_bad_yaml_in_set_and_in_a_sweep_spec_is_one_line(tmp_path):
+    cfg = fake_config(tmp_path)
+    line = one_error_line(cli("run", cfg, "--set", "model.max_new_tokens=[1, 2"), 2)
+    assert "--set model.max_new_tokens=[1, 2: invalid YAML value: expected ',' or ']'" in line
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"notebook: {QUICKSTART}\ngrid:\n  top_k: [1, 2\n")
+    one_error_line(cli("sweep", spec), 2, f"{spec}:", "invalid YAML: ")
+
+
+# ---------------------------------------------------------------------------- run folders
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pipeline_config(tmp_path: Path, params: dict) -> Path:
+    module = tmp_path / "refusedpipe.py"
+    module.write_text("notcallable = 3\n")
+    return fake_config(tmp_path, strategies=[{"name": "pipeline", "params": params}])
+
+
+@pytest.mark.parametrize(
+    "params, needle",
+    [
+        (
+            {"target": "refusedpipe:notcallable"},
+            "pipeline target 'refusedpipe:notcallable' is int 3",
+        ),
+        ({"url": "http://127.0.0.1:{port}/answer"}, "pipeline endpoint check failed"),
+        (
+            {"url": "http://127.0.0.1:{port}/a", "headers_env": {"X-Token": "RAGBENCH_UNSET_X"}},
+            "which is not set",
+        ),
+    ],
+    ids=["not-callable", "unreachable", "unset-env"],
+)
+def test_a_refused_run_leaves_no_run_folder(tmp_path, monkeypatch, params, needle):
+    monkeypatch.delenv("RAGBENCH_UNSET_X", raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "refusedpipe", raising=False)
+    port = free_port()
+    params = {k: v.format(port=port) if isinstance(v, str) else v for k, v in params.items()}
+    cfg = pipeline_config(tmp_path, params)
+    result = cli("run", cfg, "--quiet")
+    assert result.exit_code == 2 and needle in result.output, result.output
+    assert not (tmp_path / "runs").exists()  # neither the run folder nor the output_dir
+
+
+def test_a_model_refused_at_load_leaves_no_run_folder_but_keeps_earlier_ones(tmp_path, monkeypatch):
+    from ragbench.experiment import runner
+
+    def refuse(spec):
+        raise ValueError(f"{spec.name}: pickle-based .bin weights; valid: safetensors")
+
+    monkeypatch.setattr(runner, "load_model", refuse)
+    cfg = fake_config(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "an-earlier-run").mkdir()
+    one_error_line(cli("run", cfg, "--quiet"), 2, ".bin weights")
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["an-earlier-run"]
+    # a folder that held something before is never removed, even when the run writes nothing
+    out = runner.run_dir_for(runner.load_config(cfg))
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    one_error_line(cli("run", cfg, "--quiet"), 2, ".bin weights")
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "notes.txt"]
+
+
+def test_a_waiter_takes_over_a_folder_its_holder_discarded(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from ragbench.locks import FolderLock
+
+    folder = tmp_path / "run"
+    waiter = (
+        "import sys, time; from ragbench.locks import FolderLock\n"
+        f"with FolderLock({str(folder)!r}, wait=True) as lock:\n"
+        "    print('held', lock._holds_the_file(), flush=True); time.sleep(0.5)\n"
+    )
+    with FolderLock(folder) as lock:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", waiter], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        time.sleep(1.5)  # the waiter blocks on the lock
+        assert lock.discard_if_empty() and not folder.exists()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out.strip() == "held True"
+    # a second writer cannot take the folder while the waiter holds it
+    assert not (folder / ".lock.owner").exists()  # the waiter has finished and cleaned up
+    assert (folder / ".lock").exists()
+
+
+# ---------------------------------------------------------------------------- values in range
+
+
+@pytest.mark.parametrize(
+    "changes, needle",
+    [
+        ({"model.max_new_tokens": 1e15}, "model.max_new_tokens: Input should be less than or equal"),
+        (
+            {"model.max_new_tokens": 100_000},
+            "model.max_new_tokens: 100000 answer tokens leave no room for a prompt in the "
+            "8,192-token context window; valid: 1..8191",
+        ),
+        (
+            {"model.params": {"context_window": 512}, "model.max_new_tokens": 512},
+            "model.max_new_tokens: 512 answer tokens leave no room",
+        ),
+        (
+            {"model.params": {"context_window": -1}},
+            "model.params: context_window: -1 is not a window; valid: a whole number of tokens",
+        ),
+        (
+            {"strategies": [{"name": "rag", "params": {"top_k": []}}]},
+            "strategies.0: top_k: [] gives no parameter point; valid: a value or a non-empty list",
+        ),
+        (
+            {"model": {"backend": "openai", "name": "m",
+                       "params": {"base_url": "http://h:8000/v1",
+                                  "headers": {"Authorization": ["Bearer", "s3cret-tok"]}}}},
+            "model.params: headers must map header names to string values; header "
+            "'Authorization' is a list",
+        ),
+        (
+            {"model": {"backend": "openai", "name": "m",
+                       "params": {"base_url": "http://127.0.0.1:notaport/v1"}}},
+            "model.params: base_url must look like http://host:port/v1 with a port in 0..65535",
+        ),
+    ],
+    ids=["huge", "over-window", "at-given-window", "negative-window", "empty-grid", "headers", "port"],
+)  # fmt: skip
+def test_values_out_of_range_are_refused_at_validation_naming_the_key(tmp_path, changes, needle):
+    cfg = fake_config(tmp_path, **changes)
+    for extra in ([], ["--dry-run"]):
+        line = one_error_line(cli("run", cfg, "--quiet", *extra), 2, f"{cfg}:", needle)
+        assert "s3cret" not in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_context_length_longer_than_the_haystack_names_the_key(tmp_path):
+    cfg = fake_config(tmp_path, **{"dataset.params.context_lengths": [10**12]})
+    one_error_line(
+        cli("run", cfg, "--quiet"),
+        2,
+        f"{cfg}:{line_of(cfg, 'context_lengths')}: dataset.params.context_lengths: haystack "
+        "'essays' has only",
+    )
+
+
+def test_an_example_with_an_empty_question_is_refused_at_its_line(tmp_path):
+    data = small_dataset(tmp_path / "data.jsonl")
+    good = data.read_text()
+    data.write_text(good + good.replace('"q1"', '"q2"').replace(
+        '"question":"What is the special magic number?"', '"question":"  "'))  # fmt: skip
+    cfg = fake_config(tmp_path, dataset={"name": "file", "params": {"path": str(data)}})
+    one_error_line(cli("run", cfg, "--quiet"), 2, f"{data}:2: field 'question': empty question")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_answers_as_a_string_are_refused_in_files_and_from_code(tmp_path):
+    """The choice: refused wherever ragbench's own example format is read (a file, a dataset
+    builder in code); question files and Hugging Face mappings read a string as one answer,
+    as their docs say."""
+    from ragbench.experiment.resources import DatasetError, check_examples
+
+    data = small_dataset(tmp_path / "data.jsonl")
+    data.write_text(data.read_text().replace('"answers":["7463343"]', '"answers":"7463343"'))
+    cfg = fake_config(tmp_path, dataset={"name": "file", "params": {"path": str(data)}})
+    one_error_line(
+        cli("run", cfg, "--quiet"), 2, f"{data}:1: field 'answers': expected a list of strings"
+    )
+    example = Example("q1", "What?", "7463343", ())  # type: ignore[arg-type]
+    with pytest.raises(DatasetError, match=r"example 'q1': answers is a string; valid: a list"):
+        check_examples([example], "mine")
+    with pytest.raises(DatasetError, match=r"example 'q1' has an empty question"):
+        check_examples([Example("q1", " ", ("7",), ())], "mine")
+
+
+def test_an_html_page_answering_a_stream_names_its_type_and_status(tmp_path, serve):
+    srv = serve(raw("<html><body>Please log in</body></html>", content_type="text/html"))
+    data = small_dataset(tmp_path / "data.jsonl")
+    cfg = fake_config(
+        tmp_path,
+        **{
+            "dataset": {"name": "file", "params": {"path": str(data)}},
+            "model": {"backend": "openai", "name": "m", "cache": False,
+                      "params": {"base_url": srv.url, "max_retries": 2}},
+            "price_sheet": None,
+        },
+    )  # fmt: skip
+    result = cli("run", cfg, "--quiet")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "cut short" not in result.stderr
+    assert (
+        "failed after 1 attempt(s): a text/html answer (HTTP 200), not an event stream or JSON: "
+        in (result.stderr)
+    )  # not retried: it would answer the same again
+    assert "<html><body>Please log in" in result.stderr
+    assert len(srv.requests) == 1
+
+
+def test_a_huge_pipeline_answer_is_stored_cut_with_a_marker(tmp_path, monkeypatch):
+    from ragbench.experiment.results import RECORDS, read_records
+    from ragbench.strategies.pipeline import MAX_ANSWER_CHARS
+
+    size = 5_000_000  # 5 MB of answer: stored whole, twice per record, before the cap
+    (tmp_path / "bigpipe.py").write_text(
+        f"def answer(q):\n    return {{'answer': '7463343 ' + 'x ' * {size // 2}}}\n"
+    )
+    monkeypatch.delitem(__import__("sys").modules, "bigpipe", raising=False)
+    cfg = fake_config(
+        tmp_path, strategies=[{"name": "pipeline", "params": {"target": "bigpipe:answer"}}]
+    )
+    cfg_data = yaml.safe_load(cfg.read_text())
+    cfg_data["dataset"]["params"]["depth_percents"] = [50]
+    cfg_data["dataset"]["params"]["context_lengths"] = [500]
+    cfg.write_text(yaml.safe_dump(cfg_data))
+    result = cli("run", cfg, "--quiet")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    (record,) = read_records(run_dir / RECORDS).values()
+    assert record.meta["answer_truncated"] == size + 8
+    assert len(record.prediction) < MAX_ANSWER_CHARS + 100
+    marker = (
+        f"[truncated by ragbench: {size + 8:,} characters, the first {MAX_ANSWER_CHARS:,} kept]"
+    )
+    assert record.meta["raw"].endswith(f" {marker}") and record.prediction.endswith(marker)
+    assert record.scores["string_match_all"] == 1.0  # scored as kept: the answer is in it
+    assert record.cost.completion_tokens == 1 + size // 2  # counted on the whole answer
+    assert sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()) < 2_000_000

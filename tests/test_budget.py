@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from openai_server import ok, serving
 from test_runner import niah_config
 from typer.testing import CliRunner
 
@@ -209,3 +210,56 @@ def test_the_noise_pass_is_held_to_the_cap_and_resumes(tmp_path):
         .reset_index(drop=True)
         .equals(full.sort_values("example_id")[cols].reset_index(drop=True))
     )
+
+
+# ---------------------------------------------------------------------------- the first round
+
+serve = pytest.fixture(serving, name="serve")
+
+
+def test_a_tiny_cap_stops_before_the_first_round_naming_its_estimate(tmp_path):
+    path = write(tmp_path, config(tmp_path))
+    stopped = invoke(path, "--max-dollars", "0.000001")
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    line = next(x for x in stopped.output.splitlines() if "stopped: budget" in x)
+    assert "spent $0.000000 of max_dollars $0.000001" in line
+    assert "the first round would pass it (estimated at most $" in line
+    out = run_dir_for(load_config(path))
+    assert not (out / RECORDS).exists() or not (out / RECORDS).read_text()  # nothing spent
+    info = json.loads((out / "manifest.json").read_text())["sessions"][-1]["budget"]
+    assert info["why"] == "first round would pass it" and info["records_left"] == 12
+    # the estimate is the dry run's bound for the first round's two records
+    dry = invoke(path, "--dry-run")
+    assert dry.exit_code == 0 and info["next_round_estimate"] > 0.000001
+
+
+def test_a_tiny_cap_on_a_server_sends_no_request(tmp_path, serve):
+    srv = serve(ok())
+    cfg = config(tmp_path)
+    cfg["model"] = {
+        "backend": "openai", "name": "m", "cache": False, "batch_size": 32,
+        "params": {"base_url": srv.url, "max_retries": 0},
+    }  # fmt: skip
+    path = write(tmp_path, cfg)
+    stopped = invoke(path, "--max-dollars", "0.000001")
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    assert "the first round would pass it (estimated at most $" in stopped.output
+    assert srv.requests == []  # was: the whole first round of 12 sent ($0.000335 at batch 32)
+    # a cap above the bound runs it all
+    done = invoke(path, "--max-dollars", "100")
+    assert done.exit_code == 0, done.output
+    assert len(srv.requests) == 12
+
+
+def test_the_first_round_bound_holds_rounds_handed_out_before_any_finishes():
+    budget = Budget(5.0, first_round=lambda items: 2.0 * len(items))  # $2 per record at most
+    rounds = [[((None, None), k)] for k in "abcde"]
+    handed = list(budget.rounds(rounds, {}))  # none finishes meanwhile (Ray)
+    assert [r[0][1] for r in handed] == ["a", "b"]  # a third would make $6 in flight
+    assert budget.info["why"] == "next round would pass it"
+    assert budget.info["next_round_estimate"] == 6.0
+    first = Budget(1.0, first_round=lambda items: 2.0 * len(items))
+    assert list(first.rounds(rounds, {})) == []
+    assert first.info["why"] == "first round would pass it" and first.info["records_left"] == 5
+    # no estimate (no sheet dollars): the first round runs, as before
+    assert len(list(Budget(1.0, first_round=lambda items: None).rounds(rounds[:1], {}))) == 1

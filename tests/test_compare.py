@@ -20,6 +20,7 @@ import nbformat
 import pandas as pd
 import papermill as pm
 import pytest
+from openai_server import ok, serving
 from typer.testing import CliRunner
 
 from ragbench.cli import app
@@ -175,20 +176,38 @@ def test_compare_fake_end_to_end(tmp_path, monkeypatch):
     assert f"pipeline {target} v=" in html_lib.unescape(page)  # the report shows it too
 
 
-def test_paid_api_asks_before_spending(tmp_path, monkeypatch):
-    """The fake backend runs no local weights: priced per token, it is a paid API. "n" stops
-    after the estimate with nothing generated; "y" (or --yes) runs; an hourly sheet never asks."""
+serve = pytest.fixture(serving, name="serve")
+
+
+def test_the_fake_backend_spends_nothing_and_never_asks(tmp_path, monkeypatch):
+    """Priced per token, the fake backend still sends nothing: no question, even with no
+    terminal and no --yes (it used to print "Aborted." and exit 1)."""
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "docs")
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
     args = [str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder", "hash",
+            "--quiet", "--no-report", "--output-dir", "out"]  # fmt: skip
+    result = compare(args)  # no input: a question would abort
+    assert result.exit_code == 0, result.output
+    assert "run it?" not in result.output and "total: at most $" in result.output
+
+
+def test_paid_api_asks_before_spending(tmp_path, monkeypatch, serve):
+    """A server priced per token is a paid API. "n" stops after the estimate with nothing
+    generated; "y" (or --yes) runs; an hourly sheet never asks."""
+    srv = serve(ok())
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
+    args = [str(docs), "--questions", "q.csv", "--backend", "openai", "--model", "m",
+            "--base-url", srv.url, "--tokenizer", "whitespace", "--embedder", "hash",
             "--quiet", "--no-report", "--output-dir", "out"]  # fmt: skip
     declined = compare(args, input="n\n")
     assert declined.exit_code == 1, declined.output
     assert "total: at most $" in declined.output
     assert "paid API (example-hosted-api): run it?" in declined.output
     run_dir = config_of(declined.output).parent
-    assert not (run_dir / "records.jsonl").exists()  # nothing spent
+    assert not (run_dir / "records.jsonl").exists() and srv.requests == []  # nothing spent
     accepted = compare(args, input="y\n")
     assert accepted.exit_code == 0, accepted.output
     assert VERDICT.search(accepted.output)
@@ -384,3 +403,36 @@ def test_readme_pipeline_commands_are_this_commands_options():
         result = compare([*shlex.split(line)[2:], "--help"])  # options are parsed before --help
         assert result.exit_code == 0, result.output
     assert compare(["docs", "--pipline", "a:b", "--help"]).exit_code == 2  # what a typo does
+
+
+BAD_QUESTIONS = {  # name: (file text, what the error line says)
+    "bad-json.jsonl": ('{"question": "a?"}\n{"question": \n', "bad-json.jsonl:2: invalid JSON"),
+    "not-an-object.jsonl": ('["a?"]\n', "not-an-object.jsonl:1: expected a JSON object"),
+    "empty.jsonl": ("", "no questions"),
+    "empty.csv": ("id,question,answers\n", "no questions"),
+    "no-question-column.csv": ("id,answers\nq,1\n", "question"),
+    "empty-question.csv": ("question,answers\n  ,x\n", "empty-question.csv:2"),
+    "empty-question.jsonl": ('{"question": " "}\n', "empty-question.jsonl:1"),
+    "duplicate-id.csv": ("id,question\na,x?\na,y?\n", "duplicate-id.csv:3"),
+    "unknown-field.jsonl": ('{"question": "x?", "anwsers": ["1"]}\n', "unknown-field.jsonl:1"),
+    "answers-number.jsonl": ('{"question": "x?", "answers": 4}\n', "answers-number.jsonl:1"),
+    "id-number.jsonl": ('{"question": "x?", "id": 4}\n', "id-number.jsonl:1"),
+    "task-type.jsonl": ('{"question": "x?", "task_type": "nope"}\n', "task-type.jsonl:1"),
+    "questions.txt": ("x?\n", "questions file extension"),
+    "not-utf8.csv": (b"question\nCaf\xe9?\n", "not-utf8.csv:2: not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_QUESTIONS))
+def test_a_bad_questions_file_fails_before_the_documents_are_read(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    text, needle = BAD_QUESTIONS[name]
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    result = compare([str(docs), "--questions", str(path), "--backend", "fake",
+                      "--embedder", "hash", "--quiet", "--no-report", "--output-dir", "out"])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+    assert not (tmp_path / "out").exists()  # no corpus, no compare.yaml

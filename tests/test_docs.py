@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -360,3 +361,22 @@ def test_cli_refuses_an_output_folder_before_reading(cli, folder, tmp_path, monk
     (tmp_path / "file").write_text("x")
     line = _one_error_line(cli("docs", str(folder), "--out", str(tmp_path / "file" / "c.jsonl")))
     assert f"{tmp_path / 'file'} is a file, not a folder" in line
+
+
+def test_a_rerun_removes_the_temporary_files_of_a_killed_writer(cli, folder, tmp_path, caplog):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a PID that no longer runs
+    out = tmp_path / "corpus.jsonl"
+    stale = tmp_path / f".corpus.jsonl.{dead.pid}.abcd_123.tmp"
+    live = tmp_path / f".corpus.jsonl.{os.getppid()}.abcd_123.tmp"  # a writer still running
+    other = tmp_path / f".other.jsonl.{dead.pid}.abcd_123.tmp"  # another output's
+    odd = tmp_path / f".corpus.jsonl.{dead.pid}.tmp"  # not the pattern
+    for path in (stale, live, other, odd):
+        path.write_text("half a corpus")
+    result = cli("docs", str(folder), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert not stale.exists() and live.exists() and other.exists() and odd.exists()
+    assert f"removed {stale.name}, left by a writer that was stopped" in caplog.text

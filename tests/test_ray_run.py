@@ -307,3 +307,50 @@ def test_each_ray_worker_holds_to_its_share_of_the_rate_limit(tmp_path, serve):
     assert cfg.model.rate_limit.requests_per_minute == 600  # the run's config is unchanged
     one = RunWorker(cfg, 0, 1, (load_examples(cfg),), {}).llm.limiter
     assert (one.requests_per_minute, one.tokens_per_minute) == (600, 90000)
+
+
+DRIVER = """
+import time
+import ray
+from ragbench.experiment.executor_ray import start_watchdog
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+start_watchdog()
+
+@ray.remote
+class Idle:
+    def ping(self):
+        return 1
+
+actor = Idle.remote()
+ray.get(actor.ping.remote())
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_local_ray_dies_with_a_driver_killed_by_sigkill(tmp_path):
+    """kill -9 of the driver used to leave DashboardAgent, RuntimeEnvAgent and idle workers."""
+    import subprocess
+    import sys
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert driver.stdout.readline().strip() == "ready"
+        time.sleep(2)  # the watchdog's next look at the driver's descendants
+        family = [p for p in psutil.Process(driver.pid).children(recursive=True)]
+        names = " ".join(" ".join(p.cmdline()) for p in family if p.is_running())
+        assert "raylet" in names, names
+        driver.kill()
+        driver.wait()
+        gone, alive = psutil.wait_procs(family, timeout=60)
+        left = [" ".join(p.cmdline())[:120] for p in alive]
+        assert len(alive) <= 0, left  # the watchdog ended itself too
+    finally:
+        if driver.poll() is None:
+            driver.kill()

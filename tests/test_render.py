@@ -325,3 +325,13 @@ def test_the_layout_check_sees_a_clipped_table_and_an_inf_cell(tmp_path):
     assert raw["width"] > raw["container"] and raw["bad_cells"] == ["inf"]  # pandas as is
     assert formatted and all(t["width"] <= t["container"] for t in formatted)  # split to fit
     assert all(t["bad_cells"] == [] for t in formatted)  # "never", not inf
+
+
+def test_render_cli_writes_into_an_existing_folder(unexecuted, tmp_path):
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    result = _render_cli(str(unexecuted), "--out", str(folder), "--allow-unexecuted", "--no-code")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == str(folder / "fresh-nocode.html")
+    assert (folder / "fresh-nocode.html").read_text(encoding="utf-8").startswith("<!DOCTYPE")
+    assert [p.name for p in folder.iterdir()] == ["fresh-nocode.html"]  # no temporary file left

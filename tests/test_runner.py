@@ -527,6 +527,7 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
     lc = {"name": "long_context", "params": {"overflow": "truncate_tail"}}
     cfg = niah_config(tmp_path, strategies=[lc])
     cfg["model"]["params"] = {"context_window": 10}
+    cfg["model"]["max_new_tokens"] = 4  # 32 answer tokens in a 10-token window: refused at load
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     app = typer.Typer()

@@ -75,7 +75,8 @@ def test_it_stops_when_decided_and_the_manifest_records_every_look(tmp_path):
 
 
 def test_it_stops_at_the_budget_with_a_last_look(tmp_path):
-    cfg = config(tmp_path, max_dollars=0.0002)
+    # room for the first round's estimate (below it the run stops before any record: no look)
+    cfg = config(tmp_path, max_dollars=0.001)
     cfg["sequential"] = {"round_size": 20, "spending": "pocock"}
     result = invoke(write(tmp_path, cfg))
     assert result.exit_code == BUDGET_EXIT, result.output

@@ -94,7 +94,9 @@ def render(
     notebook: Path = typer.Argument(..., help="executed .ipynb"),
     no_code: bool = typer.Option(False, "--no-code", help="hide code cells (outputs only)"),
     out: Path | None = typer.Option(
-        None, help="HTML path; default beside the notebook: <name>[-nocode].html"
+        None,
+        help="HTML path, or a folder to write <name>[-nocode].html into; default beside the "
+        "notebook",
     ),
     manifest: Path | None = typer.Option(None, help="run manifest JSON for the header"),
     allow_unexecuted: bool = typer.Option(
@@ -106,8 +108,11 @@ def render(
     """Render an executed notebook to standalone HTML (figures embedded, secrets scrubbed).
 
     A file that is not an executed notebook is refused with one line on stderr (exit 2)."""
+    name = f"{notebook.stem}{'-nocode' if no_code else ''}.html"
     if out is None:  # beside the notebook, wherever it is run from
-        out = notebook.with_name(f"{notebook.stem}{'-nocode' if no_code else ''}.html")
+        out = notebook.with_name(name)
+    elif out.is_dir():  # a folder: the page goes into it, under its default name
+        out = out / name
     try:
         path = render_notebook(
             notebook,

@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from ragbench.cost.prices_import import import_genai_sheet, sheet_from_genai  # noqa: F401 (re-exported)
-from ragbench.io import InputFileError, dumps_canonical
+from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
 from ragbench.registry import Registry, did_you_mean, unknown
 from ragbench.types import Completion
 
@@ -150,12 +150,10 @@ def price_sheet(name_or_path: str | os.PathLike) -> PriceSheet:
             raise unknown("price sheet", str(name_or_path), [*PRICE_SHEETS.names(), "<path.yaml>"])
         path = PRICE_SHEETS.get(str(name_or_path))
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(read_text(path))
     except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise InputFileError(
-            path, None if line is None else line + 1, f"invalid YAML: {exc}"
-        ) from None
+        line, problem = yaml_problem(exc)
+        raise InputFileError(path, line, f"invalid YAML: {problem}") from None
     return parse_price_sheet(data, str(path))
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ragbench.datasets._validate import document_from_row, read_jsonl, refuse_duplicate_ids
-from ragbench.io import InputFileError, dumps_canonical
+from ragbench.io import InputFileError, dumps_canonical, remove_stale_temps, temp_prefix
 from ragbench.types import Document
 
 PathLike = str | os.PathLike
@@ -93,8 +93,10 @@ class CorpusWriter:
 
     def __enter__(self) -> CorpusWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        prefix = f".{self.path.name}."
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=self.path.parent)
+        remove_stale_temps(self.path)  # what a writer killed mid-write left (`data docs` rerun)
+        fd, tmp = tempfile.mkstemp(
+            prefix=temp_prefix(self.path), suffix=".tmp", dir=self.path.parent
+        )
         self._tmp = Path(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a corpus is shared like any output
         self._file = os.fdopen(fd, "wb")

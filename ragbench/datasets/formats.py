@@ -7,8 +7,10 @@ exactly those bytes, so a run that records it names the data it used.
 
 Choices, per format:
 
-- ``jsonl``: ragbench's own format, read strictly: unknown fields, wrong types, duplicate example
-  or document ids and ``meta.evidence`` spans outside their document are errors.
+- ``jsonl``: ragbench's own format, read strictly: unknown fields, wrong types (``answers`` is
+  a list, even of one), duplicate example or document ids, ``meta.evidence`` spans outside their
+  document and an empty question (unless ``meta.source`` names the task it was imported from:
+  LongBench's summaries ask nothing) are errors.
 - ``longbench``, ``ruler``, ``squad``: ``importers.py`` (its docstring gives each format's
   choices); ``load_longbench``, ``load_ruler``, ``load_squad``, ``split_ruler_input`` and
   ``UNANSWERABLE`` are re-exported here.
@@ -147,9 +149,14 @@ def _example_from_row(row: dict) -> Example:
         docs.append(doc)
     meta = opt(row, "meta", dict, {})
     _check_evidence(meta.get("evidence"), {d.id: d for d in docs})
+    question = req(row, "question", str)
+    if not question.strip() and "source" not in meta:  # nothing to ask: every record would fail
+        raise FieldError(  # imported tasks may ask nothing (LongBench summaries: meta.source)
+            ("question",), "empty question; every example needs one"
+        )
     return Example(
         id=req(row, "id", str),
-        question=req(row, "question", str),
+        question=question,
         answers=tuple(req(row, "answers", STRINGS)),
         documents=tuple(docs),
         meta=meta,

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import yaml
 
+from ragbench.io import load_yaml
+
 
 @dataclass(frozen=True)
 class Parsed:
@@ -164,7 +166,7 @@ def read_markdown(path: Path) -> Parsed:
     match = _FRONT_MATTER.match(text)
     if match:
         try:
-            front = yaml.safe_load(match.group(1))
+            front = load_yaml(match.group(1))  # aliases bounded: a document is untrusted
         except yaml.YAMLError:
             front = None  # not front matter after all (a thematic break): keep the text
         if isinstance(front, dict):

@@ -15,9 +15,17 @@ before each round, from the records finished so far,
   record when the config has judge metrics);
 - else run the round.
 
+Before any record is priced (a new run) there is no mean: the first round is estimated as the
+dry run estimates it (``Budget.first_round``, ``ragbench.experiment.dry_run.round_dollars``): its
+prompts assembled and counted as they will be sent, every answer at ``max_new_tokens``, priced by
+the sheet. That is an upper bound, so a cap below it stops the run before it spends anything
+(``why``: "first round would pass it"); rounds handed out before the first one finishes (Ray)
+count at the same per-record bound. A pipeline's calls and the judge's are not in it (the dry
+run cannot estimate them), and an hourly sheet with no calibration to model seconds from gives
+no estimate: then the first round runs unestimated, and the dry run's check is the only one.
+
 So the run never starts a round it expects to pass the cap; it can pass it only by what one
-round costs beyond its estimate (the first round has no estimate: the dry run, which refuses a
-config estimated over the cap, is the check before any spend). The passes after generation are
+round costs beyond its estimate. The passes after generation are
 held to the cap the same way, chunk by chunk (``Budget.allows``): the judge pass at the mean
 judge dollars per judged record so far (its first chunk has no estimate), the noise pass at the
 mean noise dollars so far, else at the chunk's own generation dollars (a noisy answer is the
@@ -29,7 +37,7 @@ lands in the same run folder and generates only the records that are missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +66,7 @@ class Spend:
     per_record: float = 0.0  # mean generation dollars per priced record
     judge_per_record: float = 0.0  # mean judge dollars per judged record
     noise_per_record: float = 0.0  # mean noise-pass dollars per record it answered again
+    priced: int = field(default=0, compare=False)  # records with generation dollars
 
 
 def spend_of(records: Iterable[Any]) -> Spend:
@@ -70,7 +79,7 @@ def spend_of(records: Iterable[Any]) -> Spend:
             if value is not None:
                 totals[i], counts[i] = totals[i] + value, counts[i] + 1
     means = [t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)]
-    return Spend(sum(totals), *means)
+    return Spend(sum(totals), *means, priced=counts[0])
 
 
 def round_estimate(spend: Spend, size: int, judged: bool) -> float:
@@ -98,6 +107,10 @@ class Budget:
     pending_at_stop: int = 0
     stopped: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # the dollars a round of (example, params) items costs at most, as the dry run counts them
+    # (None: not estimable); used until a record is priced (see the module docstring)
+    first_round: Callable[[list], float | None] | None = None
+    _bound_per_record: float | None = None  # first_round's bound over the first round's size
 
     @classmethod
     def of(cls, cfg: Any) -> Budget:
@@ -115,12 +128,26 @@ class Budget:
                 spend = spend_of(done.values())
                 in_flight = sum(k not in done for k in handed)
                 estimate = round_estimate(spend, len(chunk) + in_flight, self.judged)
+                if not spend.priced and (bound := self._bound(chunk)) is not None:
+                    estimate = (len(chunk) + in_flight) * bound  # no mean yet: the dry run's
                 why = decide(spend.dollars, estimate, self.max_dollars)
+                if why is not None and not spend.priced and not handed and why != "reached":
+                    why = "first round would pass it"
                 if why is not None:
                     self._stop(why, spend.dollars, estimate, sum(len(c) for c in rounds[i:]))
                     return
             handed.extend(item[1] for item in chunk)
             yield chunk
+
+    def _bound(self, chunk: list) -> float | None:
+        """Dollars per record at most, from the dry-run estimate of the first round (made once,
+        on the first round asked about); None when there is no estimate."""
+        if self._bound_per_record is None and self.first_round is not None and chunk:
+            total = self.first_round([item for item, _ in chunk])
+            self.first_round = None  # once: a None answer is not asked again
+            if total is not None and total == total:  # NaN: no estimate
+                self._bound_per_record = total / len(chunk)
+        return self._bound_per_record
 
     def allows(self, done: Mapping[str, Any], chunk: Sequence[Any], left: int, step: str) -> bool:
         """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its
@@ -159,11 +186,15 @@ class Budget:
     def reason(self) -> str:
         """The one line a stopped run prints."""
         i = self.info
-        why = (
-            "reached it"
-            if i["why"] == "reached"
-            else f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
-        )
+        if i["why"] == "reached":
+            why = "reached it"
+        elif i["why"] == "first round would pass it":
+            why = (
+                f"the first round would pass it (estimated at most ${i['next_round_estimate']:,.6f}"
+                ": its prompt tokens as the dry run counts them, every answer at max_new_tokens)"
+            )
+        else:
+            why = f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
         left = f"{i['records_left']} record(s) left" + (
             f" in the {i['pass']} pass" if i.get("pass") else ""
         )

@@ -46,7 +46,7 @@ from ragbench.experiment.config_text import (  # noqa: F401 (re-exported)
     explain_validation_error,
     located,
 )
-from ragbench.io import dumps_canonical
+from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
 from ragbench.metrics.answer import METRICS
 from ragbench.secrets import collect, redact
 from ragbench.strategies import get_strategy
@@ -286,13 +286,15 @@ def load_config(
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        text = read_text(path)  # bytes that are not UTF-8: the file, line and column
+        data = load_yaml(text)  # a repeated key, or aliases that expand too far: refused
+    except InputFileError as exc:
+        raise ConfigError(str(exc)) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        line, problem = yaml_problem(exc)
+        where = f"{path}:{line}" if line else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     if overrides:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a config must be a YAML mapping")

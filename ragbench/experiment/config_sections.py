@@ -3,6 +3,7 @@ retrieval, strategies, judge, sequential, tracking. Each validates itself; the r
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any, Literal
 
@@ -22,14 +23,38 @@ from ragbench.datasets import DATASETS, check_params
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
 from ragbench.llm import BACKENDS, backend_capabilities, backend_params
+from ragbench.llm import openai_payload as wire
 from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
-from ragbench.models import PRESETS
+from ragbench.models import PRESETS, get_preset
 from ragbench.registry import unknown
 from ragbench.retrieval.precision import check_precision_param
 from ragbench.secrets import names_a_credential
 from ragbench.strategies import get_strategy
 from ragbench.strategies.params import RetrievalParams
 from ragbench.tokenizers import check_tokenizer
+
+MAX_NEW_TOKENS = 1_000_000  # answer tokens per call: above any model's window today
+
+
+def _known_window(fields: dict[str, Any]) -> int | None:
+    """The context window of a model section's (validated so far) ``fields``, when it is known
+    without loading anything: ``params.context_window``, else the backend's default for it,
+    else (a backend that loads weights, unscaled) the preset's; None otherwise."""
+    params = fields.get("params") or {}
+    window = params.get("context_window")
+    if isinstance(window, int) and not isinstance(window, bool) and window >= 1:
+        return window
+    if "backend" not in fields or any(k.startswith("rope") for k in params):
+        return None
+    default = inspect.signature(BACKENDS.get(fields["backend"]).__init__).parameters.get(
+        "context_window"
+    )
+    if default is not None and isinstance(default.default, int):
+        return default.default
+    name = fields.get("preset") or fields.get("name")
+    if backend_capabilities(fields["backend"]).local_weights and name in PRESETS:
+        return get_preset(name).context_window
+    return None
 
 
 class _Strict(BaseModel):
@@ -74,7 +99,8 @@ class ModelConfig(_Strict):
     name: str = "smollm2-135m-instruct"  # preset name, HF id/folder, or served model name
     params: dict[str, Any] = Field(default_factory=dict)  # backend kwargs: device, base_url, ...
     preset: str | None = None  # architecture for FLOPs/KV bytes; default: `name` if it is a preset
-    max_new_tokens: int = Field(32, ge=1)  # SmolLM2 restates the question: allow >= 32
+    # SmolLM2 restates the question: allow >= 32; below the window where it is known (_room)
+    max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
     cache: bool = True  # sqlite completion cache: reruns and resumed runs cost nothing
     # records generated together, one LLM call per round: padded batches and shared document
     # prefixes on transformers, concurrent requests on a server; 1 = one request at a time
@@ -93,6 +119,45 @@ class ModelConfig(_Strict):
     @classmethod
     def _backend(cls, v: str) -> str:
         return BACKENDS.check(v)
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, v: dict[str, Any], info: Any) -> dict[str, Any]:
+        """The values a backend would otherwise refuse only when built (or, for a URL's port,
+        at its first request): named here, at ``model.params``."""
+        takes = backend_params(info.data["backend"]) if "backend" in info.data else []
+        window = v.get("context_window")
+        if window is not None and (
+            not isinstance(window, int) or isinstance(window, bool) or window < 1
+        ):
+            raise ValueError(
+                f"context_window: {window!r} is not a window; valid: a whole number of tokens "
+                ">= 1, or leave it out for the model's own"
+            )
+        if isinstance(v.get("base_url"), str) and "base_url" in takes:
+            try:
+                wire.api_root(v["base_url"])
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        if "headers" in v and "headers" in takes:
+            try:
+                wire.check_headers(v["headers"])
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("max_new_tokens")
+    @classmethod
+    def _room(cls, v: int, info: Any) -> int:
+        """Answer tokens must leave room for a prompt in the window, where it is known before
+        the model loads (``params.context_window``, the backend's default, a preset's)."""
+        window = _known_window(info.data)
+        if window is not None and v >= window:
+            raise ValueError(
+                f"{v} answer tokens leave no room for a prompt in the {window:,}-token context "
+                f"window; valid: 1..{window - 1}"
+            )
+        return v
 
     @model_validator(mode="after")
     def _known(self) -> ModelConfig:

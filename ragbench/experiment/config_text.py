@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from ragbench import secrets
+from ragbench.io import load_yaml, yaml_problem
 from ragbench.registry import did_you_mean
 
 
@@ -52,9 +53,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         if not sep or not path.strip():
             raise ConfigError(f"--set {expr}: expected dotted.path=value")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {expr}: invalid YAML value: {exc}") from None
+            value = load_yaml(text)
+        except yaml.YAMLError as exc:  # one line: PyYAML's own message quotes the text
+            _, problem = yaml_problem(exc)
+            raise ConfigError(f"--set {expr}: invalid YAML value: {problem}") from None
         steps = _override_path(expr, path.strip())
         node: Any = data
         for i, step in enumerate(steps):

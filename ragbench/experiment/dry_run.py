@@ -30,10 +30,14 @@ exceeds it is refused: ``attrs["over_budget"]`` says by how much, and ``ragbench
 --dry-run`` prints the table, then that line, and exits 2.
 
 Nothing is written: no records, no cache, no run folder.
+
+``round_dollars`` is the same count for one round of a real run: the budget's estimate of the
+first round, before any record is priced (``ragbench.experiment.budget``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tqdm import tqdm
@@ -233,6 +237,52 @@ def dry_run(config: Any, progress: bool = True) -> Any:
             f"(policies: {' | '.join(OVERFLOW)})"
         )
     return table
+
+
+def round_dollars(cfg: RunConfig, items: list, res: Any = None) -> float | None:
+    """At most what a round of ``items`` ((example, params) pairs) costs, counted as
+    ``dry_run`` counts it: the prompts assembled as they will be sent and counted by the
+    backend's tokenizer, every answer at ``max_new_tokens``, priced by the config's sheet.
+    ``res``: the run's resources, used with their LLM swapped for a counter (nothing is sent;
+    their caches are not touched), else built here as the dry run builds them. A pipeline's
+    points are not counted (that would call it). None when no dollars can be estimated: no
+    sheet, or an hourly sheet with no calibration to model the seconds from."""
+    items = [(e, p) for e, p in items if not get_strategy(p.strategy).external]
+    sheet = cfg.sheet
+    if not items or sheet is None:
+        return None
+    rates = None
+    if sheet.kind != "api":
+        rates = getattr(res, "rates", None) or cached_calibration(cfg)
+        if rates is None:
+            return None
+    reuses_prefix = backend_capabilities(cfg.model.backend).reuses_prefix_kv
+    if res is None:
+        calibration = getattr(cfg, "_calibration", None)  # build_resources records its own
+        counter = PromptCounter(prompt_counter(cfg), track_prefixes=reuses_prefix)
+        res = build_resources(cfg, counter, None, {e.id: e for e, _ in items}.values())
+        cfg._calibration = calibration
+    else:
+        counter = PromptCounter(res.llm, track_prefixes=reuses_prefix)
+        res = dataclasses.replace(
+            res, llm=counter, fitted={}, preloaded={}, preload_over=dict(res.preload_over)
+        )
+    total = 0.0
+    for outcome in run_batch(items, res):
+        if isinstance(outcome, Exception) or outcome.cost is None:
+            continue  # an error row costs nothing (over the window under overflow "error")
+        c = outcome.cost
+        if rates is not None:
+            seconds = modelled_seconds_for(
+                rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
+            )
+            spent = dollars(sheet, device_seconds=seconds)
+        else:
+            spent = c.dollars
+        if spent is None or spent != spent:
+            return None
+        total += spent
+    return total
 
 
 def cached_calibration(cfg: RunConfig) -> Any:

@@ -24,7 +24,13 @@ becomes error records (``WorkerDied``), which a resume retries. A worker that ca
 server, a missing model) stops the run before any record, with the original error.
 
 Ray: ``RAY_ADDRESS`` set joins that cluster; else a local Ray starts (``num_cpus``: the
-machine's cores, at least the workers; no dashboard, quiet logs) and is shut down at the end. A
+machine's cores, at least the workers; no dashboard, quiet logs) and is shut down at the end.
+A local Ray dies with its driver: Ray ends its raylet and GCS with the process that started
+them, but a driver killed outright (``kill -9``, out of memory) used to leave the dashboard
+agent, the runtime-env agent and idle workers running. A watchdog process (``start_watchdog``,
+its own session, deaf to Ctrl-C) notes the driver's descendants every second and, once the
+driver is gone, ends those still running (SIGTERM, then SIGKILL after 3 s; psutil checks each
+process's start time, so a reused PID is never hit). A clean end stops the watchdog first. A
 Ray already initialised in this process (a notebook, the tests) is used as it is. The examples
 travel once through Ray's object store; paths a worker opens itself (a model folder, a pipeline
 module beside the config) must exist on every node. The judge pass stays on the driver.
@@ -34,6 +40,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -48,6 +56,51 @@ from ragbench.secrets import redact_text
 from ragbench.types import Example
 
 log = logging.getLogger(__name__)
+
+# The watchdog (a separate interpreter; psutil, which Ray requires, and nothing of ragbench):
+# argv[1] is the driver's PID. It ends on its own when the driver ends cleanly (stopped first).
+WATCHDOG = """
+import os, signal, sys, time
+import psutil
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+driver, me, seen = psutil.Process(int(sys.argv[1])), os.getpid(), {}
+while True:
+    try:
+        if not driver.is_running() or driver.status() == psutil.STATUS_ZOMBIE:
+            break
+        for p in driver.children(recursive=True):
+            if p.pid != me:
+                seen[p.pid] = p
+    except psutil.NoSuchProcess:
+        break
+    time.sleep(1.0)
+alive = []
+for p in seen.values():
+    try:
+        if p.is_running():
+            p.terminate()
+            alive.append(p)
+    except psutil.Error:
+        pass
+gone, left = psutil.wait_procs(alive, timeout=3)
+for p in left:
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def start_watchdog(pid: int | None = None) -> subprocess.Popen:
+    """The process that ends a local Ray's processes when the driver ``pid`` (this process)
+    dies without shutting Ray down (see the module docstring). Stop it (``terminate``) before a
+    clean shutdown."""
+    return subprocess.Popen(
+        [sys.executable, "-c", WATCHDOG, str(pid or os.getpid())],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,  # the terminal's Ctrl-C and hangups do not reach it
+    )  # fmt: skip
+
 
 RESTARTS = 2  # per worker: a process killed twice is restarted twice, then its rounds fail
 IN_FLIGHT = 2  # rounds queued per worker: the next one is there when a round finishes
@@ -84,6 +137,7 @@ class RayRun:
         self.preload_over, self.main_cache = preload_over, main_cache
         self.actors: list[Any] = []
         self.started_here = False
+        self.watchdog: subprocess.Popen | None = None
         self.shards: list[dict[str, Any]] = []  # per shard: worker, rounds, items, where it ran
         self.infos: list[dict[str, Any]] = []
         self.preloaded: list[dict[str, Any]] = []
@@ -101,6 +155,7 @@ class RayRun:
             else:
                 cpus = max(self.workers, os.cpu_count() or 1)
                 ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
+                self.watchdog = start_watchdog()  # a kill -9 of this process ends Ray too
             self.started_here = True
         self.address = redact_text(address) if address else "local"
         t0 = time.perf_counter()
@@ -165,6 +220,10 @@ class RayRun:
                 ray.kill(a, no_restart=True)
         finally:
             self.actors = []
+            if self.watchdog is not None:  # a clean end: nothing for it to do
+                self.watchdog.terminate()
+                self.watchdog.wait()
+                self.watchdog = None
             if self.started_here:
                 ray.shutdown()
                 self.started_here = False

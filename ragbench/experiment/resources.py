@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from ragbench.assets import cache_dir
 from ragbench.datasets import build_dataset
 from ragbench.datasets._validate import DatasetParamError
+from ragbench.datasets.haystack import HaystackTooShortError
 from ragbench.experiment.config import ModelConfig, RunConfig, load_config
 from ragbench.experiment.config_text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
@@ -52,6 +53,16 @@ def check_examples(examples: list[Example], dataset: str, generates: bool = True
         if e.id in seen:
             raise DatasetError(f"dataset {dataset!r}: duplicate example id {e.id!r}")
         seen.add(e.id)
+        if isinstance(e.answers, str):  # scored character by character: silently wrong
+            raise DatasetError(
+                f"dataset {dataset!r}: example {e.id!r}: answers is a string; valid: a list "
+                f"of strings, e.g. [{e.answers!r}]"
+            )
+        if not isinstance(e.question, str) or not (e.question.strip() or "source" in e.meta):
+            raise DatasetError(
+                f"dataset {dataset!r}: example {e.id!r} has an empty question; every example "
+                "needs one"
+            )
 
 
 def load_examples(config: Any) -> list[Example]:
@@ -62,6 +73,12 @@ def load_examples(config: Any) -> list[Example]:
         examples = list(build_dataset(cfg.dataset.name, **cfg.dataset_params()))
     except DatasetParamError as exc:  # reported at dataset.params.<key> of the config file
         source = str(config) if isinstance(config, str | os.PathLike) else None
+        raise param_error(cfg, exc, source or getattr(cfg, "_source_file", None)) from None
+    except HaystackTooShortError as exc:  # a context length the haystack cannot fill
+        if "context_lengths" not in cfg.dataset.params:
+            raise
+        source = str(config) if isinstance(config, str | os.PathLike) else None
+        exc = DatasetParamError("context_lengths", str(exc))
         raise param_error(cfg, exc, source or getattr(cfg, "_source_file", None)) from None
     return examples[: cfg.dataset.limit] if cfg.dataset.limit else examples
 

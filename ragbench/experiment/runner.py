@@ -38,7 +38,9 @@ manifest entry says which executor ran, with how many workers, and where each sh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +53,7 @@ from ragbench.assets import cache_dir
 from ragbench.experiment import provenance
 from ragbench.experiment.budget import Budget
 from ragbench.experiment.config import RunConfig, config_hash, load_config
+from ragbench.experiment.dry_run import round_dollars
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.log_once import once_per_run
@@ -145,9 +148,19 @@ def run(
     if len(set(keys)) != len(keys):
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
-    with FolderLock(out, what="run", wait=wait), once_per_run():  # third-party repeats: once
-        return _run_locked(cfg, examples, work, keys, out, started, progress, llm, judge_llm,
-                           (executor, workers), until_decided)  # fmt: skip
+    made = [d for d in (out, *out.parents) if not d.exists()]  # the folders the lock creates
+    with FolderLock(out, what="run", wait=wait) as lock, once_per_run():  # third-party: once
+        try:
+            return _run_locked(cfg, examples, work, keys, out, started, progress, llm, judge_llm,
+                               (executor, workers), until_decided)  # fmt: skip
+        except BaseException:
+            # refused before writing anything (a backend, pipeline or server check): no folder
+            # holding only its lock is left behind, nor the empty output_dir made for it
+            if made and lock.discard_if_empty():
+                for folder in made[1:]:
+                    with contextlib.suppress(OSError):  # not empty: kept, and its parents
+                        folder.rmdir()
+            raise
 
 
 def _now() -> str:
@@ -244,6 +257,7 @@ def _run_locked(
     if pending and ray_workers:
         over = preload.count([item for item, _ in pending])  # the run's, not one worker's
         cache = cache_dir() / "completions.sqlite" if cfg.model.cache else None  # load_model's
+        budget.first_round = functools.partial(round_dollars, cfg)  # counted here, as a dry run
         with RayRun(cfg, ray_workers, examples, over, main_cache=cache) as pool:
             identity = pool.identity
             write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
@@ -255,6 +269,7 @@ def _run_locked(
         write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
         res = build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
         res.preload_over.update(preload.count([item for item, _ in pending]))
+        budget.first_round = functools.partial(round_dollars, cfg, res=res)  # before any price
         session["errors"] = generate(_Local(res), pending)
         session["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
         session["executor"] = {"name": "local", "workers": 1}

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from ragbench.io import InputFileError, load_yaml, yaml_problem
 from ragbench.registry import Registry
 
 PACKAGE_DIR = "data/judge_prompts"
@@ -96,7 +97,12 @@ def load_prompt(name_or_path: str) -> JudgePrompt:
     else:
         res = JUDGE_PROMPTS.get(name_or_path)  # an unknown name: did-you-mean over them
         text, where = res.read_text(encoding="utf-8"), f"ragbench/{PACKAGE_DIR}/{name_or_path}"
-    return parse_prompt(yaml.safe_load(text), where)
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        line, problem = yaml_problem(exc)
+        raise InputFileError(where, line, f"invalid YAML: {problem}") from None
+    return parse_prompt(data, where)
 
 
 def parse_prompt(data: Any, where: str = "<judge prompt>") -> JudgePrompt:

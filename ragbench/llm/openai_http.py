@@ -201,9 +201,9 @@ def post_completion(
             on_response(resp.status_code, resp.headers)
         if resp.status_code >= 400:
             raise status_error(resp, resp.read().decode("utf-8", "replace"))
+        ctype = resp.headers.get("content-type", "").lower()
         try:
-            json_body = "json" in resp.headers.get("content-type", "").lower()
-            if payload.get("stream") and not json_body:
+            if payload.get("stream") and ("event-stream" in ctype or not ctype):
                 return read_stream(resp.iter_lines(), t0, endpoint)
             body = resp.read().decode("utf-8", "replace")
             if payload.get("stream") and wire.looks_like_sse(body):  # mislabelled event stream
@@ -214,7 +214,14 @@ def post_completion(
             exc.request_id = request_id
             raise
         except ValueError as exc:
-            raise BadResponse(str(exc), request_id) from None
+            # an HTML page (a proxy's login or error page) is not a cut stream: say what came
+            kind = ctype.split(";")[0].strip() or "untyped"
+            what = (
+                ""
+                if "json" in ctype
+                else f"a {kind} answer (HTTP {resp.status_code}), not an event stream or JSON: "
+            )
+            raise BadResponse(f"{what}{exc}", request_id) from None
 
 
 def read_stream(lines: Iterable[str], t0: float, endpoint: str) -> tuple[wire.Parsed, float, float]:

@@ -29,6 +29,13 @@ def api_root(base_url: str) -> str:
     parts = urlsplit(base_url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"base_url must look like http://host:port/v1, got {safe_url(base_url)!r}")
+    try:
+        parts.port  # noqa: B018 (parsing it is the check: 'notaport' or 99999 raise)
+    except ValueError:
+        raise ValueError(
+            f"base_url must look like http://host:port/v1 with a port in 0..65535, got "
+            f"{safe_url(base_url)!r}"
+        ) from None
     return urlunsplit(
         (parts.scheme, _host_port(parts.netloc), parts.path.rstrip("/") or "/v1", "", "")
     )
@@ -79,11 +86,18 @@ def check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     """Extra headers as a plain dict of strings (a config may hold anything)."""
     if headers is None:
         return {}
-    if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        names = list(headers) if isinstance(headers, Mapping) else type(headers).__name__
-        raise TypeError(f"headers must map header names to string values, got {names!r}")
+    if not isinstance(headers, Mapping):
+        raise ValueError(
+            f"headers must map header names to string values, got a {type(headers).__name__}"
+        )
+    for k, v in headers.items():  # the values are secrets: named by type, never shown
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ValueError(
+                f"headers must map header names to string values; header {k!r} is a "
+                f"{type(v).__name__}"
+                if isinstance(k, str)
+                else f"headers must map header names to string values; a name is a {type(k).__name__}"
+            )
     return dict(headers)
 
 

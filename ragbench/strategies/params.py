@@ -85,6 +85,11 @@ class StrategyParams:
         merged = {k: v for k, v in (base or {}).items() if k in names} | dict(spec)
         keys = [n for n in names if n in merged]
         axes = [merged[k] if isinstance(merged[k], list) else [merged[k]] for k in keys]
+        for key, axis in zip(keys, axes, strict=True):
+            if not axis:  # a product with an empty axis has no point: the strategy would vanish
+                raise ValueError(
+                    f"{key}: [] gives no parameter point; valid: a value or a non-empty list"
+                )
         points: list[Self] = []
         raw: dict[str, tuple] = {}  # a point's repr -> the first values that made it
         for values in itertools.product(*axes):

@@ -16,7 +16,9 @@ ranking metrics of ``retrieve_only`` (``hit``, ``recall``, ``mrr``, ``ndcg`` at 
 contexts' documents in their order). Cost: the reported usage priced by the run's price sheet;
 without usage, the contexts + question (prompt) and the answer (completion) counted with the
 run's tokenizer, ``usage_estimated``. Latency: the wall time of the call. A call that raises,
-times out or answers out of contract is an error row (``MalformedAnswer`` names the field).
+times out or answers out of contract is an error row (``MalformedAnswer`` names the field). An
+answer longer than ``MAX_ANSWER_CHARS`` is stored (and scored) cut there, ending in a
+``[truncated by ragbench: ...]`` marker, with its full length in meta ``answer_truncated``.
 
 The same documents on both sides (``setup`` / ``setup_url``): before a question, the setup hook
 receives its corpus, ``setup(documents, corpus)`` (or ``setup(documents)``): the example's
@@ -64,6 +66,9 @@ from ragbench.types import Chunk, Completion, Example, ScoredChunk
 
 MAX_CONTEXTS = 50  # contexts kept per record
 MAX_CONTEXT_CHARS = 4000  # characters kept per context text
+# characters of an answer kept (prediction, meta.raw; scored as kept): a 50 MB answer was stored
+# whole, twice per record. Its tokens are counted on the whole answer.
+MAX_ANSWER_CHARS = 100_000
 CUTOFFS = (1, 5, 10)
 MEASURES = ("hit", "recall", "mrr", "ndcg")
 
@@ -302,6 +307,11 @@ def context_meta(contexts: list[Context], example: Example) -> dict[str, Any]:
     }
 
 
+def truncation_marker(chars: int) -> str:
+    """What ends an answer cut to ``MAX_ANSWER_CHARS``."""
+    return f"[truncated by ragbench: {chars:,} characters, the first {MAX_ANSWER_CHARS:,} kept]"
+
+
 def _usage_completion(
     answer: PipelineAnswer, question: str, seconds: float, res: Resources
 ) -> Completion:
@@ -384,6 +394,10 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         raise MalformedAnswer(f"pipeline {what} returned a malformed answer: {exc}") from None
     contexts = [_located(c, example) for c in answer.contexts]
     completion = _usage_completion(answer, question, seconds, res)
+    full = len(completion.text)
+    if full > MAX_ANSWER_CHARS:  # counted whole above; stored and scored cut
+        kept = f"{completion.text[:MAX_ANSWER_CHARS]} {truncation_marker(full)}"
+        completion = dataclasses.replace(completion, text=kept)
     # the run's architecture facts (FLOPs, KV bytes) hold only for the run's own model
     own_model = completion.model in ("", getattr(res.llm, "name", ""))
     cost = res.cost(completion) if own_model else Cost.of(completion, None, res.sheet)
@@ -392,6 +406,8 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         meta["pipeline_latency_seconds"] = float(answer.usage.latency_seconds)
     if answer.version is not None:
         meta["pipeline_version"] = answer.version
+    if full > MAX_ANSWER_CHARS:
+        meta["answer_truncated"] = full  # characters the pipeline answered
     record = make_record(example, params, completion, res, meta, cost)
     return dataclasses.replace(record, scores=record.scores | retrieval_scores(contexts, example))
     yield  # unreachable here; makes this a generator, the shape every strategy's steps have

@@ -39,12 +39,13 @@ from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
 from ragbench.datasets import docs as ingest_docs
 from ragbench.datasets.corpus_file import write_documents
+from ragbench.datasets.questions import read_questions
 from ragbench.experiment import question_gen
 from ragbench.experiment.config import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.runner import run_dir_for
 from ragbench.io import atomic_write_text
-from ragbench.llm import backend_capabilities
+from ragbench.llm import backend_params
 from ragbench.strategies import get_strategy, pipeline_http
 from ragbench.strategies.pipeline_params import URL_ENV, PipelineParams
 from ragbench.workspace.kernels import execute_notebook
@@ -218,6 +219,8 @@ def precheck(spec: CompareSpec) -> RunConfig:
     corpus path the ingest will write; nothing is read from it here.)"""
     if spec.questions and not Path(spec.questions).is_file():
         raise FileNotFoundError(f"{spec.questions}: no such questions file")
+    if spec.questions:  # read whole: a bad line is reported now, with its file and line
+        read_questions(spec.questions)
     return validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
 
 
@@ -276,10 +279,12 @@ def estimate(cfg: RunConfig) -> Any:
 
 
 def is_paid(cfg: RunConfig) -> bool:
-    """A paid API: a backend that runs no weights here, priced per token. Its calls cost money,
-    so the CLI shows the estimate and asks before spending (``--yes`` skips the question)."""
-    local = backend_capabilities(cfg.model.backend).local_weights
-    return not local and cfg.sheet is not None and cfg.sheet.kind == "api"
+    """A paid API: a backend that sends its requests to a server (it takes a ``base_url``),
+    priced per token. Its calls cost money, so the CLI shows the estimate and asks before
+    spending (``--yes`` skips the question). The fake backend sends nothing: its dollars are
+    what the sheet would charge, never spent."""
+    sends = "base_url" in backend_params(cfg.model.backend)
+    return sends and cfg.sheet is not None and cfg.sheet.kind == "api"
 
 
 # --------------------------------------------------------------------------- the answer

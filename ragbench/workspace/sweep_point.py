@@ -29,7 +29,7 @@ from ragbench.workspace.kernels import execute_notebook
 log = logging.getLogger(__name__)
 
 DONE, FAILED = "done.json", "failed.json"
-# the temporary name of ``io.atomic_write_bytes``: mkstemp(prefix=".<name>.", suffix=".tmp"),
+# the temporary name of ``io.atomic_write_bytes``: mkstemp(prefix=".<name>.<pid>.", suffix=".tmp"),
 # whose random part is 8 characters of [a-z0-9_]
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 

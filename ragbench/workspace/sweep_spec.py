@@ -29,7 +29,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, mod
 
 from ragbench import secrets
 from ragbench.experiment.config import explain_validation_error, located
-from ragbench.io import dumps_canonical
+from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
 from ragbench.registry import did_you_mean
 
 # papermill's notebook parameter types are only hints; these are the ones we can check cheaply.
@@ -97,13 +97,16 @@ def _refuse_output_param(name: str) -> None:
 def load_spec(path: str | os.PathLike) -> SweepSpec:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
+        raw = load_yaml(text)  # a repeated key, or aliases that expand too far: refused
     except FileNotFoundError:
         raise SweepSpecError(f"{path}: no such sweep file") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SweepSpecError(f"{path}: invalid YAML: {exc}") from None
+    except InputFileError as exc:
+        raise SweepSpecError(str(exc)) from None
+    except yaml.YAMLError as exc:  # one line: PyYAML's own message quotes the text
+        line, problem = yaml_problem(exc)
+        where = f"{path}:{line}" if line else str(path)
+        raise SweepSpecError(f"{where}: invalid YAML: {problem}") from None
     if not isinstance(raw, dict):
         raise SweepSpecError(f"{path}: expected a mapping with 'notebook', 'parameters', 'grid'")
     _collect_secrets(raw)  # before validating: its error messages may quote the values
