@@ -250,7 +250,9 @@ def test_calibration_is_announced_with_its_cache_and_found_by_a_dry_run(
     monkeypatch.setattr(calibration, "_MEMO", {})
     rates = calibration.rates_for(object(), "w", tmp_path)
     err = capsys.readouterr().err
-    assert "calibrating w on test cpu (2 threads) up to 2,048 tokens" in err and str(tmp_path) in err
+    assert (
+        "calibrating w on test cpu (2 threads) up to 2,048 tokens" in err and str(tmp_path) in err
+    )
     assert "once per model/device/dtype/thread count/length" in err
     assert rates.meta["path"].startswith(str(tmp_path / "calibration"))
     described = calibration.describe(rates)
