@@ -389,11 +389,11 @@ class Cost(JsonMixin):
             measured = self.resource_seconds + (self.prefix_paid_seconds or 0.0)
             seconds = charged_seconds(measured, self.modelled_seconds, self.cost_basis)
             paid = dollars(sheet, device_seconds=seconds)
-        elif known:  # ... and written to the provider's cache
+        elif known:  # (prefix_paid_tokens are not in cached_prompt_tokens: input here)
             paid = dollars(sheet, prompt_tokens=self.prompt_tokens,
                            cached_prompt_tokens=self.cached_prompt_tokens,
                            completion_tokens=self.completion_tokens,
-                           cache_write_tokens=cache_write_tokens + (self.prefix_paid_tokens or 0))  # fmt: skip
+                           cache_write_tokens=cache_write_tokens)  # fmt: skip
         named = sheet.name if paid is not None else self.price_sheet
         if self.one_time_seconds is None:  # nothing shared: amortised = its own
             return dataclasses.replace(

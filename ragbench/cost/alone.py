@@ -15,8 +15,10 @@ many of its cached prompt tokens the variant has not itself sent before (``PAID_
 completion's meta). ``Cost.of`` then charges those tokens as computed (``pay_prefix``):
 
 * ``cached_prompt_tokens`` drops by them (the count charged), ``prefix_paid_tokens`` holds them;
-* an api sheet prices them as a cache write (``cache_write_per_million``; plain input on sheets
-  without a write price);
+* an api sheet prices them as the record that computed the prefix was priced: as uncached
+  input, or, from a backend that reports the tokens it wrote to a provider's cache
+  (``meta["cache_write_tokens"]``), as cache writes. (No backend here reports writes today, so a
+  write premium is charged to neither: the variant alone and beside others pay alike.)
 * the calibrated ``modelled_seconds`` model the prefix as computed (prefill included), and
   ``prefix_paid_seconds`` is what that adds; under the measured basis the charged seconds are
   the measured share plus ``prefix_paid_seconds``.
@@ -129,15 +131,16 @@ def paid_tokens(completion: Completion) -> int:
 
 def pay_prefix(completion: Completion) -> Completion:
     """The completion as charged under the alone rule: its unpaid cached tokens computed.
-    ``cached_prompt_tokens`` drops by them, an api sheet's cache write grows by them, and the
-    calibrated work (``meta["work"]``) computes them: with nothing of its prefix paid, the whole
+    ``cached_prompt_tokens`` drops by them (so an api sheet prices them as input; as cache writes
+    where the backend reports its writes), and the calibrated work (``meta["work"]``) computes them: with nothing of its prefix paid, the whole
     prefix is computed; with part paid, that part stays a reused prefix and the rest runs as
     prompt. Measured times are left as they are."""
     unpaid = paid_tokens(completion)
     if unpaid <= 0:
         return completion
     meta: dict[str, Any] = dict(completion.meta or {})
-    meta["cache_write_tokens"] = int(meta.get("cache_write_tokens") or 0) + unpaid
+    if "cache_write_tokens" in meta:  # a backend that reports its cache writes: one more
+        meta["cache_write_tokens"] = int(meta["cache_write_tokens"] or 0) + unpaid
     kept = completion.cached_prompt_tokens - unpaid
     work = meta.get("work")
     if isinstance(work, dict) and work.get("prefix_tokens"):
