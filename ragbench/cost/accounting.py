@@ -60,7 +60,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.cost.alone import estimated_prefill_seconds, paid_tokens, pay_prefix
+from ragbench.cost.alone import charged_work, paid_tokens
 from ragbench.cost.prices import (
     COST_BASES,
     PriceSheet,
@@ -68,7 +68,6 @@ from ragbench.cost.prices import (
     dollars,
     dollars_per_query,
     gpu_seconds,
-    modelled_seconds,
 )
 from ragbench.registry import unknown
 from ragbench.types import Completion, JsonMixin
@@ -210,15 +209,11 @@ class Cost(JsonMixin):
     amortised_over: int | None = None  # queries that share the one-time cost
     amortised_resource_seconds: float | None = None
     amortised_dollars: float | None = None
-    # priced as if its variant ran alone (``ragbench.cost.alone``): cached prompt tokens whose
-    # prefix another strategy variant of the run computed, charged as computed here (they are
-    # not in cached_prompt_tokens), and the device seconds that adds to the charged seconds
-    prefix_paid_tokens: int = 0
-    prefix_paid_seconds: float = 0.0
+    # cost/alone.py: cached tokens of a prefix another variant computed, charged as computed
+    prefix_paid_tokens: int = 0  # (not in cached_prompt_tokens)
+    prefix_paid_seconds: float = 0.0  # the device seconds they add to the charged seconds
     search_seconds: float | None = None  # this query's retrieval search (in latency); None: none
-    # what latency_seconds holds: "own" = search + prefill + decode, the queue apart. Records
-    # written before it held queue + prefill + decode; from_dict converts them
-    latency_basis: str | None = "own"
+    latency_basis: str | None = "own"  # own: queue apart (older records: from_dict converts)
 
     def __post_init__(self) -> None:
         if self.one_time_seconds is not None:  # None there: unknown (a repriced api sheet)
@@ -257,15 +252,8 @@ class Cost(JsonMixin):
                         kv_cache_bytes=kv(query_kv_positions(c.prompt_tokens, c.completion_tokens)),
                         kv_bytes_prefill=kv(c.prompt_tokens))  # fmt: skip
         seconds = gpu_seconds(c)  # resource seconds, never latency
-        # the alone rule (cost/alone.py): a prefix another variant computed is charged as
-        # computed here; FLOPs, MFU and resource seconds stay the work the device did
-        paid, charged = paid_tokens(c), pay_prefix(c)
-        modelled = modelled_seconds(charged, rates)
-        paid_seconds = 0.0
-        if paid:
-            as_measured = modelled_seconds(c, rates)
-            paid_seconds = (modelled - as_measured if modelled is not None and as_measured
-                            is not None else estimated_prefill_seconds(c, paid))  # fmt: skip
+        # the alone rule (cost/alone.py); FLOPs, MFU, resource seconds: what the device did
+        charged, modelled, paid_seconds = charged_work(c, rates)
         used = "calibrated" if basis == "calibrated" and modelled is not None else "measured"
         peak, flops = (sheet.peak_flops if sheet is not None else None), arch.get("flops")
         own = {k: getattr(c, k) for k in _FROM_COMPLETION}
@@ -276,7 +264,7 @@ class Cost(JsonMixin):
                 charged, sheet, charged_seconds(seconds + paid_seconds, modelled, used)),
             peak_flops=peak, mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=sheet.name if sheet is not None else None, cost_basis=used,
-            prefix_paid_tokens=paid, prefix_paid_seconds=paid_seconds,
+            prefix_paid_tokens=paid_tokens(c), prefix_paid_seconds=paid_seconds,
         )  # fmt: skip
 
     def __add__(self, other: Cost) -> Cost:
@@ -324,10 +312,8 @@ class Cost(JsonMixin):
     def from_dict(cls, data: dict[str, Any]) -> Cost:
         """Also reads records written before the times were renamed: ``gpu_seconds`` is now
         ``resource_seconds``; ``total_seconds`` (then prefill + decode, no queue was measured)
-        gives ``latency_seconds``. A record without ``latency_basis`` was written when latency
-        included the harness's queue: its ``latency_seconds`` becomes its own time (the queue
-        taken out; its retrieval search was not logged apart from the index build, so it stays
-        out) and ``latency_basis`` says "own"."""
+        gives ``latency_seconds``. Without ``latency_basis``, latency included the queue: it is
+        taken out (the search, not logged apart from the index build, stays out)."""
         data = dict(data)
         if "gpu_seconds" in data:
             data.setdefault("resource_seconds", data.pop("gpu_seconds"))
@@ -336,16 +322,13 @@ class Cost(JsonMixin):
         else:
             data.pop("total_seconds", None)
         if "latency_basis" not in data and data.get("latency_seconds") is not None:
-            data["latency_seconds"] = own_latency(
-                data.get("latency_seconds"), data.get("queue_seconds"), None
-            )
+            data["latency_seconds"] -= data.get("queue_seconds") or 0.0
         data.setdefault("latency_basis", "own")
         return super().from_dict(data)
 
     def with_retrieval(self, seconds: float, search_seconds: float | None = None) -> Cost:
-        """This cost with its retrieval: ``seconds`` (index build or lookup + search) apart, and
-        this query's search (``search_seconds``) added to its latency: the index is built once
-        per document or corpus, the search is what its user waits for."""
+        """``seconds`` (index build + search) apart; the search, what its user waits for, in
+        its latency too (an index is built once per document or corpus)."""
         search = 0.0 if search_seconds is None else float(search_seconds)
         return dataclasses.replace(
             self, retrieval_seconds=seconds, search_seconds=search_seconds,
@@ -426,19 +409,6 @@ _ADDITIVE = (
     "amortised_resource_seconds",  # own + share: the shares add as the own costs do
     "amortised_dollars", "prefix_paid_tokens", "prefix_paid_seconds",
 )  # fmt: skip
-
-
-def own_latency(latency: Any, queue: Any, basis: Any) -> Any:
-    """A record's own latency (search + prefill + decode) from what it logged: as it is where
-    ``basis`` is "own", else (a record written when latency included the queue) less its
-    ``queue``. Unknown stays unknown."""
-    if basis == "own" or latency is None:
-        return latency
-    try:
-        q = float(queue)
-    except (TypeError, ValueError):
-        return latency
-    return latency - q if math.isfinite(q) else latency
 
 
 def format_bytes(n: float) -> str:

@@ -48,6 +48,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
+from ragbench.cost.prices import modelled_seconds
 from ragbench.types import Completion, GenerationRequest
 
 BLOCK = 64  # characters: the grain at which the ledger compares prompts
@@ -167,3 +168,16 @@ def estimated_prefill_seconds(completion: Completion, tokens: int) -> float:
     if tokens <= 0 or computed <= 0:
         return 0.0
     return completion.prefill_seconds * tokens / computed
+
+
+def charged_work(completion: Completion, rates: Any) -> tuple[Completion, float | None, float]:
+    """(the completion as charged: ``pay_prefix``, its modelled seconds, the device seconds its
+    paid prefix adds: by the calibrated model where there is one, else at its own prefill rate)."""
+    paid, charged = paid_tokens(completion), pay_prefix(completion)
+    modelled = modelled_seconds(charged, rates)
+    if not paid:
+        return charged, modelled, 0.0
+    as_measured = modelled_seconds(completion, rates)
+    if modelled is not None and as_measured is not None:
+        return charged, modelled, modelled - as_measured
+    return charged, modelled, estimated_prefill_seconds(completion, paid)
