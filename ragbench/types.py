@@ -193,9 +193,11 @@ class Completion(JsonMixin):
 
     Two kinds of time, never mixed:
 
-    * latency, what the user waited: ``queue_seconds`` (submitted until its work began: earlier
-      batches of the same call, a concurrency slot) + ``prefill_seconds`` (work began until the
-      first token) + ``decode_seconds`` (first token until its last) = ``latency_seconds``;
+    * latency, the request's own time: ``prefill_seconds`` (its work began until the first
+      token) + ``decode_seconds`` (first token until its last) = ``latency_seconds``; the
+      harness's queue before it, ``queue_seconds`` (submitted until its work began: earlier
+      batches of the same call, a concurrency slot), is apart: it measures how the run was
+      scheduled, not the strategy;
     * ``resource_seconds``, its share of the device time: what cost is charged from. A batch's
       rows split the batch's device time (they add up to it); None means the backend did not
       measure it, and cost falls back to prefill + decode (see ``ragbench.cost.prices.gpu_seconds``).
@@ -225,12 +227,13 @@ class Completion(JsonMixin):
 
     @property
     def latency_seconds(self) -> float:
-        """What its user waited: submitted until the last token (queue + prefill + decode)."""
-        return self.queue_seconds + self.prefill_seconds + self.decode_seconds
+        """The request's own time: its work began until its last token (prefill + decode); the
+        queue before it is ``queue_seconds``."""
+        return self.prefill_seconds + self.decode_seconds
 
     @property
     def total_seconds(self) -> float:
-        """Deprecated name of :attr:`latency_seconds` (it used to leave out the queue)."""
+        """Deprecated name of :attr:`latency_seconds`."""
         return self.latency_seconds
 
 

@@ -261,9 +261,8 @@ def test_waiting_for_a_concurrency_slot_is_queue_time_not_time_to_first_token(se
     first, _, third = out
     assert first.queue_seconds < 0.2 <= 0.5 <= third.queue_seconds
     assert third.prefill_seconds < third.queue_seconds  # its own time to first token only
-    assert third.latency_seconds == pytest.approx(
-        third.queue_seconds + third.prefill_seconds + third.decode_seconds
-    )
+    # its latency is its own time: the slot it waited for is the harness's queue
+    assert third.latency_seconds == pytest.approx(third.prefill_seconds + third.decode_seconds)
     # charged its share of the server's busy time: alone on it, its own time, not its queue
     assert third.meta["resource_seconds_basis"] == "server_busy_share"
     assert third.resource_seconds == pytest.approx(

@@ -15,6 +15,21 @@ from ragbench.metrics.answer import METRICS
 from ragbench.registry import unknown
 
 
+def own_latency_seconds(df: Any) -> Any:
+    """Each row's own latency (retrieval search + prefill + decode), the column every analysis
+    reads: ``latency_seconds`` where the row says it is its own (``latency_basis`` "own"); a row
+    of a table written before that column existed held queue + prefill + decode, so its
+    ``queue_seconds`` is taken out (as ``Cost.from_dict`` does for its record). None without a
+    ``latency_seconds`` column."""
+    if "latency_seconds" not in df:
+        return None
+    latency = df["latency_seconds"].astype(float)
+    if "queue_seconds" not in df:
+        return latency
+    old = df["latency_basis"].ne("own") if "latency_basis" in df else latency.notna()
+    return latency.where(~old, latency - df["queue_seconds"].astype(float).fillna(0.0))
+
+
 def metric_columns(df: Any) -> list[str]:
     """The answer-metric columns of ``df`` in column order: columns named after a registered
     metric (``ragbench.metrics.METRICS``: string, judge and embedding metrics). The runner

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragbench.analysis._common import _check_metric
+from ragbench.analysis._common import _check_metric, own_latency_seconds
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.self_route import self_route_warnings
 from ragbench.judge.agreement import judge_warnings
@@ -61,6 +61,8 @@ def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
     metric = _check_metric(df, metric)
     acc = aggregate(df, ["label"], metric, seed=seed).set_index("label")
     ok = df[df["error"].isna()] if "error" in df else df
+    if "latency_seconds" in ok:  # its own time (a table written when it included the queue)
+        ok = ok.assign(latency_seconds=own_latency_seconds(ok))
     cost_cols = [c for c in SUMMARY_COST_COLUMNS if c in ok]
     costs = ok.groupby("label")[cost_cols].mean(numeric_only=True) if cost_cols else None
     columns = ["mean", "ci_low", "ci_high", "n", "n_missing", "ci_method"]

@@ -48,7 +48,13 @@ from typing import Any
 
 import numpy as np
 
-from ragbench.analysis._common import _check_metric, _higher_is_better, _scored, paired_scores
+from ragbench.analysis._common import (
+    _check_metric,
+    _higher_is_better,
+    _scored,
+    own_latency_seconds,
+    paired_scores,
+)
 from ragbench.analysis.conditions import conditions as run_conditions
 from ragbench.analysis.families import BASELINE, LONG_CONTEXT, RETRIEVAL, annotate
 from ragbench.analysis.labels import with_labels
@@ -172,7 +178,10 @@ def _variants(df: Any, metric: str, cost: str) -> Any:
     out = g[metric].agg(score="mean", n="size")
     scale = 1.0 if cost == "prompt_tokens" else 1000.0
     out["cost_per_1k"] = g[cost].mean() * scale if cost in rows else np.nan
-    out["latency_s"] = g["latency_seconds"].mean() if "latency_seconds" in rows else np.nan
+    latency = own_latency_seconds(rows)  # its own time, the harness's queue apart
+    out["latency_s"] = (
+        latency.groupby(rows["label"], sort=False).mean() if latency is not None else np.nan
+    )
     out["strategy"] = g["strategy"].first() if "strategy" in rows else None
     order = [lb for lb in dict.fromkeys(df["label"]) if lb in out.index]
     return out.reindex(order)

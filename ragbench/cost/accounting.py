@@ -1,12 +1,15 @@
 """Cost per query: tokens, latency, resource seconds, FLOPs, KV-cache bytes, MFU and dollars.
 
-Three times per query, never mixed: ``latency_seconds`` is what its user waited (queue + prefill +
-decode); ``resource_seconds`` is its own share of the measured device time (a batched row: split
+Three times per query, never mixed: ``latency_seconds`` is the request's own time, what its user
+waited for it (its retrieval search + prefill + decode; the harness's queue, ``queue_seconds``,
+apart); ``resource_seconds`` is its own share of the measured device time (a batched row: split
 by its stand-alone cost, see ``ragbench.llm.calibration``); ``modelled_seconds`` is what its own
 work (tokens) takes by the calibrated model of its model and device. Dollars come from tokens
 (APIs) or, self-hosted, from the modelled seconds (``cost_basis: calibrated``, the default: the
 same tokens cost the same whatever else the machine was doing) or the measured ones
 (``measured``; also where no calibration exists); MFU from the measured ones. Never latency.
+Charged as if its strategy variant ran alone: cached tokens of a prefix another variant computed
+are charged as computed (``ragbench.cost.alone``; ``prefix_paid_tokens`` / ``_seconds``).
 
 Everything here is a pure function of a ``Completion`` (the backend's accounting), a model's
 architecture facts (``ragbench.models.ModelPreset``) and a price sheet
@@ -57,6 +60,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ragbench.cost.alone import charged_work, paid_tokens
 from ragbench.cost.prices import (
     COST_BASES,
     PriceSheet,
@@ -64,7 +68,6 @@ from ragbench.cost.prices import (
     dollars,
     dollars_per_query,
     gpu_seconds,
-    modelled_seconds,
     one_basis,
     resource_seconds_basis,
 )
@@ -181,7 +184,7 @@ class Cost(JsonMixin):
     queue_seconds: float = 0.0  # submitted -> its work began (behind other batches, a slot)
     prefill_seconds: float = 0.0  # work began -> first token
     decode_seconds: float = 0.0  # first token -> last token
-    latency_seconds: float = 0.0  # queue + prefill + decode: what the user waited (not charged)
+    latency_seconds: float = 0.0  # search + prefill + decode: its own time (not charged)
     resource_seconds: float = 0.0  # its share of measured device time x devices
     modelled_seconds: float | None = None  # its tokens by the calibrated rates; None: no model
     retrieval_seconds: float | None = None  # index build + search; None: did not retrieve
@@ -212,6 +215,11 @@ class Cost(JsonMixin):
     amortised_over: int | None = None  # queries that share the one-time cost
     amortised_resource_seconds: float | None = None
     amortised_dollars: float | None = None
+    # cost/alone.py: cached tokens of a prefix another variant computed, charged as computed
+    prefix_paid_tokens: int = 0  # (not in cached_prompt_tokens)
+    prefix_paid_seconds: float = 0.0  # the device seconds they add to the charged seconds
+    search_seconds: float | None = None  # this query's retrieval search (in latency); None: none
+    latency_basis: str | None = "own"  # own: queue apart (older records: from_dict converts)
 
     def __post_init__(self) -> None:
         if self.one_time_seconds is not None:  # None there: unknown (a repriced api sheet)
@@ -250,18 +258,21 @@ class Cost(JsonMixin):
                         kv_cache_bytes=kv(query_kv_positions(c.prompt_tokens, c.completion_tokens)),
                         kv_bytes_prefill=kv(c.prompt_tokens))  # fmt: skip
         seconds = gpu_seconds(c)  # resource seconds, never latency
-        modelled = modelled_seconds(c, rates)
+        # the alone rule (cost/alone.py); FLOPs, MFU, resource seconds: what the device did
+        charged, modelled, paid_seconds = charged_work(c, rates)
         used = "calibrated" if basis == "calibrated" and modelled is not None else "measured"
         peak, flops = (sheet.peak_flops if sheet is not None else None), arch.get("flops")
         own = {k: getattr(c, k) for k in _FROM_COMPLETION}
+        own["cached_prompt_tokens"] = charged.cached_prompt_tokens
         return cls(
             **own, **arch, resource_seconds=seconds, modelled_seconds=modelled, llm_calls=1,
-            dollars=None if sheet is None
-            else dollars_per_query(c, sheet, charged_seconds(seconds, modelled, used)),
+            dollars=None if sheet is None else dollars_per_query(
+                charged, sheet, charged_seconds(seconds + paid_seconds, modelled, used)),
             peak_flops=peak, mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=sheet.name if sheet is not None else None, cost_basis=used,
             resource_seconds_basis=resource_seconds_basis(c),
             price_sheet_sha256=sheet.short_sha256() if sheet is not None else None,
+            prefix_paid_tokens=paid_tokens(c), prefix_paid_seconds=paid_seconds,
         )  # fmt: skip
 
     def __add__(self, other: Cost) -> Cost:
@@ -284,6 +295,8 @@ class Cost(JsonMixin):
         return Cost(
             **summed,
             retrieval_seconds=applicable_sum(self.retrieval_seconds, other.retrieval_seconds),
+            search_seconds=applicable_sum(self.search_seconds, other.search_seconds),
+            latency_basis=self.latency_basis if self.latency_basis == other.latency_basis else None,
             peak_memory_bytes=larger(self.peak_memory_bytes, other.peak_memory_bytes),
             usage_estimated=self.usage_estimated or other.usage_estimated,
             kv_cache_bytes=larger(self.kv_cache_bytes, other.kv_cache_bytes),
@@ -307,7 +320,8 @@ class Cost(JsonMixin):
     def from_dict(cls, data: dict[str, Any]) -> Cost:
         """Also reads records written before the times were renamed: ``gpu_seconds`` is now
         ``resource_seconds``; ``total_seconds`` (then prefill + decode, no queue was measured)
-        gives ``latency_seconds``."""
+        gives ``latency_seconds``. Without ``latency_basis``, latency included the queue: it is
+        taken out (the search, not logged apart from the index build, stays out)."""
         data = dict(data)
         if "gpu_seconds" in data:
             data.setdefault("resource_seconds", data.pop("gpu_seconds"))
@@ -315,10 +329,19 @@ class Cost(JsonMixin):
             data.setdefault("latency_seconds", data.pop("total_seconds"))
         else:
             data.pop("total_seconds", None)
+        if "latency_basis" not in data and data.get("latency_seconds") is not None:
+            data["latency_seconds"] -= data.get("queue_seconds") or 0.0
+        data.setdefault("latency_basis", "own")
         return super().from_dict(data)
 
-    def with_retrieval(self, seconds: float) -> Cost:
-        return dataclasses.replace(self, retrieval_seconds=seconds)
+    def with_retrieval(self, seconds: float, search_seconds: float | None = None) -> Cost:
+        """``seconds`` (index build + search) apart; the search, what its user waits for, in
+        its latency too (an index is built once per document or corpus)."""
+        search = 0.0 if search_seconds is None else float(search_seconds)
+        return dataclasses.replace(
+            self, retrieval_seconds=seconds, search_seconds=search_seconds,
+            latency_seconds=self.latency_seconds + search,
+        )  # fmt: skip
 
     def amortise(self, one_time: Cost, over: int) -> Cost:
         """This query's cost with a one-time cost (``one_time``: the cost of the work done once,
@@ -353,10 +376,11 @@ class Cost(JsonMixin):
         hourly = sheet.kind == "gpu_hour"
         paid = None
         calibrated = self.cost_basis == "calibrated"
-        if known and hourly:
-            seconds = charged_seconds(self.resource_seconds, self.modelled_seconds, self.cost_basis)
+        if known and hourly:  # a prefix charged by the alone rule: its seconds too
+            measured = self.resource_seconds + (self.prefix_paid_seconds or 0.0)
+            seconds = charged_seconds(measured, self.modelled_seconds, self.cost_basis)
             paid = dollars(sheet, device_seconds=seconds)
-        elif known:
+        elif known:  # (prefix_paid_tokens are not in cached_prompt_tokens: input here)
             paid = dollars(sheet, prompt_tokens=self.prompt_tokens,
                            cached_prompt_tokens=self.cached_prompt_tokens,
                            completion_tokens=self.completion_tokens,
@@ -394,7 +418,7 @@ _ADDITIVE = (
     "queue_seconds", "prefill_seconds", "decode_seconds", "latency_seconds", "resource_seconds",
     "modelled_seconds", "flops", "flops_attention", "dollars", "llm_calls",
     "amortised_resource_seconds",  # own + share: the shares add as the own costs do
-    "amortised_dollars",
+    "amortised_dollars", "prefix_paid_tokens", "prefix_paid_seconds",
 )  # fmt: skip
 
 

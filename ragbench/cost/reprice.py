@@ -54,6 +54,9 @@ SECONDS_FIELDS = ("resource_seconds", "gpu_seconds")
 # what a calibrated record's hourly dollars were charged from (its own work by the calibration)
 MODELLED_FIELDS = ("modelled_seconds", "one_time_modelled_seconds")
 TOKEN_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens")
+# a prefix another strategy variant computed, charged to this one (cost/alone.py): a cache write
+# on an api sheet, its seconds on an hourly one under the measured basis
+ALONE_FIELDS = ("prefix_paid_tokens", "prefix_paid_seconds")
 
 
 @dataclass
@@ -88,13 +91,14 @@ def _repriced(sheet: PriceSheet, cost: Mapping[str, Any]) -> Cost:
     (None) when the fields the sheet prices are missing (a failed record)."""
     known: dict[str, Any] = {
         k: cost[k]
-        for k in (*TOKEN_FIELDS, *SECONDS_FIELDS, *MODELLED_FIELDS, *ONE_TIME_FIELDS)
+        for k in (*TOKEN_FIELDS, *SECONDS_FIELDS, *MODELLED_FIELDS, *ONE_TIME_FIELDS, *ALONE_FIELDS)
         if _finite(cost.get(k))
     }
     if isinstance(cost.get("cost_basis"), str):  # calibrated | measured | mixed
         known["cost_basis"] = cost["cost_basis"]
-    if "amortised_over" in known:
-        known["amortised_over"] = int(known["amortised_over"])
+    for k in ("amortised_over", "prefix_paid_tokens"):
+        if k in known:
+            known[k] = int(known[k])
     if sheet.kind == "gpu_hour":
         priceable = any(f in known for f in (*SECONDS_FIELDS, "modelled_seconds"))
     else:
@@ -124,7 +128,7 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
     cols = {
         name: _column(df.columns, name)
         for name in (*TOKEN_FIELDS, "cache_write_tokens", *SECONDS_FIELDS, "llm_calls",
-                     *ONE_TIME_FIELDS, *MODELLED_FIELDS, "cost_basis")
+                     *ONE_TIME_FIELDS, *MODELLED_FIELDS, *ALONE_FIELDS, "cost_basis")
     }  # fmt: skip
     need = TOKEN_FIELDS if sheet.kind == "api" else SECONDS_FIELDS
     found = [bool(cols[n]) for n in need]

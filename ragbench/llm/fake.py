@@ -22,10 +22,13 @@ It changes no answer or record, so it is not part of the identity. KV-cache vari
 no prefix reuse. A request whose ``prefix`` was seen earlier in the same batch reports that
 prefix as cached prompt tokens, like a prefix-caching server; with ``prefix_cache_size`` > 0 the
 last that many prefixes are kept across calls too (like ``HFModel``'s prefix cache).
+With ``serial=True`` a call's requests run one after another, as on a backend with one slot:
+each waits (``queue_seconds``) for the simulated time of those before it in its call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections import OrderedDict
@@ -108,6 +111,7 @@ class FakeLLM(LLM):
         simulate_kv_cache: bool = False,  # accept kv_cache variants (tests only; flagged)
         prefix_cache_size: int = 0,  # prefixes kept across calls (0: within a call only)
         sleep: bool = False,  # really wait the simulated seconds (executor benchmarks, kill tests)
+        serial: bool = False,  # a call's requests one after another: each queues behind the others
     ) -> None:
         if not isinstance(model, str):
             raise TypeError(f"model must be a name (str), got {model!r}")
@@ -117,7 +121,7 @@ class FakeLLM(LLM):
         self.prefill_tps, self.decode_tps = prefill_tokens_per_second, decode_tokens_per_second
         self.simulate_kv_cache = simulate_kv_cache
         self.prefix_cache_size, self._kept = prefix_cache_size, OrderedDict()
-        self.sleep = sleep
+        self.sleep, self.serial = sleep, serial
         self._tok = WhitespaceTokenizer()
         self.calls = 0  # generate() batches served; tests use it to see cache hits
 
@@ -131,6 +135,8 @@ class FakeLLM(LLM):
             "model": self.name,
             "answer_fn": f"{fn.__module__}.{fn.__qualname__}" if fn else "answer_from_prompt",
             "throughput": [self.prefill_tps, self.decode_tps],
+            # only when set: it changes the records' queue, and other fakes keep their identity
+            **({"serial": True} if self.serial else {}),
         }
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
@@ -144,6 +150,11 @@ class FakeLLM(LLM):
             self._kept.move_to_end(prefix)
             while len(self._kept) > self.prefix_cache_size:
                 self._kept.popitem(last=False)
+        if self.serial:  # one slot: each request waits for the ones before it in the call
+            waited = 0.0
+            for i, c in enumerate(out):
+                out[i] = dataclasses.replace(c, queue_seconds=waited)
+                waited += c.prefill_seconds + c.decode_seconds
         if self.sleep:
             time.sleep(sum(c.prefill_seconds + c.decode_seconds for c in out))
         return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.cost.accounting import Cost
+from ragbench.cost.alone import PrefixLedger
 from ragbench.metrics.answer import score
 from ragbench.strategies.params import RetrievalParams, StrategyParams
 from ragbench.strategies.prompt_format import RAGBENCH, Frame, PromptFormat, prompt_format
@@ -47,6 +48,9 @@ class Resources:
     # (or its error), and how many questions of the run share it (set by the runner)
     preloaded: dict[tuple, Any] = field(default_factory=dict, repr=False)
     preload_over: dict[tuple, int] = field(default_factory=dict, repr=False)
+    # each variant priced as if it ran alone: which prompt prefixes each variant (label) has sent
+    # (``ragbench.cost.alone``); run_batch and drive pass every completion through it
+    alone: PrefixLedger = field(default_factory=PrefixLedger, repr=False)
 
     def limit(self, new_tokens: int | None = None) -> int:
         """Prompt tokens allowed: the window minus the answer (``new_tokens``, default the run's

@@ -52,10 +52,11 @@ def run_batch(
         except Exception as exc:
             completions = outcomes(res.llm, requests, exc)
         current = {i: waiting.pop(i)[0] for i in round_}
-        for i, completion in zip(round_, completions, strict=True):
+        for i, request, completion in zip(round_, requests, completions, strict=True):
             if isinstance(completion, Exception):
                 current[i].close()
                 results[i] = completion
-            else:
-                step(i, current[i], completion)
+            else:  # priced as if its variant ran alone (cost/alone.py)
+                label = items[i][1].label()
+                step(i, current[i], res.alone.charge(label, request, completion))
     return results  # type: ignore[return-value]

@@ -5,6 +5,7 @@ round by round, are ``batch.run_batch``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ragbench.strategies.base import Steps
@@ -19,11 +20,17 @@ def advance(steps: Steps, completion: Completion | None) -> GenerationRequest | 
         return finished.value
 
 
-def drive(steps: Steps, llm: Any) -> Record:
-    """Run a strategy's steps one request at a time."""
+def drive(
+    steps: Steps,
+    llm: Any,
+    charge: Callable[[GenerationRequest, Completion], Completion] | None = None,
+) -> Record:
+    """Run a strategy's steps one request at a time; ``charge`` (the run's
+    ``PrefixLedger.charge`` for the variant) sees each completion before the strategy does."""
     out = advance(steps, None)
     while isinstance(out, GenerationRequest):
-        out = advance(steps, llm.generate([out])[0])
+        completion = llm.generate([out])[0]
+        out = advance(steps, charge(out, completion) if charge else completion)
     return out
 
 

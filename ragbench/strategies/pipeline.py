@@ -372,7 +372,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         contexts = [_located(_node_context(n), example) for n in nodes]
         prompt, rid = _read(example, res, contexts), f"{example.id}:pipeline"
         completion = yield res.request(prompt, rid=rid, fmt=prompt_format(example))
-        cost = res.cost(completion).with_retrieval(seconds)
+        cost = res.cost(completion).with_retrieval(seconds, seconds)  # its retriever's call
         meta = context_meta(contexts, example) | tags
         record = make_record(example, params, completion, res, meta, cost)
         scores = record.scores | retrieval_scores(contexts, example)

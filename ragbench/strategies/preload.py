@@ -89,6 +89,10 @@ def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> N
             request = dataclasses.replace(request, max_new_tokens=1, stop=())
             completion = llm.generate([request])[0]
             res.preloaded[key] = res.cost(completion)
+            # the group's variants paid the corpus here (their one-time cost): under the alone
+            # rule (cost/alone.py) their questions reuse it, whoever asks first
+            for label in {p.label() for e, p in items if group(e, p) == key}:
+                res.alone.sent(label, request)
         except Exception as exc:  # every question of the group gets this error
             res.preloaded[key] = exc
 

@@ -89,7 +89,11 @@ class Strategy:
 
     def run(self, example: Example, res: Resources, params: StrategyParams | None = None) -> Record:
         """One example, one request at a time (``run_batch`` runs many together)."""
-        return drive(self.steps(example, res, params or self.params()), res.llm)
+        params = params or self.params()
+        label = params.label()
+        return drive(
+            self.steps(example, res, params), res.llm, lambda r, c: res.alone.charge(label, r, c)
+        )
 
     def grid(self, spec: Mapping[str, Any], retrieval: Mapping[str, Any] | None = None) -> list:
         """Parameter points of ``spec`` (a config's ``params``; list values are axes); strategies

@@ -99,7 +99,7 @@ def retrieve_only_steps(example: Example, res: Resources, params: RetrieveOnlyPa
         prediction="",  # nothing generated
         answers=example.answers,
         scores=scores,
-        cost=Cost().with_retrieval(seconds),  # no LLM call: only retrieval time
+        cost=Cost().with_retrieval(seconds, ranked["retrieve_seconds"]),  # no LLM call
         meta={
             "retrieved_docs": list(ranked["docs"]),
             "retrieved_chunks": ranked["chunks"],

@@ -11,7 +11,7 @@ from ragbench.strategies.base import Resources, Steps, make_record
 from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import SelfRouteParams
 from ragbench.strategies.prompt_format import prompt_format
-from ragbench.strategies.rag import rag_prompt, retrieval_seconds
+from ragbench.strategies.rag import rag_prompt, with_retrieval
 from ragbench.types import Example
 
 
@@ -19,7 +19,7 @@ def self_route_steps(example: Example, res: Resources, params: SelfRouteParams) 
     fmt = prompt_format(example)
     prompt, meta = rag_prompt(example, res, params, decline=True)
     first = yield res.request(prompt, rid=f"{example.id}:self_route:rag", fmt=fmt)
-    rag_cost = res.cost(first).with_retrieval(retrieval_seconds(meta))
+    rag_cost = with_retrieval(res.cost(first), meta)
     if not fmt.declined(example, first.text):
         return make_record(example, params, first, res, {**meta, "route": "rag"}, rag_cost)
     lc_prompt, prefix, lc_meta = long_context_prompt(example, res, params.overflow)
