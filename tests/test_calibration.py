@@ -72,8 +72,11 @@ def test_probe_plan_reaches_the_longest_prompt_and_holds_it_out():
     tiny = calibration.probe_plan(64)
     assert len([1 for _, p in tiny.prefill if p == 0]) >= 3 and tiny.holdout == (64, 0)
     # the probed length: a power of two, at least 8k on CUDA, never past the window
-    assert calibration.probed_length(5000, 1 << 20, "cpu") == 8192
+    assert calibration.probed_length(5000, 1 << 20, "cpu") == 5120  # a quarter-octave step
+    assert calibration.probed_length(4212, 1 << 20, "cpu") == 5120
+    assert calibration.probed_length(4096, 1 << 20, "cpu") == 4096
     assert calibration.probed_length(5000, 1 << 20, "cuda") == 8192
+    assert calibration.longer_lengths(5120, 8192) == [5120, 6144, 7168, 8192]
     assert calibration.probed_length(100, 1 << 20, "cuda") == 8192
     assert calibration.probed_length(20000, 16384, "cuda") == 16384
     assert calibration.probed_length(None, 1 << 20, "cpu") == 2048

@@ -296,9 +296,9 @@ def test_a_longer_run_calibrates_again_and_a_shorter_one_reads_the_longer(tmp_pa
     monkeypatch.setattr(calibration, "measure", _slow_measure(str(log)))
     monkeypatch.setattr(calibration, "_MEMO", {})
     short = calibration.rates_for(object(), "w", tmp_path, longest=1500)
-    assert short.meta["key"]["probed_tokens"] == 2048
-    long = calibration.rates_for(object(), "w", tmp_path, longest=6000)
-    assert long.meta["key"]["probed_tokens"] == 8192 and log.read_text().count("measured") == 2
+    assert short.meta["key"]["probed_tokens"] == 1536  # quarter-octave steps
+    long = calibration.rates_for(object(), "w", tmp_path, longest=7000)
+    assert long.meta["key"]["probed_tokens"] == 7168 and log.read_text().count("measured") == 2
     monkeypatch.setattr(calibration, "_MEMO", {})
-    again = calibration.rates_for(object(), "w", tmp_path, longest=3000)  # 4k: the 8k one serves
-    assert again.meta["key"]["probed_tokens"] == 8192 and log.read_text().count("measured") == 2
+    again = calibration.rates_for(object(), "w", tmp_path, longest=3000)  # the 7k one serves
+    assert again.meta["key"]["probed_tokens"] == 7168 and log.read_text().count("measured") == 2

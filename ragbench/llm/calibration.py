@@ -224,11 +224,28 @@ WARN_ERROR = 0.10  # a validation error above this is announced once
 
 def probed_length(longest: int | None, window: int, device: str) -> int:
     """The length a calibration probes to: the run's longest prompt (on CUDA at least 8k) rounded
-    up to a power of two, within the model's window. The cache key names it."""
+    up to a quarter of its power of two (4,212 -> 5,120: the held-out probe is the costliest, a
+    whole octave more would double it), within the model's window. The cache key names it."""
     want = longest or DEFAULT_LONGEST.get(device, DEFAULT_LONGEST["cpu"])
     if device == "cuda":
         want = max(want, CUDA_MIN_LONGEST)
-    return max(16, min(1 << max(4, int(want - 1).bit_length()), window))
+    return max(16, min(_quarter_up(want), window))
+
+
+def _quarter_up(n: int) -> int:
+    """``n`` rounded up to a quarter-octave: a multiple of an eighth of the power of two at or
+    above it (a quarter of the octave below it)."""
+    step = max(2, (1 << max(4, int(n - 1).bit_length())) // 8)
+    return -(-n // step) * step
+
+
+def longer_lengths(probed: int, window: int) -> list[int]:
+    """``probed`` and every longer probed length up to the window: a calibration probed to any of
+    them serves a run that needs ``probed``."""
+    lengths = [probed]
+    while lengths[-1] < min(window, 1 << 24):
+        lengths.append(min(_quarter_up(lengths[-1] + 1), window))
+    return lengths
 
 
 @dataclass(frozen=True)
@@ -367,9 +384,7 @@ def rates_for(
     probed = probed_length(longest, window, key["device"])
     key["probed_tokens"] = probed
     # this length and every longer power of two up to the window (a longer probe range serves)
-    lengths = [probed]
-    while lengths[-1] < window and lengths[-1] < 1 << 24:
-        lengths.append(min(lengths[-1] * 2, window))
+    lengths = longer_lengths(probed, window)
     paths = [calibration_path({**key, "probed_tokens": n}, cache_dir) for n in lengths]
     for path in paths:
         if str(path) in _MEMO:
