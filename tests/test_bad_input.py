@@ -235,7 +235,8 @@ def test_a_parameter_the_backend_does_not_take_is_refused_naming_the_valid_ones(
         one_error_line(
             cli("run", cfg, "--quiet", *extra),
             2,
-            "LLM backend 'fake' takes no parameter 'base_url'; valid: answer_fn, context_window",
+            "LLM backend 'fake' takes no parameter 'base_url'",
+            "valid: answer_fn, context_window",
         )
 
 

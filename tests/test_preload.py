@@ -228,7 +228,12 @@ def test_reprice_recomputes_the_one_time_and_amortised_dollars(tmp_path, corpus)
     run_dir = Path(df.attrs["run_dir"])
     hourly = reprice_run(run_dir, "example-h100-hour")  # 2.5 $/h of device seconds
     new = pd.read_parquet(hourly.table_path)
-    assert new["dollars"].tolist() == pytest.approx((2.5 * new["resource_seconds"] / 3600).tolist())
+    # a record's own device seconds, plus a prefix another variant computed that it paid for as
+    # if it had run alone (cost/alone.py: the first plain long_context record after the preload)
+    paid = new["prefix_paid_seconds"].fillna(0.0)
+    assert new["dollars"].tolist() == pytest.approx(
+        (2.5 * (new["resource_seconds"] + paid) / 3600).tolist()
+    )
     pre = new["label"] == "long_context preload"
     assert new.loc[pre, "one_time_dollars"].tolist() == pytest.approx(
         (2.5 * new.loc[pre, "one_time_seconds"] / 3600).tolist()
