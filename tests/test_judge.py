@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from ragbench.experiment.config import ConfigError
-from ragbench.experiment.results import RECORDS, read_records
 from ragbench.experiment.runner import run
 from ragbench.judge import (
     Judge,
