@@ -173,16 +173,18 @@ JUDGE = "judge:\n  model: {backend: fake, name: judge-fake}\n"
 
 def test_judge_section_validated(tmp_path):
     cfg = load_config(write(tmp_path, JUDGED + JUDGE))
-    assert cfg.judge.model.name == "judge-fake" and cfg.judge.samples == 1
+    assert cfg.judge.model.name == "judge-fake" and cfg.judge.repeats == 1
     assert cfg.judge.prompt("judge_correct").name == "correct-v1"
     cases = [
         (JUDGED, "need a judge model: add a `judge:` section"),
         (JUDGED + "judge:\n  model: {backend: fake, name: fake}\n", "allow_model_under_test"),
-        (JUDGED + JUDGE + "  samples: 3\n", "judge.temperature > 0"),
+        (JUDGED + JUDGE + "  repeats: 3\n", "judge.temperature > 0"),
+        (JUDGED + JUDGE + "  samples: 3\n", "judge.temperature > 0"),  # its older name
+        (JUDGED + JUDGE + "  samples: 2\n  repeats: 2\n", "give only repeats"),
         (JUDGED + JUDGE + "  prompts: {judge_correct: correct-v9}\n", "did you mean 'correct-v1'"),
         (JUDGED + JUDGE + "  prompts: {judge_correct: faithful-v1}\n", "scores judge_faithful"),
         (JUDGED + JUDGE + "  embedder: minlm\n", "did you mean 'minilm'"),
-        (JUDGED + JUDGE + "  sampels: 3\n", "unknown key 'sampels'; did you mean 'samples'"),
+        (JUDGED + JUDGE + "  repeat: 3\n", "unknown key 'repeat'; did you mean 'repeats'"),
         (GOOD.replace("[string_match_all]", "[judge_corect]"), "did you mean 'judge_correct'"),
     ]
     for i, (text, expected) in enumerate(cases):
@@ -192,7 +194,13 @@ def test_judge_section_validated(tmp_path):
     ok = JUDGED + "judge:\n  model: {backend: fake, name: fake}\n  allow_model_under_test: true\n"
     assert load_config(write(tmp_path, ok, "ok.yaml")).judge.allow_model_under_test
     sampled = JUDGED + JUDGE + "  samples: 3\n  temperature: 0.7\n"
-    assert load_config(write(tmp_path, sampled, "s.yaml")).judge.samples == 3
+    assert load_config(write(tmp_path, sampled, "s.yaml")).judge.repeats == 3
+    repeated = load_config(write(tmp_path, sampled.replace("samples", "repeats"), "r.yaml"))
+    assert repeated.judge.repeats == repeated.judge.samples == 3
+    assert (
+        repeated.model_dump()["judge"]["repeats"] == 3
+        and "samples" not in repeated.judge.model_dump()
+    )
 
 
 def test_hash_without_judge_is_unchanged(tmp_path):
@@ -251,6 +259,27 @@ def test_bad_strategy_parameters_name_the_strategy_and_its_line(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"c.yaml:\d+: price_sheet: unknown price sheet 'nope'"):
         load_config(write(tmp_path, GOOD + "price_sheet: nope\n"))
+
+
+# judge.samples: 3 (and the default, 1) as config_hash gave before judge.repeats existed
+SAMPLES_HASHES = {
+    "": "b6026316bb0e976eb6fe4faa9230a2959bf5b5e0c7f8dcac056e3037824765dd",
+    "  samples: 3\n  temperature: 0.7\n": (
+        "8c449fefe98ba822d8cc7a16dea43904a49c13d612fc7c36456cd051f361e5ef"
+    ),
+}
+
+
+def test_judge_repeats_is_samples_renamed_and_hashes_as_samples_did(tmp_path):
+    """judge.repeats is judge.samples' new name: a config written with either lands in the run
+    folder a samples config always had (the hashes below are main's before the rename)."""
+    for extra, expected in SAMPLES_HASHES.items():
+        old = load_config(write(tmp_path, JUDGED + JUDGE + extra, "old.yaml"))
+        new = load_config(
+            write(tmp_path, JUDGED + JUDGE + extra.replace("samples", "repeats"), "new.yaml")
+        )
+        assert config_hash(old) == config_hash(new) == expected
+        assert config_hash(parse_config(new.model_dump(mode="json"))) == expected  # its dump too
 
 
 # the hashes of the shipped configs before cost_basis existed: their run folders must not move

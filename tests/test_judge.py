@@ -424,3 +424,132 @@ def test_embedded_model_judges_end_to_end(tmp_path):
     table = judge_agreement(df)
     assert table.iloc[0]["judge_model"] == "smollm2-135m-instruct"
     assert any("small embedded model" in w for w in df.attrs["judge_warnings"])
+
+
+# ---------------------------------------------------------------------------- judge.repeats
+
+
+def test_repeats_keep_their_mean_and_spread():
+    def answer(r):  # repeats 1 and 3 say correct, repeat 2 not
+        return "Verdict: INCORRECT" if "judgement 2." in r.system else "Verdict: CORRECT"
+
+    _, judge = judge_with(answer, samples=3, temperature=0.7)
+    ex = example()
+    [out] = judge_records([(ex, record(ex))], ["judge_correct"], judge)
+    assert out.meta["judge_correct_samples"] == [1, 0, 1]
+    assert out.scores["judge_correct"] == pytest.approx(2 / 3)  # the per-item mean
+    assert out.meta["judge_correct_spread"] == pytest.approx(math.sqrt(2) / 3)  # its sd
+    # one repeat unreadable: the spread of the two read; one read: no spread to speak of
+    for unread, spread in ((("judgement 3.",), 0.5), (("judgement 2.", "judgement 3."), None)):
+        _, judge = judge_with(
+            lambda r, unread=unread: "Hmm." if any(u in r.system for u in unread) else answer(r),
+            samples=3, temperature=0.7, max_attempts=1,
+        )  # fmt: skip
+        [out] = judge_records([(ex, record(ex))], ["judge_correct"], judge)
+        assert out.meta["judge_correct_spread"] == (spread and pytest.approx(spread))
+    # one judgement (repeats: 1): no spread column, as before
+    _, judge = judge_with(answer)
+    [out] = judge_records([(ex, record(ex))], ["judge_correct"], judge)
+    assert "judge_correct_spread" not in out.meta and out.meta["judge_correct_samples"] == [1]
+
+
+def test_repeat_agreement_of_a_table():
+    from ragbench.judge import repeat_agreement
+
+    samples = [[1, 1, 1], [0, 0, 0], [1, 0, 1], [1, 1, 1], [None, 1, 0], [0, 0, 0]]
+    df = pd.DataFrame({
+        "example_id": [f"e{i}" for i in range(6)], "prediction": ["Paris"] * 6,
+        "answers": [["Paris"]] * 6, "error": [None] * 6,
+        "judge_correct": [1.0, 0.0, 2 / 3, 1.0, 0.5, 0.0], "judge_correct_samples": samples,
+        "judge_model": ["big-judge"] * 6, "exact_match": [1.0] * 6,
+    })  # fmt: skip
+    got = repeat_agreement(df, "judge_correct")
+    full = [s for s in samples if None not in s]
+    assert got["repeats"] == 3 and got["n_kappa"] == 5 and got["n_scored"] == 6
+    assert got["kappa"] == pytest.approx(fleiss_kappa(full))
+    assert got["differed"] == pytest.approx(2 / 6)  # [1, 0, 1] and the two read of [None, 1, 0]
+    assert got["mean_spread"] == pytest.approx((math.sqrt(2) / 3 + 0.5) / 6)
+    assert got["low"] is (got["kappa"] < 0.4) and got["judge_model"] == "big-judge"
+    assert repeat_agreement(df, "exact_match") is None  # not judged
+    once = df.assign(judge_correct_samples=[[s[-1]] for s in samples])
+    assert repeat_agreement(once, "judge_correct") is None  # judged once: nothing to agree on
+
+
+def test_repeat_agreement_words_and_low_warning():
+    from ragbench.analysis.verdict_text import judge_text
+
+    base = {"metric": "judge_correct", "repeats": 3, "kappa": 0.71, "n_kappa": 36,
+            "n_scored": 36, "differed": 0.25, "mean_spread": 0.12, "low": False,
+            "judge_model": "big-judge"}  # fmt: skip
+    text = judge_text(base)
+    assert text == ("judge_correct judged 3 times per answer by big-judge; agreement across the "
+                    "repeats Fleiss' kappa 0.71 (n=36); they differed on 25% of answers "
+                    "(mean spread 0.12).")  # fmt: skip
+    low = judge_text({**base, "kappa": 0.21, "low": True})
+    assert "Fleiss' kappa 0.21" in low and "Low agreement (kappa below 0.4)" in low
+    same = judge_text({**base, "kappa": math.nan, "differed": 0.0})
+    assert "one verdict throughout (kappa undefined)" in same and "differed" not in same
+
+
+def noisy_judge(r):
+    """``scripted_judge`` that, at temperature > 0, flips a quarter of its verdicts with an RNG
+    seeded from the request (as the transformers backend seeds its sampling): each repeat is
+    its own request, so the repeats differ, and the same request always answers the same."""
+    import hashlib
+
+    reply = scripted_judge(r)
+    digest = hashlib.sha256(r.to_json().encode()).hexdigest()
+    if r.temperature > 0 and random.Random(int(digest[:15], 16)).random() < 0.25:
+        flip = {"Verdict: CORRECT": "Verdict: INCORRECT", "Verdict: INCORRECT": "Verdict: CORRECT",
+                "Verdict: FAITHFUL": "Verdict: UNFAITHFUL",
+                "Verdict: UNFAITHFUL": "Verdict: FAITHFUL"}  # fmt: skip
+        reply = flip[reply]
+    return reply
+
+
+def test_run_with_judge_repeats_reports_mean_spread_agreement_and_the_verdict_cites_it(tmp_path):
+    from ragbench.analysis.verdict import verdict
+
+    judge = {"model": {"backend": "fake", "name": "judge-fake", "cache": False},
+             "price_sheet": "example-hosted-api", "repeats": 3, "temperature": 0.7}  # fmt: skip
+    cfg = qa_config(tmp_path, judge=judge)
+    df = run(cfg, progress=False, judge_llm=FakeLLM("judge-fake", answer_fn=noisy_judge))
+    judged = df[df["judge_correct"].notna()]
+    assert len(judged) == len(df)
+    for _, row in judged.iterrows():  # the per-item mean and spread of the three repeats
+        reps = [float(x) for x in row["judge_correct_samples"]]
+        assert len(reps) == 3 and row["judge_correct"] == pytest.approx(sum(reps) / 3)
+        assert row["judge_correct_spread"] == pytest.approx(float(pd.Series(reps).std(ddof=0)))
+    assert "judge_faithful_spread" in df.columns
+    assert df["judge_correct_spread"].gt(0).any()  # the noisy judge disagrees with itself
+    assert df["judge_calls"].tolist() == [3 if s == "closed_book" else 6 for s in df["strategy"]]
+    manifest = json.loads((tmp_path / "results" / df.attrs["run_dir"].split("/")[-1]
+                           / "manifest.json").read_text())  # fmt: skip
+    assert manifest["judge"]["repeats"] == 3 and manifest["config"]["judge"]["repeats"] == 3
+    row = next(r for r in manifest["judge"]["agreement"] if r["metric"] == "judge_correct")
+    assert row["samples"] == 3
+
+    v = verdict(df, metric="judge_correct")
+    cited = v.conditions["judge"]
+    assert cited["repeats"] == 3 and cited["metric"] == "judge_correct"
+    assert cited["n_kappa"] == len(df)
+    kappa = f"Fleiss' kappa {cited['kappa']:.2f}" if cited["kappa"] == cited["kappa"] else ""
+    assert "judge_correct judged 3 times per answer by judge-fake" in v.conditions_text
+    assert kappa in v.conditions_text and "judge_correct judged 3" in str(v)
+    assert "judged" not in verdict(df, metric="exact_match").conditions_text  # not judged
+
+    # seeded: a fresh judge (no cache) in another run folder makes the same judgements
+    again = run(qa_config(tmp_path, judge=judge, output_dir=str(tmp_path / "other")),
+                progress=False, judge_llm=FakeLLM("judge-fake", answer_fn=noisy_judge))  # fmt: skip
+    cols = ["judge_correct", "judge_correct_spread", "judge_faithful", "judge_faithful_spread"]
+    pd.testing.assert_frame_equal(again[cols], df[cols])
+
+
+def test_run_with_one_repeat_is_as_before(tmp_path):
+    from ragbench.analysis.verdict import verdict
+
+    df = run(qa_config(tmp_path), progress=False,
+             judge_llm=FakeLLM("judge-fake", answer_fn=scripted_judge))  # fmt: skip
+    assert not [c for c in df.columns if c.endswith("_spread")]
+    v = verdict(df, metric="judge_correct")
+    assert "judge" not in v.conditions and "judged" not in v.conditions_text

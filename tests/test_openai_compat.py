@@ -75,6 +75,14 @@ def test_build_payload_chat_and_completions():
         "temperature": 0.0,
         "stop": ["\n"],
     }
+    assert "seed" not in chat  # greedy: nothing to seed
+    # sampling: a seed from the request itself, the same every time, another for another request
+    hot = GenerationRequest(prompt="doc\nQ?", system="Be brief.", temperature=0.7)
+    seed = build_payload(hot, "m", "chat")["seed"]
+    assert seed == build_payload(hot, "m", "chat")["seed"] and 0 <= seed < 2**31
+    other = GenerationRequest(prompt="doc\nQ?", system="Be brief.\n(Independent judgement 2.)",
+                              temperature=0.7)  # fmt: skip
+    assert build_payload(other, "m", "chat")["seed"] != seed
     comp = build_payload(GenerationRequest(prompt="The capital"), "m", "completions", stream=True)
     assert comp["prompt"] == "The capital" and "messages" not in comp and "stop" not in comp
     assert comp["stream"] is True and comp["stream_options"] == {"include_usage": True}

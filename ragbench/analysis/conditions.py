@@ -7,14 +7,19 @@ from typing import Any
 
 from ragbench.cost.prices import price_sheet
 from ragbench.experiment.manifest import read_manifest
+from ragbench.judge.agreement import repeat_agreement
 
 
-def conditions(df: Any, rows: Any) -> dict[str, Any]:
+def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
     """What a verdict holds for, from a results table (``rows``: the compared variants' rows):
     question count, model, context or corpus size, the share of it long context cut to fit the
-    window, the price sheet with its date, and the pipelines that answered from their own index
-    (``own_index``: their labels)."""
+    window, the price sheet with its date, the pipelines that answered from their own index
+    (``own_index``: their labels), and when ``metric`` is judged more than once per answer
+    (``judge.repeats``) how far the repeats agree (``judge``: ``judge.repeat_agreement`` of
+    ``rows``)."""
     out: dict[str, Any] = {"questions": int(rows["example_id"].nunique())}
+    if metric is not None and (judged := repeat_agreement(rows, metric)) is not None:
+        out["judge"] = judged
     if "model" in df.columns and df["model"].notna().any():
         out["model"] = ", ".join(map(str, dict.fromkeys(df["model"].dropna())))
     elif df.attrs.get("run_dir"):

@@ -68,6 +68,7 @@ from ragbench.analysis.verdict_text import (
     _Fmt,
     _money,
     _same_cost,
+    judge_text,
 )
 from ragbench.cost.planning import prefix_cache_break_even
 from ragbench.strategies import NO_CONTEXT, strategies_where
@@ -157,7 +158,8 @@ class Verdict:
         parts = [p for p in parts if p]
         own = [f"{label} answered from its own index, not the run's documents."
                for label in c.get("own_index") or ()]  # fmt: skip
-        return " ".join([f"Holds for {', '.join(parts)}."] * bool(parts) + own)
+        judged = [judge_text(c["judge"])] if c.get("judge") else []
+        return " ".join([f"Holds for {', '.join(parts)}."] * bool(parts) + own + judged)
 
     def __str__(self) -> str:
         return "\n".join(filter(None, [self.text, self.conditions_text]))
@@ -374,7 +376,7 @@ def verdict(
         raise ValueError("max_dollars_per_1k needs dollars: the table has none (no price_sheet)")
     checks = _constraints(table, metric, higher, fmt, limits)
     table["meets"] = np.logical_and.reduce([c[0] for c in checks.values()] + [table["n"] > 0])
-    conditions = run_conditions(df, rows)
+    conditions = run_conditions(df, rows, metric)
     common = {"metric": metric, "cost": cost, "conditions": conditions, "variants": table,
               "margin": margin}  # fmt: skip
 

@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ragbench.judge.agreement import LOW_KAPPA
+
 
 def _money(x: float) -> str:
     """Fixed notation, two significant figures below $1 (never 1e-05)."""
@@ -110,3 +112,31 @@ def _cost_phrase(x: str, y: str, cr: tuple, cost_of: dict, per: str) -> str:
         return f"at about the same cost ({_ratio(r)} the cost of {y}{spread}; {both})"
     word = "cheaper" if r < 1 else "dearer"
     return f"{word}: {_ratio(r)} the cost of {y} ({both}{spread})"
+
+
+def judge_text(j: dict[str, Any]) -> str:
+    """How far a judged metric's repeats agree (``conditions``' ``judge``,
+    ``judge.repeat_agreement``), and a warning when they agree poorly."""
+    who = f" by {j['judge_model']}" if j.get("judge_model") else ""
+    kappa, n = j["kappa"], j["n_kappa"]
+    if not n:
+        agree = "agreement across the repeats not measured (no answer had every repeat read)"
+    elif kappa != kappa:  # one verdict throughout: chance agreement is 1, kappa undefined
+        agree = "the repeats gave one verdict throughout (kappa undefined)"
+    else:
+        agree = f"agreement across the repeats Fleiss' kappa {kappa:.2f} (n={n:,})"
+    differed = j.get("differed")
+    spread = (
+        f"; they differed on {differed:.0%} of answers (mean spread {j['mean_spread']:.2f})"
+        if differed is not None and differed == differed and differed > 0
+        else ""
+    )
+    text = f"{j['metric']} judged {j['repeats']} times per answer{who}; {agree}{spread}."
+    if j.get("low"):
+        text += (
+            f" Low agreement (kappa below {LOW_KAPPA:g}): the judge's score of one answer changes "
+            "from repeat to repeat, so it measures the judge as much as the answers; read this "
+            "verdict with care (more repeats average that noise out of each score; a stronger "
+            "judge has less of it)."
+        )
+    return text

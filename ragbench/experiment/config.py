@@ -224,6 +224,8 @@ def config_hash(config: RunConfig) -> str:
     data = redact(config.model_dump(mode="json", exclude=exclude))
     if data.get("judge") is None:  # configs written before the judge section hash as before
         data.pop("judge", None)
+    else:  # judge.repeats hashes under its older name, samples: their run folders stay
+        data["judge"]["samples"] = data["judge"].pop("repeats")
     for key, default in (("cost_basis", "calibrated"), ("noise_distractors", NOISE_DISTRACTORS)):
         if data.get(key) == default:  # added later: the default hashes as before
             data.pop(key)

@@ -305,8 +305,11 @@ class JudgeConfig(_Strict):
 
     model: ModelConfig | None = None  # any backend: hf | openai | fake; needed by judge metrics
     allow_model_under_test: bool = False  # let the judge be the same model config as `model`
-    samples: int = Field(1, ge=1)  # judgements per record; > 1 reports Fleiss' kappa across them
-    temperature: float = Field(0.0, ge=0.0)  # > 0 when samples > 1 (else they are copies)
+    # judgements per record (``samples``, its older name, is read as this): > 1 keeps each
+    # judged metric's per-record mean (the score) and spread (``<metric>_spread``) and reports
+    # agreement across the repeats (Fleiss' kappa), which the verdict's conditions cite
+    repeats: int = Field(1, ge=1)
+    temperature: float = Field(0.0, ge=0.0)  # > 0 when repeats > 1 (else they are copies)
     max_attempts: int = Field(3, ge=1)  # tries per judgement when the reply cannot be parsed
     prompts: dict[str, str] = Field(default_factory=dict)  # metric -> template name or YAML path
     price_sheet: str | None = None  # prices the judge's calls (judge_dollars); None: no dollars
@@ -317,12 +320,24 @@ class JudgeConfig(_Strict):
 
     _sheet: PriceSheet | None = PrivateAttr(default=None)  # `price_sheet`, loaded by validation
 
+    @model_validator(mode="before")
+    @classmethod
+    def _samples_is_repeats(cls, data: Any) -> Any:
+        """``samples``, the key's name before ``repeats``, is read as ``repeats``."""
+        if isinstance(data, dict) and "samples" in data:
+            if "repeats" in data:
+                raise ValueError(
+                    "judge.samples is the older name of judge.repeats; give only repeats"
+                )
+            data = {("repeats" if k == "samples" else k): v for k, v in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _valid(self) -> JudgeConfig:
-        if self.samples > 1 and self.temperature <= 0:
+        if self.repeats > 1 and self.temperature <= 0:
             raise ValueError(
-                f"judge.samples is {self.samples} but judge.temperature is 0: greedy samples of "
-                "one prompt are copies; set judge.temperature > 0 (e.g. 0.7) or samples: 1"
+                f"judge.repeats is {self.repeats} but judge.temperature is 0: greedy repeats of "
+                "one prompt are copies; set judge.temperature > 0 (e.g. 0.7) or repeats: 1"
             )
         for metric, name in self.prompts.items():
             if metric not in DEFAULT_PROMPTS:
@@ -342,6 +357,11 @@ class JudgeConfig(_Strict):
         if isinstance(data, dict) and data.get("questions") == QUESTIONS:
             data.pop("questions")  # added later: configs at the default hash as before
         return data
+
+    @property
+    def samples(self) -> int:
+        """``repeats`` under its older name."""
+        return self.repeats
 
     @property
     def sheet(self) -> PriceSheet | None:

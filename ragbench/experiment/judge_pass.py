@@ -54,7 +54,7 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
     return Judge(
         llm=judge_llm if llm_metrics else None,
         prompts={metric: jc.prompt(metric) for metric in llm_metrics},
-        samples=jc.samples,
+        samples=jc.repeats,
         temperature=jc.temperature,
         max_new_tokens=m.max_new_tokens if m is not None else 32,
         max_attempts=jc.max_attempts,
@@ -134,7 +134,8 @@ def judge_summary(cfg: RunConfig, judge: Any, df: Any, previous: dict | None) ->
     return {
         "model": model,
         "prompts": {m: p.name for m, p in judge.prompts.items()} if judge else None,
-        "samples": cfg.judge.samples if cfg.judge else 1,
+        "repeats": cfg.judge.repeats if cfg.judge else 1,
+        "samples": cfg.judge.repeats if cfg.judge else 1,  # its older name, for older readers
         "agreement": rows,
         "warnings": judge_warnings(df, agreement),
     }

@@ -13,7 +13,13 @@ query.
 
 from __future__ import annotations
 
-from ragbench.judge.agreement import cohen_kappa, fleiss_kappa, judge_agreement, judge_warnings
+from ragbench.judge.agreement import (
+    cohen_kappa,
+    fleiss_kappa,
+    judge_agreement,
+    judge_warnings,
+    repeat_agreement,
+)
 from ragbench.judge.context_metrics import CONTEXT_METRICS
 from ragbench.judge.contexts import record_contexts
 from ragbench.judge.judging import COST_KEYS, Judge, judge_records
@@ -28,5 +34,5 @@ from ragbench.judge.prompts import (
 __all__ = [
     "CONTEXT_METRICS", "COST_KEYS", "DEFAULT_PROMPTS", "Judge", "JudgePrompt",
     "available_prompts", "cohen_kappa", "fleiss_kappa", "judge_agreement", "judge_records",
-    "judge_warnings", "load_prompt", "parse_verdict", "record_contexts",
+    "judge_warnings", "load_prompt", "parse_verdict", "record_contexts", "repeat_agreement",
 ]  # fmt: skip

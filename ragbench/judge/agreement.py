@@ -178,6 +178,44 @@ def judge_agreement(df: Any) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
+def repeat_agreement(df: Any, metric: str) -> dict[str, Any] | None:
+    """How far a judged ``metric``'s repeats (``judge.repeats`` > 1) agree in the table ``df``
+    (None: not a judged metric, or judged once): ``repeats`` per record, ``kappa`` (Fleiss'
+    kappa across them, as ``judge_agreement``; NaN when undefined) over ``n_kappa`` items,
+    ``n_scored`` records, ``differed``: the share of those whose readable repeats did not all
+    give the same score, ``mean_spread``: their mean ``<metric>_spread`` (standard deviation of
+    the repeats, ``calls.keep_repeats``), ``low``: kappa below ``LOW_KAPPA``, and
+    ``judge_model``. Read from ``<metric>_samples`` (and ``_verdicts``), so a table written
+    before ``<metric>_spread`` existed gives the same numbers."""
+    if metric not in (*JUDGE_METRICS, *CONTEXT_METRICS):
+        return None
+    table = judge_agreement(df)
+    found = table[table["metric"] == metric]
+    if found.empty or int(found.iloc[0]["samples"]) < 2:
+        return None
+    row = found.iloc[0]
+    ok = df[df["error"].isna()] if "error" in df.columns else df
+    spreads = []
+    cells = _column(ok, f"{metric}_samples")
+    for cell in cells if cells is not None else []:
+        read = [float(x) for x in (_as_list(cell) or []) if x is not None and x == x]
+        if len(read) > 1:
+            mean = sum(read) / len(read)
+            spreads.append((sum((x - mean) ** 2 for x in read) / len(read)) ** 0.5)
+    kappa = float(row["fleiss_kappa"])
+    return {
+        "metric": metric,
+        "repeats": int(row["samples"]),
+        "kappa": kappa,
+        "n_kappa": _count(row["n_fleiss"]),
+        "n_scored": _count(row["n_scored"]),
+        "differed": float(np.mean([x > 1e-12 for x in spreads])) if spreads else math.nan,
+        "mean_spread": float(np.mean(spreads)) if spreads else math.nan,
+        "low": kappa == kappa and kappa < LOW_KAPPA,
+        "judge_model": row["judge_model"],
+    }
+
+
 def _count(n: Any) -> int:
     """A count cell of the agreement table (NaN where it does not apply) as an int."""
     return 0 if n is None or n != n else int(n)
@@ -190,22 +228,22 @@ def _fmt(k: float) -> str:
 def judge_warnings(df: Any, agreement: Any = None) -> list[str]:
     """Plain-language warnings about the judge numbers in ``df`` (empty: nothing to say): a
     small embedded judge (always, with its measured kappa), low agreement with exact match or
-    F1, judge samples that disagree, and verdicts that could not be read."""
+    F1, judge repeats that disagree, and verdicts that could not be read."""
     table = judge_agreement(df) if agreement is None else agreement
     out = []
     for row in table.to_dict("records"):
         metric, model = row["metric"], row["judge_model"] or "the judge"
         kappas = [
-            f"Cohen's kappa {_fmt(row[k])} against {what} (n={row['n_gold']})"
+            f"Cohen's kappa {_fmt(row[k])} against {what} (n={_count(row['n_gold'])})"
             for k, what in (("kappa_exact_match", "exact match"), ("kappa_f1", "F1 >= 0.5"))
             if _count(row.get("n_gold")) and k in row
         ]
         if row["n_fleiss"]:
             kappas.append(
-                f"Fleiss' kappa {_fmt(row['fleiss_kappa'])} across {row['samples']} samples "
+                f"Fleiss' kappa {_fmt(row['fleiss_kappa'])} across {row['samples']} repeats "
                 f"(n={row['n_fleiss']})"
             )
-        measured = "; ".join(kappas) or "no agreement measured (one sample, no gold answers)"
+        measured = "; ".join(kappas) or "no agreement measured (one repeat, no gold answers)"
         if any(small in str(model) for small in SMALL_JUDGES):
             out.append(
                 f"{metric}: the judge is the small embedded model {model}, whose verdicts agree "
@@ -218,7 +256,7 @@ def judge_warnings(df: Any, agreement: Any = None) -> list[str]:
                 for key, name in (
                     ("kappa_exact_match", "exact match"),
                     ("kappa_f1", "F1 >= 0.5"),
-                    ("fleiss_kappa", "its own samples"),
+                    ("fleiss_kappa", "its own repeats"),
                 )
                 if row.get(key) is not None and row[key] == row[key] and row[key] < LOW_KAPPA
             ]

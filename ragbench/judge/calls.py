@@ -8,12 +8,19 @@ jobs by (record, metric) and writes the notes every metric shares (a failed call
 replies); ``add_cost`` adds what the calls cost to a record's ``judge_*`` meta columns, never to
 its cost.
 
-N different judgements, deterministically: ``samples > 1`` needs ``temperature > 0`` (the config
-checks it), and sample k > 0 carries a tag in its system message, so each sample is its own
-request: its own completion-cache key, and on the transformers backend its own sampling RNG
-(seeded from the request). Served models sample nondeterministically on the first run; the cache
-then replays the same N judgements on every rerun. Sample 0 has no tag, so raising ``samples``
-keeps the judgements already made.
+N different judgements, deterministically (the config's ``judge.repeats``, here ``samples``: one
+sample per repeat): ``samples > 1`` needs ``temperature > 0`` (the config checks it), and sample
+k > 0 carries a tag in its system message, so each sample is its own request: its own
+completion-cache key, and on the transformers backend its own sampling RNG (seeded from the
+request). Served models sample nondeterministically on the first run; the cache then replays the
+same N judgements on every rerun. Sample 0 has no tag, so raising ``samples`` keeps the
+judgements already made.
+
+``keep_repeats`` writes what every judged metric keeps of its repeats: ``<metric>_samples``
+(each repeat's score, None where unreadable), the score (their mean, over the readable ones) and,
+with more than one repeat, ``<metric>_spread``: the standard deviation of the readable repeats'
+scores (population, ddof 0: 0 when they agree; at most 0.5 for 0/1 verdicts; None with fewer
+than two readable).
 """
 
 from __future__ import annotations
@@ -171,6 +178,23 @@ def settled(
         else:
             meta[i].pop(f"{metric}_note", None)
         yield i, metric, group
+
+
+def keep_repeats(
+    metric: str, per_sample: Sequence[Any], score: dict[str, Any], meta: dict[str, Any]
+) -> None:
+    """One record's ``metric`` from its repeats' scores ``per_sample`` (see the module
+    docstring): ``<metric>_samples``, the mean as the score, and with more than one repeat
+    ``<metric>_spread``."""
+    per_sample = list(per_sample)
+    meta[f"{metric}_samples"] = per_sample
+    read = [float(x) for x in per_sample if x is not None]
+    score[metric] = sum(read) / len(read) if read else None
+    if len(per_sample) > 1:
+        mean = score[metric]
+        meta[f"{metric}_spread"] = (
+            (sum((x - mean) ** 2 for x in read) / len(read)) ** 0.5 if len(read) > 1 else None
+        )
 
 
 def add_cost(meta: dict[str, Any], done: list[Completion], sheet: Any) -> None:

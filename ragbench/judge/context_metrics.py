@@ -42,7 +42,8 @@ strategy that writes none), are None with a ``<metric>_note`` saying why.
 
 Per-record detail in meta: ``<metric>_verdicts`` (per sample, per context / statement /
 question: 1, 0 or None; for relevancy 1 = committal), ``<metric>_samples`` (each sample's
-score), ``<metric>_replies``, ``<metric>_prompt``; ``context_recall_statements``;
+score), with more than one sample ``<metric>_spread`` (their standard deviation,
+``calls.keep_repeats``), ``<metric>_replies``, ``<metric>_prompt``; ``context_recall_statements``;
 ``answer_relevancy_questions`` and ``answer_relevancy_similarities`` (per sample, per question).
 ``agreement.judge_agreement`` reads ``<metric>_verdicts`` for Fleiss' kappa across samples.
 """
@@ -55,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from ragbench.datasets.haystack import sentences
-from ragbench.judge.calls import Job, Judge, settled
+from ragbench.judge.calls import Job, Judge, keep_repeats, settled
 from ragbench.judge.prompts import parse_question
 from ragbench.metrics.normalize import normalize_answer
 from ragbench.secrets import redact_text
@@ -214,9 +215,7 @@ def collect_context_jobs(jobs: Sequence[Job], items, scores, meta, judge: Judge)
 
 
 def _score(i: int, metric: str, per_sample: list, scores, meta) -> None:
-    meta[i][f"{metric}_samples"] = per_sample
-    read = [x for x in per_sample if x is not None]
-    scores[i][metric] = sum(read) / len(read) if read else None
+    keep_repeats(metric, per_sample, scores[i], meta[i])
 
 
 def _answer_relevancy(grids: dict[int, list[list[Job]]], items, scores, meta, judge) -> None:

@@ -3,13 +3,14 @@
 ``judge_records`` takes records that lack some of the run's deferred metrics (``metrics.
 deferred_metrics``) and returns them with those scores and their judge accounting in ``meta``:
 
-- ``judge_correct`` / ``judge_faithful``: ``samples`` judgements per record, each one request to
-  the judge LLM (through whatever wraps it: the runner passes a ``CachedLLM``, so a rerun makes
-  no judge calls). A reply that cannot be parsed is asked again with a reminder appended (a
+- ``judge_correct`` / ``judge_faithful``: ``samples`` judgements per record (the config's
+  ``judge.repeats``), each one request to the judge LLM (through whatever wraps it: the runner
+  passes a ``CachedLLM``, so a rerun makes no judge calls). A reply that cannot be parsed is asked again with a reminder appended (a
   different prompt, so a greedy or cached judge can answer differently), up to ``max_attempts``;
   a sample still unreadable is ``None`` in ``<metric>_samples``. The score is the mean of the
   readable samples, and ``None`` (NaN in the table) with a ``<metric>_note`` when none was
-  readable: an unreadable judge never scores 0. A judge *call* that fails (server error after
+  readable: an unreadable judge never scores 0. With more than one sample, ``<metric>_spread``
+  is the readable samples' standard deviation (``calls.keep_repeats``). A judge *call* that fails (server error after
   the backend's retries) leaves the metric missing, so a resumed run tries again.
 - ``semantic_similarity``: cosine of the prediction's and each gold answer's embedding (the
   same ``embed_documents`` for both: a symmetric comparison), max over the answers, clipped at 0.
@@ -29,7 +30,15 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ragbench.judge.calls import COST_KEYS, Job, Judge, add_cost, run_jobs, settled
+from ragbench.judge.calls import (
+    COST_KEYS,
+    Job,
+    Judge,
+    add_cost,
+    keep_repeats,
+    run_jobs,
+    settled,
+)
 from ragbench.judge.context_metrics import ContextsFn, collect_context_jobs, context_jobs
 from ragbench.strategies import get_strategy
 from ragbench.types import Completion, Example, Record
@@ -140,7 +149,5 @@ def _collect(jobs: list[Job], items, scores, meta, judge: Judge) -> None:
     for i, metric, group in settled(jobs, items, meta, judge):
         group.sort(key=lambda j: j.sample)
         verdicts = [j.verdict for j in group]
-        meta[i][f"{metric}_samples"] = verdicts
+        keep_repeats(metric, verdicts, scores[i], meta[i])
         meta[i][f"{metric}_replies"] = [j.reply for j in group]
-        read = [v for v in verdicts if v is not None]
-        scores[i][metric] = sum(read) / len(read) if read else None

@@ -10,6 +10,7 @@ error body, the retry policy's waits, extra headers checked. The transport (``op
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -105,7 +106,11 @@ def build_payload(
     request: GenerationRequest, model: str, endpoint: str = "chat", stream: bool = False
 ) -> dict[str, Any]:
     """The JSON body for one request. Greedy is temperature 0; ``max_tokens`` and ``stop`` as
-    given; the completions endpoint gets the system text prepended (as ``LLM.prompt_tokens``)."""
+    given; the completions endpoint gets the system text prepended (as ``LLM.prompt_tokens``).
+    A request that samples (temperature > 0) carries a ``seed`` from its own content, as the
+    transformers backend seeds its generator: a server that honours it (vLLM, llama.cpp,
+    OpenAI's best effort) gives the same sample for the same request (a judge's repeats are
+    distinct requests, so each has its own seed)."""
     payload: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         messages = [{"role": "system", "content": request.system}] if request.system else []
@@ -116,6 +121,9 @@ def build_payload(
         raise unknown("endpoint", endpoint, ENDPOINTS)
     payload["max_tokens"] = request.max_new_tokens
     payload["temperature"] = request.temperature
+    if request.temperature > 0:
+        digest = hashlib.sha256(request.to_json().encode("utf-8")).hexdigest()
+        payload["seed"] = int(digest[:8], 16) & 0x7FFFFFFF  # a non-negative 31-bit int
     if request.stop:
         payload["stop"] = list(request.stop)
     if stream:
