@@ -15,8 +15,9 @@ from ragbench.devices import pick_device  # noqa: E402
 from ragbench.llm import shared_prefix  # noqa: E402
 from ragbench.llm.base import ContextOverflowError  # noqa: E402
 from ragbench.llm.gguf import convert_gguf, file_sha256  # noqa: E402
-from ragbench.llm.hf import HFModel, common_prefix_len, plan_batches, plan_groups  # noqa: E402
+from ragbench.llm.hf import HFModel  # noqa: E402
 from ragbench.llm.hf_load import pick_dtype, resolve_model  # noqa: E402
+from ragbench.llm.hf_schedule import common_prefix_len, plan_batches, plan_groups  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(120)]

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ragbench import cost
-from ragbench.llm import kv_cache
+from ragbench.llm import kv_cache, kv_sinks
 from ragbench.llm.cache import request_key
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies import get_strategy
@@ -194,7 +194,7 @@ def test_offloaded_cache_on_cuda_gives_the_plain_answers(tmp_path):
 
 
 def test_sink_layer_keeps_the_first_and_the_last_positions():
-    layer = kv_cache.sink_layer_class()(2, 3)
+    layer = kv_sinks.sink_layer_class()(2, 3)
     k = torch.arange(10.0).view(1, 1, 10, 1)
     full_k, _ = layer.update(k, k)
     assert full_k.flatten().tolist() == list(range(10))  # this pass sees everything

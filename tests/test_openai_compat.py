@@ -34,12 +34,8 @@ from openai_server import (
 
 from ragbench.llm import ServerUnreachable, load_llm
 from ragbench.llm.cache import CachedLLM, request_key
-from ragbench.llm.openai_compat import (
-    KEY_ENV,
-    LLMBatchError,
-    LLMRequestError,
-    OpenAICompatLLM,
-)
+from ragbench.llm.openai_compat import KEY_ENV, OpenAICompatLLM
+from ragbench.llm.openai_http import LLMBatchError, LLMRequestError
 from ragbench.llm.openai_payload import (
     apply_stop,
     backoff_seconds,

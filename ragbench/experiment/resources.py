@@ -18,7 +18,8 @@ from ragbench.assets import cache_dir
 from ragbench.datasets import build_dataset
 from ragbench.datasets._validate import DatasetParamError
 from ragbench.datasets.haystack import HaystackTooShortError
-from ragbench.experiment.config import ModelConfig, RunConfig, load_config
+from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.config_sections import ModelConfig
 from ragbench.experiment.config_text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm

@@ -14,9 +14,10 @@ query.
 from __future__ import annotations
 
 from ragbench.judge.agreement import cohen_kappa, fleiss_kappa, judge_agreement, judge_warnings
+from ragbench.judge.calls import COST_KEYS, Judge
 from ragbench.judge.context_metrics import CONTEXT_METRICS
 from ragbench.judge.contexts import record_contexts
-from ragbench.judge.judging import COST_KEYS, Judge, judge_records
+from ragbench.judge.judging import judge_records
 from ragbench.judge.prompts import (
     DEFAULT_PROMPTS,
     JudgePrompt,

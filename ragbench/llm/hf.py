@@ -45,8 +45,6 @@ from ragbench.llm.hf_load import load_model
 from ragbench.llm.hf_schedule import common_prefix_len, plan_batches, plan_groups
 from ragbench.types import Completion, GenerationRequest
 
-__all__ = ["HFModel", "common_prefix_len", "plan_batches", "plan_groups"]
-
 ENCODED_CACHE_TOKENS = 1 << 20  # token ids HFModel.encode keeps, most recent texts first
 
 # --------------------------------------------------------------------------- the backend
