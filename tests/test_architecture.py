@@ -370,8 +370,8 @@ def _layout_section() -> str:
 
 def test_the_readme_layout_names_every_module():
     """Each folder has a line ``  folder/`` in the Layout block, and every module of the folder
-    is named (``name.py``) between it and the next folder's line (a subpackage's
-    ``__init__.py`` goes without saying)."""
+    is named (``name.py``; in a sub-package ``sub/name.py``) between it and the next folder's
+    line (a package's ``__init__.py`` goes without saying)."""
     layout = _layout_section()
     blocks: dict[str, str] = {}
     current = "ragbench/"
@@ -386,6 +386,7 @@ def test_the_readme_layout_names_every_module():
         folder = "ragbench/" if len(rel.parts) == 1 else f"{rel.parts[0]}/"
         if folder != "ragbench/" and path.name == "__init__.py":
             continue
-        if not re.search(rf"(?<![\w/]){re.escape(path.name)}", blocks.get(folder, "")):
+        name = "/".join(rel.parts[1:]) if len(rel.parts) > 2 else path.name
+        if not re.search(rf"(?<![\w/]){re.escape(name)}", blocks.get(folder, "")):
             missing.append(str(path.relative_to(ROOT)))
     assert missing == [], "README.md's Layout section does not name these modules"

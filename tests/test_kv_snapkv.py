@@ -80,7 +80,7 @@ pytest.importorskip("transformers")
 
 from test_kv_techniques import _doc  # noqa: E402 (the tiny model: conftest)
 
-from ragbench.llm.hf import HFModel  # noqa: E402
+from ragbench.llm.hf.model import HFModel  # noqa: E402
 
 
 def _ask(model, doc, tails=(" w1 w2", " w3"), new_tokens=6, kv=None):

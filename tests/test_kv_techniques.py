@@ -146,7 +146,7 @@ def test_tensor_bytes_counts_each_tensor_once_in_its_dtype():
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ragbench.llm.hf import HFModel  # noqa: E402
+from ragbench.llm.hf.model import HFModel  # noqa: E402
 
 
 def _doc(n: int = 150, seed: int = 1) -> str:
@@ -293,7 +293,7 @@ def test_smollm2_kv_variants_measured_against_the_formula():
 def test_rope_parameters_name_the_valid_choices():
     from transformers import LlamaConfig
 
-    from ragbench.llm.hf_load import rope_parameters
+    from ragbench.llm.hf.load import rope_parameters
 
     config = LlamaConfig(max_position_embeddings=8192)
     yarn = rope_parameters(config, "yarn", 2)

@@ -24,7 +24,7 @@ from ragbench.experiment.config_text import ConfigError, explain_validation_erro
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.calibration import Rates, announce, describe
-from ragbench.llm.hf_load import set_threads
+from ragbench.llm.hf.load import set_threads
 from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index, needs_embedder
 from ragbench.retrieval.embedders import get_embedder

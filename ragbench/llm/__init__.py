@@ -21,7 +21,7 @@ from ragbench.registry import Registry, did_you_mean
 BACKENDS = Registry(
     "LLM backend",
     {
-        "hf": "ragbench.llm.hf:HFModel",
+        "hf": "ragbench.llm.hf.model:HFModel",
         "openai": "ragbench.llm.openai_compat:OpenAICompatLLM",
         "fake": "ragbench.llm.fake:FakeLLM",
     },
@@ -31,7 +31,7 @@ _LAZY = {
     "FakeLLM": "ragbench.llm.fake:FakeLLM",
     "OpenAICompatLLM": "ragbench.llm.openai_compat:OpenAICompatLLM",
     "LLMRequestError": "ragbench.llm.openai_http:LLMRequestError",
-    "HFModel": "ragbench.llm.hf:HFModel",
+    "HFModel": "ragbench.llm.hf.model:HFModel",
 }
 
 __all__ = [
