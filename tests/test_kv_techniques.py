@@ -103,7 +103,7 @@ def test_backends_without_kv_variants_refuse_them_by_name():
         FakeLLM().generate([request])
     [c] = FakeLLM(simulate_kv_cache=True).generate([request])  # tests only, and flagged
     assert c.meta["simulated_kv_cache"] == "offloaded" and c.kv_bytes_measured is None
-    from ragbench.llm.openai_compat import OpenAICompatLLM
+    from ragbench.llm.openai.compat import OpenAICompatLLM
 
     server = OpenAICompatLLM(model="m", base_url="http://127.0.0.1:9/v1")
     with pytest.raises(ValueError, match="OpenAI-compatible backend cannot run"):

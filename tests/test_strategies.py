@@ -11,7 +11,7 @@ from ragbench import strategies as st
 from ragbench.llm.base import ContextOverflowError
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
-from ragbench.llm.openai_http import LLMRequestError
+from ragbench.llm.openai.http import LLMRequestError
 from ragbench.models import get_preset
 from ragbench.strategies import prompts
 from ragbench.strategies.fit import long_context_prompt

@@ -22,15 +22,15 @@ BACKENDS = Registry(
     "LLM backend",
     {
         "hf": "ragbench.llm.hf.model:HFModel",
-        "openai": "ragbench.llm.openai_compat:OpenAICompatLLM",
+        "openai": "ragbench.llm.openai.compat:OpenAICompatLLM",
         "fake": "ragbench.llm.fake:FakeLLM",
     },
 )
 
 _LAZY = {
     "FakeLLM": "ragbench.llm.fake:FakeLLM",
-    "OpenAICompatLLM": "ragbench.llm.openai_compat:OpenAICompatLLM",
-    "LLMRequestError": "ragbench.llm.openai_http:LLMRequestError",
+    "OpenAICompatLLM": "ragbench.llm.openai.compat:OpenAICompatLLM",
+    "LLMRequestError": "ragbench.llm.openai.http:LLMRequestError",
     "HFModel": "ragbench.llm.hf.model:HFModel",
 }
 
