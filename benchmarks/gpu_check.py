@@ -61,7 +61,7 @@ from gpu_check_kv import ids_of, random_ids  # noqa: E402
 from ragbench.cost.accounting import forward_flops, kv_cache_bytes  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm import calibration, kv_cache  # noqa: E402
-from ragbench.llm.hf_decode import Decoder  # noqa: E402
+from ragbench.llm.hf.decode import Decoder  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 

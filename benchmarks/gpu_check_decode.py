@@ -3,7 +3,7 @@
 ``decode``: the bandwidth floor of a decode step (the weights' bytes over a measured
 device-to-device copy bandwidth: a step reads every weight once), then decode milliseconds per
 step at batch 1, 8 and 32 on the plain loop (``decode="eager"``) and on the fast path
-(``decode="static"``: static KV cache, a CUDA-graph step on CUDA; ``ragbench/llm/hf_static.py``),
+(``decode="static"``: static KV cache, a CUDA-graph step on CUDA; ``ragbench/llm/hf/static.py``),
 each as a multiple of the floor; and runner batching of 8 short prompts (one at a time against
 one batch) on the fast path, where decode, not prefill, is most of the work.
 
@@ -32,7 +32,7 @@ import time
 from gpu_check_kv import ids_of, kv_specs, random_ids
 
 from ragbench.llm import kv_cache
-from ragbench.llm.hf_decode import Decoder
+from ragbench.llm.hf.decode import Decoder
 from ragbench.types import GenerationRequest
 
 BATCHES = (1, 8, 32)

@@ -178,7 +178,7 @@ class Server:
 
 
 def measure(server: Server, n: int, stream: bool, rate_limit: dict | None) -> dict:
-    from ragbench.llm.openai_compat import OpenAICompatLLM
+    from ragbench.llm.openai.compat import OpenAICompatLLM
     from ragbench.types import GenerationRequest
 
     llm = OpenAICompatLLM(model="m", base_url=server.url + "/v1", max_concurrency=C,

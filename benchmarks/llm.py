@@ -43,7 +43,7 @@ from ragbench.cost.accounting import forward_flops  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm import kv_cache  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
-from ragbench.llm.hf import HFModel  # noqa: E402
+from ragbench.llm.hf.model import HFModel  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
 from ragbench.strategies.prompts import ANSWER_STOP  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402

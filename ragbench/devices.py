@@ -1,6 +1,6 @@
 """Shared torch/transformers environment helpers: which device to run on, and quiet transformers.
 
-Used by the LLM backend (``llm/hf_load.py``, ``llm/gguf.py``), the embedders and the tokenizers, so the
+Used by the LLM backend (``llm/hf/load.py``, ``llm/gguf.py``), the embedders and the tokenizers, so the
 rules ("auto" = CUDA > MPS > CPU; explicit devices pass through) are written once. torch and
 transformers are imported inside the functions: importing this module stays light.
 """

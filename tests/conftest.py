@@ -64,7 +64,7 @@ def tiny(tmp_path_factory):
     ``test_hf`` defines its own from a folder it also reads."""
     from test_hf import _save_tiny
 
-    from ragbench.llm.hf import HFModel
+    from ragbench.llm.hf.model import HFModel
 
     folder = tmp_path_factory.mktemp("tiny")
     _save_tiny(folder, chat=True)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ragbench.llm.openai_compat import OpenAICompatLLM
+from ragbench.llm.openai.compat import OpenAICompatLLM
 from ragbench.types import GenerationRequest
 
 Behave = Callable[[BaseHTTPRequestHandler, dict, int], None]

@@ -216,7 +216,7 @@ def test_on_smollm2_a_variant_costs_the_same_alone_and_beside_others():
     """The transformers backend shares prefixes between variants for real: Self-Route's RAG
     prompt and RAG's (same chunks) share most tokens within a call, and Self-Route's long-context
     call finds long context's document kept. Calibrated dollars per record match within 1%."""
-    from ragbench.llm.hf import HFModel
+    from ragbench.llm.hf.model import HFModel
     from ragbench.retrieval import build_index
 
     llm = HFModel("smollm2-135m-instruct", device="cpu", batch_size=8, prefix_cache_size=2)

@@ -417,7 +417,8 @@ def test_attribution_reads_whether_the_cut_kept_the_evidence():
 def test_attribution_of_a_truncated_run_read_back_from_parquet(tmp_path):
     from test_runner import niah_config
 
-    from ragbench.experiment.runner import load_examples, run
+    from ragbench.experiment.resources import load_examples
+    from ragbench.experiment.runner import run
 
     lc = {"name": "long_context", "params": {"overflow": "truncate_tail"}}  # keeps the start
     cfg = niah_config(tmp_path, strategies=["closed_book", lc])

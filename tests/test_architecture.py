@@ -1,7 +1,7 @@
 """The package's shape, checked: folders name the layers, imports flow down, no import circles
 (imports inside functions count), few and justified lazy imports, small files, no strategy or
-backend names compared outside their packages, and a README Layout section that names every
-module. Static (ast): nothing here imports the package."""
+backend names compared outside their packages, no re-export shims, and a README Layout section
+that names every module. Static (ast): nothing here imports the package."""
 
 from __future__ import annotations
 
@@ -230,6 +230,69 @@ def test_top_level_modules_and_file_sizes():
     assert unexplained == [], f"over {GUIDE_LINES} lines: say 'One job: ...' in the docstring"
 
 
+def _defined_names(path: Path) -> set[str]:
+    """The names a module defines at its top level (def, class, assignment; inside a top-level
+    ``if`` or ``try`` too), not the ones it imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    nodes = [n for top in tree.body for n in ([top] if not isinstance(top, ast.If | ast.Try)
+             else ast.walk(top))]  # fmt: skip
+    for node in nodes:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _reexports(sources: dict[str, str]) -> list[str]:
+    """``from ragbench.x.y import name`` where module ``x/y.py`` does not define ``name`` (it
+    imported it from elsewhere: a re-export shim), in ``sources`` (label -> code); and, in the
+    package's modules other than ``__init__.py``, an ``__all__`` naming what the module does not
+    define or a ``noqa: F401`` (an import kept for others)."""
+    modules = {m: p for m, p in MODULES.items() if p.name != "__init__.py"}
+    defined = {m: _defined_names(p) for m, p in modules.items()}
+    found = []
+    for label, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in modules:
+                for alias in node.names:
+                    if alias.name not in defined[node.module] | {"*"} and (
+                        f"{node.module}.{alias.name}" not in MODULES
+                    ):
+                        found.append(f"{label}:{node.lineno}: {node.module} does not define "
+                                     f"{alias.name}")  # fmt: skip
+    for module, path in modules.items():
+        source = path.read_text(encoding="utf-8")
+        if "noqa: F401" in source:
+            found.append(f"{path.relative_to(ROOT)}: '# noqa: F401' keeps an import for others")
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                    for t in node.targets):  # fmt: skip
+                names = {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)}
+                if extra := sorted(names - defined[module]):
+                    found.append(f"{path.relative_to(ROOT)}: __all__ re-exports {extra}")
+    return found
+
+
+def test_every_import_names_the_module_that_defines_the_name():
+    """No re-export shims (DESIGN.md): the package, the tests and the benchmarks import each name
+    from the module that defines it. A package's ``__init__`` may re-export (ragbench's top level
+    is the documented API); a module may not."""
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+             *(ROOT / "benchmarks").rglob("*.py")]  # fmt: skip
+    sources = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in files}
+    assert _reexports(sources) == []
+
+
+def test_the_reexport_check_sees_a_shim():
+    # rag.py defines rag_prompt and imports assemble_context (from retrieval/context.py)
+    planted = "from ragbench.strategies.rag import assemble_context, rag_prompt\n"
+    found = _reexports({"planted.py": planted})
+    assert found == ["planted.py:1: ragbench.strategies.rag does not define assemble_context"]
+
+
 def _registry_names(path: Path, variable: str) -> set[str]:
     """The string keys of a registry literal (``BACKENDS = Registry("...", {"hf": ...})``) or the
     ``Strategy("name", ...)`` entries, read with ast."""
@@ -307,8 +370,8 @@ def _layout_section() -> str:
 
 def test_the_readme_layout_names_every_module():
     """Each folder has a line ``  folder/`` in the Layout block, and every module of the folder
-    is named (``name.py``) between it and the next folder's line (a subpackage's
-    ``__init__.py`` goes without saying)."""
+    is named (``name.py``; in a sub-package ``sub/name.py``) between it and the next folder's
+    line (a package's ``__init__.py`` goes without saying)."""
     layout = _layout_section()
     blocks: dict[str, str] = {}
     current = "ragbench/"
@@ -323,6 +386,7 @@ def test_the_readme_layout_names_every_module():
         folder = "ragbench/" if len(rel.parts) == 1 else f"{rel.parts[0]}/"
         if folder != "ragbench/" and path.name == "__init__.py":
             continue
-        if not re.search(rf"(?<![\w/]){re.escape(path.name)}", blocks.get(folder, "")):
+        name = "/".join(rel.parts[1:]) if len(rel.parts) > 2 else path.name
+        if not re.search(rf"(?<![\w/]){re.escape(name)}", blocks.get(folder, "")):
             missing.append(str(path.relative_to(ROOT)))
     assert missing == [], "README.md's Layout section does not name these modules"

@@ -267,7 +267,8 @@ def test_run_help_documents_the_exit_codes():
 
 
 def test_an_empty_metrics_list_is_refused_when_a_strategy_answers(tmp_path):
-    from ragbench.experiment.config import ConfigError, load_config
+    from ragbench.experiment.config import load_config
+    from ragbench.experiment.config_text import ConfigError
 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(
@@ -420,6 +421,7 @@ def test_a_refused_run_leaves_no_run_folder(tmp_path, monkeypatch, params, needl
 
 def test_a_model_refused_at_load_leaves_no_run_folder_but_keeps_earlier_ones(tmp_path, monkeypatch):
     from ragbench.experiment import runner
+    from ragbench.experiment.config import load_config
 
     def refuse(spec):
         raise ValueError(f"{spec.name}: pickle-based .bin weights; valid: safetensors")
@@ -431,7 +433,7 @@ def test_a_model_refused_at_load_leaves_no_run_folder_but_keeps_earlier_ones(tmp
     one_error_line(cli("run", cfg, "--quiet"), 2, ".bin weights")
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["an-earlier-run"]
     # a folder that held something before is never removed, even when the run writes nothing
-    out = runner.run_dir_for(runner.load_config(cfg))
+    out = runner.run_dir_for(load_config(cfg))
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     one_error_line(cli("run", cfg, "--quiet"), 2, ".bin weights")

@@ -148,7 +148,7 @@ def test_a_poor_fit_warns_once_with_its_figure(capsys):
 
 
 def test_account_splits_the_calls_device_time_by_stand_alone_cost():
-    from ragbench.llm.hf import HFModel
+    from ragbench.llm.hf.model import HFModel
 
     model = object.__new__(HFModel)
     model._rates = RATES
@@ -175,7 +175,7 @@ def test_account_splits_the_calls_device_time_by_stand_alone_cost():
 
 
 def test_rates_are_cached_on_disk_by_model_and_device(tmp_path, monkeypatch):
-    from ragbench.llm.hf import HFModel
+    from ragbench.llm.hf.model import HFModel
     from tests.test_hf import _save_tiny
 
     _save_tiny(tmp_path / "tiny", chat=True)

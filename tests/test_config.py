@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.experiment.config import (
-    ConfigError,
-    RunConfig,
-    config_hash,
-    load_config,
-    parse_config,
-)
+from ragbench.experiment.config import RunConfig, config_hash, load_config, parse_config
+from ragbench.experiment.config_text import ConfigError
 
 GOOD = """\
 name: t

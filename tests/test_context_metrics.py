@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 import ragbench
-from ragbench.experiment.config import ConfigError, config_hash, load_config
+from ragbench.experiment.config import config_hash, load_config
+from ragbench.experiment.config_text import ConfigError
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings, load_prompt
 from ragbench.judge.agreement import fleiss_kappa
 from ragbench.judge.context_metrics import average_precision, statements

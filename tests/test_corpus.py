@@ -49,13 +49,13 @@ def _one_word_changed(text: str, at: int = 100) -> str:
     ],
 )
 def test_clean_text(raw, clean):
-    assert corpus.clean_text(raw) == clean
+    assert cleaning.clean_text(raw) == clean
 
 
 def test_normalized_hash_ignores_case_and_whitespace_only():
-    assert corpus.text_hash("Hello   World\n") == corpus.text_hash("hello world")
-    assert corpus.text_hash("cafÃ© noir") == corpus.text_hash("Café Noir")
-    assert corpus.text_hash("hello world") != corpus.text_hash("hello word")
+    assert cleaning.text_hash("Hello   World\n") == cleaning.text_hash("hello world")
+    assert cleaning.text_hash("cafÃ© noir") == cleaning.text_hash("Café Noir")
+    assert cleaning.text_hash("hello world") != cleaning.text_hash("hello word")
 
 
 def test_shingles_are_word_5grams():
@@ -298,7 +298,7 @@ TRICKY = [
 
 def _reference_normalize(text: str) -> str:
     """The definition: what ``normalize_for_hash`` computes without holding every word."""
-    return " ".join(corpus.clean_text(text).casefold().split())
+    return " ".join(cleaning.clean_text(text).casefold().split())
 
 
 def test_normalize_for_hash_is_the_split_join_form_in_any_slices(monkeypatch):
@@ -308,18 +308,18 @@ def test_normalize_for_hash_is_the_split_join_form_in_any_slices(monkeypatch):
     for size in (1, 2, 3, 7, 1 << 20):  # slices cut after a non-space, never inside a run
         monkeypatch.setattr(cleaning, "_SLICE", size)
         for text in texts:
-            assert corpus.normalize_for_hash(text) == _reference_normalize(text), repr(text)
+            assert cleaning.normalize_for_hash(text) == _reference_normalize(text), repr(text)
 
 
 def test_clean_text_replaces_runs_but_not_lone_spaces():
-    assert corpus.clean_text("a b  c\u00a0d \u3000e") == "a b c d e"
-    assert corpus.clean_text("a \n b") == "a\n b"
+    assert cleaning.clean_text("a b  c\u00a0d \u3000e") == "a b c d e"
+    assert cleaning.clean_text("a \n b") == "a\n b"
 
 
 def test_sketches_in_batches_equal_one_update_over_the_shingle_set(monkeypatch):
     from datasketch import MinHash
 
-    text = corpus.normalize_for_hash(" ".join(_words(3, 500) * 2))  # repeats: a set drops them
+    text = cleaning.normalize_for_hash(" ".join(_words(3, 500) * 2))  # repeats: a set drops them
     whole = MinHash(num_perm=64, seed=1)
     whole.update_batch([g.encode() for g in sorted(corpus.shingles(text))])
     for batch in (1, 7, 4096):

@@ -22,11 +22,13 @@ from ragbench.cost.prices import (
     work_of,
 )
 from ragbench.experiment import resources
+from ragbench.experiment.config_sections import ModelConfig
 from ragbench.experiment.runner import run
 from ragbench.llm import calibration
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.calibration import Rates
 from ragbench.llm.fake import FakeLLM
+from ragbench.strategies.base import Resources
 from ragbench.types import Completion
 
 RATES = Rates(a=0.02, b=0.002, c=2e-6, d0=0.06, d1=2e-5, d_row=0.01)
@@ -77,7 +79,7 @@ def test_backends_without_a_calibration_and_token_sheets_are_unaffected():
            for s in (0.5, 1.4) for b in ("calibrated", "measured")]  # fmt: skip
     assert len({c.dollars for c in api}) == 1
     # the fake backend: simulated seconds from tokens, no calibration, deterministic
-    fake = FakeLLM().generate([resources.Resources(llm=None).request("What is it?")])[0]
+    fake = FakeLLM().generate([Resources(llm=None).request("What is it?")])[0]
     assert work_of(fake) is None and Cost.of(fake, sheet=HOURLY, rates=RATES).cost_basis == (
         "measured"
     )
@@ -268,11 +270,11 @@ def test_calibration_is_announced_with_its_cache_and_found_by_a_dry_run(
 
 def test_loading_a_model_is_announced(monkeypatch, capsys):
     monkeypatch.setattr(resources, "load_llm", lambda backend, **kw: FakeLLM())
-    model = resources.ModelConfig(backend="hf", name="smollm2-135m-instruct", cache=False)
+    model = ModelConfig(backend="hf", name="smollm2-135m-instruct", cache=False)
     resources.load_model(model)
     err = capsys.readouterr().err
     assert "loading model smollm2-135m-instruct (hf)" in err and "loaded model" in err
-    resources.load_model(resources.ModelConfig(backend="fake", name="fake", cache=False))
+    resources.load_model(ModelConfig(backend="fake", name="fake", cache=False))
     assert "loading" not in capsys.readouterr().err  # no weights, nothing to wait for
 
 

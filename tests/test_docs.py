@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from ragbench.cli.data import register
 from ragbench.datasets import docs
-from ragbench.datasets.corpus import clean_text
-from ragbench.datasets.shared_corpus import corpus_fingerprint, read_documents
+from ragbench.datasets.cleaning import clean_text
+from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
 from ragbench.io import sha256_file
 
 PDF_PAGES = (

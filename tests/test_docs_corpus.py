@@ -13,9 +13,10 @@ from test_docs import build_folder
 from test_runner import niah_config
 
 from ragbench.datasets import build_dataset, docs
+from ragbench.datasets.corpus_file import read_documents, write_documents
 from ragbench.datasets.questions import locate, read_questions
-from ragbench.datasets.shared_corpus import read_documents, write_documents
-from ragbench.experiment.config import ConfigError, load_config
+from ragbench.experiment.config import load_config
+from ragbench.experiment.config_text import ConfigError
 from ragbench.io import InputFileError, sha256_file
 from ragbench.types import Document
 

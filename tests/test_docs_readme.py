@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ragbench.datasets import build_dataset
+from ragbench.datasets.corpus_file import read_documents
 from ragbench.datasets.formats import read_examples
-from ragbench.datasets.shared_corpus import read_documents
 from ragbench.experiment.config import load_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -260,7 +260,7 @@ def test_a_failing_embeddings_server_is_named_in_the_error(tmp_path):
     # the error names the embeddings URL it called (not the chat-completions one), without the key
     from openai_server import send_json, serving
 
-    from ragbench.llm.openai_compat import LLMRequestError
+    from ragbench.llm.openai.http import LLMRequestError
     from ragbench.retrieval.embedders_http import OpenAIEmbedder
 
     def broken(h, body, n):

@@ -82,7 +82,7 @@ def test_onnx_takes_no_bf16():
 def test_config_checks_precision_before_any_model_loads():
     from pydantic import ValidationError
 
-    from ragbench.experiment.config import RetrievalConfig
+    from ragbench.experiment.config_sections import RetrievalConfig
 
     RetrievalConfig(embedder="minilm-bf16")
     ok = RetrievalConfig(embedder="minilm", embedder_params={"minilm": {"precision": "bf16-full"}})

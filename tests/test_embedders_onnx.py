@@ -56,7 +56,7 @@ def test_backend_and_quantization_are_part_of_the_identity(tmp_path):
 
 
 def test_config_takes_the_onnx_embedder_both_ways():
-    from ragbench.experiment.config import RetrievalConfig
+    from ragbench.experiment.config_sections import RetrievalConfig
 
     RetrievalConfig(embedder=["minilm", "minilm-onnx-int8"])
     cfg = RetrievalConfig(embedder="minilm", embedder_params={"minilm": {"backend": "onnx"}})

@@ -15,8 +15,9 @@ from ragbench.devices import pick_device  # noqa: E402
 from ragbench.llm import shared_prefix  # noqa: E402
 from ragbench.llm.base import ContextOverflowError  # noqa: E402
 from ragbench.llm.gguf import convert_gguf, file_sha256  # noqa: E402
-from ragbench.llm.hf import HFModel, common_prefix_len, plan_batches, plan_groups  # noqa: E402
-from ragbench.llm.hf_load import pick_dtype, resolve_model  # noqa: E402
+from ragbench.llm.hf.load import pick_dtype, resolve_model  # noqa: E402
+from ragbench.llm.hf.model import HFModel  # noqa: E402
+from ragbench.llm.hf.schedule import common_prefix_len, plan_batches, plan_groups  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(120)]
@@ -588,7 +589,7 @@ def _logits(loaded, ids=(6, 7, 8, 9)):
 
 
 def test_pickle_weights_are_refused_unless_the_config_allows_them(tiny_dir, tmp_path):
-    from ragbench.llm.hf_load import load_model
+    from ragbench.llm.hf.load import load_model
 
     pickled = _pickled_copy(tiny_dir, tmp_path / "pickled")
     with pytest.raises(ValueError) as info:
@@ -607,7 +608,7 @@ def test_safetensors_are_preferred_when_both_formats_are_present(tiny_dir, tmp_p
 
     from transformers import AutoModelForCausalLM
 
-    from ragbench.llm.hf_load import load_model
+    from ragbench.llm.hf.load import load_model
 
     both = tmp_path / "both"
     shutil.copytree(tiny_dir, both)

@@ -1,4 +1,4 @@
-"""The decode fast path (``hf_static.py``) on the CPU: its static cache, bucketed rows and stop
+"""The decode fast path (``hf/static.py``) on the CPU: its static cache, bucketed rows and stop
 checks every k steps, run in float32 without CUDA-graph capture (capture is CUDA only and a
 separate switch), give exactly the plain loop's tokens and texts; and what cannot use it falls
 back to the plain loop, saying why in ``meta["decode"]``."""
@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 from test_hf import WORDS, _save_tiny  # noqa: E402
 
 from ragbench.llm import kv_cache  # noqa: E402
-from ragbench.llm.hf import HFModel  # noqa: E402
-from ragbench.llm.hf_static import FastDecode, bucket_rows, bucket_slots  # noqa: E402
+from ragbench.llm.hf.model import HFModel  # noqa: E402
+from ragbench.llm.hf.static import FastDecode, bucket_rows, bucket_slots  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 
@@ -162,7 +162,7 @@ def test_what_cannot_use_the_static_path_falls_back_and_says_why(pair):
     [row] = static.generate([hot])
     assert row.meta["decode"]["path"] == "eager" and "sampling" in row.meta["decode"]["reason"]
     assert row.text == eager.generate([hot])[0].text  # seeded: the same sample either way
-    # auto: the plain loop for now (hf_static.AUTO_REASON), on CUDA too
+    # auto: the plain loop for now (AUTO_REASON in hf/static.py), on CUDA too
     auto = FastDecode.choose(static.model, torch.device("cpu"), "auto")
     assert not auto.static and "opt-in" in auto.reason and not auto.capture
     assert not FastDecode.choose(static.model, torch.device("cuda"), "auto").static

@@ -18,7 +18,8 @@ from ragbench.cli.data import register
 from ragbench.datasets import build_dataset, formats
 from ragbench.io import InputFileError
 from ragbench.llm.fake import FakeLLM
-from ragbench.metrics.answer import NO_ANSWER, score
+from ragbench.metrics.answer import score
+from ragbench.metrics.normalize import NO_ANSWER
 from ragbench.retrieval import metrics as rm
 from ragbench.retrieval.retrievers import documents_by_max, to_run
 from ragbench.strategies import Resources, get_strategy, run_batch

@@ -29,6 +29,7 @@ from ragbench.datasets.hf_local import column_paths, read_table
 from ragbench.io import InputFileError
 from ragbench.llm.fake import FakeLLM
 from ragbench.metrics.answer import get_metric
+from ragbench.metrics.longbench_v2 import METRIC as LB2_METRIC
 from ragbench.metrics.longbench_v2 import extract_answer, longbench_v2_accuracy
 from ragbench.tokenizers import WhitespaceTokenizer
 
@@ -134,7 +135,7 @@ def test_longbench_v2_import_hand_checked(tmp_path):
         [doc] = first.documents
         assert doc.id == "lb0/context" and doc.text == rows[0]["context"].strip()
         assert first.meta["difficulty"] == "easy" and second.meta["length"] == "medium"
-        assert first.meta["choices"]["B"] == "2222" and first.meta["metric"] == lb2.METRIC
+        assert first.meta["choices"]["B"] == "2222" and first.meta["metric"] == LB2_METRIC
     # the 0-shot template, filled as pred.py fills it (a chain of str.replace)
     prompt = lb2.render("0shot", first)
     official = (

@@ -11,7 +11,7 @@ import re
 import pandas as pd
 import pytest
 
-from ragbench.experiment.config import ConfigError
+from ragbench.experiment.config_text import ConfigError
 from ragbench.experiment.runner import run
 from ragbench.judge import (
     Judge,

@@ -63,7 +63,7 @@ def test_kept_positions_are_the_ratio_of_the_prefix_plus_the_window():
 
 def test_other_backends_refuse_snapkv_by_name():
     from ragbench.llm.fake import FakeLLM
-    from ragbench.llm.openai_compat import OpenAICompatLLM
+    from ragbench.llm.openai.compat import OpenAICompatLLM
 
     request = GenerationRequest("p", kv=kv_cache.SnapKV(ratio=0.5, window=32))
     server = OpenAICompatLLM(model="m", base_url="http://127.0.0.1:9/v1")
@@ -80,7 +80,7 @@ pytest.importorskip("transformers")
 
 from test_kv_techniques import _doc  # noqa: E402 (the tiny model: conftest)
 
-from ragbench.llm.hf import HFModel  # noqa: E402
+from ragbench.llm.hf.model import HFModel  # noqa: E402
 
 
 def _ask(model, doc, tails=(" w1 w2", " w3"), new_tokens=6, kv=None):

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ragbench import cost
-from ragbench.llm import kv_cache
+from ragbench.llm import kv_cache, kv_sinks
 from ragbench.llm.cache import request_key
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies import get_strategy
@@ -103,7 +103,7 @@ def test_backends_without_kv_variants_refuse_them_by_name():
         FakeLLM().generate([request])
     [c] = FakeLLM(simulate_kv_cache=True).generate([request])  # tests only, and flagged
     assert c.meta["simulated_kv_cache"] == "offloaded" and c.kv_bytes_measured is None
-    from ragbench.llm.openai_compat import OpenAICompatLLM
+    from ragbench.llm.openai.compat import OpenAICompatLLM
 
     server = OpenAICompatLLM(model="m", base_url="http://127.0.0.1:9/v1")
     with pytest.raises(ValueError, match="OpenAI-compatible backend cannot run"):
@@ -146,7 +146,7 @@ def test_tensor_bytes_counts_each_tensor_once_in_its_dtype():
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ragbench.llm.hf import HFModel  # noqa: E402
+from ragbench.llm.hf.model import HFModel  # noqa: E402
 
 
 def _doc(n: int = 150, seed: int = 1) -> str:
@@ -194,7 +194,7 @@ def test_offloaded_cache_on_cuda_gives_the_plain_answers(tmp_path):
 
 
 def test_sink_layer_keeps_the_first_and_the_last_positions():
-    layer = kv_cache.sink_layer_class()(2, 3)
+    layer = kv_sinks.sink_layer_class()(2, 3)
     k = torch.arange(10.0).view(1, 1, 10, 1)
     full_k, _ = layer.update(k, k)
     assert full_k.flatten().tolist() == list(range(10))  # this pass sees everything
@@ -293,7 +293,7 @@ def test_smollm2_kv_variants_measured_against_the_formula():
 def test_rope_parameters_name_the_valid_choices():
     from transformers import LlamaConfig
 
-    from ragbench.llm.hf_load import rope_parameters
+    from ragbench.llm.hf.load import rope_parameters
 
     config = LlamaConfig(max_position_embeddings=8192)
     yarn = rope_parameters(config, "yarn", 2)

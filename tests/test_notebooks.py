@@ -14,10 +14,11 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 import pytest
+from browser import screenshot_html, table_layout
 from test_docs import build_folder
 
 from ragbench.workspace.kernels import execute_notebook
-from ragbench.workspace.render import render_notebook, screenshot_html
+from ragbench.workspace.render import render_notebook
 
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -272,8 +273,6 @@ def test_rendered_tables_fit_the_page_and_read_numbers_in_chromium(executed, nam
     clipped or scrolled sideways, the page itself neither), and no cell reads inf, nan or
     <NA> where a number is expected (a break-even never reached reads "never")."""
     import shutil
-
-    from ragbench.workspace.render import table_layout
 
     html = render_notebook(executed[name], tmp_path / f"{name}.html", include_code=False)
     if shutil.which("chromium") is None:

@@ -34,13 +34,9 @@ from openai_server import (
 
 from ragbench.llm import ServerUnreachable, load_llm
 from ragbench.llm.cache import CachedLLM, request_key
-from ragbench.llm.openai_compat import (
-    KEY_ENV,
-    LLMBatchError,
-    LLMRequestError,
-    OpenAICompatLLM,
-)
-from ragbench.llm.openai_payload import (
+from ragbench.llm.openai.compat import KEY_ENV, OpenAICompatLLM
+from ragbench.llm.openai.http import LLMBatchError, LLMRequestError
+from ragbench.llm.openai.payload import (
     apply_stop,
     backoff_seconds,
     build_payload,

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ragbench.cli import app
-from ragbench.experiment.config import ConfigError, load_config
+from ragbench.experiment.config import load_config
+from ragbench.experiment.config_text import ConfigError
 from ragbench.retrieval.embedders import get_embedder
 from ragbench.retrieval.retrievers import BM25Retriever, RerankRetriever
 from ragbench.types import Chunk

@@ -113,7 +113,7 @@ def test_a_shared_corpus_is_counted_once_for_all_its_questions(tmp_path):
 @pytest.mark.slow
 def test_the_embedded_tokenizer_counts_without_the_weights(tmp_path, monkeypatch):
     """The hf backend: its tokenizer loads from the package offline; no weights are read."""
-    import ragbench.llm.hf as hf
+    import ragbench.llm.hf.model as hf
 
     no_load(monkeypatch)
     monkeypatch.setattr(hf.HFModel, "__init__", lambda *a, **k: pytest.fail("built the model"))

@@ -150,7 +150,7 @@ def test_cost_amortise_adds_the_share_and_old_records_get_the_columns():
 
 @pytest.mark.slow
 def test_embedded_model_prefix_reuse_off_recomputes_every_prompt_with_the_same_answers():
-    from ragbench.llm.hf import HFModel
+    from ragbench.llm.hf.model import HFModel
     from ragbench.types import GenerationRequest
 
     prefix = " ".join(f"Note {i}: the pier opens at {i}:00." for i in range(60)) + "\n\n"

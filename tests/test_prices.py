@@ -202,7 +202,6 @@ def test_sheet_from_genai_prices_objects():
         "output_per_million": 15.0,
     }
     assert s.rates(200_001)["output_per_million"] == 22.5 and s.cache_ttl == "5m"
-    assert prices.sheet_from_genai is prices_import.sheet_from_genai  # still importable there
     with pytest.raises(ValueError, match="no token prices"):
         prices_import.sheet_from_genai(
             SimpleNamespace(), name="x", provider="p", model="m", date="d", source="s"

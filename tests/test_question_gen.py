@@ -16,16 +16,11 @@ from typer.testing import CliRunner
 
 from ragbench.cli.data import register
 from ragbench.datasets import build_dataset
-from ragbench.datasets.shared_corpus import write_documents
+from ragbench.datasets.corpus_file import write_documents
+from ragbench.datasets.question_text import evidence_quote, find_span, parse_reply, passage_id
 from ragbench.experiment import question_gen
 from ragbench.experiment import question_gen_multihop as multihop
-from ragbench.experiment.question_gen import (
-    evidence_quote,
-    find_span,
-    generate_questions,
-    parse_reply,
-    questions_file,
-)
+from ragbench.experiment.question_gen import generate_questions, questions_file
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
 from ragbench.retrieval.passages import sample_passages
@@ -195,7 +190,7 @@ def test_near_duplicate_questions_are_dropped_the_first_kept():
     result = generate_questions(DOCS, fake(replies), 10, **SMALL, batch_size=1)
     assert len(result.rows) == 2 and result.rejected == {"duplicate": 2, "format": 1}
     # of each pair, the one asked first (in the seeded passage order) is kept
-    passages = question_gen.sample_passages(DOCS, **SMALL)
+    passages = sample_passages(DOCS, **SMALL)
     first = {}
     for p in passages:
         key = next((k for k in replies if k in p.text), None)
@@ -462,7 +457,7 @@ def test_pairs_are_passages_of_two_documents_sharing_rare_words_by_seed():
             frozenset((MASTER, BUILT)): ("ferry", "old"),
         }
         # the first passage of a pair is the earlier one in the seeded order
-        order = [multihop.passage_id(p) for p in passages]
+        order = [passage_id(p) for p in passages]
         assert all(order.index(i.split("+")[0]) < order.index(i.split("+")[1]) for i in ids[seed])
         assert ids[seed] == [multihop.pair_id(p) for p in multihop.pair_passages(passages)]
     assert len({tuple(v) for v in ids.values()}) > 1  # the seed orders the pairs

@@ -12,15 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser import screenshot_html, table_layout
 
 from ragbench.secrets import env_secret_values
-from ragbench.workspace.render import (
-    render_notebook,
-    repo_root,
-    screenshot_html,
-    scrub,
-    table_layout,
-)
+from ragbench.workspace.render import render_notebook
+from ragbench.workspace.scrub import repo_root, scrub
 
 FIXTURE = Path(__file__).parent / "fixtures" / "notebooks" / "figure.ipynb"
 FAKE_KEY = "fake-openai-key-0123456789abcdef"  # no known key shape: only the env scan catches it

@@ -14,13 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ragbench.workspace.render import (
-    RUN_MIME,
-    executed_runs,
-    provenance_header,
-    render_notebook,
-    repo_root,
-)
+from ragbench.workspace.render import RUN_MIME, executed_runs, provenance_header, render_notebook
+from ragbench.workspace.scrub import repo_root
 
 HEADER = re.compile(r"<section class=.ragbench-provenance.*?</section>", re.S)
 DECOYS = {"decoy-aaaa1111": "cfg-decoy-one", "decoy-bbbb2222": "cfg-decoy-two"}

@@ -192,7 +192,7 @@ def test_real_tokenizer_sizes():
 
 
 def test_your_corpus_as_the_ruler_haystack(tmp_path):
-    from ragbench.datasets.shared_corpus import write_documents
+    from ragbench.datasets.corpus_file import write_documents
     from ragbench.types import Document
 
     filler = " ".join(f"The ferry schedule note {j} is posted." for j in range(400))

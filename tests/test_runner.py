@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 
 from ragbench.cost import prices
-from ragbench.experiment.config import ConfigError
+from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.resources import DatasetError
 from ragbench.experiment.results import RECORDS, read_records
-from ragbench.experiment.runner import DatasetError, run
+from ragbench.experiment.runner import run
 from ragbench.llm.fake import FakeLLM
 from ragbench.types import Document, Example
 

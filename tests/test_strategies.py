@@ -11,10 +11,10 @@ from ragbench import strategies as st
 from ragbench.llm.base import ContextOverflowError
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
-from ragbench.llm.openai_compat import LLMRequestError
+from ragbench.llm.openai.http import LLMRequestError
 from ragbench.models import get_preset
 from ragbench.strategies import prompts
-from ragbench.strategies.long_context import long_context_prompt
+from ragbench.strategies.fit import long_context_prompt
 from ragbench.types import Document, Example, Record
 
 FILLER = " ".join(f"w{i}" for i in range(400))  # 400 whitespace tokens

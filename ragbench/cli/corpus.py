@@ -2,7 +2,7 @@
 questions generated over a corpus (for the ``corpus`` dataset).
 
 The commands are registered on the ``data`` group by ``ragbench.cli.data``, after its own
-(so ``ragbench data --help`` lists them last), and are re-exported there.
+(so ``ragbench data --help`` lists them last).
 """
 
 from __future__ import annotations

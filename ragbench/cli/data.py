@@ -1,6 +1,6 @@
 """`ragbench data ...`: generate, import and deduplicate datasets as ragbench JSONL, and ingest
 folders of documents into a corpus file (``data docs``, for the ``corpus`` dataset). ``data docs``
-and ``data questions`` (questions generated over a corpus) are defined in ``corpus_cli.py`` and
+and ``data questions`` (questions generated over a corpus) are defined in ``cli/corpus.py`` and
 registered here.
 
 Every command writes one canonical JSONL file (atomically) under ``data/generated/`` unless

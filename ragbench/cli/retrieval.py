@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 
 from ragbench.datasets.formats import read_examples
-from ragbench.experiment.config import ModelConfig, RetrievalConfig
+from ragbench.experiment.config_sections import ModelConfig, RetrievalConfig
 from ragbench.io import (
     InputFileError,
     atomic_write_text,

@@ -31,8 +31,8 @@ offline from its bundled snapshot (checked with 0.2.3), but it pulls in its own 
 snapshot changes with every release, so the same run would price differently after an upgrade.
 A sheet is a file with a date that a run's table names, diffable and editable.
 ``ragbench prices import-genai`` writes a sheet from an installed genai-prices snapshot when a
-model is missing here: ``ragbench.cost.prices_import`` (``sheet_from_genai``, ``import_genai_sheet``,
-re-exported here), written out by ``sheet_yaml``.
+model is missing here: ``ragbench.cost.prices_import`` (``sheet_from_genai``, ``import_genai_sheet``),
+written out by ``sheet_yaml``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from typing import Any
 
 import yaml
 
-from ragbench.cost.prices_import import import_genai_sheet, sheet_from_genai  # noqa: F401 (re-exported)
 from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
 from ragbench.registry import Registry, did_you_mean, unknown
 from ragbench.types import Completion

@@ -1,6 +1,6 @@
 """Corpus preparation: text cleaning, exact dedup and MinHash-LSH near-duplicate removal.
 
-- ``clean_text`` (``datasets.cleaning``, re-exported): mojibake repair with ftfy, control
+- ``clean_text`` (``datasets.cleaning``): mojibake repair with ftfy, control
   characters removed, spaces and line breaks unified, NFC.
 - Exact duplicates: sha256 of the normalised text (cleaned, casefolded, whitespace collapsed).
 - Near duplicates: datasketch ``MinHash`` over word 5-gram shingles, candidates from
@@ -41,10 +41,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ragbench.datasets.cleaning import (  # noqa: F401 (text_hash: re-exported)
+from ragbench.datasets.cleaning import (
     clean_text,
     normalize_for_hash,
-    text_hash,
     update_sha256,
 )
 from ragbench.datasets.formats import fingerprint, read_examples, write_examples

@@ -12,8 +12,8 @@ Choices, per format:
   document and an empty question (unless ``meta.source`` names the task it was imported from:
   LongBench's summaries ask nothing) are errors.
 - ``longbench``, ``ruler``, ``squad``: ``importers.py`` (its docstring gives each format's
-  choices); ``load_longbench``, ``load_ruler``, ``load_squad``, ``split_ruler_input`` and
-  ``UNANSWERABLE`` are re-exported here.
+  choices, and ``load_longbench``, ``load_ruler``, ``load_squad``, ``split_ruler_input``,
+  ``UNANSWERABLE``).
 - ``beir``: ``beir.py`` (the whole corpus stored once, each judged query an example over it).
 - ``longbench-v2``, ``flashrag``, ``hf``: their own modules; also datasets under the same names.
 
@@ -30,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ragbench.datasets._validate import (  # noqa: F401 (document_from_row: re-exported)
+from ragbench.datasets._validate import (
     STRINGS,
     FieldError,
     check,
@@ -41,15 +41,6 @@ from ragbench.datasets._validate import (  # noqa: F401 (document_from_row: re-e
     read_jsonl,
     refuse_duplicate_ids,
     req,
-)
-
-# the LongBench, RULER and SQuAD importers live in importers.py; importable from here as before
-from ragbench.datasets.importers import (  # noqa: F401 (re-exported)
-    UNANSWERABLE,
-    load_longbench,
-    load_ruler,
-    load_squad,
-    split_ruler_input,
 )
 from ragbench.io import atomic_write_text, dumps_canonical
 from ragbench.registry import Registry

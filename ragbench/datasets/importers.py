@@ -1,7 +1,7 @@
 """Importers for third-party dataset files: LongBench and RULER JSONL, SQuAD JSON.
 
-``formats.IMPORTERS`` names them (``longbench``, ``ruler``, ``squad``) and ``formats`` re-exports
-them. Each returns ``list[Example]`` and raises one ``ragbench.io.InputFileError`` naming the file,
+``formats.IMPORTERS`` names them (``longbench``, ``ruler``, ``squad``) (import them from
+here). Each returns ``list[Example]`` and raises one ``ragbench.io.InputFileError`` naming the file,
 line and field for malformed input, and for input with no examples. (The importers of LongBench
 v2, FlashRAG's format and local Hugging Face datasets, ``longbench_v2.py``, ``flashrag.py`` and
 ``hf_local.py``, are datasets of their own in ``ragbench.datasets.DATASETS``: ``longbench-v2``,

@@ -1,7 +1,7 @@
 """A shared corpus: one set of documents stored once, many questions asked over all of it.
 
 The corpus file (``datasets.corpus_file``: ``write_documents``, ``read_documents``,
-``corpus_fingerprint``, re-exported here) is what ``ragbench data docs`` writes.
+``corpus_fingerprint``) is what ``ragbench data docs`` writes.
 
 Dataset ``corpus`` (``dataset: {name: corpus, params: {corpus: ..., questions: ...}}``): every
 question of the questions file (``datasets.questions``) becomes an Example whose ``documents``
@@ -17,7 +17,7 @@ import os
 import random
 from pathlib import Path
 
-from ragbench.datasets.corpus_file import (  # noqa: F401 (re-exported)
+from ragbench.datasets.corpus_file import (
     corpus_fingerprint,
     read_documents,
     write_documents,

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from ragbench.cost.prices import PriceSheet, price_sheet
-from ragbench.experiment.config_sections import (  # noqa: F401 (re-exported)
+from ragbench.experiment.config_sections import (
     DatasetConfig,
     JudgeConfig,
     ModelConfig,
@@ -37,9 +37,8 @@ from ragbench.experiment.config_sections import (  # noqa: F401 (re-exported)
     StrategyConfig,
     TrackingConfig,
     _Strict,
-    one_or_list,
 )
-from ragbench.experiment.config_text import (  # noqa: F401 (re-exported)
+from ragbench.experiment.config_text import (
     ConfigError,
     _line_of,
     apply_overrides,

@@ -23,8 +23,8 @@ from ragbench.datasets import DATASETS, check_params
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
 from ragbench.llm import BACKENDS, backend_capabilities, backend_params
-from ragbench.llm import openai_payload as wire
-from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
+from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
+from ragbench.llm.openai import payload as wire
 from ragbench.models import PRESETS, get_preset
 from ragbench.registry import unknown
 from ragbench.retrieval.precision import check_precision_param

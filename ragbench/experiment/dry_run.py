@@ -56,8 +56,8 @@ from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.base import LLM
 from ragbench.llm.calibration import cached_rates, cpu_name
 from ragbench.llm.gguf import file_sha256
-from ragbench.llm.hf_load import resolve_model
-from ragbench.llm.hf_prompt import is_instruct, render
+from ragbench.llm.hf.load import resolve_model
+from ragbench.llm.hf.prompt import is_instruct, render
 from ragbench.metrics.answer import deferred_metrics
 from ragbench.strategies import get_strategy, run_batch
 from ragbench.strategies.prompt_format import check_cot
@@ -116,7 +116,7 @@ class PromptCounter(LLM):
 
 class HFPromptCounter:
     """The transformers backend's prompt accounting without its weights: the model's tokenizer
-    and chat template (``ragbench.llm.hf_prompt``), the preset's context window."""
+    and chat template (``ragbench.llm.hf.prompt``), the preset's context window."""
 
     def __init__(
         self,

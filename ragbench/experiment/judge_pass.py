@@ -12,7 +12,8 @@ from tqdm import tqdm
 
 from ragbench import secrets
 from ragbench.experiment import provenance
-from ragbench.experiment.config import JudgeConfig, RunConfig, one_or_list
+from ragbench.experiment.config import RunConfig
+from ragbench.experiment.config_sections import JudgeConfig, one_or_list
 from ragbench.experiment.resources import build_resources, check_server, load_model
 from ragbench.experiment.results import RECORDS, append_record
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings

@@ -38,8 +38,8 @@ and cache: the same file, byte for byte. The output is a questions JSONL file
 the ``corpus`` dataset locates again and turns into ``[doc_id, start, end]`` spans) and ``meta``
 keeps the exact ``answer_span`` and ``passage`` spans, and the generating model.
 
-Steps 1 to 3 and the Jaccard of step 5 are pure text functions in ``datasets.question_text``
-(re-exported here); this module is the driver around the model: the batches, the closed-book
+Steps 1 to 3 and the Jaccard of step 5 are pure text functions in ``datasets.question_text``;
+this module is the driver around the model: the batches, the closed-book
 check, de-duplication against the kept questions, the cost accounting (``Usage``) and the files
 (``write_questions``, ``questions_file``, ``load_model``).
 """
@@ -57,32 +57,23 @@ from typing import Any
 
 from ragbench.cost.prices import PriceSheet, dollars_per_query, gpu_seconds
 from ragbench.cost.prices import price_sheet as load_sheet
-from ragbench.datasets.question_text import (  # noqa: F401 (re-exported)
-    GENERATE_TEMPLATE,
-    Passage,
+from ragbench.datasets.corpus_file import read_documents
+from ragbench.datasets.question_text import (
     check_reply,
-    evidence_quote,
-    find_span,
     generation_request,
     jaccard,
-    parse_reply,
     passage_id,
     tokens,
 )
-from ragbench.datasets.shared_corpus import read_documents
+from ragbench.datasets.task_types import INSTRUCTIONS
 from ragbench.experiment import question_gen_multihop as multihop
 from ragbench.experiment import resources
-from ragbench.experiment.config import ModelConfig
+from ragbench.experiment.config_sections import ModelConfig
 from ragbench.io import atomic_write_text, dumps_canonical
 from ragbench.llm.base import LLM
 from ragbench.metrics.answer import get_metric
 from ragbench.retrieval.passages import sample_passages
-from ragbench.strategies.prompts import (
-    ANSWER_STOP,
-    CLOSED_BOOK_TEMPLATE,
-    INSTRUCTIONS,
-    clean_answer,
-)
+from ragbench.strategies.prompts import ANSWER_STOP, CLOSED_BOOK_TEMPLATE, clean_answer
 from ragbench.types import Completion, Document, GenerationRequest
 
 log = logging.getLogger(__name__)

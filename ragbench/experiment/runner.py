@@ -59,9 +59,8 @@ from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge
 from ragbench.experiment.log_once import once_per_run
 from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
-from ragbench.experiment.preflight import OverWindowError, check_window  # noqa: F401 (re-exported)
-from ragbench.experiment.resources import (  # noqa: F401 (DatasetError, load_examples: re-exported)
-    DatasetError,
+from ragbench.experiment.preflight import check_window
+from ragbench.experiment.resources import (
     build_resources,
     check_examples,
     check_server,

@@ -20,9 +20,10 @@ from ragbench.judge.agreement import (
     judge_warnings,
     repeat_agreement,
 )
+from ragbench.judge.calls import COST_KEYS, Judge
 from ragbench.judge.context_metrics import CONTEXT_METRICS
 from ragbench.judge.contexts import record_contexts
-from ragbench.judge.judging import COST_KEYS, Judge, judge_records
+from ragbench.judge.judging import judge_records
 from ragbench.judge.prompts import (
     DEFAULT_PROMPTS,
     JudgePrompt,

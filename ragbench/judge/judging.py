@@ -30,20 +30,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ragbench.judge.calls import (
-    COST_KEYS,
-    Job,
-    Judge,
-    add_cost,
-    keep_repeats,
-    run_jobs,
-    settled,
-)
+from ragbench.judge.calls import Job, Judge, add_cost, keep_repeats, run_jobs, settled
 from ragbench.judge.context_metrics import ContextsFn, collect_context_jobs, context_jobs
 from ragbench.strategies import get_strategy
 from ragbench.types import Completion, Example, Record
-
-__all__ = ["COST_KEYS", "Judge", "judge_records"]
 
 # (example, record) -> the context the model read (None: none); raises to leave it unscored
 ContextFn = Callable[[Example, Record], "str | None"]

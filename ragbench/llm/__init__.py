@@ -21,17 +21,17 @@ from ragbench.registry import Registry, did_you_mean
 BACKENDS = Registry(
     "LLM backend",
     {
-        "hf": "ragbench.llm.hf:HFModel",
-        "openai": "ragbench.llm.openai_compat:OpenAICompatLLM",
+        "hf": "ragbench.llm.hf.model:HFModel",
+        "openai": "ragbench.llm.openai.compat:OpenAICompatLLM",
         "fake": "ragbench.llm.fake:FakeLLM",
     },
 )
 
 _LAZY = {
     "FakeLLM": "ragbench.llm.fake:FakeLLM",
-    "OpenAICompatLLM": "ragbench.llm.openai_compat:OpenAICompatLLM",
-    "LLMRequestError": "ragbench.llm.openai_http:LLMRequestError",
-    "HFModel": "ragbench.llm.hf:HFModel",
+    "OpenAICompatLLM": "ragbench.llm.openai.compat:OpenAICompatLLM",
+    "LLMRequestError": "ragbench.llm.openai.http:LLMRequestError",
+    "HFModel": "ragbench.llm.hf.model:HFModel",
 }
 
 __all__ = [

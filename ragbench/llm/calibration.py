@@ -312,7 +312,7 @@ def calibration_key(decoder: Any, weights: str, probed_tokens: int | None = None
 
 
 def decode_path(decoder: Any) -> str:
-    """Which decode loop the loop probe times (``hf_static.py``): ``static+graphs``, ``static``
+    """Which decode loop the loop probe times (``hf/static.py``): ``static+graphs``, ``static``
     or ``eager``. A part of the key: the captured step costs a fraction of the eager one."""
     fast = getattr(decoder, "fast", None)
     if fast is None or not fast.static:
@@ -487,7 +487,7 @@ def measure(
     long-context requests' decode 25% short. ``loop_timer(steps)`` (default: the decoder's own
     loop, :func:`_loop_step`) gives seconds per step of that loop at a short cache; ``d0`` is set
     from it (the KV slope ``d1`` stays the bare probes'), also when it is less than a bare
-    forward pass: the static path's captured step (``hf_static.py``) is."""
+    forward pass: the static path's captured step (``hf/static.py``) is."""
     import torch
 
     window = window_of(decoder) if timer is None else 1 << 30

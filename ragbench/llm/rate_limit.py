@@ -21,7 +21,7 @@ things before each attempt (``acquire``) and one after (``observe``):
   (``Ticket.seq``) are subtracted; when nothing is left, every thread waits for the reset. A 429
   (its ``Retry-After``, else the reset headers) pauses every thread until then, not only the
   one that got it: no retry storm. The thread that got it waits in its own retry (tenacity,
-  ``openai_http.with_retries``, which honours the same ``Retry-After``), not twice.
+  ``openai.http.with_retries``, which honours the same ``Retry-After``), not twice.
 
 Why not a library: ``aiolimiter`` is asyncio-only and the backend is threaded; ``pyrate-limiter``
 (v3) keeps one list entry per unit of weight (a TPM limit of 1M tokens is a million entries) and
@@ -244,7 +244,7 @@ class RateLimiter:
         """Wait until one request of ``tokens`` (prompt + max_tokens) may be sent; its ticket."""
         # a wait already served counts even if the clock lags it (a no-op ``sleep`` in tests must
         # not spin until the real clock catches up); a thread whose 429 set the pause has served
-        # it in its own retry wait (``openai_http.with_retries``)
+        # it in its own retry wait (``openai.http.with_retries``)
         served = getattr(self._local, "served_until", float("-inf"))
         self._local.served_until = float("-inf")
         while True:

@@ -7,7 +7,6 @@ The public names of ``answer`` are re-exported here (``ragbench.metrics.score``)
 from ragbench.metrics.answer import (
     KINDS,
     METRICS,
-    NO_ANSWER,
     Metric,
     aggregate,
     bootstrap_ci,
@@ -17,12 +16,12 @@ from ragbench.metrics.answer import (
     exact_match,
     f1,
     get_metric,
-    normalize_answer,
     score,
     string_match_all,
     string_match_part,
     string_metrics,
 )
+from ragbench.metrics.normalize import NO_ANSWER, normalize_answer
 
 __all__ = [
     "KINDS",

@@ -18,7 +18,7 @@ every strategy's record) computes the ``string`` metrics only; the runner's judg
 (``ragbench.judge``) fills in the others afterwards, through the completion cache (the ``noise``
 kind: ``ragbench.experiment.noise_pass``, answering again with distractor documents added).
 
-Normalisation (``normalize_answer``, ``NO_ANSWER``) is ``metrics.normalize``'s, re-exported here.
+Normalisation (``normalize_answer``, ``NO_ANSWER``) is ``metrics.normalize``'s.
 Retrieval metrics live in ``ragbench.retrieval.metrics``.
 """
 

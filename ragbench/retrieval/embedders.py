@@ -39,7 +39,7 @@ import numpy as np
 from ragbench.assets import cache_dir as ragbench_cache_dir
 from ragbench.assets import minilm_dir
 from ragbench.devices import pick_device
-from ragbench.llm.hf_load import PICKLE_OPTION, refuse_pickle_weights
+from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.retrieval.embedding_cache import EmbeddingCache
 from ragbench.retrieval.names import EMBEDDER_BACKENDS, EMBEDDERS
 from ragbench.retrieval.precision import PRECISIONS, check_precision, warn_if_bf16_emulated
@@ -141,7 +141,7 @@ class SentenceTransformerEmbedder(Embedder):
     ``PRECISIONS``; anything but "fp32" is part of ``model_identity``, so cached vectors and
     indexes of different precisions never mix. Vectors come out float32 whatever the precision.
     A model folder with weights only in pickle-based ``.bin`` files (any of its module folders)
-    is refused, as the LLM's are (``hf_load.refuse_pickle_weights``), unless
+    is refused, as the LLM's are (``llm.hf.load.refuse_pickle_weights``), unless
     ``allow_pickle_weights``.
     """
 

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from ragbench.llm.openai_compat import OpenAICompatLLM
+from ragbench.llm.openai.compat import OpenAICompatLLM
 from ragbench.retrieval.embedders import Embedder, default_cache_dir
 
 

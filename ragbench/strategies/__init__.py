@@ -24,6 +24,7 @@ Adding a strategy: its steps module, its parameter class (``params.py``) and one
 from ragbench.strategies.base import Resources, make_record
 from ragbench.strategies.batch import run_batch
 from ragbench.strategies.driver import drive
+from ragbench.strategies.given_context import ContextUnavailable
 from ragbench.strategies.params import (
     ClosedBookParams,
     LongContextParams,
@@ -40,7 +41,6 @@ from ragbench.strategies.registry import (
     RETRIEVED,
     SOURCES,
     STRATEGIES,
-    ContextUnavailable,
     Strategy,
     answer_source,
     get_strategy,

@@ -17,13 +17,11 @@ import dataclasses
 from typing import Any
 
 from ragbench.strategies.base import Resources, Steps, answer, make_record
-from ragbench.strategies.fit import QUESTION_RESERVE, long_context_prompt
+from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import LongContextParams
 from ragbench.strategies.preload import amortised, ensure
 from ragbench.strategies.prompt_format import prompt_format
 from ragbench.types import Example
-
-__all__ = ["QUESTION_RESERVE", "check_rope", "long_context_prompt", "long_context_steps"]
 
 
 def check_rope(params: LongContextParams, llm: Any) -> None:

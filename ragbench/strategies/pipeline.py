@@ -49,7 +49,6 @@ import ragbench.strategies.pipeline_http as pipeline_http
 import ragbench.strategies.pipeline_target as pipeline_target
 from ragbench.cost.accounting import Cost
 from ragbench.datasets.corpus_file import corpus_fingerprint
-from ragbench.retrieval.context import assemble_context
 from ragbench.retrieval.metrics import per_query
 from ragbench.strategies.base import Resources, Steps, make_record
 from ragbench.strategies.pipeline_answer import (
@@ -61,6 +60,7 @@ from ragbench.strategies.pipeline_answer import (
 )
 from ragbench.strategies.pipeline_params import PipelineParams
 from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, prompt_format
+from ragbench.strategies.rag import fit_chunks
 from ragbench.strategies.retrieve_only import judgements
 from ragbench.types import Chunk, Completion, Example, ScoredChunk
 
@@ -342,17 +342,9 @@ def _read(example: Example, res: Resources, contexts: list[Context]) -> str:
                     c.score if c.score is not None else float(-i))
         for i, c in enumerate(contexts)
     ]  # fmt: skip
-    cap = res.room(frame)
     cite = any(c.doc_id for c in contexts) or fmt.chunk_marker is not None
     marker = fmt.chunk_marker or CITE_MARKER
-
-    def assemble(cap: int):
-        return assemble_context(scored, res.llm.count_tokens, cap, cite=cite, marker=marker)
-
-    ctx = assemble(cap)
-    while ctx.chunk_ids and (excess := res.excess(ctx.text, frame)) > 0:
-        cap -= excess  # as in rag_prompt: the joined prompt can count more than its parts
-        ctx = assemble(cap)
+    ctx = fit_chunks(scored, res, frame, res.room(frame), cite=cite, marker=marker)
     return frame.prompt(ctx.text)
 
 

@@ -1,7 +1,7 @@
 """A pipeline behind an HTTP endpoint: ``POST url`` with ``{"question", "id", "corpus"}``, a JSON
 answer back (the fields of ``PipelineAnswer``).
 
-The transport is the OpenAI-compatible backend's (``ragbench.llm.openai_http``): httpx, the same
+The transport is the OpenAI-compatible backend's (``ragbench.llm.openai.http``): httpx, the same
 retry policy (408/409/425/429, 5xx, timeouts and dropped connections, with backoff honouring
 ``Retry-After``, ``retries`` times), the same errors naming the redacted URL, the attempts and
 the server's message, and httpx's logs redacted. Header values come from environment variables
@@ -31,8 +31,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ragbench import secrets
-from ragbench.llm import openai_http as http
 from ragbench.llm.base import ServerUnreachable
+from ragbench.llm.openai import http
 from ragbench.strategies.pipeline_params import PipelineParams
 
 log = logging.getLogger(__name__)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import ragbench.datasets.longbench_v2 as lb2
+from ragbench.datasets.task_types import INSTRUCTIONS
 from ragbench.metrics.longbench_v2 import extract_answer
 from ragbench.registry import unknown
 from ragbench.strategies.prompts import (
@@ -38,7 +39,6 @@ from ragbench.strategies.prompts import (
     CLOSED_BOOK_TEMPLATE,
     CONTEXT_TEMPLATE,
     DECLINE_INSTRUCTION,
-    INSTRUCTIONS,
     clean_answer,
     is_declined,
     question_part,

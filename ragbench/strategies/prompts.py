@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ragbench.datasets.task_types import INSTRUCTIONS  # noqa: F401 (task type -> instruction)
+from ragbench.datasets.task_types import INSTRUCTIONS
 from ragbench.registry import Choice, Registry, unknown
 from ragbench.types import Example
 

@@ -5,16 +5,36 @@ Records chunk ids and gold hits."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ragbench.retrieval.chunking import gold_chunk_ids
-from ragbench.retrieval.context import assemble_context
+from ragbench.retrieval.context import AssembledContext, assemble_context
 from ragbench.strategies.base import Resources, Steps, answer, make_record
 from ragbench.strategies.params import RagParams
-from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, prompt_format
-from ragbench.types import Example
+from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, Frame, prompt_format
+from ragbench.types import Example, ScoredChunk
 
 MAX_CANDIDATES = 200  # chunks retrieved when only a token budget limits the context
+
+
+def fit_chunks(
+    scored: Sequence[ScoredChunk],
+    res: Resources,
+    frame: Frame,
+    cap: int,
+    new_tokens: int | None = None,
+    **assemble: Any,
+) -> AssembledContext:
+    """The best of ``scored`` assembled within ``cap`` tokens (``assemble_context`` with
+    ``assemble``), then cut until ``frame`` around them fits the window: as in
+    ``long_context_prompt``, the joined prompt can count more than its parts. RAG and the
+    pipeline's retriever path read their chunks through this one loop."""
+    ctx = assemble_context(scored, res.llm.count_tokens, cap, **assemble)
+    while ctx.chunk_ids and (excess := res.excess(ctx.text, frame, new_tokens)) > 0:
+        cap -= excess
+        ctx = assemble_context(scored, res.llm.count_tokens, cap, **assemble)
+    return ctx
 
 
 def rag_prompt(
@@ -39,17 +59,10 @@ def rag_prompt(
     doc_order = [d.id for d in example.documents]
     marker = fmt.chunk_marker or CITE_MARKER  # a format with its own marker marks every chunk
 
-    def assemble(cap: int):
-        return assemble_context(
-            scored, res.llm.count_tokens, cap, params.top_k, params.order,
-            cite=params.cite or fmt.chunk_marker is not None, doc_order=doc_order, marker=marker,
-        )  # fmt: skip
-
-    ctx = assemble(cap)
-    # as in long_context_prompt: the joined prompt can count more than its parts
-    while ctx.chunk_ids and (excess := res.excess(ctx.text, frame, new_tokens)) > 0:
-        cap -= excess
-        ctx = assemble(cap)
+    ctx = fit_chunks(
+        scored, res, frame, cap, new_tokens, top_k=params.top_k, order=params.order,
+        cite=params.cite or fmt.chunk_marker is not None, doc_order=doc_order, marker=marker,
+    )  # fmt: skip
     gold = gold_chunk_ids(chunks, example.evidence) if example.evidence else set()
     meta = {
         "retrieved": list(ctx.chunk_ids),

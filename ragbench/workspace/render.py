@@ -1,5 +1,5 @@
-"""Executed notebooks to standalone, shareable HTML, and a headless-Chromium screenshot of one
-(and a check that its tables fit the page).
+"""Executed notebooks to standalone, shareable HTML (the tests look at it in headless Chromium:
+``tests/browser.py``).
 
 nbconvert's lab template, minus every external script (require.js, MathJax, mermaid come from
 CDNs; none is needed to see tables and figures, and a report must open offline). Figures are the
@@ -9,8 +9,8 @@ runs the notebook executed (``ragbench.run`` records each one in the cell's outp
 ``RUN_MIME``; several runs: the facts they share, then per run what differs). Before anything is
 written the notebook's cells are redacted (``kernels.redact_notebook``: code cells before syntax
 highlighting splits an assignment into <span>s, a quoted literal of a credential name masked
-whatever it looks like) and the HTML is scrubbed (``ragbench.workspace.scrub``, whose names are
-re-exported here): every credential ``ragbench.secrets`` recognises becomes ``***`` and the
+whatever it looks like) and the HTML is scrubbed (``ragbench.workspace.scrub``, which
+``kernels`` uses too): every credential ``ragbench.secrets`` recognises becomes ``***`` and the
 machine's absolute paths (repo root, venv, $HOME, the notebook's folder) become placeholders.
 
 Only executed notebooks are rendered: a file that is not a notebook, or a notebook no code cell of
@@ -25,7 +25,6 @@ import html
 import json
 import os
 from collections.abc import Mapping, Sequence
-from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +32,7 @@ from ragbench import secrets
 from ragbench.io import atomic_write_text
 from ragbench.workspace.alt_text import describe_figures
 from ragbench.workspace.kernels import redact_notebook
-
-# the scrubbing lives in ragbench.workspace.scrub (kernels.py uses it too); importable from here as before
-from ragbench.workspace.scrub import (  # noqa: F401 (re-exported)
-    machine_paths,
-    outside_data_uris,
-    redact_keeping_links,
-    repo_root,
-    scrub,
-)
+from ragbench.workspace.scrub import scrub
 
 # display_data mime type ragbench.experiment.runner writes in a kernel:
 # {"run_dir": absolute path, "manifest": {...}}
@@ -297,100 +288,3 @@ def provenance_header(
         for k, v in rows
     )
     return f"<section class='ragbench-provenance' style='{_HEADER_CSS}'><table>{cells}</table></section>"
-
-
-# --- screenshot -----------------------------------------------------------------------------------
-
-
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",  # no calls home: the page must stand alone
-    "--disable-component-update",
-    "--disable-sync",
-)
-
-
-def _chromium(args: Sequence[str], chromium: str, timeout: float) -> str:
-    """Headless Chromium with a throwaway profile; its stdout."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    exe = shutil.which(chromium)
-    if exe is None:
-        raise FileNotFoundError(f"{chromium!r} not found; install Debian's chromium package")
-    with tempfile.TemporaryDirectory(prefix="ragbench-chromium-") as profile:
-        done = subprocess.run(
-            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-            check=True, capture_output=True, timeout=timeout, text=True,
-        )  # fmt: skip
-    return done.stdout
-
-
-def screenshot_html(
-    html: str | os.PathLike,
-    png: str | os.PathLike,
-    chromium: str = "chromium",
-    window: tuple[int, int] = (1200, 1600),
-    timeout: float = 120,
-) -> Path:
-    """A PNG of a rendered page as headless Chromium shows it (a preview, and the browser test)."""
-    png = Path(png)
-    _chromium(
-        [f"--screenshot={png}", f"--window-size={window[0]},{window[1]}",
-         Path(html).resolve().as_uri()],
-        chromium, timeout,
-    )  # fmt: skip
-    return png
-
-
-# appended to a copy of the page: once laid out, it writes what it measured into the DOM, which
-# --dump-dom prints. A cell is bad when it reads inf, nan or <NA> (as a word) instead of a number
-_LAYOUT_JS = r"""<script>window.addEventListener("load", () => {
-  const bad = /(^|[^\w])[-+]?(inf|infinity|nan)([^\w]|$)|<NA>/i, root = document.documentElement;
-  const tables = [...document.querySelectorAll("table")].map((t, i) => ({index: i,
-    header: (t.tHead || t).textContent.replace(/\s+/g, " ").trim().slice(0, 120),
-    width: t.scrollWidth, container: t.parentElement.clientWidth,
-    right: Math.round(t.getBoundingClientRect().right),
-    bad_cells: [...t.querySelectorAll("td")].map(c => c.textContent.trim()).filter(x => bad.test(x))}));
-  const out = document.createElement("pre");
-  out.id = "ragbench-table-layout";
-  out.textContent = JSON.stringify({viewport: root.clientWidth, page: root.scrollWidth, tables});
-  document.body.appendChild(out);
-});</script>"""
-
-
-def table_layout(
-    html: str | os.PathLike,
-    chromium: str = "chromium",
-    window: tuple[int, int] = (1200, 1600),
-    timeout: float = 120,
-) -> dict[str, Any]:
-    """How a rendered page's tables lie in headless Chromium at ``window``: ``viewport`` and
-    ``page`` widths (a page wider than its viewport scrolls sideways) and per table its
-    ``width`` (``scrollWidth``), its ``container``'s ``clientWidth`` (a wider table is clipped
-    or scrolls), its ``right`` edge, the start of its ``header`` text and ``bad_cells``: cells
-    that read ``inf``, ``nan`` or ``<NA>`` where a reader expects a number or a word."""
-    import re
-    import tempfile
-
-    page = Path(html).read_text(encoding="utf-8")
-    probe = (
-        page.replace("</body>", _LAYOUT_JS + "</body>") if "</body>" in page else page + _LAYOUT_JS
-    )
-    with tempfile.TemporaryDirectory(prefix="ragbench-layout-") as folder:
-        copy = Path(folder) / Path(html).name
-        copy.write_text(probe, encoding="utf-8")
-        dom = _chromium(
-            ["--dump-dom", "--run-all-compositor-stages-before-draw", "--virtual-time-budget=10000",
-             f"--window-size={window[0]},{window[1]}", copy.as_uri()],
-            chromium, timeout,
-        )  # fmt: skip
-    found = re.search(r'<pre id="ragbench-table-layout">(.*?)</pre>', dom, re.S)
-    if found is None:
-        raise RuntimeError(f"{html}: the layout check did not run in {chromium}")
-    return json.loads(unescape(found.group(1)))

@@ -2,8 +2,8 @@
 
 ``OpenAICompatLLM``: configuration, credentials and the HTTP client, the server check, batches
 on a thread pool, and each ``Completion`` with its token counts and timings. Payload building and
-response parsing are pure functions in ``openai_payload.py`` (``wire``); one request's POST,
-event-stream reading, retries and errors are in ``openai_http.py`` (``http``). What it does:
+response parsing are pure functions in ``openai/payload.py`` (``wire``); one request's POST,
+event-stream reading, retries and errors are in ``openai/http.py`` (``http``). What it does:
 
 - chat (``/v1/chat/completions``) or completions (``/v1/completions``) endpoint;
 - base URL, model and key from arguments or the environment (``OPENAI_BASE_URL``,
@@ -57,23 +57,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ragbench import secrets
-from ragbench.llm import openai_http as http
-from ragbench.llm import openai_payload as wire
 from ragbench.llm.base import LLM, ServerUnreachable
 from ragbench.llm.kv_cache import refuse_variants
-from ragbench.llm.openai_http import RETRY_STATUSES, LLMBatchError, LLMRequestError
+from ragbench.llm.openai import http
+from ragbench.llm.openai import payload as wire
+from ragbench.llm.openai.http import LLMBatchError
 from ragbench.llm.rate_limit import RateLimiter
 from ragbench.llm.server_time import RESOURCE_SECONDS_BASIS, BusyTimeline, token_work
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 log = logging.getLogger(__name__)
-
-# the errors and RETRY_STATUSES live with the transport (openai_http); importable from here too
-__all__ = [
-    "CHECK_TIMEOUT", "KEY_ENV", "NO_MODELS_ROUTE", "RETRY_STATUSES",
-    "LLMBatchError", "LLMRequestError", "OpenAICompatLLM",
-]  # fmt: skip
 
 KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
 # GET /models answers in milliseconds on a live server; this bounds the connect and the read

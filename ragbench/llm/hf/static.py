@@ -1,4 +1,4 @@
-"""transformers backend: the decode fast path (``decode: static``), used by ``hf_decode.Decoder``.
+"""transformers backend: the decode fast path (``decode: static``), used by ``hf.decode.Decoder``.
 
 The plain loop (``Decoder._loop``) is eager PyTorch over a ``DynamicCache``: every step launches
 each kernel from Python (~500 for an 8B Llama), grows the cache by concatenation, and waits for

@@ -1,8 +1,8 @@
 """transformers backend: CUDA / MPS / CPU, GGUF weights, batching, prefix-KV reuse, accounting.
 
 ``HFModel`` renders prompts, groups a batch's requests by the prefix they share, keeps recent
-prefix KV caches across calls and accounts each ``Completion``. Loading lives in ``hf_load.py``,
-the forward passes and the decode loop in ``hf_decode.py``.
+prefix KV caches across calls and accounts each ``Completion``. Loading lives in ``hf/load.py``,
+the forward passes and the decode loop in ``hf/decode.py``.
 
 Scheduling: requests that share a prefix form a group (one prefix KV); within a group, requests
 are bucketed by length (``plan_batches``) so a short prompt is not padded to a long one.
@@ -22,7 +22,7 @@ computed or reused), which the calibrated cost basis prices with ``cost_rates()`
 ``meta["batch"]`` reports its padded batch once for all rows: seconds, padding tokens and
 fraction, and an estimate of the seconds the padding cost. ``peak_memory_bytes`` is CUDA max
 allocated, else the process RSS (``meta["peak_memory"]``). ``kv_bytes_measured``: its KV cache
-after the prefill, measured (``hf_decode.py``).
+after the prefill, measured (``hf/decode.py``).
 
 KV-cache variants (``GenerationRequest.kv``: offloaded, sinks, quantized, snapkv;
 ``kv_cache.py``) run one request at a time, without prefix-KV reuse, and are charged their own
@@ -37,15 +37,14 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import calibration, hf_prompt, kv_cache, shared_prefix
+from ragbench.llm import calibration, kv_cache, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.cpu_linear import PackedLinears
-from ragbench.llm.hf_decode import Decoder
-from ragbench.llm.hf_load import load_model
-from ragbench.llm.hf_schedule import common_prefix_len, plan_batches, plan_groups
+from ragbench.llm.hf import prompt as hf_prompt
+from ragbench.llm.hf.decode import Decoder
+from ragbench.llm.hf.load import load_model
+from ragbench.llm.hf.schedule import common_prefix_len, plan_batches, plan_groups
 from ragbench.types import Completion, GenerationRequest
-
-__all__ = ["HFModel", "common_prefix_len", "plan_batches", "plan_groups"]
 
 ENCODED_CACHE_TOKENS = 1 << 20  # token ids HFModel.encode keeps, most recent texts first
 
@@ -62,7 +61,7 @@ class HFModel(LLM):
     ``packed_linear``: run batched decode steps on weights packed once (``cpu_linear.py``);
     None packs fp32 models on the CPU up to 4 GiB of linear weights (the copy doubles them).
     ``decode``: ``auto`` decodes greedy rows on a static KV cache with a CUDA-graph step on CUDA
-    (``hf_static.py``; ``cuda_graphs=False``: uncaptured), ``eager`` in the plain loop,
+    (``hf/static.py``; ``cuda_graphs=False``: uncaptured), ``eager`` in the plain loop,
     ``static`` the static cache on any device. Neither is part of the model's identity (completion
     cache keys) or a config's hash: they change speed, not what is computed.
     """
@@ -95,7 +94,7 @@ class HFModel(LLM):
         rope_factor: float | None = None,  # with rope_scaling: the window grows by this factor
         packed_linear: bool | None = None,  # None: pack fp32 CPU weights for decode steps if small
         allow_pickle_weights: bool = False,  # load pickle-based .bin weights (they can run code)
-        decode: str = "auto",  # auto | eager | static: the decode path (hf_static.py); speed only
+        decode: str = "auto",  # auto | eager | static: the decode path (hf/static.py); speed only
         cuda_graphs: bool = True,  # capture the static path's step in a CUDA graph (CUDA only)
     ) -> None:
         if (rope_scaling is None) != (rope_factor is None):

@@ -1,7 +1,7 @@
 """OpenAI-compatible HTTP: one request over the wire, its retries and its errors.
 
-The I/O half under ``OpenAICompatLLM`` (``openai_compat.py``); the pure half (payloads, parsing,
-backoff waits) is ``openai_payload.py`` (``wire``). Here:
+The I/O half under ``OpenAICompatLLM`` (``openai/compat.py``); the pure half (payloads, parsing,
+backoff waits) is ``openai/payload.py`` (``wire``). Here:
 
 - the errors a caller sees: ``LLMRequestError`` (one request failed for good, after its retries)
   and ``LLMBatchError`` (some requests of a batch did; the others' completions in ``.partial``);
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ragbench import secrets
-from ragbench.llm import openai_payload as wire
+from ragbench.llm.openai import payload as wire
 from ragbench.llm.rate_limit import parse_headers
 from ragbench.types import Completion
 

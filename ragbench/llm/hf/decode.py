@@ -15,7 +15,7 @@ per-call packing of every weight matrix.
 Timing per row: ``prefill_seconds`` is the batch's prefill and ``decode_seconds`` the row's own
 time to its last token, synchronised on GPU; ``padding_tokens`` the left padding its row computed.
 The batch's device time (``meta["batch_seconds"]``) is split among its rows by the caller
-(``hf.py``, by stand-alone cost: ``calibration.py``), not here. Peak memory is CUDA max
+(``hf/model.py``, by stand-alone cost: ``calibration.py``), not here. Peak memory is CUDA max
 allocated, else the process RSS.
 
 KV cache: ``kv_bytes_measured`` is each row's own share of the cache's tensors right after the
@@ -25,7 +25,7 @@ where it is read through shared-prefix attention. A request with another KV-cach
 a cache of that kind; ``meta["kv_cache"]`` records what was done.
 
 Decode path (``meta["decode"]``): after the prefill, greedy rows on a supported model decode on a
-static cache with a captured step on CUDA (``hf_static.py``, ``decode: auto | eager | static``),
+static cache with a captured step on CUDA (``hf/static.py``, ``decode: auto | eager | static``),
 else in the plain loop here; ``meta["decode"]["path"]`` says which ran and ``reason`` why not the
 fast path.
 """
@@ -43,7 +43,7 @@ from typing import Any
 
 from ragbench.llm import kv_cache, shared_prefix
 from ragbench.llm.cpu_linear import PackedLinears
-from ragbench.llm.hf_static import FastDecode
+from ragbench.llm.hf.static import FastDecode
 from ragbench.types import GenerationRequest
 
 
@@ -59,7 +59,7 @@ class Decoder:
     cache_kw: str  # transformers 5.x renamed past_key_values to cache; both generations work
     last_logits_only: dict[str, int]  # {"logits_to_keep": 1} where the model accepts it
     packed: PackedLinears | None = None  # CPU fp32: weights packed for decode steps
-    fast: FastDecode | None = None  # the decode path (hf_static.py); None: the plain loop
+    fast: FastDecode | None = None  # the decode path (hf/static.py); None: the plain loop
 
     @classmethod
     def for_model(
@@ -211,7 +211,7 @@ class Decoder:
         peak = self.peak_memory()
         probes: list[list[Any]] = [[] for _ in requests]
         decode_meta = None
-        if fast is not None:  # the static cache (and captured step): hf_static.py
+        if fast is not None:  # the static cache (and captured step): hf/static.py
             generated, done, now, decode_meta = fast.run(
                 self, requests, logits, cache, mask, positions, extra, t_first, record
             )

@@ -2,8 +2,8 @@
 
 Endpoint URLs (and the credentials a base URL carries), the JSON body of a request, the
 text/finish reason/usage of a response or of one server-sent event, the server's message from an
-error body, the retry policy's waits, extra headers checked. The transport (``openai_http.py``,
-``openai_compat.py``) calls these; the tests call them directly. Redaction is
+error body, the retry policy's waits, extra headers checked. The transport (``openai/http.py``,
+``openai/compat.py``) calls these; the tests call them directly. Redaction is
 ``ragbench.secrets``'s job.
 """
 

@@ -1,0 +1,1 @@
+"""The transformers backend: the model class, loading, prompts, scheduling, decode loops."""

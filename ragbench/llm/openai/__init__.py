@@ -1,0 +1,1 @@
+"""The OpenAI-compatible backend: the client class, its HTTP transport, and the pure payloads."""
