@@ -37,10 +37,11 @@ least 8k), a prefill after half the longest cached, decode steps at KV lengths u
 a 4-row step, and the shared-prefix variants. The longest prefill is held out: the rates fitted
 without it predict it, and that relative error is ``validation_error`` (the manifest records it;
 above 10% the run warns once with the figure); the rates the run uses are then fitted on every
-probe. The cache key names the probed length (a power of two), so a run with longer prompts
-measures again and one with shorter prompts reads a longer calibration. Each probe keeps its fastest of a few repetitions:
-on a shared machine noise only ever adds time. This takes a few seconds once per model, device,
-dtype and thread count (announced on stderr; sweep workers wait for one another under a file
+probe. The cache key names the probed length (quarter-octave steps), so a run with longer
+prompts measures again and one with shorter prompts reads a longer calibration. A prefill probe
+keeps its fastest of a few repetitions (noise only ever adds time); a decode step, which varies by
+10-30% from step to step even on a quiet CPU, its median. This takes from seconds (a GPU) to a
+minute (8k tokens on a 2-core CPU) once per model, device, dtype, thread count and length (announced on stderr; sweep workers wait for one another under a file
 lock, see :func:`rates_for`); the rates are cached as JSON under ``assets.cache_dir()/calibration``
 keyed by that identity (see :func:`calibration_key`), so later loads read them. We chose
 measuring at load over fitting online from observed batches because the split then does not
@@ -57,6 +58,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -73,7 +75,7 @@ from ragbench.types import GenerationRequest
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 3  # bump when the probes or the cost model change: old files are ignored
+CALIBRATION_VERSION = 4  # bump when the probes or the cost model change: old files are ignored
 
 # ------------------------------------------------------------------------ the cost model (pure)
 
@@ -473,9 +475,8 @@ def measure(
 ) -> Rates:
     """Time the probes of ``probe_plan(longest)`` on ``decoder``'s model and fit the rates.
 
-    The probes run interleaved, one of each per round, and each keeps its fastest round: on a
-    shared machine noise only adds time, and interleaving exposes every probe to the same
-    background load. How often each is timed: :func:`_rounds_for`. ``timer(new, past, rows, shared)``
+    The probes run interleaved, one of each per round, so every probe sees the same background
+    load; a prefill keeps its fastest round, a decode step its median. How often each is timed: :func:`_rounds_for`. ``timer(new, past, rows, shared)``
     returns a probe's seconds (default: a real forward pass, :func:`_forward`); a test passes a
     clock of its own. The longest prefill is held out of the fit and predicted by it: that
     relative error is ``meta["validation"]["error"]``; the returned rates are then fitted on
@@ -518,17 +519,22 @@ def measure(
     if shared_ok:
         probes[("shared_prefill", n, p, 1)] = (n, p, 1, True)
         probes[("shared_decode", 1, p, 1)] = (1, p, 1, True)
-    best = dict.fromkeys(probes, float("inf"))
-    loop_best = float("inf")
+    times: dict[Any, list[float]] = {name: [] for name in probes}
+    loop_times: list[float] = []
     with torch.inference_mode():
         timer(16, 0, 1, False)  # warm-up: the first call allocates
         for round_ in range(max(rounds, FAST_ROUNDS)):
             if loop_timer is not None:  # interleaved too: a GPU host's speed drifts for seconds
-                loop_best = min(loop_best, loop_timer(LOOP_STEPS))
+                loop_times.append(loop_timer(LOOP_STEPS))
             for name, args in probes.items():
-                if round_ >= _rounds_for(best[name], rounds, device):
+                if round_ >= _rounds_for(min(times[name], default=float("inf")), rounds, device):
                     continue
-                best[name] = min(best[name], timer(*args))
+                times[name].append(timer(*args))
+    # a prefill keeps its fastest round (noise and one-off work only add time); a decode step,
+    # tens of milliseconds that vary by 10-30% from step to step even on a quiet CPU, its median:
+    # what the run's steps take on the whole, not the luckiest one
+    best = {name: statistics.median(t) if name[0].endswith("decode") else min(t)
+            for name, t in times.items()}  # fmt: skip
     prefill = [(n, p, t) for (kind, n, p, _), t in best.items() if kind == "prefill" and not p]
     decode = [(n, r, t) for (kind, n, _, r), t in best.items() if kind == "decode"]
     held = next(x for x in prefill if (x[0], x[1]) == plan.holdout)
@@ -536,8 +542,8 @@ def measure(
     without = fit([x for x in prefill if x is not held], decode)
     rates = fit(prefill, decode)
     loop = None
-    if loop_timer is not None:  # the decode loop's step at a short cache, fastest of its rounds
-        loop = loop_best
+    if loop_timer is not None:  # the decode loop's step at a short cache, median of its rounds
+        loop = statistics.median(loop_times)
         rates = replace(rates, d0=max(0.0, loop - rates.d1 * LOOP_KV))
         without = replace(without, d0=rates.d0)
     shared = {}
@@ -569,7 +575,7 @@ def measure(
     return Rates(**{**asdict(rates), **shared, "meta": meta})
 
 
-LOOP_STEPS = 8  # decode steps the loop probe times
+LOOP_STEPS = 16  # decode steps the loop probe times
 LOOP_KV = 16 + LOOP_STEPS // 2  # its mean KV positions: a 16-token prompt
 
 
