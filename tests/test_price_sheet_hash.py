@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from test_runner import niah_config
 
 from ragbench.cost import prices
 from ragbench.cost.reprice import reprice_run
@@ -19,32 +20,14 @@ from ragbench.experiment.runner import run
 
 
 def _config(tmp_path, sheet: Path) -> dict:
-    return {
-        "name": "t-sheet-hash",
-        "dataset": {
-            "name": "niah",
-            "params": {
-                "context_lengths": [400, 1500],
-                "depth_percents": [10, 90],
-                "needle": "\nThe special magic number is 7463343.\n",
-                "question": "What is the special magic number mentioned in the text?",
-                "answer": "7463343",
-                "tokenizer": "whitespace",
-                "final_context_length_buffer": 50,
-            },
-        },
-        "model": {"backend": "fake", "name": "fake", "cache": False},
-        "retrieval": {
-            "embedder": "hash",
-            "chunk_size": 64,
-            "chunk_overlap": 8,
-            "tokenizer": "whitespace",
-        },  # fmt: skip
-        "strategies": ["closed_book", "long_context", "rag", "self_route"],
-        "metrics": ["contains"],
-        "price_sheet": str(sheet),
-        "output_dir": str(tmp_path / "results"),
-    }
+    return niah_config(
+        tmp_path,
+        name="t-sheet-hash",
+        model={"backend": "fake", "name": "fake", "cache": False},
+        strategies=["closed_book", "long_context", "rag", "self_route"],
+        metrics=["contains"],
+        price_sheet=str(sheet),
+    )
 
 
 def _copy_sheet(tmp_path, name: str) -> Path:
