@@ -60,11 +60,15 @@ _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{}\\`]+")
 # HTTP auth schemes as sent ("Authorization: Bearer x"); case-sensitive, so prose such as
 # "a 1000-token context" or "basic setup" is left alone
 _BEARER = re.compile(r"\b(Bearer|bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}")
+# a name whose last word is a credential word (both patterns below start with it)
+_NAME = (
+    r"(?P<name>\b[\w-]*?(?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|passwd"
+    r"|passphrase|authorization|credentials?))"
+)
 # name <sep> value, in code (api_key = "x"), YAML (api_key: x), JSON ("api_key": "x") and JSON
 # inside JSON (\"api_key\": \"x\", as in an .ipynb): the name's last word is a credential word.
 _PAIR = re.compile(
-    r"(?P<name>\b[\w-]*?(?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|passwd"
-    r"|passphrase|authorization|credentials?))(?P<sep>(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
+    _NAME + r"(?P<sep>(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
     r"(?P<value>[^\s\"'\\,;}\])]{4,})",
     re.IGNORECASE,
 )
@@ -76,8 +80,7 @@ _USERINFO = re.compile(r"(?<=//)(?P<user>[^\s/@:'\"<>()\[\]{}]*):(?P<password>[^
 # ``OpenAI(api_key='x')``, ``{"X-Api-Key": "x"}``, ``os.environ["HF_TOKEN"] = "x"``,
 # ``api_key: str = "x"``: masked whatever it looks like (the quotes make it a value, not prose)
 _CODE_PAIR = re.compile(
-    r"(?P<name>\b[\w-]*?(?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|passwd"
-    r"|passphrase|authorization|credentials?))(?P<sep>\\?[\"']?\]?\s*(?::\s*\w+\s*=|[:=])\s*)"
+    _NAME + r"(?P<sep>\\?[\"']?\]?\s*(?::\s*\w+\s*=|[:=])\s*)"
     r"(?P<quote>\\?[\"'])(?P<value>(?:(?!(?P=quote)).){1,4000}?)(?P=quote)",
     re.IGNORECASE,
 )

@@ -14,6 +14,7 @@ from ragbench.cost.accounting import Cost
 from ragbench.experiment.runner import plan_rounds
 from ragbench.llm.fake import FakeLLM
 from ragbench.models import get_preset
+from ragbench.retrieval import build_index
 from ragbench.types import Completion, Document, Example, GenerationRequest
 
 GPU = {"name": "gpu", "kind": "gpu_hour", "date": "2026-01-01", "source": "test",
@@ -101,22 +102,23 @@ def _examples() -> list[Example]:
     return out
 
 
-def _records(points, sheet, batch_size=8):
-    from ragbench.retrieval import build_index
+def whitespace_index(example, settings):
+    """The strategies' index builder, chunking by whitespace tokens."""
+    return build_index(
+        example.documents, retriever=settings.retriever, embedder=settings.embedder,
+        splitter=settings.splitter, chunk_size=settings.chunk_size,
+        chunk_overlap=settings.chunk_overlap, tokenizer="whitespace",
+    )  # fmt: skip
 
-    def index(example, settings):
-        return build_index(
-            example.documents, retriever=settings.retriever, embedder=settings.embedder,
-            splitter=settings.splitter, chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap, tokenizer="whitespace",
-        )  # fmt: skip
+
+def _records(points, sheet, batch_size=8):
 
     res = st.Resources(
         # every answer declines: Self-Route always goes on to long context
         llm=FakeLLM(context_window=8192, prefix_cache_size=4, answer_fn=lambda r: "unanswerable"),
         preset=get_preset("smollm2-135m-instruct"),
         sheet=prices.parse_price_sheet(sheet),
-        index=index,
+        index=whitespace_index,
     )
     items = [(ex, p) for ex in _examples() for p in points]
     out = {}
@@ -217,16 +219,8 @@ def test_on_smollm2_a_variant_costs_the_same_alone_and_beside_others():
     prompt and RAG's (same chunks) share most tokens within a call, and Self-Route's long-context
     call finds long context's document kept. Calibrated dollars per record match within 1%."""
     from ragbench.llm.hf.model import HFModel
-    from ragbench.retrieval import build_index
 
     llm = HFModel("smollm2-135m-instruct", device="cpu", batch_size=8, prefix_cache_size=2)
-
-    def index(example, settings):
-        return build_index(
-            example.documents, retriever=settings.retriever, embedder=settings.embedder,
-            splitter=settings.splitter, chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap, tokenizer="whitespace",
-        )  # fmt: skip
 
     words = " ".join(f"Line {i} of the report says the weather was mild." for i in range(40))
     examples = []
@@ -244,7 +238,7 @@ def test_on_smollm2_a_variant_costs_the_same_alone_and_beside_others():
     def records(points):
         res = st.Resources(llm=llm, max_new_tokens=8, preset=llm.preset,
                            sheet=prices.parse_price_sheet(GPU), rates=llm.cost_rates(),
-                           index=index, kv_dtype=llm.identity()["dtype"])  # fmt: skip
+                           index=whitespace_index, kv_dtype=llm.identity()["dtype"])  # fmt: skip
         llm._prefix_kv.clear()  # each run starts cold, as a run in its own process would
         items = [(ex, p) for ex in examples for p in points]
         out = {}
