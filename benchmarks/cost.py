@@ -55,7 +55,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragbench.experiment.config import load_config  # noqa: E402
+from ragbench.experiment.config.run import load_config  # noqa: E402
 from ragbench.experiment.resources import load_model  # noqa: E402
 from ragbench.experiment.runner import run  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402

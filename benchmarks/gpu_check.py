@@ -17,7 +17,7 @@ device, and fed token ids (no tokenizer). Per model:
   decode steps through the ragbench decoder), each timed against what the calibrated model
   charges it (``modelled_over_measured``, goal within 15%), beside the fit the old probes (up to
   512-token prefills, 128 tokens after 2,048) give the same requests;
-- every KV-cache variant ``ragbench.llm.kv_cache.KV_CACHES`` names (new ones are picked up;
+- every KV-cache variant ``ragbench.llm.kv.variants.KV_CACHES`` names (new ones are picked up;
   one that needs parameters this script does not know, or a missing package, is recorded as an
   error, not fatal);
 - ``decode``: the bandwidth floor (weight bytes / measured copy bandwidth), ms per decode step at
@@ -60,8 +60,9 @@ from gpu_check_kv import ids_of, random_ids  # noqa: E402
 
 from ragbench.cost.accounting import forward_flops, kv_cache_bytes  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
-from ragbench.llm import calibration, kv_cache  # noqa: E402
+from ragbench.llm import calibration  # noqa: E402
 from ragbench.llm.hf.decode import Decoder  # noqa: E402
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.models import get_preset  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 

@@ -31,8 +31,8 @@ import time
 
 from gpu_check_kv import ids_of, kv_specs, random_ids
 
-from ragbench.llm import kv_cache
 from ragbench.llm.hf.decode import Decoder
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.types import GenerationRequest
 
 BATCHES = (1, 8, 32)

@@ -1,4 +1,4 @@
-"""The KV-cache variants part of ``gpu_check.py``: every variant ``ragbench.llm.kv_cache``
+"""The KV-cache variants part of ``gpu_check.py``: every variant ``ragbench.llm.kv.variants``
 names, on one prompt of random ids, with measured KV bytes and peak memory against
 ``ragbench.cost.accounting.kv_cache_bytes``. A variant this file has no parameters for, or whose backend
 package is missing, is recorded with its error."""
@@ -6,7 +6,7 @@ package is missing, is recorded with its error."""
 from __future__ import annotations
 
 from ragbench.cost.accounting import kv_cache_bytes
-from ragbench.llm import kv_cache
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.types import GenerationRequest
 
 

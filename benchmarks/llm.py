@@ -11,7 +11,7 @@
 - converted-weight cache: loading from the converted safetensors folder against the first load,
   which dequantises the GGUF.
 - kv_variants: one question on a needle document (1k tokens ``--quick``, else 4k) with each
-  KV-cache technique (``ragbench.llm.kv_cache``): plain, offloaded (a recorded no-op on CPU),
+  KV-cache technique (``ragbench.llm.kv.variants``): plain, offloaded (a recorded no-op on CPU),
   sinks (StreamingLLM), quantized hqq int8/int4 and quanto int4; per variant the measured KV
   bytes after the prefill beside the formula's, prefill and decode seconds, and the answer.
 
@@ -41,9 +41,9 @@ import baselines  # noqa: E402  (benchmarks/baselines.py)
 from ragbench.assets import essays_dir, smollm2_gguf  # noqa: E402
 from ragbench.cost.accounting import forward_flops  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
-from ragbench.llm import kv_cache  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
 from ragbench.llm.hf.model import HFModel  # noqa: E402
+from ragbench.llm.kv import variants as kv_cache  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
 from ragbench.strategies.prompts import ANSWER_STOP  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402

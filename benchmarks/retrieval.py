@@ -151,7 +151,7 @@ def llama_embedding(model, batch_size: int):
 def new_embedder(cache_root: Path | None):
     """A ragbench embedder with its model loaded and its identity hashed (one-time costs that
     are not what is measured)."""
-    from ragbench.retrieval.embedders import SentenceTransformerEmbedder
+    from ragbench.retrieval.embedders.base import SentenceTransformerEmbedder
 
     emb = SentenceTransformerEmbedder(
         None, "cpu", BATCH_SIZE, cache_dir=cache_root, cache=cache_root is not None
@@ -197,7 +197,7 @@ def llamaindex_run(chunks: list[Chunk], queries: list[str], model) -> dict:
 def padded_tokens(chunks: list[Chunk], model, ragbench: int) -> dict:
     """Token slots fed to the model: llama-index sends batches of 64 in corpus order (each pads
     to its longest); sentence-transformers alone sorts by characters; ragbench by tokens."""
-    from ragbench.retrieval.embedders import token_lengths
+    from ragbench.retrieval.embedders.base import token_lengths
 
     lengths = token_lengths(model, [c.text for c in chunks])
 

@@ -59,7 +59,7 @@ TARGETS = {"embed_speedup_vs_torch": 2.0, "top10_overlap": 0.95, "cold_speedup_v
 def loaded(variant: str, cache_root: Path | None, batch_size: int):
     """The variant's embedder with its model loaded (exported once, cached, for ONNX) and its
     identity hashed: model loading is outside the timed section on every side."""
-    from ragbench.retrieval.embedders import get_embedder
+    from ragbench.retrieval.embedders.base import get_embedder
 
     name, params = VARIANTS[variant]
     emb = get_embedder(
@@ -74,7 +74,7 @@ def loaded(variant: str, cache_root: Path | None, batch_size: int):
 
 def uncached(variant: str, like, batch_size: int):
     """The same variant with the embedding cache off, sharing ``like``'s loaded model."""
-    from ragbench.retrieval.embedders import get_embedder
+    from ragbench.retrieval.embedders.base import get_embedder
 
     name, params = VARIANTS[variant]
     emb = get_embedder(name, batch_size=batch_size, cache=False, device="cpu", **params)
@@ -122,8 +122,8 @@ def compare(
 ) -> dict:
     """The ``fast_embedders`` section; ``cache_root`` holds the fp32 vectors of ``chunks``
     already (the main benchmark's essays cache), ``essays_result`` its essays section."""
-    from ragbench.retrieval.embedders import SentenceTransformerEmbedder
-    from ragbench.retrieval.precision import bf16_native
+    from ragbench.retrieval.embedders.base import SentenceTransformerEmbedder
+    from ragbench.retrieval.embedders.precision import bf16_native
     from ragbench.retrieval.retrievers import DenseRetriever
 
     load_before = os.getloadavg()

@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragbench.experiment.config import load_config  # noqa: E402
+from ragbench.experiment.config.run import load_config  # noqa: E402
 from ragbench.experiment.resources import load_model  # noqa: E402
 from ragbench.experiment.runner import run  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
@@ -71,7 +71,7 @@ def corpus_config(out: str, corpus, reuse: bool, threads: int, preload: bool = F
 
 def shared_corpus(questions: int, threads: int) -> dict:
     """Prefix reuse on vs off (then preload, then a resumed run) on one shared corpus."""
-    from ragbench.datasets.shared_corpus import write_essay_corpus
+    from ragbench.datasets.corpus.shared import write_essay_corpus
 
     result: dict = {"questions": questions, "threads": threads}
     with tempfile.TemporaryDirectory() as tmp:

@@ -164,7 +164,7 @@ def compare(make, examples: int) -> dict:
 
 def calibrate(cfg: dict) -> None:
     """The model's cost calibration at 1 thread, measured now if not cached (both arms read it)."""
-    from ragbench.experiment.config import load_config
+    from ragbench.experiment.config.run import load_config
     from ragbench.experiment.resources import load_model, rates_of
 
     rates_of(load_model(load_config(cfg).model))

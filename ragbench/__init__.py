@@ -23,7 +23,7 @@ from ragbench.types import (  # noqa: E402
 _LAZY = {
     "run": "ragbench.workspace.tracking:run",  # the runner's run, then MLflow if configured
     "assert_run": "ragbench.analysis.gate:assert_run",  # a CI gate inside pytest
-    "load_config": "ragbench.experiment.config:load_config",
+    "load_config": "ragbench.experiment.config.run:load_config",
 }
 
 __all__ = [

@@ -134,7 +134,7 @@ class GenerationRequest(JsonMixin):
     document, placed first), so backends can compute its KV cache once and reuse it.
 
     ``kv`` says how the backend keeps this request's KV cache: a KV-cache variant
-    (``ragbench.llm.kv_cache``: ``Offloaded()``, ``Sinks()``, ``Quantized(bits=4)``, ``SnapKV()``,
+    (``ragbench.llm.kv.variants``: ``Offloaded()``, ``Sinks()``, ``Quantized(bits=4)``, ``SnapKV()``,
     which validates its own parameters) or None for the plain cache; a backend that cannot keep
     it that way raises an error naming what it supports. ``to_dict`` writes it in its legacy flat
     form (``kv_cache``, ``kv_bits``, ...), left out for the plain cache, so completion-cache keys
@@ -152,7 +152,7 @@ class GenerationRequest(JsonMixin):
     prefix: str = ""
     system: str = ""
     id: str = ""
-    kv: Any = None  # ragbench.llm.kv_cache.KVVariant; None: plain
+    kv: Any = None  # ragbench.llm.kv.variants.KVVariant; None: plain
     cacheable: bool = True  # False: past the completion cache (see the docstring)
 
     def __post_init__(self) -> None:
@@ -162,7 +162,7 @@ class GenerationRequest(JsonMixin):
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.kv is not None and not callable(getattr(self.kv, "fields", None)):
             raise TypeError(
-                "GenerationRequest.kv must be a KV-cache variant of ragbench.llm.kv_cache "
+                "GenerationRequest.kv must be a KV-cache variant of ragbench.llm.kv.variants "
                 f"(e.g. Quantized(bits=4)) or None for the plain cache, got {self.kv!r}"
             )
         if getattr(self.kv, "name", None) == "plain":  # one spelling of the plain cache
@@ -178,11 +178,11 @@ class GenerationRequest(JsonMixin):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GenerationRequest:
         """A request from ``to_dict``'s form. Its flat KV-cache keys name a variant this core
-        module does not know: ``ragbench.llm.kv_cache.request_from_dict`` reads those."""
+        module does not know: ``ragbench.llm.kv.variants.request_from_dict`` reads those."""
         if "kv_cache" in data:
             raise ValueError(
                 "GenerationRequest.from_dict: a KV-cache variant (kv_cache="
-                f"{data['kv_cache']!r}) is read by ragbench.llm.kv_cache.request_from_dict"
+                f"{data['kv_cache']!r}) is read by ragbench.llm.kv.variants.request_from_dict"
             )
         return super().from_dict(data)  # type: ignore[misc]
 

@@ -16,7 +16,7 @@ from ragbench.datasets.formats import write_examples
 from ragbench.experiment.resources import load_examples
 from ragbench.types import Document, Example
 from ragbench.workspace.notebook import model_block
-from ragbench.workspace.sweep_spec import SweepSpecError, load_spec
+from ragbench.workspace.sweep.spec import SweepSpecError, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "configs" / "fake.yaml"
@@ -267,8 +267,8 @@ def test_run_help_documents_the_exit_codes():
 
 
 def test_an_empty_metrics_list_is_refused_when_a_strategy_answers(tmp_path):
-    from ragbench.experiment.config import load_config
-    from ragbench.experiment.config_text import ConfigError
+    from ragbench.experiment.config.run import load_config
+    from ragbench.experiment.config.text import ConfigError
 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(
@@ -421,7 +421,7 @@ def test_a_refused_run_leaves_no_run_folder(tmp_path, monkeypatch, params, needl
 
 def test_a_model_refused_at_load_leaves_no_run_folder_but_keeps_earlier_ones(tmp_path, monkeypatch):
     from ragbench.experiment import runner
-    from ragbench.experiment.config import load_config
+    from ragbench.experiment.config.run import load_config
 
     def refuse(spec):
         raise ValueError(f"{spec.name}: pickle-based .bin weights; valid: safetensors")
@@ -579,7 +579,7 @@ def test_an_html_page_answering_a_stream_names_its_type_and_status(tmp_path, ser
 
 def test_a_huge_pipeline_answer_is_stored_cut_with_a_marker(tmp_path, monkeypatch):
     from ragbench.experiment.results import RECORDS, read_records
-    from ragbench.strategies.pipeline import MAX_ANSWER_CHARS
+    from ragbench.strategies.pipeline.strategy import MAX_ANSWER_CHARS
 
     size = 5_000_000  # 5 MB of answer: stored whole, twice per record, before the cap
     (tmp_path / "bigpipe.py").write_text(

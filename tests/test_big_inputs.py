@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.datasets.corpus_file import read_documents
+from ragbench.datasets.corpus.file import read_documents
 from ragbench.io import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,8 +25,8 @@ from ragbench.experiment.budget import (
     round_estimate,
     spend_of,
 )
-from ragbench.experiment.config import config_hash, load_config
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.run import config_hash, load_config
+from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.results import RECORDS, read_records
 from ragbench.experiment.runner import run, run_dir_for
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ragbench.cli import app
-from ragbench.experiment.config import config_hash, load_config
-from ragbench.experiment.config_text import ConfigError, apply_overrides
+from ragbench.experiment.config.run import config_hash, load_config
+from ragbench.experiment.config.text import ConfigError, apply_overrides
 
 FAKE = Path(__file__).parents[1] / "configs" / "fake.yaml"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.experiment.config import RunConfig, config_hash, load_config, parse_config
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.run import RunConfig, config_hash, load_config, parse_config
+from ragbench.experiment.config.text import ConfigError
 
 GOOD = """\
 name: t
@@ -223,7 +223,7 @@ def test_hash_without_judge_is_unchanged(tmp_path):
 
 
 def test_validated_once_the_typed_points_and_sheet_are_kept_and_not_hashed(tmp_path, monkeypatch):
-    import ragbench.experiment.config as config
+    import ragbench.experiment.config.run as config
 
     loads = []
     real = config.price_sheet

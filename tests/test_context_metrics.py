@@ -16,17 +16,17 @@ import pandas as pd
 import pytest
 
 import ragbench
-from ragbench.experiment.config import config_hash, load_config
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.run import config_hash, load_config
+from ragbench.experiment.config.text import ConfigError
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings, load_prompt
 from ragbench.judge.agreement import fleiss_kappa
 from ragbench.judge.context_metrics import average_precision, statements
 from ragbench.judge.contexts import record_contexts
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM, answer_from_prompt
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies.params import ClosedBookParams
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.pipeline.params import PipelineParams
 from ragbench.types import Document, Example, Record
 
 METRICS = ("context_precision", "context_recall", "answer_relevancy")

@@ -8,7 +8,9 @@ import random
 
 import pytest
 
-from ragbench.datasets import cleaning, corpus, formats
+from ragbench.datasets import formats
+from ragbench.datasets.corpus import cleaning
+from ragbench.datasets.corpus import dedup as corpus
 from ragbench.io import InputFileError
 from ragbench.registry import UnknownNameError
 from ragbench.types import Document, Example
@@ -258,7 +260,7 @@ def test_read_examples_with_repeats_keeps_strict_validation(tmp_path):
 def test_heavy_near_duplicate_drop_warns_with_count_and_threshold(caplog):
     base = _long_text(60)
     docs = _docs({f"v{i}": _one_word_changed(base, at=10 * i) for i in range(5)})
-    with caplog.at_level(logging.WARNING, logger="ragbench.datasets.corpus"):
+    with caplog.at_level(logging.WARNING, logger="ragbench.datasets.corpus.dedup"):
         kept, report = corpus.dedup_documents(docs, threshold=0.8)
     assert len(kept) == 1 and report["near_duplicates"] == 4
     [warning] = report["warnings"]
@@ -271,7 +273,7 @@ def test_no_warning_at_or_below_the_share(caplog):
     base = _long_text(61)
     texts = {f"d{i}": _long_text(70 + i) for i in range(4)} | {"near": _one_word_changed(base)}
     docs = _docs({"base": base} | texts)  # 1 near duplicate of 6 documents: 17%
-    with caplog.at_level(logging.WARNING, logger="ragbench.datasets.corpus"):
+    with caplog.at_level(logging.WARNING, logger="ragbench.datasets.corpus.dedup"):
         _, report = corpus.dedup_documents(docs)
     assert report["near_duplicates"] == 1 and report["warnings"] == [] and not caplog.records
     exact = _docs({"a": base, "b": base, "c": base, "d": _long_text(62)})  # exact drops: no warning

@@ -22,7 +22,7 @@ from ragbench.cost.prices import (
     work_of,
 )
 from ragbench.experiment import resources
-from ragbench.experiment.config_sections import ModelConfig
+from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.runner import run
 from ragbench.llm import calibration
 from ragbench.llm.cache import CachedLLM

@@ -170,14 +170,14 @@ def test_dedup_warns_when_near_duplicates_dominate(run, tmp_path, caplog):
         "sweep.jsonl",
         *WS,
     )
-    with caplog.at_level("WARNING", logger="ragbench.datasets.corpus"):
+    with caplog.at_level("WARNING", logger="ragbench.datasets.corpus.dedup"):
         out = run("dedup", "sweep.jsonl", "--out", "d.jsonl")
     assert "near_duplicates: 4" in out
     [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "dropped 4 of 5 examples (80%) at MinHash threshold 0.8" in warning
     assert "higher threshold (e.g. 0.9)" in warning
     caplog.clear()
-    with caplog.at_level("WARNING", logger="ragbench.datasets.corpus"):
+    with caplog.at_level("WARNING", logger="ragbench.datasets.corpus.dedup"):
         out = run("dedup", "sweep.jsonl", "--out", "d.jsonl", "--threshold", "0.98")
     assert "near_duplicates: 0" in out and not caplog.records
     # a real process (no pytest log capture): the warning reaches stderr, once

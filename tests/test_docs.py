@@ -11,9 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 from ragbench.cli.data import register
-from ragbench.datasets import docs
-from ragbench.datasets.cleaning import clean_text
-from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
+from ragbench.datasets.corpus import docs
+from ragbench.datasets.corpus.cleaning import clean_text
+from ragbench.datasets.corpus.file import corpus_fingerprint, read_documents
 from ragbench.io import sha256_file
 
 PDF_PAGES = (
@@ -277,7 +277,7 @@ def test_cli_nothing_readable_exits_2_with_one_line(cli, tmp_path):
 
 
 def test_ingest_to_writes_the_bytes_write_documents_writes(folder, tmp_path):
-    from ragbench.datasets.corpus_file import write_documents
+    from ragbench.datasets.corpus.file import write_documents
 
     whole = docs.ingest([folder])
     expected = write_documents(tmp_path / "whole.jsonl", whole.documents).read_bytes()

@@ -12,11 +12,12 @@ import pytest
 from test_docs import build_folder
 from test_runner import niah_config
 
-from ragbench.datasets import build_dataset, docs
-from ragbench.datasets.corpus_file import read_documents, write_documents
+from ragbench.datasets import build_dataset
+from ragbench.datasets.corpus import docs
+from ragbench.datasets.corpus.file import read_documents, write_documents
 from ragbench.datasets.questions import locate, read_questions
-from ragbench.experiment.config import load_config
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.run import load_config
+from ragbench.experiment.config.text import ConfigError
 from ragbench.io import InputFileError, sha256_file
 from ragbench.types import Document
 
@@ -319,7 +320,7 @@ def test_embedded_model_computes_the_corpus_prefix_once(tmp_path):
 def test_corpus_lines_are_written_slice_by_slice_with_the_same_bytes(monkeypatch, tmp_path):
     import random
 
-    from ragbench.datasets import corpus_file
+    from ragbench.datasets.corpus import file as corpus_file
 
     rng = random.Random(0)
     chars = ["a", '"', "\\", "\n", "\t", "\x00", "\x1f", "é", "’", "😀", "\u2028", " "]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ragbench.datasets import build_dataset
-from ragbench.datasets.corpus_file import read_documents
+from ragbench.datasets.corpus.file import read_documents
 from ragbench.datasets.formats import read_examples
-from ragbench.experiment.config import load_config
+from ragbench.experiment.config.run import load_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _EXAMPLE = re.compile(r"<!-- readme-example: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
@@ -56,7 +56,7 @@ REFUNDS_MD = (
 
 
 def test_readme_corpus_line_is_what_ingest_writes(workdir):
-    from ragbench.datasets.docs import ingest
+    from ragbench.datasets.corpus.docs import ingest
 
     folder = workdir / "handbook"
     folder.mkdir()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ragbench.registry import UnknownNameError
-from ragbench.retrieval.embedders import (
+from ragbench.retrieval.embedders.base import (
     HashEmbedder,
     SentenceTransformerEmbedder,
     get_embedder,
@@ -17,7 +17,7 @@ from ragbench.retrieval.embedders import (
     length_batches,
     token_lengths,
 )
-from ragbench.retrieval.embedding_cache import EmbeddingCache
+from ragbench.retrieval.embedders.cache import EmbeddingCache
 
 DOCS = [
     "The cat sat on the warm mat by the fire.",
@@ -215,7 +215,7 @@ def test_server_embeddings_equal_local_ones_and_are_cached(tmp_path, monkeypatch
     from test_runner import niah_config
 
     from ragbench.experiment.runner import run
-    from ragbench.retrieval.embedders import HashEmbedder
+    from ragbench.retrieval.embedders.base import HashEmbedder
 
     monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
     local = HashEmbedder()
@@ -261,7 +261,7 @@ def test_a_failing_embeddings_server_is_named_in_the_error(tmp_path):
     from openai_server import send_json, serving
 
     from ragbench.llm.openai.http import LLMRequestError
-    from ragbench.retrieval.embedders_http import OpenAIEmbedder
+    from ragbench.retrieval.embedders.http import OpenAIEmbedder
 
     def broken(h, body, n):
         send_json(h, 400, {"error": {"message": "no such model"}})

@@ -8,9 +8,9 @@ import logging
 import numpy as np
 import pytest
 
-import ragbench.retrieval.precision as precision
+import ragbench.retrieval.embedders.precision as precision
 from ragbench.registry import UnknownNameError
-from ragbench.retrieval.embedders import (
+from ragbench.retrieval.embedders.base import (
     Bf16Embedder,
     SentenceTransformerEmbedder,
     folder_fingerprint,
@@ -82,7 +82,7 @@ def test_onnx_takes_no_bf16():
 def test_config_checks_precision_before_any_model_loads():
     from pydantic import ValidationError
 
-    from ragbench.experiment.config_sections import RetrievalConfig
+    from ragbench.experiment.config.sections import RetrievalConfig
 
     RetrievalConfig(embedder="minilm-bf16")
     ok = RetrievalConfig(embedder="minilm", embedder_params={"minilm": {"precision": "bf16-full"}})
@@ -105,7 +105,7 @@ def test_emulated_bf16_warns_once(monkeypatch, caplog):
     monkeypatch.setattr(precision, "bf16_native", lambda device="cpu": False)
     monkeypatch.setattr(precision, "_bf16_warned", set())
     monkeypatch.setattr(precision, "_cpu_features", lambda: {"avx2"})  # no VNNI either
-    with caplog.at_level(logging.WARNING, logger="ragbench.retrieval.precision"):
+    with caplog.at_level(logging.WARNING, logger="ragbench.retrieval.embedders.precision"):
         precision.warn_if_bf16_emulated("cpu")
         precision.warn_if_bf16_emulated("cpu")
     assert len(caplog.records) == 1

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ragbench.registry import UnknownNameError
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.embedders.base import get_embedder
 
 DOCS = [
     "The cat sat on the warm mat by the fire.",
@@ -56,7 +56,7 @@ def test_backend_and_quantization_are_part_of_the_identity(tmp_path):
 
 
 def test_config_takes_the_onnx_embedder_both_ways():
-    from ragbench.experiment.config_sections import RetrievalConfig
+    from ragbench.experiment.config.sections import RetrievalConfig
 
     RetrievalConfig(embedder=["minilm", "minilm-onnx-int8"])
     cfg = RetrievalConfig(embedder="minilm", embedder_params={"minilm": {"backend": "onnx"}})
@@ -94,7 +94,7 @@ def test_onnx_vectors_match_torch(name, bound, export_dir, reference):
 
 @pytest.mark.slow
 def test_export_is_cached_and_reused(export_dir):
-    import ragbench.retrieval.embedders_onnx as onnx_module
+    import ragbench.retrieval.embedders.onnx as onnx_module
 
     first = get_embedder("minilm-onnx-int8", cache=False, export_dir=export_dir)
     assert first.model is not None

@@ -15,8 +15,9 @@ import pytest
 
 from ragbench import analysis, report
 from ragbench.experiment.runner import run
-from ragbench.llm import BACKENDS, backend_capabilities, kv_cache
+from ragbench.llm import BACKENDS, backend_capabilities
 from ragbench.llm.fake import FakeLLM
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.strategies import FULL_CONTEXT, STRATEGIES, Strategy, get_strategy
 from ragbench.strategies.base import Resources
 from ragbench.strategies.params import LongContextParams
@@ -178,7 +179,7 @@ def test_a_toy_kv_variant_validates_labels_and_travels_with_the_request():
         def label(self) -> str:
             return "keep-recent"
 
-    kv_cache.KV_CACHES.register("keep_recent", KeepRecent)  # the one line in kv_cache.py
+    kv_cache.KV_CACHES.register("keep_recent", KeepRecent)  # the one line in kv/variants.py
     try:
         params = LongContextParams(kv_cache="keep_recent")
         assert params.kv == KeepRecent() and params.label() == "long_context kv=keep-recent"

@@ -9,7 +9,7 @@ import pytest
 from faiss.contrib.datasets import SyntheticDataset
 
 from ragbench.registry import UnknownNameError
-from ragbench.retrieval.embedders import l2_normalise
+from ragbench.retrieval.embedders.base import l2_normalise
 from ragbench.retrieval.faiss_index import CorruptIndexError, FaissIndex, IndexCompatibilityError
 
 

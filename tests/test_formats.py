@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragbench.datasets import beir, formats
-from ragbench.datasets.corpus_file import corpus_fingerprint
+from ragbench.datasets.corpus.file import corpus_fingerprint
 from ragbench.io import InputFileError, sha256_file
 from ragbench.registry import UnknownNameError
 from ragbench.types import Document, Example

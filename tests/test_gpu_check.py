@@ -23,7 +23,7 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     runpy.run_path(str(ROOT / "benchmarks" / "gpu_check.py"), run_name="__main__")
     data = json.loads(out.read_text())
-    from ragbench.llm import kv_cache
+    from ragbench.llm.kv import variants as kv_cache
 
     assert data["device"] == "cpu" and data["quick"] and data["dtype"] == "torch.float32"
     assert set(data["models"]) == {"llama-3.1-8b-instruct", "qwen2.5-7b-instruct"}

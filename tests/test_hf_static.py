@@ -14,9 +14,9 @@ pytest.importorskip("transformers")
 
 from test_hf import WORDS, _save_tiny  # noqa: E402
 
-from ragbench.llm import kv_cache  # noqa: E402
 from ragbench.llm.hf.model import HFModel  # noqa: E402
 from ragbench.llm.hf.static import FastDecode, bucket_rows, bucket_slots  # noqa: E402
+from ragbench.llm.kv import variants as kv_cache  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 
@@ -180,7 +180,7 @@ def test_what_cannot_use_the_static_path_falls_back_and_says_why(pair):
 
 
 def test_decode_path_is_not_part_of_the_identity_or_the_config_hash(pair):
-    from ragbench.experiment.config import config_hash, parse_config
+    from ragbench.experiment.config.run import config_hash, parse_config
 
     eager, static = pair
     assert eager.identity() == static.identity()  # the completion cache keys

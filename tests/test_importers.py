@@ -251,7 +251,7 @@ def test_import_beir_writes_a_shared_corpus_that_runs(tmp_path, monkeypatch):
     assert manifest["model"] == {"retrieval_only": True}
     # `ragbench run` summarises the retrieval metrics it computed, not an unscored answer metric
     from ragbench.cli.run import shown_metrics
-    from ragbench.experiment.config import load_config
+    from ragbench.experiment.config.run import load_config
 
     default = load_config({k: v for k, v in cfg.items() if k != "metrics"})  # string_match_all
     assert shown_metrics(default, first) == ["recall@3", "ndcg@3", "mrr@3"]

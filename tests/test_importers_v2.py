@@ -533,7 +533,7 @@ def test_each_new_dataset_runs_end_to_end_on_the_fake_model(tmp_path):
 
 
 def test_importer_names_are_the_same_in_list_data_and_configs(tmp_path, monkeypatch):
-    from ragbench.experiment.config import load_config
+    from ragbench.experiment.config.run import load_config
 
     assert {"longbench-v2", "flashrag", "hf"} <= set(dataset_names())
     lb_path = write_lb2(tmp_path / "d.jsonl", [lb2_row(0)])

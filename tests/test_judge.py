@@ -11,7 +11,7 @@ import re
 import pandas as pd
 import pytest
 
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.runner import run
 from ragbench.judge import (
     Judge,
@@ -172,7 +172,7 @@ def test_prompt_over_the_judge_window_is_unscored():
 
 
 def test_semantic_similarity_with_hash_embedder():
-    from ragbench.retrieval.embedders import get_embedder
+    from ragbench.retrieval.embedders.base import get_embedder
 
     judge = Judge(embedder=get_embedder("hash"))
     exs = [example(0), example(1), example(2), example(3, answers=())]

@@ -23,7 +23,7 @@ from ragbench.workspace.kernels import (
     is_ipython_kernel,
     kernel_cli_args,
 )
-from ragbench.workspace.sweep import execute_sweep
+from ragbench.workspace.sweep.run import execute_sweep
 
 PASSWORD, TOKEN = "s3cr3t-planted", "tok-planted"
 URL = f"http://user:{PASSWORD}@127.0.0.1:9/v1?token={TOKEN}"

@@ -1,4 +1,4 @@
-"""SnapKV compression of the prompt's KV cache (``ragbench.llm.kv_compress``): validation and
+"""SnapKV compression of the prompt's KV cache (``ragbench.llm.kv.snapkv``): validation and
 labels, the scores against eager attention weights, the compressed decode against an
 independent masked reference, measured bytes, and the embedded SmolLM2 (``slow``)."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ragbench import cost
-from ragbench.llm import kv_cache, kv_compress
+from ragbench.llm.kv import snapkv as kv_compress
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.strategies.params import LongContextParams
 from ragbench.types import GenerationRequest
 

@@ -1,4 +1,4 @@
-"""Long-context KV-cache techniques (``ragbench.llm.kv_cache``): measured bytes against the
+"""Long-context KV-cache techniques (``ragbench.llm.kv.variants``): measured bytes against the
 formula, offloading, attention sinks (StreamingLLM), quantized caches, and how the variants are
 validated, recorded and refused. A tiny random Llama built from a config (no download) for the
 logic; the embedded SmolLM2 (``slow``) for the real model."""
@@ -10,9 +10,10 @@ import json
 import pytest
 
 from ragbench import cost
-from ragbench.llm import kv_cache, kv_sinks
 from ragbench.llm.cache import request_key
 from ragbench.llm.fake import FakeLLM
+from ragbench.llm.kv import sinks as kv_sinks
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.strategies import get_strategy
 from ragbench.strategies.base import Resources
 from ragbench.strategies.params import LongContextParams

@@ -1,4 +1,4 @@
-"""KV-cache variants as classes (``ragbench.llm.kv_cache``): each request and parameter point
+"""KV-cache variants as classes (``ragbench.llm.kv.variants``): each request and parameter point
 carries one variant, yet writes the legacy flat form (``kv_cache``, ``kv_bits``, ...) byte for
 byte, so completion-cache keys and config hashes of existing runs are unchanged; and a new
 variant is one class plus one registry line."""
@@ -11,8 +11,8 @@ from typing import ClassVar  # module level: dataclass reads the toy's string an
 
 import pytest
 
-from ragbench.llm import kv_cache
 from ragbench.llm.fake import FakeLLM
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.strategies import get_strategy
 from ragbench.strategies.base import Resources
 from ragbench.strategies.params import LongContextParams

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragbench.retrieval.embedders import HashEmbedder
+from ragbench.retrieval.embedders.base import HashEmbedder
 from ragbench.retrieval.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
 from ragbench.types import Chunk
 

@@ -163,7 +163,7 @@ def test_real_tokenizer_placement():
 
 
 def test_your_corpus_is_a_haystack_and_nonliteral_needles_share_no_word(tmp_path):
-    from ragbench.datasets.corpus_file import write_documents
+    from ragbench.datasets.corpus.file import write_documents
     from ragbench.datasets.niah import NONLITERAL, iter_niah, shared_content_words
     from ragbench.types import Document
 

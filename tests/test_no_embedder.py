@@ -9,7 +9,7 @@ import pytest
 from test_runner import niah_config
 
 from ragbench import assets
-from ragbench.experiment.config import config_hash, load_config
+from ragbench.experiment.config.run import config_hash, load_config
 from ragbench.experiment.results import RECORDS, read_records, work_key
 from ragbench.experiment.runner import run
 from ragbench.retrieval import RETRIEVERS, needs_embedder

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from ragbench.analysis import verdict
-from ragbench.datasets.corpus_file import corpus_fingerprint
-from ragbench.experiment.config import NOISE_DISTRACTORS as DISTRACTORS
+from ragbench.datasets.corpus.file import corpus_fingerprint
+from ragbench.experiment.config.run import NOISE_DISTRACTORS as DISTRACTORS
 from ragbench.experiment.noise_pass import distractors, pool
 from ragbench.experiment.resources import load_examples
 from ragbench.experiment.runner import run
@@ -169,7 +169,7 @@ def test_a_killed_noise_pass_resumes_where_it_stopped(tmp_path):
 
 
 def test_the_distractor_count_is_a_config_key(tmp_path):
-    from ragbench.experiment.config import config_hash, load_config
+    from ragbench.experiment.config.run import config_hash, load_config
 
     cfg = config(tmp_path) | {"strategies": [{"name": "rag", "params": {"top_k": 2}}]}
     assert config_hash(load_config(cfg)) == config_hash(load_config(cfg | {"noise_distractors": 5}))

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ragbench.cli import app
-from ragbench.experiment.config import load_config
-from ragbench.experiment.config_text import ConfigError
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.experiment.config.run import load_config
+from ragbench.experiment.config.text import ConfigError
+from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.retrieval.retrievers import BM25Retriever, RerankRetriever
 from ragbench.types import Chunk
 

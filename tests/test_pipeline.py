@@ -22,13 +22,14 @@ from pathlib import Path
 import pytest
 
 from ragbench.cost import prices
-from ragbench.datasets.corpus_file import write_documents
+from ragbench.datasets.corpus.file import write_documents
 from ragbench.experiment.runner import run
 from ragbench.llm.fake import FakeLLM
-from ragbench.strategies import get_strategy, pipeline_http
-from ragbench.strategies.pipeline import retrieval_scores
-from ragbench.strategies.pipeline_answer import MalformedAnswer, PipelineAnswer
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies import get_strategy
+from ragbench.strategies.pipeline import http as pipeline_http
+from ragbench.strategies.pipeline.answer import MalformedAnswer, PipelineAnswer
+from ragbench.strategies.pipeline.params import PipelineParams
+from ragbench.strategies.pipeline.strategy import retrieval_scores
 from ragbench.types import Document, Example
 
 KEYS = {"quiet-lake": "4817263", "red-fox": "5920114", "old-mill": "6031875", "blue-sky": "7142986"}
@@ -36,7 +37,7 @@ SHEET = prices.price_sheet("example-hosted-api").prices
 
 # A plain pipeline: rank documents by the question's key, read the best two with the fake reader.
 PIPE = """
-from ragbench.datasets.corpus_file import read_documents
+from ragbench.datasets.corpus.file import read_documents
 from ragbench.llm.fake import answer_from_prompt
 
 CORPUS = {corpus!r}
@@ -96,10 +97,10 @@ from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
 from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.query_engine import RetrieverQueryEngine
 
-from ragbench.datasets.corpus_file import read_documents
+from ragbench.datasets.corpus.file import read_documents
 from ragbench.llm.fake import answer_from_prompt
 from ragbench.retrieval import build_index
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.retrieval.llamaindex import RagbenchLlamaRetriever
 
 CORPUS = {corpus!r}
@@ -431,7 +432,7 @@ def test_params_and_contract():
 def test_retrieval_scores_match_the_shared_metrics():
     docs = tuple(Document(f"d{i}", f"text {i}") for i in range(4))
     example = Example("q", "?", ("a",), docs, {"qrels": {"d2": 2, "d3": 1}})
-    from ragbench.strategies.pipeline_answer import Context
+    from ragbench.strategies.pipeline.answer import Context
 
     contexts = [Context("x", "d1"), Context("y", "d2"), Context("z", "d2"), Context("w", "d3")]
     scores = retrieval_scores(contexts, example)
@@ -445,8 +446,8 @@ def test_retrieval_scores_match_the_shared_metrics():
 
 def test_contexts_with_the_pipelines_own_ids_are_found_by_text():
     # llama-index's readers give nodes made-up document ids: the text says which document it is
-    from ragbench.strategies.pipeline import _located
-    from ragbench.strategies.pipeline_answer import Context
+    from ragbench.strategies.pipeline.answer import Context
+    from ragbench.strategies.pipeline.strategy import _located
 
     docs = (Document("a.md", "alpha beta gamma"), Document("b.md", "delta epsilon zeta"))
     example = Example("q", "?", ("x",), docs, {"qrels": {"b.md": 1}})
@@ -478,7 +479,7 @@ def test_a_changed_module_is_reloaded_in_process(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "versioned", raising=False)
     (folder / "versioned.py").write_text("def answer(q):\n    return 'one'\n")
     monkeypatch.syspath_prepend(str(folder))
-    from ragbench.strategies.pipeline import open_pipeline
+    from ragbench.strategies.pipeline.strategy import open_pipeline
 
     a = PipelineParams(target="versioned:answer")
     assert open_pipeline(a).obj("?") == "one"
@@ -493,7 +494,7 @@ def test_a_changed_module_is_reloaded_in_process(tmp_path, monkeypatch):
 
 
 def test_a_target_in_the_config_folder(tmp_path, monkeypatch):
-    from ragbench.strategies.pipeline_target import imports_from
+    from ragbench.strategies.pipeline.target import imports_from
 
     (tmp_path / "beside_config.py").write_text("def answer(q):\n    return 'here'\n")
     monkeypatch.delitem(sys.modules, "beside_config", raising=False)
@@ -531,7 +532,7 @@ def answer(question, example_id, corpus):
 
 def test_the_setup_hook_indexes_the_run_corpus(tmp_path, monkeypatch):
     from ragbench.analysis import verdict
-    from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
+    from ragbench.datasets.corpus.file import corpus_fingerprint, read_documents
 
     module = setup(tmp_path, monkeypatch)  # mypipe: answers from its own copy of the corpus
     setups = tmp_path / "setups.jsonl"
@@ -600,7 +601,7 @@ class IndexService(BaseHTTPRequestHandler):
 
 
 def test_an_http_service_with_a_setup_url(tmp_path, monkeypatch):
-    from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
+    from ragbench.datasets.corpus.file import corpus_fingerprint, read_documents
 
     corpus(tmp_path)
     server = ThreadingHTTPServer(("127.0.0.1", 0), IndexService)
@@ -670,7 +671,7 @@ def test_url_userinfo_beside_a_headers_env_authorization_warns_and_sends_the_hea
     monkeypatch.setenv("PIPE_AUTH", "Bearer header-token-123456")
     url = f"http://me:url-pw-987654@127.0.0.1:{server.server_address[1]}/answer"
     try:
-        with caplog.at_level("WARNING", logger="ragbench.strategies.pipeline_http"):
+        with caplog.at_level("WARNING", logger="ragbench.strategies.pipeline.http"):
             both = PipelineParams(url=url, headers_env={"Authorization": "PIPE_AUTH"}, retries=0)
             pipeline_http.post(both, "q", "id", None)
             pipeline_http.post(PipelineParams(url=url, retries=0), "q", "id", None)  # no header

@@ -52,8 +52,8 @@ import threading
 from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
 from llama_index.core.llms.callbacks import llm_completion_callback
 
-from ragbench.datasets.docs import ingest
-from ragbench.experiment.question_gen import load_model
+from ragbench.datasets.corpus.docs import ingest
+from ragbench.experiment.question_gen.generate import load_model
 from ragbench.retrieval import build_index
 from ragbench.types import GenerationRequest
 
@@ -121,8 +121,8 @@ def workspace(tmp_path, monkeypatch):
     from llama_index.core import Settings
     from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
 
-    from ragbench.datasets.corpus_file import write_documents
-    from ragbench.datasets.docs import ingest
+    from ragbench.datasets.corpus.docs import ingest
+    from ragbench.datasets.corpus.file import write_documents
 
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "handbook"

@@ -11,7 +11,7 @@ from test_runner import niah_config
 
 import ragbench.experiment.preflight as preflight
 import ragbench.experiment.runner as runner
-from ragbench.experiment.config import load_config
+from ragbench.experiment.config.run import load_config
 from ragbench.experiment.preflight import OverWindowError, check_window, over_window
 from ragbench.experiment.resources import load_examples
 from ragbench.llm.fake import FakeLLM

@@ -11,7 +11,7 @@ import pytest
 
 from ragbench.cost.accounting import Cost
 from ragbench.datasets import build_dataset
-from ragbench.datasets.shared_corpus import write_essay_corpus
+from ragbench.datasets.corpus.shared import write_essay_corpus
 from ragbench.experiment.runner import run
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies import LongContextParams

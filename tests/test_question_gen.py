@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 from ragbench.cli.data import register
 from ragbench.datasets import build_dataset
-from ragbench.datasets.corpus_file import write_documents
+from ragbench.datasets.corpus.file import write_documents
 from ragbench.datasets.question_text import evidence_quote, find_span, parse_reply, passage_id
-from ragbench.experiment import question_gen
-from ragbench.experiment import question_gen_multihop as multihop
-from ragbench.experiment.question_gen import generate_questions, questions_file
+from ragbench.experiment.question_gen import generate as question_gen
+from ragbench.experiment.question_gen import multihop
+from ragbench.experiment.question_gen.generate import generate_questions, questions_file
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM
 from ragbench.retrieval.passages import sample_passages

@@ -9,8 +9,8 @@ import threading
 import pytest
 from openai_server import client, ok, send_json, sequence, serving
 
-from ragbench.experiment.config import config_hash, load_config
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.run import config_hash, load_config
+from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.resources import load_model
 from ragbench.llm.rate_limit import (
     RESET_MARGIN,

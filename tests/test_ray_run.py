@@ -22,7 +22,7 @@ import yaml
 from openai_server import ok, serving
 from test_runner import niah_config
 
-from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.executor_worker import RunWorker
 from ragbench.experiment.resources import load_examples
 from ragbench.experiment.results import RECORDS, read_records

@@ -14,7 +14,7 @@ from ragbench.cli.listing import KINDS, entries, registry
 from ragbench.models import PRESETS, get_preset
 from ragbench.registry import Choice, Registry, UnknownNameError
 from ragbench.retrieval.context import ORDERS
-from ragbench.retrieval.precision import PRECISIONS, check_precision
+from ragbench.retrieval.embedders.precision import PRECISIONS, check_precision
 from ragbench.strategies.prompts import OVERFLOW
 from ragbench.tokenizers import check_tokenizer
 

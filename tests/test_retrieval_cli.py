@@ -230,7 +230,7 @@ def test_index_build_is_build_index_with_the_config_defaults(app, dataset, tmp_p
     """`index build` builds through `ragbench.retrieval.build_index`, with the run config's
     defaults for whatever it is not told: the saved index answers as build_index's does."""
     from ragbench.datasets.formats import read_examples
-    from ragbench.experiment.config_sections import RetrievalConfig
+    from ragbench.experiment.config.sections import RetrievalConfig
     from ragbench.retrieval import build_index
 
     calls = []

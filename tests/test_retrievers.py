@@ -11,7 +11,7 @@ import pytest
 from ragbench.retrieval import metrics
 from ragbench.retrieval.build import build_retriever
 from ragbench.retrieval.chunking import chunk_documents, gold_chunk_ids
-from ragbench.retrieval.embedders import HashEmbedder
+from ragbench.retrieval.embedders.base import HashEmbedder
 from ragbench.retrieval.retrievers import (
     BM25Retriever,
     DenseRetriever,

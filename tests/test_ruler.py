@@ -9,7 +9,7 @@ import pytest
 
 from ragbench.datasets import RULER_TASKS
 from ragbench.datasets.haystack import HaystackTooShortError, fit
-from ragbench.datasets.ruler import TASKS, build
+from ragbench.datasets.ruler.tasks import TASKS, build
 from ragbench.io import write_jsonl
 from ragbench.tokenizers import get_tokenizer
 
@@ -192,7 +192,7 @@ def test_real_tokenizer_sizes():
 
 
 def test_your_corpus_as_the_ruler_haystack(tmp_path):
-    from ragbench.datasets.corpus_file import write_documents
+    from ragbench.datasets.corpus.file import write_documents
     from ragbench.types import Document
 
     filler = " ".join(f"The ferry schedule note {j} is posted." for j in range(400))

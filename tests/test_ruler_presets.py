@@ -14,9 +14,8 @@ import pytest
 from ragbench.analysis.ruler import ALL_TASKS, AVERAGE, ruler_table
 from ragbench.datasets import DATASETS, RULER_PRESETS, build_dataset, check_params
 from ragbench.datasets._validate import DatasetParamError
-from ragbench.datasets.ruler import CWE_INSTRUCTION
-from ragbench.datasets.ruler_fwe import NOISE_WORD, iter_fwe, zeta, zeta_counts
-from ragbench.datasets.ruler_presets import (
+from ragbench.datasets.ruler.fwe import NOISE_WORD, iter_fwe, zeta, zeta_counts
+from ragbench.datasets.ruler.presets import (
     PRESETS,
     RULER_COMMIT,
     SOURCE,
@@ -24,6 +23,7 @@ from ragbench.datasets.ruler_presets import (
     dataset_name,
     iter_preset,
 )
+from ragbench.datasets.ruler.tasks import CWE_INSTRUCTION
 
 WS = "whitespace"
 
@@ -215,7 +215,7 @@ def test_fwe_refuses_a_context_without_a_distinct_top_three():
 
 
 def test_names_accepted_by_the_registry_and_configs():
-    from ragbench.experiment.config_sections import DatasetConfig
+    from ragbench.experiment.config.sections import DatasetConfig
 
     for name in ["ruler/niah_multikey", "ruler/niah_single_1", "ruler/vt", "ruler/qa",
                  "ruler/qa_1"]:  # fmt: skip

@@ -227,7 +227,7 @@ def test_configs_over_fwe_and_qa_1_run_end_to_end_on_the_fake_model(tmp_path):
 @pytest.mark.slow
 def test_a_preset_on_the_embedded_model(tmp_path):
     """SmolLM2 (offline) on RULER's niah_single_2 at 1k tokens, long context and RAG."""
-    from ragbench.experiment.config import load_config
+    from ragbench.experiment.config.run import load_config
 
     base = load_config(Path(__file__).parent.parent / "configs" / "quick-cpu.yaml").model_dump()
     base |= {"name": "ruler-slow", "output_dir": str(tmp_path), "dataset": {

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ragbench.cost import prices
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.resources import DatasetError
 from ragbench.experiment.results import RECORDS, read_records
 from ragbench.experiment.runner import run
@@ -337,7 +337,7 @@ def test_cli_run(tmp_path):
 @pytest.mark.slow
 def test_embedded_defaults_tiny_niah(tmp_path):
     """SmolLM2 + MiniLM (offline): long context finds the needle at 1k tokens, RAG at 7k."""
-    from ragbench.experiment.config import load_config
+    from ragbench.experiment.config.run import load_config
     from ragbench.experiment.resources import load_model
 
     base = load_config(Path(__file__).parent.parent / "configs" / "quick-cpu.yaml").model_dump()
@@ -542,7 +542,7 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
 
 
 def test_credentials_change_neither_the_run_folder_nor_reach_the_manifest(tmp_path):
-    from ragbench.experiment.config import config_hash, load_config
+    from ragbench.experiment.config.run import config_hash, load_config
 
     def with_secret(secret: str) -> dict:
         cfg = niah_config(tmp_path, strategies=["closed_book"])

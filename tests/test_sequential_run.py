@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from ragbench.cli import app
 from ragbench.experiment.budget import BUDGET_EXIT
-from ragbench.experiment.config import config_hash, load_config
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.run import config_hash, load_config
+from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.results import RECORDS, read_records
 from ragbench.experiment.runner import run, run_dir_for
 from ragbench.experiment.sequential_run import question_order

@@ -14,7 +14,7 @@ import pytest
 from test_importers_v2 import SQUAD_ROWS, save_to_disk
 from test_ruler_qa import hotpot_file, squad_file
 
-from ragbench.experiment.config import load_config
+from ragbench.experiment.config.run import load_config
 from ragbench.experiment.resources import load_model
 from ragbench.experiment.runner import run
 

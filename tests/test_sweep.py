@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from ragbench.workspace.sweep import execute_sweep, run_sweep
-from ragbench.workspace.sweep_spec import (
+from ragbench.workspace.sweep.run import execute_sweep, run_sweep
+from ragbench.workspace.sweep.spec import (
     SweepSpec,
     SweepSpecError,
     expand_grid,
@@ -238,7 +238,7 @@ def test_a_point_run_again_removes_the_temp_files_an_interrupted_save_left(tmp_p
         path.touch()
     left_alone = plant_temp(Path(done.notebook).parent, Path(done.notebook).name)  # not rerun
 
-    with caplog.at_level(logging.WARNING, logger="ragbench.workspace.sweep_point"):
+    with caplog.at_level(logging.WARNING, logger="ragbench.workspace.sweep.point"):
         rerun = execute_sweep(spec)
     assert statuses(rerun) == {1: "done (skipped)", 2: "done"}
     assert [p.exists() for p in stale] == [False, False]

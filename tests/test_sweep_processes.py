@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from ragbench.locks import FolderLock
-from ragbench.workspace.sweep import execute_sweep
-from ragbench.workspace.sweep_spec import point_id
+from ragbench.workspace.sweep.run import execute_sweep
+from ragbench.workspace.sweep.spec import point_id
 
 PROBE = Path(__file__).parent / "fixtures" / "notebooks" / "sweep_probe.ipynb"
 KEY = "qz-sweep-credential-51f0c9"  # no well-known key shape: only its name and value give it away
@@ -29,7 +29,7 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a
 # a terminal's sweep, where Ctrl-C works: a test suite started as a background job (`make test &`,
 # nohup) has SIGINT ignored, inherited here, and the sweep rightly keeps an ignored signal ignored
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from ragbench.workspace.sweep import execute_sweep
+from ragbench.workspace.sweep.run import execute_sweep
 outcome = execute_sweep(sys.argv[1], workers=int(sys.argv[2]))
 print("OUTCOME " + json.dumps([asdict(p) for p in outcome.points]))
 """
@@ -130,7 +130,7 @@ def test_a_point_held_by_a_live_process_is_passed_by_and_a_dead_ones_lock_taken_
 def test_a_failure_recorded_by_another_sweep_meanwhile_is_not_executed_again(tmp_path):
     # sweep A plans point p (rerun_failed: a failed point runs again); before A gets p's lock,
     # sweep B executes p and it fails. A must report B's failure, not execute p a second time.
-    from ragbench.workspace.sweep_point import FAILED, mtime_ns, recorded
+    from ragbench.workspace.sweep.point import FAILED, mtime_ns, recorded
 
     point = tmp_path / "p"
     point.mkdir()

@@ -14,8 +14,8 @@ import yaml
 
 from ragbench.workspace.kernels import redact_notebook
 from ragbench.workspace.render import render_notebook
-from ragbench.workspace.sweep import execute_sweep
-from ragbench.workspace.sweep_spec import SweepSpecError, load_spec, point_id
+from ragbench.workspace.sweep.run import execute_sweep
+from ragbench.workspace.sweep.spec import SweepSpecError, load_spec, point_id
 
 PROBE = Path(__file__).parent / "fixtures" / "notebooks" / "sweep_probe.ipynb"
 PASSWORD = "hunter2-pw-5150"

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 import ragbench
 from ragbench.analysis.gate import load_run, variant_values
 from ragbench.cli import app
-from ragbench.experiment.config import config_hash, load_config
-from ragbench.experiment.config_text import ConfigError
+from ragbench.experiment.config.run import config_hash, load_config
+from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.log_once import once_per_run
 from ragbench.workspace import tracking
 from ragbench.workspace.export import export_run, slug

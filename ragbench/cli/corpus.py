@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
-from ragbench.datasets import docs
-from ragbench.experiment import question_gen
+from ragbench.datasets.corpus import docs
+from ragbench.experiment.question_gen import generate as question_gen
 from ragbench.io import user_errors
 from ragbench.secrets import collect
 

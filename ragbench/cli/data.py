@@ -26,10 +26,10 @@ from ragbench.datasets import (
     formats,
     multidoc,
     niah,
-    ruler_presets,
 )
-from ragbench.datasets.corpus import dedup_file
-from ragbench.datasets.corpus_file import corpus_fingerprint
+from ragbench.datasets.corpus.dedup import dedup_file
+from ragbench.datasets.corpus.file import corpus_fingerprint
+from ragbench.datasets.ruler import presets as ruler_presets
 from ragbench.io import cli_error, user_errors
 from ragbench.registry import unknown
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 
 from ragbench.datasets.formats import read_examples
-from ragbench.experiment.config_sections import ModelConfig, RetrievalConfig
+from ragbench.experiment.config.sections import ModelConfig, RetrievalConfig
 from ragbench.io import (
     InputFileError,
     atomic_write_text,
@@ -28,7 +28,7 @@ from ragbench.io import (
 )
 from ragbench.registry import unknown
 from ragbench.retrieval import SPLITTERS, build_index, build_retriever
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.retrieval.faiss_index import FaissIndex
 from ragbench.types import Chunk
 

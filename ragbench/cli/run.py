@@ -9,7 +9,7 @@ import typer
 from ragbench import secrets
 from ragbench.analysis.verdict import sequential_look
 from ragbench.experiment.budget import BUDGET_EXIT, EXIT_HELP
-from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.results import error_summary

@@ -9,8 +9,8 @@ import typer
 
 from ragbench.workspace import tracking
 from ragbench.workspace.render import RenderInputError, render_notebook
-from ragbench.workspace.sweep import execute_sweep
-from ragbench.workspace.sweep_spec import SweepSpecError, expand_grid, load_spec
+from ragbench.workspace.sweep.run import execute_sweep
+from ragbench.workspace.sweep.spec import SweepSpecError, expand_grid, load_spec
 
 
 def register(app: typer.Typer) -> None:

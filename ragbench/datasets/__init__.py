@@ -39,14 +39,14 @@ DATASETS = Registry(
         "niah": "ragbench.datasets.niah:build",
         "multidoc": "ragbench.datasets.multidoc:build",
         "file": "ragbench.datasets.formats:load_file",
-        "corpus": "ragbench.datasets.shared_corpus:build",
+        "corpus": "ragbench.datasets.corpus.shared:build",
         # importers of public suites' own files (also `ragbench data import NAME`)
         "longbench-v2": "ragbench.datasets.longbench_v2:build",
         "flashrag": "ragbench.datasets.flashrag:build",
         "hf": "ragbench.datasets.hf_local:load_hf",
-        **{f"ruler/{task}": f"ragbench.datasets.ruler:{task}" for task in RULER_TASKS},
-        "ruler/qa": "ragbench.datasets.ruler_qa:build",
-        **{f"ruler/{name}": f"ragbench.datasets.ruler_presets:{name}" for name in RULER_PRESETS},
+        **{f"ruler/{task}": f"ragbench.datasets.ruler.tasks:{task}" for task in RULER_TASKS},
+        "ruler/qa": "ragbench.datasets.ruler.qa:build",
+        **{f"ruler/{name}": f"ragbench.datasets.ruler.presets:{name}" for name in RULER_PRESETS},
     },
     descriptions={
         f"ruler/{task}": f"RULER-style {task} task, every parameter open (RULER's own: the presets)"

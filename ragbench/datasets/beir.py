@@ -29,7 +29,7 @@ from ragbench.datasets._validate import (
     read_jsonl,
     req,
 )
-from ragbench.datasets.corpus_file import corpus_fingerprint, write_documents
+from ragbench.datasets.corpus.file import corpus_fingerprint, write_documents
 from ragbench.io import InputFileError, atomic_write_text, dumps_canonical, read_text
 from ragbench.registry import unknown
 from ragbench.types import Document, Example

@@ -31,7 +31,7 @@ import os
 from typing import Any
 
 from ragbench.datasets._validate import STRINGS, FieldError, nonempty, opt, read_jsonl, req
-from ragbench.datasets.corpus_file import corpus_fingerprint
+from ragbench.datasets.corpus.file import corpus_fingerprint
 from ragbench.datasets.questions import RESERVED_META, Question, to_examples
 from ragbench.types import Document, Example
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragbench.assets import essays_dir
-from ragbench.datasets.corpus_file import read_documents
+from ragbench.datasets.corpus.file import read_documents
 from ragbench.io import read_text
 from ragbench.tokenizers import Tokenizer
 

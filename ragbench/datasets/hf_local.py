@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragbench.datasets._validate import json_type, read_json_file
-from ragbench.datasets.corpus_file import corpus_fingerprint, read_documents
+from ragbench.datasets.corpus.file import corpus_fingerprint, read_documents
 from ragbench.datasets.questions import RESERVED_META, Question, to_examples
 from ragbench.io import InputFileError
 from ragbench.registry import did_you_mean, unknown

@@ -18,7 +18,7 @@ from pathlib import Path
 from ragbench.datasets._validate import DatasetParamError, int_param
 from ragbench.datasets.haystack import haystack_files, normalize_space, sentences
 from ragbench.datasets.niah import DEFAULT_TOKENIZER
-from ragbench.datasets.ruler import random_text, wordlist
+from ragbench.datasets.ruler.tasks import random_text, wordlist
 from ragbench.registry import unknown
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Document, Example, join_documents

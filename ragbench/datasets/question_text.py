@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.datasets.cleaning import normalize_for_hash
+from ragbench.datasets.corpus.cleaning import normalize_for_hash
 from ragbench.metrics.normalize import normalize_answer
 from ragbench.types import GenerationRequest
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.datasets._validate import STRINGS, FieldError, check, json_type, no_unknown, opt, req
-from ragbench.datasets.cleaning import clean_text
+from ragbench.datasets.corpus.cleaning import clean_text
 from ragbench.datasets.task_types import TASK_TYPES
 from ragbench.io import InputFileError, iter_jsonl, read_text
 from ragbench.registry import did_you_mean, unknown

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from ragbench.cost.prices import dollars, modelled_seconds_for
 from ragbench.experiment.budget import over_budget
-from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.noise_pass import measures_noise
 from ragbench.experiment.resources import (
     build_resources,

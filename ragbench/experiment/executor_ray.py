@@ -46,7 +46,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from ragbench.experiment.config import RunConfig
+from ragbench.experiment.config.run import RunConfig
 from ragbench.experiment.executor_worker import RunWorker
 from ragbench.experiment.results import error_record
 from ragbench.experiment.shards import assign, balance, plan_shards

@@ -26,7 +26,7 @@ from typing import Any
 from ragbench import secrets
 from ragbench.assets import cache_dir
 from ragbench.experiment import provenance
-from ragbench.experiment.config import RunConfig, config_hash
+from ragbench.experiment.config.run import RunConfig, config_hash
 from ragbench.experiment.resources import build_resources, check_server, generates_answers
 from ragbench.experiment.resources import load_model as load_configured_model
 from ragbench.experiment.results import error_record
@@ -35,7 +35,7 @@ from ragbench.llm.cache import CachedLLM, cache_rows
 from ragbench.llm.calibration import describe
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies import preload, run_batch
-from ragbench.strategies.pipeline_target import imports_from
+from ragbench.strategies.pipeline.target import imports_from
 from ragbench.types import Example, Record
 
 

@@ -12,14 +12,14 @@ from tqdm import tqdm
 
 from ragbench import secrets
 from ragbench.experiment import provenance
-from ragbench.experiment.config import RunConfig
-from ragbench.experiment.config_sections import JudgeConfig, one_or_list
+from ragbench.experiment.config.run import RunConfig
+from ragbench.experiment.config.sections import JudgeConfig, one_or_list
 from ragbench.experiment.resources import build_resources, check_server, load_model
 from ragbench.experiment.results import RECORDS, append_record
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings
 from ragbench.judge.contexts import record_contexts
 from ragbench.metrics.answer import METRICS, deferred_metrics
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies import NO_CONTEXT, get_strategy
 from ragbench.types import Example
 

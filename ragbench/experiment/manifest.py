@@ -14,7 +14,7 @@ from typing import Any
 from ragbench import secrets
 from ragbench.datasets.formats import fingerprint
 from ragbench.experiment import provenance
-from ragbench.experiment.config import RunConfig, config_hash
+from ragbench.experiment.config.run import RunConfig, config_hash
 from ragbench.io import atomic_write_text
 from ragbench.metrics.answer import metric_versions
 

@@ -42,14 +42,14 @@ from typing import Any
 from tqdm import tqdm
 
 from ragbench.experiment import provenance
-from ragbench.experiment.config import RunConfig
+from ragbench.experiment.config.run import RunConfig
 from ragbench.experiment.resources import build_resources, load_model
 from ragbench.experiment.results import RECORDS, append_record
 from ragbench.io import dumps_canonical
 from ragbench.metrics.answer import METRICS, score, string_metrics
 from ragbench.secrets import redact_text
 from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, get_strategy, run_batch
-from ragbench.strategies.pipeline import OWN_INDEX, RUN_CORPUS
+from ragbench.strategies.pipeline.strategy import OWN_INDEX, RUN_CORPUS
 from ragbench.types import Document, Example, Record
 
 METRIC = "noise_sensitivity"

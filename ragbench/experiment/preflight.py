@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.experiment.config import RunConfig
+from ragbench.experiment.config.run import RunConfig
 from ragbench.experiment.dry_run import PromptCounter, prompt_counter
 from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies import FULL_CONTEXT, Resources, get_strategy

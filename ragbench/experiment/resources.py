@@ -18,16 +18,16 @@ from ragbench.assets import cache_dir
 from ragbench.datasets import build_dataset
 from ragbench.datasets._validate import DatasetParamError
 from ragbench.datasets.haystack import HaystackTooShortError
-from ragbench.experiment.config import RunConfig, load_config
-from ragbench.experiment.config_sections import ModelConfig
-from ragbench.experiment.config_text import ConfigError, explain_validation_error, located
+from ragbench.experiment.config.run import RunConfig, load_config
+from ragbench.experiment.config.sections import ModelConfig
+from ragbench.experiment.config.text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.calibration import Rates, announce, describe
 from ragbench.llm.hf.load import set_threads
 from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index, needs_embedder
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies import Resources, RetrievalParams, get_strategy
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.registry import preflight_points

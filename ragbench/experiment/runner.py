@@ -52,7 +52,7 @@ from ragbench import secrets
 from ragbench.assets import cache_dir
 from ragbench.experiment import provenance
 from ragbench.experiment.budget import Budget
-from ragbench.experiment.config import RunConfig, config_hash, load_config
+from ragbench.experiment.config.run import RunConfig, config_hash, load_config
 from ragbench.experiment.dry_run import round_dollars
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging

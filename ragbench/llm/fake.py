@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ragbench.llm.base import LLM
-from ragbench.llm.kv_cache import KV_CACHES, refuse_variants
+from ragbench.llm.kv.variants import KV_CACHES, refuse_variants
 from ragbench.tokenizers import WhitespaceTokenizer
 from ragbench.types import Completion, GenerationRequest
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from ragbench.registry import UnknownNameError, did_you_mean
 from ragbench.retrieval.chunking import check_chunking, chunk_documents
-from ragbench.retrieval.embedders import get_embedder
+from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.retrieval.names import EMBEDDERS, RETRIEVERS
 from ragbench.retrieval.retrievers import Retriever
 from ragbench.tokenizers import check_tokenizer

@@ -23,7 +23,9 @@ RETRIEVERS = Registry(
     },
 )
 
-_MINILM = "ragbench.retrieval.embedders:SentenceTransformerEmbedder"  # no model: the embedded one
+_MINILM = (
+    "ragbench.retrieval.embedders.base:SentenceTransformerEmbedder"  # no model: the embedded one
+)
 
 
 def _model_name(name: str) -> bool:
@@ -38,13 +40,13 @@ EMBEDDERS = Registry(
         "all-minilm-l6-v2": _MINILM,
         "sentence-transformers/all-minilm-l6-v2": _MINILM,
         # the same in bf16 mixed precision (autocast; fast on CPUs with AMX/avx512_bf16, GPUs)
-        "minilm-bf16": "ragbench.retrieval.embedders:Bf16Embedder",
+        "minilm-bf16": "ragbench.retrieval.embedders.base:Bf16Embedder",
         # the same model on ONNX Runtime (exported once, cached): fp32, and dynamic int8
-        "minilm-onnx": "ragbench.retrieval.embedders_onnx:OnnxEmbedder",
-        "minilm-onnx-int8": "ragbench.retrieval.embedders_onnx:OnnxInt8Embedder",
-        "hash": "ragbench.retrieval.embedders:HashEmbedder",  # no weights: tests, quick looks
+        "minilm-onnx": "ragbench.retrieval.embedders.onnx:OnnxEmbedder",
+        "minilm-onnx-int8": "ragbench.retrieval.embedders.onnx:OnnxInt8Embedder",
+        "hash": "ragbench.retrieval.embedders.base:HashEmbedder",  # no weights: tests, quick looks
         # an OpenAI-compatible /v1/embeddings server: retrieval.embedder_params.openai
-        "openai": "ragbench.retrieval.embedders_http:OpenAIEmbedder",
+        "openai": "ragbench.retrieval.embedders.http:OpenAIEmbedder",
     },
     other="<model folder or Hugging Face id>",
     accepts=_model_name,
@@ -56,7 +58,7 @@ EMBEDDER_BACKENDS = Registry(
     {
         "torch": _MINILM,
         # exported once and cached; ``quantize`` for dynamic int8
-        "onnx": "ragbench.retrieval.embedders_onnx:OnnxEmbedder",
+        "onnx": "ragbench.retrieval.embedders.onnx:OnnxEmbedder",
     },
 )
 

@@ -23,7 +23,7 @@ import numpy as np
 from ragbench.devices import pick_device
 from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.registry import unknown
-from ragbench.retrieval.embedders import check_texts, get_embedder
+from ragbench.retrieval.embedders.base import check_texts, get_embedder
 from ragbench.retrieval.faiss_index import FaissIndex, IndexCompatibilityError
 from ragbench.types import Chunk, ScoredChunk
 

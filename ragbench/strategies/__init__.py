@@ -33,7 +33,7 @@ from ragbench.strategies.params import (
     SelfRouteParams,
     StrategyParams,
 )
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.pipeline.params import PipelineParams
 from ragbench.strategies.prompts import clean_answer, truncate
 from ragbench.strategies.registry import (
     FULL_CONTEXT,

@@ -6,7 +6,7 @@ Many questions over one shared corpus (the ``corpus`` dataset) get the same cont
 once per run (``fit.py``), so a prefix cache can serve them all.
 
 KV-cache techniques (``LongContextParams.kv``: offloaded, sinks, quantized, snapkv) travel as
-the request's ``kv``; the transformers backend keeps the cache that way (``ragbench.llm.kv_cache``)
+the request's ``kv``; the transformers backend keeps the cache that way (``ragbench.llm.kv.variants``)
 and measures its bytes, other backends refuse with an error naming what they support. A variant's
 request runs alone, without the shared document prefix (SnapKV compresses per question). RoPE scaling
 is a load-time option of the model; ``rope_scaling`` names it in the record and must match."""

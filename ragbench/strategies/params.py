@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from ragbench.llm import kv_cache
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.registry import did_you_mean, unknown
 from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking, needs_embedder
 from ragbench.retrieval.context import ORDERS
@@ -147,7 +147,7 @@ class ClosedBookParams(StrategyParams):
 @dataclass(frozen=True)
 class LongContextParams(StrategyParams):
     """Long context, and the techniques that make it affordable: how the KV cache is kept
-    (``ragbench.llm.kv_cache``; the transformers backend runs them, other backends refuse)."""
+    (``ragbench.llm.kv.variants``; the transformers backend runs them, other backends refuse)."""
 
     strategy: ClassVar[str] = "long_context"
 

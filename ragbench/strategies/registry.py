@@ -38,8 +38,8 @@ from ragbench.strategies.params import (
     SelfRouteParams,
     StrategyParams,
 )
-from ragbench.strategies.pipeline import pipeline_steps, preflight
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.pipeline.params import PipelineParams
+from ragbench.strategies.pipeline.strategy import pipeline_steps, preflight
 from ragbench.strategies.rag import rag_steps
 from ragbench.strategies.retrieve_only import RetrieveOnlyParams, retrieve_only_steps
 from ragbench.strategies.self_route import self_route_steps

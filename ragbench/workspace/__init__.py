@@ -1,3 +1,3 @@
 """The notebook workspace: helpers notebooks call (``notebook``), encrypted kernels
-(``kernels``), papermill sweeps (``sweep_spec``, ``sweep_point``, ``sweep``), and rendering to
+(``kernels``), papermill sweeps (the ``sweep`` sub-package), and rendering to
 shareable HTML with secrets and paths scrubbed (``render``, ``scrub``)."""

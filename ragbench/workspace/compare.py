@@ -37,17 +37,18 @@ import yaml
 
 from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
-from ragbench.datasets import docs as ingest_docs
-from ragbench.datasets.corpus_file import write_documents
+from ragbench.datasets.corpus import docs as ingest_docs
+from ragbench.datasets.corpus.file import write_documents
 from ragbench.datasets.questions import read_questions
-from ragbench.experiment import question_gen
-from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.dry_run import dry_run
+from ragbench.experiment.question_gen import generate as question_gen
 from ragbench.experiment.runner import run_dir_for
 from ragbench.io import atomic_write_text
 from ragbench.llm import backend_params
-from ragbench.strategies import get_strategy, pipeline_http
-from ragbench.strategies.pipeline_params import URL_ENV, PipelineParams
+from ragbench.strategies import get_strategy
+from ragbench.strategies.pipeline import http as pipeline_http
+from ragbench.strategies.pipeline.params import URL_ENV, PipelineParams
 from ragbench.workspace.kernels import execute_notebook
 from ragbench.workspace.notebook import model_block
 from ragbench.workspace.render import executed_runs, render_notebook

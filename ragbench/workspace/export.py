@@ -41,7 +41,7 @@ from typing import Any
 from ragbench import __version__, secrets
 from ragbench.analysis.gate import load_run, score_columns
 from ragbench.analysis.labels import with_labels
-from ragbench.experiment.config import parse_config
+from ragbench.experiment.config.run import parse_config
 from ragbench.experiment.resources import load_examples
 from ragbench.io import atomic_write_text, dumps_canonical
 

@@ -37,7 +37,7 @@ from typing import Any
 from ragbench import __version__, secrets
 from ragbench.analysis.gate import headline, load_run, variant_values
 from ragbench.analysis.verdict import verdict
-from ragbench.experiment.config import RunConfig, load_config
+from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.runner import run as run_experiment
 from ragbench.io import atomic_write_text
 from ragbench.locks import FolderLock

@@ -21,7 +21,7 @@ allocated, else the process RSS.
 KV cache: ``kv_bytes_measured`` is each row's own share of the cache's tensors right after the
 prefill (``kv_cache.cache_bytes``; padding positions are not its own), plus the shared prefix KV
 where it is read through shared-prefix attention. A request with another KV-cache variant
-(``kv``: offloaded, sinks, quantized, snapkv: ``kv_cache.py``) runs alone (batch of one, no prefix KV reuse) on
+(``kv``: offloaded, sinks, quantized, snapkv: ``kv/variants.py``) runs alone (batch of one, no prefix KV reuse) on
 a cache of that kind; ``meta["kv_cache"]`` records what was done.
 
 Decode path (``meta["decode"]``): after the prefill, greedy rows on a supported model decode on a
@@ -41,9 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragbench.llm import kv_cache, shared_prefix
+from ragbench.llm import shared_prefix
 from ragbench.llm.cpu_linear import PackedLinears
 from ragbench.llm.hf.static import FastDecode
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.types import GenerationRequest
 
 

@@ -25,7 +25,7 @@ allocated, else the process RSS (``meta["peak_memory"]``). ``kv_bytes_measured``
 after the prefill, measured (``hf/decode.py``).
 
 KV-cache variants (``GenerationRequest.kv``: offloaded, sinks, quantized, snapkv;
-``kv_cache.py``) run one request at a time, without prefix-KV reuse, and are charged their own
+``kv/variants.py``) run one request at a time, without prefix-KV reuse, and are charged their own
 measured device time (not a share of the plain requests' batches, whose calibrated estimates do
 not model them).
 """
@@ -37,13 +37,14 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import calibration, kv_cache, shared_prefix
+from ragbench.llm import calibration, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.cpu_linear import PackedLinears
 from ragbench.llm.hf import prompt as hf_prompt
 from ragbench.llm.hf.decode import Decoder
 from ragbench.llm.hf.load import load_model
 from ragbench.llm.hf.schedule import common_prefix_len, plan_batches, plan_groups
+from ragbench.llm.kv import variants as kv_cache
 from ragbench.types import Completion, GenerationRequest
 
 ENCODED_CACHE_TOKENS = 1 << 20  # token ids HFModel.encode keeps, most recent texts first

@@ -43,7 +43,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragbench.llm import kv_cache, shared_prefix
+from ragbench.llm import shared_prefix
+from ragbench.llm.kv import variants as kv_cache
 
 MODES = ("auto", "eager", "static")
 # Why auto runs the plain loop (measured on an H200, 8B shapes in bf16, benchmarks/results/

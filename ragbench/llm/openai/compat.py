@@ -58,7 +58,7 @@ from typing import Any
 
 from ragbench import secrets
 from ragbench.llm.base import LLM, ServerUnreachable
-from ragbench.llm.kv_cache import refuse_variants
+from ragbench.llm.kv.variants import refuse_variants
 from ragbench.llm.openai import http
 from ragbench.llm.openai import payload as wire
 from ragbench.llm.openai.http import LLMBatchError

@@ -22,9 +22,9 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from ragbench.datasets import ruler
 from ragbench.datasets._validate import DatasetParamError, int_param, lengths_param
 from ragbench.datasets.niah import DEFAULT_TOKENIZER
+from ragbench.datasets.ruler import tasks as ruler
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Example
 

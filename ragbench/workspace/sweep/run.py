@@ -1,7 +1,7 @@
 """Papermill grid sweeps: one notebook execution per parameter point, parallel and resumable.
 
-The sweep YAML (notebook, fixed parameters, grid) is read and expanded by ``sweep_spec.py``;
-one point's lock, execution and markers are ``sweep_point.py``; kernels are started encrypted
+The sweep YAML (notebook, fixed parameters, grid) is read and expanded by ``sweep/spec.py``;
+one point's lock, execution and markers are ``sweep/point.py``; kernels are started encrypted
 by ``kernels.py``. Each point runs in its own folder
 ``<output_dir>/<slug>-<hash>/``: the executed notebook (named from the point's parameters), the
 notebook's own outputs (it receives that folder as the parameter named by ``output_param``,
@@ -57,8 +57,8 @@ from ragbench.workspace.kernels import (
     reap_children_on_signals,
     resolve_kernel,
 )
-from ragbench.workspace.sweep_point import FAILED, execute_point, is_done, mtime_ns, recorded
-from ragbench.workspace.sweep_spec import (
+from ragbench.workspace.sweep.point import FAILED, execute_point, is_done, mtime_ns, recorded
+from ragbench.workspace.sweep.spec import (
     SweepSpec,
     SweepSpecError,
     check_parameters,

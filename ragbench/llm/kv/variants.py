@@ -14,12 +14,12 @@ flat YAML keys (``kv_cache: quantized``, ``kv_bits: 4``: ``kv_from_fields``).
   (``meta["kv_cache"]["note"]``) that runs the plain cache, never a pretend saving.
 - ``Sinks``: sliding window with attention sinks (StreamingLLM, Xiao et al. 2023,
   arXiv:2309.17453): keep the first ``sink_tokens`` and the last ``window_tokens`` positions and
-  evict the middle (``kv_sinks.py`` says why it is implemented here).
+  evict the middle (``kv/sinks.py`` says why it is implemented here).
 - ``Quantized``: transformers' ``QuantizedCache`` (KIVI-style, Liu et al. 2024,
   arXiv:2402.02750): keys and values quantized per channel in groups, with a short residual of
   recent positions kept in full precision. Backends: ``hqq`` (1, 2, 3, 4 or 8 bits) and ``quanto``
   (``optimum-quanto``: 2 or 4 bits in this transformers version); ``pip install 'ragbench[kvquant]'``.
-- ``SnapKV``: SnapKV (Li et al. 2024, arXiv:2404.14469; ``kv_compress.py``, which says why not
+- ``SnapKV``: SnapKV (Li et al. 2024, arXiv:2404.14469; ``kv/snapkv.py``, which says why not
   kvpress): after the prefill, each KV head keeps the ``ratio`` of the positions before the
   last ``window`` prompt positions that the window (the question) attends to most, plus the
   window. Per question: the kept positions depend on the question, so no prefix is shared.
@@ -42,8 +42,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ragbench.llm import kv_compress
-from ragbench.llm.kv_sinks import sink_layer_class
+from ragbench.llm.kv import snapkv as kv_compress
+from ragbench.llm.kv.sinks import sink_layer_class
 from ragbench.registry import Registry, unknown
 from ragbench.types import GenerationRequest
 

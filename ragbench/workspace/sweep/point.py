@@ -1,6 +1,6 @@
 """One sweep point: its folder's lock, its execution with papermill, its markers.
 
-Runs in a pool worker, a Ray task or the sweep process itself (``sweep.py`` plans the grid and
+Runs in a pool worker, a Ray task or the sweep process itself (``sweep/run.py`` plans the grid and
 hands each point here as a plain dict, the job). A point executes under ``locks.FolderLock`` on
 its folder and looks at its markers again once the lock is its own: that second look is what
 makes two concurrent sweeps of one spec execute it once. Markers are written atomically:

@@ -24,7 +24,7 @@ the caller cleans each piece and knows where it starts:
 - Plain text: UTF-8 (a BOM is allowed). Another encoding is reported rather than guessed, so no
   text is silently mis-decoded.
 
-A reader raises on a file it cannot read; ``ragbench.datasets.docs`` reports it and moves on.
+A reader raises on a file it cannot read; ``ragbench.datasets.corpus.docs`` reports it and moves on.
 """
 
 from __future__ import annotations

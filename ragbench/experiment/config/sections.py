@@ -1,4 +1,4 @@
-"""The sections of a run config (``ragbench.experiment.config.RunConfig``): dataset, model,
+"""The sections of a run config (``ragbench.experiment.config.run.RunConfig``): dataset, model,
 retrieval, strategies, judge, sequential, tracking. Each validates itself; the run config checks how they combine."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.llm.openai import payload as wire
 from ragbench.models import PRESETS, get_preset
 from ragbench.registry import unknown
-from ragbench.retrieval.precision import check_precision_param
+from ragbench.retrieval.embedders.precision import check_precision_param
 from ragbench.secrets import names_a_credential
 from ragbench.strategies import get_strategy
 from ragbench.strategies.params import RetrievalParams

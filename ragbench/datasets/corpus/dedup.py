@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ragbench.datasets.cleaning import (
+from ragbench.datasets.corpus.cleaning import (
     clean_text,
     normalize_for_hash,
     update_sha256,

@@ -57,7 +57,7 @@ from typing import Any
 
 from ragbench.cost.prices import PriceSheet, dollars_per_query, gpu_seconds
 from ragbench.cost.prices import price_sheet as load_sheet
-from ragbench.datasets.corpus_file import read_documents
+from ragbench.datasets.corpus.file import read_documents
 from ragbench.datasets.question_text import (
     check_reply,
     generation_request,
@@ -66,9 +66,9 @@ from ragbench.datasets.question_text import (
     tokens,
 )
 from ragbench.datasets.task_types import INSTRUCTIONS
-from ragbench.experiment import question_gen_multihop as multihop
 from ragbench.experiment import resources
-from ragbench.experiment.config_sections import ModelConfig
+from ragbench.experiment.config.sections import ModelConfig
+from ragbench.experiment.question_gen import multihop
 from ragbench.io import atomic_write_text, dumps_canonical
 from ragbench.llm.base import LLM
 from ragbench.metrics.answer import get_metric

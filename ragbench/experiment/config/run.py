@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from ragbench.cost.prices import PriceSheet, price_sheet
-from ragbench.experiment.config_sections import (
+from ragbench.experiment.config.sections import (
     DatasetConfig,
     JudgeConfig,
     ModelConfig,
@@ -38,7 +38,7 @@ from ragbench.experiment.config_sections import (
     TrackingConfig,
     _Strict,
 )
-from ragbench.experiment.config_text import (
+from ragbench.experiment.config.text import (
     ConfigError,
     _line_of,
     apply_overrides,
@@ -50,7 +50,7 @@ from ragbench.metrics.answer import METRICS
 from ragbench.secrets import collect, redact
 from ragbench.strategies import get_strategy
 from ragbench.strategies.params import StrategyParams
-from ragbench.strategies.pipeline_target import imports_from
+from ragbench.strategies.pipeline.target import imports_from
 
 PATH_PARAMS = ("path", "corpus", "questions")  # dataset parameters that name files
 
@@ -203,7 +203,7 @@ class RunConfig(_Strict):
 
 
 # ---------------------------------------------------------------------------- loading and hashing
-# (the text side: --set overrides and file:line validation messages live in config_text.py)
+# (the text side: --set overrides and file:line validation messages live in config/text.py)
 
 
 SPEED_PARAMS = ("decode", "cuda_graphs")  # model.params that change speed, not answers

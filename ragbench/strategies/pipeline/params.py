@@ -1,4 +1,4 @@
-"""The parameters of ``pipeline``, the user's own system under test (``strategies/pipeline.py``):
+"""The parameters of ``pipeline``, the user's own system under test (``strategies/pipeline/strategy.py``):
 a typed, frozen ``StrategyParams`` like every strategy's (``strategies/params.py``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import ragbench.strategies.pipeline_target as pipeline_target
+import ragbench.strategies.pipeline.target as pipeline_target
 from ragbench import secrets
 from ragbench.strategies.params import StrategyParams
 
@@ -18,7 +18,7 @@ URL_ENV = "RAGBENCH_PIPELINE_URL"
 
 @dataclass(frozen=True)
 class PipelineParams(StrategyParams):
-    """Your own system under test (``strategies/pipeline.py``): a Python callable, a llama-index
+    """Your own system under test (``strategies/pipeline/strategy.py``): a Python callable, a llama-index
     query engine or retriever, or an HTTP endpoint. Exactly one of ``target`` and ``url``.
 
     ``version`` is its identity, part of the parameter point (work keys, label): a changed
@@ -26,7 +26,7 @@ class PipelineParams(StrategyParams):
     ``headers_env`` say how it is called, not what it answers: they are not in ``to_dict``.
 
     ``setup`` / ``setup_url``: the hook that receives the run's corpus before the questions on it
-    (``strategies/pipeline.py``), so the pipeline answers from the documents long context reads;
+    (``strategies/pipeline/strategy.py``), so the pipeline answers from the documents long context reads;
     without one it answers from its own index (each record's ``pipeline_index`` says which).
     They and ``setup_version`` are in ``to_dict`` only when set (older work keys stay valid)."""
 

@@ -28,7 +28,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 from ragbench import secrets
-from ragbench.experiment.config_text import explain_validation_error, located
+from ragbench.experiment.config.text import explain_validation_error, located
 from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
 from ragbench.registry import did_you_mean
 

@@ -17,7 +17,7 @@ import os
 import random
 from pathlib import Path
 
-from ragbench.datasets.corpus_file import (
+from ragbench.datasets.corpus.file import (
     corpus_fingerprint,
     read_documents,
     write_documents,

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from ragbench.llm.openai.compat import OpenAICompatLLM
-from ragbench.retrieval.embedders import Embedder, default_cache_dir
+from ragbench.retrieval.embedders.base import Embedder, default_cache_dir
 
 
 class OpenAIEmbedder(Embedder):

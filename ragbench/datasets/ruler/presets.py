@@ -32,8 +32,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ragbench.datasets import DATASETS, ruler, ruler_cwe, ruler_fwe, ruler_qa
+from ragbench.datasets import DATASETS
 from ragbench.datasets._validate import int_list_param
+from ragbench.datasets.ruler import cwe as ruler_cwe
+from ragbench.datasets.ruler import fwe as ruler_fwe
+from ragbench.datasets.ruler import qa as ruler_qa
+from ragbench.datasets.ruler import tasks as ruler
 from ragbench.registry import unknown
 from ragbench.types import Example
 

@@ -40,9 +40,13 @@ from ragbench.assets import cache_dir as ragbench_cache_dir
 from ragbench.assets import minilm_dir
 from ragbench.devices import pick_device
 from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
-from ragbench.retrieval.embedding_cache import EmbeddingCache
+from ragbench.retrieval.embedders.cache import EmbeddingCache
+from ragbench.retrieval.embedders.precision import (
+    PRECISIONS,
+    check_precision,
+    warn_if_bf16_emulated,
+)
 from ragbench.retrieval.names import EMBEDDER_BACKENDS, EMBEDDERS
-from ragbench.retrieval.precision import PRECISIONS, check_precision, warn_if_bf16_emulated
 
 
 class Embedder(ABC):

@@ -45,20 +45,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import ragbench.strategies.pipeline_http as pipeline_http
-import ragbench.strategies.pipeline_target as pipeline_target
+import ragbench.strategies.pipeline.http as pipeline_http
+import ragbench.strategies.pipeline.target as pipeline_target
 from ragbench.cost.accounting import Cost
-from ragbench.datasets.corpus_file import corpus_fingerprint
+from ragbench.datasets.corpus.file import corpus_fingerprint
 from ragbench.retrieval.metrics import per_query
 from ragbench.strategies.base import Resources, Steps, make_record
-from ragbench.strategies.pipeline_answer import (
+from ragbench.strategies.pipeline.answer import (
     Context,
     MalformedAnswer,
     PipelineAnswer,
     Usage,
     shown,
 )
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.pipeline.params import PipelineParams
 from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, prompt_format
 from ragbench.strategies.rag import fit_chunks
 from ragbench.strategies.retrieve_only import judgements

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ragbench import secrets
 from ragbench.llm.base import ServerUnreachable
 from ragbench.llm.openai import http
-from ragbench.strategies.pipeline_params import PipelineParams
+from ragbench.strategies.pipeline.params import PipelineParams
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT = 5.0

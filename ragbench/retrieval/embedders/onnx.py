@@ -35,8 +35,8 @@ from typing import Any
 
 from ragbench.assets import cache_dir
 from ragbench.registry import unknown
-from ragbench.retrieval.embedders import SentenceTransformerEmbedder
-from ragbench.retrieval.precision import check_precision
+from ragbench.retrieval.embedders.base import SentenceTransformerEmbedder
+from ragbench.retrieval.embedders.precision import check_precision
 
 # the export recipe; bump it when the exported graph changes, so old exports are not reused
 RECIPE = "torchscript-opset17-eager-v1"

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragbench.datasets import readers
-from ragbench.datasets.cleaning import clean_text
-from ragbench.datasets.corpus import Deduplicator, documents_report
-from ragbench.datasets.corpus_file import CorpusWriter, check_output, corpus_fingerprint
+from ragbench.datasets.corpus import readers
+from ragbench.datasets.corpus.cleaning import clean_text
+from ragbench.datasets.corpus.dedup import Deduplicator, documents_report
+from ragbench.datasets.corpus.file import CorpusWriter, check_output, corpus_fingerprint
 from ragbench.io import sha256_file
 from ragbench.types import Document
 

@@ -1,0 +1,1 @@
+"""Corpora: your documents read and ingested, cleaned, deduplicated, stored as one shared corpus file."""
