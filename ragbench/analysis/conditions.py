@@ -43,7 +43,9 @@ def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
         out["truncated"] = float(cut / max(fitted["input_context_tokens"].sum(), 1))
         read = f"cut {out['truncated']:.0%} of it to fit the window" if cut else "read all of it"
         out["context"] += f" (long context {read})"
-    if "pipeline_index" in rows.columns and "label" in rows.columns:  # strategies/pipeline/strategy.py
+    if (
+        "pipeline_index" in rows.columns and "label" in rows.columns
+    ):  # strategies/pipeline/strategy.py
         own = rows[rows["pipeline_index"] == "own index"]
         if len(own):  # it read other documents than long context and the built-in RAG
             out["own_index"] = list(dict.fromkeys(own["label"].astype(str)))
