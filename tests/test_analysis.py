@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from ragbench import analysis, report
+from ragbench.analysis.paired import bootstrap_difference
 
 matplotlib.use("Agg")
 
@@ -36,7 +37,7 @@ def _paired_df(scores: dict[str, list[float]], costs: dict[str, float] | None = 
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_compare_agrees_with_scipy_on_random_paired_binary_data(seed):
+def test_compare_binary_pairs_use_mcnemar_and_an_interval_that_agrees_with_it(seed):
     rng = np.random.default_rng(seed)
     n = 60
     base = rng.random(n)
@@ -46,34 +47,36 @@ def test_compare_agrees_with_scipy_on_random_paired_binary_data(seed):
         "closed_book": (rng.random(n) < 0.1).astype(float),
     }
     df = _paired_df({k: list(v) for k, v in scores.items()})
-    table = analysis.compare(df, n_boot=500, seed=seed, adjust="none")
-    assert len(table) == 3 and (table["test"] == "mcnemar_exact").all()
-    labels = list(scores)
+    table = analysis.compare(df, n_boot=500, seed=seed)
+    assert len(table) == 3 and (table["test"] == "tango").all()
+    assert table.attrs["comparisons"] == 3
     for row in table.itertuples(index=False):
         a, b = scores[row.a], scores[row.b]
         a_only, b_only = int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum())
         assert (row.a_only, row.b_only) == (a_only, b_only)
-        expected = stats.binomtest(a_only, a_only + b_only, 0.5).pvalue if a_only + b_only else 1
-        assert row.p_value == pytest.approx(expected, rel=1e-9)
+        # the raw p is McNemar's (uncorrected) chi-square test, scipy as the reference
+        chi2 = (a_only - b_only) ** 2 / (a_only + b_only) if a_only + b_only else 0.0
+        assert row.p_value == pytest.approx(stats.chi2.sf(chi2, 1), rel=1e-9)
+        assert row.p_adjusted == pytest.approx(min(1.0, 3 * row.p_value))
         assert row.diff == pytest.approx((a - b).mean())
-        # the same resamples as scipy's paired percentile bootstrap with the same generator
-        pair_seed = [seed, labels.index(row.a), labels.index(row.b)]
-        ref = stats.bootstrap(
-            (a, b), lambda x, y, axis=-1: (x - y).mean(axis=axis), paired=True,
-            n_resamples=500, method="percentile", confidence_level=0.95,
-            rng=np.random.default_rng(pair_seed),
-        ).confidence_interval  # fmt: skip
-        assert (row.ci_low, row.ci_high) == pytest.approx((ref.low, ref.high), abs=1e-12)
-        assert row.significant == (row.p_value < 0.05)
+        assert row.ci_low <= row.diff <= row.ci_high
+        # one procedure: the interval excludes 0 exactly when the adjusted p is under 0.05
+        excludes = row.ci_low > 0 or row.ci_high < 0
+        assert row.significant == excludes == (row.p_adjusted < 0.05)
+    mixed = table.set_index(["a", "b"]).loc[("rag", "closed_book")]
+    assert mixed["significant"] and mixed["winner"] == "rag"
 
 
-def test_mcnemar_matches_binomtest_including_large_counts():
-    for a_only, b_only in [(0, 0), (0, 5), (3, 9), (10, 10), (480, 560), (1, 1500)]:
-        expected = stats.binomtest(a_only, a_only + b_only, 0.5).pvalue if a_only + b_only else 1
-        assert analysis.mcnemar_exact(a_only, b_only) == pytest.approx(expected, rel=1e-9)
+def test_compare_never_shows_an_interval_excluding_zero_beside_a_large_p():
+    """The old table paired a percentile bootstrap CI with an exact McNemar p: 5 discordant pairs
+    all one way gave an interval above 0 beside p = 0.0625. One procedure cannot."""
+    df = _paired_df({"rag": [1.0] * 5 + [1.0] * 10, "long_context": [0.0] * 5 + [1.0] * 10})
+    row = analysis.compare(df, n_boot=2000).iloc[0]
+    excludes = row["ci_low"] > 0 or row["ci_high"] < 0
+    assert excludes == (row["p_adjusted"] < 0.05) == row["significant"]
 
 
-def test_continuous_metric_uses_the_paired_bootstrap_and_holm():
+def test_continuous_metric_uses_the_paired_bootstrap_and_bonferroni():
     rng = np.random.default_rng(3)
     a = rng.random(40)
     df = _paired_df({"rag": list(a), "long_context": list(np.clip(a - 0.2, 0, 1)),
@@ -81,14 +84,21 @@ def test_continuous_metric_uses_the_paired_bootstrap_and_holm():
     raw = analysis.compare(df, metric="f1", adjust="none", n_boot=400)
     adjusted = analysis.compare(df, metric="f1", n_boot=400)
     assert (raw["test"] == "paired_bootstrap").all()
-    # Holm: the smallest p times 3, the next times 2, ... never below an earlier one
-    order = np.argsort(raw["p_value"].to_numpy(), kind="stable")
-    expected = np.maximum.accumulate(np.minimum(1, raw["p_value"].to_numpy()[order] * [3, 2, 1]))
-    assert adjusted["p_adjusted"].to_numpy()[order] == pytest.approx(expected)
+    assert raw["p_adjusted"].tolist() == raw["p_value"].tolist()
+    assert adjusted["p_adjusted"].to_numpy() == pytest.approx(
+        np.minimum(1, 3 * adjusted["p_value"].to_numpy())
+    )
+    # the same resamples, read at 1 - 0.05 / 3 (Bonferroni over the three pairs)
+    lo, hi, _ = bootstrap_difference(
+        np.asarray(a) - np.clip(a - 0.2, 0, 1), 400, [0, 0, 1], 0.05 / 3
+    )
     row = adjusted.set_index(["a", "b"]).loc[("rag", "long_context")]
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((lo, hi))
     assert row["significant"] and row["winner"] == "rag" and row["ci_low"] > 0
     row = adjusted.set_index(["a", "b"]).loc[("long_context", "closed_book")]
     assert row["winner"] == "long_context"  # 0.01 on every question: tiny but consistent
+    with pytest.raises(ValueError, match="valid: bonferroni, none"):
+        analysis.compare(df, metric="f1", adjust="holm")
 
 
 def test_decide_names_a_winner_only_when_significant():

@@ -14,10 +14,9 @@ plots live in ``ragbench.report``.
   ``with_labels``/``strategy_label`` name the variants.
 - ``compare``: every pair of variants on the *same* questions. Averages with overlapping CIs hide
   a consistent per-question difference (and overlapping-looking CIs can hide none); pairing
-  removes the question-difficulty variance both share. Binary metrics get an exact McNemar test
-  (a two-sided binomial test on the discordant pairs), every metric a paired bootstrap CI of the
-  mean difference; p-values are Holm-adjusted over the pairs, because with k variants there are
-  k(k-1)/2 chances to find a "winner" by luck.
+  removes the question-difficulty variance both share. Each difference's interval and p come
+  from the verdict's one procedure (``paired_difference``), Bonferroni-adjusted over the pairs,
+  because with k variants there are k(k-1)/2 chances to find a "winner" by luck.
 - ``attribute``: why each wrong answer was wrong (retrieval, reader, distractor, truncation),
   from the record's meta and, when given, the examples (evidence spans, needles).
 - ``oracle_router``/``router_headroom``: per question the cheapest variant that answered right;
@@ -43,9 +42,6 @@ from ragbench.analysis.labels import strategy_label, with_labels
 from ragbench.analysis.paired import (
     compare,
     decide,
-    holm,
-    mcnemar_exact,
-    paired_bootstrap,
     paired_difference,
     tango,
 )
@@ -80,11 +76,8 @@ __all__ = [
     "distractor_values",
     "effective_context_length",
     "evidence_depth",
-    "holm",
-    "mcnemar_exact",
     "names_value",
     "oracle_router",
-    "paired_bootstrap",
     "paired_difference",
     "paired_scores",
     "pareto_front",

@@ -1,5 +1,6 @@
-"""Paired comparison: every pair of variants on the same questions (bootstrap CI, exact
-McNemar, Holm adjustment) and a plain-language decision."""
+"""Paired comparison: every pair of variants on the same questions, each difference's interval
+and p-value from one procedure (the verdict's: Tango's score interval for 0/1 scores, a paired
+bootstrap otherwise), Bonferroni over the pairs, and a plain-language decision."""
 
 from __future__ import annotations
 
@@ -12,49 +13,7 @@ import numpy as np
 from ragbench.analysis._common import _check_metric, _higher_is_better, paired_scores
 from ragbench.registry import unknown
 
-
-def mcnemar_exact(a_only: int, b_only: int) -> float:
-    """Exact two-sided McNemar p-value: under H0 each discordant pair (one variant right, the
-    other wrong) is a fair coin, so ``a_only ~ Binomial(a_only + b_only, 1/2)``. The two-sided
-    p is twice the smaller tail (the distribution is symmetric), capped at 1; no discordant pairs
-    give 1. Exact integer arithmetic: no overflow at any n."""
-    n, k = a_only + b_only, min(a_only, b_only)
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(k + 1))
-    return min(1.0, 2 * tail / 2**n)
-
-
-def paired_bootstrap(
-    diffs: Sequence[float], n_boot: int = 2000, seed: Any = 0, level: float = 0.05
-) -> tuple[float, float, float]:
-    """(ci_low, ci_high, p) for the mean of per-question differences: resample questions with
-    replacement (each resample keeps a question's two answers together), percentile CI at
-    ``1 - level``, and a two-sided p as twice the smaller share of resampled means on either
-    side of 0 (so ``p < level`` when the percentile CI excludes 0, up to interpolation).
-    Resampling draws ``rng.integers(0, n, (n_boot, n))`` from ``default_rng(seed)``, the same
-    draws as ``scipy.stats.bootstrap(..., paired=True, rng=default_rng(seed))``."""
-    d = np.asarray(diffs, dtype=float)
-    if d.size < 2 or n_boot < 1:
-        value = float(d[0]) if d.size == 1 else float("nan")
-        return value, value, float("nan")
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
-    lo, hi = np.percentile(means, [100 * level / 2, 100 * (1 - level / 2)])
-    p = min(1.0, 2 * min(float(np.mean(means <= 0)), float(np.mean(means >= 0))))
-    return float(lo), float(hi), p
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (NaN stays NaN and is not counted)."""
-    p = np.asarray(p_values, dtype=float)
-    valid = np.flatnonzero(~np.isnan(p))
-    out = np.full(p.shape, np.nan)
-    m, running = len(valid), 0.0
-    for rank, i in enumerate(valid[np.argsort(p[valid], kind="stable")]):
-        running = max(running, min(1.0, (m - rank) * p[i]))  # monotone: never below a smaller p
-        out[i] = running
-    return out.tolist()
+ADJUSTMENTS = ("bonferroni", "none")
 
 
 def compare(
@@ -64,62 +23,64 @@ def compare(
     n_boot: int = 2000,
     seed: int = 0,
     labels: Iterable[str] | None = None,
-    adjust: str = "holm",
+    adjust: str = "bonferroni",
 ) -> Any:
     """Every pair of variants on the questions both answered (inner join on ``example_id``),
     on ``metric`` (default: the table's first metric column, the config's first metric).
 
     One row per pair (a, b), in config order: ``n`` paired questions, ``mean_a``, ``mean_b``,
-    ``diff`` (= mean_a - mean_b) with its paired bootstrap CI at ``1 - level`` (``ci_low``,
-    ``ci_high``), ``a_only``/``b_only`` (questions where a scored higher / b scored higher),
-    ``test`` and ``p_value``: exact McNemar when the metric is binary (every score 0 or 1), else
-    the paired bootstrap p. ``p_adjusted`` is Holm's over all pairs (``adjust="none"``: the raw
-    p), ``significant`` is ``p_adjusted < level`` and ``winner`` names the better variant only
-    then (lower is better for metrics that say so). ``decide`` turns the table into sentences.
+    ``diff`` (= mean_a - mean_b) with its interval (``ci_low``, ``ci_high``), ``a_only``/
+    ``b_only`` (questions where a scored higher / b scored higher), ``test`` and ``p_value``
+    (the raw p), ``p_adjusted`` and ``significant``; ``winner`` names the better variant only
+    where the difference is significant (lower is better for metrics that say so). ``decide``
+    turns the table into sentences.
 
-    The decision rests on the test's p, not on the CI: on few questions the exact McNemar test
-    is conservative (5 discordant pairs all one way give p = 0.0625) while a percentile bootstrap
-    CI is too narrow and can exclude 0; both are shown.
+    Interval and p come from one procedure, the verdict's (``paired_difference``): Tango's score
+    interval and its test at 0 (McNemar's) when every score is 0 or 1, else a paired bootstrap
+    read both ways from the same resamples. With ``adjust="bonferroni"`` (the default) each
+    interval is at ``1 - level / pairs`` and ``p_adjusted`` is ``pairs`` times the raw p, so the
+    intervals hold together at ``1 - level``; ``"none"``: each at ``1 - level``. Either way
+    "significant", "the interval excludes 0" and "p_adjusted < level" are one statement: the
+    table can never show an interval that excludes 0 beside a p over ``level``.
     """
     import pandas as pd
 
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    if adjust not in ("holm", "none"):
-        raise unknown("p-value adjustment", adjust, ("holm", "none"))
+    if adjust not in ADJUSTMENTS:
+        raise unknown("p-value adjustment", adjust, ADJUSTMENTS)
     metric = _check_metric(df, metric)
     wide = paired_scores(df, metric, labels)
     values = wide.to_numpy()
     binary = bool(np.isin(values[~np.isnan(values)], (0.0, 1.0)).all())
     higher = _higher_is_better(metric)
     cols = list(wide.columns)
+    pairs = len(cols) * (len(cols) - 1) // 2
+    comparisons = pairs if adjust == "bonferroni" else 1
     rows = []
     for i, a in enumerate(cols):
         for b in cols[i + 1 :]:
             both = wide[[a, b]].dropna()
             x, y = both[a].to_numpy(), both[b].to_numpy()
-            d = x - y
             # an independent stream per pair, still fixed by ``seed``: adding a variant to the
-            # run does not change the other pairs' intervals
-            pair_seed = [seed, i, cols.index(b)]
-            lo, hi, p_boot = paired_bootstrap(d, n_boot, pair_seed, level)
-            a_only, b_only = int((d > 0).sum()), int((d < 0).sum())
-            p = mcnemar_exact(a_only, b_only) if binary else p_boot
+            # run does not change the other pairs' resamples
+            r = paired_difference(
+                x, y, level, comparisons, binary, n_boot, [seed, i, cols.index(b)]
+            )
             rows.append({
-                "a": a, "b": b, "n": int(d.size),
-                "mean_a": float(x.mean()) if d.size else float("nan"),
-                "mean_b": float(y.mean()) if d.size else float("nan"),
-                "diff": float(d.mean()) if d.size else float("nan"),
-                "ci_low": lo, "ci_high": hi, "a_only": a_only, "b_only": b_only,
-                "test": "mcnemar_exact" if binary else "paired_bootstrap", "p_value": p,
+                "a": a, "b": b, "n": r["n"],
+                "mean_a": float(x.mean()) if x.size else float("nan"),
+                "mean_b": float(y.mean()) if y.size else float("nan"),
+                "diff": r["diff"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                "a_only": r["a_only"], "b_only": r["b_only"], "test": r["test"],
+                "p_value": r["p_raw"], "p_adjusted": r["p_value"], "significant": r["significant"],
             })  # fmt: skip
     table = pd.DataFrame(
         rows,
         columns=["a", "b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high",
-                 "a_only", "b_only", "test", "p_value"],
+                 "a_only", "b_only", "test", "p_value", "p_adjusted", "significant"],
     )  # fmt: skip
-    table["p_adjusted"] = holm(table["p_value"]) if adjust == "holm" else table["p_value"]
-    table["significant"] = (table["p_adjusted"] < level).astype(bool)
+    table["significant"] = table["significant"].astype(bool)
     better_a = (table["diff"] > 0) == higher
     table["winner"] = [
         (a if up else b) if sig else None
@@ -127,7 +88,8 @@ def compare(
             table["a"], table["b"], better_a, table["significant"], strict=True
         )
     ]
-    table.attrs.update(metric=metric, level=level, adjust=adjust, binary=binary, n_boot=n_boot)
+    table.attrs.update(metric=metric, level=level, adjust=adjust, binary=binary, n_boot=n_boot,
+                       comparisons=comparisons)  # fmt: skip
     return table
 
 
@@ -143,12 +105,15 @@ def decide(table: Any) -> str:
         return "nothing to compare: fewer than two variants"
     metric = table.attrs.get("metric", "metric")
     level = table.attrs.get("level", 0.05)
-    adjusted = table.attrs.get("adjust", "holm") == "holm"
-    conf = f"{100 * (1 - level):g}% CI"
+    comparisons = table.attrs.get("comparisons", 1)
+    adjusted = comparisons > 1
+    conf = f"{100 * (1 - level / comparisons):.4g}% CI"
     lines = []
     for row in table.itertuples(index=False):
-        test = "exact McNemar" if row.test == "mcnemar_exact" else "paired bootstrap"
-        p = f"{test} p={row.p_value:.3g}" + (f", Holm {row.p_adjusted:.3g}" if adjusted else "")
+        test = "Tango score test" if row.test == "tango" else "paired bootstrap"
+        p = f"{test} p={row.p_value:.3g}" + (
+            f", Bonferroni x{comparisons} {row.p_adjusted:.3g}" if adjusted else ""
+        )
         stats = (
             f"{metric} {row.a} - {row.b} = {_signed(row.diff)} "
             f"({conf} {_signed(row.ci_low)} to {_signed(row.ci_high)}; {p}; "

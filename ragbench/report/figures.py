@@ -96,7 +96,7 @@ def plot_compare(table: Any, ax: Any = None) -> Any:
     from matplotlib.ticker import PercentFormatter
 
     metric = table.attrs.get("metric", "metric")
-    level = table.attrs.get("level", 0.05)
+    level = table.attrs.get("level", 0.05) / table.attrs.get("comparisons", 1)  # Bonferroni
     ax = _ax(ax, figsize=(9, 0.7 * len(table) + 1.5))
     ys = list(range(len(table)))[::-1]  # the first pair on top
     for y, row in zip(ys, table.itertuples(index=False), strict=True):
@@ -111,7 +111,7 @@ def plot_compare(table: Any, ax: Any = None) -> Any:
     ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     name = readable.metric_label(metric, what="").rstrip(", ")
     ax.set_xlabel(
-        f"difference in {name} (a - b, percentage points), {100 * (1 - level):g}% paired CI"
+        f"difference in {name} (a - b, percentage points), {100 * (1 - level):.4g}% paired CI"
     )
     ax.set_title("Paired comparison (filled: significant)")
     ax.grid(alpha=0.3, axis="x")
