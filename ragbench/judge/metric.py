@@ -76,20 +76,21 @@ class Sample:
         return [a for a in self.example.answers if a.strip()]
 
     def context(self) -> str:
-        """The context as the prompt placed it; ``Unasked`` (None) when there is none."""
-        return self._need(CONTEXT, lambda r: r.text(), "context", "gives the model no context")
+        """The context as the prompt placed it (an empty one too: a pipeline that returned no
+        context); ``Unasked`` (None) when it read none."""
+        return self._need(CONTEXT, "context", "gives the model no context")
 
     def contexts(self) -> list[str]:
         """The retrieved contexts, best first; ``Unasked`` (None) when there are none."""
-        return self._need(
-            CONTEXTS, lambda r: r.texts(), "contexts", "records no retrieved contexts"
-        )
+        return self._need(CONTEXTS, "contexts", "records no retrieved contexts")
 
-    def _need(self, key: str, get, what: str, none: str) -> Any:
+    def _need(self, key: str, what: str, none: str) -> Any:
         if key not in self._got:
             try:
-                value = get(self.read) if self.read is not None else None
-                self._got[key] = (value, None if value else f"{self.record.strategy} {none}")
+                read = self.read
+                value = None if read is None else read.text() if key == CONTEXT else read.texts()
+                missing = value is None if key == CONTEXT else not value
+                self._got[key] = (value, f"{self.record.strategy} {none}" if missing else None)
             except Exception as exc:  # cannot be rebuilt: unscored, said why
                 self._got[key] = (None, redact_text(f"{what} unavailable: {exc}"))
         value, why = self._got[key]
