@@ -87,6 +87,10 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def in_order(self) -> list[str]:
+        """The entry names in the order they were registered (a table listing them as added)."""
+        return list(self._entries)
+
     def choices(self) -> list[str]:
         """What an error lists: the entry names, then ``other`` when the registry has it."""
         return [*self.names(), *([self.other] if self.other else [])]

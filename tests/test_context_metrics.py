@@ -21,10 +21,10 @@ from ragbench.experiment.config.text import ConfigError
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings, load_prompt
 from ragbench.judge.agreement import fleiss_kappa
 from ragbench.judge.context_metrics import average_precision, statements
-from ragbench.judge.contexts import record_contexts
 from ragbench.llm.cache import CachedLLM
 from ragbench.llm.fake import FakeLLM, answer_from_prompt
 from ragbench.retrieval.embedders.base import get_embedder
+from ragbench.strategies import contexts_of
 from ragbench.strategies.params import ClosedBookParams
 from ragbench.strategies.pipeline.params import PipelineParams
 from ragbench.types import Document, Example, Record
@@ -146,13 +146,13 @@ def no_resources():
     raise AssertionError("a pipeline's contexts are in its record: no resources needed")
 
 
-def contexts_of(example, record):
-    return record_contexts(example, record, no_resources)
+def read(example, record):
+    return contexts_of(record, example, no_resources)
 
 
 def test_hand_labelled_set_equals_the_hand_computed_values():
     llm, judge = make_judge(labelled_judge, METRICS[:2])
-    out = judge_records(labelled_items(), METRICS[:2], judge, None, contexts_of)
+    out = judge_records(labelled_items(), METRICS[:2], judge, read)
     for record in out:
         eid = record.example_id
         assert record.scores["context_precision"] == pytest.approx(PRECISION[eid]), eid
@@ -175,7 +175,7 @@ def test_samples_judge_every_context_again_and_agreement_is_over_contexts():
         return labelled_judge(request)
 
     _, judge = make_judge(flaky, METRICS[:1], samples=2, temperature=0.7)
-    out = judge_records(labelled_items(), METRICS[:1], judge, None, contexts_of)
+    out = judge_records(labelled_items(), METRICS[:1], judge, read)
     paris = out[0]
     # sample 1: 1 0 1 -> 5/6; sample 2: 1 1 1 -> 1; the score is their mean
     assert paris.meta["context_precision_verdicts"] == [[1, 0, 1], [1, 1, 1]]
@@ -261,7 +261,7 @@ def test_unreadable_replies_and_records_without_contexts_are_unscored():
     cut = Record("paris", "pipeline", PIPE, "Paris", ("Paris",),
                  meta={**paris.meta, "contexts_truncated": True})  # fmt: skip
     items = [(paris_ex, paris), (paris_ex, closed), (no_gold_ex, no_gold), (paris_ex, cut)]
-    out = judge_records(items, METRICS[:2], judge, None, contexts_of)
+    out = judge_records(items, METRICS[:2], judge, read)
     # the Lyon context's reply is unreadable (asked twice): precision unscored, never 0
     assert out[0].scores["context_precision"] is None
     assert out[0].meta["context_precision_verdicts"] == [[1, None, 1]]
@@ -284,7 +284,7 @@ def test_a_failed_judge_call_leaves_the_metric_missing_for_a_rerun():
         raise RuntimeError("judge server fell over")
 
     _, judge = make_judge(judge_fn, METRICS, embedder=get_embedder("hash"))
-    [out] = judge_records(labelled_items()[:1], METRICS, judge, None, contexts_of)
+    [out] = judge_records(labelled_items()[:1], METRICS, judge, read)
     for metric in METRICS:
         assert metric not in out.scores
         assert "fell over" in out.meta[f"{metric}_note"]

@@ -1,7 +1,8 @@
 """Extending ragbench through the files the README names ("Extending ragbench"), and nothing
 else: a toy strategy (its steps module with its parameter class, one ``Strategy(...)`` line), a
-toy backend (an ``LLM`` subclass declaring its capabilities, one ``BACKENDS`` line) and a toy
-KV-cache variant (one class, one ``KV_CACHES`` line), each run end to end. The toy modules are
+toy backend (an ``LLM`` subclass declaring its capabilities, one ``BACKENDS`` line), a toy
+KV-cache variant (one class, one ``KV_CACHES`` line) and a toy judge metric (one
+``JudgeMetric`` class, one ``register_judge_metric`` line), each run end to end. The toy modules are
 written to a temporary folder; registering them is the one line each README entry names."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from ragbench import analysis, report
 from ragbench.experiment.runner import run
+from ragbench.judge.metric import register_judge_metric, unregister_judge_metric
 from ragbench.llm import BACKENDS, backend_capabilities
 from ragbench.llm.fake import FakeLLM
 from ragbench.llm.kv import variants as kv_cache
@@ -80,6 +82,40 @@ class EchoLLM(LLM):
         return out
 '''
 
+TOY_JUDGE_METRIC = '''
+"""A judge metric: is the answer short (a judge LLM's verdict, one call per judge sample)?"""
+
+from pathlib import Path
+
+from ragbench.judge.metric import ANSWER, JudgeMetric
+
+
+class JudgeShort(JudgeMetric):
+    name = "judge_short"
+    needs = (ANSWER,)  # a strategy that writes no answer is unscored, with a note
+    prompt = str(Path(__file__).with_name("short-v1.yaml"))
+    description = "judge LLM: the answer is short"
+
+    def asks(self, sample, judge):
+        return [{"question": sample.question, "prediction": sample.answer}]
+
+    def score_samples(self, verdicts):
+        return verdicts[0]
+'''
+
+TOY_JUDGE_PROMPT = """
+name: short-v1
+metric: judge_short
+labels: {SHORT: 1, LONG: 0}
+system: You judge the length of answers.
+user: |-
+  Question: {question}
+  Candidate answer: {prediction}
+  Is the answer at most three words? Reply "Verdict: SHORT" or "Verdict: LONG".
+retry: |-
+  (Attempt {attempt}: reply with one line.)
+"""
+
 
 def _write(tmp_path, name: str, source: str) -> None:
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
@@ -89,9 +125,11 @@ def _write(tmp_path, name: str, source: str) -> None:
 def toy_modules(tmp_path, monkeypatch):
     _write(tmp_path, "toy_first_doc", TOY_STRATEGY)
     _write(tmp_path, "toy_echo", TOY_BACKEND)
+    _write(tmp_path, "toy_short", TOY_JUDGE_METRIC)
+    (tmp_path / "short-v1.yaml").write_text(textwrap.dedent(TOY_JUDGE_PROMPT))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    for name in ("toy_first_doc", "toy_echo"):
+    for name in ("toy_first_doc", "toy_echo", "toy_short"):
         sys.modules.pop(name, None)
 
 
@@ -201,3 +239,29 @@ def test_a_toy_kv_variant_validates_labels_and_travels_with_the_request():
             LongContextParams(kv_cache="keep_recnt")  # did-you-mean names the new variant
     finally:
         kv_cache.KV_CACHES.unregister("keep_recent")
+
+
+def test_a_toy_judge_metric_is_run_by_the_judge_pass(toy_modules):
+    import toy_short
+
+    register_judge_metric(toy_short.JudgeShort)  # the one line
+    seen = []
+
+    def judge_fn(request):
+        seen.append(request.prompt)
+        answer = request.prompt.split("Candidate answer: ", 1)[1].split("\n", 1)[0]
+        return "Verdict: SHORT" if len(answer.split()) <= 3 else "Verdict: LONG"
+
+    try:
+        cfg = _config(toy_modules, "fake", ["closed_book", "long_context"])
+        cfg["metrics"] = ["string_match_all", "judge_short"]
+        cfg["judge"] = {"model": {"backend": "fake", "name": "judge-fake", "cache": False}}
+        df = run(cfg, progress=False, judge_llm=FakeLLM("judge-fake", answer_fn=judge_fn))
+        assert df["error"].isna().all()
+        assert df["judge_short"].tolist() == [1.0] * len(df)  # the fake answers in one word
+        assert (df["judge_short_prompt"] == "short-v1").all() and (df["judge_calls"] == 1).all()
+        assert len(seen) == len(df) and all("Is the answer at most three words?" in p for p in seen)
+        with pytest.raises(ValueError, match="did you mean 'judge_short'"):
+            run({**cfg, "metrics": ["judge_shrt"]}, progress=False)
+    finally:
+        unregister_judge_metric("judge_short")

@@ -467,10 +467,11 @@ def test_the_judge_reads_the_recorded_contexts():
     record = Record(
         "q", "pipeline", params, "a", meta={"contexts": [{"text": "one"}, {"text": "two"}]}
     )
-    assert strategy.given_context(None, record, None) == "one\n\ntwo"
+    assert strategy.contexts(record).text() == "one\n\ntwo"
+    assert strategy.contexts(record).texts() == ["one", "two"]
     cut = Record("q", "pipeline", params, "a", meta={"contexts": [], "contexts_truncated": True})
     with pytest.raises(ContextUnavailable):
-        strategy.given_context(None, cut, None)
+        strategy.contexts(cut).text()
 
 
 def test_a_changed_module_is_reloaded_in_process(tmp_path, monkeypatch):

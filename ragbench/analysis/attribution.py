@@ -17,13 +17,7 @@ from typing import Any
 
 from ragbench.analysis._common import _check_metric
 from ragbench.analysis.labels import with_labels
-from ragbench.strategies import (
-    FULL_CONTEXT,
-    NO_CONTEXT,
-    RETRIEVED,
-    answer_source,
-    strategies_where,
-)
+from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, RETRIEVED, Contexts, contexts_of
 from ragbench.strategies.fit import document_layout
 from ragbench.strategies.prompts import is_declined
 
@@ -98,11 +92,11 @@ def _cell(row: Mapping[str, Any], name: str) -> Any:
     return value
 
 
-def _source(row: Mapping[str, Any]) -> str:
+def _source(read: Contexts) -> str:
     """Which call produced the answer (``NO_CONTEXT``, ``RETRIEVED``, ``FULL_CONTEXT``), as the
-    row's strategy declares it (a router: the branch its ``route`` names); the strategy name
-    when it declares none."""
-    return answer_source(row) or str(row["strategy"])
+    row's strategy declares it (``strategies.contexts_of``; a router: the branch its ``route``
+    names); the strategy name when it declares none."""
+    return read.source or read.strategy
 
 
 def _flag(value: Any) -> bool | None:
@@ -112,10 +106,9 @@ def _flag(value: Any) -> bool | None:
     return None if value is None else bool(value)
 
 
-def _cause(row: Mapping[str, Any], source: str, distractor: bool) -> str:
-    # a router's long-context branch records its facts with an lc_ prefix
-    routed = str(row["strategy"]) in strategies_where(routes=True)
-    lc = "lc_" if routed and source == FULL_CONTEXT else ""
+def _cause(row: Mapping[str, Any], read: Contexts, distractor: bool) -> str:
+    source = _source(read)
+    lc = read.meta_prefix  # a router's long-context branch records its facts with an lc_ prefix
     if source == RETRIEVED:
         hit = _cell(row, "gold_hit")
         if hit is not None and not bool(hit):
@@ -179,14 +172,15 @@ def attribute(
             values = tuple(json.loads(stored) if isinstance(stored, str) else stored)
         prediction = row.get("prediction") or ""
         named = names_value(prediction, values)
-        source = _source(row)
+        read = contexts_of(row)
+        source = _source(read)
         correct = score is not None and error is None and score >= threshold
         if error is not None or score is None:
             outcome = "error"
         elif correct:
             outcome = "correct"
         else:
-            outcome = _cause(row, source, named)
+            outcome = _cause(row, read, named)
         depth = depths.get(ex, float("nan"))
         if math.isnan(depth) and _cell(row, "depth_percent") is not None:
             depth = float(row["depth_percent"])

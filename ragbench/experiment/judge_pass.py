@@ -17,10 +17,10 @@ from ragbench.experiment.config.sections import JudgeConfig, one_or_list
 from ragbench.experiment.resources import build_resources, check_server, load_model
 from ragbench.experiment.results import RECORDS, append_record
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings
-from ragbench.judge.contexts import record_contexts
+from ragbench.judge.metric import get_judge_metric
 from ragbench.metrics.answer import METRICS, deferred_metrics
 from ragbench.retrieval.embedders.base import get_embedder
-from ragbench.strategies import NO_CONTEXT, get_strategy
+from ragbench.strategies import Contexts, contexts_of
 from ragbench.types import Example
 
 
@@ -50,7 +50,7 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
     if llm_metrics:
         check_server(judge_llm)
     embedder = None
-    if {"semantic_similarity", "answer_relevancy"} & set(cfg.metrics):
+    if any(_embeds(metric) for metric in deferred_metrics(cfg.metrics)):
         embedder = get_embedder(jc.embedder or one_or_list(cfg.retrieval.embedder)[0])
     return Judge(
         llm=judge_llm if llm_metrics else None,
@@ -65,6 +65,13 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
         model=(m.name if m is not None else getattr(judge_llm, "name", "")) if llm_metrics else "",
         questions=jc.questions,
     )
+
+
+def _embeds(metric: str) -> bool:
+    """Whether the judge metric reads the judge's embedder (an embedding metric, or one that
+    says it needs one)."""
+    judged = get_judge_metric(metric)
+    return judged.needs_embedder or not judged.asks_llm
 
 
 def judge_pass(
@@ -88,14 +95,8 @@ def judge_pass(
             state["res"] = build_resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
         return state["res"]
 
-    def context(example: Example, record: Any) -> str | None:
-        strategy = get_strategy(record.strategy)
-        if strategy.context == NO_CONTEXT:  # reads nothing: no need to load the model
-            return None
-        return strategy.given_context(example, record, resources())
-
-    def contexts(example: Example, record: Any) -> list[str] | None:
-        return record_contexts(example, record, resources)  # context metrics: one per context
+    def read(example: Example, record: Any) -> Contexts:
+        return contexts_of(record, example, resources)  # rebuilt only when a metric asks
 
     metrics = deferred_metrics(cfg.metrics)
     updated = 0
@@ -107,9 +108,7 @@ def judge_pass(
             if budget is not None and not budget.allows(done, chunk, len(todo) - start, "judge"):
                 break
             items = [(by_id[done[k].example_id], done[k]) for k in part]
-            for key, record in zip(
-                part, judge_records(items, metrics, judge, context, contexts), strict=True
-            ):
+            for key, record in zip(part, judge_records(items, metrics, judge, read), strict=True):
                 if record is not done[key]:
                     append_record(f, key, record)
                     done[key] = record

@@ -48,8 +48,7 @@ from ragbench.experiment.results import RECORDS, append_record
 from ragbench.io import dumps_canonical
 from ragbench.metrics.answer import METRICS, score, string_metrics
 from ragbench.secrets import redact_text
-from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, get_strategy, run_batch
-from ragbench.strategies.pipeline.strategy import OWN_INDEX, RUN_CORPUS
+from ragbench.strategies import contexts_of, get_strategy, run_batch
 from ragbench.types import Document, Example, Record
 
 METRIC = "noise_sensitivity"
@@ -89,17 +88,9 @@ def noisy(example: Example, added: list[Document]) -> Example:
 
 
 def ineligible(record: Record) -> str | None:
-    """Why the record's answer cannot meet the distractors (None: it can)."""
-    strategy = get_strategy(record.strategy)
-    if record.meta.get("pipeline_index") == OWN_INDEX:
-        return "the pipeline answers from its own index, not the run's documents"
-    if strategy.needs_retrieval or record.meta.get("pipeline_index") == RUN_CORPUS:
-        return None
-    if strategy.context == NO_CONTEXT:
-        return "reads no documents"
-    if strategy.context == FULL_CONTEXT:
-        return "reads the whole context, not a retrieved corpus"
-    return "answers from no corpus ragbench indexes or hands to it"
+    """Why the record's answer cannot meet the distractors (None: it can): it read no corpus
+    the run indexes or hands to its system (``strategies.contexts_of``: ``corpus_note``)."""
+    return contexts_of(record).corpus_note
 
 
 def needs_noise(record: Record, count: int) -> bool:

@@ -5,10 +5,11 @@ agreement numbers that say how far to trust them (``agreement``).
 ``judge_faithful`` whether it is supported by the context the strategy gave the model, and
 ``semantic_similarity`` compares embeddings (a cheap middle ground between string metrics and a
 judge). ``context_metrics`` adds RAGAS's ``context_precision``, ``context_recall`` and
-``answer_relevancy`` for rows that read contexts (``contexts``: a pipeline's, or the built-in
-RAG's chunks). The judge is its own model config (the run's ``judge`` section); its calls
-(``calls``) are cached and costed in their own columns, apart from the strategy's cost per
-query.
+``answer_relevancy`` for rows that read contexts (``strategies.contexts_of``: a pipeline's, or
+the built-in RAG's chunks). Each metric is one class (``metric.JudgeMetric``: what it needs, its
+prompt, its parsing, its score), registered in ``metric.JUDGE_METRICS``. The judge is its own
+model config (the run's ``judge`` section); its calls (``calls``) are cached and costed in their
+own columns, apart from the strategy's cost per query.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from ragbench.judge.agreement import (
     repeat_agreement,
 )
 from ragbench.judge.calls import COST_KEYS, Judge
-from ragbench.judge.context_metrics import CONTEXT_METRICS
-from ragbench.judge.contexts import record_contexts
 from ragbench.judge.judging import judge_records
+from ragbench.judge.metric import (
+    JUDGE_METRICS,
+    JudgeMetric,
+    get_judge_metric,
+    register_judge_metric,
+    unregister_judge_metric,
+)
 from ragbench.judge.prompts import (
-    DEFAULT_PROMPTS,
     JudgePrompt,
     available_prompts,
     load_prompt,
@@ -33,7 +38,8 @@ from ragbench.judge.prompts import (
 )
 
 __all__ = [
-    "CONTEXT_METRICS", "COST_KEYS", "DEFAULT_PROMPTS", "Judge", "JudgePrompt",
-    "available_prompts", "cohen_kappa", "fleiss_kappa", "judge_agreement", "judge_records",
-    "judge_warnings", "load_prompt", "parse_verdict", "record_contexts", "repeat_agreement",
+    "COST_KEYS", "JUDGE_METRICS", "Judge", "JudgeMetric", "JudgePrompt", "available_prompts",
+    "cohen_kappa", "fleiss_kappa", "get_judge_metric", "judge_agreement", "judge_records",
+    "judge_warnings", "load_prompt", "parse_verdict", "register_judge_metric", "repeat_agreement",
+    "unregister_judge_metric",
 ]  # fmt: skip

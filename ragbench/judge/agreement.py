@@ -1,8 +1,8 @@
 """How far to trust a judge: agreement of its repeated samples (Fleiss' kappa) and with the
 string metrics where gold answers exist (Cohen's kappa against exact match and F1 >= 0.5).
 
-The context metrics (``context_metrics``) give one verdict per context, statement or generated
-question in each sample; their Fleiss' kappa is over those units (the items), each rated by every
+The context metrics (``context_metrics``; any metric whose class says ``by_unit``) give one
+verdict per context, statement or generated question in each sample; their Fleiss' kappa is over those units (the items), each rated by every
 sample: do the samples agree on which contexts were useful, which statements supported, whether
 the answer was committal.
 
@@ -21,11 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ragbench.judge.context_metrics import CONTEXT_METRICS
+from ragbench.judge.metric import JUDGE_METRICS, get_judge_metric, judged_metrics
 from ragbench.metrics.answer import exact_match, f1
 
 LOW_KAPPA = 0.4  # below this (Landis-Koch: "fair" or worse) the summary warns
-JUDGE_METRICS = ("judge_correct", "judge_faithful")
 # judges that are known to be too small to trust: the summary names them with their kappa
 SMALL_JUDGES = ("smollm2-135m-instruct", "gemma-3-270m")
 
@@ -104,7 +103,8 @@ def judge_agreement(df: Any) -> Any:
     - ``samples``: judge samples per record; ``fleiss_kappa`` over the records where every
       sample was read (``n_fleiss`` of them), NaN with one sample; for the context metrics
       over their units (contexts, statements, questions: ``n_fleiss`` of those) instead;
-    - for ``judge_correct`` on records with gold answers (``n_gold``): ``agree_exact_match``
+    - for ``judge_correct`` (a metric whose class says ``against_strings``) on records with
+      gold answers (``n_gold``): ``agree_exact_match``
       (share of records where the judge's majority verdict equals exact match),
       ``kappa_exact_match`` and ``kappa_f1`` (Cohen's kappa against exact match and against
       F1 >= 0.5, both computed here from the prediction and the gold answers);
@@ -114,7 +114,8 @@ def judge_agreement(df: Any) -> Any:
 
     rows = []
     ok = df[df["error"].isna()] if "error" in df.columns else df
-    for metric in (*JUDGE_METRICS, *CONTEXT_METRICS):
+    for metric in judged_metrics():
+        kind = get_judge_metric(metric)
         scores = _column(ok, metric)
         if scores is None:
             continue
@@ -141,10 +142,10 @@ def judge_agreement(df: Any) -> Any:
             ),
         }
         full = []
-        if metric in CONTEXT_METRICS:  # items: the units of every record, rated by each sample
+        if kind.by_unit:  # items: the units of every record, rated by each sample
             samples_col = _column(ok, f"{metric}_verdicts")
         for cell in samples_col[attempted] if samples_col is not None else []:
-            for verdicts in _items(cell, metric in CONTEXT_METRICS):
+            for verdicts in _items(cell, kind.by_unit):
                 if verdicts and all(v is not None and v == v for v in verdicts):
                     full.append([int(v) for v in verdicts])
         sizes = {len(r) for r in full}
@@ -152,7 +153,7 @@ def judge_agreement(df: Any) -> Any:
         same_size = [r for r in full if len(r) == row["samples"]]
         row["n_fleiss"] = len(same_size) if row["samples"] > 1 else 0
         row["fleiss_kappa"] = fleiss_kappa(same_size) if row["n_fleiss"] else math.nan
-        if metric == "judge_correct":
+        if kind.against_strings:
             judged, em, f1_ok = [], [], []
             for i in ok.index[scores.notna()]:
                 answers = [a for a in (ok.at[i, "answers"] if "answers" in ok else []) if a]
@@ -187,7 +188,7 @@ def repeat_agreement(df: Any, metric: str) -> dict[str, Any] | None:
     the repeats, ``calls.keep_repeats``), ``low``: kappa below ``LOW_KAPPA``, and
     ``judge_model``. Read from ``<metric>_samples`` (and ``_verdicts``), so a table written
     before ``<metric>_spread`` existed gives the same numbers."""
-    if metric not in (*JUDGE_METRICS, *CONTEXT_METRICS):
+    if metric not in JUDGE_METRICS or not get_judge_metric(metric).asks_llm:
         return None
     table = judge_agreement(df)
     found = table[table["metric"] == metric]

@@ -1,6 +1,6 @@
-"""RAGAS-style context metrics, judged by the judge model: how good were the contexts a record
-read (``contexts.record_contexts``: a pipeline's, or the built-in RAG's chunks), and does its
-answer address the question. Definitions follow RAGAS (explodinggradients/ragas,
+"""RAGAS-style context metrics, judged by the judge model, one class each (``metric.JudgeMetric``):
+how good were the contexts a record read (``strategies.contexts_of(...).texts()``: a pipeline's,
+or the built-in RAG's chunks), and does its answer address the question. Definitions follow RAGAS (explodinggradients/ragas,
 ``src/ragas/metrics/``), with the differences listed below.
 
 - ``context_precision`` (``_context_precision.py``, ``LLMContextPrecisionWithReference``): one
@@ -50,25 +50,19 @@ score), with more than one sample ``<metric>_spread`` (their standard deviation,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ragbench.datasets.haystack import sentences
-from ragbench.judge.calls import Job, Judge, keep_repeats, settled
-from ragbench.judge.prompts import parse_question
+from ragbench.judge.calls import Job, Judge, keep_repeats
+from ragbench.judge.metric import ANSWER, CONTEXTS, REFERENCES, Judged, JudgeMetric, Sample, Unasked
+from ragbench.judge.prompts import JudgePrompt, parse_question
 from ragbench.metrics.normalize import normalize_answer
-from ragbench.secrets import redact_text
-from ragbench.strategies import get_strategy
-from ragbench.types import Example, Record
 
-CONTEXT_METRICS = ("context_precision", "context_recall", "answer_relevancy")
 QUESTION_TOKENS = 64  # new tokens allowed for a verdict line and a generated question, at least
 CONTEXT_SEPARATOR = "\n\n"  # between the contexts of one recall prompt
-# (example, record) -> the record's context texts, best first (None: none); raises to leave the
-# context metrics unscored, with the reason (``contexts.record_contexts``)
-ContextsFn = Callable[[Example, Record], "list[str] | None"]
 
 # ---------------------------------------------------------------------------- the formulas (pure)
 
@@ -108,141 +102,99 @@ def statements(answers: Sequence[str]) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------------------- the judge pass
+# ---------------------------------------------------------------------------- the metrics
 
 
-def context_jobs(items, todo, scores, meta, judge: Judge, contexts_fn: ContextsFn | None):
-    """The judge calls of the context metrics in ``todo``; records that cannot be judged get
-    None and a ``<metric>_note`` (in ``scores`` / ``meta``) instead."""
-    if judge.embedder is None and any("answer_relevancy" in t for t in todo):
-        raise ValueError("answer_relevancy needs an embedder (Judge.embedder)")
-    jobs: list[Job] = []
-    for i, (example, record) in enumerate(items):
-        wanted = [m for m in todo[i] if m in CONTEXT_METRICS]
-        contexts, why = None, None
-        if any(m != "answer_relevancy" for m in wanted):
-            contexts, why = _contexts(example, record, contexts_fn)
-        for metric in wanted:
-            prompt = judge.prompts[metric]
-            meta[i][f"{metric}_prompt"] = prompt.name
-            if metric == "answer_relevancy":
-                units, reason = _relevancy_units(record, judge)
-                if units == [] and reason is None:  # an empty answer: relevant to nothing
-                    scores[i][metric] = 0.0
-                    meta[i][f"{metric}_note"] = "empty answer: no question to generate"
+class ContextPrecision(JudgeMetric):
+    """One call per retrieved context, in rank order: useful for the reference? -> AP."""
+
+    name = "context_precision"
+    needs = (REFERENCES, CONTEXTS)
+    prompt = "context-precision-v1"
+    by_unit = True
+    description: ClassVar[str] = "judge LLM (RAGAS): average precision of the retrieved contexts"
+
+    def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
+        base = {"question": sample.question, "answers": " | ".join(sample.references)}
+        return [{**base, "context": c} for c in sample.contexts()]
+
+    def score_samples(self, verdicts: list) -> float:
+        return average_precision(verdicts)
+
+
+class ContextRecall(JudgeMetric):
+    """One call per statement of the reference: attributable to the contexts? -> their share."""
+
+    name = "context_recall"
+    needs = (REFERENCES, CONTEXTS)
+    prompt = "context-recall-v1"
+    by_unit = True
+    description: ClassVar[str] = "judge LLM (RAGAS): share of the gold answer's statements found"
+
+    def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
+        base = {"question": sample.question, "answers": " | ".join(sample.references)}
+        joined = CONTEXT_SEPARATOR.join(sample.contexts())
+        return [{**base, "context": joined, "statement": s} for s in statements(sample.references)]
+
+    def detail(self, units: Sequence[dict[str, str]]) -> dict[str, Any]:
+        return {"context_recall_statements": [u["statement"] for u in units]}
+
+    def score_samples(self, verdicts: list) -> float:
+        return attributed_share(verdicts)
+
+
+class AnswerRelevancy(JudgeMetric):
+    """``Judge.questions`` generated questions per sample, each with a committal verdict ->
+    mean cosine to the real question (the judge embedder), 0 if any is noncommittal."""
+
+    name = "answer_relevancy"
+    needs = (ANSWER,)
+    prompt = "answer-relevancy-v1"
+    by_unit = True
+    needs_embedder = True
+    description: ClassVar[str] = "judge LLM + embedder (RAGAS): the answer addresses the question"
+
+    def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
+        if not sample.answer.strip():  # relevant to nothing
+            raise Unasked(0.0, "empty answer: no question to generate")
+        return [{"prediction": sample.answer}] * judge.questions
+
+    def tag(self, sample: int, unit: int, units: int) -> int:
+        return sample * units + unit  # N prompts alike but for their tag: each its own request
+
+    def max_new_tokens(self, judge: Judge) -> int | None:
+        return max(judge.max_new_tokens, QUESTION_TOKENS)
+
+    def parse(self, reply: str, prompt: JudgePrompt) -> Any:
+        return parse_question(reply, dict(prompt.labels))  # (verdict, question) or None
+
+    def collect(self, judged: list[Judged], judge: Judge) -> None:
+        """Cosines of each record's question and its generated questions, all embedded at once."""
+        texts: list[str] = []
+        where: dict[tuple[int, int], int] = {}  # (record, sample) -> its question's row in texts
+        for r, done in enumerate(judged):
+            grid = done.grid
+            done.meta[f"{self.name}_replies"] = [[j.reply for j in row] for row in grid]
+            done.meta["answer_relevancy_verdicts"] = [[_part(j, 0) for j in row] for row in grid]
+            done.meta["answer_relevancy_questions"] = [[_part(j, 1) for j in row] for row in grid]
+            for s, row in enumerate(grid):
+                if all(j.verdict is not None for j in row):
+                    where[(r, s)] = len(texts)
+                    texts += [done.sample.question, *(j.verdict[1] for j in row)]
+        vectors = judge.embedder.embed_queries(texts) if texts else None  # L2-normalised
+        for r, done in enumerate(judged):
+            per_sample, sims_out = [], []
+            for s, row in enumerate(done.grid):
+                if (r, s) not in where:
+                    per_sample.append(None)
+                    sims_out.append(None)
                     continue
-            else:
-                units, reason = _context_units(metric, example, record, contexts, why)
-                if metric == "context_recall" and reason is None:
-                    meta[i]["context_recall_statements"] = [u["statement"] for u in units]
-            extra = _job_extras(metric, prompt, judge)
-            for fields in units if reason is None else []:  # over the window: unscored
-                reason = judge.too_long(Job(i, metric, 0, fields, **extra).request(judge, 1))
-                if reason is not None:
-                    break
-            if reason is not None:
-                scores[i][metric] = None
-                meta[i][f"{metric}_note"] = reason
-                continue
-            n = len(units)
-            for s in range(judge.samples):
-                for u, fields in enumerate(units):
-                    tag = s * n + u if metric == "answer_relevancy" else s
-                    jobs.append(Job(i, metric, s, fields, unit=u, tag=tag, **extra))
-    return jobs
-
-
-def _contexts(example, record, contexts_fn) -> tuple[list[str] | None, str | None]:
-    """(contexts, None), or (None, why they cannot be judged)."""
-    try:
-        contexts = contexts_fn(example, record) if contexts_fn else None
-    except Exception as exc:  # contexts that cannot be rebuilt: unscored, said why
-        return None, redact_text(f"contexts unavailable: {exc}")
-    if not contexts:
-        return None, f"{record.strategy} records no retrieved contexts"
-    return contexts, None
-
-
-def _context_units(metric, example, record, contexts, why) -> tuple[list[dict], str | None]:
-    answers = [a for a in example.answers if a.strip()]
-    if not answers:
-        return [], "no gold answers"
-    if why is not None:
-        return [], why
-    base = {"question": example.question, "answers": " | ".join(answers)}
-    if metric == "context_precision":
-        return [{**base, "context": c} for c in contexts], None
-    joined = CONTEXT_SEPARATOR.join(contexts)
-    return [{**base, "context": joined, "statement": s} for s in statements(answers)], None
-
-
-def _relevancy_units(record, judge: Judge) -> tuple[list[dict], str | None]:
-    if not get_strategy(record.strategy).generates:
-        return [], f"{record.strategy} writes no answer"
-    if not record.prediction.strip():
-        return [], None
-    return [{"prediction": record.prediction}] * judge.questions, None
-
-
-def _job_extras(metric: str, prompt, judge: Judge) -> dict[str, Any]:
-    if metric != "answer_relevancy":
-        return {}
-    labels = dict(prompt.labels)
-    return {
-        "parse": lambda reply: parse_question(reply, labels),
-        "max_new_tokens": max(judge.max_new_tokens, QUESTION_TOKENS),
-    }
-
-
-def collect_context_jobs(jobs: Sequence[Job], items, scores, meta, judge: Judge) -> None:
-    """Scores and per-record detail from the finished ``jobs`` (see the module docstring)."""
-    relevancy_grids: dict[int, list[list[Job]]] = {}
-    for i, metric, group in settled(jobs, items, meta, judge):
-        n_units = 1 + max(j.unit for j in group)
-        grid: list[list[Any]] = [[None] * n_units for _ in range(judge.samples)]
-        for j in group:
-            grid[j.sample][j.unit] = j
-        meta[i][f"{metric}_replies"] = [[j.reply for j in row] for row in grid]
-        if metric == "answer_relevancy":
-            relevancy_grids[i] = grid
-            continue
-        verdicts = [[j.verdict for j in row] for row in grid]
-        meta[i][f"{metric}_verdicts"] = verdicts
-        formula = average_precision if metric == "context_precision" else attributed_share
-        _score(i, metric, [None if None in v else formula(v) for v in verdicts], scores, meta)
-    if relevancy_grids:
-        _answer_relevancy(relevancy_grids, items, scores, meta, judge)
-
-
-def _score(i: int, metric: str, per_sample: list, scores, meta) -> None:
-    keep_repeats(metric, per_sample, scores[i], meta[i])
-
-
-def _answer_relevancy(grids: dict[int, list[list[Job]]], items, scores, meta, judge) -> None:
-    """Cosines of each record's question and its generated questions, all embedded at once."""
-    texts: list[str] = []
-    where: dict[tuple[int, int], int] = {}  # (record, sample) -> its question's row in texts
-    for i, grid in grids.items():
-        meta[i]["answer_relevancy_verdicts"] = [[_part(j, 0) for j in row] for row in grid]
-        meta[i]["answer_relevancy_questions"] = [[_part(j, 1) for j in row] for row in grid]
-        for s, row in enumerate(grid):
-            if all(j.verdict is not None for j in row):
-                where[(i, s)] = len(texts)
-                texts += [items[i][0].question, *(j.verdict[1] for j in row)]
-    vectors = judge.embedder.embed_queries(texts) if texts else None  # L2-normalised
-    for i, grid in grids.items():
-        per_sample, sims_out = [], []
-        for s, row in enumerate(grid):
-            if (i, s) not in where:
-                per_sample.append(None)
-                sims_out.append(None)
-                continue
-            start = where[(i, s)]
-            sims = vectors[start + 1 : start + 1 + len(row)] @ vectors[start]
-            sims_out.append([float(x) for x in sims])
-            per_sample.append(relevancy(sims, [j.verdict[0] for j in row]))
-        meta[i]["answer_relevancy_similarities"] = sims_out
-        _score(i, "answer_relevancy", per_sample, scores, meta)
+                start = where[(r, s)]
+                sims = vectors[start + 1 : start + 1 + len(row)] @ vectors[start]
+                sims_out.append([float(x) for x in sims])
+                per_sample.append(relevancy(sims, [j.verdict[0] for j in row]))
+            done.meta["answer_relevancy_similarities"] = sims_out
+            keep_repeats(self.name, per_sample, done.scores, done.meta)
 
 
 def _part(job: Job, k: int) -> Any:

@@ -22,6 +22,12 @@ must not depend on how it was graded.
 The context metrics (``context_precision``, ``context_recall``, ``answer_relevancy``) are
 judged in the same pass, their calls batched, cached and costed with these (``context_metrics``);
 the calls themselves, the ``Judge`` and the ``samples`` convention are ``calls``'.
+
+Each metric is one class (``metric.JudgeMetric``, registered in ``metric.JUDGE_METRICS``) that
+says what it needs, what it asks and how it scores; this pass only asks the metric objects, so a
+metric registered elsewhere (``metric.register_judge_metric``) runs here like the shipped ones.
+What a record read comes from ``read`` (default: ``strategies.contexts_of``, the one way to ask
+it; the runner passes one with the run's resources).
 """
 
 from __future__ import annotations
@@ -30,35 +36,57 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ragbench.judge.calls import Job, Judge, add_cost, keep_repeats, run_jobs, settled
-from ragbench.judge.context_metrics import ContextsFn, collect_context_jobs, context_jobs
-from ragbench.strategies import get_strategy
+from ragbench.judge.calls import Job, Judge, add_cost, run_jobs, settled
+from ragbench.judge.metric import Judged, JudgeMetric, Sample, Unasked, get_judge_metric
+from ragbench.strategies import Contexts, contexts_of
 from ragbench.types import Completion, Example, Record
 
-# (example, record) -> the context the model read (None: none); raises to leave it unscored
-ContextFn = Callable[[Example, Record], "str | None"]
+# (example, record) -> what the record read (``strategies.contexts_of`` with the run's resources)
+ReadFn = Callable[[Example, Record], Contexts]
 
 
 def judge_records(
     items: Sequence[tuple[Example, Record]],
     metrics: Sequence[str],
     judge: Judge,
-    context_fn: ContextFn | None = None,
-    contexts_fn: ContextsFn | None = None,
+    read: ReadFn | None = None,
 ) -> list[Record]:
     """``items``' records with the deferred ``metrics`` they lack filled in (see the module
-    docstring); records with an error, or already holding every metric, come back unchanged."""
+    docstring); records with an error, or already holding every metric, come back unchanged.
+    An unknown metric name fails with the registered ones named."""
     scores: list[dict[str, Any]] = [dict(r.scores) for _, r in items]
     meta: list[dict[str, Any]] = [dict(r.meta) for _, r in items]
     todo = [[m for m in metrics if m not in r.scores] if r.error is None else [] for _, r in items]
-    if "semantic_similarity" in metrics:
-        _semantic(items, todo, scores, meta, judge)
-    jobs = _jobs(items, todo, scores, meta, judge, context_fn)
-    more = context_jobs(items, todo, scores, meta, judge, contexts_fn)
+    chosen = {name: get_judge_metric(name) for name in metrics}
+    for name, metric in chosen.items():
+        if metric.needs_embedder and judge.embedder is None and any(name in t for t in todo):
+            raise ValueError(f"{name} needs an embedder (Judge.embedder)")
+    read = read or (lambda example, record: contexts_of(record, example))
+    jobs: list[Job] = []
+    unasked: dict[str, list[Judged]] = {name: [] for name in chosen}  # no LLM: collected now
+    samples: dict[int, Sample] = {}
+    for i, (example, record) in enumerate(items):
+        for name in todo[i]:
+            if i not in samples:
+                samples[i] = Sample(example, record, read(example, record))
+            planned = _plan(i, chosen[name], samples[i], judge, scores[i], meta[i])
+            if planned is None:
+                unasked[name].append(Judged(samples[i], [], scores[i], meta[i]))
+            else:
+                jobs += planned
+    for name, judged in unasked.items():
+        chosen[name].collect(judged, judge)
     completions: list[list[Completion]] = [[] for _ in items]
-    run_jobs(jobs + more, judge, completions)
-    _collect(jobs, items, scores, meta, judge)
-    collect_context_jobs(more, items, scores, meta, judge)
+    run_jobs(jobs, judge, completions)
+    finished: dict[str, list[Judged]] = {}
+    for i, name, group in settled(jobs, items, meta, judge):
+        grid: list[list[Any]] = [[None] * (1 + max(j.unit for j in group))
+                                 for _ in range(judge.samples)]  # fmt: skip
+        for j in group:
+            grid[j.sample][j.unit] = j
+        finished.setdefault(name, []).append(Judged(samples[i], grid, scores[i], meta[i]))
+    for name, judged in finished.items():
+        chosen[name].collect(judged, judge)
     for i, done in enumerate(completions):
         if done:
             add_cost(meta[i], done, judge.sheet)
@@ -71,73 +99,39 @@ def judge_records(
     ]
 
 
-def _has_gold(example: Example) -> bool:
-    return any(a.strip() for a in example.answers)
-
-
-def _semantic(items, todo, scores, meta, judge: Judge) -> None:
-    import numpy as np
-
-    wanted = [i for i, t in enumerate(todo) if "semantic_similarity" in t]
-    texts: list[str] = []
-    spans: dict[int, tuple[int, int]] = {}
-    for i in wanted:
-        example, record = items[i]
-        answers = [a for a in example.answers if a.strip()]
-        if not answers:
-            scores[i]["semantic_similarity"] = None
-            meta[i]["semantic_similarity_note"] = "no gold answers"
-        elif not record.prediction.strip():
-            scores[i]["semantic_similarity"] = 0.0  # an empty answer resembles no answer
-        else:
-            spans[i] = (len(texts), len(answers))
-            texts += [record.prediction, *answers]
-    if not spans:
-        return
-    if judge.embedder is None:
-        raise ValueError("semantic_similarity needs an embedder (Judge.embedder)")
-    vectors = judge.embedder.embed_documents(texts)  # L2-normalised: dot = cosine
-    for i, (start, n) in spans.items():
-        sims = vectors[start + 1 : start + 1 + n] @ vectors[start]
-        scores[i]["semantic_similarity"] = float(np.clip(sims.max(), 0.0, 1.0))
-
-
-def _jobs(items, todo, scores, meta, judge: Judge, context_fn) -> list[Job]:
-    jobs = []
-    for i, (example, record) in enumerate(items):
-        for metric in (m for m in todo[i] if m in ("judge_correct", "judge_faithful")):
-            prompt = judge.prompts[metric]
-            fields = {"question": example.question, "prediction": record.prediction}
-            reason = None
-            if not get_strategy(record.strategy).generates:  # retrieve_only: no answer to judge
-                reason = f"{record.strategy} writes no answer"
-            elif metric == "judge_correct":
-                if _has_gold(example):
-                    fields["answers"] = " | ".join(a for a in example.answers if a.strip())
-                else:
-                    reason = "no gold answers"
-            else:
-                try:
-                    context = context_fn(example, record) if context_fn else None
-                except Exception as exc:  # a context that cannot be rebuilt: unscored, said why
-                    context, reason = None, f"context unavailable: {exc}"
-                if context is None and reason is None:
-                    reason = f"{record.strategy} gives the model no context"
-                fields["context"] = context or ""
-            meta[i][f"{metric}_prompt"] = prompt.name
-            if reason is None:  # a prompt the judge cannot read whole: unscored, not retried
-                reason = judge.too_long(judge.request(prompt, 0, 1, **fields))
-            if reason is not None:
-                scores[i][metric] = None
-                meta[i][f"{metric}_note"] = reason
-                continue
-            jobs += [Job(i, metric, k, fields) for k in range(judge.samples)]
-    return jobs
-
-
-def _collect(jobs: list[Job], items, scores, meta, judge: Judge) -> None:
-    for i, metric, group in settled(jobs, items, meta, judge):
-        group.sort(key=lambda j: j.sample)
-        verdicts = [j.verdict for j in group]
-        keep_repeats(metric, verdicts, scores[i], meta[i])
-        meta[i][f"{metric}_replies"] = [j.reply for j in group]
+def _plan(
+    i: int, metric: JudgeMetric, sample: Sample, judge: Judge, scores: dict, meta: dict
+) -> list[Job] | None:
+    """The judge calls of ``metric`` on record ``i`` (None: it asks no LLM, ``collect`` scores
+    it); a record settled without asking gets its score (None: unscored) and note instead."""
+    name = metric.name
+    prompt = judge.prompts[name] if metric.asks_llm else None
+    if prompt is not None:
+        meta[f"{name}_prompt"] = prompt.name
+    try:
+        metric.check(sample)
+        units = metric.asks(sample, judge)
+    except Unasked as outcome:
+        scores[name] = outcome.score
+        if outcome.note is not None:
+            meta[f"{name}_note"] = outcome.note
+        return []
+    meta.update(metric.detail(units))
+    if prompt is None:
+        return None
+    extra = {
+        "parse": lambda reply: metric.parse(reply, prompt),
+        "max_new_tokens": metric.max_new_tokens(judge),
+    }
+    for fields in units:  # a prompt the judge cannot read whole: unscored, not retried
+        reason = judge.too_long(Job(i, name, 0, fields, **extra).request(judge, 1))
+        if reason is not None:
+            scores[name] = None
+            meta[f"{name}_note"] = reason
+            return []
+    n = len(units)
+    return [
+        Job(i, name, s, fields, unit=u, tag=metric.tag(s, u, n), **extra)
+        for s in range(judge.samples)
+        for u, fields in enumerate(units)
+    ]

@@ -31,14 +31,8 @@ from ragbench.io import InputFileError, load_yaml, yaml_problem
 from ragbench.registry import Registry
 
 PACKAGE_DIR = "data/judge_prompts"
-# the template each judge metric uses unless ``judge.prompts`` names another
-DEFAULT_PROMPTS = {
-    "judge_correct": "correct-v1",
-    "judge_faithful": "faithful-v1",
-    "context_precision": "context-precision-v1",
-    "context_recall": "context-recall-v1",
-    "answer_relevancy": "answer-relevancy-v1",
-}
+# the template each judge metric uses unless ``judge.prompts`` names another is the metric's own
+# (``metric.JudgeMetric.prompt``)
 _FIELDS = {"name", "metric", "labels", "system", "user", "retry"}
 
 

@@ -13,8 +13,8 @@ Files, one job each: ``prompts`` (ragbench's templates, answer cleaning, truncat
 ``prompt_format`` (formats and frames), ``params`` (one typed, frozen parameter class per
 strategy: defaults, validation, grid, label; the pipeline's in ``pipeline_params``), ``base``
 (resources, requests, the chain-of-thought answer step and records), ``fit`` (the whole context fitted to the window), one module per strategy (its steps),
-``given_context`` (what each strategy's answer read, rebuilt for the judge), ``registry`` (the
-``STRATEGIES`` registry and what each strategy declares), ``driver`` and ``batch`` (running
+``contexts`` (what each answer read: its source and its contexts, rebuilt on demand), ``registry``
+(the ``STRATEGIES`` registry, what each strategy declares, ``Strategy.contexts``), ``driver`` and ``batch`` (running
 steps, one at a time or batched).
 
 Adding a strategy: its steps module, its parameter class (``params.py``) and one
@@ -23,8 +23,15 @@ Adding a strategy: its steps module, its parameter class (``params.py``) and one
 
 from ragbench.strategies.base import Resources, make_record
 from ragbench.strategies.batch import run_batch
+from ragbench.strategies.contexts import (
+    FULL_CONTEXT,
+    NO_CONTEXT,
+    RETRIEVED,
+    SOURCES,
+    Contexts,
+    ContextUnavailable,
+)
 from ragbench.strategies.driver import drive
-from ragbench.strategies.given_context import ContextUnavailable
 from ragbench.strategies.params import (
     ClosedBookParams,
     LongContextParams,
@@ -36,13 +43,9 @@ from ragbench.strategies.params import (
 from ragbench.strategies.pipeline.params import PipelineParams
 from ragbench.strategies.prompts import clean_answer, truncate
 from ragbench.strategies.registry import (
-    FULL_CONTEXT,
-    NO_CONTEXT,
-    RETRIEVED,
-    SOURCES,
     STRATEGIES,
     Strategy,
-    answer_source,
+    contexts_of,
     get_strategy,
     params_from_dict,
     strategies_where,
@@ -56,6 +59,7 @@ __all__ = [
     "SOURCES",
     "STRATEGIES",
     "ContextUnavailable",
+    "Contexts",
     "ClosedBookParams",
     "LongContextParams",
     "PipelineParams",
@@ -66,8 +70,8 @@ __all__ = [
     "SelfRouteParams",
     "Strategy",
     "StrategyParams",
-    "answer_source",
     "clean_answer",
+    "contexts_of",
     "drive",
     "get_strategy",
     "make_record",

@@ -6,8 +6,10 @@ Adding a strategy: write its steps (a generator: yield ``res.request(...)``, rec
 ``params.py``, and register one line in ``STRATEGIES`` below. That line also declares what the
 strategy's answers read (``context``: nothing, retrieved chunks or the whole context; or
 ``routes`` for a router whose records name the branch that answered) and how to rebuild that
-context for the judge (``rebuild_context``); failure attribution and the judge read these
-declarations, never the strategy's name. A strategy that depends on something outside the run
+context (``rebuild_context``: as the prompt placed it; ``rebuild_contexts``: the retrieved
+contexts, one each). ``Strategy.contexts`` (``contexts_of`` for any record or table row) turns
+these into one ``contexts.Contexts``: the judge, failure attribution and the noise pass read
+it, never the strategy's name. A strategy that depends on something outside the run
 (``pipeline``: the user's endpoint) declares a ``preflight``, which the runner calls once per
 parameter point before any work (``preflight_points``), so a dead endpoint fails the run at once.
 """
@@ -21,15 +23,23 @@ from typing import Any
 from ragbench.registry import Registry
 from ragbench.strategies.base import Resources, Steps
 from ragbench.strategies.closed_book import closed_book_steps
-from ragbench.strategies.driver import drive
-from ragbench.strategies.given_context import (
+from ragbench.strategies.contexts import (
+    FULL_CONTEXT,
+    NO_CONTEXT,
+    RETRIEVED,
+    SOURCES,
+    Contexts,
     ContextUnavailable,
+    ResourcesFn,
     long_context_context,
     no_context,
     pipeline_context,
+    pipeline_contexts,
     rag_context,
+    retrieved_contexts,
     self_route_context,
 )
+from ragbench.strategies.driver import drive
 from ragbench.strategies.long_context import long_context_steps
 from ragbench.strategies.params import (
     ClosedBookParams,
@@ -39,17 +49,14 @@ from ragbench.strategies.params import (
     StrategyParams,
 )
 from ragbench.strategies.pipeline.params import PipelineParams
-from ragbench.strategies.pipeline.strategy import pipeline_steps, preflight
+from ragbench.strategies.pipeline.strategy import OWN_INDEX, RUN_CORPUS, pipeline_steps, preflight
 from ragbench.strategies.rag import rag_steps
 from ragbench.strategies.retrieve_only import RetrieveOnlyParams, retrieve_only_steps
 from ragbench.strategies.self_route import self_route_steps
 from ragbench.types import Example, Record
 
-# What an answer was read from: the sources failure attribution explains misses by.
-NO_CONTEXT = "closed_book"  # the question alone
-RETRIEVED = "rag"  # retrieved chunks
-FULL_CONTEXT = "long_context"  # the whole (possibly truncated) context
-SOURCES = (NO_CONTEXT, RETRIEVED, FULL_CONTEXT)
+# a record, or a results-table row (its meta flattened into columns)
+RecordOrRow = Record | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,13 @@ class Strategy:
     context: str | None = None
     # a router: each record's ``route`` names the source that answered (RETRIEVED unless routed)
     routes: bool = False
-    # (example, record, res) -> the context text the model read (None: none), for judge_faithful;
-    # raises ContextUnavailable when it cannot be rebuilt faithfully; None: nothing to rebuild
-    rebuild_context: Callable[[Example, Record, Resources], str | None] | None = None
+    # (example, record, resources thunk) -> the context text the model read, as its prompt
+    # placed it (None: none); raises ContextUnavailable when it cannot be rebuilt faithfully;
+    # None: nothing to rebuild (a strategy that reads NO_CONTEXT reads None)
+    rebuild_context: Callable[[Example, Record, ResourcesFn], str | None] | None = None
+    # (example, record, resources thunk) -> its retrieved contexts, one text each, best first
+    # (None: none); None: it retrieves nothing the judge's context metrics could rate
+    rebuild_contexts: Callable[[Example, Record, ResourcesFn], list[str] | None] | None = None
     # (params) -> None, once per parameter point with work to do, before any work: raises
     # (ServerUnreachable, ValueError) when the point cannot run (a dead endpoint)
     preflight: Callable[[StrategyParams], None] | None = None
@@ -73,19 +84,46 @@ class Strategy:
     # sends nothing, cannot count or price it
     external: bool = False
 
-    def answer_source(self, row: Mapping[str, Any]) -> str | None:
-        """The source that produced the answer of a record (or results-table row) of this
-        strategy: its ``context``, or for a router the branch the row's ``route`` names."""
+    def contexts(
+        self,
+        record: RecordOrRow,
+        example: Example | None = None,
+        resources: ResourcesFn | None = None,
+    ) -> Contexts:
+        """What ``record`` (or a results-table row) read (``contexts.Contexts``): the source that
+        answered (its ``context``, or for a router the branch its ``route`` names), where that
+        call's facts are, whether it read the run's corpus, and its contexts, rebuilt on demand
+        from ``example`` and the run's resources (``resources``: a thunk, called only when a
+        rebuild needs them)."""
+        facts = record.meta if isinstance(record, Record) else record
+        source = self.context
         if self.routes:
-            route = row.get("route")
-            return route if route in SOURCES else RETRIEVED
-        return self.context
+            route = facts.get("route")
+            source = route if route in SOURCES else RETRIEVED
+        text, texts = self.rebuild_context, self.rebuild_contexts
+        if text is None and self.context == NO_CONTEXT:
+            text = no_context
+        res = resources if resources is not None else _no_resources
+        return Contexts(
+            strategy=self.name,
+            source=source,
+            meta_prefix="lc_" if self.routes and source == FULL_CONTEXT else "",
+            corpus_note=self._corpus_note(facts),
+            rebuild_text=None if text is None else lambda: text(example, record, res),
+            rebuild_texts=None if texts is None else lambda: texts(example, record, res),
+        )
 
-    def given_context(self, example: Example, record: Record, res: Resources) -> str | None:
-        """The context the model read for ``record`` (None: it read none)."""
-        if self.rebuild_context is None:
-            raise ContextUnavailable(f"strategy {self.name!r} declares no context to rebuild")
-        return self.rebuild_context(example, record, res)
+    def _corpus_note(self, facts: Mapping[str, Any]) -> str | None:
+        """Why an answer of this strategy read no corpus the run indexes or hands to it."""
+        if facts.get("pipeline_index") == OWN_INDEX:
+            return "the pipeline answers from its own index, not the run's documents"
+        if self.needs_retrieval or facts.get("pipeline_index") == RUN_CORPUS:
+            return None
+        if self.context == NO_CONTEXT:
+            return "reads no documents"
+        if self.context == FULL_CONTEXT:
+            return "reads the whole context, not a retrieved corpus"
+        return "answers from no corpus ragbench indexes or hands to it"
 
     def run(self, example: Example, res: Resources, params: StrategyParams | None = None) -> Record:
         """One example, one request at a time (``run_batch`` runs many together)."""
@@ -127,6 +165,7 @@ STRATEGIES = Registry(
                 needs_retrieval=True,
                 context=RETRIEVED,
                 rebuild_context=rag_context,
+                rebuild_contexts=retrieved_contexts,
             ),
             Strategy(
                 "self_route",
@@ -135,6 +174,7 @@ STRATEGIES = Registry(
                 needs_retrieval=True,
                 routes=True,
                 rebuild_context=self_route_context,
+                rebuild_contexts=retrieved_contexts,  # its RAG call's chunks, routed or not
             ),
             Strategy(
                 "retrieve_only",
@@ -149,6 +189,7 @@ STRATEGIES = Registry(
                 PipelineParams,
                 context=RETRIEVED,
                 rebuild_context=pipeline_context,
+                rebuild_contexts=pipeline_contexts,
                 preflight=preflight,
                 external=True,
             ),
@@ -179,15 +220,25 @@ def strategies_where(**declared: Any) -> list[str]:
     ]
 
 
-def answer_source(row: Mapping[str, Any]) -> str | None:
-    """Which source answered a results-table row (``Strategy.answer_source``); a strategy this
-    version does not know (an older table) is attributed by its row: RETRIEVED when it has a
-    ``gold_hit``, else None."""
-    name = str(row.get("strategy"))
+def contexts_of(
+    record: RecordOrRow, example: Example | None = None, resources: ResourcesFn | None = None
+) -> Contexts:
+    """What a record or results-table row read: its strategy's ``Strategy.contexts``. A strategy
+    this version does not know (an older table) is read by its row: RETRIEVED when it has a
+    ``gold_hit``, else no known source, and nothing to rebuild."""
+    name = str(record.strategy if isinstance(record, Record) else record.get("strategy"))
     if name in STRATEGIES:
-        return STRATEGIES.get(name).answer_source(row)
-    gold_hit = row.get("gold_hit")
-    return RETRIEVED if gold_hit is not None and gold_hit == gold_hit else None
+        return STRATEGIES.get(name).contexts(record, example, resources)
+    facts = record.meta if isinstance(record, Record) else record
+    gold_hit = facts.get("gold_hit")
+    known = gold_hit is not None and gold_hit == gold_hit
+    return Contexts(
+        name, RETRIEVED if known else None, corpus_note="a strategy ragbench does not know"
+    )
+
+
+def _no_resources() -> Resources:
+    raise ContextUnavailable("the run's resources (model, index) are not at hand to rebuild it")
 
 
 def params_from_dict(strategy: str, data: Mapping[str, Any]) -> StrategyParams:

@@ -21,7 +21,8 @@ import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, ret
 from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.datasets import DATASETS, check_params
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
-from ragbench.judge.prompts import DEFAULT_PROMPTS, load_prompt
+from ragbench.judge.metric import get_judge_metric, judged_metrics
+from ragbench.judge.prompts import load_prompt
 from ragbench.llm import BACKENDS, backend_capabilities, backend_params
 from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.llm.openai import payload as wire
@@ -340,8 +341,8 @@ class JudgeConfig(_Strict):
                 "one prompt are copies; set judge.temperature > 0 (e.g. 0.7) or repeats: 1"
             )
         for metric, name in self.prompts.items():
-            if metric not in DEFAULT_PROMPTS:
-                raise unknown("judge metric", metric, DEFAULT_PROMPTS)
+            if metric not in judged_metrics():
+                raise unknown("judge metric", metric, judged_metrics())
             prompt = load_prompt(name)
             if prompt.metric != metric:
                 raise ValueError(f"judge prompt {name!r} scores {prompt.metric}, not {metric}")
@@ -369,8 +370,11 @@ class JudgeConfig(_Strict):
         return self._sheet
 
     def prompt(self, metric: str):
-        """The template that scores ``metric`` (``judge_correct``: ``correct-v1`` unless set)."""
-        return load_prompt(self.prompts.get(metric, DEFAULT_PROMPTS[metric]))
+        """The template that scores ``metric``: the one ``prompts`` names, else the metric's own
+        (``judge_correct``: ``correct-v1``)."""
+        if metric in self.prompts:
+            return load_prompt(self.prompts[metric])
+        return get_judge_metric(metric).template()
 
 
 class MlflowConfig(_Strict):

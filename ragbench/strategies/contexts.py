@@ -1,0 +1,174 @@
+"""What one answer read: the source that answered and its contexts, as the record's strategy
+declares them. ``Strategy.contexts`` (``registry``) builds a ``Contexts`` for a record or a
+results-table row; the judge (``judge_faithful`` reads ``text()``, the context metrics
+``texts()``), failure attribution (``source``, ``meta_prefix``) and the noise pass
+(``corpus_note``) all ask it, never the strategy's name or the record's meta keys.
+
+Records do not store their prompt (a long-context prompt is the whole document, repeated in every
+record). The strategies' prompt builders are deterministic functions of the example, the
+parameters, the retrieval index and the tokenizer of the model under test, so a context is
+rebuilt by calling them again with the run's ``Resources`` (asked for only when a rebuild needs
+them: a thunk, so a judge pass over closed-book or pipeline records never loads the model under
+test), and checked against what the record holds: the retrieved chunk ids (RAG) and the kept
+token count (long context). A mismatch is ``ContextUnavailable`` (the judgement is then left
+unscored with a note), never a silent guess.
+
+- ``text()``: the context as the prompt placed it (a strategy's ``rebuild_context``).
+- ``texts()``: one text per context, best first (a strategy's ``rebuild_contexts``). A
+  pipeline's record keeps them (``meta["contexts"]``, in the order the pipeline returned them,
+  taken as its ranking; cut short, ``meta["contexts_truncated"]``: unavailable). A built-in RAG
+  record (``rag``; ``self_route``'s first call) keeps the ids of the chunks it placed in the
+  prompt (``meta["retrieved"]``); their texts come from the run's index, built again as the
+  strategy built it; in rank order (with ``order: document`` the prompt holds them in source
+  order, so the retriever is asked again for their ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragbench.strategies.base import Resources
+from ragbench.strategies.fit import long_context_prompt
+from ragbench.strategies.prompt_format import FULL, prompt_format
+from ragbench.strategies.prompt_format import RETRIEVED as RETRIEVED_FRAME
+from ragbench.strategies.rag import MAX_CANDIDATES, rag_prompt
+from ragbench.types import Example, Record
+
+# What an answer was read from: the sources failure attribution explains misses by.
+NO_CONTEXT = "closed_book"  # the question alone
+RETRIEVED = "rag"  # retrieved chunks
+FULL_CONTEXT = "long_context"  # the whole (possibly truncated) context
+SOURCES = (NO_CONTEXT, RETRIEVED, FULL_CONTEXT)
+SCORE_ORDER = "score"  # the context order in which a RAG prompt already is rank order
+
+ResourcesFn = Callable[[], Resources]  # the run's resources, built on first need
+
+
+class ContextUnavailable(ValueError):
+    """The context cannot be rebuilt faithfully; the message says why."""
+
+
+@dataclass(frozen=True)
+class Contexts:
+    """What one record (or results-table row) read, as its strategy declares it."""
+
+    strategy: str
+    source: str | None  # the call that answered: NO_CONTEXT | RETRIEVED | FULL_CONTEXT (None: none)
+    # where that call's facts are in the record ("lc_": a router's long-context branch)
+    meta_prefix: str = ""
+    # why the answer read no corpus the run indexes or hands to the system (None: it did); the
+    # noise pass answers again with distractors added to that corpus
+    corpus_note: str | None = None
+    # None: the strategy declares none
+    rebuild_text: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+    # None: no retrieved contexts
+    rebuild_texts: Callable[[], list[str] | None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def text(self) -> str | None:
+        """The context the model read, as its prompt placed it (None: none). Raises
+        ``ContextUnavailable`` when it cannot be rebuilt faithfully."""
+        if self.rebuild_text is None:
+            raise ContextUnavailable(f"strategy {self.strategy!r} declares no context to rebuild")
+        return self.rebuild_text()
+
+    def texts(self) -> list[str] | None:
+        """The retrieved contexts the answer read, one text each, best first (None: none).
+        Raises ``ContextUnavailable`` when they cannot be rebuilt faithfully."""
+        return self.rebuild_texts() if self.rebuild_texts is not None else None
+
+
+# ---------------------------------------------------------------------------- text(): as placed
+
+
+def no_context(example: Example, record: Record, res: ResourcesFn) -> None:
+    """Closed book: the model read no context."""
+    return None
+
+
+def rag_context(example: Example, record: Record, res: ResourcesFn, decline: bool = False) -> str:
+    """The retrieved chunks as the RAG prompt placed them (checked against the record's ids)."""
+    prompt, rebuilt = rag_prompt(example, res(), record.params, decline=decline)
+    retrieved = list(record.meta.get("retrieved", []))
+    if list(rebuilt["retrieved"]) != retrieved:
+        raise ContextUnavailable(
+            "retrieval now returns other chunks than the record's "
+            f"({rebuilt['retrieved'][:3]}... vs {retrieved[:3]}...)"
+        )
+    frame = prompt_format(example).frame(example, RETRIEVED_FRAME, decline, record.params.cot)
+    return frame.context_of(prompt.removesuffix(frame.tail))
+
+
+def long_context_context(
+    example: Example, record: Record, res: ResourcesFn, decline: bool = False, meta_prefix: str = ""
+) -> str:
+    """The (possibly truncated) whole context (checked against the record's kept tokens)."""
+    cot = getattr(record.params, "cot", False)  # Self-Route's long-context leg has none
+    _, prefix, rebuilt = long_context_prompt(example, res(), record.params.overflow, decline, cot)
+    kept = record.meta.get(f"{meta_prefix}kept_tokens")
+    if kept is not None and int(kept) != int(rebuilt["kept_tokens"]):
+        raise ContextUnavailable(
+            f"the context now keeps {rebuilt['kept_tokens']} tokens, the record {kept}"
+        )
+    return prompt_format(example).frame(example, FULL, decline, cot).context_of(prefix)
+
+
+def self_route_context(example: Example, record: Record, res: ResourcesFn) -> str:
+    """The context of the branch the record's ``route`` names (the RAG call offers the decline
+    option, the long-context call does not)."""
+    route = record.meta.get("route")
+    if route == RETRIEVED:
+        return rag_context(example, record, res, decline=True)
+    if route == FULL_CONTEXT:
+        return long_context_context(example, record, res, decline=False, meta_prefix="lc_")
+    raise ContextUnavailable(f"self_route record without a known route ({route!r})")
+
+
+def pipeline_context(example: Example, record: Record, res: ResourcesFn) -> str:
+    """The contexts a pipeline reported, as it recorded them (best first, blank-line separated)."""
+    return "\n\n".join(pipeline_contexts(example, record, res) or [])
+
+
+# ---------------------------------------------------------------------------- texts(): one each
+
+
+def pipeline_contexts(example: Example, record: Record, res: ResourcesFn) -> list[str] | None:
+    """The contexts a pipeline returned, in its order (its ranking)."""
+    if record.meta.get("contexts_truncated"):
+        raise ContextUnavailable(
+            "the record keeps the pipeline's contexts cut short (pipeline.MAX_CONTEXT_CHARS, "
+            "MAX_CONTEXTS)"
+        )
+    items = record.meta.get("contexts") or []
+    texts = [str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in items]
+    return texts or None
+
+
+def retrieved_contexts(example: Example, record: Record, res: ResourcesFn) -> list[str] | None:
+    """The chunks a built-in RAG call placed in its prompt (``meta["retrieved"]``), best first."""
+    ids = list(record.meta.get("retrieved") or [])
+    return retrieved_texts(example, record.params, ids, res()) if ids else None
+
+
+def retrieved_texts(example: Example, params: Any, ids: Sequence[str], res: Resources) -> list[str]:
+    """Texts of the chunks ``ids`` of ``example``'s index under ``params`` (a ``RagParams``), in
+    the retriever's rank order."""
+    if res.index is None:
+        raise ContextUnavailable("the run has no retrieval index to read the chunks from")
+    chunks, retriever = res.index(example, params.retrieval())
+    by_id = {c.id: c for c in chunks}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ContextUnavailable(f"the index now has no chunk {missing[0]!r}")
+    if getattr(params, "order", SCORE_ORDER) != SCORE_ORDER:
+        k = min(len(chunks), params.top_k or MAX_CANDIDATES)
+        rank: dict[str, int] = {}
+        for r, scored in enumerate(retriever.retrieve([example.question], k)[0]):
+            rank.setdefault(scored.chunk.id, r)
+        if any(i not in rank for i in ids):
+            raise ContextUnavailable("retrieval now ranks other chunks than the record's")
+        ids = sorted(ids, key=rank.__getitem__)
+    return [by_id[i].text for i in ids]
