@@ -39,7 +39,8 @@ Two parts run beside the models' (first, in this order; ``--parts`` picks any):
 - ``tests``: the suite's CUDA tests, ``pytest -m gpu`` (a subprocess; its tail and counts);
 - ``e2e``: one real ``ragbench run`` on the device (``gpu_check_e2e.py``): a random-weight
   Llama-3.1-8B shape saved with the embedded SmolLM2 tokenizer; NIAH at 4k and 16k; closed book,
-  long context, BM25 RAG; the ``example-h100-hour`` sheet; its records must say the device.
+  long context, BM25 RAG; the ``example-h100-hour`` sheet; it must finish on the device without
+  errors (records carry no device field yet: the manifest's calibration key says the device).
 
 Packages each part needs beyond torch and transformers (``PART_PACKAGES``: import names; a part
 whose packages are missing is skipped with one line, and the JSON's ``packages`` says what was
@@ -50,8 +51,13 @@ found, with versions):
   ``cost`` + ``prices``, ``models``, ``llm.kv``, ``llm.shared_prefix``, ``llm.hf.decode``,
   ``llm.calibration``;
 - ``tests``: pytest;
-- ``e2e``: what ``ragbench run`` imports: pydantic, typer, PyYAML, pandas, pyarrow, numpy, bm25s,
-  llama-index-core (its splitters; + nltk, SQLAlchemy), tenacity, httpx, filelock, psutil, tqdm.
+- ``e2e``: what ``ragbench run`` imports: pydantic, typer, PyYAML, pandas, pyarrow, numpy, scipy
+  (calibration's fit), bm25s, llama-index-core (its splitters; + nltk, SQLAlchemy), tenacity,
+  httpx, filelock, psutil, tqdm.
+
+``packages_optional`` records the quantized KV cache's backends (hqq, optimum-quanto) for the
+``kv`` and ``logits`` parts without skipping anything: without them those variants are recorded
+with their ImportError, which names the package to install.
 
 A lent machine's image lacks some of them (pydantic, bm25s, llama-index-core and its own
 dependencies): ``benchmarks/gpu_carry.py`` downloads their wheels into ``gpu_carry/wheels`` here
@@ -413,6 +419,12 @@ PART_PACKAGES: dict[str, tuple[str, ...]] = {
             "llama_index.core", "nltk", "sqlalchemy", "scipy", "tenacity", "httpx", "filelock", "psutil",
             "tqdm"),
 } | dict.fromkeys(MODEL_PARTS, ())  # fmt: skip
+# probed and recorded, never skipping a part: the quantized KV cache's backends (without them its
+# variants are recorded with their ImportError, which names the package to install)
+OPTIONAL_PACKAGES: dict[str, tuple[str, ...]] = {
+    "kv": ("hqq", "optimum.quanto"),
+    "logits": ("hqq", "optimum.quanto"),
+}
 
 
 def probe(modules: tuple[str, ...]) -> dict:
@@ -550,6 +562,9 @@ def main(argv: list[str] | None = None) -> dict:
         "sizes": s,
         "parts": parts,
         "packages": packages,
+        "packages_optional": {
+            p: probe(OPTIONAL_PACKAGES[p]) for p in parts if p in OPTIONAL_PACKAGES
+        },
         "skipped": {},
         "models": {},
     }

@@ -4,9 +4,10 @@
 #   tests    pytest -m gpu (the suite's CUDA tests)            needs: pytest
 #   e2e      one real `ragbench run` on CUDA: random-weight Llama-3.1-8B shape + the embedded
 #            SmolLM2 tokenizer; NIAH 4k/16k; closed book, long context, BM25 RAG;
-#            example-h100-hour; records must say the device (benchmarks/gpu_check_e2e.py)
+#            example-h100-hour; must finish on the device (benchmarks/gpu_check_e2e.py)
 #                                                               needs: pydantic typer pyyaml pandas
-#            pyarrow numpy bm25s llama-index-core nltk sqlalchemy tenacity httpx filelock psutil tqdm
+#            pyarrow numpy scipy bm25s llama-index-core nltk sqlalchemy tenacity httpx filelock
+#            psutil tqdm
 #   prefill reuse runner kv cost decode logits: Llama-3.1-8B and Qwen2.5-7B shapes, random
 #            weights in bf16, token ids (benchmarks/gpu_check.py); cost = calibrated vs measured
 #                                                               needs: nothing beyond torch + transformers

