@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner bench-cost bench-docs clean
+.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner bench-cost bench-docs gpu-carry clean
 
 setup: $(STAMP)
 
@@ -78,6 +78,11 @@ bench-runner: $(STAMP)
 # per-record cost batched vs alone (fair split of device time): benchmarks/results/cost.json
 bench-cost: $(STAMP)
 	$(PY) benchmarks/cost.py
+
+# the wheels, tokenizer and haystack a lent GPU machine lacks, into gpu_carry/ (git-ignored;
+# carry it: bash benchmarks/gpu_check.sh installs them); sizes in gpu_carry/MANIFEST.json
+gpu-carry: $(STAMP)
+	$(PY) benchmarks/gpu_carry.py
 
 # peak memory and seconds of `ragbench data docs` on one big text file: benchmarks/results/docs_ingest.json
 bench-docs: $(STAMP)

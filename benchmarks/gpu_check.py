@@ -34,27 +34,58 @@ Random weights make greedy tokens near-ties, so in bf16 token equality between d
 fused kernels is reported, not required; ``--device cpu --quick`` (tiny configs, float32) is
 where equality is exact and the test (tests/test_gpu_check.py) checks it.
 
-Imports: torch, transformers, and ragbench modules that need nothing else (``ragbench.types``,
-``registry``, ``io``, ``cost`` + ``prices`` (PyYAML, a transformers dependency),
-``llm.presets``, ``llm.kv_cache`` (+ ``kv_compress``, ``kv_sinks``), ``llm.shared_prefix``,
-``llm.hf_decode``), plus ``psutil`` on CPU only.
-Usage: ``bash benchmarks/gpu_check.sh --out gpu.json [--quick] [--device cpu]``.
+Two parts run beside the models' (first, in this order; ``--parts`` picks any):
+
+- ``tests``: the suite's CUDA tests, ``pytest -m gpu`` (a subprocess; its tail and counts);
+- ``e2e``: one real ``ragbench run`` on the device (``gpu_check_e2e.py``): a random-weight
+  Llama-3.1-8B shape saved with the embedded SmolLM2 tokenizer; NIAH at 4k and 16k; closed book,
+  long context, BM25 RAG; the ``example-h100-hour`` sheet; it must finish on the device without
+  errors (records carry no device field yet: the manifest's calibration key says the device).
+
+Packages each part needs beyond torch and transformers (``PART_PACKAGES``: import names; a part
+whose packages are missing is skipped with one line, and the JSON's ``packages`` says what was
+found, with versions):
+
+- the model parts (prefill, reuse, runner, kv, cost, decode, logits): none (PyYAML comes with
+  transformers; ``psutil`` on CPU only). Imports: ``ragbench.types``, ``registry``, ``io``,
+  ``cost`` + ``prices``, ``models``, ``llm.kv``, ``llm.shared_prefix``, ``llm.hf.decode``,
+  ``llm.calibration``;
+- ``tests``: pytest;
+- ``e2e``: what ``ragbench run`` imports: pydantic, typer, PyYAML, pandas, pyarrow, numpy, scipy
+  (calibration's fit), bm25s, llama-index-core (its splitters; + nltk, SQLAlchemy), tenacity,
+  httpx, filelock, psutil, tqdm.
+
+``packages_optional`` records the quantized KV cache's backends (hqq, optimum-quanto) for the
+``kv`` and ``logits`` parts without skipping anything: without them those variants are recorded
+with their ImportError, which names the package to install.
+
+A lent machine's image lacks some of them (pydantic, bm25s, llama-index-core and its own
+dependencies): ``benchmarks/gpu_carry.py`` downloads their wheels into ``gpu_carry/wheels`` here
+(git-ignored, about 22 MiB) and ``gpu_check.sh`` installs them there (``--wheels``).
+The JSON is rewritten (atomically) after each part of each model.
+Usage: ``bash benchmarks/gpu_check.sh --out gpu.json [--quick] [--device cpu] [--parts ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import baselines  # noqa: E402  (benchmarks/baselines.py: torch + transformers only)
 import gpu_check_decode  # noqa: E402
+import gpu_check_e2e  # noqa: E402
 import gpu_check_kv  # noqa: E402
 from gpu_check_kv import ids_of, random_ids  # noqa: E402
 
@@ -62,7 +93,7 @@ from ragbench.cost.accounting import forward_flops, kv_cache_bytes  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
 from ragbench.llm import calibration  # noqa: E402
 from ragbench.llm.hf.decode import Decoder  # noqa: E402
-from ragbench.llm.kv import variants as kv_cache
+from ragbench.llm.kv import variants as kv_cache  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
@@ -379,12 +410,75 @@ def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
             "old_rates": {k: v for k, v in old.to_dict().items() if k != "meta"}}  # fmt: skip
 
 
-PARTS = ("prefill", "reuse", "runner", "kv", "cost", "decode", "logits")
+MODEL_PARTS = ("prefill", "reuse", "runner", "kv", "cost", "decode", "logits")
+PARTS = ("tests", "e2e", *MODEL_PARTS)  # run in this order
+# import names each part needs beyond torch and transformers (their pip names: the docstring)
+PART_PACKAGES: dict[str, tuple[str, ...]] = {
+    "tests": ("pytest",),
+    "e2e": ("pydantic", "typer", "yaml", "pandas", "pyarrow", "numpy", "bm25s",
+            "llama_index.core", "nltk", "sqlalchemy", "scipy", "tenacity", "httpx", "filelock", "psutil",
+            "tqdm"),
+} | dict.fromkeys(MODEL_PARTS, ())  # fmt: skip
+# probed and recorded, never skipping a part: the quantized KV cache's backends (without them its
+# variants are recorded with their ImportError, which names the package to install)
+OPTIONAL_PACKAGES: dict[str, tuple[str, ...]] = {
+    "kv": ("hqq", "optimum.quanto"),
+    "logits": ("hqq", "optimum.quanto"),
+}
 
 
-def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS) -> dict:
+def probe(modules: tuple[str, ...]) -> dict:
+    """Each module found or not, with its distribution's version where known; nothing imported
+    (``find_spec`` of a dotted name imports its parent package only)."""
+    out = {}
+    for mod in modules:
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except (ImportError, ValueError):
+            found = False
+        version = None
+        if found:
+            dists = importlib.metadata.packages_distributions().get(mod.split(".")[0], [])
+            for dist in dists:
+                try:
+                    version = importlib.metadata.version(dist)
+                    break
+                except importlib.metadata.PackageNotFoundError:
+                    continue
+        out[mod] = version if found and version else ("found" if found else None)
+    return out
+
+
+def run_tests(device, timeout: float = 240) -> dict:
+    """The suite's CUDA tests (``pytest -m gpu``) in a subprocess: exit code, counts, tail."""
+    # only the files that hold CUDA tests: collecting the rest would import packages a lent
+    # machine lacks (a collection error stops the whole session)
+    files = sorted(str(f) for f in (ROOT / "tests").glob("test_*.py")
+                   if "mark.gpu" in f.read_text(encoding="utf-8"))  # fmt: skip
+    if not files:
+        return {"error": "no test file under tests/ has a gpu-marked test"}
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+           "-o", "addopts=-ra", *files]  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"pytest -m gpu passed {timeout} s", "seconds": timeout}
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    summary = lines[-1] if lines else ""
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) ([a-z]+)", summary)}
+    print(f"  pytest -m gpu: {summary}")
+    return {"returncode": proc.returncode, "summary": summary, "counts": counts, "files": files,
+            "seconds": round(time.perf_counter() - t0, 1), "tail": tail,
+            "ok": proc.returncode == 0 and counts.get("passed", 0) > 0}  # fmt: skip
+
+
+def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS, save=None) -> dict:
+    """One architecture's ``parts``; ``save(out)`` after each (the caller rewrites the JSON)."""
     import torch
 
+    save = save or (lambda out: None)
     t0 = time.perf_counter()
     model, facts = build_model(name, device, dtype, quick)
     dec = Decoder.for_model(model, IdTokenizer())
@@ -393,25 +487,38 @@ def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS) -> 
     width = model.config.intermediate_size
     peak = matmul_peak(model.config.hidden_size, width, device, dtype)
     out = {"arch": facts, "build_seconds": round(built, 2), "matmul_peak": peak}
-    if "prefill" in parts:
-        out["prefill"] = bench_prefill(model, facts, dec, s["prefill"], peak["peak_flops"])
-    if "reuse" in parts:
-        out["prefix_reuse"] = bench_reuse(model, facts, dec, s)
-    if "runner" in parts:
-        out["runner_batching"] = bench_runner(model, dec, *s["runner"], s["new"])
-    if "kv" in parts:
-        out["kv_variants"] = gpu_check_kv.bench_kv(model, facts, dec, s["doc"], s["new"])
-    if "cost" in parts:
+    keys = {
+        "prefill": "prefill",
+        "reuse": "prefix_reuse",
+        "runner": "runner_batching",
+        "kv": "kv_variants",
+        "cost": "cost_model",
+        "decode": "decode",
+        "logits": "logits",
+    }
+    for part in [p for p in MODEL_PARTS if p in parts]:  # logits last: it rescales the weights
         try:
-            out["cost_model"] = bench_cost_model(model, dec, s["cost"], s["new"])
+            if part == "prefill":
+                got = bench_prefill(model, facts, dec, s["prefill"], peak["peak_flops"])
+            elif part == "reuse":
+                got = bench_reuse(model, facts, dec, s)
+            elif part == "runner":
+                got = bench_runner(model, dec, *s["runner"], s["new"])
+            elif part == "kv":
+                got = gpu_check_kv.bench_kv(model, facts, dec, s["doc"], s["new"])
+            elif part == "cost":
+                got = bench_cost_model(model, dec, s["cost"], s["new"])
+            elif part == "decode":
+                got = gpu_check_decode.bench_decode(
+                    model, facts, torch.device(device), s, IdTokenizer(), bench_runner
+                )
+            else:  # logits (gpu_check_decode.scaled_init)
+                got = gpu_check_decode.bench_logits(model, torch.device(device), s, IdTokenizer())
         except Exception as exc:  # recorded; the other parts' results stand
-            out["cost_model"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
-    if "decode" in parts:
-        out["decode"] = gpu_check_decode.bench_decode(
-            model, facts, torch.device(device), s, IdTokenizer(), bench_runner
-        )
-    if "logits" in parts:  # last: it rescales the weights (gpu_check_decode.scaled_init)
-        out["logits"] = gpu_check_decode.bench_logits(model, torch.device(device), s, IdTokenizer())
+            got = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            print(f"  {part}: {got['error']}")
+        out[keys[part]] = got
+        save(out)
     if torch.device(device).type == "cuda":
         out["max_memory_allocated"] = torch.cuda.max_memory_allocated()
     del model, dec
@@ -429,6 +536,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="tiny configs and sizes")
     parser.add_argument("--models", default=",".join(ARCHS), help=f"from {list(ARCHS)}")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"from {list(PARTS)}")
+    parser.add_argument("--e2e-timeout", type=float, default=300, help="seconds for ragbench run")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     if unknown := [p for p in parts if p not in PARTS]:
@@ -441,26 +549,62 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = auto if args.dtype == "auto" else getattr(torch, args.dtype)
     s = QUICK if args.quick else FULL
     started = time.perf_counter()
+    packages = {part: probe(PART_PACKAGES[part]) for part in parts}
     result: dict = {
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "dtype": str(dtype),
         "quick": args.quick,
+        "python": sys.version.split()[0],
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "kv_caches": list(kv_cache.KV_CACHES),
         "sizes": s,
         "parts": parts,
+        "packages": packages,
+        "packages_optional": {
+            p: probe(OPTIONAL_PACKAGES[p]) for p in parts if p in OPTIONAL_PACKAGES
+        },
+        "skipped": {},
         "models": {},
     }
-    for name in [m for m in args.models.split(",") if m]:
+
+    def save() -> None:
+        result["wall_seconds"] = round(time.perf_counter() - started, 1)
+        atomic_write_text(args.out, json.dumps(result, indent=2, sort_keys=True) + "\n")
+
+    for part in parts:  # a part whose packages are missing: one line, no traceback
+        if missing := [m for m, v in packages[part].items() if v is None]:
+            result["skipped"][part] = f"missing {', '.join(missing)}"
+            print(f"{part}: skipped, missing {', '.join(missing)} (see gpu_check.sh --wheels)")
+    if "tests" in parts and "tests" not in result["skipped"]:
+        print("tests: pytest -m gpu")
+        result["tests"] = run_tests(device)
+        save()
+    if "e2e" in parts and "e2e" not in result["skipped"]:
+        print("e2e: ragbench run")
+        result["e2e"] = gpu_check_e2e.run_e2e(str(device), shape="tiny" if args.quick else None,
+                                              timeout=args.e2e_timeout)  # fmt: skip
+        print(
+            f"  e2e: ok {result['e2e'].get('ok')}, records {result['e2e'].get('records')}, "
+            f"devices {result['e2e'].get('devices')}, {result['e2e'].get('error', '')}"
+        )
+        save()
+    model_parts = [p for p in parts if p in MODEL_PARTS]
+    for name in [m for m in args.models.split(",") if m] if model_parts else []:
+
+        def partial(out: dict, name=name) -> None:
+            result["models"][name] = out
+            save()
+
         try:
-            result["models"][name] = check_model(name, device, dtype, s, args.quick, parts)
+            result["models"][name] = check_model(name, device, dtype, s, args.quick, model_parts,
+                                                 partial)  # fmt: skip
         except Exception as exc:  # one architecture failing leaves the other's results
             result["models"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
             print(f"{name}: {result['models'][name]['error']}")
-        result["wall_seconds"] = round(time.perf_counter() - started, 1)
-        atomic_write_text(args.out, json.dumps(result, indent=2, sort_keys=True) + "\n")
+        save()
+    save()
     print(f"wrote {args.out} in {result['wall_seconds']} s")
     return result
 

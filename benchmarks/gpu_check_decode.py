@@ -11,7 +11,13 @@ one batch) on the fast path, where decode, not prefill, is most of the work.
 step) of every ragbench path against transformers' own forward over the same token ids (one
 sequence, no cache, no padding): top-1 agreement and max |difference|, plus the reference's
 smallest top-1 margin (a disagreement where the margin is below the path's max |difference| is a
-near-tie, not a bug). Paths: plain (one request), batched (left padding), prefix reuse (copied and
+near-tie, not a bug). The second step is compared with the forward over the path's own first
+pick (after a different first pick the inputs differ, and so do the logits, by tens: the H200's
+31-35 of 2026-11). Each flipped first pick is listed with the reference's margin and the row's
+max |difference| (``first_token_flips``). In reduced precision the same weights are also run in
+float32 (``float32``): the reference and each path's first pick against that truth, so a path
+whose kernels round differently shows as close to it as the reference is, and a real error
+shows as further. Paths: plain (one request), batched (left padding), prefix reuse (copied and
 shared-prefix attention), the fast path (alone, batched, shared prefix), and every KV-cache variant
 (``exact``: those that should give the plain cache's numbers: offloaded, sinks with a window that
 holds the prompt, SnapKV keeping every position; quantized is compared but not exact).
@@ -170,8 +176,17 @@ def bench_logits(model, device, s: dict, tok) -> dict:
 
     with torch.inference_mode():
         ref0 = [forward(p) for p in prompts]
-        ref1 = [forward(p + [int(r.argmax())]) for p, r in zip(prompts, ref0, strict=True)]
-    margins = [float(r.topk(2).values[0] - r.topk(2).values[1]) for r in ref0 + ref1]
+    margins = [float(r.topk(2).values[0] - r.topk(2).values[1]) for r in ref0]
+    after: dict[tuple[int, int], object] = {}  # (row, first token) -> the next step's reference
+
+    def ref_after(i: int, token: int):
+        """The reference logits of the step after ``token``: each path's second pick is compared
+        with the forward over its own first pick (after a differing first pick the two steps
+        see different inputs, and their logits differ by far more than any rounding)."""
+        if (i, token) not in after:
+            with torch.inference_mode():
+                after[i, token] = forward(prompts[i] + [token])
+        return after[i, token]
 
     def run(dec, batch, suffixes, prefix=None, shared=False, kv=None):
         with torch.inference_mode():
@@ -210,10 +225,12 @@ def bench_logits(model, device, s: dict, tok) -> dict:
         "rows": len(prompts),
         "document_tokens": len(doc),
         "init": "o_proj/down_proj x 1/sqrt(2 layers), lm_head x 4",
-        "reference": "model(input_ids) per row, no cache, no padding",
+        "reference": "model(input_ids) per row, no cache, no padding; the second step after "
+        "the path's own first pick",
         "reference_min_top1_margin": round(min(margins), 5),
         "paths": {},
     }
+    picked: dict[str, list] = {}  # each path's first-pick logits
     for name, make in paths.items():
         try:
             rows = make()  # a KV variant: its check_model first (a package missing)
@@ -221,9 +238,14 @@ def bench_logits(model, device, s: dict, tok) -> dict:
             out["paths"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             print(f"  logits {name}: {out['paths'][name]['error']}")
             continue
+        firsts = [int(r["_logits"][0].argmax()) for r in rows]
+        picked[name] = [r["_logits"][0] for r in rows]
         first = compare([r["_logits"][0] for r in rows], ref0)
-        second = compare([r["_logits"][1] for r in rows], ref1)
+        second = compare([r["_logits"][1] for r in rows],
+                         [ref_after(i, t) for i, t in enumerate(firsts)])  # fmt: skip
         same_first = [ids_of(r["text"])[:1] for r in rows] == [[int(r.argmax())] for r in ref0]
+        diffs = [float((r["_logits"][0] - f).abs().max()) for r, f in zip(rows, ref0, strict=True)]
+        flips = [i for i, t in enumerate(firsts) if t != int(ref0[i].argmax())]
         out["paths"][name] = {
             "exact": exact[name],
             "decode_path": rows[0]["meta"]["decode"].get("path"),
@@ -233,10 +255,49 @@ def bench_logits(model, device, s: dict, tok) -> dict:
             "top1_agreement": min(first["top1_agreement"], second["top1_agreement"]),
             "max_abs_diff": max(first["max_abs_diff"], second["max_abs_diff"]),
             "same_first_token_as_reference": same_first,
-        }
+            # each first pick that differs: the reference's top-1 margin there and the row's max
+            # |difference| (a flip where the margin is within the difference is a near-tie)
+            "first_token_flips": [{"row": i, "reference_margin": round(margins[i], 5),
+                                   "row_max_abs_diff": round(diffs[i], 5)} for i in flips],
+        }  # fmt: skip
         p = out["paths"][name]
         print(
             f"  logits {name}: top-1 {p['top1_agreement']:.3f}, max |diff| {p['max_abs_diff']:.3g}"
         )
-    fast.fast.states.clear()
+    fast.fast.states.clear()  # before the weights move (a captured graph reads their storage)
+    if model.dtype != torch.float32:  # the float32 truth: is each path as close as the reference?
+        out["float32"] = float32_check(model, forward, prompts, ref0, picked)
     return out
+
+
+def float32_check(model, forward, prompts, ref0, picked: dict[str, list]) -> dict:
+    """The same weights in float32 (bf16 -> float32 -> bf16 is exact, so the parameters are
+    restored bit for bit, in new storage; buffers such as RoPE's float32 ``inv_freq`` are not
+    touched): the first pick's logits in float32, against which the reduced-precision reference
+    and each path's first pick are scored. Differently fused kernels round differently; a path
+    is as right as the reference when it is as close to float32."""
+    import torch
+
+    dtype = model.dtype
+    params = list(model.parameters())
+    with torch.no_grad():
+        for p in params:
+            p.data = p.data.float()
+    try:
+        with torch.inference_mode():
+            truth = [forward(p) for p in prompts]
+    finally:
+        with torch.no_grad():
+            for p in params:
+                p.data = p.data.to(dtype)
+    margins = [float(t.topk(2).values[0] - t.topk(2).values[1]) for t in truth]
+    ref = compare(ref0, truth)
+    paths = {name: compare(logits, truth) for name, logits in picked.items()}
+    return {
+        "min_top1_margin": round(min(margins), 5),
+        "reference": ref,  # the reduced-precision reference against float32
+        "paths": paths,  # each path's first pick against float32
+        "worst_path_over_reference_diff": round(
+            max(p["max_abs_diff"] for p in paths.values()) / max(ref["max_abs_diff"], 1e-9), 3
+        ),
+    }

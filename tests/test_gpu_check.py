@@ -1,7 +1,9 @@
 """benchmarks/gpu_check.py end to end on the CPU with its tiny configs (``--device cpu --quick``),
 so the GPU check a later session runs on an H200 does not rot: the JSON has every section, the
 numbers are sane, and in float32 ragbench's prefix reuse and runner batching give exactly the
-token ids of one plain ``generate`` per question."""
+token ids of one plain ``generate`` per question. The ``tests`` and ``e2e`` parts too (the e2e
+part's ``ragbench run`` on a tiny random-weight model), and the one-line skip of a part whose
+packages are missing."""
 
 import json
 import runpy
@@ -17,15 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
     out = tmp_path / "gpu.json"
-    monkeypatch.setattr(
-        sys, "argv", ["gpu_check.py", "--device", "cpu", "--quick", "--out", str(out)]
-    )
+    parts = "prefill,reuse,runner,kv,cost,decode,logits"  # tests and e2e: their own tests
+    argv = ["gpu_check.py", "--device", "cpu", "--quick", "--out", str(out), "--parts", parts]
+    monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     runpy.run_path(str(ROOT / "benchmarks" / "gpu_check.py"), run_name="__main__")
     data = json.loads(out.read_text())
     from ragbench.llm.kv import variants as kv_cache
 
     assert data["device"] == "cpu" and data["quick"] and data["dtype"] == "torch.float32"
+    assert data["skipped"] == {} and data["packages"]["cost"] == {}  # torch + transformers only
+    assert set(data["packages_optional"]["kv"]) == {"hqq", "optimum.quanto"}  # recorded only
     assert set(data["models"]) == {"llama-3.1-8b-instruct", "qwen2.5-7b-instruct"}
     for name, m in data["models"].items():
         assert "error" not in m, (name, m)
@@ -33,7 +37,9 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
         assert m["matmul_peak"]["peak_flops"] > 0
         assert [r["tokens"] for r in m["prefill"]] == data["sizes"]["prefill"]
         for row in m["prefill"]:
-            assert row["tokens_per_second"] > 0 and 0 < row["mfu"] < 1.5
+            # > 0 only: on a shared CPU the matmul peak and the prefill are timed at different
+            # loads (MFU 3.7-7.2 seen at load 9-11 on 2 cores); on a GPU the JSON shows it
+            assert row["tokens_per_second"] > 0 and row["mfu"] > 0
         reuse = m["prefix_reuse"]
         for key in ("same_tokens_as_plain_generate", "same_tokens_as_prompt_cache_reuse"):
             assert reuse[key] == {"all": True, "rows_identical": 4, "token_agreement": 1.0}
@@ -89,3 +95,61 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
         for name in ("fast", "fast_batched", "fast_prefix_shared"):
             assert paths[name]["decode_path"] == "static" and paths[name]["graph"] == "off"
         assert paths["plain"]["decode_path"] == "eager"
+        assert "float32" not in logits  # the float32 check is for reduced precision only
+        assert all(p.get("first_token_flips", []) == [] for p in paths.values())
+
+
+def _gpu_check(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu_check
+
+    return gpu_check
+
+
+def test_probe_finds_modules_with_versions(monkeypatch):
+    gpu_check = _gpu_check(monkeypatch)
+    got = gpu_check.probe(("pytest", "no_such_module_ragbench", "no_such_pkg_rb.sub"))
+    assert got["pytest"] == pytest.__version__
+    assert got["no_such_module_ragbench"] is None and got["no_such_pkg_rb.sub"] is None
+
+
+def test_part_with_missing_packages_is_skipped_in_one_line(tmp_path, monkeypatch, capsys):
+    gpu_check = _gpu_check(monkeypatch)
+    monkeypatch.setitem(gpu_check.PART_PACKAGES, "e2e", ("json", "no_such_module_ragbench"))
+    out = tmp_path / "gpu.json"
+    gpu_check.main(["--out", str(out), "--device", "cpu", "--quick", "--parts", "e2e"])
+    data = json.loads(out.read_text())
+    assert data["skipped"] == {"e2e": "missing no_such_module_ragbench"}
+    assert data["packages"]["e2e"]["no_such_module_ragbench"] is None
+    assert data["packages"]["e2e"]["json"] == "found"  # the standard library: no distribution
+    assert "e2e" not in data and data["models"] == {}  # no model part asked for: none built
+    lines = [line for line in capsys.readouterr().out.splitlines() if "e2e" in line]
+    assert lines == ["e2e: skipped, missing no_such_module_ragbench (see gpu_check.sh --wheels)"]
+
+
+@pytest.mark.slow
+def test_tests_part_runs_the_gpu_marked_files(monkeypatch):
+    """Without CUDA the gpu-marked tests are skipped, but the files collect (their imports work)."""
+    gpu_check = _gpu_check(monkeypatch)
+    got = gpu_check.run_tests("cpu")
+    assert got["returncode"] == 0, got["tail"]
+    assert [Path(f).name for f in got["files"]] == ["test_hf.py"]
+    assert got["counts"].get("skipped", 0) >= 1 and got["ok"] is False  # none passed here
+
+
+@pytest.mark.slow
+def test_e2e_part_runs_ragbench_on_a_tiny_model(monkeypatch):
+    """The e2e part as the GPU session runs it, on the CPU with a tiny shape: a random-weight
+    Llama saved with the embedded SmolLM2 tokenizer, a real `ragbench run` (closed book, long
+    context, BM25 RAG, the example-h100-hour sheet), records on the device asked for."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu_check_e2e
+
+    got = gpu_check_e2e.run_e2e("cpu", shape="tiny")
+    assert got["ok"], got
+    assert got["records"] == 6 and got["strategies"] == ["closed_book", "long_context", "rag"]
+    assert got["devices"] == ["cpu"] and got["manifest_calibration_device"] == "cpu"
+    assert got["status"] == "finished" and got["error_count"] == 0
+    assert got["sample_cost"]["price_sheet"] == "example-h100-hour"
+    assert got["model"]["vocab_size"] == got["model"]["tokenizer_vocab"]  # tiny: the tokenizer's
+    assert not Path(got["workdir"]).exists()  # the model folder is removed
