@@ -32,11 +32,16 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m ipykernel install --sys-prefix --name ragbench --display-name "ragbench ($(notdir $(VENV)))" >/dev/null
 	touch $(STAMP)
 
+# the suite in TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its
+# module fixtures load once); TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -16,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Completions and embeddings get a fresh cache per test session, so every model answer a test
 # checks is computed by the code under test, never served from an earlier run.
 _SHARED = ("converted", "tokenizers", "assets")
+_SESSION_VAR = "RAGBENCH_TEST_SESSION_CACHE"
 
 
 def pytest_configure(config):
@@ -24,12 +25,20 @@ def pytest_configure(config):
 
     from ragbench.assets import cache_dir
 
+    # pytest-xdist (`make test` runs two workers): the workers share the controller's session
+    # cache, so a worker's run reads what the other computed (a calibration, a converted model)
+    # as one serial session would, and only the controller removes the folder
+    inherited = os.environ.get(_SESSION_VAR)
+    if inherited and os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["RAGBENCH_CACHE"] = inherited
+        return
     shared = cache_dir()  # honours a RAGBENCH_CACHE set by the user
     session = Path(tempfile.mkdtemp(prefix="ragbench-test-cache-"))
     for name in _SHARED:
         (shared / name).mkdir(parents=True, exist_ok=True)
         (session / name).symlink_to(shared / name, target_is_directory=True)
     os.environ["RAGBENCH_CACHE"] = str(session)
+    os.environ[_SESSION_VAR] = str(session)  # inherited by the xdist workers started after this
     config._ragbench_cache = session
 
 
