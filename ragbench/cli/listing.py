@@ -44,6 +44,7 @@ KINDS: dict[str, str] = {
     "tokenizers": "ragbench.tokenizers:TOKENIZERS",
     "context-orders": "ragbench.retrieval.context:ORDERS",
     "overflow-policies": "ragbench.strategies.prompts:OVERFLOW",
+    "judge-metrics": "ragbench.judge.metric:JUDGE_METRICS",
     "judge-prompts": "ragbench.judge.prompts:JUDGE_PROMPTS",
     "price-sheets": "ragbench.cost.prices:PRICE_SHEETS",
 }
