@@ -6,8 +6,15 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from ragbench.experiment.config.run import RunConfig, config_hash, load_config, parse_config
+from ragbench.experiment.config.run import (
+    RunConfig,
+    config_hash,
+    load_config,
+    parse_config,
+    with_origin,
+)
 from ragbench.experiment.config.text import ConfigError
 
 GOOD = """\
@@ -355,3 +362,23 @@ def test_output_dir_outside_the_config_folder_and_the_cwd_is_one_line(tmp_path, 
     result = CliRunner().invoke(app, ["run", str(path), "--quiet", "--output-dir", "cli-out"])
     assert result.exit_code == 0, result.output
     assert list((work / "cli-out").glob("t-*/manifest.json"))
+
+
+def test_a_loaded_config_is_immutable_and_a_changed_origin_is_a_copy(tmp_path):
+    """Validated once, never written: the fields are frozen, and so are the private attributes
+    once loaded (the run's calibration lives on its session, not on the config)."""
+    cfg = load_config(write(tmp_path, GOOD))
+    before = (config_hash(cfg), cfg.model_dump(mode="json"))
+    with pytest.raises(ValidationError, match="frozen"):
+        cfg.seed = 1
+    with pytest.raises(TypeError, match="immutable once loaded"):
+        cfg._output_base = None
+    moved = with_origin(cfg, output_base=None, source_file="elsewhere.yaml")
+    assert moved is not cfg and moved._output_base is None and moved.points == cfg.points
+    assert cfg._source_file == str(tmp_path / "c.yaml")  # the original is unchanged
+    with pytest.raises(TypeError, match="immutable once loaded"):
+        moved._source_dir = "x"
+    with pytest.raises(TypeError, match="valid"):
+        with_origin(cfg, calibration={})
+    assert (config_hash(moved), moved.model_dump(mode="json")) == before
+    assert not hasattr(cfg, "_calibration")

@@ -9,7 +9,7 @@ import typer
 from ragbench import secrets
 from ragbench.analysis.verdict import sequential_look
 from ragbench.experiment.budget import BUDGET_EXIT, EXIT_HELP
-from ragbench.experiment.config.run import RunConfig, load_config
+from ragbench.experiment.config.run import RunConfig, load_config, with_origin
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.results import error_summary
@@ -95,8 +95,10 @@ def register(app: typer.Typer) -> None:
             if until_decided and cfg.sequential is None:  # the section's defaults
                 cfg = load_config(cfg, ["sequential={}"])
             if output_dir:
-                cfg = cfg.model_copy(update={"output_dir": output_dir})
-                cfg._output_base = None  # a command-line path: against the working directory
+                # a command-line path: against the working directory
+                cfg = with_origin(
+                    cfg.model_copy(update={"output_dir": output_dir}), output_base=None
+                )
             if dry_run:
                 _echo_dry_run(cfg, progress=not quiet)
                 return

@@ -258,10 +258,8 @@ def round_dollars(cfg: RunConfig, items: list, res: Any = None) -> float | None:
             return None
     reuses_prefix = backend_capabilities(cfg.model.backend).reuses_prefix_kv
     if res is None:
-        calibration = getattr(cfg, "_calibration", None)  # build_resources records its own
         counter = PromptCounter(prompt_counter(cfg), track_prefixes=reuses_prefix)
         res = build_resources(cfg, counter, None, {e.id: e for e, _ in items}.values())
-        cfg._calibration = calibration
     else:
         counter = PromptCounter(res.llm, track_prefixes=reuses_prefix)
         res = dataclasses.replace(

@@ -43,12 +43,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ragbench.experiment.config.run import RunConfig
 from ragbench.experiment.executor_worker import RunWorker
 from ragbench.experiment.results import error_record
+from ragbench.experiment.session import RunSession
 from ragbench.experiment.shards import assign, balance, plan_shards
 from ragbench.llm import backend_capabilities
 from ragbench.llm.cache import merge_rows
@@ -119,22 +119,21 @@ def _ray():
 
 
 class RayRun:
-    """``with RayRun(cfg, workers, examples, preload_over) as pool: pool.run(pool.order(rounds))``.
+    """``with RayRun(session, preload_over) as pool: pool.run(pool.order(rounds))``.
 
-    Entering starts (or joins) Ray and the workers, and waits until every worker has loaded its
-    model; ``identity`` and ``calibration`` are then worker 0's. Leaving ends the workers, merges
-    their completion caches into ``main_cache`` (when given) and shuts down a Ray it started."""
+    Entering starts (or joins) Ray and the session's workers (``RunSession.workers``), and waits
+    until every worker has loaded its model; ``identity`` and ``calibration`` are then worker
+    0's. Leaving ends the workers, merges their completion caches into ``main_cache`` (when
+    given) and shuts down a Ray it started."""
 
     def __init__(
-        self,
-        cfg: RunConfig,
-        workers: int,
-        examples: Sequence[Example],
-        preload_over: dict[tuple, int],
-        main_cache: Any = None,
+        self, session: RunSession, preload_over: dict[tuple, int], main_cache: Any = None
     ) -> None:
-        self.cfg, self.workers, self.examples = cfg, workers, list(examples)
+        self.cfg, self.workers = session.cfg, session.workers
+        self.examples: list[Example] = list(session.examples)
         self.preload_over, self.main_cache = preload_over, main_cache
+        self.identity: dict[str, Any] = {}
+        self.calibration: dict[str, Any] | None = None  # worker 0's (for the manifest)
         self.actors: list[Any] = []
         self.started_here = False
         self.watchdog: subprocess.Popen | None = None
@@ -203,7 +202,7 @@ class RayRun:
         self.infos = start(range(first))
         self.infos += start(range(first, self.workers), self.infos[0]["rates"])
         self.identity = self.infos[0]["identity"]
-        self.cfg._calibration = self.infos[0]["calibration"]  # for the manifest, as locally
+        self.calibration = self.infos[0]["calibration"]  # for the manifest, as locally
 
     def __exit__(self, *exc_info) -> None:
         ray = _ray()

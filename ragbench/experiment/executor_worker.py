@@ -97,8 +97,9 @@ class RunWorker:
         self.res = build_resources(cfg, llm, identity.get("dtype"), self.examples)
         self.res.preload_over.update(preload_over)
         if rates is not None:  # worker 0's: a record's dollars do not depend on its worker
-            self.res.rates, cfg._calibration = rates, describe(rates)
-        self.info = {**self.where, "identity": identity, "calibration": cfg._calibration}
+            self.res.rates = rates
+        calibration = describe(self.res.rates)  # what priced its records (the manifest's)
+        self.info = {**self.where, "identity": identity, "calibration": calibration}
         self.info["rates"] = self.res.rates
 
     def _check(self) -> None:

@@ -5,7 +5,6 @@ strategies' resources are loaded as the run loads them (``ragbench.experiment.re
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -14,8 +13,8 @@ from ragbench import secrets
 from ragbench.experiment import provenance
 from ragbench.experiment.config.run import RunConfig
 from ragbench.experiment.config.sections import JudgeConfig, one_or_list
-from ragbench.experiment.resources import build_resources, check_server, load_model
-from ragbench.experiment.results import RECORDS, append_record
+from ragbench.experiment.resources import check_server, load_model
+from ragbench.experiment.session import RunSession
 from ragbench.judge import Judge, judge_agreement, judge_records, judge_warnings
 from ragbench.judge.metric import get_judge_metric
 from ragbench.metrics.answer import METRICS, deferred_metrics
@@ -74,44 +73,39 @@ def _embeds(metric: str) -> bool:
     return judged.needs_embedder or not judged.asks_llm
 
 
-def judge_pass(
-    cfg, judge, examples, keys, done, out: Path, progress: bool, llm, res, budget=None
-) -> int:
-    """Score the deferred metrics of every finished record that lacks them, appending each
-    updated record; returns how many records were updated. ``budget``
-    (``experiment.budget.Budget``) may stop it between chunks (``max_dollars``)."""
-    todo = [k for k in keys if k in done and needs_judging(cfg, done[k])]
+def judge_pass(session: RunSession) -> int:
+    """Score the deferred metrics of every finished record of the session that lacks them with
+    its judge (``session.loaded.judge``), appending each updated record; returns how many
+    records were updated. The session's budget (``experiment.budget.Budget``) may stop it
+    between chunks (``max_dollars``)."""
+    cfg, done, budget, judge = session.cfg, session.done, session.budget, session.loaded.judge
+    todo = [k for k in session.keys if k in done and needs_judging(cfg, done[k])]
     if not todo:
         return 0
-    by_id = {e.id: e for e in examples}
-    state = {"res": res, "llm": llm}
+    by_id = {e.id: e for e in session.examples}
 
     def resources() -> Any:
         # the model under test's tokenizer and the index rebuild the prompt's context; a run
         # with nothing left to generate loads the model only if a record needs it
-        if state["res"] is None:
-            state["llm"] = state["llm"] or load_model(cfg.model)
-            identity = provenance.identity(state["llm"])
-            state["res"] = build_resources(cfg, state["llm"], kv_dtype=identity.get("dtype"))
-        return state["res"]
+        return session.resources()
 
     def read(example: Example, record: Any) -> Contexts:
         return contexts_of(record, example, resources)  # rebuilt only when a metric asks
 
     metrics = deferred_metrics(cfg.metrics)
     updated = 0
-    with (out / RECORDS).open("ab") as f:
-        bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not progress, unit="rec")
+    with session.writer.appending() as writer:
+        bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not session.progress,
+                   unit="rec")  # fmt: skip
         for start in range(0, len(todo), JUDGE_CHUNK):
             part = todo[start : start + JUDGE_CHUNK]
             chunk = [done[k] for k in part]
-            if budget is not None and not budget.allows(done, chunk, len(todo) - start, "judge"):
+            if not budget.allows(done, chunk, len(todo) - start, "judge"):
                 break
             items = [(by_id[done[k].example_id], done[k]) for k in part]
             for key, record in zip(part, judge_records(items, metrics, judge, read), strict=True):
                 if record is not done[key]:
-                    append_record(f, key, record)
-                    done[key] = record
+                    writer.append(key, record)
                     updated += 1
                 bar.update(1)
         bar.close()

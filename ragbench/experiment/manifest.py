@@ -14,7 +14,8 @@ from typing import Any
 from ragbench import secrets
 from ragbench.datasets.formats import fingerprint
 from ragbench.experiment import provenance
-from ragbench.experiment.config.run import RunConfig, config_hash
+from ragbench.experiment.config.run import config_hash
+from ragbench.experiment.session import RunSession
 from ragbench.io import atomic_write_text
 from ragbench.metrics.answer import metric_versions
 
@@ -50,11 +51,13 @@ def sessions_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def write_manifest(
-    out: Path, cfg: RunConfig, examples, identity, sessions, status: str, records, judge=None
+    session: RunSession, identity, sessions, status: str, records, judge=None
 ) -> dict:
     """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the
     first invocation's start and ``sessions`` logs every invocation (start, end, records it had
     to generate, errors), so a resumed run keeps its history."""
+    cfg, out, examples = session.cfg, session.out, session.examples
+    calibration = session.loaded.calibration
     manifest: dict[str, Any] = {
         "name": cfg.name,
         "config": secrets.redact(cfg.model_dump(mode="json")),
@@ -70,7 +73,7 @@ def write_manifest(
         # how an hourly sheet found its seconds, and the calibration (key, cache file, rates)
         # that modelled them; a session that loaded no model keeps the last one
         "cost_basis": cfg.cost_basis,
-        "calibration": cfg._calibration or (read_manifest(out) or {}).get("calibration"),
+        "calibration": calibration or (read_manifest(out) or {}).get("calibration"),
         # each metric's version: a scoring fix bumps it, so runs scored apart can be told apart
         "metric_versions": metric_versions(cfg.metrics),
         "status": status,

@@ -36,15 +36,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from ragbench.experiment import provenance
 from ragbench.experiment.config.run import RunConfig
-from ragbench.experiment.resources import build_resources, load_model
-from ragbench.experiment.results import RECORDS, append_record
+from ragbench.experiment.session import RunSession
 from ragbench.io import dumps_canonical
 from ragbench.metrics.answer import METRICS, score, string_metrics
 from ragbench.secrets import redact_text
@@ -148,22 +145,22 @@ def measures_noise(cfg: RunConfig) -> bool:
     return any(METRICS.get(m).kind == "noise" for m in cfg.metrics)
 
 
-def noise_pass(
-    cfg: RunConfig, examples, keys, done, out: Path, progress: bool, llm, res, budget=None
-) -> int:
-    """Fill ``noise_sensitivity`` of every finished record that lacks it (module docstring),
-    appending each updated record; returns how many records were updated. ``budget``
-    (``experiment.budget.Budget``) may stop it between chunks (``max_dollars``)."""
+def noise_pass(session: RunSession) -> int:
+    """Fill ``noise_sensitivity`` of every finished record of the session that lacks it (module
+    docstring), appending each updated record; returns how many records were updated. The
+    session's budget (``experiment.budget.Budget``) may stop it between chunks
+    (``max_dollars``)."""
+    cfg, done, budget = session.cfg, session.done, session.budget
     if not measures_noise(cfg):
         return 0
-    by_id = {e.id: e for e in examples}
+    by_id = {e.id: e for e in session.examples}
     strings = string_metrics(cfg.metrics)
     metric = strings[0] if strings else None
-    docs = pool(examples)
+    docs = pool(session.examples)
     # the config's own points: a stored one has its URL credentials redacted (never on disk)
     points = {(p.strategy, dumps_canonical(p.to_dict())): p for p in cfg.points}
     todo, updates = [], {}
-    for key in keys:
+    for key in session.keys:
         record = done.get(key)
         if record is None:
             continue
@@ -182,28 +179,26 @@ def noise_pass(
             updates[key] = _with_note(record, note)
         else:
             todo.append((key, noisy(example, added), added))
-    with (out / RECORDS).open("ab") as f:
+    with session.writer.appending() as writer:
         for key, record in updates.items():
-            append_record(f, key, record)
-            done[key] = record
-        if todo and res is None:  # nothing was generated this session: load what answers
-            llm = llm if llm is not None else load_model(cfg.model)
-            res = build_resources(cfg, llm, kv_dtype=provenance.identity(llm).get("dtype"))
-        bar = tqdm(total=len(todo), desc=f"{cfg.name} noise", disable=not progress, unit="rec")
+            writer.append(key, record)
+        # nothing generated this session: the model that answers is loaded now
+        res = session.resources() if todo else None
+        bar = tqdm(total=len(todo), desc=f"{cfg.name} noise", disable=not session.progress,
+                   unit="rec")  # fmt: skip
         size = min(NOISE_CHUNK, cfg.model.batch_size)  # one LLM call per round, as generation
         answered = 0  # a budget stop leaves the rest of todo for a rerun
         for start in range(0, len(todo), size):
             part = todo[start : start + size]
             again = [done[key] for key, _, _ in part]  # the records answered again
-            if budget is not None and not budget.allows(done, again, len(todo) - start, "noise"):
+            if not budget.allows(done, again, len(todo) - start, "noise"):
                 break
             items = [(ex, _point(points, done[key])) for key, ex, _ in part]
             outcomes = run_batch(items, res)
             for (key, _, added), outcome in zip(part, outcomes, strict=True):
                 record = _with_noisy(done[key], added, outcome, cfg.noise_distractors)
                 record = derive(record, by_id[record.example_id], metric)
-                append_record(f, key, record)
-                done[key] = record
+                writer.append(key, record)
                 answered += 1
                 bar.update(1)
         bar.close()

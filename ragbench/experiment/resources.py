@@ -23,7 +23,7 @@ from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.config.text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
-from ragbench.llm.calibration import Rates, announce, describe
+from ragbench.llm.calibration import Rates, announce
 from ragbench.llm.hf.load import set_threads
 from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index, needs_embedder
@@ -220,15 +220,15 @@ def build_resources(
     architecture preset, the config's price sheet (loaded once, by the config) and, when a
     strategy retrieves, the index builder. ``kv_dtype``: the transformers backend's dtype
     (``identity()["dtype"]``), which its KV cache is stored in. The model's calibration (its
-    rates: what the default ``cost_basis`` charges) is read here, before any record, and
-    recorded on ``cfg`` for the manifest. ``examples``: what the run will ask, so the
-    calibration probes up to its longest prompt (none: the default range)."""
+    rates: what the default ``cost_basis`` charges) is read here, before any record; the
+    manifest records it from ``res.rates`` (``session.RunSession.use``). ``examples``: what the
+    run will ask, so the calibration probes up to its longest prompt (none: the default
+    range)."""
     needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
     rates = None
     if generates_answers(cfg):
         longest = longest_prompt(llm, examples, cfg.model.max_new_tokens) if examples else None
         rates = rates_of(llm, longest)
-    cfg._calibration = describe(rates)
     return Resources(
         llm=llm,
         metrics=tuple(cfg.metrics),

@@ -70,22 +70,22 @@ from ragbench.experiment.resources import (
 )
 from ragbench.experiment.results import (
     RECORDS,
-    append_record,
     error_record,
     error_summary,
     parquet_bytes,
-    read_records,
     reprice_resumed,
     table,
     work_key,
 )
 from ragbench.experiment.sequential_run import Sequential, generate_until_decided
+from ragbench.experiment.session import Loaded, RecordWriter, RunSession
 from ragbench.io import atomic_write_bytes, dumps_canonical
 from ragbench.llm.fake import FakeLLM
 from ragbench.locks import FolderLock
 from ragbench.metrics.answer import deferred_metrics, metric_versions, score, string_metrics
 from ragbench.registry import did_you_mean
 from ragbench.strategies import get_strategy, preload, run_batch
+from ragbench.strategies.base import Resources
 from ragbench.strategies.prompt_format import check_cot, prompt_format
 from ragbench.types import Example
 
@@ -150,8 +150,13 @@ def run(
     made = [d for d in (out, *out.parents) if not d.exists()]  # the folders the lock creates
     with FolderLock(out, what="run", wait=wait) as lock, once_per_run():  # third-party: once
         try:
-            return _run_locked(cfg, examples, work, keys, out, started, progress, llm, judge_llm,
-                               (executor, workers), until_decided)  # fmt: skip
+            session = RunSession(
+                cfg=cfg, examples=examples, work=work, keys=keys, out=out,
+                writer=RecordWriter(out), budget=Budget.of(cfg), started=started,
+                progress=progress, executor=executor, workers=workers,
+                until_decided=until_decided, loaded=Loaded(llm=llm),
+            )  # fmt: skip
+            return _run_locked(session, judge_llm)
         except BaseException:
             # refused before writing anything (a backend, pipeline or server check): no folder
             # holding only its lock is left behind, nor the empty output_dir made for it
@@ -192,11 +197,11 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
     return changed
 
 
-def _run_locked(
-    cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm, executor,
-    until_decided=None,
-) -> Any:  # fmt: skip
-    done = read_records(out / RECORDS)
+def _run_locked(session: RunSession, judge_llm: Any) -> Any:
+    """The run, its folder locked: generation, then the judge and noise passes, then the table
+    and the manifest. ``judge_llm``: the caller's judge model (None: the config's)."""
+    cfg, examples, keys, out = session.cfg, session.examples, session.keys, session.out
+    done, budget, loaded = session.done, session.budget, session.loaded
     changed = rescore(done, examples, list(cfg.metrics))
     if changed:
         log.warning(
@@ -205,44 +210,42 @@ def _run_locked(
         )  # fmt: skip
     # error rows are retried on resume (timeouts, out-of-memory); the new record is appended and
     # read_records keeps the last line of a key
-    pending = [(w, k) for w, k in zip(work, keys, strict=True) if k not in done or done[k].error]
+    pending = [(w, k) for w, k in zip(session.work, keys, strict=True)
+               if k not in done or done[k].error]  # fmt: skip
     previous = read_manifest(out, keep_damaged=True)
-    session: dict[str, Any] = {"started_at": started, "pending": len(pending)}
+    # this invocation's entry in the manifest's session log
+    entry: dict[str, Any] = {"started_at": session.started, "pending": len(pending)}
     # the sheet file edited since records were priced: reprice them, never mix two versions
     if repriced := reprice_resumed(done, cfg.sheet, out / RECORDS):
-        session["repriced"] = repriced
-    sessions = [*sessions_of(previous), session]
+        entry["repriced"] = repriced
+    sessions = [*sessions_of(previous), entry]
     judging = bool(deferred_metrics(cfg.metrics)) and (
         bool(pending) or any(needs_judging(cfg, done[k]) for k in keys if k in done)
     )
-    res = None
-    ray_workers = executor[1] if executor[0] == "ray" else 0
+    ray_workers = session.workers if session.executor == "ray" else 0
     if pending and ray_workers:  # each worker loads the model and checks its server
         check_server(None, [p for (_, p), _ in pending])  # each point's preflight
     elif pending:
-        if llm is None and not generates_answers(cfg):  # retrieval only: no model is ever called
-            llm = FakeLLM(cfg.model.name)
-        llm = llm if llm is not None else load_model(cfg.model)  # a CachedLLM has len(): 0 if empty
-        check_server(llm, [p for (_, p), _ in pending])  # and each point's preflight
+        if loaded.llm is None and not generates_answers(cfg):  # retrieval only: no model called
+            loaded.llm = FakeLLM(cfg.model.name)
+        if loaded.llm is None:  # a CachedLLM has len(): 0 if empty
+            loaded.llm = load_model(cfg.model)
+        check_server(loaded.llm, [p for (_, p), _ in pending])  # and each point's preflight
     # the judge is loaded and its server checked before any record is generated: a dead judge
     # must not be found after an hour of generation
-    judge = load_judge(cfg, judge_llm, llm) if judging else None
-    budget = Budget.of(cfg)  # max_dollars: stops the rounds before the spend passes it
+    loaded.judge = load_judge(cfg, judge_llm, loaded.llm) if judging else None
     # sequential: questions in a seeded order, in rounds, until a look decides (sequential_run)
-    seq = Sequential(cfg, examples, keys, until_decided) if cfg.sequential is not None else None
+    seq = Sequential(session) if cfg.sequential is not None else None
 
     def generate(executor_: Any, items: list) -> int:
         if seq is None:
-            return _generate(cfg, executor_, items, done, out, progress, len(work), budget)
-        scored = deferred_metrics(cfg.metrics[:1]) and judge is not None
-        score = (lambda: judge_pass(cfg, judge, examples, keys, done, out, progress, llm, res,
-                                    budget)) if scored else None  # fmt: skip
+            return _generate(session, executor_, items)
+        scored = deferred_metrics(cfg.metrics[:1]) and loaded.judge is not None
         errors, handed = generate_until_decided(
-            seq, items, done,
-            lambda part: _generate(cfg, executor_, part, done, out, progress, len(work), budget),
-            budget, score,
+            session, seq, items, lambda part: _generate(session, executor_, part),
+            (lambda: judge_pass(session)) if scored else None,
         )  # fmt: skip
-        session["pending"] = handed  # what this session was to generate; the rest waits
+        entry["pending"] = handed  # what this session was to generate; the rest waits
         return errors
 
     if pending:
@@ -257,38 +260,41 @@ def _run_locked(
         over = preload.count([item for item, _ in pending])  # the run's, not one worker's
         cache = cache_dir() / "completions.sqlite" if cfg.model.cache else None  # load_model's
         budget.first_round = functools.partial(round_dollars, cfg)  # counted here, as a dry run
-        with RayRun(cfg, ray_workers, examples, over, main_cache=cache) as pool:
+        with RayRun(session, over, main_cache=cache) as pool:
             identity = pool.identity
-            write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
-            session["errors"] = generate(pool, pending)
-        session["preloaded"], session["executor"] = pool.preloaded, pool.summary()
+            loaded.calibration = pool.calibration  # worker 0's, for the manifest
+            write_manifest(session, identity, sessions, status="running", records=None)
+            entry["errors"] = generate(pool, pending)
+        entry["preloaded"], entry["executor"] = pool.preloaded, pool.summary()
     elif pending:
+        llm = loaded.llm
         identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
         # written before any work, so a run killed now still knows when it first started
-        write_manifest(out, cfg, examples, identity, sessions, status="running", records=None)
-        res = build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
+        write_manifest(session, identity, sessions, status="running", records=None)
+        res = session.use(
+            build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
+        )
         res.preload_over.update(preload.count([item for item, _ in pending]))
         budget.first_round = functools.partial(round_dollars, cfg, res=res)  # before any price
-        session["errors"] = generate(_Local(res), pending)
-        session["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
-        session["executor"] = {"name": "local", "workers": 1}
+        entry["errors"] = generate(_Local(res), pending)
+        entry["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
+        entry["executor"] = {"name": "local", "workers": 1}
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
+        llm = loaded.llm
         identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
-        session["errors"] = generate(None, []) if seq is not None else 0  # replay the looks
+        entry["errors"] = generate(None, []) if seq is not None else 0  # replay the looks
     # the passes after generation: none once the budget stopped it (a resume does them); each
     # may stop at the budget between its chunks
-    if judge is not None and not budget.stopped:
-        session["judged"] = judge_pass(
-            cfg, judge, examples, keys, done, out, progress, llm, res, budget
-        )
+    if loaded.judge is not None and not budget.stopped:
+        entry["judged"] = judge_pass(session)
     if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
-        session["noised"] = noise_pass(cfg, examples, keys, done, out, progress, llm, res, budget)
+        entry["noised"] = noise_pass(session)
     if budget.stopped:
-        session["stopped"], session["budget"] = budget.stopped, budget.info
-        session["pending"] -= budget.pending_at_stop  # what it generated; the rest: records_left
+        entry["stopped"], entry["budget"] = budget.stopped, budget.info
+        entry["pending"] -= budget.pending_at_stop  # what it generated; the rest: records_left
     if seq is not None:  # every look: n, statistic, boundary, decision; why it stopped
-        session["sequential"] = seq.summary()
-    session["finished_at"] = _now()
+        entry["sequential"] = seq.summary()
+    entry["finished_at"] = _now()
 
     meta = {e.id: e.meta for e in examples}
     df = table([done[k] for k in keys if k in done], meta, list(cfg.metrics))
@@ -296,10 +302,10 @@ def _run_locked(
     # after a scoring fix cannot be compared (the analysis refuses a metric with two versions)
     df["metric_versions"] = dumps_canonical(metric_versions(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
-    judge_info = judge_summary(cfg, judge, df, previous)
+    judge_info = judge_summary(cfg, loaded.judge, df, previous)
     status = "stopped" if budget.stopped else "finished"
     manifest = write_manifest(
-        out, cfg, examples, identity, sessions, status=status, records=df, judge=judge_info
+        session, identity, sessions, status=status, records=df, judge=judge_info
     )
     provenance.record_in_notebook(out, manifest)
     failed = int(df["error"].notna().sum())
@@ -309,7 +315,7 @@ def _run_locked(
                     failed, len(df), top[1], top[0])  # fmt: skip
     df.attrs["run_dir"] = str(out)
     if seq is not None:  # the verdict reads the run at its last look (analysis.verdict)
-        df.attrs["sequential"] = session["sequential"]
+        df.attrs["sequential"] = entry["sequential"]
     if budget.stopped:
         df.attrs["stopped"] = budget.reason  # `ragbench run` exits BUDGET_EXIT
         log.warning("%s", budget.reason)  # the one line that says why
@@ -353,7 +359,7 @@ def plan_rounds(pending: list, size: int) -> list[list]:
 class _Local:
     """The local executor: each round in this process, in plan order (see ``RayRun`` for Ray)."""
 
-    def __init__(self, res) -> None:
+    def __init__(self, res: Resources) -> None:
         self.res = res
 
     def order(self, rounds: list[list]) -> list[list]:
@@ -364,19 +370,20 @@ class _Local:
             yield chunk, run_batch([item for item, _ in chunk], self.res)
 
 
-def _generate(cfg, executor, pending, done, out: Path, progress: bool, total: int, budget) -> int:
-    """Generate the pending records in rounds of at most ``batch_size`` (``plan_rounds``) on
-    ``executor`` (``_Local`` or ``RayRun``), appending each round to records.jsonl as it
-    finishes (a killed run loses at most the rounds in flight). Returns the errors."""
-    errors = 0
-    with (out / RECORDS).open("ab") as f:
+def _generate(session: RunSession, executor: _Local | RayRun, pending: list) -> int:
+    """Generate the session's ``pending`` records in rounds of at most ``batch_size``
+    (``plan_rounds``) on ``executor`` (``_Local`` or ``RayRun``), appending each round to
+    records.jsonl as it finishes (a killed run loses at most the rounds in flight). Returns the
+    errors."""
+    cfg, total, errors = session.cfg, len(session.work), 0
+    with session.writer.appending() as writer:
         # records arrive a whole batch at a time: the rate (and ETA) is the average over the
         # batches finished in this session (smoothing=0), never the burst of one batch's writes
         bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
-                   disable=not progress, unit="rec", smoothing=0)  # fmt: skip
+                   disable=not session.progress, unit="rec", smoothing=0)  # fmt: skip
         # each round's records run together (strategies.run_batch: one LLM call per step)
         planned = executor.order(plan_rounds(pending, cfg.model.batch_size))
-        for chunk, outcomes in executor.run(budget.rounds(planned, done)):
+        for chunk, outcomes in executor.run(session.budget.rounds(planned, session.done)):
             for ((example, params), key), outcome in zip(chunk, outcomes, strict=True):
                 record = (  # one bad example must not stop the run
                     error_record(example, params, outcome)
@@ -384,8 +391,7 @@ def _generate(cfg, executor, pending, done, out: Path, progress: bool, total: in
                     else outcome
                 )
                 errors += record.error is not None
-                append_record(f, key, record)
-                done[key] = record
+                writer.append(key, record)
             bar.update(len(chunk))
         bar.close()
     return errors

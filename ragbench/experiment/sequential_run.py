@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ragbench.experiment.results import table
+from ragbench.experiment.session import RunSession
 from ragbench.types import Example
 
 # a verdict's reason -> the look's decision (the verdict's choice completes it)
@@ -43,16 +44,17 @@ class Sequential:
     rounds may have none left: a resumed run); after each, the runner calls ``look(done)``,
     True once decided. ``summary()`` is the session's manifest entry."""
 
-    def __init__(
-        self, cfg: Any, examples: list[Example], keys: list[str], decide: Callable[..., Any]
-    ) -> None:
-        self.cfg, self.sc, self.decide = cfg, cfg.sequential, decide
+    def __init__(self, session: RunSession) -> None:
+        cfg = session.cfg
+        if cfg.sequential is None or session.until_decided is None:
+            raise ValueError("a sequential run needs the config's sequential section and its look")
+        self.cfg, self.sc, self.decide = cfg, cfg.sequential, session.until_decided
         seed = self.sc.seed if self.sc.seed is not None else cfg.seed
-        self.order = question_order(examples, seed)
+        self.order = question_order(session.examples, seed)
         self.rank = {qid: i for i, qid in enumerate(self.order)}
         self.at = self.sc.looks(len(self.order))  # questions asked by each look
-        self.keys = keys
-        self.meta = {e.id: e.meta for e in examples}
+        self.keys = session.keys
+        self.meta = {e.id: e.meta for e in session.examples}
         self.looks: list[dict[str, Any]] = []
         self.fractions: list[float] = []
         self.asked = 0  # questions handed out so far
@@ -167,24 +169,24 @@ def _json(value: Any) -> Any:
 
 
 def generate_until_decided(
+    session: RunSession,
     seq: Sequential,
     pending: list,
-    done: dict[str, Any],
     generate: Callable[[list], int],
-    budget: Any,
     score: Callable[[], Any] | None = None,
 ) -> tuple[int, int]:
     """Each round's pending items through ``generate`` (the runner's ``_generate`` on them;
     returns its errors), ``score`` (the judge pass, when the decision metric is judged), then a
-    look; stops when decided, at the budget or when the questions run out. Returns (errors,
-    work items handed out)."""
+    look at the session's records; stops when decided, at the session's budget or when the
+    questions run out. Returns (errors, work items handed out)."""
     errors = handed = 0
+    budget = session.budget
     for items in seq.rounds(pending):
         if items:
             handed += len(items)
             errors += generate(items)
         if score is not None and not budget.stopped:
             score()
-        if seq.look(done, budget_stopped=bool(budget.stopped)):
+        if seq.look(session.done, budget_stopped=bool(budget.stopped)):
             break
     return errors, handed

@@ -14,7 +14,11 @@ from typing import Any
 
 from ragbench.cost.accounting import Cost
 from ragbench.cost.alone import PrefixLedger
+from ragbench.cost.prices import PriceSheet
+from ragbench.llm.base import LLM
+from ragbench.llm.calibration import Rates
 from ragbench.metrics.answer import score
+from ragbench.models import ModelPreset
 from ragbench.strategies.params import RetrievalParams, StrategyParams
 from ragbench.strategies.prompt_format import RAGBENCH, Frame, PromptFormat, prompt_format
 from ragbench.types import Completion, Example, GenerationRequest, Record
@@ -29,16 +33,16 @@ IndexFn = Callable[[Example, RetrievalParams], tuple[list, Any]]
 class Resources:
     """What a strategy needs besides the example; built once per run by the runner."""
 
-    llm: Any  # ragbench.llm.base.LLM (possibly a CachedLLM)
+    llm: LLM  # the model under test (possibly a CachedLLM; a dry run's token counter)
     metrics: tuple[str, ...] = ("string_match_all",)
     max_new_tokens: int = 32
     prompt_budget: int | None = None  # matched budgets: prompt-token cap for every strategy
-    preset: Any = None  # ModelPreset for FLOPs / KV bytes
+    preset: ModelPreset | None = None  # the architecture, for FLOPs / KV bytes
     kv_dtype: str | None = None  # dtype the KV cache is stored in; None: 2 bytes/value assumed
-    sheet: Any = None  # PriceSheet for dollars
-    # the model's calibration (llm.calibration.Rates; None: none, a server or the fake backend):
-    # its modelled seconds are what an hourly sheet charges under cost_basis "calibrated"
-    rates: Any = None
+    sheet: PriceSheet | None = None  # for dollars (None: no dollar column)
+    # the model's calibration (None: none, a server or the fake backend): its modelled seconds
+    # are what an hourly sheet charges under cost_basis "calibrated"
+    rates: Rates | None = None
     cost_basis: str = "calibrated"  # calibrated | measured (the config's cost_basis)
     index: IndexFn | None = None
     # long context over a shared corpus: the corpus fitted to the window once per run, keyed by

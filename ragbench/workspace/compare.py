@@ -40,7 +40,7 @@ from ragbench.analysis import verdict as analysis_verdict
 from ragbench.datasets.corpus import docs as ingest_docs
 from ragbench.datasets.corpus.file import write_documents
 from ragbench.datasets.questions import read_questions
-from ragbench.experiment.config.run import RunConfig, load_config
+from ragbench.experiment.config.run import RunConfig, load_config, with_origin
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.question_gen import generate as question_gen
 from ragbench.experiment.runner import run_dir_for
@@ -267,7 +267,7 @@ def write_config(config: dict[str, Any]) -> tuple[RunConfig, Path]:
     written = load_config(path)  # the file reads back into the same run folder
     if run_dir_for(written) != path.parent:
         raise RuntimeError(f"{path}: the written config names another run folder")  # a bug
-    cfg._source_dir, cfg._source_file = written._source_dir, written._source_file
+    cfg = with_origin(cfg, source_dir=written._source_dir, source_file=written._source_file)
     return cfg, path
 
 

@@ -98,8 +98,18 @@ class RunConfig(_Strict):
     # built by validation (`_typed`), read by the run: not part of the dump or the hash
     _points: tuple[StrategyParams, ...] = PrivateAttr(default=())
     _sheet: PriceSheet | None = PrivateAttr(default=None)
-    # the calibration the run priced with, set when its resources are built (for the manifest)
-    _calibration: dict[str, Any] | None = PrivateAttr(default=None)
+    # set once loaded (``load_config``): from then on nothing is written, private attributes
+    # included (the fields are frozen); ``with_origin`` makes a changed copy
+    _sealed: bool = PrivateAttr(default=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the fields are frozen (pydantic refuses them); the private attributes once loaded
+        if name.startswith("_") and (self.__pydantic_private__ or {}).get("_sealed"):
+            raise TypeError(
+                f"RunConfig is immutable once loaded: cannot set {name!r} (a changed copy: "
+                "model_copy(update=...) for a field, with_origin(...) for where it came from)"
+            )
+        super().__setattr__(name, value)
 
     @property
     def points(self) -> tuple[StrategyParams, ...]:
@@ -263,27 +273,50 @@ def check_output_dir(cfg: RunConfig, text: str | None = None) -> None:
     )
 
 
+ORIGIN = ("source_dir", "source_file", "output_base", "overrides")  # where a config came from
+
+
+def with_origin(cfg: RunConfig, **origin: Any) -> RunConfig:
+    """A loaded (sealed) copy of ``cfg`` with ``origin`` changed: ``source_dir`` (relative
+    dataset paths resolve there), ``source_file``, ``output_base``, ``overrides`` (the private
+    attributes of the same names). ``cfg`` itself is not written."""
+    if unknown := set(origin) - set(ORIGIN):
+        raise TypeError(f"with_origin: unknown {sorted(unknown)}; valid: {list(ORIGIN)}")
+    new = cfg.model_copy()
+    private = {**(cfg.__pydantic_private__ or {}), **{f"_{k}": v for k, v in origin.items()}}
+    object.__setattr__(new, "__pydantic_private__", private | {"_sealed": True})
+    return new
+
+
+def _sealed(cfg: RunConfig) -> RunConfig:
+    """``cfg``, never written again (``RunConfig.__setattr__``)."""
+    (cfg.__pydantic_private__ or {})["_sealed"] = True
+    return cfg
+
+
 def load_config(
     path: str | os.PathLike | RunConfig | dict, overrides: Sequence[str] = ()
 ) -> RunConfig:
     """A RunConfig from a YAML path (or a dict, or an existing RunConfig), with ``overrides``
     (``dotted.path=value``, see :func:`apply_overrides`) applied before validation and kept in
-    ``cfg._overrides`` for the manifest."""
+    ``cfg._overrides`` for the manifest. The config returned is sealed: immutable, its private
+    attributes included."""
     if isinstance(path, RunConfig):
         if not overrides:
-            return path
+            return _sealed(path)
         cfg = parse_config(apply_overrides(path.model_dump(mode="json"), overrides))
-        cfg._source_dir, cfg._source_file = path._source_dir, path._source_file
-        cfg._overrides = [*path._overrides, *overrides]
-        cfg._output_base = path._output_base
+        output_base = path._output_base
         if path._source_dir and any(o.strip().startswith("output_dir=") for o in overrides):
-            cfg._output_base = path._source_dir  # a --set output_dir is the file's key
+            output_base = path._source_dir  # a --set output_dir is the file's key
+        cfg = with_origin(
+            cfg, source_dir=path._source_dir, source_file=path._source_file,
+            overrides=[*path._overrides, *overrides], output_base=output_base,
+        )  # fmt: skip
         check_output_dir(cfg)
         return cfg
     if isinstance(path, dict):
         cfg = parse_config(apply_overrides(path, overrides))
-        cfg._overrides = list(overrides)
-        return cfg
+        return with_origin(cfg, overrides=list(overrides))
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such config file")
@@ -302,9 +335,11 @@ def load_config(
         data = apply_overrides(data, overrides)
     with imports_from(path.resolve().parent):  # a pipeline target may sit beside the config
         cfg = parse_config(data, str(path), None if overrides else text)
-    cfg._source_dir, cfg._source_file = str(path.resolve().parent), str(path)
-    cfg._overrides = list(overrides)
-    if isinstance(data, dict) and "output_dir" in data:  # named in the file (or a --set)
-        cfg._output_base = cfg._source_dir
+    source_dir = str(path.resolve().parent)
+    named = isinstance(data, dict) and "output_dir" in data  # named in the file (or a --set)
+    cfg = with_origin(
+        cfg, source_dir=source_dir, source_file=str(path), overrides=list(overrides),
+        output_base=source_dir if named else None,
+    )  # fmt: skip
     check_output_dir(cfg, None if overrides else text)
     return cfg
