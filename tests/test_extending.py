@@ -1,8 +1,10 @@
 """Extending ragbench through the files the README names ("Extending ragbench"), and nothing
 else: a toy strategy (its steps module with its parameter class, one ``Strategy(...)`` line), a
 toy backend (an ``LLM`` subclass declaring its capabilities, one ``BACKENDS`` line), a toy
-KV-cache variant (one class, one ``KV_CACHES`` line) and a toy judge metric (one
-``JudgeMetric`` class, one ``register_judge_metric`` line), each run end to end. The toy modules are
+KV-cache variant (one class, one ``KV_CACHES`` line), a toy judge metric (one
+``JudgeMetric`` class, one ``register_judge_metric`` line), a toy importer (one function, one
+``IMPORTERS`` line) and a toy plot (one function, re-exported as ``report.<name>``), each run end
+to end. The toy modules are
 written to a temporary folder; registering them is the one line each README entry names."""
 
 from __future__ import annotations
@@ -265,3 +267,96 @@ def test_a_toy_judge_metric_is_run_by_the_judge_pass(toy_modules):
             run({**cfg, "metrics": ["judge_shrt"]}, progress=False)
     finally:
         unregister_judge_metric("judge_short")
+
+
+TOY_IMPORTER = '''
+"""A toy file format: one question per line, ``question | answer | document text``."""
+
+from ragbench.io import InputFileError
+from ragbench.types import Document, Example
+
+
+def load_pipes(path, **options):
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) != 3:
+                raise InputFileError(path, line_no, "line", "expected 'question | answer | text'")
+            question, answer, text = parts
+            doc = Document(f"doc{line_no}", text)
+            out.append(Example(f"q{line_no}", question, (answer,), (doc,)))
+    return out
+'''
+
+TOY_PLOT = '''
+"""A plot of a summary table: each variant's share of the prompt tokens the run sent."""
+
+from ragbench.report import readable
+
+
+def plot_cost_share(table, ax=None):
+    ax = readable.axes(ax)
+    share = table["prompt_tokens"] / table["prompt_tokens"].sum()
+    ax.barh(list(table["label"]), share)
+    readable.percent_axis(ax.xaxis)
+    ax.set_xlabel("share of the prompt tokens sent")
+    ax.set_title("Where the prompt tokens go")
+    return ax
+'''
+
+
+def test_a_toy_importer_feeds_a_run_and_reports_bad_lines(toy_modules):
+    from ragbench.datasets.formats import IMPORTERS
+    from ragbench.io import InputFileError
+
+    _write(toy_modules, "toy_pipes", TOY_IMPORTER)
+    data = toy_modules / "qa.txt"
+    data.write_text(
+        "What is the magic number? | 7463343 | The special magic number is 7463343.\n"
+        "Who wrote it? | Ada | It was written by Ada in the spring.\n"
+    )
+    IMPORTERS.register("pipes", "toy_pipes:load_pipes")  # the one line in datasets/formats.py
+    try:
+        cfg = _config(toy_modules, "fake", ["closed_book", "long_context"])
+        cfg["dataset"] = {"name": "file", "params": {"path": str(data), "format": "pipes"}}
+        df = run(cfg, progress=False)
+        assert df["error"].isna().all() and sorted(df["example_id"].unique()) == ["q1", "q2"]
+        # long context reads the imported document; closed book does not
+        lc = df[df["strategy"] == "long_context"].set_index("example_id")
+        cb = df[df["strategy"] == "closed_book"].set_index("example_id")
+        assert (lc["prompt_tokens"] > cb["prompt_tokens"]).all()
+        (toy_modules / "bad.txt").write_text("only a question\n")
+        cfg["dataset"]["params"]["path"] = str(toy_modules / "bad.txt")
+        with pytest.raises(InputFileError, match=r"bad\.txt:1"):
+            run(cfg, progress=False)
+        with pytest.raises(ValueError, match="did you mean 'pipes'"):
+            run({**cfg, "dataset": {"name": "file", "params": {"path": str(data),
+                                                               "format": "pipe"}}},
+                progress=False)  # fmt: skip
+    finally:
+        IMPORTERS.unregister("pipes")
+        sys.modules.pop("toy_pipes", None)
+
+
+def test_a_toy_plot_reads_a_summary_table_and_passes_the_figure_checks(toy_modules, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ragbench.report.readable import figure_problems
+
+    _write(toy_modules, "toy_plot", TOY_PLOT)
+    import toy_plot
+
+    monkeypatch.setattr(report, "plot_cost_share", toy_plot.plot_cost_share, raising=False)
+    try:  # the one line in report/__init__.py: re-exported, notebooks call report.<name>
+        df = run(_config(toy_modules, "fake", ["closed_book", "long_context"]), progress=False)
+        ax = report.plot_cost_share(report.summary(df))
+        widths = {bar.get_width() for bar in ax.patches}
+        assert sum(widths) == pytest.approx(1.0) and max(widths) > 0.5  # long context dominates
+        assert figure_problems(ax.figure) == []
+        plt.close(ax.figure)
+    finally:
+        sys.modules.pop("toy_plot", None)
