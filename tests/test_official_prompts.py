@@ -228,7 +228,7 @@ def test_cot_over_the_window_names_the_reasoning_budget(tmp_path):
 
 
 def test_the_answer_step_keeps_the_points_kv_cache(tmp_path):
-    lc = {"name": "long_context", "params": {"cot": True, "kv_cache": "quantized", "kv_bits": 4}}
+    lc = {"name": "long_context", "params": {"cot": True, "kv": {"name": "quantized", "bits": 4}}}
     _, rec, _, _ = run_lb2(tmp_path, [lc], [lb2_row(0)], simulate_kv_cache=True)
     first, second = rec.sent("lb0:long_context")[0], rec.sent("lb0:long_context:answer")[0]
     assert first.kv is not None and second.kv == first.kv

@@ -57,7 +57,7 @@ from ragbench.experiment.dry_run import round_dollars
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.log_once import once_per_run
-from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
+from ragbench.experiment.manifest import check_schema, read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
 from ragbench.experiment.preflight import check_window
 from ragbench.experiment.resources import (
@@ -196,6 +196,7 @@ def _run_locked(
     cfg, examples, work, keys, out: Path, started: str, progress: bool, llm, judge_llm, executor,
     until_decided=None,
 ) -> Any:  # fmt: skip
+    check_schema(out)  # never resumes into a folder another schema wrote
     done = read_records(out / RECORDS)
     changed = rescore(done, examples, list(cfg.metrics))
     if changed:
