@@ -77,7 +77,10 @@ def refuse_resume(folder: Path | str, version: int) -> None:
 
 
 def _kv_params_v1(params: dict[str, Any]) -> dict[str, Any]:
-    """A schema-1 long-context parameter dict with its flat KV fields nested under ``kv``."""
+    """A schema-1 long-context parameter dict with its flat KV fields nested under ``kv``;
+    another strategy's (no such field) as it was."""
+    if "kv_cache" not in params and not any(k in params for k in V1_KV_FIELDS):
+        return params
     params = dict(params)
     name = params.pop("kv_cache", None) or "plain"
     kv: dict[str, Any] = {"name": name}
@@ -112,11 +115,8 @@ def migrate_record(record: dict[str, Any], version: int) -> dict[str, Any]:
             "reads schema 1 and 2: upgrade ragbench"
         )
     record = dict(record)
-    params = record.get("params")
-    if isinstance(params, dict) and (
-        "kv_cache" in params or any(k in params for k in V1_KV_FIELDS)
-    ):
-        record["params"] = _kv_params_v1(params)
+    if isinstance(record.get("params"), dict):
+        record["params"] = _kv_params_v1(record["params"])
     if isinstance(record.get("cost"), dict) and record["cost"]:
         record["cost"] = _cost_v1(record["cost"])
     return record

@@ -53,6 +53,7 @@ def test_a_schema_1_folder_reads_migrated_records_and_table():
     assert schema.folder_version(V1) == 1 and schema.SCHEMA_VERSION == 2
     done = read_records(V1 / RECORDS)
     assert [r.params.label() for r in done.values()] == LABELS
+    assert "kv" not in list(done.values())[4].params.to_dict()  # rag: no kv
     sinks = list(done.values())[2]
     assert sinks.params == LongContextParams(kv={"name": "sinks", "window_tokens": 128})
     assert sinks.params.to_dict()["kv"] == {"name": "sinks", "sink_tokens": 4, "window_tokens": 128}
@@ -63,6 +64,8 @@ def test_a_schema_1_folder_reads_migrated_records_and_table():
     assert df["label"].tolist() == LABELS and seed == 0
     assert "kv_cache" not in df.columns and "kv_bits" in df.columns
     assert df["kv"].tolist()[1:4] == ["plain", "sinks", "quantized"]
+    assert df["kv"].isna().tolist() == [True, False, False, False, True]  # long_context's only
+    assert "kv" not in json.loads(df["params"][4])  # rag's params as they were
     assert df["kv_window_tokens"].tolist()[2] == 128 and df["kv_bits"].tolist()[3] == 4
     assert json.loads(df["params"][3])["kv"] == {"name": "quantized", "bits": 4, "backend": "hqq"}
 

@@ -81,7 +81,7 @@ class RunConfig(_Strict):
     # the hash: a rerun with a higher cap resumes in the same run folder
     max_dollars: float | None = Field(None, gt=0)
     # stop when decided (`ragbench run --until-decided`): rounds, alpha spending, margin; not
-    # part of the hash either (where a run stops); a config without it dumps as before
+    # part of the hash either (where a run stops)
     sequential: SequentialConfig | None = None
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
     # where the run is logged besides its folder (MLflow: ragbench.workspace.tracking); not part
