@@ -416,7 +416,10 @@ def test_params_and_contract():
         PipelineParams(url="http://x/a", timeout=0)
     p = PipelineParams(url="http://u:pw@x/a?token=abc", version="3")
     assert p.url == "http://***@x/a?token=***" and p.raw_url == "http://u:pw@x/a?token=abc"
-    assert p.to_dict() == {"target": None, "url": p.url, "version": "3"}  # how it's called: not
+    # how it's called (timeout, retries, headers) is not stored; the setup fields are, at
+    # their defaults too
+    setup = {"setup": None, "setup_url": None, "setup_version": None}
+    assert p.to_dict() == {"target": None, "url": p.url, "version": "3", **setup}
     assert PipelineParams.from_dict(p.to_dict()) == p
     assert get_strategy("pipeline").params is PipelineParams
     assert PipelineAnswer.parse("x").answer == "x"
