@@ -314,7 +314,7 @@ def bench_kv_variants(
             p.layers, p.kv_heads, p.head_dim, c.prompt_tokens, 1, dtype_bytes(model.dtype)
         )
         out[name] = {
-            "kv": kv.fields(),  # the flat form earlier result files have
+            "kv": kv.spec(),  # the variant's stored form: {name, its parameters}
             "prompt_tokens": c.prompt_tokens,
             "kv_bytes_measured": c.kv_bytes_measured,
             "kv_bytes_formula": formula,

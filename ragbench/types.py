@@ -15,13 +15,15 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any, nested: bool = False) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if nested and callable(getattr(value, "to_dict", None)):  # its own stored form
+            return _jsonable(value.to_dict())  # (a Record's params: StrategyParams.to_dict)
+        return {f.name: _jsonable(getattr(value, f.name), True) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, True) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): _jsonable(v, True) for k, v in value.items()}
     return value
 
 
@@ -136,9 +138,9 @@ class GenerationRequest(JsonMixin):
     ``kv`` says how the backend keeps this request's KV cache: a KV-cache variant
     (``ragbench.llm.kv.variants``: ``Offloaded()``, ``Sinks()``, ``Quantized(bits=4)``, ``SnapKV()``,
     which validates its own parameters) or None for the plain cache; a backend that cannot keep
-    it that way raises an error naming what it supports. ``to_dict`` writes it in its legacy flat
-    form (``kv_cache``, ``kv_bits``, ...), left out for the plain cache, so completion-cache keys
-    are the ones they always were.
+    it that way raises an error naming what it supports. ``to_dict`` writes it as the variant's
+    ``spec()`` under ``kv`` (``{"name": "quantized", "bits": 4, ...}``), left out for the plain
+    cache, so a plain request's completion-cache key does not depend on the variants.
 
     ``cacheable=False``: never served from or stored in a completion cache, because what it
     costs depends on state outside the request (a question on a preloaded corpus KV: a stored
@@ -160,7 +162,7 @@ class GenerationRequest(JsonMixin):
             raise ValueError("GenerationRequest.prefix must be a prefix of prompt")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.kv is not None and not callable(getattr(self.kv, "fields", None)):
+        if self.kv is not None and not callable(getattr(self.kv, "spec", None)):
             raise TypeError(
                 "GenerationRequest.kv must be a KV-cache variant of ragbench.llm.kv.variants "
                 f"(e.g. Quantized(bits=4)) or None for the plain cache, got {self.kv!r}"
@@ -173,16 +175,16 @@ class GenerationRequest(JsonMixin):
         data.pop("kv")
         if data["cacheable"]:
             data.pop("cacheable")
-        return data | (self.kv.fields() if self.kv is not None else {})
+        return data | ({"kv": self.kv.spec()} if self.kv is not None else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GenerationRequest:
-        """A request from ``to_dict``'s form. Its flat KV-cache keys name a variant this core
-        module does not know: ``ragbench.llm.kv.variants.request_from_dict`` reads those."""
-        if "kv_cache" in data:
+        """A request from ``to_dict``'s form, without its ``kv`` (this core module knows no
+        variant: give ``kv=ragbench.llm.kv.variants.kv_from_spec(data["kv"])`` yourself)."""
+        if "kv" in data:
             raise ValueError(
-                "GenerationRequest.from_dict: a KV-cache variant (kv_cache="
-                f"{data['kv_cache']!r}) is read by ragbench.llm.kv.variants.request_from_dict"
+                "GenerationRequest.from_dict: a KV-cache variant (kv="
+                f"{data['kv']!r}) is typed by ragbench.llm.kv.variants.kv_from_spec"
             )
         return super().from_dict(data)  # type: ignore[misc]
 
@@ -200,7 +202,7 @@ class Completion(JsonMixin):
       scheduled, not the strategy;
     * ``resource_seconds``, its share of the device time: what cost is charged from. A batch's
       rows split the batch's device time (they add up to it); None means the backend did not
-      measure it, and cost falls back to prefill + decode (see ``ragbench.cost.prices.gpu_seconds``).
+      measure it, and cost falls back to prefill + decode (see ``ragbench.cost.prices.resource_seconds``).
 
     ``padding_tokens`` are padding positions its row computed in a padded batch (0 alone).
     ``kv_bytes_measured`` is what the transformers backend measured of its KV cache.
@@ -230,11 +232,6 @@ class Completion(JsonMixin):
         """The request's own time: its work began until its last token (prefill + decode); the
         queue before it is ``queue_seconds``."""
         return self.prefill_seconds + self.decode_seconds
-
-    @property
-    def total_seconds(self) -> float:
-        """Deprecated name of :attr:`latency_seconds`."""
-        return self.latency_seconds
 
 
 @dataclass(frozen=True)

@@ -196,9 +196,11 @@ def test_latency_is_the_request_time_at_any_batch_size(tmp_path, batch_size):
 
 
 def test_old_records_latency_included_the_queue_and_is_read_as_its_own_time():
+    from ragbench.schema import migrate_record
+
     old = {"prompt_tokens": 10, "queue_seconds": 19.7, "prefill_seconds": 5.0,
            "decode_seconds": 2.4, "latency_seconds": 27.1}  # fmt: skip
-    c = Cost.from_dict(old)
+    c = Cost.from_dict(migrate_record({"cost": old}, 1)["cost"])  # a schema-1 record, migrated
     assert c.latency_seconds == pytest.approx(7.4) and c.queue_seconds == 19.7
     assert c.latency_basis == "own" and Cost.from_dict(c.to_dict()) == c
     # a results table written before latency_basis existed, next to a new one

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ragbench"
 
 # The small shared core at the top: contracts, registries, I/O, locks, redaction, assets,
-# devices, token counting, model facts. Nothing here imports a layer above it.
-CORE = {"types", "registry", "io", "locks", "secrets", "assets", "devices", "tokenizers", "models"}
+# devices, token counting, model facts, the stored schema. Nothing here imports a layer above it.
+CORE = {"types", "registry", "io", "locks", "secrets", "assets", "devices", "tokenizers", "models",
+        "schema"}  # fmt: skip
 # Layers, lowest first: a module may import its own package, the core, and lower layers only.
 LAYERS = [
     {"core"},

@@ -205,24 +205,28 @@ def test_judge_section_validated(tmp_path):
     )
 
 
-def test_hash_without_judge_is_unchanged(tmp_path):
-    """Adding the judge section must not move existing run folders: a config without one
-    hashes exactly as before the section existed."""
+def test_hash_is_the_config_as_written_plus_the_schema_version(tmp_path):
+    """The hash is the whole config (defaults included: no field is dropped or renamed for
+    older run folders) less what changes speed, where a run stops or where it is reported, plus
+    ``ragbench.schema.SCHEMA_VERSION`` (a new schema is a new run folder)."""
     import hashlib
 
     from ragbench.io import dumps_canonical
+    from ragbench.schema import SCHEMA_VERSION
     from ragbench.secrets import redact
 
     cfg = load_config(write(tmp_path, GOOD))
-    # model.threads (added later) is left out of the hash too: it changes speed, not answers;
-    # and cost_basis at its default (added later still: see test_cost_basis_default_...)
-    # model.rate_limit and max_dollars (later still) change speed and where a run stops: out too;
-    # noise_distractors (later still) at its default, like cost_basis; tracking (later still)
-    # where a run is reported, never part of it
-    exclude = {"output_dir": True, "judge": True, "model": {"threads", "rate_limit"},
-               "cost_basis": True, "max_dollars": True, "noise_distractors": True,
-               "tracking": True}  # fmt: skip
-    data = redact(cfg.model_dump(mode="json", exclude=exclude))
+    speed = {"threads": True, "rate_limit": True, "params": {"decode": True, "cuda_graphs": True}}
+    exclude = {
+        "output_dir": True,
+        "model": speed,
+        "max_dollars": True,
+        "sequential": True,
+        "tracking": True,
+        "noise_distractors": True,
+    }  # fmt: skip (no noise metric here)
+    data = redact(cfg.model_dump(mode="json", exclude=exclude)) | {"schema_version": SCHEMA_VERSION}
+    assert data["judge"] is None and data["cost_basis"] == "calibrated"  # written, at defaults
     assert config_hash(cfg) == hashlib.sha256(dumps_canonical(data).encode()).hexdigest()
     judged = load_config(write(tmp_path, JUDGED + JUDGE, "j.yaml"))
     other = load_config(write(tmp_path, JUDGED + JUDGE + "  max_attempts: 2\n", "k.yaml"))
@@ -263,18 +267,20 @@ def test_bad_strategy_parameters_name_the_strategy_and_its_line(tmp_path):
         load_config(write(tmp_path, GOOD + "price_sheet: nope\n"))
 
 
-# judge.samples: 3 (and the default, 1) as config_hash gave before judge.repeats existed
+# judge.samples: 3 (and the default, 1). Schema 2 (ragbench.schema: the version enters every
+# hash; no field is renamed or dropped for older hashes any more) changed these: pinned so that
+# the next change is deliberate (a new schema version), never a side effect
 SAMPLES_HASHES = {
-    "": "b6026316bb0e976eb6fe4faa9230a2959bf5b5e0c7f8dcac056e3037824765dd",
+    "": "d12d50987240ce3f47ab10529961794d33cd1ed02a2844c16bbd15a4d3d239f7",
     "  samples: 3\n  temperature: 0.7\n": (
-        "8c449fefe98ba822d8cc7a16dea43904a49c13d612fc7c36456cd051f361e5ef"
+        "51675c83added93d5e44c59d5162dd0b5a952579e8945c7e3fb1d2aab062ffdf"
     ),
 }
 
 
-def test_judge_repeats_is_samples_renamed_and_hashes_as_samples_did(tmp_path):
-    """judge.repeats is judge.samples' new name: a config written with either lands in the run
-    folder a samples config always had (the hashes below are main's before the rename)."""
+def test_judge_repeats_is_samples_renamed_and_hashes_alike(tmp_path):
+    """judge.repeats is judge.samples' new name: a config written with either lands in the same
+    run folder."""
     for extra, expected in SAMPLES_HASHES.items():
         old = load_config(write(tmp_path, JUDGED + JUDGE + extra, "old.yaml"))
         new = load_config(
@@ -284,16 +290,18 @@ def test_judge_repeats_is_samples_renamed_and_hashes_as_samples_did(tmp_path):
         assert config_hash(parse_config(new.model_dump(mode="json"))) == expected  # its dump too
 
 
-# the hashes of the shipped configs before cost_basis existed: their run folders must not move
+# the shipped configs' hashes. Schema 2 (ragbench.schema: the version enters every hash, and
+# no default is dropped from it for older folders) moved them from main's 71d045b9 (fake),
+# c773d4e3 (gpu) and 84fa08b8 (quick-cpu): pinned so that the next move is deliberate
 SHIPPED_HASHES = {
-    "fake.yaml": "71d045b9fa34078b9f40e08262af565e82907ebf88f73ced74d61d47deeff217",
-    "gpu.yaml": "c773d4e3c47c96419f0afeab697da0d880d1204f85c8bff84f669b1d7c3d423a",
-    "quick-cpu.yaml": "84fa08b8e011528b1b8c785b37e3e3ea4650e22e0e16423394bed3cb39d78db1",
+    "fake.yaml": "1948be12f121190f10e9eecf7e30bf277d57fda5716ffe5d4e4a3777b70b73d9",
+    "gpu.yaml": "99f2585b6079b6678130a88ca6361c5b80e21ca60daaf613ce9145ee9926dd54",
+    "quick-cpu.yaml": "dd7740f25424385cf501e18e8e339a484d33015c7a3d401510523de84b8c5d89",
 }
 
 
 @pytest.mark.parametrize("filename", sorted(SHIPPED_HASHES))
-def test_cost_basis_default_keeps_the_shipped_config_hashes(filename):
+def test_shipped_config_hashes_are_pinned_and_cost_basis_moves_them(filename):
     cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / filename)
     assert cfg.cost_basis == "calibrated"
     assert config_hash(cfg) == SHIPPED_HASHES[filename]

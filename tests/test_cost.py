@@ -106,10 +106,12 @@ def test_cost_is_charged_from_resource_seconds_never_latency():
 
     c = Completion("x", 10, 1, prefill_seconds=3.0, decode_seconds=1.0)
     # a backend that measures nothing finer: the time it held the device
-    assert prices.gpu_seconds(c) == 4.0 and prices.gpu_seconds(c, gpus=2) == 8.0
+    assert prices.resource_seconds(c) == 4.0 and prices.resource_seconds(c, gpus=2) == 8.0
     batched = replace(c, resource_seconds=1.25, queue_seconds=30.0, meta={"batch_size": 4})
     assert batched.latency_seconds == 4.0  # its own time; the harness's queue is apart
-    assert prices.gpu_seconds(batched) == 1.25 and prices.gpu_seconds(batched, gpus=2) == 2.5
+    assert (
+        prices.resource_seconds(batched) == 1.25 and prices.resource_seconds(batched, gpus=2) == 2.5
+    )
     sheet = prices.parse_price_sheet(GPU)
     assert prices.dollars_per_query(batched, sheet) == pytest.approx(2.5 * 2 * 1.25 / 3600)
     # queueing longer changes the latency, never the dollars
@@ -118,9 +120,9 @@ def test_cost_is_charged_from_resource_seconds_never_latency():
     fields = cost.Cost.of(batched, get_preset("smollm2-135m-instruct"))
     assert fields.resource_seconds == 1.25 and fields.latency_seconds == 4.0
     assert fields.queue_seconds == 30.0 and not hasattr(fields, "total_seconds")
-    # completions cached before resource_seconds existed carried the share in meta
+    # completion-cache entries stored before resource_seconds existed carry the share in meta
     legacy = replace(c, meta={"batch_size": 4, "gpu_seconds": 1.25})
-    assert prices.gpu_seconds(legacy) == 1.25
+    assert prices.resource_seconds(legacy) == 1.25
     # MFU from the device-time share, the same in one part and in a combined (self_route) query
     sheet = prices.PriceSheet(**{**vars(sheet), "peak_flops": 1e12})
     one = cost.Cost.of(batched, get_preset("smollm2-135m-instruct"), sheet)
@@ -253,10 +255,14 @@ def test_cost_adds_and_flattens_in_field_order():
         cost.Cost.from_dict({"usd": 1.0})
 
 
-def test_cost_reads_records_written_before_the_times_were_renamed():
+def test_schema_1_records_with_the_old_time_names_are_migrated_not_read_by_cost():
+    from ragbench.schema import migrate_record
+
     old = {"prompt_tokens": 57, "prefill_seconds": 0.5, "decode_seconds": 1.5,
            "total_seconds": 2.0, "gpu_seconds": 0.75, "dollars": 1e-5}  # fmt: skip
-    c = cost.Cost.from_dict(old)
+    with pytest.raises(ValueError, match="gpu_seconds"):
+        cost.Cost.from_dict(old)  # Cost reads its own fields only: ragbench.schema migrates
+    c = cost.Cost.from_dict(migrate_record({"cost": old}, 1)["cost"])
     assert c.resource_seconds == 0.75 and c.latency_seconds == 2.0
     assert c.queue_seconds == 0.0 and c.padding_tokens == 0
     assert cost.Cost.from_dict(c.to_dict()) == c  # and the new form round-trips

@@ -209,21 +209,36 @@ def test_a_toy_backend_runs_from_a_config_and_is_read_by_its_capabilities(toy_mo
 
 
 def test_a_toy_kv_variant_validates_labels_and_travels_with_the_request():
+    # adding a variant: this one class (its parameters declared on it, and nowhere else) ...
     @dataclass(frozen=True)
     class KeepRecent(kv_cache.KVVariant):
         """Keep only the most recent positions (a toy: the fake backend simulates it)."""
 
+        keep: int = 64  # most recent positions kept
+
         name: ClassVar[str] = "keep_recent"
-        flat: ClassVar[dict[str, str]] = {}
+
+        def __post_init__(self) -> None:
+            if isinstance(self.keep, bool) or not isinstance(self.keep, int) or self.keep < 1:
+                raise ValueError(f"kv keep_recent needs keep >= 1, got {self.keep!r}")
 
         def label(self) -> str:
-            return "keep-recent"
+            return f"keep-recent-{self.keep}"
 
-    kv_cache.KV_CACHES.register("keep_recent", KeepRecent)  # the one line in kv/variants.py
+    kv_cache.KV_CACHES.register("keep_recent", KeepRecent)  # ... + the one line in kv/variants.py
     try:
-        params = LongContextParams(kv_cache="keep_recent")
-        assert params.kv == KeepRecent() and params.label() == "long_context kv=keep-recent"
-        assert params.to_dict()["kv_cache"] == "keep_recent"
+        # a config names it nested, as YAML `kv: {name: keep_recent, keep: 32}`; the class
+        # validates it; records and work keys store its spec
+        spec = {"name": "long_context", "params": {"kv": {"name": "keep_recent", "keep": 32}}}
+        [params] = get_strategy("long_context").grid(spec["params"])
+        assert params.kv == KeepRecent(keep=32)
+        assert params.label() == "long_context kv=keep-recent-32"
+        assert params.to_dict()["kv"] == {"name": "keep_recent", "keep": 32}
+        assert LongContextParams(kv="keep_recent").kv == KeepRecent()  # its defaults
+        with pytest.raises(ValueError, match="kv keep_recent needs keep >= 1"):
+            LongContextParams(kv={"name": "keep_recent", "keep": 0})
+        with pytest.raises(ValueError, match="kv keep_recent has no parameter 'kep'; did you"):
+            LongContextParams(kv={"name": "keep_recent", "kep": 8})
         seen = []
 
         def answer(request):
@@ -235,10 +250,11 @@ def test_a_toy_kv_variant_validates_labels_and_travels_with_the_request():
                           (doc,))  # fmt: skip
         llm = FakeLLM(answer_fn=answer, simulate_kv_cache=True)
         record = get_strategy("long_context").run(example, Resources(llm=llm), params)
-        assert seen[0].kv == KeepRecent() and seen[0].to_dict()["kv_cache"] == "keep_recent"
+        assert seen[0].kv == KeepRecent(keep=32)
+        assert seen[0].to_dict()["kv"] == {"name": "keep_recent", "keep": 32}
         assert record.scores["string_match_all"] == 1.0
         with pytest.raises(ValueError, match="keep_recent"):
-            LongContextParams(kv_cache="keep_recnt")  # did-you-mean names the new variant
+            LongContextParams(kv="keep_recnt")  # did-you-mean names the new variant
     finally:
         kv_cache.KV_CACHES.unregister("keep_recent")
 

@@ -147,15 +147,15 @@ def test_what_cannot_use_the_static_path_falls_back_and_says_why(pair):
     quant = kv_cache.Quantized(bits=8)  # no package needed to refuse it before building
     snap = kv_cache.SnapKV()
     fast = static.decoder.fast
-    assert "kv_cache=sinks" in fast.why_not([GenerationRequest("x")], sinks)
-    assert "kv_cache=quantized" in fast.why_not([GenerationRequest("x")], quant)
-    assert "kv_cache=snapkv" in fast.why_not([GenerationRequest("x")], snap)
+    assert "kv sinks" in fast.why_not([GenerationRequest("x")], sinks)
+    assert "kv quantized" in fast.why_not([GenerationRequest("x")], quant)
+    assert "kv snapkv" in fast.why_not([GenerationRequest("x")], snap)
     assert "offloaded" in fast.why_not([GenerationRequest("x")], kv_cache.Offloaded())
     assert fast.why_not([GenerationRequest("x")], kv_cache.Plain()) == ""
     prompt = " ".join(WORDS[:20])
     [row] = static.generate([GenerationRequest(prompt, max_new_tokens=4, kv=sinks)])
     assert row.meta["decode"]["path"] == "eager"
-    assert row.meta["decode"]["reason"].startswith("kv_cache=sinks")
+    assert row.meta["decode"]["reason"].startswith("kv sinks")
     [plain] = eager.generate([GenerationRequest(prompt, max_new_tokens=4, kv=sinks)])
     assert plain.text == row.text
     hot = GenerationRequest(prompt, max_new_tokens=4, temperature=0.7)

@@ -25,34 +25,37 @@ def _formula(positions: int) -> int:
 
 @pytest.mark.parametrize("ratio", [0, -0.5, 1.5, True, "0.5", None])
 def test_bad_ratios_are_refused_with_the_valid_range(ratio):
-    with pytest.raises(ValueError, match=r"kv_ratio in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"kv snapkv needs ratio in \(0, 1\]"):
         kv_cache.SnapKV(ratio=ratio, window=32)
-    with pytest.raises(ValueError, match=r"long_context: .*kv_ratio in \(0, 1\]"):
-        LongContextParams(kv_cache="snapkv", kv_ratio=ratio if ratio is not None else 2)
+    with pytest.raises(ValueError, match=r"long_context: .*ratio in \(0, 1\]"):
+        LongContextParams(kv={"name": "snapkv", "ratio": ratio if ratio is not None else 2})
 
 
 def test_snapkv_choices_are_validated_and_kept_apart():
-    with pytest.raises(ValueError, match="kv_window >= 1"):
+    with pytest.raises(ValueError, match="kv snapkv needs window >= 1"):
         kv_cache.SnapKV(ratio=0.5, window=0)
-    with pytest.raises(ValueError, match="kv_ratio and kv_window apply to kv_cache=snapkv only"):
-        kv_cache.kv_from_fields("sinks", sink_tokens=4, window_tokens=8, kv_ratio=0.5)
-    with pytest.raises(ValueError, match="snapkv only"):
-        LongContextParams(kv_ratio=0.5)
+    with pytest.raises(ValueError, match="kv sinks has no parameter 'ratio'"):
+        kv_cache.kv_from_spec({"name": "sinks", "sink_tokens": 4, "ratio": 0.5})
+    with pytest.raises(
+        ValueError, match=r"'kv_ratio'; it is now nested under kv: kv: \{name: snapkv"
+    ):
+        LongContextParams.from_dict({"kv_ratio": 0.5})  # schema 1's flat key
     with pytest.raises(ValueError, match="snapkv"):
-        kv_cache.kv_from_fields("snap")  # the valid choices are named
+        kv_cache.kv_from_spec("snap")  # the valid choices are named
 
 
 def test_long_context_params_fill_snapkv_defaults_label_and_send_them():
-    p = LongContextParams(kv_cache="snapkv")
-    assert (p.kv_ratio, p.kv_window) == (0.5, 32)
+    p = LongContextParams(kv="snapkv")
+    assert (p.kv.ratio, p.kv.window) == (0.5, 32)
     assert p.label() == "long_context kv=snapkv-0.5-w32"
     assert LongContextParams.from_dict(p.to_dict()) == p
-    assert p.to_dict()["kv_ratio"] == 0.5  # the record's params name what ran
-    kv = LongContextParams(kv_cache="snapkv", kv_ratio=0.25, kv_window=16).kv
+    # the record's params name what ran
+    assert p.to_dict()["kv"] == {"name": "snapkv", "ratio": 0.5, "window": 32}
+    kv = LongContextParams(kv={"name": "snapkv", "ratio": 0.25, "window": 16}).kv
     assert kv == kv_cache.SnapKV(ratio=0.25, window=16) and kv.label() == "snapkv-0.25-w16"
     request = GenerationRequest("p", kv=kv)
-    assert kv_cache.request_from_dict(request.to_dict()) == request
-    assert "kv_ratio" not in GenerationRequest("p").to_dict()  # plain cache keys unchanged
+    assert request.to_dict()["kv"] == {"name": "snapkv", "ratio": 0.25, "window": 16}
+    assert "kv" not in GenerationRequest("p").to_dict()  # plain cache keys unchanged
 
 
 def test_kept_positions_are_the_ratio_of_the_prefix_plus_the_window():
@@ -68,9 +71,9 @@ def test_other_backends_refuse_snapkv_by_name():
 
     request = GenerationRequest("p", kv=kv_cache.SnapKV(ratio=0.5, window=32))
     server = OpenAICompatLLM(model="m", base_url="http://127.0.0.1:9/v1")
-    with pytest.raises(ValueError, match=r"OpenAI-compatible backend cannot run kv_cache='snapkv'"):
+    with pytest.raises(ValueError, match=r"OpenAI-compatible backend cannot run kv 'snapkv'"):
         server._generate([request])
-    with pytest.raises(ValueError, match=r"fake backend cannot run kv_cache='snapkv'.*'hf'"):
+    with pytest.raises(ValueError, match=r"fake backend cannot run kv 'snapkv'.*'hf'"):
         FakeLLM().generate([request])
 
 
@@ -204,8 +207,8 @@ def test_smollm2_snapkv_halves_the_prefix_and_keeps_the_essay_needle():
         return get_strategy("long_context").run(example, res, LongContextParams(**kv))
 
     plain = run()
-    full = run(kv_cache="snapkv", kv_ratio=1.0)
-    half = run(kv_cache="snapkv", kv_ratio=0.5)
+    full = run(kv={"name": "snapkv", "ratio": 1.0})
+    half = run(kv={"name": "snapkv", "ratio": 0.5})
     assert full.prediction == plain.prediction and plain.scores["string_match_all"] == 1.0
     assert full.cost.kv_bytes_measured == plain.cost.kv_bytes_measured
     n = half.cost.prompt_tokens

@@ -32,49 +32,50 @@ def _formula(positions: int) -> int:
 
 def test_kv_choices_are_validated_with_the_valid_choices_named():
     with pytest.raises(ValueError, match="plain"):
-        kv_cache.kv_from_fields("paged")
-    with pytest.raises(ValueError, match=r"supports kv_bits \[2, 4\]"):
+        kv_cache.kv_from_spec("paged")
+    with pytest.raises(ValueError, match=r"supports bits \[2, 4\]"):
         kv_cache.Quantized(bits=8, backend="quanto")
     with pytest.raises(ValueError, match="hqq"):
         kv_cache.Quantized(bits=4, backend="bnb")
-    with pytest.raises(ValueError, match=r"supports kv_bits \[1, 2, 3, 4, 8\], got None"):
-        kv_cache.kv_from_fields("quantized")  # bits has no default
+    with pytest.raises(ValueError, match=r"kv quantized needs bits: kv: \{name: quantized, bits"):
+        kv_cache.kv_from_spec("quantized")  # bits has no default
     with pytest.raises(ValueError, match="window_tokens >= 1"):
         kv_cache.Sinks(sink_tokens=4, window_tokens=0)
-    with pytest.raises(ValueError, match="kv_bits and kv_backend apply to kv_cache=quantized only"):
-        kv_cache.kv_from_fields("plain", kv_bits=4)
+    with pytest.raises(ValueError, match="kv plain has no parameter 'bits'; it takes none"):
+        kv_cache.kv_from_spec({"name": "plain", "bits": 4})
     with pytest.raises(TypeError, match="KV-cache variant"):
         GenerationRequest("p", kv="quantized")  # a variant object, not its name
-    with pytest.raises(ValueError, match="long_context: .*sinks only"):
-        LongContextParams(window_tokens=64)
+    with pytest.raises(ValueError, match="long_context: kv quantized needs.*bits"):
+        LongContextParams(kv={"name": "quantized"})
 
 
 def test_long_context_params_fill_the_variant_defaults_and_label_them():
-    q = LongContextParams(kv_cache="quantized", kv_bits=4)
-    assert q.kv_backend == "hqq"  # the default filled in: the record names the backend that ran
+    q = LongContextParams(kv={"name": "quantized", "bits": 4})
+    # the default filled in: the record names the backend that ran
+    assert q.to_dict()["kv"] == {"name": "quantized", "bits": 4, "backend": "hqq"}
     assert q.label() == "long_context kv=quantized-hqq-int4"
-    s = LongContextParams(kv_cache="sinks")
-    assert (s.sink_tokens, s.window_tokens) == (4, 1024)
+    s = LongContextParams(kv="sinks")
+    assert (s.kv.sink_tokens, s.kv.window_tokens) == (4, 1024)
     assert LongContextParams.from_dict(s.to_dict()) == s
     assert LongContextParams().label() == "long_context"
-    assert LongContextParams().to_dict()["kv_cache"] == "plain"
-    grid = LongContextParams.grid({"kv_cache": "quantized", "kv_bits": [8, 4]})
-    assert [p.label() for p in grid] == [
-        "long_context kv=quantized-hqq-int8",
-        "long_context kv=quantized-hqq-int4",
-    ]
+    assert LongContextParams().to_dict()["kv"] == {"name": "plain"}
+    grid = LongContextParams.grid({"kv": {"name": "quantized", "bits": [8, 4]}})
+    want = ["long_context kv=quantized-hqq-int8", "long_context kv=quantized-hqq-int4"]
+    assert [p.label() for p in grid] == want
+    listed = LongContextParams.grid({"kv": [{"name": "quantized", "bits": 8}, "sinks"]})
+    assert [p.label() for p in listed] == [want[0], "long_context kv=sinks-4+1024"]
 
 
 def test_plain_requests_keep_their_cache_keys_and_variants_change_them():
     ident = FakeLLM().identity()
     plain = GenerationRequest("p")
-    assert "kv_cache" not in plain.to_dict()  # left out at its default: old keys still hit
+    assert "kv" not in plain.to_dict()  # left out at its default: plain keys never move
     assert GenerationRequest.from_json(plain.to_json()) == plain
     assert GenerationRequest("p", kv=kv_cache.Plain()) == plain  # one spelling of plain
     quant = GenerationRequest("p", kv=kv_cache.Quantized(bits=4))
     assert request_key(ident, quant) != request_key(ident, plain)
-    assert kv_cache.request_from_dict(json.loads(quant.to_json())) == quant
-    with pytest.raises(ValueError, match="request_from_dict"):
+    assert json.loads(quant.to_json())["kv"] == {"name": "quantized", "bits": 4, "backend": "hqq"}
+    with pytest.raises(ValueError, match="kv_from_spec"):
         GenerationRequest.from_json(quant.to_json())  # the core type knows no variant
 
 
@@ -91,16 +92,17 @@ def test_long_context_sends_the_variant_with_the_request_and_records_it():
         return "4817263"
 
     llm = FakeLLM(answer_fn=answer, simulate_kv_cache=True)
-    params = LongContextParams(kv_cache="sinks", sink_tokens=2, window_tokens=16)
+    params = LongContextParams(kv={"name": "sinks", "sink_tokens": 2, "window_tokens": 16})
     record = get_strategy("long_context").run(_example(), Resources(llm=llm), params)
     assert seen[0].kv == kv_cache.Sinks(sink_tokens=2, window_tokens=16) == params.kv
-    assert record.params.kv_cache == "sinks" and record.to_dict()["params"]["window_tokens"] == 16
+    stored = record.to_dict()["params"]["kv"]
+    assert stored == {"name": "sinks", "sink_tokens": 2, "window_tokens": 16}
     assert record.scores["string_match_all"] == 1.0
 
 
 def test_backends_without_kv_variants_refuse_them_by_name():
     request = GenerationRequest("p", kv=kv_cache.Offloaded())
-    with pytest.raises(ValueError, match=r"fake backend cannot run kv_cache='offloaded'.*'hf'"):
+    with pytest.raises(ValueError, match=r"fake backend cannot run kv 'offloaded'.*'hf'"):
         FakeLLM().generate([request])
     [c] = FakeLLM(simulate_kv_cache=True).generate([request])  # tests only, and flagged
     assert c.meta["simulated_kv_cache"] == "offloaded" and c.kv_bytes_measured is None

@@ -97,11 +97,12 @@ def test_the_patch_bites_a_dense_run(tmp_path, no_minilm):
     assert errors.notna().all() and errors.str.contains(MINILM).all()
 
 
-def test_config_hashes_unchanged(tmp_path):
-    """Pinned before the change: dense (and bm25) configs keep their run folders."""
+def test_config_hashes_pinned(tmp_path):
+    """Pinned: dense and bm25 configs keep their run folders. Schema 2 (``ragbench.schema``: the
+    version enters every hash) moved them from 4a2e674c (dense) and d41ba9a5 (bm25)."""
     pinned = {
-        "dense": "4a2e674c62c2483db85c35d2c8ed299ad443396a62fe7d516ee532bddeac173c",
-        "bm25": "d41ba9a5e2f532649f93c8974e384b0806ca829b9d948196721d0a65b9857aad",
+        "dense": "0dc11c8433d417fbedaa80683385de0710c6609f3364d571f4f042f246d733d6",
+        "bm25": "1e979b9de3fbbca42806e66c858bde73e154b1aaba17f18da669cf3ece813deb",
     }
     for retriever, sha in pinned.items():
         cfg = _config(tmp_path, retriever)
@@ -109,20 +110,16 @@ def test_config_hashes_unchanged(tmp_path):
         assert config_hash(load_config(cfg)) == sha
 
 
-def test_bm25_run_written_before_resumes(tmp_path):
-    """Records whose keys and params still name the embedder (written before this change) are
-    read under today's keys: the resumed run answers nothing again."""
+def test_a_bm25_run_stores_no_embedder_and_resumes(tmp_path):
+    """bm25 points name no embedder in their keys or records, and resume under those keys.
+    (Schema-1 records that still named one are migrated when read: ``tests/test_schema.py``.)"""
     cfg = _config(tmp_path, "bm25")
     cfg["retrieval"]["embedder"] = "hash"
     out = Path(run(cfg, progress=False).attrs["run_dir"])
     rows = [json.loads(line) for line in (out / RECORDS).read_text().splitlines()]
-    for row in rows:
-        key = json.loads(row["key"])
-        if key[1] == "rag":  # as the old version wrote them
-            key[2] = {**key[2], "embedder": "minilm"}
-            row["key"] = json.dumps(key, sort_keys=True, separators=(",", ":"))
-            row["record"]["params"]["embedder"] = "minilm"
-    (out / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rag = [r for r in rows if r["record"]["strategy"] == "rag"]
+    assert rag and all("embedder" not in r["record"]["params"] for r in rag)
+    assert all("embedder" not in json.loads(r["key"])[3] for r in rag)
     done = read_records(out / RECORDS)
     for record in done.values():
         assert work_key(record.example_id, record.strategy, record.params.to_dict()) in done

@@ -52,9 +52,9 @@ TINY = {
         "depth_percents": [50],
         "ruler_examples": 1,
         "kv_variants": [
-            {"kv_cache": "quantized", "kv_bits": 4},
-            {"kv_cache": "sinks"},
-            {"kv_cache": "snapkv"},
+            {"name": "quantized", "bits": 4},
+            {"name": "sinks"},
+            {"name": "snapkv"},
         ],
         "top_k": 1,
         "rope_lengths": [600],  # the fake has no positions: the unscaled heatmap only

@@ -228,7 +228,7 @@ def test_cot_over_the_window_names_the_reasoning_budget(tmp_path):
 
 
 def test_the_answer_step_keeps_the_points_kv_cache(tmp_path):
-    lc = {"name": "long_context", "params": {"cot": True, "kv_cache": "quantized", "kv_bits": 4}}
+    lc = {"name": "long_context", "params": {"cot": True, "kv": {"name": "quantized", "bits": 4}}}
     _, rec, _, _ = run_lb2(tmp_path, [lc], [lb2_row(0)], simulate_kv_cache=True)
     first, second = rec.sent("lb0:long_context")[0], rec.sent("lb0:long_context:answer")[0]
     assert first.kv is not None and second.kv == first.kv
@@ -242,8 +242,9 @@ def test_files_imported_before_formats_and_records_of_the_old_prompts():
     old = Example("lb0", "q", ("B",), (), {"source": "longbench_v2", "choices": {}})
     assert prompt_format(old).name == "longbench_v2"
     assert prompt_format(Example("n", "q", ("a",), (), {})).name == "ragbench"
-    # ragbench's keys are what they were; another format's are not taken for them
-    assert work_key("e", "rag", {"k": 1}) == dumps_canonical(["e", "rag", {"k": 1}])
+    # ragbench's keys: the schema version, example, strategy, params; another format's are not
+    # taken for them
+    assert work_key("e", "rag", {"k": 1}) == dumps_canonical([2, "e", "rag", {"k": 1}])
     assert work_key("e", "rag", {"k": 1}, "longbench_v2") != work_key("e", "rag", {"k": 1})
 
 
@@ -256,13 +257,13 @@ def test_a_longbench_reply_declines_only_without_a_letter():
     assert not fmt.declined(ex, "The correct answer is (C)")
 
 
-def test_cot_is_stored_only_when_set():
-    """Runs written before ``cot`` existed keep their work keys (and resume)."""
+def test_cot_is_stored_always_and_labelled_when_set():
+    """Every parameter is stored, at its default too (schema 2: ``ragbench.schema``)."""
     for params in (ClosedBookParams(), LongContextParams(), RagParams()):
-        assert "cot" not in params.to_dict() and "cot" not in params.label()
+        assert params.to_dict()["cot"] is False and "cot" not in params.label()
     assert LongContextParams(cot=True).to_dict()["cot"] is True
     assert RagParams(cot=True).label() == "rag k=5 cot"
-    assert ClosedBookParams().to_dict() == {}
+    assert ClosedBookParams().to_dict() == {"cot": False}
 
 
 @pytest.mark.slow

@@ -416,7 +416,10 @@ def test_params_and_contract():
         PipelineParams(url="http://x/a", timeout=0)
     p = PipelineParams(url="http://u:pw@x/a?token=abc", version="3")
     assert p.url == "http://***@x/a?token=***" and p.raw_url == "http://u:pw@x/a?token=abc"
-    assert p.to_dict() == {"target": None, "url": p.url, "version": "3"}  # how it's called: not
+    # how it's called (timeout, retries, headers) is not stored; the setup fields are, at
+    # their defaults too
+    setup = {"setup": None, "setup_url": None, "setup_version": None}
+    assert p.to_dict() == {"target": None, "url": p.url, "version": "3", **setup}
     assert PipelineParams.from_dict(p.to_dict()) == p
     assert get_strategy("pipeline").params is PipelineParams
     assert PipelineAnswer.parse("x").answer == "x"
@@ -633,10 +636,10 @@ def test_setup_params():
     assert p.setup_version == p.version and p.indexes_corpus  # json's __version__ for both
     assert p.to_dict()["setup"] == "json:loads" and PipelineParams.from_dict(p.to_dict()) == p
     assert p.label().endswith(" setup=json:loads")
-    assert "setup" not in PipelineParams(target="json:dumps").to_dict()  # older keys unchanged
+    assert PipelineParams(target="json:dumps").to_dict()["setup"] is None  # stored, at default
     u = PipelineParams(url="http://h/a", setup_url="http://u:pw@h/setup")
     assert u.setup_url == "http://***@h/setup" and u.raw_setup_url == "http://u:pw@h/setup"
-    assert "pw" not in json.dumps(u.to_dict()) and "setup_version" not in u.to_dict()
+    assert "pw" not in json.dumps(u.to_dict()) and u.to_dict()["setup_version"] is None
     for bad, match in (({"target": "json:dumps", "setup": "json.loads"}, "module:attribute"),
                        ({"target": "json:dumps", "setup_url": "http://h/s"}, "beside a url"),
                        ({"url": "http://h/a", "setup": "json:loads", "setup_url": "http://h/s"},

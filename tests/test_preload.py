@@ -112,15 +112,15 @@ def test_summary_shows_per_query_cost_with_and_without_the_amortised_share(tmp_p
     assert "amortised_dollars ($ / 1k queries)" in headers
 
 
-def test_preload_parameter_keeps_old_keys_and_labels_and_refuses_kv_variants():
+def test_preload_parameter_is_stored_labelled_and_refuses_kv_variants():
     plain = LongContextParams()
-    assert "preload" not in plain.to_dict()  # runs written before it resume with their keys
+    assert plain.to_dict()["preload"] is False  # every parameter is stored (schema 2)
     assert LongContextParams.from_dict(plain.to_dict()) == plain
     pre = LongContextParams(preload=True)
     assert pre.to_dict()["preload"] is True and pre.label() == "long_context preload"
     assert LongContextParams.from_dict(pre.to_dict()) == pre
     with pytest.raises(ValueError, match="preload"):
-        LongContextParams(preload=True, kv_cache="offloaded")
+        LongContextParams(preload=True, kv="offloaded")
     with pytest.raises(ValueError, match="preload"):
         LongContextParams(preload="yes")
     for not_a_bool in (1, 0, 1.0):  # 1 == True: `in (True, False)` let them through

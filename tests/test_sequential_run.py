@@ -95,7 +95,7 @@ def test_the_runner_needs_the_look(tmp_path):
 
 def test_the_section_is_validated_and_never_hashed(tmp_path):
     plain = load_config(config(tmp_path))
-    assert "sequential" not in plain.model_dump()  # a config without it dumps as before
+    assert plain.model_dump()["sequential"] is None  # dumped at its default (schema 2)
     for section in ({}, {"rounds": 3, "spending": "pocock", "alpha": 0.1, "seed": 4}):
         assert config_hash(load_config({**config(tmp_path), "sequential": section})) == (
             config_hash(plain)

@@ -85,7 +85,7 @@ def _scenarios():
     rng = np.random.default_rng(3)
     base, noise = rng.uniform(0.3, 1.0, 300), rng.normal(0, 0.02, 300)
     close = np.clip(base + noise - noise.mean() - 0.0005, 0, 1)  # 0.0005 below on average
-    kv = {KV: {"kv_cache": "quantized", "kv_bits": 4}}
+    kv = {KV: {"kv": {"name": "quantized", "bits": 4}}}
     return {
         "rag clearly better and cheaper": (
             results({CB: [1] * 20 + [0] * 180, LC: lc60, RAG: flip(lc60, 0, 50)}, PRICES), {},
@@ -333,7 +333,7 @@ def test_ties_and_a_router_that_never_routed_go_to_the_simpler_variant():
     assert "never routed" not in v.text
     # at the same cost and score, the simpler of the two families' best
     v = verdict(results({KV: lc, RAG: flip(lc, 3, 3)}, {KV: 0.001, RAG: 0.001},
-                        params={KV: {"kv_cache": "quantized", "kv_bits": 4}}))  # fmt: skip
+                        params={KV: {"kv": {"name": "quantized", "bits": 4}}}))  # fmt: skip
     assert (v.reason, v.choice) == ("not_worse", RAG)
     assert "at the same cost ($1.00 per 1k queries), and simpler (long_context kv=quantized " \
            "adds the quantized KV cache)" in v.text  # fmt: skip

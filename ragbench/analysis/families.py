@@ -41,8 +41,9 @@ def machinery(strategy: str, params: Any) -> tuple[str, ...]:
         return ()
     p = _params(params)
     out = []
-    if p.get("kv_cache") not in (None, "plain"):
-        out.append(f"the {p['kv_cache']} KV cache")
+    kv = (p.get("kv") or {}).get("name") if isinstance(p.get("kv"), dict) else None
+    if kv not in (None, "plain"):
+        out.append(f"the {kv} KV cache")
     if p.get("preload"):
         out.append("a preloaded corpus")
     if p.get("rope_scaling"):

@@ -34,6 +34,7 @@ from ragbench.analysis.labels import with_labels
 from ragbench.analysis.summary import summary
 from ragbench.analysis.verdict import verdict as decide_verdict
 from ragbench.registry import did_you_mean
+from ragbench.schema import read_folder_table
 
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
 # a score's companions in the summary table (``contains.ci_low``)
@@ -183,8 +184,9 @@ def headline(text: str) -> str:
 
 
 def load_run(run: Any) -> tuple[Any, int]:
-    """(results table, seed) of a run folder (``results.parquet``, the manifest's seed), or of
-    a results DataFrame as given (seed 0)."""
+    """(results table, seed) of a run folder (``results.parquet`` as this schema reads it:
+    ``ragbench.schema.read_folder_table``; the manifest's seed), or of a results DataFrame as
+    given (seed 0)."""
     import pandas as pd
 
     if isinstance(run, pd.DataFrame):
@@ -198,7 +200,7 @@ def load_run(run: Any) -> tuple[Any, int]:
         seed = int(manifest.get("config", {}).get("seed", 0))
     except (OSError, ValueError):
         seed = 0
-    return pd.read_parquet(results), seed
+    return read_folder_table(folder), seed  # an older schema's table read as this one's
 
 
 def assert_run(

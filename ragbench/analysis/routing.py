@@ -14,9 +14,9 @@ from ragbench.metrics.answer import mean_ci
 from ragbench.registry import unknown
 from ragbench.strategies import strategies_where
 
-# cost is money, else the device time charged (resource seconds; gpu_seconds in older tables);
+# cost is money, else the device time charged (resource seconds);
 # never latency, which is what a user waited, not what the query cost
-COST_PREFERENCE = ("dollars", "resource_seconds", "gpu_seconds")
+COST_PREFERENCE = ("dollars", "resource_seconds")
 
 
 def pick_cost(df: Any, cost: str | None = None) -> str:
@@ -105,7 +105,7 @@ def router_headroom(
     with warnings.catch_warnings():  # summary's Self-Route warnings were shown with its table
         warnings.simplefilter("ignore", UserWarning)
         base = summary(df[df["example_id"].isin(questions)], metric=metric, seed=seed)
-    if cost not in base.columns:  # e.g. gpu_seconds: not a summary column; add it for the plot
+    if cost not in base.columns:  # not a summary column: add it for the plot
         ok = _scored(df[df["example_id"].isin(questions)], metric)
         base[cost] = base["label"].map(ok.groupby("label")[cost].mean())
     scores = choices[metric].to_numpy(dtype=float)

@@ -67,8 +67,8 @@ from ragbench.cost.prices import (
     charged_seconds,
     dollars,
     dollars_per_query,
-    gpu_seconds,
     one_basis,
+    resource_seconds,
     resource_seconds_basis,
 )
 from ragbench.registry import unknown
@@ -219,7 +219,9 @@ class Cost(JsonMixin):
     prefix_paid_tokens: int = 0  # (not in cached_prompt_tokens)
     prefix_paid_seconds: float = 0.0  # the device seconds they add to the charged seconds
     search_seconds: float | None = None  # this query's retrieval search (in latency); None: none
-    latency_basis: str | None = "own"  # own: queue apart (older records: from_dict converts)
+    latency_basis: str | None = (
+        "own"  # own: queue apart (schema-1 records: ragbench.schema converts)
+    )
 
     def __post_init__(self) -> None:
         if self.one_time_seconds is not None:  # None there: unknown (a repriced api sheet)
@@ -257,7 +259,7 @@ class Cost(JsonMixin):
             arch = dict(flops=f["total"], flops_attention=f["attention"], kv_bytes_per_value=per_value,
                         kv_cache_bytes=kv(query_kv_positions(c.prompt_tokens, c.completion_tokens)),
                         kv_bytes_prefill=kv(c.prompt_tokens))  # fmt: skip
-        seconds = gpu_seconds(c)  # resource seconds, never latency
+        seconds = resource_seconds(c)  # never latency
         # the alone rule (cost/alone.py); FLOPs, MFU, resource seconds: what the device did
         charged, modelled, paid_seconds = charged_work(c, rates)
         used = "calibrated" if basis == "calibrated" and modelled is not None else "measured"
@@ -315,24 +317,6 @@ class Cost(JsonMixin):
             one_time_dollars=applicable_sum(self.one_time_dollars, other.one_time_dollars),
             amortised_over=larger(self.amortised_over, other.amortised_over),
         )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Cost:
-        """Also reads records written before the times were renamed: ``gpu_seconds`` is now
-        ``resource_seconds``; ``total_seconds`` (then prefill + decode, no queue was measured)
-        gives ``latency_seconds``. Without ``latency_basis``, latency included the queue: it is
-        taken out (the search, not logged apart from the index build, stays out)."""
-        data = dict(data)
-        if "gpu_seconds" in data:
-            data.setdefault("resource_seconds", data.pop("gpu_seconds"))
-        if "total_seconds" in data:
-            data.setdefault("latency_seconds", data.pop("total_seconds"))
-        else:
-            data.pop("total_seconds", None)
-        if "latency_basis" not in data and data.get("latency_seconds") is not None:
-            data["latency_seconds"] -= data.get("queue_seconds") or 0.0
-        data.setdefault("latency_basis", "own")
-        return super().from_dict(data)
 
     def with_retrieval(self, seconds: float, search_seconds: float | None = None) -> Cost:
         """``seconds`` (index build + search) apart; the search, what its user waits for, in

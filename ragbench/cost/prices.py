@@ -347,15 +347,15 @@ def charged_seconds(resource_seconds: float, modelled: float | None, basis: str 
     return modelled if basis == "calibrated" and modelled is not None else resource_seconds
 
 
-def gpu_seconds(completion: Completion, gpus: float = 1.0) -> float:
+def resource_seconds(completion: Completion, gpus: float = 1.0) -> float:
     """Device seconds charged for one completion: its resource seconds x devices held.
 
     ``completion.resource_seconds`` is its own share of the device time (the transformers backend
     splits a batch's time by each row's stand-alone cost; the shares add up to the batch's wall
     time); an OpenAI-compatible server's, its share of the server's busy time
     (``ragbench.llm.server_time``: the shares add up to the busy wall time). Never latency:
-    queueing is not charged. Completions recorded before that field existed carry the share in
-    ``meta["gpu_seconds"]``; a backend that measures neither falls back to prefill + decode, the
+    queueing is not charged. Completion-cache entries stored before that field existed carry the
+    share in ``meta["gpu_seconds"]`` (the completion cache's own format); a backend that measures neither falls back to prefill + decode, the
     time it held the device for (on a shared server, an over-charge by the concurrency).
     ``resource_seconds_basis`` names which of these a completion's seconds are.
     """
@@ -375,7 +375,7 @@ RESOURCE_SECONDS_BASES = ("device_measured", "server_busy_share", "simulated", "
 
 
 def resource_seconds_basis(completion: Completion) -> str:
-    """Which of ``RESOURCE_SECONDS_BASES`` ``gpu_seconds(completion)`` is: the backend's own
+    """Which of ``RESOURCE_SECONDS_BASES`` ``resource_seconds(completion)`` is: the backend's own
     word (``meta["resource_seconds_basis"]``), else what the completion carries."""
     meta = completion.meta or {}
     named = meta.get("resource_seconds_basis")
@@ -397,7 +397,7 @@ def dollars_per_query(
     completion: Completion, sheet: PriceSheet, device_seconds: float | None = None
 ) -> float:
     """``dollars`` of one completion: its tokens (API) or its device seconds (self-hosted:
-    ``device_seconds`` when given, say its modelled seconds, else ``gpu_seconds``).
+    ``device_seconds`` when given, say its modelled seconds, else ``resource_seconds``).
     A backend that knows how many prompt tokens it wrote to a provider's cache (Anthropic's
     ``cache_creation_input_tokens``) reports them in ``meta["cache_write_tokens"]``."""
     return dollars(
@@ -405,6 +405,6 @@ def dollars_per_query(
         prompt_tokens=completion.prompt_tokens,
         cached_prompt_tokens=completion.cached_prompt_tokens,
         completion_tokens=completion.completion_tokens,
-        device_seconds=gpu_seconds(completion) if device_seconds is None else device_seconds,
+        device_seconds=resource_seconds(completion) if device_seconds is None else device_seconds,
         cache_write_tokens=(completion.meta or {}).get("cache_write_tokens") or 0,
     )

@@ -43,14 +43,14 @@ from typing import Any
 from ragbench.cost.accounting import Cost
 from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical, sha256_file
+from ragbench.schema import migrate_line, read_folder_table
 
 RESULTS = "results.parquet"
 RECORDS = "records.jsonl"
 DOLLAR_COLUMNS = ("dollars",)  # the cost fields a price sheet sets (with price_sheet)
 # also repriced: a one-time cost (long_context preload), and amortised_dollars = dollars + share
 ONE_TIME_FIELDS = ("one_time_seconds", "amortised_over")
-# a record's own device time, newest name first: cost.py may log it as resource_seconds
-SECONDS_FIELDS = ("resource_seconds", "gpu_seconds")
+SECONDS_FIELDS = ("resource_seconds",)  # a record's own device time
 # what a calibrated record's hourly dollars were charged from (its own work by the calibration)
 MODELLED_FIELDS = ("modelled_seconds", "one_time_modelled_seconds")
 TOKEN_FIELDS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens")
@@ -178,8 +178,9 @@ def reprice_records_text(text: str, sheet: PriceSheet) -> str:
             break
         try:
             row = json.loads(line)
+            row = migrate_line(row)  # an older schema's line written as this schema's
             cost = row["record"].get("cost")
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
             lines.append(line)
             continue
         if isinstance(cost, dict) and cost:
@@ -330,7 +331,7 @@ def reprice_run(
         if path is not None and path.resolve() in originals:
             raise ValueError(f"{path}: would overwrite the run's own file; choose another --out")
 
-    before = pd.read_parquet(run_dir / RESULTS)
+    before = read_folder_table(run_dir)  # an older schema's table read as this one's
     after, approximate = reprice_table(before, sheet)
     buf = io.BytesIO()  # read from parquet: every column is one pyarrow can type again
     after.to_parquet(buf, index=False)

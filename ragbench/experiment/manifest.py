@@ -18,6 +18,8 @@ from ragbench.experiment.config.run import config_hash
 from ragbench.experiment.session import RunSession
 from ragbench.io import atomic_write_text
 from ragbench.metrics.answer import metric_versions
+from ragbench.schema import KEY as SCHEMA_KEY
+from ragbench.schema import SCHEMA_VERSION, refuse_resume, version_of
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,14 @@ def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, Any] | Non
             log.warning("%s is unreadable (%s): kept as %s; a new manifest starts the run's "
                         "history again", path, exc, kept.name)  # fmt: skip
         return None
+
+
+def check_schema(out: Path) -> None:
+    """Refuse (``ragbench.schema.refuse_resume``: one line naming its version) to resume a run
+    folder another schema wrote; a first run, or a folder of this schema, passes."""
+    manifest = read_manifest(out)
+    if manifest is not None:
+        refuse_resume(out, version_of(manifest))
 
 
 def sessions_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -62,6 +72,7 @@ def write_manifest(
         "name": cfg.name,
         "config": secrets.redact(cfg.model_dump(mode="json")),
         "config_hash": config_hash(cfg),
+        SCHEMA_KEY: SCHEMA_VERSION,  # what its records are stored in (ragbench.schema)
         "dataset": {
             "name": cfg.dataset.name,
             "fingerprint": fingerprint(examples),

@@ -21,6 +21,8 @@ from typing import Any
 from ragbench.cost import Cost
 from ragbench.cost.reprice import reprice_stale
 from ragbench.io import dumps_canonical
+from ragbench.schema import KEY as SCHEMA_KEY
+from ragbench.schema import SCHEMA_VERSION, SchemaError, migrate_line
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
 from ragbench.types import Example, Record
@@ -32,10 +34,12 @@ SECTIONS = ("param_", "score_", "cost_", "meta_", "ex_")  # in column order
 
 
 def work_key(example_id: str, strategy: str, params: dict[str, Any], fmt: str = "ragbench") -> str:
-    """A record's identity in its run folder. A prompt format other than ragbench's (the
-    example's, ``strategies.prompt_format``) is part of it: records answered with other prompts
-    (a LongBench v2 run made before its official prompts) are not taken for these."""
-    return dumps_canonical([example_id, strategy, params, *([fmt] if fmt != "ragbench" else [])])
+    """A record's identity in its run folder: the schema it is stored in
+    (``ragbench.schema``), the example, the strategy and its parameters. A prompt format other
+    than ragbench's (the example's, ``strategies.prompt_format``) is part of it: records
+    answered with other prompts are not taken for these."""
+    fmts = [fmt] if fmt != "ragbench" else []
+    return dumps_canonical([SCHEMA_VERSION, example_id, strategy, params, *fmts])
 
 
 def record_from_dict(data: dict[str, Any]) -> Record:
@@ -50,7 +54,9 @@ def record_from_dict(data: dict[str, Any]) -> Record:
 
 
 def read_records(path: Path) -> dict[str, Record]:
-    """Records already written, by work key. A torn last line (killed mid-write) is cut off."""
+    """Records already written, by work key. A torn last line (killed mid-write) is cut off.
+    Lines of an older schema are read through ``ragbench.schema.migrate_line`` (their keys
+    as this schema writes them): reading an old folder works; a run refuses to resume one."""
     done: dict[str, Record] = {}
     if not path.exists():
         return done
@@ -61,9 +67,10 @@ def read_records(path: Path) -> dict[str, Record]:
             break  # torn write: the line never got its newline; only this is cut off
         good_end += len(line)
         try:
-            row = json.loads(line)
-            record = record_from_dict(row["record"])
-            done[current_key(row["key"], record)] = record
+            row = migrate_line(json.loads(line))  # an older schema's line, as this one's
+            done[row["key"]] = record_from_dict(row["record"])
+        except SchemaError:
+            raise  # a newer ragbench's records: not "unreadable", never run again over them
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             # a complete but unreadable line (another version's fields, a bad edit): skip it,
             # keep every record after it; its work item is simply run again
@@ -77,26 +84,13 @@ def read_records(path: Path) -> dict[str, Record]:
     return done
 
 
-def current_key(key: str, record: Record) -> str:
-    """A stored work key as this version writes it. Keys written before a retriever that embeds
-    nothing (bm25) stopped naming the run's embedder carry ``embedder``; their records' params
-    no longer do, and the key follows them, so such a run resumes instead of answering again."""
-    try:
-        parts = json.loads(key)
-        params = record.params.to_dict()
-    except (ValueError, TypeError, AttributeError):
-        return key
-    if not (isinstance(parts, list) and len(parts) >= 3 and isinstance(parts[2], dict)):
-        return key
-    stored = parts[2]
-    if "embedder" in stored and "embedder" not in params:
-        if {k: v for k, v in stored.items() if k != "embedder"} == params:
-            return dumps_canonical([*parts[:2], params, *parts[3:]])
-    return key
+def record_line(key: str, record: Record) -> str:
+    """One ``records.jsonl`` line: the work key, the record and the schema they are in."""
+    return dumps_canonical({"key": key, "record": record.to_dict(), SCHEMA_KEY: SCHEMA_VERSION})
 
 
 def append_record(f, key: str, record: Record) -> None:
-    f.write((dumps_canonical({"key": key, "record": record.to_dict()}) + "\n").encode("utf-8"))
+    f.write((record_line(key, record) + "\n").encode("utf-8"))
     f.flush()
     os.fsync(f.fileno())
 
@@ -116,7 +110,7 @@ def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str
         return None
     with path.open("ab") as f:  # one fsync for them all: an old run may have thousands
         for key, record in stale.changed.items():
-            f.write((dumps_canonical({"key": key, "record": record.to_dict()}) + "\n").encode())
+            f.write((record_line(key, record) + "\n").encode("utf-8"))
             done[key] = record
         f.flush()
         os.fsync(f.fileno())
@@ -156,7 +150,22 @@ def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, An
     facts = {k: v for k, v in example_meta.items() if not isinstance(v, list | dict)}
     cost = record.cost.to_dict() if record.cost is not None else {}
     meta = dict(sorted(record.meta.items()))
-    return [record.params.to_dict(), dict(record.scores), cost, meta, dict(sorted(facts.items()))]
+    params = flat_params(record.params.to_dict())
+    return [params, dict(record.scores), cost, meta, dict(sorted(facts.items()))]
+
+
+def flat_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Parameters as table columns: a nested one named by its ``name`` (``kv: {name: sinks,
+    sink_tokens: 4}``) is a column of its name (``kv``: ``sinks``) and one per setting
+    (``kv_sink_tokens``: 4); ``params`` keeps the nested JSON."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict) and "name" in value:
+            out[key] = value["name"]
+            out.update({f"{key}_{k}": v for k, v in value.items() if k != "name"})
+        else:
+            out[key] = value
+    return out
 
 
 def flatten(record: Record, example_meta: dict[str, Any]) -> dict[str, Any]:

@@ -57,7 +57,7 @@ from ragbench.experiment.dry_run import round_dollars
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.log_once import once_per_run
-from ragbench.experiment.manifest import read_manifest, sessions_of, write_manifest
+from ragbench.experiment.manifest import check_schema, read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
 from ragbench.experiment.preflight import check_window
 from ragbench.experiment.resources import (
@@ -202,6 +202,7 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     and the manifest. ``judge_llm``: the caller's judge model (None: the config's)."""
     cfg, examples, keys, out = session.cfg, session.examples, session.keys, session.out
     done, budget, loaded = session.done, session.budget, session.loaded
+    check_schema(out)  # never resumes into a folder another schema wrote
     changed = rescore(done, examples, list(cfg.metrics))
     if changed:
         log.warning(

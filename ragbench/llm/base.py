@@ -54,7 +54,7 @@ class Capabilities:
     # keeps a document prefix's KV cache across requests, so its cached prompt tokens follow from
     # the prompts (a dry run estimates them)
     reuses_prefix_kv: bool = False
-    # runs GenerationRequest.kv_cache variants (offloaded, sinks, quantized, snapkv)
+    # runs GenerationRequest.kv variants (offloaded, sinks, quantized, snapkv)
     kv_variants: bool = False
     # takes rope_scaling / rope_factor: a context window past the trained one
     rescales_rope: bool = False

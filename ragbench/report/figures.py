@@ -37,7 +37,6 @@ _COST_UNITS = {
     "prompt_tokens": "prompt tokens per query",
     "flops": "FLOPs per query",
     "kv_bytes_measured": "KV-cache MiB per query (measured)",
-    "gpu_seconds": "device seconds per query",  # tables written before resource_seconds
 }
 # dollars per query are fractions of a cent: plotted per 1,000 queries, in fixed notation
 _COST_SCALE = {

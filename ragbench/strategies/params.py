@@ -25,6 +25,7 @@ from ragbench.llm.kv import variants as kv_cache
 from ragbench.registry import did_you_mean, unknown
 from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking, needs_embedder
 from ragbench.retrieval.context import ORDERS
+from ragbench.schema import v1_kv_hint
 from ragbench.strategies.prompts import OVERFLOW
 
 
@@ -47,9 +48,6 @@ class StrategyParams:
     # (``always`` fields are shown always). Fields not listed are shown by their own name.
     short: ClassVar[dict[str, str]] = {}
     always: ClassVar[tuple[str, ...]] = ()
-    # fields stored (``to_dict``: results, work keys) only when not at their default: fields
-    # added after runs were written, so those runs keep their keys and resume
-    quiet: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -66,7 +64,8 @@ class StrategyParams:
         valid = cls.field_names()
         for key in keys:
             if key not in valid:
-                hint = did_you_mean(str(key), valid or ["(none)"])
+                hint = v1_kv_hint(str(key)) if "kv" in valid else None
+                hint = hint or did_you_mean(str(key), valid or ["(none)"])
                 raise ValueError(f"unknown {cls.strategy} parameter {key!r}; {hint}")
 
     @classmethod
@@ -102,9 +101,8 @@ class StrategyParams:
         return points
 
     def to_dict(self) -> dict[str, Any]:
-        default = {f.name: f.default for f in dataclasses.fields(self)}
-        data = dataclasses.asdict(self)
-        return {k: v for k, v in data.items() if k not in self.quiet or v != default[k]}
+        """Every field, at its default too (results, work keys)."""
+        return dataclasses.asdict(self)
 
     def label(self) -> str:
         """``rag k=4 order=document cite=False``: the strategy, then every set value that is not
@@ -136,7 +134,6 @@ class ClosedBookParams(StrategyParams):
     """The question alone."""
 
     strategy: ClassVar[str] = "closed_book"
-    quiet: ClassVar[tuple[str, ...]] = (COT,)
 
     cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
 
@@ -154,16 +151,10 @@ class LongContextParams(StrategyParams):
     # past the window (or the run's prompt_budget): error | truncate_middle | truncate_head |
     # truncate_tail; the record says how many tokens were cut
     overflow: str = "error"
-    # plain | offloaded (layers in host memory between uses; a recorded no-op on CPU) | sinks
-    # (StreamingLLM: first sink_tokens + last window_tokens) | quantized (kv_bits, kv_backend)
-    # | snapkv (SnapKV: keep the kv_ratio of the prompt its last kv_window positions attend to)
-    kv_cache: str = "plain"
-    kv_bits: int | None = None  # quantized: 8 or 4 (hqq: 1-4, 8; quanto: 2, 4)
-    kv_backend: str | None = None  # quantized: hqq | quanto (null: hqq, which does 8 and 4 bits)
-    sink_tokens: int | None = None  # sinks: first positions always kept (null: 4, the paper's)
-    window_tokens: int | None = None  # sinks: most recent positions kept (null: 1024)
-    kv_ratio: float | None = None  # snapkv: fraction of the prompt before the window kept (0.5)
-    kv_window: int | None = None  # snapkv: observation window, the question's end (null: 32)
+    # how the KV cache is kept: a variant of ragbench.llm.kv.variants, which declares its own
+    # parameters; YAML: kv: sinks, or kv: {name: quantized, bits: 4} (plain | offloaded | sinks |
+    # quantized | snapkv; a list of them is a grid axis, and so is a list inside one)
+    kv: kv_cache.KVVariant = kv_cache.Plain()
     # the model's RoPE scaling, "yarn-x2" / "dynamic-x1.5" / "linear-x2": a load-time option of
     # the hf backend (llm params rope_scaling + rope_factor), named here so each record says
     # what ran; the strategy checks it against the loaded model
@@ -173,43 +164,38 @@ class LongContextParams(StrategyParams):
     preload: bool = False
     cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
 
-    quiet: ClassVar[tuple[str, ...]] = ("preload", COT)  # stored when set: older keys stay valid
-
     ROPE = re.compile(r"(dynamic|yarn|linear)-x\d+(\.\d+)?")
 
     def __post_init__(self) -> None:
-        # the flat keys are the YAML surface (and part of existing configs' hashes); the variant
-        # is built once from them and validates itself. Its defaults are written back into the
-        # flat fields, so a record names exactly what ran (kv_backend hqq, sink_tokens 4, ...).
+        # the variant validates its own parameters (a mapping or name from YAML or a record)
         try:
-            kv = kv_cache.kv_from_fields(
-                self.kv_cache,
-                kv_bits=self.kv_bits,
-                kv_backend=self.kv_backend,
-                sink_tokens=self.sink_tokens,
-                window_tokens=self.window_tokens,
-                kv_ratio=self.kv_ratio,
-                kv_window=self.kv_window,
-            )
-        except ValueError as exc:
+            object.__setattr__(self, "kv", kv_cache.kv_from_spec(self.kv))
+        except (ValueError, TypeError) as exc:
             raise ValueError(f"{self.strategy}: {exc}") from None
-        object.__setattr__(self, "_kv", kv)
-        for name, value in kv.fields().items():
-            if name in self.field_names():
-                object.__setattr__(self, name, value)
         super().__post_init__()
 
-    @property
-    def kv(self) -> kv_cache.KVVariant:
-        """The KV-cache variant these parameters name (what ``GenerationRequest.kv`` carries)."""
-        return self._kv
+    @classmethod
+    def grid(cls, spec: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> list[Self]:
+        """As ``StrategyParams.grid``; a list inside ``kv`` (``kv: {name: quantized, bits: [8,
+        4]}``) is an axis too, as a list of ``kv`` mappings is."""
+        kv = spec.get("kv")
+        if isinstance(kv, Mapping) and any(isinstance(v, list) for v in kv.values()):
+            keys = list(kv)
+            axes = [kv[k] if isinstance(kv[k], list) else [kv[k]] for k in keys]
+            kvs = [dict(zip(keys, v, strict=True)) for v in itertools.product(*axes)]
+            spec = {**spec, "kv": kvs}
+        return super().grid(spec, base)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored; ``kv`` as the variant's ``spec()`` (``{"name": ..., <parameter>: ...}``)."""
+        return super().to_dict() | {"kv": self.kv.spec()}
 
     def validate(self) -> None:
         _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
         _flag(self.strategy, "preload", self.preload)
         _flag(self.strategy, COT, self.cot)
         if self.preload and not isinstance(self.kv, kv_cache.Plain):
-            raise ValueError(f"{self.strategy}: preload must be true or false, with kv_cache plain")
+            raise ValueError(f"{self.strategy}: preload must be true or false, with kv plain")
         if self.preload and self.cot:  # the preloaded prefix is the one-call prompt's
             raise ValueError(f"{self.strategy}: preload and cot cannot be combined")
         if self.rope_scaling is not None and not self.ROPE.fullmatch(str(self.rope_scaling)):
@@ -283,7 +269,6 @@ class RagParams(RetrievalParams):
 
     short: ClassVar[dict[str, str]] = {**RetrievalParams.short, "top_k": "k"}
     always: ClassVar[tuple[str, ...]] = ("top_k",)
-    quiet: ClassVar[tuple[str, ...]] = (COT,)
 
     def validate(self) -> None:
         super().validate()

@@ -23,7 +23,6 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -47,6 +46,8 @@ from ragbench.experiment.config.text import (
 )
 from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
 from ragbench.metrics.answer import METRICS
+from ragbench.schema import KEY as SCHEMA_KEY
+from ragbench.schema import SCHEMA_VERSION
 from ragbench.secrets import collect, redact
 from ragbench.strategies import get_strategy
 from ragbench.strategies.params import StrategyParams
@@ -80,7 +81,7 @@ class RunConfig(_Strict):
     # the hash: a rerun with a higher cap resumes in the same run folder
     max_dollars: float | None = Field(None, gt=0)
     # stop when decided (`ragbench run --until-decided`): rounds, alpha spending, margin; not
-    # part of the hash either (where a run stops); a config without it dumps as before
+    # part of the hash either (where a run stops)
     sequential: SequentialConfig | None = None
     output_dir: str = "data/results"  # where run folders go (not part of the hash)
     # where the run is logged besides its folder (MLflow: ragbench.workspace.tracking); not part
@@ -174,13 +175,6 @@ class RunConfig(_Strict):
             self._sheet = located(("price_sheet",), price_sheet, self.price_sheet)
         return self
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("sequential", 0) is None:
-            data.pop("sequential")  # added later: configs without it dump (and hash) as before
-        return data
-
     @model_validator(mode="after")
     def _budget(self) -> RunConfig:
         """A dollar cap needs dollars: a price sheet for the model (or the judge)."""
@@ -220,7 +214,8 @@ SPEED_PARAMS = ("decode", "cuda_graphs")  # model.params that change speed, not 
 
 
 def config_hash(config: RunConfig) -> str:
-    """Identity of a config's results. Credentials are masked first: a new password or key
+    """Identity of a config's results, and of the schema they are stored in (a new schema is a
+    new run folder). Credentials are masked first: a new password or key
     gives the same run folder, and the hash is never a function of a secret."""
     # threads and rate limits change speed, not answers: the same run folder whatever the
     # machine's load; max_dollars and sequential where a run stops, not what it computes (a
@@ -231,15 +226,10 @@ def config_hash(config: RunConfig) -> str:
     exclude = {"output_dir": True, "max_dollars": True, "sequential": True, "tracking": True,
                "model": speed, "judge": {"model": speed}}  # fmt: skip
     data = redact(config.model_dump(mode="json", exclude=exclude))
-    if data.get("judge") is None:  # configs written before the judge section hash as before
-        data.pop("judge", None)
-    else:  # judge.repeats hashes under its older name, samples: their run folders stay
-        data["judge"]["samples"] = data["judge"].pop("repeats")
-    for key, default in (("cost_basis", "calibrated"), ("noise_distractors", NOISE_DISTRACTORS)):
-        if data.get(key) == default:  # added later: the default hashes as before
-            data.pop(key)
     if not any(m in METRICS and METRICS.get(m).kind == "noise" for m in config.metrics):
         data.pop("noise_distractors", None)  # changes nothing without a noise metric
+    # what a run stores has one version (ragbench.schema): a new schema is a new run folder
+    data[SCHEMA_KEY] = SCHEMA_VERSION
     return hashlib.sha256(dumps_canonical(data).encode("utf-8")).hexdigest()
 
 

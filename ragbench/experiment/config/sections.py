@@ -13,7 +13,6 @@ from pydantic import (
     Field,
     PrivateAttr,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -351,13 +350,6 @@ class JudgeConfig(_Strict):
         if self.embedder is not None:
             registries.EMBEDDERS.check(self.embedder)
         return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("questions") == QUESTIONS:
-            data.pop("questions")  # added later: configs at the default hash as before
-        return data
 
     @property
     def samples(self) -> int:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragbench.cost.prices import PriceSheet, dollars_per_query, gpu_seconds
+from ragbench.cost.prices import PriceSheet, dollars_per_query, resource_seconds
 from ragbench.cost.prices import price_sheet as load_sheet
 from ragbench.datasets.corpus.file import read_documents
 from ragbench.datasets.question_text import (
@@ -116,7 +116,7 @@ class Usage:
             self.cached_prompt_tokens += c.cached_prompt_tokens
             self.completion_tokens += c.completion_tokens
             # each one's own share of device time: a batch's latency counted once, not per row
-            self.seconds += gpu_seconds(c)
+            self.seconds += resource_seconds(c)
             if sheet is not None:
                 self.dollars = (self.dollars or 0.0) + dollars_per_query(c, sheet)
 

@@ -134,7 +134,7 @@ class Decoder:
         kv = kv or kv_cache.Plain()
         plain = isinstance(kv, kv_cache.Plain)
         if not plain and (len(suffixes) != 1 or prefix_kv is not None):
-            raise ValueError(f"kv_cache={kv.name} runs one request without a prefix KV")
+            raise ValueError(f"kv {kv.name} runs one request without a prefix KV")
         dev, batch, width = self.device, len(suffixes), max(len(s) for s in suffixes)
         shared = shared and prefix_kv is not None
         lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask

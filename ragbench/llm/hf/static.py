@@ -139,7 +139,7 @@ class FastDecode:
         if not self.static:
             return self.reason
         if kv is not None and not isinstance(kv, kv_cache.Plain):
-            return f"kv_cache={kv.name}: {VARIANT_REASONS.get(kv.name, 'its own cache')}"
+            return f"kv {kv.name}: {VARIANT_REASONS.get(kv.name, 'its own cache')}"
         if any(r.temperature > 0 for r in requests):
             return "sampling (temperature > 0): the plain loop's seeded generators"
         return ""

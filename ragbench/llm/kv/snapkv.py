@@ -51,11 +51,11 @@ def check(ratio: Any, window: Any) -> None:
     """Raise ValueError for a ratio outside (0, 1] or a window below 1. Pure."""
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
         raise ValueError(
-            f"kv_cache=snapkv needs kv_ratio in (0, 1] (the fraction of the prefix kept, "
+            f"kv snapkv needs ratio in (0, 1] (the fraction of the prefix kept, "
             f"e.g. 0.5), got {ratio!r}"
         )
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"kv_cache=snapkv needs kv_window >= 1, got {window!r}")
+        raise ValueError(f"kv snapkv needs window >= 1, got {window!r}")
 
 
 def kept(positions: int, ratio: float, window: int) -> int:
@@ -120,7 +120,7 @@ def check_model(model: Any, name: str = "") -> None:
     if not attention_modules(model):
         kind = getattr(model.config, "model_type", "?")
         raise ValueError(
-            f"kv_cache=snapkv needs Llama-style attention modules (q_proj, layer_idx); "
+            f"kv snapkv needs Llama-style attention modules (q_proj, layer_idx); "
             f"{name or kind} ({kind}) has none: use plain, offloaded, sinks or quantized"
         )
 

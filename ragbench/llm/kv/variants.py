@@ -4,8 +4,8 @@ A long-context query's memory is dominated by its KV cache (``cost.kv_cache_byte
 techniques that make long context affordable change how that cache is kept. Each is one small
 frozen class that owns its parameters, their validation, its label and the cache it builds
 (kvpress style: ``SnapKV(ratio=0.5, window=32)``); a ``GenerationRequest`` carries one as
-``kv`` (None: plain), and the ``long_context`` strategy's parameters build one from their
-flat YAML keys (``kv_cache: quantized``, ``kv_bits: 4``: ``kv_from_fields``).
+``kv`` (None: plain), and the ``long_context`` strategy's ``kv`` parameter is one, written
+nested in YAML (``kv: {name: quantized, bits: 4}``, or ``kv: sinks``: ``kv_from_spec``).
 
 - ``Plain``: transformers' ``DynamicCache``, in the model's dtype. The reference.
 - ``Offloaded``: ``DynamicCache(offloading=True)``: every layer's KV goes back to host memory
@@ -25,10 +25,10 @@ flat YAML keys (``kv_cache: quantized``, ``kv_bits: 4``: ``kv_from_fields``).
   window. Per question: the kept positions depend on the question, so no prefix is shared.
 
 Adding a variant takes one class here (a ``KVVariant`` subclass: its ``name``, its parameters
-with their legacy flat names in ``flat``, ``__post_init__`` validation, ``label`` and
-``make_cache``) and one line registering it in ``KV_CACHES``. Every other layer reads only the
-variant's interface. (Setting its new parameters from a YAML config also needs them as fields
-of ``LongContextParams``, whose flat keys are part of existing configs' hashes.)
+as dataclass fields, ``__post_init__`` validation, ``label`` and ``make_cache``) and one line
+registering it in ``KV_CACHES``. Its parameters are declared there only: a config names them
+under ``kv`` (``kv: {name: <it>, <parameter>: ...}``), records and completion-cache keys store
+``spec()``, and every other layer reads only the variant's interface.
 
 Measured bytes (``cache_bytes``) are the tensors the cache object holds, in their real dtype:
 packed integer codes, scales and zero points of a quantized cache included. For the plain cache
@@ -44,8 +44,7 @@ from typing import Any, ClassVar
 
 from ragbench.llm.kv import snapkv as kv_compress
 from ragbench.llm.kv.sinks import sink_layer_class
-from ragbench.registry import Registry, unknown
-from ragbench.types import GenerationRequest
+from ragbench.registry import Registry, did_you_mean, unknown
 
 # bits each quantization backend accepts with transformers 5.x (its QuantizedLayer checks)
 QUANT_BACKENDS: dict[str, tuple[int, ...]] = {"hqq": (1, 2, 3, 4, 8), "quanto": (2, 4)}
@@ -60,20 +59,20 @@ class KVVariant:
     """How one request's KV cache is kept. Subclasses: frozen dataclasses whose fields are the
     variant's parameters; ``__post_init__`` validates them (errors name the valid choices)."""
 
-    name: ClassVar[str] = ""  # the registry name: GenerationRequest's legacy ``kv_cache`` value
-    # own field -> its legacy flat name (GenerationRequest.to_dict, long_context's YAML keys)
-    flat: ClassVar[dict[str, str]] = {}
+    name: ClassVar[str] = ""  # the registry name (``kv: {name: ...}``)
     full_attention_only: ClassVar[bool] = True  # evicts/quantizes/compresses every layer alike
 
     def label(self) -> str:
         """The benchmark name: ``plain``, ``sinks-4+1024``, ``quantized-hqq-int8``, ..."""
         return self.name
 
-    def fields(self) -> dict[str, Any]:
-        """The legacy flat form: ``{"kv_cache": name, <flat name>: value, ...}`` (own fields
-        only). Completion-cache keys and records hash it: never rename these keys."""
-        own = {self.flat[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {"kv_cache": self.name, **own}
+    def spec(self) -> dict[str, Any]:
+        """The stored form, ``{"name": ..., <parameter>: value, ...}`` (every parameter, at its
+        default too): what a config writes under ``kv``, records store and completion-cache
+        keys hash. ``kv_from_spec`` reads it back."""
+        return {"name": self.name} | {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+        }
 
     def meta(self) -> dict[str, Any]:
         """What a completion records about its cache (``meta["kv_cache"]``), before building."""
@@ -87,14 +86,14 @@ class KVVariant:
         """Raise ValueError (before any work starts) when ``model`` cannot keep this cache."""
         if self.full_attention_only and not supported_model(model):
             raise ValueError(
-                f"kv_cache={self.name} needs a model whose layers are all full attention; "
-                f"{name or model.config.model_type} has sliding-window layers: use kv_cache "
-                "plain or offloaded"
+                f"kv {self.name} needs a model whose layers are all full attention; "
+                f"{name or model.config.model_type} has sliding-window layers: use kv plain "
+                "or offloaded"
             )
 
     def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
         """(a fresh transformers Cache kept this way, what to record about it in ``meta``)."""
-        raise NotImplementedError(f"kv_cache={self.name} builds no cache")
+        raise NotImplementedError(f"kv {self.name} builds no cache")
 
 
 @dataclass(frozen=True)
@@ -140,15 +139,11 @@ class Sinks(KVVariant):
     window_tokens: int = DEFAULT_WINDOW_TOKENS  # most recent positions kept
 
     name: ClassVar[str] = "sinks"
-    flat: ClassVar[dict[str, str]] = {
-        "sink_tokens": "sink_tokens",
-        "window_tokens": "window_tokens",
-    }
 
     def __post_init__(self) -> None:
         for field, v in (("sink_tokens", self.sink_tokens), ("window_tokens", self.window_tokens)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"kv_cache=sinks needs {field} >= 1, got {v!r}")
+                raise ValueError(f"kv sinks needs {field} >= 1, got {v!r}")
 
     def label(self) -> str:
         return f"sinks-{self.sink_tokens}+{self.window_tokens}"
@@ -177,14 +172,13 @@ class Quantized(KVVariant):
     backend: str = "hqq"  # hqq | quanto
 
     name: ClassVar[str] = "quantized"
-    flat: ClassVar[dict[str, str]] = {"bits": "kv_bits", "backend": "kv_backend"}
 
     def __post_init__(self) -> None:
         if self.backend not in QUANT_BACKENDS:
-            raise unknown("kv_cache=quantized backend", str(self.backend), list(QUANT_BACKENDS))
+            raise unknown("kv quantized backend", str(self.backend), list(QUANT_BACKENDS))
         if self.bits not in QUANT_BACKENDS[self.backend]:
             raise ValueError(
-                f"kv_cache=quantized backend {self.backend!r} supports kv_bits "
+                f"kv quantized backend {self.backend!r} supports bits "
                 f"{list(QUANT_BACKENDS[self.backend])}, got {self.bits!r}"
             )
 
@@ -219,7 +213,6 @@ class SnapKV(KVVariant):
     window: int = kv_compress.DEFAULT_WINDOW  # observation window (last prompt positions, kept)
 
     name: ClassVar[str] = "snapkv"
-    flat: ClassVar[dict[str, str]] = {"ratio": "kv_ratio", "window": "kv_window"}
 
     def __post_init__(self) -> None:
         kv_compress.check(self.ratio, self.window)
@@ -250,42 +243,38 @@ KV_CACHES = Registry(
 )
 
 
-def kv_from_fields(kv_cache: str = "plain", **flat: Any) -> KVVariant:
-    """The variant of the legacy flat form (``kv_cache="quantized", kv_bits=4``, as in
-    ``LongContextParams`` and old request dicts). A parameter left None takes the variant's
-    default; one given for another variant is an error naming the variant it applies to."""
-    if not isinstance(kv_cache, str) or kv_cache not in KV_CACHES:
-        raise unknown("kv_cache", str(kv_cache), KV_CACHES)
-    cls = KV_CACHES.get(kv_cache)
-    owners = flat_owners()
-    for key, value in flat.items():
-        if key not in owners:
-            raise TypeError(f"unknown KV-cache field {key!r}; valid: {sorted(owners)}")
-        if value is not None and owners[key] is not cls:
-            owner = owners[key]
+def kv_from_spec(spec: Any = None) -> KVVariant:
+    """The variant a config or a stored record names: ``None`` (plain), a name (``"sinks"``:
+    its defaults), a mapping ``{"name": ..., <parameter>: value}`` (``spec()``'s form; a
+    parameter left out or null takes the class's default) or a variant itself. Unknown names
+    and parameters are errors naming the valid ones; the class validates the values."""
+    if isinstance(spec, KVVariant):
+        return spec
+    if spec is None:
+        return Plain()
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, dict):
+        raise ValueError(
+            f"kv must be a variant name or a mapping {{name: ..., <parameter>: ...}}, got {spec!r}"
+        )
+    params = dict(spec)
+    name = params.pop("name", None)
+    if not isinstance(name, str) or name not in KV_CACHES:
+        raise unknown("kv name", str(name), KV_CACHES)
+    cls = KV_CACHES.get(name)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for key in params:
+        if key not in valid:
             raise ValueError(
-                f"{' and '.join(owner.flat.values())} apply to kv_cache={owner.name} only, "
-                f"not {kv_cache!r}"
+                f"kv {name} has no parameter {key!r}; "
+                + (did_you_mean(str(key), valid) if valid else "it takes none")
             )
-    kwargs = {}
+    given = {k: v for k, v in params.items() if v is not None}
     for f in dataclasses.fields(cls):
-        value = flat.get(cls.flat[f.name])
-        if value is not None or f.default is dataclasses.MISSING:  # required: its own error
-            kwargs[f.name] = value
-    return cls(**kwargs)
-
-
-def flat_owners() -> dict[str, type[KVVariant]]:
-    """Every registered variant's legacy flat parameter names -> the variant class."""
-    return {key: KV_CACHES.get(n) for n in KV_CACHES for key in KV_CACHES.get(n).flat.values()}
-
-
-def request_from_dict(data: dict[str, Any]) -> GenerationRequest:
-    """``GenerationRequest.from_dict`` for any request's ``to_dict`` (the flat KV keys too)."""
-    keys = {"kv_cache", *flat_owners()}
-    flat = {k: v for k, v in data.items() if k in keys}
-    request = GenerationRequest.from_dict({k: v for k, v in data.items() if k not in keys})
-    return dataclasses.replace(request, kv=kv_from_fields(**flat)) if flat else request
+        if f.name not in given and f.default is dataclasses.MISSING:
+            raise ValueError(f"kv {name} needs {f.name}: kv: {{name: {name}, {f.name}: ...}}")
+    return cls(**given)
 
 
 def variant_of(request: Any) -> KVVariant:
@@ -300,7 +289,7 @@ def refuse_variants(requests: Any, backend: str, supported: Any = ("plain",)) ->
         name = variant_of(r).name
         if name not in supported:
             raise ValueError(
-                f"the {backend} backend cannot run kv_cache={name!r}: it supports "
+                f"the {backend} backend cannot run kv {name!r}: it supports "
                 f"{list(supported)}; the variants {list(KV_CACHES)} run on the transformers "
                 "backend (llm backend 'hf')"
             )
@@ -324,7 +313,7 @@ def check_backend_installed(backend: str) -> None:
         found = False
     if not found:
         raise ImportError(
-            f"kv_cache=quantized with backend {backend!r} needs the {QUANT_PACKAGES[backend]!r} "
+            f"kv quantized with backend {backend!r} needs the {QUANT_PACKAGES[backend]!r} "
             f"package: pip install 'ragbench[kvquant]' (or pip install {QUANT_PACKAGES[backend]})"
         )
 

@@ -51,7 +51,6 @@ class PipelineParams(StrategyParams):
 
     CALLING: ClassVar[tuple[str, ...]] = ("timeout", "retries", "headers_env")
     SETUP: ClassVar[tuple[str, ...]] = ("setup", "setup_url", "setup_version")
-    quiet: ClassVar[tuple[str, ...]] = SETUP  # stored when set: older work keys stay valid
 
     def __post_init__(self) -> None:
         if isinstance(self.headers_env, Mapping):  # hashable, like every parameter point

@@ -51,6 +51,7 @@ from typing import Any, Literal
 from ragbench import secrets
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
 from ragbench.registry import did_you_mean
+from ragbench.schema import folder_version, migrate_table
 from ragbench.workspace.kernels import (
     KernelNotInstalledError,
     init_worker,
@@ -352,7 +353,8 @@ def collect_results(jobs: list[dict[str, Any]], pattern: str = "**/results.parqu
         if not is_done(job):
             continue
         for path in sorted(Path(job["point_dir"]).glob(pattern)):
-            frame = pd.read_parquet(path)
+            # an older schema's table read as this one's (the version: its run folder's)
+            frame = migrate_table(pd.read_parquet(path), folder_version(path.parent))
             for name, value in secrets.redact(job["params"]).items():
                 column = name if name not in frame.columns else f"param.{name}"
                 scalar = isinstance(value, (str, int, float, bool)) or value is None
