@@ -1,7 +1,8 @@
 """Capacity and price planning before any run: KV-cache memory, how many sequences fit on a GPU,
 $/1k queries for hosted APIs vs self-hosted GPUs, and what prefix caching changes.
 
-Pure functions over ``ragbench.cost.accounting`` and the model presets; notebook 04 plots their tables.
+Pure functions over ``ragbench.cost.accounting`` and the model presets (every dollar through
+``ragbench.cost.money.dollars``); notebook 04 plots their tables.
 Self-hosted estimates take throughputs as inputs: measure them with ``make bench-llm`` (or on
 your server) instead of trusting a default.
 
@@ -20,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragbench.cost.accounting import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
-from ragbench.cost.prices import PriceSheet, dollars, price_sheet
+from ragbench.cost.money import Usage, dollars
+from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.models import ModelPreset, get_preset
 
 GIB = 1024**3
@@ -100,12 +102,8 @@ def api_dollars_per_1k(
         raise ValueError(
             f"price sheet {sheet.name!r} is {sheet.kind!r}; use self_hosted_dollars_per_1k"
         )
-    return 1000 * dollars(
-        sheet,
-        prompt_tokens=prompt_tokens,
-        cached_prompt_tokens=cached_tokens,
-        completion_tokens=completion_tokens,
-    )
+    usage = Usage(prompt_tokens, cached_tokens, completion_tokens)
+    return dollars(sheet, usage, queries=1000)
 
 
 def self_hosted_dollars_per_1k(
@@ -129,8 +127,7 @@ def self_hosted_dollars_per_1k(
     # decode is memory-bound per step, so `concurrency` sequences share each step's time
     seconds = (prompt_tokens - cached_tokens) / prefill_tokens_per_s
     seconds += completion_tokens / decode_tokens_per_s / max(1, concurrency)
-    hourly = sheet.prices["gpu_hour"] * sheet.prices["gpus"]
-    return 1000 * hourly * seconds / 3600
+    return dollars(sheet, seconds=seconds, queries=1000)
 
 
 def prefix_caching_table(
@@ -186,13 +183,13 @@ def _lc_dollars(sheet: PriceSheet, prompt: float, completion: float, prefix: flo
     """One long-context question: the prefix written to the cache ("write", the document's
     first question), read from it ("read", the later ones) or not cached ("none")."""
     prefix = min(prefix, prompt)
-    return dollars(
-        sheet,
+    usage = Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
         cached_prompt_tokens=prefix if cache == "read" else 0,
         cache_write_tokens=prefix if cache == "write" else 0,
     )
+    return dollars(sheet, usage)
 
 
 def _col(df: Any, name: str) -> str | None:
@@ -317,7 +314,7 @@ def prefix_cache_break_even(
             plain = sum(_lc_dollars(sheet, p, g, 0, "none") for p, g, _ in cells) / len(cells)
             for label, r in rg_g.groupby(rag_key, sort=False):
                 per_rag = [
-                    dollars(sheet, prompt_tokens=p, completion_tokens=g)
+                    dollars(sheet, Usage(prompt_tokens=p, completion_tokens=g))
                     for p, g in zip(r[p_rg], r[g_rg], strict=True)
                 ]
                 rag_cost = sum(per_rag) / len(per_rag)
