@@ -1,4 +1,4 @@
-"""Plots of the planning tables (``ragbench.cost.planning``): KV-cache memory per sequence, $ per
+"""Plots of the planning tables (``ragbench.analysis.planning``): KV-cache memory per sequence, $ per
 query against questions per document with a prefix cache, and its break-even against RAG.
 ``ragbench.report`` re-exports them for the notebooks."""
 
