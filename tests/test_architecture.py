@@ -27,8 +27,8 @@ LAYERS = [
     {"retrieval", "cost"},
     {"strategies"},
     {"judge"},
+    {"analysis"},  # reads a results table: no experiment import (runs call their verdicts)
     {"experiment"},
-    {"analysis"},
     {"report"},
     {"workspace"},
     {"cli"},
