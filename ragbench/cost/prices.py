@@ -4,9 +4,9 @@
 A sheet is ``kind: api`` ($ per million tokens) or ``kind: gpu_hour`` ($ per hour x devices
 held, charged on device seconds: by default the seconds the calibrated model of the hardware
 gives the query's own tokens, ``modelled_seconds``; with ``cost_basis: measured`` its measured
-share, ``gpu_seconds``; see ``money.COST_BASES``). Every sheet names its date and source; no price lives
-in code. Shipped sheets are in ``ragbench/data/prices`` and are looked up by name through
-``PRICE_SHEETS`` (a path to any YAML file works too).
+share, ``gpu_seconds``; see ``money.COST_BASES``). Every sheet names its date and source; no
+price lives in code. Shipped sheets are in ``ragbench/data/prices`` and are looked up by name
+through ``PRICE_SHEETS`` (a path to any YAML file works too).
 
 An ``api`` sheet prices, per million tokens:
 
