@@ -90,7 +90,7 @@ def test_many_queries_keep_the_order_the_per_1k_figures_had():
             "exceed prompt_tokens",
         ),  # fmt: skip
         (lambda: dollars(API, Usage(prompt_tokens=math.nan)), "prompt_tokens must be"),
-        (lambda: dollars(HOURLY, seconds=-1.0), "device seconds must be"),
+        (lambda: dollars(HOURLY, seconds=-1.0), "device_seconds must be"),
         (lambda: dollars(HOURLY, seconds=Seconds(1.0, 0.5), basis="calibate"), "cost basis"),
     ],
 )

@@ -102,7 +102,7 @@ def dollars(
         charged = seconds.charged(basis) if isinstance(seconds, Seconds) else seconds
         # (queries x hourly) first: the order $/1k always had, and x1 changes no bit
         hourly = p["gpu_hour"] * p["gpus"]
-        return queries * hourly * _count("device seconds", charged) / 3600.0
+        return queries * hourly * _count("device_seconds", charged) / 3600.0
     prompt = _count("prompt_tokens", usage.prompt_tokens)
     cached = _count("cached_prompt_tokens", usage.cached_prompt_tokens)
     written = _count("cache_write_tokens", usage.cache_write_tokens)
