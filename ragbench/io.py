@@ -142,6 +142,15 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
         raise utf8_error(path, data, exc) from None
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file's content, or None when it is missing or unreadable: for a file read for
+    what it says (a run folder's manifest, by the analysis), never to be written back."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
     not UTF-8) names file and line."""

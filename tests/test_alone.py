@@ -9,8 +9,9 @@ import pytest
 from ragbench import strategies as st
 from ragbench.analysis import summary
 from ragbench.analysis._common import own_latency_seconds
-from ragbench.cost import alone, prices
+from ragbench.cost import alone, money, prices
 from ragbench.cost.accounting import Cost
+from ragbench.cost.money import Usage
 from ragbench.experiment.runner import plan_rounds
 from ragbench.llm.fake import FakeLLM
 from ragbench.models import get_preset
@@ -48,13 +49,15 @@ def test_the_first_record_of_a_variant_on_a_prefix_pays_later_ones_reuse_it():
     # it was charged), the prefill's seconds on an hourly one; measured numbers kept
     c = Cost.of(b1, sheet=prices.parse_price_sheet(API))
     assert c.cached_prompt_tokens == 0 and c.prefix_paid_tokens == 800
-    full = prices.dollars(prices.parse_price_sheet(API), prompt_tokens=802, completion_tokens=1)
+    full = money.dollars(
+        prices.parse_price_sheet(API), Usage(prompt_tokens=802, completion_tokens=1)
+    )
     assert c.dollars == pytest.approx(full)
     # a backend that reports its cache writes: the paid prefix is one more write
     written = Completion("a", 802, 1, cached_prompt_tokens=800,
                          meta={**b1.meta, "cache_write_tokens": 0})  # fmt: skip
-    full = prices.dollars(prices.parse_price_sheet(API), prompt_tokens=802, completion_tokens=1,
-                          cache_write_tokens=800)  # fmt: skip
+    usage = Usage(prompt_tokens=802, completion_tokens=1, cache_write_tokens=800)
+    full = money.dollars(prices.parse_price_sheet(API), usage)
     assert Cost.of(written, sheet=prices.parse_price_sheet(API)).dollars == pytest.approx(full)
     timed = Completion("a", 802, 1, cached_prompt_tokens=800, prefill_seconds=0.003,
                        decode_seconds=0.1, meta=b1.meta)  # fmt: skip

@@ -28,8 +28,8 @@ LAYERS = [
     {"retrieval", "cost"},
     {"strategies"},
     {"judge"},
+    {"analysis"},  # reads a results table: no experiment import (runs call their verdicts)
     {"experiment"},
-    {"analysis"},
     {"report"},
     {"workspace"},
     {"cli"},

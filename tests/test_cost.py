@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ragbench import cost
-from ragbench.cost import prices
+from ragbench.cost import money, prices
+from ragbench.cost.money import Usage
 from ragbench.io import InputFileError
 from ragbench.models import get_preset
 from ragbench.types import Completion
@@ -96,9 +97,10 @@ def test_dollars_api_and_gpu_hour():
         decode_seconds=0.44,
     )
     # 600 x 0.15 + 400 x 0.075 + 100 x 0.6 = 180 $ per million queries
-    assert prices.dollars_per_query(c, prices.parse_price_sheet(API)) == pytest.approx(180e-6)
+    api, gpu = prices.parse_price_sheet(API), prices.parse_price_sheet(GPU)
+    assert money.dollars(api, Usage.of(c), prices.resource_seconds(c)) == pytest.approx(180e-6)
     # 2.5 $/h x 2 GPUs x 1.44 s / 3600
-    assert prices.dollars_per_query(c, prices.parse_price_sheet(GPU)) == pytest.approx(0.002)
+    assert money.dollars(gpu, Usage.of(c), prices.resource_seconds(c)) == pytest.approx(0.002)
 
 
 def test_cost_is_charged_from_resource_seconds_never_latency():
@@ -113,10 +115,10 @@ def test_cost_is_charged_from_resource_seconds_never_latency():
         prices.resource_seconds(batched) == 1.25 and prices.resource_seconds(batched, gpus=2) == 2.5
     )
     sheet = prices.parse_price_sheet(GPU)
-    assert prices.dollars_per_query(batched, sheet) == pytest.approx(2.5 * 2 * 1.25 / 3600)
+    assert cost.Cost.of(batched, sheet=sheet).dollars == pytest.approx(2.5 * 2 * 1.25 / 3600)
     # queueing longer changes the latency, never the dollars
     later = replace(batched, queue_seconds=300.0)
-    assert prices.dollars_per_query(later, sheet) == prices.dollars_per_query(batched, sheet)
+    assert cost.Cost.of(later, sheet=sheet).dollars == cost.Cost.of(batched, sheet=sheet).dollars
     fields = cost.Cost.of(batched, get_preset("smollm2-135m-instruct"))
     assert fields.resource_seconds == 1.25 and fields.latency_seconds == 4.0
     assert fields.queue_seconds == 30.0 and not hasattr(fields, "total_seconds")
@@ -290,10 +292,10 @@ def test_repriced_prices_own_and_one_time_costs_through_amortise():
     assert tokens.price_sheet == "t" and tokens.amortised_dollars == tokens.dollars
     assert tokens.mfu == 0.5  # the hardware it was measured on, not the price paid
     hourly = own.repriced(gpu)
-    assert hourly.dollars == prices.dollars(gpu, device_seconds=36.0)
+    assert hourly.dollars == money.dollars(gpu, seconds=36.0)
     # a one-time cost (a preload) shared by 4 queries: priced by its seconds on an hourly sheet
     shared = own.amortise(cost.Cost(resource_seconds=72.0, dollars=1.0), 4).repriced(gpu)
-    once = prices.dollars(gpu, device_seconds=72.0)
+    once = money.dollars(gpu, seconds=72.0)
     assert shared.one_time_dollars == once and shared.amortised_over == 4
     assert shared.amortised_dollars == pytest.approx(hourly.dollars + once / 4)
     # ... and unknown on an api sheet (a record keeps its seconds, not its tokens), never old

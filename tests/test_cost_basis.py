@@ -13,9 +13,8 @@ from dataclasses import replace
 import pytest
 
 from ragbench.cost import Cost
+from ragbench.cost.money import Seconds, dollars
 from ragbench.cost.prices import (
-    charged_seconds,
-    dollars,
     modelled_seconds,
     modelled_seconds_for,
     price_sheet,
@@ -91,8 +90,8 @@ def test_completions_stored_before_the_work_was_logged_are_modelled_from_tokens(
                             "prefix_tokens": 990, "prefix_computed": False}  # fmt: skip
     assert modelled_seconds(old, RATES) == pytest.approx(modelled_seconds_for(RATES, 1000, 990, 8))
     assert modelled_seconds(old, None) is None
-    assert charged_seconds(1.0, 0.2, "calibrated") == 0.2
-    assert charged_seconds(1.0, 0.2, "measured") == charged_seconds(1.0, None, "calibrated") == 1.0
+    assert Seconds(1.0, 0.2).charged("calibrated") == 0.2
+    assert Seconds(1.0, 0.2).charged("measured") == Seconds(1.0, None).charged("calibrated") == 1.0
 
 
 def test_sums_reprices_and_one_time_costs_keep_their_basis():
@@ -118,9 +117,7 @@ def test_sums_reprices_and_one_time_costs_keep_their_basis():
     assert shared.one_time_modelled_seconds == pytest.approx(once.modelled_seconds)
     assert shared.amortised_dollars == pytest.approx(rag.dollars + once.dollars / 4)
     re = shared.repriced(pricier)
-    assert re.one_time_dollars == pytest.approx(
-        dollars(pricier, device_seconds=once.modelled_seconds)
-    )
+    assert re.one_time_dollars == pytest.approx(dollars(pricier, seconds=once.modelled_seconds))
     assert re.amortised_dollars == pytest.approx(10 * shared.amortised_dollars)
 
 

@@ -93,7 +93,8 @@ def test_a_device_hour_sheet_is_priced_from_a_cached_calibration_or_not_at_all(
     tmp_path, monkeypatch
 ):
     import ragbench.experiment.dry_run as dry
-    from ragbench.cost.prices import dollars, modelled_seconds_for, price_sheet
+    from ragbench.cost.money import dollars
+    from ragbench.cost.prices import modelled_seconds_for, price_sheet
     from ragbench.llm.calibration import Rates
 
     cfg = niah_config(tmp_path, strategies=["closed_book"], price_sheet="example-cpu-hour")
@@ -105,6 +106,6 @@ def test_a_device_hour_sheet_is_priced_from_a_cached_calibration_or_not_at_all(
     priced = dry_run(cfg, progress=False)
     row = priced.iloc[0]
     seconds = modelled_seconds_for(rates, row["prompt_tokens"], 0, row["completion_tokens_max"])
-    expected = dollars(price_sheet("example-cpu-hour"), device_seconds=seconds)
+    expected = dollars(price_sheet("example-cpu-hour"), seconds=seconds)
     assert row["dollars_per_query_max"] == pytest.approx(expected, rel=0.05)  # mean of 4 prompts
     assert any("cached calibration" in n for n in priced.attrs["notes"])

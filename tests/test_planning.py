@@ -1,5 +1,6 @@
 import pytest
 
+from ragbench.analysis import planning as tables
 from ragbench.cost import planning
 from ragbench.cost.prices import parse_price_sheet
 
@@ -27,7 +28,7 @@ GPU = parse_price_sheet(
 
 
 def test_kv_cache_table_matches_hand_computation():
-    t = planning.kv_cache_table(["llama-3.1-8b-instruct"], [8192, 131072])
+    t = tables.kv_cache_table(["llama-3.1-8b-instruct"], [8192, 131072])
     # 2 (K,V) x 32 layers x 8 kv heads x 128 dims x 8192 tokens x 2 bytes = 1 GiB exactly
     assert t["kv_bytes"].tolist() == [2 * 32 * 8 * 128 * 8192 * 2, 2 * 32 * 8 * 128 * 131072 * 2]
     assert t["kv_gib"].tolist() == [1.0, 16.0]
@@ -51,7 +52,7 @@ def test_api_and_self_hosted_dollars():
 
 
 def test_prefix_caching_saving_grows_with_questions():
-    t = planning.prefix_caching_table(API, 10_000, 20, 10, [1, 2, 10])
+    t = tables.prefix_caching_table(API, 10_000, 20, 10, [1, 2, 10])
     full = (10_020 * 1.0 + 10 * 4.0) / 1e6
     warm = (20 * 1.0 + 10_000 * 0.25 + 10 * 4.0) / 1e6
     assert t["dollars_per_question_no_cache"].tolist() == pytest.approx([full] * 3)
@@ -62,7 +63,7 @@ def test_prefix_caching_saving_grows_with_questions():
 
 
 def test_capacity_table_is_integer_sequences_per_model_and_length():
-    table = planning.capacity_table(
+    table = tables.capacity_table(
         ["smollm2-135m-instruct", "qwen2.5-7b-instruct"], [1024, 8192], 80.0
     )
     assert list(table.columns) == ["smollm2-135m-instruct", "qwen2.5-7b-instruct"]
@@ -144,7 +145,7 @@ def results(lc_prompt=10_020, kept=10_000, rag_prompt=2_020, closed_book=False):
 
 
 def test_prefix_cache_break_even_matches_hand_computation():
-    table, curve = planning.prefix_cache_break_even(
+    table, curve = tables.prefix_cache_break_even(
         results(), [CACHED], questions_per_document=[1, 11, 12]
     )
     row = table.iloc[0]
@@ -167,11 +168,11 @@ def test_prefix_cache_break_even_matches_hand_computation():
 
 def test_break_even_never_and_from_the_first_question():
     # RAG as cheap as a cached question: long context never catches up
-    never, _ = planning.prefix_cache_break_even(results(rag_prompt=1_020), [CACHED])
+    never, _ = tables.prefix_cache_break_even(results(rag_prompt=1_020), [CACHED])
     assert never.break_even_questions_per_document[0] == float("inf")
     assert never.lc_cheaper_from.isna().all()
     # a prefix under the sheet's 1024-token minimum is never cached: every question full price
-    short, _ = planning.prefix_cache_break_even(
+    short, _ = tables.prefix_cache_break_even(
         results(lc_prompt=1_020, kept=1_000, rag_prompt=2_020), [CACHED]
     )
     row = short.iloc[0]
@@ -181,23 +182,23 @@ def test_break_even_never_and_from_the_first_question():
 
 def test_break_even_prefix_from_closed_book_or_given_and_errors():
     df = results(closed_book=True).drop(columns="kept_tokens")
-    paired, _ = planning.prefix_cache_break_even(df, [CACHED])
+    paired, _ = tables.prefix_cache_break_even(df, [CACHED])
     assert paired.prefix_tokens[0] == 10_000  # 10,020 long-context - 20 closed-book tokens
     # the rows without context are named by a parameter, like the compared strategies
     renamed = df.replace({"strategy": {"closed_book": "question_only"}})
     with pytest.raises(ValueError, match="no question_only row"):
-        planning.prefix_cache_break_even(renamed.replace({"strategy": {"question_only": "x"}}),
+        tables.prefix_cache_break_even(renamed.replace({"strategy": {"question_only": "x"}}),
                                          [CACHED], closed_book="question_only")  # fmt: skip
-    again, _ = planning.prefix_cache_break_even(renamed, [CACHED], closed_book="question_only")
+    again, _ = tables.prefix_cache_break_even(renamed, [CACHED], closed_book="question_only")
     assert again.prefix_tokens[0] == 10_000
-    given, _ = planning.prefix_cache_break_even(results(), [CACHED], prefix_tokens=5_000)
+    given, _ = tables.prefix_cache_break_even(results(), [CACHED], prefix_tokens=5_000)
     assert given.lc_later_question_dollars[0] == pytest.approx((5_020 + 500 + 40) / 1e6)
     with pytest.raises(ValueError, match="prefix_tokens="):
-        planning.prefix_cache_break_even(results().drop(columns="kept_tokens"), [CACHED])
+        tables.prefix_cache_break_even(results().drop(columns="kept_tokens"), [CACHED])
     with pytest.raises(ValueError, match="'gpu_hour'"):
-        planning.prefix_cache_break_even(results(), [GPU])
+        tables.prefix_cache_break_even(results(), [GPU])
     with pytest.raises(ValueError, match="need successful 'long_context' and 'rag'"):
-        planning.prefix_cache_break_even(results()[lambda d: d.strategy == "rag"], [CACHED])
+        tables.prefix_cache_break_even(results()[lambda d: d.strategy == "rag"], [CACHED])
 
 
 def test_break_even_by_group_and_the_write_premium_in_prefix_caching_table():
@@ -209,12 +210,12 @@ def test_break_even_by_group_and_the_write_premium_in_prefix_caching_table():
             results(lc_prompt=20_020, kept=20_000, rag_prompt=3_020).assign(context_length=2),
         ]
     )
-    table, curve = planning.prefix_cache_break_even(df, [CACHED, API], by="context_length")
+    table, curve = tables.prefix_cache_break_even(df, [CACHED, API], by="context_length")
     assert list(table.context_length) == [1, 2, 1, 2] and set(curve.sheet) == {"c", "t"}
     c = table[table.sheet == "c"].set_index("context_length").break_even_questions_per_document
     # group 2: first 20 + 20,000 x 1.25 + 40 = 25,060; later 20 + 2,000 + 40 = 2,060;
     # RAG 3,020 + 40 = 3,060: (25,060 - 2,060) / (3,060 - 2,060) = 23 (pooled it would not be)
     assert c[1] == pytest.approx(11.5) and c[2] == pytest.approx(23.0)
     # the planning table's first question now pays the write premium: 10,000 x 1.25
-    t = planning.prefix_caching_table(CACHED, 10_000, 20, 10, [1])
+    t = tables.prefix_caching_table(CACHED, 10_000, 20, 10, [1])
     assert t["dollars_per_question_prefix_cache"][0] == pytest.approx(12_560e-6)

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ragbench.cost import prices, prices_import
+from ragbench.cost import money, prices, prices_import
+from ragbench.cost.money import Usage
 from ragbench.io import InputFileError
 from ragbench.types import Completion
 
@@ -40,26 +41,28 @@ def sheet(**over):
 def test_base_prices_with_cache_read_and_write():
     s = sheet()
     # 10,000 prompt = 2,000 plain + 5,000 read + 3,000 written; 100 out
-    got = prices.dollars(
+    got = money.dollars(
         s,
-        prompt_tokens=10_000,
-        cached_prompt_tokens=5_000,
-        cache_write_tokens=3_000,
-        completion_tokens=100,
+        Usage(
+            prompt_tokens=10_000,
+            cached_prompt_tokens=5_000,
+            completion_tokens=100,
+            cache_write_tokens=3_000,
+        ),
     )
     assert got == pytest.approx((2_000 * 3.0 + 5_000 * 0.3 + 3_000 * 3.75 + 100 * 15.0) / 1e6)
 
 
 def test_long_context_tier_prices_the_whole_request_above_the_threshold():
     s = sheet()
-    at = prices.dollars(s, prompt_tokens=200_000, completion_tokens=1000)
-    above = prices.dollars(s, prompt_tokens=200_001, completion_tokens=1000)
+    at = money.dollars(s, Usage(prompt_tokens=200_000, completion_tokens=1000))
+    above = money.dollars(s, Usage(prompt_tokens=200_001, completion_tokens=1000))
     assert at == pytest.approx((200_000 * 3.0 + 1000 * 15.0) / 1e6)  # not above: base
     assert above == pytest.approx((200_001 * 6.0 + 1000 * 22.5) / 1e6)  # a cliff, every token
     # a tier that leaves the write price out keeps the base write price
     assert s.rates(300_000)["cache_write_per_million"] == 3.75
-    got = prices.dollars(
-        s, prompt_tokens=300_000, cached_prompt_tokens=250_000, cache_write_tokens=10_000
+    got = money.dollars(
+        s, Usage(prompt_tokens=300_000, cached_prompt_tokens=250_000, cache_write_tokens=10_000)
     )
     assert got == pytest.approx((40_000 * 6.0 + 250_000 * 0.6 + 10_000 * 3.75) / 1e6)
 
@@ -86,32 +89,34 @@ def test_write_price_defaults_to_input_and_tiers_stack_in_order():
 
 def test_prefix_below_the_minimum_is_plain_input():
     s = sheet()
-    short = prices.dollars(s, prompt_tokens=2000, cached_prompt_tokens=1000, cache_write_tokens=0)
+    short = money.dollars(
+        s, Usage(prompt_tokens=2000, cached_prompt_tokens=1000, cache_write_tokens=0)
+    )
     assert short == pytest.approx(2000 * 3.0 / 1e6)  # 1000 < 1024: never cached there
-    written = prices.dollars(s, prompt_tokens=2000, cache_write_tokens=1023)
+    written = money.dollars(s, Usage(prompt_tokens=2000, cache_write_tokens=1023))
     assert written == pytest.approx(2000 * 3.0 / 1e6)
-    long = prices.dollars(s, prompt_tokens=2000, cached_prompt_tokens=1024)
+    long = money.dollars(s, Usage(prompt_tokens=2000, cached_prompt_tokens=1024))
     assert long == pytest.approx((976 * 3.0 + 1024 * 0.3) / 1e6)
 
 
 def test_dollars_rejects_impossible_counts():
     s = sheet()
     with pytest.raises(ValueError, match="exceed prompt_tokens"):
-        prices.dollars(s, prompt_tokens=10, cached_prompt_tokens=8, cache_write_tokens=3)
+        money.dollars(s, Usage(prompt_tokens=10, cached_prompt_tokens=8, cache_write_tokens=3))
     with pytest.raises(ValueError, match="completion_tokens"):
-        prices.dollars(s, prompt_tokens=10, completion_tokens=float("nan"))
+        money.dollars(s, Usage(prompt_tokens=10, completion_tokens=float("nan")))
 
 
 def test_gpu_hour_sheet_prices_device_seconds_not_tokens():
     gpu = prices.price_sheet("example-h100-hour")  # 2.50 $/h, 1 GPU
-    assert prices.dollars(gpu, device_seconds=36.0, prompt_tokens=10**6) == pytest.approx(0.025)
+    assert money.dollars(gpu, Usage(prompt_tokens=10**6), 36.0) == pytest.approx(0.025)
     with pytest.raises(ValueError, match="no token prices"):
         gpu.rates(10)
 
 
-def test_dollars_per_query_reads_cache_writes_from_meta():
+def test_a_completions_usage_reads_cache_writes_from_meta():
     c = Completion("x", 5000, 10, cached_prompt_tokens=0, meta={"cache_write_tokens": 4000})
-    assert prices.dollars_per_query(c, sheet()) == pytest.approx(
+    assert money.dollars(sheet(), Usage.of(c)) == pytest.approx(
         (1000 * 3.0 + 4000 * 3.75 + 10 * 15.0) / 1e6
     )
 
@@ -158,11 +163,13 @@ def test_example_sheets_still_price_as_before():
     api = prices.price_sheet("example-hosted-api")
     assert api.tiers == () and api.min_cacheable_prompt_tokens == 0
     # 600 plain x 0.15 + 400 cached x 0.075 + 100 x 0.60, per million
-    got = prices.dollars(api, prompt_tokens=1000, cached_prompt_tokens=400, completion_tokens=100)
+    got = money.dollars(
+        api, Usage(prompt_tokens=1000, cached_prompt_tokens=400, completion_tokens=100)
+    )
     assert got == pytest.approx(180e-6)
     cpu = prices.price_sheet("example-cpu-hour")
     assert cpu.peak_flops == 192.0e9  # YAML 1.1 reads `192.0e9` as text; still a number
-    assert prices.dollars(cpu, device_seconds=3600) == pytest.approx(0.08)
+    assert money.dollars(cpu, seconds=3600) == pytest.approx(0.08)
 
 
 def test_real_sheets_carry_provider_model_date_source_and_caching_facts():

@@ -134,7 +134,8 @@ def _legend_covers_data(ax) -> bool:
 
 
 def test_planning_plots_keep_the_legend_off_the_data():
-    from ragbench.cost import planning
+    from ragbench.analysis import planning
+    from ragbench.cost.planning import api_dollars_per_1k
 
     models = ["smollm2-135m-instruct", "qwen2.5-7b-instruct", "llama-3.1-8b-instruct"]
     kv = planning.kv_cache_table(models, [1024, 8192, 32768, 131072])
@@ -143,7 +144,7 @@ def test_planning_plots_keep_the_legend_off_the_data():
     caching = planning.prefix_caching_table(
         "example-hosted-api", 100_000, 30, 32, [1, 2, 5, 10, 50, 100]
     )
-    rag = planning.api_dollars_per_1k("example-hosted-api", 1500, 32) / 1000
+    rag = api_dollars_per_1k("example-hosted-api", 1500, 32) / 1000
     ax = report.plot_prefix_caching(caching, rag)
     assert not _legend_covers_data(ax)
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "RAG"
@@ -156,7 +157,7 @@ def test_plot_break_even_draws_each_series_of_one_sheet(tmp_path):
     from test_runner import niah_config
 
     from ragbench import report
-    from ragbench.cost import planning
+    from ragbench.analysis import planning
     from ragbench.experiment.runner import run
 
     cfg = niah_config(
@@ -222,7 +223,7 @@ def _results(cost_scale: float, tie: bool) -> pd.DataFrame:
 def _figures(cost_scale: float, tie: bool, lengths: list[int]):
     """(name, figure) for every plot function in ragbench.report.figures, on one data shape."""
     from ragbench import analysis
-    from ragbench.cost import planning
+    from ragbench.analysis import planning
 
     df = _results(cost_scale, tie)
     table = report.summary(df)

@@ -14,9 +14,8 @@ import pandas as pd
 import pytest
 
 from ragbench import analysis, report
-from ragbench.analysis import REASONS, Verdict, questions_needed, verdict
+from ragbench.analysis import REASONS, Verdict, planning, questions_needed, verdict
 from ragbench.analysis.paired import _tango_z, bootstrap_difference, paired_difference, tango
-from ragbench.cost import planning
 
 SONNET = "anthropic-claude-sonnet-4-5"
 

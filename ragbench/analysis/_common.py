@@ -4,13 +4,13 @@ paired scores."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from ragbench.analysis.labels import with_labels
-from ragbench.experiment.results import error_summary
 from ragbench.metrics.answer import METRICS
 from ragbench.registry import unknown
 
@@ -65,6 +65,12 @@ def resolve_metric(df: Any, metric: str | None) -> str:
     check_metric_version(df, metric)
     check_some_succeeded(df)
     return metric
+
+
+def error_summary(errors: Iterable[str | None], limit: int = 5) -> list[tuple[str, int]]:
+    """The most frequent error messages (an ``error`` column: None for good rows) with their
+    counts, most frequent first, ties in first-seen order: what a failed run prints."""
+    return Counter(e for e in errors if isinstance(e, str) and e).most_common(limit)
 
 
 def check_some_succeeded(df: Any) -> None:

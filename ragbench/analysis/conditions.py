@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.cost.prices import price_sheet
-from ragbench.experiment.manifest import read_manifest
+from ragbench.io import read_json
 from ragbench.judge.agreement import repeat_agreement
 
 
@@ -23,7 +23,7 @@ def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
     if "model" in df.columns and df["model"].notna().any():
         out["model"] = ", ".join(map(str, dict.fromkeys(df["model"].dropna())))
     elif df.attrs.get("run_dir"):
-        manifest = read_manifest(Path(df.attrs["run_dir"])) or {}
+        manifest = read_json(Path(df.attrs["run_dir"]) / "manifest.json") or {}
         model = (manifest.get("config") or {}).get("model") or {}
         out["model"] = model.get("name") or (manifest.get("model") or {}).get("model")
     for col in ("context_tokens", "input_context_tokens"):
@@ -43,9 +43,8 @@ def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
         out["truncated"] = float(cut / max(fitted["input_context_tokens"].sum(), 1))
         read = f"cut {out['truncated']:.0%} of it to fit the window" if cut else "read all of it"
         out["context"] += f" (long context {read})"
-    if (
-        "pipeline_index" in rows.columns and "label" in rows.columns
-    ):  # strategies/pipeline/strategy.py
+    # a pipeline's own index: strategies/pipeline/strategy.py
+    if "pipeline_index" in rows.columns and "label" in rows.columns:
         own = rows[rows["pipeline_index"] == "own index"]
         if len(own):  # it read other documents than long context and the built-in RAG
             out["own_index"] = list(dict.fromkeys(own["label"].astype(str)))

@@ -59,6 +59,7 @@ from ragbench.analysis.conditions import conditions as run_conditions
 from ragbench.analysis.families import BASELINE, LONG_CONTEXT, RETRIEVAL, annotate
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.paired import paired_difference
+from ragbench.analysis.planning import prefix_cache_break_even
 from ragbench.analysis.sequential import SPENDING_NAMES, boundaries, repeated_interval
 from ragbench.analysis.verdict_text import (
     _cost_phrase,
@@ -70,7 +71,6 @@ from ragbench.analysis.verdict_text import (
     _same_cost,
     judge_text,
 )
-from ragbench.cost.planning import prefix_cache_break_even
 from ragbench.strategies import NO_CONTEXT, strategies_where
 
 REASONS = ("more_accurate", "not_worse", "undecided", "only_variant", "none_meets_constraints")

@@ -7,12 +7,12 @@ from pathlib import Path
 import typer
 
 from ragbench import secrets
+from ragbench.analysis._common import error_summary
 from ragbench.analysis.verdict import sequential_look
 from ragbench.experiment.budget import BUDGET_EXIT, EXIT_HELP
 from ragbench.experiment.config.run import RunConfig, load_config, with_origin
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.preflight import OverWindowError
-from ragbench.experiment.results import error_summary
 from ragbench.experiment.runner import run
 from ragbench.io import ALL_FAILED_EXIT, EXIT_CODES_HELP, cli_error, user_errors
 from ragbench.locks import LockHeldError

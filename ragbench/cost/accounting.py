@@ -61,16 +61,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragbench.cost.alone import charged_work, paid_tokens
-from ragbench.cost.prices import (
-    COST_BASES,
-    PriceSheet,
-    charged_seconds,
-    dollars,
-    dollars_per_query,
-    one_basis,
-    resource_seconds,
-    resource_seconds_basis,
-)
+from ragbench.cost.money import COST_BASES, Seconds, Usage, dollars
+from ragbench.cost.prices import PriceSheet, one_basis, resource_seconds, resource_seconds_basis
 from ragbench.registry import unknown
 from ragbench.types import Completion, JsonMixin
 
@@ -268,8 +260,8 @@ class Cost(JsonMixin):
         own["cached_prompt_tokens"] = charged.cached_prompt_tokens
         return cls(
             **own, **arch, resource_seconds=seconds, modelled_seconds=modelled, llm_calls=1,
-            dollars=None if sheet is None else dollars_per_query(
-                charged, sheet, charged_seconds(seconds + paid_seconds, modelled, used)),
+            dollars=None if sheet is None else dollars(
+                sheet, Usage.of(charged), Seconds(seconds + paid_seconds, modelled), used),
             peak_flops=peak, mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
             price_sheet=sheet.name if sheet is not None else None, cost_basis=used,
             resource_seconds_basis=resource_seconds_basis(c),
@@ -362,13 +354,11 @@ class Cost(JsonMixin):
         calibrated = self.cost_basis == "calibrated"
         if known and hourly:  # a prefix charged by the alone rule: its seconds too
             measured = self.resource_seconds + (self.prefix_paid_seconds or 0.0)
-            seconds = charged_seconds(measured, self.modelled_seconds, self.cost_basis)
-            paid = dollars(sheet, device_seconds=seconds)
+            paid = dollars(sheet, seconds=Seconds(measured, self.modelled_seconds),
+                           basis=self.cost_basis)  # fmt: skip
         elif known:  # (prefix_paid_tokens are not in cached_prompt_tokens: input here)
-            paid = dollars(sheet, prompt_tokens=self.prompt_tokens,
-                           cached_prompt_tokens=self.cached_prompt_tokens,
-                           completion_tokens=self.completion_tokens,
-                           cache_write_tokens=cache_write_tokens)  # fmt: skip
+            paid = dollars(sheet, Usage(self.prompt_tokens, self.cached_prompt_tokens,
+                                        self.completion_tokens, cache_write_tokens))  # fmt: skip
         named = sheet.name if paid is not None else self.price_sheet
         sha = sheet.short_sha256() if paid is not None else self.price_sheet_sha256
         if self.one_time_seconds is None:  # nothing shared: amortised = its own
@@ -377,8 +367,8 @@ class Cost(JsonMixin):
                 amortised_dollars=paid,
             )  # fmt: skip
         once_modelled = self.one_time_modelled_seconds if calibrated else None
-        once_seconds = once_modelled if once_modelled is not None else self.one_time_seconds
-        once = dollars(sheet, device_seconds=once_seconds) if hourly else None
+        once_seconds = Seconds(self.one_time_seconds, once_modelled)
+        once = dollars(sheet, seconds=once_seconds, basis=self.cost_basis) if hourly else None
         out = dataclasses.replace(self, dollars=paid, price_sheet=named, one_time_dollars=once,
                                   price_sheet_sha256=sha, amortised_dollars=None)  # fmt: skip
         over = self.amortised_over

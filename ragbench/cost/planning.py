@@ -1,9 +1,10 @@
-"""Capacity and price planning before any run: KV-cache memory, how many sequences fit on a GPU,
-$/1k queries for hosted APIs vs self-hosted GPUs, and what prefix caching changes.
+"""Capacity and price arithmetic before any run: how many sequences fit on a GPU, $/1k queries
+for hosted APIs vs self-hosted GPUs, and when a prefix cache makes long context as cheap as RAG.
 
-Pure functions over ``ragbench.cost.accounting`` and the model presets; notebook 04 plots their tables.
-Self-hosted estimates take throughputs as inputs: measure them with ``make bench-llm`` (or on
-your server) instead of trusting a default.
+Pure functions of numbers, a model preset and a price sheet (every dollar through
+``ragbench.cost.money.dollars``); the tables notebook 04 plots, and the break-even read from a
+run's table, are ``ragbench.analysis.planning``'s. Self-hosted estimates take throughputs as
+inputs: measure them with ``make bench-llm`` (or on your server) instead of trusting a default.
 
 KV sizes here are capacity figures: ``context_tokens`` is the number of positions a sequence may
 hold, so pass the length you must reserve for (prompt + max new tokens, or the window). A finished
@@ -16,37 +17,19 @@ cache (``ragbench.cost.accounting.dtype_bytes`` maps dtype names).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
 
 from ragbench.cost.accounting import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
-from ragbench.cost.prices import PriceSheet, dollars, price_sheet
+from ragbench.cost.money import Usage, dollars
+from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.models import ModelPreset, get_preset
 
 GIB = 1024**3
+CACHE_USES = ("none", "write", "read")  # a question's prefix: not cached, written, read
 
 
-def _preset(p: str | ModelPreset) -> ModelPreset:
+def preset_of(p: str | ModelPreset) -> ModelPreset:
+    """A model preset by name, or the preset itself."""
     return get_preset(p) if isinstance(p, str) else p
-
-
-def kv_cache_table(
-    presets: Sequence[str | ModelPreset],
-    context_lengths: Sequence[int],
-    bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
-) -> Any:
-    """KV-cache bytes of one sequence holding ``context_length`` positions, per model and length
-    (``bytes_per_value`` 2 assumes a bf16/fp16 cache)."""
-    import pandas as pd
-
-    rows = []
-    for p in map(_preset, presets):
-        for n in context_lengths:
-            size = kv_cache_bytes(p.layers, p.kv_heads, p.head_dim, n, 1, bytes_per_value)
-            rows.append(
-                {"model": p.name, "context_tokens": n, "kv_bytes": size, "kv_gib": size / GIB}
-            )
-    return pd.DataFrame(rows)
 
 
 def max_concurrent_sequences(
@@ -64,31 +47,12 @@ def max_concurrent_sequences(
     max new tokens; see the module docstring). Both byte widths default to a bf16/fp16 model and
     cache. 0 means not even one sequence fits.
     """
-    p = _preset(preset)
+    p = preset_of(preset)
     free = gpu_memory_gib * GIB * (1 - reserve_fraction) - p.params * weight_bytes_per_param
     per_seq = kv_cache_bytes(
         p.layers, p.kv_heads, p.head_dim, context_tokens, 1, kv_bytes_per_value
     )
     return max(0, int(free // per_seq))
-
-
-def capacity_table(
-    presets: Sequence[str | ModelPreset],
-    context_lengths: Sequence[int],
-    gpu_memory_gib: float,
-    kv_bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
-) -> Any:
-    """``max_concurrent_sequences`` as a context length x model table of integers."""
-    import pandas as pd
-
-    rows = {
-        _preset(p).name: {
-            n: max_concurrent_sequences(p, n, gpu_memory_gib, kv_bytes_per_value=kv_bytes_per_value)
-            for n in context_lengths
-        }
-        for p in presets
-    }
-    return pd.DataFrame(rows).rename_axis(index="context_tokens", columns="model")
 
 
 def api_dollars_per_1k(
@@ -100,12 +64,8 @@ def api_dollars_per_1k(
         raise ValueError(
             f"price sheet {sheet.name!r} is {sheet.kind!r}; use self_hosted_dollars_per_1k"
         )
-    return 1000 * dollars(
-        sheet,
-        prompt_tokens=prompt_tokens,
-        cached_prompt_tokens=cached_tokens,
-        completion_tokens=completion_tokens,
-    )
+    usage = Usage(prompt_tokens, cached_tokens, completion_tokens)
+    return dollars(sheet, usage, queries=1000)
 
 
 def self_hosted_dollars_per_1k(
@@ -129,49 +89,14 @@ def self_hosted_dollars_per_1k(
     # decode is memory-bound per step, so `concurrency` sequences share each step's time
     seconds = (prompt_tokens - cached_tokens) / prefill_tokens_per_s
     seconds += completion_tokens / decode_tokens_per_s / max(1, concurrency)
-    hourly = sheet.prices["gpu_hour"] * sheet.prices["gpus"]
-    return 1000 * hourly * seconds / 3600
-
-
-def prefix_caching_table(
-    sheet: str | PriceSheet,
-    document_tokens: int,
-    question_tokens: int,
-    completion_tokens: int,
-    questions_per_document: Sequence[int],
-) -> Any:
-    """Long-context $/question with and without a prefix cache on a per-token price sheet.
-
-    With the cache, the first question on a document writes the document to the cache (at the
-    sheet's cache-write price: Anthropic's premium, plain input elsewhere); the others read it at
-    the cached-input price. A document shorter than the sheet's minimum cacheable prefix is never
-    cached. Shows how many questions per document it takes for long context to get cheap.
-    """
-    import pandas as pd
-
-    sheet = _api_sheet(sheet)
-    prompt = document_tokens + question_tokens
-    full = _lc_dollars(sheet, prompt, completion_tokens, 0, "none")
-    first = _lc_dollars(sheet, prompt, completion_tokens, document_tokens, "write")
-    warm = _lc_dollars(sheet, prompt, completion_tokens, document_tokens, "read")
-    rows = []
-    for q in questions_per_document:
-        cached = (first + (q - 1) * warm) / q
-        rows.append(
-            {
-                "questions_per_document": q,
-                "dollars_per_question_no_cache": full,
-                "dollars_per_question_prefix_cache": cached,
-                "saving": 1 - cached / full,
-            }
-        )
-    return pd.DataFrame(rows)
+    return dollars(sheet, seconds=seconds, queries=1000)
 
 
 # ---------------------------------------------------------------------------- prefix-cache break-even
 
 
-def _api_sheet(sheet: str | PriceSheet) -> PriceSheet:
+def api_sheet(sheet: str | PriceSheet) -> PriceSheet:
+    """``sheet`` loaded, checked to be per-token: what prefix-cache pricing needs."""
     sheet = price_sheet(sheet) if isinstance(sheet, str) else sheet
     if sheet.kind != "api":
         raise ValueError(
@@ -182,197 +107,43 @@ def _api_sheet(sheet: str | PriceSheet) -> PriceSheet:
     return sheet
 
 
-def _lc_dollars(sheet: PriceSheet, prompt: float, completion: float, prefix: float, cache: str):
-    """One long-context question: the prefix written to the cache ("write", the document's
-    first question), read from it ("read", the later ones) or not cached ("none")."""
+def long_context_question_dollars(
+    sheet: PriceSheet, prompt: float, completion: float, prefix: float, cache: str
+) -> float:
+    """One long-context question: its ``prefix`` tokens written to the provider's cache
+    ("write", the document's first question), read from it ("read", the later ones) or not
+    cached ("none"; ``CACHE_USES``)."""
+    if cache not in CACHE_USES:
+        raise ValueError(f"cache must be one of {list(CACHE_USES)}, got {cache!r}")
     prefix = min(prefix, prompt)
-    return dollars(
-        sheet,
+    usage = Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
         cached_prompt_tokens=prefix if cache == "read" else 0,
         cache_write_tokens=prefix if cache == "write" else 0,
     )
+    return dollars(sheet, usage)
 
 
-def _col(df: Any, name: str) -> str | None:
-    """A results-table column by its field name, also when a section prefix was added."""
-    for c in (name, *(p + name for p in ("cost_", "meta_", "ex_", "param_"))):
-        if c in df.columns:
-            return c
-    return None
+def cached_dollars_per_question(first: float, later: float, questions: int) -> float:
+    """$ per question over ``questions`` questions on one document with a prefix cache: the
+    first writes the document (``first``), the others read it (``later``)."""
+    return (first + (questions - 1) * later) / questions
 
 
-def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None, closed_book: str) -> Any:
-    """The cacheable prefix of each long-context row: ``prefix_tokens`` when given; else the
-    document tokens the strategy kept (``kept_tokens``; the prompt puts the document first);
-    else the long-context prompt minus the same example's prompt without context (the
-    ``closed_book`` strategy's rows: instructions and question, what is not the document). Both
-    undercount the prefix by the few instruction tokens before the document: the cache's
-    benefit is understated, never overstated."""
-    import pandas as pd
-
-    prompt = lc[_col(lc, "prompt_tokens")]
-    if prefix_tokens is not None:
-        return pd.Series(float(prefix_tokens), index=lc.index).clip(upper=prompt)
-    kept = _col(lc, "kept_tokens")
-    if kept is not None and lc[kept].notna().all():
-        return lc[kept].astype(float).clip(upper=prompt)
-    closed = ok[ok["strategy"] == closed_book]
-    if len(closed):
-        cb = closed.groupby("example_id")[_col(closed, "prompt_tokens")].first()
-        paired = lc["example_id"].map(cb)
-        if paired.notna().all():
-            return (prompt - paired).clip(lower=0)
-    raise ValueError(
-        "cannot tell the long-context prompt's cacheable prefix: the table has no kept_tokens "
-        f"column and no {closed_book} row for every example; pass prefix_tokens="
-    )
+def break_even_questions(first: float, later: float, rag: float) -> float:
+    """Questions per document at which long context with a prefix cache (``first``, then
+    ``later`` per question) costs what RAG does (``rag`` every question):
+    ``q* = (first - later) / (rag - later)`` when RAG costs more than a cached question; 1.0 when
+    long context is no dearer from the first question; inf: never."""
+    if first <= rag:
+        return 1.0
+    if rag > later:
+        return (first - later) / (rag - later)
+    return math.inf
 
 
-def prefix_cache_break_even(
-    results: Any,
-    sheets: Sequence[str | PriceSheet],
-    *,
-    prefix_tokens: int | None = None,
-    by: str | Sequence[str] | None = None,
-    questions_per_document: Sequence[int] = (1, 2, 3, 5, 10, 20, 50, 100),
-    long_context: str = "long_context",
-    rag: str = "rag",
-    closed_book: str = "closed_book",
-) -> tuple[Any, Any]:
-    """How many questions per document make long context with a prefix cache as cheap as RAG,
-    from a run's measured tokens, per price sheet: ``(table, curve)``.
-
-    Long context sends the same document first for every question on it, so with a provider's
-    prefix cache its first question writes the document (at the cache-write price: Anthropic's
-    premium) and the later ones read it (cached-input price); the question, the instructions
-    and the answer pay full price every time. RAG's prompt differs per question: it pays full
-    price each time. Over q questions long context costs ``(first + (q - 1) later) / q`` per
-    question, so it matches RAG at ``q* = (first - later) / (rag - later)`` when RAG costs more
-    than a cached question (else never: inf). A prefix shorter than the sheet's minimum
-    cacheable prompt is never cached. Assumes the questions on a document arrive within the
-    cache's lifetime (``sheet.cache_ttl``; 5 minutes by default at Anthropic); each miss costs
-    another write.
-
-    ``results``: a run's table (``ragbench.run``); failed rows are dropped. Every row's tokens
-    are priced with each sheet (long-context tiers apply per row), then averaged per group.
-    ``by``: columns to group by (e.g. ``"context_length"``: longer documents break even sooner);
-    None pools all rows. One row per (sheet, group, RAG variant) in ``table``: ``rag_label``,
-    ``rag_dollars_per_query``, ``lc_first_question_dollars``, ``lc_later_question_dollars``,
-    ``lc_no_cache_dollars_per_query``, ``prefix_tokens`` (mean), ``break_even_questions_per_
-    document`` (float, inf: never; 1.0: long context is no dearer from the first question) and
-    ``lc_cheaper_from`` (the smallest whole number of questions per document at which long
-    context costs no more than RAG; <NA>: never). ``curve`` is long: per sheet, group and series
-    (each RAG variant, "long context, prefix cache", "long context, no cache"), the dollars per
-    query at each of ``questions_per_document``.
-
-    ``long_context``, ``rag`` and ``closed_book`` name the strategies whose rows are compared
-    (and, without ``kept_tokens`` or ``prefix_tokens``, whose prompt without context gives the
-    prefix): the cost layer sits below ``ragbench.strategies`` and reads no declarations.
-    """
-    import pandas as pd
-
-    ok = results[results["error"].isna()] if "error" in results else results
-    groups = [by] if isinstance(by, str) else list(by or [])
-    missing = [c for c in groups if c not in ok.columns]
-    if missing:
-        raise ValueError(f"by: no column {missing} in the table; columns: {list(ok.columns)}")
-    for name in ("prompt_tokens", "completion_tokens"):
-        if _col(ok, name) is None:
-            raise ValueError(f"the table has no {name!r} column: is it a ragbench results table?")
-    lc = ok[ok["strategy"] == long_context].copy()
-    rg = ok[ok["strategy"] == rag]
-    if lc.empty or rg.empty:
-        found = sorted(ok["strategy"].unique())
-        raise ValueError(
-            f"need successful {long_context!r} and {rag!r} rows; the table has {found}"
-        )
-    if "label" in lc and lc["label"].nunique() > 1:
-        raise ValueError(
-            f"several long-context variants {sorted(lc['label'].unique())}: filter the table to one"
-        )
-    lc["_prefix"] = _prefix_tokens(lc, ok, prefix_tokens, closed_book)
-    rag_key = "label" if "label" in rg else "strategy"
-    p_lc, g_lc = _col(lc, "prompt_tokens"), _col(lc, "completion_tokens")
-    p_rg, g_rg = _col(rg, "prompt_tokens"), _col(rg, "completion_tokens")
-
-    def group_items(frame):
-        if not groups:
-            return [((), frame)]
-        return [(k if isinstance(k, tuple) else (k,), f) for k, f in frame.groupby(groups)]
-
-    rows, curve = [], []
-    for sheet in map(_api_sheet, sheets):
-        for key, lc_g in group_items(lc):
-            rg_g = rg
-            for col, value in zip(groups, key, strict=True):
-                rg_g = rg_g[rg_g[col] == value]
-            if rg_g.empty:
-                continue
-            where = dict(zip(groups, key, strict=True))
-            cells = list(zip(lc_g[p_lc], lc_g[g_lc], lc_g["_prefix"], strict=True))
-            first = sum(_lc_dollars(sheet, p, g, x, "write") for p, g, x in cells) / len(cells)
-            later = sum(_lc_dollars(sheet, p, g, x, "read") for p, g, x in cells) / len(cells)
-            plain = sum(_lc_dollars(sheet, p, g, 0, "none") for p, g, _ in cells) / len(cells)
-            for label, r in rg_g.groupby(rag_key, sort=False):
-                per_rag = [
-                    dollars(sheet, prompt_tokens=p, completion_tokens=g)
-                    for p, g in zip(r[p_rg], r[g_rg], strict=True)
-                ]
-                rag_cost = sum(per_rag) / len(per_rag)
-                if first <= rag_cost:
-                    q_star = 1.0
-                elif rag_cost > later:
-                    q_star = (first - later) / (rag_cost - later)
-                else:
-                    q_star = math.inf
-                cheaper = pd.NA if math.isinf(q_star) else max(1, math.ceil(q_star - 1e-9))
-                rows.append(
-                    {
-                        "sheet": sheet.name,
-                        "sheet_date": sheet.date,
-                        **where,
-                        "rag_label": label,
-                        "rag_dollars_per_query": rag_cost,
-                        "lc_first_question_dollars": first,
-                        "lc_later_question_dollars": later,
-                        "lc_no_cache_dollars_per_query": plain,
-                        "prefix_tokens": float(lc_g["_prefix"].mean()),
-                        "break_even_questions_per_document": q_star,
-                        "lc_cheaper_from": cheaper,
-                    }
-                )
-                for q in questions_per_document:
-                    curve.append(
-                        {
-                            "sheet": sheet.name,
-                            **where,
-                            "series": label,
-                            "questions_per_document": q,
-                            "dollars_per_query": rag_cost,
-                        }
-                    )
-            for q in questions_per_document:
-                curve.append(
-                    {
-                        "sheet": sheet.name,
-                        **where,
-                        "series": "long context, prefix cache",
-                        "questions_per_document": q,
-                        "dollars_per_query": (first + (q - 1) * later) / q,
-                    }
-                )
-                curve.append(
-                    {
-                        "sheet": sheet.name,
-                        **where,
-                        "series": "long context, no cache",
-                        "questions_per_document": q,
-                        "dollars_per_query": plain,
-                    }
-                )
-    table = pd.DataFrame(rows)
-    if len(table):
-        table["lc_cheaper_from"] = table["lc_cheaper_from"].astype("Int64")
-    return table, pd.DataFrame(curve)
+def cheaper_from(q_star: float) -> int | None:
+    """The smallest whole number of questions per document at which long context costs no more
+    than RAG (``break_even_questions``); None: never."""
+    return None if math.isinf(q_star) else max(1, math.ceil(q_star - 1e-9))

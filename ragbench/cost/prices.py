@@ -1,11 +1,12 @@
-"""Price sheets: dated YAML data files that turn a query's tokens or device seconds into dollars.
+"""Price sheets: dated YAML data files that say what a query's tokens or device seconds cost
+(``ragbench.cost.money.dollars`` is the one function that turns them into dollars).
 
 A sheet is ``kind: api`` ($ per million tokens) or ``kind: gpu_hour`` ($ per hour x devices
 held, charged on device seconds: by default the seconds the calibrated model of the hardware
 gives the query's own tokens, ``modelled_seconds``; with ``cost_basis: measured`` its measured
-share, ``gpu_seconds``; see ``COST_BASES``). Every sheet names its date and source; no price lives
-in code. Shipped sheets are in ``ragbench/data/prices`` and are looked up by name through
-``PRICE_SHEETS`` (a path to any YAML file works too).
+share, ``resource_seconds``; see ``money.COST_BASES``). Every sheet names its date and source; no
+price lives in code. Shipped sheets are in ``ragbench/data/prices`` and are looked up by name
+through ``PRICE_SHEETS`` (a path to any YAML file works too).
 
 An ``api`` sheet prices, per million tokens:
 
@@ -250,62 +251,7 @@ def sheet_yaml(sheet: dict[str, Any]) -> str:
     return text
 
 
-# ---------------------------------------------------------------------------- pricing
-
-
-def _tokens(name: str, value: Any) -> float:
-    v = float(value)
-    if not v >= 0:  # also rejects NaN: an unknown count has no price
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    return v
-
-
-def dollars(
-    sheet: PriceSheet,
-    *,
-    prompt_tokens: float = 0,
-    cached_prompt_tokens: float = 0,
-    completion_tokens: float = 0,
-    device_seconds: float = 0.0,
-    cache_write_tokens: float = 0,
-) -> float:
-    """Dollars of one query from plain numbers (what a results table logs).
-
-    API sheet: ``prompt_tokens`` is the whole prompt; of it, ``cached_prompt_tokens`` were read
-    from the provider's cache and ``cache_write_tokens`` written to it; the rest is plain input.
-    Prices come from the long-context tier the whole prompt falls in. ``device_seconds`` is
-    ignored. Self-hosted sheet: ``gpu_hour x gpus x device_seconds / 3600`` (``device_seconds``:
-    the query's own share of device time, one device's worth); tokens are ignored.
-    """
-    p = sheet.prices
-    if sheet.kind == "gpu_hour":
-        return p["gpu_hour"] * p["gpus"] * _tokens("device_seconds", device_seconds) / 3600.0
-    prompt = _tokens("prompt_tokens", prompt_tokens)
-    cached = _tokens("cached_prompt_tokens", cached_prompt_tokens)
-    written = _tokens("cache_write_tokens", cache_write_tokens)
-    output = _tokens("completion_tokens", completion_tokens)
-    if cached + written > prompt:
-        raise ValueError(
-            f"cached_prompt_tokens ({cached:g}) + cache_write_tokens ({written:g}) exceed "
-            f"prompt_tokens ({prompt:g})"
-        )
-    # a prefix shorter than the provider's minimum is never cached there: plain input
-    if cached < sheet.min_cacheable_prompt_tokens:
-        cached = 0.0
-    if written < sheet.min_cacheable_prompt_tokens:
-        written = 0.0
-    r = sheet.rates(prompt)
-    return (
-        (prompt - cached - written) * r["input_per_million"]
-        + cached * r["cached_input_per_million"]
-        + written * r["cache_write_per_million"]
-        + output * r["output_per_million"]
-    ) / 1e6
-
-
-# how an hourly sheet finds a query's device seconds: "calibrated" (the default) prices the
-# query's own work with its model's measured rates; "measured" charges its measured share
-COST_BASES = ("calibrated", "measured")
+# ---------------------------------------------------------------------------- device seconds
 
 
 def work_of(completion: Completion) -> dict[str, Any] | None:
@@ -336,15 +282,9 @@ def modelled_seconds_for(
     rates: Any, prompt_tokens: int, cached_prompt_tokens: int = 0, completion_tokens: int = 1
 ) -> float:
     """``modelled_seconds`` from plain counts (a dry run's prompts and its completion bound):
-    cached tokens are a reused prefix. With ``dollars(sheet, device_seconds=...)`` it prices a
+    cached tokens are a reused prefix. With ``money.dollars(sheet, seconds=...)`` it prices a
     device-hour sheet before anything runs (rates: ``calibration.cached_rates``)."""
     return float(rates.alone(prompt_tokens, completion_tokens, cached_prompt_tokens, False))
-
-
-def charged_seconds(resource_seconds: float, modelled: float | None, basis: str | None) -> float:
-    """The device seconds an hourly sheet charges: the modelled ones under the calibrated basis
-    where they are known, else the measured ones."""
-    return modelled if basis == "calibrated" and modelled is not None else resource_seconds
 
 
 def resource_seconds(completion: Completion, gpus: float = 1.0) -> float:
@@ -391,20 +331,3 @@ def one_basis(*bases: str | None) -> str | None:
     they agree, else "mixed" (a reprice charges a mixed query its measured seconds)."""
     known = {b for b in bases if b is not None}
     return known.pop() if len(known) == 1 else ("mixed" if known else None)
-
-
-def dollars_per_query(
-    completion: Completion, sheet: PriceSheet, device_seconds: float | None = None
-) -> float:
-    """``dollars`` of one completion: its tokens (API) or its device seconds (self-hosted:
-    ``device_seconds`` when given, say its modelled seconds, else ``resource_seconds``).
-    A backend that knows how many prompt tokens it wrote to a provider's cache (Anthropic's
-    ``cache_creation_input_tokens``) reports them in ``meta["cache_write_tokens"]``."""
-    return dollars(
-        sheet,
-        prompt_tokens=completion.prompt_tokens,
-        cached_prompt_tokens=completion.cached_prompt_tokens,
-        completion_tokens=completion.completion_tokens,
-        device_seconds=resource_seconds(completion) if device_seconds is None else device_seconds,
-        cache_write_tokens=(completion.meta or {}).get("cache_write_tokens") or 0,
-    )

@@ -1,6 +1,6 @@
 """Reprice a finished run with another price sheet, without calling a model.
 
-A record's dollars are a pure function of what it logged (``ragbench.cost.prices.dollars``): prompt,
+A record's dollars are a pure function of what it logged (``ragbench.cost.money.dollars``): prompt,
 cached, cache-write and completion tokens for a per-token (API) sheet, its own device seconds for
 an hourly one. So ``reprice_run`` reads ``results.parquet`` (and ``records.jsonl`` when present),
 recomputes the dollar column and the ``price_sheet`` name, and writes the result *beside* the

@@ -42,7 +42,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ragbench.cost.prices import dollars, modelled_seconds_for
+from ragbench.cost.money import dollars
+from ragbench.cost.prices import modelled_seconds_for
 from ragbench.experiment.budget import over_budget
 from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.noise_pass import measures_noise
@@ -195,7 +196,7 @@ def dry_run(config: Any, progress: bool = True) -> Any:
                         if rates is None
                         else dollars(
                             res.sheet,
-                            device_seconds=modelled_seconds_for(
+                            seconds=modelled_seconds_for(
                                 rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
                             ),
                         )
@@ -274,7 +275,7 @@ def round_dollars(cfg: RunConfig, items: list, res: Any = None) -> float | None:
             seconds = modelled_seconds_for(
                 rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
             )
-            spent = dollars(sheet, device_seconds=seconds)
+            spent = dollars(sheet, seconds=seconds)
         else:
             spent = c.dollars
         if spent is None or spent != spent:

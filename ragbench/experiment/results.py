@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -135,14 +134,6 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
         answers=example.answers,
         error=redact_text(f"{type(exc).__name__}: {exc}"),  # errors quote URLs and payloads
     )
-
-
-def error_summary(errors: Iterable[str | None], limit: int = 5) -> list[tuple[str, int]]:
-    """The most frequent error messages (an ``error`` column: None for good rows) with their
-    counts, most frequent first, ties in first-seen order: what a failed run prints."""
-    from collections import Counter
-
-    return Counter(e for e in errors if isinstance(e, str) and e).most_common(limit)
 
 
 def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, Any]]:

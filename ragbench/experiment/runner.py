@@ -49,6 +49,7 @@ from typing import Any
 from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
 
 from ragbench import secrets
+from ragbench.analysis._common import error_summary
 from ragbench.assets import cache_dir
 from ragbench.experiment import provenance
 from ragbench.experiment.budget import Budget
@@ -71,7 +72,6 @@ from ragbench.experiment.resources import (
 from ragbench.experiment.results import (
     RECORDS,
     error_record,
-    error_summary,
     parquet_bytes,
     reprice_resumed,
     table,
@@ -119,8 +119,8 @@ def run(
     model is loaded. ``executor="ray"`` spreads the generation over ``workers`` Ray workers,
     each loading the configured model (``llm`` cannot travel to them: use the config).
     A config with a ``sequential`` section stops when decided (``experiment.sequential_run``):
-    ``until_decided`` is its look, ``analysis.verdict.sequential_look`` (the analysis layer
-    sits above this one, so the caller hands it in: ``ragbench run`` and ``compare`` do).
+    ``until_decided`` is its look, ``analysis.verdict.sequential_look``, handed in by the
+    caller (``ragbench run`` and ``compare`` do).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; {did_you_mean(executor, EXECUTORS)}")

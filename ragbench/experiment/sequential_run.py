@@ -1,12 +1,12 @@
 """Stop when decided (``ragbench run --until-decided``; the config's ``sequential`` section):
 the run's questions in a seeded random order, in rounds; after each round a look decides,
 by the verdict itself (``analysis.verdict.sequential_look`` with the looks so far, handed to
-the runner by its caller since analysis sits above this layer: the best retrieval variant
-against the best long-context one, their repeated confidence interval at the look's
-group-sequential boundary, ``analysis.sequential``), between "recommend X" (more accurate, or
-the cheaper one not worse by more than the margin), "equivalent within the margin" and
-"continue". The run stops when decided, at the budget (``max_dollars``: the budget stops a
-round; a last look is taken on what was answered) or when the questions run out.
+the runner by its caller: the best retrieval variant against the best long-context one, their
+repeated confidence interval at the look's group-sequential boundary, ``analysis.sequential``),
+between "recommend X" (more accurate, or the cheaper one not worse by more than the margin),
+"equivalent within the margin" and "continue". The run stops when decided, at the budget
+(``max_dollars``: the budget stops a round; a last look is taken on what was answered) or when
+the questions run out.
 
 The runner generates each round's work items as it always does (``runner._generate``: rounds of
 ``batch_size``, the budget, the executor); this module only says which questions come next and

@@ -1,5 +1,5 @@
-"""Plots of the planning tables (``ragbench.cost.planning``): KV-cache memory per sequence, $ per
-query against questions per document with a prefix cache, and its break-even against RAG.
+"""Plots of the planning tables (``ragbench.analysis.planning``): KV-cache memory per sequence,
+$ per query against questions per document with a prefix cache, and its break-even against RAG.
 ``ragbench.report`` re-exports them for the notebooks."""
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from ragbench.analysis.gate import load_run, score_columns
 from ragbench.analysis.labels import with_labels
 from ragbench.experiment.config.run import parse_config
 from ragbench.experiment.resources import load_examples
-from ragbench.io import atomic_write_text, dumps_canonical
+from ragbench.io import atomic_write_text, dumps_canonical, read_json
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +101,6 @@ def sample_rows(df: Any, asked: dict[str, str]) -> list[dict[str, Any]]:
     return rows
 
 
-def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None) -> list[Path]:
     """Write ``run_dir``'s export in ``fmt`` (``FORMATS``) and return the files written:
     ``out`` is a file for jsonl/csv (default ``<run_dir>/export/samples.<fmt>``), a folder for
@@ -116,7 +109,7 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None) -> 
         raise ValueError(f"unknown export format {fmt!r}; valid: {', '.join(FORMATS)}")
     run_dir = Path(run_dir)
     df, _seed = load_run(run_dir)
-    manifest = _read_manifest(run_dir)
+    manifest = read_json(run_dir / "manifest.json") or {}
     rows = sample_rows(df, questions(manifest) if manifest.get("config") else {})
     if fmt == "lm-eval":
         return write_lm_eval(rows, df, manifest, Path(out or run_dir / "export" / "lm-eval"))

@@ -55,7 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragbench.cost.prices import PriceSheet, dollars_per_query, resource_seconds
+from ragbench.cost import money
+from ragbench.cost.prices import PriceSheet, resource_seconds
 from ragbench.cost.prices import price_sheet as load_sheet
 from ragbench.datasets.corpus.file import read_documents
 from ragbench.datasets.question_text import (
@@ -118,7 +119,9 @@ class Usage:
             # each one's own share of device time: a batch's latency counted once, not per row
             self.seconds += resource_seconds(c)
             if sheet is not None:
-                self.dollars = (self.dollars or 0.0) + dollars_per_query(c, sheet)
+                self.dollars = (self.dollars or 0.0) + money.dollars(
+                    sheet, money.Usage.of(c), resource_seconds(c)
+                )
 
     def describe(self) -> str:
         text = (

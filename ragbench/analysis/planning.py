@@ -1,0 +1,284 @@
+"""The planning tables: KV-cache memory and sequences per GPU per model and context length,
+long context's $ per question with and without a prefix cache, and, from a run's table, how many
+questions per document make long context with a prefix cache as cheap as RAG
+(``prefix_cache_break_even``). Notebook 04 plots them (``ragbench.report.planning_plots``); the
+arithmetic under each cell (capacity, dollars, break-even) is ``ragbench.cost.planning``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from ragbench.cost.accounting import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
+from ragbench.cost.money import Usage, dollars
+from ragbench.cost.planning import (
+    GIB,
+    api_sheet,
+    break_even_questions,
+    cached_dollars_per_question,
+    cheaper_from,
+    long_context_question_dollars,
+    max_concurrent_sequences,
+    preset_of,
+)
+from ragbench.cost.prices import PriceSheet
+from ragbench.models import ModelPreset
+
+
+def kv_cache_table(
+    presets: Sequence[str | ModelPreset],
+    context_lengths: Sequence[int],
+    bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
+) -> Any:
+    """KV-cache bytes of one sequence holding ``context_length`` positions, per model and length
+    (``bytes_per_value`` 2 assumes a bf16/fp16 cache)."""
+    import pandas as pd
+
+    rows = []
+    for p in map(preset_of, presets):
+        for n in context_lengths:
+            size = kv_cache_bytes(p.layers, p.kv_heads, p.head_dim, n, 1, bytes_per_value)
+            rows.append(
+                {"model": p.name, "context_tokens": n, "kv_bytes": size, "kv_gib": size / GIB}
+            )
+    return pd.DataFrame(rows)
+
+
+def capacity_table(
+    presets: Sequence[str | ModelPreset],
+    context_lengths: Sequence[int],
+    gpu_memory_gib: float,
+    kv_bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
+) -> Any:
+    """``max_concurrent_sequences`` as a context length x model table of integers."""
+    import pandas as pd
+
+    rows = {
+        preset_of(p).name: {
+            n: max_concurrent_sequences(p, n, gpu_memory_gib, kv_bytes_per_value=kv_bytes_per_value)
+            for n in context_lengths
+        }
+        for p in presets
+    }
+    return pd.DataFrame(rows).rename_axis(index="context_tokens", columns="model")
+
+
+def prefix_caching_table(
+    sheet: str | PriceSheet,
+    document_tokens: int,
+    question_tokens: int,
+    completion_tokens: int,
+    questions_per_document: Sequence[int],
+) -> Any:
+    """Long-context $/question with and without a prefix cache on a per-token price sheet.
+
+    With the cache, the first question on a document writes the document to the cache (at the
+    sheet's cache-write price: Anthropic's premium, plain input elsewhere); the others read it at
+    the cached-input price. A document shorter than the sheet's minimum cacheable prefix is never
+    cached. Shows how many questions per document it takes for long context to get cheap.
+    """
+    import pandas as pd
+
+    sheet = api_sheet(sheet)
+    prompt = document_tokens + question_tokens
+    full = long_context_question_dollars(sheet, prompt, completion_tokens, 0, "none")
+    first = long_context_question_dollars(
+        sheet, prompt, completion_tokens, document_tokens, "write"
+    )
+    warm = long_context_question_dollars(sheet, prompt, completion_tokens, document_tokens, "read")
+    rows = []
+    for q in questions_per_document:
+        cached = cached_dollars_per_question(first, warm, q)
+        rows.append(
+            {
+                "questions_per_document": q,
+                "dollars_per_question_no_cache": full,
+                "dollars_per_question_prefix_cache": cached,
+                "saving": 1 - cached / full,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------- break-even from a run
+
+
+def _col(df: Any, name: str) -> str | None:
+    """A results-table column by its field name, also when a section prefix was added."""
+    for c in (name, *(p + name for p in ("cost_", "meta_", "ex_", "param_"))):
+        if c in df.columns:
+            return c
+    return None
+
+
+def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None, closed_book: str) -> Any:
+    """The cacheable prefix of each long-context row: ``prefix_tokens`` when given; else the
+    document tokens the strategy kept (``kept_tokens``; the prompt puts the document first);
+    else the long-context prompt minus the same example's prompt without context (the
+    ``closed_book`` strategy's rows: instructions and question, what is not the document). Both
+    undercount the prefix by the few instruction tokens before the document: the cache's
+    benefit is understated, never overstated."""
+    import pandas as pd
+
+    prompt = lc[_col(lc, "prompt_tokens")]
+    if prefix_tokens is not None:
+        return pd.Series(float(prefix_tokens), index=lc.index).clip(upper=prompt)
+    kept = _col(lc, "kept_tokens")
+    if kept is not None and lc[kept].notna().all():
+        return lc[kept].astype(float).clip(upper=prompt)
+    closed = ok[ok["strategy"] == closed_book]
+    if len(closed):
+        cb = closed.groupby("example_id")[_col(closed, "prompt_tokens")].first()
+        paired = lc["example_id"].map(cb)
+        if paired.notna().all():
+            return (prompt - paired).clip(lower=0)
+    raise ValueError(
+        "cannot tell the long-context prompt's cacheable prefix: the table has no kept_tokens "
+        f"column and no {closed_book} row for every example; pass prefix_tokens="
+    )
+
+
+def prefix_cache_break_even(
+    results: Any,
+    sheets: Sequence[str | PriceSheet],
+    *,
+    prefix_tokens: int | None = None,
+    by: str | Sequence[str] | None = None,
+    questions_per_document: Sequence[int] = (1, 2, 3, 5, 10, 20, 50, 100),
+    long_context: str = "long_context",
+    rag: str = "rag",
+    closed_book: str = "closed_book",
+) -> tuple[Any, Any]:
+    """How many questions per document make long context with a prefix cache as cheap as RAG,
+    from a run's measured tokens, per price sheet: ``(table, curve)``.
+
+    Long context sends the same document first for every question on it, so with a provider's
+    prefix cache its first question writes the document (at the cache-write price: Anthropic's
+    premium) and the later ones read it (cached-input price); the question, the instructions
+    and the answer pay full price every time. RAG's prompt differs per question: it pays full
+    price each time. Over q questions long context costs ``(first + (q - 1) later) / q`` per
+    question, so it matches RAG at ``q* = (first - later) / (rag - later)`` when RAG costs more
+    than a cached question (else never: inf). A prefix shorter than the sheet's minimum
+    cacheable prompt is never cached. Assumes the questions on a document arrive within the
+    cache's lifetime (``sheet.cache_ttl``; 5 minutes by default at Anthropic); each miss costs
+    another write.
+
+    ``results``: a run's table (``ragbench.run``); failed rows are dropped. Every row's tokens
+    are priced with each sheet (long-context tiers apply per row), then averaged per group.
+    ``by``: columns to group by (e.g. ``"context_length"``: longer documents break even sooner);
+    None pools all rows. One row per (sheet, group, RAG variant) in ``table``: ``rag_label``,
+    ``rag_dollars_per_query``, ``lc_first_question_dollars``, ``lc_later_question_dollars``,
+    ``lc_no_cache_dollars_per_query``, ``prefix_tokens`` (mean), ``break_even_questions_per_
+    document`` (float, inf: never; 1.0: long context is no dearer from the first question) and
+    ``lc_cheaper_from`` (the smallest whole number of questions per document at which long
+    context costs no more than RAG; <NA>: never). ``curve`` is long: per sheet, group and series
+    (each RAG variant, "long context, prefix cache", "long context, no cache"), the dollars per
+    query at each of ``questions_per_document``.
+
+    ``long_context``, ``rag`` and ``closed_book`` name the strategies whose rows are compared
+    (and, without ``kept_tokens`` or ``prefix_tokens``, whose prompt without context gives the
+    prefix). The arithmetic per row is ``ragbench.cost.planning``'s.
+    """
+    import pandas as pd
+
+    ok = results[results["error"].isna()] if "error" in results else results
+    groups = [by] if isinstance(by, str) else list(by or [])
+    missing = [c for c in groups if c not in ok.columns]
+    if missing:
+        raise ValueError(f"by: no column {missing} in the table; columns: {list(ok.columns)}")
+    for name in ("prompt_tokens", "completion_tokens"):
+        if _col(ok, name) is None:
+            raise ValueError(f"the table has no {name!r} column: is it a ragbench results table?")
+    lc = ok[ok["strategy"] == long_context].copy()
+    rg = ok[ok["strategy"] == rag]
+    if lc.empty or rg.empty:
+        found = sorted(ok["strategy"].unique())
+        raise ValueError(
+            f"need successful {long_context!r} and {rag!r} rows; the table has {found}"
+        )
+    if "label" in lc and lc["label"].nunique() > 1:
+        raise ValueError(
+            f"several long-context variants {sorted(lc['label'].unique())}: filter the table to one"
+        )
+    lc["_prefix"] = _prefix_tokens(lc, ok, prefix_tokens, closed_book)
+    rag_key = "label" if "label" in rg else "strategy"
+    p_lc, g_lc = _col(lc, "prompt_tokens"), _col(lc, "completion_tokens")
+    p_rg, g_rg = _col(rg, "prompt_tokens"), _col(rg, "completion_tokens")
+
+    def group_items(frame):
+        if not groups:
+            return [((), frame)]
+        return [(k if isinstance(k, tuple) else (k,), f) for k, f in frame.groupby(groups)]
+
+    rows, curve = [], []
+    for sheet in map(api_sheet, sheets):
+        lc_dollars = functools.partial(long_context_question_dollars, sheet)
+        for key, lc_g in group_items(lc):
+            rg_g = rg
+            for col, value in zip(groups, key, strict=True):
+                rg_g = rg_g[rg_g[col] == value]
+            if rg_g.empty:
+                continue
+            where = dict(zip(groups, key, strict=True))
+            cells = list(zip(lc_g[p_lc], lc_g[g_lc], lc_g["_prefix"], strict=True))
+            first = sum(lc_dollars(p, g, x, "write") for p, g, x in cells) / len(cells)
+            later = sum(lc_dollars(p, g, x, "read") for p, g, x in cells) / len(cells)
+            plain = sum(lc_dollars(p, g, 0, "none") for p, g, _ in cells) / len(cells)
+            for label, r in rg_g.groupby(rag_key, sort=False):
+                per_rag = [  # RAG's prompt differs per question: every token at full price
+                    dollars(sheet, Usage(prompt_tokens=p, completion_tokens=g))
+                    for p, g in zip(r[p_rg], r[g_rg], strict=True)
+                ]
+                rag_cost = sum(per_rag) / len(per_rag)
+                q_star = break_even_questions(first, later, rag_cost)
+                cheaper = cheaper_from(q_star)
+                rows.append(
+                    {
+                        "sheet": sheet.name,
+                        "sheet_date": sheet.date,
+                        **where,
+                        "rag_label": label,
+                        "rag_dollars_per_query": rag_cost,
+                        "lc_first_question_dollars": first,
+                        "lc_later_question_dollars": later,
+                        "lc_no_cache_dollars_per_query": plain,
+                        "prefix_tokens": float(lc_g["_prefix"].mean()),
+                        "break_even_questions_per_document": q_star,
+                        "lc_cheaper_from": pd.NA if cheaper is None else cheaper,
+                    }
+                )
+                for q in questions_per_document:
+                    curve.append(
+                        {
+                            "sheet": sheet.name,
+                            **where,
+                            "series": label,
+                            "questions_per_document": q,
+                            "dollars_per_query": rag_cost,
+                        }
+                    )
+            for q in questions_per_document:
+                curve.append(
+                    {
+                        "sheet": sheet.name,
+                        **where,
+                        "series": "long context, prefix cache",
+                        "questions_per_document": q,
+                        "dollars_per_query": cached_dollars_per_question(first, later, q),
+                    }
+                )
+                curve.append(
+                    {
+                        "sheet": sheet.name,
+                        **where,
+                        "series": "long context, no cache",
+                        "questions_per_document": q,
+                        "dollars_per_query": plain,
+                    }
+                )
+    table = pd.DataFrame(rows)
+    if len(table):
+        table["lc_cheaper_from"] = table["lc_cheaper_from"].astype("Int64")
+    return table, pd.DataFrame(curve)
