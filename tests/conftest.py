@@ -10,6 +10,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# pytest-xdist workers share the machine's cores: each gets its share of intra-op threads (read
+# by torch's and ONNX Runtime's OpenMP pools when they start, after this), else every worker
+# starts one thread per core and their spinning threads contend (measured on 2 cores: the
+# SnapKV end-to-end test took 41 s alone and 140 s beside a second 2-thread worker)
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+    os.environ.setdefault("MKL_NUM_THREADS", str(_share))
+
 
 # Derived artefacts keyed by content hash (converted GGUF weights, tokenizers, assembled assets)
 # are shared with the user's cache: rebuilding them each run costs a minute and proves nothing.
