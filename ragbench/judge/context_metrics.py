@@ -144,8 +144,10 @@ class ContextRecall(JudgeMetric):
 
 
 class AnswerRelevancy(JudgeMetric):
-    """``Judge.questions`` generated questions per sample, each with a committal verdict ->
-    mean cosine to the real question (the judge embedder), 0 if any is noncommittal."""
+    """The answer addresses the question: questions written from it -> mean cosine to the real one.
+
+    ``Judge.questions`` generated questions per sample, each with a committal verdict; the mean
+    cosine to the real question (the judge embedder), 0 if any is noncommittal."""
 
     name = "answer_relevancy"
     needs = (ANSWER,)
