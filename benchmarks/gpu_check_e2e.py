@@ -6,9 +6,9 @@ together with the SmolLM2 tokenizer ragbench embeds, and named as a local model 
 experiment config: NIAH at 4k and 16k tokens (400 and 1,600 with ``tiny``), closed book, long
 context and BM25 RAG, the ``example-h100-hour`` price sheet, ``device: cuda``. The run goes
 through the real command (``python -m ragbench.cli run``), which must finish without errors on
-the device asked for: a record's own ``device`` where records carry one (they do not yet: the
-completion's ``meta["device"]`` is not copied into the record), else the manifest's calibration
-key (the device the loaded model was calibrated, so ran, on). The answers are noise (random
+the device asked for: each record's ``device`` (the transformers backend's completions say it,
+and the record keeps it: the table's ``device`` column), else the manifest's calibration key
+(the device the loaded model was calibrated, so ran, on). The answers are noise (random
 weights); accuracy is not checked.
 
 Beyond torch and transformers it needs what ``ragbench run`` imports (pydantic, typer, PyYAML,

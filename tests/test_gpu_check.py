@@ -149,6 +149,7 @@ def test_e2e_part_runs_ragbench_on_a_tiny_model(monkeypatch):
     assert got["ok"], got
     assert got["records"] == 6 and got["strategies"] == ["closed_book", "long_context", "rag"]
     assert got["devices"] == ["cpu"] and got["manifest_calibration_device"] == "cpu"
+    assert got["records_carry_device"]  # each record says the device its answer ran on
     assert got["status"] == "finished" and got["error_count"] == 0
     assert got["sample_cost"]["price_sheet"] == "example-h100-hour"
     assert got["model"]["vocab_size"] == got["model"]["tokenizer_vocab"]  # tiny: the tokenizer's

@@ -117,6 +117,9 @@ def make_record(
 ) -> Record:
     prediction = prompt_format(example).prediction(example, completion.text)
     scored = any(a.strip() for a in example.answers)  # a question without gold: unscored
+    # the device its answer was computed on, where the backend says (transformers: cpu, cuda);
+    # a cached completion keeps the device of the run that computed it, as it keeps its cost
+    device = (completion.meta or {}).get("device")
     return Record(
         example_id=example.id,
         strategy=params.strategy,
@@ -125,7 +128,12 @@ def make_record(
         answers=example.answers,
         scores=score(prediction, example.answers, res.metrics, example.meta) if scored else {},
         cost=cost or res.cost(completion),
-        meta={"raw": completion.text, **meta, **({} if scored else {"unscored": True})},
+        meta={
+            "raw": completion.text,
+            **({"device": device} if device else {}),
+            **meta,
+            **({} if scored else {"unscored": True}),
+        },
     )
 
 
