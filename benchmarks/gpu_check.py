@@ -91,7 +91,7 @@ from gpu_check_kv import ids_of, random_ids  # noqa: E402
 
 from ragbench.cost.accounting import forward_flops, kv_cache_bytes  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
-from ragbench.llm import calibration  # noqa: E402
+from ragbench.llm import calibration, cost_model  # noqa: E402
 from ragbench.llm.hf.decode import Decoder  # noqa: E402
 from ragbench.llm.kv import variants as kv_cache  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
@@ -371,7 +371,7 @@ def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
         old_decode = [(k, r, calibration._forward(dec, gen, kv, 1, k - 1, r, False))
                       for k, r in OLD_DECODE]  # fmt: skip
     kv.clear()
-    old = calibration.fit(old_prefill, old_decode)
+    old = cost_model.fit(old_prefill, old_decode)
     rows, vocab = [], model.config.vocab_size
     with torch.inference_mode():
         for n in lengths:  # warm-up at every length: kernels and allocator blocks per shape

@@ -75,7 +75,7 @@ def test_the_first_record_of_a_variant_on_a_prefix_pays_later_ones_reuse_it():
 
 
 def test_a_calibrated_record_pays_the_prefix_prefill_in_its_modelled_seconds():
-    from ragbench.llm.calibration import Rates
+    from ragbench.llm.cost_model import Rates
 
     rates = Rates(a=0.01, b=1e-4, c=1e-8, d0=0.005, d1=1e-6)
     work = {"prompt_tokens": 700, "completion_tokens": 4, "prefix_tokens": 600,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragbench.llm import calibration
-from ragbench.llm.calibration import Rates, fit, split_seconds
+from ragbench.llm.cost_model import Rates, fit, split_seconds
 
 # CPU-like: a decode step costs about a 30-token prefill, attention is cheap at short lengths
 RATES = Rates(a=0.02, b=0.002, c=2e-6, d0=0.06, d1=2e-5, d_row=0.01)

@@ -25,7 +25,7 @@ from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.runner import run
 from ragbench.llm import calibration
 from ragbench.llm.cache import CachedLLM
-from ragbench.llm.calibration import Rates
+from ragbench.llm.cost_model import Rates
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies.base import Resources
 from ragbench.types import Completion

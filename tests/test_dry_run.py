@@ -95,7 +95,7 @@ def test_a_device_hour_sheet_is_priced_from_a_cached_calibration_or_not_at_all(
     import ragbench.experiment.dry_run as dry
     from ragbench.cost.money import dollars
     from ragbench.cost.prices import modelled_seconds_for, price_sheet
-    from ragbench.llm.calibration import Rates
+    from ragbench.llm.cost_model import Rates
 
     cfg = niah_config(tmp_path, strategies=["closed_book"], price_sheet="example-cpu-hour")
     unpriced = dry_run(cfg, progress=False)

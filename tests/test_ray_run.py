@@ -30,7 +30,8 @@ from ragbench.experiment.runner import plan_rounds, run
 from ragbench.experiment.shards import assign, balance, group_key, plan_shards
 from ragbench.llm import ServerUnreachable
 from ragbench.llm.cache import cache_rows
-from ragbench.llm.calibration import Rates, describe
+from ragbench.llm.calibration import describe
+from ragbench.llm.cost_model import Rates
 from ragbench.secrets import redact_text
 from ragbench.types import Document, Example
 

@@ -34,8 +34,6 @@ group-sequential critical value (``analysis.sequential``; Bonferroni over every 
 long-context pair, since the best of each family may change from look to look, and the
 baseline), and the sentence says after how many of the questions it was decided. The runner
 decides each look with this very function, so the sentence and the stop agree.
-
-One job: the decision and its sentence, from one table; the words are ``verdict_text``'s.
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ class Cost(JsonMixin):
         ``sheet`` dollars and MFU. ``kv_dtype`` is the dtype the KV cache was stored in (the
         transformers backend: ``llm.identity()["dtype"]``); unknown (None) assumes 2 bytes per
         value (bf16/fp16) and ``kv_bytes_per_value`` records the value used. ``rates``: the
-        model's calibration (``llm.calibration.Rates``), which gives ``modelled_seconds``; an
+        model's calibration (``llm.cost_model.Rates``), which gives ``modelled_seconds``; an
         hourly sheet charges those under ``basis="calibrated"``, else the measured seconds."""
         if basis not in COST_BASES:
             raise ValueError(f"cost_basis must be one of {list(COST_BASES)}, got {basis!r}")

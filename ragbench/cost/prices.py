@@ -272,7 +272,7 @@ def work_of(completion: Completion) -> dict[str, Any] | None:
 
 def modelled_seconds(completion: Completion, rates: Any) -> float | None:
     """Device seconds the completion's own work takes on its model and device by the calibrated
-    model (``rates``: ``ragbench.llm.calibration.Rates``): a function of its tokens and the
+    model (``rates``: ``ragbench.llm.cost_model.Rates``): a function of its tokens and the
     rates, not of what else the machine was doing. None without rates or a describable work."""
     work = work_of(completion) if rates is not None else None
     return None if work is None else float(rates.alone(**work))

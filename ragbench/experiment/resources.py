@@ -23,7 +23,8 @@ from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.config.text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
-from ragbench.llm.calibration import Rates, announce
+from ragbench.llm.calibration import announce
+from ragbench.llm.cost_model import Rates
 from ragbench.llm.hf.load import set_threads
 from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index, needs_embedder

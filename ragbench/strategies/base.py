@@ -16,7 +16,7 @@ from ragbench.cost.accounting import Cost
 from ragbench.cost.alone import PrefixLedger
 from ragbench.cost.prices import PriceSheet
 from ragbench.llm.base import LLM
-from ragbench.llm.calibration import Rates
+from ragbench.llm.cost_model import Rates
 from ragbench.metrics.answer import score
 from ragbench.models import ModelPreset
 from ragbench.strategies.params import RetrievalParams, StrategyParams

@@ -37,7 +37,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ragbench.llm import calibration, shared_prefix
+from ragbench.llm import calibration, cost_model, shared_prefix
 from ragbench.llm.base import LLM
 from ragbench.llm.cpu_linear import PackedLinears
 from ragbench.llm.hf import prompt as hf_prompt
@@ -124,7 +124,7 @@ class HFModel(LLM):
         self.prefix_cache_size, self.min_shared_prefix = prefix_cache_size, min_shared_prefix
         self.prefix_reuse = prefix_reuse
         self.max_padding, self.cache_dir = max_padding, cache_dir
-        self._rates: calibration.Rates | None = None  # measured on first use (cost_rates)
+        self._rates: cost_model.Rates | None = None  # measured on first use (cost_rates)
         self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._encoded: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
         self._encoded_tokens = 0
@@ -289,7 +289,7 @@ class HFModel(LLM):
             groups = [(plen, [plain[j] for j in members]) for plen, members in planned]
         return groups + [(0, [i]) for i in variants]
 
-    def cost_rates(self, longest: int | None = None) -> calibration.Rates:
+    def cost_rates(self, longest: int | None = None) -> cost_model.Rates:
         """This model's measured per-device rates (``calibration.py``), probed to ``longest``
         prompt tokens (the run's longest prompt; None: the default range, or whatever range was
         asked for before): measured on first use, then read from the on-disk cache. A longer
@@ -329,7 +329,7 @@ class HFModel(LLM):
 
     def _account(self, rows, work, batches, device, alone_seconds=None) -> list[Completion]:
         """Split the call's device time among its requests in proportion to what each would have
-        cost alone (``calibration.split_seconds``): the shares add up to the measured time, and
+        cost alone (``cost_model.split_seconds``): the shares add up to the measured time, and
         every request of the call saves (or, with padding, pays) by the same factor. A KV-cache
         variant ran alone: it is charged its own measured seconds (``alone_seconds``)."""
         alone_seconds = alone_seconds or {}
@@ -345,7 +345,7 @@ class HFModel(LLM):
         order = sorted(rows)
         rates = self.cost_rates()
         alone = [rates.alone(**work[i]) for i in order]
-        shares = calibration.split_seconds(device, alone)
+        shares = cost_model.split_seconds(device, alone)
         factor = device / sum(alone) if sum(alone) > 0 else None
         call = {
             "requests": len(order),
