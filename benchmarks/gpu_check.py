@@ -127,12 +127,12 @@ FULL |= {"runner": (8, 2048), "cost": [1024, 4096, 16384, 32768]}
 QUICK = {"prefill": [64, 128], "doc": 96, "q": 4, "q_len": 6, "new": 6, "runner": (3, 32)}
 QUICK |= {"cost": [32, 64, 128]}
 # decode: a short prompt, 32 decode steps, best of 3; runner batching of 8 short prompts on the
-# fast path. logits: a document and questions (gpu_check_decode.py)
+# fast path; one long prompt on both paths. logits: a document and questions (gpu_check_decode.py)
 FULL |= {"decode": {"copy_bytes": 1 << 30, "prompt": 128, "new": 33, "repeats": 3,
-                    "batches": [1, 8, 32], "runner": (8, 128)},
+                    "batches": [1, 8, 32], "runner": (8, 128), "long": 16384},
          "logits": {"doc": 1024, "q": 8, "q_len": 16}}  # fmt: skip
 QUICK |= {"decode": {"copy_bytes": 1 << 24, "prompt": 16, "new": 5, "repeats": 1,
-                     "batches": [1, 8, 32], "runner": (3, 16)},
+                     "batches": [1, 8, 32], "runner": (3, 16), "long": 96},
           "logits": {"doc": 48, "q": 4, "q_len": 6}}  # fmt: skip
 # the probes of calibration version 2 (before it probed the run's lengths), for the comparison
 OLD_PREFILL = ((16, 0), (128, 0), (512, 0), (128, 2048))

@@ -4,8 +4,13 @@
 device-to-device copy bandwidth: a step reads every weight once), then decode milliseconds per
 step at batch 1, 8 and 32 on the plain loop (``decode="eager"``) and on the fast path
 (``decode="static"``: static KV cache, a CUDA-graph step on CUDA; ``ragbench/llm/hf/static.py``),
-each as a multiple of the floor; and runner batching of 8 short prompts (one at a time against
-one batch) on the fast path, where decode, not prefill, is most of the work.
+each as a multiple of the floor; runner batching of 8 short prompts (one at a time against
+one batch) on the fast path, where decode, not prefill, is most of the work; a step after one
+long prompt (16k) on both paths (long context is what ragbench prices); and ``targets``: issue
+36's figures against their bounds (batch 1 <= 8.5 ms, batch 8 <= 1.3x batch 1, runner batching
+>= 5x, every batch's step captured, the fast step after a long prompt no slower than the plain
+one), with ``auto_ready`` when every one holds: the measurement that lets ``decode: auto`` take
+the static path on CUDA (``hf/static.py``, AUTO_REASON).
 
 ``logits``: the logits of the first two picks (the prefill's last position, then the first decode
 step) of every ragbench path against transformers' own forward over the same token ids (one
@@ -86,7 +91,42 @@ def step_ms(dec: Decoder, rows: int, prompt: int, new: int, repeats: int) -> dic
                 best = min(best, seconds)
             meta = out[0]["meta"]["decode"]
     return {"ms": round(best * 1e3, 3), "path": meta.get("path"), "graph": meta.get("graph"),
-            "reason": meta.get("reason") or meta.get("fallback")}  # fmt: skip
+            "reason": meta.get("reason") or meta.get("fallback"),
+            "capture_check": meta.get("capture_check")}  # fmt: skip
+
+
+# issue 36's bounds: (figure, bound, "max" | "min"); the long prompt's is the plain step's
+TARGETS = {
+    "fast_batch1_ms": 8.5,  # 2.5x the 8B shape's bandwidth floor on an H200
+    "fast_batch8_over_batch1": 1.3,
+    "runner_batching_fast_speedup": 5.0,
+}
+
+
+def targets(out: dict) -> dict:
+    """Each target's figure, bound and whether it holds (None: not measured); ``auto_ready``."""
+    fast = out["fast"]
+    long = out.get("long_prompt", {})
+    figures = {
+        "fast_batch1_ms": (fast.get("1", {}).get("ms"), TARGETS["fast_batch1_ms"], "max"),
+        "fast_batch8_over_batch1": (
+            out.get("fast_batch8_over_batch1"), TARGETS["fast_batch8_over_batch1"], "max"),
+        "runner_batching_fast_speedup": (out["runner_batching_fast"].get("speedup"),
+                                         TARGETS["runner_batching_fast_speedup"], "min"),
+        "long_prompt_fast_ms": (long.get("fast", {}).get("ms"),
+                                long.get("plain", {}).get("ms"), "max"),
+    }  # fmt: skip
+    got: dict = {}
+    for name, (value, bound, kind) in figures.items():
+        met = None
+        if value is not None and bound is not None:
+            met = value <= bound if kind == "max" else value >= bound
+        got[name] = {"value": value, kind: bound, "met": met}
+    captured = [row.get("graph") == "captured" for row in fast.values()]
+    got["captured_every_batch"] = {"value": sum(captured), "of": len(captured),
+                                   "met": all(captured) if out["cuda_graphs"] else None}  # fmt: skip
+    got["auto_ready"] = all(t["met"] is True for t in got.values())
+    return got
 
 
 def bench_decode(model, facts, device, s: dict, tokenizer, runner) -> dict:
@@ -129,6 +169,17 @@ def bench_decode(model, facts, device, s: dict, tokenizer, runner) -> dict:
     count, length = size["runner"]
     out["runner_batching_fast"] = runner(model, decoders["fast"], count, length, size["new"])
     decoders["fast"].fast.states.clear()  # the kept static caches
+    if size.get("long"):  # one long prompt, batch 1, both paths (fewer steps: the prefill is long)
+        long = {"prompt_tokens": size["long"]}
+        for name, dec in decoders.items():
+            row = step_ms(dec, 1, size["long"], 17, max(1, size["repeats"] - 1))
+            row["x_floor"] = round(row["ms"] / 1e3 / floor, 2)
+            long[name] = row
+            print(f"  decode {name} after {size['long']} tokens: {row['ms']:.2f} ms/step")
+        decoders["fast"].fast.states.clear()
+        out["long_prompt"] = long
+    out["targets"] = targets(out)
+    print(f"  decode targets: {out['targets']}")
     return out
 
 

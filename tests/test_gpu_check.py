@@ -72,6 +72,20 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
         assert dec["fast_batch8_over_batch1"] > 0
         assert dec["runner_batching_fast"]["same_tokens"]["all"]
         assert dec["runner_batching_fast"]["prompts"] == data["sizes"]["decode"]["runner"][0]
+        long = dec["long_prompt"]
+        assert long["prompt_tokens"] == data["sizes"]["decode"]["long"]
+        assert long["plain"]["path"] == "eager" and long["fast"]["path"] == "static"
+        assert long["plain"]["ms"] > 0 and long["fast"]["ms"] > 0
+        # the targets: each figure beside its bound; capture is not measured off CUDA, so auto
+        # is never ready from a CPU run
+        t = dec["targets"]
+        assert t["fast_batch1_ms"]["value"] == dec["fast"]["1"]["ms"]
+        assert t["long_prompt_fast_ms"]["max"] == long["plain"]["ms"]
+        for name in ("fast_batch1_ms", "fast_batch8_over_batch1", "runner_batching_fast_speedup",
+                     "long_prompt_fast_ms"):  # fmt: skip
+            assert isinstance(t[name]["met"], bool), (name, t)
+        assert t["captured_every_batch"] == {"value": 0, "of": 3, "met": None}
+        assert t["auto_ready"] is False
         # the logits part: in float32 on the CPU every exact path picks the reference's top-1
         logits = m["logits"]
         assert logits["reference_min_top1_margin"] > 0

@@ -243,6 +243,41 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_sequence(
     torch.testing.assert_close(nomask, ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("slots", [1, 13])
+def test_without_a_prefix_it_is_grouped_attention_under_the_static_paths_mask(slots):
+    """No shared prefix: grouped-query attention over the rows' own keys (the static decode
+    path's step) equals SDPA over KV heads repeated for their query heads, under an additive 4D
+    mask with left padding and unfilled slots (finfo.min, as ``hf/static.py`` writes it); a row
+    whose every key is masked with -inf gets zeros, not NaN."""
+    gen = torch.Generator().manual_seed(1)
+    batch, heads, kv_heads, dim = 4, 6, 2, 8
+    key, value = (torch.randn(batch, kv_heads, slots, dim, generator=gen) for _ in range(2))
+    query = torch.randn(batch, heads, 1, dim, generator=gen)
+    keep = torch.ones(batch, slots, dtype=torch.bool)
+    if slots > 1:
+        keep[1, :5] = False  # left padding
+        keep[:, -3:] = False  # slots not filled yet
+        keep[2, 7] = False
+    neg = torch.finfo(torch.float32).min
+    mask = torch.zeros(batch, 1, 1, slots).masked_fill_(~keep[:, None, None], neg)
+    module = type("Layer", (), {"layer_idx": 0})()
+    got, _ = shared_prefix.shared_prefix_attention(module, query, key, value, mask, 0.4)
+    group = heads // kv_heads
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key.repeat_interleave(group, 1),
+        value.repeat_interleave(group, 1),
+        attn_mask=keep[:, None, None],
+        scale=0.4,
+    ).transpose(1, 2)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    dead = mask.clone()
+    dead[3] = float("-inf")
+    got, _ = shared_prefix.shared_prefix_attention(module, query, key, value, dead, 0.4)
+    assert torch.equal(got[3], torch.zeros_like(got[3]))
+    torch.testing.assert_close(got[:3], ref[:3], atol=1e-5, rtol=1e-5)
+
+
 def test_shared_prefix_attention_matches_copied_prefix_and_keeps_the_prefix(tiny):
     doc = _text(70, 21)
     questions = [_text(n, s) for n, s in ((3, 31), (9, 32), (5, 33), (1, 34))]

@@ -14,8 +14,9 @@ pytest.importorskip("transformers")
 
 from test_hf import WORDS, _save_tiny  # noqa: E402
 
+from ragbench.llm import shared_prefix  # noqa: E402
 from ragbench.llm.hf.model import HFModel  # noqa: E402
-from ragbench.llm.hf.static import FastDecode, bucket_rows, bucket_slots  # noqa: E402
+from ragbench.llm.hf.static import FastDecode, bucket_rows, bucket_slots, capture_agrees  # noqa: E402
 from ragbench.llm.kv import variants as kv_cache  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
@@ -170,13 +171,12 @@ def test_what_cannot_use_the_static_path_falls_back_and_says_why(pair):
     assert forced.static and not forced.capture  # capture is CUDA only
     with pytest.raises(ValueError, match="decode must be one of"):
         FastDecode.choose(static.model, torch.device("cpu"), "fast")
-    # a model whose attention takes no 4D mask
+    # the model's own attention does not matter: the steps run through the grouped attention
     static.model.config._attn_implementation = "flash_attention_2"
     try:
-        off = FastDecode.choose(static.model, torch.device("cuda"), "static")
+        assert FastDecode.choose(static.model, torch.device("cuda"), "static").static
     finally:
         static.model.config._attn_implementation = "sdpa"
-    assert not off.static and "flash_attention_2" in off.reason
 
 
 def test_decode_path_is_not_part_of_the_identity_or_the_config_hash(pair):
@@ -245,3 +245,73 @@ def test_a_failed_capture_runs_the_step_uncaptured_with_the_same_tokens(pair, mo
     finally:
         fast.capture_error = ""
         fast.states.clear()
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_static_steps_attend_through_the_grouped_attention(pair, monkeypatch, attention):
+    """Every decode step of the static path (and none of the plain loop's) runs through
+    ``shared_prefix_attention`` without a prefix, whatever the model's own attention, which its
+    prefill keeps; the texts are the plain loop's."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    eager, static = pair
+    shared_prefix.register()
+    calls: list[int] = []
+    inner = ALL_ATTENTION_FUNCTIONS[shared_prefix.NAME]
+
+    def counted(module, query, *args, **kwargs):
+        calls.append(query.shape[2])
+        return inner(module, query, *args, **kwargs)
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, shared_prefix.NAME, counted)
+    requests = _requests()[:5]
+    for model in (eager, static):
+        model.model.config._attn_implementation = attention
+    try:
+        plain = eager.generate(requests)
+        assert calls == []
+        fast = static.generate(requests)
+    finally:
+        for model in (eager, static):
+            model.model.config._attn_implementation = "sdpa"
+    _same(plain, fast)
+    layers = static.model.config.num_hidden_layers
+    steps = fast[0].meta["decode"]["steps"]
+    assert steps > 0 and calls == [1] * (layers * steps)  # one query per row: decode steps only
+
+
+def _logits(rows: int, vocab: int = 50, seed: int = 0, spread: float = 8.0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, vocab, generator=gen) * spread
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_capture_check_allows_rounding_and_near_ties_only(dtype):
+    """``capture_agrees``: the same logits rounded differently (what another kernel gives) pass,
+    as does a pick flipped at a near-tie; a wrong input (another row's logits: a stale token or
+    slot) and a pick flipped with a clear margin fail, saying which row and why."""
+    eager = _logits(8)
+    ids = eager.argmax(-1)
+    scale = eager.abs().amax(-1, keepdim=True)
+    unit = scale * (torch.finfo(dtype).eps if dtype != torch.float32 else 1e-4)
+    wobble = torch.randn(eager.shape, generator=torch.Generator().manual_seed(5)).clamp(-2, 2)
+    rounded = eager + wobble * unit  # up to 2 units of rounding per logit
+    ok, figures = capture_agrees(eager, rounded, ids, rounded.argmax(-1), dtype)
+    assert ok, figures
+    assert figures["rows"] == 8 and 0 < figures["max_abs_diff"] <= figures["tolerance"]
+    # a near-tie: row 3's runner-up raised to within one unit of its top, and picked
+    tied = eager.clone()
+    top2 = tied[3].topk(2).indices
+    tied[3, top2[1]] = tied[3, top2[0]] - unit[3, 0]
+    flipped = tied.clone()
+    flipped[3, top2[1]] += 2 * unit[3, 0]
+    ok, figures = capture_agrees(tied, flipped, tied.argmax(-1), flipped.argmax(-1), dtype)
+    assert ok and figures["near_tie_flips"] == 1, figures
+    # a wrong input: row 5 got row 2's logits
+    wrong = eager.clone()
+    wrong[5] = eager[2]
+    ok, figures = capture_agrees(eager, wrong, ids, wrong.argmax(-1), dtype)
+    assert not ok and figures["why"].startswith("row 5: max |logit diff|"), figures
+    # a clear flip with logits that barely moved (a graph recording the wrong token)
+    ok, figures = capture_agrees(eager, eager, ids, torch.roll(ids, 1), dtype)
+    assert not ok and "picked" in figures["why"], figures

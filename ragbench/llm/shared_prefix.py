@@ -19,6 +19,14 @@ exact (same math as full attention, up to float summation order); in bf16/fp16 s
 like transformers' eager attention, so greedy answers may differ as much as batched vs unbatched
 runs do. Queries are processed in chunks so the score block stays bounded.
 
+Without a prefix the same function is grouped-query attention over the rows' own keys, under any
+additive mask: the static decode path (``hf/static.py``) runs its steps through it. With an explicit
+mask, transformers' SDPA path cannot take the flash kernel: by version it copies every KV head
+``group`` times per step (``repeat_kv``) or runs the memory-efficient kernel with one thread block
+per row and KV head (no split over the keys), and on an H200 a static step after a 32k prompt took
+30.6 ms against 7.8 ms after 1k (benchmarks/results/gpu_check_h200.json, cost part). The two
+matmuls here are split over the keys by cuBLAS and read each KV head once.
+
 Supported for models whose every layer is full (global) attention without logit softcapping;
 ``supported(model)`` says so, and the backend falls back to copying the prefix otherwise.
 """
@@ -112,21 +120,24 @@ def shared_prefix_attention(
     ``shared_prefix[layer_idx]`` is ``(keys, values)`` of shape (1, KVH, P, d), seen by every query;
     ``key``/``value`` (B, KVH, S, d) are the rows' own positions, masked by ``attention_mask``
     (additive, (B, 1, q, S)). Returns (B, q, H, d) like transformers' attention functions.
+
+    Without ``shared_prefix`` it is grouped-query attention over the rows' own keys alone: the
+    static decode path's (``hf/static.py``), whose explicit mask would otherwise make transformers'
+    SDPA copy every KV head ``group`` times (``repeat_kv``) at every step.
     """
     import torch
 
-    if shared_prefix is None:
-        raise ValueError(f"{NAME} attention needs shared_prefix=SharedPrefix(prefix cache)")
     unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
     if unsupported:  # supported() should have kept this model on the copying path
         raise NotImplementedError(f"{NAME} attention does not implement {unsupported}")
-    pk, pv = shared_prefix[module.layer_idx]
+    prefix = None if shared_prefix is None else shared_prefix[module.layer_idx]
     batch, heads, q_len, dim = query.shape
-    kv_heads, prefix_len, suffix_len = key.shape[1], pk.shape[2], key.shape[2]
+    kv_heads, suffix_len = key.shape[1], key.shape[2]
+    prefix_len = 0 if prefix is None else prefix[0].shape[2]
     group = heads // kv_heads
     scale = dim**-0.5 if scaling is None else scaling
     mask = None if attention_mask is None else attention_mask[:, :, :, :suffix_len]
-    fused = _fused_prefix_op(query)
+    fused = _fused_prefix_op(query) if prefix is not None else None
     # score elements per query position (the prefix's only where it is materialised)
     per_query = batch * heads * (suffix_len + (0 if fused else prefix_len))
     step = max(1, SCORE_BLOCK_ELEMENTS // per_query)
@@ -135,31 +146,44 @@ def shared_prefix_attention(
         q1 = min(q_len, q0 + step)
         n = q1 - q0
         qc = query[:, :, q0:q1].reshape(batch, kv_heads, group * n, dim)
-        # suffix part, per row, unnormalised: exp(scores - s_max) @ value, (B, KVH, g*n, .)
-        s_scores = torch.matmul(qc, key.transpose(-1, -2)).float().mul_(scale)
-        if mask is not None:
-            m = mask[:, :, q0:q1].float()  # (B, 1, n, S), broadcast over the heads of a group
-            s_scores.view(batch, kv_heads, group, n, -1).add_(m[:, :, None])
-        elif suffix_len > 1 or n > 1:  # no mask given: plain causal over the row's own keys
-            offset = suffix_len - q_len + q0
-            i = torch.arange(n, device=query.device)[:, None] + offset
-            j = torch.arange(suffix_len, device=query.device)[None, :]
-            s_scores.masked_fill_((j > i).repeat(group, 1), float("-inf"))
-        s_max = s_scores.amax(-1, keepdim=True)
-        s_max = torch.where(torch.isfinite(s_max), s_max, 0.0)  # rows with every key masked
-        s_exp = s_scores.sub_(s_max).exp_()
-        s_sum = s_exp.sum(-1, keepdim=True)
-        s_out = torch.matmul(s_exp.to(value.dtype), value).float()
-        # prefix part, all rows and heads of a KV group folded together: (KVH, B*g*n, .)
-        qf = qc.permute(1, 0, 2, 3).reshape(kv_heads, batch * group * n, dim)
-        p_out, p_lse = (fused or _prefix_matmul)(qf, pk, pv, scale)
-        p_out = p_out.view(kv_heads, batch, group * n, dim).permute(1, 0, 2, 3)
-        p_lse = p_lse.view(kv_heads, batch, group * n, 1).permute(1, 0, 2, 3)
-        # one softmax over both: weights exp(lse_part - lse_all)
-        lse = torch.logaddexp(p_lse, s_max + s_sum.log())
-        chunk = p_out.float() * (p_lse - lse).exp_() + s_out * (s_max - lse).exp_()
+        s_out, s_max, s_sum = _own_part(qc, key, value, mask, scale, q_len, q0, n, group)
+        if prefix is None:  # a row with every key masked (-inf) gets zeros, not 0/0
+            chunk = s_out.div_(s_sum.clamp_min_(torch.finfo(torch.float32).tiny))
+        else:  # prefix part, all rows and heads of a KV group folded together: (KVH, B*g*n, .)
+            pk, pv = prefix
+            qf = qc.permute(1, 0, 2, 3).reshape(kv_heads, batch * group * n, dim)
+            p_out, p_lse = (fused or _prefix_matmul)(qf, pk, pv, scale)
+            p_out = p_out.view(kv_heads, batch, group * n, dim).permute(1, 0, 2, 3)
+            p_lse = p_lse.view(kv_heads, batch, group * n, 1).permute(1, 0, 2, 3)
+            # one softmax over both: weights exp(lse_part - lse_all)
+            lse = torch.logaddexp(p_lse, s_max + s_sum.log())
+            chunk = p_out.float() * (p_lse - lse).exp_() + s_out * (s_max - lse).exp_()
         out[:, q0:q1] = chunk.to(query.dtype).reshape(batch, heads, n, dim).transpose(1, 2)
     return out, None
+
+
+def _own_part(qc, key, value, mask, scale, q_len, q0, n, group) -> tuple[Any, Any, Any]:
+    """The rows' own keys' part of one chunk of queries ``qc`` (B, KVH, g*n, d), the heads of a
+    KV group folded into rows (no KV head is copied): unnormalised ``exp(scores - max) @ value``,
+    the max and the sum of the weights, in float32."""
+    import torch
+
+    batch, kv_heads, suffix_len = key.shape[0], key.shape[1], key.shape[2]
+    s_scores = torch.matmul(qc, key.transpose(-1, -2)).float().mul_(scale)
+    if mask is not None:
+        m = mask[:, :, q0 : q0 + n].float()  # (B, 1, n, S), broadcast over the heads of a group
+        s_scores.view(batch, kv_heads, group, n, -1).add_(m[:, :, None])
+    elif suffix_len > 1 or n > 1:  # no mask given: plain causal over the row's own keys
+        offset = suffix_len - q_len + q0
+        i = torch.arange(n, device=qc.device)[:, None] + offset
+        j = torch.arange(suffix_len, device=qc.device)[None, :]
+        s_scores.masked_fill_((j > i).repeat(group, 1), float("-inf"))
+    s_max = s_scores.amax(-1, keepdim=True)
+    s_max = torch.where(torch.isfinite(s_max), s_max, 0.0)  # rows with every key masked
+    s_exp = s_scores.sub_(s_max).exp_()
+    s_sum = s_exp.sum(-1, keepdim=True)
+    s_out = torch.matmul(s_exp.to(value.dtype), value).float()
+    return s_out, s_max, s_sum
 
 
 def _prefix_matmul(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:

@@ -9,7 +9,9 @@ changes how it is driven:
 - **static cache**: after the (unchanged) prefill, each layer's KV is copied into preallocated
   tensors of ``rows x kv heads x slots x head dim``; a step writes its keys/values at one slot
   (``index_copy_`` at a device-side slot counter) and attends over every slot through an explicit
-  additive 4D mask (left padding and unfilled slots masked), so no tensor changes shape or address;
+  additive 4D mask (left padding and unfilled slots masked), so no tensor changes shape or address.
+  The step's attention is ``shared_prefix.shared_prefix_attention`` (grouped-query matmuls, with or
+  without a shared prefix), whatever the model's own: under a mask SDPA has no fast decode kernel;
 - **bucketed rows**: a batch of n rows runs as ``bucket_rows(n)`` rows (1, 2, 4, 8, 16, 32);
   the spare rows and rows already finished keep computing (on a GPU a decode step costs about the
   same for 1 or 8 rows) and are ignored. Slots are bucketed too (``bucket_slots``), so one
@@ -17,17 +19,17 @@ changes how it is driven:
 - **captured step** (CUDA only, ``cuda_graphs``): the whole step (unmask the slot, forward, argmax,
   record the token, advance position and slot) is captured once per (rows, slots, shared prefix)
   in a CUDA graph and replayed: one launch per step. A capture is checked against the same step
-  run eagerly (its logits and token); a failure or mismatch is recorded and that state runs the
-  same step uncaptured;
+  run eagerly (``capture_agrees``: logits within a few units of the dtype's rounding, tokens equal
+  but at near-ties); a failure or mismatch is recorded and that state runs the step uncaptured;
 - **stop checks every k steps** (``check_every``): the tokens are copied to the host once per chunk
   of k steps, while the next chunk already runs, and checked there token by token with
   ``Decoder.finished`` (EOS, stop strings, max_new_tokens), exactly as the plain loop does: a row's
   text ends where the plain loop's would; tokens past its stop are computed and discarded.
 
 Greedy only: a request with temperature > 0 samples with its own seeded generator in the plain
-loop. Supported for models whose every layer is full attention (``shared_prefix.supported``)
-with the ``sdpa`` or ``eager`` attention (they take a 4D mask), on one device, with the plain KV
-cache; the shared-prefix attention is kept (its graph holds the prefix it was captured with).
+loop. Supported for models whose every layer is full attention (``shared_prefix.supported``),
+on one device, with the plain KV cache; the prefill keeps the model's own attention, and the
+shared-prefix attention is kept (its graph holds the prefix it was captured with).
 Anything else runs the plain loop, and ``meta["decode"]`` says which path ran and why.
 
 Timing: ``decode_seconds`` of a row is interpolated within the chunk it stopped in (the chunk's
@@ -51,16 +53,24 @@ MODES = ("auto", "eager", "static")
 # gpu_check_h200.json): the captured step at batch 1 took 6.7-7.2 ms (1.8x the bandwidth floor,
 # against 26-38 ms eager), but (1) captures at batch 8 and 32 failed the capture check (bf16
 # logits differ from the eager step by 0.06-0.25), so they ran uncaptured at 25-40 ms; (2) the
-# static cache's explicit 4D mask keeps SDPA off its flash kernel, so a step after a 32k prompt
-# took 32 ms against 8 ms after 1k: slower than the plain loop for long context, the very
-# requests ragbench prices. Until both are fixed, the static path is `decode: static`.
+# static cache's explicit 4D mask kept SDPA off its fast kernels, so a step after a 32k prompt
+# took 31 ms against 8 ms after 1k: slower than the plain loop for long context, the very
+# requests ragbench prices. Since then (not yet measured on a GPU): the check allows rounding
+# (``capture_agrees``) and the steps attend through grouped-query matmuls (shared_prefix.py).
+# gpu_check's decode part says whether the targets hold (``targets``); until a run shows they
+# do, the static path is `decode: static`.
 AUTO_REASON = "decode=auto runs the plain loop (the static path is opt-in: decode: static)"
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32)
 CHECK_EVERY = 8  # decode steps between two reads of the tokens (stop checks)
 MIN_SLOTS = 64  # the smallest slot bucket
 MAX_STATES = 8  # static caches (and their graphs) kept for later calls, least recent dropped
 STATE_MEMORY_SHARE = 0.25  # on CUDA: at most this share of device memory in kept states
-ATTENTION = ("sdpa", "eager", shared_prefix.NAME)  # implementations that take a 4D mask
+# A captured step against the same step run eagerly: logits may differ by rounding (the graph's
+# kernels are chosen at capture and may split reductions differently: the H200's bf16 captures at
+# batch 8 and 32 differed by 0.06-0.25), up to CAPTURE_ULPS units of the dtype's rounding at the
+# row's largest |logit|; a wrong input (a stale slot, mask or token) moves logits by their spread.
+CAPTURE_ULPS = 8
+CAPTURE_FLOAT32_RTOL = 1e-3  # float32: matmul algorithms differ by more than float32's eps
 # why a KV-cache variant runs the plain loop
 VARIANT_REASONS = {
     "offloaded": "keeps each layer's KV in host memory between uses; a preallocated device cache "
@@ -97,9 +107,6 @@ def model_reason(model: Any) -> str:
             "architecture: not every layer is plain full attention (or a composite model); "
             "the static path's 4D mask is full causal"
         )
-    attention = str(getattr(model.config, "_attn_implementation", ""))
-    if attention not in ATTENTION:
-        return f"attention {attention!r} takes no 4D mask (static path: sdpa or eager)"
     devices = {str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()}
     if len(devices) > 1:
         return f"model split over {len(devices)} devices"
@@ -177,6 +184,22 @@ class FastDecode:
             "check_every": self.check_every,
             "state": "new" if made else "reused",
         }
+        with shared_prefix.active(dec.model):  # the steps' attention: the module docstring
+            generated, done, meta["steps"] = self._steps(dec, requests, state, extra, meta, n,
+                                                         used, record, probes, t_first)  # fmt: skip
+        meta["graph"] = state.graph_status
+        if state.graph_error:
+            meta["fallback"] = state.graph_error
+        if state.graph_check:
+            meta["capture_check"] = state.graph_check
+        if record:
+            meta["_logits"] = probes[:record]
+        return generated, done, dec.now(), meta
+
+    def _steps(self, dec, requests, state, extra, meta, n, used, record, probes, t_first):
+        """Launch the steps in chunks of ``check_every`` (one at a time while logits are
+        recorded) and read each chunk's tokens while the next runs: (tokens per row, done rows,
+        steps run)."""
         timer = _Clock(dec.device, t_first)
         generated: list[list[int]] = [[] for _ in requests]
         done: dict[int, dict[str, Any]] = {}
@@ -216,13 +239,7 @@ class FastDecode:
             active, t_prev = still, t_end
             if not active:
                 break
-        meta["steps"] = steps
-        meta["graph"] = state.graph_status
-        if state.graph_error:
-            meta["fallback"] = state.graph_error
-        if record:
-            meta["_logits"] = probes[:record]
-        return generated, done, dec.now(), meta
+        return generated, done, steps
 
     def _state(self, dec: Any, rows: int, slots: int, prefix: Any, like: Any, layers: int):
         """A kept static cache for (rows, slots, shared prefix), or a new one (least recent
@@ -340,6 +357,7 @@ class _State:
         self.graph_out = None
         self.graph_status = "off"
         self.graph_error = ""
+        self.graph_check: dict[str, Any] = {}  # capture_agrees' figures
 
     def load(self, cache: Any, mask: Any, positions: Any, first: Any, pad_id: int) -> None:
         """The prefill's KV into slots [0, used) of the first n rows (the DynamicCache's layers
@@ -434,8 +452,8 @@ class _State:
     def _capture(self, dec: Any, extra: dict, saved: list) -> Any:
         """Run the step eagerly on a side stream (the warm-up capture needs), capture it from the
         same inputs, and replay it: the graph is kept only if its replay gives the eager run's
-        token and logits (within rounding). Either way exactly one step stands (the replay's, or
-        the eager run again). Returns that step's logits."""
+        tokens and logits within rounding (``capture_agrees``). Either way exactly one step
+        stands (the replay's, or the eager run again). Returns that step's logits."""
         import torch
 
         def restore() -> None:
@@ -453,13 +471,51 @@ class _State:
             out = self._step(dec, extra)
         restore()  # capture runs nothing, but keep the inputs exactly as before
         graph.replay()
-        diff = float((out.float() - eager).abs().max())
-        scale = float(eager.abs().max()) or 1.0
-        same = torch.equal(eager_ids, self.ids)
-        if not same or diff > 1e-2 * scale:
-            self.graph_error = f"capture mismatch: max |logit diff| {diff:.3g}, same tokens {same}"
+        ok, self.graph_check = capture_agrees(eager, out.float(), eager_ids, self.ids, out.dtype)
+        if not ok:
+            self.graph_error = f"capture mismatch: {self.graph_check['why']}"
             self.graph_status = "mismatch"
             restore()
             return self._step(dec, extra)
         self.graph, self.graph_out, self.graph_status = graph, out, "captured"
         return out
+
+
+def capture_agrees(eager: Any, got: Any, eager_ids: Any, got_ids: Any, dtype: Any) -> tuple[bool, dict]:  # fmt: skip
+    """Whether a captured step's logits ``got`` (rows, vocab) and picks ``got_ids`` are the eager
+    step's within rounding: every row within ``CAPTURE_ULPS`` units of ``dtype``'s rounding at
+    its largest |logit| (float32: ``CAPTURE_FLOAT32_RTOL`` of it), and a row that picked another
+    token only where the eager logits of the two picks are within twice that (a near-tie).
+    Returns (agrees, figures for ``meta["decode"]["capture_check"]``)."""
+    import torch
+
+    eager, got = eager.float(), got.float()
+    scale = eager.abs().amax(-1).clamp_min(1e-6)
+    if dtype == torch.float32:
+        tol = scale * CAPTURE_FLOAT32_RTOL
+    else:
+        tol = scale * (CAPTURE_ULPS * torch.finfo(dtype).eps)
+    diff = (got - eager).abs().amax(-1)
+    a, b = eager_ids.reshape(-1), got_ids.reshape(-1)
+    flipped = (a != b).nonzero().flatten().tolist()
+    gaps = {r: float(eager[r, a[r]] - eager[r, b[r]]) for r in flipped}
+    far = [r for r in flipped if gaps[r] > 2 * float(tol[r])]
+    over = (diff > tol).nonzero().flatten().tolist()
+    figures = {
+        "max_abs_diff": round(float(diff.max()), 5),
+        "tolerance": round(float(tol[diff.argmax()]), 5),  # at the row of the largest difference
+        "rows": int(eager.shape[0]),
+        "near_tie_flips": len(flipped) - len(far),
+    }
+    why = []
+    if over:
+        r = over[0]
+        why.append(f"row {r}: max |logit diff| {float(diff[r]):.3g} > {float(tol[r]):.3g}")
+    if far:
+        r = far[0]
+        why.append(
+            f"row {r} picked {int(b[r])} not {int(a[r])}, {gaps[r]:.3g} below in the eager logits"
+        )
+    if why:
+        figures["why"] = "; ".join(why)
+    return not why, figures
