@@ -22,31 +22,35 @@ device, and fed token ids (no tokenizer). Per model:
   error, not fatal);
 - ``decode``: the bandwidth floor (weight bytes / measured copy bandwidth), ms per decode step at
   batch 1, 8, 32 on the plain loop and the fast path (static cache, CUDA graph), as multiples of
-  the floor, and runner batching of 8 short prompts on the fast path;
+  the floor, runner batching of 8 short prompts on the fast path, a step after a 16k prompt on
+  both, and issue 36's targets against them (``targets``, ``auto_ready``);
 - ``logits``: every path's first two picks' logits against transformers' forward (top-1
   agreement, max |difference|), with an initialisation that keeps them off near-ties
   (``gpu_check_decode.py``).
 
-Decoders here take ragbench's default decode path (``decode="auto"``: the fast path on CUDA);
-the ``decode`` and ``logits`` parts name theirs.
+Decoders here take ragbench's default decode path (``decode="auto"``: the plain loop until the
+``decode`` part's ``targets`` hold; ``hf/static.py``); the ``decode``, ``logits`` and ``greedy32``
+parts name theirs.
 
 Random weights make greedy tokens near-ties, so in bf16 token equality between differently
 fused kernels is reported, not required; ``--device cpu --quick`` (tiny configs, float32) is
 where equality is exact and the test (tests/test_gpu_check.py) checks it.
 
-Two parts run beside the models' (first, in this order; ``--parts`` picks any):
+Three parts run beside the models' (first, in this order; ``--parts`` picks any):
 
 - ``tests``: the suite's CUDA tests, ``pytest -m gpu`` (a subprocess; its tail and counts);
 - ``e2e``: one real ``ragbench run`` on the device (``gpu_check_e2e.py``): a random-weight
   Llama-3.1-8B shape saved with the embedded SmolLM2 tokenizer; NIAH at 4k and 16k; closed book,
   long context, BM25 RAG; the ``example-h100-hour`` sheet; it must finish on the device without
-  errors (records carry no device field yet: the manifest's calibration key says the device).
+  errors, and its records say which device answered;
+- ``greedy32``: greedy token equality in float32 at the Llama-3.2-1B shape: every ragbench path
+  (plain, batched, prefix reuse, the fast path, the exact KV variants) against ``generate``.
 
 Packages each part needs beyond torch and transformers (``PART_PACKAGES``: import names; a part
 whose packages are missing is skipped with one line, and the JSON's ``packages`` says what was
 found, with versions):
 
-- the model parts (prefill, reuse, runner, kv, cost, decode, logits): none (PyYAML comes with
+- the model parts (prefill, reuse, runner, kv, cost, decode, logits) and greedy32: none (PyYAML comes with
   transformers; ``psutil`` on CPU only). Imports: ``ragbench.types``, ``registry``, ``io``,
   ``cost`` + ``prices``, ``models``, ``llm.kv``, ``llm.shared_prefix``, ``llm.hf.decode``,
   ``llm.calibration``;
@@ -87,7 +91,7 @@ import baselines  # noqa: E402  (benchmarks/baselines.py: torch + transformers o
 import gpu_check_decode  # noqa: E402
 import gpu_check_e2e  # noqa: E402
 import gpu_check_kv  # noqa: E402
-from gpu_check_kv import ids_of, random_ids  # noqa: E402
+from gpu_check_kv import ids_of, random_ids, same  # noqa: E402
 
 from ragbench.cost.accounting import forward_flops, kv_cache_bytes  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
@@ -130,10 +134,12 @@ QUICK |= {"cost": [32, 64, 128]}
 # fast path; one long prompt on both paths. logits: a document and questions (gpu_check_decode.py)
 FULL |= {"decode": {"copy_bytes": 1 << 30, "prompt": 128, "new": 33, "repeats": 3,
                     "batches": [1, 8, 32], "runner": (8, 128), "long": 16384},
-         "logits": {"doc": 1024, "q": 8, "q_len": 16}}  # fmt: skip
+         "logits": {"doc": 1024, "q": 8, "q_len": 16},
+         "greedy32": {"doc": 512, "q": 4, "q_len": 16, "new": 12}}  # fmt: skip
 QUICK |= {"decode": {"copy_bytes": 1 << 24, "prompt": 16, "new": 5, "repeats": 1,
                      "batches": [1, 8, 32], "runner": (3, 16), "long": 96},
-          "logits": {"doc": 48, "q": 4, "q_len": 6}}  # fmt: skip
+          "logits": {"doc": 48, "q": 4, "q_len": 6},
+          "greedy32": {"doc": 40, "q": 3, "q_len": 6, "new": 6}}  # fmt: skip
 # the probes of calibration version 2 (before it probed the run's lengths), for the comparison
 OLD_PREFILL = ((16, 0), (128, 0), (512, 0), (128, 2048))
 OLD_DECODE = ((16, 1), (1024, 1), (4096, 1), (16, 4))
@@ -151,12 +157,22 @@ class IdTokenizer:
         return " ".join(str(int(i)) for i in ids)
 
 
-def build_model(name: str, device, dtype, quick: bool):
+def build_model(name: str, device, dtype, quick: bool, arch: dict | None = None):
+    """A random-weight model of ``ARCHS[name]`` (or ``arch``, whose ``shape`` is given) on the
+    device, and its facts; ``quick``: the ``TINY`` shape."""
     import torch
     import transformers
 
-    p, arch = get_preset(name), ARCHS[name]
-    shape = TINY if quick else {**vars(p), "intermediate_size": arch["intermediate_size"]}
+    arch = arch or ARCHS[name]
+    if "shape" in arch:
+        shape, window = arch["shape"], 32_768
+    else:
+        p = get_preset(name)
+        shape, window = (
+            {**vars(p), "intermediate_size": arch["intermediate_size"]},
+            p.context_window,
+        )
+    shape = TINY if quick else shape
     head_dim = shape["hidden"] // shape["heads"]
     kwargs = {k: arch[k] for k in ("rope_theta", "rms_norm_eps", "attention_bias") if k in arch}
     config = getattr(transformers, arch["config"])(
@@ -167,7 +183,7 @@ def build_model(name: str, device, dtype, quick: bool):
         num_attention_heads=shape["heads"],
         num_key_value_heads=shape["kv_heads"],
         head_dim=head_dim,
-        max_position_embeddings=max(p.context_window, 32_768),
+        max_position_embeddings=max(window, 32_768),
         tie_word_embeddings=False,
         **kwargs,
     )
@@ -262,15 +278,6 @@ def ragbench_reuse(dec: Decoder, doc: list[int], questions: list[list[int]], new
         "kv_bytes_measured_row": rows[0]["kv_bytes_measured"],
         "peak_memory_bytes": rows[0]["peak_memory_bytes"],
     }
-
-
-def same(a: list[list[int]], b: list[list[int]]) -> dict:
-    equal = [x == y for x, y in zip(a, b, strict=True)]
-    agree = [
-        sum(p == q for p, q in zip(x, y, strict=False)) / max(len(x), 1)
-        for x, y in zip(a, b, strict=True)
-    ]
-    return {"all": all(equal), "rows_identical": sum(equal), "token_agreement": min(agree)}
 
 
 def bench_reuse(model, facts, dec: Decoder, s: dict) -> dict:
@@ -411,14 +418,14 @@ def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
 
 
 MODEL_PARTS = ("prefill", "reuse", "runner", "kv", "cost", "decode", "logits")
-PARTS = ("tests", "e2e", *MODEL_PARTS)  # run in this order
+PARTS = ("tests", "e2e", "greedy32", *MODEL_PARTS)  # run in this order
 # import names each part needs beyond torch and transformers (their pip names: the docstring)
 PART_PACKAGES: dict[str, tuple[str, ...]] = {
     "tests": ("pytest",),
     "e2e": ("pydantic", "typer", "yaml", "pandas", "pyarrow", "numpy", "bm25s",
             "llama_index.core", "nltk", "sqlalchemy", "scipy", "tenacity", "httpx", "filelock", "psutil",
             "tqdm"),
-} | dict.fromkeys(MODEL_PARTS, ())  # fmt: skip
+} | dict.fromkeys(("greedy32", *MODEL_PARTS), ())  # fmt: skip
 # probed and recorded, never skipping a part: the quantized KV cache's backends (without them its
 # variants are recorded with their ImportError, which names the package to install)
 OPTIONAL_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -528,6 +535,23 @@ def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS, sav
     return out
 
 
+def greedy32(device, s: dict, quick: bool) -> dict:
+    """The ``greedy32`` part (``gpu_check_decode.bench_greedy32``) on its own float32 model."""
+    import torch
+
+    try:
+        model, facts = build_model("llama-3.2-1b", device, torch.float32, quick,
+                                   gpu_check_decode.LLAMA_1B)  # fmt: skip
+        out = {"arch": facts} | gpu_check_decode.bench_greedy32(model, device, s, IdTokenizer())
+    except Exception as exc:  # recorded; the other parts run
+        out = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        print(f"  greedy32: {out['error']}")
+    model = None
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the JSON to write")
@@ -589,6 +613,10 @@ def main(argv: list[str] | None = None) -> dict:
             f"  e2e: ok {result['e2e'].get('ok')}, records {result['e2e'].get('records')}, "
             f"devices {result['e2e'].get('devices')}, {result['e2e'].get('error', '')}"
         )
+        save()
+    if "greedy32" in parts:
+        print("greedy32: Llama-3.2-1B shape in float32")
+        result["greedy32"] = greedy32(device, s, args.quick)
         save()
     model_parts = [p for p in parts if p in MODEL_PARTS]
     for name in [m for m in args.models.split(",") if m] if model_parts else []:

@@ -8,6 +8,8 @@
 #                                                               needs: pydantic typer pyyaml pandas
 #            pyarrow numpy scipy bm25s llama-index-core nltk sqlalchemy tenacity httpx filelock
 #            psutil tqdm
+#   greedy32 greedy token equality in float32, Llama-3.2-1B shape: every path vs generate
+#                                                               needs: nothing beyond torch + transformers
 #   prefill reuse runner kv cost decode logits: Llama-3.1-8B and Qwen2.5-7B shapes, random
 #            weights in bf16, token ids (benchmarks/gpu_check.py); cost = calibrated vs measured
 #                                                               needs: nothing beyond torch + transformers
@@ -19,7 +21,8 @@
 # installs the wheels (--wheels DIR, default gpu_carry/wheels when present) into /tmp/ragbench-site
 # (--no-index --no-deps --target: nothing of the machine's own is touched).
 #   bash benchmarks/gpu_check.sh --out "$OUT/gpu.json"                      # CUDA, everything
-#   bash benchmarks/gpu_check.sh --out "$OUT/gpu.json" --parts tests,e2e,cost,logits
+#   bash benchmarks/gpu_check.sh --out "$OUT/gpu.json" --parts tests,e2e,greedy32,decode,logits,cost \
+#        --models llama-3.1-8b-instruct                                 # issue 36's run
 #   bash benchmarks/gpu_check.sh --out /tmp/gpu.json --device cpu --quick  # tiny, ~2 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -40,7 +40,8 @@ from __future__ import annotations
 import math
 import time
 
-from gpu_check_kv import ids_of, kv_specs, random_ids
+from baselines import plain_generate
+from gpu_check_kv import ids_of, kv_specs, random_ids, same
 
 from ragbench.llm.hf.decode import Decoder
 from ragbench.llm.kv import variants as kv_cache
@@ -206,45 +207,27 @@ def compare(got: list, ref: list) -> dict:
     return {"top1_agreement": sum(agree) / len(agree), "max_abs_diff": diff, "rows": len(agree)}
 
 
-def bench_logits(model, device, s: dict, tok) -> dict:
-    """Every path's first two picks' logits against transformers' forward (module docstring);
-    ``tok``: ``gpu_check.IdTokenizer()``."""
-    import torch
-
-    size = s["logits"]
-    scaled_init(model)
-    vocab = model.config.vocab_size
-    doc = random_ids(size["doc"], vocab, 3)
-    questions = [random_ids(size["q_len"] + i % 3, vocab, 300 + i) for i in range(size["q"])]
-    prompts = [doc + q for q in questions]
-    reqs = [GenerationRequest(f"l{i}", max_new_tokens=2) for i in range(len(prompts))]
+def decoders(model, tok, device) -> tuple[Decoder, Decoder]:
+    """The plain loop's decoder and the fast path's (captured steps on CUDA)."""
     plain = Decoder.for_model(model, tok, decode="eager")
-    fast = Decoder.for_model(model, tok, decode="static", cuda_graphs=device.type == "cuda")
+    return plain, Decoder.for_model(model, tok, decode="static", cuda_graphs=device.type == "cuda")
 
-    def forward(ids: list[int]):
-        x = torch.tensor([ids], device=device)
-        return model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1].float().cpu()
 
-    with torch.inference_mode():
-        ref0 = [forward(p) for p in prompts]
-    margins = [float(r.topk(2).values[0] - r.topk(2).values[1]) for r in ref0]
-    after: dict[tuple[int, int], object] = {}  # (row, first token) -> the next step's reference
-
-    def ref_after(i: int, token: int):
-        """The reference logits of the step after ``token``: each path's second pick is compared
-        with the forward over its own first pick (after a differing first pick the two steps
-        see different inputs, and their logits differ by far more than any rounding)."""
-        if (i, token) not in after:
-            with torch.inference_mode():
-                after[i, token] = forward(prompts[i] + [token])
-        return after[i, token]
+def ragbench_paths(model, plain, fast, reqs, prompts, questions, doc, record: int = 0):
+    """Every ragbench path over the same ``prompts`` (``doc`` + each of ``questions``): a function
+    per path that returns its rows (``Decoder.decode``'s dicts, ``_logits`` of the first
+    ``record`` picks), and whether each should give the plain cache's numbers (``exact``).
+    Paths: plain (one request at a time), batched (left padding), prefix reuse (copied and
+    shared-prefix attention), the fast path (alone, batched, shared prefix) and every KV-cache
+    variant (sinks with a window that holds the prompt; SnapKV keeping every position)."""
+    import torch
 
     def run(dec, batch, suffixes, prefix=None, shared=False, kv=None):
         with torch.inference_mode():
             kv_prefix = dec.prefill(prefix)[0] if prefix else None
             plen = len(prefix) if prefix else 0
-            rows = dec.decode(batch, suffixes, kv_prefix, plen, shared, 0, kv=kv, record_logits=2)
-        return rows
+            return dec.decode(batch, suffixes, kv_prefix, plen, shared, 0, kv=kv,
+                              record_logits=record)  # fmt: skip
 
     def alone(dec, kv=None):
         return [run(dec, [r], [p], kv=kv)[0] for r, p in zip(reqs, prompts, strict=True)]
@@ -272,6 +255,45 @@ def bench_logits(model, device, s: dict, tok) -> dict:
         key = f"kv_{label}"
         paths[key] = lambda spec=spec: (spec.check_model(model), alone(plain, kv=spec))[1]
         exact[key] = not isinstance(spec, kv_cache.Quantized)
+    return paths, exact
+
+
+PATH_ERRORS = (ImportError, ValueError, NotImplementedError, RuntimeError, TypeError)
+
+
+def bench_logits(model, device, s: dict, tok) -> dict:
+    """Every path's first two picks' logits against transformers' forward (module docstring);
+    ``tok``: ``gpu_check.IdTokenizer()``."""
+    import torch
+
+    size = s["logits"]
+    scaled_init(model)
+    vocab = model.config.vocab_size
+    doc = random_ids(size["doc"], vocab, 3)
+    questions = [random_ids(size["q_len"] + i % 3, vocab, 300 + i) for i in range(size["q"])]
+    prompts = [doc + q for q in questions]
+    reqs = [GenerationRequest(f"l{i}", max_new_tokens=2) for i in range(len(prompts))]
+    plain, fast = decoders(model, tok, device)
+
+    def forward(ids: list[int]):
+        x = torch.tensor([ids], device=device)
+        return model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1].float().cpu()
+
+    with torch.inference_mode():
+        ref0 = [forward(p) for p in prompts]
+    margins = [float(r.topk(2).values[0] - r.topk(2).values[1]) for r in ref0]
+    after: dict[tuple[int, int], object] = {}  # (row, first token) -> the next step's reference
+
+    def ref_after(i: int, token: int):
+        """The reference logits of the step after ``token``: each path's second pick is compared
+        with the forward over its own first pick (after a differing first pick the two steps
+        see different inputs, and their logits differ by far more than any rounding)."""
+        if (i, token) not in after:
+            with torch.inference_mode():
+                after[i, token] = forward(prompts[i] + [token])
+        return after[i, token]
+
+    paths, exact = ragbench_paths(model, plain, fast, reqs, prompts, questions, doc, record=2)
     out: dict = {
         "rows": len(prompts),
         "document_tokens": len(doc),
@@ -285,7 +307,7 @@ def bench_logits(model, device, s: dict, tok) -> dict:
     for name, make in paths.items():
         try:
             rows = make()  # a KV variant: its check_model first (a package missing)
-        except (ImportError, ValueError, NotImplementedError, RuntimeError, TypeError) as exc:
+        except PATH_ERRORS as exc:
             out["paths"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             print(f"  logits {name}: {out['paths'][name]['error']}")
             continue
@@ -352,3 +374,50 @@ def float32_check(model, forward, prompts, ref0, picked: dict[str, list]) -> dic
             max(p["max_abs_diff"] for p in paths.values()) / max(ref["max_abs_diff"], 1e-9), 3
         ),
     }
+
+
+# --------------------------------------------------------------------------- greedy32
+
+# Llama-3.2-1B's published shape (config.json; untied head here, like the 8B builds)
+LLAMA_1B = {"config": "LlamaConfig", "rope_theta": 500_000.0, "rms_norm_eps": 1e-5,
+            "attention_bias": False, "shape": {"layers": 16, "hidden": 2048, "heads": 32,
+            "kv_heads": 8, "intermediate_size": 8192, "vocab": 128_256}}  # fmt: skip
+
+
+def bench_greedy32(model, device, s: dict, tok) -> dict:
+    """Greedy token equality in float32: every ragbench path's generated ids against
+    ``model.generate`` (one prompt at a time, no padding, no cache reuse), ``new`` tokens per
+    prompt, on ``model`` (``LLAMA_1B`` in float32 on the device, ``scaled_init`` so the logits are
+    not near-ties). In float32 the paths' kernels round far below the logits' margins, so every
+    exact path must give the reference's tokens; a difference is a bug, not rounding."""
+    size = s["greedy32"]
+    scaled_init(model)
+    vocab = model.config.vocab_size
+    doc = random_ids(size["doc"], vocab, 7)
+    questions = [random_ids(size["q_len"] + i % 3, vocab, 500 + i) for i in range(size["q"])]
+    prompts = [doc + q for q in questions]
+    new = size["new"]
+    reqs = [GenerationRequest(f"g{i}", max_new_tokens=new) for i in range(len(prompts))]
+    ref = plain_generate(model, prompts, device, lambda: now(device), max_new_tokens=new)
+    ref = ref["outputs"]
+    plain, fast = decoders(model, tok, device)
+    paths, exact = ragbench_paths(model, plain, fast, reqs, prompts, questions, doc)
+    out: dict = {"dtype": str(model.dtype), "prompts": len(prompts), "document_tokens": len(doc),
+                 "new_tokens": new, "reference": "model.generate per prompt, greedy",
+                 "paths": {}}  # fmt: skip
+    for name, make in paths.items():
+        try:
+            rows = make()
+        except PATH_ERRORS as exc:
+            out["paths"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            print(f"  greedy32 {name}: {out['paths'][name]['error']}")
+            continue
+        got = same([ids_of(r["text"]) for r in rows], ref)
+        meta = rows[0]["meta"]["decode"]
+        out["paths"][name] = {"exact": exact[name], "same_tokens": got,
+                              "decode_path": meta.get("path"), "graph": meta.get("graph")}  # fmt: skip
+        print(f"  greedy32 {name}: same tokens {got}")
+    fast.fast.states.clear()
+    ran = [p for p in out["paths"].values() if "error" not in p and p["exact"]]
+    out["exact_paths_equal"] = bool(ran) and all(p["same_tokens"]["all"] for p in ran)
+    return out

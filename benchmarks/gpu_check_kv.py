@@ -1,7 +1,8 @@
 """The KV-cache variants part of ``gpu_check.py``: every variant ``ragbench.llm.kv.variants``
 names, on one prompt of random ids, with measured KV bytes and peak memory against
-``ragbench.cost.accounting.kv_cache_bytes``. A variant this file has no parameters for, or whose backend
-package is missing, is recorded with its error."""
+``ragbench.cost.accounting.kv_cache_bytes``. A variant this file has no parameters for, or whose
+backend package is missing, is recorded with its error. Also the token-id helpers the parts
+share (``random_ids``, ``ids_of``, ``same``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,17 @@ def random_ids(n: int, vocab: int, seed: int) -> list[int]:
 def ids_of(text: str) -> list[int]:
     """Token ids back from ``IdTokenizer``'s "text" (the ids, space-separated)."""
     return [int(t) for t in text.split()]
+
+
+def same(a: list[list[int]], b: list[list[int]]) -> dict:
+    """Generated token ids per row, ``a`` against ``b``: all equal, rows identical, and the
+    lowest share of positions that agree in a row."""
+    equal = [x == y for x, y in zip(a, b, strict=True)]
+    agree = [
+        sum(p == q for p, q in zip(x, y, strict=False)) / max(len(x), 1)
+        for x, y in zip(a, b, strict=True)
+    ]
+    return {"all": all(equal), "rows_identical": sum(equal), "token_agreement": min(agree)}
 
 
 KV_PARAMS: dict[str, list[dict]] = {  # parameters for variants that need them (sinks: window

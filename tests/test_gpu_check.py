@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
     out = tmp_path / "gpu.json"
-    parts = "prefill,reuse,runner,kv,cost,decode,logits"  # tests and e2e: their own tests
+    parts = "greedy32,prefill,reuse,runner,kv,cost,decode,logits"  # tests, e2e: their own tests
     argv = ["gpu_check.py", "--device", "cpu", "--quick", "--out", str(out), "--parts", parts]
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
@@ -31,6 +31,16 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
     assert data["skipped"] == {} and data["packages"]["cost"] == {}  # torch + transformers only
     assert set(data["packages_optional"]["kv"]) == {"hqq", "optimum.quanto"}  # recorded only
     assert set(data["models"]) == {"llama-3.1-8b-instruct", "qwen2.5-7b-instruct"}
+    # greedy32: in float32 every exact path gives generate's tokens (the KV variants included)
+    greedy = data["greedy32"]
+    assert greedy["dtype"] == "torch.float32" and greedy["arch"]["config"] == "LlamaConfig"
+    assert greedy["exact_paths_equal"] is True, greedy
+    ran = {k for k, v in greedy["paths"].items() if "error" not in v}
+    assert {"plain", "batched", "prefix_reuse_shared", "fast_batched", "fast_prefix_shared"} <= ran
+    assert any(k.startswith("kv_sinks") for k in ran) and any(
+        k.startswith("kv_snapkv") for k in ran
+    )
+    assert greedy["paths"]["fast_batched"]["decode_path"] == "static"
     for name, m in data["models"].items():
         assert "error" not in m, (name, m)
         assert m["arch"]["config"] in ("LlamaConfig", "Qwen2Config")
