@@ -1,5 +1,8 @@
 """transformers backend: the decode fast path (``decode: static``), used by ``hf.decode.Decoder``.
 
+One job: decoding after the prefill on a static cache (the path's choice, its cache states, the
+steps and their capture, whose check ``capture_agrees`` is kept beside the capture it judges).
+
 The plain loop (``Decoder._loop``) is eager PyTorch over a ``DynamicCache``: every step launches
 each kernel from Python (~500 for an 8B Llama), grows the cache by concatenation, and waits for
 the device to read the chosen token and check the stop conditions. On an H200 that made a step
