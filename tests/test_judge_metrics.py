@@ -18,6 +18,7 @@ from ragbench.judge.metric import (
     JudgeMetric,
     get_judge_metric,
     judged_metrics,
+    metric_kind,
     register_judge_metric,
     unregister_judge_metric,
 )
@@ -82,6 +83,31 @@ def pipeline_record(prediction, texts, **meta):
 
 EXAMPLE = Example("paris", "What is the capital of France?", ("Paris",),
                   (Document("d", "Paris is the capital of France."),))  # fmt: skip
+
+
+def test_shipped_judge_metrics_are_declared_once_for_configs():
+    """A shipped judge metric is one class (behaviour) and one ``METRICS`` entry (what a config
+    names, its kind and description): the two registries hold the same names, the kinds agree
+    with the classes, and the classes declare no description of their own to drift from it."""
+    deferred = {n for n in METRICS if METRICS.get(n).kind in ("judge", "embedding")}
+    assert deferred == set(JUDGE_METRICS)
+    for name in JUDGE_METRICS:
+        cls = get_judge_metric(name)
+        assert cls.name == name and METRICS.get(name).kind == metric_kind(cls), name
+        assert cls.description == "" and METRICS.get(name).description, name
+
+    # one registered without a description is described by its docstring's first line
+    class Terse(ContextMentions):
+        """Counts mentions tersely."""
+
+        name = "terse_mentions"
+        description = ""
+
+    register_judge_metric(Terse)
+    try:
+        assert METRICS.get("terse_mentions").description == "Counts mentions tersely."
+    finally:
+        unregister_judge_metric("terse_mentions")
 
 
 def test_a_metric_class_registered_from_a_test_is_run_by_the_judge_pass(mentions):

@@ -12,8 +12,6 @@ the judge pass (``judging``) runs them.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import numpy as np
 
 from ragbench.judge.calls import Judge
@@ -35,7 +33,6 @@ class JudgeCorrect(JudgeMetric):
     needs = (ANSWER, REFERENCES)
     prompt = "correct-v1"
     against_strings = True
-    description: ClassVar[str] = "judge LLM: the answer means the same as a gold answer"
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
         answers = " | ".join(sample.references)
@@ -51,7 +48,6 @@ class JudgeFaithful(JudgeMetric):
     name = "judge_faithful"
     needs = (ANSWER, CONTEXT)
     prompt = "faithful-v1"
-    description: ClassVar[str] = "judge LLM: the answer is supported by the context it read"
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
         return [{"question": sample.question, "prediction": sample.answer,
@@ -66,7 +62,6 @@ class SemanticSimilarity(JudgeMetric):
 
     name = "semantic_similarity"
     needs = (REFERENCES,)
-    description: ClassVar[str] = "cosine of prediction and gold embeddings, max over answers"
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
         if not sample.answer.strip():

@@ -51,7 +51,7 @@ score), with more than one sample ``<metric>_spread`` (their standard deviation,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +112,6 @@ class ContextPrecision(JudgeMetric):
     needs = (REFERENCES, CONTEXTS)
     prompt = "context-precision-v1"
     by_unit = True
-    description: ClassVar[str] = "judge LLM (RAGAS): average precision of the retrieved contexts"
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
         base = {"question": sample.question, "answers": " | ".join(sample.references)}
@@ -129,7 +128,6 @@ class ContextRecall(JudgeMetric):
     needs = (REFERENCES, CONTEXTS)
     prompt = "context-recall-v1"
     by_unit = True
-    description: ClassVar[str] = "judge LLM (RAGAS): share of the gold answer's statements found"
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
         base = {"question": sample.question, "answers": " | ".join(sample.references)}
@@ -154,7 +152,6 @@ class AnswerRelevancy(JudgeMetric):
     prompt = "answer-relevancy-v1"
     by_unit = True
     needs_embedder = True
-    description: ClassVar[str] = "judge LLM + embedder (RAGAS): the answer addresses the question"
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
         if not sample.answer.strip():  # relevant to nothing

@@ -123,7 +123,9 @@ class JudgeMetric:
     # agreement also compares its verdicts with exact match and F1 (a correctness judge)
     against_strings: ClassVar[bool] = False
     needs_embedder: ClassVar[bool] = False  # raises at once without ``Judge.embedder``
-    description: ClassVar[str] = ""  # what ``ragbench list metrics`` says of it
+    # what ``ragbench list metrics`` says of a metric ``register_judge_metric`` adds (empty: the
+    # docstring's first line); a shipped metric is declared in ``metrics.answer.METRICS``
+    description: ClassVar[str] = ""
 
     @property
     def asks_llm(self) -> bool:
@@ -219,10 +221,16 @@ def register_judge_metric(cls: type[JudgeMetric], version: int = 1) -> None:
     """Register ``cls`` under its ``name`` in ``JUDGE_METRICS``, and declare it in ``METRICS``
     (kind ``judge``, or ``embedding`` without a prompt) so a config can name it."""
     JUDGE_METRICS.register(cls.name, cls)
-    kind = "judge" if cls.prompt is not None else "embedding"
+    about = cls.description or (cls.__doc__ or "").strip().split("\n")[0]
     METRICS.register(
-        cls.name, Metric(cls.name, None, kind=kind, description=cls.description, version=version)
+        cls.name, Metric(cls.name, None, kind=metric_kind(cls), description=about, version=version)
     )
+
+
+def metric_kind(cls: type[JudgeMetric]) -> str:
+    """The ``Metric.kind`` a judge metric class is declared with: ``judge`` when it asks a judge
+    LLM (it has a prompt), else ``embedding``."""
+    return "judge" if cls.prompt is not None else "embedding"
 
 
 def unregister_judge_metric(name: str) -> None:
