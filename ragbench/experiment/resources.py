@@ -31,6 +31,7 @@ from ragbench.retrieval import build_index, needs_embedder
 from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies import Resources, RetrievalParams, get_strategy
 from ragbench.strategies.params import StrategyParams
+from ragbench.strategies.prompt_format import prompt_format
 from ragbench.strategies.registry import preflight_points
 from ragbench.types import Example
 
@@ -138,16 +139,42 @@ def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
     return None
 
 
-def longest_prompt(llm: Any, examples: Iterable[Example], max_new_tokens: int = 0) -> int | None:
-    """The most positions a run's request can reach, what its calibration probes to: the
-    example with the most text (its documents and question, counted with the model's tokenizer,
-    plus a prompt template's allowance) and its new tokens. An upper bound: long context reads
-    every document; a strategy that reads less is within it. None: no examples."""
-    longest = max(examples, key=lambda e: sum(len(d.text) for d in e.documents), default=None)
-    if longest is None:
+def longest_prompt(
+    llm: Any,
+    examples: Iterable[Example],
+    points: Iterable[StrategyParams],
+    max_new_tokens: int = 0,
+) -> int | None:
+    """The most positions a request of the run can reach: what its calibration probes to, and
+    no further, since timing long prefills on a CPU takes minutes. The most over the parameter
+    points that call the model, of a request's prompt and its new tokens.
+
+    A point's prompt is its strategy's ``context_bound`` (closed book: nothing; RAG: its
+    retrieval budget), the longest question and ``TEMPLATE_TOKENS``. A strategy that declares no
+    bound reads everything: the whole example, the one with the most text (its documents and
+    question, counted with the model's tokenizer) plus the template, which also caps every
+    bound. So a RAG-only run is calibrated to a few chunks, not to its longest haystack, and a
+    run that also has long context to the haystack. A chain-of-thought point's request adds its
+    format's reasoning tokens (its answer step holds the reasoning and generates the answer).
+    None: no examples."""
+    examples = list(examples)
+    most = max(examples, key=lambda e: sum(len(d.text) for d in e.documents), default=None)
+    if most is None:
         return None
-    text = "\n\n".join([*(d.text for d in longest.documents), longest.question])
-    return llm.count_tokens(text) + TEMPLATE_TOKENS + max_new_tokens
+    text = "\n\n".join([*(d.text for d in most.documents), most.question])
+    whole = llm.count_tokens(text) + TEMPLATE_TOKENS
+    points = [p for p in points if get_strategy(p.strategy).generates]
+    bounded = [p for p in points if get_strategy(p.strategy).context_bound is not None]
+    asked = max(llm.count_tokens(e.question) for e in examples) if bounded else 0
+    cot = [p for p in points if getattr(p, "cot", False)]  # the first call: the reasoning budget
+    reasoning = max(prompt_format(e).cot_tokens or 0 for e in examples) if cot else 0
+
+    def reach(point: StrategyParams) -> int:  # one request of ``point``: its prompt, new tokens
+        bound = get_strategy(point.strategy).context_bound
+        prompt = whole if bound is None else min(bound(point) + asked + TEMPLATE_TOKENS, whole)
+        return prompt + max_new_tokens + (reasoning if point in cot else 0)
+
+    return max(map(reach, points), default=whole + max_new_tokens)  # none: reads everything
 
 
 TEMPLATE_TOKENS = 64  # a prompt template's instruction and chat markup, beyond the text
@@ -223,12 +250,12 @@ def build_resources(
     (``identity()["dtype"]``), which its KV cache is stored in. The model's calibration (its
     rates: what the default ``cost_basis`` charges) is read here, before any record; the
     manifest records it from ``res.rates`` (``session.RunSession.use``). ``examples``: what the
-    run will ask, so the calibration probes up to its longest prompt (none: the default
-    range)."""
+    run will ask, so the calibration probes up to the longest prompt its strategies can send
+    them (``longest_prompt``; none: the default range)."""
     needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
     rates = None
     if generates_answers(cfg):
-        longest = longest_prompt(llm, examples, cfg.model.max_new_tokens) if examples else None
+        longest = longest_prompt(llm, examples, cfg.points, cfg.model.max_new_tokens)
         rates = rates_of(llm, longest)
     return Resources(
         llm=llm,

@@ -16,6 +16,26 @@ from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, Frame, pro
 from ragbench.types import Example, ScoredChunk
 
 MAX_CANDIDATES = 200  # chunks retrieved when only a token budget limits the context
+# a RAG prompt bounded before any index exists (``rag_context_bound``): chunk_size counts the
+# chunking tokenizer's tokens, which may be fewer than the model's (whitespace counts words,
+# about 1.3 BPE tokens each in prose), so each chunk is allowed this many times its size ...
+CHUNK_TOKEN_FACTOR = 2
+CHUNK_MARKUP_TOKENS = 8  # ... and its marker ("[3] ", "Retrieved chunk 3: ") and separator
+
+
+def rag_context_bound(params: RagParams) -> int:
+    """The most context tokens (the model's) a RAG prompt of ``params`` holds, its frame and
+    question apart: ``top_k`` chunks of ``chunk_size`` tokens of the chunking tokenizer, each
+    counted ``CHUNK_TOKEN_FACTOR`` times with its markup (the chunking tokenizer may differ from
+    the model's), and at most ``budget`` (assembly counts the model's tokens exactly). What the
+    run's calibration probes to (``resources.longest_prompt``): reading a handful of chunks,
+    a RAG run need not time prefills as long as its haystack. A bound, not a limit: text much
+    denser than the factor (digits, code) can pass it, and is priced by the fit beyond its
+    probes."""
+    caps = [params.budget] if params.budget is not None else []
+    if params.top_k is not None:
+        caps.append(params.top_k * (CHUNK_TOKEN_FACTOR * params.chunk_size + CHUNK_MARKUP_TOKENS))
+    return min(caps)  # RagParams has top_k, budget or both
 
 
 def fit_chunks(

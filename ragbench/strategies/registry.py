@@ -12,6 +12,9 @@ these into one ``contexts.Contexts``: the judge, failure attribution and the noi
 it, never the strategy's name. A strategy that depends on something outside the run
 (``pipeline``: the user's endpoint) declares a ``preflight``, which the runner calls once per
 parameter point before any work (``preflight_points``), so a dead endpoint fails the run at once.
+A strategy whose prompts hold less than the whole example declares a ``context_bound`` (closed
+book: none; RAG: its retrieval budget), so a run's calibration probes no further than its
+requests reach (``resources.longest_prompt``); without one it is bounded by the whole example.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from ragbench.strategies.params import (
 )
 from ragbench.strategies.pipeline.params import PipelineParams
 from ragbench.strategies.pipeline.strategy import OWN_INDEX, RUN_CORPUS, pipeline_steps, preflight
-from ragbench.strategies.rag import rag_steps
+from ragbench.strategies.rag import rag_context_bound, rag_steps
 from ragbench.strategies.retrieve_only import RetrieveOnlyParams, retrieve_only_steps
 from ragbench.strategies.self_route import self_route_steps
 from ragbench.types import Example, Record
@@ -83,6 +86,11 @@ class Strategy:
     # answers by calling a system outside ragbench (the user's pipeline): a dry run, which
     # sends nothing, cannot count or price it
     external: bool = False
+    # (params) -> the most context tokens (the model's) one of its prompts holds besides the
+    # question and the template: how far the run's calibration probes (``longest_prompt``).
+    # None: no bound short of the whole example (long context; Self-Route, which can fall back
+    # to it; a pipeline, which builds its own prompts; any strategy that declares none)
+    context_bound: Callable[[StrategyParams], int] | None = None
 
     def contexts(
         self,
@@ -150,6 +158,7 @@ STRATEGIES = Registry(
                 ClosedBookParams,
                 context=NO_CONTEXT,
                 rebuild_context=no_context,
+                context_bound=lambda params: 0,  # the question alone
             ),
             Strategy(
                 "long_context",
@@ -166,6 +175,7 @@ STRATEGIES = Registry(
                 context=RETRIEVED,
                 rebuild_context=rag_context,
                 rebuild_contexts=retrieved_contexts,
+                context_bound=rag_context_bound,  # its retrieval budget
             ),
             Strategy(
                 "self_route",
