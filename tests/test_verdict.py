@@ -106,6 +106,10 @@ def _scenarios():
              "string_match_all (80% vs 80%), cheaper: 0.25x the cost of long_context",
              "rag k=3 - long_context = 0 points, 95% simultaneous CI -2.1 to +2.1, Tango score "
              "test p=1 (Bonferroni over 2 comparisons), 400 paired questions"]),
+        "a tie on too few questions": (
+            results({LC: [1] * 20, RAG: [1] * 20}, PRICES), {}, "undecided", None,
+            ["Not decided yet: rag k=3 ties with long_context on string_match_all (both 100%), "
+             "cheaper: 0.25x the cost of long_context", "rag k=3 - long_context = 0 points"]),
         "too few questions": (
             results({CB: [0] * 4, LC: [1, 1, 1, 1], RAG: [1, 1, 0, 0]}, PRICES), {},
             "undecided", None,

@@ -67,6 +67,7 @@ from ragbench.analysis.verdict_text import (
     _Fmt,
     _money,
     _same_cost,
+    _standing,
     judge_text,
 )
 from ragbench.strategies import NO_CONTEXT, strategies_where
@@ -108,7 +109,7 @@ class Verdict:
     """What to use and why. ``text``: the sentence, then its evidence; ``choice``: the label to
     use (None: none meets the constraints, or not decided yet); ``reason``: one of ``REASONS``;
     ``opponent``: the best of the other family (or the next best); ``leaning``: when undecided,
-    the variant ahead on both score and cost, if one is. ``compared`` = (x, y): ``diff`` = x - y
+    the variant ahead on cost (or as dear and simpler) and at least level on score, if one is. ``compared`` = (x, y): ``diff`` = x - y
     on ``metric`` with its interval (``ci_low``, ``ci_high``) and ``p_value`` from one procedure
     (``test``), Bonferroni-adjusted over ``comparisons``, on ``n_pairs`` questions;
     ``cost_ratio`` = mean cost of x / of y with its bootstrap 95% interval. ``baseline``: the
@@ -610,7 +611,9 @@ class _Context:
             decide = (f"about {more:,} more questions would show {shows} (80% power at the "
                       f"observed difference)") if more else "more questions would decide"  # fmt: skip
             if leaning:
-                text = (f"Not decided yet: {x_} leads {y_} {on}, {cost}, but {r['n']:,} "
+                tied = abs(t.loc[x_, "score"] - t.loc[y_, "score"]) <= 1e-12
+                stands = _standing(x_, y_, self.metric, self.score(x_), self.score(y_), tied)
+                text = (f"Not decided yet: {stands}, {cost}, but {r['n']:,} "
                         f"questions cannot yet show it is not worse by more than "
                         f"{fmt.size(self.margin)}; {decide}.")  # fmt: skip
             else:
