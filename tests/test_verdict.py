@@ -342,6 +342,23 @@ def test_ties_and_a_router_that_never_routed_go_to_the_simpler_variant():
            "adds the quantized KV cache)" in v.text  # fmt: skip
 
 
+def test_cost_per_query_counts_every_question_asked_as_the_summary_does():
+    """A question without a gold answer (no score) was still asked and paid for: the verdict's
+    cost per query is the summary table's, over every question; the accuracy is over the
+    scored ones; both say what each is over."""
+    df = results({LC: [1, 1, 0, 1], RAG: [1, 0, 1, 1]},
+                 {LC: [0.001, 0.001, 0.001, 0.003], RAG: 0.0005})  # fmt: skip
+    df.loc[df["example_id"] == "q003", "string_match_all"] = np.nan
+    v, table = verdict(df), analysis.summary(df).set_index("label")
+    assert v.variants.loc[LC, "cost_per_1k"] == pytest.approx(1.5)  # $0.0015 over all 4
+    assert table.loc[LC, "dollars"] * 1000 == pytest.approx(1.5)
+    assert (v.variants.loc[LC, "n"], v.variants.loc[LC, "asked"]) == (3, 4)
+    assert "3 scored questions of 4 asked (cost per query over all 4)" in str(v)
+    assert "($0.50 vs $1.50 per 1k queries" in v.text, v.text
+    notes = analysis.summary(df).attrs["notes"]
+    assert any("(every variant 3 of 4); cost and latency per query" in n for n in notes), notes
+
+
 def test_margin_is_a_parameter():
     lc = [1] * 320 + [0] * 80
     df = results({LC: lc, RAG: flip(lc, 8, 4)}, PRICES)  # RAG 1 point below
