@@ -387,6 +387,16 @@ def test_summary_warns_when_self_route_never_routes():
     assert re.search("routed all 3 queries", analysis.self_route_warnings(every)[0])
 
 
+def test_self_route_routing_counts_every_query_answered():
+    """A question without a gold answer (no score) was still routed: the routing counts and the
+    warning count it, the accuracy does not."""
+    df = _self_route_df(["long_context"] * 4)
+    df.loc[df["example_id"] == "q3", "string_match_all"] = np.nan
+    d = analysis.self_route_diagnostics(df).iloc[0]
+    assert (d["n"], d["routed"], d["n_scored"]) == (4, 4, 3) and d["accuracy"] == 1.0
+    assert "routed all 4 queries" in analysis.self_route_warnings(df)[0]
+
+
 def test_summary_has_no_warnings_without_self_route():
     df = _paired_df({"rag": [1, 0], "long_context": [1, 1]})
     import warnings

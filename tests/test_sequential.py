@@ -84,6 +84,20 @@ def test_repeated_interval_is_tangos_at_the_looks_critical_value():
         assert excludes == (abs(r["z"]) >= c)
 
 
+def test_no_discordant_pair_still_has_tangos_interval():
+    """Two variants that agree on every question: Tango's interval is well defined (it does not
+    collapse to a point), and the repeated interval is it, at any count and critical value."""
+    for n in (1, 11, 33, 100):
+        for c in (1.96, 2.5, 3.7):
+            r = repeated_interval(np.ones(n), np.ones(n), c, binary=True)
+            lo, hi, _ = tango(0, 0, n, level=2 * norm.sf(c))
+            assert (r["ci_low"], r["ci_high"]) == pytest.approx((lo, hi), abs=1e-9)
+            assert r["z"] == 0 and r["ci_low"] < 0 < r["ci_high"]
+    r = repeated_interval(np.ones(100), np.ones(100), 1.99, binary=True)  # enough to decide
+    assert decide(r["ci_low"], r["ci_high"], 0.05) == "equivalent"
+    assert _decide_z(np.array([0]), np.array([0]), 100, 1.99, 0.05)[0] == "equivalent"
+
+
 def test_continuous_interval_has_a_spread_floor():
     r = repeated_interval([0.5] * 10, [0.5] * 10, 2.0, binary=False, margin=0.05)
     half = 2.0 * math.sqrt(0.05 * 0.95) / math.sqrt(10)

@@ -147,3 +147,49 @@ def test_the_verdict_at_a_look_quotes_the_repeated_interval():
     )
     budget = sequential_look(df, {**state, "stopped": "budget"})
     assert "Stopped at the budget after 100 of 200 questions" in budget.text
+
+
+def test_variants_that_agree_on_every_question_decide():
+    """No discordant pair is no obstacle: the look's interval is Tango's (the fixed verdict's
+    at the look's boundary), and 100 agreeing questions show the cheaper one not worse."""
+    from test_verdict import LC, PRICES, RAG, results
+
+    from ragbench.analysis.verdict import sequential_look
+
+    df = results({LC: [1] * 100, RAG: [1] * 100}, PRICES)
+    state = {"fractions": [1 / 3, 2 / 3, 1.0], "spending": "obrien_fleming", "questions": 100,
+             "answered": 100, "stopped": None, "alpha": 0.05, "margin": 0.05, "seed": 0}  # fmt: skip
+    look = sequential_look(df, state)
+    assert look.reason == "not_worse" and look.choice == RAG
+    assert -0.05 < look.ci_low < 0 < look.ci_high < 0.05
+
+
+def test_a_look_that_fails_is_an_error_not_nothing_scored(tmp_path):
+    cfg = config(tmp_path)
+    cfg["sequential"] = {"rounds": 2}
+
+    def broken(df, state):
+        raise ValueError("the look broke")
+
+    with pytest.raises(ValueError, match="the look broke"):
+        run(cfg, progress=False, until_decided=broken)
+
+
+def test_a_look_with_nothing_scored_continues(tmp_path, monkeypatch):
+    from ragbench.experiment import sequential_run
+
+    real = sequential_run.table
+
+    def failed(records, meta, metrics):  # every record an error: no score to decide on
+        return real(records, meta, metrics).assign(error="boom", **{m: None for m in metrics})
+
+    monkeypatch.setattr(sequential_run, "table", failed)
+
+    def never(df, state):
+        raise AssertionError("no verdict on a look with nothing scored")
+
+    cfg = config(tmp_path)
+    cfg["sequential"] = {"rounds": 2}
+    df = run(cfg, progress=False, until_decided=never)
+    looks = df.attrs["sequential"]["looks"]
+    assert [lk["reason"] for lk in looks] == ["nothing scored"] * 2

@@ -106,6 +106,10 @@ def _scenarios():
              "string_match_all (80% vs 80%), cheaper: 0.25x the cost of long_context",
              "rag k=3 - long_context = 0 points, 95% simultaneous CI -2.1 to +2.1, Tango score "
              "test p=1 (Bonferroni over 2 comparisons), 400 paired questions"]),
+        "a tie on too few questions": (
+            results({LC: [1] * 20, RAG: [1] * 20}, PRICES), {}, "undecided", None,
+            ["Not decided yet: rag k=3 ties with long_context on string_match_all (both 100%), "
+             "cheaper: 0.25x the cost of long_context", "rag k=3 - long_context = 0 points"]),
         "too few questions": (
             results({CB: [0] * 4, LC: [1, 1, 1, 1], RAG: [1, 1, 0, 0]}, PRICES), {},
             "undecided", None,
@@ -336,6 +340,23 @@ def test_ties_and_a_router_that_never_routed_go_to_the_simpler_variant():
     assert (v.reason, v.choice) == ("not_worse", RAG)
     assert "at the same cost ($1.00 per 1k queries), and simpler (long_context kv=quantized " \
            "adds the quantized KV cache)" in v.text  # fmt: skip
+
+
+def test_cost_per_query_counts_every_question_asked_as_the_summary_does():
+    """A question without a gold answer (no score) was still asked and paid for: the verdict's
+    cost per query is the summary table's, over every question; the accuracy is over the
+    scored ones; both say what each is over."""
+    df = results({LC: [1, 1, 0, 1], RAG: [1, 0, 1, 1]},
+                 {LC: [0.001, 0.001, 0.001, 0.003], RAG: 0.0005})  # fmt: skip
+    df.loc[df["example_id"] == "q003", "string_match_all"] = np.nan
+    v, table = verdict(df), analysis.summary(df).set_index("label")
+    assert v.variants.loc[LC, "cost_per_1k"] == pytest.approx(1.5)  # $0.0015 over all 4
+    assert table.loc[LC, "dollars"] * 1000 == pytest.approx(1.5)
+    assert (v.variants.loc[LC, "n"], v.variants.loc[LC, "asked"]) == (3, 4)
+    assert "3 scored questions of 4 asked (cost per query over all 4)" in str(v)
+    assert "($0.50 vs $1.50 per 1k queries" in v.text, v.text
+    notes = analysis.summary(df).attrs["notes"]
+    assert any("(every variant 3 of 4); cost and latency per query" in n for n in notes), notes
 
 
 def test_margin_is_a_parameter():

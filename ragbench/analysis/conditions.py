@@ -12,12 +12,18 @@ from ragbench.judge.agreement import repeat_agreement
 
 def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
     """What a verdict holds for, from a results table (``rows``: the compared variants' rows):
-    question count, model, context or corpus size, the share of it long context cut to fit the
-    window, the price sheet with its date, the pipelines that answered from their own index
+    question count (``questions``: scored; ``asked``: answered, where more were than scored),
+    model, context or corpus size, the share of it long context cut to fit the window, the
+    price sheet with its date, the pipelines that answered from their own index
     (``own_index``: their labels), and when ``metric`` is judged more than once per answer
     (``judge.repeats``) how far the repeats agree (``judge``: ``judge.repeat_agreement`` of
     ``rows``)."""
     out: dict[str, Any] = {"questions": int(rows["example_id"].nunique())}
+    answered = df[df["error"].isna()] if "error" in df.columns else df
+    if "example_id" in answered.columns:  # asked and paid for, scored or not (no gold answer)
+        asked = int(answered["example_id"].nunique())
+        if asked > out["questions"]:
+            out["asked"] = asked
     if metric is not None and (judged := repeat_agreement(rows, metric)) is not None:
         out["judge"] = judged
     if "model" in df.columns and df["model"].notna().any():

@@ -5,6 +5,7 @@ declare ``routes``; a row's ``route`` names the source that answered."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from ragbench.analysis._common import _check_metric, _scored, metric_columns
@@ -18,10 +19,11 @@ def _router_rows(df: Any) -> Any:
 
 
 def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float = 1.0) -> Any:
-    """Per Self-Route variant: ``n`` scored queries, ``routed`` (fell back to long context after
-    the model declined), ``routing_rate``, ``accuracy`` (share with score >= ``threshold``) and
-    the accuracy of the ``unrouted`` (answered by RAG) and ``routed`` queries. ``metric``
-    defaults to the table's first metric column."""
+    """Per Self-Route variant: ``n`` queries answered (scored or not: a query without a gold
+    answer was routed all the same), ``routed`` (fell back to long context after the model
+    declined), ``routing_rate`` (of ``n``), ``n_scored``, ``accuracy`` (share of the scored
+    queries with score >= ``threshold``) and the accuracy of the scored ``unrouted`` (answered
+    by RAG) and ``routed`` queries. ``metric`` defaults to the table's first metric column."""
     import pandas as pd
 
     df = with_labels(df)
@@ -31,6 +33,7 @@ def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float 
         "n",
         "routed",
         "routing_rate",
+        "n_scored",
         "accuracy",
         "accuracy_unrouted",
         "accuracy_routed",
@@ -44,17 +47,24 @@ def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float 
             f"{names} rows have no 'route' column; was the run made by ragbench.experiment.runner?"
         )
     rows = []
-    for label, group in _scored(sr, metric).groupby("label", sort=False):
+    answered = sr[sr["error"].isna()] if "error" in sr else sr
+    for label, group in answered.groupby("label", sort=False):
         routed = group["route"] == FULL_CONTEXT
-        correct = group[metric] >= threshold
+        scores = group[metric]
         rows.append({
             "label": label, "n": len(group), "routed": int(routed.sum()),
-            "routing_rate": float(routed.mean()) if len(group) else float("nan"),
-            "accuracy": float(correct.mean()) if len(group) else float("nan"),
-            "accuracy_unrouted": float(correct[~routed].mean()) if (~routed).any() else float("nan"),
-            "accuracy_routed": float(correct[routed].mean()) if routed.any() else float("nan"),
+            "routing_rate": float(routed.mean()), "n_scored": int(scores.notna().sum()),
+            "accuracy": _share(scores, threshold),
+            "accuracy_unrouted": _share(scores[~routed], threshold),
+            "accuracy_routed": _share(scores[routed], threshold),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def _share(scores: Any, threshold: float) -> float:
+    """The share of the scored values at or above ``threshold`` (NaN: none scored)."""
+    scored = scores.dropna()
+    return float((scored >= threshold).mean()) if len(scored) else math.nan
 
 
 def _rag_twin(df: Any, label: str) -> str | None:

@@ -148,7 +148,10 @@ def score_z(a_only: Any, b_only: Any, n: Any, delta: float) -> np.ndarray:
         q = (np.sqrt(np.maximum(big_b**2 - 4.0 * big_a * big_c, 0.0)) - big_b) / (2.0 * big_a)
         var = n * (2.0 * q + delta * (1.0 - delta))
         top = a - b - n * delta
-        z = np.where(var > 0, top / np.sqrt(np.where(var > 0, var, 1.0)), np.sign(top) * np.inf)
+        # no variance under H0 (no discordant pair, delta 0): 0 where the count matches it,
+        # else infinitely far, as ``paired._tango_z`` (sign(0) * inf would be NaN)
+        edge = np.where(top == 0, 0.0, np.sign(top) * np.inf)
+        z = np.where(var > 0, top / np.sqrt(np.where(var > 0, var, 1.0)), edge)
     return np.where(n > 0, z, 0.0)
 
 

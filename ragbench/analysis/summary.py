@@ -40,17 +40,36 @@ def small_n_notes(table: Any, min_n: int = SMALL_N) -> list[str]:
     return [f"fewer than {min_n} questions for: {rows}; intervals are wide"]
 
 
+def unscored_notes(table: Any, asked: Any, metric: str) -> list[str]:
+    """One sentence when some variant answered more questions (``asked``: label -> rows
+    answered) than it has scores for (``table``'s ``n``; a question without a gold answer):
+    the score is over the scored ones, cost per query over all, with the counts."""
+    rows = [(lb, int(n), int(asked.get(lb, 0))) for lb, n in zip(table["label"], table["n"],
+            strict=True) if asked.get(lb, 0) > n]  # fmt: skip
+    if not rows:
+        return []
+    if len(rows) == len(table) > 1 and len({(n, a) for _, n, a in rows}) == 1:
+        counts = f"every variant {rows[0][1]} of {rows[0][2]}"
+    else:
+        counts = ", ".join(f"{lb} {n} of {a}" for lb, n, a in rows)
+    return [f"{metric} is over the scored questions ({counts}); cost and latency per query are "
+            "over every question answered (one without a gold answer has no score but was "
+            "asked and paid for)"]  # fmt: skip
+
+
 def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
     """Accuracy with a 95% CI and mean cost per query, one row per strategy variant.
 
     ``metric`` defaults to the table's first metric column (the config's first metric). The CI
     is a Wilson score interval when every score is 0 or 1, else a percentile bootstrap
     (``ci_method`` says which; ``metrics.answer.aggregate``); ``n`` counts the scored questions.
-    Cost columns are means over the variant's successful rows: prompt tokens, $/query (when a
-    price sheet was set), latency seconds, and estimated FLOPs. ``attrs["warnings"]`` lists what
-    the numbers hide (a Self-Route that never routed: every answer came from its RAG step; a
-    judge metric's low agreement with exact match, or an embedded judge). ``attrs["notes"]``
-    says which rows rest on fewer than ``SMALL_N`` questions. Both are said once, where the
+    Cost columns are means over the variant's successful rows, scored or not (a question
+    without a gold answer was still asked and paid for): prompt tokens, $/query (when a price
+    sheet was set), latency seconds, and estimated FLOPs. ``attrs["warnings"]`` lists what the
+    numbers hide (a Self-Route that never routed: every answer came from its RAG step; a judge
+    metric's low agreement with exact match, or an embedded judge). ``attrs["notes"]`` says
+    which rows rest on fewer than ``SMALL_N`` questions, and where ``n`` is fewer than the
+    questions answered, what the score and the costs are each over. Both are said once, where the
     table is shown: ``report.formatted`` puts them in its caption, ``ragbench run`` prints them
     under it (``report.tables.table_remarks``); they are not raised as Python warnings, which
     would repeat them with a source path beside the caption.
@@ -72,7 +91,8 @@ def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
     order = pd.Index(df.drop_duplicates("label")["label"])  # first-seen order = config order
     out = table.reindex(order).reset_index()
     out.attrs["metric"] = metric
-    out.attrs["notes"] = small_n_notes(out)
+    asked = ok.groupby("label").size()
+    out.attrs["notes"] = small_n_notes(out) + unscored_notes(out, asked, metric)
     out.attrs["warnings"] = self_route_warnings(df, metric)
     if metric.startswith("judge_"):  # how far the judge can be trusted, next to its numbers
         out.attrs["warnings"] += judge_warnings(df)

@@ -67,6 +67,7 @@ from ragbench.analysis.verdict_text import (
     _Fmt,
     _money,
     _same_cost,
+    _standing,
     judge_text,
 )
 from ragbench.strategies import NO_CONTEXT, strategies_where
@@ -103,19 +104,30 @@ def questions_needed(effect: float, *, discordant: float | None = None, sd: floa
     return max(2, math.ceil(n - 1e-9))
 
 
+def _questions_text(c: dict[str, Any]) -> str:
+    """The question count a verdict holds for; where some answered questions had no score (no
+    gold answer), what the accuracy and the cost per query are each over."""
+    n, asked = c.get("questions"), c.get("asked")
+    if not n:
+        return ""
+    if not asked:
+        return f"{n:,} questions"
+    return f"{n:,} scored questions of {asked:,} asked (cost per query over all {asked:,})"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What to use and why. ``text``: the sentence, then its evidence; ``choice``: the label to
     use (None: none meets the constraints, or not decided yet); ``reason``: one of ``REASONS``;
     ``opponent``: the best of the other family (or the next best); ``leaning``: when undecided,
-    the variant ahead on both score and cost, if one is. ``compared`` = (x, y): ``diff`` = x - y
+    the variant ahead on cost (or as dear and simpler) and at least level on score, if one is. ``compared`` = (x, y): ``diff`` = x - y
     on ``metric`` with its interval (``ci_low``, ``ci_high``) and ``p_value`` from one procedure
     (``test``), Bonferroni-adjusted over ``comparisons``, on ``n_pairs`` questions;
     ``cost_ratio`` = mean cost of x / of y with its bootstrap 95% interval. ``baseline``: the
     closed-book line's variant. ``more_questions``: how many more would decide. ``detail``:
     every comparison (these first), ``conditions``: model, context, questions, price sheet;
-    ``variants``: one row per variant (score, $ per 1k queries, latency, family, constraints
-    met)."""
+    ``variants``: one row per variant (score and ``n`` over the scored questions; $ per 1k
+    queries and latency over all ``asked``; family, constraints met)."""
 
     text: str
     choice: str | None
@@ -151,7 +163,7 @@ class Verdict:
         c = self.conditions
         dated = f" (dated {c['price_sheet_date']})" if c.get("price_sheet_date") else ""
         parts = [f"model {c['model']}" if c.get("model") else "", c.get("context", ""),
-                 f"{c['questions']:,} questions" if c.get("questions") else "",
+                 _questions_text(c),
                  f"price sheet {c['price_sheet']}{dated}" if c.get("price_sheet") else ""]  # fmt: skip
         parts = [p for p in parts if p]
         own = [f"{label} answered from its own index, not the run's documents."
@@ -170,18 +182,29 @@ class Verdict:
 # ------------------------------------------------------------------------------ the numbers
 
 
+def _answered(df: Any) -> Any:
+    """Rows that answered (error rows apart), scored or not: each was asked and paid for."""
+    return df[df["error"].isna()] if "error" in df else df
+
+
 def _variants(df: Any, metric: str, cost: str) -> Any:
-    """One row per variant (config order): mean score, n, cost per query (x 1000 for dollars),
-    mean latency."""
+    """One row per variant (config order): mean score and ``n`` over its scored questions; cost
+    per query (x 1000 for dollars) and mean latency over every question it answered (``asked``:
+    a question without a gold answer has no score but was asked and paid for), as ``summary``
+    counts them."""
     rows = _scored(df, metric)
     g = rows.groupby("label", sort=False)
     out = g[metric].agg(score="mean", n="size")
+    answered = _answered(df)
+    a = answered.groupby("label", sort=False)
+    out["asked"] = a.size().reindex(out.index)
     scale = 1.0 if cost == "prompt_tokens" else 1000.0
-    out["cost_per_1k"] = g[cost].mean() * scale if cost in rows else np.nan
-    latency = own_latency_seconds(rows)  # its own time, the harness's queue apart
+    out["cost_per_1k"] = a[cost].mean().reindex(out.index) * scale if cost in rows else np.nan
+    latency = own_latency_seconds(answered)  # its own time, the harness's queue apart
     out["latency_s"] = (
-        latency.groupby(rows["label"], sort=False).mean() if latency is not None else np.nan
-    )
+        latency.groupby(answered["label"], sort=False).mean().reindex(out.index)
+        if latency is not None else np.nan
+    )  # fmt: skip
     out["strategy"] = g["strategy"].first() if "strategy" in rows else None
     order = [lb for lb in dict.fromkeys(df["label"]) if lb in out.index]
     return out.reindex(order)
@@ -363,7 +386,7 @@ def verdict(
     rows = _scored(df, metric)
     if rows.empty:
         raise ValueError(f"no scored rows for {metric!r}: nothing to decide")
-    cost = _pick_cost(rows)
+    cost = _pick_cost(_answered(df[df["label"].isin(rows["label"])]))
     higher = _higher_is_better(metric)
     scores = rows[metric].to_numpy(dtype=float)
     fmt = _Fmt(bool(np.isin(scores, (0.0, 1.0)).all()))
@@ -610,7 +633,9 @@ class _Context:
             decide = (f"about {more:,} more questions would show {shows} (80% power at the "
                       f"observed difference)") if more else "more questions would decide"  # fmt: skip
             if leaning:
-                text = (f"Not decided yet: {x_} leads {y_} {on}, {cost}, but {r['n']:,} "
+                tied = abs(t.loc[x_, "score"] - t.loc[y_, "score"]) <= 1e-12
+                stands = _standing(x_, y_, self.metric, self.score(x_), self.score(y_), tied)
+                text = (f"Not decided yet: {stands}, {cost}, but {r['n']:,} "
                         f"questions cannot yet show it is not worse by more than "
                         f"{fmt.size(self.margin)}; {decide}.")  # fmt: skip
             else:

@@ -97,6 +97,13 @@ def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: st
             f"{r['boundary']:.2f}, {r['n']:,} paired questions")  # fmt: skip
 
 
+def _standing(x: str, y: str, metric: str, score_x: str, score_y: str, tied: bool) -> str:
+    """Where x stands against y on ``metric``: it leads, or (equal scores) ties with it."""
+    if tied:
+        return f"{x} ties with {y} on {metric} (both {score_x})"
+    return f"{x} leads {y} on {metric} ({score_x} vs {score_y})"
+
+
 def _same_cost(lo: float, hi: float) -> bool:
     return not (hi < 1 or lo > 1)  # the interval holds 1 (NaN: cannot tell, so no "cheaper")
 

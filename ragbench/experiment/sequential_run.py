@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.analysis._common import _scored
 from ragbench.experiment.results import table
 from ragbench.experiment.session import RunSession
 from ragbench.types import Example
@@ -87,10 +88,10 @@ class Sequential:
         self.fractions.append(fraction)
         last = self.asked >= len(self.order)
         df = table(records, self.meta, list(self.cfg.metrics))
-        try:
-            v = self._verdict(df, answered, None)
-        except ValueError:  # nothing scored yet (every record an error): nothing to decide
-            v = None
+        # nothing scored yet (every record an error): nothing to decide; any other failure of
+        # the verdict is an error, never read as "nothing scored"
+        scored = not _scored(df, self.cfg.metrics[0]).empty
+        v = self._verdict(df, answered, None) if scored else None
         decided = v is not None and v.reason in STOPS
         why = "decided" if decided else "budget" if budget_stopped else "questions ran out" * last
         if why:
