@@ -410,3 +410,22 @@ def write_report(spec: CompareSpec, questions: Path, run_dir: Path, progress: bo
         return render_notebook(
             shown, run_dir / "report.html", include_code=False, run_dir=run_dir.resolve()
         )  # the page names the run folder as ``ragbench render`` does: $RUN_DIR
+
+
+def report_failure(exc: BaseException, run_dir: Path) -> str:
+    """Why ``write_report`` failed, in one line: for an error in a cell (papermill's
+    ``PapermillExecutionError``, whose own text starts with a blank line) the cell of
+    ``run_dir/report.ipynb`` it stopped in and the error's last line; else the exception's
+    type and the last line of its message. Credentials are masked."""
+    if hasattr(exc, "ename") and hasattr(exc, "evalue"):
+        count = f" (In [{exc.exec_count}])" if getattr(exc, "exec_count", None) else ""
+        where = f"{run_dir / 'report.ipynb'}: cell {getattr(exc, 'cell_index', '?')}{count}"
+        text = f"{where}: {exc.ename}: {_last_line(str(exc.evalue))}"
+    else:
+        text = f"{type(exc).__name__}: {_last_line(str(exc))}"
+    return secrets.redact_text(text.rstrip(": "))
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
