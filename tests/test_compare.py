@@ -457,6 +457,27 @@ def test_no_variant_meeting_the_constraints_still_writes_the_report(tmp_path, mo
     assert "no variant meets the constraints, so none was compared" in page
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--min-accuracy", "60", "--min-accuracy must be from 0 to 1 (0: any); got 60"),
+        ("--min-accuracy", "-0.5", "--min-accuracy must be from 0 to 1 (0: any); got -0.5"),
+        ("--max-dollars-per-1k", "-1", "--max-dollars-per-1k must be 0 or more (0: no limit); got -1"),
+        ("--max-latency-s", "nan", "--max-latency-s must be 0 or more (0: no limit); got nan"),
+    ],
+)  # fmt: skip
+def test_a_constraint_out_of_range_is_one_line_before_anything_is_read(
+    tmp_path, monkeypatch, option, value, message
+):
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    result = compare([str(docs), "--backend", "fake", "--embedder", "hash", option, value,
+                      "--output-dir", "out"])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_report_says_which_cell_and_the_error():
     """papermill's error text starts with a blank line: the line printed names the cell of
     report.ipynb and the error's last line, never an empty message."""

@@ -218,11 +218,24 @@ def precheck(spec: CompareSpec) -> RunConfig:
     """Every option, and the questions file, checked before a document is read: a typo in a
     backend or model name fails in a second, not after the ingest. (The config is built on the
     corpus path the ingest will write; nothing is read from it here.)"""
+    check_constraints(spec)
     if spec.questions and not Path(spec.questions).is_file():
         raise FileNotFoundError(f"{spec.questions}: no such questions file")
     if spec.questions:  # read whole: a bad line is reported now, with its file and line
         read_questions(spec.questions)
     return validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
+
+
+def check_constraints(spec: CompareSpec) -> None:
+    """The verdict's constraints in range, or ValueError naming the option: ``min_accuracy`` a
+    share of questions, 0-1 (60 meant as 60% would ask for 6,000%); a maximum $ or latency
+    0 or more (0: no limit; a negative one no variant could meet)."""
+    if not 0 <= spec.min_accuracy <= 1:  # NaN fails too
+        raise ValueError(f"--min-accuracy must be from 0 to 1 (0: any); got {spec.min_accuracy:g}")
+    for option, value in (("--max-dollars-per-1k", spec.max_dollars_per_1k),
+                          ("--max-latency-s", spec.max_latency_s)):  # fmt: skip
+        if not value >= 0:
+            raise ValueError(f"{option} must be 0 or more (0: no limit); got {value:g}")
 
 
 def validate(spec: CompareSpec, corpus: Path) -> RunConfig:
