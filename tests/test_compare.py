@@ -21,6 +21,7 @@ import pandas as pd
 import papermill as pm
 import pytest
 from openai_server import ok, serving
+from papermill.exceptions import PapermillExecutionError
 from typer.testing import CliRunner
 
 from ragbench.cli import app
@@ -436,3 +437,57 @@ def test_a_bad_questions_file_fails_before_the_documents_are_read(tmp_path, monk
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
     assert not (tmp_path / "out").exists()  # no corpus, no compare.yaml
+
+
+def test_no_variant_meeting_the_constraints_still_writes_the_report(tmp_path, monkeypatch):
+    """The verdict names no variant: the report is written all the same, opening with that
+    verdict, its detail section showing each variant against the constraints."""
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "handbook")
+    (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
+    result = compare([str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder",
+                      "hash", "--max-latency-s", "1e-9", "--quiet", "--output-dir", "out"])  # fmt: skip
+    out = result.output
+    assert result.exit_code == 0, out
+    assert "verdict: No variant meets the constraints" in out
+    run_dir = config_of(out).parent
+    assert f"report: {run_dir / 'report.html'}" in out
+    check_report(run_dir, out)
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "no variant meets the constraints, so none was compared" in page
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--min-accuracy", "60", "--min-accuracy must be from 0 to 1 (0: any); got 60"),
+        ("--min-accuracy", "-0.5", "--min-accuracy must be from 0 to 1 (0: any); got -0.5"),
+        ("--max-dollars-per-1k", "-1", "--max-dollars-per-1k must be 0 or more (0: no limit); got -1"),
+        ("--max-latency-s", "nan", "--max-latency-s must be 0 or more (0: no limit); got nan"),
+    ],
+)  # fmt: skip
+def test_a_constraint_out_of_range_is_one_line_before_anything_is_read(
+    tmp_path, monkeypatch, option, value, message
+):
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    result = compare([str(docs), "--backend", "fake", "--embedder", "hash", option, value,
+                      "--output-dir", "out"])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_report_says_which_cell_and_the_error():
+    """papermill's error text starts with a blank line: the line printed names the cell of
+    report.ipynb and the error's last line, never an empty message."""
+    exc = PapermillExecutionError(
+        13, 12, "report.formatted(verdict.detail)", "AttributeError",
+        "'NoneType' object has no attribute 'columns'", ["Traceback ...", "AttributeError: ..."],
+    )  # fmt: skip
+    assert str(exc).splitlines()[0] == ""
+    line = steps.report_failure(exc, Path("/runs/r1"))
+    assert line == ("/runs/r1/report.ipynb: cell 13 (In [12]): AttributeError: 'NoneType' "
+                    "object has no attribute 'columns'")  # fmt: skip
+    assert steps.report_failure(ValueError("\nfirst\nlast\n"), Path("r")) == "ValueError: last"
+    assert steps.report_failure(RuntimeError(), Path("r")) == "RuntimeError"

@@ -3,6 +3,8 @@ costs) and on the verdict's choice; malformed ones name the valid variants and v
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from test_runner import niah_config
 from typer.testing import CliRunner
@@ -95,3 +97,32 @@ def test_assert_run_inside_pytest(run_dir):
     import ragbench
 
     assert ragbench.assert_run is assert_run
+
+
+def test_a_verdict_naming_no_variant_is_malformed_and_names_them(run_dir):
+    df, seed = load_run(run_dir)
+    with pytest.raises(GateError, match=r"verdict 'bogus' names no variant.*valid: .*rag k=1"):
+        check(df, [], verdict="bogus", seed=seed)
+    result = CliRunner().invoke(app, ["check", run_dir, "--verdict", "bogus"])
+    assert result.exit_code == 2, result.output
+    assert "FAILED" not in result.output and "rag k=1" in result.output
+
+
+def test_a_configured_metric_without_scores_fails_saying_so(run_dir, tmp_path):
+    """A judge that never answered: its column is all NaN. A requirement on it is a FAILED line
+    that says so (exit 1), not an 'unknown value' (exit 2)."""
+    df, seed = load_run(run_dir)
+    df = df.assign(judge_correct=float("nan"))
+    failed = check(df, ["rag k=4: judge_correct >= 0.5", "rag k=4: judge_correct.ci_low >= 0.5",
+                        "long_context: contains >= 0.5"], seed=seed)  # fmt: skip
+    assert len(failed) == 2
+    for line in failed:
+        assert line.startswith("FAILED rag k=4: judge_correct")
+        assert "judge_correct is configured but unscored in this run" in line
+    shutil.copytree(run_dir, tmp_path / "run")
+    df.to_parquet(tmp_path / "run" / "results.parquet")
+    result = CliRunner().invoke(
+        app, ["check", str(tmp_path / "run"), "--require", "rag k=4: judge_correct >= 0.5"]
+    )
+    assert result.exit_code == 1, result.output
+    assert "judge_correct is configured but unscored in this run" in result.output

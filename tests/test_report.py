@@ -412,3 +412,16 @@ def test_heatmap_cells_carry_their_values():
 
     plt.close(fig)
     plt.close(big)
+
+
+def test_verdict_detail_of_a_verdict_without_comparisons_shows_the_variants():
+    """No variant meets the constraints: nothing was compared (``detail`` is None); the detail
+    section shows each variant against them instead of failing."""
+    df = _df().assign(contains=lambda d: d["string_match_all"])
+    v = report.verdict(df, metric="contains", min_accuracy=0.99)
+    assert v.choice is None and v.detail is None
+    html = report.verdict_detail(v).to_html()
+    assert "no variant meets the constraints" in html and "meets_<wbr>constraints" in html
+    assert all(label in html for label in v.variants.index)
+    decided = report.verdict(df, metric="contains")
+    assert report.verdict_detail(decided).data.equals(report.formatted(decided.detail).data)

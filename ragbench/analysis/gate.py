@@ -92,10 +92,17 @@ def score_columns(df: Any) -> list[str]:
     return [c for c in [*answer, *ranked] if df[c].notna().any()]
 
 
+def unscored_columns(df: Any) -> list[str]:
+    """The run's answer metrics that scored nothing (its config names them, every record's
+    score is missing: a judge that never answered): a requirement on one fails, saying so."""
+    return [c for c in metric_columns(df) if df[c].isna().all()]
+
+
 def variant_values(df: Any, seed: int = 0) -> dict[str, dict[str, float]]:
     """Every value a requirement may name, per variant label (config order): each score with its
-    ``.ci_low``, ``.ci_high`` and ``.n`` (the summary's), and the ``COSTS`` (means over the
-    variant's successful rows; NaN when the run has none, e.g. no price sheet: no dollars)."""
+    ``.ci_low``, ``.ci_high`` and ``.n`` (the summary's; NaN and 0 for an unscored metric,
+    ``unscored_columns``), and the ``COSTS`` (means over the variant's successful rows; NaN
+    when the run has none, e.g. no price sheet: no dollars)."""
     import pandas as pd
 
     df = with_labels(df)
@@ -108,6 +115,11 @@ def variant_values(df: Any, seed: int = 0) -> dict[str, dict[str, float]]:
             values[label][metric] = float(row[metric])
             for part in SCORE_PARTS:
                 values[label][f"{metric}.{part}"] = float(row[part])
+    for metric in unscored_columns(df):  # no mean, no interval, n = 0: never a pass
+        none = {metric: math.nan, f"{metric}.ci_low": math.nan, f"{metric}.ci_high": math.nan,
+                f"{metric}.n": 0.0}  # fmt: skip
+        for label in labels:
+            values[label].update(none)
     ok = df[df["error"].isna()] if "error" in df else df
     for name, (column, scale) in COSTS.items():
         means = (
@@ -136,6 +148,16 @@ def match_variant(name: str, labels: list[str]) -> str:
     raise GateError(f"unknown variant {name!r}; {did_you_mean(name, labels)}")
 
 
+def check_verdict_words(verdict: str, labels: list[str]) -> None:
+    """``verdict`` (words of a label: ``rag``, ``long_context``; several variants may share them)
+    names at least one of ``labels``, or a GateError naming them: a typo is never a FAILED
+    verdict."""
+    words = set(verdict.split())
+    if not words or not any(words <= set(label.split()) for label in labels):
+        raise GateError(f"verdict {verdict!r} names no variant of the run; "
+                        f"{did_you_mean(verdict, labels)}")  # fmt: skip
+
+
 def _fmt(value: float) -> str:
     return "nan" if value != value else f"{value:.4g}"
 
@@ -147,7 +169,8 @@ def check(
     """One line per failed requirement (empty: all hold). ``verdict``: the verdict's choice
     (``analysis.verdict.verdict`` on ``metric``, default the run's first) must be the variant it
     names (words of its label, as for requirements: ``rag``, ``long_context``). Every
-    requirement is parsed and matched before any is checked: a malformed one raises GateError."""
+    requirement (and ``verdict``) is parsed and matched before any is checked: a malformed one
+    raises GateError. A requirement on a metric the run did not score fails, saying so."""
     parsed = [parse_requirement(text) for text in requirements]
     values = variant_values(df, seed=seed)
     labels = list(values)
@@ -159,12 +182,18 @@ def check(
             raise GateError(f"requirement {req.text!r}: unknown value {req.value!r}; "
                             f"{did_you_mean(req.value, valid)}")  # fmt: skip
         resolved.append((req, label))
+    if verdict is not None:
+        check_verdict_words(verdict, labels)
+    unscored = unscored_columns(df)
     failed = []
     for req, label in resolved:
         got = values[label][req.value]
-        if not req.holds(got):
+        base = req.value.split(".")[0]
+        if base in unscored and not req.holds(got):
+            failed.append(f"FAILED {req.text}: {label}: {base} is configured but unscored in "
+                          f"this run (every record's {base} is missing)")  # fmt: skip
+        elif not req.holds(got):
             interval = ""
-            base = req.value.split(".")[0]
             if f"{base}.ci_low" in values[label]:
                 row = values[label]
                 interval = (f" ({base} {_fmt(row[base])}, 95% CI {_fmt(row[base + '.ci_low'])}"

@@ -168,9 +168,6 @@ def _report(spec: steps.CompareSpec, spec_run, progress: bool) -> None:
     try:
         html = steps.write_report(spec, questions, yaml_path.parent, progress=progress)
     except Exception as exc:  # the run is done and printed: say why the page is missing
-        typer.echo(
-            f"report: not written: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            err=True,
-        )
+        typer.echo(f"report: not written: {steps.report_failure(exc, yaml_path.parent)}", err=True)
         raise typer.Exit(code=1) from None
     typer.echo(f"report: {html}")

@@ -39,7 +39,7 @@ from ragbench.report.figures import (
     plot_retrieval_tuning,
 )
 from ragbench.report.planning_plots import plot_break_even, plot_kv_cache, plot_prefix_caching
-from ragbench.report.tables import formatted, predictions, provenance
+from ragbench.report.tables import formatted, predictions, provenance, verdict_detail
 
 __all__ = [
     "CAUSES",
@@ -69,5 +69,6 @@ __all__ = [
     "strategy_label",
     "summary",
     "verdict",
+    "verdict_detail",
     "with_labels",
 ]

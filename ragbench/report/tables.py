@@ -247,3 +247,23 @@ def predictions(df: Any, width: int = 60) -> Any:
         for text in (t.strip() if isinstance(t, str) else t for t in out["prediction"])
     ]
     return out
+
+
+def verdict_detail(verdict: Any) -> Any:
+    """The verdict's detail for reading: every comparison behind its sentence, ``formatted``.
+    A verdict with no detail (no variant meets the constraints: nothing was compared) shows
+    each variant against the constraints instead: its score, $ per 1,000 queries (prompt
+    tokens per query without a price sheet), mean latency and whether it meets them, under a
+    caption saying why there is no comparison."""
+    if verdict.detail is not None:
+        return formatted(verdict.detail)
+    variants = verdict.variants
+    cost = "prompt_tokens" if verdict.cost == "prompt_tokens" else "dollars_per_1k"
+    table = variants[["score", "n", "cost_per_1k", "latency_s", "meets"]].rename(
+        columns={"score": verdict.metric, "cost_per_1k": cost, "latency_s": "latency_seconds",
+                 "meets": "meets_constraints"}
+    )  # fmt: skip
+    table.attrs["notes"] = [
+        "no variant meets the constraints, so none was compared: each variant against them"
+    ]
+    return formatted(table)

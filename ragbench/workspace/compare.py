@@ -218,11 +218,24 @@ def precheck(spec: CompareSpec) -> RunConfig:
     """Every option, and the questions file, checked before a document is read: a typo in a
     backend or model name fails in a second, not after the ingest. (The config is built on the
     corpus path the ingest will write; nothing is read from it here.)"""
+    check_constraints(spec)
     if spec.questions and not Path(spec.questions).is_file():
         raise FileNotFoundError(f"{spec.questions}: no such questions file")
     if spec.questions:  # read whole: a bad line is reported now, with its file and line
         read_questions(spec.questions)
     return validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
+
+
+def check_constraints(spec: CompareSpec) -> None:
+    """The verdict's constraints in range, or ValueError naming the option: ``min_accuracy`` a
+    share of questions, 0-1 (60 meant as 60% would ask for 6,000%); a maximum $ or latency
+    0 or more (0: no limit; a negative one no variant could meet)."""
+    if not 0 <= spec.min_accuracy <= 1:  # NaN fails too
+        raise ValueError(f"--min-accuracy must be from 0 to 1 (0: any); got {spec.min_accuracy:g}")
+    for option, value in (("--max-dollars-per-1k", spec.max_dollars_per_1k),
+                          ("--max-latency-s", spec.max_latency_s)):  # fmt: skip
+        if not value >= 0:
+            raise ValueError(f"{option} must be 0 or more (0: no limit); got {value:g}")
 
 
 def validate(spec: CompareSpec, corpus: Path) -> RunConfig:
@@ -410,3 +423,22 @@ def write_report(spec: CompareSpec, questions: Path, run_dir: Path, progress: bo
         return render_notebook(
             shown, run_dir / "report.html", include_code=False, run_dir=run_dir.resolve()
         )  # the page names the run folder as ``ragbench render`` does: $RUN_DIR
+
+
+def report_failure(exc: BaseException, run_dir: Path) -> str:
+    """Why ``write_report`` failed, in one line: for an error in a cell (papermill's
+    ``PapermillExecutionError``, whose own text starts with a blank line) the cell of
+    ``run_dir/report.ipynb`` it stopped in and the error's last line; else the exception's
+    type and the last line of its message. Credentials are masked."""
+    if hasattr(exc, "ename") and hasattr(exc, "evalue"):
+        count = f" (In [{exc.exec_count}])" if getattr(exc, "exec_count", None) else ""
+        where = f"{run_dir / 'report.ipynb'}: cell {getattr(exc, 'cell_index', '?')}{count}"
+        text = f"{where}: {exc.ename}: {_last_line(str(exc.evalue))}"
+    else:
+        text = f"{type(exc).__name__}: {_last_line(str(exc))}"
+    return secrets.redact_text(text.rstrip(": "))
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
