@@ -109,3 +109,56 @@ def test_a_device_hour_sheet_is_priced_from_a_cached_calibration_or_not_at_all(
     expected = dollars(price_sheet("example-cpu-hour"), seconds=seconds)
     assert row["dollars_per_query_max"] == pytest.approx(expected, rel=0.05)  # mean of 4 prompts
     assert any("cached calibration" in n for n in priced.attrs["notes"])
+
+
+def _dry_run_cli(path):
+    import typer
+    from typer.testing import CliRunner
+
+    from ragbench.cli.run import register
+
+    app = typer.Typer()
+    register(app)
+    app.command()(lambda: None)
+    return CliRunner().invoke(app, ["run", str(path), "--dry-run", "--quiet"])
+
+
+@pytest.mark.parametrize(
+    ("where", "key"), [("dataset", "dataset.params.tokenizer"), ("model", "model.name")]
+)
+def test_a_hub_tokenizer_not_cached_offline_is_one_line_at_once(tmp_path, monkeypatch, where, key):
+    import yaml
+
+    from ragbench import tokenizers
+
+    calls = []
+
+    def not_cached(source, **kwargs):  # as transformers, offline, for a repo it has not cached
+        calls.append(kwargs)
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(tokenizers, "_load_hf", not_cached)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizers.get_tokenizer.cache_clear()
+    cfg = niah_config(tmp_path, strategies=["long_context"])
+    if where == "dataset":
+        cfg["dataset"]["params"]["tokenizer"] = "qwen2.5-7b-instruct"
+    else:
+        cfg["model"] = {"backend": "hf", "name": "qwen2.5-7b-instruct"}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    named = ("tokenizer: qwen2.5-7b-instruct", "name: qwen2.5-7b-instruct")
+    line = next(
+        i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip() in named
+    )
+    result = _dry_run_cli(path)
+    tokenizers.get_tokenizer.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(
+        f"error: {path}:{line}: {key}: tokenizer 'qwen2.5-7b-instruct' (Qwen/Qwen2.5-7B-Instruct "
+        "on the Hugging Face Hub) is not in the local cache and HF_HUB_OFFLINE is set: unset it"
+    ), result.output
+    assert "hf download Qwen/Qwen2.5-7B-Instruct" in result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert calls == [{"local_files_only": True}]  # the cache only: no download tried, no wait
+    assert not (tmp_path / "results").exists()

@@ -50,6 +50,7 @@ from ragbench.experiment.noise_pass import measures_noise
 from ragbench.experiment.resources import (
     build_resources,
     check_examples,
+    error_at,
     generates_answers,
     load_examples,
 )
@@ -63,7 +64,7 @@ from ragbench.metrics.answer import deferred_metrics
 from ragbench.strategies import get_strategy, run_batch
 from ragbench.strategies.prompt_format import check_cot
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
-from ragbench.tokenizers import get_tokenizer
+from ragbench.tokenizers import HubUnavailableError, get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 COLUMNS = (
@@ -154,7 +155,10 @@ def prompt_counter(cfg: RunConfig) -> Any:
     sends nothing). The preflight (``ragbench.experiment.preflight``) counts with it too."""
     m = cfg.model
     if backend_capabilities(m.backend).local_weights:  # building it would load the weights
-        return HFPromptCounter(m.name, **m.params)
+        try:
+            return HFPromptCounter(m.name, **m.params)
+        except HubUnavailableError as exc:  # the model's tokenizer, from the Hub
+            raise error_at(cfg, ("model", "name"), str(exc), None) from None
     return load_llm(m.backend, model=m.name, **m.params)  # no request is sent by building it
 
 

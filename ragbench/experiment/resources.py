@@ -33,6 +33,7 @@ from ragbench.strategies import Resources, RetrievalParams, get_strategy
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.prompt_format import prompt_format
 from ragbench.strategies.registry import preflight_points
+from ragbench.tokenizers import HubUnavailableError
 from ragbench.types import Example
 
 
@@ -72,32 +73,44 @@ def load_examples(config: Any) -> list[Example]:
     """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
     failure attribution needs beside the table (evidence spans, needles, distractors)."""
     cfg = load_config(config)
+    source = str(config) if isinstance(config, str | os.PathLike) else None
+    source = source or getattr(cfg, "_source_file", None)
     try:
         examples = list(build_dataset(cfg.dataset.name, **cfg.dataset_params()))
     except DatasetParamError as exc:  # reported at dataset.params.<key> of the config file
-        source = str(config) if isinstance(config, str | os.PathLike) else None
-        raise param_error(cfg, exc, source or getattr(cfg, "_source_file", None)) from None
+        raise param_error(cfg, exc, source) from None
     except HaystackTooShortError as exc:  # a context length the haystack cannot fill
         if "context_lengths" not in cfg.dataset.params:
             raise
-        source = str(config) if isinstance(config, str | os.PathLike) else None
-        exc = DatasetParamError("context_lengths", str(exc))
-        raise param_error(cfg, exc, source or getattr(cfg, "_source_file", None)) from None
+        raise param_error(cfg, DatasetParamError("context_lengths", str(exc)), source) from None
+    except HubUnavailableError as exc:  # the dataset's tokenizer, from the Hub
+        if "tokenizer" not in cfg.dataset.params:
+            raise
+        local = "; or name a local tokenizer (a folder, a .gguf file or whitespace)"
+        raise error_at(cfg, ("dataset", "params", "tokenizer"), str(exc) + local, source) from None
     return examples[: cfg.dataset.limit] if cfg.dataset.limit else examples
 
 
 def param_error(cfg: RunConfig, exc: DatasetParamError, source: str | None) -> ConfigError:
     """A generator's bad parameter as the config loader reports one: ``file:line:
     dataset.params.<key>: message`` (no line when ``--set`` overrides changed the file's text)."""
+    return error_at(cfg, ("dataset", "params", exc.key), exc.message, source)
+
+
+def error_at(cfg: RunConfig, loc: tuple, message: str, source: str | None) -> ConfigError:
+    """``message`` about the config key at ``loc`` as the config loader reports one:
+    ``file:line: <key>: message`` (no line when ``--set`` overrides changed the file's text;
+    ``source``: the config file, else the one ``cfg`` was read from)."""
 
     def fail(message: str) -> None:
         raise ValueError(message)
 
+    source = source or cfg._source_file
     text = None
     if source and Path(source).is_file() and not cfg._overrides:
         text = Path(source).read_text(encoding="utf-8")
     try:
-        located(("dataset", "params", exc.key), fail, exc.message)
+        located(loc, fail, message)
     except ValidationError as err:
         return ConfigError(explain_validation_error(err, source or "<config>", text, RunConfig))
     raise AssertionError("located() always raises")
