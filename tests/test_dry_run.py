@@ -39,7 +39,10 @@ def test_dry_run_predicts_the_prompt_tokens_and_dollars_of_the_run(tmp_path):
     # api sheet: dollars from tokens, with max_new_tokens as the completion bound
     assert (df["completion_tokens"] <= cfg["model"].get("max_new_tokens", 32)).all()
     assert (predicted["dollars_per_query_max"] >= df.groupby("label")["dollars"].mean()).all()
-    assert any("self_route" in n for n in table.attrs["notes"])
+    # self_route's note only where it runs (was: in every dry run)
+    assert not any("self_route" in n for n in table.attrs["notes"])
+    cfg["strategies"].append("self_route")
+    assert any("self_route" in n for n in dry_run(cfg, progress=False).attrs["notes"])
 
 
 def test_dry_run_cli_prints_the_table_and_loads_no_model(tmp_path, monkeypatch):
