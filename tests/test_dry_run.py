@@ -165,3 +165,44 @@ def test_a_hub_tokenizer_not_cached_offline_is_one_line_at_once(tmp_path, monkey
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
     assert calls == [{"local_files_only": True}]  # the cache only: no download tried, no wait
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "message"),
+    [
+        (
+            {"strategies": [{"name": "long_context", "params": {"kv": "snapkv"}}]},
+            "strategies.0.params.kv",
+            "the fake backend cannot run kv 'snapkv': it supports ['plain']; the variants",
+        ),
+        (
+            {"metrics": ["contains", "longbench"]},
+            "metrics.1",
+            "longbench cannot score 4 of the 4 examples of dataset 'niah' (the first: ",
+        ),
+    ],
+)
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_config_every_record_would_fail_is_refused_before_the_run(
+    tmp_path, change, key, message, dry
+):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.cli.run import register
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(niah_config(tmp_path, **change), sort_keys=False))
+    marker = "kv: snapkv" if "kv" in key else "- longbench"  # the line named
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if marker in t)
+    app = typer.Typer()
+    register(app)
+    app.command()(lambda: None)
+    args = ["run", str(path), "--quiet", *(["--dry-run"] if dry else [])]
+    result = CliRunner().invoke(app, args)
+    # was: the dry run priced it; the run made a folder, then every record failed (exit 1)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {path}:{line}: {key}: "), result.output
+    assert message in result.output and result.output.count("\n") == 1
+    assert not (tmp_path / "results").exists()

@@ -50,6 +50,7 @@ from ragbench.experiment.noise_pass import measures_noise
 from ragbench.experiment.resources import (
     build_resources,
     check_examples,
+    check_metrics,
     error_at,
     generates_answers,
     load_examples,
@@ -171,6 +172,7 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     cfg = load_config(config)
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
+    check_metrics(cfg, examples)  # a metric that could score none of them
     check_cot(cfg.points, examples)  # as the run: cot without a protocol is refused
     # an external system (the user's pipeline) would really be called: it is not estimated
     points = [p for p in cfg.points if not get_strategy(p.strategy).external]

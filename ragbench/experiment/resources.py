@@ -26,6 +26,7 @@ from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.calibration import announce
 from ragbench.llm.cost_model import Rates
 from ragbench.llm.hf.load import set_threads
+from ragbench.metrics.answer import METRICS
 from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index, needs_embedder
 from ragbench.retrieval.embedders.base import get_embedder
@@ -67,6 +68,25 @@ def check_examples(examples: list[Example], dataset: str, generates: bool = True
                 f"dataset {dataset!r}: example {e.id!r} has an empty question; every example "
                 "needs one"
             )
+
+
+def check_metrics(cfg: RunConfig, examples: list[Example]) -> None:
+    """A metric that reads each example's meta (``longbench``: the subset's official metric)
+    must be able to score every example, or each record of the run would fail: a ConfigError
+    at ``metrics.<i>`` naming what it needs, before anything runs."""
+    if not generates_answers(cfg):
+        return
+    for i, name in enumerate(cfg.metrics):
+        problem_of = METRICS.get(name).meta_problem
+        if problem_of is None:
+            continue
+        bad = [(e.id, p) for e in examples if (p := problem_of(e.meta)) is not None]
+        if bad:
+            raise error_at(cfg, ("metrics", i), (
+                f"{name} cannot score {len(bad)} of the {len(examples)} examples of dataset "
+                f"{cfg.dataset.name!r} (the first: {bad[0][0]!r}): it {bad[0][1]}; name a metric "
+                "that fits this dataset (`ragbench list metrics`)"
+            ), None)  # fmt: skip
 
 
 def load_examples(config: Any) -> list[Example]:
