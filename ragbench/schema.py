@@ -24,6 +24,7 @@ flat ``kv_cache`` / ``kv_bits`` / ... fields); every parameter is stored, at its
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -49,15 +50,23 @@ class SchemaError(ValueError):
     """A run folder (or record) written by another schema, where it cannot be used as it is."""
 
 
-def v1_kv_hint(key: str) -> str | None:
-    """How schema 2 writes a schema-1 flat KV key (``kv_bits``), for the config error; None
-    when ``key`` is not one."""
+def v1_kv_hint(key: str, params: dict[str, Any] | None = None) -> str | None:
+    """How schema 2 writes a schema-1 flat KV key (``kv_bits``), for the config error: the
+    variant ``params`` (the strategy's parameters, when known) name, nested; None when ``key``
+    is not such a key."""
+    if key != "kv_cache" and key not in V1_KV_FIELDS:
+        return None
+    if params and "kv_cache" in params:
+        kv = _kv_v1(params)
+        shown = kv if isinstance(kv, list) else [kv]
+        text = ", ".join(
+            "{" + ", ".join(f"{k}: {v}" for k, v in one.items()) + "}" for one in shown
+        )
+        return f"the variant is now nested: kv: {'[' + text + ']' if len(shown) > 1 else text}"
     if key == "kv_cache":
         return "the variant is now nested: kv: {name: quantized, bits: 4} (or kv: sinks)"
-    if key in V1_KV_FIELDS:
-        variant, name = V1_KV_FIELDS[key]
-        return f"it is now nested under kv: kv: {{name: {variant}, {name}: ...}}"
-    return None
+    variant, name = V1_KV_FIELDS[key]
+    return f"it is now nested under kv: kv: {{name: {variant}, {name}: ...}}"
 
 
 def version_of(data: dict[str, Any] | None) -> int:
@@ -76,19 +85,33 @@ def refuse_resume(folder: Path | str, version: int) -> None:
         )
 
 
+def _kv_v1(params: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+    """The ``kv`` value that schema 2 writes for a schema-1 point's (or a config's) flat KV
+    fields: ``{"name": variant, <its parameter>: ...}``; a config's list of variants (a grid
+    axis) as a list of them, each with only its own parameters."""
+    names = params.get("kv_cache") or "plain"
+    kvs = []
+    for name in names if isinstance(names, list) else [names]:
+        kv: dict[str, Any] = {"name": name}
+        for key, (variant, field) in V1_KV_FIELDS.items():
+            if params.get(key) is not None and variant == name:
+                kv[field] = params[key]
+        if isinstance(names, list):  # a list of variants cannot nest another axis: expand it
+            axes = [v if isinstance(v, list) else [v] for v in kv.values()]
+            kvs += [dict(zip(kv, point, strict=True)) for point in itertools.product(*axes)]
+        else:
+            kvs.append(kv)
+    return kvs if isinstance(names, list) else kvs[0]
+
+
 def _kv_params_v1(params: dict[str, Any]) -> dict[str, Any]:
-    """A schema-1 long-context parameter dict with its flat KV fields nested under ``kv``;
-    another strategy's (no such field) as it was."""
+    """A schema-1 long-context parameter dict (a record's point or a config's spec) with its
+    flat KV fields nested under ``kv``; another strategy's (no such field) as it was."""
     if "kv_cache" not in params and not any(k in params for k in V1_KV_FIELDS):
         return params
-    params = dict(params)
-    name = params.pop("kv_cache", None) or "plain"
-    kv: dict[str, Any] = {"name": name}
-    for key, (variant, field) in V1_KV_FIELDS.items():
-        value = params.pop(key, None)
-        if value is not None and variant == name:
-            kv[field] = value
-    return params | {"kv": kv}
+    kv = _kv_v1(params)
+    rest = {k: v for k, v in params.items() if k != "kv_cache" and k not in V1_KV_FIELDS}
+    return rest | {"kv": kv}
 
 
 def _cost_v1(cost: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +143,25 @@ def migrate_record(record: dict[str, Any], version: int) -> dict[str, Any]:
     if isinstance(record.get("cost"), dict) and record["cost"]:
         record["cost"] = _cost_v1(record["cost"])
     return record
+
+
+def migrate_config(config: dict[str, Any], version: int) -> dict[str, Any]:
+    """A run's config as stored in its ``manifest.json`` by schema ``version``, as this schema
+    reads it (``parse_config``): each strategy's flat KV fields nested under ``kv``. A copy;
+    this schema's config is returned as it is. Raises SchemaError for an unknown version."""
+    if version == SCHEMA_VERSION:
+        return config
+    migrate_record({}, version)  # unknown versions: the same error
+    strategies = config.get("strategies")
+    if not isinstance(strategies, list):
+        return config
+    migrated = [
+        s | {"params": _kv_params_v1(s["params"])}
+        if isinstance(s, dict) and isinstance(s.get("params"), dict)
+        else s
+        for s in strategies
+    ]
+    return config | {"strategies": migrated}
 
 
 def migrate_line(row: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,18 @@ TOKENIZERS = Registry(
 )
 
 
+class HubUnavailableError(ValueError):
+    """A tokenizer from the Hugging Face Hub that is not in the local cache and cannot be
+    downloaded now (offline, or the Hub unreachable or refusing)."""
+
+
+def hub_offline() -> bool:
+    """Whether the environment forbids Hub downloads (``HF_HUB_OFFLINE`` or
+    ``TRANSFORMERS_OFFLINE``, as the Makefile and tests set them)."""
+    flags = (os.environ.get(v, "") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
+
+
 class Tokenizer(Protocol):
     name: str
 
@@ -126,7 +138,7 @@ def get_tokenizer(name: str = "smollm2-135m-instruct") -> Tokenizer:
         preset = PRESETS.get(name)
         if preset.source.startswith("asset:"):
             return HFTokenizer(name, _load_gguf(asset_path(preset.source.removeprefix("asset:"))))
-        return HFTokenizer(name, _load_hf(preset.source))
+        return HFTokenizer(name, _load_hub(name, preset.source))
     if name in TOKENIZERS:
         return TOKENIZERS.get(name)()
     path = Path(name)
@@ -163,6 +175,30 @@ def _load_gguf(gguf: Path):
 
         shutil.rmtree(tmp, ignore_errors=True)
     return tok
+
+
+def _load_hub(name: str, repo: str):
+    """Preset ``name``'s tokenizer, Hugging Face id ``repo``: from the local cache (no network),
+    else downloaded, unless the environment is offline (then at once, not after the Hub's
+    retries). Either failure is one HubUnavailableError saying how to get it."""
+    try:
+        return _load_hf(repo, local_files_only=True)
+    except OSError:
+        pass
+    where = f"tokenizer {name!r} ({repo} on the Hugging Face Hub) is not in the local cache"
+    download = f"run `hf download {repo}` where the Hub can be reached"
+    if hub_offline():
+        raise HubUnavailableError(
+            f"{where} and HF_HUB_OFFLINE is set: unset it to let ragbench download it once, "
+            f"or {download}"
+        )
+    try:
+        return _load_hf(repo)
+    except OSError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HubUnavailableError(
+            f"{where} and could not be downloaded ({reason}): {download}"
+        ) from None
 
 
 def _load_hf(source: str, **kwargs):

@@ -39,7 +39,10 @@ def test_dry_run_predicts_the_prompt_tokens_and_dollars_of_the_run(tmp_path):
     # api sheet: dollars from tokens, with max_new_tokens as the completion bound
     assert (df["completion_tokens"] <= cfg["model"].get("max_new_tokens", 32)).all()
     assert (predicted["dollars_per_query_max"] >= df.groupby("label")["dollars"].mean()).all()
-    assert any("self_route" in n for n in table.attrs["notes"])
+    # self_route's note only where it runs (was: in every dry run)
+    assert not any("self_route" in n for n in table.attrs["notes"])
+    cfg["strategies"].append("self_route")
+    assert any("self_route" in n for n in dry_run(cfg, progress=False).attrs["notes"])
 
 
 def test_dry_run_cli_prints_the_table_and_loads_no_model(tmp_path, monkeypatch):
@@ -109,3 +112,97 @@ def test_a_device_hour_sheet_is_priced_from_a_cached_calibration_or_not_at_all(
     expected = dollars(price_sheet("example-cpu-hour"), seconds=seconds)
     assert row["dollars_per_query_max"] == pytest.approx(expected, rel=0.05)  # mean of 4 prompts
     assert any("cached calibration" in n for n in priced.attrs["notes"])
+
+
+def _dry_run_cli(path):
+    import typer
+    from typer.testing import CliRunner
+
+    from ragbench.cli.run import register
+
+    app = typer.Typer()
+    register(app)
+    app.command()(lambda: None)
+    return CliRunner().invoke(app, ["run", str(path), "--dry-run", "--quiet"])
+
+
+@pytest.mark.parametrize(
+    ("where", "key"), [("dataset", "dataset.params.tokenizer"), ("model", "model.name")]
+)
+def test_a_hub_tokenizer_not_cached_offline_is_one_line_at_once(tmp_path, monkeypatch, where, key):
+    import yaml
+
+    from ragbench import tokenizers
+
+    calls = []
+
+    def not_cached(source, **kwargs):  # as transformers, offline, for a repo it has not cached
+        calls.append(kwargs)
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(tokenizers, "_load_hf", not_cached)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizers.get_tokenizer.cache_clear()
+    cfg = niah_config(tmp_path, strategies=["long_context"])
+    if where == "dataset":
+        cfg["dataset"]["params"]["tokenizer"] = "qwen2.5-7b-instruct"
+    else:
+        cfg["model"] = {"backend": "hf", "name": "qwen2.5-7b-instruct"}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    named = ("tokenizer: qwen2.5-7b-instruct", "name: qwen2.5-7b-instruct")
+    line = next(
+        i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip() in named
+    )
+    result = _dry_run_cli(path)
+    tokenizers.get_tokenizer.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(
+        f"error: {path}:{line}: {key}: tokenizer 'qwen2.5-7b-instruct' (Qwen/Qwen2.5-7B-Instruct "
+        "on the Hugging Face Hub) is not in the local cache and HF_HUB_OFFLINE is set: unset it"
+    ), result.output
+    assert "hf download Qwen/Qwen2.5-7B-Instruct" in result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert calls == [{"local_files_only": True}]  # the cache only: no download tried, no wait
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "message"),
+    [
+        (
+            {"strategies": [{"name": "long_context", "params": {"kv": "snapkv"}}]},
+            "strategies.0.params.kv",
+            "the fake backend cannot run kv 'snapkv': it supports ['plain']; the variants",
+        ),
+        (
+            {"metrics": ["contains", "longbench"]},
+            "metrics.1",
+            "longbench cannot score 4 of the 4 examples of dataset 'niah' (the first: ",
+        ),
+    ],
+)
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_config_every_record_would_fail_is_refused_before_the_run(
+    tmp_path, change, key, message, dry
+):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.cli.run import register
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(niah_config(tmp_path, **change), sort_keys=False))
+    marker = "kv: snapkv" if "kv" in key else "- longbench"  # the line named
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if marker in t)
+    app = typer.Typer()
+    register(app)
+    app.command()(lambda: None)
+    args = ["run", str(path), "--quiet", *(["--dry-run"] if dry else [])]
+    result = CliRunner().invoke(app, args)
+    # was: the dry run priced it; the run made a folder, then every record failed (exit 1)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {path}:{line}: {key}: "), result.output
+    assert message in result.output and result.output.count("\n") == 1
+    assert not (tmp_path / "results").exists()

@@ -127,3 +127,25 @@ def test_a_new_variant_is_one_class_and_one_registry_line(monkeypatch):
     assert seen[0].kv == Halved() and record.to_dict()["params"]["kv"]["name"] == "halved"
     with pytest.raises(ValueError, match="fake backend cannot run kv 'halved'"):
         FakeLLM().generate([request])
+
+
+def test_a_config_names_only_variants_its_backend_keeps(tmp_path):
+    from test_runner import niah_config
+
+    from ragbench.experiment.config.run import load_config
+    from ragbench.experiment.config.text import ConfigError
+
+    cfg = niah_config(
+        tmp_path, strategies=[{"name": "long_context", "params": {"kv": ["plain", "sinks"]}}]
+    )
+    with pytest.raises(
+        ConfigError, match=r"strategies.0.params.kv: the fake backend cannot run kv 'sinks'"
+    ):
+        load_config(cfg)
+    cfg["model"]["params"] = {"simulate_kv_cache": True}  # the fake simulates them when asked
+    assert len(load_config(cfg).points) == 2
+    cfg["model"] = {"backend": "hf", "name": "smollm2-135m-instruct"}  # runs them
+    assert len(load_config(cfg).points) == 2
+    cfg["model"] = {"backend": "openai", "name": "m", "params": {"base_url": "http://h:1/v1"}}
+    with pytest.raises(ConfigError, match=r"the openai backend cannot run kv 'sinks'"):
+        load_config(cfg)

@@ -69,6 +69,7 @@ def lb2_config(tmp_path, strategies, rows=None) -> dict:
 
 def run_lb2(tmp_path, strategies, rows=None, window=8192, **fake):
     cfg = lb2_config(tmp_path, strategies, rows)
+    cfg["model"]["params"] = dict(fake)  # the config says what the fake given runs (kv too)
     recorder = Recorder()
     llm = FakeLLM(answer_fn=recorder, context_window=window, **fake)
     df = run(cfg, progress=False, llm=llm)

@@ -6,6 +6,7 @@ resumed."""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -21,6 +22,7 @@ from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.results import RECORDS, read_records
 from ragbench.experiment.runner import run, run_dir_for
 from ragbench.strategies.params import LongContextParams
+from ragbench.workspace.export import export_run
 
 V1 = Path(__file__).parent / "fixtures" / "schema1-run"
 V1_HASH = "0e68c0ad0d27a073698e880f10ff84a095c363e8820fa39aec3cde42a5f14d2e"  # its manifest's
@@ -119,9 +121,49 @@ def test_flat_kv_keys_in_a_config_name_the_nested_form_with_file_and_line(tmp_pa
         load_config(path)
     message = str(err.value)
     assert f"{path}:" in message and "strategies.2" in message
-    assert "unknown long_context parameter 'kv_cache'; the variant is now nested: kv: {name:" in (
-        message
+    # the variant the old keys named (strategies.2 is a sinks point), not a stock example
+    assert message.endswith(
+        "strategies.2: unknown long_context parameter 'kv_cache'; the variant is now nested: "
+        "kv: {name: sinks, sink_tokens: 4, window_tokens: 128}"
     )
+
+
+def test_exporting_a_schema_1_folder_rebuilds_its_questions(tmp_path, caplog):
+    folder = shutil.copytree(V1, tmp_path / "old")
+    for fmt in ("csv", "lm-eval"):
+        export_run(folder, fmt)
+    assert "questions left empty" not in caplog.text
+    rows = list(csv.DictReader((folder / "export" / "samples.csv").open()))
+    assert len(rows) == 5 and {r["question"] for r in rows} == {
+        "What is the special magic number mentioned in the text?"
+    }
+    samples = sorted((folder / "export" / "lm-eval").rglob("samples_*.jsonl"))
+    assert len(samples) == 5 and all("magic number" in p.read_text() for p in samples)
+
+
+def test_a_schema_1_config_grid_migrates_to_kv_axes():
+    config = {"strategies": [
+        {"name": "rag", "params": {"top_k": [2, 4]}},
+        {"name": "long_context", "params": {"kv_cache": ["plain", "quantized"], "kv_bits": [4, 8],
+                                            "overflow": "truncate_middle"}},
+    ]}  # fmt: skip
+    migrated = schema.migrate_config(config, 1)
+    assert migrated["strategies"][0] == config["strategies"][0]
+    assert migrated["strategies"][1]["params"] == {
+        "overflow": "truncate_middle",
+        "kv": [
+            {"name": "plain"},
+            {"name": "quantized", "bits": 4},
+            {"name": "quantized", "bits": 8},
+        ],
+    }
+    points = LongContextParams.grid(migrated["strategies"][1]["params"])
+    assert [p.label() for p in points] == [
+        "long_context truncate_middle",
+        "long_context truncate_middle kv=quantized-hqq-int4",
+        "long_context truncate_middle kv=quantized-hqq-int8",
+    ]
+    assert schema.migrate_config(config, 2) is config
 
 
 def test_a_newer_schema_is_refused_not_skipped(tmp_path):

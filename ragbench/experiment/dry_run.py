@@ -50,6 +50,8 @@ from ragbench.experiment.noise_pass import measures_noise
 from ragbench.experiment.resources import (
     build_resources,
     check_examples,
+    check_metrics,
+    error_at,
     generates_answers,
     load_examples,
 )
@@ -63,7 +65,7 @@ from ragbench.metrics.answer import deferred_metrics
 from ragbench.strategies import get_strategy, run_batch
 from ragbench.strategies.prompt_format import check_cot
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
-from ragbench.tokenizers import get_tokenizer
+from ragbench.tokenizers import HubUnavailableError, get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 COLUMNS = (
@@ -154,7 +156,10 @@ def prompt_counter(cfg: RunConfig) -> Any:
     sends nothing). The preflight (``ragbench.experiment.preflight``) counts with it too."""
     m = cfg.model
     if backend_capabilities(m.backend).local_weights:  # building it would load the weights
-        return HFPromptCounter(m.name, **m.params)
+        try:
+            return HFPromptCounter(m.name, **m.params)
+        except HubUnavailableError as exc:  # the model's tokenizer, from the Hub
+            raise error_at(cfg, ("model", "name"), str(exc), None) from None
     return load_llm(m.backend, model=m.name, **m.params)  # no request is sent by building it
 
 
@@ -167,6 +172,7 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     cfg = load_config(config)
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
+    check_metrics(cfg, examples)  # a metric that could score none of them
     check_cot(cfg.points, examples)  # as the run: cot without a protocol is refused
     # an external system (the user's pipeline) would really be called: it is not estimated
     points = [p for p in cfg.points if not get_strategy(p.strategy).external]
@@ -303,12 +309,11 @@ def cached_calibration(cfg: RunConfig) -> Any:
 
 
 def _notes(cfg: RunConfig) -> list[str]:
-    notes = [
-        f"completion tokens: at most max_new_tokens={cfg.model.max_new_tokens} per call",
-        "self_route: its RAG call only; declined questions add a long-context call",
-    ]
+    notes = [f"completion tokens: at most max_new_tokens={cfg.model.max_new_tokens} per call"]
     if any(getattr(p, "cot", False) for p in cfg.points):
         notes[0] += " (a cot point's reasoning call: the prompt format's own budget)"
+    if any(p.strategy == "self_route" for p in cfg.points):
+        notes.append("self_route: its RAG call only; declined questions add a long-context call")
     if deferred_metrics(cfg.metrics):
         notes.append("judge metrics: the judge's calls are not in this table")
     if measures_noise(cfg):

@@ -26,6 +26,7 @@ from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.calibration import announce
 from ragbench.llm.cost_model import Rates
 from ragbench.llm.hf.load import set_threads
+from ragbench.metrics.answer import METRICS
 from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index, needs_embedder
 from ragbench.retrieval.embedders.base import get_embedder
@@ -33,6 +34,7 @@ from ragbench.strategies import Resources, RetrievalParams, get_strategy
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.prompt_format import prompt_format
 from ragbench.strategies.registry import preflight_points
+from ragbench.tokenizers import HubUnavailableError
 from ragbench.types import Example
 
 
@@ -68,36 +70,67 @@ def check_examples(examples: list[Example], dataset: str, generates: bool = True
             )
 
 
+def check_metrics(cfg: RunConfig, examples: list[Example]) -> None:
+    """A metric that reads each example's meta (``longbench``: the subset's official metric)
+    must be able to score every example, or each record of the run would fail: a ConfigError
+    at ``metrics.<i>`` naming what it needs, before anything runs."""
+    if not generates_answers(cfg):
+        return
+    for i, name in enumerate(cfg.metrics):
+        problem_of = METRICS.get(name).meta_problem
+        if problem_of is None:
+            continue
+        bad = [(e.id, p) for e in examples if (p := problem_of(e.meta)) is not None]
+        if bad:
+            raise error_at(cfg, ("metrics", i), (
+                f"{name} cannot score {len(bad)} of the {len(examples)} examples of dataset "
+                f"{cfg.dataset.name!r} (the first: {bad[0][0]!r}): it {bad[0][1]}; name a metric "
+                "that fits this dataset (`ragbench list metrics`)"
+            ), None)  # fmt: skip
+
+
 def load_examples(config: Any) -> list[Example]:
     """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
     failure attribution needs beside the table (evidence spans, needles, distractors)."""
     cfg = load_config(config)
+    source = str(config) if isinstance(config, str | os.PathLike) else None
+    source = source or getattr(cfg, "_source_file", None)
     try:
         examples = list(build_dataset(cfg.dataset.name, **cfg.dataset_params()))
     except DatasetParamError as exc:  # reported at dataset.params.<key> of the config file
-        source = str(config) if isinstance(config, str | os.PathLike) else None
-        raise param_error(cfg, exc, source or getattr(cfg, "_source_file", None)) from None
+        raise param_error(cfg, exc, source) from None
     except HaystackTooShortError as exc:  # a context length the haystack cannot fill
         if "context_lengths" not in cfg.dataset.params:
             raise
-        source = str(config) if isinstance(config, str | os.PathLike) else None
-        exc = DatasetParamError("context_lengths", str(exc))
-        raise param_error(cfg, exc, source or getattr(cfg, "_source_file", None)) from None
+        raise param_error(cfg, DatasetParamError("context_lengths", str(exc)), source) from None
+    except HubUnavailableError as exc:  # the dataset's tokenizer, from the Hub
+        if "tokenizer" not in cfg.dataset.params:
+            raise
+        local = "; or name a local tokenizer (a folder, a .gguf file or whitespace)"
+        raise error_at(cfg, ("dataset", "params", "tokenizer"), str(exc) + local, source) from None
     return examples[: cfg.dataset.limit] if cfg.dataset.limit else examples
 
 
 def param_error(cfg: RunConfig, exc: DatasetParamError, source: str | None) -> ConfigError:
     """A generator's bad parameter as the config loader reports one: ``file:line:
     dataset.params.<key>: message`` (no line when ``--set`` overrides changed the file's text)."""
+    return error_at(cfg, ("dataset", "params", exc.key), exc.message, source)
+
+
+def error_at(cfg: RunConfig, loc: tuple, message: str, source: str | None) -> ConfigError:
+    """``message`` about the config key at ``loc`` as the config loader reports one:
+    ``file:line: <key>: message`` (no line when ``--set`` overrides changed the file's text;
+    ``source``: the config file, else the one ``cfg`` was read from)."""
 
     def fail(message: str) -> None:
         raise ValueError(message)
 
+    source = source or cfg._source_file
     text = None
     if source and Path(source).is_file() and not cfg._overrides:
         text = Path(source).read_text(encoding="utf-8")
     try:
-        located(("dataset", "params", exc.key), fail, exc.message)
+        located(loc, fail, message)
     except ValidationError as err:
         return ConfigError(explain_validation_error(err, source or "<config>", text, RunConfig))
     raise AssertionError("located() always raises")

@@ -64,6 +64,7 @@ from ragbench.experiment.preflight import check_window
 from ragbench.experiment.resources import (
     build_resources,
     check_examples,
+    check_metrics,
     check_server,
     generates_answers,
     load_examples,
@@ -137,6 +138,7 @@ def run(
     started = _now()
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
+    check_metrics(cfg, examples)  # a metric that could score none of them
     # chain of thought without a protocol, and long-context prompts over the window under
     # overflow "error", could only fail: stop now, before the model loads (the window counted
     # with its tokenizer alone: OverWindowError)

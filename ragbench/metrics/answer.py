@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ragbench.metrics.longbench import longbench_score
+from ragbench.metrics.longbench import meta_problem as longbench_meta_problem
 from ragbench.metrics.longbench_v2 import longbench_v2_accuracy
 from ragbench.metrics.normalize import NO_ANSWER, normalize_answer
 from ragbench.metrics.squad import (
@@ -121,6 +122,9 @@ class Metric:
     # the metric also reads the example's meta (``fn(prediction, answers, meta)``): metrics
     # chosen per example, such as LongBench's official metric of each subset
     needs_meta: bool = False
+    # for such a metric: why an example's meta cannot be scored (None: it can), so a run
+    # refuses a dataset it cannot score before it starts, rather than failing every record
+    meta_problem: Callable[[Mapping[str, Any] | None], str | None] | None = None
     kind: str = "string"  # string: fn(prediction, answers); judge/embedding: ragbench.judge
     # bumped whenever the metric's scores change, so a manifest says which scoring made a table
     # (2: SQuAD 2.0 scored as the official v2.0 script; LongBench ROUGE-L from `rouge` 1.0.1)
@@ -174,6 +178,7 @@ METRICS = Registry(
                 _longbench,
                 description="LongBench: each subset's official metric (meta['metric'])",
                 needs_meta=True,
+                meta_problem=longbench_meta_problem,
                 version=2,
             ),
             Metric(

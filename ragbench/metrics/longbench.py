@@ -259,17 +259,26 @@ FUNCTIONS: dict[str, Callable[..., float]] = {
 # ---------------------------------------------------------------------------- dispatch
 
 
+def meta_problem(meta: Mapping[str, Any] | None) -> str | None:
+    """Why an example cannot be scored by the longbench metric (its meta names no official
+    metric: not a LongBench example), or None."""
+    got = (meta or {}).get("metric")
+    if got in FUNCTIONS:
+        return None
+    return (
+        f"needs the example's meta['metric'] (one of {', '.join(FUNCTIONS)}; set by `ragbench "
+        f"data import longbench`), got {got!r}"
+    )
+
+
 def longbench_score(
     prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None
 ) -> float:
     """The official score of one prediction: ``meta["metric"]`` (set by the importer) over the
     gold answers, maximum; trec/triviaqa/samsum/lsht look at the first line only."""
-    if not meta or meta.get("metric") not in FUNCTIONS:
-        got = (meta or {}).get("metric")
-        raise ValueError(
-            f"the longbench metric needs the example's meta['metric'] (one of "
-            f"{', '.join(FUNCTIONS)}; set by `ragbench data import longbench`), got {got!r}"
-        )
+    problem = meta_problem(meta)
+    if problem is not None or meta is None:  # (None: meta names a metric, so it is a mapping)
+        raise ValueError(f"the longbench metric {problem}")
     fn = FUNCTIONS[meta["metric"]]
     if subset_name(str(meta.get("dataset", ""))) in FIRST_LINE_SUBSETS:
         prediction = prediction.lstrip("\n").split("\n")[0]

@@ -61,10 +61,13 @@ class StrategyParams:
 
     @classmethod
     def check_keys(cls, keys: Any) -> None:
+        """Raise ValueError for a key that is no field (``keys``: names, or the mapping, whose
+        values let a schema-1 KV key's hint show the variant it names)."""
         valid = cls.field_names()
+        spec = dict(keys) if isinstance(keys, Mapping) else None
         for key in keys:
             if key not in valid:
-                hint = v1_kv_hint(str(key)) if "kv" in valid else None
+                hint = v1_kv_hint(str(key), spec) if "kv" in valid else None
                 hint = hint or did_you_mean(str(key), valid or ["(none)"])
                 raise ValueError(f"unknown {cls.strategy} parameter {key!r}; {hint}")
 

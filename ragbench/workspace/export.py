@@ -44,6 +44,7 @@ from ragbench.analysis.labels import with_labels
 from ragbench.experiment.config.run import parse_config
 from ragbench.experiment.resources import load_examples
 from ragbench.io import atomic_write_text, dumps_canonical, read_json
+from ragbench.schema import migrate_config, version_of
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def questions(manifest: dict[str, Any]) -> dict[str, str]:
     """example id -> question, from the dataset the run's config builds; {} (with a warning)
     when it cannot be built here."""
     try:
-        cfg = parse_config(manifest["config"], "manifest.json")
+        config = migrate_config(manifest["config"], version_of(manifest))
+        cfg = parse_config(config, "manifest.json")
         return {e.id: e.question for e in load_examples(cfg)}
     except Exception as exc:  # a moved file, a dataset needing what is not installed here
         log.warning("questions left empty: the run's dataset could not be rebuilt here (%s: %s)",

@@ -45,6 +45,8 @@ from ragbench.experiment.config.text import (
     located,
 )
 from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
+from ragbench.llm import backend_capabilities
+from ragbench.llm.kv.variants import refuse_variants, variants_run
 from ragbench.metrics.answer import METRICS
 from ragbench.schema import KEY as SCHEMA_KEY
 from ragbench.schema import SCHEMA_VERSION
@@ -164,9 +166,15 @@ class RunConfig(_Strict):
         point must be valid before anything loads) and the price sheet. Errors name the place
         in the file they come from (``strategies.1``, ``price_sheet``)."""
         retrieval_grid = self.retrieval.grid_values()
+        # a KV-cache variant the model's backend cannot keep would fail every record of it
+        kv = variants_run(backend_capabilities(self.model.backend), self.model.params)
         points: list[StrategyParams] = []
         for i, s in enumerate(self.strategies):
             grid = located(("strategies", i), get_strategy(s.name).grid, s.params, retrieval_grid)
+            keeps = [p for p in grid if hasattr(p, "kv")]
+            located(
+                ("strategies", i, "params", "kv"), refuse_variants, keeps, self.model.backend, kv
+            )
             points.extend(grid)
         self._points = tuple(points)
         if not self.metrics and any(get_strategy(p.strategy).generates for p in points):

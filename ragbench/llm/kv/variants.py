@@ -282,9 +282,18 @@ def variant_of(request: Any) -> KVVariant:
     return request.kv if request.kv is not None else Plain()
 
 
+def variants_run(capabilities: Any, params: Any) -> tuple[str, ...]:
+    """The variants a backend keeps, from its ``capabilities`` (``ragbench.llm.base``) and the
+    model ``params`` it is built with: all where it runs them (or simulates them, when asked:
+    ``simulate_kv_cache: true``), else plain only. What ``refuse_variants`` checks against."""
+    simulated = capabilities.simulates_kv_cache and bool(params.get("simulate_kv_cache"))
+    return tuple(KV_CACHES) if capabilities.kv_variants or simulated else ("plain",)
+
+
 def refuse_variants(requests: Any, backend: str, supported: Any = ("plain",)) -> None:
-    """Raise ValueError for a request whose KV-cache variant this backend cannot keep, naming
-    what it supports and where the variants run (the transformers backend). Pure."""
+    """Raise ValueError for a request (or a config's strategy point: anything with a ``kv``)
+    whose KV-cache variant this backend cannot keep, naming what it supports and where the
+    variants run (the transformers backend). Pure."""
     for r in requests:
         name = variant_of(r).name
         if name not in supported:
