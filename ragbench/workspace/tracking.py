@@ -41,6 +41,7 @@ from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.runner import run as run_experiment
 from ragbench.io import atomic_write_text
 from ragbench.locks import FolderLock
+from ragbench.schema import migrate_config, version_of
 from ragbench.workspace.export import slug
 
 DEFAULT_STORE = "mlruns"  # ./mlruns: mlflow.db + artifacts/
@@ -145,7 +146,8 @@ def _cut(text: str, limit: int) -> str:
 
 def run_params(manifest: dict[str, Any]) -> dict[str, str]:
     """The params of a run: its flattened config, hash, model identity and price sheet."""
-    params = flatten(manifest.get("config") or {})
+    # an older schema's config as this one reads it (schema 1's flat kv_* keys nested under kv)
+    params = flatten(migrate_config(manifest.get("config") or {}, version_of(manifest)))
     params["config_hash"] = str(manifest.get("config_hash"))
     params.update(flatten(manifest.get("model") or {}, "identity."))
     params.update(flatten(manifest.get("price_sheet") or {}, "price_sheet."))
