@@ -390,3 +390,13 @@ def test_a_loaded_config_is_immutable_and_a_changed_origin_is_a_copy(tmp_path):
         with_origin(cfg, calibration={})
     assert (config_hash(moved), moved.model_dump(mode="json")) == before
     assert not hasattr(cfg, "_calibration")
+
+
+def test_a_backend_parameter_it_does_not_take_names_file_and_line_not_the_value(tmp_path):
+    text = GOOD.replace("  name: fake\n", "  name: fake\n  params: {simulate_kv: sk-SECRET}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    msg = str(e.value)
+    assert "c.yaml:8: model.params: LLM backend 'fake' takes no parameter 'simulate_kv'" in msg
+    assert "did you mean 'simulate_kv_cache'? valid: answer_fn," in msg
+    assert "SECRET" not in msg and "\n" not in msg
