@@ -400,3 +400,17 @@ def test_a_backend_parameter_it_does_not_take_names_file_and_line_not_the_value(
     assert "c.yaml:8: model.params: LLM backend 'fake' takes no parameter 'simulate_kv'" in msg
     assert "did you mean 'simulate_kv_cache'? valid: answer_fn," in msg
     assert "SECRET" not in msg and "\n" not in msg
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def test_a_folder_given_as_the_config_is_one_error_naming_its_config(tmp_path):
+    with pytest.raises(ConfigError, match=r"^\S+/plain: a folder, not a config file$"):
+        load_config(_folder(tmp_path / "plain"))
+    run = _folder(tmp_path / "run")
+    (run / "config.yaml").write_text(GOOD)
+    with pytest.raises(ConfigError, match=r"run: a folder, not a config file; its config is \S+"):
+        load_config(run)

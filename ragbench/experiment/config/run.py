@@ -310,6 +310,9 @@ def load_config(
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such config file")
+    if path.is_dir():  # a run folder keeps its config as config.yaml
+        hint = f"; its config is {path / 'config.yaml'}" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"{path}: a folder, not a config file{hint}")
     try:
         text = read_text(path)  # bytes that are not UTF-8: the file, line and column
         data = load_yaml(text)  # a repeated key, or aliases that expand too far: refused
