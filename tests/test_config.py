@@ -414,3 +414,9 @@ def test_a_folder_given_as_the_config_is_one_error_naming_its_config(tmp_path):
     (run / "config.yaml").write_text(GOOD)
     with pytest.raises(ConfigError, match=r"run: a folder, not a config file; its config is \S+"):
         load_config(run)
+
+
+def test_a_metric_listed_twice_is_refused_at_its_line(tmp_path):
+    text = GOOD.replace("metrics: [string_match_all]", "metrics: [contains, contains]")
+    with pytest.raises(ConfigError, match=r"c.yaml:12: metrics: 'contains' is listed twice"):
+        load_config(write(tmp_path, text))

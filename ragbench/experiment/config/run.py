@@ -155,7 +155,11 @@ class RunConfig(_Strict):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, v: list[str]) -> list[str]:
-        return [METRICS.check(name) for name in v]
+        names = [METRICS.check(name) for name in v]
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:  # the table would show its column twice
+            raise ValueError(f"{twice!r} is listed twice; name each metric once")
+        return names
 
     @model_validator(mode="after")
     def _typed(self) -> RunConfig:
@@ -170,7 +174,7 @@ class RunConfig(_Strict):
             points.extend(grid)
         self._points = tuple(points)
         if not self.metrics and any(get_strategy(p.strategy).generates for p in points):
-            raise ValueError("metrics: [] scores no answer; name one (e.g. string_match_all)")
+            located(("metrics",), _no_metrics)
         if self.price_sheet is not None:
             self._sheet = located(("price_sheet",), price_sheet, self.price_sheet)
         return self
@@ -211,6 +215,10 @@ class RunConfig(_Strict):
 
 
 SPEED_PARAMS = ("decode", "cuda_graphs")  # model.params that change speed, not answers
+
+
+def _no_metrics() -> None:
+    raise ValueError("[] scores no answer; name one (e.g. string_match_all)")
 
 
 def config_hash(config: RunConfig) -> str:
