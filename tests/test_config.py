@@ -420,3 +420,16 @@ def test_a_metric_listed_twice_is_refused_at_its_line(tmp_path):
     text = GOOD.replace("metrics: [string_match_all]", "metrics: [contains, contains]")
     with pytest.raises(ConfigError, match=r"c.yaml:12: metrics: 'contains' is listed twice"):
         load_config(write(tmp_path, text))
+
+
+def test_a_dataset_parameter_the_dataset_does_not_take_is_named_at_its_own_line(tmp_path):
+    text = GOOD.replace(
+        "  params: {context_lengths: [200], tokenizer: whitespace}",
+        "  params:\n    context_lengths: [200]\n    num_hops: 3",
+    ).replace("name: niah", "name: ruler/niah_single")
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    assert (
+        "c.yaml:6: dataset.params.num_hops: dataset 'ruler/niah_single': unknown parameter"
+        in str(e.value)
+    )

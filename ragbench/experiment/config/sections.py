@@ -18,7 +18,8 @@ from pydantic import (
 
 import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, retriever options
 from ragbench.cost.prices import PriceSheet, price_sheet
-from ragbench.datasets import DATASETS, check_params
+from ragbench.datasets import DATASETS, UnknownParamError, check_params
+from ragbench.experiment.config.text import located
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.metric import get_judge_metric, judged_metrics
 from ragbench.judge.prompts import load_prompt
@@ -71,8 +72,15 @@ class DatasetConfig(_Strict):
     @model_validator(mode="after")
     def _known(self) -> DatasetConfig:
         DATASETS.check(self.name)  # unknown name -> did-you-mean over the registered datasets
-        check_params(self.name, self.params)
+        try:
+            check_params(self.name, self.params)
+        except UnknownParamError as exc:  # at its own line: dataset.params.<key>
+            located(("params", exc.key), _refuse, str(exc))
         return self
+
+
+def _refuse(message: str) -> None:
+    raise ValueError(message)
 
 
 class RateLimitConfig(_Strict):
