@@ -35,6 +35,7 @@ class InputFileError(ValueError):
         what = f" field {field!r}:" if field else ""
         super().__init__(f"{where}:{what} {message}")
         self.path, self.line, self.field = str(path), line, field
+        self.message = message
 
 
 _UMASK = os.umask(0)

@@ -275,7 +275,7 @@ def test_an_empty_metrics_list_is_refused_when_a_strategy_answers(tmp_path):
         "name: t\ndataset: {name: niah, params: {context_lengths: [400], tokenizer: whitespace}}\n"
         "model: {backend: fake, name: fake}\nstrategies: [long_context]\nmetrics: []\n"
     )
-    with pytest.raises(ConfigError, match=r"cfg.yaml.*metrics: \[\] scores no answer"):
+    with pytest.raises(ConfigError, match=r"cfg.yaml:5: metrics: \[\] scores no answer"):
         load_config(cfg)
 
 

@@ -390,3 +390,46 @@ def test_a_loaded_config_is_immutable_and_a_changed_origin_is_a_copy(tmp_path):
         with_origin(cfg, calibration={})
     assert (config_hash(moved), moved.model_dump(mode="json")) == before
     assert not hasattr(cfg, "_calibration")
+
+
+def test_a_backend_parameter_it_does_not_take_names_file_and_line_not_the_value(tmp_path):
+    text = GOOD.replace("  name: fake\n", "  name: fake\n  params: {simulate_kv: sk-SECRET}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    msg = str(e.value)
+    assert "c.yaml:8: model.params: LLM backend 'fake' takes no parameter 'simulate_kv'" in msg
+    assert "did you mean 'simulate_kv_cache'? valid: answer_fn," in msg
+    assert "SECRET" not in msg and "\n" not in msg
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def test_a_folder_given_as_the_config_is_one_error_naming_its_config(tmp_path):
+    with pytest.raises(ConfigError, match=r"^\S+/plain: a folder, not a config file$"):
+        load_config(_folder(tmp_path / "plain"))
+    run = _folder(tmp_path / "run")
+    (run / "config.yaml").write_text(GOOD)
+    with pytest.raises(ConfigError, match=r"run: a folder, not a config file; its config is \S+"):
+        load_config(run)
+
+
+def test_a_metric_listed_twice_is_refused_at_its_line(tmp_path):
+    text = GOOD.replace("metrics: [string_match_all]", "metrics: [contains, contains]")
+    with pytest.raises(ConfigError, match=r"c.yaml:12: metrics: 'contains' is listed twice"):
+        load_config(write(tmp_path, text))
+
+
+def test_a_dataset_parameter_the_dataset_does_not_take_is_named_at_its_own_line(tmp_path):
+    text = GOOD.replace(
+        "  params: {context_lengths: [200], tokenizer: whitespace}",
+        "  params:\n    context_lengths: [200]\n    num_hops: 3",
+    ).replace("name: niah", "name: ruler/niah_single")
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    assert (
+        "c.yaml:6: dataset.params.num_hops: dataset 'ruler/niah_single': unknown parameter"
+        in str(e.value)
+    )

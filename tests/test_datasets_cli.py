@@ -214,3 +214,16 @@ def test_registry_is_lazy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_folder_as_out_is_refused_before_anything_is_generated(run, tmp_path):
+    (tmp_path / "here").mkdir()
+    for args in (
+        ["niah", "--context-lengths", "300", "--depths", "50", *WS],
+        ["ruler", "vt", "--context-lengths", "600", "--num-examples", "1", *WS],
+    ):
+        out = run(*args, "--out", "here", code=2)
+        assert (
+            out.strip() == "error: --out here is a folder: name the file, e.g. here/examples.jsonl"
+        )
+    assert not list(tmp_path.glob(".here.*"))  # no temporary file left beside it

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragbench.datasets import beir, formats
-from ragbench.datasets.corpus.file import corpus_fingerprint
+from ragbench.datasets.corpus.file import corpus_fingerprint, read_documents, write_documents
 from ragbench.io import InputFileError, sha256_file
 from ragbench.registry import UnknownNameError
 from ragbench.types import Document, Example
@@ -370,3 +370,16 @@ def test_bytes_that_are_not_utf8_name_the_file_line_and_column(tmp_path):
     ):
         read_text(bad)
     assert read_text(good) == good.read_text(encoding="utf-8")
+
+
+def test_a_corpus_file_given_as_a_dataset_says_so_and_the_reverse(tmp_path):
+    corpus = write_documents(tmp_path / "corpus.jsonl", [Document("a.md", "Refunds in 14 days.")])
+    with pytest.raises(
+        InputFileError, match=r"corpus.jsonl:1: field 'text': this is a corpus file"
+    ):
+        formats.read_examples(corpus)
+    dataset = formats.write_examples(tmp_path / "d.jsonl", [Example("q1", "When?", ("14",), ())])
+    with pytest.raises(
+        InputFileError, match=r"d.jsonl:1: field 'question': this is a ragbench data"
+    ):
+        read_documents(dataset)

@@ -220,3 +220,39 @@ def test_import_genai_sheet_from_the_installed_snapshot():
     data = prices_import.import_genai_sheet("gpt-4o-mini", "openai")
     s = prices.parse_price_sheet(data)
     assert s.provider == "openai" and s.rates(1)["input_per_million"] > 0
+
+
+GPU = {"name": "g", "kind": "gpu_hour", "date": "d", "source": "s", "gpu_hour": 2.5, "gpus": 1}
+
+
+@pytest.mark.parametrize("gpus", [0, -1, 1.5, True])
+def test_a_gpu_sheet_holds_a_positive_whole_number_of_devices(gpus):
+    with pytest.raises(InputFileError, match=f"'gpus': must be an integer >= 1, got {gpus}"):
+        prices.parse_price_sheet({**GPU, "gpus": gpus}, "g.yaml")
+    assert prices.parse_price_sheet(GPU, "g.yaml").prices["gpus"] == 1.0
+
+
+def test_a_sheet_in_another_currency_is_refused_not_shown_as_dollars():
+    with pytest.raises(InputFileError, match="'currency': 'EUR': .*US dollars; valid: USD"):
+        sheet(currency="EUR")
+    assert sheet(currency="USD").currency == sheet().currency == "USD"
+
+
+@pytest.mark.parametrize("key", ["name", "cached_input_per_million", "date", "source"])
+def test_only_a_missing_date_or_source_says_every_sheet_carries_them(key):
+    with pytest.raises(InputFileError, match=f"'{key}': required") as err:
+        sheet(**{key: None})
+    assert ("every sheet carries" in str(err.value)) == (key in ("date", "source"))
+
+
+def test_a_sheet_files_error_names_the_line_of_its_field(tmp_path):
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({**GPU, "gpus": 0}, sort_keys=False), encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"g.yaml:6: field 'gpus'"):
+        prices.price_sheet(path)
+    head = yaml.safe_dump({k: v for k, v in TIERED.items() if k != "long_context_tiers"})
+    tiers = "long_context_tiers:\n- above_prompt_tokens: 5\n  input_per_million: 1\n"
+    path.write_text(f"{head}{tiers}- input_per_million: 2\n  above_prompt_tokens: 5\n")
+    line = len(head.splitlines()) + 5  # the second tier's above_prompt_tokens
+    with pytest.raises(InputFileError, match=rf"g.yaml:{line}: field 'long_context_tiers\[1\]"):
+        prices.price_sheet(path)

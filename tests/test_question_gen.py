@@ -540,3 +540,13 @@ def test_cli_multi_hop(cli, tmp_path, monkeypatch):
     assert [len(r["evidence"]) for r in rows] == [2, 2] and all(
         r["meta"]["hops"] == 2 for r in rows
     )
+
+
+def test_a_bad_model_section_is_one_line_naming_the_choices_not_a_pydantic_dump():
+    with pytest.raises(ValueError) as err:
+        question_gen.load_model({"backend": "fak", "name": "fake"})
+    msg = str(err.value)
+    assert (
+        msg
+        == "model: backend: unknown LLM backend 'fak'; did you mean 'fake'? valid: fake, hf, openai"
+    )

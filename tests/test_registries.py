@@ -97,3 +97,9 @@ def test_name_sets_stay_usable_as_before():
     with pytest.raises(UnknownNameError, match=r"did you mean 'whitespace'\?.*<folder or .gguf"):
         check_tokenizer("whitespac")
     assert dict(entries("models"))["<HF id, folder or .gguf>"] == "also accepted"
+
+
+def test_each_importer_has_its_own_description_not_its_modules():
+    rows = dict(entries("importers"))
+    assert len(set(rows.values())) == len(rows), rows
+    assert rows["longbench"].startswith("LongBench JSONL") and rows["ruler"].startswith("RULER")

@@ -23,7 +23,7 @@ from ragbench.datasets.ruler.presets import (
     dataset_name,
     iter_preset,
 )
-from ragbench.datasets.ruler.tasks import CWE_INSTRUCTION
+from ragbench.datasets.ruler.tasks import CWE_INSTRUCTION, build
 
 WS = "whitespace"
 
@@ -76,6 +76,31 @@ def test_preset_parameters_are_the_generators_defaults():
     assert inspect.signature(DATASETS.get("ruler/qa_2")).parameters["format"].default == "hotpotqa"
     with pytest.raises(ValueError, match="did you mean 'num_keys'"):
         check_params("ruler/niah_multikey_1", {"num_kyes": 2})
+
+
+@pytest.mark.parametrize(
+    ("name", "foreign"),
+    [
+        ("ruler/niah_single", "num_hops"),
+        ("ruler/niah_single", "freq_cw"),
+        ("ruler/vt", "value_type"),
+        ("ruler/vt", "haystack"),
+        ("ruler/variable_tracking", "num_keys"),
+        ("ruler/common_words", "haystack"),
+        ("ruler/cwe", "num_hops"),
+        ("ruler/niah_single_1", "num_chains"),
+    ],
+)
+def test_a_task_refuses_the_parameters_only_other_tasks_read(name, foreign):
+    with pytest.raises(ValueError, match=f"unknown parameter '{foreign}'") as err:
+        check_params(name, {foreign: 3})
+    valid = str(err.value).split("valid: ")[1].split(", ")
+    assert foreign not in valid and "seed" in valid  # this task's parameters, not every task's
+
+
+def test_a_task_called_directly_refuses_other_tasks_parameters():
+    with pytest.raises(DatasetParamError, match="'num_hops': not read by ruler/niah_single"):
+        build("niah_single", context_lengths=[600], num_examples=1, tokenizer=WS, num_hops=3)
 
 
 # (preset, haystack, key pattern, value pattern, answers, keys in the context)

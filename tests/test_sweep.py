@@ -75,16 +75,26 @@ def test_spec_errors_name_file_and_key(tmp_path):
     repeated = write_spec(tmp_path, "repeated.yaml", grid={"x": [1, 1]})
     with pytest.raises(SweepSpecError, match=r"repeated\.yaml:2: grid\.x: repeated values"):
         load_spec(repeated)
-    with pytest.raises(SweepSpecError, match="both set"):
-        expand_grid(SweepSpec(notebook="nb", parameters={"x": 1}, grid={"x": [2]}))
+    both = write_spec(tmp_path, "both.yaml", parameters={"x": 1}, grid={"x": [2]})  # x: line 2
+    with pytest.raises(SweepSpecError, match=r"both\.yaml:2: grid\.x: 'x' is also set in param"):
+        load_spec(both)
+    fak = write_spec(tmp_path, "fak.yaml", grid={"backend": ["fake", "fak"]})
+    with pytest.raises(
+        SweepSpecError, match=r"fak\.yaml:2: grid\.backend: unknown LLM backend 'fak'; did you"
+    ):
+        load_spec(fak)
 
 
 def test_unknown_or_mistyped_parameter_fails_before_any_execution(tmp_path):
-    spec = write_spec(tmp_path, grid={"xx": [1, 2]})
-    with pytest.raises(SweepSpecError, match=r"unknown parameter 'xx'.*did you mean 'x'"):
+    spec = write_spec(tmp_path, grid={"xx": [1, 2]})  # grid: line 1, xx: line 2
+    with pytest.raises(
+        SweepSpecError, match=r"sweep\.yaml:2: grid\.xx: unknown parameter 'xx'.*did you mean 'x'"
+    ):
         execute_sweep(spec)
     typed = write_spec(tmp_path, "typed.yaml", grid={"x": [1, "two"]})
-    with pytest.raises(SweepSpecError, match=r"parameter 'x' is declared int, got 'two'"):
+    with pytest.raises(
+        SweepSpecError, match=r"typed\.yaml:2: grid\.x: parameter 'x' is declared int, got 'two'"
+    ):
         execute_sweep(typed)
     assert not (tmp_path / "out").exists()  # nothing ran, nothing written
     with pytest.raises(SweepSpecError, match="unknown executor 'rey'; did you mean 'ray'"):

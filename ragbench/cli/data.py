@@ -110,8 +110,17 @@ def _default_out(stem: str, params: dict[str, Any]) -> Path:
     return DEFAULT_DIR / f"{name}.jsonl"
 
 
+def _refuse_folder(out: Path | None) -> None:
+    """A folder as --out, refused before anything is generated or read (as `data docs` does)."""
+    if out is not None and out.is_dir():
+        raise cli_error(
+            ValueError(f"--out {out} is a folder: name the file, e.g. {out / 'examples.jsonl'}")
+        )
+
+
 def _write(out: Path, examples: Iterable[Any]) -> None:
     examples = list(examples)
+    _refuse_folder(out)
     with user_errors():
         path = formats.write_examples(out, examples)
     typer.echo(f"wrote {len(examples)} examples to {path}")
@@ -121,6 +130,7 @@ def _write(out: Path, examples: Iterable[Any]) -> None:
 def _generate(desc: str, it: Iterator[Any], total: int, out: Path) -> None:
     from tqdm.auto import tqdm
 
+    _refuse_folder(out)
     with user_errors(KeyError):
         examples = list(tqdm(it, total=total, desc=desc, unit="ex", disable=None))
     _write(out, examples)
@@ -268,6 +278,7 @@ def import_cmd(
     BEIR is written as a shared corpus (a corpus file and a questions file, for the `corpus`
     dataset) so the corpus is stored once; score it with the `retrieve_only` strategy. So are
     FlashRAG and a Hugging Face dataset mapped to a --corpus."""
+    _refuse_folder(out)
     if fmt in _DATASET_IMPORTERS:  # the importers that are datasets too (same name in configs)
         given = {"split": split, "corpus": corpus, "question": question, "answers": answers}
         given |= {"context": context, "unanswerable": unanswerable, "param": param}

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ _API_OPTIONAL = (
 )
 _GPU_REQUIRED = ("gpu_hour", "gpus")
 _COMMON = ("name", "kind", "date", "source", "currency")
+CURRENCY = "USD"  # what every sheet prices in; a sheet in another currency is refused
 SHEET_HASH_CHARS = 16  # hex digits of the content hash a record keeps (price_sheet_sha256)
 _OPTIONAL = ("hardware", "peak_flops", "note", "provider", "model")
 
@@ -89,7 +91,7 @@ class PriceSheet:
     kind: str
     date: str
     source: str
-    currency: str = "USD"
+    currency: str = "USD"  # the only one (CURRENCY): every figure ragbench shows is in dollars
     prices: dict[str, float] = field(default_factory=dict)
     hardware: str = ""
     peak_flops: float | None = None
@@ -149,12 +151,36 @@ def price_sheet(name_or_path: str | os.PathLike) -> PriceSheet:
         if str(name_or_path) not in PRICE_SHEETS:
             raise unknown("price sheet", str(name_or_path), [*PRICE_SHEETS.names(), "<path.yaml>"])
         path = PRICE_SHEETS.get(str(name_or_path))
+    text = read_text(path)
     try:
-        data = load_yaml(read_text(path))
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         line, problem = yaml_problem(exc)
         raise InputFileError(path, line, f"invalid YAML: {problem}") from None
-    return parse_price_sheet(data, str(path))
+    try:
+        return parse_price_sheet(data, str(path))
+    except InputFileError as exc:  # name the line of the field at fault
+        line = _line_of(text, exc.field or "")
+        if line is None:
+            raise
+        raise InputFileError(path, line, exc.message, exc.field) from None
+
+
+def _line_of(text: str, field: str) -> int | None:
+    """1-based line of ``field`` (``long_context_tiers[1].above_prompt_tokens``) in a sheet's
+    YAML: of the deepest part present, or None when not even its first is."""
+    node, line = yaml.compose(text), None
+    for part in re.findall(r"[^.\[\]]+", field):
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+        else:
+            node = None
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+    return line
 
 
 def _number(where: str, key: str, value: Any) -> float:
@@ -214,10 +240,16 @@ def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
             raise InputFileError(where, None, f"unknown key; {did_you_mean(key, valid)}", key)
     for key in ("name", "date", "source", *required):
         if data.get(key) in (None, ""):
-            raise InputFileError(
-                where, None, "required (every sheet carries a date and a source)", key
-            )
-    prices = {key: _number(where, key, data[key]) for key in required}
+            why = " (every sheet carries a date and a source)" if key in ("date", "source") else ""
+            raise InputFileError(where, None, f"required{why}", key)
+    currency = data.get("currency", CURRENCY)
+    if currency != CURRENCY:  # every figure and report is in dollars: no conversion is made
+        raise InputFileError(
+            where, None, f"{currency!r}: prices are in US dollars; valid: {CURRENCY}", "currency"
+        )
+    prices = {key: _number(where, key, data[key]) for key in required if key != "gpus"}
+    if kind == "gpu_hour":  # devices held: a sheet for none would price every query at $0
+        prices["gpus"] = float(_count(where, "gpus", data["gpus"], minimum=1))
     if data.get("cache_write_per_million") is not None:
         prices["cache_write_per_million"] = _number(
             where, "cache_write_per_million", data["cache_write_per_million"]
@@ -228,7 +260,7 @@ def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
         kind=kind,
         date=str(data["date"]),
         source=str(data["source"]).strip(),
-        currency=str(data.get("currency", "USD")),
+        currency=CURRENCY,
         prices=prices,
         hardware=str(data.get("hardware", "")),
         peak_flops=_number(where, "peak_flops", peak) if peak is not None else None,

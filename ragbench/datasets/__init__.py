@@ -56,6 +56,15 @@ DATASETS = Registry(
 )
 
 
+class UnknownParamError(ValueError):
+    """A parameter dataset ``name`` does not take; ``key`` names it (a config reports it at
+    ``dataset.params.<key>``)."""
+
+    def __init__(self, name: str, key: str, valid: list[str]):
+        super().__init__(f"dataset {name!r}: unknown parameter {key!r}; {did_you_mean(key, valid)}")
+        self.key = key
+
+
 def check_params(name: str, params: dict[str, Any]) -> None:
     """Raise ValueError naming the valid parameters when ``params`` don't fit dataset ``name``."""
     fn = DATASETS.get(name)
@@ -66,9 +75,7 @@ def check_params(name: str, params: dict[str, Any]) -> None:
     open_ended = len(valid) < len(sig.parameters)  # e.g. "file": options go to the importer
     for key in params:
         if key not in valid and not open_ended:
-            raise ValueError(
-                f"dataset {name!r}: unknown parameter {key!r}; {did_you_mean(key, valid)}"
-            )
+            raise UnknownParamError(name, key, valid)
     try:
         sig.bind(**params)
     except TypeError as exc:
@@ -89,6 +96,7 @@ __all__ = [
     "DATASETS",
     "RULER_PRESETS",
     "RULER_TASKS",
+    "UnknownParamError",
     "build_dataset",
     "check_params",
     "dataset_names",

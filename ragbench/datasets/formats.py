@@ -130,6 +130,13 @@ _EXAMPLE_KEYS = ("id", "question", "answers", "documents", "meta")
 
 
 def _example_from_row(row: dict) -> Example:
+    if "text" in row and "question" not in row:  # a document: a corpus file given for a dataset
+        raise FieldError(
+            ("text",),
+            "this is a corpus file (a document a line, as `ragbench data docs` writes), not a "
+            "ragbench dataset (an example a line: id, question, answers, documents); a corpus "
+            "goes with a questions file into the `corpus` dataset",
+        )
     no_unknown(row, _EXAMPLE_KEYS)
     docs: list[Document] = []
     for i, d in enumerate(req(row, "documents", list)):

@@ -72,6 +72,8 @@ _LONGBENCH_FIELDS |= {"dataset": str, "_id": str}
 
 
 def load_longbench(path: PathLike) -> list[Example]:
+    """LongBench JSONL: each context one document, scored by its subset's official metric (see
+    the module docstring)."""
     examples = read_jsonl(path, _longbench_example, id_field="_id")
     return nonempty(path, examples, "no examples (an empty LongBench file)")
 
@@ -109,6 +111,8 @@ _RULER_FIELDS = {"index": int, "input": str, "outputs": STRINGS, "length": int}
 
 
 def load_ruler(path: PathLike) -> list[Example]:
+    """RULER's generated JSONL: the input's last line the question, the rest one document (see
+    the module docstring)."""
     examples = read_jsonl(path, _ruler_example, id_field="index")
     return nonempty(path, examples, "no examples (an empty RULER file)")
 

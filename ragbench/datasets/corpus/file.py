@@ -18,8 +18,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-from ragbench.datasets._validate import document_from_row, read_jsonl, refuse_duplicate_ids
+from ragbench.datasets._validate import (
+    FieldError,
+    document_from_row,
+    read_jsonl,
+    refuse_duplicate_ids,
+)
 from ragbench.io import InputFileError, dumps_canonical, remove_stale_temps, temp_prefix
 from ragbench.types import Document
 
@@ -137,9 +143,19 @@ def corpus_fingerprint(documents: Iterable[Document]) -> str:
     return digest.hexdigest()
 
 
+def _document(row: Any) -> Document:
+    if isinstance(row, dict) and "question" in row and "text" not in row:  # an example
+        raise FieldError(
+            ("question",),
+            "this is a ragbench dataset (an example a line), not a corpus file (a document a "
+            "line: id, text, title, meta, as `ragbench data docs` writes)",
+        )
+    return document_from_row(row)
+
+
 def read_documents(path: PathLike) -> list[Document]:
     """A corpus file, strictly: errors name the file, line and field; an empty file is one."""
-    documents = read_jsonl(path, document_from_row, id_field="id")
+    documents = read_jsonl(path, _document, id_field="id")
     if not documents:
         raise InputFileError(path, None, "no documents (an empty corpus file)")
     return documents

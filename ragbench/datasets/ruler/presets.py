@@ -25,7 +25,6 @@ lines 102-106).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 from collections.abc import Callable, Iterator
@@ -130,7 +129,7 @@ PRESETS = {
 }
 
 GENERATORS: dict[str, Callable[..., Iterator[Example]]] = {
-    **{t: functools.partial(ruler.iter_ruler, t) for t in ruler.TASKS},
+    **{t: ruler.task_iterator(t) for t in ruler.TASKS},
     "cwe": ruler_cwe.iter_cwe,
     "fwe": ruler_fwe.iter_fwe,
     "qa": ruler_qa.iter_qa,

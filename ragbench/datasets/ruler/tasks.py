@@ -18,14 +18,21 @@ these.
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import string
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
+from typing import Any
 
 from ragbench.datasets import RULER_TASKS
-from ragbench.datasets._validate import choice_param, int_param, lengths_param
+from ragbench.datasets._validate import (
+    DatasetParamError,
+    choice_param,
+    int_param,
+    lengths_param,
+)
 from ragbench.datasets.haystack import (
     NOISE_SENTENCE,
     fit,
@@ -34,7 +41,7 @@ from ragbench.datasets.haystack import (
     sentences,
 )
 from ragbench.datasets.niah import DEFAULT_TOKENIZER, linear_spacing
-from ragbench.registry import unknown
+from ragbench.registry import did_you_mean, unknown
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Document, Example
 
@@ -375,17 +382,55 @@ def iter_ruler(
             yield Example(ex_id, question, tuple(answers), (doc,), meta)
 
 
-def build(task: str, **params) -> list[Example]:
-    return list(iter_ruler(task, **params))
+# what each task reads beside the common sizing parameters (``iter_ruler``'s first five): a
+# task's builder takes only these, so another task's parameter is an error, not ignored
+COMMON_PARAMS = ("context_lengths", "num_examples", "tokenizer", "final_context_length_buffer",
+                 "seed")  # fmt: skip
+NIAH_PARAMS = ("haystack", "key_type", "value_type", "num_keys", "num_values", "num_queries")
+TASK_PARAMS = {
+    **{task: NIAH_PARAMS for task in TASKS if task.startswith("niah_")},
+    "variable_tracking": ("num_chains", "num_hops"),
+    "common_words": ("num_cw", "freq_cw", "freq_ucw"),
+}
+
+
+def task_signature(task: str) -> inspect.Signature:
+    """``iter_ruler``'s signature cut to the parameters ``task`` reads (``check_params``)."""
+    if task not in TASK_PARAMS:
+        raise unknown("RULER task", task, TASKS)
+    keep = COMMON_PARAMS + TASK_PARAMS[task]
+    sig = inspect.signature(iter_ruler)
+    return sig.replace(parameters=[p for p in sig.parameters.values() if p.name in keep])
+
+
+def task_iterator(task: str) -> Callable[..., Iterator[Example]]:
+    """``iter_ruler`` for ``task``, refusing the parameters only other tasks read."""
+    sig = task_signature(task)
+
+    def iterate(**params: Any) -> Iterator[Example]:
+        for key in params:
+            if key not in sig.parameters:
+                raise DatasetParamError(
+                    key, f"not read by ruler/{task}; {did_you_mean(key, sig.parameters)}"
+                )
+        return iter_ruler(task, **params)
+
+    iterate.__name__ = f"iter_{task}"
+    iterate.__signature__ = sig  # type: ignore[attr-defined]
+    return iterate
+
+
+def build(task: str, **params: Any) -> list[Example]:
+    return list(task_iterator(task)(**params))
 
 
 def _task_builder(task: str) -> Callable[..., list[Example]]:
-    def builder(**params) -> list[Example]:
+    def builder(**params: Any) -> list[Example]:
         return build(task, **params)
 
     builder.__name__ = task
     builder.__doc__ = f"RULER {task} examples; see iter_ruler for the parameters."
-    builder.__wrapped__ = functools.partial(iter_ruler, task)  # its signature, for checks
+    builder.__signature__ = task_signature(task)  # type: ignore[attr-defined]
     return builder
 
 

@@ -157,7 +157,11 @@ class RunConfig(_Strict):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, v: list[str]) -> list[str]:
-        return [METRICS.check(name) for name in v]
+        names = [METRICS.check(name) for name in v]
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:  # the table would show its column twice
+            raise ValueError(f"{twice!r} is listed twice; name each metric once")
+        return names
 
     @model_validator(mode="after")
     def _typed(self) -> RunConfig:
@@ -178,7 +182,7 @@ class RunConfig(_Strict):
             points.extend(grid)
         self._points = tuple(points)
         if not self.metrics and any(get_strategy(p.strategy).generates for p in points):
-            raise ValueError("metrics: [] scores no answer; name one (e.g. string_match_all)")
+            located(("metrics",), _no_metrics)
         if self.price_sheet is not None:
             self._sheet = located(("price_sheet",), price_sheet, self.price_sheet)
         return self
@@ -219,6 +223,10 @@ class RunConfig(_Strict):
 
 
 SPEED_PARAMS = ("decode", "cuda_graphs")  # model.params that change speed, not answers
+
+
+def _no_metrics() -> None:
+    raise ValueError("[] scores no answer; name one (e.g. string_match_all)")
 
 
 def config_hash(config: RunConfig) -> str:
@@ -318,6 +326,9 @@ def load_config(
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such config file")
+    if path.is_dir():  # a run folder keeps its config as config.yaml
+        hint = f"; its config is {path / 'config.yaml'}" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"{path}: a folder, not a config file{hint}")
     try:
         text = read_text(path)  # bytes that are not UTF-8: the file, line and column
         data = load_yaml(text)  # a repeated key, or aliases that expand too far: refused

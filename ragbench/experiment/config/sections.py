@@ -18,11 +18,12 @@ from pydantic import (
 
 import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, retriever options
 from ragbench.cost.prices import PriceSheet, price_sheet
-from ragbench.datasets import DATASETS, check_params
+from ragbench.datasets import DATASETS, UnknownParamError, check_params
+from ragbench.experiment.config.text import located
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.metric import get_judge_metric, judged_metrics
 from ragbench.judge.prompts import load_prompt
-from ragbench.llm import BACKENDS, backend_capabilities, backend_params
+from ragbench.llm import BACKENDS, backend_capabilities, backend_params, check_backend_params
 from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.llm.openai import payload as wire
 from ragbench.models import PRESETS, get_preset
@@ -71,8 +72,15 @@ class DatasetConfig(_Strict):
     @model_validator(mode="after")
     def _known(self) -> DatasetConfig:
         DATASETS.check(self.name)  # unknown name -> did-you-mean over the registered datasets
-        check_params(self.name, self.params)
+        try:
+            check_params(self.name, self.params)
+        except UnknownParamError as exc:  # at its own line: dataset.params.<key>
+            located(("params", exc.key), _refuse, str(exc))
         return self
+
+
+def _refuse(message: str) -> None:
+    raise ValueError(message)
 
 
 class RateLimitConfig(_Strict):
@@ -126,6 +134,8 @@ class ModelConfig(_Strict):
         """The values a backend would otherwise refuse only when built (or, for a URL's port,
         at its first request): named here, at ``model.params``."""
         takes = backend_params(info.data["backend"]) if "backend" in info.data else []
+        if "backend" in info.data:  # a key the backend does not take, named at its line
+            check_backend_params(info.data["backend"], v)
         window = v.get("context_window")
         if window is not None and (
             not isinstance(window, int) or isinstance(window, bool) or window < 1

@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ragbench.cost import money
 from ragbench.cost.prices import PriceSheet, resource_seconds
 from ragbench.cost.prices import price_sheet as load_sheet
@@ -69,6 +71,7 @@ from ragbench.datasets.question_text import (
 from ragbench.datasets.task_types import INSTRUCTIONS
 from ragbench.experiment import resources
 from ragbench.experiment.config.sections import ModelConfig
+from ragbench.experiment.config.text import explain_validation_error
 from ragbench.experiment.question_gen import multihop
 from ragbench.io import atomic_write_text, dumps_canonical
 from ragbench.llm.base import LLM
@@ -303,7 +306,10 @@ def load_model(model: dict[str, Any], cache: bool | None = None) -> LLM:
     runs' completion cache (``cache_dir()/completions.sqlite``) unless the section says
     ``cache: false``: generated questions and later runs share its answers. Loaded as a run
     loads its model (``ragbench.experiment.resources.load_model``)."""
-    m = ModelConfig(**model)
+    try:
+        m = ModelConfig(**model)
+    except ValidationError as exc:  # one line per problem, not pydantic's dump
+        raise ValueError(explain_validation_error(exc, "model", None, ModelConfig)) from None
     return resources.load_model(m if cache is None else m.model_copy(update={"cache": cache}))
 
 

@@ -66,6 +66,7 @@ from ragbench.workspace.sweep.spec import (
     expand_grid,
     load_spec,
     point_id,
+    spec_places,
 )
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,8 @@ def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[dict[str, A
     points = expand_grid(spec)
     names = list(dict.fromkeys([*spec.parameters, *spec.grid]))
     values = [*spec.parameters.items(), *((n, v) for n in spec.grid for v in spec.grid[n])]
-    declared = check_parameters(notebook, names, str(spec_path), values)
+    places = spec_places(spec, spec_path)
+    declared = check_parameters(notebook, names, str(spec_path), values, places)
     try:  # a missing kernel fails the sweep once, before any point, not every point
         kernel = resolve_kernel(notebook, spec.kernel)
     except KernelNotInstalledError as exc:

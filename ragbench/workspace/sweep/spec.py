@@ -28,8 +28,9 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 from ragbench import secrets
-from ragbench.experiment.config.text import explain_validation_error, located
+from ragbench.experiment.config.text import _line_of, explain_validation_error, located
 from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
+from ragbench.llm import BACKENDS
 from ragbench.registry import did_you_mean
 
 # papermill's notebook parameter types are only hints; these are the ones we can check cheaply.
@@ -54,6 +55,10 @@ def _grid_values(values: list[Any]) -> list[Any]:
 
 
 GridValues = Annotated[list[Any], AfterValidator(_grid_values)]
+
+
+# notebook parameters whose values are registry names (every ragbench notebook takes these)
+REGISTERED = {"backend": BACKENDS}
 
 
 class SweepSpecError(ValueError):
@@ -85,6 +90,30 @@ class SweepSpec(BaseModel):
             if self.output_param in getattr(self, section):
                 located((section, self.output_param), _refuse_output_param, self.output_param)
         return self
+
+    @model_validator(mode="after")
+    def _each_name_once(self) -> SweepSpec:
+        """A name in both ``parameters`` and ``grid``: which value would a point get?"""
+        for name in self.grid:
+            if name in self.parameters:
+                located(("grid", name), _refuse_both, name)
+        return self
+
+    @model_validator(mode="after")
+    def _registered_names(self) -> SweepSpec:
+        """Registry names among the values (``backend: fak``), checked before any point runs,
+        with the valid ones: a typo fails in a second, not in every point's notebook."""
+        for name, registry in REGISTERED.items():
+            values = [("parameters", self.parameters[name])] if name in self.parameters else []
+            values += [("grid", value) for value in self.grid.get(name, [])]
+            for section, value in values:
+                if isinstance(value, str):
+                    located((section, name), registry.check, value)
+        return self
+
+
+def _refuse_both(name: str) -> None:
+    raise ValueError(f"{name!r} is also set in parameters; keep each name in one place")
 
 
 def _refuse_output_param(name: str) -> None:
@@ -147,9 +176,6 @@ def expand_grid(spec: SweepSpec | dict[str, Any]) -> list[dict[str, Any]]:
     """Fixed parameters merged with each point of the grid, in YAML order (last key fastest)."""
     if not isinstance(spec, SweepSpec):
         spec = SweepSpec.model_validate(spec)
-    both = sorted(set(spec.parameters) & set(spec.grid))
-    if both:
-        raise SweepSpecError(f"parameters and grid both set {both}; keep each name in one place")
     names = list(spec.grid)
     return [
         {**spec.parameters, **dict(zip(names, values, strict=True))}
@@ -199,18 +225,36 @@ def _slug_value(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def spec_places(spec: SweepSpec, path: str | os.PathLike) -> dict[str, str]:
+    """Each parameter's place in the spec file, as errors name it: ``file:line: grid.top_k``."""
+    text = read_text(path)
+    places = {}
+    for name in [*spec.parameters, *spec.grid]:
+        loc = ("grid" if name in spec.grid else "parameters", name)
+        line = _line_of(text, loc)
+        places[name] = f"{path}:{line}: {'.'.join(loc)}" if line else f"{path}: {'.'.join(loc)}"
+    return places
+
+
 def check_parameters(
-    notebook: Path, names: Sequence[str], where: str, values: Sequence[tuple[str, Any]] = ()
+    notebook: Path,
+    names: Sequence[str],
+    where: str,
+    values: Sequence[tuple[str, Any]] = (),
+    places: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Fail before any execution on a name the notebook does not declare, or a value whose
-    type contradicts a simple declared type (int, float, str, bool); return the declarations."""
+    type contradicts a simple declared type (int, float, str, bool); return the declarations.
+    ``places``: where each name is written (``spec_places``); ``where`` for the rest."""
     import papermill
 
+    place = (places or {}).get
     declared = papermill.inspect_notebook(str(notebook))
     if not declared:
         raise SweepSpecError(f"{where}: {notebook} has no cell tagged 'parameters'")
     problems = [
-        f"{where}: unknown parameter {n!r} for {notebook.name}; {did_you_mean(n, declared)}"
+        f"{place(n, where)}: unknown parameter {n!r} for {notebook.name}; "
+        f"{did_you_mean(n, declared)}"
         for n in names
         if n not in declared
     ]
@@ -222,7 +266,9 @@ def check_parameters(
             kind = declared[name]["inferred_type_name"]
             # a grid over a list parameter lists lists: `chunk_sizes: [[64], [128]]`
             hint = f" (a grid over a {kind} parameter lists {kind}s)" if kind == "list" else ""
-            problems.append(f"{where}: parameter {name!r} is declared {kind}, got {shown!r}{hint}")
+            problems.append(
+                f"{place(name, where)}: parameter {name!r} is declared {kind}, got {shown!r}{hint}"
+            )
     if problems:
         raise SweepSpecError("\n".join(problems))
     return declared
