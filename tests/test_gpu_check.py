@@ -157,7 +157,7 @@ def test_tests_part_runs_the_gpu_marked_files(monkeypatch):
     gpu_check = _gpu_check(monkeypatch)
     got = gpu_check.run_tests("cpu")
     assert got["returncode"] == 0, got["tail"]
-    assert [Path(f).name for f in got["files"]] == ["test_hf.py"]
+    assert [Path(f).name for f in got["files"]] == ["test_hf.py", "test_hf_static.py"]
     assert got["counts"].get("skipped", 0) >= 1 and got["ok"] is False  # none passed here
 
 

@@ -544,16 +544,19 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
 def test_credentials_change_neither_the_run_folder_nor_reach_the_manifest(tmp_path):
     from ragbench.experiment.config.run import config_hash, load_config
 
-    def with_secret(secret: str) -> dict:
+    def with_secret(secret: str, backend: str = "fake") -> dict:
         cfg = niah_config(tmp_path, strategies=["closed_book"])
-        cfg["model"]["params"] = {"api_key": secret, "note": f"http://bob:{secret}@h/v1"}
+        cfg["model"] |= {"backend": backend, "name": "m"}
+        cfg["model"]["params"] = {"api_key": secret, "base_url": f"http://bob:{secret}@h/v1"}
         return cfg
 
-    assert config_hash(load_config(with_secret("hunter2-aaaa"))) == config_hash(
-        load_config(with_secret("hunter2-bbbb"))
+    assert config_hash(load_config(with_secret("hunter2-aaaa", "openai"))) == config_hash(
+        load_config(with_secret("hunter2-bbbb", "openai"))
     )
-    with pytest.raises(TypeError):  # FakeLLM takes no api_key: the run fails, nothing leaks
+    # the fake backend takes no api_key: the config is refused, the secret nowhere in the error
+    with pytest.raises(ConfigError, match="takes no parameter") as refused:
         run(with_secret("hunter2-cccc"), progress=False)
+    assert "hunter2" not in str(refused.value)
     for path in Path(tmp_path / "results").rglob("*"):
         if path.is_file():
             assert b"hunter2-cccc" not in path.read_bytes(), path

@@ -312,8 +312,9 @@ def _notes(cfg: RunConfig) -> list[str]:
     notes = [f"completion tokens: at most max_new_tokens={cfg.model.max_new_tokens} per call"]
     if any(getattr(p, "cot", False) for p in cfg.points):
         notes[0] += " (a cot point's reasoning call: the prompt format's own budget)"
-    if any(p.strategy == "self_route" for p in cfg.points):
-        notes.append("self_route: its RAG call only; declined questions add a long-context call")
+    if routers := sorted({p.strategy for p in cfg.points if get_strategy(p.strategy).routes}):
+        notes.append(f"{', '.join(routers)}: its RAG call only; declined questions add a "
+                     "long-context call")  # fmt: skip
     if deferred_metrics(cfg.metrics):
         notes.append("judge metrics: the judge's calls are not in this table")
     if measures_noise(cfg):
