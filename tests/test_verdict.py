@@ -498,3 +498,15 @@ def test_paired_z_sample_size_matches_a_simulated_test():
     z = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
     power = float(np.mean(np.abs(z) > 1.959964))
     assert abs(power - 0.80) < 0.02, power
+
+
+def test_a_lead_smaller_than_the_printed_scores_says_so():
+    from ragbench.analysis.verdict_text import _standing
+
+    assert _standing("a", "b", "f1", "66.7%", "66.7%", tied=True) == (
+        "a ties with b on f1 (both 66.7%)"
+    )
+    assert _standing("a", "b", "f1", "66.7%", "66.7%", tied=False) == (
+        "a leads b on f1 narrowly (both about 66.7%)"
+    )
+    assert _standing("a", "b", "f1", "70%", "60%", tied=False) == "a leads b on f1 (70% vs 60%)"

@@ -98,9 +98,12 @@ def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: st
 
 
 def _standing(x: str, y: str, metric: str, score_x: str, score_y: str, tied: bool) -> str:
-    """Where x stands against y on ``metric``: it leads, or (equal scores) ties with it."""
+    """Where x stands against y on ``metric``: it leads, or (equal scores) ties with it; a lead
+    too small to show in the printed scores says so rather than "66.7% vs 66.7%"."""
     if tied:
         return f"{x} ties with {y} on {metric} (both {score_x})"
+    if score_x == score_y:
+        return f"{x} leads {y} on {metric} narrowly (both about {score_x})"
     return f"{x} leads {y} on {metric} ({score_x} vs {score_y})"
 
 
