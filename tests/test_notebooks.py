@@ -43,7 +43,12 @@ TINY = {
         "top_ks": [1, 2],
         "retrievers": ["dense", "bm25"],
     },  # fmt: skip
-    "04_cost_planning": {"context_lengths": [1024, 8192]},
+    "04_cost_planning": {
+        "context_lengths": [1024, 8192],
+        "models": ["smollm2-135m-instruct", "qwen2.5-7b-instruct"],  # not alphabetical
+        "document_tokens": 20000,
+        "question_tokens": 5000,  # not the default: every table must price it
+    },  # fmt: skip
     # `docs` is a folder the `executed` fixture writes (PDF, HTML, Markdown, DOCX, text, a broken
     # DOCX); the fake reader answers "What is the X?" from "the X is Y", so strategies differ
     "06_long_context_techniques": {
@@ -179,6 +184,30 @@ def test_quickstart_reports_accuracy_cost_and_provenance(executed):
     for needle in ("long_context", "rag k=3", "string_match_all", "$ / 1k queries", "config hash"):
         assert needle in text
     assert "e-0" not in text.split("config hash")[0]  # no dollars in scientific notation
+
+
+def _html_tables(path: Path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code"
+            for o in c.get("outputs", []) if "text/html" in o.get("data", {})]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_cost_planning_prices_every_table_at_the_parameters_prompt_sizes(executed):
+    from ragbench.cost.planning import api_dollars_per_1k
+
+    params = TINY["04_cost_planning"]
+    kv, capacity, per_1k, caching, break_even = _html_tables(executed["04_cost_planning"])
+    for table in (kv, capacity):  # models in the order the parameter gives them
+        first, second = (table.index(m) for m in params["models"])
+        assert first < second
+    prompt = params["document_tokens"] + params["question_tokens"]
+    right = api_dollars_per_1k("example-hosted-api", prompt, 32)  # long context, no cache
+    for table in (per_1k, caching, break_even):
+        shown = [float(x.replace(",", "")) for x in re.findall(r"\$([\d,]+\.\d+)", table)]
+        assert any(x == pytest.approx(right, rel=1e-3) for x in shown), (right, shown)
+        if table is not break_even:  # one sheet: long context without a cache is the dearest
+            assert max(shown) == pytest.approx(right, rel=1e-3), (right, shown)
 
 
 def _text_outputs(path: Path) -> str:

@@ -219,3 +219,31 @@ def test_break_even_by_group_and_the_write_premium_in_prefix_caching_table():
     # the planning table's first question now pays the write premium: 10,000 x 1.25
     t = tables.prefix_caching_table(CACHED, 10_000, 20, 10, [1])
     assert t["dollars_per_question_prefix_cache"][0] == pytest.approx(12_560e-6)
+
+
+def test_kv_cache_wide_keeps_the_given_order_of_models_and_lengths():
+    kv = tables.kv_cache_table(["smollm2-135m-instruct", "llama-3.1-8b-instruct"], [8192, 1024])
+    wide = tables.kv_cache_wide(kv)
+    assert list(wide.columns) == ["smollm2-135m-instruct", "llama-3.1-8b-instruct"]
+    assert list(wide.index) == [8192, 1024]  # as capacity_table lays it out
+    assert wide.loc[8192, "llama-3.1-8b-instruct"] == 1.0
+
+
+def test_planned_queries_price_long_context_with_its_question():
+    planned = tables.planned_queries(10_000, 500, 1500, 10)
+    assert planned.to_dict("records") == [
+        {"strategy": "long_context", "prompt_tokens": 10_500, "completion_tokens": 10},
+        {"strategy": "rag", "prompt_tokens": 1500, "completion_tokens": 10},
+    ]
+    t = tables.dollars_per_1k_table(planned, API, GPU, 1000, 10, concurrency=4)
+    assert t["prompt_tokens"].tolist() == [10_500, 1500]
+    assert t["hosted API $/1k"].tolist() == pytest.approx(
+        [planning.api_dollars_per_1k(API, p, 10) for p in (10_500, 1500)]
+    )
+    assert t["self-hosted GPU $/1k"].tolist() == pytest.approx(
+        [planning.self_hosted_dollars_per_1k(GPU, p, 10, 1000, 10, 4) for p in (10_500, 1500)]
+    )
+    # the same long-context query prefix_caching_table prices without a cache
+    caching = tables.prefix_caching_table(API, 10_000, 500, 10, [1])
+    no_cache = caching["dollars_per_question_no_cache"].iloc[0] * 1000
+    assert t["hosted API $/1k"].iloc[0] == pytest.approx(no_cache)

@@ -15,6 +15,7 @@ from ragbench.cost.accounting import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
 from ragbench.cost.money import Usage, dollars
 from ragbench.cost.planning import (
     GIB,
+    api_dollars_per_1k,
     api_sheet,
     break_even_questions,
     cached_dollars_per_question,
@@ -22,6 +23,7 @@ from ragbench.cost.planning import (
     long_context_question_dollars,
     max_concurrent_sequences,
     preset_of,
+    self_hosted_dollars_per_1k,
 )
 from ragbench.cost.prices import PriceSheet
 from ragbench.models import ModelPreset
@@ -46,6 +48,14 @@ def kv_cache_table(
     return pd.DataFrame(rows)
 
 
+def kv_cache_wide(kv: Any) -> Any:
+    """``kv_cache_table``'s GiB as a context length x model table, models and lengths in the
+    order they were given (as ``capacity_table`` lays them out), not sorted by name."""
+    wide = kv.pivot_table(index="context_tokens", columns="model", values="kv_gib")
+    wide = wide.loc[list(dict.fromkeys(kv["context_tokens"])), list(dict.fromkeys(kv["model"]))]
+    return wide.rename_axis(index="context_tokens", columns="model")
+
+
 def capacity_table(
     presets: Sequence[str | ModelPreset],
     context_lengths: Sequence[int],
@@ -63,6 +73,68 @@ def capacity_table(
         for p in presets
     }
     return pd.DataFrame(rows).rename_axis(index="context_tokens", columns="model")
+
+
+def planned_queries(
+    document_tokens: int, question_tokens: int, rag_prompt_tokens: int, completion_tokens: int
+) -> Any:
+    """One planned query per strategy, the table ``dollars_per_1k_table`` and
+    ``prefix_cache_break_even`` price: long context's prompt is the document and the question
+    after it (``document_tokens + question_tokens``, what ``prefix_caching_table`` prices too),
+    RAG's is ``rag_prompt_tokens`` (chunks, instructions and question); both answer in
+    ``completion_tokens``."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {
+                "strategy": "long_context",
+                "prompt_tokens": document_tokens + question_tokens,
+                "completion_tokens": completion_tokens,
+            },
+            {
+                "strategy": "rag",
+                "prompt_tokens": rag_prompt_tokens,
+                "completion_tokens": completion_tokens,
+            },
+        ]
+    )
+
+
+def dollars_per_1k_table(
+    planned: Any,
+    api_sheet: str | PriceSheet,
+    gpu_sheet: str | PriceSheet,
+    prefill_tokens_per_s: float,
+    decode_tokens_per_s: float,
+    concurrency: int = 1,
+) -> Any:
+    """$ per 1,000 queries of each ``planned_queries`` row on a per-token (hosted API) sheet and
+    on a GPU-hour (self-hosted) sheet at the given throughputs: columns ``strategy``,
+    ``prompt_tokens``, ``hosted API $/1k`` and ``self-hosted GPU $/1k``."""
+    import pandas as pd
+
+    rows = []
+    for r in planned.itertuples(index=False):
+        gpu = self_hosted_dollars_per_1k(
+            gpu_sheet,
+            r.prompt_tokens,
+            r.completion_tokens,
+            prefill_tokens_per_s,
+            decode_tokens_per_s,
+            concurrency,
+        )
+        rows.append(
+            {
+                "strategy": r.strategy,
+                "prompt_tokens": r.prompt_tokens,
+                "hosted API $/1k": api_dollars_per_1k(
+                    api_sheet, r.prompt_tokens, r.completion_tokens
+                ),
+                "self-hosted GPU $/1k": gpu,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def prefix_caching_table(
