@@ -491,3 +491,26 @@ def test_a_failed_report_says_which_cell_and_the_error():
                     "object has no attribute 'columns'")  # fmt: skip
     assert steps.report_failure(ValueError("\nfirst\nlast\n"), Path("r")) == "ValueError: last"
     assert steps.report_failure(RuntimeError(), Path("r")) == "RuntimeError"
+
+
+def test_chunk_overlap_default_fits_any_chunk_size_and_reaches_config_and_notebook(tmp_path):
+    assert [steps.chunk_overlap_for(n) for n in (128, 64, 32, 16, 8, 1)] == [16, 16, 8, 4, 2, 0]
+    assert steps.chunk_overlap_for(16, 0) == 0 and steps.chunk_overlap_for(128, 32) == 32
+    for size in (16, 4, 1):  # 16 tokens of overlap failed every chunk size of 16 or fewer
+        spec = steps.CompareSpec(
+            docs=("d",), backend="fake", chunk_size=size, output_dir=str(tmp_path)
+        )
+        assert steps.precheck(spec).retrieval.chunk_overlap == steps.chunk_overlap_for(size)
+        assert steps.build_config(spec, tmp_path / "c.jsonl", tmp_path / "q.csv")["retrieval"][
+            "chunk_overlap"
+        ] == steps.chunk_overlap_for(size)
+    spec = steps.CompareSpec(docs=("d",), backend="fake", chunk_size=16, chunk_overlap=16)
+    with pytest.raises(ValueError, match="chunk_overlap must be in"):  # a set one is checked
+        steps.precheck(spec)
+    params = steps.notebook_parameters(spec, tmp_path / "q.csv")
+    assert params["chunk_overlap"] == 16  # the notebook gets the option as given
+    assert "chunk_overlap" in pm.inspect_notebook(str(steps.notebook_path()))
+    nb = nbformat.read(steps.notebook_path(), as_version=4)
+    assert "compare.chunk_overlap_for(chunk_size, chunk_overlap)" in "".join(
+        c.source for c in nb.cells
+    )

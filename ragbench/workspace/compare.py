@@ -60,6 +60,7 @@ DEFAULT_STRATEGIES = ("closed_book", "long_context", "rag", "self_route")
 DEFAULT_OVERFLOW = "truncate_middle"
 RUN_NAME = "your-documents"  # notebook 05's run name: its report resumes this very run
 WORK_FOLDER = "your-documents"  # under output_dir: the corpus and generated questions
+CHUNK_OVERLAP = 16  # tokens neighbouring RAG chunks share, for chunks of 64 tokens or more
 METRICS = ("contains", "f1")  # notebook 05's; the verdict decides on the first
 CONFIG_FILE = "compare.yaml"  # in the run folder: the config the run used
 NOTEBOOK = "notebooks/05_your_documents.ipynb"
@@ -80,6 +81,7 @@ class CompareSpec:
     tokenizer: str = ""  # chunk and length counting; empty: the model's (or the backend's)
     max_new_tokens: int = 32
     chunk_size: int = 128
+    chunk_overlap: int = -1  # tokens neighbouring chunks share; -1: chunk_overlap_for's default
     top_k: int = 3
     price_sheet: str = "example-hosted-api"
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
@@ -188,6 +190,13 @@ def check_pipelines(spec: CompareSpec) -> list[PipelineParams]:
     return points
 
 
+def chunk_overlap_for(chunk_size: int, chunk_overlap: int = -1) -> int:
+    """The tokens neighbouring RAG chunks share: ``chunk_overlap`` when set (0 or more; the
+    config check says when it is not below ``chunk_size``); -1: ``CHUNK_OVERLAP`` (16), at most
+    a quarter of ``chunk_size``, so that any chunk size runs (16 is a whole 16-token chunk)."""
+    return min(CHUNK_OVERLAP, chunk_size // 4) if chunk_overlap == -1 else chunk_overlap
+
+
 def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, Any]:
     """The run config, key for key the one notebook 05 builds from the same parameters (so the
     notebook's run is this run: same hash, same folder)."""
@@ -204,7 +213,7 @@ def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, 
             "embedder": spec.embedder,
             "retriever": "dense",
             "chunk_size": spec.chunk_size,
-            "chunk_overlap": 16,
+            "chunk_overlap": chunk_overlap_for(spec.chunk_size, spec.chunk_overlap),
             "tokenizer": counter,
         },  # fmt: skip
         "strategies": strategy_entries(spec),
@@ -364,6 +373,7 @@ def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
         "tokenizer": spec.tokenizer,
         "max_new_tokens": spec.max_new_tokens,
         "chunk_size": spec.chunk_size,
+        "chunk_overlap": spec.chunk_overlap,
         "top_k": spec.top_k,
         "price_sheet": spec.price_sheet,
         "output_dir": str(spec.out),
