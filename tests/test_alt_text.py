@@ -81,3 +81,19 @@ def test_rendered_report_images_carry_it_and_nbconvert_no_longer_warns(tmp_path,
     # escaped: the heading's "&" and "<per query>" are text, not markup
     assert 'alt="Figure 2: Accuracy &amp; cost &lt;per query&gt; - Each point' in html
     assert 'alt="My own description"' in html
+
+
+def test_the_shipped_notebooks_figures_are_described_by_their_own_section():
+    """Each plotting cell of a shipped notebook, given a figure, is described by the section it
+    sits in: none by the verdict's section above it (the verdict has no figure)."""
+    from pathlib import Path
+
+    wrong = []
+    for path in sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and "report.plot_" in cell.source:
+                cell.outputs = figure_cell(0).outputs
+        describe_figures(nb)
+        wrong += [(path.name, alt) for alt in alts(nb) if "Verdict" in alt]
+    assert wrong == []

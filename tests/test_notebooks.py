@@ -186,10 +186,23 @@ def test_quickstart_reports_accuracy_cost_and_provenance(executed):
     assert "e-0" not in text.split("config hash")[0]  # no dollars in scientific notation
 
 
-def _html_tables(path: Path) -> list[str]:
-    nb = nbformat.read(path, as_version=4)
-    return [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code"
+@pytest.mark.slow
+def test_quickstart_names_the_interval_its_table_shows(executed):
+    nb = nbformat.read(executed["00_quickstart"], as_version=4)
+    i = next(i for i, c in enumerate(nb.cells) if c.source.startswith("table = report.summary("))
+    above, [shown] = nb.cells[i - 1].source, _html_tables_of(nb.cells[i : i + 1])
+    methods = set(re.findall(r">(wilson|bootstrap)</td>", shown))
+    assert methods == {"wilson"}  # string_match_all is 0/1
+    assert "Wilson" in above and "ci_method" in above, above
+
+
+def _html_tables_of(cells: list) -> list[str]:
+    return [o["data"]["text/html"] for c in cells if c.cell_type == "code"
             for o in c.get("outputs", []) if "text/html" in o.get("data", {})]  # fmt: skip
+
+
+def _html_tables(path: Path) -> list[str]:
+    return _html_tables_of(nbformat.read(path, as_version=4).cells)
 
 
 @pytest.mark.slow
@@ -219,6 +232,18 @@ def _text_outputs(path: Path) -> str:
         for c in nb.cells
         for o in c.get("outputs", [])
     )
+
+
+@pytest.mark.slow
+def test_rag_vs_long_context_runs_self_route_at_every_top_k(executed):
+    import pandas as pd
+
+    runs = executed["02_rag_vs_long_context"].parent / "runs"  # executed first
+    # the main run's folder, not rag-vs-lc-matched-*
+    [results] = runs.glob("rag-vs-lc-[0-9a-f]*/results.parquet")
+    df = pd.read_parquet(results)
+    ks = {s: sorted(df.loc[df["strategy"] == s, "top_k"].unique()) for s in ("rag", "self_route")}
+    assert ks == {"rag": [1, 2], "self_route": [1, 2]}  # TINY's top_ks, not Self-Route's 5
 
 
 @pytest.mark.slow

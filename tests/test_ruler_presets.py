@@ -11,7 +11,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from ragbench.analysis.ruler import ALL_TASKS, AVERAGE, ruler_table
+from ragbench.analysis.ruler import ALL_TASKS, AVERAGE, ruler_table, ruler_text
 from ragbench.datasets import DATASETS, RULER_PRESETS, build_dataset, check_params
 from ragbench.datasets._validate import DatasetParamError
 from ragbench.datasets.ruler.fwe import NOISE_WORD, iter_fwe, zeta, zeta_counts
@@ -334,3 +334,17 @@ def test_ruler_table_rows_follow_rulers_order():
         "fwe",
         "qa_1",
     ]  # RULER's synthetic.yaml order
+
+
+def test_ruler_text_prints_every_score_with_two_decimals():
+    rows = [
+        {"label": "lc", "strategy": "lc", "params": "{}", "task": "ruler/niah_single_1",
+         "context_length": n, "ruler_metric": "string_match_all", "error": None,
+         "string_match_all": score}
+        for n, scores in ((600, [1.0, 1.0]), (1200, [1.0, 0.875])) for score in scores
+    ]  # fmt: skip
+    table = ruler_table(pd.DataFrame(rows))
+    text = ruler_text(table)
+    [row] = [line for line in text.splitlines() if "niah_single_1" in line]
+    assert row.split()[-3:] == ["100.00", "93.75", "96.88"]  # not 100.0 beside 93.75
+    assert text.splitlines()[-1] == table.attrs["notes"][0]

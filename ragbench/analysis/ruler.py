@@ -96,3 +96,11 @@ def ruler_table(
         + (f"; {dropped} records without a score (failed) left out" if dropped else "")
     ]
     return out
+
+
+def ruler_text(table: Any) -> str:
+    """``ruler_table`` as plain text, every score with the same two decimals (pandas would
+    print a column whose scores are all whole as ``100.0`` beside another's ``100.00``), then
+    its notes, one a line."""
+    text = table.to_string(float_format=lambda x: f"{x:.2f}", na_rep="-")
+    return "\n".join([text, *table.attrs.get("notes", [])])
