@@ -22,7 +22,8 @@ What cannot be known before generating is reported as a bound, never as a measur
 
 ``over_window`` counts the prompts that do not fit. A real run counts the long-context ones the
 same way before it loads the model (``ragbench.experiment.preflight``, with ``prompt_counter``)
-and stops when any is over the window under the ``error`` overflow policy.
+and stops when any is over the window under the ``error`` overflow policy. A record that would
+fail for another reason is not counted there: a note names how many and the first error.
 
 With ``max_dollars``, a config whose total (the bound above; the judge's calls and the noise
 pass's are not estimated: notes say so, and the run holds those passes to the cap as they go)
