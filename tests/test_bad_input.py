@@ -535,6 +535,21 @@ def test_an_example_with_an_empty_question_is_refused_at_its_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("fmt", ["longbench", "squad"])
+def test_a_file_format_named_as_a_dataset_says_how_its_files_run(tmp_path, fmt):
+    """Was: ``unknown dataset 'longbench'; did you mean 'longbench-v2'?`` (another metric)."""
+    cfg = fake_config(tmp_path, dataset={"name": fmt, "params": {"path": "lb.jsonl"}})
+    one_error_line(
+        cli("run", cfg, "--quiet"),
+        2,
+        f"{cfg}:{line_of(cfg, 'dataset:')}: dataset: unknown dataset {fmt!r}: {fmt} is a "
+        f"file format, not a dataset; run what `ragbench data import {fmt}` wrote as the dataset "
+        "it printed ({name: file, params: {path: OUT.jsonl}}), or the original file as "
+        f"{{name: file, params: {{path: FILE, format: {fmt}}}}}",
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 def test_answers_as_a_string_are_refused_in_files_and_from_code(tmp_path):
     """The choice: refused wherever ragbench's own example format is read (a file, a dataset
     builder in code); question files and Hugging Face mappings read a string as one answer,

@@ -206,3 +206,63 @@ def test_a_config_every_record_would_fail_is_refused_before_the_run(
     assert result.output.startswith(f"error: {path}:{line}: {key}: "), result.output
     assert message in result.output and result.output.count("\n") == 1
     assert not (tmp_path / "results").exists()
+
+
+def longbench_config(tmp_path, strategies) -> dict:
+    """The LongBench fixture (one of its three examples, gov_report, asks nothing) imported as
+    ``ragbench data import longbench`` writes it, run by ``strategies`` under the fake model."""
+    from pathlib import Path
+
+    from ragbench.datasets import formats
+
+    data = tmp_path / "lb.jsonl"
+    fixture = Path(__file__).parent / "fixtures" / "longbench.jsonl"
+    formats.write_examples(data, formats.load("longbench", fixture))
+    dataset = {"name": "file", "params": {"path": str(data)}}
+    return niah_config(tmp_path, dataset=dataset, strategies=strategies, metrics=["longbench"])
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_retrieving_strategy_over_examples_that_ask_nothing_is_refused_before_the_run(
+    tmp_path, dry
+):
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.cli import app
+
+    rag = {"name": "rag", "params": {"top_k": 1}}
+    path = tmp_path / "c.yaml"
+    cfg = longbench_config(tmp_path, ["closed_book", "long_context", rag])
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "name: rag" in t)
+    args = ["run", str(path), "--quiet", *(["--dry-run"] if dry else [])]
+    result = CliRunner().invoke(app, args)
+    # was: each of them failed 'empty query' at every rerun; the dry run called it over_window
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {path}:{line}: strategies.2: rag retrieves with "
+                                    "each example's question, but 1 of the 3 examples of "
+                                    "dataset 'file' have an empty question (the first: "
+                                    "'lb-0003'; subsets: gov_report): drop those examples")  # fmt: skip
+    assert "closed_book or long_context" in result.output and result.output.count("\n") == 1
+    assert not (tmp_path / "results").exists()
+
+
+def test_examples_that_ask_nothing_still_run_without_retrieval(tmp_path):
+    table = dry_run(longbench_config(tmp_path, ["closed_book", "long_context"]), progress=False)
+    assert list(table["records"]) == [3, 3] and not table["over_window"].any()
+
+
+def test_a_dry_run_counts_only_prompts_over_the_window_as_over_window(tmp_path, monkeypatch):
+    """A record that would fail for another reason is a note, not an ``over_window`` count."""
+    from ragbench.experiment import dry_run as module
+
+    monkeypatch.setattr(module, "check_queries", lambda *_: None, raising=False)  # let it fail
+    rag = {"name": "rag", "params": {"top_k": 1}}
+    table = dry_run(longbench_config(tmp_path, [rag]), progress=False)
+    assert list(table["over_window"]) == [0]  # was 1: the empty query counted as too long
+    assert any(
+        n.startswith("failed: 1 of 3 records would fail, not for the window (the first: rag ")
+        and "on 'lb-0003': ValueError: empty query" in n
+        for n in table.attrs["notes"]
+    ), table.attrs["notes"]

@@ -568,3 +568,30 @@ def test_flashrag_runs_on_the_embedded_model(tmp_path):
     assert set(df["strategy"]) == {"closed_book", "long_context", "rag"}
     assert (df[df.strategy == "closed_book"]["contains"] == 0.0).all()  # the codes are made up
     assert df[df.strategy != "closed_book"]["prompt_tokens"].min() > 30
+
+
+def test_an_imported_longbench_v2_file_runs_as_the_dataset_line_import_prints(tmp_path):
+    """``data import`` writes ragbench's JSONL: it prints the ``dataset:`` line that runs it,
+    and dataset ``longbench-v2`` (which reads LongBench v2's own file) given it says so."""
+    import yaml
+
+    from ragbench.experiment.config.sections import DatasetConfig
+
+    data = write_lb2(tmp_path / "data.json", [lb2_row(0), lb2_row(1)])
+    out = tmp_path / "lb2.jsonl"
+    result = CliRunner().invoke(
+        cli_app(), ["data", "import", "longbench-v2", str(data), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    line = f"dataset: {{name: file, params: {{path: {out}}}}}"
+    assert line in result.output.splitlines()
+    dataset = DatasetConfig.model_validate(yaml.safe_load(line)["dataset"])
+    examples = build_dataset(dataset.name, **dataset.params)
+    assert [e.id for e in examples] == ["lb0", "lb1"] and examples == lb2.load_longbench_v2(data)
+    # was: "lb2.jsonl:1: field '_id': missing required field"
+    with pytest.raises(InputFileError) as err:
+        build_dataset("longbench-v2", path=str(out))
+    assert str(err.value) == (
+        f"{out}:1: this is a file `ragbench data import` wrote (ragbench's JSONL), not LongBench "
+        "v2's data.json: run it as `dataset: {name: file, params: {path: <this file>}}`"
+    )

@@ -361,6 +361,23 @@ def test_a_wide_summary_splits_into_what_a_reader_needs_first_and_its_detail():
     assert small.more == [] and small.to_html().count("<table") == 1
 
 
+def test_a_formatted_table_prints_as_plain_text_and_renders_as_html_in_jupyter():
+    df = _df().assign(flops=1.5e12, latency_seconds=0.5, amortised_dollars=0.2)
+    table = report.summary(df)
+    styler = report.formatted(table)
+    text = str(styler)  # was: <ragbench.report.tables...FormattedTable object at 0x...>
+    assert text == styler.to_string() == repr(styler)
+    assert "<" not in text and "object at" not in text  # was: headers as HTML spans
+    lines = text.splitlines()
+    assert lines[0].startswith("note: fewer than 30 questions")  # the caption, first
+    header = next(line for line in lines if "string_match_all" in line)
+    assert header.split()[0] == "label" and "dollars ($ / 1k queries)" in header
+    assert any(line.split()[:2] == ["rag", "k=2"] and "83.3%" in line for line in lines)
+    # the detail table follows, under its own header, as the HTML has it
+    assert "\n\nmore columns for the same rows\n" in text and "n_missing" in text
+    assert '<span style="display:inline-block' in styler._repr_html_()  # Jupyter: unchanged
+
+
 def test_break_even_reads_never_and_comes_first():
     table = pd.DataFrame({
         "sheet": ["example-hosted-api", "anthropic-claude-sonnet-4-5"],

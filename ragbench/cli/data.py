@@ -124,6 +124,7 @@ def _write(out: Path, examples: Iterable[Any]) -> None:
     with user_errors():
         path = formats.write_examples(out, examples)
     typer.echo(f"wrote {len(examples)} examples to {path}")
+    typer.echo(f"dataset: {{name: file, params: {{path: {path}}}}}")  # how a config runs it
     typer.echo(f"fingerprint {formats.fingerprint(examples)}")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ragbench.registry import Registry, did_you_mean
+from ragbench.registry import Registry, UnknownNameError, did_you_mean
 from ragbench.types import Example
 
 RULER_TASKS = (
@@ -82,6 +82,26 @@ def check_params(name: str, params: dict[str, Any]) -> None:
         raise ValueError(f"dataset {name!r}: {exc}; parameters: {', '.join(valid)}") from None
 
 
+# what ``ragbench data import FORMAT`` writes for a format that is not a dataset of its own
+_IMPORTED_AS = {"beir": "{name: corpus, params: {corpus: ..., questions: ...}}"}
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a dataset; else a did-you-mean error, which for a file format that is
+    not a dataset (``longbench``, ``ruler``, ``squad``...) says how its files run: dataset
+    ``file``, as ``ragbench data import`` wrote them or as shipped, with ``format``."""
+    from ragbench.datasets.formats import IMPORTERS  # lazy: loads no importer on import
+
+    if name in DATASETS or name not in IMPORTERS:
+        return DATASETS.check(name)
+    imported = _IMPORTED_AS.get(name, "{name: file, params: {path: OUT.jsonl}}")
+    raise UnknownNameError(
+        f"unknown dataset {name!r}: {name} is a file format, not a dataset; run what "
+        f"`ragbench data import {name}` wrote as the dataset it printed ({imported}), or the "
+        f"original file as {{name: file, params: {{path: FILE, format: {name}}}}}"
+    )
+
+
 def build_dataset(name: str, **params: Any) -> list[Example]:
     """Build (or load) dataset ``name`` with ``params``; unknown names list the valid ones."""
     check_params(name, params)
@@ -98,6 +118,7 @@ __all__ = [
     "RULER_TASKS",
     "UnknownParamError",
     "build_dataset",
+    "check_name",
     "check_params",
     "dataset_names",
 ]

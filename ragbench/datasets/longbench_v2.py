@@ -146,7 +146,16 @@ def _from_json_list(path: Path) -> list[Example]:
     return examples
 
 
+# the fields of ragbench's own JSONL (``Example.to_json``): what ``ragbench data import`` writes
+_IMPORTED = {"id", "question", "answers", "documents"}
+
+
 def _example(row: dict) -> Example:
+    if "_id" not in row and _IMPORTED <= set(row):  # an import of this file, not the file
+        raise FieldError((), (
+            "this is a file `ragbench data import` wrote (ragbench's JSONL), not LongBench v2's "
+            "data.json: run it as `dataset: {name: file, params: {path: <this file>}}`"
+        ))  # fmt: skip
     v: dict[str, Any] = {key: req(row, key, kind) for key, kind in _FIELDS.items()}
     for key, valid in _ONE_OF.items():
         value = req(row, key, str)

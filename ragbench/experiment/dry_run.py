@@ -22,7 +22,8 @@ What cannot be known before generating is reported as a bound, never as a measur
 
 ``over_window`` counts the prompts that do not fit. A real run counts the long-context ones the
 same way before it loads the model (``ragbench.experiment.preflight``, with ``prompt_counter``)
-and stops when any is over the window under the ``error`` overflow policy.
+and stops when any is over the window under the ``error`` overflow policy. A record that would
+fail for another reason is not counted there: a note names how many and the first error.
 
 With ``max_dollars``, a config whose total (the bound above; the judge's calls and the noise
 pass's are not estimated: notes say so, and the run holds those passes to the cap as they go)
@@ -51,12 +52,13 @@ from ragbench.experiment.resources import (
     build_resources,
     check_examples,
     check_metrics,
+    check_queries,
     error_at,
     generates_answers,
     load_examples,
 )
 from ragbench.llm import backend_capabilities, load_llm
-from ragbench.llm.base import LLM
+from ragbench.llm.base import LLM, ContextOverflowError
 from ragbench.llm.calibration import cached_rates, cpu_name
 from ragbench.llm.gguf import file_sha256
 from ragbench.llm.hf.load import resolve_model
@@ -173,6 +175,7 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
     check_metrics(cfg, examples)  # a metric that could score none of them
+    check_queries(cfg, examples)  # a retrieving strategy with nothing to search for
     check_cot(cfg.points, examples)  # as the run: cot without a protocol is refused
     # an external system (the user's pipeline) would really be called: it is not estimated
     points = [p for p in cfg.points if not get_strategy(p.strategy).external]
@@ -185,12 +188,18 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     rates = cached_calibration(cfg) if res.sheet is not None and res.sheet.kind != "api" else None
     priced = res.sheet is not None and (res.sheet.kind == "api" or rates is not None)
     rows = []
+    failed: list[tuple[str, str, Exception]] = []  # (example, label, error): not the window's
     size = cfg.model.batch_size
     for start in tqdm(range(0, len(work), size), desc=f"{cfg.name} (dry run)",
                       disable=not progress, unit="batch"):  # fmt: skip
         chunk = work[start : start + size]
-        for (_, params), outcome in zip(chunk, run_batch(chunk, res), strict=True):
-            row = {"label": params.label(), "over_window": isinstance(outcome, Exception)}
+        for (example, params), outcome in zip(chunk, run_batch(chunk, res), strict=True):
+            row = {
+                "label": params.label(),
+                "over_window": isinstance(outcome, ContextOverflowError),
+            }
+            if isinstance(outcome, Exception) and not row["over_window"]:
+                failed.append((example.id, params.label(), outcome))
             if not isinstance(outcome, Exception) and outcome.cost is not None:
                 c = outcome.cost
                 row |= {
@@ -242,6 +251,12 @@ def dry_run(config: Any, progress: bool = True) -> Any:
             "over_window: prompts that do not fit the window; a real run stops before loading "
             f"the model when a long-context variant has any under overflow {OVERFLOW_ERROR!r} "
             f"(policies: {' | '.join(OVERFLOW)})"
+        )
+    if failed:
+        eid, label, exc = failed[0]
+        table.attrs["notes"].append(
+            f"failed: {len(failed)} of {len(rows)} records would fail, not for the window (the first: "
+            f"{label} on {eid!r}: {type(exc).__name__}: {exc})"
         )
     return table
 

@@ -33,7 +33,7 @@ from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies import Resources, RetrievalParams, get_strategy
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.prompt_format import prompt_format
-from ragbench.strategies.registry import preflight_points
+from ragbench.strategies.registry import preflight_points, strategies_where
 from ragbench.tokenizers import HubUnavailableError
 from ragbench.types import Example
 
@@ -87,6 +87,28 @@ def check_metrics(cfg: RunConfig, examples: list[Example]) -> None:
                 f"{cfg.dataset.name!r} (the first: {bad[0][0]!r}): it {bad[0][1]}; name a metric "
                 "that fits this dataset (`ragbench list metrics`)"
             ), None)  # fmt: skip
+
+
+def check_queries(cfg: RunConfig, examples: list[Example]) -> None:
+    """A strategy that retrieves searches with each example's question, so an example that asks
+    nothing (LongBench's summaries, passage counts and code completion; an imported file may
+    hold them) could only fail under it, at every rerun: a ConfigError at ``strategies.<i>``
+    naming how many, the first and what to do, before anything runs."""
+    empty = [e for e in examples if not e.question.strip()]
+    if not empty:
+        return
+    for i, s in enumerate(cfg.strategies):
+        if not get_strategy(s.name).needs_retrieval:
+            continue
+        subsets = sorted({str(e.meta["dataset"]) for e in empty if "dataset" in e.meta})
+        among = f"; subsets: {', '.join(subsets)}" if subsets else ""
+        others = strategies_where(needs_retrieval=False, generates=True, external=False)
+        raise error_at(cfg, ("strategies", i), (
+            f"{s.name} retrieves with each example's question, but {len(empty)} of the "
+            f"{len(examples)} examples of dataset {cfg.dataset.name!r} have an empty question "
+            f"(the first: {empty[0].id!r}{among}): drop those examples from the dataset, or run "
+            f"them in a config of their own with {' or '.join(others)}"
+        ), None)  # fmt: skip
 
 
 def load_examples(config: Any) -> list[Example]:

@@ -65,6 +65,7 @@ from ragbench.experiment.resources import (
     build_resources,
     check_examples,
     check_metrics,
+    check_queries,
     check_server,
     generates_answers,
     load_examples,
@@ -139,6 +140,7 @@ def run(
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
     check_metrics(cfg, examples)  # a metric that could score none of them
+    check_queries(cfg, examples)  # a retrieving strategy with nothing to search for
     # chain of thought without a protocol, and long-context prompts over the window under
     # overflow "error", could only fail: stop now, before the model loads (the window counted
     # with its tokenizer alone: OverWindowError)

@@ -174,6 +174,32 @@ def _tables_class() -> type:
 
     class FormattedTable(Styler):
         more: Sequence[Any] = ()
+        remarks: Sequence[str] = ()  # its caption's lines
+        parts: Sequence[Any] = ()  # each table as text cells under plain headers (``_plain``)
+        show_index: bool = False
+
+        def to_string(self, buf: Any = None, encoding: str | None = None) -> str | None:
+            """The table as plain text, for a script or a terminal: its caption's lines, then
+            the rows with their values as the HTML shows them, under headers without markup,
+            then each ``more`` table under ``MORE_COLUMNS`` (``str()`` and ``print`` give the
+            same; Jupyter renders the HTML)."""
+            blocks = [
+                "\n".join([*([MORE_COLUMNS] if i else []), part.to_string(index=self.show_index)])
+                for i, part in enumerate(self.parts)
+            ]
+            text = "\n".join([*self.remarks, "\n\n".join(blocks)])
+            if buf is None:
+                return text
+            if hasattr(buf, "write"):
+                buf.write(text)
+                return None
+            Path(buf).write_text(text, encoding=encoding or "utf-8")
+            return None
+
+        def __str__(self) -> str:
+            return str(self.to_string())
+
+        __repr__ = __str__
 
         def to_html(self, buf: Any = None, **kwargs: Any) -> Any:
             styles = {"exclude_styles": kwargs.get("exclude_styles", False)}
@@ -196,7 +222,9 @@ def formatted(table: Any, rates: Sequence[str] = ()) -> Any:
     columns that do not fit go to a second table under it (the same rows, their names
     repeated; ``.more``). A RangeIndex is not shown. The table's warnings and notes
     (``table_remarks``) become its caption, so they stay with the numbers in a rendered
-    notebook, whose stderr is left out. See ``ragbench.report.readable.readable_table``."""
+    notebook, whose stderr is left out. Jupyter renders it as HTML; ``str()``, ``print`` and
+    ``to_string()`` give the same tables as plain text. See
+    ``ragbench.report.readable.readable_table``."""
     ids, parts = _split(table, rates)
     ordered = table[ids + [c for part in parts for c in part]]
     styler = _tables_class()(ordered)
@@ -205,7 +233,21 @@ def formatted(table: Any, rates: Sequence[str] = ()) -> Any:
     if hidden:
         styler = styler.hide(subset=hidden, axis="columns")
     styler.more = [_styled(None, ordered[ids + part], rates, [MORE_COLUMNS]) for part in parts[1:]]
+    styler.remarks = table_remarks(table)
+    styler.parts = _plain(ordered, rates, [ids + part for part in parts])
+    styler.show_index = _row_names(ordered)
     return styler
+
+
+def _plain(table: Any, rates: Sequence[str], parts: Sequence[Sequence[Any]]) -> list[Any]:
+    """Each part of ``table`` (its columns) as the text its HTML shows, under plain headers
+    (with their units; no markup): what ``FormattedTable.to_string`` prints."""
+    shown, headers = readable.shown_values(table, rates)
+    for column, flag in LOWER_BOUNDS.items():
+        if column in table and flag in table:
+            rows = table[flag].fillna(False).astype(bool)
+            shown.loc[rows, column] = [f"≥ {v:,.0f}" for v in table.loc[rows, column]]
+    return [shown[list(part)].rename(columns=lambda c: headers.get(c, c)) for part in parts]
 
 
 def provenance(run_dir: str | Path) -> Any:

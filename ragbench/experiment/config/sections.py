@@ -18,7 +18,7 @@ from pydantic import (
 
 import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, retriever options
 from ragbench.cost.prices import PriceSheet, price_sheet
-from ragbench.datasets import DATASETS, UnknownParamError, check_params
+from ragbench.datasets import UnknownParamError, check_name, check_params
 from ragbench.experiment.config.text import located
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.metric import get_judge_metric, judged_metrics
@@ -71,7 +71,7 @@ class DatasetConfig(_Strict):
 
     @model_validator(mode="after")
     def _known(self) -> DatasetConfig:
-        DATASETS.check(self.name)  # unknown name -> did-you-mean over the registered datasets
+        check_name(self.name)  # unknown name -> did-you-mean; an import format -> dataset file
         try:
             check_params(self.name, self.params)
         except UnknownParamError as exc:  # at its own line: dataset.params.<key>
