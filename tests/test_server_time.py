@@ -212,7 +212,9 @@ def test_loopback_server_at_concurrency_16_is_charged_its_busy_time(serve):
     llm = client(srv, max_concurrency=16)
     requests = [GenerationRequest(f"question {i} " + "word " * 20) for i in range(64)]
     out = llm.generate(requests)
-    assert 12 <= srv.peak <= 16  # 16 at a time (one may be between its answer and the next)
+    # 16 at a time: the server counts a request until its handler returns, after the client has
+    # its answer and may have sent the next (17 seen beside a second pytest worker)
+    assert 12 <= srv.peak <= 17
     busy = busy_seconds(behave.spans)  # measured at the server: time with a request inside
     charged = sum(c.resource_seconds for c in out)
     slots = sum(c.prefill_seconds + c.decode_seconds for c in out)  # what was charged before
