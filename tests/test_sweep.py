@@ -313,3 +313,27 @@ def test_a_spec_setting_the_output_parameter_is_refused_naming_file_line_and_key
     spec.write_text("notebook: nb.ipynb\nparameters:\n  output_dir: elsewhere\n")
     with pytest.raises(SweepSpecError, match=r"s.yaml:3: parameters.output_dir: the sweep sets"):
         load_spec(spec)
+
+
+def test_a_stopped_sweep_records_the_points_it_finished(tmp_path, monkeypatch):
+    """SIGTERM or Ctrl-C after the first point: summary.json and results.parquet already hold
+    it (they used to wait for a rerun), and the stop is not swallowed."""
+    from ragbench.workspace.sweep import run as sweep_run
+
+    spec = write_spec(tmp_path, parameters={"fail_at": 99, "scale": 1.0}, grid={"x": [1, 2]})
+    real = sweep_run.execute_point
+    calls = []
+
+    def stop_at_second(job):
+        calls.append(job["point_id"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what the signal handler raises in the sweep process
+        return real(job)
+
+    monkeypatch.setattr(sweep_run, "execute_point", stop_at_second)
+    with pytest.raises(KeyboardInterrupt):
+        execute_sweep(spec, workers=1)
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert [(p["params"]["x"], p["status"]) for p in summary] == [(1, "done")]
+    assert sorted(pd.read_parquet(out / "results.parquet")["x"].unique()) == [1]

@@ -29,7 +29,8 @@ files of the saves it cut short are removed from the point's folder (logged).
 Stopping a sweep stops its work: on SIGTERM or SIGINT (Ctrl-C) the local executor's workers and
 every kernel they started are ended before the sweep exits (``kernels.reap_children_on_signals``),
 and a worker whose sweep dies (even by SIGKILL) ends itself and its kernel (``kernels.init_worker``).
-An interrupted point writes no marker: it is neither done nor failed, and runs on resume.
+An interrupted point writes no marker: it is neither done nor failed, and runs on resume; the
+points finished before the stop are in ``summary.json`` and ``results.parquet`` already.
 
 Credentials never reach disk: parameter values in ``summary.json``, the markers, the results
 table's parameter columns and printed point ids go through ``secrets.redact``; error texts
@@ -242,27 +243,42 @@ def execute_sweep(
             report(job, result)
 
     run = _run_ray if executor == "ray" else _run_local
-    run(todo, max(1, workers), first_pass)
-    if held:
-        log.warning(
-            "%d point(s) are being executed by another process; waiting for them: %s",
-            len(held),
-            ", ".join(job["point_id"] for job in held),
-        )
-        # whatever the other process records is the point's outcome (a failure it records is
-        # not retried: see sweep_point.recorded); if it died without a marker, it runs here
-        run([{**job, "wait": True} for job in held], max(1, workers), report)
+    try:
+        run(todo, max(1, workers), first_pass)
+        if held:
+            log.warning(
+                "%d point(s) are being executed by another process; waiting for them: %s",
+                len(held),
+                ", ".join(job["point_id"] for job in held),
+            )
+            # whatever the other process records is the point's outcome (a failure it records
+            # is not retried: see sweep_point.recorded); if it died without a marker, it runs here
+            run([{**job, "wait": True} for job in held], max(1, workers), report)
+    except BaseException:
+        # stopped (SIGTERM, Ctrl-C) or broken: the points finished so far are in summary.json
+        # and results.parquet, as a reader checking an overnight sweep expects
+        _write_summary(outcome, jobs, spec.results, sweep_dir)
+        log.warning("sweep stopped: %d of %d point(s) recorded in %s", len(outcome.points),
+                    len(jobs), sweep_dir / "summary.json")  # fmt: skip
+        raise
+    _write_summary(outcome, jobs, spec.results, sweep_dir)
+    return outcome
 
+
+def _write_summary(outcome: SweepOutcome, jobs: list[dict[str, Any]], pattern: str,
+                   sweep_dir: Path) -> None:  # fmt: skip
+    """The points reported so far, in plan order, to ``summary.json``, and the finished points'
+    results to ``results.parquet`` (both atomic)."""
     order = {job["point_id"]: i for i, job in enumerate(jobs)}
     outcome.points.sort(key=lambda p: order[p.point_id])
-    outcome.results = collect_results(jobs, spec.results)
+    outcome.results = collect_results(jobs, pattern)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         sweep_dir / "summary.json",
         json.dumps([asdict(p) for p in outcome.points], indent=2, default=str) + "\n",
     )
     if len(outcome.results):
         atomic_write_bytes(sweep_dir / "results.parquet", outcome.results.to_parquet(index=False))
-    return outcome
 
 
 def run_sweep(
