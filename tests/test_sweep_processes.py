@@ -221,7 +221,14 @@ def test_stopping_a_sweep_leaves_no_worker_or_kernel_behind(tmp_path, how):
     if how == "SIGTERM":
         assert sweep.returncode == 128 + signal.SIGTERM  # the shell's convention
     assert sweep.returncode != 0
-    for point in (tmp_path / "out").iterdir():  # interrupted is neither done nor failed
+    # a stop the sweep can catch is recorded on the way out: neither point finished, so the
+    # summary lists none (SIGKILL leaves no way out)
+    summary = tmp_path / "out" / "summary.json"
+    if how != "SIGKILL":
+        assert json.loads(summary.read_text(encoding="utf-8")) == []
+    points = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
+    assert len(points) == 2
+    for point in points:  # interrupted is neither done nor failed
         assert not (point / "done.json").exists() and not (point / "failed.json").exists()
         assert list(point.glob("*.ipynb")), "papermill saves the notebook while it runs"
         for path in point.iterdir():  # ... and that save holds no credential
