@@ -261,18 +261,26 @@ def ragbench_paths(model, plain, fast, reqs, prompts, questions, doc, record: in
 PATH_ERRORS = (ImportError, ValueError, NotImplementedError, RuntimeError, TypeError)
 
 
+def scaled_prompts(model, size: dict, seed: int, new: int, tag: str):
+    """``scaled_init`` on ``model``, then a random document and ``size["q"]`` questions of about
+    ``size["q_len"]`` ids (seeded from ``seed``): (document, questions, prompts, requests of
+    ``new`` tokens)."""
+    scaled_init(model)
+    vocab = model.config.vocab_size
+    doc = random_ids(size["doc"], vocab, seed)
+    questions = [random_ids(size["q_len"] + i % 3, vocab, 100 * seed + i) for i in range(size["q"])]
+    prompts = [doc + q for q in questions]
+    reqs = [GenerationRequest(f"{tag}{i}", max_new_tokens=new) for i in range(len(prompts))]
+    return doc, questions, prompts, reqs
+
+
 def bench_logits(model, device, s: dict, tok) -> dict:
     """Every path's first two picks' logits against transformers' forward (module docstring);
     ``tok``: ``gpu_check.IdTokenizer()``."""
     import torch
 
     size = s["logits"]
-    scaled_init(model)
-    vocab = model.config.vocab_size
-    doc = random_ids(size["doc"], vocab, 3)
-    questions = [random_ids(size["q_len"] + i % 3, vocab, 300 + i) for i in range(size["q"])]
-    prompts = [doc + q for q in questions]
-    reqs = [GenerationRequest(f"l{i}", max_new_tokens=2) for i in range(len(prompts))]
+    doc, questions, prompts, reqs = scaled_prompts(model, size, seed=3, new=2, tag="l")
     plain, fast = decoders(model, tok, device)
 
     def forward(ids: list[int]):
@@ -390,14 +398,8 @@ def bench_greedy32(model, device, s: dict, tok) -> dict:
     prompt, on ``model`` (``LLAMA_1B`` in float32 on the device, ``scaled_init`` so the logits are
     not near-ties). In float32 the paths' kernels round far below the logits' margins, so every
     exact path must give the reference's tokens; a difference is a bug, not rounding."""
-    size = s["greedy32"]
-    scaled_init(model)
-    vocab = model.config.vocab_size
-    doc = random_ids(size["doc"], vocab, 7)
-    questions = [random_ids(size["q_len"] + i % 3, vocab, 500 + i) for i in range(size["q"])]
-    prompts = [doc + q for q in questions]
-    new = size["new"]
-    reqs = [GenerationRequest(f"g{i}", max_new_tokens=new) for i in range(len(prompts))]
+    size, new = s["greedy32"], s["greedy32"]["new"]
+    doc, questions, prompts, reqs = scaled_prompts(model, size, seed=7, new=new, tag="g")
     ref = plain_generate(model, prompts, device, lambda: now(device), max_new_tokens=new)
     ref = ref["outputs"]
     plain, fast = decoders(model, tok, device)
