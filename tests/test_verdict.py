@@ -422,6 +422,22 @@ def test_constraints_pick_within_the_budget():
     assert verdict(clear_winner(), min_accuracy=0, max_dollars_per_1k=0.0).choice == LC  # 0: none
 
 
+def test_constraints_out_of_range_are_refused_naming_the_one():
+    """From Python as from the CLI: 60 meant as 60% would ask every variant for 6,000% and
+    the verdict would blame the data; a negative or NaN limit no variant could meet."""
+    df = clear_winner()
+    with pytest.raises(ValueError, match=r"min_accuracy is a mean string_match_all, from 0 to 1 "
+                       r"here; got 60 \(for 60%: 0\.6\)"):  # fmt: skip
+        verdict(df, min_accuracy=60)
+    for name in ("min_accuracy", "max_dollars_per_1k", "max_latency_s"):
+        for bad in (-1, float("nan")):
+            with pytest.raises(ValueError, match=f"^{name} must be 0 or more"):
+                verdict(df, **{name: bad})
+    assert verdict(df, min_accuracy=None, max_latency_s=None).choice == LC  # None: no limit
+    tokens = results({LC: [3.0] * 10, RAG: [2.0] * 10}, PRICES, metric="rouge_tokens")
+    assert verdict(tokens, metric="rouge_tokens", min_accuracy=2.5).choice == LC  # not a share
+
+
 def test_undecided_gives_the_questions_that_would_decide():
     df = results({LC: [1, 1, 1, 1], RAG: [1, 1, 0, 0]}, PRICES)
     v = verdict(df)

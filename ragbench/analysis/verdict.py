@@ -243,6 +243,28 @@ def _constraints(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: dict)
     return out
 
 
+def _limits(min_accuracy: Any, max_dollars_per_1k: Any, max_latency_s: Any, metric: str,
+            scores: Any) -> dict:
+    """The constraints as floats (None: no limit), or ValueError naming the one out of range:
+    each 0/None (no limit) or a positive number; ``min_accuracy`` at most 1 when ``metric``'s
+    scores are shares (0-1), since 60 meant as 60% would ask for 6,000% and every variant
+    would fail it. The CLI checks its options the same way before anything is read."""
+    given = {"min_accuracy": min_accuracy, "max_dollars_per_1k": max_dollars_per_1k,
+             "max_latency_s": max_latency_s}  # fmt: skip
+    out = {}
+    for name, value in given.items():
+        value = float(value) if value is not None else 0.0
+        if not (value >= 0 and np.isfinite(value)):  # NaN fails too
+            raise ValueError(f"{name} must be 0 or more (0 or None: no limit); got {value:g}")
+        out[name] = value or None
+    share = len(scores) and 0 <= scores.min() and scores.max() <= 1
+    if share and out["min_accuracy"] and out["min_accuracy"] > 1:
+        raise ValueError(f"min_accuracy is a mean {metric}, from 0 to 1 here; got "
+                         f"{out['min_accuracy']:g} (for {out['min_accuracy']:g}%: "
+                         f"{out['min_accuracy'] / 100:g})")  # fmt: skip
+    return out
+
+
 def _binding(checks: dict, labels: Any) -> tuple[str, ...]:
     """The constraints whose removal alone would let some variant through; when no single one
     does, every constraint some variant fails."""
@@ -391,8 +413,7 @@ def verdict(
     scores = rows[metric].to_numpy(dtype=float)
     fmt = _Fmt(bool(np.isin(scores, (0.0, 1.0)).all()))
     table = annotate(df, _variants(df, metric, cost))
-    limits = {k: float(v) if v else None for k, v in [("min_accuracy", min_accuracy),
-              ("max_dollars_per_1k", max_dollars_per_1k), ("max_latency_s", max_latency_s)]}  # fmt: skip
+    limits = _limits(min_accuracy, max_dollars_per_1k, max_latency_s, metric, scores)
     if limits["max_dollars_per_1k"] and cost == "prompt_tokens":
         raise ValueError("max_dollars_per_1k needs dollars: the table has none (no price_sheet)")
     checks = _constraints(table, metric, higher, fmt, limits)

@@ -39,9 +39,7 @@ EMBEDDERS = Registry(
         "minilm": _MINILM,
         "all-minilm-l6-v2": _MINILM,
         "sentence-transformers/all-minilm-l6-v2": _MINILM,
-        # the same in bf16 mixed precision (autocast; fast on CPUs with AMX/avx512_bf16, GPUs)
         "minilm-bf16": "ragbench.retrieval.embedders.base:Bf16Embedder",
-        # the same model on ONNX Runtime (exported once, cached): fp32, and dynamic int8
         "minilm-onnx": "ragbench.retrieval.embedders.onnx:OnnxEmbedder",
         "minilm-onnx-int8": "ragbench.retrieval.embedders.onnx:OnnxInt8Embedder",
         "hash": "ragbench.retrieval.embedders.base:HashEmbedder",  # no weights: tests, quick looks
@@ -50,6 +48,17 @@ EMBEDDERS = Registry(
     },
     other="<model folder or Hugging Face id>",
     accepts=_model_name,
+    descriptions={  # the aliases and variants say what they are (the list is alphabetical)
+        "minilm": "the embedded all-MiniLM-L6-v2 (sentence-transformers): batched, float32, "
+        "L2-normalised, cached on disk",
+        "all-minilm-l6-v2": "minilm by its model's name",
+        "sentence-transformers/all-minilm-l6-v2": "minilm by its Hugging Face id (the embedded "
+        "copy; no download)",
+        "minilm-bf16": "minilm in bf16 mixed precision (autocast; fast on CPUs with AMX/"
+        "avx512_bf16, GPUs)",
+        "minilm-onnx": "minilm on ONNX Runtime (exported once, cached), float32",
+        "minilm-onnx-int8": "minilm on ONNX Runtime with dynamic int8 weights",
+    },
 )
 
 # what runs a sentence-transformers embedder (``embedder_params.<name>.backend``)
