@@ -243,8 +243,9 @@ def _constraints(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: dict)
     return out
 
 
-def _limits(min_accuracy: Any, max_dollars_per_1k: Any, max_latency_s: Any, metric: str,
-            scores: Any) -> dict:
+def _limits(
+    min_accuracy: Any, max_dollars_per_1k: Any, max_latency_s: Any, metric: str, scores: Any
+) -> dict:
     """The constraints as floats (None: no limit), or ValueError naming the one out of range:
     each 0/None (no limit) or a positive number; ``min_accuracy`` at most 1 when ``metric``'s
     scores are shares (0-1), since 60 meant as 60% would ask for 6,000% and every variant
