@@ -99,6 +99,13 @@ def test_unknown_or_mistyped_parameter_fails_before_any_execution(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing ran, nothing written
     with pytest.raises(SweepSpecError, match="unknown executor 'rey'; did you mean 'ray'"):
         execute_sweep(spec, executor="rey")
+    from typer.testing import CliRunner
+
+    from ragbench.cli import app
+
+    result = CliRunner().invoke(app, ["sweep", str(spec)])
+    assert result.exit_code == 2 and "grid.xx: unknown parameter 'xx'" in result.output
+    assert "point/s" not in result.output  # the error alone: no empty progress bar above it
 
 
 # --- one real 3-point sweep (x=2 fails on purpose), rerun twice -----------------------------------

@@ -10,7 +10,7 @@ import typer
 from ragbench.workspace import tracking
 from ragbench.workspace.render import RenderInputError, render_notebook
 from ragbench.workspace.sweep.run import execute_sweep
-from ragbench.workspace.sweep.spec import SweepSpecError, expand_grid, load_spec
+from ragbench.workspace.sweep.spec import SweepSpecError, load_spec
 
 
 def register(app: typer.Typer) -> None:
@@ -44,25 +44,31 @@ def sweep(
 
     Each point is locked while it runs: a second sweep of the same spec shares the work instead
     of repeating it. Ctrl-C or SIGTERM stops the workers and their kernels too."""
+    from contextlib import ExitStack
+
     from tqdm import tqdm
 
     tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
-    try:
-        if tracked is not None:
-            tracking.check_available()  # before the sweep, not after it
-        total = len(expand_grid(load_spec(spec)))
-        with tqdm(total=total, unit="point", desc=spec.stem) as bar:
+    with ExitStack() as bars:
+        bar = None
 
-            def advance(point) -> None:
-                bar.update(1)
-                bar.set_postfix_str(f"{point.point_id}: {point.status}")
+        def start(points: int) -> None:  # once the spec checks out: no bar above its error
+            nonlocal bar
+            bar = bars.enter_context(tqdm(total=points, unit="point", desc=spec.stem))
 
+        def advance(point) -> None:
+            bar.update(1)
+            bar.set_postfix_str(f"{point.point_id}: {point.status}")
+
+        try:
+            if tracked is not None:
+                tracking.check_available()  # before the sweep, not after it
             outcome = execute_sweep(
-                spec, workers, executor, rerun_failed, on_point=advance, wait=wait
+                spec, workers, executor, rerun_failed, on_point=advance, wait=wait, on_plan=start
             )
-    except (SweepSpecError, tracking.TrackingError) as exc:  # credentials masked already
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
+        except (SweepSpecError, tracking.TrackingError) as exc:  # credentials masked already
+            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2) from None
 
     typer.echo(f"\n{'point':48s} {'status':16s} {'seconds':>8s}  {'finished at':25s}  error")
     for p in outcome.points:

@@ -185,8 +185,12 @@ def execute_sweep(
     rerun_failed: bool = True,
     on_point: Callable[[PointOutcome], None] | None = None,
     wait: bool = True,
+    on_plan: Callable[[int], None] | None = None,
 ) -> SweepOutcome:
     """Run every point not already done; return each point's outcome and the results table.
+
+    ``on_plan(points)``: called once the spec has checked out, before any point runs (a
+    progress bar starts there, so a spec error is not printed under an empty one).
 
     ``wait``: for points another live process is executing, wait and report its outcome (True),
     or report them ``held`` and move on (False); see the module docstring."""
@@ -196,6 +200,8 @@ def execute_sweep(
     spec = load_spec(spec_path)
     sweep_dir = Path(spec.output_dir or Path("data/results/sweeps") / spec_path.stem)
     jobs = _plan(spec, spec_path, sweep_dir)  # raises on unknown parameters before running
+    if on_plan is not None:
+        on_plan(len(jobs))
     outcome = SweepOutcome(sweep_dir=sweep_dir)
 
     def report(job: dict[str, Any], result: dict[str, Any]) -> None:
