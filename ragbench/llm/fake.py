@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ragbench.llm.base import LLM
-from ragbench.llm.kv.variants import KV_CACHES, refuse_variants
+from ragbench.llm.kv.variants import refuse_variants, variants_run
 from ragbench.tokenizers import WhitespaceTokenizer
 from ragbench.types import Completion, GenerationRequest
 
@@ -140,7 +140,8 @@ class FakeLLM(LLM):
         }
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        refuse_variants(requests, "fake", KV_CACHES if self.simulate_kv_cache else ("plain",))
+        supported = variants_run(self.capabilities, {"simulate_kv_cache": self.simulate_kv_cache})
+        refuse_variants(requests, "fake", supported)  # what validation checks configs against
         self.calls += 1
         seen_prefixes: set[str] = set(self._kept)
         out = [self._one(r, seen_prefixes) for r in requests]
