@@ -253,3 +253,27 @@ def test_a_request_past_the_cache_is_answered_and_never_stored(tmp_path):
         first, second = llm.generate([kept, past])  # a mixed call: each group on its own
     assert not second.cached and first.cached  # the second call hit only the cacheable one
     assert llm.generate([past])[0].cached is False and fake.calls == 4
+
+
+def test_a_replayed_answer_keeps_its_cost_and_says_so(tmp_path, monkeypatch):
+    """A second run whose requests the first answered: the same tokens, seconds and dollars
+    (what the answers cost), each row marked ``from_cache``. In the first, closed book asks
+    every example the same question: its first answer is computed, the others replayed."""
+    import yaml
+
+    from ragbench.experiment.runner import run
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "configs" / "fake.yaml").read_text())
+    cfg["model"]["cache"] = True
+    cfg["strategies"] = ["closed_book", "long_context"]
+    cfg["output_dir"] = str(tmp_path / "results")
+    first = run(cfg, progress=False)
+    again = run({**cfg, "name": "again"}, progress=False)  # another run folder, same requests
+    replayed = first["from_cache"].eq(True)
+    closed = first["strategy"].eq("closed_book")
+    assert not replayed[~closed].any()  # long context: a new prompt each example
+    assert replayed[closed].tolist() == [False] + [True] * 5  # computed once, then replayed
+    assert again["from_cache"].eq(True).all() and len(again) == len(first) == 12
+    for column in ("prompt_tokens", "completion_tokens", "resource_seconds", "dollars"):
+        assert again[column].tolist() == first[column].tolist(), column

@@ -131,6 +131,9 @@ def make_record(
         meta={
             "raw": completion.text,
             **({"device": device} if device else {}),
+            # replayed from the completion cache: its tokens, seconds and dollars are the run's
+            # that computed it (what the answer costs), not what this rerun spent (nothing)
+            **({"from_cache": True} if completion.cached else {}),
             **meta,
             **({} if scored else {"unscored": True}),
         },
