@@ -458,3 +458,29 @@ def test_a_shared_corpus_is_cut_once_and_each_question_checks_its_own_evidence()
         and "doc9" in a.meta["dropped_documents"]
     )
     assert a.meta["evidence_truncated"] is False and b.meta["evidence_truncated"] is True
+
+
+def test_a_query_that_fails_after_a_paid_call_keeps_its_cost(tmp_path):
+    """Self-Route's RAG call answers (declines), then its long-context call fails: the error
+    row carries the RAG call's cost (the money was spent; a budget counts it)."""
+    from test_runner import niah_config
+
+    from ragbench.experiment.budget import spend_of
+    from ragbench.experiment.config.run import load_config
+    from ragbench.experiment.results import RECORDS, read_records
+    from ragbench.experiment.runner import run, run_dir_for
+
+    def answer(request):
+        if "unanswerable" in request.prompt:  # the RAG prompt with its decline option
+            return "unanswerable"
+        raise RuntimeError("the server went away")
+
+    cfg = niah_config(tmp_path, strategies=["self_route"], price_sheet="example-hosted-api")
+    df = run(cfg, progress=False, llm=FakeLLM(answer_fn=answer))
+    assert df["error"].str.contains("the server went away").all() and len(df) == 4
+    records = read_records(run_dir_for(load_config(cfg)) / RECORDS).values()
+    costs = [r.cost for r in records]
+    assert all(c is not None and c.llm_calls == 1 and c.dollars > 0 for c in costs)
+    assert all(c.prompt_tokens > 0 and c.completion_tokens == 1 for c in costs)
+    assert spend_of(records).dollars == pytest.approx(sum(c.dollars for c in costs))
+    assert (df["dollars"] > 0).all()  # in the table too, beside the error

@@ -24,6 +24,7 @@ from ragbench.schema import KEY as SCHEMA_KEY
 from ragbench.schema import SCHEMA_VERSION, SchemaError, migrate_line
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
+from ragbench.strategies.driver import FailedAfterPaying
 from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
@@ -126,12 +127,19 @@ def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str
 
 
 def error_record(example: Example, params: Any, exc: BaseException) -> Record:
+    """The failed item's record; one that failed after some of its calls finished
+    (``FailedAfterPaying``) carries their cost (analyses leave error rows out; a budget counts
+    what they spent)."""
+    cost = None
+    if isinstance(exc, FailedAfterPaying):
+        exc, cost = exc.error, exc.cost
     return Record(
         example_id=example.id,
         strategy=params.strategy,
         params=params,
         prediction="",
         answers=example.answers,
+        cost=cost,
         error=redact_text(f"{type(exc).__name__}: {exc}"),  # errors quote URLs and payloads
     )
 

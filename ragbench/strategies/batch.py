@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ragbench.strategies.base import Resources, Steps
-from ragbench.strategies.driver import advance, outcomes
+from ragbench.strategies.driver import FailedAfterPaying, advance, outcomes
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.preload import ensure
 from ragbench.strategies.registry import get_strategy
@@ -21,10 +21,12 @@ def run_batch(
     """Run (example, params) items together (the params name their strategy); each round's
     requests go to the LLM in one ``generate`` call. Returns a Record or the exception per item,
     in order: one failing item never stops the others. If the batched call fails, each request
-    gets its own outcome (see ``outcomes``)."""
+    gets its own outcome (see ``outcomes``). An item that fails after some of its calls finished
+    returns ``FailedAfterPaying`` with what they cost."""
     ensure(items, res)  # long_context preload: the corpus KV before its questions
     results: list[Record | Exception | None] = [None] * len(items)
     waiting: dict[int, tuple[Steps, GenerationRequest]] = {}
+    finished: dict[int, list[Completion]] = {}  # each item's answered calls, as charged
 
     def step(i: int, steps: Steps, completion: Completion | None) -> None:
         try:
@@ -58,5 +60,12 @@ def run_batch(
                 results[i] = completion
             else:  # priced as if its variant ran alone (cost/alone.py)
                 label = items[i][1].label()
-                step(i, current[i], res.alone.charge(label, request, completion))
+                charged = res.alone.charge(label, request, completion)
+                finished.setdefault(i, []).append(charged)
+                step(i, current[i], charged)
+    for i, calls in finished.items():
+        if isinstance(results[i], Exception):
+            results[i] = FailedAfterPaying(
+                results[i], sum(map(res.cost, calls[1:]), res.cost(calls[0]))
+            )
     return results  # type: ignore[return-value]

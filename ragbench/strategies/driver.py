@@ -12,6 +12,19 @@ from ragbench.strategies.base import Steps
 from ragbench.types import Completion, GenerationRequest, Record
 
 
+class FailedAfterPaying(Exception):
+    """A query that failed after some of its calls had finished (Self-Route's RAG call, then
+    its long-context call over the window): the ``error``, and the ``cost`` of the finished
+    calls, spent all the same, so the error record carries it and a budget counts it."""
+
+    def __init__(self, error: BaseException, cost: Any) -> None:
+        super().__init__(str(error))
+        self.error, self.cost = error, cost
+
+    def __reduce__(self) -> tuple:  # across processes (sweep workers, Ray) with both parts
+        return FailedAfterPaying, (self.error, self.cost)
+
+
 def advance(steps: Steps, completion: Completion | None) -> GenerationRequest | Record:
     """The next request of ``steps`` or its Record; the strategy's own errors propagate."""
     try:
