@@ -88,6 +88,24 @@ def test_build_and_retrieve_still_work(app, built):
 # ------------------------------------------------------------------------------- index build
 
 
+def test_build_takes_a_corpus_file_as_data_docs_writes_it(app, built, tmp_path):
+    """A user's corpus (a document a line) indexes as the dataset with the same documents does,
+    chunk for chunk; a malformed corpus line is named like a dataset's."""
+    import json
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in TEXTS.items()))
+    out = tmp_path / "index"
+    result = invoke(app, "index", "build", corpus, "--out", out, *FAST)
+    assert result.exit_code == 0, result.output
+    assert "indexed 2 documents" in result.stdout
+    assert (out / cli.CHUNKS_FILE).read_text() == (built / cli.CHUNKS_FILE).read_text()
+    hits = invoke(app, "retrieve", out, "fjord", "-k", "1")
+    assert hits.exit_code == 0 and "oslo#0" in hits.stdout
+    corpus.write_text('{"id": "a", "text": "x"}\n{"id": "b"}\n')
+    one_line_error(invoke(app, "index", "build", corpus, "--out", out, *FAST), "corpus.jsonl:2")
+
+
 def test_build_missing_dataset(app, tmp_path):
     missing = tmp_path / "nope.jsonl"
     one_line_error(

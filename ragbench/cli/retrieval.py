@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.datasets.corpus.file import read_documents
 from ragbench.datasets.formats import read_examples
 from ragbench.experiment.config.sections import ModelConfig, RetrievalConfig
 from ragbench.io import (
@@ -55,6 +56,22 @@ def corpus_documents(examples) -> list:
     return out
 
 
+def is_corpus(path: Path) -> bool:
+    """Whether ``path`` is a corpus file (a document a line, as ``ragbench data docs`` and the
+    importers' ``--corpus`` write) rather than a dataset (an example a line): its first
+    non-blank line has a ``text`` and no ``question``. A malformed file is left to the dataset
+    reader, which names its line."""
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(row, dict) and "text" in row and "question" not in row
+    return False
+
+
 def write_index(
     dataset: Path,
     out: Path,
@@ -66,14 +83,16 @@ def write_index(
     embedder: str,
     factory: str,
 ) -> dict:
-    """Chunk, embed and index the documents of a ragbench JSONL dataset into ``out``
-    (``build_index`` with a dense retriever, saved)."""
+    """Chunk, embed and index the documents of a ragbench JSONL dataset, or of a corpus file,
+    into ``out`` (``build_index`` with a dense retriever, saved)."""
     if chunker not in SPLITTERS:  # names checked before the (slow) chunking and embedding
         raise unknown("chunker", chunker, SPLITTERS)
     emb = get_embedder(embedder)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"{out}: is a file, not an index folder")
-    documents = corpus_documents(read_examples(dataset))
+    documents = (
+        read_documents(dataset) if is_corpus(dataset) else corpus_documents(read_examples(dataset))
+    )
     if not documents:
         raise ValueError(f"{dataset}: no documents to index")
     chunks, dense = build_index(
@@ -144,7 +163,11 @@ def register(app: typer.Typer) -> None:
 
     @index_app.command("build")
     def index_build(
-        dataset: Path = typer.Argument(..., help="ragbench JSONL dataset whose documents to index"),
+        dataset: Path = typer.Argument(
+            ...,
+            help="ragbench JSONL dataset whose documents to index, or a corpus file (`ragbench data docs`, an "
+            "importer's --corpus)",
+        ),
         out: Path = typer.Option(..., "--out", help="index folder to write"),
         chunker: str = typer.Option(default["splitter"], help=" | ".join(SPLITTERS)),
         chunk_size: int = typer.Option(
@@ -155,7 +178,7 @@ def register(app: typer.Typer) -> None:
         embedder: str = typer.Option(default["embedder"], help="minilm | hash | model folder"),
         factory: str = typer.Option("Flat", help="FAISS factory string, e.g. Flat, HNSW32"),
     ) -> None:
-        """Chunk, embed and index a dataset's documents."""
+        """Chunk, embed and index a dataset's documents, or a corpus file's."""
         with user_errors():
             build = write_index(
                 dataset,
