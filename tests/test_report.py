@@ -321,6 +321,17 @@ def test_formatted_tables_read_dollars_per_1k_integers_and_percentages():
     assert report.formatted(table).data["dollars"].iloc[0] == table["dollars"].iloc[0]
 
 
+def test_retrieval_metrics_read_as_percentages_like_their_intervals():
+    """ndcg@10 and mrr@5 are shares, as their CIs are: 75.0% beside 50.0%, never 0.75."""
+    import pandas as pd
+
+    t = pd.DataFrame({"label": ["rag"], "ndcg@10": [0.75], "ndcg@10_ci_low": [0.5],
+                      "mrr@5": [1 / 3], "hit": [1.0], "n": [4]})  # fmt: skip
+    text = str(report.formatted(t))
+    assert "75.0%" in text and "50.0%" in text and "33.3%" in text and "0.75" not in text
+    assert "100.0%" in text  # a bare name (the whole ranking) too
+
+
 def test_summary_averages_measured_kv_bytes_and_plots_them_with_a_unit():
     df = _df()
     df["kv_bytes_measured"] = df["prompt_tokens"] * 1024  # what the transformers backend logs

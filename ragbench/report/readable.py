@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragbench.metrics.answer import METRICS
+from ragbench.retrieval.metrics import is_metric as is_retrieval_metric
 
 # readable names for the columns figures and tables show; metric names map through
 # ``metric_label`` (rates: shown as percentages)
@@ -248,6 +249,7 @@ def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
         return "dollars"
     finite = values[values.abs() != math.inf].dropna()
     metric = name in METRICS or name.startswith(("judge_", "semantic"))
+    metric = metric or is_retrieval_metric(name)  # mrr@10, ndcg: shares, like their CIs
     if column in rates or metric or any(word in name for word in _RATE_WORDS):
         if finite.empty or finite.between(-1, 1).all():
             return "rate"

@@ -106,6 +106,16 @@ class RetrievalMetric:
 _NAME = re.compile(r"^(?P<base>[a-z_]+)(?:@(?P<k>-?\d+))?$")
 
 
+def is_metric(name: str) -> bool:
+    """Whether ``name`` is a retrieval metric's (``parse_metric`` takes it): a table column
+    holding one reads as a rate."""
+    try:
+        parse_metric(name)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_metric(name: str) -> RetrievalMetric:
     """``"recall@10"`` -> RetrievalMetric; unknown names list the valid ones."""
     m = _NAME.match(name.strip().lower())
