@@ -16,12 +16,15 @@ from test_runner import niah_config
 from typer.testing import CliRunner
 
 from ragbench.cli import app
+from ragbench.cost.accounting import Cost
+from ragbench.datasets.corpus.shared import write_essay_corpus
 from ragbench.experiment.budget import (
     BUDGET_EXIT,
     Budget,
     Spend,
     decide,
     over_budget,
+    preload_estimate,
     round_estimate,
     spend_of,
 )
@@ -29,6 +32,9 @@ from ragbench.experiment.config.run import config_hash, load_config
 from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.results import RECORDS, read_records
 from ragbench.experiment.runner import run, run_dir_for
+from ragbench.llm.fake import FakeLLM
+from ragbench.strategies import LongContextParams
+from ragbench.types import Example, Record
 
 
 def config(tmp_path, out: str = "results", **over):
@@ -61,6 +67,33 @@ def test_spend_counts_generation_and_judge_dollars():
     assert spend == Spend(dollars=4.5, per_record=2.0, judge_per_record=0.5)
     assert round_estimate(spend, 4, judged=False) == 8.0
     assert round_estimate(spend, 4, judged=True) == 10.0
+
+
+def preloaded(example_id, own, once, corpus="c1", over=12):
+    """A long_context preload record: ``own`` dollars, a one-time cost of ``once`` beside."""
+    cost = Cost(resource_seconds=0.1, dollars=own)
+    cost = cost.amortise(Cost(resource_seconds=1.0, dollars=once), over)
+    return Record(example_id, "long_context", LongContextParams(preload=True), "x", cost=cost)
+
+
+def test_spend_counts_a_preloads_one_time_cost_once():
+    # each record carries its group's one-time cost: counted once per group, not per record (it
+    # was not counted at all: a $4e-6 cap let $2.5e-5 through), and not in the per-record mean
+    meta = {"q1": {"corpus_fingerprint": "c1"}, "q2": {"corpus_fingerprint": "c1"},
+            "q3": {"corpus_fingerprint": "c2"}}  # fmt: skip
+    records = [preloaded("q1", 1.0, 10.0), preloaded("q2", 1.0, 10.0),
+               preloaded("q3", 1.0, 4.0, "c2"), record(2.0)]  # fmt: skip
+    spend = spend_of(records, meta)
+    assert spend.dollars == pytest.approx(5.0 + 10.0 + 4.0)
+    assert spend.per_record == pytest.approx(1.25)
+    assert sorted(spend.one_time.values()) == [4.0, 10.0]
+    # a round with a corpus not preloaded yet: its preload at the mean one-time cost so far
+    q4 = Example("q4", "?", ("a",), (), meta={"corpus_fingerprint": "c3"})
+    q1 = Example("q1", "?", ("a",), (), meta=meta["q1"])
+    pre = LongContextParams(preload=True)
+    assert preload_estimate(spend, [(q4, pre), (q4, pre)]) == pytest.approx(7.0)
+    assert preload_estimate(spend, [(q1, pre), (q4, LongContextParams())]) == 0.0
+    assert preload_estimate(spend_of([record(1.0)]), [(q4, pre)]) == 0.0  # nothing to go by
 
 
 def test_decide_stops_before_a_round_expected_to_pass_the_cap():
@@ -264,3 +297,71 @@ def test_the_first_round_bound_holds_rounds_handed_out_before_any_finishes():
     assert first.info["why"] == "first round would pass it" and first.info["records_left"] == 5
     # no estimate (no sheet dollars): the first round runs, as before
     assert len(list(Budget(1.0, first_round=lambda items: None).rounds(rounds[:1], {}))) == 1
+
+
+def preload_config(tmp_path, sheet, **model):
+    corpus = write_essay_corpus(tmp_path / "corpus", questions=6, tokens=900,
+                                tokenizer="whitespace")  # fmt: skip
+    return {
+        "name": "pre",
+        "dataset": {"name": "corpus", "params": {"corpus": str(corpus[0]),
+                                                 "questions": str(corpus[1])}},  # fmt: skip
+        "model": {"backend": "fake", "name": "fake", "cache": False, "batch_size": 2, **model},
+        "strategies": [{"name": "long_context", "params": {"preload": True}}],
+        "metrics": ["string_match_all"], "price_sheet": sheet,
+        "output_dir": str(tmp_path / "runs"),
+    }  # fmt: skip
+
+
+def test_a_preloads_one_time_cost_counts_in_the_spend(tmp_path):
+    # the fake has no calibration: on an hourly sheet the first round runs unestimated, and its
+    # preload alone passes the cap. The spend said $0.000004 of a $0.000004 cap after 4 records
+    # (each record's own dollars); it was 4 x $9.8e-7 + the $2.08e-5 preload
+    cfg = preload_config(tmp_path, "example-cpu-hour")
+    cfg["max_dollars"] = 0.000004
+    df = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1))
+    real = df["dollars"].sum() + df["one_time_dollars"].iloc[0]
+    assert df["one_time_dollars"].iloc[0] > cfg["max_dollars"]
+    info = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())["sessions"][-1]
+    assert info["budget"]["why"] == "reached" and len(df) == 2  # stopped after that round
+    assert info["budget"]["spent_dollars"] == pytest.approx(real, abs=1e-6)
+    assert f"spent ${real:,.6f} of max_dollars $0.000004, reached it" in df.attrs["stopped"]
+    assert df["amortised_dollars"].sum() == pytest.approx(real)  # the table agrees
+
+
+def test_the_first_round_estimate_counts_the_preload(tmp_path, monkeypatch):
+    # an api sheet: the first round is estimated as the dry run counts it, now with the preload
+    # call it sends before its questions. Counted as a backend that keeps prefixes (transformers)
+    # is, the questions find the corpus cached; without the preload the estimate was about half
+    # of what the round cost. One new token: the fake's answers are that long, so the bound is
+    # the cost itself
+    import dataclasses
+
+    from ragbench.experiment import dry_run
+    from ragbench.llm import backend_capabilities
+
+    keeps = dataclasses.replace(backend_capabilities("fake"), reuses_prefix_kv=True)
+    monkeypatch.setattr(dry_run, "backend_capabilities", lambda name: keeps)
+    cfg = preload_config(tmp_path, "example-hosted-api", max_new_tokens=1)
+    full = run({**cfg, "name": "full"}, progress=False, llm=FakeLLM(prefix_cache_size=1))
+    first_round = full["dollars"].iloc[:2].sum() + full["one_time_dollars"].iloc[0]
+    cfg["max_dollars"] = first_round * 0.99
+    fake = FakeLLM(prefix_cache_size=1)
+    df = run(cfg, progress=False, llm=fake)
+    assert "the first round would pass it" in df.attrs["stopped"]
+    assert fake.calls == 0 and len(df) == 0  # nothing sent
+    info = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())["sessions"][-1]
+    assert info["budget"]["next_round_estimate"] == pytest.approx(first_round, abs=1e-6)
+
+
+def test_the_dry_run_holds_the_preload_to_the_cap(tmp_path):
+    from ragbench.experiment.dry_run import dry_run
+
+    cfg = preload_config(tmp_path, "example-hosted-api")
+    table = dry_run(cfg, progress=False)
+    questions = table["dollars_total_max"].sum()
+    (note,) = [n for n in table.attrs["notes"] if "preload" in n]
+    assert "1 preload call(s)" in note and table.attrs["over_budget"] is None
+    # a cap the questions fit under, their preload not (the preload was left out of the total)
+    table = dry_run({**cfg, "max_dollars": questions * 1.01}, progress=False)
+    assert "over max_dollars" in table.attrs["over_budget"]

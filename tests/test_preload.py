@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ragbench.cost.accounting import Cost
@@ -278,3 +279,96 @@ def test_a_preloaded_run_after_a_plain_one_is_charged_as_with_the_cache_off(tmp_
     assert cached["amortised_dollars"].tolist() == alone["amortised_dollars"].tolist()
     assert cached["prompt_tokens"].tolist() == alone["prompt_tokens"].tolist()
     assert (cached["cached_prompt_tokens"] > 0).all()  # every question read the preloaded KV
+
+
+@pytest.mark.parametrize("sheet", ["example-cpu-hour", "example-hosted-api"])
+def test_the_one_time_cost_is_the_same_beside_a_plain_long_context(tmp_path, corpus, sheet):
+    # batch_size 1: plain long_context's first question computes the corpus and the fake keeps
+    # it (prefix_cache_size=1), so the preload call after it finds it cached. Charged as if it
+    # ran alone (cost/alone.py), the preload costs what it costs in a run of its own (it cost
+    # 0.036 s and $8.0e-7 instead of 0.936 s and $2.08e-5 on the hourly sheet)
+    preload = {"name": "long_context", "params": {"preload": True}}
+    got = {}
+    for name, strategies in (("alone", [preload]), ("beside", ["long_context", preload])):
+        cfg = corpus_config(tmp_path, corpus, strategies, name=name)
+        cfg["model"]["batch_size"], cfg["price_sheet"] = 1, sheet
+        df = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1))
+        assert "stopped" not in df.attrs
+        manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
+        got[name] = (df[df["label"] == "long_context preload"], manifest["sessions"][0])
+    (alone, _), (beside, beside_session) = got["alone"], got["beside"]
+    for col in ("one_time_seconds", "one_time_dollars", "amortised_over", "dollars",
+                "amortised_resource_seconds", "amortised_dollars"):  # fmt: skip
+        assert beside[col].tolist() == pytest.approx(alone[col].tolist()), col
+    assert alone["one_time_dollars"].iloc[0] > 0
+    (pre,) = beside_session["preloaded"]
+    assert pre["one_time_seconds"] == pytest.approx(alone["one_time_seconds"].iloc[0])
+    assert pre["one_time_dollars"] == pytest.approx(alone["one_time_dollars"].iloc[0])
+
+
+def test_a_run_stopped_early_amortises_the_preload_over_the_questions_it_answered(tmp_path, corpus):
+    # the budget stops it after its first round (2 of N questions; the fake has no calibration,
+    # so an hourly sheet gives no first-round estimate): the preload was paid for 2 answers, not
+    # N (amortised_over was N, the amortised dollars N/2 times too low). Resumed to the end, every
+    # question shares a preload: amortised over all N
+    cfg = corpus_config(tmp_path, corpus, [{"name": "long_context", "params": {"preload": True}}])
+    cfg["price_sheet"], cfg["max_dollars"] = "example-cpu-hour", 1e-9
+    df = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1))
+    assert "stopped: budget" in df.attrs["stopped"] and len(df) == 2
+    assert (df["amortised_over"] == 2).all()
+    assert df["amortised_dollars"].tolist() == pytest.approx(
+        (df["dollars"] + df["one_time_dollars"] / 2).tolist()
+    )
+    stored = pd.read_parquet(Path(df.attrs["run_dir"]) / "results.parquet")
+    assert (stored["amortised_over"] == 2).all()
+    manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
+    assert manifest["sessions"][0]["preloaded"][0]["amortised_over"] == 2
+    cfg["max_dollars"] = None  # not in the config hash: the same folder, the rest answered
+    df = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1))
+    assert "stopped" not in df.attrs and len(df) == N and df["error"].isna().all()
+    assert (df["amortised_over"] == N).all()
+    assert df["amortised_resource_seconds"].tolist() == pytest.approx(
+        (df["resource_seconds"] + df["one_time_seconds"] / N).tolist()
+    )
+    assert df["amortised_dollars"].tolist() == pytest.approx(
+        (df["dollars"] + df["one_time_dollars"] / N).tolist()
+    )
+
+
+def test_sequential_looks_amortise_the_preload_over_the_questions_answered_so_far(tmp_path, corpus):
+    # the looks decide from amortised dollars (analysis.verdict): a look after 2 of N questions
+    # read amortised_over N, the preload N/2 times too cheap
+    from ragbench.analysis.verdict import sequential_look
+
+    seen = []
+
+    def look(df, state):
+        pre = df[df["label"] == "long_context preload"]
+        seen.append((len(pre), set(pre["amortised_over"])))
+        return sequential_look(df, state)
+
+    strategies = [{"name": "long_context", "params": {"preload": True}},
+                  {"name": "rag", "params": {"top_k": 2}}]  # fmt: skip
+    cfg = corpus_config(tmp_path, corpus, strategies)
+    cfg["retrieval"] = {"embedder": "hash", "tokenizer": "whitespace", "chunk_size": 64}
+    cfg["sequential"] = {"rounds": 3}
+    df = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1), until_decided=look)
+    assert seen and seen[0][0] < N  # a look before every question was answered
+    assert all(over == {answered} for answered, over in seen), seen
+    pre = df[df["label"] == "long_context preload"]
+    assert set(pre["amortised_over"]) == {len(pre)}
+
+
+def test_a_capped_run_is_charged_as_an_uncapped_one(tmp_path, corpus):
+    # the cap's first-round estimate counts the round's prompts as the dry run does (nothing
+    # sent): on the run's own prefix ledger it left the plain long_context, which finds the
+    # corpus the preload computed, uncharged for it (prefix_paid_tokens 0), in capped runs only
+    strategies = ["long_context", {"name": "long_context", "params": {"preload": True}}]
+    got = []
+    for cap in (None, 1.0):
+        cfg = corpus_config(tmp_path, corpus, strategies, name=f"cap-{cap}")
+        cfg["max_dollars"] = cap
+        df = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1))
+        got.append(df[["prefix_paid_tokens", "dollars", "one_time_dollars"]])
+    assert got[0]["prefix_paid_tokens"].sum() > 0
+    pd.testing.assert_frame_equal(got[1], got[0])

@@ -201,10 +201,14 @@ class Cost(JsonMixin):
     # work done once and shared by many queries (a preloaded corpus KV: long_context preload),
     # in none of the fields above; amortised_* add this query's share, one_time / amortised_over
     # (without a one-time cost they equal resource_seconds and dollars)
-    one_time_seconds: float | None = None  # the one-time work's resource seconds
+    # the one-time work's charged seconds: its resource seconds plus a prefix it found computed
+    # by another variant (``prefix_paid_seconds``, cost/alone.py), as if it ran alone
+    one_time_seconds: float | None = None
     one_time_modelled_seconds: float | None = None  # and its modelled seconds
     one_time_dollars: float | None = None
-    amortised_over: int | None = None  # queries that share the one-time cost
+    # queries that share the one-time cost: those answered (the results table recounts them,
+    # strategies.preload.amortise_answered)
+    amortised_over: int | None = None
     amortised_resource_seconds: float | None = None
     amortised_dollars: float | None = None
     # cost/alone.py: cached tokens of a prefix another variant computed, charged as computed
@@ -325,7 +329,9 @@ class Cost(JsonMixin):
         seconds and dollars beside them, and the amortised columns = own + one_time / over."""
         if over < 1:
             raise ValueError(f"a one-time cost is amortised over >= 1 queries, got {over}")
-        once = one_time.resource_seconds
+        # charged as if it ran alone (cost/alone.py): a prefix it found computed by another
+        # variant counts as computed; its dollars already include it
+        once = one_time.resource_seconds + (one_time.prefix_paid_seconds or 0.0)
         dollars = one_time.dollars
         return dataclasses.replace(
             self,
@@ -338,6 +344,15 @@ class Cost(JsonMixin):
             if self.dollars is None or dollars is None
             else self.dollars + dollars / over,
         )
+
+    def shared_by(self, over: int) -> Cost:
+        """This cost with its one-time cost (its ``one_time_*`` fields) amortised over ``over``
+        queries instead (itself when it has none)."""
+        if self.one_time_seconds is None:
+            return self
+        once = Cost(resource_seconds=self.one_time_seconds, dollars=self.one_time_dollars,
+                    modelled_seconds=self.one_time_modelled_seconds)  # fmt: skip
+        return self.amortise(once, over)
 
     def repriced(
         self, sheet: PriceSheet, cache_write_tokens: float = 0, known: bool = True

@@ -2,8 +2,12 @@
 
 What counts as spent: every record in the run folder (earlier sessions included) priced by the
 run's price sheet: its ``cost.dollars`` plus the ``judge_dollars`` its judge calls cost (the
-judge's own sheet) and the ``noise_dollars`` of its noise-pass call. A cached completion is priced like a sent one: the cap bounds what the run
-is *worth* at its sheet, which is what the dry run estimates too.
+judge's own sheet) and the ``noise_dollars`` of its noise-pass call, and each one-time cost
+once (a ``long_context preload`` corpus: ``one_time_dollars``, carried by every question of its
+group, counted once per group, ``strategies.preload.one_time_dollars``: what the records'
+amortised dollars add up to). A cached completion is priced like a sent one: the cap bounds what
+the run is *worth* at its sheet, which is what the dry run estimates too; so a resumed session
+that preloads a corpus again does not count it twice (its manifest entry lists that preload).
 
 When the runner stops (``Budget.rounds`` wraps its rounds of ``model.batch_size`` records):
 before each round, from the records finished so far,
@@ -12,17 +16,19 @@ before each round, from the records finished so far,
 - spent + estimate > ``max_dollars``: stop before the round. The estimate is the round's size
   (plus the records of rounds still in flight, on an executor that runs several at once) times
   the mean dollars per priced record so far (generation, plus the mean judge dollars per judged
-  record when the config has judge metrics);
+  record when the config has judge metrics), plus, for each preload group of the round with no
+  one-time cost paid yet, the mean one-time dollars per group paid so far;
 - else run the round.
 
 Before any record is priced (a new run) there is no mean: the first round is estimated as the
 dry run estimates it (``Budget.first_round``, ``ragbench.experiment.dry_run.round_dollars``): its
-prompts assembled and counted as they will be sent, every answer at ``max_new_tokens``, priced by
-the sheet. That is an upper bound, so a cap below it stops the run before it spends anything
-(``why``: "first round would pass it"); rounds handed out before the first one finishes (Ray)
-count at the same per-record bound. A pipeline's calls and the judge's are not in it (the dry
-run cannot estimate them), and an hourly sheet with no calibration to model seconds from gives
-no estimate: then the first round runs unestimated, and the dry run's check is the only one.
+prompts assembled and counted as they will be sent (its preload calls included), every answer at
+``max_new_tokens``, priced by the sheet. That is an upper bound, so a cap below it stops the run
+before it spends anything (``why``: "first round would pass it"); rounds handed out before the
+first one finishes (Ray) count at the same per-record bound. A pipeline's calls and the judge's
+are not in it (the dry run cannot estimate them), and an hourly sheet with no calibration to
+model seconds from gives no estimate: then the first round runs unestimated (its preload too),
+and the dry run's check is the only one.
 
 So the run never starts a round it expects to pass the cap; it can pass it only by what one
 round costs beyond its estimate. The passes after generation are
@@ -42,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.metrics.answer import deferred_metrics
+from ragbench.strategies import preload
 
 BUDGET_EXIT = 3  # `ragbench run`: stopped at max_dollars (records so far written; rerun resumes)
 EXIT_HELP = (
@@ -67,11 +74,16 @@ class Spend:
     judge_per_record: float = 0.0  # mean judge dollars per judged record
     noise_per_record: float = 0.0  # mean noise-pass dollars per record it answered again
     priced: int = field(default=0, compare=False)  # records with generation dollars
+    # per preload group with answered questions, its one-time dollars (in ``dollars``, once)
+    one_time: dict[tuple, float] = field(default_factory=dict, compare=False)
 
 
-def spend_of(records: Iterable[Any]) -> Spend:
-    """Total dollars of ``records`` (generation, judge, noise pass) and the mean of each per
-    record that has it."""
+def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | None = None) -> Spend:
+    """Total dollars of ``records`` (generation, judge, noise pass, and each preload group's
+    one-time cost once) and the mean of each per record that has it (a record's own: the
+    one-time cost is not in the means). ``meta``: example id -> meta, which tells the preload
+    groups apart (``strategies.preload.group_of``)."""
+    records = list(records)
     totals, counts = [0.0, 0.0, 0.0], [0, 0, 0]
     for record in records:
         noise = (getattr(record, "meta", None) or {}).get("noise_dollars")
@@ -79,7 +91,18 @@ def spend_of(records: Iterable[Any]) -> Spend:
             if value is not None:
                 totals[i], counts[i] = totals[i] + value, counts[i] + 1
     means = [t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)]
-    return Spend(sum(totals), *means, priced=counts[0])
+    once = preload.one_time_dollars(records, meta or {})
+    return Spend(sum(totals) + sum(once.values()), *means, priced=counts[0], one_time=once)
+
+
+def preload_estimate(spend: Spend, items: Iterable[Any]) -> float:
+    """Dollars of the preloads ``items`` (``(example, params)`` pairs) will send before their
+    questions: each of their preload groups with no one-time cost paid yet, at the mean one-time
+    dollars per group paid so far (0 before any: the first round's estimate has it)."""
+    if not spend.one_time:
+        return 0.0
+    fresh = {preload.group(*item) for item in items} - {None} - set(spend.one_time)
+    return len(fresh) * sum(spend.one_time.values()) / len(spend.one_time)
 
 
 def round_estimate(spend: Spend, size: int, judged: bool) -> float:
@@ -111,10 +134,13 @@ class Budget:
     # (None: not estimable); used until a record is priced (see the module docstring)
     first_round: Callable[[list], float | None] | None = None
     _bound_per_record: float | None = None  # first_round's bound over the first round's size
+    # example id -> meta: tells a shared corpus's preload groups apart (spend_of)
+    meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, cfg: Any) -> Budget:
-        return cls(cfg.max_dollars, judged=bool(deferred_metrics(cfg.metrics)))
+    def of(cls, cfg: Any, examples: Iterable[Any] = ()) -> Budget:
+        meta = {e.id: e.meta for e in examples}
+        return cls(cfg.max_dollars, judged=bool(deferred_metrics(cfg.metrics)), meta=meta)
 
     def rounds(self, rounds: Iterable[list], done: Mapping[str, Any]) -> Iterator[list]:
         """``rounds`` (of ``((example, params), key)`` items) until the cap stops the run;
@@ -122,21 +148,22 @@ class Budget:
         spent. Rounds handed out but not finished yet (an executor with several in flight: Ray)
         count at their estimate."""
         rounds = list(rounds)
-        handed: list[str] = []  # keys of the records handed out, finished or not
+        handed: list = []  # the ((example, params), key) items handed out, finished or not
         for i, chunk in enumerate(rounds):
             if self.max_dollars is not None:
-                spend = spend_of(done.values())
-                in_flight = sum(k not in done for k in handed)
-                estimate = round_estimate(spend, len(chunk) + in_flight, self.judged)
+                spend = spend_of(done.values(), self.meta)
+                in_flight = [item for item, k in handed if k not in done]
+                estimate = round_estimate(spend, len(chunk) + len(in_flight), self.judged)
+                estimate += preload_estimate(spend, [item for item, _ in chunk] + in_flight)
                 if not spend.priced and (bound := self._bound(chunk)) is not None:
-                    estimate = (len(chunk) + in_flight) * bound  # no mean yet: the dry run's
+                    estimate = (len(chunk) + len(in_flight)) * bound  # no mean yet: the dry run's
                 why = decide(spend.dollars, estimate, self.max_dollars)
                 if why is not None and not spend.priced and not handed and why != "reached":
                     why = "first round would pass it"
                 if why is not None:
                     self._stop(why, spend.dollars, estimate, sum(len(c) for c in rounds[i:]))
                     return
-            handed.extend(item[1] for item in chunk)
+            handed.extend(chunk)
             yield chunk
 
     def _bound(self, chunk: list) -> float | None:
@@ -159,7 +186,7 @@ class Budget:
             return False
         if self.max_dollars is None:
             return True
-        spend = spend_of(done.values())
+        spend = spend_of(done.values(), self.meta)
         if step == "judge":
             estimate = len(chunk) * spend.judge_per_record
         elif spend.noise_per_record:

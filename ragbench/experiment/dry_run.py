@@ -43,6 +43,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ragbench.cost.alone import PrefixLedger
 from ragbench.cost.money import dollars
 from ragbench.cost.prices import modelled_seconds_for
 from ragbench.experiment.budget import over_budget
@@ -206,20 +207,12 @@ def dry_run(config: Any, progress: bool = True) -> Any:
                     "prompt_tokens": c.prompt_tokens,
                     "cached_prompt_tokens": c.cached_prompt_tokens,
                     "completion_tokens_max": c.completion_tokens,
-                    "dollars": (
-                        c.dollars
-                        if rates is None
-                        else dollars(
-                            res.sheet,
-                            seconds=modelled_seconds_for(
-                                rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
-                            ),
-                        )
-                    )
-                    if priced
-                    else None,
+                    "dollars": _priced(c, res.sheet, rates) if priced else None,
                 }
             rows.append(row)
+    # long_context preload: the calls run_batch sent before the questions, a one-time cost
+    preloads = [c for c in res.preloaded.values() if not isinstance(c, Exception)]
+    once = sum(_priced(c, res.sheet, rates) for c in preloads) if priced else float("nan")
     df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["label", "over_window"])
     for col in ("prompt_tokens", "cached_prompt_tokens", "completion_tokens_max", "dollars"):
         if col not in df:
@@ -243,6 +236,12 @@ def dry_run(config: Any, progress: bool = True) -> Any:
             f"not estimated (they call your own system): {', '.join(skipped)}"
         )
     total = table["dollars_total_max"].sum(min_count=1)
+    if preloads:
+        total += once
+        table.attrs["notes"].append(
+            f"long_context preload: {len(preloads)} preload call(s), a one-time ${once:,.6f}, "
+            "not in the per-query columns; in the total held to max_dollars"
+        )
     table.attrs["over_budget"] = over_budget(total, cfg.max_dollars)
     if cfg.max_dollars is not None and total != total:  # NaN: no dollars estimated
         table.attrs["notes"].append("max_dollars: not checked (no dollar estimate)")
@@ -284,25 +283,34 @@ def round_dollars(cfg: RunConfig, items: list, res: Any = None) -> float | None:
         res = build_resources(cfg, counter, None, {e.id: e for e, _ in items}.values())
     else:
         counter = PromptCounter(res.llm, track_prefixes=reuses_prefix)
+        # a ledger of its own: the run's must not take the counted prompts for sent ones (its
+        # variants' first prefixes, the preload's corpus, would go uncharged: cost/alone.py)
         res = dataclasses.replace(
-            res, llm=counter, fitted={}, preloaded={}, preload_over=dict(res.preload_over)
-        )
+            res, llm=counter, fitted={}, preloaded={}, preload_over=dict(res.preload_over),
+            alone=PrefixLedger(),
+        )  # fmt: skip
+    costs = [o.cost for o in run_batch(items, res) if not isinstance(o, Exception)]
+    # and the preload calls run_batch sent before their questions (a one-time cost)
+    costs += [c for c in res.preloaded.values() if not isinstance(c, Exception)]
     total = 0.0
-    for outcome in run_batch(items, res):
-        if isinstance(outcome, Exception) or outcome.cost is None:
+    for c in costs:
+        if c is None:
             continue  # an error row costs nothing (over the window under overflow "error")
-        c = outcome.cost
-        if rates is not None:
-            seconds = modelled_seconds_for(
-                rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
-            )
-            spent = dollars(sheet, seconds=seconds)
-        else:
-            spent = c.dollars
+        spent = _priced(c, sheet, rates)
         if spent is None or spent != spent:
             return None
         total += spent
     return total
+
+
+def _priced(c: Any, sheet: Any, rates: Any) -> float | None:
+    """A counted call's dollars: by the sheet from its tokens, or (``rates``: a calibration)
+    from the seconds they model to."""
+    if rates is None:
+        return c.dollars
+    seconds = modelled_seconds_for(rates, c.prompt_tokens, c.cached_prompt_tokens,
+                                   c.completion_tokens)  # fmt: skip
+    return dollars(sheet, seconds=seconds)
 
 
 def cached_calibration(cfg: RunConfig) -> Any:

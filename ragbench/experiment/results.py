@@ -7,6 +7,10 @@ identity (``example_id``, ``strategy``, ``label``, ``params``, ``prediction``, `
 and the example's scalar facts. A name used by two sections (a score named like a parameter)
 never overwrites: every section that uses it gets its prefix (``param_``, ``score_``, ``cost_``,
 ``meta_``, ``ex_``).
+
+A one-time cost (``long_context preload``) is amortised here, over the questions the table
+answers (``strategies.preload.amortise_answered``): the run stopped early, a sequential look
+mid-run and the finished run each get ``amortised_over`` = the questions answered with it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ragbench.schema import SCHEMA_VERSION, SchemaError, migrate_line
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
 from ragbench.strategies.driver import FailedAfterPaying
+from ragbench.strategies.preload import amortise_answered
 from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
@@ -200,9 +205,11 @@ def _flatten(
 
 
 def table(records: list[Record], example_meta: dict[str, dict[str, Any]], metrics: list[str]):
-    """The results DataFrame: rows in the given order, columns in the fixed order above."""
+    """The results DataFrame: rows in the given order, columns in the fixed order above; a
+    one-time cost amortised over the records given that answered with it."""
     import pandas as pd
 
+    records = amortise_answered(records, example_meta)
     rows, rank = [], {}
     score_order = {m: i for i, m in enumerate(metrics)}
     for record in records:

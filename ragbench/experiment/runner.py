@@ -156,7 +156,7 @@ def run(
         try:
             session = RunSession(
                 cfg=cfg, examples=examples, work=work, keys=keys, out=out,
-                writer=RecordWriter(out), budget=Budget.of(cfg), started=started,
+                writer=RecordWriter(out), budget=Budget.of(cfg, examples), started=started,
                 progress=progress, executor=executor, workers=workers,
                 until_decided=until_decided, loaded=Loaded(llm=llm),
             )  # fmt: skip
@@ -302,7 +302,11 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     entry["finished_at"] = _now()
 
     meta = {e.id: e.meta for e in examples}
-    df = table([done[k] for k in keys if k in done], meta, list(cfg.metrics))
+    rows = [done[k] for k in keys if k in done]
+    df = table(rows, meta, list(cfg.metrics))  # one-time costs amortised over the answered
+    answered = {key: len(i) for key, i in preload.sharing(rows, meta).items()}
+    for pre in entry.get("preloaded") or []:  # the manifest says what the table amortised over
+        pre["amortised_over"] = answered.get((pre["corpus"], pre["overflow"]), 0)
     # the version of each metric the scores were computed with: tables of runs scored before and
     # after a scoring fix cannot be compared (the analysis refuses a metric with two versions)
     df["metric_versions"] = dumps_canonical(metric_versions(cfg.metrics))

@@ -8,10 +8,23 @@ keeps it (transformers: ``prefix_cache_size``; a server: its prefix cache), so e
 finds the corpus cached and its own cost is its question's prefill over that cache plus its
 decode. The preload call's ``Cost`` (the corpus prefill, measured, plus the short tail and one
 token) is the one-time cost: each record carries it (``one_time_seconds``, ``one_time_dollars``)
-with ``amortised_over`` N, the questions of the run that share it, and its ``amortised_*``
-columns add one_time / N (``Cost.amortise``). The KV lives in the process: a resumed run
-preloads again and amortises that over the questions it still answers. The preload request
-bypasses the completion cache (``CachedLLM``): a cached answer would compute no KV.
+with ``amortised_over`` N, the questions that share it, and its ``amortised_*`` columns add
+one_time / N (``Cost.amortise``). N is the questions *answered* (``amortise_answered``, applied
+where the results table is assembled, ``experiment.results.table``: the stored table, the
+sequential looks and the verdict read it): a run stopped early (``max_dollars``,
+``--until-decided``) spreads the preload over the questions it answered, not over those it
+planned, and a resumed run that answers the rest ends amortised over all of them.
+(``records.jsonl`` keeps what the session planned when it wrote them; the table recomputes.)
+The KV lives in the process: a resumed run preloads again (its manifest entry lists that
+preload); the table amortises each record's own session's preload over the group's answered
+questions, i.e. as if the corpus had been preloaded once, and so does the budget
+(``experiment.budget``: each group's one-time cost counted once). The preload request bypasses
+the completion cache (``CachedLLM``): a cached answer would compute no KV.
+
+The preload call is charged as if its variant ran alone (``cost.alone``): a corpus another
+variant of the run already computed (a plain ``long_context`` on the same corpus, whose prefix
+the backend kept) is charged to the preload as computed (``prefix_paid_tokens``/``_seconds``),
+so the one-time cost is the same whatever else ran.
 
 Examples without a shared corpus (each its own documents: RULER, multidoc) are not preloaded:
 they run as plain long_context, without a one-time cost (the runner logs a warning).
@@ -20,15 +33,15 @@ Limits, visible in the records: a backend that keeps no prefix across calls (``p
 false``, ``prefix_cache_size: 0``, a server without prefix caching) recomputes the corpus per
 question (``cached_prompt_tokens`` 0), and the amortised columns then count it twice. A run that
 also has a plain long-context variant on the same corpus shares one prefix cache: whichever
-variant runs second finds the corpus cached, as a server's cache would. Measure a preload's
-one-time cost in a run of its own.
+variant runs second finds the corpus cached, as a server's cache would, and is charged for it
+all the same (the alone rule above); its measured ``resource_seconds`` stay what the device did.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragbench.cost.accounting import Cost
@@ -42,7 +55,8 @@ from ragbench.types import Example
 
 def wanted(params: StrategyParams) -> bool:
     """Whether ``params`` ask for a preload (long_context preload: true)."""
-    return params.strategy == "long_context" and bool(getattr(params, "preload", False))
+    strategy = getattr(params, "strategy", None)  # (None: a work item without parameters)
+    return strategy == "long_context" and bool(getattr(params, "preload", False))
 
 
 def group(example: Example, params: StrategyParams) -> tuple | None:
@@ -52,9 +66,14 @@ def group(example: Example, params: StrategyParams) -> tuple | None:
     long_context: a preload per example would be sent with its round's others before any
     question and evict them (a one-prefix cache), so its question paid the corpus and a one-time
     cost besides."""
+    return group_of(example.meta, params) if wanted(params) else None
+
+
+def group_of(meta: Mapping[str, Any], params: StrategyParams) -> tuple | None:
+    """``group`` from the example's ``meta`` (what a results table keeps of it)."""
     if not wanted(params):
         return None
-    corpus = example.meta.get("corpus_fingerprint")
+    corpus = meta.get("corpus_fingerprint")
     return (str(corpus), params.overflow) if corpus else None
 
 
@@ -88,10 +107,12 @@ def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> N
             request = res.request(prefix + tail, prefix, rid=f"preload:{key[0][:16]}", fmt=fmt)
             request = dataclasses.replace(request, max_new_tokens=1, stop=())
             completion = llm.generate([request])[0]
-            res.preloaded[key] = res.cost(completion)
-            # the group's variants paid the corpus here (their one-time cost): under the alone
-            # rule (cost/alone.py) their questions reuse it, whoever asks first
-            for label in {p.label() for e, p in items if group(e, p) == key}:
+            # the group's variants pay the corpus here (their one-time cost), as if each ran
+            # alone (cost/alone.py): a corpus another variant left cached is charged as computed,
+            # and their questions then reuse it, whoever asks first
+            first, *others = sorted({p.label() for e, p in items if group(e, p) == key})
+            res.preloaded[key] = res.cost(res.alone.charge(first, request, completion))
+            for label in others:
                 res.alone.sent(label, request)
         except Exception as exc:  # every question of the group gets this error
             res.preloaded[key] = exc
@@ -108,13 +129,56 @@ def amortised(cost: Cost, example: Example, params: StrategyParams, res: Resourc
     return cost.amortise(one_time, res.preload_over.get(key, 1))
 
 
+def sharing(records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]) -> dict[tuple, list]:
+    """Per preload group, the indices of ``records`` that share its one-time cost: the answered
+    questions (a record whose cost carries ``one_time_seconds``; a failed one has no cost).
+    ``meta``: example id -> the example's meta (its ``corpus_fingerprint``); a record whose
+    group it cannot tell is grouped with its variant's."""
+    out: dict[tuple, list] = {}
+    for i, record in enumerate(records):
+        cost = getattr(record, "cost", None)
+        if getattr(cost, "one_time_seconds", None) is None or getattr(record, "error", None):
+            continue
+        params = record.params
+        key = group_of(meta.get(record.example_id) or {}, params) or ("variant", params.label())
+        out.setdefault(key, []).append(i)
+    return out
+
+
+def amortise_answered(records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]) -> list:
+    """``records`` with each one-time cost amortised over the questions that answered with it
+    (``sharing``), whatever the run planned: ``amortised_over`` N and ``amortised_*`` = own +
+    one_time / N (``Cost.shared_by``). Records without a one-time cost are returned as they
+    are."""
+    out = list(records)
+    for indices in sharing(out, meta).values():
+        for i in indices:
+            out[i] = dataclasses.replace(out[i], cost=out[i].cost.shared_by(len(indices)))
+    return out
+
+
+def one_time_dollars(
+    records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]
+) -> dict[tuple, float]:
+    """Per preload group of ``records``, its one-time dollars, once: its records' mean one-time
+    dollars (what their amortised shares add up to; the same on each unless a resumed session
+    preloaded again). Unknown dollars (an api sheet's reprice) count nothing."""
+    out = {}
+    for key, indices in sharing(records, meta).items():
+        known = [d for i in indices if (d := records[i].cost.one_time_dollars) is not None]
+        out[key] = sum(known) / len(known) if known else 0.0
+    return out
+
+
 def summary(res: Resources | None) -> list[dict[str, Any]]:
     """The run's preloads for its manifest: group, one-time seconds and dollars, questions."""
     out = []
     for key, one in (res.preloaded if res is not None else {}).items():
         done = not isinstance(one, Exception)
         out.append({"corpus": key[0], "overflow": key[1], "amortised_over": res.preload_over[key],
-                    "one_time_seconds": one.resource_seconds if done else None,
+                    # charged, as the records carry it (Cost.amortise)
+                    "one_time_seconds": one.resource_seconds + one.prefix_paid_seconds
+                    if done else None,
                     "one_time_dollars": one.dollars if done else None,
                     "prompt_tokens": one.prompt_tokens if done else None,
                     "error": None if done else f"{type(one).__name__}: {one}"})  # fmt: skip
