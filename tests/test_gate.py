@@ -126,3 +126,46 @@ def test_a_configured_metric_without_scores_fails_saying_so(run_dir, tmp_path):
     )
     assert result.exit_code == 1, result.output
     assert "judge_correct is configured but unscored in this run" in result.output
+
+
+def test_failed_records_and_an_unfinished_run_fail_the_gate(run_dir, tmp_path):
+    """The summary's means leave failed records out: 2 of long context's 4 failing is a FAILED
+    line (unless allowed), not a mean over the 2 that happened to succeed; a run folder whose
+    manifest says it stopped (its budget) or is still running is not a finished run."""
+    import json
+
+    df, seed = load_run(run_dir)
+    lc = df.index[df["strategy"] == "long_context"][:2]
+    broken = df.copy()
+    broken.loc[lc, "error"] = "LLMRequestError: the server went away"
+    req = ["long_context: contains >= 0.5"]
+    assert check(df, req, seed=seed) == []
+    [line] = check(broken, req, seed=seed)
+    assert line.startswith("FAILED records: 2 failed (long_context") and "2 of 4" in line
+    assert "the server went away" in line and "--max-errors 2" in line
+    assert check(broken, req, seed=seed, max_errors=2) == []
+    assert check(broken, ["rag k=4: contains >= 0"], seed=seed) == []  # not a variant it reads
+    assert check(broken, [], verdict="long_context", seed=seed)[0].startswith("FAILED records")
+
+    folder = tmp_path / "run"
+    shutil.copytree(run_dir, folder)
+    broken.to_parquet(folder / "results.parquet")
+    result = CliRunner().invoke(app, ["check", str(folder), "-r", req[0]])
+    assert result.exit_code == 1 and "FAILED records: 2 failed" in result.output
+    allowed = CliRunner().invoke(app, ["check", str(folder), "-r", req[0], "--max-errors", "2"])
+    assert allowed.exit_code == 0, allowed.output
+
+    df.to_parquet(folder / "results.parquet")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["status"] = "stopped"
+    manifest["sessions"][-1].update(stopped="budget", budget={"records_left": 7})
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(app, ["check", str(folder), "-r", req[0]])
+    assert result.exit_code == 1, result.output
+    assert "FAILED run: its manifest says stopped (budget), 7 records left" in result.output
+    with pytest.raises(AssertionError, match="its manifest says stopped"):
+        assert_run(folder, *req)
+    manifest["status"] = "running"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(AssertionError, match="its manifest says running"):
+        assert_run(folder, *req)

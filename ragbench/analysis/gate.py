@@ -17,6 +17,12 @@ A requirement is ``VARIANT: VALUE OP NUMBER``:
 The values are the summary's (``analysis.summary.summary``: the table ``ragbench run`` prints),
 so a gate reads the numbers people read. A requirement that names no variant or value of the
 run is malformed (``GateError``, naming the valid ones), never a silent pass.
+
+The summary's means leave failed records out, so a gate also fails when records of the variants
+it reads failed (more than ``max_errors``: 0 unless allowed), and when the run folder's manifest
+says the run did not finish (``unfinished``: stopped at its budget, interrupted, or killed while
+running, whose table is an earlier session's): a mean over the questions that happened to
+succeed is not the run's.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragbench.analysis._common import metric_columns
+from ragbench.analysis._common import error_summary, metric_columns
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.summary import summary
 from ragbench.analysis.verdict import verdict as decide_verdict
@@ -162,15 +168,35 @@ def _fmt(value: float) -> str:
     return "nan" if value != value else f"{value:.4g}"
 
 
+def failed_records(df: Any, labels: list[str], max_errors: int = 0) -> list[str]:
+    """A FAILED line when more than ``max_errors`` records of ``labels`` failed (their count per
+    variant and the most frequent error), else none."""
+    if "error" not in df.columns:
+        return []
+    rows = with_labels(df)
+    bad = rows[rows["label"].isin(labels) & rows["error"].notna()]
+    if len(bad) <= max_errors:
+        return []
+    counts = bad.groupby("label", sort=False).size()
+    asked = rows[rows["label"].isin(counts.index)].groupby("label").size()
+    each = "; ".join(f"{label}: {n} of {asked[label]}" for label, n in counts.items())
+    message, n = error_summary(bad["error"], limit=1)[0]
+    allow = f"--max-errors {len(bad)} (max_errors=) to allow them"
+    return [f"FAILED records: {len(bad)} failed ({each}); the means leave them out; most "
+            f"frequent ({n} x): {message[:200]}; {allow}"]  # fmt: skip
+
+
 def check(
     df: Any, requirements: list[str], verdict: str | None = None, seed: int = 0,
-    metric: str | None = None,
+    metric: str | None = None, max_errors: int = 0,
 ) -> list[str]:  # fmt: skip
     """One line per failed requirement (empty: all hold). ``verdict``: the verdict's choice
     (``analysis.verdict.verdict`` on ``metric``, default the run's first) must be the variant it
     names (words of its label, as for requirements: ``rag``, ``long_context``). Every
     requirement (and ``verdict``) is parsed and matched before any is checked: a malformed one
-    raises GateError. A requirement on a metric the run did not score fails, saying so."""
+    raises GateError. A requirement on a metric the run did not score fails, saying so. More
+    than ``max_errors`` failed records of the variants it reads (those the requirements name;
+    every variant with ``verdict``) fail it too (``failed_records``)."""
     parsed = [parse_requirement(text) for text in requirements]
     values = variant_values(df, seed=seed)
     labels = list(values)
@@ -185,7 +211,8 @@ def check(
     if verdict is not None:
         check_verdict_words(verdict, labels)
     unscored = unscored_columns(df)
-    failed = []
+    read = labels if verdict is not None else list(dict.fromkeys(lb for _, lb in resolved))
+    failed = failed_records(df, read, max_errors)
     for req, label in resolved:
         got = values[label][req.value]
         base = req.value.split(".")[0]
@@ -232,17 +259,45 @@ def load_run(run: Any) -> tuple[Any, int]:
     return read_folder_table(folder), seed  # an older schema's table read as this one's
 
 
+def unfinished(run: Any) -> list[str]:
+    """A FAILED line when the run folder's manifest says the run did not finish: ``stopped``
+    (its budget), ``interrupted``, or still ``running`` (live, or killed: its table, if any, is
+    an earlier session's). None for a finished run, a DataFrame, or a folder without a
+    manifest (``load_run`` says what is missing)."""
+    import pandas as pd
+
+    if isinstance(run, pd.DataFrame):
+        return []
+    try:
+        manifest = json.loads((Path(run) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    status = manifest.get("status")
+    if status in (None, "finished"):
+        return []
+    last = (manifest.get("sessions") or [{}])[-1]
+    why = f" ({last['stopped']})" if last.get("stopped") else ""
+    left = last.get("budget", {}).get("records_left")
+    more = f", {left} records left" if left else ""
+    return [f"FAILED run: its manifest says {status}{why}{more}: the gate reads finished runs "
+            "(rerun `ragbench run` on its config to finish it)"]  # fmt: skip
+
+
 def assert_run(
-    run: Any, *requirements: str, verdict: str | None = None, metric: str | None = None
-) -> None:
+    run: Any, *requirements: str, verdict: str | None = None, metric: str | None = None,
+    max_errors: int = 0,
+) -> None:  # fmt: skip
     """``ragbench check`` inside pytest: ``run`` is a run folder (or its results DataFrame);
-    raises AssertionError with one line per failed requirement, GateError (a ValueError) for a
+    raises AssertionError with one line per failed requirement (and for failed records or an
+    unfinished run, as ``check`` and ``unfinished`` say), GateError (a ValueError) for a
     malformed one::
 
         assert_run("data/results/nightly-1a2b3c4d", "rag k=4: contains.ci_low >= 0.5",
                    "long_context: dollars_per_1k <= 0.5", verdict="rag")
     """
     df, seed = load_run(run)
-    failed = check(df, list(requirements), verdict=verdict, seed=seed, metric=metric)
+    failed = check(df, list(requirements), verdict=verdict, seed=seed, metric=metric,
+                   max_errors=max_errors)  # fmt: skip
+    failed = unfinished(run) + failed
     if failed:
         raise AssertionError("\n".join(failed))

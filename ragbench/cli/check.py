@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ragbench.analysis.gate import check, load_run
+from ragbench.analysis.gate import check, load_run, unfinished
 from ragbench.io import cli_error, user_errors
 
 GATE_FAILED_EXIT = 1
@@ -19,8 +19,9 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "check",
         epilog=f"Exit codes: 0: every requirement holds. {GATE_FAILED_EXIT}: one or more fail "
-        "(one FAILED line each). 2: a malformed requirement, naming it and the valid variants "
-        "or values, or no run folder.",
+        "(one FAILED line each), records of the variants it reads failed (beyond --max-errors), "
+        "or the run did not finish (stopped at its budget, interrupted, killed). 2: a malformed "
+        "requirement, naming it and the valid variants or values, or no run folder.",
     )
     def check_command(
         run_dir: Path = typer.Argument(..., help="a run folder (results.parquet + manifest.json)"),
@@ -38,13 +39,21 @@ def register(app: typer.Typer) -> None:
             help="the verdict must choose this variant (words of its label: rag, long_context)",
         ),
         metric: str | None = typer.Option(None, help="the verdict's metric (default: the first)"),
+        max_errors: int = typer.Option(
+            0,
+            min=0,
+            help="failed records of the variants the gate reads that still let it pass (the "
+            "means leave them out)",
+        ),
     ) -> None:
         """Fail (exit 1) when a run misses its requirements: a nightly job's gate."""
         if not require and verdict is None:
             raise cli_error(ValueError("nothing to check: give --require and/or --verdict"))
         with user_errors():  # GateError (a ValueError): the requirement and the valid names
             df, seed = load_run(run_dir)
-            failed = check(df, list(require), verdict=verdict, seed=seed, metric=metric)
+            failed = check(df, list(require), verdict=verdict, seed=seed, metric=metric,
+                           max_errors=max_errors)  # fmt: skip
+            failed = unfinished(run_dir) + failed
         for line in failed:
             typer.echo(line)
         if failed:
