@@ -84,6 +84,10 @@ ANSWERS = {
 def answer(question, example_id):
     text, context = ANSWERS[example_id]
     return {"answer": text, "contexts": [context]}
+
+
+def engine():  # a factory whose engine cannot be built
+    raise RuntimeError("the index is not built\\nrun build_index() first")
 """
 
 
@@ -280,6 +284,12 @@ def test_config_is_notebook_05s_and_options_reach_the_strategies_that_take_them(
         ("no_such_rag_module:answer", "cannot import 'no_such_rag_module'"),
         ("handbook_rag:anwser", "has no attribute 'anwser'"),
         ("handbook_rag.answer", "target must be 'module:attribute'"),
+        # a factory that raises: one line naming it and the error's last line, exit 2
+        (
+            "handbook_rag:engine",
+            "target 'handbook_rag:engine': its factory engine() raised "
+            "RuntimeError: run build_index() first",
+        ),
     ],
 )
 def test_a_bad_pipeline_target_stops_before_anything_is_read(
@@ -290,7 +300,9 @@ def test_a_bad_pipeline_target_stops_before_anything_is_read(
     docs = make_docs(tmp_path / "docs")
     result = compare([str(docs), "--backend", "fake", "--output-dir", "out", "--pipeline", target])
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: pipeline: ") and message in result.output
+    error = result.output.splitlines()[-1]  # after the `pipeline:` line of a target that imports
+    assert error.startswith("error: pipeline: ") and message in error, result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) <= 2
     assert "corpus:" not in result.output and not (tmp_path / "out").exists()
 
 

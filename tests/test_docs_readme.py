@@ -1,9 +1,12 @@
-"""The README's "Bring your own documents" examples are real: extracted and parsed as written."""
+"""The README's "Bring your own documents" examples are real: extracted and parsed as written;
+its llama-index pipeline (``handbook_rag.py``) runs as written, offline, through its command."""
 
 from __future__ import annotations
 
 import logging
 import re
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from ragbench.experiment.config.run import load_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _EXAMPLE = re.compile(r"<!-- readme-example: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
+_PIPELINE = re.compile(r"<!-- readme-pipeline: handbook_rag.py -->\n```\w*\n(.*?)```", re.DOTALL)
 
 
 def readme_examples() -> dict[str, str]:
@@ -96,3 +100,40 @@ def test_readme_jsonl_example_is_valid_ragbench_jsonl(workdir):
     [(doc_id, start, end)] = example.evidence
     doc = next(d for d in example.documents if d.id == doc_id)
     assert doc.text[start:end] == example.answers[0]
+
+
+@pytest.mark.slow  # the snippet loads MiniLM
+def test_readme_llamaindex_pipeline_runs_as_written(workdir, monkeypatch, request):
+    """``handbook_rag.py`` copied from the README, run by the README's command (on the fake
+    backend), with no llama-index LLM set anywhere else: it must bring its own (offline), or
+    llama-index falls back to OpenAI."""
+    from llama_index.core import Settings
+    from typer.testing import CliRunner
+
+    import ragbench.strategies.pipeline.strategy as pipeline_strategy
+    from ragbench.cli import app
+
+    text = README.read_text(encoding="utf-8")
+    [snippet] = _PIPELINE.findall(text)
+    (workdir / "handbook_rag.py").write_text(snippet, encoding="utf-8")
+    (workdir / "handbook").mkdir()
+    (workdir / "handbook" / "refunds.md").write_text(REFUNDS_MD, encoding="utf-8")
+    monkeypatch.delitem(sys.modules, "handbook_rag", raising=False)
+    request.addfinalizer(lambda: sys.modules.pop("handbook_rag", None))  # no other test finds it
+    monkeypatch.setattr(pipeline_strategy, "_opened", {})  # no engine another test built
+    monkeypatch.setattr(Settings, "_llm", None)  # no LLM another test set
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    section = text.split("## Your own pipeline beside long context", 1)[1]
+    command = next(line for line in section.splitlines() if "--pipeline handbook_rag:" in line)
+    args = shlex.split(command)[2:] + ["--backend", "fake", "--quiet", "--no-report"]
+    result = CliRunner().invoke(app, ["compare", *args, "--output-dir", "out"])
+    assert result.exit_code == 0, result.output
+    run_dir = Path(re.search(r"^run folder: (\S+)", result.output, re.M).group(1))
+    import pandas as pd
+
+    pipe = pd.read_parquet(run_dir / "results.parquet").query("strategy == 'pipeline'")
+    assert len(pipe) == 2 and pipe["error"].isna().all(), pipe["error"].tolist()
+    assert (pipe["pipeline_kind"] == "query_engine").all()
+    # its contexts are the corpus's documents: ranked against the questions' evidence
+    assert pipe["contexts"].map(lambda cs: {c["doc_id"] for c in cs} == {"refunds.md"}).all()
+    assert (pipe["hit@1"] == 1.0).all()

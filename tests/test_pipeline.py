@@ -88,6 +88,21 @@ def bad_usage(question):
 
 def bad_span(question):
     return {{"answer": "x", "contexts": [{{"text": "t", "span": [1]}}]}}
+
+
+def broken():  # a factory that cannot build its engine
+    raise RuntimeError("connection refused\\nthe vector store at localhost:6333 is down")
+
+
+def wordy(question):  # a multi-line answer, the value on its second line; contexts read by
+    # another reader: CRLF line ends and runs of spaces, the pipeline's own ids
+    doc = rank(question)[0]
+    key = question.rstrip("?").rsplit(" ", 1)[-1]
+    value = doc.text.split(f"for {{key}} is ", 1)[1].split(".")[0]
+    text = doc.text.replace(" The special", "\\r\\n  The special")
+    return {{"answer": f"From the documents:\\n  The number is {{value}}.\\n", "contexts": [
+        {{"text": text, "doc_id": "3f2a-uuid"}},
+        {{"text": "text from a page ragbench never read", "doc_id": "9c1b-uuid"}}]}}
 """
 
 ENGINE = """
@@ -379,6 +394,53 @@ def test_a_dead_endpoint_stops_the_cli_before_any_work(tmp_path, monkeypatch):
     assert not list((tmp_path / "results").glob("*/records.jsonl"))  # nothing was run
 
 
+def test_a_factory_that_raises_stops_the_cli_in_one_line(tmp_path, monkeypatch):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    from ragbench.cli.run import register
+
+    setup(tmp_path, monkeypatch)
+    app = typer.Typer()
+    register(app)
+    app.command("other")(lambda: None)  # a second command keeps typer in multi-command mode
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config(tmp_path, {"target": "mypipe:broken"})))
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: pipeline: target 'mypipe:broken': its factory broken() raised RuntimeError: "
+        "the vector store at localhost:6333 is down"
+    )
+    assert not list((tmp_path / "results").glob("*/records.jsonl"))  # nothing was run
+
+
+def test_a_pipelines_answer_is_scored_whole_and_its_contexts_found_whitespace_aside(
+    tmp_path, monkeypatch
+):
+    setup(tmp_path, monkeypatch)
+    df = run(config(tmp_path, {"target": "mypipe:wordy"}, metrics=["exact_match", "contains"]),
+             progress=False)  # fmt: skip
+    pipe = df[df.strategy == "pipeline"].set_index("example_id")
+    assert pipe["error"].isna().all(), pipe["error"].dropna().tolist()
+    for key, row in pipe.iterrows():
+        # the whole answer, trimmed (not ragbench's first line, "From the documents:")
+        assert row["prediction"] == f"From the documents:\n  The number is {KEYS[key]}."
+        assert row["raw"] == row["prediction"] + "\n"  # the answer as it came
+        assert row["contains"] == 1.0 and row["exact_match"] == 0.0
+        # the CRLF context is the run's document (whitespace aside), span and all
+        first = row["contexts"][0]
+        assert first["doc_id"] == f"doc-{list(KEYS).index(key)}" and row["gold_hit"]
+        # the other one is in no document of the run: its rank is unknown, so no 0s
+        assert row["contexts"][1]["doc_id"] == "9c1b-uuid"
+        assert all(math.isnan(row[f"{m}@{k}"]) for m in ("hit", "recall", "mrr", "ndcg")
+                   for k in (1, 5, 10))  # fmt: skip
+        assert row["retrieval_note"].startswith("1 of 2 contexts are in none of the run's")
+    lc = df[df.strategy == "long_context"]
+    assert "retrieval_note" not in lc.columns or lc["retrieval_note"].isna().all()
+
+
 def test_resume_reruns_only_a_changed_pipeline(tmp_path, monkeypatch):
     module = setup(tmp_path, monkeypatch)
     calls = tmp_path / "calls.txt"
@@ -443,7 +505,9 @@ def test_retrieval_scores_match_the_shared_metrics():
     # ranked documents d1, d2, d3 (d2 once: its first rank); gains d2=2, d3=1 (as ranx's ndcg)
     dcg = 2 / math.log2(3) + 1 / math.log2(4)
     assert scores["ndcg@5"] == pytest.approx(dcg / (2 + 1 / math.log2(3)), abs=1e-12)
-    assert retrieval_scores([Context("x")], example) == {}  # ranks unknown: no documents
+    # ranks unknown: a context in none of the example's documents
+    assert retrieval_scores([Context("x")], example) == dict.fromkeys(scores)
+    assert retrieval_scores([contexts[1], Context("x", "uuid")], example) == dict.fromkeys(scores)
     assert retrieval_scores(contexts, Example("q", "?", ("a",), docs, {})) == {}  # no judgements
 
 
@@ -459,6 +523,13 @@ def test_contexts_with_the_pipelines_own_ids_are_found_by_text():
     assert _located(Context("beta", "b.md"), example).doc_id == "b.md"  # an id of the run's: kept
     assert _located(Context("nowhere", "7f3c-uuid"), example).doc_id == "7f3c-uuid"
     assert retrieval_scores([found], example)["hit@1"] == 1.0
+    # another reader's text: CRLF, runs of spaces, a line break for a space (whitespace aside)
+    crlf = _located(Context("delta\r\n  epsilon\nzeta\r\n", "7f3c-uuid"), example)
+    assert (crlf.doc_id, crlf.span) == ("b.md", (0, 18))
+    # cleaned as the corpus is: a control character and decomposed accents (NFC)
+    docs = (Document("c.md", "caf\u00e9 cr\u00e8me br\u00fbl\u00e9e"),)
+    cleaned = _located(Context("cafe\u0301\x07 cre\u0300me", "x"), Example("q", "?", ("x",), docs))
+    assert (cleaned.doc_id, cleaned.span) == ("c.md", (0, 10))
 
 
 def test_the_judge_reads_the_recorded_contexts():
@@ -495,6 +566,28 @@ def test_a_changed_module_is_reloaded_in_process(tmp_path, monkeypatch):
     b = PipelineParams(target="versioned:answer")
     assert b.version == "2.0" and a.version.startswith("sha256:")
     assert open_pipeline(b).obj("?") == "two, longer"
+
+
+def test_a_module_from_the_working_directory_is_reloaded_and_a_new_one_imported(
+    tmp_path, monkeypatch
+):
+    # the working directory is searched for the import only (not left on sys.path): a reload,
+    # and a module of the same name imported afresh from another folder, must find theirs
+    from ragbench.strategies.pipeline.target import resolve
+
+    monkeypatch.delitem(sys.modules, "cwdpipe", raising=False)
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, said in ((first, "one"), (second, "other")):
+        folder.mkdir()
+        (folder / "cwdpipe.py").write_text(f"def answer(q):\n    return {said!r}\n")
+    monkeypatch.chdir(first)
+    assert resolve("cwdpipe:answer")[0]("?") == "one"
+    (first / "cwdpipe.py").write_text("def answer(q):\n    return 'edited'\n")
+    assert resolve("cwdpipe:answer")[0]("?") == "edited"  # reloaded from the working directory
+    del sys.modules["cwdpipe"]  # as a test (or a notebook) drops it, then works elsewhere
+    monkeypatch.chdir(second)
+    assert resolve("cwdpipe:answer")[0]("?") == "other"
+    del sys.modules["cwdpipe"]  # no other test finds it
 
 
 def test_a_target_in_the_config_folder(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 
 The README's llama-index query engine over a folder (ragbench's ingest, the MiniLM embedder and
 FAISS behind ragbench's llama-index retriever adapter), answering with the embedded SmolLM2 as
-llama-index's ``Settings.llm`` (a ``CustomLLM`` whose usage a ``TokenCountingHandler`` reads); a
+its ``LLM`` (a ``CustomLLM`` whose usage a ``TokenCountingHandler`` reads); a
 plain Python function over its own index and the same model; and the README's HTTP service
 serving that engine from a real loopback server. Each runs through ``ragbench.run`` beside
 ``long_context`` on SmolLM2, and every pipeline row carries its tokens, dollars (the price
@@ -117,10 +117,12 @@ def readme_snippets() -> dict[str, str]:
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
     """The folder as a corpus with its questions; the README's modules and the user's other code
-    importable from the working directory; SmolLM2 as llama-index's LLM; the service serving."""
+    importable from the working directory; SmolLM2 as the README engine's LLM; the service
+    serving."""
     from llama_index.core import Settings
     from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
 
+    import ragbench.strategies.pipeline.strategy as pipeline_strategy
     from ragbench.datasets.corpus.docs import ingest
     from ragbench.datasets.corpus.file import write_documents
 
@@ -144,7 +146,10 @@ def workspace(tmp_path, monkeypatch):
     )
     manager = CallbackManager([counter])
     monkeypatch.setattr(Settings, "_callback_manager", manager)
-    monkeypatch.setattr(Settings, "_llm", handbook_pipelines.SmolLM(callback_manager=manager))
+    monkeypatch.setattr(pipeline_strategy, "_opened", {})  # no engine another test built
+    import handbook_rag  # the README's engine: SmolLM2 as its `LLM`, in place of MockLLM
+
+    monkeypatch.setattr(handbook_rag, "LLM", handbook_pipelines.SmolLM(callback_manager=manager))
     import handbook_service  # the README's service: it builds its engine on import
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), handbook_service.Answer)

@@ -63,11 +63,12 @@ def register(app: typer.Typer) -> None:
         """Closed book, long context, RAG and Self-Route on your documents (and your own pipeline
         beside them): the verdict.
 
-        Checks --pipeline / --pipeline-url first (its module imports, the endpoint answers), ingests
-        DOCS into one corpus, takes --questions (or generates them), writes the run
-        config (compare.yaml in the run folder: edit it and `ragbench run` it), prints the dry-run
-        estimate (tokens, dollars) before spending (a paid API asks unless --yes), runs, prints
-        the verdict and the summary table, and writes report.html beside the run."""
+        Checks --pipeline / --pipeline-url first (its module imports and its factory builds, the
+        endpoint answers), ingests DOCS into one corpus, takes --questions (or generates them),
+        writes the run config (compare.yaml in the run folder: edit it and `ragbench run` it),
+        prints the dry-run estimate (tokens, dollars) before spending (a paid API asks unless
+        --yes), runs, prints the verdict and the summary table, and writes report.html beside
+        the run."""
         spec = steps.CompareSpec(
             docs=tuple(str(d) for d in docs), questions=str(questions or ""),
             n_questions=n_questions, backend=backend, model=model, base_url=base_url,
@@ -83,9 +84,11 @@ def register(app: typer.Typer) -> None:
         with user_errors(tracking.TrackingError):  # a bad option, target or endpoint, no MLflow:
             if tracked is not None:  # before any document is read
                 tracking.check_available()
-            for point in steps.check_pipelines(spec):
+            pipelines = steps.check_pipelines(spec)
+            for point in pipelines:
                 typer.echo(f"pipeline: {point.label()}")
             steps.precheck(spec)
+            steps.build_pipelines(pipelines)  # a factory builds its engine: before the ingest
         with user_errors(LockHeldError, OverWindowError):
             df, spec_run = _run(spec, yes=yes, progress=not quiet)
         _answer(spec, df, spec_run)

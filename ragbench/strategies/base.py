@@ -114,8 +114,13 @@ def make_record(
     res: Resources,
     meta: dict[str, Any],
     cost: Cost | None = None,
+    prediction: str | None = None,
 ) -> Record:
-    prediction = prompt_format(example).prediction(example, completion.text)
+    """The record of ``completion``; what is scored is ``prediction`` when given (a pipeline's
+    own answer, whole), else the example format's reading of the reply (ragbench's prompts ask
+    for one line: ``PromptFormat.prediction``). ``meta["raw"]`` keeps the reply as it came."""
+    if prediction is None:
+        prediction = prompt_format(example).prediction(example, completion.text)
     scored = any(a.strip() for a in example.answers)  # a question without gold: unscored
     # the device its answer was computed on, where the backend says (transformers: cpu, cuda);
     # a cached completion keeps the device of the run that computed it, as it keeps its cost

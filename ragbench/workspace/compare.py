@@ -23,6 +23,8 @@ A pipeline (``pipeline``: ``"module:attr"``, a function, a llama-index query eng
 or a factory of one; ``pipeline_url``: an HTTP service) is checked first, by
 :func:`check_pipelines`, before the documents are read or any model loads: a target whose module
 does not import or lacks the attribute, or an endpoint that does not answer, is one error line.
+Once the options check out, :func:`build_pipelines` calls a target's factory (the run reuses what
+it built): one that raises is one error line too, before the ingest.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ragbench.llm import backend_params
 from ragbench.strategies import get_strategy
 from ragbench.strategies.pipeline import http as pipeline_http
 from ragbench.strategies.pipeline.params import URL_ENV, PipelineParams
+from ragbench.strategies.pipeline.strategy import open_pipeline
 from ragbench.workspace.kernels import execute_notebook
 from ragbench.workspace.notebook import model_block
 from ragbench.workspace.render import executed_runs, render_notebook
@@ -181,13 +184,24 @@ def pipeline_params(pipeline: str = "", pipeline_url: str = "") -> list[dict[str
 
 def check_pipelines(spec: CompareSpec) -> list[PipelineParams]:
     """The spec's pipelines, checked before anything else is done: a target's module imports and
-    has the attribute (``ValueError`` naming which failed; its factory is not called yet), an
-    endpoint answers (``ServerUnreachable``, a ``ValueError``)."""
+    has the attribute (``ValueError`` naming which failed; its factory is called by
+    ``build_pipelines``, once the options check out), an endpoint answers
+    (``ServerUnreachable``, a ``ValueError``)."""
     points = [PipelineParams(**p) for p in pipeline_params(spec.pipeline, spec.pipeline_url)]
     for point in points:
         if point.url is not None:
             pipeline_http.check(point)
     return points
+
+
+def build_pipelines(points: Sequence[PipelineParams]) -> None:
+    """Each target opened as the run will open it (``pipeline.strategy.open_pipeline``: a
+    factory builds its engine now, once; the run reuses it), after the options are checked and
+    before a document is read: a factory that raises is one error line (ValueError), not a
+    traceback after the ingest."""
+    for point in points:
+        if point.target is not None:
+            open_pipeline(point)
 
 
 def chunk_overlap_for(chunk_size: int, chunk_overlap: int = -1) -> int:

@@ -10,10 +10,14 @@ endpoint ``url`` (``pipeline_http``). A callable or endpoint answers with a stri
 source nodes; a retriever with nodes only: the run's model then reads them with the RAG prompt,
 so the comparison is of retrieval alone.
 
-Each record keeps the contexts (ids, document ids, spans, texts cut to ``MAX_CONTEXT_CHARS``),
-``gold_hit`` against the evidence spans, and, where the example has relevance judgements, the
-ranking metrics of ``retrieve_only`` (``hit``, ``recall``, ``mrr``, ``ndcg`` at 1, 5, 10 over the
-contexts' documents in their order). Cost: the reported usage priced by the run's price sheet;
+The answer of a callable, query engine or endpoint is scored whole (trimmed; ``meta["raw"]`` as
+it came), not read as ragbench's one-line answer (a retriever's contexts are read by the run's
+model with ragbench's prompt, so that answer is). Each record keeps the contexts (ids, document
+ids, spans, texts cut to ``MAX_CONTEXT_CHARS``), ``gold_hit`` against the evidence spans, and,
+where the example has relevance judgements, the ranking metrics of ``retrieve_only`` (``hit``,
+``recall``, ``mrr``, ``ndcg`` at 1, 5, 10 over the contexts' documents in their order; a context
+with another document id is found by its text, ``_located``; one found in no document makes
+them None, with a ``retrieval_note``). Cost: the reported usage priced by the run's price sheet;
 without usage, the contexts + question (prompt) and the answer (completion) counted with the
 run's tokenizer, ``usage_estimated``. Latency: the wall time of the call. A call that raises,
 times out or answers out of contract is an error row (``MalformedAnswer`` names the field). An
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import sys
 import threading
 import time
@@ -48,6 +53,7 @@ from typing import Any
 import ragbench.strategies.pipeline.http as pipeline_http
 import ragbench.strategies.pipeline.target as pipeline_target
 from ragbench.cost.accounting import Cost
+from ragbench.datasets.corpus.cleaning import clean_text
 from ragbench.datasets.corpus.file import corpus_fingerprint
 from ragbench.retrieval.metrics import per_query
 from ragbench.strategies.base import Resources, Steps, make_record
@@ -111,6 +117,20 @@ def _arity(fn: Any) -> int | None:
     return min(3, sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params))
 
 
+def _build(factory: Any, target: str) -> Any:
+    """What the no-argument ``factory`` returns; a factory that raises is bad input (a
+    ValueError naming it and the error's last line), not a traceback."""
+    try:
+        return factory()
+    except Exception as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        said = f": {lines[-1]}" if lines else ""
+        raise ValueError(
+            f"pipeline: target {target!r}: its factory {target.partition(':')[2]}() raised "
+            f"{type(exc).__name__}{said}"
+        ) from None
+
+
 def _classify(obj: Any, target: str, factory_ok: bool = True) -> Opened:
     kind = _llama_kind(obj)
     if kind:
@@ -118,7 +138,7 @@ def _classify(obj: Any, target: str, factory_ok: bool = True) -> Opened:
     if callable(obj):
         arity = _arity(obj)
         if arity == 0 and factory_ok:  # a factory: build once, then classify what it returns
-            return _classify(obj(), target, factory_ok=False)
+            return _classify(_build(obj, target), target, factory_ok=False)
         if arity:
             return Opened("function", obj, arity)
     raise ValueError(
@@ -234,32 +254,59 @@ def _query(engine: Any, question: str) -> PipelineAnswer:
 # ---------------------------------------------------------------------------- the record
 
 
+def _span(needle: str, text: str) -> tuple[int, int] | None:
+    """Where ``needle``'s words lie in ``text`` with any whitespace between them (a CRLF, a
+    run of spaces or a line break where the other reader put one space), or None."""
+    words = needle.split()
+    if not words:
+        return None
+    found = re.search(r"\s+".join(map(re.escape, words)), text)
+    return found.span() if found else None
+
+
 def _located(context: Context, example: Example) -> Context:
     """A context whose document id is not one of the example's (none, or the pipeline's own ids:
-    llama-index's readers make up uuids) gets the first document holding its text, and the span;
-    a text found nowhere keeps what the pipeline said."""
-    if not context.text.strip() or context.doc_id in {d.id for d in example.documents}:
+    llama-index's readers make up uuids) gets the first document holding its text, and the span:
+    the text as it is, else its words with any whitespace between them, else its words once
+    cleaned as ragbench's corpus is (``clean_text``: line breaks, control characters, mojibake,
+    NFC). A text found nowhere keeps what the pipeline said (``unlocated``)."""
+    ids = {d.id for d in example.documents}
+    if not context.text.strip() or context.doc_id in ids:
         return context
     needle = context.text.strip()
     for doc in example.documents:
         at = doc.text.find(needle)
         if at >= 0:
             return dataclasses.replace(context, doc_id=doc.id, span=(at, at + len(needle)))
+    cleaned = clean_text(needle)
+    for candidate in dict.fromkeys((needle, cleaned)):  # the cleaned words, if they differ
+        for doc in example.documents:
+            span = _span(candidate, doc.text)
+            if span is not None:
+                return dataclasses.replace(context, doc_id=doc.id, span=span)
     return context
 
 
+def unlocated(contexts: list[Context], example: Example) -> int:
+    """How many of ``contexts`` name no document of the example (after ``_located``)."""
+    ids = {d.id for d in example.documents}
+    return sum(c.doc_id not in ids for c in contexts)
+
+
 def _gold_hit(contexts: list[Context], example: Example) -> bool | None:
-    """Whether a context holds an evidence span (overlapping it, or containing its text); without
-    spans, whether one comes from a judged-relevant document; None: nothing to judge by."""
+    """Whether a context holds an evidence span (overlapping it, or containing its text, whitespace
+    aside); without spans, whether one comes from a judged-relevant document; None: nothing to
+    judge by."""
     evidence = example.evidence
     if evidence:
         texts = {d.id: d.text for d in example.documents}
+        quotes = [" ".join(texts.get(doc_id, "")[s:e].split()) for doc_id, s, e in evidence]
         for c in contexts:
-            for doc_id, s, e in evidence:
-                quote = texts.get(doc_id, "")[s:e]
+            words = " ".join(c.text.split())
+            for (doc_id, s, e), quote in zip(evidence, quotes, strict=True):
                 if c.doc_id == doc_id and c.span is not None and c.span[0] < e and s < c.span[1]:
                     return True
-                if quote and quote in c.text:
+                if quote and quote in words:
                     return True
         return False
     qrels = example.meta.get("qrels")
@@ -268,20 +315,37 @@ def _gold_hit(contexts: list[Context], example: Example) -> bool | None:
     return None
 
 
-def retrieval_scores(contexts: list[Context], example: Example) -> dict[str, float]:
+def retrieval_scores(contexts: list[Context], example: Example) -> dict[str, float | None]:
     """``hit/recall/mrr/ndcg@1,5,10`` of the contexts' documents (in their order, first
-    occurrence) against the example's judgements; {} when it has none or no context has a
-    document id."""
+    occurrence) against the example's judgements; {} when it has none. None for each (NaN in
+    the table; ``retrieval_note`` says why) when a context is in none of the example's
+    documents (``unlocated``): its rank is unknown, so a 0 would be a guess."""
     try:
         qrels = judgements(example)
     except ValueError:  # neither qrels nor evidence spans
         return {}
-    docs = list(dict.fromkeys(c.doc_id for c in contexts if c.doc_id is not None))
-    if not docs and contexts:
-        return {}  # ranks unknown: the contexts name no document
-    run = {example.id: {d: float(len(docs) - i) for i, d in enumerate(docs)}}
     names = [f"{m}@{k}" for m in MEASURES for k in CUTOFFS]
+    if unlocated(contexts, example):
+        return dict.fromkeys(names)
+    docs = list(dict.fromkeys(c.doc_id for c in contexts if c.doc_id is not None))
+    run = {example.id: {d: float(len(docs) - i) for i, d in enumerate(docs)}}
     return {n: v[example.id] for n, v in per_query(run, {example.id: qrels}, names).items()}
+
+
+def retrieval_note(contexts: list[Context], example: Example) -> dict[str, str]:
+    """``{"retrieval_note": why}`` when ``retrieval_scores`` are None, else {}."""
+    missing = unlocated(contexts, example)
+    try:
+        judgements(example)
+    except ValueError:  # nothing to rank against: no scores, nothing to explain
+        return {}
+    if not missing:
+        return {}
+    return {
+        "retrieval_note": f"{missing} of {len(contexts)} contexts are in none of the run's "
+        "documents (by document id, or by text: as it is, whitespace-normalised, or cleaned as "
+        "the corpus is): ranks unknown, so hit/recall/mrr/ndcg are NaN"
+    }
 
 
 def _kept(c: Context) -> dict[str, Any]:
@@ -368,7 +432,8 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         meta = context_meta(contexts, example) | tags
         record = make_record(example, params, completion, res, meta, cost)
         scores = record.scores | retrieval_scores(contexts, example)
-        return dataclasses.replace(record, scores=scores)
+        meta = record.meta | retrieval_note(contexts, example)
+        return dataclasses.replace(record, scores=scores, meta=meta)
     if system.kind == "http":
         call = lambda: pipeline_http.post(params, question, example.id, corpus)  # noqa: E731
     elif system.kind == "query_engine":
@@ -400,6 +465,8 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         meta["pipeline_version"] = answer.version
     if full > MAX_ANSWER_CHARS:
         meta["answer_truncated"] = full  # characters the pipeline answered
-    record = make_record(example, params, completion, res, meta, cost)
+    meta |= retrieval_note(contexts, example)
+    # the pipeline's answer is its answer: scored whole (trimmed), not ragbench's one-line reading
+    record = make_record(example, params, completion, res, meta, cost, completion.text.strip())
     return dataclasses.replace(record, scores=record.scores | retrieval_scores(contexts, example))
     yield  # unreachable here; makes this a generator, the shape every strategy's steps have

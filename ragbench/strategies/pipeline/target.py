@@ -60,6 +60,20 @@ def _file_sha(path: str | None) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+@contextlib.contextmanager
+def _searched(extra: list[str]) -> Iterator[None]:
+    """``extra`` folders on sys.path for the block; sys.path is left as it was."""
+    added = [f for f in extra if f not in sys.path]
+    sys.path[:0] = added
+    try:
+        importlib.invalidate_caches()
+        yield
+    finally:
+        for folder in added:  # the module stays imported
+            with contextlib.suppress(ValueError):
+                sys.path.remove(folder)
+
+
 def _import(name: str) -> Any:
     """Import ``name`` from sys.path, the working directory, or the ``imports_from`` folders."""
     extra = [os.getcwd(), *_folders.get()]
@@ -69,25 +83,22 @@ def _import(name: str) -> Any:
         top = name.split(".")[0]
         if exc.name not in (name, top) or not extra:
             raise
-    added = [f for f in extra if f not in sys.path]
-    sys.path[:0] = added
-    try:
-        importlib.invalidate_caches()
+    with _searched(extra):
         return importlib.import_module(name)
-    finally:
-        for folder in added:  # the module stays imported; sys.path is left as it was
-            with contextlib.suppress(ValueError):
-                sys.path.remove(folder)
 
 
 def load_module(name: str) -> Any:
-    """The module ``name``, reloaded when its file changed since this process loaded it."""
+    """The module ``name``, reloaded when its file changed since this process loaded it (found
+    where it was imported from: sys.path, the working directory or the ``imports_from``
+    folders). A module imported afresh (another one of that name was dropped from
+    ``sys.modules``) is not reloaded: it is new."""
+    fresh = name not in sys.modules
     module = _import(name)
     path = getattr(module, "__file__", None)
     sha = _file_sha(path)
-    if name in _loaded and sha is not None and _loaded[name] != sha:
-        importlib.invalidate_caches()
-        module = importlib.reload(module)
+    if not fresh and name in _loaded and sha is not None and _loaded[name] != sha:
+        with _searched([os.getcwd(), *_folders.get()]):
+            module = importlib.reload(module)
     if sha is not None:
         _loaded[name] = sha
     return module
