@@ -3,6 +3,7 @@ and the one-line ``error: ...`` exit the commands use for user errors."""
 
 from __future__ import annotations
 
+import codecs
 import glob
 import hashlib
 import json
@@ -131,14 +132,20 @@ def utf8_error(
     )
 
 
-def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
-    """A text file's content; bytes that are not valid ``encoding`` (UTF-8, or ``utf-8-sig``)
-    raise an ``InputFileError`` naming the file, line and column instead of a bare
-    ``UnicodeDecodeError``."""
+def strip_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark (Windows editors write one; it is never
+    content). Lines and columns reported after stripping are the ones an editor shows."""
+    return data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's content, without a leading byte order mark (:func:`strip_bom`);
+    bytes that are not valid UTF-8 raise an ``InputFileError`` naming the file, line and column
+    instead of a bare ``UnicodeDecodeError``."""
     path = Path(path)
-    data = path.read_bytes()
+    data = strip_bom(path.read_bytes())
     try:
-        return data.decode(encoding)
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise utf8_error(path, data, exc) from None
 
@@ -154,12 +161,14 @@ def read_json(path: str | os.PathLike) -> Any:
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
-    not UTF-8) names file and line."""
+    not UTF-8) names file and line. A byte order mark opening the file is skipped."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = strip_bom(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -147,12 +147,7 @@ def _meta(meta: dict) -> dict:
 
 
 def _csv_rows(path: Path) -> Iterator[Question]:
-    try:
-        text = read_text(path, "utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputFileError(
-            path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from None
+    text = read_text(path)  # a byte order mark (Excel's "CSV UTF-8") is skipped
     # newline="": the csv module sees the file's own line ends (quoted cells may hold them)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
