@@ -421,6 +421,10 @@ BAD_QUESTIONS = {  # name: (file text, what the error line says)
     "task-type.jsonl": ('{"question": "x?", "task_type": "nope"}\n', "task-type.jsonl:1"),
     "questions.txt": ("x?\n", "questions file extension"),
     "not-utf8.csv": (b"question\nCaf\xe9?\n", "not-utf8.csv:2: not valid UTF-8"),
+    "no-answers.csv": (
+        "question\nx?\ny?\n",
+        "no-answers.csv: field 'answers': none of its 2 questions has a gold answer",
+    ),
 }
 
 

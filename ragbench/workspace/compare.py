@@ -43,8 +43,9 @@ from ragbench.datasets.questions import read_questions
 from ragbench.experiment.config.run import RunConfig, load_config, with_origin
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.question_gen import generate as question_gen
+from ragbench.experiment.resources import generates_answers, no_gold_answer
 from ragbench.experiment.runner import run_dir_for
-from ragbench.io import atomic_write_text
+from ragbench.io import InputFileError, atomic_write_text
 from ragbench.llm import backend_params
 from ragbench.strategies import get_strategy
 from ragbench.strategies.pipeline import http as pipeline_http
@@ -230,9 +231,21 @@ def precheck(spec: CompareSpec) -> RunConfig:
     check_constraints(spec)
     if spec.questions and not Path(spec.questions).is_file():
         raise FileNotFoundError(f"{spec.questions}: no such questions file")
-    if spec.questions:  # read whole: a bad line is reported now, with its file and line
-        read_questions(spec.questions)
-    return validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
+    questions = read_questions(spec.questions) if spec.questions else None  # a bad line: now
+    cfg = validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
+    if questions is not None and generates_answers(cfg) and not any(q.answers for q in questions):
+        raise InputFileError(spec.questions, None, no_answers(len(questions)), "answers")
+    return cfg
+
+
+def no_answers(n: int) -> str:
+    """Why a questions file without a single gold answer is refused, and what to do."""
+    return (
+        f"{no_gold_answer(n, 'question')}, so no answer could be scored; give at least one "
+        'question answers (an `answers` column: CSV cells separated by `|`, a JSONL "answers" '
+        "list; questions without them are run and reported unscored), or leave out --questions "
+        "to generate questions with answers (--n-questions)"
+    )
 
 
 def check_constraints(spec: CompareSpec) -> None:
