@@ -170,6 +170,19 @@ def test_include_and_exclude_globs(folder):
     assert docs.ingest([folder], include=["*.md"]).skipped == []
 
 
+def test_include_and_exclude_globs_ignore_case_as_file_types_do(tmp_path):
+    (tmp_path / "Drafts").mkdir()
+    for name in ("NOTES.MD", "guide.md", "Drafts/plan.md", "todo.TXT"):
+        (tmp_path / name).write_text(f"Text of {name}.\n", encoding="utf-8")
+
+    def ids(**kw):
+        return sorted(d.id for d in docs.ingest([tmp_path], **kw).documents)
+
+    assert ids(include=["*.md"]) == ["Drafts/plan.md", "NOTES.MD", "guide.md"]
+    assert ids(include=["*.Txt"]) == ["todo.TXT"]
+    assert ids(exclude=["drafts", "*.txt"]) == ["NOTES.MD", "guide.md"]
+
+
 def test_several_paths_get_ids_relative_to_their_common_folder(tmp_path, folder):
     other = tmp_path / "more"
     other.mkdir()
