@@ -143,6 +143,7 @@ def read_text(path: str | os.PathLike) -> str:
     bytes that are not valid UTF-8 raise an ``InputFileError`` naming the file, line and column
     instead of a bare ``UnicodeDecodeError``."""
     path = Path(path)
+    require_file(path)
     data = strip_bom(path.read_bytes())
     try:
         return data.decode("utf-8")
@@ -159,12 +160,29 @@ def read_json(path: str | os.PathLike) -> Any:
         return None
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
-    not UTF-8) names file and line. A byte order mark opening the file is skipped."""
-    path = Path(path)
+def require_file(path: Path) -> None:
+    """``FileNotFoundError`` naming ``path`` when it is missing, ``InputFileError`` when it is a
+    folder (where a file is read; not ``[Errno 21] Is a directory``)."""
+    if path.is_dir():
+        raise InputFileError(path, None, "is a folder; expected a file")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+
+
+NOT_JSON_LINES = (
+    "this looks like a JSON document, not JSON Lines: write one JSON object per line, "
+    "each whole on its line"
+)
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
+    not UTF-8) names file and line. A byte order mark opening the file is skipped. A first line
+    that is ``{`` or ``[`` alone (a pretty-printed file) or opens an array is reported as a JSON
+    document given for JSON Lines."""
+    path = Path(path)
+    require_file(path)
+    first = True
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
             if lineno == 1:
@@ -175,16 +193,21 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise utf8_error(path, raw, exc, lineno) from None
             if not line.strip():
                 continue
+            text = line.rstrip("\r\n")
             try:
-                obj = json.loads(line.rstrip("\r\n"))
+                obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise InputFileError(
-                    path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
+                msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
+                opened = text.strip()  # a pretty-printed document opens with "{" or "[" alone
+                if first and (opened in ("{", "[") or opened.startswith("[")):
+                    msg += f"; {NOT_JSON_LINES}"
+                raise InputFileError(path, lineno, msg) from None
             if not isinstance(obj, dict):
-                raise InputFileError(
-                    path, lineno, f"expected a JSON object, got {type(obj).__name__}"
-                )
+                msg = f"expected a JSON object, got {type(obj).__name__}"
+                if first and isinstance(obj, list):
+                    msg += f"; {NOT_JSON_LINES}"
+                raise InputFileError(path, lineno, msg)
+            first = False
             yield lineno, obj
 
 

@@ -392,3 +392,28 @@ def test_a_byte_order_mark_does_not_shift_the_column_of_an_error(tmp_path):
     squad.write_bytes(BOM + b'{"data": x}\n')
     with pytest.raises(InputFileError, match=r"s.json:1: invalid JSON \(.* at column 10\)"):
         formats.load("squad", squad)
+
+
+@pytest.mark.parametrize("fmt", ["longbench", "longbench-v2", "ruler", "squad", "jsonl"])
+def test_a_folder_given_for_a_file_says_it_wants_a_file(tmp_path, fmt):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    with pytest.raises(InputFileError, match=r"data: is a folder; expected a file"):
+        formats.load(fmt, folder)
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps([_lb_row(1)], indent=2),  # a JSON array, pretty-printed
+    json.dumps(_lb_row(1), indent=2),  # one object, pretty-printed
+    json.dumps([_lb_row(1), _lb_row(2)]),  # an array on one line
+])  # fmt: skip
+def test_a_json_document_given_for_json_lines_is_named_as_such(tmp_path, text):
+    path = tmp_path / "lb.json"
+    path.write_text(text + "\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"lb.json:1: .*looks like a JSON document, not JSON "
+                       r"Lines: write one JSON object per line"):  # fmt: skip
+        formats.load("longbench", path)
+    path.write_text(json.dumps(_lb_row(1)) + '\n{"input": "cut off\n', encoding="utf-8")
+    with pytest.raises(InputFileError) as err:  # a torn later line is only invalid JSON
+        formats.load("longbench", path)
+    assert err.value.line == 2 and "JSON document" not in str(err.value)

@@ -36,7 +36,7 @@ from typing import Any
 from ragbench.datasets._validate import STRINGS, FieldError, check, json_type, no_unknown, opt, req
 from ragbench.datasets.corpus.cleaning import clean_text
 from ragbench.datasets.task_types import TASK_TYPES
-from ragbench.io import InputFileError, iter_jsonl, read_text
+from ragbench.io import InputFileError, iter_jsonl, read_text, require_file
 from ragbench.registry import did_you_mean, unknown
 from ragbench.types import Document, Example
 
@@ -78,8 +78,7 @@ def read_questions(path: PathLike) -> list[Question]:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise unknown("questions file extension", path.suffix or "(none)", FORMATS)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    require_file(path)
     rows = list(_csv_rows(path) if fmt == "csv" else _jsonl_rows(path))
     if not rows:
         raise InputFileError(path, None, "no questions (an empty questions file)")
