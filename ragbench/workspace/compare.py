@@ -251,7 +251,14 @@ def no_answers(n: int) -> str:
 def check_constraints(spec: CompareSpec) -> None:
     """The verdict's constraints in range, or ValueError naming the option: ``min_accuracy`` a
     share of questions, 0-1 (60 meant as 60% would ask for 6,000%); a maximum $ or latency
-    0 or more (0: no limit; a negative one no variant could meet)."""
+    0 or more (0: no limit; a negative one no variant could meet). A chunk overlap set to the
+    chunk size or more is named by its options too (the config check would say ``<config>:
+    retrieval: chunk_overlap``, a file the user never wrote)."""
+    if chunk_overlap_for(spec.chunk_size, spec.chunk_overlap) >= spec.chunk_size:
+        raise ValueError(
+            f"--chunk-overlap must be less than --chunk-size ({spec.chunk_size}); "
+            f"got {spec.chunk_overlap}"
+        )
     if not 0 <= spec.min_accuracy <= 1:  # NaN fails too
         raise ValueError(f"--min-accuracy must be from 0 to 1 (0: any); got {spec.min_accuracy:g}")
     for option, value in (("--max-dollars-per-1k", spec.max_dollars_per_1k),
