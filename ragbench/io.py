@@ -3,6 +3,7 @@ and the one-line ``error: ...`` exit the commands use for user errors."""
 
 from __future__ import annotations
 
+import codecs
 import glob
 import hashlib
 import json
@@ -131,14 +132,21 @@ def utf8_error(
     )
 
 
-def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
-    """A text file's content; bytes that are not valid ``encoding`` (UTF-8, or ``utf-8-sig``)
-    raise an ``InputFileError`` naming the file, line and column instead of a bare
-    ``UnicodeDecodeError``."""
+def strip_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark (Windows editors write one; it is never
+    content). Lines and columns reported after stripping are the ones an editor shows."""
+    return data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's content, without a leading byte order mark (:func:`strip_bom`);
+    bytes that are not valid UTF-8 raise an ``InputFileError`` naming the file, line and column
+    instead of a bare ``UnicodeDecodeError``."""
     path = Path(path)
-    data = path.read_bytes()
+    require_file(path)
+    data = strip_bom(path.read_bytes())
     try:
-        return data.decode(encoding)
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise utf8_error(path, data, exc) from None
 
@@ -152,30 +160,54 @@ def read_json(path: str | os.PathLike) -> Any:
         return None
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
-    not UTF-8) names file and line."""
-    path = Path(path)
+def require_file(path: Path) -> None:
+    """``FileNotFoundError`` naming ``path`` when it is missing, ``InputFileError`` when it is a
+    folder (where a file is read; not ``[Errno 21] Is a directory``)."""
+    if path.is_dir():
+        raise InputFileError(path, None, "is a folder; expected a file")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+
+
+NOT_JSON_LINES = (
+    "this looks like a JSON document, not JSON Lines: write one JSON object per line, "
+    "each whole on its line"
+)
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
+    not UTF-8) names file and line. A byte order mark opening the file is skipped. A first line
+    that is ``{`` or ``[`` alone (a pretty-printed file) or opens an array is reported as a JSON
+    document given for JSON Lines."""
+    path = Path(path)
+    require_file(path)
+    first = True
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = strip_bom(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise utf8_error(path, raw, exc, lineno) from None
             if not line.strip():
                 continue
+            text = line.rstrip("\r\n")
             try:
-                obj = json.loads(line.rstrip("\r\n"))
+                obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise InputFileError(
-                    path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
+                msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
+                opened = text.strip()  # a pretty-printed document opens with "{" or "[" alone
+                if first and (opened in ("{", "[") or opened.startswith("[")):
+                    msg += f"; {NOT_JSON_LINES}"
+                raise InputFileError(path, lineno, msg) from None
             if not isinstance(obj, dict):
-                raise InputFileError(
-                    path, lineno, f"expected a JSON object, got {type(obj).__name__}"
-                )
+                msg = f"expected a JSON object, got {type(obj).__name__}"
+                if first and isinstance(obj, list):
+                    msg += f"; {NOT_JSON_LINES}"
+                raise InputFileError(path, lineno, msg)
+            first = False
             yield lineno, obj
 
 

@@ -433,6 +433,10 @@ BAD_QUESTIONS = {  # name: (file text, what the error line says)
     "task-type.jsonl": ('{"question": "x?", "task_type": "nope"}\n', "task-type.jsonl:1"),
     "questions.txt": ("x?\n", "questions file extension"),
     "not-utf8.csv": (b"question\nCaf\xe9?\n", "not-utf8.csv:2: not valid UTF-8"),
+    "no-answers.csv": (
+        "question\nx?\ny?\n",
+        "no-answers.csv: field 'answers': none of its 2 questions has a gold answer",
+    ),
 }
 
 
@@ -517,7 +521,8 @@ def test_chunk_overlap_default_fits_any_chunk_size_and_reaches_config_and_notebo
             "chunk_overlap"
         ] == steps.chunk_overlap_for(size)
     spec = steps.CompareSpec(docs=("d",), backend="fake", chunk_size=16, chunk_overlap=16)
-    with pytest.raises(ValueError, match="chunk_overlap must be in"):  # a set one is checked
+    with pytest.raises(ValueError, match=r"^--chunk-overlap must be less than --chunk-size \(16\); "
+                       "got 16$"):  # a set one is checked, named by the options  # fmt: skip
         steps.precheck(spec)
     params = steps.notebook_parameters(spec, tmp_path / "q.csv")
     assert params["chunk_overlap"] == 16  # the notebook gets the option as given

@@ -42,6 +42,12 @@ def _one_word_changed(text: str, at: int = 100) -> str:
         ("cafÃ©", "café"),  # mojibake (UTF-8 read as Latin-1)
         ("The â€œquotedâ€\x9d word", "The \u201cquoted\u201d word"),  # curly quotes kept
         ("bell\x07 null\x00 esc\x1b del\x7f", "bell null esc del"),
+        (
+            "Plain\x00text, unit\x1fseparated, c1\x9dcontrol",
+            "Plain text, unit separated, c1 control",
+        ),
+        ("vertical\x0btab and form\x0cfeed", "vertical\ntab and form\nfeed"),  # line breaks
+        ("zero\ufeffwidth", "zerowidth"),  # a BOM inside text separates nothing
         ("keep\ttabs\nand newlines", "keep\ttabs\nand newlines"),
         ("a  \u00a0 b\u3000c", "a b c"),  # Unicode spaces -> one space
         ("line one   \r\nline two\r\n\r\n\r\n\r\nend  ", "line one\nline two\n\nend"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -168,6 +169,19 @@ def test_include_and_exclude_globs(folder):
     assert ids(exclude=["*.pdf", "*.docx"]) == ["notes.md", "page.html", "sub/island.txt"]
     # excluded and not-included files are not reported: the user asked for that
     assert docs.ingest([folder], include=["*.md"]).skipped == []
+
+
+def test_include_and_exclude_globs_ignore_case_as_file_types_do(tmp_path):
+    (tmp_path / "Drafts").mkdir()
+    for name in ("NOTES.MD", "guide.md", "Drafts/plan.md", "todo.TXT"):
+        (tmp_path / name).write_text(f"Text of {name}.\n", encoding="utf-8")
+
+    def ids(**kw):
+        return sorted(d.id for d in docs.ingest([tmp_path], **kw).documents)
+
+    assert ids(include=["*.md"]) == ["Drafts/plan.md", "NOTES.MD", "guide.md"]
+    assert ids(include=["*.Txt"]) == ["todo.TXT"]
+    assert ids(exclude=["drafts", "*.txt"]) == ["NOTES.MD", "guide.md"]
 
 
 def test_several_paths_get_ids_relative_to_their_common_folder(tmp_path, folder):
@@ -380,3 +394,31 @@ def test_a_rerun_removes_the_temporary_files_of_a_killed_writer(cli, folder, tmp
     assert result.exit_code == 0, result.output
     assert not stale.exists() and live.exists() and other.exists() and odd.exists()
     assert f"removed {stale.name}, left by a writer that was stopped" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("front", "why"),
+    [
+        ("title: [unclosed", "is not valid YAML (line 3: expected ',' or ']'"),  # at the ---
+        ('title: !!python/object/apply:os.system ["echo"]', "is not valid YAML (line 2: "),
+        ("- a\n- b", "is a YAML list, not a mapping"),
+    ],
+)
+def test_front_matter_gone_wrong_is_left_out_with_a_warning(tmp_path, caplog, front, why):
+    path = tmp_path / "lockers.md"
+    path.write_text(f"---\n{front}\n---\nBody text about lockers.\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        doc = docs.read_document(path, "lockers.md")
+    assert (doc.text, doc.title) == ("Body text about lockers.", "lockers")  # the file name
+    assert f"lockers.md: front matter {why}" in caplog.text
+    path.write_text(f"---\n{front}\n---\n# Lockers\nBody.\n", encoding="utf-8")
+    assert docs.read_document(path, "lockers.md").title == "Lockers"  # the heading after it
+
+
+def test_a_thematic_break_and_a_setext_heading_stay_markdown(tmp_path, caplog):
+    path = tmp_path / "notes.md"
+    path.write_text("---\nOpening words\n---\nMore text.\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        doc = docs.read_document(path, "notes.md")
+    assert doc.text == "---\nOpening words\n---\nMore text." and doc.title == "Opening words"
+    assert caplog.text == ""

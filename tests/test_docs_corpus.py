@@ -86,6 +86,13 @@ def test_examples_share_one_corpus_object_in_corpus_order(tmp_path, corpus):
     assert {e.meta["corpus_fingerprint"] for e in examples} == {sha256_file(corpus)}
 
 
+def test_a_default_id_never_takes_an_id_the_file_writes(tmp_path):
+    q = write(tmp_path / "q.csv", "id,question\nq2,A?\n,B?\n,C?\nq2-2,D?\n")
+    assert [x.id for x in read_questions(q)] == ["q2", "q2-3", "q3", "q2-2"]
+    q = write(tmp_path / "q.jsonl", '{"question": "A?"}\n{"id": "q1", "question": "B?"}\n')
+    assert [x.id for x in read_questions(q)] == ["q1-2", "q1"]
+
+
 BAD_QUESTIONS = [
     ("q.csv", "question,answer\nQ?,A\n", 1, "header", "unknown column 'answer'; did you mean 'answers'"),
     ("q.csv", "answers\nA\n", 1, "header", "no 'question' column"),

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 from ragbench.cli.data import register
 from ragbench.datasets import build_dataset, formats
+from ragbench.datasets.corpus.file import read_documents, write_documents
+from ragbench.datasets.questions import read_questions
 from ragbench.io import InputFileError
 from ragbench.llm.fake import FakeLLM
 from ragbench.metrics.answer import score
@@ -348,3 +350,70 @@ def test_cli_empty_longbench_exits_2_with_one_line_and_writes_nothing(tmp_path, 
     assert result.exit_code == 2 and "--unanswerable applies to the squad format only" in (
         result.output
     )
+
+
+# --------------------------------------------------------------------------- byte order marks
+
+BOM = "\ufeff".encode()
+
+
+def _with_bom(path: Path) -> Path:
+    path.write_bytes(BOM + path.read_bytes())
+    return path
+
+
+def test_every_json_jsonl_and_tsv_reader_skips_a_byte_order_mark(tmp_path):
+    """Windows editors open a UTF-8 file with a byte order mark: no reader takes it as content."""
+    lb = _with_bom(_longbench(tmp_path, _lb_row(1)))
+    assert [e.id for e in formats.load("longbench", lb)] == ["lb1"]
+    squad = _with_bom(squad_v2(tmp_path))
+    assert len(formats.load("squad", squad)) == 2
+    root = tmp_path / "beir"
+    shutil.copytree(FIX / "beir", root)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        _with_bom(root / name)
+    qrels = root / "qrels" / "test.tsv"  # no header line: the BOM sits before a query id
+    qrels.write_text("".join(qrels.read_text().splitlines(keepends=True)[1:]))
+    _with_bom(qrels)
+    assert {e.id for e in formats.load("beir", root)} == {"q1", "q2", "q3"}
+    corpus = _with_bom(write_documents(tmp_path / "c.jsonl", [Document("d1", "Cats sleep.")]))
+    assert [d.id for d in read_documents(corpus)] == ["d1"]
+    questions = tmp_path / "q.jsonl"
+    questions.write_bytes(BOM + b'{"question": "How long?", "answers": ["16 hours"]}\n')
+    assert [q.question for q in read_questions(questions)] == ["How long?"]
+
+
+def test_a_byte_order_mark_does_not_shift_the_column_of_an_error(tmp_path):
+    path = tmp_path / "lb.jsonl"
+    path.write_bytes(BOM + b'{"input": x}\n')
+    with pytest.raises(InputFileError, match=r"lb.jsonl:1: invalid JSON \(.* at column 11\)"):
+        formats.load("longbench", path)
+    squad = tmp_path / "s.json"
+    squad.write_bytes(BOM + b'{"data": x}\n')
+    with pytest.raises(InputFileError, match=r"s.json:1: invalid JSON \(.* at column 10\)"):
+        formats.load("squad", squad)
+
+
+@pytest.mark.parametrize("fmt", ["longbench", "longbench-v2", "ruler", "squad", "jsonl"])
+def test_a_folder_given_for_a_file_says_it_wants_a_file(tmp_path, fmt):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    with pytest.raises(InputFileError, match=r"data: is a folder; expected a file"):
+        formats.load(fmt, folder)
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps([_lb_row(1)], indent=2),  # a JSON array, pretty-printed
+    json.dumps(_lb_row(1), indent=2),  # one object, pretty-printed
+    json.dumps([_lb_row(1), _lb_row(2)]),  # an array on one line
+])  # fmt: skip
+def test_a_json_document_given_for_json_lines_is_named_as_such(tmp_path, text):
+    path = tmp_path / "lb.json"
+    path.write_text(text + "\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"lb.json:1: .*looks like a JSON document, not JSON "
+                       r"Lines: write one JSON object per line"):  # fmt: skip
+        formats.load("longbench", path)
+    path.write_text(json.dumps(_lb_row(1)) + '\n{"input": "cut off\n', encoding="utf-8")
+    with pytest.raises(InputFileError) as err:  # a torn later line is only invalid JSON
+        formats.load("longbench", path)
+    assert err.value.line == 2 and "JSON document" not in str(err.value)

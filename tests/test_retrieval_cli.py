@@ -116,7 +116,7 @@ def test_build_missing_dataset(app, tmp_path):
 
 def test_build_dataset_is_a_folder(app, tmp_path):
     result = invoke(app, "index", "build", tmp_path, "--out", tmp_path / "i", *FAST)
-    one_line_error(result, "Is a directory", str(tmp_path))
+    one_line_error(result, f"{tmp_path}: is a folder; expected a file")
 
 
 def test_build_malformed_jsonl(app, dataset, tmp_path):

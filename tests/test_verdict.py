@@ -15,7 +15,14 @@ import pytest
 
 from ragbench import analysis, report
 from ragbench.analysis import REASONS, Verdict, planning, questions_needed, verdict
-from ragbench.analysis.paired import _tango_z, bootstrap_difference, paired_difference, tango
+from ragbench.analysis.paired import (
+    _tango_z,
+    bootstrap_difference,
+    compare,
+    decide,
+    paired_difference,
+    tango,
+)
 
 SONNET = "anthropic-claude-sonnet-4-5"
 
@@ -526,3 +533,17 @@ def test_a_lead_smaller_than_the_printed_scores_says_so():
         "a leads b on f1 narrowly (both about 66.7%)"
     )
     assert _standing("a", "b", "f1", "70%", "60%", tied=False) == "a leads b on f1 (70% vs 60%)"
+
+
+def test_one_question_is_singular_in_every_sentence():
+    """A single question (or a single scored one) reads "1 question", never "1 questions"."""
+    df = results({LC: [1, 1], RAG: [1, 0], SR: [1, 1]}, PRICES, routes={SR: ["rag", "rag"]})
+    df.loc[df["example_id"] == "q001", "string_match_all"] = np.nan
+    v = verdict(df)
+    text = str(v) + " " + " ".join(analysis.summary(df).attrs["notes"])
+    assert "1 scored question of 2 asked" in text, text
+    assert "1 paired question" in text, text
+    assert not re.search(r"\b1 (\w+ )?questions\b", text), text
+    one = results({LC: [1], RAG: [0]}, PRICES)
+    text = str(verdict(one)) + " " + decide(compare(one))
+    assert not re.search(r"\b1 (\w+ )?questions\b", text), text

@@ -15,6 +15,12 @@ from ragbench.metrics.answer import METRICS
 from ragbench.registry import unknown
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 question``, ``1,200 questions``
+    (``noun`` may carry words before it: ``paired question``)."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def own_latency_seconds(df: Any) -> Any:
     """Each row's own latency (retrieval search + prefill + decode), the column every analysis
     reads: ``latency_seconds`` where the row says it is its own (``latency_basis`` "own"); a row

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbench.analysis._common import _check_metric, _higher_is_better, paired_scores
+from ragbench.analysis._common import _check_metric, _higher_is_better, counted, paired_scores
 from ragbench.registry import unknown
 
 ADJUSTMENTS = ("bonferroni", "none")
@@ -117,7 +117,7 @@ def decide(table: Any) -> str:
         stats = (
             f"{metric} {row.a} - {row.b} = {_signed(row.diff)} "
             f"({conf} {_signed(row.ci_low)} to {_signed(row.ci_high)}; {p}; "
-            f"{row.n} paired questions)"
+            f"{counted(row.n, 'paired question')})"
         )
         if isinstance(row.winner, str):  # None: no winner (pandas may store it as NaN)
             loser = row.b if row.winner == row.a else row.a

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from ragbench.analysis._common import _check_metric, _scored, metric_columns
+from ragbench.analysis._common import _check_metric, _scored, counted, metric_columns
 from ragbench.analysis.labels import with_labels
 from ragbench.strategies import FULL_CONTEXT, RETRIEVED, strategies_where
 
@@ -117,7 +117,7 @@ def _never_routed(df: Any, label: str, n: int, metric: str) -> str:
         return text
     a = float(mine[mine["example_id"].isin(shared)][metric].mean())
     b = float(theirs[theirs["example_id"].isin(shared)][metric].mean())
-    on = f"on {metric} over the same {len(shared)} questions"
+    on = f"on {metric} over the same {counted(len(shared), 'question')}"
     if abs(a - b) < 1e-9:
         return f"{text} It scored {_percent(a)}, as '{twin}' did, {on}."
     return (

@@ -50,6 +50,7 @@ from ragbench.analysis._common import (
     _check_metric,
     _higher_is_better,
     _scored,
+    counted,
     own_latency_seconds,
     paired_scores,
 )
@@ -62,7 +63,6 @@ from ragbench.analysis.sequential import SPENDING_NAMES, boundaries, repeated_in
 from ragbench.analysis.verdict_text import (
     _cost_phrase,
     _cost_text,
-    _counted,
     _evidence,
     _Fmt,
     _money,
@@ -111,8 +111,8 @@ def _questions_text(c: dict[str, Any]) -> str:
     if not n:
         return ""
     if not asked:
-        return f"{n:,} questions"
-    return f"{n:,} scored questions of {asked:,} asked (cost per query over all {asked:,})"
+        return counted(n, "question")
+    return f"{counted(n, 'scored question')} of {asked:,} asked (cost per query over all {asked:,})"
 
 
 @dataclass(frozen=True)
@@ -515,12 +515,12 @@ class _Context:
         asked = seq.get("answered", n_pairs)
         looks = len(seq.get("fractions", ()))
         test = (f"a group-sequential test, {SPENDING_NAMES.get(seq.get('spending'), '')} alpha "
-                f"spending, {_counted(looks, 'look')}")  # fmt: skip
+                f"spending, {counted(looks, 'look')}")  # fmt: skip
         if why == "decided":
-            return f"Decided after {asked:,} of {of:,} questions ({test})."
+            return f"Decided after {asked:,} of {counted(of, 'question')} ({test})."
         if why == "budget":
-            return f"Stopped at the budget after {asked:,} of {of:,} questions ({test})."
-        return f"Not decided after all {of:,} questions ({test})."
+            return f"Stopped at the budget after {asked:,} of {counted(of, 'question')} ({test})."
+        return f"Not decided after all {counted(of, 'question')} ({test})."
 
     def out_note(self, fam: str, present: set) -> str:
         """Why a family is missing from the comparison."""
@@ -652,13 +652,13 @@ class _Context:
         else:
             shows = (f"whether {x_} is within {fmt.size(self.margin)} of {y_}" if what == "within"
                      else f"whether {y_} is more accurate")  # fmt: skip
-            decide = (f"about {more:,} more questions would show {shows} (80% power at the "
+            decide = (f"about {counted(more, 'more question')} would show {shows} (80% power at the "
                       f"observed difference)") if more else "more questions would decide"  # fmt: skip
             if leaning:
                 tied = abs(t.loc[x_, "score"] - t.loc[y_, "score"]) <= 1e-12
                 stands = _standing(x_, y_, self.metric, self.score(x_), self.score(y_), tied)
-                text = (f"Not decided yet: {stands}, {cost}, but {r['n']:,} "
-                        f"questions cannot yet show it is not worse by more than "
+                text = (f"Not decided yet: {stands}, {cost}, but "
+                        f"{counted(r['n'], 'question')} cannot yet show it is not worse by more than "
                         f"{fmt.size(self.margin)}; {decide}.")  # fmt: skip
             else:
                 on = f"on {self.metric} ({self.score(y_)} vs {self.score(x_)})"

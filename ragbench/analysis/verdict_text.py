@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ragbench.analysis._common import counted
 from ragbench.judge.agreement import LOW_KAPPA
 
 
@@ -69,10 +70,6 @@ class _Fmt:
         return self.diff(x)[1:]
 
 
-def _counted(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("s" if n != 1 else "")
-
-
 def _evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
     if r.get("sequential"):
         return _repeated_evidence(r, fmt, alpha, x, y)
@@ -82,7 +79,7 @@ def _evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str
     adj = f" (Bonferroni over {m} comparisons)" if m > 1 else ""
     return (f"{x} - {y} = {fmt.diff(r['diff'])}, {ci} {fmt.num(r['ci_low'])} to "
             f"{fmt.num(r['ci_high'])}, {test} {_p(r['p_value'], alpha)}{adj}, "
-            f"{r['n']:,} paired questions")  # fmt: skip
+            f"{counted(r['n'], 'paired question')}")  # fmt: skip
 
 
 def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
@@ -94,7 +91,7 @@ def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: st
     return (f"{x} - {y} = {fmt.diff(r['diff'])}, repeated {100 * (1 - alpha):g}% CI "
             f"{fmt.num(r['ci_low'])} to {fmt.num(r['ci_high'])} (group-sequential, look "
             f"{r['look']}{adj}), {test} {abs(r['z']):.2f} against the boundary "
-            f"{r['boundary']:.2f}, {r['n']:,} paired questions")  # fmt: skip
+            f"{r['boundary']:.2f}, {counted(r['n'], 'paired question')}")  # fmt: skip
 
 
 def _standing(x: str, y: str, metric: str, score_x: str, score_y: str, tied: bool) -> str:

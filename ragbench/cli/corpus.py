@@ -28,10 +28,11 @@ def docs_cmd(
         None, help="Output corpus JSONL (default: data/generated/corpus-NAME.jsonl)."
     ),
     include: list[str] = typer.Option(
-        [], help="Only files matching this glob, e.g. '*.pdf' (repeatable)."
+        [], help="Only files matching this glob, ignoring case, e.g. '*.pdf' (repeatable)."
     ),
     exclude: list[str] = typer.Option(
-        [], help="Skip files and folders matching this glob, e.g. 'drafts' (repeatable)."
+        [],
+        help="Skip files and folders matching this glob, ignoring case, e.g. 'drafts' (repeatable).",
     ),
     threshold: float = typer.Option(0.8, help="MinHash Jaccard threshold for near-duplicates."),
 ) -> None:

@@ -282,9 +282,7 @@ def choice_param(key: str, value: Any, valid: Iterable[str]) -> str:
 def read_json_file(path: str | os.PathLike) -> tuple[str, Any]:
     """(text, parsed) of a whole-file JSON input (SQuAD, HotpotQA); a missing file or invalid
     JSON is one error naming the file (and the line)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    text = read_text(path)
+    text = read_text(path)  # a missing file or a folder: one error naming it
     try:
         return text, json.loads(text)
     except json.JSONDecodeError as exc:

@@ -59,7 +59,7 @@ from ragbench.datasets._validate import (
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError
+from ragbench.io import InputFileError, require_file
 from ragbench.metrics.longbench_v2 import CHOICES, DIFFICULTIES, LENGTHS, METRIC
 from ragbench.registry import unknown
 from ragbench.tokenizers import Tokenizer, get_tokenizer
@@ -108,8 +108,7 @@ def load_longbench_v2(path: PathLike) -> list[Example]:
     """The examples of a LongBench v2 file: a JSON list (``data.json``) or JSONL (see the module
     docstring); an empty file is an error."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    require_file(path)
     if path.suffix.lower() == ".json":
         examples = _from_json_list(path)
     else:

@@ -4,7 +4,8 @@ Fields (JSONL keys, or CSV header columns; the format follows the extension, ``.
 ``.jsonl``):
 
 - ``question`` (required): the question text.
-- ``id`` (optional): unique; default ``q1``, ``q2``, ... by position in the file.
+- ``id`` (optional): unique; default ``q1``, ``q2``, ... by position in the file (``q2-2``
+  when another question's id is ``q2``: a default never takes an id the file writes).
 - ``answers`` (optional): gold answers. JSONL: a list of strings (a single string is one
   answer); CSV: one cell, several answers separated by ``|``. Without answers a question is kept
   (for judge metrics, or to be reported unscored).
@@ -35,7 +36,7 @@ from typing import Any
 from ragbench.datasets._validate import STRINGS, FieldError, check, json_type, no_unknown, opt, req
 from ragbench.datasets.corpus.cleaning import clean_text
 from ragbench.datasets.task_types import TASK_TYPES
-from ragbench.io import InputFileError, iter_jsonl, read_text
+from ragbench.io import InputFileError, iter_jsonl, read_text, require_file
 from ragbench.registry import did_you_mean, unknown
 from ragbench.types import Document, Example
 
@@ -77,22 +78,29 @@ def read_questions(path: PathLike) -> list[Question]:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise unknown("questions file extension", path.suffix or "(none)", FORMATS)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    rows = _csv_rows(path) if fmt == "csv" else _jsonl_rows(path)
-    out: list[Question] = []
+    require_file(path)
+    rows = list(_csv_rows(path) if fmt == "csv" else _jsonl_rows(path))
+    if not rows:
+        raise InputFileError(path, None, "no questions (an empty questions file)")
     first: dict[str, int] = {}
-    for n, q in enumerate(rows, start=1):
-        if not q.id:
-            q = Question(**{**q.__dict__, "id": f"q{n}"})
+    for q in rows:  # the ids the file writes first: a default never takes one of them
         if q.id in first:
             msg = f"duplicate id {q.id!r} (first on line {first[q.id]})"
             raise InputFileError(path, q.line, msg, "id")
-        first[q.id] = q.line
-        out.append(q)
-    if not out:
-        raise InputFileError(path, None, "no questions (an empty questions file)")
-    return out
+        if q.id:
+            first[q.id] = q.line
+    return [q if q.id else _with_default_id(q, n, first) for n, q in enumerate(rows, start=1)]
+
+
+def _with_default_id(q: Question, n: int, taken: dict[str, int]) -> Question:
+    """``q`` (the ``n``-th question, without an id) with ``q{n}``, or, when the file gives
+    another question that id, the first free ``q{n}-2``, ``q{n}-3``, ... (added to ``taken``)."""
+    qid, k = f"q{n}", 1
+    while qid in taken:
+        k += 1
+        qid = f"q{n}-{k}"
+    taken[qid] = q.line
+    return Question(**{**q.__dict__, "id": qid})
 
 
 def _jsonl_rows(path: Path) -> Iterator[Question]:
@@ -147,12 +155,7 @@ def _meta(meta: dict) -> dict:
 
 
 def _csv_rows(path: Path) -> Iterator[Question]:
-    try:
-        text = read_text(path, "utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputFileError(
-            path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from None
+    text = read_text(path)  # a byte order mark (Excel's "CSV UTF-8") is skipped
     # newline="": the csv module sees the file's own line ends (quoted cells may hold them)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None

@@ -42,6 +42,14 @@ class DatasetError(ValueError):
     """The dataset cannot be scored (no examples, missing gold answers, duplicate ids)."""
 
 
+def no_gold_answer(n: int, noun: str) -> str:
+    """``none of its 3 examples has a gold answer`` (``its only example has no gold answer``
+    when ``n`` is 1)."""
+    if n == 1:
+        return f"its only {noun} has no gold answer"
+    return f"none of its {n} {noun}s has a gold answer"
+
+
 def check_examples(examples: list[Example], dataset: str, generates: bool = True) -> None:
     """A dataset a run can use: some examples, unique ids, and gold answers for at least one
     example when a strategy generates answers (questions without answers are run and reported
@@ -50,8 +58,9 @@ def check_examples(examples: list[Example], dataset: str, generates: bool = True
         raise DatasetError(f"dataset {dataset!r} produced no examples")
     if generates and not any(a.strip() for e in examples for a in e.answers):
         raise DatasetError(
-            f"dataset {dataset!r}: none of its {len(examples)} examples has a gold answer; "
-            "answer metrics need at least one"
+            f"dataset {dataset!r}: {no_gold_answer(len(examples), 'example')}; "
+            "answer metrics need at least one (give some examples `answers`: the others are "
+            "run and reported unscored)"
         )
     seen: set[str] = set()
     for e in examples:

@@ -45,8 +45,9 @@ from ragbench.datasets.questions import read_questions
 from ragbench.experiment.config.run import RunConfig, load_config, with_origin
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.question_gen import generate as question_gen
+from ragbench.experiment.resources import generates_answers, no_gold_answer
 from ragbench.experiment.runner import run_dir_for
-from ragbench.io import atomic_write_text
+from ragbench.io import InputFileError, atomic_write_text
 from ragbench.llm import backend_params
 from ragbench.strategies import get_strategy
 from ragbench.strategies.pipeline import http as pipeline_http
@@ -244,15 +245,34 @@ def precheck(spec: CompareSpec) -> RunConfig:
     check_constraints(spec)
     if spec.questions and not Path(spec.questions).is_file():
         raise FileNotFoundError(f"{spec.questions}: no such questions file")
-    if spec.questions:  # read whole: a bad line is reported now, with its file and line
-        read_questions(spec.questions)
-    return validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
+    questions = read_questions(spec.questions) if spec.questions else None  # a bad line: now
+    cfg = validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl")
+    if questions is not None and generates_answers(cfg) and not any(q.answers for q in questions):
+        raise InputFileError(spec.questions, None, no_answers(len(questions)), "answers")
+    return cfg
+
+
+def no_answers(n: int) -> str:
+    """Why a questions file without a single gold answer is refused, and what to do."""
+    return (
+        f"{no_gold_answer(n, 'question')}, so no answer could be scored; give at least one "
+        'question answers (an `answers` column: CSV cells separated by `|`, a JSONL "answers" '
+        "list; questions without them are run and reported unscored), or leave out --questions "
+        "to generate questions with answers (--n-questions)"
+    )
 
 
 def check_constraints(spec: CompareSpec) -> None:
     """The verdict's constraints in range, or ValueError naming the option: ``min_accuracy`` a
     share of questions, 0-1 (60 meant as 60% would ask for 6,000%); a maximum $ or latency
-    0 or more (0: no limit; a negative one no variant could meet)."""
+    0 or more (0: no limit; a negative one no variant could meet). A chunk overlap set to the
+    chunk size or more is named by its options too (the config check would say ``<config>:
+    retrieval: chunk_overlap``, a file the user never wrote)."""
+    if chunk_overlap_for(spec.chunk_size, spec.chunk_overlap) >= spec.chunk_size:
+        raise ValueError(
+            f"--chunk-overlap must be less than --chunk-size ({spec.chunk_size}); "
+            f"got {spec.chunk_overlap}"
+        )
     if not 0 <= spec.min_accuracy <= 1:  # NaN fails too
         raise ValueError(f"--min-accuracy must be from 0 to 1 (0: any); got {spec.min_accuracy:g}")
     for option, value in (("--max-dollars-per-1k", spec.max_dollars_per_1k),

@@ -2,9 +2,10 @@
 ``corpus`` hashes and shingles.
 
 - ``clean_text``: mojibake repair with ftfy (conservative settings: no quote uncurling, no HTML
-  unescaping, no width/ligature folding), control characters removed except ``\\n`` and ``\\t``,
-  line breaks unified, Unicode spaces -> ``" "``, runs of spaces collapsed, trailing spaces
-  stripped, at most one blank line in a row, NFC.
+  unescaping, no width/ligature folding), control characters but ``\\n`` and ``\\t`` replaced by
+  a space (never joining the words they separate; a BOM is deleted), line breaks (vertical tab
+  and form feed too) unified, Unicode spaces -> ``" "``, runs of spaces collapsed, trailing
+  spaces stripped, at most one blank line in a row, NFC.
 - ``normalize_for_hash``: cleaned, casefolded, all whitespace collapsed to single spaces.
 
 Both run on whole documents (a 50 MB text file is one string), so each step makes at most one
@@ -20,7 +21,11 @@ import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")  # Cc except \t \n, BOM
+# C0 controls but \t \n \r, vertical tab and form feed (line breaks): ftfy would delete them,
+# joining the words they separate ("Plain\x00text"), so they become spaces before it runs
+_C0_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # Cc left after ftfy except \t \n
+_BOM = "\ufeff"  # a zero-width no-break space: nothing to separate, deleted
 _LINE_BREAKS = re.compile(r"\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
 # any whitespace but newline and tab (incl. NBSP, U+3000); a lone " " is left as it is
 _SPACES = re.compile(r"[^\S\n\t]{2,}|[^\S\n\t ]")
@@ -41,9 +46,9 @@ def clean_text(text: str) -> str:
         fix_character_width=False,
         normalization="NFC",
     )
-    text = ftfy.fix_text(text, config)
+    text = ftfy.fix_text(_C0_CONTROL.sub(" ", text).replace("\x0b", "\n"), config)
     text = _LINE_BREAKS.sub("\n", text)
-    text = _CONTROL.sub("", text)
+    text = _CONTROL.sub(" ", text).replace(_BOM, "")
     text = _SPACES.sub(" ", text)
     text = _TRAILING.sub("\n", text)
     text = _BLANK_LINES.sub("\n\n", text)

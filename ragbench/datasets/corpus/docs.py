@@ -5,8 +5,8 @@ Steps, each stated so a corpus can be reproduced:
 1. Discover: every PATH (a file or a folder, walked recursively). Hidden files and folders
    (a name starting with ``.``, e.g. ``.git``) are skipped. ``include``/``exclude`` globs apply
    to files found in folders, matched against the path relative to the folder and against the
-   file name (``*`` also crosses ``/``; ``**/`` may match no folder); a folder matching an
-   exclude glob is not entered. A file named as a PATH is always read. Files of other types
+   file name, ignoring case as file types do (``*`` also crosses ``/``; ``**/`` may match no
+   folder); a folder matching an exclude glob is not entered. A file named as a PATH is always read. Files of other types
    are reported as unsupported. A symbolic link that leads back to itself is an error naming
    it, before any file is read (links to folders inside a folder are not followed).
 2. Read (``datasets.readers``): one reader per format; a file that cannot be read is reported
@@ -78,8 +78,12 @@ class IngestResult:
 
 
 def _matches(rel: str, patterns: Sequence[str]) -> bool:
+    """Whether the path ``rel`` (or its file name) matches a glob, ignoring case, as file types
+    are told by extension whatever its case (``*.md`` matches ``NOTES.MD``)."""
+    rel = rel.lower()
     name = rel.rsplit("/", 1)[-1]
     for pattern in patterns:
+        pattern = pattern.lower()
         for p in {pattern, pattern.replace("**/", "")}:
             if fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(name, p):
                 return True

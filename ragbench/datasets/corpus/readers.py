@@ -16,8 +16,11 @@ the caller cleans each piece and knows where it starts:
   joined by " | "; whitespace inside ``<pre>`` is kept. Title: ``<title>``, else the first
   ``<h1>``.
 - Markdown: the source text as is (a model reads Markdown well, and a quote copied from the file
-  is found verbatim). A leading YAML front-matter block is removed; its ``title`` is the title,
-  else the first heading.
+  is found verbatim). A leading YAML front-matter block (between ``---`` lines) is removed; its
+  ``title`` is the title, else the first heading after it. A block that is not valid YAML, or is
+  a list rather than a mapping, is removed too, with a warning naming the file and the problem
+  (it was meant as front matter; its lines are not the text nor the title). A block that reads
+  as plain text (a thematic break, a paragraph and a setext underline) is kept as Markdown.
 - DOCX: python-docx, body paragraphs and tables in document order (headers, footers and
   footnotes are left out: they repeat on every page). Title: the core property, else the first
   paragraph styled ``Title``.
@@ -37,7 +40,9 @@ from pathlib import Path
 
 import yaml
 
-from ragbench.io import load_yaml
+from ragbench.io import load_yaml, yaml_problem
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -165,13 +170,23 @@ def read_markdown(path: Path) -> Parsed:
     title = ""
     match = _FRONT_MATTER.match(text)
     if match:
+        problem = ""
         try:
             front = load_yaml(match.group(1))  # aliases bounded: a document is untrusted
-        except yaml.YAMLError:
-            front = None  # not front matter after all (a thematic break): keep the text
+        except yaml.YAMLError as exc:
+            line, what = yaml_problem(exc)  # the block's line; the file's is one more
+            where = f"line {line + 1}: " if line is not None else ""
+            front, problem = None, f"is not valid YAML ({where}{what})"
+        if isinstance(front, list):
+            problem = "is a YAML list, not a mapping of keys (title: ...)"
         if isinstance(front, dict):
             text = text[match.end() :]
             title = str(front.get("title") or "").strip()
+        elif problem:  # front matter gone wrong: neither text nor a title ("- b")
+            text = text[match.end() :]
+            log.warning("%s: front matter %s; left out of the text, not used as the title",
+                        path, problem)  # fmt: skip
+        # else a scalar: a thematic break and a paragraph, Markdown kept as it is
     if not title:
         headings = [m for m in (_ATX_HEADING.search(text), _SETEXT_HEADING.search(text)) if m]
         if headings:
