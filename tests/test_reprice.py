@@ -154,6 +154,9 @@ def test_reprice_table_reads_resource_seconds_and_names_missing_columns():
         reprice_table(table(prompt_tokens=[1, 2, 3]), gpu)
     with pytest.raises(ValueError, match="cached_prompt_tokens"):
         reprice_table(table(prompt_tokens=[1, 2, 3]), prices.price_sheet(SONNET))
+    failed = pd.DataFrame({"example_id": ["a", "b"], "error": ["RuntimeError: x"] * 2})
+    with pytest.raises(ValueError, match=r"every record of the table failed \(2\), so none has"):
+        reprice_table(failed, prices.price_sheet(SONNET))  # not "needs the columns [...]"
 
 
 def test_reprice_records_text_drops_a_torn_line_and_keeps_unreadable_ones():

@@ -133,6 +133,11 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
     need = TOKEN_FIELDS if sheet.kind == "api" else SECONDS_FIELDS
     found = [bool(cols[n]) for n in need]
     if not (all(found) if sheet.kind == "api" else any(found)):
+        if "error" in df.columns and len(df) and df["error"].notna().all():  # nothing was costed
+            raise ValueError(
+                f"every record of the table failed ({len(df)}), so none has a cost to price "
+                "again; rerun the run to retry them"
+            )
         which = "all of" if sheet.kind == "api" else "one of"
         raise ValueError(
             f"the table cannot be priced with {sheet.kind!r} sheet {sheet.name!r}: it needs "
