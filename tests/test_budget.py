@@ -416,6 +416,24 @@ def test_records_that_cost_more_than_their_bound_scale_the_next_estimates_up_nev
     assert list(done) == ["a"] and under.info["next_round_estimate"] == pytest.approx(1.0)
 
 
+def test_a_spend_that_is_not_a_number_stops_the_run():
+    # NaN passes no comparison: a run priced at NaN (an .inf price) ran uncapped
+    assert decide(float("nan"), 1.0, 10.0) == "not a number"
+    assert decide(1.0, float("nan"), 10.0) == "not a number"
+    budget = Budget(1.0)
+    rounds = [[((None, None), k)] for k in "bcd"]
+    assert list(budget.rounds(rounds, {"a": record(float("nan"))})) == []
+    assert budget.info["why"] == "not a number" and budget.info["spent_dollars"] is None
+    assert "is not a number (NaN dollars), so max_dollars $1.000000 cannot be held" in (
+        budget.reason
+    )
+    json.dumps(budget.info, allow_nan=False)  # the manifest's entry stays JSON
+    last = Budget(1.0).passed({"a": record(float("nan"))})  # the last round's records, NaN
+    assert "the spend is not a number (NaN dollars), so max_dollars $1.000000 could not" in last
+    nan_bound = Budget(1.0, bound=at_most(float("nan")))  # refused before anything is sent
+    assert list(nan_bound.rounds(rounds, {})) == [] and nan_bound.info["why"] == "not a number"
+
+
 def test_a_spend_over_the_cap_that_no_check_stopped_is_said():
     budget = Budget(1.0, bound=at_most(0.5))
     done: dict = {}

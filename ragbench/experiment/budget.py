@@ -13,6 +13,7 @@ When the runner stops (``Budget.rounds`` wraps its rounds of ``model.batch_size`
 before each round, from the records finished so far,
 
 - spent >= ``max_dollars``: stop;
+- spent or estimate not a number (NaN dollars: the cap cannot be held): stop;
 - spent + estimate > ``max_dollars``: stop before the round;
 - else run the round.
 
@@ -130,7 +131,10 @@ def round_estimate(spend: Spend, size: int, judged: bool) -> float:
 
 
 def decide(spent: float, estimate: float, cap: float) -> str | None:
-    """Why to stop before a round (None: run it)."""
+    """Why to stop before a round (None: run it). A NaN spend or estimate (a record or a price
+    that is not a number) passes no comparison: the cap cannot be held, so the run stops."""
+    if math.isnan(spent) or math.isnan(estimate):
+        return "not a number"
     if spent >= cap:
         return "reached"
     if spent + estimate > cap:
@@ -237,10 +241,15 @@ class Budget:
         if self.max_dollars is None or self.stopped is not None:
             return None
         spent = spend_of(done.values(), self.meta).dollars
-        if not spent > self.max_dollars:
+        if not (spent > self.max_dollars or math.isnan(spent)):
             return None
-        self.info = {"max_dollars": self.max_dollars, "spent_dollars": round(spent, 6),
+        self.info = {"max_dollars": self.max_dollars, "spent_dollars": _rounded(spent),
                      "why": "passed it"}  # fmt: skip
+        if math.isnan(spent):
+            return (
+                f"over budget: the spend is not a number (NaN dollars), so max_dollars "
+                f"${self.max_dollars:,.6f} could not be held; check the price sheet"
+            )
         return (
             f"over budget: spent ${spent:,.6f} of max_dollars ${self.max_dollars:,.6f}, passed "
             f"it by ${spent - self.max_dollars:,.6f}: a round cost more than its estimate "
@@ -274,8 +283,8 @@ class Budget:
         self.pending_at_stop = 0 if step else left  # generation's records not generated
         self.info = {
             "max_dollars": self.max_dollars,
-            "spent_dollars": round(spent, 6),
-            "next_round_estimate": round(estimate, 6),
+            "spent_dollars": _rounded(spent),
+            "next_round_estimate": _rounded(estimate),
             "why": why,
             "records_left": left,
         } | ({"pass": step} if step else {})
@@ -284,6 +293,12 @@ class Budget:
     def reason(self) -> str:
         """The one line a stopped run prints."""
         i = self.info
+        if i["why"] == "not a number":
+            return (
+                f"stopped: budget: the spend or the next round's estimate is not a number (NaN "
+                f"dollars), so max_dollars ${i['max_dollars']:,.6f} cannot be held; "
+                f"{i['records_left']} record(s) left: check the price sheet"
+            )
         if i["why"] == "reached" and i["spent_dollars"] > i["max_dollars"]:
             why = f"passed it by ${i['spent_dollars'] - i['max_dollars']:,.6f}"
         elif i["why"] == "reached":
@@ -303,6 +318,11 @@ class Budget:
             f"${i['max_dollars']:,.6f}, {why}; {left}: rerun with a higher --max-dollars to "
             "resume"
         )
+
+
+def _rounded(dollars: float) -> float | None:
+    """Dollars for the manifest: 6 decimals; None for NaN (not JSON)."""
+    return None if math.isnan(dollars) else round(dollars, 6)
 
 
 def over_budget(estimate: float | None, cap: float | None) -> str | None:
