@@ -512,3 +512,26 @@ def test_a_run_that_passes_the_cap_anyway_says_so_and_exits_with_the_budget_code
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "finished"  # every record answered
     assert manifest["sessions"][-1]["budget"]["why"] == "passed it"
+
+
+def test_a_rounds_bound_counts_its_preload_until_the_group_has_paid_it():
+    pre = LongContextParams(preload=True)
+    meta = {"corpus_fingerprint": "c1"}
+    qs = [Example(f"q{i}", "?", ("a",), (), meta=meta) for i in range(4)]
+    group = ("c1", pre.overflow)
+    budget = Budget(100.0, bound=at_most(1.0, preloads={group: 5.0}), meta={q.id: meta for q in qs})
+    rounds = [[((q, pre), q.id) for q in qs[:2]], [((q, pre), q.id) for q in qs[2:]]]
+    done: dict = {}
+    for chunk in budget.rounds(rounds, done):
+        done.update({k: preloaded(k, 1.0, 5.0, over=4) for _, k in chunk})
+    assert len(done) == 4
+    small = Budget(7.5, bound=at_most(1.0, preloads={group: 5.0}), meta=budget.meta)
+    done = {}
+    for chunk in small.rounds(rounds, done):
+        done.update({k: preloaded(k, 1.0, 5.0, over=4) for _, k in chunk})
+    # round 1: 2 x $1 + its $5 preload = $7 fits $7.5; round 2: $7 spent + 2 x $1 passes it
+    # (its corpus is preloaded: not counted again)
+    assert len(done) == 2 and small.info["next_round_estimate"] == pytest.approx(2.0)
+    first = Budget(6.5, bound=at_most(1.0, preloads={group: 5.0}), meta=budget.meta)
+    assert list(first.rounds(rounds, {})) == []  # 2 + 5 > 6.5: the preload counts
+    assert first.info["next_round_estimate"] == pytest.approx(7.0)

@@ -275,6 +275,7 @@ class RoundCounter:
 
     def __init__(self, cfg: RunConfig, res: Any = None) -> None:
         self.cfg, self.res = cfg, res
+        self.fitted: dict = {}  # a shared corpus fitted to the window once, for every round
 
     def __call__(self, items: list) -> RoundBound | None:
         cfg, sheet = self.cfg, self.cfg.sheet
@@ -291,11 +292,15 @@ class RoundCounter:
             counter = PromptCounter(prompt_counter(cfg), track_prefixes=reuses_prefix)
             examples = {e.id: e for e, _ in items}.values()
             self.res = build_resources(cfg, counter, None, examples)
-        counter = PromptCounter(self.res.llm, track_prefixes=reuses_prefix)
+        llm = self.res.llm  # the run's model, or the counter built above (counted by its own)
+        counter = PromptCounter(
+            llm.counter if isinstance(llm, PromptCounter) else llm, track_prefixes=reuses_prefix
+        )
         # a ledger of its own: the run's must not take the counted prompts for sent ones (its
         # variants' first prefixes, the preload's corpus, would go uncharged: cost/alone.py)
         res = dataclasses.replace(
-            self.res, llm=counter, fitted={}, preloaded={}, preload_over=dict(self.res.preload_over),
+            self.res, llm=counter, fitted=self.fitted, preloaded={},
+            preload_over=dict(self.res.preload_over),
             alone=PrefixLedger(),
         )  # fmt: skip
         per_item: list[float | None] = [None] * len(items)
