@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
-from openai_server import ok, serving
+from openai_server import ok, send_json, serving, user_text
 from test_runner import niah_config
 from typer.testing import CliRunner
 
@@ -21,6 +21,7 @@ from ragbench.datasets.corpus.shared import write_essay_corpus
 from ragbench.experiment.budget import (
     BUDGET_EXIT,
     Budget,
+    RoundBound,
     Spend,
     decide,
     over_budget,
@@ -285,18 +286,25 @@ def test_a_tiny_cap_on_a_server_sends_no_request(tmp_path, serve):
     assert len(srv.requests) == 12
 
 
+def at_most(*dollars, preloads=None):
+    """A ``Budget.bound`` that counts each item at ``dollars`` (cycled), as the dry run would."""
+    return lambda items: RoundBound(
+        tuple(dollars[i % len(dollars)] for i in range(len(items))), preloads or {}
+    )
+
+
 def test_the_first_round_bound_holds_rounds_handed_out_before_any_finishes():
-    budget = Budget(5.0, first_round=lambda items: 2.0 * len(items))  # $2 per record at most
+    budget = Budget(5.0, bound=at_most(2.0))  # $2 per record at most
     rounds = [[((None, None), k)] for k in "abcde"]
     handed = list(budget.rounds(rounds, {}))  # none finishes meanwhile (Ray)
     assert [r[0][1] for r in handed] == ["a", "b"]  # a third would make $6 in flight
     assert budget.info["why"] == "next round would pass it"
     assert budget.info["next_round_estimate"] == 6.0
-    first = Budget(1.0, first_round=lambda items: 2.0 * len(items))
+    first = Budget(1.0, bound=at_most(2.0))
     assert list(first.rounds(rounds, {})) == []
     assert first.info["why"] == "first round would pass it" and first.info["records_left"] == 5
     # no estimate (no sheet dollars): the first round runs, as before
-    assert len(list(Budget(1.0, first_round=lambda items: None).rounds(rounds[:1], {}))) == 1
+    assert len(list(Budget(1.0, bound=lambda items: None).rounds(rounds[:1], {}))) == 1
 
 
 def preload_config(tmp_path, sheet, **model):
@@ -325,7 +333,8 @@ def test_a_preloads_one_time_cost_counts_in_the_spend(tmp_path):
     info = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())["sessions"][-1]
     assert info["budget"]["why"] == "reached" and len(df) == 2  # stopped after that round
     assert info["budget"]["spent_dollars"] == pytest.approx(real, abs=1e-6)
-    assert f"spent ${real:,.6f} of max_dollars $0.000004, reached it" in df.attrs["stopped"]
+    passed = f"passed it by ${real - 0.000004:,.6f}"  # was "reached it": it went past it
+    assert f"spent ${real:,.6f} of max_dollars $0.000004, {passed}" in df.attrs["stopped"]
     assert df["amortised_dollars"].sum() == pytest.approx(real)  # the table agrees
 
 
@@ -365,3 +374,164 @@ def test_the_dry_run_holds_the_preload_to_the_cap(tmp_path):
     # a cap the questions fit under, their preload not (the preload was left out of the total)
     table = dry_run({**cfg, "max_dollars": questions * 1.01}, progress=False)
     assert "over max_dollars" in table.attrs["over_budget"]
+
+
+# ---------------------------------------------------------------------------- every round
+
+
+def test_each_round_is_estimated_by_its_own_records_not_the_mean_so_far():
+    # short rounds first, then long ones (a NIAH grid): the long round was estimated at the
+    # short rounds' mean ($0.001 x 2) and let through; it is bounded by its own prompts now
+    long = {"c", "d"}
+    bound = lambda items: RoundBound(tuple(1.0 if e == "long" else 0.001 for e, _ in items))  # noqa: E731
+    budget = Budget(0.5, bound=bound)
+    rounds = [[(("short", None), "a"), (("short", None), "b")],
+              [(("long", None), k) for k in sorted(long)]]  # fmt: skip
+    done: dict = {}
+    handed = []
+    for chunk in budget.rounds(rounds, done):
+        handed.append(chunk)
+        done.update({k: record(0.001) for _, k in chunk})
+    assert len(handed) == 1 and budget.info["why"] == "next round would pass it"
+    assert budget.info["next_round_estimate"] == pytest.approx(2.0)
+    assert "the next round (~$2.000000) would pass it; 2 record(s) left" in budget.reason
+
+
+def test_records_that_cost_more_than_their_bound_scale_the_next_estimates_up_never_down():
+    rounds = [[((None, None), k)] for k in "abc"]
+    over = Budget(10.0, bound=at_most(1.0))
+    done: dict = {}
+    for chunk in over.rounds(rounds, done):  # each record cost 3x its bound (a tokenizer that
+        done.update({k: record(3.0) for _, k in chunk})  # undercounts the server's)
+    assert list(done) == ["a", "b", "c"]  # $3 + $3 (estimated 3) + $3 (estimated 3) = 9
+    stop = Budget(8.0, bound=at_most(1.0))
+    done = {}
+    for chunk in stop.rounds(rounds, done):
+        done.update({k: record(3.0) for _, k in chunk})
+    assert list(done) == ["a", "b"] and stop.info["next_round_estimate"] == pytest.approx(3.0)
+    under = Budget(1.05, bound=at_most(1.0))  # cheaper answers do not lower the bound
+    done = {}
+    for chunk in under.rounds(rounds, done):
+        done.update({k: record(0.1) for _, k in chunk})
+    assert list(done) == ["a"] and under.info["next_round_estimate"] == pytest.approx(1.0)
+
+
+def test_a_spend_that_is_not_a_number_stops_the_run():
+    # NaN passes no comparison: a run priced at NaN (an .inf price) ran uncapped
+    assert decide(float("nan"), 1.0, 10.0) == "not a number"
+    assert decide(1.0, float("nan"), 10.0) == "not a number"
+    budget = Budget(1.0)
+    rounds = [[((None, None), k)] for k in "bcd"]
+    assert list(budget.rounds(rounds, {"a": record(float("nan"))})) == []
+    assert budget.info["why"] == "not a number" and budget.info["spent_dollars"] is None
+    assert "is not a number (NaN dollars), so max_dollars $1.000000 cannot be held" in (
+        budget.reason
+    )
+    json.dumps(budget.info, allow_nan=False)  # the manifest's entry stays JSON
+    last = Budget(1.0).passed({"a": record(float("nan"))})  # the last round's records, NaN
+    assert "the spend is not a number (NaN dollars), so max_dollars $1.000000 could not" in last
+    nan_bound = Budget(1.0, bound=at_most(float("nan")))  # refused before anything is sent
+    assert list(nan_bound.rounds(rounds, {})) == [] and nan_bound.info["why"] == "not a number"
+
+
+def test_a_spend_over_the_cap_that_no_check_stopped_is_said():
+    budget = Budget(1.0, bound=at_most(0.5))
+    done: dict = {}
+    for chunk in budget.rounds([[((None, None), "a")]], done):
+        done.update({k: record(2.5) for _, k in chunk})
+    line = budget.passed(done)
+    assert line.startswith("over budget: spent $2.500000 of max_dollars $1.000000, passed it ")
+    assert "by $1.500000" in line and budget.info["why"] == "passed it"
+    assert Budget(5.0).passed(done) is None and Budget(None).passed(done) is None
+
+
+def charged(prompt_per_word: int = 1):
+    """A server that charges what the prompt's words (times ``prompt_per_word``) and a full
+    ``max_tokens`` answer come to: the tester's loopback server."""
+
+    def behave(h, body, n):
+        most = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+        use = {
+            "prompt_tokens": prompt_per_word * len(user_text(body).split()),
+            "completion_tokens": most,
+        }
+        msg = {"message": {"role": "assistant", "content": " ".join(["4444444"] * most)},
+               "finish_reason": "length"}  # fmt: skip
+        send_json(h, 200, {"model": body["model"], "choices": [msg], "usage": use})
+
+    return behave
+
+
+def short_then_long(tmp_path, url, **model):
+    return {
+        "name": "bud2",
+        "dataset": {"name": "niah", "params": {
+            "context_lengths": [300, 6000], "depth_percents": [10, 30, 50, 70, 90],
+            "needle": "\nThe special magic number is 4444444.\n",
+            "question": "What is the special magic number mentioned in the text?",
+            "answer": "4444444", "tokenizer": "whitespace"}},
+        "model": {"backend": "openai", "name": "m", "max_new_tokens": 16, "batch_size": 5,
+                  "cache": False, **model,
+                  "params": {"base_url": url, "max_concurrency": 2, "tokenizer": "whitespace"}},
+        "strategies": ["long_context"], "metrics": ["contains"],
+        "price_sheet": "openai-gpt-4.1", "output_dir": str(tmp_path / "runs"),
+    }  # fmt: skip
+
+
+def test_a_long_context_round_after_short_ones_is_held_to_the_cap(tmp_path, serve):
+    # the tester's run: five 300-token questions ($0.0019), then five 6,000-token ones estimated
+    # at 5 x the mean so far and sent: $0.0608 against a $0.01 cap, exit 0, no message
+    srv = serve(charged())
+    path = write(tmp_path, short_then_long(tmp_path, srv.url))
+    stopped = invoke(path, "--max-dollars", "0.01")
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    assert len(srv.requests) == 5  # the short round only
+    out = run_dir_for(load_config(path))
+    spent = spend_of(read_records(out / RECORDS).values()).dollars
+    assert spent <= 0.01
+    info = json.loads((out / "manifest.json").read_text())["sessions"][-1]["budget"]
+    assert info["why"] == "next round would pass it" and info["records_left"] == 5
+    assert spent + info["next_round_estimate"] > 0.05  # the long round's own bound, ~$0.059
+    line = next(x for x in stopped.output.splitlines() if "stopped: budget" in x)
+    assert "the next round (~$0.0589" in line, line
+
+
+def test_a_run_that_passes_the_cap_anyway_says_so_and_exits_with_the_budget_code(tmp_path, serve):
+    # a server that counts three tokens a word where the configured tokenizer counts one: the one
+    # round's bound fits the cap, what it cost does not. Exit 0 and no word before
+    srv = serve(charged(prompt_per_word=3))
+    cfg = short_then_long(tmp_path, srv.url, batch_size=10)
+    cfg["dataset"]["params"]["context_lengths"] = [300]
+    path = write(tmp_path, cfg)
+    passed = invoke(path, "--max-dollars", "0.003")  # bound ~$0.0019; cost ~$0.0049
+    assert passed.exit_code == BUDGET_EXIT, passed.output
+    assert len(srv.requests) == 5
+    (line,) = [x for x in passed.output.splitlines() if "over budget: spent $" in x]
+    assert "of max_dollars $0.003000, passed it by $0.00" in line, line
+    out = run_dir_for(load_config(path))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "finished"  # every record answered
+    assert manifest["sessions"][-1]["budget"]["why"] == "passed it"
+
+
+def test_a_rounds_bound_counts_its_preload_until_the_group_has_paid_it():
+    pre = LongContextParams(preload=True)
+    meta = {"corpus_fingerprint": "c1"}
+    qs = [Example(f"q{i}", "?", ("a",), (), meta=meta) for i in range(4)]
+    group = ("c1", pre.overflow)
+    budget = Budget(100.0, bound=at_most(1.0, preloads={group: 5.0}), meta={q.id: meta for q in qs})
+    rounds = [[((q, pre), q.id) for q in qs[:2]], [((q, pre), q.id) for q in qs[2:]]]
+    done: dict = {}
+    for chunk in budget.rounds(rounds, done):
+        done.update({k: preloaded(k, 1.0, 5.0, over=4) for _, k in chunk})
+    assert len(done) == 4
+    small = Budget(7.5, bound=at_most(1.0, preloads={group: 5.0}), meta=budget.meta)
+    done = {}
+    for chunk in small.rounds(rounds, done):
+        done.update({k: preloaded(k, 1.0, 5.0, over=4) for _, k in chunk})
+    # round 1: 2 x $1 + its $5 preload = $7 fits $7.5; round 2: $7 spent + 2 x $1 passes it
+    # (its corpus is preloaded: not counted again)
+    assert len(done) == 2 and small.info["next_round_estimate"] == pytest.approx(2.0)
+    first = Budget(6.5, bound=at_most(1.0, preloads={group: 5.0}), meta=budget.meta)
+    assert list(first.rounds(rounds, {})) == []  # 2 + 5 > 6.5: the preload counts
+    assert first.info["next_round_estimate"] == pytest.approx(7.0)

@@ -207,13 +207,14 @@ def test_paid_api_asks_before_spending(tmp_path, monkeypatch, serve):
     args = [str(docs), "--questions", "q.csv", "--backend", "openai", "--model", "m",
             "--base-url", srv.url, "--tokenizer", "whitespace", "--embedder", "hash",
             "--quiet", "--no-report", "--output-dir", "out"]  # fmt: skip
-    declined = compare(args, input="n\n")
+    example = [*args, "--price-sheet", "example-hosted-api"]  # model m has no sheet of its own
+    declined = compare(example, input="n\n")
     assert declined.exit_code == 1, declined.output
     assert "total: at most $" in declined.output
     assert "paid API (example-hosted-api): run it?" in declined.output
     run_dir = config_of(declined.output).parent
     assert not (run_dir / "records.jsonl").exists() and srv.requests == []  # nothing spent
-    accepted = compare(args, input="y\n")
+    accepted = compare(example, input="y\n")
     assert accepted.exit_code == 0, accepted.output
     assert VERDICT.search(accepted.output)
     assert (run_dir / "records.jsonl").exists()
@@ -531,3 +532,50 @@ def test_chunk_overlap_default_fits_any_chunk_size_and_reaches_config_and_notebo
     assert "compare.chunk_overlap_for(chunk_size, chunk_overlap)" in "".join(
         c.source for c in nb.cells
     )
+
+
+def test_a_paid_api_is_priced_by_its_models_own_sheet_or_refused(tmp_path, monkeypatch, serve):
+    """--backend openai --model gpt-4.1 without --price-sheet was priced at example-hosted-api
+    (~13x cheaper than the shipped openai-gpt-4.1 sheet), in the estimate it asked to spend on."""
+    srv = serve(ok())
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
+    args = [str(docs), "--questions", "q.csv", "--backend", "openai", "--base-url", srv.url,
+            "--tokenizer", "whitespace", "--embedder", "hash", "--quiet", "--no-report",
+            "--output-dir", "out"]  # fmt: skip
+    own = compare([*args, "--model", "gpt-4.1"], input="n\n")
+    assert own.exit_code == 1, own.output  # declined
+    assert "price sheet: openai-gpt-4.1 (the shipped sheet of model gpt-4.1" in own.output
+    assert "gpt-4.1 is a paid API (openai-gpt-4.1): run it?" in own.output
+    assert "price_sheet: openai-gpt-4.1" in config_of(own.output).read_text()
+    unknown = compare([*args, "--model", "m"])
+    assert unknown.exit_code == 2, unknown.output
+    (line,) = unknown.output.strip().splitlines()
+    assert "no shipped price sheet is for model 'm'" in line
+    assert "--price-sheet" in line and "ragbench prices list" in line
+    assert srv.requests == []  # nothing sent, nothing read
+    # local and fake backends keep the example sheet
+    assert steps.price_sheet_for("fake", "gpt-4.1", None) == ("example-hosted-api", None)
+    assert steps.price_sheet_for("openai", "m", "example-cpu-hour")[0] == "example-cpu-hour"
+
+
+def test_max_dollars_caps_the_compare_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "docs")
+    (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
+    args = [str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder", "hash",
+            "--quiet", "--output-dir", "out"]  # fmt: skip
+    zero = compare([*args, "--max-dollars", "0"])
+    assert zero.exit_code == 2 and "greater than 0" in zero.output, zero.output
+    tiny = compare([*args, "--max-dollars", "0.000001"])
+    assert tiny.exit_code == 3, tiny.output
+    assert "warning: estimated at most $" in tiny.output  # the estimate is over it
+    assert "stopped: budget: spent $0.000000 of max_dollars $0.000001" in tiny.output
+    assert "report: not written: the run stopped at --max-dollars" in tiny.output
+    run_dir = config_of(tiny.output).parent
+    assert "max_dollars: 1.0e-06" in (run_dir / "compare.yaml").read_text()
+    assert not (run_dir / "report.html").exists()
+    done = compare([*args, "--max-dollars", "100", "--no-report"])  # resumes in the same folder
+    assert done.exit_code == 0, done.output
+    assert config_of(done.output).parent == run_dir and VERDICT.search(done.output)

@@ -256,3 +256,20 @@ def test_a_sheet_files_error_names_the_line_of_its_field(tmp_path):
     line = len(head.splitlines()) + 5  # the second tier's above_prompt_tokens
     with pytest.raises(InputFileError, match=rf"g.yaml:{line}: field 'long_context_tiers\[1\]"):
         prices.price_sheet(path)
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-.inf", "1e999"])
+@pytest.mark.parametrize("key", ["input_per_million", "output_per_million", "gpu_hour"])
+def test_a_sheet_with_a_price_that_is_not_finite_is_refused_at_its_line(tmp_path, key, value):
+    # an .inf input price was accepted: every dollar NaN (0 x inf), `reprice` printed "-" and a
+    # capped run never stopped (NaN passes no comparison)
+    base = (
+        GPU if key == "gpu_hour" else {k: v for k, v in TIERED.items() if k != "long_context_tiers"}
+    )
+    lines = yaml.safe_dump(base, sort_keys=False).splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith(f"{key}:"))
+    lines[at] = f"{key}: {value}"
+    path = tmp_path / "s.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match=rf"s.yaml:{at + 1}: field '{key}'.*finite number"):
+        prices.price_sheet(path)

@@ -10,6 +10,7 @@ import typer
 
 from ragbench.analysis.verdict import sequential_look
 from ragbench.cli.run import log_to_mlflow
+from ragbench.experiment.budget import BUDGET_EXIT
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
 from ragbench.io import user_errors
@@ -35,7 +36,8 @@ def register(app: typer.Typer) -> None:
         backend: str = typer.Option(_D.backend, help="hf (local, the embedded model) | openai (a server) | fake (offline tests)."),
         model: str = typer.Option(_D.model, help="Preset, HF id/folder/.gguf, or the served model's name."),
         base_url: str = typer.Option(_D.base_url, help="OpenAI-compatible server URL (openai backend); key from OPENAI_API_KEY."),
-        price_sheet: str = typer.Option(_D.price_sheet, help="Shipped sheet name (`ragbench prices list`) or YAML path."),
+        price_sheet: str = typer.Option(None, help=f"Shipped sheet name (`ragbench prices list`) or YAML path; default: with --backend openai, the shipped sheet of --model (none: an error), else {_D.price_sheet}."),
+        max_dollars: float = typer.Option(None, help=f"Stop before the run's spend passes this many dollars (max_dollars; exit {BUDGET_EXIT}; rerun with a higher one to resume)."),
         strategy: list[str] = typer.Option(list(_D.strategies), help="Strategies to compare (repeatable)."),
         pipeline: str = typer.Option(_D.pipeline, help="Your system beside them, 'module:attr': a function, a llama-index query engine or retriever, or a factory of one."),
         pipeline_url: str = typer.Option(_D.pipeline_url, help="Your system as an HTTP service: POST {question, id, corpus} -> answer JSON (README)."),
@@ -69,11 +71,14 @@ def register(app: typer.Typer) -> None:
         prints the dry-run estimate (tokens, dollars) before spending (a paid API asks unless
         --yes), runs, prints the verdict and the summary table, and writes report.html beside
         the run."""
+        with user_errors():  # a paid API without a sheet of its own: one line, exit 2
+            sheet, why = steps.price_sheet_for(backend, model, price_sheet)
         spec = steps.CompareSpec(
             docs=tuple(str(d) for d in docs), questions=str(questions or ""),
             n_questions=n_questions, backend=backend, model=model, base_url=base_url,
             embedder=embedder, tokenizer=tokenizer, max_new_tokens=max_new_tokens,
-            chunk_size=chunk_size, chunk_overlap=chunk_overlap, top_k=top_k, price_sheet=price_sheet,
+            chunk_size=chunk_size, chunk_overlap=chunk_overlap, top_k=top_k, price_sheet=sheet,
+            max_dollars=max_dollars,
             strategies=tuple(strategy), overflow=overflow, min_accuracy=min_accuracy,
             max_dollars_per_1k=max_dollars_per_1k, max_latency_s=max_latency_s,
             output_dir=output_dir, seed=seed, threads=threads, pipeline=pipeline,
@@ -89,13 +94,21 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"pipeline: {point.label()}")
             steps.precheck(spec)
             steps.build_pipelines(pipelines)  # a factory builds its engine: before the ingest
+        if why:
+            typer.echo(why)
         with user_errors(LockHeldError, OverWindowError):
             df, spec_run = _run(spec, yes=yes, progress=not quiet)
         _answer(spec, df, spec_run)
-        if report:
+        stopped = df.attrs.get("stopped")  # at --max-dollars (the runner logged its line)
+        if report and stopped:  # notebook 05 would answer the rest, past the cap
+            typer.echo("report: not written: the run stopped at --max-dollars; rerun with a "
+                       "higher one, or `ragbench run` its config, then compare again")  # fmt: skip
+        elif report:
             _report(spec, spec_run, progress=not quiet)
         if tracked is not None:  # after the report: report.html is one of its artifacts
             log_to_mlflow(df.attrs["run_dir"], tracked)
+        if stopped or df.attrs.get("over_budget"):  # stopped at, or passed, max_dollars
+            raise typer.Exit(code=BUDGET_EXIT)
 
 
 def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
@@ -129,6 +142,8 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
         typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
     for note in table.attrs["notes"]:
         typer.echo(f"note: {note}")
+    if table.attrs.get("over_budget"):  # the bound is over the cap: the run stops at it
+        typer.echo(f"warning: {table.attrs['over_budget']}; the run stops before passing it")
     if steps.is_paid(cfg) and not yes:
         typer.confirm(f"{cfg.model.name} is a paid API ({cfg.price_sheet}): run it?", abort=True)
     # the config itself, not the file: the file's URLs have their credentials masked
@@ -141,6 +156,8 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
 def _answer(spec: steps.CompareSpec, df, spec_run) -> None:
     """The verdict, then the summary table (accuracy with its 95% CI, $ per 1k queries)."""
     typer.echo(f"run folder: {df.attrs['run_dir']}")
+    if df.attrs.get("stopped") and not len(df):  # at --max-dollars before any record
+        return
     failed = int(df["error"].notna().sum())
     if failed == len(df):
         typer.echo(

@@ -127,6 +127,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(remark)
         if failed:
             _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
+        if df.attrs.get("over_budget"):  # past max_dollars anyway (the runner logged by how much)
+            raise typer.Exit(code=BUDGET_EXIT)
 
 
 def log_to_mlflow(run_dir: str, tracked: tracking.Tracking) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -189,8 +190,13 @@ def _number(where: str, key: str, value: Any) -> float:
             value = float(value)
         except ValueError:
             pass
-    if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
-        raise InputFileError(where, None, f"must be a number >= 0, got {value!r}", key)
+    # a price of .inf (or .nan) priced every call at NaN (0 x inf): no total, no cap
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not (value >= 0 and math.isfinite(value))
+    ):
+        raise InputFileError(where, None, f"must be a finite number >= 0, got {value!r}", key)
     return float(value)
 
 

@@ -13,36 +13,44 @@ When the runner stops (``Budget.rounds`` wraps its rounds of ``model.batch_size`
 before each round, from the records finished so far,
 
 - spent >= ``max_dollars``: stop;
-- spent + estimate > ``max_dollars``: stop before the round. The estimate is the round's size
-  (plus the records of rounds still in flight, on an executor that runs several at once) times
-  the mean dollars per priced record so far (generation, plus the mean judge dollars per judged
-  record when the config has judge metrics), plus, for each preload group of the round with no
-  one-time cost paid yet, the mean one-time dollars per group paid so far;
+- spent or estimate not a number (NaN dollars: the cap cannot be held): stop;
+- spent + estimate > ``max_dollars``: stop before the round;
 - else run the round.
 
-Before any record is priced (a new run) there is no mean: the first round is estimated as the
-dry run estimates it (``Budget.first_round``, ``ragbench.experiment.dry_run.round_dollars``): its
-prompts assembled and counted as they will be sent (its preload calls included), every answer at
-``max_new_tokens``, priced by the sheet. That is an upper bound, so a cap below it stops the run
-before it spends anything (``why``: "first round would pass it"); rounds handed out before the
-first one finishes (Ray) count at the same per-record bound. A pipeline's calls and the judge's
-are not in it (the dry run cannot estimate them), and an hourly sheet with no calibration to
-model seconds from gives no estimate: then the first round runs unestimated (its preload too),
-and the dry run's check is the only one.
+The estimate is what the round's *own* records cost at most, counted as the dry run counts them
+(``Budget.bound``, ``ragbench.experiment.dry_run.RoundCounter``): their prompts assembled and
+counted as they will be sent, every answer at ``max_new_tokens``, priced by the sheet, plus the
+preload call of each preload group of the round whose one-time cost is not paid yet. Never the
+mean of the rounds so far: a NIAH grid goes from short contexts to long ones, and a round of
+6,000-token prompts costs about thirty times what a round of 300-token ones did. The count is an
+upper bound when the tokenizer counts as the server does; where the records finished so far cost
+more than their bounds (a tokenizer that undercounts the server's), every bound is scaled up by
+that ratio (never down: answers shorter than ``max_new_tokens`` on short prompts say nothing
+about long ones). Records still in flight (an executor with several rounds out at once: Ray) count
+at their bounds too. Plus, when the config has judge metrics, the mean judge dollars per judged
+record so far for each record. Records the count cannot bound (a pipeline's calls; an hourly sheet
+with no calibration to model seconds from) count at the mean dollars per priced record so far, and
+their preload groups at the mean one-time dollars per group paid so far; before any record is
+priced, that is nothing (the dry run's check is the only one). A cap below the first round's
+bound stops the run before it spends anything (``why``: "first round would pass it").
 
-So the run never starts a round it expects to pass the cap; it can pass it only by what one
-round costs beyond its estimate. The passes after generation are
-held to the cap the same way, chunk by chunk (``Budget.allows``): the judge pass at the mean
-judge dollars per judged record so far (its first chunk has no estimate), the noise pass at the
-mean noise dollars so far, else at the chunk's own generation dollars (a noisy answer is the
-same call again). A run stopped in generation skips its judge pass, writes its records, results table and manifest (``status: stopped``, the session's
-``stopped: budget`` with the spend), prints one line (``reason``) and exits with
-``BUDGET_EXIT``. ``max_dollars`` is not in the config hash, so rerunning with a higher cap
-lands in the same run folder and generates only the records that are missing.
+So the run never starts a round it expects to pass the cap; it can pass it only by what a round
+costs beyond its bound (a tokenizer that undercounts before any record shows it, the unbounded
+calls above). A run that ends over the cap anyway says so (``Budget.passed``: a warning, the
+session's ``budget`` entry with ``why: passed it``, and ``BUDGET_EXIT``), never exit 0. The passes
+after generation are held to the cap the same way, chunk by chunk (``Budget.allows``): the judge
+pass at the mean judge dollars per judged record so far (its first chunk has no estimate), the
+noise pass at the mean noise dollars so far, else at the chunk's own generation dollars (a noisy
+answer is the same call again). A run stopped in generation skips its judge pass, writes its
+records, results table and manifest (``status: stopped``, the session's ``stopped: budget`` with
+the spend), prints one line (``reason``) and exits with ``BUDGET_EXIT``. ``max_dollars`` is not
+in the config hash, so rerunning with a higher cap lands in the same run folder and generates
+only the records that are missing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +61,8 @@ from ragbench.strategies import preload
 BUDGET_EXIT = 3  # `ragbench run`: stopped at max_dollars (records so far written; rerun resumes)
 EXIT_HELP = (
     f"{BUDGET_EXIT}: the run stopped before passing max_dollars (--max-dollars); what it "
-    "finished is written, and a rerun with a higher cap resumes it."
+    "finished is written, and a rerun with a higher cap resumes it. Also a run that passed "
+    "the cap anyway (a round cost more than its estimate; the warning says by how much)."
 )
 
 
@@ -76,6 +85,16 @@ class Spend:
     priced: int = field(default=0, compare=False)  # records with generation dollars
     # per preload group with answered questions, its one-time dollars (in ``dollars``, once)
     one_time: dict[tuple, float] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class RoundBound:
+    """At most what a round costs, as the dry run counts it (``dry_run.RoundCounter``): each
+    item's dollars (None: not counted, a pipeline's) and, per preload group of the round, its
+    preload call's. NaN where the sheet gave no dollars."""
+
+    items: tuple[float | None, ...]
+    preloads: Mapping[tuple, float] = field(default_factory=dict)
 
 
 def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | None = None) -> Spend:
@@ -112,7 +131,10 @@ def round_estimate(spend: Spend, size: int, judged: bool) -> float:
 
 
 def decide(spent: float, estimate: float, cap: float) -> str | None:
-    """Why to stop before a round (None: run it)."""
+    """Why to stop before a round (None: run it). A NaN spend or estimate (a record or a price
+    that is not a number) passes no comparison: the cap cannot be held, so the run stops."""
+    if math.isnan(spent) or math.isnan(estimate):
+        return "not a number"
     if spent >= cap:
         return "reached"
     if spent + estimate > cap:
@@ -130,10 +152,12 @@ class Budget:
     pending_at_stop: int = 0
     stopped: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
-    # the dollars a round of (example, params) items costs at most, as the dry run counts them
-    # (None: not estimable); used until a record is priced (see the module docstring)
-    first_round: Callable[[list], float | None] | None = None
-    _bound_per_record: float | None = None  # first_round's bound over the first round's size
+    # what a round of (example, params) items costs at most, as the dry run counts it (None: not
+    # estimable): each round's estimate (see the module docstring)
+    bound: Callable[[list], RoundBound | None] | None = None
+    # work key -> its record's bound (None: not counted); preload group -> its preload's bound
+    _bounds: dict[str, float | None] = field(default_factory=dict, repr=False)
+    _preloads: dict[tuple, float] = field(default_factory=dict, repr=False)
     # example id -> meta: tells a shared corpus's preload groups apart (spend_of)
     meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
 
@@ -152,13 +176,10 @@ class Budget:
         for i, chunk in enumerate(rounds):
             if self.max_dollars is not None:
                 spend = spend_of(done.values(), self.meta)
-                in_flight = [item for item, k in handed if k not in done]
-                estimate = round_estimate(spend, len(chunk) + len(in_flight), self.judged)
-                estimate += preload_estimate(spend, [item for item, _ in chunk] + in_flight)
-                if not spend.priced and (bound := self._bound(chunk)) is not None:
-                    estimate = (len(chunk) + len(in_flight)) * bound  # no mean yet: the dry run's
+                in_flight = [(item, k) for item, k in handed if k not in done]
+                estimate = self.estimate(spend, chunk, in_flight, done)
                 why = decide(spend.dollars, estimate, self.max_dollars)
-                if why is not None and not spend.priced and not handed and why != "reached":
+                if why == "next round would pass it" and not spend.priced and not handed:
                     why = "first round would pass it"
                 if why is not None:
                     self._stop(why, spend.dollars, estimate, sum(len(c) for c in rounds[i:]))
@@ -166,15 +187,74 @@ class Budget:
             handed.extend(chunk)
             yield chunk
 
-    def _bound(self, chunk: list) -> float | None:
-        """Dollars per record at most, from the dry-run estimate of the first round (made once,
-        on the first round asked about); None when there is no estimate."""
-        if self._bound_per_record is None and self.first_round is not None and chunk:
-            total = self.first_round([item for item, _ in chunk])
-            self.first_round = None  # once: a None answer is not asked again
-            if total is not None and total == total:  # NaN: no estimate
-                self._bound_per_record = total / len(chunk)
-        return self._bound_per_record
+    def estimate(
+        self, spend: Spend, chunk: list, in_flight: list, done: Mapping[str, Any]
+    ) -> float:
+        """Dollars the round ``chunk`` and the records still ``in_flight`` (``(item, key)``
+        pairs) are expected to cost: each at its own bound (``bound``, scaled up where finished
+        records cost more than theirs), else at the mean per priced record so far; plus the
+        judge's mean per record when judged, and the preload of each of their groups not paid
+        yet (at its bound, else at the mean one-time dollars so far)."""
+        self._count(chunk)
+        scale = self._scale(done)
+        judge = spend.judge_per_record if self.judged else 0.0
+        total, unbounded = 0.0, []
+        for item, key in [*chunk, *in_flight]:
+            own = self._bounds.get(key)
+            if own is None:
+                unbounded.append(item)
+            total += (spend.per_record if own is None else own * scale) + judge
+        groups = {preload.group(*item) for item, _ in [*chunk, *in_flight]} - {None}
+        groups -= set(spend.one_time)  # paid: counted once, in the spend
+        total += scale * sum(self._preloads[g] for g in groups if g in self._preloads)
+        rest = [item for item in unbounded if preload.group(*item) not in self._preloads]
+        return total + preload_estimate(spend, rest)
+
+    def _count(self, chunk: list) -> None:
+        """The bound of each record of ``chunk`` not counted yet, and of its preloads."""
+        fresh = [(item, key) for item, key in chunk if key not in self._bounds]
+        if not fresh:
+            return
+        counted = self.bound([item for item, _ in fresh]) if self.bound is not None else None
+        items = counted.items if counted is not None else (None,) * len(fresh)
+        for (_, key), own in zip(fresh, items, strict=True):
+            self._bounds[key] = own
+        for group, once in (counted.preloads if counted is not None else {}).items():
+            self._preloads.setdefault(group, once)
+
+    def _scale(self, done: Mapping[str, Any]) -> float:
+        """What the finished records cost over their bounds, when that is more than 1 (the count
+        fell short of what the server charged); else 1."""
+        measured = bounded = 0.0
+        for key, own in self._bounds.items():
+            record = done.get(key)
+            if own is None or record is None or getattr(record, "error", None):
+                continue
+            gen = record_dollars(record)[0]
+            if gen is not None and not math.isnan(gen) and not math.isnan(own):
+                measured, bounded = measured + gen, bounded + own
+        return max(1.0, measured / bounded) if bounded > 0 else 1.0
+
+    def passed(self, done: Mapping[str, Any]) -> str | None:
+        """After the run: the warning for a spend over the cap that no check stopped (a last
+        round that cost more than its estimate), recorded in ``info``; None when within it."""
+        if self.max_dollars is None or self.stopped is not None:
+            return None
+        spent = spend_of(done.values(), self.meta).dollars
+        if not (spent > self.max_dollars or math.isnan(spent)):
+            return None
+        self.info = {"max_dollars": self.max_dollars, "spent_dollars": _rounded(spent),
+                     "why": "passed it"}  # fmt: skip
+        if math.isnan(spent):
+            return (
+                f"over budget: the spend is not a number (NaN dollars), so max_dollars "
+                f"${self.max_dollars:,.6f} could not be held; check the price sheet"
+            )
+        return (
+            f"over budget: spent ${spent:,.6f} of max_dollars ${self.max_dollars:,.6f}, passed "
+            f"it by ${spent - self.max_dollars:,.6f}: a round cost more than its estimate "
+            "(its prompts counted by the configured tokenizer, its answers at max_new_tokens)"
+        )
 
     def allows(self, done: Mapping[str, Any], chunk: Sequence[Any], left: int, step: str) -> bool:
         """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its
@@ -203,8 +283,8 @@ class Budget:
         self.pending_at_stop = 0 if step else left  # generation's records not generated
         self.info = {
             "max_dollars": self.max_dollars,
-            "spent_dollars": round(spent, 6),
-            "next_round_estimate": round(estimate, 6),
+            "spent_dollars": _rounded(spent),
+            "next_round_estimate": _rounded(estimate),
             "why": why,
             "records_left": left,
         } | ({"pass": step} if step else {})
@@ -213,7 +293,15 @@ class Budget:
     def reason(self) -> str:
         """The one line a stopped run prints."""
         i = self.info
-        if i["why"] == "reached":
+        if i["why"] == "not a number":
+            return (
+                f"stopped: budget: the spend or the next round's estimate is not a number (NaN "
+                f"dollars), so max_dollars ${i['max_dollars']:,.6f} cannot be held; "
+                f"{i['records_left']} record(s) left: check the price sheet"
+            )
+        if i["why"] == "reached" and i["spent_dollars"] > i["max_dollars"]:
+            why = f"passed it by ${i['spent_dollars'] - i['max_dollars']:,.6f}"
+        elif i["why"] == "reached":
             why = "reached it"
         elif i["why"] == "first round would pass it":
             why = (
@@ -230,6 +318,11 @@ class Budget:
             f"${i['max_dollars']:,.6f}, {why}; {left}: rerun with a higher --max-dollars to "
             "resume"
         )
+
+
+def _rounded(dollars: float) -> float | None:
+    """Dollars for the manifest: 6 decimals; None for NaN (not JSON)."""
+    return None if math.isnan(dollars) else round(dollars, 6)
 
 
 def over_budget(estimate: float | None, cap: float | None) -> str | None:

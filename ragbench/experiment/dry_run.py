@@ -32,8 +32,8 @@ exceeds it is refused: ``attrs["over_budget"]`` says by how much, and ``ragbench
 
 Nothing is written: no records, no cache, no run folder.
 
-``round_dollars`` is the same count for one round of a real run: the budget's estimate of the
-first round, before any record is priced (``ragbench.experiment.budget``).
+``RoundCounter`` is the same count for each round of a real run: the budget's estimate of the
+round (``ragbench.experiment.budget``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from tqdm import tqdm
 from ragbench.cost.alone import PrefixLedger
 from ragbench.cost.money import dollars
 from ragbench.cost.prices import modelled_seconds_for
-from ragbench.experiment.budget import over_budget
+from ragbench.experiment.budget import RoundBound, over_budget
 from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.noise_pass import measures_noise
 from ragbench.experiment.resources import (
@@ -260,47 +260,64 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     return table
 
 
-def round_dollars(cfg: RunConfig, items: list, res: Any = None) -> float | None:
-    """At most what a round of ``items`` ((example, params) pairs) costs, counted as
-    ``dry_run`` counts it: the prompts assembled as they will be sent and counted by the
-    backend's tokenizer, every answer at ``max_new_tokens``, priced by the config's sheet.
-    ``res``: the run's resources, used with their LLM swapped for a counter (nothing is sent;
-    their caches are not touched), else built here as the dry run builds them. A pipeline's
-    points are not counted (that would call it). None when no dollars can be estimated: no
-    sheet, or an hourly sheet with no calibration to model the seconds from."""
-    items = [(e, p) for e, p in items if not get_strategy(p.strategy).external]
-    sheet = cfg.sheet
-    if not items or sheet is None:
-        return None
-    rates = None
-    if sheet.kind != "api":
-        rates = getattr(res, "rates", None) or cached_calibration(cfg)
-        if rates is None:
+class RoundCounter:
+    """At most what each round of a real run costs, counted as ``dry_run`` counts it: the
+    budget's estimate of every round (``ragbench.experiment.budget``). Called with a round's
+    ``items`` ((example, params) pairs), it returns a ``RoundBound``: each item's prompts
+    assembled as they will be sent and counted by the backend's tokenizer, every answer at
+    ``max_new_tokens``, priced by the config's sheet, and the preload call of each preload group
+    of the round. ``res``: the run's resources, used with their LLM swapped for a counter
+    (nothing is sent; their caches are not touched), else built here once, as the dry run builds
+    them. A pipeline's items are not counted (that would call it: None in ``items``). None when
+    no dollars can be estimated: no sheet, or an hourly sheet with no calibration to model the
+    seconds from. Each round is counted afresh (no prefix it shares with an earlier round is
+    taken as cached), so a round's bound does not lean on what earlier rounds sent."""
+
+    def __init__(self, cfg: RunConfig, res: Any = None) -> None:
+        self.cfg, self.res = cfg, res
+        self.fitted: dict = {}  # a shared corpus fitted to the window once, for every round
+
+    def __call__(self, items: list) -> RoundBound | None:
+        cfg, sheet = self.cfg, self.cfg.sheet
+        counted = [i for i, (_, p) in enumerate(items) if not get_strategy(p.strategy).external]
+        if sheet is None:
             return None
-    reuses_prefix = backend_capabilities(cfg.model.backend).reuses_prefix_kv
-    if res is None:
-        counter = PromptCounter(prompt_counter(cfg), track_prefixes=reuses_prefix)
-        res = build_resources(cfg, counter, None, {e.id: e for e, _ in items}.values())
-    else:
-        counter = PromptCounter(res.llm, track_prefixes=reuses_prefix)
+        rates = None
+        if sheet.kind != "api":
+            rates = getattr(self.res, "rates", None) or cached_calibration(cfg)
+            if rates is None:
+                return None
+        reuses_prefix = backend_capabilities(cfg.model.backend).reuses_prefix_kv
+        if self.res is None:  # built once: an index is built once for the run's rounds
+            counter = PromptCounter(prompt_counter(cfg), track_prefixes=reuses_prefix)
+            examples = {e.id: e for e, _ in items}.values()
+            self.res = build_resources(cfg, counter, None, examples)
+        llm = self.res.llm  # the run's model, or the counter built above (counted by its own)
+        counter = PromptCounter(
+            llm.counter if isinstance(llm, PromptCounter) else llm, track_prefixes=reuses_prefix
+        )
         # a ledger of its own: the run's must not take the counted prompts for sent ones (its
         # variants' first prefixes, the preload's corpus, would go uncharged: cost/alone.py)
         res = dataclasses.replace(
-            res, llm=counter, fitted={}, preloaded={}, preload_over=dict(res.preload_over),
+            self.res, llm=counter, fitted=self.fitted, preloaded={},
+            preload_over=dict(self.res.preload_over),
             alone=PrefixLedger(),
         )  # fmt: skip
-    costs = [o.cost for o in run_batch(items, res) if not isinstance(o, Exception)]
-    # and the preload calls run_batch sent before their questions (a one-time cost)
-    costs += [c for c in res.preloaded.values() if not isinstance(c, Exception)]
-    total = 0.0
-    for c in costs:
-        if c is None:
-            continue  # an error row costs nothing (over the window under overflow "error")
-        spent = _priced(c, sheet, rates)
-        if spent is None or spent != spent:
-            return None
-        total += spent
-    return total
+        per_item: list[float | None] = [None] * len(items)
+        outcomes = run_batch([items[i] for i in counted], res) if counted else []
+        for i, outcome in zip(counted, outcomes, strict=True):
+            cost = None if isinstance(outcome, Exception) else outcome.cost
+            # an error row costs nothing (over the window under overflow "error")
+            per_item[i] = 0.0 if cost is None else _as_float(_priced(cost, sheet, rates))
+        # and the preload calls run_batch sent before their questions (a one-time cost)
+        preloads = {key: _as_float(_priced(c, sheet, rates))
+                    for key, c in res.preloaded.items() if not isinstance(c, Exception)}  # fmt: skip
+        return RoundBound(tuple(per_item), preloads)
+
+
+def _as_float(value: float | None) -> float:
+    """A counted call's dollars; NaN when the sheet gave none (the budget cannot hold it)."""
+    return float("nan") if value is None else float(value)
 
 
 def _priced(c: Any, sheet: Any, rates: Any) -> float | None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,7 +53,7 @@ from ragbench.assets import cache_dir
 from ragbench.experiment import provenance
 from ragbench.experiment.budget import Budget
 from ragbench.experiment.config.run import RunConfig, config_hash, load_config
-from ragbench.experiment.dry_run import round_dollars
+from ragbench.experiment.dry_run import RoundCounter
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
 from ragbench.experiment.log_once import once_per_run
@@ -264,7 +263,7 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     if pending and ray_workers:
         over = preload.count([item for item, _ in pending])  # the run's, not one worker's
         cache = cache_dir() / "completions.sqlite" if cfg.model.cache else None  # load_model's
-        budget.first_round = functools.partial(round_dollars, cfg)  # counted here, as a dry run
+        budget.bound = RoundCounter(cfg)  # each round counted here, as a dry run counts it
         with RayRun(session, over, main_cache=cache) as pool:
             identity = pool.identity
             loaded.calibration = pool.calibration  # worker 0's, for the manifest
@@ -280,7 +279,7 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
             build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
         )
         res.preload_over.update(preload.count([item for item, _ in pending]))
-        budget.first_round = functools.partial(round_dollars, cfg, res=res)  # before any price
+        budget.bound = RoundCounter(cfg, res)  # each round's estimate: its own prompts
         entry["errors"] = generate(_Local(res), pending)
         entry["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
         entry["executor"] = {"name": "local", "workers": 1}
@@ -294,9 +293,12 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
         entry["judged"] = judge_pass(session)
     if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
         entry["noised"] = noise_pass(session)
+    passed = budget.passed(done)  # over the cap anyway (never stopped): said, exit BUDGET_EXIT
     if budget.stopped:
         entry["stopped"], entry["budget"] = budget.stopped, budget.info
         entry["pending"] -= budget.pending_at_stop  # what it generated; the rest: records_left
+    elif passed:
+        entry["budget"] = budget.info
     if seq is not None:  # every look: n, statistic, boundary, decision; why it stopped
         entry["sequential"] = seq.summary()
     entry["finished_at"] = _now()
@@ -328,6 +330,9 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     if budget.stopped:
         df.attrs["stopped"] = budget.reason  # `ragbench run` exits BUDGET_EXIT
         log.warning("%s", budget.reason)  # the one line that says why
+    elif passed:
+        df.attrs["over_budget"] = passed  # `ragbench run` exits BUDGET_EXIT
+        log.warning("%s", passed)
     if judge_info:
         df.attrs["judge_warnings"] = judge_info["warnings"]
         for message in judge_info["warnings"]:

@@ -39,6 +39,7 @@ import yaml
 
 from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
+from ragbench.cost.prices import available_price_sheets, price_sheet
 from ragbench.datasets.corpus import docs as ingest_docs
 from ragbench.datasets.corpus.file import write_documents
 from ragbench.datasets.questions import read_questions
@@ -69,6 +70,7 @@ METRICS = ("contains", "f1")  # notebook 05's; the verdict decides on the first
 CONFIG_FILE = "compare.yaml"  # in the run folder: the config the run used
 NOTEBOOK = "notebooks/05_your_documents.ipynb"
 VERDICT_HEADING = "## Verdict"
+DEFAULT_PRICE_SHEET = "example-hosted-api"  # notebook 05's; local and fake backends spend nothing
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,10 @@ class CompareSpec:
     chunk_size: int = 128
     chunk_overlap: int = -1  # tokens neighbouring chunks share; -1: chunk_overlap_for's default
     top_k: int = 3
-    price_sheet: str = "example-hosted-api"
+    # a paid API (a backend that sends to a server) with none given: the shipped sheet of its
+    # model (``price_sheet_for``); else this example sheet
+    price_sheet: str = DEFAULT_PRICE_SHEET
+    max_dollars: float | None = None  # the run's cap (max_dollars; not in the config hash)
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     overflow: str = DEFAULT_OVERFLOW
     min_accuracy: float = 0.0  # the verdict's constraints (0: none)
@@ -216,26 +221,63 @@ def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, 
     """The run config, key for key the one notebook 05 builds from the same parameters (so the
     notebook's run is this run: same hash, same folder)."""
     section, counter = model_section(spec)
-    return {
-        "name": RUN_NAME,
-        "seed": spec.seed,
-        "dataset": {
-            "name": "corpus",
-            "params": {"corpus": str(corpus), "questions": str(questions)},
-        },
-        "model": section,
-        "retrieval": {
-            "embedder": spec.embedder,
-            "retriever": "dense",
-            "chunk_size": spec.chunk_size,
-            "chunk_overlap": chunk_overlap_for(spec.chunk_size, spec.chunk_overlap),
-            "tokenizer": counter,
-        },  # fmt: skip
-        "strategies": strategy_entries(spec),
-        "metrics": list(METRICS),
-        "price_sheet": spec.price_sheet,
-        "output_dir": str(spec.out),
-    } | ({"sequential": {}} if spec.until_decided else {})
+    return (
+        {
+            "name": RUN_NAME,
+            "seed": spec.seed,
+            "dataset": {
+                "name": "corpus",
+                "params": {"corpus": str(corpus), "questions": str(questions)},
+            },
+            "model": section,
+            "retrieval": {
+                "embedder": spec.embedder,
+                "retriever": "dense",
+                "chunk_size": spec.chunk_size,
+                "chunk_overlap": chunk_overlap_for(spec.chunk_size, spec.chunk_overlap),
+                "tokenizer": counter,
+            },  # fmt: skip
+            "strategies": strategy_entries(spec),
+            "metrics": list(METRICS),
+            "price_sheet": spec.price_sheet,
+            "output_dir": str(spec.out),
+        }
+        | ({"sequential": {}} if spec.until_decided else {})
+        | ({"max_dollars": spec.max_dollars} if spec.max_dollars is not None else {})
+    )
+
+
+def sends(backend: str) -> bool:
+    """A backend that sends its requests to a server (it takes a ``base_url``): a paid API when
+    its sheet prices tokens."""
+    return "base_url" in backend_params(backend)
+
+
+def price_sheet_for(backend: str, model: str, given: str | None) -> tuple[str, str | None]:
+    """(the price sheet to use, the line that says why, or None): ``given`` when there is one;
+    for a backend that sends to a server, the shipped sheet whose ``model`` is ``model`` when
+    exactly one is (pricing gpt-4.1 at the example sheet's rates showed it ~13x cheaper than its
+    own sheet, in the estimate a paid run asks to spend on), else ValueError: a model with no
+    sheet of its own is not guessed at; for local and fake backends, ``DEFAULT_PRICE_SHEET``."""
+    if given:
+        return given, None
+    if not sends(backend):
+        return DEFAULT_PRICE_SHEET, None
+    names = [n for n in available_price_sheets() if price_sheet(n).model == model]
+    if len(names) == 1:
+        return (
+            names[0],
+            f"price sheet: {names[0]} (the shipped sheet of model {model}; --price-sheet to choose another)",
+        )
+    which = (
+        f"{len(names)} shipped sheets price model {model!r} ({', '.join(names)})"
+        if names
+        else (f"no shipped price sheet is for model {model!r}")
+    )
+    raise ValueError(
+        f"--backend {backend} sends paid requests, and {which}: name one with --price-sheet "
+        "(a shipped name from `ragbench prices list`, or a YAML path)"
+    )
 
 
 def precheck(spec: CompareSpec) -> RunConfig:
@@ -340,8 +382,7 @@ def is_paid(cfg: RunConfig) -> bool:
     priced per token. Its calls cost money, so the CLI shows the estimate and asks before
     spending (``--yes`` skips the question). The fake backend sends nothing: its dollars are
     what the sheet would charge, never spent."""
-    sends = "base_url" in backend_params(cfg.model.backend)
-    return sends and cfg.sheet is not None and cfg.sheet.kind == "api"
+    return sends(cfg.model.backend) and cfg.sheet is not None and cfg.sheet.kind == "api"
 
 
 # --------------------------------------------------------------------------- the answer
