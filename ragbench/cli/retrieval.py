@@ -23,6 +23,7 @@ from ragbench.io import (
     atomic_write_text,
     iter_jsonl,
     read_text,
+    require_file,
     sha256_file,
     user_errors,
     write_jsonl,
@@ -61,6 +62,7 @@ def is_corpus(path: Path) -> bool:
     importers' ``--corpus`` write) rather than a dataset (an example a line): its first
     non-blank line has a ``text`` and no ``question``. A malformed file is left to the dataset
     reader, which names its line."""
+    require_file(Path(path))  # a folder or a missing file: the readers' one-line errors
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line in f:
             if line.strip():
