@@ -674,3 +674,97 @@ def test_every_worker_keeps_its_connection(serve):
         assert [o.text for o in outs] == [f"echo q{i}" for i in range(24)]
     assert len(srv.requests) == 72
     assert len(ports) <= 24  # the connections of the first batch serve the next ones
+
+
+# ---------------------------------------------------------------------------- interrupted runs
+
+
+def _interrupt_config(tmp_path: Path, url: str) -> Path:
+    cfg = {
+        "name": "interrupted",
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [300],
+                "depth_percents": [10, 30, 50, 70, 90, 20, 40, 60],
+                "needle": "\nThe special magic number is 3131313.\n",
+                "question": "What is the special magic number mentioned in the text?",
+                "answer": "3131313",
+                "tokenizer": "whitespace",
+            },
+        },
+        "model": {
+            "backend": "openai",
+            "name": "m",
+            "max_new_tokens": 8,
+            "batch_size": 8,
+            "params": {
+                "base_url": url,
+                "api_key": "sk-test",
+                "max_concurrency": 2,
+                "tokenizer": "whitespace",
+            },
+        },  # fmt: skip
+        "strategies": ["long_context"],
+        "metrics": ["contains"],
+        "price_sheet": "openai-gpt-4.1",
+        "output_dir": str(tmp_path / "runs"),
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_interrupted_run_sends_nothing_more_and_its_rerun_pays_nothing_twice(
+    serve, tmp_path, signame
+):
+    """Ctrl-C (or SIGTERM) during a round of a real `ragbench run`: no request is sent after
+    the signal, the completions finished (and in flight) are kept in the completion cache, the
+    manifest says interrupted, one line says so; the rerun sends none of them again."""
+    import signal
+
+    sig = getattr(signal, signame)
+    srv = serve(ok(delay=0.6))  # 2 at a time: 8 requests take ~2.4 s
+    config = _interrupt_config(tmp_path, srv.url)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "RAGBENCH_CACHE": str(tmp_path / "cache"),  # the completion cache on, and fresh
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [sys.executable, "-m", "ragbench.cli", "run", str(config), "--quiet"]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as in a terminal: a test run in the background would pass SIGINT on ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(srv.requests) < 3:  # the first two answered, the next two in flight
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no request reached the server"
+        time.sleep(0.02)
+    time.sleep(0.1)
+    signalled = time.perf_counter()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    time.sleep(0.5)  # a request sent late would have reached the server by now
+    assert proc.returncode == 128 + sig, (out, err)
+    sent = [
+        (body["messages"][-1]["content"], t)
+        for (_, _, body), t in zip(srv.requests, srv.times, strict=True)
+    ]
+    assert 3 <= len(sent) < 8
+    assert all(t < signalled for _, t in sent), "a request was sent after the signal"
+    assert "interrupted: 0 records written" in err and "rerun to resume" in err, err
+    kept = int(re.search(r"(\d+) finished completions kept", err).group(1))
+    assert kept == len(sent)  # the ones in flight at the signal were waited for and kept
+    (manifest,) = (tmp_path / "runs").glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["status"] == "interrupted"
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    rerun = [body["messages"][-1]["content"] for _, _, body in srv.requests[len(sent) :]]
+    assert rerun  # the rest of the work (prompts that repeat are sent once)
+    assert not {p for p, _ in sent} & set(rerun), "the rerun paid again for kept completions"
+    assert json.loads(manifest.read_text())["status"] == "finished"
