@@ -21,7 +21,8 @@ event-stream reading, retries and errors are in ``openai/http.py`` (``http``). W
   that answers in L seconds sustains about C/L requests per second (``benchmarks/http_bench.py``);
 - rate limits (``rate_limit``: requests and tokens per minute, ``ragbench.llm.rate_limit``): one
   limiter shared by every thread waits before each attempt as the configured limits and the
-  server's ``x-ratelimit-*`` headers require; a 429 pauses every thread, not only its own;
+  server's ``x-ratelimit-*`` headers require; a 429 pauses every thread, not only its own, for
+  its ``Retry-After`` (or the reset) capped at ``backoff_max``, as each retry's wait is;
 - each request retries with exponential backoff (tenacity) on 408/409/425/429/5xx, timeouts and
   dropped connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests
   replace); then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's
@@ -168,7 +169,8 @@ class OpenAICompatLLM(LLM):
         self.header_names = sorted(headers)
         self._stop = threading.Event()  # set when a batch is interrupted: no more attempts
         self.sleep = sleep if sleep is not None else self._wait
-        self.limiter = RateLimiter.of(rate_limit, sleep=self.sleep)  # its waits are retry-like
+        # its waits are retry-like: the server's word pauses no longer than a retry waits
+        self.limiter = RateLimiter.of(rate_limit, sleep=self.sleep, max_pause=backoff_max)
         self._tokenizer = None
         self._has_key = bool(key)
         self._client = self._make_client(key, creds, headers)
