@@ -768,3 +768,19 @@ def test_interrupted_run_sends_nothing_more_and_its_rerun_pays_nothing_twice(
     assert rerun  # the rest of the work (prompts that repeat are sent once)
     assert not {p for p, _ in sent} & set(rerun), "the rerun paid again for kept completions"
     assert json.loads(manifest.read_text())["status"] == "finished"
+
+
+def test_userinfo_set_aside_for_a_key_is_said_once(serve, tmp_path, caplog):
+    """The run builds the backend twice (the preflight counts prompts with one): the warning
+    that the URL's user:password is not sent, beside an API key, is one line, not two."""
+    from ragbench.experiment.runner import run
+
+    srv = serve(ok())
+    url = srv.url.replace("http://", f"http://alice:{URL_PASSWORD}@")
+    config = _interrupt_config(tmp_path, url)
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.openai.compat"):
+        df = run(str(config), progress=False)
+    assert df["error"].isna().all()
+    said = [r for r in caplog.records if "carries user:password" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert URL_PASSWORD not in said[0].getMessage()

@@ -86,6 +86,12 @@ NO_MODELS_ROUTE = frozenset({404, 405, 501})
 IN_FLIGHT_NOTICE_SECONDS = 1.0
 
 
+# what a URL's user:password gave way to, already said once in this process: a run builds the
+# backend twice (the preflight counts prompts with one), and once is enough
+_WARNED_USERINFO: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
 class Interrupted(Exception):
     """A request not (re)sent because its batch was interrupted (not retried)."""
 
@@ -188,10 +194,15 @@ class OpenAICompatLLM(LLM):
         auth = None
         if creds.username is not None or creds.password is not None:
             if key or explicit_auth:
-                log.warning(
-                    "%s carries user:password but %s is configured: sending that only",
-                    self.base_url, "an Authorization header" if explicit_auth else "an API key",
-                )  # fmt: skip
+                what = "an Authorization header" if explicit_auth else "an API key"
+                with _WARNED_LOCK:
+                    first = (self.base_url, what) not in _WARNED_USERINFO
+                    _WARNED_USERINFO.add((self.base_url, what))
+                if first:
+                    log.warning(
+                        "%s carries user:password but %s is configured: sending that only",
+                        self.base_url, what,
+                    )  # fmt: skip
             else:
                 auth = httpx.BasicAuth(creds.username or "", creds.password or "")
         if explicit_auth:
