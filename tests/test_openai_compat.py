@@ -26,6 +26,7 @@ from openai_server import (
     hang,
     ok,
     raw,
+    send_json,
     sequence,
     serving,
     status,
@@ -49,6 +50,7 @@ from ragbench.llm.openai.payload import (
     safe_url,
     url_credentials,
     usage_counts,
+    usage_problem,
     with_query,
 )
 from ragbench.types import GenerationRequest
@@ -784,3 +786,37 @@ def test_userinfo_set_aside_for_a_key_is_said_once(serve, tmp_path, caplog):
     said = [r for r in caplog.records if "carries user:password" in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in said]
     assert URL_PASSWORD not in said[0].getMessage()
+
+
+def test_unusable_usage_is_named_and_never_a_count():
+    assert usage_problem(None) is None and usage_problem({"prompt_tokens": 5}) is None
+    assert usage_problem({"prompt_tokens": -1000}) == "prompt_tokens -1000 is not a token count"
+    assert "completion_tokens" in usage_problem({"prompt_tokens": 5, "completion_tokens": "x"})
+    assert "cached_tokens" in usage_problem({"prompt_tokens": 5,
+                                             "prompt_tokens_details": {"cached_tokens": 1.5}})  # fmt: skip
+    assert "not an object" in usage_problem([1, 2])
+    assert usage_counts({"prompt_tokens": -1000, "completion_tokens": 5}) is None
+    assert usage_counts({"prompt_tokens": 5.0, "completion_tokens": True}) is None
+
+
+def test_negative_usage_from_the_server_is_estimated_and_the_run_goes_on(serve, tmp_path, caplog):
+    """A server reporting prompt_tokens -1000 must not abort the run as bad input: each record
+    counts its tokens locally (usage_estimated), naming what the server said."""
+    from ragbench.experiment.runner import run
+
+    def negative(h, body, n):
+        msg = {"message": {"role": "assistant", "content": "3131313"}, "finish_reason": "stop"}
+        usage = {"prompt_tokens": -1000, "completion_tokens": 5}
+        send_json(h, 200, {"model": body["model"], "choices": [msg], "usage": usage})
+
+    srv = serve(negative)
+    c = ask(client(srv, tokenizer="whitespace"), prompt="one two three")
+    assert c.usage_estimated and (c.prompt_tokens, c.completion_tokens) == (3, 1)
+    assert c.meta["usage_rejected"] == "prompt_tokens -1000 is not a token count"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.openai.compat"):
+        df = run(str(_interrupt_config(tmp_path, srv.url)), progress=False)
+    assert df["error"].isna().all() and len(df) >= 1
+    assert df["usage_estimated"].all() and (df["prompt_tokens"] > 0).all()
+    said = [r.getMessage() for r in caplog.records if "unusable token usage" in r.getMessage()]
+    assert len(said) == 1 and "prompt_tokens -1000" in said[0]

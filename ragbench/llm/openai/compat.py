@@ -46,7 +46,9 @@ event-stream reading, retries and errors are in ``openai/http.py`` (``http``). W
   connection; a body that is not a readable completion fails at once, its error naming the URL
   and the request id (``X-Request-ID``, sent with each attempt, or the server's own);
 - usage from the response, cached prompt tokens from ``prompt_tokens_details.cached_tokens``;
-  when a server reports none, tokens are counted locally and ``usage_estimated`` is True;
+  when a server reports none, or an unusable one (a negative or non-numeric count: it would
+  price the record at nonsense), tokens are counted locally and ``usage_estimated`` is True (the
+  rejected usage is named in ``meta["usage_rejected"]`` and logged once per backend);
 - ``resource_seconds``: its share of the time the server was busy with this backend's requests,
   split among those in flight by token work (``server_time.py``); the shares add up to the busy
   wall time, not to the requests' own times, which count the device once per concurrent request.
@@ -179,6 +181,7 @@ class OpenAICompatLLM(LLM):
         self.limiter = RateLimiter.of(rate_limit, sleep=self.sleep, max_pause=backoff_max)
         self._tokenizer = None
         self._has_key = bool(key)
+        self._usage_warned = False  # a server's unusable usage is logged once
         self._client = self._make_client(key, creds, headers)
         self._lock = threading.Lock()
         # every request of this instance, across calls: their busy time is what they are charged
@@ -447,6 +450,14 @@ class OpenAICompatLLM(LLM):
         }
         if estimated:
             meta["token_counter"] = self.tokenizer_name or "chars/4"
+        if problem := wire.usage_problem(parsed.usage):
+            meta["usage_rejected"] = problem
+            if not self._usage_warned:
+                self._usage_warned = True
+                log.warning(
+                    "%s reported unusable token usage (%s): tokens are counted locally "
+                    "(usage_estimated)", self.url, problem,
+                )  # fmt: skip
         if text != parsed.text:
             meta["stop_applied_locally"] = True
         return Completion(
