@@ -820,3 +820,35 @@ def test_negative_usage_from_the_server_is_estimated_and_the_run_goes_on(serve, 
     assert df["usage_estimated"].all() and (df["prompt_tokens"] > 0).all()
     said = [r.getMessage() for r in caplog.records if "unusable token usage" in r.getMessage()]
     assert len(said) == 1 and "prompt_tokens -1000" in said[0]
+
+
+def test_an_interrupted_batch_keeps_its_finished_completions_and_the_next_call_runs(serve):
+    """Ctrl-C in the calling thread: the queued requests are never sent, the ones in flight are
+    waited for, every finished completion rides on the KeyboardInterrupt (``.partial``); the
+    backend's next call is not stopped by it."""
+    import signal
+    import threading
+
+    srv = serve(ok(delay=0.3))
+    llm = client(srv, max_concurrency=2, stream=False)
+    main = threading.main_thread().ident
+    at_signal: list[int] = []
+
+    def interrupt() -> None:
+        while len(srv.requests) < 3:  # two answered (or nearly), the next ones sent
+            time.sleep(0.01)
+        at_signal.append(len(srv.requests))
+        signal.pthread_kill(main, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    with pytest.raises(KeyboardInterrupt) as info:
+        llm.generate([GenerationRequest(prompt=f"q{i}") for i in range(8)])
+    helper.join()
+    time.sleep(0.5)  # a request sent late would have reached the server by now
+    sent = len(srv.requests)
+    assert at_signal[0] <= sent <= 4  # 2 answered, 2 in flight at most: nothing sent after
+    # the ones in flight were waited for: every request sent has its completion
+    assert sorted(info.value.partial) == list(range(sent))
+    assert [info.value.partial[i].text for i in range(sent)] == [f"echo q{i}" for i in range(sent)]
+    assert ask(llm, prompt="after").text == "echo after"

@@ -289,6 +289,7 @@ class OpenAICompatLLM(LLM):
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         # a server keeps its KV cache its own way (vLLM: --kv-cache-dtype); a request cannot
         refuse_variants(requests, "OpenAI-compatible")
+        self._stop.clear()  # an earlier call's interrupt does not stop this one
         # Every request runs to its own end (a completion, or an error after its own retries),
         # even when another has failed: the caller then knows each request's fate and never
         # has to resend one, which would repeat its retries against the server.
@@ -302,7 +303,6 @@ class OpenAICompatLLM(LLM):
                     exc.partial = {}  # nothing else finished; the request is not to be resent
                 raise
         else:
-            self._stop.clear()
             pool = ThreadPoolExecutor(min(self.max_concurrency, len(requests)))
             # each request's clock starts at submission: the wait for a free worker (the local
             # concurrency limit) is queue time, not the server's time to first token
@@ -399,6 +399,7 @@ class OpenAICompatLLM(LLM):
         credentials, headers and retry policy; the JSON reply. Other OpenAI endpoints (the
         server embedder) reuse the client instead of a second copy of the secrets and retries."""
         url = self._models_url.removesuffix("/models") + "/" + path.lstrip("/")
+        self._stop.clear()  # an earlier call's interrupt does not stop this one
 
         def once() -> dict[str, Any]:
             request_id = http.new_request_id()
