@@ -26,6 +26,7 @@ from openai_server import (
     hang,
     ok,
     raw,
+    send_json,
     sequence,
     serving,
     status,
@@ -49,6 +50,7 @@ from ragbench.llm.openai.payload import (
     safe_url,
     url_credentials,
     usage_counts,
+    usage_problem,
     with_query,
 )
 from ragbench.types import GenerationRequest
@@ -674,3 +676,179 @@ def test_every_worker_keeps_its_connection(serve):
         assert [o.text for o in outs] == [f"echo q{i}" for i in range(24)]
     assert len(srv.requests) == 72
     assert len(ports) <= 24  # the connections of the first batch serve the next ones
+
+
+# ---------------------------------------------------------------------------- interrupted runs
+
+
+def _interrupt_config(tmp_path: Path, url: str) -> Path:
+    cfg = {
+        "name": "interrupted",
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [300],
+                "depth_percents": [10, 30, 50, 70, 90, 20, 40, 60],
+                "needle": "\nThe special magic number is 3131313.\n",
+                "question": "What is the special magic number mentioned in the text?",
+                "answer": "3131313",
+                "tokenizer": "whitespace",
+            },
+        },
+        "model": {
+            "backend": "openai",
+            "name": "m",
+            "max_new_tokens": 8,
+            "batch_size": 8,
+            "params": {
+                "base_url": url,
+                "api_key": "sk-test",
+                "max_concurrency": 2,
+                "tokenizer": "whitespace",
+            },
+        },  # fmt: skip
+        "strategies": ["long_context"],
+        "metrics": ["contains"],
+        "price_sheet": "openai-gpt-4.1",
+        "output_dir": str(tmp_path / "runs"),
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_interrupted_run_sends_nothing_more_and_its_rerun_pays_nothing_twice(
+    serve, tmp_path, signame
+):
+    """Ctrl-C (or SIGTERM) during a round of a real `ragbench run`: no request is sent after
+    the signal, the completions finished (and in flight) are kept in the completion cache, the
+    manifest says interrupted, one line says so; the rerun sends none of them again."""
+    import signal
+
+    sig = getattr(signal, signame)
+    srv = serve(ok(delay=0.6))  # 2 at a time: 8 requests take ~2.4 s
+    config = _interrupt_config(tmp_path, srv.url)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "RAGBENCH_CACHE": str(tmp_path / "cache"),  # the completion cache on, and fresh
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [sys.executable, "-m", "ragbench.cli", "run", str(config), "--quiet"]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as in a terminal: a test run in the background would pass SIGINT on ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(srv.requests) < 3:  # the first two answered, the next two in flight
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no request reached the server"
+        time.sleep(0.02)
+    time.sleep(0.1)
+    signalled = time.perf_counter()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    time.sleep(0.5)  # a request sent late would have reached the server by now
+    assert proc.returncode == 128 + sig, (out, err)
+    sent = [
+        (body["messages"][-1]["content"], t)
+        for (_, _, body), t in zip(srv.requests, srv.times, strict=True)
+    ]
+    assert 3 <= len(sent) < 8
+    assert all(t < signalled for _, t in sent), "a request was sent after the signal"
+    assert "interrupted: 0 records written" in err and "rerun to resume" in err, err
+    kept = int(re.search(r"(\d+) finished completions kept", err).group(1))
+    assert kept == len(sent)  # the ones in flight at the signal were waited for and kept
+    (manifest,) = (tmp_path / "runs").glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["status"] == "interrupted"
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    rerun = [body["messages"][-1]["content"] for _, _, body in srv.requests[len(sent) :]]
+    assert rerun  # the rest of the work (prompts that repeat are sent once)
+    assert not {p for p, _ in sent} & set(rerun), "the rerun paid again for kept completions"
+    assert json.loads(manifest.read_text())["status"] == "finished"
+
+
+def test_userinfo_set_aside_for_a_key_is_said_once(serve, tmp_path, caplog):
+    """The run builds the backend twice (the preflight counts prompts with one): the warning
+    that the URL's user:password is not sent, beside an API key, is one line, not two."""
+    from ragbench.experiment.runner import run
+
+    srv = serve(ok())
+    url = srv.url.replace("http://", f"http://alice:{URL_PASSWORD}@")
+    config = _interrupt_config(tmp_path, url)
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.openai.compat"):
+        df = run(str(config), progress=False)
+    assert df["error"].isna().all()
+    said = [r for r in caplog.records if "carries user:password" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert URL_PASSWORD not in said[0].getMessage()
+
+
+def test_unusable_usage_is_named_and_never_a_count():
+    assert usage_problem(None) is None and usage_problem({"prompt_tokens": 5}) is None
+    assert usage_problem({"prompt_tokens": -1000}) == "prompt_tokens -1000 is not a token count"
+    assert "completion_tokens" in usage_problem({"prompt_tokens": 5, "completion_tokens": "x"})
+    assert "cached_tokens" in usage_problem({"prompt_tokens": 5,
+                                             "prompt_tokens_details": {"cached_tokens": 1.5}})  # fmt: skip
+    assert "not an object" in usage_problem([1, 2])
+    assert usage_counts({"prompt_tokens": -1000, "completion_tokens": 5}) is None
+    assert usage_counts({"prompt_tokens": 5.0, "completion_tokens": True}) is None
+
+
+def test_negative_usage_from_the_server_is_estimated_and_the_run_goes_on(serve, tmp_path, caplog):
+    """A server reporting prompt_tokens -1000 must not abort the run as bad input: each record
+    counts its tokens locally (usage_estimated), naming what the server said."""
+    from ragbench.experiment.runner import run
+
+    def negative(h, body, n):
+        msg = {"message": {"role": "assistant", "content": "3131313"}, "finish_reason": "stop"}
+        usage = {"prompt_tokens": -1000, "completion_tokens": 5}
+        send_json(h, 200, {"model": body["model"], "choices": [msg], "usage": usage})
+
+    srv = serve(negative)
+    c = ask(client(srv, tokenizer="whitespace"), prompt="one two three")
+    assert c.usage_estimated and (c.prompt_tokens, c.completion_tokens) == (3, 1)
+    assert c.meta["usage_rejected"] == "prompt_tokens -1000 is not a token count"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.openai.compat"):
+        df = run(str(_interrupt_config(tmp_path, srv.url)), progress=False)
+    assert df["error"].isna().all() and len(df) >= 1
+    assert df["usage_estimated"].all() and (df["prompt_tokens"] > 0).all()
+    said = [r.getMessage() for r in caplog.records if "unusable token usage" in r.getMessage()]
+    assert len(said) == 1 and "prompt_tokens -1000" in said[0]
+
+
+def test_an_interrupted_batch_keeps_its_finished_completions_and_the_next_call_runs(serve):
+    """Ctrl-C in the calling thread: the queued requests are never sent, the ones in flight are
+    waited for, every finished completion rides on the KeyboardInterrupt (``.partial``); the
+    backend's next call is not stopped by it."""
+    import signal
+    import threading
+
+    srv = serve(ok(delay=0.3))
+    llm = client(srv, max_concurrency=2, stream=False)
+    main = threading.main_thread().ident
+    at_signal: list[int] = []
+
+    def interrupt() -> None:
+        while len(srv.requests) < 3:  # two answered (or nearly), the next ones sent
+            time.sleep(0.01)
+        at_signal.append(len(srv.requests))
+        signal.pthread_kill(main, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    with pytest.raises(KeyboardInterrupt) as info:
+        llm.generate([GenerationRequest(prompt=f"q{i}") for i in range(8)])
+    helper.join()
+    time.sleep(0.5)  # a request sent late would have reached the server by now
+    sent = len(srv.requests)
+    assert at_signal[0] <= sent <= 4  # 2 answered, 2 in flight at most: nothing sent after
+    # the ones in flight were waited for: every request sent has its completion
+    assert sorted(info.value.partial) == list(range(sent))
+    assert [info.value.partial[i].text for i in range(sent)] == [f"echo q{i}" for i in range(sent)]
+    assert ask(llm, prompt="after").text == "echo after"

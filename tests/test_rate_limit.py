@@ -4,10 +4,11 @@ with rate-limit headers is retried after the stated reset and no request is lost
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
-from openai_server import client, ok, send_json, sequence, serving
+from openai_server import client, ok, send_json, sequence, serving, status
 
 from ragbench.experiment.config.run import config_hash, load_config
 from ragbench.experiment.config.text import ConfigError
@@ -268,3 +269,43 @@ def test_model_rate_limit_reaches_the_backend():
     llm = load_model(cfg.model)
     assert (llm.limiter.requests_per_minute, llm.limiter.tokens_per_minute) == (None, 90000)
     llm.close()
+
+
+def test_a_long_retry_after_pauses_the_others_at_most_max_pause_and_says_so(caplog):
+    clock = Clock()
+    lim = RateLimiter(clock=clock.now, sleep=clock.sleep, max_pause=30.0)
+    t = lim.acquire()
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.rate_limit"):
+        lim.observe(t, 429, {}, 3600.0)
+        lim.observe(lim.acquire(), 429, {}, 3600.0)  # the same pause again: no second line
+    other = threading.Thread(target=lim.acquire)
+    other.start()
+    other.join()
+    assert sum(clock.sleeps) == pytest.approx(30.0)  # not the hour
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "server asked to pause 3600 s (capped at 30 s)" in lines[0]
+
+
+def test_an_exhausted_window_with_a_distant_reset_waits_at_most_max_pause(caplog):
+    clock = Clock()
+    lim = RateLimiter(clock=clock.now, sleep=clock.sleep, max_pause=30.0)
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "59m"}
+    with caplog.at_level(logging.WARNING, logger="ragbench.llm.rate_limit"):
+        lim.observe(lim.acquire(), 200, headers, None)
+        lim.acquire()
+    assert sum(clock.sleeps) == pytest.approx(30.0 + RESET_MARGIN)  # not 59 minutes
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "server asked to pause 3540 s (capped at 30 s)" in line
+
+
+def test_the_backend_caps_the_shared_pause_as_it_caps_a_retry(serve):
+    srv = serve(sequence(status(429, "slow down", {"Retry-After": "3600"}), ok()))
+    retry_waits: list[float] = []
+    lim_waits: list[float] = []
+    llm = client(srv, stream=False, backoff_max=2.0, max_concurrency=1, sleep=retry_waits.append)
+    llm.limiter.sleep = lim_waits.append
+    outs = llm.generate([GenerationRequest(prompt=f"q{i}") for i in range(3)])
+    assert [o.text for o in outs] == ["echo q0", "echo q1", "echo q2"]
+    assert retry_waits == [pytest.approx(2.0)]
+    assert lim_waits and all(w <= 2.0 + RESET_MARGIN for w in lim_waits)  # not the hour
+    assert llm.limiter.max_pause == 2.0

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -22,6 +27,26 @@ from ragbench.report.tables import table_remarks
 from ragbench.strategies import get_strategy
 from ragbench.strategies.retrieve_only import metric_names
 from ragbench.workspace import tracking
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises ``SystemExit(143)`` (the shell's code for it) while the block runs, as
+    Ctrl-C raises ``KeyboardInterrupt``: the runner keeps what finished and marks the run
+    interrupted, instead of dying mid-round. Only in the main thread (where Python runs handlers)."""
+    ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # stays ignored
+    if ignored or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def register(app: typer.Typer) -> None:
@@ -105,8 +130,9 @@ def register(app: typer.Typer) -> None:
             tracked = tracking.settings(cfg, mlflow, mlflow_uri, mlflow_experiment)
             if tracked is not None:
                 tracking.check_available()  # before the run, not after it
-            df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
-                     until_decided=sequential_look)  # fmt: skip
+            with _sigterm_exits():
+                df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
+                         until_decided=sequential_look)  # fmt: skip
         typer.echo(f"run folder: {df.attrs['run_dir']}")
         if df.attrs.get("sequential"):  # where it stopped, and the verdict at that look
             typer.echo(df.attrs["sequential"]["line"])

@@ -20,6 +20,12 @@ after generation (``ragbench.judge``), through the completion cache, and appende
 columns, never in its cost. A judge server that does not answer fails the run before any record
 is generated. Then the noise pass (``noise_sensitivity``: ``ragbench.experiment.noise_pass``).
 
+Interrupted (Ctrl-C, or SIGTERM where the caller turns it into ``SystemExit``: ``ragbench run``
+does): the records written stay, the completions the interrupted round had finished are in the
+completion cache (``model.cache``; the HTTP backend hands them over with the interrupt), the
+manifest's status is ``interrupted``, one line says what was kept, and the interrupt goes on
+(exit 130 or 143); a rerun resumes and pays for neither.
+
 Example failures become error rows (``error`` column) and the run continues. Bad input that
 makes the whole run meaningless (unknown names, config typos, examples with no gold answers,
 long-context prompts over the window under the ``error`` overflow policy: ``OverWindowError``,
@@ -268,7 +274,8 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
             identity = pool.identity
             loaded.calibration = pool.calibration  # worker 0's, for the manifest
             write_manifest(session, identity, sessions, status="running", records=None)
-            entry["errors"] = generate(pool, pending)
+            with _interruptible(session, identity, sessions):
+                entry["errors"] = generate(pool, pending)
         entry["preloaded"], entry["executor"] = pool.preloaded, pool.summary()
     elif pending:
         llm = loaded.llm
@@ -280,7 +287,8 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
         )
         res.preload_over.update(preload.count([item for item, _ in pending]))
         budget.bound = RoundCounter(cfg, res)  # each round's estimate: its own prompts
-        entry["errors"] = generate(_Local(res), pending)
+        with _interruptible(session, identity, sessions):
+            entry["errors"] = generate(_Local(res), pending)
         entry["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
         entry["executor"] = {"name": "local", "workers": 1}
     else:  # nothing to generate: the model is not loaded; its identity is the last run's
@@ -289,10 +297,11 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
         entry["errors"] = generate(None, []) if seq is not None else 0  # replay the looks
     # the passes after generation: none once the budget stopped it (a resume does them); each
     # may stop at the budget between its chunks
-    if loaded.judge is not None and not budget.stopped:
-        entry["judged"] = judge_pass(session)
-    if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
-        entry["noised"] = noise_pass(session)
+    with _interruptible(session, identity, sessions):
+        if loaded.judge is not None and not budget.stopped:
+            entry["judged"] = judge_pass(session)
+        if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
+            entry["noised"] = noise_pass(session)
     passed = budget.passed(done)  # over the cap anyway (never stopped): said, exit BUDGET_EXIT
     if budget.stopped:
         entry["stopped"], entry["budget"] = budget.stopped, budget.info
@@ -338,6 +347,29 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
         for message in judge_info["warnings"]:
             log.warning("%s", message)
     return df
+
+
+@contextlib.contextmanager
+def _interruptible(session: RunSession, identity: Any, sessions: list[dict[str, Any]]):
+    """An interrupt inside the block (``KeyboardInterrupt``, SIGTERM's ``SystemExit``) marks
+    the manifest ``interrupted``, says in one line what was kept, and goes on."""
+    written = session.writer.appended
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as stop:
+        records = session.writer.appended - written
+        sessions[-1]["interrupted_at"] = _now()
+        sessions[-1]["records_written"] = records
+        cached = getattr(stop, "stored", 0)  # what the completion cache took from the round
+        sessions[-1]["completions_cached"] = cached
+        write_manifest(session, identity, sessions, status="interrupted", records=None)
+        lost = len(getattr(stop, "partial", None) or {}) if not session.cfg.model.cache else 0
+        log.warning(
+            "interrupted: %d records written, %d finished completions kept in the completion "
+            "cache%s; rerun to resume", records, cached,
+            f" ({lost} finished completions not kept: model.cache is off)" if lost else "",
+        )  # fmt: skip
+        raise
 
 
 def unique_examples(pending: list) -> list[Example]:

@@ -46,6 +46,7 @@ class RecordWriter:
         self.path = out / RECORDS
         self.done: dict[str, Record] = read_records(self.path)
         self._file: BinaryIO | None = None
+        self.appended = 0  # records appended by this writer (this session)
 
     @contextlib.contextmanager
     def appending(self) -> Iterator[RecordWriter]:
@@ -62,6 +63,7 @@ class RecordWriter:
             raise RuntimeError("RecordWriter.append outside appending()")
         append_record(self._file, key, record)
         self.done[key] = record
+        self.appended += 1
 
 
 @dataclass

@@ -10,7 +10,10 @@ A hit returns the stored ``Completion`` with its original accounting (tokens, se
 (duplicates within a batch are generated once) and are stored. If the wrapped LLM fails part-way
 and reports the finished completions (``exc.partial``, as the HTTP backend does), those are stored
 before the error propagates, so a rerun resumes; the error's ``partial`` (and ``errors``) are
-re-indexed to the caller's batch, cache hits included, so the caller knows every request's fate.
+re-indexed to the caller's batch, cache hits included, so the caller knows every request's fate,
+and its ``stored`` says how many completions were stored. An interrupt is no different
+(``KeyboardInterrupt``, a SIGTERM's ``SystemExit``: the HTTP backend attaches its finished
+completions to it too): the completions paid for before Ctrl-C are not paid for again.
 
 A file that is not a sqlite database, or fails sqlite's ``quick_check``, is moved aside to
 ``<name>.corrupt-<timestamp>`` (with its ``-wal``/``-shm``) with a warning naming both paths, and
@@ -264,7 +267,11 @@ class CachedLLM(LLM):
             _insert(self._connection(), rows)
 
     def _reindex(
-        self, exc: Exception, keys: list[str], todo_keys: list[str], found: dict[str, Completion]
+        self,
+        exc: BaseException,
+        keys: list[str],
+        todo_keys: list[str],
+        found: dict[str, Completion],
     ) -> None:
         """Turn the wrapped LLM's ``partial``/``errors`` (indices into the misses it was given)
         into indices of the caller's batch, hits included: the caller then gives each request
@@ -315,11 +322,12 @@ class CachedLLM(LLM):
             todo_keys = list(todo)
             try:
                 out = self.llm.generate(list(todo.values()))
-            except Exception as exc:
+            except BaseException as exc:  # an interrupt's finished completions are kept too
                 partial = getattr(exc, "partial", None)
                 if partial is not None:
                     self._store({todo_keys[i]: c for i, c in partial.items()})
                     self._reindex(exc, keys, todo_keys, found)
+                    exc.stored = len(partial)
                 raise
             fresh = dict(zip(todo_keys, out, strict=True))
             self._store(fresh)
@@ -346,7 +354,7 @@ class CachedLLM(LLM):
                                 (cached, self._generate([requests[i] for i in cached]))):  # fmt: skip
                 for i, completion in zip(group, done, strict=True):
                     out[i] = completion
-        except Exception as exc:
+        except BaseException as exc:
             if getattr(exc, "partial", None) is not None:
                 exc.partial = None  # type: ignore[attr-defined]
             raise

@@ -22,6 +22,12 @@ things before each attempt (``acquire``) and one after (``observe``):
   (its ``Retry-After``, else the reset headers) pauses every thread until then, not only the
   one that got it: no retry storm. The thread that got it waits in its own retry (tenacity,
   ``openai.http.with_retries``, which honours the same ``Retry-After``), not twice.
+- **a cap on the server's word** (``max_pause``; the backend passes its ``backoff_max``, which
+  caps each retry's wait the same way): a ``Retry-After: 3600``, or a window that resets in an
+  hour, pauses every thread ``max_pause`` seconds at most, not the hour. A server that really
+  is still limiting answers the next request with another 429, which is retried and in the end
+  fails that request (an error row a rerun retries): a run never stalls silently. A pause longer
+  than ``PAUSE_NOTICE_SECONDS`` is logged once, when it starts, with what the server asked.
 
 Why not a library: ``aiolimiter`` is asyncio-only and the backend is threaded; ``pyrate-limiter``
 (v3) keeps one list entry per unit of weight (a TPM limit of 1M tokens is a million entries) and
@@ -38,6 +44,7 @@ headers still pause each worker when the shared limit runs out.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -52,6 +59,13 @@ BURST_SECONDS = 0.1
 # a reset the server states is measured from its clock when it answered; we add this to our
 # receive time so a window is never assumed open a little early
 RESET_MARGIN = 0.05
+# the longest the server's word pauses every thread (``RateLimiter.max_pause``): the default of
+# the HTTP backend's ``backoff_max``, which caps one retry's wait the same way
+MAX_PAUSE = 30.0
+# a pause longer than this is logged (one line, when it starts): a run that waits says so
+PAUSE_NOTICE_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- pure arithmetic
@@ -195,8 +209,12 @@ class RateLimiter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         burst_seconds: float = BURST_SECONDS,
+        max_pause: float = MAX_PAUSE,  # the longest a 429 or an exhausted window pauses
     ) -> None:
+        if not max_pause >= 0:
+            raise ValueError(f"max_pause must be >= 0 seconds, got {max_pause!r}")
         self.requests_per_minute, self.tokens_per_minute = requests_per_minute, tokens_per_minute
+        self.max_pause = max_pause
         self.clock, self.sleep = clock, sleep
         now = clock()
         rpm, tpm = requests_per_minute, tokens_per_minute
@@ -207,6 +225,7 @@ class RateLimiter:
         self._tokens_sent = 0
         self._windows = {"requests": _Window(), "tokens": _Window()}
         self._paused_until = 0.0
+        self._noticed_until = 0.0  # the end of the last pause logged (one line per pause)
         self._local = threading.local()  # per thread: the pause its own retry wait serves
         self.waited = 0.0  # seconds spent waiting in acquire, all threads together
         self.pauses = 0  # times the server's headers or a 429 paused every thread
@@ -215,7 +234,7 @@ class RateLimiter:
     def of(cls, spec: RateLimiter | Mapping[str, Any] | None, **kw: Any) -> RateLimiter:
         """A limiter from a ``model.rate_limit`` mapping (``requests_per_minute``,
         ``tokens_per_minute``), an existing one (shared between backends), or None (only the
-        server's headers limit); ``kw`` (clock, sleep) for a new one."""
+        server's headers limit); ``kw`` (clock, sleep, max_pause) for a new one."""
         if isinstance(spec, RateLimiter):
             return spec
         spec = dict(spec or {})
@@ -274,6 +293,16 @@ class RateLimiter:
             self.sleep(wait)
         return ticket
 
+    def _pause(self, asked: float, now: float, why: str) -> float:
+        """The server asked every thread to wait ``asked`` seconds (``why``): the wait, capped
+        at ``max_pause``; a long one is logged once, when it starts. Under the lock."""
+        wait = min(asked, self.max_pause)
+        if wait > PAUSE_NOTICE_SECONDS and now >= self._noticed_until:
+            capped = f" (capped at {self.max_pause:g} s)" if asked > wait else ""
+            log.warning("server asked to pause %.0f s%s: %s", asked, capped, why)
+            self._noticed_until = now + wait
+        return wait
+
     def observe(
         self, ticket: Ticket, status: int, headers: Mapping[str, str], retry_after: float | None
     ) -> None:
@@ -292,14 +321,19 @@ class RateLimiter:
                 w = self._windows[unit]
                 if left is None or reset is None or ticket.seq < w.newest:
                     continue
+                if left - sent_since <= 0 and status != 429:  # every thread waits for the reset
+                    why = f"x-ratelimit-remaining-{unit}: {left}, resets in {reset:g} s"
+                    reset = self._pause(reset, now, why)
                 w.left, w.reset_at, w.newest = (
                     left - sent_since,
-                    now + reset + RESET_MARGIN,
+                    now + min(reset, self.max_pause) + RESET_MARGIN,
                     ticket.seq,
                 )
             if status == 429:
                 wait = retry_after if retry_after is not None else limits.exhausted_for()
                 if wait is not None:
+                    why = "HTTP 429" + (" Retry-After" if retry_after is not None else "")
+                    wait = self._pause(wait, now, why)
                     self._local.served_until = now + wait  # this thread's retry waits it
                     if now + wait > self._paused_until:
                         self._paused_until = now + wait

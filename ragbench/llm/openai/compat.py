@@ -21,7 +21,8 @@ event-stream reading, retries and errors are in ``openai/http.py`` (``http``). W
   that answers in L seconds sustains about C/L requests per second (``benchmarks/http_bench.py``);
 - rate limits (``rate_limit``: requests and tokens per minute, ``ragbench.llm.rate_limit``): one
   limiter shared by every thread waits before each attempt as the configured limits and the
-  server's ``x-ratelimit-*`` headers require; a 429 pauses every thread, not only its own;
+  server's ``x-ratelimit-*`` headers require; a 429 pauses every thread, not only its own, for
+  its ``Retry-After`` (or the reset) capped at ``backoff_max``, as each retry's wait is;
 - each request retries with exponential backoff (tenacity) on 408/409/425/429/5xx, timeouts and
   dropped connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests
   replace); then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's
@@ -29,6 +30,12 @@ event-stream reading, retries and errors are in ``openai/http.py`` (``http``). W
   runs to its own end, so a failed batch raises ``LLMBatchError`` with the finished completions in
   ``.partial`` (the cache stores them) and each failed request's own error in ``.errors``: the
   caller never needs to resend a request, which would repeat its retries;
+- an interrupted batch (Ctrl-C's ``KeyboardInterrupt``, or the ``SystemExit`` a SIGTERM handler
+  raises, arriving in the calling thread) sends nothing more: the queued requests are cancelled,
+  no worker starts another attempt or sits out a backoff or rate-limit wait (those waits end at
+  once when ``sleep`` is the default), the requests in flight (sent, so paid for) are waited for,
+  and the exception leaves with the finished completions in ``.partial``, which the completion
+  cache stores: a rerun does not pay for them again;
 - ``check()``: one ``GET <base>/models`` with a short timeout and no retries, raising
   ``ServerUnreachable`` before a run rather than one error row per record;
 - latency: with ``stream=True`` (default) the server-sent events give time to first token
@@ -39,7 +46,9 @@ event-stream reading, retries and errors are in ``openai/http.py`` (``http``). W
   connection; a body that is not a readable completion fails at once, its error naming the URL
   and the request id (``X-Request-ID``, sent with each attempt, or the server's own);
 - usage from the response, cached prompt tokens from ``prompt_tokens_details.cached_tokens``;
-  when a server reports none, tokens are counted locally and ``usage_estimated`` is True;
+  when a server reports none, or an unusable one (a negative or non-numeric count: it would
+  price the record at nonsense), tokens are counted locally and ``usage_estimated`` is True (the
+  rejected usage is named in ``meta["usage_rejected"]`` and logged once per backend);
 - ``resource_seconds``: its share of the time the server was busy with this backend's requests,
   split among those in flight by token work (``server_time.py``); the shares add up to the busy
   wall time, not to the requests' own times, which count the device once per concurrent request.
@@ -53,7 +62,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ragbench import secrets
@@ -75,6 +84,18 @@ KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
 CHECK_TIMEOUT = 5.0
 # Statuses of a server that is up but has no /models (it is optional in OpenAI-compatible servers)
 NO_MODELS_ROUTE = frozenset({404, 405, 501})
+# after an interrupt, how long the requests in flight are waited for before saying so
+IN_FLIGHT_NOTICE_SECONDS = 1.0
+
+
+# what a URL's user:password gave way to, already said once in this process: a run builds the
+# backend twice (the preflight counts prompts with one), and once is enough
+_WARNED_USERINFO: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+class Interrupted(Exception):
+    """A request not (re)sent because its batch was interrupted (not retried)."""
 
 
 # ---------------------------------------------------------------------------- the backend
@@ -107,7 +128,9 @@ class OpenAICompatLLM(LLM):
         # the model answers (what changes answers belongs in ``revision``), and a rotated token
         # must not invalidate the completion cache.
         headers: Mapping[str, str] | None = None,
-        sleep: Callable[[float], None] = time.sleep,  # waits between retries; tests pass a no-op
+        # waits between retries and for rate limits; tests pass a no-op. None: ``time.sleep``,
+        # except that an interrupted batch ends the wait at once
+        sleep: Callable[[float], None] | None = None,
         # {requests_per_minute, tokens_per_minute} (``model.rate_limit``), or a RateLimiter to
         # share with another backend on the same account; None: only the server's headers limit
         rate_limit: RateLimiter | Mapping[str, Any] | None = None,
@@ -152,10 +175,13 @@ class OpenAICompatLLM(LLM):
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.stream, self.revision, self.tokenizer_name = stream, revision, tokenizer
         self.header_names = sorted(headers)
-        self.sleep = sleep
-        self.limiter = RateLimiter.of(rate_limit, sleep=sleep)  # its waits are retry-like
+        self._stop = threading.Event()  # set when a batch is interrupted: no more attempts
+        self.sleep = sleep if sleep is not None else self._wait
+        # its waits are retry-like: the server's word pauses no longer than a retry waits
+        self.limiter = RateLimiter.of(rate_limit, sleep=self.sleep, max_pause=backoff_max)
         self._tokenizer = None
         self._has_key = bool(key)
+        self._usage_warned = False  # a server's unusable usage is logged once
         self._client = self._make_client(key, creds, headers)
         self._lock = threading.Lock()
         # every request of this instance, across calls: their busy time is what they are charged
@@ -171,10 +197,15 @@ class OpenAICompatLLM(LLM):
         auth = None
         if creds.username is not None or creds.password is not None:
             if key or explicit_auth:
-                log.warning(
-                    "%s carries user:password but %s is configured: sending that only",
-                    self.base_url, "an Authorization header" if explicit_auth else "an API key",
-                )  # fmt: skip
+                what = "an Authorization header" if explicit_auth else "an API key"
+                with _WARNED_LOCK:
+                    first = (self.base_url, what) not in _WARNED_USERINFO
+                    _WARNED_USERINFO.add((self.base_url, what))
+                if first:
+                    log.warning(
+                        "%s carries user:password but %s is configured: sending that only",
+                        self.base_url, what,
+                    )  # fmt: skip
             else:
                 auth = httpx.BasicAuth(creds.username or "", creds.password or "")
         if explicit_auth:
@@ -250,9 +281,15 @@ class OpenAICompatLLM(LLM):
 
     # ------------------------------------------------------------------ generation
 
+    def _wait(self, seconds: float) -> None:
+        """The default ``sleep``: ``seconds``, or less when the batch is interrupted."""
+        if self._stop.wait(max(0.0, seconds)):
+            raise Interrupted("the batch was interrupted")
+
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         # a server keeps its KV cache its own way (vLLM: --kv-cache-dtype); a request cannot
         refuse_variants(requests, "OpenAI-compatible")
+        self._stop.clear()  # an earlier call's interrupt does not stop this one
         # Every request runs to its own end (a completion, or an error after its own retries),
         # even when another has failed: the caller then knows each request's fate and never
         # has to resend one, which would repeat its retries against the server.
@@ -266,20 +303,51 @@ class OpenAICompatLLM(LLM):
                     exc.partial = {}  # nothing else finished; the request is not to be resent
                 raise
         else:
-            with ThreadPoolExecutor(min(self.max_concurrency, len(requests))) as pool:
-                # each request's clock starts at submission: the wait for a free worker (the
-                # local concurrency limit) is queue time, not the server's time to first token
-                futures = [pool.submit(self._request, r, time.perf_counter()) for r in requests]
+            pool = ThreadPoolExecutor(min(self.max_concurrency, len(requests)))
+            # each request's clock starts at submission: the wait for a free worker (the local
+            # concurrency limit) is queue time, not the server's time to first token
+            futures = [pool.submit(self._request, r, time.perf_counter()) for r in requests]
+            try:
                 for i, f in enumerate(futures):
                     exc = f.exception()
                     if exc is None:
                         finished[i] = f.result()
                     else:
                         errors[i] = exc
+            except BaseException as stop:  # Ctrl-C, or SIGTERM's SystemExit, in this thread
+                stop.partial = self.timeline.charge(self._stop_batch(pool, futures))
+                raise
+            pool.shutdown()
         results = self.timeline.charge(finished)  # a failed batch's finished ones too
         if errors:
             raise LLMBatchError(results, errors, len(requests))
         return [results[i] for i in range(len(requests))]
+
+    def _stop_batch(
+        self, pool: ThreadPoolExecutor, futures: list[Future]
+    ) -> dict[int, tuple[Completion, int]]:
+        """An interrupted batch: nothing more is sent (the queued requests are cancelled, no
+        worker starts another attempt or goes on waiting), the requests in flight are waited
+        for (sent, so paid for; a second interrupt keeps only what has finished by then, the
+        process still ends only when they do); the finished ones."""
+        self._stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        # (a future cancelled in the queue never counts as done for ``wait``)
+        sent = [f for f in futures if not f.cancelled()]
+        try:
+            if wait(sent, IN_FLIGHT_NOTICE_SECONDS).not_done:
+                log.warning(
+                    "interrupted: waiting for the answers to the requests already sent to %s "
+                    "(they are paid for)", self.url,
+                )  # fmt: skip
+                wait(sent)
+        except BaseException:  # a second interrupt: keep what has finished by now
+            pass
+        return {
+            i: f.result()
+            for i, f in enumerate(futures)
+            if f.done() and not f.cancelled() and f.exception() is None
+        }
 
     def _request(self, request: GenerationRequest, submitted: float) -> tuple[Completion, int]:
         """One request to its end: its completion (resource seconds to come) and its answering
@@ -308,7 +376,11 @@ class OpenAICompatLLM(LLM):
         ``post_completion`` starts), which then sees the answer's status and headers: (parsed,
         prefill s, decode s, its timeline ticket: sent after the limiter, its last byte's time)."""
         lim = self.limiter
+        if self._stop.is_set():
+            raise Interrupted("the batch was interrupted")
         ticket = lim.acquire(tokens)
+        if self._stop.is_set():  # interrupted while the limiter waited
+            raise Interrupted("the batch was interrupted")
 
         def seen(status: int, headers: Any) -> None:
             lim.observe(ticket, status, headers, wire.parse_retry_after(headers.get("retry-after")))
@@ -327,6 +399,7 @@ class OpenAICompatLLM(LLM):
         credentials, headers and retry policy; the JSON reply. Other OpenAI endpoints (the
         server embedder) reuse the client instead of a second copy of the secrets and retries."""
         url = self._models_url.removesuffix("/models") + "/" + path.lstrip("/")
+        self._stop.clear()  # an earlier call's interrupt does not stop this one
 
         def once() -> dict[str, Any]:
             request_id = http.new_request_id()
@@ -378,6 +451,14 @@ class OpenAICompatLLM(LLM):
         }
         if estimated:
             meta["token_counter"] = self.tokenizer_name or "chars/4"
+        if problem := wire.usage_problem(parsed.usage):
+            meta["usage_rejected"] = problem
+            if not self._usage_warned:
+                self._usage_warned = True
+                log.warning(
+                    "%s reported unusable token usage (%s): tokens are counted locally "
+                    "(usage_estimated)", self.url, problem,
+                )  # fmt: skip
         if text != parsed.text:
             meta["stop_applied_locally"] = True
         return Completion(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -221,9 +222,34 @@ def parse_chunk(chunk: Any, endpoint: str = "chat") -> tuple[str, str, dict | No
     return text, finish, chunk.get("usage") or None
 
 
+def usage_problem(usage: Any) -> str | None:
+    """What makes a reported usage unusable (a count that is not a whole number >= 0: a server
+    answered ``"prompt_tokens": -1000``), or None (none reported is no problem)."""
+    if not usage:
+        return None
+    if not isinstance(usage, dict):
+        return f"usage is not an object: {snippet(json.dumps(usage))}"
+    details = usage.get("prompt_tokens_details") or {}
+    if not isinstance(details, dict):
+        return f"prompt_tokens_details is not an object: {snippet(json.dumps(details))}"
+    for name, value in (
+        ("prompt_tokens", usage.get("prompt_tokens")),
+        ("completion_tokens", usage.get("completion_tokens")),
+        ("prompt_tokens_details.cached_tokens", details.get("cached_tokens")),
+        ("prompt_cache_hit_tokens", usage.get("prompt_cache_hit_tokens")),
+    ):
+        if value is None:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value >= 0 and value == int(value)):
+            return f"{name} {json.dumps(value)} is not a token count"
+    return None
+
+
 def usage_counts(usage: dict[str, Any] | None) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached prompt) tokens, or None when the server reported no usage."""
-    if not usage or usage.get("prompt_tokens") is None:
+    """(prompt, completion, cached prompt) tokens, or None when the server reported no usage or
+    an unusable one (``usage_problem``)."""
+    if not usage or usage_problem(usage) or usage.get("prompt_tokens") is None:
         return None
     details = usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens")
