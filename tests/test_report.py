@@ -453,3 +453,23 @@ def test_verdict_detail_of_a_verdict_without_comparisons_shows_the_variants():
     assert all(label in html for label in v.variants.index)
     decided = report.verdict(df, metric="contains")
     assert report.verdict_detail(decided).data.equals(report.formatted(decided.detail).data)
+
+
+def test_verdict_detail_reads_means_and_difference_in_the_units_of_their_interval():
+    """mean_a, mean_b and diff are shares like ci_low/ci_high beside them: percentages, never
+    0.333 next to -27.4%."""
+    df = _df().assign(contains=lambda d: d["string_match_all"])
+    v = report.verdict(df, metric="contains")
+    shown = report.verdict_detail(v).parts[0]
+    row, detail = shown.iloc[0], v.detail.iloc[0]
+    for column in ("mean_a", "mean_b", "diff", "ci_low"):
+        header = next(h for h in shown.columns if str(h).startswith(column))
+        assert row[header] == f"{detail[column]:.1%}", (column, row[header])
+
+
+def test_tick_labels_keep_the_digit_that_tells_close_ticks_apart():
+    from ragbench.report.readable import compact_number
+
+    assert [compact_number(v) for v in (0.125, 0.175, 0.0125, 0.02, 2e-05, 0.5)] == [
+        "0.125", "0.175", "0.0125", "0.02", "0.00002", "0.5"]  # fmt: skip
+    assert [compact_number(v) for v in (1.25, 7000, 8192, 2e6)] == ["1.25", "7k", "8k", "2M"]

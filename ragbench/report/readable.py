@@ -68,7 +68,9 @@ def compact_number(value: float) -> str:
         return f"{value / 1e3:.3g}k"
     if magnitude >= 1:
         return f"{value:.3g}"
-    digits = -math.floor(math.log10(magnitude)) + 1  # two significant digits, fixed notation
+    # three significant digits, fixed notation, trailing zeros dropped: a locator's ticks on a
+    # short range (0.125, 0.175) keep their third digit (two read 0.12 and 0.17)
+    digits = -math.floor(math.log10(magnitude)) + 2
     return f"{value:.{digits}f}".rstrip("0").rstrip(".")
 
 

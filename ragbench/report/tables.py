@@ -297,8 +297,8 @@ def verdict_detail(verdict: Any) -> Any:
     each variant against the constraints instead: its score, $ per 1,000 queries (prompt
     tokens per query without a price sheet), mean latency and whether it meets them, under a
     caption saying why there is no comparison."""
-    if verdict.detail is not None:
-        return formatted(verdict.detail)
+    if verdict.detail is not None:  # the means and their difference read as their interval does
+        return formatted(verdict.detail, rates=("mean_a", "mean_b", "diff", "ci_level"))
     variants = verdict.variants
     cost = "prompt_tokens" if verdict.cost == "prompt_tokens" else "dollars_per_1k"
     table = variants[["score", "n", "cost_per_1k", "latency_s", "meets"]].rename(
