@@ -332,7 +332,11 @@ def questions_file(
         options.setdefault("closed_book_max_new_tokens", ModelConfig(**model).max_new_tokens)
     result = generate_questions(documents, llm, n, **options)
     if not result.rows:
-        raise ValueError(f"no question survived the checks; {result.summary()}")
+        raise ValueError(
+            f"no question survived the checks; {result.summary()}; a small model rarely writes "
+            "usable questions: write your own (a questions file: question, answers) or generate "
+            "with a larger model"
+        )
     if len(result.rows) < n:
         log.warning("only %d of %d questions: %s", len(result.rows), n, result.summary())
     write_questions(out, result.rows)
