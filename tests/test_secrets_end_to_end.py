@@ -199,7 +199,8 @@ def test_compare_yaml_holds_no_credential_and_a_resume_takes_them_from_the_envir
     log = tmp_path / "compare.log"
     code = ragbench(
         "compare", str(docs), "--questions", str(tmp_path / "q.csv"), "--backend", "openai",
-        "--model", "m", "--base-url", base_url, "--pipeline-url", pipe_url, "--tokenizer",
+        "--model", "m", "--price-sheet", "example-hosted-api", "--base-url", base_url,
+        "--pipeline-url", pipe_url, "--tokenizer",
         "whitespace", "--embedder", "hash", "--strategy", "long_context", "--yes", "--quiet",
         "--no-report", "--output-dir", str(tmp_path / "out"), env=env, log=log,
     )  # fmt: skip

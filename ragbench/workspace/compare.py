@@ -1,6 +1,10 @@
 """``ragbench compare DOCS... --questions FILE``: from a folder of documents to the answer, with no
 YAML to write (the command is ``ragbench.cli.compare``; this is its logic).
 
+One job: the command's steps in order, each checked before the next spends anything (its
+options, price sheet and pipelines, then the documents, the questions, the config, the estimate,
+the run, the verdict and the report); a user's options and files go through this module only.
+
 The steps, each a function here so the CLI stays thin and tests can call them:
 
 1. :func:`ingest`: the folder(s) -> one corpus file, fingerprinted, under
