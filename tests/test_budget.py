@@ -535,3 +535,22 @@ def test_a_rounds_bound_counts_its_preload_until_the_group_has_paid_it():
     first = Budget(6.5, bound=at_most(1.0, preloads={group: 5.0}), meta=budget.meta)
     assert list(first.rounds(rounds, {})) == []  # 2 + 5 > 6.5: the preload counts
     assert first.info["next_round_estimate"] == pytest.approx(7.0)
+
+
+def test_a_stopped_run_reports_the_rounds_in_flight_it_drained():
+    # Ray: the budget stops handing out rounds, the executor drains the ones in flight and their
+    # records are written. The spend reported was frozen at the stop ($0.001464 said, $0.003224
+    # written); and a drain that passed the cap went unsaid
+    budget = Budget(5.0, bound=at_most(2.0))
+    rounds = [[((None, None), k)] for k in "abcde"]
+    handed = [k for chunk in budget.rounds(rounds, {}) for _, k in chunk]  # none finished yet
+    assert handed == ["a", "b"] and budget.info["spent_dollars"] == 0.0
+    done = {k: record(2.0) for k in handed}  # then drained
+    assert budget.passed(done) is None  # the stop line says it
+    assert budget.info["spent_dollars"] == 4.0
+    assert "spent $4.000000 of max_dollars $5.000000" in budget.reason
+    drained = {k: record(3.0) for k in handed}  # cost more than their bounds: $6 of $5
+    assert budget.passed(drained) is None
+    assert budget.info["spent_dollars"] == 6.0 and budget.info["passed_by"] == 1.0
+    assert "spent $6.000000 of max_dollars $5.000000" in budget.reason
+    assert "passed it by $1.000000 with the rounds in flight when it stopped" in budget.reason

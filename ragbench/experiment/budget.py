@@ -43,7 +43,10 @@ pass at the mean judge dollars per judged record so far (its first chunk has no 
 noise pass at the mean noise dollars so far, else at the chunk's own generation dollars (a noisy
 answer is the same call again). A run stopped in generation skips its judge pass, writes its
 records, results table and manifest (``status: stopped``, the session's ``stopped: budget`` with
-the spend), prints one line (``reason``) and exits with ``BUDGET_EXIT``. ``max_dollars`` is not
+the spend), prints one line (``reason``) and exits with ``BUDGET_EXIT``. The spend it reports is
+what the written records cost: the rounds an executor had in flight when it stopped (Ray) finish
+and are kept, so they count, and where they passed the cap the line says by how much
+(``passed_by``). ``max_dollars`` is not
 in the config hash, so rerunning with a higher cap lands in the same run folder and generates
 only the records that are missing.
 """
@@ -237,10 +240,21 @@ class Budget:
 
     def passed(self, done: Mapping[str, Any]) -> str | None:
         """After the run: the warning for a spend over the cap that no check stopped (a last
-        round that cost more than its estimate), recorded in ``info``; None when within it."""
-        if self.max_dollars is None or self.stopped is not None:
+        round that cost more than its estimate), recorded in ``info``; None when within it.
+        A stopped run's ``info`` gets the spend of the records written (``done``): an executor
+        with rounds in flight when it stopped (Ray) drains them, and what they cost counts;
+        where they passed the cap, ``passed_by`` says by how much (``reason`` says it)."""
+        if self.max_dollars is None:
             return None
         spent = spend_of(done.values(), self.meta).dollars
+        if self.stopped is not None:
+            if math.isnan(spent):
+                self.info |= {"spent_dollars": None, "why": "not a number"}
+            else:
+                self.info["spent_dollars"] = _rounded(spent)
+                if spent > self.max_dollars:
+                    self.info["passed_by"] = _rounded(spent - self.max_dollars)
+            return None
         if not (spent > self.max_dollars or math.isnan(spent)):
             return None
         self.info = {"max_dollars": self.max_dollars, "spent_dollars": _rounded(spent),
@@ -299,8 +313,9 @@ class Budget:
                 f"dollars), so max_dollars ${i['max_dollars']:,.6f} cannot be held; "
                 f"{i['records_left']} record(s) left: check the price sheet"
             )
-        if i["why"] == "reached" and i["spent_dollars"] > i["max_dollars"]:
-            why = f"passed it by ${i['spent_dollars'] - i['max_dollars']:,.6f}"
+        over = i["spent_dollars"] - i["max_dollars"]
+        if i["why"] == "reached" and over > 0:
+            why = f"passed it by ${over:,.6f}"
         elif i["why"] == "reached":
             why = "reached it"
         elif i["why"] == "first round would pass it":
@@ -310,6 +325,11 @@ class Budget:
             )
         else:
             why = f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
+        if i["why"] != "reached" and over > 0:  # rounds drained after the stop (Ray)
+            why += (
+                f"; passed it by ${over:,.6f} with the rounds in flight when it stopped (they "
+                "finish and are kept)"
+            )
         left = f"{i['records_left']} record(s) left" + (
             f" in the {i['pass']} pass" if i.get("pass") else ""
         )
