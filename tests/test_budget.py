@@ -554,3 +554,38 @@ def test_a_stopped_run_reports_the_rounds_in_flight_it_drained():
     assert budget.info["spent_dollars"] == 6.0 and budget.info["passed_by"] == 1.0
     assert "spent $6.000000 of max_dollars $5.000000" in budget.reason
     assert "passed it by $1.000000 with the rounds in flight when it stopped" in budget.reason
+
+
+def judged(tmp_path, out: str):
+    cfg = config(tmp_path, out=out)
+    cfg["metrics"] = ["contains", "judge_correct"]
+    cfg["judge"] = {"model": {"backend": "fake", "name": "fake-judge", "cache": False},
+                    "price_sheet": "example-hosted-api"}  # fmt: skip
+    return cfg
+
+
+def test_the_judge_pass_of_a_small_run_is_held_to_the_cap(tmp_path):
+    # 12 records, one judge chunk: estimated at 12 x the judge's mean per record so far, which is
+    # nothing before any is judged, so the whole pass ran: 38% over the cap, blamed on a round
+    full = run(judged(tmp_path, "full"), progress=False)
+    gen = float(full["dollars"].sum())
+    judge = float(full["judge_dollars"].sum())
+    assert gen > 0 and judge > 0
+    cap = gen + judge / 2
+    path = write(tmp_path, judged(tmp_path, "capped"))
+    stopped = invoke(path, "--max-dollars", repr(cap))
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    out = run_dir_for(load_config(path))
+    done = read_records(out / RECORDS)
+    assert spend_of(done.values()).dollars <= cap
+    info = json.loads((out / "manifest.json").read_text())["sessions"][-1]["budget"]
+    assert info["pass"] == "judge" and 0 < info["records_left"] < 12
+    assert "in the judge pass" in stopped.output
+
+
+def test_a_judge_pass_that_passes_the_cap_is_named():
+    budget = Budget(1.0)
+    done = {"a": record(0.5, 0.75)}  # generation within the cap, the judge passed it
+    line = budget.passed(done)
+    assert "passed it by $0.250000" in line and "the judge pass" in line
+    assert "a round cost more" not in line

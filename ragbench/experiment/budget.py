@@ -36,10 +36,12 @@ bound stops the run before it spends anything (``why``: "first round would pass 
 
 So the run never starts a round it expects to pass the cap; it can pass it only by what a round
 costs beyond its bound (a tokenizer that undercounts before any record shows it, the unbounded
-calls above). A run that ends over the cap anyway says so (``Budget.passed``: a warning, the
+calls above). A run that ends over the cap anyway says so and names what passed it (generation, the judge
+pass or the noise pass) (``Budget.passed``: a warning, the
 session's ``budget`` entry with ``why: passed it``, and ``BUDGET_EXIT``), never exit 0. The passes
 after generation are held to the cap the same way, chunk by chunk (``Budget.allows``): the judge
-pass at the mean judge dollars per judged record so far (its first chunk has no estimate), the
+pass at the mean judge dollars per judged record so far (so, until a record has judge dollars,
+it judges one record at a time: ``judge_chunk``; that first record is not estimated), the
 noise pass at the mean noise dollars so far, else at the chunk's own generation dollars (a noisy
 answer is the same call again). A run stopped in generation skips its judge pass, writes its
 records, results table and manifest (``status: stopped``, the session's ``stopped: budget`` with
@@ -86,6 +88,9 @@ class Spend:
     judge_per_record: float = 0.0  # mean judge dollars per judged record
     noise_per_record: float = 0.0  # mean noise-pass dollars per record it answered again
     priced: int = field(default=0, compare=False)  # records with generation dollars
+    judged: int = field(default=0, compare=False)  # records with judge dollars
+    judge_dollars: float = field(default=0.0, compare=False)  # of the judge's calls (in dollars)
+    noise_dollars: float = field(default=0.0, compare=False)  # of the noise pass's calls
     # per preload group with answered questions, its one-time dollars (in ``dollars``, once)
     one_time: dict[tuple, float] = field(default_factory=dict, compare=False)
 
@@ -114,7 +119,8 @@ def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | Non
                 totals[i], counts[i] = totals[i] + value, counts[i] + 1
     means = [t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)]
     once = preload.one_time_dollars(records, meta or {})
-    return Spend(sum(totals) + sum(once.values()), *means, priced=counts[0], one_time=once)
+    return Spend(sum(totals) + sum(once.values()), *means, priced=counts[0], one_time=once,
+                 judged=counts[1], judge_dollars=totals[1], noise_dollars=totals[2])  # fmt: skip
 
 
 def preload_estimate(spend: Spend, items: Iterable[Any]) -> float:
@@ -266,9 +272,34 @@ class Budget:
             )
         return (
             f"over budget: spent ${spent:,.6f} of max_dollars ${self.max_dollars:,.6f}, passed "
-            f"it by ${spent - self.max_dollars:,.6f}: a round cost more than its estimate "
-            "(its prompts counted by the configured tokenizer, its answers at max_new_tokens)"
+            f"it by ${spent - self.max_dollars:,.6f}: {self._culprit(done)}"
         )
+
+    def _culprit(self, done: Mapping[str, Any]) -> str:
+        """What passed the cap: generation (a round over its bound), else the judge pass, else
+        the noise pass (each estimated at its mean per record so far)."""
+        spend = spend_of(done.values(), self.meta)
+        generation = spend.dollars - spend.judge_dollars - spend.noise_dollars
+        if generation > self.max_dollars:
+            return ("a round cost more than its estimate (its prompts counted by the configured "
+                    "tokenizer, its answers at max_new_tokens)")  # fmt: skip
+        if generation + spend.judge_dollars > self.max_dollars:
+            return (
+                f"the judge pass (${spend.judge_dollars:,.6f}) cost more than its estimate (its "
+                "mean judge dollars per record so far)"
+            )
+        return (
+            f"the noise pass (${spend.noise_dollars:,.6f}) cost more than its estimate (its "
+            "mean dollars per record so far, else the records' own generation dollars)"
+        )
+
+    def judge_chunk(self, done: Mapping[str, Any], size: int) -> int:
+        """How many records the judge pass takes in its next chunk: under a cap, one until a
+        record has judge dollars (before that a chunk is estimated at nothing, so a run of up
+        to ``size`` records was judged whole whatever the cap); else ``size``."""
+        if self.max_dollars is None or spend_of(done.values(), self.meta).judged:
+            return size
+        return 1
 
     def allows(self, done: Mapping[str, Any], chunk: Sequence[Any], left: int, step: str) -> bool:
         """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its

@@ -97,11 +97,14 @@ def judge_pass(session: RunSession) -> int:
     with session.writer.appending() as writer:
         bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not session.progress,
                    unit="rec")  # fmt: skip
-        for start in range(0, len(todo), JUDGE_CHUNK):
-            part = todo[start : start + JUDGE_CHUNK]
+        start = 0
+        while start < len(todo):
+            # under a cap, one record until the judge's dollars per record are known
+            part = todo[start : start + budget.judge_chunk(done, JUDGE_CHUNK)]
             chunk = [done[k] for k in part]
             if not budget.allows(done, chunk, len(todo) - start, "judge"):
                 break
+            start += len(part)
             items = [(by_id[done[k].example_id], done[k]) for k in part]
             for key, record in zip(part, judge_records(items, metrics, judge, read), strict=True):
                 if record is not done[key]:
