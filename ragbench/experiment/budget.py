@@ -67,7 +67,8 @@ BUDGET_EXIT = 3  # `ragbench run`: stopped at max_dollars (records so far writte
 EXIT_HELP = (
     f"{BUDGET_EXIT}: the run stopped before passing max_dollars (--max-dollars); what it "
     "finished is written, and a rerun with a higher cap resumes it. Also a run that passed "
-    "the cap anyway (a round cost more than its estimate; the warning says by how much)."
+    "the cap anyway (a round or the judge pass cost more than its estimate, or the rounds Ray "
+    "had in flight when it stopped; the warning says by how much)."
 )
 
 
