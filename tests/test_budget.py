@@ -535,3 +535,57 @@ def test_a_rounds_bound_counts_its_preload_until_the_group_has_paid_it():
     first = Budget(6.5, bound=at_most(1.0, preloads={group: 5.0}), meta=budget.meta)
     assert list(first.rounds(rounds, {})) == []  # 2 + 5 > 6.5: the preload counts
     assert first.info["next_round_estimate"] == pytest.approx(7.0)
+
+
+def test_a_stopped_run_reports_the_rounds_in_flight_it_drained():
+    # Ray: the budget stops handing out rounds, the executor drains the ones in flight and their
+    # records are written. The spend reported was frozen at the stop ($0.001464 said, $0.003224
+    # written); and a drain that passed the cap went unsaid
+    budget = Budget(5.0, bound=at_most(2.0))
+    rounds = [[((None, None), k)] for k in "abcde"]
+    handed = [k for chunk in budget.rounds(rounds, {}) for _, k in chunk]  # none finished yet
+    assert handed == ["a", "b"] and budget.info["spent_dollars"] == 0.0
+    done = {k: record(2.0) for k in handed}  # then drained
+    assert budget.passed(done) is None  # the stop line says it
+    assert budget.info["spent_dollars"] == 4.0
+    assert "spent $4.000000 of max_dollars $5.000000" in budget.reason
+    drained = {k: record(3.0) for k in handed}  # cost more than their bounds: $6 of $5
+    assert budget.passed(drained) is None
+    assert budget.info["spent_dollars"] == 6.0 and budget.info["passed_by"] == 1.0
+    assert "spent $6.000000 of max_dollars $5.000000" in budget.reason
+    assert "passed it by $1.000000 with the rounds in flight when it stopped" in budget.reason
+
+
+def judged(tmp_path, out: str):
+    cfg = config(tmp_path, out=out)
+    cfg["metrics"] = ["contains", "judge_correct"]
+    cfg["judge"] = {"model": {"backend": "fake", "name": "fake-judge", "cache": False},
+                    "price_sheet": "example-hosted-api"}  # fmt: skip
+    return cfg
+
+
+def test_the_judge_pass_of_a_small_run_is_held_to_the_cap(tmp_path):
+    # 12 records, one judge chunk: estimated at 12 x the judge's mean per record so far, which is
+    # nothing before any is judged, so the whole pass ran: 38% over the cap, blamed on a round
+    full = run(judged(tmp_path, "full"), progress=False)
+    gen = float(full["dollars"].sum())
+    judge = float(full["judge_dollars"].sum())
+    assert gen > 0 and judge > 0
+    cap = gen + judge / 2
+    path = write(tmp_path, judged(tmp_path, "capped"))
+    stopped = invoke(path, "--max-dollars", repr(cap))
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    out = run_dir_for(load_config(path))
+    done = read_records(out / RECORDS)
+    assert spend_of(done.values()).dollars <= cap
+    info = json.loads((out / "manifest.json").read_text())["sessions"][-1]["budget"]
+    assert info["pass"] == "judge" and 0 < info["records_left"] < 12
+    assert "in the judge pass" in stopped.output
+
+
+def test_a_judge_pass_that_passes_the_cap_is_named():
+    budget = Budget(1.0)
+    done = {"a": record(0.5, 0.75)}  # generation within the cap, the judge passed it
+    line = budget.passed(done)
+    assert "passed it by $0.250000" in line and "the judge pass" in line
+    assert "a round cost more" not in line

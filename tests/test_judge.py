@@ -10,7 +10,11 @@ import re
 
 import pandas as pd
 import pytest
+import yaml
+from openai_server import send_json, serving, status
+from typer.testing import CliRunner
 
+from ragbench.cli import app
 from ragbench.experiment.config.text import ConfigError
 from ragbench.experiment.runner import run
 from ragbench.judge import (
@@ -553,3 +557,37 @@ def test_run_with_one_repeat_is_as_before(tmp_path):
     assert not [c for c in df.columns if c.endswith("_spread")]
     v = verdict(df, metric="judge_correct")
     assert "judge" not in v.conditions and "judged" not in v.conditions_text
+
+
+serve = pytest.fixture(serving, name="serve")
+
+
+def test_records_a_failing_judge_left_unjudged_are_said_at_the_end(tmp_path, serve, caplog):
+    # a judge server that answers 3 calls then returns HTTP 500: per-record warnings only, exit
+    # 0, status finished, and the end of the run did not say 6 records were left unjudged
+    def behave(h, body, n):
+        if n >= 3:
+            return status(500, "down")(h, body, n)
+        msg = {"message": {"role": "assistant", "content": "CORRECT"}, "finish_reason": "stop"}
+        use = {"prompt_tokens": 100, "completion_tokens": 2}
+        send_json(h, 200, {"model": body["model"], "choices": [msg], "usage": use})
+
+    srv = serve(behave)
+    judge = {"model": {"backend": "openai", "name": "m", "cache": False, "batch_size": 1,
+                       "params": {"base_url": srv.url, "max_retries": 0}}}  # fmt: skip
+    cfg = qa_config(tmp_path, judge=judge, metrics=["exact_match", "judge_correct"])
+    with caplog.at_level("WARNING"):
+        df = run(cfg, progress=False)
+    assert df["judge_correct"].notna().sum() == 3
+    lines = [r.getMessage() for r in caplog.records if "not judged" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("6 of 9 records not judged (most frequent (6 x): judge_correct: ")
+    assert "500" in lines[0] and lines[0].endswith("; rerun to retry")
+    assert any("not judged" in w for w in df.attrs["judge_warnings"])
+    # `ragbench run` says it after its summary; the rerun retries them (the server still fails)
+    path = tmp_path / "j.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    again = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    assert again.exit_code == 0, again.output
+    assert again.output.rstrip().splitlines()[-1].startswith("6 of 9 records not judged")
+    assert len(srv.requests) == 3 + 6 + 6  # the six asked again

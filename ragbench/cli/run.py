@@ -153,6 +153,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(remark)
         if failed:
             _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
+        if df.attrs.get("unjudged"):  # the judge's calls failed for some (the runner logged it)
+            typer.echo(df.attrs["unjudged"])
         if df.attrs.get("over_budget"):  # past max_dollars anyway (the runner logged by how much)
             raise typer.Exit(code=BUDGET_EXIT)
 

@@ -36,14 +36,19 @@ bound stops the run before it spends anything (``why``: "first round would pass 
 
 So the run never starts a round it expects to pass the cap; it can pass it only by what a round
 costs beyond its bound (a tokenizer that undercounts before any record shows it, the unbounded
-calls above). A run that ends over the cap anyway says so (``Budget.passed``: a warning, the
+calls above). A run that ends over the cap anyway says so and names what passed it (generation, the judge
+pass or the noise pass) (``Budget.passed``: a warning, the
 session's ``budget`` entry with ``why: passed it``, and ``BUDGET_EXIT``), never exit 0. The passes
 after generation are held to the cap the same way, chunk by chunk (``Budget.allows``): the judge
-pass at the mean judge dollars per judged record so far (its first chunk has no estimate), the
+pass at the mean judge dollars per judged record so far (so, until a record has judge dollars,
+it judges one record at a time: ``judge_chunk``; that first record is not estimated), the
 noise pass at the mean noise dollars so far, else at the chunk's own generation dollars (a noisy
 answer is the same call again). A run stopped in generation skips its judge pass, writes its
 records, results table and manifest (``status: stopped``, the session's ``stopped: budget`` with
-the spend), prints one line (``reason``) and exits with ``BUDGET_EXIT``. ``max_dollars`` is not
+the spend), prints one line (``reason``) and exits with ``BUDGET_EXIT``. The spend it reports is
+what the written records cost: the rounds an executor had in flight when it stopped (Ray) finish
+and are kept, so they count, and where they passed the cap the line says by how much
+(``passed_by``). ``max_dollars`` is not
 in the config hash, so rerunning with a higher cap lands in the same run folder and generates
 only the records that are missing.
 """
@@ -62,7 +67,8 @@ BUDGET_EXIT = 3  # `ragbench run`: stopped at max_dollars (records so far writte
 EXIT_HELP = (
     f"{BUDGET_EXIT}: the run stopped before passing max_dollars (--max-dollars); what it "
     "finished is written, and a rerun with a higher cap resumes it. Also a run that passed "
-    "the cap anyway (a round cost more than its estimate; the warning says by how much)."
+    "the cap anyway (a round or the judge pass cost more than its estimate, or the rounds Ray "
+    "had in flight when it stopped; the warning says by how much)."
 )
 
 
@@ -83,6 +89,9 @@ class Spend:
     judge_per_record: float = 0.0  # mean judge dollars per judged record
     noise_per_record: float = 0.0  # mean noise-pass dollars per record it answered again
     priced: int = field(default=0, compare=False)  # records with generation dollars
+    judged: int = field(default=0, compare=False)  # records with judge dollars
+    judge_dollars: float = field(default=0.0, compare=False)  # of the judge's calls (in dollars)
+    noise_dollars: float = field(default=0.0, compare=False)  # of the noise pass's calls
     # per preload group with answered questions, its one-time dollars (in ``dollars``, once)
     one_time: dict[tuple, float] = field(default_factory=dict, compare=False)
 
@@ -111,7 +120,8 @@ def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | Non
                 totals[i], counts[i] = totals[i] + value, counts[i] + 1
     means = [t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)]
     once = preload.one_time_dollars(records, meta or {})
-    return Spend(sum(totals) + sum(once.values()), *means, priced=counts[0], one_time=once)
+    return Spend(sum(totals) + sum(once.values()), *means, priced=counts[0], one_time=once,
+                 judged=counts[1], judge_dollars=totals[1], noise_dollars=totals[2])  # fmt: skip
 
 
 def preload_estimate(spend: Spend, items: Iterable[Any]) -> float:
@@ -237,10 +247,21 @@ class Budget:
 
     def passed(self, done: Mapping[str, Any]) -> str | None:
         """After the run: the warning for a spend over the cap that no check stopped (a last
-        round that cost more than its estimate), recorded in ``info``; None when within it."""
-        if self.max_dollars is None or self.stopped is not None:
+        round that cost more than its estimate), recorded in ``info``; None when within it.
+        A stopped run's ``info`` gets the spend of the records written (``done``): an executor
+        with rounds in flight when it stopped (Ray) drains them, and what they cost counts;
+        where they passed the cap, ``passed_by`` says by how much (``reason`` says it)."""
+        if self.max_dollars is None:
             return None
         spent = spend_of(done.values(), self.meta).dollars
+        if self.stopped is not None:
+            if math.isnan(spent):
+                self.info |= {"spent_dollars": None, "why": "not a number"}
+            else:
+                self.info["spent_dollars"] = _rounded(spent)
+                if spent > self.max_dollars:
+                    self.info["passed_by"] = _rounded(spent - self.max_dollars)
+            return None
         if not (spent > self.max_dollars or math.isnan(spent)):
             return None
         self.info = {"max_dollars": self.max_dollars, "spent_dollars": _rounded(spent),
@@ -252,9 +273,34 @@ class Budget:
             )
         return (
             f"over budget: spent ${spent:,.6f} of max_dollars ${self.max_dollars:,.6f}, passed "
-            f"it by ${spent - self.max_dollars:,.6f}: a round cost more than its estimate "
-            "(its prompts counted by the configured tokenizer, its answers at max_new_tokens)"
+            f"it by ${spent - self.max_dollars:,.6f}: {self._culprit(done)}"
         )
+
+    def _culprit(self, done: Mapping[str, Any]) -> str:
+        """What passed the cap: generation (a round over its bound), else the judge pass, else
+        the noise pass (each estimated at its mean per record so far)."""
+        spend = spend_of(done.values(), self.meta)
+        generation = spend.dollars - spend.judge_dollars - spend.noise_dollars
+        if generation > self.max_dollars:
+            return ("a round cost more than its estimate (its prompts counted by the configured "
+                    "tokenizer, its answers at max_new_tokens)")  # fmt: skip
+        if generation + spend.judge_dollars > self.max_dollars:
+            return (
+                f"the judge pass (${spend.judge_dollars:,.6f}) cost more than its estimate (its "
+                "mean judge dollars per record so far)"
+            )
+        return (
+            f"the noise pass (${spend.noise_dollars:,.6f}) cost more than its estimate (its "
+            "mean dollars per record so far, else the records' own generation dollars)"
+        )
+
+    def judge_chunk(self, done: Mapping[str, Any], size: int) -> int:
+        """How many records the judge pass takes in its next chunk: under a cap, one until a
+        record has judge dollars (before that a chunk is estimated at nothing, so a run of up
+        to ``size`` records was judged whole whatever the cap); else ``size``."""
+        if self.max_dollars is None or spend_of(done.values(), self.meta).judged:
+            return size
+        return 1
 
     def allows(self, done: Mapping[str, Any], chunk: Sequence[Any], left: int, step: str) -> bool:
         """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its
@@ -299,8 +345,9 @@ class Budget:
                 f"dollars), so max_dollars ${i['max_dollars']:,.6f} cannot be held; "
                 f"{i['records_left']} record(s) left: check the price sheet"
             )
-        if i["why"] == "reached" and i["spent_dollars"] > i["max_dollars"]:
-            why = f"passed it by ${i['spent_dollars'] - i['max_dollars']:,.6f}"
+        over = i["spent_dollars"] - i["max_dollars"]
+        if i["why"] == "reached" and over > 0:
+            why = f"passed it by ${over:,.6f}"
         elif i["why"] == "reached":
             why = "reached it"
         elif i["why"] == "first round would pass it":
@@ -310,6 +357,11 @@ class Budget:
             )
         else:
             why = f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
+        if i["why"] != "reached" and over > 0:  # rounds drained after the stop (Ray)
+            why += (
+                f"; passed it by ${over:,.6f} with the rounds in flight when it stopped (they "
+                "finish and are kept)"
+            )
         left = f"{i['records_left']} record(s) left" + (
             f" in the {i['pass']} pass" if i.get("pass") else ""
         )

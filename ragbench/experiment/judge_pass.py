@@ -5,6 +5,7 @@ strategies' resources are loaded as the run loads them (``ragbench.experiment.re
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from tqdm import tqdm
@@ -26,6 +27,29 @@ from ragbench.types import Example
 def needs_judging(cfg: RunConfig, record: Any) -> bool:
     deferred = deferred_metrics(cfg.metrics)
     return record.error is None and any(m not in record.scores for m in deferred)
+
+
+def unjudged(cfg: RunConfig, records: list[Any]) -> str | None:
+    """The end-of-run line for the finished ``records`` the judge left without a deferred
+    metric (a judge call that failed after its retries: ``<metric>_note``), with the most
+    frequent reason; None when every one was judged. A rerun retries them."""
+    missed = [r for r in records if needs_judging(cfg, r)]
+    if not missed:
+        return None
+    failed = "judge call failed: "
+    reasons: Counter[str] = Counter()
+    for record in missed:
+        for metric in deferred_metrics(cfg.metrics):
+            if metric not in record.scores:
+                note = str(record.meta.get(f"{metric}_note") or "no score")
+                reasons[f"{metric}: {note.removeprefix(failed)}"] += 1
+                break  # one reason per record
+    why, count = reasons.most_common(1)[0]
+    judgeable = sum(1 for r in records if r.error is None)
+    return (
+        f"{len(missed)} of {judgeable} records not judged (most frequent ({count} x): {why}); "
+        "rerun to retry"
+    )
 
 
 JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass loses one chunk
@@ -97,11 +121,14 @@ def judge_pass(session: RunSession) -> int:
     with session.writer.appending() as writer:
         bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not session.progress,
                    unit="rec")  # fmt: skip
-        for start in range(0, len(todo), JUDGE_CHUNK):
-            part = todo[start : start + JUDGE_CHUNK]
+        start = 0
+        while start < len(todo):
+            # under a cap, one record until the judge's dollars per record are known
+            part = todo[start : start + budget.judge_chunk(done, JUDGE_CHUNK)]
             chunk = [done[k] for k in part]
             if not budget.allows(done, chunk, len(todo) - start, "judge"):
                 break
+            start += len(part)
             items = [(by_id[done[k].example_id], done[k]) for k in part]
             for key, record in zip(part, judge_records(items, metrics, judge, read), strict=True):
                 if record is not done[key]:

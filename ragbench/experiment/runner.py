@@ -18,7 +18,8 @@ Judge pass: when the config names judge or embedding metrics (``judge_correct``,
 after generation (``ragbench.judge``), through the completion cache, and appended again
 (``read_records`` keeps a key's last line). Judge cost lands in the record's ``judge_*`` meta
 columns, never in its cost. A judge server that does not answer fails the run before any record
-is generated. Then the noise pass (``noise_sensitivity``: ``ragbench.experiment.noise_pass``).
+is generated; judge calls that fail later leave their records unjudged, and the end of the run
+says how many (``judge_pass.unjudged``: one line, also among the manifest's judge warnings). Then the noise pass (``noise_sensitivity``: ``ragbench.experiment.noise_pass``).
 
 Interrupted (Ctrl-C, or SIGTERM where the caller turns it into ``SystemExit``: ``ragbench run``
 does): the records written stay, the completions the interrupted round had finished are in the
@@ -61,7 +62,13 @@ from ragbench.experiment.budget import Budget
 from ragbench.experiment.config.run import RunConfig, config_hash, load_config
 from ragbench.experiment.dry_run import RoundCounter
 from ragbench.experiment.executor_ray import RayRun
-from ragbench.experiment.judge_pass import judge_pass, judge_summary, load_judge, needs_judging
+from ragbench.experiment.judge_pass import (
+    judge_pass,
+    judge_summary,
+    load_judge,
+    needs_judging,
+    unjudged,
+)
 from ragbench.experiment.log_once import once_per_run
 from ragbench.experiment.manifest import check_schema, read_manifest, sessions_of, write_manifest
 from ragbench.experiment.noise_pass import measures_noise, noise_pass
@@ -323,6 +330,11 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     df["metric_versions"] = dumps_canonical(metric_versions(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
     judge_info = judge_summary(cfg, loaded.judge, df, previous)
+    # records the judge left unscored (its calls failed): said once, at the end; a budget stop
+    # says its own records left
+    if judge_info is not None and not budget.stopped and (line := unjudged(cfg, rows)):
+        judge_info["warnings"].insert(0, line)
+        df.attrs["unjudged"] = line  # `ragbench run` repeats it after its summary
     status = "stopped" if budget.stopped else "finished"
     manifest = write_manifest(
         session, identity, sessions, status=status, records=df, judge=judge_info
