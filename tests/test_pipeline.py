@@ -58,6 +58,14 @@ def answer(question, example_id, corpus):
             "usage": {{"prompt_tokens": 100, "completion_tokens": 3, "model": "my-model"}}}}
 
 
+def bare(question):  # a plain string: no contexts reported, so its retrieval is unknown
+    return answer_from_prompt(rank(question)[0].text + "\\nQuestion: " + question)
+
+
+def empty(question):  # contexts reported, and there were none: it retrieved nothing
+    return {{"answer": bare(question), "contexts": []}}
+
+
 def plain(question):  # a string answer, text contexts: tokens counted, documents found by text
     class Out:
         pass
@@ -530,6 +538,29 @@ def test_contexts_with_the_pipelines_own_ids_are_found_by_text():
     docs = (Document("c.md", "caf\u00e9 cr\u00e8me br\u00fbl\u00e9e"),)
     cleaned = _located(Context("cafe\u0301\x07 cre\u0300me", "x"), Example("q", "?", ("x",), docs))
     assert (cleaned.doc_id, cleaned.span) == ("c.md", (0, 10))
+
+
+def test_a_pipeline_that_reports_no_contexts_has_no_retrieval_scores(tmp_path, monkeypatch):
+    """A plain string answer says nothing of what it retrieved: NaN ranks and an unknown
+    gold_hit with a note (was hit@k 0 and gold_hit False: "retrieval_miss" for every wrong
+    answer), and a judge reads no context; ``contexts: []`` says it retrieved nothing: 0."""
+    setup(tmp_path, monkeypatch)
+    df = run(config(tmp_path, {"target": "mypipe:bare"}, {"target": "mypipe:empty"}),
+             progress=False)  # fmt: skip
+    bare = df[df.label.str.startswith("pipeline mypipe:bare")]
+    empty = df[df.label.str.startswith("pipeline mypipe:empty")]
+    assert len(bare) == len(empty) == 4 and (bare["string_match_all"] == 1.0).all()
+    assert bare["hit@1"].isna().all() and bare["ndcg@10"].isna().all()
+    assert bare["gold_hit"].isna().all() and bare["contexts"].isna().all()
+    assert bare["retrieval_note"].str.contains("reported no contexts").all()
+    assert (empty["hit@1"] == 0.0).all() and (empty["gold_hit"] == False).all()  # noqa: E712
+    strategy = get_strategy("pipeline")
+    from ragbench.experiment.results import RECORDS, read_records
+
+    records = read_records(Path(df.attrs["run_dir"]) / RECORDS).values()
+    by_label = {r.params.label().split(" v=")[0]: r for r in records if r.strategy == "pipeline"}
+    assert strategy.contexts(by_label["pipeline mypipe:bare"]).text() is None  # nothing to judge
+    assert strategy.contexts(by_label["pipeline mypipe:empty"]).text() == ""
 
 
 def test_the_judge_reads_the_recorded_contexts():

@@ -127,8 +127,12 @@ def self_route_context(example: Example, record: Record, res: ResourcesFn) -> st
     raise ContextUnavailable(f"self_route record without a known route ({route!r})")
 
 
-def pipeline_context(example: Example, record: Record, res: ResourcesFn) -> str:
-    """The contexts a pipeline reported, as it recorded them (best first, blank-line separated)."""
+def pipeline_context(example: Example, record: Record, res: ResourcesFn) -> str | None:
+    """The contexts a pipeline reported, as it recorded them (best first, blank-line separated);
+    None when it reported none (a plain string answer: ``contexts`` None in its meta), so a judge
+    does not judge it against an empty context. An empty list it did report reads as ""."""
+    if "contexts" in record.meta and record.meta["contexts"] is None:
+        return None
     return "\n\n".join(pipeline_contexts(example, record, res) or [])
 
 

@@ -44,7 +44,9 @@ class PipelineAnswer:
     these attributes, or a PipelineAnswer, and validates every field."""
 
     answer: str
-    contexts: tuple[Context, ...] = ()
+    # None: the pipeline reported none (a plain string, no ``contexts`` field): its retrieval
+    # cannot be scored; ``()``: it reported that it retrieved nothing (scored as such)
+    contexts: tuple[Context, ...] | None = None
     usage: Usage | None = None
     version: str | None = None
 
@@ -59,10 +61,14 @@ class PipelineAnswer:
         version = data.get("version")
         if version is not None and not isinstance(version, str):
             raise MalformedAnswer(f"version must be a string or null, got {shown(version)}")
-        contexts = data.get("contexts") or ()
-        if not isinstance(contexts, list | tuple):
+        contexts = data.get("contexts")
+        if contexts is not None and not isinstance(contexts, list | tuple):
             raise MalformedAnswer(f"contexts must be a list, got {shown(contexts)}")
-        parsed = tuple(_context(c, f"contexts[{i}]") for i, c in enumerate(contexts))
+        parsed = (
+            None
+            if contexts is None
+            else tuple(_context(c, f"contexts[{i}]") for i, c in enumerate(contexts))
+        )
         usage = data.get("usage")
         return cls(data["answer"], parsed, None if usage is None else _usage(usage), version)
 

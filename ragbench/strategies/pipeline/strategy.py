@@ -247,7 +247,8 @@ def _query(engine: Any, question: str) -> PipelineAnswer:
             completion_tokens=counter.completion_llm_token_count - before[1],
         )
     text = getattr(response, "response", None)
-    contexts = tuple(_node_context(n) for n in getattr(response, "source_nodes", None) or ())
+    nodes = getattr(response, "source_nodes", None)  # None: a response without sources
+    contexts = None if nodes is None else tuple(_node_context(n) for n in nodes)
     return PipelineAnswer("" if text is None else str(text), contexts, usage)
 
 
@@ -315,30 +316,36 @@ def _gold_hit(contexts: list[Context], example: Example) -> bool | None:
     return None
 
 
-def retrieval_scores(contexts: list[Context], example: Example) -> dict[str, float | None]:
+def retrieval_scores(contexts: list[Context] | None, example: Example) -> dict[str, float | None]:
     """``hit/recall/mrr/ndcg@1,5,10`` of the contexts' documents (in their order, first
     occurrence) against the example's judgements; {} when it has none. None for each (NaN in
-    the table; ``retrieval_note`` says why) when a context is in none of the example's
-    documents (``unlocated``): its rank is unknown, so a 0 would be a guess."""
+    the table; ``retrieval_note`` says why) when the pipeline reported no contexts (``None``),
+    or a context is in none of the example's documents (``unlocated``): the ranks are unknown,
+    so a 0 would be a guess."""
     try:
         qrels = judgements(example)
     except ValueError:  # neither qrels nor evidence spans
         return {}
     names = [f"{m}@{k}" for m in MEASURES for k in CUTOFFS]
-    if unlocated(contexts, example):
+    if contexts is None or unlocated(contexts, example):
         return dict.fromkeys(names)
     docs = list(dict.fromkeys(c.doc_id for c in contexts if c.doc_id is not None))
     run = {example.id: {d: float(len(docs) - i) for i, d in enumerate(docs)}}
     return {n: v[example.id] for n, v in per_query(run, {example.id: qrels}, names).items()}
 
 
-def retrieval_note(contexts: list[Context], example: Example) -> dict[str, str]:
+def retrieval_note(contexts: list[Context] | None, example: Example) -> dict[str, str]:
     """``{"retrieval_note": why}`` when ``retrieval_scores`` are None, else {}."""
-    missing = unlocated(contexts, example)
     try:
         judgements(example)
     except ValueError:  # nothing to rank against: no scores, nothing to explain
         return {}
+    if contexts is None:
+        return {
+            "retrieval_note": "the pipeline reported no contexts (return `contexts` with the "
+            "answer to score its retrieval): hit/recall/mrr/ndcg are NaN"
+        }
+    missing = unlocated(contexts, example)
     if not missing:
         return {}
     return {
@@ -354,7 +361,13 @@ def _kept(c: Context) -> dict[str, Any]:
     return out | ({"score": c.score} if c.score is not None else {})
 
 
-def context_meta(contexts: list[Context], example: Example) -> dict[str, Any]:
+def context_meta(contexts: list[Context] | None, example: Example) -> dict[str, Any]:
+    """The record's view of the contexts; a pipeline that reported none (``None``) keeps
+    ``contexts: None`` (a judge reads no context: ``strategies.contexts.pipeline_context``) and
+    an unknown ``gold_hit``."""
+    if contexts is None:
+        return {"contexts": None, "contexts_truncated": False, "retrieved": [],
+                "gold_hit": None, "gold_docs": []}  # fmt: skip
     kept = contexts[:MAX_CONTEXTS]
     truncated = len(contexts) > MAX_CONTEXTS or any(len(c.text) > MAX_CONTEXT_CHARS for c in kept)
     qrels = example.meta.get("qrels")
@@ -381,7 +394,7 @@ def _usage_completion(
 ) -> Completion:
     """The call's accounting: reported counts, else counted with the run's tokenizer."""
     u = answer.usage or Usage()
-    joined = "\n\n".join([*(c.text for c in answer.contexts), question])
+    joined = "\n\n".join([*(c.text for c in answer.contexts or ()), question])
     prompt = u.prompt_tokens
     completion = u.completion_tokens
     estimated = prompt is None or completion is None
@@ -449,7 +462,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         answer = PipelineAnswer.parse(raw)
     except MalformedAnswer as exc:
         raise MalformedAnswer(f"pipeline {what} returned a malformed answer: {exc}") from None
-    contexts = [_located(c, example) for c in answer.contexts]
+    contexts = None if answer.contexts is None else [_located(c, example) for c in answer.contexts]
     completion = _usage_completion(answer, question, seconds, res)
     full = len(completion.text)
     if full > MAX_ANSWER_CHARS:  # counted whole above; stored and scored cut
