@@ -81,9 +81,15 @@ def test_it_stops_at_the_budget_with_a_last_look(tmp_path):
     cfg["sequential"] = {"round_size": 20, "spending": "pocock"}
     result = invoke(write(tmp_path, cfg))
     assert result.exit_code == BUDGET_EXIT, result.output
-    seq = manifest(tmp_path)["sessions"][-1]["sequential"]
+    session = manifest(tmp_path)["sessions"][-1]
+    seq = session["sequential"]
     assert seq["stopped"] == "budget" and seq["planned_looks"] == [20, 40, 50]
     assert seq["looks"][-1]["asked"] < 50
+    out = run_dir_for(load_config(write(tmp_path, cfg)))
+    answered = len(read_records(out / RECORDS))
+    left = session["budget"]["records_left"]
+    assert left == 50 * 3 - answered  # every record not written, the later looks' too
+    assert f"; {left} record(s) left" in result.output
 
 
 def test_the_runner_needs_the_look(tmp_path):

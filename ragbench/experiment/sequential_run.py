@@ -190,4 +190,7 @@ def generate_until_decided(
             score()
         if seq.look(session.done, budget_stopped=bool(budget.stopped)):
             break
+    if budget.stopped and not budget.info.get("pass"):  # stopped in generation: every question
+        # not answered is left, the later looks' too, not only the stopped round's
+        budget.info["records_left"] = len(pending) - (handed - budget.pending_at_stop)
     return errors, handed
