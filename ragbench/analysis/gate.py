@@ -295,9 +295,21 @@ def assert_run(
         assert_run("data/results/nightly-1a2b3c4d", "rag k=4: contains.ci_low >= 0.5",
                    "long_context: dollars_per_1k <= 0.5", verdict="rag")
     """
-    df, seed = load_run(run)
-    failed = check(df, list(requirements), verdict=verdict, seed=seed, metric=metric,
-                   max_errors=max_errors)  # fmt: skip
-    failed = unfinished(run) + failed
+    failed = check_run(run, list(requirements), verdict, metric, max_errors)
     if failed:
         raise AssertionError("\n".join(failed))
+
+
+def check_run(
+    run: Any, requirements: list[str], verdict: str | None = None, metric: str | None = None,
+    max_errors: int = 0,
+) -> list[str]:  # fmt: skip
+    """What ``ragbench check`` and ``assert_run`` report for a run folder (or its DataFrame):
+    ``unfinished``, then ``check``'s lines. A run that stopped before writing any record has
+    no variant to match: its ``unfinished`` line alone."""
+    df, seed = load_run(run)
+    stopped = unfinished(run)
+    if stopped and not len(df):
+        return stopped
+    return stopped + check(df, requirements, verdict=verdict, seed=seed, metric=metric,
+                           max_errors=max_errors)  # fmt: skip

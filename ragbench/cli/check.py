@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ragbench.analysis.gate import check, load_run, unfinished
+from ragbench.analysis.gate import check_run
 from ragbench.io import cli_error, user_errors
 
 GATE_FAILED_EXIT = 1
@@ -50,10 +50,7 @@ def register(app: typer.Typer) -> None:
         if not require and verdict is None:
             raise cli_error(ValueError("nothing to check: give --require and/or --verdict"))
         with user_errors():  # GateError (a ValueError): the requirement and the valid names
-            df, seed = load_run(run_dir)
-            failed = check(df, list(require), verdict=verdict, seed=seed, metric=metric,
-                           max_errors=max_errors)  # fmt: skip
-            failed = unfinished(run_dir) + failed
+            failed = check_run(run_dir, list(require), verdict, metric, max_errors)
         for line in failed:
             typer.echo(line)
         if failed:
