@@ -68,7 +68,7 @@ from ragbench.strategies.pipeline.params import PipelineParams
 from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, prompt_format
 from ragbench.strategies.rag import fit_chunks
 from ragbench.strategies.retrieve_only import judgements
-from ragbench.types import Chunk, Completion, Example, ScoredChunk
+from ragbench.types import Chunk, Completion, Example, Record, ScoredChunk
 
 MAX_CONTEXTS = 50  # contexts kept per record
 MAX_CONTEXT_CHARS = 4000  # characters kept per context text
@@ -316,43 +316,46 @@ def _gold_hit(contexts: list[Context], example: Example) -> bool | None:
     return None
 
 
+def _unranked(contexts: list[Context] | None, example: Example) -> str | None:
+    """Why the contexts' ranks are unknown (the pipeline reported none, or some are in none of
+    the example's documents: ``unlocated``), else None."""
+    if contexts is None:
+        return (
+            "the pipeline reported no contexts (return `contexts` with the answer to score its "
+            "retrieval)"
+        )
+    missing = unlocated(contexts, example)
+    if not missing:
+        return None
+    return (f"{missing} of {len(contexts)} contexts are in none of the run's documents (by "
+            "document id, or by text: as it is, whitespace-normalised, or cleaned as the corpus "
+            "is): ranks unknown")  # fmt: skip
+
+
 def retrieval_scores(contexts: list[Context] | None, example: Example) -> dict[str, float | None]:
     """``hit/recall/mrr/ndcg@1,5,10`` of the contexts' documents (in their order, first
     occurrence) against the example's judgements; {} when it has none. None for each (NaN in
-    the table; ``retrieval_note`` says why) when the pipeline reported no contexts (``None``),
-    or a context is in none of the example's documents (``unlocated``): the ranks are unknown,
-    so a 0 would be a guess."""
+    the table; ``scored_retrieval`` notes why) when their ranks are unknown (``_unranked``): a 0
+    would be a guess."""
     try:
         qrels = judgements(example)
     except ValueError:  # neither qrels nor evidence spans
         return {}
     names = [f"{m}@{k}" for m in MEASURES for k in CUTOFFS]
-    if contexts is None or unlocated(contexts, example):
+    if _unranked(contexts, example):
         return dict.fromkeys(names)
-    docs = list(dict.fromkeys(c.doc_id for c in contexts if c.doc_id is not None))
+    docs = list(dict.fromkeys(c.doc_id for c in contexts or () if c.doc_id is not None))
     run = {example.id: {d: float(len(docs) - i) for i, d in enumerate(docs)}}
     return {n: v[example.id] for n, v in per_query(run, {example.id: qrels}, names).items()}
 
 
-def retrieval_note(contexts: list[Context] | None, example: Example) -> dict[str, str]:
-    """``{"retrieval_note": why}`` when ``retrieval_scores`` are None, else {}."""
-    try:
-        judgements(example)
-    except ValueError:  # nothing to rank against: no scores, nothing to explain
-        return {}
-    if contexts is None:
-        return {
-            "retrieval_note": "the pipeline reported no contexts (return `contexts` with the "
-            "answer to score its retrieval): hit/recall/mrr/ndcg are NaN"
-        }
-    missing = unlocated(contexts, example)
-    if not missing:
-        return {}
-    return {
-        "retrieval_note": f"{missing} of {len(contexts)} contexts are in none of the run's "
-        "documents (by document id, or by text: as it is, whitespace-normalised, or cleaned as "
-        "the corpus is): ranks unknown, so hit/recall/mrr/ndcg are NaN"
-    }
+def scored_retrieval(record: Record, contexts: list[Context] | None, example: Example) -> Record:
+    """``record`` with its ``retrieval_scores`` and, where they are None, a ``retrieval_note``
+    saying why."""
+    scores = retrieval_scores(contexts, example)
+    why = _unranked(contexts, example) if scores else None
+    note = {"retrieval_note": f"{why}: hit/recall/mrr/ndcg are NaN"} if why else {}
+    return dataclasses.replace(record, scores=record.scores | scores, meta=record.meta | note)
 
 
 def _kept(c: Context) -> dict[str, Any]:
@@ -444,9 +447,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         cost = res.cost(completion).with_retrieval(seconds, seconds)  # its retriever's call
         meta = context_meta(contexts, example) | tags
         record = make_record(example, params, completion, res, meta, cost)
-        scores = record.scores | retrieval_scores(contexts, example)
-        meta = record.meta | retrieval_note(contexts, example)
-        return dataclasses.replace(record, scores=scores, meta=meta)
+        return scored_retrieval(record, contexts, example)
     if system.kind == "http":
         call = lambda: pipeline_http.post(params, question, example.id, corpus)  # noqa: E731
     elif system.kind == "query_engine":
@@ -478,8 +479,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         meta["pipeline_version"] = answer.version
     if full > MAX_ANSWER_CHARS:
         meta["answer_truncated"] = full  # characters the pipeline answered
-    meta |= retrieval_note(contexts, example)
     # the pipeline's answer is its answer: scored whole (trimmed), not ragbench's one-line reading
     record = make_record(example, params, completion, res, meta, cost, completion.text.strip())
-    return dataclasses.replace(record, scores=record.scores | retrieval_scores(contexts, example))
+    return scored_retrieval(record, contexts, example)
     yield  # unreachable here; makes this a generator, the shape every strategy's steps have
