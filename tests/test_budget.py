@@ -589,3 +589,13 @@ def test_a_judge_pass_that_passes_the_cap_is_named():
     line = budget.passed(done)
     assert "passed it by $0.250000" in line and "the judge pass" in line
     assert "a round cost more" not in line
+
+
+def test_only_the_judge_pass_first_chunk_is_one_record():
+    """Under a cap the judge's first chunk is one record until its price is known; a judge that
+    never prices (no sheet: judge dollars None) is not taken one record at a time after it."""
+    done = {"a": record(0.5, None), "b": record(0.5, None)}
+    assert Budget(5.0).judge_chunk(done, 32, first=True) == 1
+    assert Budget(5.0).judge_chunk(done, 32, first=False) == 32
+    assert Budget(5.0).judge_chunk({"a": record(0.5, 0.1)}, 32, first=True) == 32  # known
+    assert Budget(None).judge_chunk(done, 32, first=True) == 32  # no cap

@@ -294,11 +294,13 @@ class Budget:
             "mean dollars per record so far, else the records' own generation dollars)"
         )
 
-    def judge_chunk(self, done: Mapping[str, Any], size: int) -> int:
-        """How many records the judge pass takes in its next chunk: under a cap, one until a
-        record has judge dollars (before that a chunk is estimated at nothing, so a run of up
-        to ``size`` records was judged whole whatever the cap); else ``size``."""
-        if self.max_dollars is None or spend_of(done.values(), self.meta).judged:
+    def judge_chunk(self, done: Mapping[str, Any], size: int, first: bool) -> int:
+        """How many records the judge pass takes in its next chunk: under a cap, its ``first``
+        chunk is one record when no record has judge dollars yet (a chunk is estimated at the
+        judge's mean, nothing before one is known, so a run of up to ``size`` records was judged
+        whole whatever the cap); else ``size``. Only the first: a judge that never prices (no
+        sheet, embedding metrics, failing calls) would otherwise go one record at a time."""
+        if self.max_dollars is None or not first or spend_of(done.values(), self.meta).judged:
             return size
         return 1
 

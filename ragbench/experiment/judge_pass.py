@@ -123,8 +123,8 @@ def judge_pass(session: RunSession) -> int:
                    unit="rec")  # fmt: skip
         start = 0
         while start < len(todo):
-            # under a cap, one record until the judge's dollars per record are known
-            part = todo[start : start + budget.judge_chunk(done, JUDGE_CHUNK)]
+            # under a cap, a first chunk of one record when the judge's price is not known yet
+            part = todo[start : start + budget.judge_chunk(done, JUDGE_CHUNK, first=start == 0)]
             chunk = [done[k] for k in part]
             if not budget.allows(done, chunk, len(todo) - start, "judge"):
                 break
