@@ -481,6 +481,7 @@ def test_no_variant_meeting_the_constraints_still_writes_the_report(tmp_path, mo
         ("--min-accuracy", "-0.5", "--min-accuracy must be from 0 to 1 (0: any); got -0.5"),
         ("--max-dollars-per-1k", "-1", "--max-dollars-per-1k must be 0 or more (0: no limit); got -1"),
         ("--max-latency-s", "nan", "--max-latency-s must be 0 or more (0: no limit); got nan"),
+        ("--max-latency-s", "inf", "--max-latency-s must be 0 or more (0: no limit); got inf"),
     ],
 )  # fmt: skip
 def test_a_constraint_out_of_range_is_one_line_before_anything_is_read(

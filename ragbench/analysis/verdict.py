@@ -243,19 +243,26 @@ def _constraints(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: dict)
     return out
 
 
+def bad_limit(value: float) -> bool:
+    """Whether a constraint's value is out of range: a limit is 0 (none) or a positive, finite
+    number (NaN, infinity and negatives are not). The one rule for ``verdict`` and the CLI's
+    options (``workspace.compare.check_constraints``), checked before a run is paid for."""
+    return not (value >= 0 and math.isfinite(value))
+
+
 def _limits(
     min_accuracy: Any, max_dollars_per_1k: Any, max_latency_s: Any, metric: str, scores: Any
 ) -> dict:
     """The constraints as floats (None: no limit), or ValueError naming the one out of range:
     each 0/None (no limit) or a positive number; ``min_accuracy`` at most 1 when ``metric``'s
     scores are shares (0-1), since 60 meant as 60% would ask for 6,000% and every variant
-    would fail it. The CLI checks its options the same way before anything is read."""
+    would fail it. The CLI checks its options by the same rule (``bad_limit``)."""
     given = {"min_accuracy": min_accuracy, "max_dollars_per_1k": max_dollars_per_1k,
              "max_latency_s": max_latency_s}  # fmt: skip
     out = {}
     for name, value in given.items():
         value = float(value) if value is not None else 0.0
-        if not (value >= 0 and np.isfinite(value)):  # NaN fails too
+        if bad_limit(value):
             raise ValueError(f"{name} must be 0 or more (0 or None: no limit); got {value:g}")
         out[name] = value or None
     share = len(scores) and 0 <= scores.min() and scores.max() <= 1

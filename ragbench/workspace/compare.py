@@ -43,6 +43,7 @@ import yaml
 
 from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
+from ragbench.analysis.verdict import bad_limit
 from ragbench.cost.prices import available_price_sheets, price_sheet
 from ragbench.datasets.corpus import docs as ingest_docs
 from ragbench.datasets.corpus.file import write_documents
@@ -319,11 +320,11 @@ def check_constraints(spec: CompareSpec) -> None:
             f"--chunk-overlap must be less than --chunk-size ({spec.chunk_size}); "
             f"got {spec.chunk_overlap}"
         )
-    if not 0 <= spec.min_accuracy <= 1:  # NaN fails too
+    if bad_limit(spec.min_accuracy) or spec.min_accuracy > 1:  # (contains: a share)
         raise ValueError(f"--min-accuracy must be from 0 to 1 (0: any); got {spec.min_accuracy:g}")
     for option, value in (("--max-dollars-per-1k", spec.max_dollars_per_1k),
                           ("--max-latency-s", spec.max_latency_s)):  # fmt: skip
-        if not value >= 0:
+        if bad_limit(value):  # the verdict's rule: infinity too, not found after a paid run
             raise ValueError(f"{option} must be 0 or more (0: no limit); got {value:g}")
 
 
