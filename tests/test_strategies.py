@@ -484,3 +484,23 @@ def test_a_query_that_fails_after_a_paid_call_keeps_its_cost(tmp_path):
     assert all(c.prompt_tokens > 0 and c.completion_tokens == 1 for c in costs)
     assert spend_of(records).dollars == pytest.approx(sum(c.dollars for c in costs))
     assert (df["dollars"] > 0).all()  # in the table too, beside the error
+
+
+def test_a_failure_after_a_paid_call_reads_as_its_own_error_with_its_cost():
+    """Every reader of run_batch outcomes unwraps FailedAfterPaying the same way: the noise
+    pass names the real error (not "FailedAfterPaying") and keeps what the finished call cost;
+    ``outcome_parts`` (what the dry run and the error record read) gives the error itself, so
+    an over-window failure stays one."""
+    from ragbench.cost import Cost
+    from ragbench.experiment.noise_pass import _with_noisy
+    from ragbench.strategies.driver import FailedAfterPaying, outcome_parts
+
+    paid = Cost(prompt_tokens=40, completion_tokens=2, dollars=0.5)
+    overflow = ContextOverflowError(9000, 32, 8192, "m")
+    wrapped = FailedAfterPaying(overflow, paid)
+    assert outcome_parts(wrapped) == (overflow, paid)
+    assert outcome_parts(overflow) == (overflow, None)
+    record = Record("q", "self_route", None, "a", scores={"contains": 1.0})
+    noisy = _with_noisy(record, [], wrapped, 0)
+    assert noisy.meta["noise_error"].startswith("ContextOverflowError: prompt of 9000 tokens")
+    assert noisy.meta["noise_dollars"] == 0.5 and noisy.meta["noise_prompt_tokens"] == 40

@@ -66,6 +66,7 @@ from ragbench.llm.hf.load import resolve_model
 from ragbench.llm.hf.prompt import is_instruct, render
 from ragbench.metrics.answer import deferred_metrics
 from ragbench.strategies import get_strategy, run_batch
+from ragbench.strategies.driver import outcome_parts
 from ragbench.strategies.prompt_format import check_cot
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
 from ragbench.tokenizers import HubUnavailableError, get_tokenizer
@@ -195,14 +196,14 @@ def dry_run(config: Any, progress: bool = True) -> Any:
                       disable=not progress, unit="batch"):  # fmt: skip
         chunk = work[start : start + size]
         for (example, params), outcome in zip(chunk, run_batch(chunk, res), strict=True):
+            error, c = outcome_parts(outcome)  # a failure after a counted call keeps its count
             row = {
                 "label": params.label(),
-                "over_window": isinstance(outcome, ContextOverflowError),
+                "over_window": isinstance(error, ContextOverflowError),
             }
-            if isinstance(outcome, Exception) and not row["over_window"]:
-                failed.append((example.id, params.label(), outcome))
-            if not isinstance(outcome, Exception) and outcome.cost is not None:
-                c = outcome.cost
+            if error is not None and not row["over_window"]:
+                failed.append((example.id, params.label(), error))
+            if c is not None:
                 row |= {
                     "prompt_tokens": c.prompt_tokens,
                     "cached_prompt_tokens": c.cached_prompt_tokens,
@@ -306,8 +307,9 @@ class RoundCounter:
         per_item: list[float | None] = [None] * len(items)
         outcomes = run_batch([items[i] for i in counted], res) if counted else []
         for i, outcome in zip(counted, outcomes, strict=True):
-            cost = None if isinstance(outcome, Exception) else outcome.cost
-            # an error row costs nothing (over the window under overflow "error")
+            cost = outcome_parts(outcome)[1]
+            # an error row costs what its finished calls did: nothing when none finished (over
+            # the window under overflow "error")
             per_item[i] = 0.0 if cost is None else _as_float(_priced(cost, sheet, rates))
         # and the preload calls run_batch sent before their questions (a one-time cost)
         preloads = {key: _as_float(_priced(c, sheet, rates))

@@ -46,6 +46,7 @@ from ragbench.io import dumps_canonical
 from ragbench.metrics.answer import METRICS, score, string_metrics
 from ragbench.secrets import redact_text
 from ragbench.strategies import contexts_of, get_strategy, run_batch
+from ragbench.strategies.driver import outcome_parts
 from ragbench.types import Document, Example, Record
 
 METRIC = "noise_sensitivity"
@@ -126,12 +127,13 @@ def _with_note(record: Record, note: str) -> Record:
 def _with_noisy(record: Record, added: list[Document], outcome: Any, count: int) -> Record:
     meta = {k: v for k, v in record.meta.items() if not k.startswith("noise_")}
     meta |= {"noise_distractors": count, "noise_distractor_ids": [d.id for d in added]}
-    if isinstance(outcome, Exception):
+    failed, paid = outcome_parts(outcome)
+    cost = paid.to_dict() if paid is not None else {}
+    meta |= {f"noise_{k}": cost.get(k) for k in NOISE_COST}  # a failure's finished calls too
+    if failed is not None:
         scores = {k: v for k, v in record.scores.items() if k != METRIC}
-        error = redact_text(f"{type(outcome).__name__}: {outcome}")
+        error = redact_text(f"{type(failed).__name__}: {failed}")
         return dataclasses.replace(record, scores=scores, meta={**meta, "noise_error": error})
-    cost = outcome.cost.to_dict() if outcome.cost is not None else {}
-    meta |= {f"noise_{k}": cost.get(k) for k in NOISE_COST}
     meta |= {"noise_prediction": outcome.prediction, "noise_gold_hit": outcome.meta.get("gold_hit")}
     return dataclasses.replace(record, meta=meta)
 

@@ -28,7 +28,7 @@ from ragbench.schema import KEY as SCHEMA_KEY
 from ragbench.schema import SCHEMA_VERSION, SchemaError, migrate_line
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
-from ragbench.strategies.driver import FailedAfterPaying
+from ragbench.strategies.driver import outcome_parts
 from ragbench.strategies.preload import amortise_answered
 from ragbench.types import Example, Record
 
@@ -135,9 +135,7 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
     """The failed item's record; one that failed after some of its calls finished
     (``FailedAfterPaying``) carries their cost (analyses leave error rows out; a budget counts
     what they spent)."""
-    cost = None
-    if isinstance(exc, FailedAfterPaying):
-        exc, cost = exc.error, exc.cost
+    exc, cost = outcome_parts(exc)
     return Record(
         example_id=example.id,
         strategy=params.strategy,

@@ -25,6 +25,18 @@ class FailedAfterPaying(Exception):
         return FailedAfterPaying, (self.error, self.cost)
 
 
+def outcome_parts(outcome: Any) -> tuple[BaseException | None, Any]:
+    """(its error or None, its cost or None) of one ``run_batch`` outcome: a Record's cost; a
+    plain error's none; a ``FailedAfterPaying``'s error unwrapped, with its finished calls'
+    cost. Every reader of outcomes goes through this, so a wrapped error is never mistaken for
+    another kind (an over-window failure) or its spend dropped."""
+    if isinstance(outcome, FailedAfterPaying):
+        return outcome.error, outcome.cost
+    if isinstance(outcome, BaseException):
+        return outcome, None
+    return None, outcome.cost
+
+
 def advance(steps: Steps, completion: Completion | None) -> GenerationRequest | Record:
     """The next request of ``steps`` or its Record; the strategy's own errors propagate."""
     try:
