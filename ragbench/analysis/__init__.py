@@ -45,6 +45,7 @@ from ragbench.analysis.paired import (
     paired_difference,
     tango,
 )
+from ragbench.analysis.power import questions_needed
 from ragbench.analysis.routing import (
     COST_PREFERENCE,
     ORACLE_LABEL,
@@ -59,7 +60,7 @@ from ragbench.analysis.summary import (
     pareto_front,
     summary,
 )
-from ragbench.analysis.verdict import REASONS, Verdict, questions_needed, verdict
+from ragbench.analysis.verdict import REASONS, Verdict, verdict
 
 __all__ = [
     "CAUSES",

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.analysis.power import spread_floor
 from ragbench.registry import unknown
 
 SPENDING = ("obrien_fleming", "pocock")
@@ -192,7 +193,7 @@ def repeated_interval(x: Sequence[float], y: Sequence[float], c: float, binary: 
     """``mean(x) - mean(y)`` (NaN pairs dropped) with its interval at critical value ``c``:
     Tango's score interval for 0/1 scores (``paired.tango`` with ``crit = c``), else ``mean +-
     c sd / sqrt(n)`` with the standard deviation at least ``sqrt(margin (1 - margin))`` (no
-    spread seen is no proof of none: ``verdict._to_decide``'s floor). ``z``: the statistic at
+    spread seen is no proof of none: ``power.spread_floor``). ``z``: the statistic at
     no difference, so the interval excludes 0 exactly when ``|z| >= c``."""
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     keep = ~(np.isnan(a) | np.isnan(b))
@@ -209,7 +210,7 @@ def repeated_interval(x: Sequence[float], y: Sequence[float], c: float, binary: 
         lo = _score_bound(a_only, b_only, n, c, lower=True)
         hi = _score_bound(a_only, b_only, n, c, lower=False)
     else:
-        sd = max(out["sd"], math.sqrt(margin * (1 - margin)))
+        sd = max(out["sd"], spread_floor(margin))
         se = sd / math.sqrt(n)
         z, lo, hi = diff / se, diff - c * se, diff + c * se
     return {**out, "diff": diff, "ci_low": lo, "ci_high": hi, "z": z}

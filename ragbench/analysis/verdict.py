@@ -59,6 +59,7 @@ from ragbench.analysis.families import BASELINE, LONG_CONTEXT, RETRIEVAL, annota
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.paired import paired_difference
 from ragbench.analysis.planning import prefix_cache_break_even
+from ragbench.analysis.power import questions_to_decide
 from ragbench.analysis.sequential import SPENDING_NAMES, boundaries, repeated_interval
 from ragbench.analysis.verdict_text import (
     _cost_phrase,
@@ -73,35 +74,9 @@ from ragbench.analysis.verdict_text import (
 from ragbench.strategies import NO_CONTEXT, strategies_where
 
 REASONS = ("more_accurate", "not_worse", "undecided", "only_variant", "none_meets_constraints")
-POWER = 0.8  # the chance "more questions" gives of deciding, at the observed difference
 # cost per query, best first: money (a preloaded corpus's one-time cost amortised), else tokens
 COSTS = ("amortised_dollars", "dollars", "prompt_tokens")
 MOST = 0.5  # long context cut more than this share of the corpus: the sentence says so
-
-
-def questions_needed(effect: float, *, discordant: float | None = None, sd: float | None = None,
-                     alpha: float = 0.05, power: float = POWER) -> int:  # fmt: skip
-    """Paired questions a two-sided test at level ``alpha`` needs to detect a mean difference
-    ``effect`` with probability ``power`` (normal approximation).
-
-    0/1 scores (McNemar), Connor (1987), "Sample size for testing differences in proportions
-    for the paired-sample design", Biometrics 43:207-211:
-    ``n = (z(1-alpha/2) sqrt(psi) + z(power) sqrt(psi - effect^2))^2 / effect^2`` with ``psi``
-    = ``discordant``, the share of questions the two variants disagree on (at least |effect|).
-    Other scores (paired z): ``n = ((z(1-alpha/2) + z(power)) sd / effect)^2`` with ``sd`` the
-    standard deviation of the per-question differences. A non-inferiority margin ``m`` is the
-    same question with ``effect`` = difference + m. tests/test_verdict.py checks both against
-    simulated tests."""
-    effect = abs(effect)
-    if effect == 0 or not math.isfinite(effect):
-        return math.inf  # type: ignore[return-value]
-    za, zb = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
-    if discordant is not None:
-        psi = min(1.0, max(discordant, effect))
-        n = (za * math.sqrt(psi) + zb * math.sqrt(max(psi - effect**2, 0.0))) ** 2 / effect**2
-    else:
-        n = ((za + zb) * float(sd or 0.0) / effect) ** 2
-    return max(2, math.ceil(n - 1e-9))
 
 
 def _questions_text(c: dict[str, Any]) -> str:
@@ -302,26 +277,6 @@ def _cost_ratio(df: Any, cost: str, a: str, b: str, n_boot: int, seed: int):
         return ratio, float("nan"), float("nan")
     lo, hi = np.percentile(boot, [2.5, 97.5])
     return ratio, min(float(lo), ratio), max(float(hi), ratio)
-
-
-def _to_decide(r: dict[str, Any], margin: float, binary: bool) -> tuple[int | None, str]:
-    """(more questions, what they would show) for an undecided x - y: the fewer of those that
-    give 80% power at the observed difference to show x within ``margin`` (non-inferiority)
-    or y better; no spread observed is no proof of none (at least the margin's share)."""
-    d, n = r["diff"], r["n"]
-    alpha = r["level"] / r["comparisons"]
-    psi = (r["a_only"] + r["b_only"]) / max(n, 1)
-    floor = math.sqrt(margin - margin**2)
-    sd = math.sqrt(max(max(psi, margin) - d * d, 1e-12)) if binary else max(r["sd"], floor)
-    options = []
-    if d + margin > 0:
-        options.append((questions_needed(d + margin, sd=sd, alpha=alpha), "within"))
-    if d < 0:
-        need = (questions_needed(d, discordant=psi, alpha=alpha) if binary
-                else questions_needed(d, sd=max(r["sd"], floor), alpha=alpha))  # fmt: skip
-        options.append((need, "better"))
-    need, what = min(options)
-    return (max(1, need - n) if math.isfinite(need) else None), what
 
 
 # ------------------------------------------------------------------------------ the sides
@@ -636,7 +591,7 @@ class _Context:
             reason, other = "undecided", d
             sign = 1 if self.higher else -1
             leaning = c if sign * t.loc[c, "score"] >= sign * t.loc[d, "score"] else None
-            more, what = _to_decide(r, self.margin, fmt.binary)
+            more, what = questions_to_decide(r, self.margin, fmt.binary)
         sign = 1 if self.higher else -1
         ahead_of_pair = c if sign * t.loc[c, "score"] >= sign * t.loc[d, "score"] else d
         base, rb, b = self.baseline_line(choice or ahead_of_pair, m)
@@ -726,7 +681,7 @@ class _Context:
                 decision = f"{b} not worse by more than {self.fmt.size(self.margin)}"
             else:
                 decision = "undecided"
-            more = _to_decide(r, self.margin, self.fmt.binary)[0] if decision == "undecided" \
+            more = questions_to_decide(r, self.margin, self.fmt.binary)[0] if decision == "undecided" \
                 else None  # fmt: skip
             out.append({
                 "role": r["role"], "a": a, "b": b, "n": r["n"],
