@@ -24,6 +24,8 @@ _LAZY = {
     "run": "ragbench.workspace.tracking:run",  # the runner's run, then MLflow if configured
     "assert_run": "ragbench.analysis.gate:assert_run",  # a CI gate inside pytest
     "load_config": "ragbench.experiment.config.run:load_config",
+    "load": "ragbench.report.runs:load",  # run folder(s) -> one table with question and run
+    "explore": "ragbench.report.explore:explore",  # the per-question view, inline in Jupyter
 }
 
 __all__ = [

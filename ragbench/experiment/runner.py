@@ -61,6 +61,7 @@ from ragbench.experiment import provenance
 from ragbench.experiment.budget import Budget
 from ragbench.experiment.config.run import RunConfig, config_hash, load_config
 from ragbench.experiment.dry_run import RoundCounter
+from ragbench.experiment.evidence import write_questions
 from ragbench.experiment.executor_ray import RayRun
 from ragbench.experiment.judge_pass import (
     judge_pass,
@@ -329,6 +330,7 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     # after a scoring fix cannot be compared (the analysis refuses a metric with two versions)
     df["metric_versions"] = dumps_canonical(metric_versions(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
+    write_questions(out, examples)  # the view's question texts (experiment.evidence)
     judge_info = judge_summary(cfg, loaded.judge, df, previous)
     # records the judge left unscored (its calls failed): said once, at the end; a budget stop
     # says its own records left

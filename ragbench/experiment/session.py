@@ -17,6 +17,7 @@ passes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, BinaryIO
 from ragbench.experiment import provenance
 from ragbench.experiment.budget import Budget
 from ragbench.experiment.config.run import RunConfig
+from ragbench.experiment.evidence import ChunkJournal
 from ragbench.experiment.resources import build_resources, load_model
 from ragbench.experiment.results import RECORDS, append_record, read_records
 from ragbench.judge.calls import Judge
@@ -32,6 +34,7 @@ from ragbench.llm.base import LLM
 from ragbench.llm.calibration import describe
 from ragbench.strategies.base import Resources
 from ragbench.strategies.params import StrategyParams
+from ragbench.strategies.rag import CHUNK_TEXTS
 from ragbench.types import Example, Record
 
 WorkItem = tuple[Example, StrategyParams]  # one record to make: an example at a parameter point
@@ -45,22 +48,29 @@ class RecordWriter:
     def __init__(self, out: Path) -> None:
         self.path = out / RECORDS
         self.done: dict[str, Record] = read_records(self.path)
+        self.chunks = ChunkJournal(out)  # the texts of the chunks records point to
         self._file: BinaryIO | None = None
+        self._chunk_file: BinaryIO | None = None
         self.appended = 0  # records appended by this writer (this session)
 
     @contextlib.contextmanager
     def appending(self) -> Iterator[RecordWriter]:
-        """The file open for appending while the block runs."""
-        with self.path.open("ab") as f:
-            self._file = f
+        """The files open for appending while the block runs."""
+        with self.path.open("ab") as f, self.chunks.path.open("ab") as chunks:
+            self._file, self._chunk_file = f, chunks
             try:
                 yield self
             finally:
-                self._file = None
+                self._file = self._chunk_file = None
 
     def append(self, key: str, record: Record) -> None:
+        """``record`` appended; the texts of its chunks first (``experiment.evidence``), so a
+        record line never points to a chunk the folder lacks."""
         if self._file is None:
             raise RuntimeError("RecordWriter.append outside appending()")
+        if CHUNK_TEXTS in record.meta:
+            meta = self.chunks.take(record.meta, self._chunk_file)
+            record = dataclasses.replace(record, meta=meta)
         append_record(self._file, key, record)
         self.done[key] = record
         self.appended += 1

@@ -4,8 +4,9 @@ Records chunk ids and gold hits."""
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ragbench.retrieval.chunking import gold_chunk_ids
@@ -13,7 +14,7 @@ from ragbench.retrieval.context import AssembledContext, assemble_context
 from ragbench.strategies.base import Resources, Steps, answer, make_record
 from ragbench.strategies.params import RagParams
 from ragbench.strategies.prompt_format import CITE_MARKER, RETRIEVED, Frame, prompt_format
-from ragbench.types import Example, ScoredChunk
+from ragbench.types import Chunk, Example, ScoredChunk
 
 MAX_CANDIDATES = 200  # chunks retrieved when only a token budget limits the context
 # a RAG prompt bounded before any index exists (``rag_context_bound``): chunk_size counts the
@@ -21,6 +22,9 @@ MAX_CANDIDATES = 200  # chunks retrieved when only a token budget limits the con
 # about 1.3 BPE tokens each in prose), so each chunk is allowed this many times its size ...
 CHUNK_TOKEN_FACTOR = 2
 CHUNK_MARKUP_TOKENS = 8  # ... and its marker ("[3] ", "Retrieved chunk 3: ") and separator
+# a record's chunk texts on their way to the run folder's chunks.jsonl: {ref: [doc_id, text]};
+# the folder's writer takes them out of the record (experiment.evidence), no table holds them
+CHUNK_TEXTS = "chunk_texts"
 
 
 def rag_context_bound(params: RagParams) -> int:
@@ -57,6 +61,30 @@ def fit_chunks(
     return ctx
 
 
+def chunk_ref(chunk: Chunk) -> str:
+    """A chunk's id in ``chunks.jsonl``: the same document id and text give the same ref in every
+    index, run and machine (16 hex digits of SHA-256)."""
+    return hashlib.sha256(f"{chunk.doc_id}\0{chunk.text}".encode()).hexdigest()[:16]
+
+
+def chunk_evidence(
+    chunks: Iterable[Chunk], retrieved: list[str], scores: dict[str, float], gold: list[str]
+) -> dict[str, Any]:
+    """The meta a retrieving call adds for its view: the refs and scores of its retrieved chunks
+    (in the order of ``retrieved``), the refs of its gold chunks (in the order of ``gold``), and
+    their texts (``CHUNK_TEXTS``, which the run's writer moves to ``chunks.jsonl``)."""
+    wanted = set(retrieved) | set(gold)
+    by_id = {c.id: c for c in chunks if c.id in wanted}
+    refs = {i: chunk_ref(c) for i, c in by_id.items()}
+    return {
+        "retrieved_refs": [refs.get(i) for i in retrieved],
+        "retrieved_scores": [scores.get(i) for i in retrieved],
+        "gold_refs": [refs.get(i) for i in gold],
+        CHUNK_TEXTS: {refs[i]: [c.doc_id, c.text] for i, c in by_id.items()},
+    }
+
+
+
 def rag_prompt(
     example: Example, res: Resources, params: RagParams, decline: bool = False
 ) -> tuple[str, dict[str, Any]]:
@@ -84,10 +112,13 @@ def rag_prompt(
         cite=params.cite or fmt.chunk_marker is not None, doc_order=doc_order, marker=marker,
     )  # fmt: skip
     gold = gold_chunk_ids(chunks, example.evidence) if example.evidence else set()
+    retrieved, gold_ids = list(ctx.chunk_ids), sorted(gold)
     meta = {
-        "retrieved": list(ctx.chunk_ids),
-        "gold_chunks": sorted(gold),
+        "retrieved": retrieved,
+        "gold_chunks": gold_ids,
         "gold_hit": bool(gold & set(ctx.chunk_ids)) if gold else None,
+        # what the view shows: the chunks' refs, scores and texts (experiment.evidence)
+        **chunk_evidence(chunks, retrieved, {s.chunk.id: s.score for s in scored}, gold_ids),
         "rag_context_tokens": ctx.tokens,
         "dropped_chunks": len(ctx.dropped),
         "index_seconds": t1 - t0,
