@@ -84,7 +84,6 @@ def chunk_evidence(
     }
 
 
-
 def rag_prompt(
     example: Example, res: Resources, params: RagParams, decline: bool = False
 ) -> tuple[str, dict[str, Any]]:
