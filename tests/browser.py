@@ -5,13 +5,14 @@ page at 1,000 px), so these helpers live here, beside them, not in the library."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,24 @@ def table_layout(
     if found is None:
         raise RuntimeError(f"{html}: the layout check did not run in {chromium}")
     return json.loads(unescape(found.group(1)))
+
+
+@contextlib.contextmanager
+def chromium_page(
+    url: str, chromium: str = "/usr/bin/chromium", window: tuple[int, int] = (1400, 1000)
+) -> Iterator[Any]:
+    """A Playwright page on the system's Chromium (no browser download), opened at ``url``;
+    console errors and uncaught exceptions are collected in ``page.errors``."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=list(CHROMIUM_FLAGS[1:]))
+        try:
+            page = browser.new_page(viewport={"width": window[0], "height": window[1]})
+            page.errors = []
+            page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+            page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+            page.goto(url)
+            yield page
+        finally:
+            browser.close()
