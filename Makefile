@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner bench-cost bench-docs gpu-carry clean
+.PHONY: setup test test-fast lint format demo lab render bench-retrieval bench-llm bench-runner bench-cost bench-docs bench-view gpu-carry clean
 
 setup: $(STAMP)
 
@@ -83,6 +83,11 @@ bench-runner: $(STAMP)
 # per-record cost batched vs alone (fair split of device time): benchmarks/results/cost.json
 bench-cost: $(STAMP)
 	$(PY) benchmarks/cost.py
+
+# the per-question view at 2,000 questions x 4 variants: page size, first rows and a filter in
+# headless Chromium: benchmarks/results/view.json
+bench-view: $(STAMP)
+	$(PY) benchmarks/view.py
 
 # the wheels, tokenizer and haystack a lent GPU machine lacks, into gpu_carry/ (git-ignored;
 # carry it: bash benchmarks/gpu_check.sh installs them); sizes in gpu_carry/MANIFEST.json

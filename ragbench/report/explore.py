@@ -473,6 +473,7 @@ async function start() {
     else { row.child(detailHtml(row.data())).show(); tr.classList.add("rbv-open"); }
   });
   root.dataset.rows = String(Q.length);
+  root.dataset.shownMs = String(Math.round(performance.now()));  // since the page began loading
   root.dataset.loaded = "1";
 }
 if (window.__ITABLES__) start();
