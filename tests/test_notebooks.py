@@ -70,6 +70,7 @@ TINY = {
         "num_examples": 1,
         "presets": ["niah_single_1", "niah_multikey_2", "vt", "fwe"],
     },  # fmt: skip
+    "08_explore_runs": {"runs": []},  # makes two fake-backend runs itself
     "05_your_documents": {
         **FAKE,
         "docs": "",
@@ -134,7 +135,7 @@ class _Executed(dict):
     def __missing__(self, name: str) -> Path:
         target = self.folder / f"{name}.ipynb"
         params = dict(TINY[name])
-        if "backend" in params:
+        if "backend" in params or "runs" in params:
             params["output_dir"] = str(self.folder / "runs")
         if name == "05_your_documents":
             params["docs"] = str(build_folder(self.folder / "docs"))

@@ -212,3 +212,38 @@ def test_text_that_closes_a_script_stays_data(run_dir):
     df.loc[df.index[0], "prediction"] = "</script><script>alert(1)</script>"
     page = view_html(df)
     assert "</script><script>alert(1)" not in page
+
+
+@needs_chromium
+def test_a_rendered_notebook_keeps_both_its_views_working(run_dir, tmp_path):
+    import nbformat
+
+    from ragbench.workspace.kernels import execute_notebook
+    from ragbench.workspace.render import render_notebook
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "ragbench",
+        "display_name": "ragbench",
+        "language": "python",
+    }
+    nb.cells = [
+        nbformat.v4.new_code_cell(f"import ragbench\nruns = [{str(run_dir)!r}]"),
+        nbformat.v4.new_code_cell("ragbench.explore(runs[0])"),
+        nbformat.v4.new_code_cell("ragbench.explore(ragbench.load(runs[0]), metric='contains')"),
+    ]
+    source = tmp_path / "explore.ipynb"
+    nbformat.write(nb, source)
+    executed = execute_notebook(source, tmp_path / "executed.ipynb", cwd=str(tmp_path))
+    assert executed is not None
+    page = render_notebook(tmp_path / "executed.ipynb", tmp_path / "executed.html")
+    with chromium_page(page.as_uri()) as browser:
+        browser.wait_for_function(
+            "document.querySelectorAll(\".rbv[data-loaded='1']\").length === 2", timeout=30000
+        )
+        views = browser.locator(".rbv")
+        assert views.nth(0).locator(ROWS).count() == 6
+        assert views.nth(1).locator(ROWS).count() == 6
+        views.nth(1).locator("tbody tr").first.locator("td").nth(1).click()
+        assert "retrieved (rank order)" in views.nth(1).locator(".rbv-detail").inner_text()
+        assert browser.errors == []

@@ -198,10 +198,16 @@ def _add_docs(questions: dict[str, dict[str, Any]], df: Any) -> None:
 
 
 def _frame(runs: Any) -> Any:
-    """Run folder(s) through ``ragbench.load``; a DataFrame as given."""
+    """Run folder(s) through ``ragbench.load``; the table ``ragbench.run`` returned through its
+    folder (``attrs["run_dir"]``: the question and chunk texts are there); another DataFrame
+    as given."""
     import pandas as pd
 
-    return runs if isinstance(runs, pd.DataFrame) else load(runs)
+    if not isinstance(runs, pd.DataFrame):
+        return load(runs)
+    if "run" not in runs.columns and runs.attrs.get("run_dir"):
+        return load(runs.attrs["run_dir"])
+    return runs
 
 
 def view_fragment(runs: Any, metric: str | None = None, title: str = "") -> str:
