@@ -31,6 +31,7 @@ COMMAND_MODULES: list[str] = [
     "ragbench.cli.listing",
     "ragbench.cli.check",
     "ragbench.cli.export",
+    "ragbench.cli.diff",
 ]
 
 
