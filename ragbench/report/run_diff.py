@@ -246,7 +246,7 @@ def _ids(ids: tuple[str, ...], limit: int) -> str:
 
 def _head_lines(d: RunDiff) -> list[str]:
     """Settings, questions, matching."""
-    lines = [f"A = {d.a}", f"B = {d.b}"]
+    lines = [f"A = {d.a}, B = {d.b}"]
     if d.settings:
         lines += ["settings that differ (A -> B):", *(f"  {s}" for s in d.settings)]
     else:
@@ -352,7 +352,7 @@ def _named(a: _Run, b: _Run) -> tuple[_Run, _Run]:
     return _Run(na, a.table, a.config, a.folder), _Run(nb, b.table, b.config, b.folder)
 
 
-def flat_settings(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_settings(config: Any, prefix: str = "") -> dict[str, Any]:
     """A config as ``{dotted key: value}``: mappings by key, lists of mappings by position
     (``strategies.2.params.top_k``); any other list is one value (``metrics``, a grid axis)."""
     out: dict[str, Any] = {}
@@ -536,6 +536,7 @@ def compare_runs(
     pairs: Mapping[str, str] | Iterable[str] | None = None,
     metric: str | None = None,
     seed: int = 0,
+    *,
     level: float = 0.05,
     n_boot: int = 2000,
 ) -> RunDiff:

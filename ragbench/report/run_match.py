@@ -219,15 +219,18 @@ def split_pair(
         )
     if not cuts:
         raise MatchError(f"--pair {text!r}: expected LABEL_A=LABEL_B")
-    left = [y for x, y in cuts if x in labels_a]
-    if left:
-        raise MatchError(
-            f"--pair {text!r}: unknown label of run B ({names[1]}) {left[0]!r}; "
-            f"{did_you_mean(left[0], labels_b)}"
-        )
+    for side, found, labels in (
+        (1, [y for x, y in cuts if x in labels_a], labels_b),
+        (0, [x for x, y in cuts if y in labels_b], labels_a),
+    ):
+        if found:  # one side is a label of its run: the other is the unknown one
+            raise MatchError(
+                f"--pair {text!r}: unknown label of run {'AB'[side]} ({names[side]}) "
+                f"{found[0]!r}; {did_you_mean(found[0], labels)}"
+            )
     raise MatchError(
-        f"--pair {text!r}: no label of run A ({names[0]}) before an '='; valid: "
-        f"{', '.join(labels_a)}"
+        f"--pair {text!r}: no label of run A ({names[0]}) before an '=' and of run B "
+        f"({names[1]}) after it; A's: {', '.join(labels_a)}; B's: {', '.join(labels_b)}"
     )
 
 
