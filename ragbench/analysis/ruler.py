@@ -16,12 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragbench.analysis._common import (
-    _scored,
-    check_one_row_each,
-    default_metric,
-    resolve_metric,
-)
+from ragbench.analysis._common import _scored, default_metric, resolve_metric
 from ragbench.analysis.labels import with_labels
 from ragbench.datasets import RULER_PRESETS, RULER_TASKS
 
@@ -72,7 +67,6 @@ def ruler_table(
                 "a RULER table needs the examples' task and context length"
             )
     df = with_labels(df)
-    check_one_row_each(df)
     scored = df.assign(
         _score=ruler_scores(df, metric) * 100, _task=df[task].astype(str).str.removeprefix("ruler/")
     )
