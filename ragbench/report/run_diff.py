@@ -184,6 +184,7 @@ class RunDiff:
         return 1 - self.level / max(1, len(self.pairs))
 
     def to_json(self) -> dict[str, Any]:
+        """What ``ragbench diff --json`` prints: plain JSON values, NaN as null."""
         return {
             "runs": {"a": self.a, "b": self.b},
             "metric": self.metric,
@@ -431,7 +432,8 @@ def _pair(a: _Run, b: _Run, match: Match, s: _Setup) -> PairDiff:
     ra, rb = _rows(a, match.a_label, s.shared), _rows(b, match.b_label, s.shared)
     xa = _scored(ra, s.metric).set_index("example_id")[s.metric].astype(float)
     xb = _scored(rb, s.metric).set_index("example_id")[s.metric].astype(float)
-    ids = [i for i in xa.index if i in set(xb.index)]
+    in_b = set(xb.index)
+    ids = [i for i in xa.index if i in in_b]  # scored in both, in A's order
     x, y = xa.loc[ids].to_numpy(), xb.loc[ids].to_numpy()
     # an independent stream per pair, fixed by ``seed`` and the two labels (as the verdict's)
     stream = [s.seed, zlib.crc32(match.a_label.encode()), zlib.crc32(match.b_label.encode())]
