@@ -125,7 +125,9 @@ def test_compare_rejects_unknown_names_and_duplicates():
         analysis.compare(df, metric="string_match_al")
     with pytest.raises(KeyError, match="did you mean 'long_context'"):
         analysis.compare(df, labels=["long_contxt", "rag"])
-    with pytest.raises(ValueError, match="duplicate .*'q000', 'rag'"):
+    with pytest.raises(
+        ValueError, match=r"1 duplicated \(example_id, label\) row \(e.g. \('q000', 'rag'\)\)"
+    ):
         analysis.compare(pd.concat([df, df.iloc[:1]]))
 
 

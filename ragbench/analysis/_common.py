@@ -1,5 +1,5 @@
-"""Helpers every analysis shares: the default metric, metric and label checks, scored rows,
-paired scores."""
+"""Helpers every analysis shares: the default metric, metric and label checks, one row per
+question and variant, scored rows, paired scores."""
 
 from __future__ import annotations
 
@@ -107,6 +107,31 @@ def check_metric_version(df: Any, metric: str) -> None:
 _check_metric = resolve_metric  # the name the analysis modules import
 
 
+class DuplicateRowsError(ValueError):
+    """A table with two rows for one (question, variant): the message says how to fix it."""
+
+
+def check_one_row_each(df: Any) -> None:
+    """Every table an analysis reads holds one row per (``example_id``, ``label``): a summary's
+    ``n``, a paired table's pairs and a router's choices count rows. Two runs concatenated
+    (``pd.concat([run_a, run_b])``) repeat every pair and would be counted twice, silently
+    (``n`` = 12 for 6 questions), or one row picked at random: DuplicateRowsError, one line
+    naming the fix. Each analysis calls this at its entry, after ``with_labels``; a table
+    without those columns (a derived one) is not a results table and passes."""
+    if "example_id" not in df or "label" not in df:
+        return
+    dup = df.duplicated(["example_id", "label"])
+    if not dup.any():
+        return
+    first = df[dup].iloc[0]
+    raise DuplicateRowsError(
+        f"{counted(int(dup.sum()), 'duplicated (example_id, label) row')} (e.g. "
+        f"({first['example_id']!r}, {first['label']!r})): two runs concatenated? load them with "
+        "ragbench.load([run_a, run_b]) (labels name their run) or pair them with ragbench diff / "
+        "report.compare_runs"
+    )
+
+
 def _check_labels(df: Any, labels: Iterable[str] | None) -> list[str]:
     """The variants to analyse in first-seen (config) order; unknown names are an error."""
     seen = list(dict.fromkeys(df["label"]))
@@ -131,18 +156,13 @@ def _higher_is_better(metric: str) -> bool:
 
 def paired_scores(df: Any, metric: str | None = None, labels: Iterable[str] | None = None) -> Any:
     """Questions x variants matrix of ``metric`` (default: the table's first metric column;
-    NaN where a variant has no score for a question). Two rows for the same (question, variant), e.g. two runs concatenated, are an
-    error: pairing would silently pick one."""
+    NaN where a variant has no score for a question). Two rows for the same (question, variant),
+    e.g. two runs concatenated, are an error (``check_one_row_each``): pairing would silently
+    pick one."""
     df = with_labels(df)
+    check_one_row_each(df)
     metric = _check_metric(df, metric)
     labels = _check_labels(df, labels)
     rows = _scored(df[df["label"].isin(labels)], metric)
-    dup = rows.duplicated(["example_id", "label"])
-    if dup.any():
-        first = rows[dup].iloc[0]
-        raise ValueError(
-            f"{int(dup.sum())} duplicate (example_id, label) rows, e.g. "
-            f"({first['example_id']!r}, {first['label']!r}): one row per question and variant"
-        )
     wide = rows.pivot(index="example_id", columns="label", values=metric).astype(float)
     return wide.reindex(columns=labels)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragbench.analysis._common import _check_metric
+from ragbench.analysis._common import _check_metric, check_one_row_each
 from ragbench.analysis.labels import with_labels
 from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, RETRIEVED, Contexts, contexts_of
 from ragbench.strategies.fit import document_layout
@@ -153,6 +153,7 @@ def attribute(
     import pandas as pd
 
     df = with_labels(df)
+    check_one_row_each(df)  # attribution_table counts records per variant
     metric = _check_metric(df, metric)
     if isinstance(examples, Mapping):
         by_id = dict(examples)

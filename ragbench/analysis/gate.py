@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragbench.analysis._common import error_summary, metric_columns
+from ragbench.analysis._common import check_one_row_each, error_summary, metric_columns
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.summary import summary
 from ragbench.analysis.verdict import verdict as decide_verdict
@@ -197,6 +197,7 @@ def check(
     raises GateError. A requirement on a metric the run did not score fails, saying so. More
     than ``max_errors`` failed records of the variants it reads (those the requirements name;
     every variant with ``verdict``) fail it too (``failed_records``)."""
+    check_one_row_each(with_labels(df))  # the gate reads one run's table
     parsed = [parse_requirement(text) for text in requirements]
     values = variant_values(df, seed=seed)
     labels = list(values)

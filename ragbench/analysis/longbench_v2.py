@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragbench.analysis._common import _check_metric
+from ragbench.analysis._common import _check_metric, check_one_row_each
 from ragbench.analysis.labels import with_labels
 from ragbench.metrics.longbench_v2 import COMPENSATED, METRIC, extract_answer
 
@@ -41,6 +41,7 @@ def longbench_v2_table(df: Any, metric: str = METRIC, compensated: bool = False)
 
     metric = _check_metric(df, metric)
     df = with_labels(df)
+    check_one_row_each(df)
     scored = df[pd.to_numeric(df[metric], errors="coerce").notna()].copy()
     acc = pd.to_numeric(scored[metric]).astype(float)
     if compensated:

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from ragbench.analysis._common import _check_labels, _check_metric, _scored
+from ragbench.analysis._common import _check_labels, _check_metric, _scored, check_one_row_each
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.summary import SUMMARY_COST_COLUMNS, small_n_notes, summary
 from ragbench.metrics.answer import mean_ci
@@ -52,6 +52,7 @@ def oracle_router(
     column and every summary cost column of the chosen record. ``attrs["cost"]`` names the cost.
     """
     df = with_labels(df)
+    check_one_row_each(df)
     metric = _check_metric(df, metric)
     if labels is None:  # every variant but the routers
         routers = strategies_where(routes=True)
@@ -98,6 +99,7 @@ def router_headroom(
     import pandas as pd
 
     df = with_labels(df)
+    check_one_row_each(df)
     metric = _check_metric(df, metric)
     choices = oracle_router(df, metric, cost, threshold, labels)
     cost = choices.attrs["cost"]

@@ -8,7 +8,13 @@ import json
 import math
 from typing import Any
 
-from ragbench.analysis._common import _check_metric, _scored, counted, metric_columns
+from ragbench.analysis._common import (
+    _check_metric,
+    _scored,
+    check_one_row_each,
+    counted,
+    metric_columns,
+)
 from ragbench.analysis.labels import with_labels
 from ragbench.strategies import FULL_CONTEXT, RETRIEVED, strategies_where
 
@@ -27,6 +33,7 @@ def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float 
     import pandas as pd
 
     df = with_labels(df)
+    check_one_row_each(df)
     metric = _check_metric(df, metric)
     columns = [
         "label",

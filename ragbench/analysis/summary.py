@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragbench.analysis._common import _check_metric, own_latency_seconds
+from ragbench.analysis._common import _check_metric, check_one_row_each, own_latency_seconds
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.self_route import self_route_warnings
 from ragbench.judge.agreement import judge_warnings
@@ -77,6 +77,7 @@ def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
     import pandas as pd
 
     df = with_labels(df)
+    check_one_row_each(df)  # two runs concatenated would count each question twice
     metric = _check_metric(df, metric)
     acc = aggregate(df, ["label"], metric, seed=seed).set_index("label")
     ok = df[df["error"].isna()] if "error" in df else df
@@ -128,6 +129,7 @@ def effective_context_length(
     import pandas as pd
 
     df = with_labels(df)
+    check_one_row_each(df)
     metric = _check_metric(df, metric)
     means = df.groupby(["label", length])[metric].mean().reset_index().sort_values(length)
     rows = []

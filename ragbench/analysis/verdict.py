@@ -50,6 +50,7 @@ from ragbench.analysis._common import (
     _check_metric,
     _higher_is_better,
     _scored,
+    check_one_row_each,
     counted,
     own_latency_seconds,
     paired_scores,
@@ -367,6 +368,7 @@ def verdict(
     if not 0 < alpha < 1 or not 0 < margin < 1:
         raise ValueError(f"alpha and margin must be in (0, 1), got {alpha} and {margin}")
     df = with_labels(df)
+    check_one_row_each(df)  # two runs concatenated: every pair twice
     metric = _check_metric(df, metric)
     rows = _scored(df, metric)
     if rows.empty:

@@ -32,6 +32,7 @@ COMMAND_MODULES: list[str] = [
     "ragbench.cli.check",
     "ragbench.cli.export",
     "ragbench.cli.view",
+    "ragbench.cli.diff",
 ]
 
 

@@ -4,7 +4,9 @@
   tuning, a metric against a tested value);
 - ``tables``: numbers formatted with units, predictions, a run's provenance;
 - ``planning_plots``: the planning notebook's plots;
-- ``readable``: axis and figure checks every plot goes through.
+- ``readable``: axis and figure checks every plot goes through;
+- ``run_diff``: two runs question by question (``compare_runs``, ``ragbench diff``), their
+  variants matched by ``run_match``.
 
 The verdict (``verdict(df, ...)``: which variant to use, in one or two sentences; every
 comparison notebook opens its results with it), the tables that decide (the summary, paired
@@ -39,14 +41,17 @@ from ragbench.report.figures import (
     plot_retrieval_tuning,
 )
 from ragbench.report.planning_plots import plot_break_even, plot_kv_cache, plot_prefix_caching
+from ragbench.report.run_diff import RunDiff, compare_runs
 from ragbench.report.tables import formatted, predictions, provenance, verdict_detail
 
 __all__ = [
     "CAUSES",
     "ORACLE_LABEL",
+    "RunDiff",
     "attribute",
     "attribution_table",
     "compare",
+    "compare_runs",
     "decide",
     "effective_context_length",
     "formatted",
