@@ -247,3 +247,55 @@ def test_a_rendered_notebook_keeps_both_its_views_working(run_dir, tmp_path):
         views.nth(1).locator("tbody tr").first.locator("td").nth(1).click()
         assert "retrieved (rank order)" in views.nth(1).locator(".rbv-detail").inner_text()
         assert browser.errors == []
+
+
+@needs_chromium
+def test_diff_html_starts_on_the_first_pair_and_counts_its_flips(run_dir, tmp_path):
+    other = ragbench.run(
+        {
+            **CONFIG,
+            "retrieval": {**CONFIG["retrieval"], "chunk_size": 32},
+            "output_dir": str(tmp_path / "runs"),
+        },
+        progress=False,
+    )
+    run_b = Path(other.attrs["run_dir"])
+    page_path = tmp_path / "diff.html"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ragbench.cli",
+            "diff",
+            str(run_dir),
+            str(run_b),
+            "--json",
+            "--html",
+            str(page_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    pairs = json.loads(done.stdout)["pairs"]  # stdout stays JSON with --html
+    first = pairs[0]
+    with chromium_page(page_path.as_uri()) as page:
+        page.wait_for_selector(".rbv[data-loaded='1']", state="attached", timeout=20000)
+        a = page.locator("select[data-filter='A'] option:checked").inner_text()
+        b = page.locator("select[data-filter='B'] option:checked").inner_text()
+        assert a == f"{run_dir.name}: {first['a_label']}"
+        assert b == f"{run_b.name}: {first['b_label']}"
+        options = page.locator("select[data-filter='outcome'] option").all_inner_texts()
+        assert f"A right, B wrong ({len(first['a_only'])})" in options
+        assert f"B right, A wrong ({len(first['b_only'])})" in options
+        for pair in pairs:  # every pair's flips, as the page counts them
+            page.select_option(
+                "select[data-filter='A']", label=f"{run_dir.name}: {pair['a_label']}"
+            )
+            page.select_option("select[data-filter='B']", label=f"{run_b.name}: {pair['b_label']}")
+            page.select_option("select[data-filter='outcome']", "b_only")
+            shown = page.locator(ROWS).all()
+            ids = sorted(row.locator("td").first.inner_text() for row in shown)
+            assert ids == sorted(pair["b_only"]), pair
+        assert page.errors == []

@@ -10,7 +10,9 @@ from pathlib import Path
 import typer
 
 from ragbench.io import user_errors
+from ragbench.report.explore import write_view
 from ragbench.report.run_diff import RunDiff, compare_runs
+from ragbench.report.runs import RUN_SEPARATOR, load
 
 
 def emit(result: RunDiff, as_json: bool, limit: int) -> None:
@@ -19,8 +21,22 @@ def emit(result: RunDiff, as_json: bool, limit: int) -> None:
         typer.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
     else:
         typer.echo(result.text(limit=limit))
-    # --html PATH (issue 44): the lead's view module renders ``result`` (a RunDiff) to a page
-    # here; this command gains the option when that module lands
+
+
+def write_page(run_a: Path, run_b: Path, result: RunDiff, out: Path, metric: str | None) -> Path:
+    """The per-question view of both runs (each variant a column, named by its run), starting
+    on the first matched pair as A and B."""
+    both = load([run_a, run_b])
+    a_name, b_name = list(both.attrs["run_dirs"])
+    pair = None
+    if result.pairs:
+        first = result.pairs[0].match
+        pair = (
+            f"{a_name}{RUN_SEPARATOR}{first.a_label}",
+            f"{b_name}{RUN_SEPARATOR}{first.b_label}",
+        )
+    title = f"ragbench diff: {a_name} vs {b_name}"
+    return write_view(both, out, metric=metric, title=title, pair=pair)
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +63,9 @@ def register(app: typer.Typer) -> None:
             False, "--json", help='print {"settings", "left_out", "pairs", ...} as JSON'
         ),
         limit: int = typer.Option(10, min=1, help="flipped question ids listed per pair"),
+        html: Path | None = typer.Option(
+            None, "--html", help="also write the per-question view of both runs to this file"
+        ),
     ) -> None:
         """Compare two runs question by question: what differs in their configs, which variant
         of A is which of B, and per pair the paired difference (interval, p), the cost and
@@ -54,3 +73,7 @@ def register(app: typer.Typer) -> None:
         with user_errors():  # RunFolderError, RunDiffError, an unknown label: one line, exit 2
             result = compare_runs(run_a, run_b, pairs=pair or None, metric=metric)
         emit(result, as_json, limit)
+        if html is not None:
+            with user_errors():
+                written = write_page(run_a, run_b, result, html, metric)
+            typer.echo(f"wrote {written}", err=as_json)  # --json keeps stdout JSON

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ragbench.io import user_errors
+from ragbench.report.explore import write_view
 
 
 def register(app: typer.Typer) -> None:
@@ -31,8 +32,6 @@ def register(app: typer.Typer) -> None:
         title: str = typer.Option("", help="the page's heading"),
     ) -> None:
         """Write one self-contained HTML page: a row per question, every variant beside it."""
-        from ragbench.report.explore import write_view
-
         target = out or (run_dirs[0] / "view.html" if len(run_dirs) == 1 else Path("view.html"))
         with user_errors():  # not a run folder, an unknown metric
             written = write_view(run_dirs, target, metric=metric, title=title)

@@ -27,6 +27,7 @@ import json
 import math
 import uuid
 from collections.abc import Sequence
+from importlib.resources import files
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -146,9 +147,12 @@ def _chunk_store(df: Any) -> tuple[dict[str, Any], list[str]]:
     return chunks, missing
 
 
-def view_payload(df: Any, metric: str | None = None, title: str = "") -> dict[str, Any]:
+def view_payload(
+    df: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+) -> dict[str, Any]:
     """The view's data: variants (label, run), questions (id, text, gold, source documents, one
-    cell per variant or None), the chunk texts they point to, and what the runs lack."""
+    cell per variant or None), the chunk texts they point to, and what the runs lack. ``pair``:
+    the labels the page starts with as A and B (default: the first two variants)."""
     df = with_labels(df).reset_index(drop=True)
     metric = metric or default_metric(df)
     others = [m for m in metric_columns(df) if m != metric]
@@ -183,6 +187,7 @@ def view_payload(df: Any, metric: str | None = None, title: str = "") -> dict[st
         "questions": list(questions.values()),
         "chunks": used,
         "missing": missing,
+        "pair": [index.get(label, i) for i, label in enumerate(pair or ("", ""))],
     }
 
 
@@ -195,6 +200,11 @@ def _add_docs(questions: dict[str, dict[str, Any]], df: Any) -> None:
         for ex, docs in zip(table["example_id"], table["gold_docs"], strict=True):
             if ex in questions and not questions[ex]["docs"]:
                 questions[ex]["docs"] = [str(d) for d in _plain(docs) or []]
+
+
+def _asset(name: str) -> str:
+    """The view's script or style sheet, shipped beside the price sheets (``ragbench/data``)."""
+    return (files("ragbench") / "data" / "view" / name).read_text(encoding="utf-8")
 
 
 def _frame(runs: Any) -> Any:
@@ -210,7 +220,9 @@ def _frame(runs: Any) -> Any:
     return runs
 
 
-def view_fragment(runs: Any, metric: str | None = None, title: str = "") -> str:
+def view_fragment(
+    runs: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+) -> str:
     """The view as an HTML fragment (a notebook output, a section of a page)."""
     from itables.javascript import (
         _itables_ready_event,
@@ -219,18 +231,19 @@ def view_fragment(runs: Any, metric: str | None = None, title: str = "") -> str:
     )
     from itables.options import dt_bundle
 
-    payload = view_payload(_frame(runs), metric, title)
+    payload = view_payload(_frame(runs), metric, title, pair)
     vid = "rbv-" + uuid.uuid4().hex[:10]
     data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     data = data.replace("</", "<\\/")  # a "</script>" inside a text must not end the block
     script = (
-        _VIEW_JS.replace("__VID__", vid)
+        _asset("explore.js")
+        .replace("__VID__", vid)
         .replace("__ITABLES_READY__", _itables_ready_event())
         .replace("__ITABLES__", _itables_underscore_version())
     )
     return (
         generate_init_offline_itables_html(dt_bundle)
-        + f"<style>{_VIEW_CSS}</style>"
+        + f"<style>{_asset('explore.css')}</style>"
         + f'<div class="rbv" id="{vid}">'
         + f'<script type="application/json" id="{vid}-data">{data}</script>'
         + f'<div class="rbv-missing" id="{vid}-missing"></div>'
@@ -241,13 +254,15 @@ def view_fragment(runs: Any, metric: str | None = None, title: str = "") -> str:
     )
 
 
-def view_html(runs: Any, metric: str | None = None, title: str = "") -> str:
+def view_html(
+    runs: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+) -> str:
     """The view as a whole page."""
     heading = html.escape(title or "ragbench: questions")
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{heading}</title></head><body><h1>{heading}</h1>"
-        + view_fragment(runs, metric, title)
+        + view_fragment(runs, metric, title, pair)
         + "</body></html>"
     )
 
@@ -257,9 +272,12 @@ def write_view(
     out: str | PathLike[str],
     metric: str | None = None,
     title: str = "",
+    pair: tuple[str, str] | None = None,
 ) -> Path:
-    """``ragbench view``: the page for ``runs`` (folders or a loaded table), written atomically."""
-    return atomic_write_text(out, view_html(runs, metric, title))
+    """``ragbench view``: the page for ``runs`` (folders or a loaded table), written atomically;
+    ``pair``: the variants it starts with as A and B (``ragbench diff --html``: the first
+    matched pair)."""
+    return atomic_write_text(out, view_html(runs, metric, title, pair))
 
 
 class Explorer:
@@ -275,214 +293,3 @@ class Explorer:
 def explore(runs: Any, metric: str | None = None, title: str = "") -> Explorer:
     """The per-question view of run folder(s) or a loaded table, inline in Jupyter."""
     return Explorer(view_fragment(runs, metric, title))
-
-
-_VIEW_CSS = """
-.rbv{font:14px/1.4 system-ui,sans-serif;max-width:100%}
-.rbv-bar{display:flex;flex-wrap:wrap;gap:.5em 1em;align-items:center;margin:.5em 0}
-.rbv-bar label{white-space:nowrap}
-.rbv-missing{color:#8a4b00}
-.rbv-table td{vertical-align:top;white-space:pre-wrap;overflow-wrap:anywhere;word-break:break-word}
-.rbv-ok{color:#176b2c;font-weight:600}.rbv-bad{color:#a4161a;font-weight:600}
-.rbv-na{color:#777}.rbv-meta{color:#555;font-size:12px}
-.rbv-detail{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:1em}
-.rbv-detail h4{margin:.2em 0}
-.rbv-chunk{border-left:3px solid #ccc;padding-left:.5em;margin:.4em 0;white-space:pre-wrap;
- overflow-wrap:anywhere}
-.rbv-gold{border-left-color:#176b2c}.rbv-missed{border-left-color:#a4161a}
-.rbv-chunk summary{cursor:pointer}
-tr.rbv-open>td{background:#f4f7fb}
-"""
-
-# Hand-written (module docstring): filters over pairs of variants, their counts, the expanded
-# evidence. Text goes through esc() before it reaches innerHTML.
-_VIEW_JS = r"""
-(() => {
-const VID = "__VID__";
-const root = document.getElementById(VID);
-if (!root || root.dataset.ready) return;
-root.dataset.ready = "1";
-const D = JSON.parse(document.getElementById(VID + "-data").textContent);
-const V = D.variants, Q = D.questions, FOLD = 400;
-const esc = s => String(s ?? "").replace(/[&<>"']/g,
-  c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
-const num = (x, d) => x == null ? "n/a" : Number(x).toFixed(d);
-const ok = c => c && !c.err && c.s != null ? (D.binary ? c.s >= 1 : null) : null;
-const scored = c => c && !c.err && c.s != null;
-const state = {a: 0, b: Math.min(1, V.length - 1), outcome: "all", cause: "", doc: "",
-  match: null};
-
-function pairOf(q) {  // -1: A better, 1: B better, 0: same, null: not both scored
-  const ca = q.c[state.a], cb = q.c[state.b];
-  if (!scored(ca) || !scored(cb)) return null;
-  return ca.s > cb.s ? -1 : ca.s < cb.s ? 1 : 0;
-}
-const OUTCOMES = {
-  all: () => true,
-  a_only: q => pairOf(q) === -1,
-  b_only: q => pairOf(q) === 1,
-  both_wrong: q => { const c = [q.c[state.a], q.c[state.b]];
-    return c.every(scored) && c.every(x => D.binary ? x.s < 1 : x.s <= 0); },
-  disagree: q => new Set(q.c.filter(scored).map(c => c.s)).size > 1,
-};
-function keep(q) {
-  if (!OUTCOMES[state.outcome](q)) return false;
-  if (state.cause && !q.c.some(c => c && c.cause === state.cause)) return false;
-  if (state.doc && !q.docs.includes(state.doc)) return false;
-  if (state.match && ![q.id, q.q, ...q.a, ...q.c.map(c => c ? c.p : "")].some(state.match))
-    return false;
-  return true;
-}
-
-function cellHtml(c) {
-  if (!c) return '<span class="rbv-na">not run</span>';
-  if (c.err) return '<span class="rbv-bad">error</span> <span class="rbv-meta">' +
-    esc(c.err.slice(0, 200)) + "</span>";
-  const mark = c.s == null ? '<span class="rbv-na">unscored</span>' : D.binary
-    ? (c.s >= 1 ? '<span class="rbv-ok">\u2713</span>' : '<span class="rbv-bad">\u2717</span>')
-    : '<span class="rbv-meta">' + esc(D.metric) + " " + num(c.s, 3) + "</span>";
-  return mark + " " + esc(c.p || "(empty answer)") + '<div class="rbv-meta">$' +
-    num(c.d, 4) + " / 1k \u00b7 " + num(c.l, 2) + " s" +
-    (c.cause && c.cause !== "correct" ? " \u00b7 " + esc(c.cause) : "") + "</div>";
-}
-function chunkHtml(ref, score, id, gold, doc, text, cls) {
-  const ch = ref != null ? D.chunks[ref] : null;
-  const body = text ?? (ch ? ch[1] : null), src = doc ?? (ch ? ch[0] : "");
-  const head = esc(id) + (score != null ? " \u00b7 score " + num(score, 3) : "") +
-    (src ? " \u00b7 " + esc(src) : "") + (gold ? " \u00b7 gold" : "");
-  if (body == null) return '<div class="rbv-chunk ' + cls + '">' + head +
-    ' <span class="rbv-na">(text not stored in this run folder)</span></div>';
-  if (body.length <= FOLD) return '<div class="rbv-chunk ' + cls + '"><div class="rbv-meta">' +
-    head + "</div>" + esc(body) + "</div>";
-  return '<details class="rbv-chunk ' + cls + '"><summary><span class="rbv-meta">' + head +
-    "</span><br>" + esc(body.slice(0, FOLD)) + "\u2026</summary>" + esc(body.slice(FOLD)) +
-    "</details>";
-}
-function detailHtml(q) {
-  const parts = q.c.map((c, i) => {
-    if (!c) return "";
-    let h = "<div><h4>" + esc(V[i].label) + "</h4>" + cellHtml(c);
-    const sc = Object.entries(c.sc).map(([k, v]) => esc(k) + " " + num(v, 3)).join(" \u00b7 ");
-    if (sc) h += '<div class="rbv-meta">' + sc + "</div>";
-    if (c.cause) h += '<div class="rbv-meta">outcome: ' + esc(c.cause) + "</div>";
-    const ev = c.ev || {};
-    if (ev.route) h += '<div class="rbv-meta">route: ' + esc(ev.route) + "</div>";
-    if (ev.r) {
-      h += '<div class="rbv-meta">retrieved (rank order)' +
-        (ev.hit === true ? ": gold retrieved" : ev.hit === false ? ": gold NOT retrieved" : "") +
-        "</div>";
-      h += ev.r.map(r => chunkHtml(r[0], r[1], r[2], r[3], r[4], r[5],
-                                   r[3] ? "rbv-gold" : "")).join("");
-      h += (ev.miss || []).map(m => chunkHtml(m[0], null, m[1] + " (gold, not retrieved)",
-                                              true, null, null, "rbv-missed")).join("");
-    }
-    if (ev.lc) h += '<div class="rbv-meta">long context kept ' + esc(ev.lc.kept_tokens) +
-      " tokens, cut " + esc(ev.lc.truncated_tokens ?? 0) + "; evidence cut: " +
-      esc(ev.lc.evidence_truncated ?? "unknown") + "; documents dropped: " +
-      esc(JSON.stringify(ev.lc.dropped_documents ?? 0)) + "</div>";
-    for (const [k, v] of Object.entries(c.j || {}))
-      h += '<div class="rbv-meta">' + esc(k) + ": " + esc(v) + "</div>";
-    return h + "</div>";
-  });
-  return '<div class="rbv-detail">' + parts.join("") + "</div>";
-}
-
-function select(name, options, onChange) {
-  const label = document.createElement("label");
-  label.textContent = name + " ";
-  const sel = document.createElement("select");
-  sel.dataset.filter = name;
-  options.forEach(([value, text]) => sel.add(new Option(text, value)));
-  sel.addEventListener("change", () => onChange(sel.value));
-  label.appendChild(sel);
-  return [label, sel];
-}
-
-async function start() {
-  const lib = await window.__ITABLES__;
-  const DT = lib.default;  // DataTable itself (ITable is itables' wrapper, which takes no data option)
-  if (D.missing.length) document.getElementById(VID + "-missing").textContent =
-    "Not in the run folder (written before ragbench kept it): " + D.missing.join("; ");
-  const columns = [
-    {title: "id", data: "id"},
-    {title: "question", data: "q", render: (q, t) => t === "display" ? esc(q) : q},
-    {title: "gold", data: "a", render: (a, t) => t === "display" ? esc(a.join(" | ")) : a.join(" ")},
-    ...V.map((v, i) => ({title: v.label, data: row => row.c[i], render: (c, t) =>
-      t === "display" ? cellHtml(c) : t === "sort" || t === "type"
-        ? (c && c.s != null && !c.err ? c.s : -1) : (c ? c.p : "")})),
-  ];
-  const table = document.getElementById(VID + "-table");
-  columns.forEach(c => { c.className = "dt-left"; });
-  const dt = new DT(table, {data: Q, columns, deferRender: true, pageLength: 25,
-    order: [], autoWidth: false, searching: true,
-    layout: {topStart: "pageLength", topEnd: null}});
-  const bar = document.getElementById(VID + "-bar");
-  const search = document.createElement("input");
-  search.type = "search"; search.placeholder = "search question, answers, predictions";
-  search.size = 40; search.dataset.filter = "search";
-  const regex = document.createElement("input");
-  regex.type = "checkbox"; regex.dataset.filter = "regex";
-  const rl = document.createElement("label");
-  rl.append(regex, " regex");
-  const apply = () => {  // over each text on its own, so a regex's ^ and $ mean its ends
-    state.match = null;
-    search.setCustomValidity("");
-    if (search.value) {
-      try {
-        const re = new RegExp(regex.checked ? search.value
-          : search.value.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "i");
-        state.match = t => re.test(t);
-      } catch (e) { search.setCustomValidity(String(e)); search.reportValidity(); }
-    }
-    dt.draw();
-  };
-  search.addEventListener("input", apply); regex.addEventListener("change", apply);
-  const names = V.map((v, i) => [String(i), v.label]);
-  const [la, sa] = select("A", names, v => { state.a = +v; counts(); dt.draw(); });
-  const [lb, sb] = select("B", names, v => { state.b = +v; counts(); dt.draw(); });
-  sb.value = String(state.b);
-  const [lo, so] = select("outcome", [["all", "all"]], v => { state.outcome = v; dt.draw(); });
-  const causeCount = {}, docCount = {};
-  Q.forEach(q => {
-    new Set(q.c.filter(c => c).map(c => c.cause)).forEach(c => causeCount[c] = (causeCount[c] || 0) + 1);
-    q.docs.forEach(d => docCount[d] = (docCount[d] || 0) + 1);
-  });
-  const [lc] = select("cause", [["", "any cause"], ...Object.keys(causeCount).sort()
-    .map(c => [c, c + " (" + causeCount[c] + ")"])], v => { state.cause = v; dt.draw(); });
-  const [ld] = select("source document", [["", "any document"], ...Object.keys(docCount).sort()
-    .map(d => [d, d + " (" + docCount[d] + ")"])], v => { state.doc = v; dt.draw(); });
-  bar.append(search, rl, la, lb, lo, lc, ld);
-  function counts() {
-    const n = k => Q.filter(OUTCOMES[k]).length;
-    const A = V[state.a].label, B = V[state.b].label;
-    const good = D.binary ? [" right, ", " wrong"] : [" higher than ", ""];
-    const opts = [["all", "all (" + Q.length + ")"],
-      ["a_only", "A" + good[0] + "B" + good[1] + " (" + n("a_only") + ")"],
-      ["b_only", "B" + good[0] + "A" + good[1] + " (" + n("b_only") + ")"],
-      ["both_wrong", "both wrong (" + n("both_wrong") + ")"],
-      ["disagree", "any disagreement (" + n("disagree") + ")"]];
-    const was = so.value;
-    so.innerHTML = "";
-    opts.forEach(([v, t]) => so.add(new Option(t, v)));
-    so.value = was || "all";
-    so.title = "A: " + A + "\nB: " + B;
-  }
-  counts();
-  DT.ext.search.push((settings, _data, i) =>
-    settings.nTable !== table || keep(Q[i]));
-  table.addEventListener("click", ev => {
-    const tr = ev.target.closest("tbody > tr");
-    if (!tr || tr.classList.contains("child") || ev.target.closest("details")) return;
-    const row = dt.row(tr);
-    if (!row.data()) return;
-    if (row.child.isShown()) { row.child.hide(); tr.classList.remove("rbv-open"); }
-    else { row.child(detailHtml(row.data())).show(); tr.classList.add("rbv-open"); }
-  });
-  root.dataset.rows = String(Q.length);
-  root.dataset.shownMs = String(Math.round(performance.now()));  // since the page began loading
-  root.dataset.loaded = "1";
-}
-if (window.__ITABLES__) start();
-else window.addEventListener("__ITABLES_READY__", start, {once: true});
-})();
-"""
