@@ -3,10 +3,17 @@ sockets, so ipykernel has no "running over TCP without encryption" warning to pr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
-from ragbench.workspace.kernels import execute_notebook, kernel_cli_args, kernel_config
+from ragbench.workspace.kernels import (
+    execute_notebook,
+    kernel_cli_args,
+    kernel_config,
+    lab_cli_args,
+)
 
 WARNING = "without encryption"
 PROBE = (
@@ -112,3 +119,14 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
         server.wait(30)
         log.close()
     assert WARNING not in (tmp_path / "server.log").read_text()
+
+
+def test_make_lab_allows_root_only_as_root():
+    """Jupyter refuses to start as root without ``--allow-root`` (CI, most containers run as
+    root): ``make lab`` adds it there, and only there."""
+    assert lab_cli_args(uid=0) == [*kernel_cli_args(), "--allow-root"]
+    assert lab_cli_args(uid=1000) == kernel_cli_args()
+    assert "--allow-root" not in kernel_cli_args()  # papermill's and the tests' servers: as given
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\nlab:", 1)[1].split("\n\n", 1)[0]
+    assert "import lab_cli_args" in recipe and "$(LAB_ARGS)" in recipe
