@@ -186,3 +186,15 @@ def test_lm_eval_says_why_a_prompt_is_not_there(exported, tmp_path):
     # the rows still carry their questions: questions.parquet travels with the folder
     rows = [json.loads(line) for line in export_run(moved, "jsonl")[0].read_text().splitlines()]
     assert {r["question"] for r in rows} == {QUESTION}
+
+
+def test_a_run_once_tracked_to_a_file_uri_still_exports_its_prompts(exported, tmp_path):
+    """A ``file:`` MLflow URI is refused in configs now; an older run's manifest may hold one,
+    and where a run was reported changes no prompt: its export rebuilds them all the same."""
+    old = shutil.copytree(exported["run_dir"], tmp_path / "old")
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["config"]["tracking"] = {"mlflow": {"tracking_uri": "file:/somewhere/mlruns"}}
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    samples = _samples(export_run(old, "lm-eval", tmp_path / "lm"))
+    kinds = {k: {s["ragbench"]["arg_0"] for s in v} for k, v in samples.items()}
+    assert all(kind == {"prompt"} for k, kind in kinds.items() if not k.startswith("pipeline"))

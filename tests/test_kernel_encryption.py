@@ -82,11 +82,21 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
-         *kernel_cli_args()],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path}",
+            *kernel_cli_args(),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     auth = {"Authorization": f"token {token}"}
     try:
         for _ in range(120):  # the server is up when its API answers
@@ -102,10 +112,21 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
 
         async def run(code: str) -> str:
             ws = await websocket_connect(f"ws://{base}/api/kernels/{kernel}/channels?token={token}")
-            header = {"msg_id": uuid.uuid4().hex, "session": uuid.uuid4().hex, "username": "t",
-                      "msg_type": "execute_request", "version": "5.3", "date": ""}  # fmt: skip
-            content = {"code": code, "silent": False, "store_history": False,
-                       "user_expressions": {}, "allow_stdin": False}  # fmt: skip
+            header = {
+                "msg_id": uuid.uuid4().hex,
+                "session": uuid.uuid4().hex,
+                "username": "t",
+                "msg_type": "execute_request",
+                "version": "5.3",
+                "date": "",
+            }
+            content = {
+                "code": code,
+                "silent": False,
+                "store_history": False,
+                "user_expressions": {},
+                "allow_stdin": False,
+            }
             message = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
             await ws.write_message(json.dumps({**message, "content": content}))
             while True:

@@ -146,11 +146,19 @@ def test_exporting_a_schema_1_folder_rebuilds_its_questions(tmp_path, caplog):
 
 
 def test_a_schema_1_config_grid_migrates_to_kv_axes():
-    config = {"strategies": [
-        {"name": "rag", "params": {"top_k": [2, 4]}},
-        {"name": "long_context", "params": {"kv_cache": ["plain", "quantized"], "kv_bits": [4, 8],
-                                            "overflow": "truncate_middle"}},
-    ]}  # fmt: skip
+    config = {
+        "strategies": [
+            {"name": "rag", "params": {"top_k": [2, 4]}},
+            {
+                "name": "long_context",
+                "params": {
+                    "kv_cache": ["plain", "quantized"],
+                    "kv_bits": [4, 8],
+                    "overflow": "truncate_middle",
+                },
+            },
+        ]
+    }
     migrated = schema.migrate_config(config, 1)
     assert migrated["strategies"][0] == config["strategies"][0]
     assert migrated["strategies"][1]["params"] == {

@@ -115,8 +115,11 @@ def _clean(value: Any) -> Any:
 
 
 def run_config(manifest: dict[str, Any]) -> RunConfig:
-    """The config a run folder's manifest holds, as this schema reads it."""
+    """The config a run folder's manifest holds, as this schema reads it; without its
+    ``tracking`` section, where the run was reported, which changes nothing an export rebuilds
+    (and an older run's ``file:`` MLflow URI, refused now, must not stop its export)."""
     config = migrate_config(manifest["config"], version_of(manifest))
+    config = {k: v for k, v in config.items() if k != "tracking"}
     return parse_config(config, "manifest.json")
 
 
