@@ -67,9 +67,12 @@ render: $(STAMP)
 	$(VENV)/bin/ragbench render $(NB)
 	$(VENV)/bin/ragbench render $(NB) --no-code
 
-# kernels with CurveZMQ transport encryption where jupyter_client and pyzmq support it
+# kernels with CurveZMQ transport encryption where jupyter_client and pyzmq support it; as root
+# (CI, most containers) with --allow-root, which Jupyter otherwise demands. More flags:
+# make lab LAB_ARGS="--port=8899 --no-browser"
+LAB_ARGS ?=
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=. $$($(PY) -c "from ragbench.workspace.kernels import kernel_cli_args as a; print(*a())")
+	$(VENV)/bin/jupyter lab --notebook-dir=. $$($(PY) -c "from ragbench.workspace.kernels import lab_cli_args as a; print(*a())") $(LAB_ARGS)
 
 bench-retrieval: $(STAMP)
 	$(PY) benchmarks/retrieval.py

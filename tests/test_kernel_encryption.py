@@ -3,10 +3,17 @@ sockets, so ipykernel has no "running over TCP without encryption" warning to pr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
-from ragbench.workspace.kernels import execute_notebook, kernel_cli_args, kernel_config
+from ragbench.workspace.kernels import (
+    execute_notebook,
+    kernel_cli_args,
+    kernel_config,
+    lab_cli_args,
+)
 
 WARNING = "without encryption"
 PROBE = (
@@ -75,11 +82,21 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
-         *kernel_cli_args()],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path}",
+            *kernel_cli_args(),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     auth = {"Authorization": f"token {token}"}
     try:
         for _ in range(120):  # the server is up when its API answers
@@ -95,10 +112,21 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
 
         async def run(code: str) -> str:
             ws = await websocket_connect(f"ws://{base}/api/kernels/{kernel}/channels?token={token}")
-            header = {"msg_id": uuid.uuid4().hex, "session": uuid.uuid4().hex, "username": "t",
-                      "msg_type": "execute_request", "version": "5.3", "date": ""}  # fmt: skip
-            content = {"code": code, "silent": False, "store_history": False,
-                       "user_expressions": {}, "allow_stdin": False}  # fmt: skip
+            header = {
+                "msg_id": uuid.uuid4().hex,
+                "session": uuid.uuid4().hex,
+                "username": "t",
+                "msg_type": "execute_request",
+                "version": "5.3",
+                "date": "",
+            }
+            content = {
+                "code": code,
+                "silent": False,
+                "store_history": False,
+                "user_expressions": {},
+                "allow_stdin": False,
+            }
             message = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
             await ws.write_message(json.dumps({**message, "content": content}))
             while True:
@@ -112,3 +140,14 @@ def test_jupyter_server_kernels_are_encrypted_with_the_lab_flags(tmp_path):
         server.wait(30)
         log.close()
     assert WARNING not in (tmp_path / "server.log").read_text()
+
+
+def test_make_lab_allows_root_only_as_root():
+    """Jupyter refuses to start as root without ``--allow-root`` (CI, most containers run as
+    root): ``make lab`` adds it there, and only there."""
+    assert lab_cli_args(uid=0) == [*kernel_cli_args(), "--allow-root"]
+    assert lab_cli_args(uid=1000) == kernel_cli_args()
+    assert "--allow-root" not in kernel_cli_args()  # papermill's and the tests' servers: as given
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\nlab:", 1)[1].split("\n\n", 1)[0]
+    assert "import lab_cli_args" in recipe and "$(LAB_ARGS)" in recipe

@@ -139,14 +139,26 @@ def test_exporting_a_schema_1_folder_rebuilds_its_questions(tmp_path, caplog):
     }
     samples = sorted((folder / "export" / "lm-eval").rglob("samples_*.jsonl"))
     assert len(samples) == 5 and all("magic number" in p.read_text() for p in samples)
+    # its records (schema 1's parameters, without later defaults) still find their rows, so
+    # each sample's arg_0 is the prompt rebuilt, not the question
+    firsts = [json.loads(p.read_text().splitlines()[0]) for p in samples]
+    assert [s["ragbench"]["arg_0"] for s in firsts] == ["prompt"] * 5
 
 
 def test_a_schema_1_config_grid_migrates_to_kv_axes():
-    config = {"strategies": [
-        {"name": "rag", "params": {"top_k": [2, 4]}},
-        {"name": "long_context", "params": {"kv_cache": ["plain", "quantized"], "kv_bits": [4, 8],
-                                            "overflow": "truncate_middle"}},
-    ]}  # fmt: skip
+    config = {
+        "strategies": [
+            {"name": "rag", "params": {"top_k": [2, 4]}},
+            {
+                "name": "long_context",
+                "params": {
+                    "kv_cache": ["plain", "quantized"],
+                    "kv_bits": [4, 8],
+                    "overflow": "truncate_middle",
+                },
+            },
+        ]
+    }
     migrated = schema.migrate_config(config, 1)
     assert migrated["strategies"][0] == config["strategies"][0]
     assert migrated["strategies"][1]["params"] == {

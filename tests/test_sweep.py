@@ -344,3 +344,57 @@ def test_a_stopped_sweep_records_the_points_it_finished(tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert [(p["params"]["x"], p["status"]) for p in summary] == [(1, "done")]
     assert sorted(pd.read_parquet(out / "results.parquet")["x"].unique()) == [1]
+
+
+def test_sweep_with_mlflow_logs_a_parent_and_each_points_run(tmp_path):
+    """``ragbench sweep --mlflow`` end to end: notebooks/sweeps/fake_smoke.yaml (the quickstart
+    notebook on the fake backend), its runs read back from the SQLite store: a parent for the
+    sweep, a child per point holding that point's parameter, its metrics and its question
+    table."""
+    pytest.importorskip("mlflow")  # the `tracking` extra
+    from mlflow.tracking import MlflowClient
+    from typer.testing import CliRunner
+
+    from ragbench.cli import app
+
+    smoke = Path(__file__).parents[1] / "notebooks" / "sweeps" / "fake_smoke.yaml"
+    spec = yaml.safe_load(smoke.read_text(encoding="utf-8"))
+    spec["notebook"] = str((smoke.parent / spec["notebook"]).resolve())
+    spec["output_dir"] = str(tmp_path / "sweep")
+    path = tmp_path / "fake_smoke.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    store = tmp_path / "mlruns"
+    args = [
+        "sweep",
+        str(path),
+        "--workers",
+        "2",
+        "--mlflow-uri",
+        str(store),
+        "--mlflow-experiment",
+        "smoke",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    [parent_id] = re.findall(r"mlflow: sweep run (\w+) \(experiment smoke\)", result.output)
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("smoke")
+    runs = client.search_runs([experiment.experiment_id])
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id]
+    assert len(runs) == 3 and len(children) == 2
+    parent = client.get_run(parent_id)
+    assert parent.data.metrics == {"points_done": 2.0, "points_failed": 0.0, "runs_logged": 2.0}
+    assert parent.info.status == "FINISHED"
+    assert {r.data.params["point.top_k"] for r in children} == {"1", "3"}
+    for child in children:
+        top_k = child.data.params["point.top_k"]
+        run_dir = Path(child.data.tags["ragbench.run_dir"])
+        assert run_dir.is_relative_to(tmp_path / "sweep") and child.info.status == "FINISHED"
+        table = pd.read_parquet(run_dir / "results.parquet")
+        rag = table[table["strategy"] == "rag"]
+        key = f"rag_k-{top_k}_embedder-hash/string_match_all"  # its label: rag k=1 embedder=hash
+        assert child.data.metrics[key] == pytest.approx(rag["string_match_all"].mean())
+        rows = client.load_table(experiment.experiment_id, "questions.json", [child.info.run_id])
+        assert len(rows) == len(table) == 4 * table["label"].nunique()
+        assert set(rows["prediction"]) == set(table["prediction"])

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 from test_runner import niah_config
 from typer.testing import CliRunner
 
 import ragbench
-from ragbench.analysis.gate import load_run, variant_values
 from ragbench.cli import app
 from ragbench.experiment.config.run import config_hash, load_config
 from ragbench.experiment.config.text import ConfigError
@@ -40,8 +42,10 @@ def _client(store):
 
 
 def _config(tmp_path, store, experiment):
-    cfg = niah_config(tmp_path, strategies=["closed_book", "long_context",
-                                            {"name": "rag", "params": {"top_k": [1, 4]}}])  # fmt: skip
+    cfg = niah_config(
+        tmp_path,
+        strategies=["closed_book", "long_context", {"name": "rag", "params": {"top_k": [1, 4]}}],
+    )
     cfg["metrics"] = ["contains", "string_match_all"]
     cfg["price_sheet"] = "example-hosted-api"
     cfg["tracking"] = {"mlflow": {"tracking_uri": store, "experiment": experiment}}
@@ -59,20 +63,70 @@ def test_the_tracking_section_is_validated_and_not_hashed(tmp_path, store):
         load_config({**cfg, "tracking": {"wandb": {}}})
 
 
+# the metric key each variant's label is logged under (written out, not computed by slug())
+KEYS = {
+    "closed_book": "closed_book",
+    "long_context": "long_context",
+    "rag k=1 embedder=hash chunk=64 overlap=8": "rag_k-1_embedder-hash_chunk-64_overlap-8",
+    "rag k=4 embedder=hash chunk=64 overlap=8": "rag_k-4_embedder-hash_chunk-64_overlap-8",
+}
+
+
+def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson's 95% interval for a 0/1 score, from its formula."""
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
 def test_logged_values_equal_the_results_table_and_a_resume_reuses_the_run(tmp_path, store):
     df = ragbench.run(_config(tmp_path, store, "equal"), progress=False)
     run_id = df.attrs["mlflow_run_id"]
     client = _client(store)
     logged = client.get_run(run_id)
-    table, seed = load_run(df.attrs["run_dir"])
-    values = variant_values(table, seed=seed)
-    assert len(values) == 4
-    for label, row in values.items():
-        assert logged.data.tags[f"variant.{slug(label)}"] == label
-        for name, value in row.items():
-            key = f"{slug(label)}/{name}"
-            assert logged.data.metrics[key] == pytest.approx(value), key
-    assert logged.data.metrics["long_context/contains.ci_low"] < 1.0  # the interval bounds
+    metrics = logged.data.metrics
+    # the expected values computed here from the stored rows, not by the code that logs them
+    table = pd.read_parquet(Path(df.attrs["run_dir"]) / "results.parquet")
+    assert sorted(table["label"].unique()) == sorted(KEYS)
+    for label, key in KEYS.items():
+        rows = table[(table["label"] == label) & table["error"].isna()]
+        assert logged.data.tags[f"variant.{key}"] == label
+        hits = int(rows["contains"].sum())
+        assert metrics[f"{key}/contains"] == pytest.approx(hits / len(rows))
+        assert metrics[f"{key}/contains.n"] == len(rows) == 4
+        low, high = wilson(hits, len(rows))
+        assert metrics[f"{key}/contains.ci_low"] == pytest.approx(low, abs=1e-9)
+        assert metrics[f"{key}/contains.ci_high"] == pytest.approx(high, abs=1e-9)
+        assert metrics[f"{key}/dollars_per_1k"] == pytest.approx(1000 * rows["dollars"].mean())
+        assert metrics[f"{key}/latency_seconds"] == pytest.approx(rows["latency_seconds"].mean())
+        assert metrics[f"{key}/prompt_tokens"] == pytest.approx(rows["prompt_tokens"].mean())
+    assert metrics["long_context/contains.ci_low"] < 1.0  # the interval bounds
+    # the per-question table (mlflow.log_table): one row per question x variant
+    experiment_id = logged.info.experiment_id
+    rows = client.load_table(experiment_id, "questions.json", run_ids=[run_id])
+    assert len(rows) == len(table) == 16
+    assert list(rows.columns[:9]) == [
+        "example_id",
+        "label",
+        "question",
+        "answers",
+        "prediction",
+        "contains",
+        "dollars",
+        "latency_seconds",
+        "error",
+    ]
+    assert set(rows["question"]) == {"What is the special magic number mentioned in the text?"}
+    mine = table.set_index(["example_id", "label"])
+    for row in rows.to_dict("records"):
+        stored = mine.loc[(row["example_id"], row["label"])]
+        assert row["prediction"] == stored["prediction"]
+        assert row["contains"] == stored["contains"] and list(row["answers"]) == ["7463343"]
+        assert row["dollars"] == pytest.approx(stored["dollars"])
+    assert json.loads(logged.data.tags["mlflow.loggedArtifacts"]) == [
+        {"path": "questions.json", "type": "table"}
+    ]
     manifest = json.loads((tmp_path / "results").glob("*/manifest.json").__next__().read_text())
     params = logged.data.params
     assert params["config_hash"] == manifest["config_hash"]
@@ -94,6 +148,9 @@ def test_logged_values_equal_the_results_table_and_a_resume_reuses_the_run(tmp_p
     assert len(client.search_runs([experiment.experiment_id])) == 1
     history = client.get_metric_history(run_id, "long_context/contains")
     assert [m.step for m in history] == [0, 1]
+    # the resume replaced the question table (log_table alone would have appended to it)
+    assert len(client.load_table(experiment_id, "questions.json", run_ids=[run_id])) == 16
+    assert client.get_run(run_id).data.tags["ragbench.questions_table"] == "questions.json"
     manifest = json.loads(next((tmp_path / "results").glob("*/manifest.json")).read_text())
     assert manifest["tracking"]["mlflow"]["run_id"] == run_id  # kept by the resume's manifest
 
@@ -103,13 +160,35 @@ def test_run_command_with_mlflow_uri(tmp_path, store):
     del cfg["tracking"]
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps(cfg))
-    result = CliRunner().invoke(app, ["run", str(path), "--quiet", "--mlflow-uri", store,
-                                      "--mlflow-experiment", "cli"])  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["run", str(path), "--quiet", "--mlflow-uri", store, "--mlflow-experiment", "cli"]
+    )
     assert result.exit_code == 0, result.output
     assert "mlflow: run " in result.output
     client = _client(store)
     [logged] = client.search_runs([client.get_experiment_by_name("cli").experiment_id])
     assert logged.data.params["name"] == "t-niah"
+
+
+@pytest.mark.parametrize("form", ["file:{}", "file://{}"])
+def test_a_file_uri_is_refused_before_the_run(tmp_path, form):
+    """``file:/path`` used to log into a folder literally named ``./file:/path``, and
+    ``file:///path`` to end in MLflow's traceback after the run: both are one error line now,
+    before anything runs, from the command line and from a config."""
+    uri = form.format(tmp_path / "mlruns")
+    cfg = _config(tmp_path, "unused", "unused")
+    del cfg["tracking"]
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(cfg))
+    result = CliRunner().invoke(app, ["run", str(path), "--quiet", "--mlflow-uri", uri])
+    assert result.exit_code == 2, result.output
+    expected = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    [line] = [x for x in result.output.splitlines() if x.strip()]
+    assert line.startswith(f"error: MLflow URI {uri!r}") and expected in line
+    assert not (tmp_path / "results").exists()  # nothing ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]  # no folder named file:
+    with pytest.raises(ConfigError, match=r"tracking\.mlflow\.tracking_uri: .*sqlite:///"):
+        load_config({**cfg, "tracking": {"mlflow": {"tracking_uri": uri}}})
 
 
 def test_a_sweep_is_a_parent_with_a_child_per_point(tmp_path, store):
@@ -124,9 +203,11 @@ def test_a_sweep_is_a_parent_with_a_child_per_point(tmp_path, store):
         points.append(SimpleNamespace(point_id=f"k{k}", status="done", params={"limit": k}))
     points.append(SimpleNamespace(point_id="k3", status="failed", params={"limit": 3}))
     outcome = SimpleNamespace(
-        sweep_dir=sweep_dir, points=points, failed=[points[-1]],
+        sweep_dir=sweep_dir,
+        points=points,
+        failed=[points[-1]],
         count=lambda status: sum(p.status == status for p in points),
-    )  # fmt: skip
+    )
     where = tracking.Tracking(store, "sweeps")
     parent = tracking.log_sweep(outcome, tmp_path / "grid.yaml", where, "**/results.parquet")
     client = _client(store)
@@ -146,6 +227,13 @@ def test_settings_and_store_uri(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert tracking.store_uri(None) == f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
     assert tracking.store_uri("http://host:5000") == "http://host:5000"
+    assert tracking.store_uri("runs/ml") == f"sqlite:///{tmp_path / 'runs' / 'ml' / 'mlflow.db'}"
+    # MLflow's file store: refused, naming the SQLite form of the same folder
+    for uri in (f"file:{tmp_path}/mlruns", f"file://{tmp_path}/mlruns", "FILE:mlruns"):
+        with pytest.raises(tracking.TrackingError) as err:
+            tracking.check(tracking.Tracking(uri))
+        assert f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}" in str(err.value)
+    assert not any("file:" in p.name for p in tmp_path.iterdir())
     assert slug("rag k=4 order=document") == "rag_k-4_order-document"
     monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(tracking.TrackingError, match=r"pip install 'ragbench\[tracking\]'"):
@@ -153,8 +241,10 @@ def test_settings_and_store_uri(tmp_path, monkeypatch):
 
 
 def test_importing_ragbench_imports_no_mlflow():
-    code = ("import sys, ragbench, ragbench.workspace.tracking, ragbench.cli; "
-            "print('mlflow' in sys.modules)")  # fmt: skip
+    code = (
+        "import sys, ragbench, ragbench.workspace.tracking, ragbench.cli; "
+        "print('mlflow' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -175,8 +265,15 @@ def test_exports_carry_the_rows(tmp_path):
     files = export_run(run_dir, "lm-eval", tmp_path / "lm")
     results = json.loads(files[0].read_text())
     assert files[0].parent.name == "fake" and files[0].name.startswith("results_")
-    assert {"results", "configs", "versions", "n-shot", "higher_is_better", "n-samples",
-            "config"} <= set(results)  # fmt: skip
+    assert {
+        "results",
+        "configs",
+        "versions",
+        "n-shot",
+        "higher_is_better",
+        "n-samples",
+        "config",
+    } <= set(results)
     task = "t-niah_long_context"
     mean = df[df["label"] == "long_context"]["contains"].mean()
     assert results["results"][task]["contains,none"] == pytest.approx(mean)
@@ -185,8 +282,20 @@ def test_exports_carry_the_rows(tmp_path):
     sample_file = files[0].parent / f"samples_{task}_{date_id}.jsonl"
     assert sample_file in files
     sample = json.loads(sample_file.read_text().splitlines()[0])
-    assert {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter",
-            "metrics", "doc_hash", "prompt_hash", "target_hash", "contains"} <= set(sample)  # fmt: skip
+    assert {
+        "doc_id",
+        "doc",
+        "target",
+        "arguments",
+        "resps",
+        "filtered_resps",
+        "filter",
+        "metrics",
+        "doc_hash",
+        "prompt_hash",
+        "target_hash",
+        "contains",
+    } <= set(sample)
     assert sample["target"] == "7463343" and sample["arguments"]["gen_args_0"]["arg_0"]
     with pytest.raises(ValueError, match="valid: jsonl, csv, lm-eval"):
         export_run(run_dir, "parquet")

@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
         with user_errors(tracking.TrackingError):  # a bad option, target or endpoint, no MLflow:
             if tracked is not None:  # before any document is read
-                tracking.check_available()
+                tracking.check(tracked)
             pipelines = steps.check_pipelines(spec)
             for point in pipelines:
                 typer.echo(f"pipeline: {point.label()}")

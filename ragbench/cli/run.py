@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
                 return
             tracked = tracking.settings(cfg, mlflow, mlflow_uri, mlflow_experiment)
             if tracked is not None:
-                tracking.check_available()  # before the run, not after it
+                tracking.check(tracked)  # before the run, not after it
             with _sigterm_exits():
                 df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
                          until_decided=sequential_look)  # fmt: skip

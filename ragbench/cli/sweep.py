@@ -62,7 +62,7 @@ def sweep(
 
         try:
             if tracked is not None:
-                tracking.check_available()  # before the sweep, not after it
+                tracking.check(tracked)  # before the sweep, not after it
             outcome = execute_sweep(
                 spec, workers, executor, rerun_failed, on_point=advance, wait=wait, on_plan=start
             )

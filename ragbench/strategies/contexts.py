@@ -14,6 +14,11 @@ token count (long context). A mismatch is ``ContextUnavailable`` (the judgement 
 unscored with a note), never a silent guess.
 
 - ``text()``: the context as the prompt placed it (a strategy's ``rebuild_context``).
+- ``prompts()``: the prompt text of each call the answer took, in order (the last one's reply
+  is the answer; a strategy's ``rebuild_prompts``): what the strategy handed the backend, before
+  the backend's chat template. Chain of thought's answer step is built from the reasoning the
+  record keeps (``cot_reasoning``); Self-Route's long-context call follows its RAG call when the
+  record's ``route`` says so. The exports (``ragbench export --format lm-eval``) read it.
 - ``texts()``: one text per context, best first (a strategy's ``rebuild_contexts``). A
   pipeline's record keeps them (``meta["contexts"]``, in the order the pipeline returned them,
   taken as its ranking; cut short, ``meta["contexts_truncated"]``: unavailable). A built-in RAG
@@ -67,6 +72,9 @@ class Contexts:
     rebuild_texts: Callable[[], list[str] | None] | None = field(
         default=None, repr=False, compare=False
     )
+    # the prompt of each call, in order (raises ContextUnavailable, saying why, when the
+    # strategy sends none ragbench could rebuild)
+    rebuild_prompts: Callable[[], list[str]] | None = field(default=None, repr=False, compare=False)
 
     def text(self) -> str | None:
         """The context the model read, as its prompt placed it (None: none). Raises
@@ -74,6 +82,13 @@ class Contexts:
         if self.rebuild_text is None:
             raise ContextUnavailable(f"strategy {self.strategy!r} declares no context to rebuild")
         return self.rebuild_text()
+
+    def prompts(self) -> list[str]:
+        """The prompt of each call the answer took, in order (the last one's reply is the
+        answer). Raises ``ContextUnavailable`` when they cannot be rebuilt faithfully."""
+        if self.rebuild_prompts is None:
+            raise ContextUnavailable(f"strategy {self.strategy!r} declares no prompt to rebuild")
+        return self.rebuild_prompts()
 
     def texts(self) -> list[str] | None:
         """The retrieved contexts the answer read, one text each, best first (None: none).
@@ -92,12 +107,7 @@ def no_context(example: Example, record: Record, res: ResourcesFn) -> None:
 def rag_context(example: Example, record: Record, res: ResourcesFn, decline: bool = False) -> str:
     """The retrieved chunks as the RAG prompt placed them (checked against the record's ids)."""
     prompt, rebuilt = rag_prompt(example, res(), record.params, decline=decline)
-    retrieved = list(record.meta.get("retrieved", []))
-    if list(rebuilt["retrieved"]) != retrieved:
-        raise ContextUnavailable(
-            "retrieval now returns other chunks than the record's "
-            f"({rebuilt['retrieved'][:3]}... vs {retrieved[:3]}...)"
-        )
+    same_retrieval(record, rebuilt)
     frame = prompt_format(example).frame(example, RETRIEVED_FRAME, decline, record.params.cot)
     return frame.context_of(prompt.removesuffix(frame.tail))
 
@@ -108,11 +118,7 @@ def long_context_context(
     """The (possibly truncated) whole context (checked against the record's kept tokens)."""
     cot = getattr(record.params, "cot", False)  # Self-Route's long-context leg has none
     _, prefix, rebuilt = long_context_prompt(example, res(), record.params.overflow, decline, cot)
-    kept = record.meta.get(f"{meta_prefix}kept_tokens")
-    if kept is not None and int(kept) != int(rebuilt["kept_tokens"]):
-        raise ContextUnavailable(
-            f"the context now keeps {rebuilt['kept_tokens']} tokens, the record {kept}"
-        )
+    same_cut(record, rebuilt, meta_prefix)
     return prompt_format(example).frame(example, FULL, decline, cot).context_of(prefix)
 
 
@@ -125,6 +131,27 @@ def self_route_context(example: Example, record: Record, res: ResourcesFn) -> st
     if route == FULL_CONTEXT:
         return long_context_context(example, record, res, decline=False, meta_prefix="lc_")
     raise ContextUnavailable(f"self_route record without a known route ({route!r})")
+
+
+def same_retrieval(record: Record, rebuilt: dict[str, Any]) -> None:
+    """A rebuilt RAG prompt holds the chunks the record's did (``meta["retrieved"]``), or
+    ``ContextUnavailable``."""
+    retrieved = list(record.meta.get("retrieved") or [])
+    if list(rebuilt["retrieved"]) != retrieved:
+        raise ContextUnavailable(
+            "retrieval now returns other chunks than the record's "
+            f"({rebuilt['retrieved'][:3]}... vs {retrieved[:3]}...)"
+        )
+
+
+def same_cut(record: Record, rebuilt: dict[str, Any], meta_prefix: str = "") -> None:
+    """A rebuilt long-context prompt keeps the tokens the record's did (``kept_tokens``, under
+    ``meta_prefix`` for a router's long-context call), or ``ContextUnavailable``."""
+    kept = record.meta.get(f"{meta_prefix}kept_tokens")
+    if kept is not None and int(kept) != int(rebuilt["kept_tokens"]):
+        raise ContextUnavailable(
+            f"the context now keeps {rebuilt['kept_tokens']} tokens, the record {kept}"
+        )
 
 
 def pipeline_context(example: Example, record: Record, res: ResourcesFn) -> str | None:
@@ -176,3 +203,55 @@ def retrieved_texts(example: Example, params: Any, ids: Sequence[str], res: Reso
             raise ContextUnavailable("retrieval now ranks other chunks than the record's")
         ids = sorted(ids, key=rank.__getitem__)
     return [by_id[i].text for i in ids]
+
+
+# ---------------------------------------------------------------------------- prompts(): as sent
+
+
+def with_answer_step(example: Example, record: Record, first: str) -> list[str]:
+    """``[first]``, and for a chain-of-thought record its answer step's prompt, built from the
+    reasoning the record keeps (the first call's reply)."""
+    if not getattr(record.params, "cot", False):
+        return [first]
+    reasoning = record.meta.get("cot_reasoning")
+    if reasoning is None:
+        raise ContextUnavailable(
+            "the record keeps no reasoning (cot_reasoning) to build its answer step from"
+        )
+    return [first, prompt_format(example).cot_answer(example, str(reasoning))]
+
+
+def closed_book_prompts(example: Example, record: Record, res: ResourcesFn) -> list[str]:
+    """The question alone in the example's format (no resources needed)."""
+    first = prompt_format(example).closed_book(example, record.params.cot)
+    return with_answer_step(example, record, first)
+
+
+def long_context_prompts(example: Example, record: Record, res: ResourcesFn) -> list[str]:
+    """The whole context fitted as the run fitted it (checked against the kept tokens)."""
+    params = record.params
+    prompt, _, rebuilt = long_context_prompt(example, res(), params.overflow, cot=params.cot)
+    same_cut(record, rebuilt)
+    return with_answer_step(example, record, prompt)
+
+
+def rag_prompts(example: Example, record: Record, res: ResourcesFn) -> list[str]:
+    """The retrieved chunks in the RAG prompt (checked against the record's chunk ids)."""
+    prompt, rebuilt = rag_prompt(example, res(), record.params)
+    same_retrieval(record, rebuilt)
+    return with_answer_step(example, record, prompt)
+
+
+def self_route_prompts(example: Example, record: Record, res: ResourcesFn) -> list[str]:
+    """The RAG call with the decline option and, when the record was routed, the long-context
+    call after it."""
+    prompt, rebuilt = rag_prompt(example, res(), record.params, decline=True)
+    same_retrieval(record, rebuilt)
+    route = record.meta.get("route")
+    if route == RETRIEVED:
+        return [prompt]
+    if route != FULL_CONTEXT:
+        raise ContextUnavailable(f"self_route record without a known route ({route!r})")
+    lc_prompt, _, lc_rebuilt = long_context_prompt(example, res(), record.params.overflow)
+    same_cut(record, lc_rebuilt, "lc_")
+    return [prompt, lc_prompt]

@@ -9,7 +9,9 @@ strategy's answers read (``context``: nothing, retrieved chunks or the whole con
 context (``rebuild_context``: as the prompt placed it; ``rebuild_contexts``: the retrieved
 contexts, one each). ``Strategy.contexts`` (``contexts_of`` for any record or table row) turns
 these into one ``contexts.Contexts``: the judge, failure attribution and the noise pass read
-it, never the strategy's name. A strategy that depends on something outside the run
+it, never the strategy's name. ``rebuild_prompts`` gives the prompt of each of its calls
+again (the exports read it); a strategy without one says why from what it declares (it
+generates nothing, or an external system builds its own prompts). A strategy that depends on something outside the run
 (``pipeline``: the user's endpoint) declares a ``preflight``, which the runner calls once per
 parameter point before any work (``preflight_points``), so a dead endpoint fails the run at once.
 A strategy whose prompts hold less than the whole example declares a ``context_bound`` (closed
@@ -34,13 +36,17 @@ from ragbench.strategies.contexts import (
     Contexts,
     ContextUnavailable,
     ResourcesFn,
+    closed_book_prompts,
     long_context_context,
+    long_context_prompts,
     no_context,
     pipeline_context,
     pipeline_contexts,
     rag_context,
+    rag_prompts,
     retrieved_contexts,
     self_route_context,
+    self_route_prompts,
 )
 from ragbench.strategies.driver import drive
 from ragbench.strategies.long_context import long_context_steps
@@ -80,6 +86,9 @@ class Strategy:
     # (example, record, resources thunk) -> its retrieved contexts, one text each, best first
     # (None: none); None: it retrieves nothing the judge's context metrics could rate
     rebuild_contexts: Callable[[Example, Record, ResourcesFn], list[str] | None] | None = None
+    # (example, record, resources thunk) -> the prompt of each call the answer took, in order
+    # (raises ContextUnavailable when they cannot be rebuilt faithfully); None: none to rebuild
+    rebuild_prompts: Callable[[Example, Record, ResourcesFn], list[str]] | None = None
     # (params) -> None, once per parameter point with work to do, before any work: raises
     # (ServerUnreachable, ValueError) when the point cannot run (a dead endpoint)
     preflight: Callable[[StrategyParams], None] | None = None
@@ -111,6 +120,7 @@ class Strategy:
         text, texts = self.rebuild_context, self.rebuild_contexts
         if text is None and self.context == NO_CONTEXT:
             text = no_context
+        prompts = self.rebuild_prompts or self._no_prompts
         res = resources if resources is not None else _no_resources
         return Contexts(
             strategy=self.name,
@@ -119,7 +129,20 @@ class Strategy:
             corpus_note=self._corpus_note(facts),
             rebuild_text=None if text is None else lambda: text(example, record, res),
             rebuild_texts=None if texts is None else lambda: texts(example, record, res),
+            rebuild_prompts=lambda: prompts(example, record, res),
         )
+
+    def _no_prompts(self, example: Example, record: Record, res: ResourcesFn) -> list[str]:
+        """Why a strategy without ``rebuild_prompts`` has no prompt to give, from what it
+        declares: the reason is per strategy, never a guess at what was sent."""
+        if not self.generates:
+            raise ContextUnavailable(f"{self.name} sends no prompt: it calls no model")
+        if self.external:
+            raise ContextUnavailable(
+                f"{self.name}: the system under test builds its own prompts; ragbench never "
+                "sees them"
+            )
+        raise ContextUnavailable(f"strategy {self.name!r} declares no prompt to rebuild")
 
     def _corpus_note(self, facts: Mapping[str, Any]) -> str | None:
         """Why an answer of this strategy read no corpus the run indexes or hands to it."""
@@ -158,6 +181,7 @@ STRATEGIES = Registry(
                 ClosedBookParams,
                 context=NO_CONTEXT,
                 rebuild_context=no_context,
+                rebuild_prompts=closed_book_prompts,
                 context_bound=lambda params: 0,  # the question alone
             ),
             Strategy(
@@ -166,6 +190,7 @@ STRATEGIES = Registry(
                 LongContextParams,
                 context=FULL_CONTEXT,
                 rebuild_context=long_context_context,
+                rebuild_prompts=long_context_prompts,
             ),
             Strategy(
                 "rag",
@@ -175,6 +200,7 @@ STRATEGIES = Registry(
                 context=RETRIEVED,
                 rebuild_context=rag_context,
                 rebuild_contexts=retrieved_contexts,
+                rebuild_prompts=rag_prompts,
                 context_bound=rag_context_bound,  # its retrieval budget
             ),
             Strategy(
@@ -185,6 +211,7 @@ STRATEGIES = Registry(
                 routes=True,
                 rebuild_context=self_route_context,
                 rebuild_contexts=retrieved_contexts,  # its RAG call's chunks, routed or not
+                rebuild_prompts=self_route_prompts,
             ),
             Strategy(
                 "retrieve_only",

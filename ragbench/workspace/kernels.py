@@ -8,7 +8,8 @@ credentials on disk, and gone when the process that started them goes.
   with a password, a ``?token=``) to ``$IPYTHONDIR/profile_default/history.sqlite``, unless its
   kernel is named ``python3`` and nbclient starts it. Every IPython kernel ragbench starts gets
   ``--HistoryManager.enabled=False`` (:data:`HISTORY_OFF`): papermill's (:func:`execute_notebook`)
-  and JupyterLab's (:func:`kernel_cli_args` names :class:`HistoryOffKernelManager`).
+  and JupyterLab's (:func:`kernel_cli_args` names :class:`HistoryOffKernelManager`;
+  :func:`lab_cli_args` adds ``--allow-root`` where ``make lab`` runs as root).
 - No credentials in executed notebooks: papermill writes the parameters it injects (an API key,
   a URL with a password) into the notebook's first cells and metadata, and a careless cell may
   print them. :func:`execute_notebook` routes every save papermill makes (after each cell, on a
@@ -60,6 +61,15 @@ def kernel_cli_args() -> list[str]:
         for section, traits in kernel_config().items()
         for name, value in traits.items()
     ] + [f"--AsyncMappingKernelManager.kernel_manager_class={manager}"]
+
+
+def lab_cli_args(uid: int | None = None) -> list[str]:
+    """What ``make lab`` passes ``jupyter lab``: :func:`kernel_cli_args`, plus ``--allow-root``
+    when it runs as root (``uid`` 0; None: this process's effective uid). Jupyter refuses to
+    start as root without it, and root is who runs it in CI and most containers; elsewhere the
+    flag is left out, so the refusal still guards a desktop root shell started by mistake."""
+    uid = os.geteuid() if uid is None else uid
+    return [*kernel_cli_args(), *(["--allow-root"] if uid == 0 else [])]
 
 
 # IPython's SQLite history off: no cell source (credentials included) is saved to disk

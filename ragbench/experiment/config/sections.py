@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import inspect
 import os
+from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import (
     BaseModel,
@@ -379,14 +381,39 @@ class JudgeConfig(_Strict):
         return get_judge_metric(metric).template()
 
 
+def mlflow_uri_problem(uri: str | None) -> str | None:
+    """Why MLflow would refuse ``uri`` as a tracking store, or None. A ``file:`` URI is MLflow's
+    plain-folder store, which MLflow 3 keeps in maintenance mode: it fails when the run is
+    logged, after the (maybe paid) run; a folder path, taken as a path, would be a folder
+    literally named ``file:``. Refused before anything runs, naming the SQLite form of the same
+    place."""
+    if uri is None or not uri.lower().startswith("file:"):
+        return None
+    folder = Path(urlparse(uri).path or ".").expanduser().resolve()
+    return (
+        f"MLflow URI {uri!r}: MLflow's file store is not supported (MLflow 3 keeps it in "
+        f"maintenance mode and fails after the run); use its SQLite form, "
+        f"sqlite:///{folder / 'mlflow.db'}, or the folder path {folder} (the same store)"
+    )
+
+
 class MlflowConfig(_Strict):
     """Where ``ragbench.workspace.tracking`` logs the run in MLflow (the ``tracking`` extra)."""
 
     # None: ./mlruns in the working directory (a SQLite store + artifacts: `mlflow ui
     # --backend-store-uri sqlite:///mlruns/mlflow.db`); a folder path: the same layout there;
-    # any MLflow URI (sqlite:///..., http://server:5000, databricks) as MLflow reads it
+    # any MLflow URI (sqlite:///..., http://server:5000, databricks) as MLflow reads it, but
+    # file: (mlflow_uri_problem)
     tracking_uri: str | None = None
     experiment: str = Field("ragbench", min_length=1)  # MLflow experiment, created if missing
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _tracking_uri(cls, v: str | None) -> str | None:
+        problem = mlflow_uri_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class TrackingConfig(_Strict):
