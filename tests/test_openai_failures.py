@@ -333,6 +333,14 @@ def test_one_ctrl_c_cuts_the_requests_in_flight_within_two_seconds(serve):
     assert not pool_threads() - before
     srv.behave = ok()  # the next call opens new connections and runs
     assert ask(llm, prompt="after").text == "echo after"
+    # one request alone is read in the calling thread: the interrupt ends its read at once
+    srv.behave = hang(30)
+    timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+    t0 = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        ask(llm, prompt="alone")
+    assert time.perf_counter() - t0 < 1.5
 
 
 def test_sigterm_on_a_run_behind_a_hung_server_ends_it_in_seconds(serve, tmp_path):
