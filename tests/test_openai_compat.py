@@ -574,6 +574,9 @@ def test_real_server_chat_usage_and_concurrency(transformers_serve):
         assert not c.usage_estimated  # usage came from the server
         # the chat template adds tokens around the user text
         assert c.prompt_tokens > llm.count_tokens(p) and 0 < c.completion_tokens <= 20
+        # and the local count of what was sent (used when a server reports no usage) is the
+        # server's own count
+        assert llm.prompt_tokens(GenerationRequest(prompt=p, max_new_tokens=20)) == c.prompt_tokens
         assert c.prefill_seconds > 0 and c.decode_seconds > 0 and c.meta["ttft_measured"]
 
 
