@@ -1,12 +1,17 @@
 """A scripted OpenAI-compatible server on loopback for the HTTP backend's tests.
 
-``serve(behave)`` (the fixture made from ``serving``) starts one; ``behave(handler, body, n)`` answers the n-th POST
-(``ok``, ``status``, ``hang``, ``drop``, ``sequence``; fault modes: ``ok(ignore_stream=True)``
-answers a streaming request with one JSON body, ``cut_mid_event`` ends a stream inside an event,
-``raw`` sends any body with status 200). GETs (``/v1/models``) are answered by
-``get`` (by default a one-model list) and recorded apart in ``gets``, so request counts stay
-those of generation requests. Each request is recorded with its path (query included), headers
-and body.
+``serve(behave)`` (the fixture made from ``serving``) starts one; ``behave(handler, body, n)``
+answers the n-th POST (``ok``, ``status``, ``hang``, ``drop``, ``sequence``; fault modes:
+``ok(ignore_stream=True)`` answers a streaming request with one JSON body, ``cut_mid_event`` ends a
+stream inside an event, ``raw`` sends any body with status 200). GETs (``/v1/models``) are
+answered by ``get`` (by default a one-model list) and recorded apart in ``gets``, and the
+preflight's one-token completion (its prompt is ``preflight.PROBE_PROMPT``) by ``probe`` (by
+default ``ok()``), recorded apart in ``probes``: request counts stay those of generation
+requests. Each request is recorded with its path (query included), headers and body.
+
+``uuid_request_ids=True`` validates ``X-Request-ID`` as llama-cpp-python's server does
+(starlette-context's request-id plugin): a header that is not a UUID gets HTTP 400 with an empty
+body, whatever the request.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ragbench.llm.openai.compat import OpenAICompatLLM
+from ragbench.llm.openai.preflight import PROBE_PROMPT
 from ragbench.types import GenerationRequest
 
 Behave = Callable[[BaseHTTPRequestHandler, dict, int], None]
@@ -39,6 +46,26 @@ def send_json(
 
 def user_text(body: dict) -> str:
     return body["messages"][-1]["content"] if "messages" in body else body["prompt"]
+
+
+def is_probe(body: dict) -> bool:
+    """Whether a POST is the preflight's one-token completion."""
+    return ("messages" in body or "prompt" in body) and PROBE_PROMPT in user_text(body)
+
+
+def is_uuid(value: str | None) -> bool:
+    try:
+        uuid.UUID(value or "")
+    except ValueError:
+        return False
+    return True
+
+
+def empty_400(h: BaseHTTPRequestHandler, body: dict | None = None, n: int = 0) -> None:
+    """llama-cpp-python's answer to an X-Request-ID that is not a UUID: 400, no body."""
+    h.send_response(400)
+    h.send_header("Content-Length", "0")
+    h.end_headers()
 
 
 def ok(
@@ -161,9 +188,17 @@ def models(h: BaseHTTPRequestHandler, body: None, n: int) -> None:
 
 
 class Server:
-    def __init__(self, behave: Behave, get: Behave = models):
+    def __init__(
+        self,
+        behave: Behave,
+        get: Behave = models,
+        probe: Behave | None = None,
+        uuid_request_ids: bool = False,
+    ):
         self.behave, self.get, self.requests, self.times = behave, get, [], []
+        self.probe, self.uuid_request_ids = probe or ok(), uuid_request_ids
         self.gets: list[tuple[str, dict]] = []
+        self.probes: list[tuple[str, dict, dict]] = []
         self.inflight = self.peak = 0
         self.lock = threading.Lock()
         server = self
@@ -173,6 +208,17 @@ class Server:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                refused = server.uuid_request_ids and not is_uuid(self.headers["X-Request-ID"])
+                if is_probe(body):
+                    with server.lock:
+                        server.probes.append((self.path, dict(self.headers), body))
+                    answer = empty_400 if refused else server.probe
+                    return answer(self, body, len(server.probes) - 1)
+                if refused:
+                    with server.lock:
+                        server.requests.append((self.path, dict(self.headers), body))
+                        server.times.append(time.perf_counter())
+                    return empty_400(self)
                 with server.lock:
                     n = len(server.requests)
                     server.requests.append((self.path, dict(self.headers), body))
@@ -208,8 +254,8 @@ def serving():
     ``serve = pytest.fixture(serving, name="serve")``."""
     servers: list[Server] = []
 
-    def start(behave: Behave, get: Behave = models) -> Server:
-        servers.append(Server(behave, get))
+    def start(behave: Behave, get: Behave = models, **options) -> Server:
+        servers.append(Server(behave, get, **options))
         return servers[-1]
 
     yield start

@@ -433,3 +433,46 @@ def test_a_dataset_parameter_the_dataset_does_not_take_is_named_at_its_own_line(
         "c.yaml:6: dataset.params.num_hops: dataset 'ruler/niah_single': unknown parameter"
         in str(e.value)
     )
+
+
+# --------------------------------------------------------------------------- transport settings
+
+# a served model's config: its hash as main computed it before the HTTP backend's timeouts and
+# retries left the hash, pinned so that run folders of configs that do not set them keep their
+# names
+SERVED = """\
+name: served
+dataset:
+  name: niah
+  params: {context_lengths: [200], tokenizer: whitespace}
+model:
+  backend: openai
+  name: Qwen/Qwen2.5-7B-Instruct
+  params: {base_url: "http://gpu-host:8000/v1", tokenizer: whitespace, max_concurrency: 16}
+strategies: [long_context, rag]
+metrics: [string_match_all]
+"""
+SERVED_HASH = "119f420b3d357f921b7ab3811e0345f2da28947708cf6ece3736379405e9cf26"
+TRANSPORT = [
+    "model.params.timeout=300",
+    "model.params.connect_timeout=10",
+    "model.params.deadline=900",
+    "model.params.max_retries=8",
+    "model.params.backoff_base=1",
+    "model.params.backoff_max=60",
+]
+
+
+def test_transport_settings_leave_the_hash_and_existing_hashes_stay(tmp_path):
+    """Timeouts and retries change when a request gives up, not what a record means: a config
+    that sets them lands in the run folder of the same config without them (a rerun with a
+    longer timeout resumes), and a config that does not set them keeps its old hash."""
+    cfg = load_config(write(tmp_path, SERVED))
+    assert config_hash(cfg) == SERVED_HASH
+    assert config_hash(load_config(cfg, TRANSPORT)) == SERVED_HASH
+    for one in TRANSPORT:
+        assert config_hash(load_config(cfg, [one])) == SERVED_HASH, one
+    # what does change an answer or its numbers still moves it
+    changes = ["model.params.stream=false", "model.params.max_concurrency=4"]
+    for change in [*changes, "model.params.context_window=4096"]:
+        assert config_hash(load_config(cfg, [change])) != SERVED_HASH, change

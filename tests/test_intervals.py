@@ -79,12 +79,13 @@ def test_aggregate_picks_one_method_per_column_and_records_it():
 
 
 def _results(scores: dict[str, list[float]], metrics=("exact_match", "f1")) -> pd.DataFrame:
+    """Rows with these scores, each with an answer (an empty one would get its own note)."""
     rows = []
     for label, values in scores.items():
         for i, v in enumerate(values):
             rows.append({
                 "example_id": f"q{i:03d}", "strategy": label.split()[0], "label": label,
-                "params": json.dumps({}), "prediction": "", "error": None,
+                "params": json.dumps({}), "prediction": "42", "error": None,
                 **{m: float(v) for m in metrics}, "dollars": 0.001, "resource_seconds": 1.0,
             })  # fmt: skip
     return pd.DataFrame(rows)

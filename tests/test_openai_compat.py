@@ -35,9 +35,10 @@ from openai_server import (
 
 from ragbench.llm import ServerUnreachable, load_llm
 from ragbench.llm.cache import CachedLLM, request_key
-from ragbench.llm.openai.compat import KEY_ENV, OpenAICompatLLM
+from ragbench.llm.openai.compat import OpenAICompatLLM
 from ragbench.llm.openai.http import LLMBatchError, LLMRequestError
 from ragbench.llm.openai.payload import (
+    KEY_ENV,
     apply_stop,
     backoff_seconds,
     build_payload,
@@ -56,6 +57,8 @@ from ragbench.llm.openai.payload import (
 from ragbench.types import GenerationRequest
 
 SECRET = "sk-test-9f8e7d6c5b4a-DO-NOT-LEAK"
+# the X-Request-ID each attempt sends: a random UUID (llama-cpp-python's server refuses others)
+UUID4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
 
 # ---------------------------------------------------------------------------- pure functions
 
@@ -571,6 +574,9 @@ def test_real_server_chat_usage_and_concurrency(transformers_serve):
         assert not c.usage_estimated  # usage came from the server
         # the chat template adds tokens around the user text
         assert c.prompt_tokens > llm.count_tokens(p) and 0 < c.completion_tokens <= 20
+        # and the local count of what was sent (used when a server reports no usage) is the
+        # server's own count
+        assert llm.prompt_tokens(GenerationRequest(prompt=p, max_new_tokens=20)) == c.prompt_tokens
         assert c.prefill_seconds > 0 and c.decode_seconds > 0 and c.meta["ttft_measured"]
 
 
@@ -597,7 +603,7 @@ def test_a_stream_cut_mid_event_is_retried_like_a_dropped_connection(serve):
         ask(client(srv, max_retries=1))
     msg = str(err.value)
     assert re.match(
-        rf"POST {re.escape(srv.url)}/chat/completions \(request ragbench-\w+\) failed after 2 "
+        rf"POST {re.escape(srv.url)}/chat/completions \(request {UUID4}\) failed after 2 "
         r"attempt\(s\): the event stream was cut short: it ended inside an event: event 2 is "
         r"not valid JSON \(Unterminated string starting at: line 1 column \d+\): '",
         msg,
@@ -625,7 +631,7 @@ def test_an_unreadable_body_names_the_url_and_the_request_id_and_is_not_retried(
         ask(client(srv, stream=stream))
     msg = str(err.value)
     sent = srv.requests[0][1]["X-Request-ID"]
-    assert sent.startswith("ragbench-")
+    assert re.fullmatch(UUID4, sent)
     assert msg.startswith(
         f"POST {srv.url}/chat/completions (request {sent}) failed after 1 attempt(s): response "
         "is not valid JSON (Expecting value: line 1 column 37): "
@@ -644,7 +650,7 @@ def test_a_bad_event_followed_by_more_is_an_error_not_a_cut(serve):
     body = "data: {oops\n\ndata: [DONE]\n\n"
     srv = serve(raw(body, content_type="text/event-stream"))
     with pytest.raises(
-        LLMRequestError, match=r"\(request ragbench-\w+\) failed .*: event 1 is not valid JSON"
+        LLMRequestError, match=rf"\(request {UUID4}\) failed .*: event 1 is not valid JSON"
     ):
         ask(client(srv))
     assert len(srv.requests) == 1  # the server answered: not retried
@@ -654,7 +660,7 @@ def test_embeddings_reply_that_is_not_json_names_the_request(serve):
     srv = serve(raw("<html>502</html>", content_type="text/html"))
     with pytest.raises(
         LLMRequestError,
-        match=r"/v1/embeddings \(request ragbench-\w+\) failed .*: response is not valid JSON",
+        match=rf"/v1/embeddings \(request {UUID4}\) failed .*: response is not valid JSON",
     ):
         client(srv).post_json("embeddings", {"input": ["a"]})
 

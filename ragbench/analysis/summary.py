@@ -1,5 +1,6 @@
 """The summary table: accuracy with a 95% CI (Wilson for 0/1 scores, else bootstrap) and mean
-cost per query, one row per strategy variant; its Pareto front; and RULER's effective context
+cost per query, one row per strategy variant, with the notes that say what its numbers rest on
+(few questions, unscored ones, empty answers); its Pareto front; and RULER's effective context
 length."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from ragbench.analysis.labels import with_labels
 from ragbench.analysis.self_route import self_route_warnings
 from ragbench.judge.agreement import judge_warnings
 from ragbench.metrics.answer import aggregate
+from ragbench.strategies import strategies_where
 
 # the per-query cost columns a summary table averages (the oracle's rows too), in display
 # order; measured KV-cache bytes when the transformers backend measured them. The amortised_*
@@ -38,6 +40,37 @@ def small_n_notes(table: Any, min_n: int = SMALL_N) -> list[str]:
     else:
         rows = ", ".join(f"{lb} (n={n})" for lb, n in small)
     return [f"fewer than {min_n} questions for: {rows}; intervals are wide"]
+
+
+# more than this share of a variant's answers empty and the summary says so: a model behind the
+# wrong chat template, or cut by a stop string at its first token, answers nothing, and its
+# accuracy then measures the setup, not the strategy
+EMPTY_SHARE = 0.1
+
+
+def empty_answer_notes(df: Any, share: float = EMPTY_SHARE) -> list[str]:
+    """One sentence per strategy variant of a results table whose answers (its rows without an
+    error, of strategies that generate one) are empty or blank in more than ``share`` of them:
+    ``62 of 72 answers empty for long_context: check the server's chat template and stop
+    strings``. Nothing for a table without predictions. The run summary and the verdict both
+    say it."""
+    if "prediction" not in df or not len(df):
+        return []
+    rows = with_labels(df)
+    if "error" in rows:
+        rows = rows[rows["error"].isna()]
+    if "strategy" in rows:  # retrieve_only generates nothing: its empty prediction is no answer
+        rows = rows[~rows["strategy"].isin(strategies_where(generates=False))]
+    empty = rows["prediction"].fillna("").astype(str).str.strip().eq("")
+    notes = []
+    for label, flags in empty.groupby(rows["label"], sort=False):
+        n, k = len(flags), int(flags.sum())
+        if k > share * n:
+            notes.append(
+                f"{k} of {n} answers empty for {label}: check the server's chat template and "
+                "stop strings"
+            )
+    return notes
 
 
 def unscored_notes(table: Any, asked: Any, metric: str) -> list[str]:
@@ -69,7 +102,8 @@ def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
     numbers hide (a Self-Route that never routed: every answer came from its RAG step; a judge
     metric's low agreement with exact match, or an embedded judge). ``attrs["notes"]`` says
     which rows rest on fewer than ``SMALL_N`` questions, and where ``n`` is fewer than the
-    questions answered, what the score and the costs are each over. Both are said once, where the
+    questions answered, what the score and the costs are each over, and which variants answered
+    empty in more than a tenth of their rows (``empty_answer_notes``). Both are said once, where the
     table is shown: ``report.formatted`` puts them in its caption, ``ragbench run`` prints them
     under it (``report.tables.table_remarks``); they are not raised as Python warnings, which
     would repeat them with a source path beside the caption.
@@ -93,7 +127,11 @@ def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
     out = table.reindex(order).reset_index()
     out.attrs["metric"] = metric
     asked = ok.groupby("label").size()
-    out.attrs["notes"] = small_n_notes(out) + unscored_notes(out, asked, metric)
+    out.attrs["notes"] = [
+        *small_n_notes(out),
+        *unscored_notes(out, asked, metric),
+        *empty_answer_notes(df),
+    ]
     out.attrs["warnings"] = self_route_warnings(df, metric)
     if metric.startswith("judge_"):  # how far the judge can be trusted, next to its numbers
         out.attrs["warnings"] += judge_warnings(df)

@@ -146,11 +146,7 @@ def register(app: typer.Typer) -> None:
         if failed == len(df):  # nothing to summarise: say why, not a table of NaN
             _echo_errors(df, f"all {failed} records failed", err=True)
             raise typer.Exit(code=ALL_FAILED_EXIT)
-        for metric in shown_metrics(cfg, df):  # the score with its 95% CI, mean cost per query
-            table = summary(df, metric=metric, seed=cfg.seed)
-            typer.echo(readable_text(table))  # $ per 1k queries, rates as %: as notebooks show
-            for remark in table_remarks(table):  # warning: ..., note: ... (each said once)
-                typer.echo(remark)
+        _echo_summaries(cfg, df)
         if failed:
             _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
         if df.attrs.get("unjudged"):  # the judge's calls failed for some (the runner logged it)
@@ -169,6 +165,21 @@ def log_to_mlflow(run_dir: str, tracked: tracking.Tracking) -> None:
         raise typer.Exit(code=1) from None
     typer.echo(f"mlflow: run {run_id} in {secrets.redact_text(tracked.uri)} "
                f"(experiment {tracked.experiment})")  # fmt: skip
+
+
+def _echo_summaries(cfg: RunConfig, df) -> None:
+    """Per metric shown, the score with its 95% CI and the mean cost per query (``$ per 1k
+    queries``, rates as %: as notebooks show them), each table's remarks under it
+    (``warning: ...``, ``note: ...``); a remark about the records rather than the metric (empty
+    answers) comes with every table, and is said once."""
+    said: set[str] = set()
+    for metric in shown_metrics(cfg, df):
+        table = summary(df, metric=metric, seed=cfg.seed)
+        typer.echo(readable_text(table))
+        for remark in table_remarks(table):
+            if remark not in said:
+                typer.echo(remark)
+            said.add(remark)
 
 
 def _echo_errors(df, headline: str, err: bool = False) -> None:

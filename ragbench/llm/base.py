@@ -106,8 +106,9 @@ class LLM(ABC):
         return self.count_tokens(request.system + request.prompt)
 
     def check(self) -> None:  # noqa: B027 (an optional hook: most backends need no check)
-        """Raise ``ServerUnreachable`` if the backend cannot serve requests, cheaply (one short
-        request, no retries). A local model has nothing to check: the default does nothing."""
+        """Raise ``ServerUnreachable`` if the backend cannot serve requests, cheaply (short
+        requests shaped as the run's, no retries). A local model has nothing to check: the
+        default does nothing."""
 
     def identity(self) -> dict[str, Any]:
         """What makes outputs reproducible: backend, model, weights hash or revision.

@@ -223,6 +223,19 @@ class RunConfig(_Strict):
 
 
 SPEED_PARAMS = ("decode", "cuda_graphs")  # model.params that change speed, not answers
+# model.params that say how long a request may wait and how often it is tried (the HTTP
+# backend's retry policy): when a request gives up, never what an answer means. Left out of the
+# hash by name, so a config that does not set them hashes as it always did (its run folder keeps
+# its name), and one that does lands in the same folder as without them (a rerun with a longer
+# timeout resumes the run instead of starting another)
+TRANSPORT_PARAMS = (
+    "timeout",
+    "connect_timeout",
+    "deadline",
+    "max_retries",
+    "backoff_base",
+    "backoff_max",
+)
 
 
 def _no_metrics() -> None:
@@ -237,8 +250,9 @@ def config_hash(config: RunConfig) -> str:
     # machine's load; max_dollars and sequential where a run stops, not what it computes (a
     # higher cap resumes; a run without sequential answers the rest); tracking where it is
     # reported; and so does the transformers backend's decode path (model.params decode /
-    # cuda_graphs)
-    speed = {"threads": True, "rate_limit": True, "params": dict.fromkeys(SPEED_PARAMS, True)}
+    # cuda_graphs), and the HTTP backend's timeouts and retries (TRANSPORT_PARAMS)
+    params = dict.fromkeys((*SPEED_PARAMS, *TRANSPORT_PARAMS), True)
+    speed = {"threads": True, "rate_limit": True, "params": params}
     exclude = {"output_dir": True, "max_dollars": True, "sequential": True, "tracking": True,
                "model": speed, "judge": {"model": speed}}  # fmt: skip
     data = redact(config.model_dump(mode="json", exclude=exclude))

@@ -1,9 +1,11 @@
 """OpenAI-compatible HTTP backend: vLLM, SGLang, TGI, `transformers serve` and hosted APIs.
 
 ``OpenAICompatLLM``: configuration, credentials and the HTTP client, the server check, batches
-on a thread pool, and each ``Completion`` with its token counts and timings. Payload building and
-response parsing are pure functions in ``openai/payload.py`` (``wire``); one request's POST,
-event-stream reading, retries and errors are in ``openai/http.py`` (``http``). What it does:
+on a thread pool, and each ``Completion`` with its token counts and timings. One job: the
+backend, a batch of requests in and their completions out with what each cost. Payload building
+and response parsing are pure functions in ``openai/payload.py`` (``wire``); one request's POST,
+event-stream reading, retries and errors are in ``openai/http.py`` (``http``); the server check
+in ``openai/preflight.py``. What it does:
 
 - chat (``/v1/chat/completions``) or completions (``/v1/completions``) endpoint;
 - base URL, model and key from arguments or the environment (``OPENAI_BASE_URL``,
@@ -25,19 +27,28 @@ event-stream reading, retries and errors are in ``openai/http.py`` (``http``). W
   its ``Retry-After`` (or the reset) capped at ``backoff_max``, as each retry's wait is;
 - each request retries with exponential backoff (tenacity) on 408/409/425/429/5xx, timeouts and
   dropped connections, honouring ``Retry-After`` (the waits go through ``sleep``, which tests
-  replace); then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's
-  last message. A failed request never yields a partial ``Completion``. Every request of a batch
-  runs to its own end, so a failed batch raises ``LLMBatchError`` with the finished completions in
-  ``.partial`` (the cache stores them) and each failed request's own error in ``.errors``: the
-  caller never needs to resend a request, which would repeat its retries;
+  replace), under one ``http.RetryPolicy``: ``connect_timeout`` (5 s) and ``timeout`` (25 s, the
+  longest silence while reading) apart, ``max_retries`` (4), and a ``deadline`` on the request in
+  all (55 s, or one whole attempt when the timeouts are longer; a rate limit's waits not
+  counted), so a dead server fails a request in under a minute, each retry logged in one line;
+  then a ``LLMRequestError`` names the URL, the attempts, the HTTP status and the server's last
+  message. A failed request never yields a partial ``Completion``. These settings change when a
+  request gives up, never what an answer means: the config hash leaves them out. Every request
+  of a batch runs to its own end, so a failed batch raises ``LLMBatchError`` with the finished
+  completions in ``.partial`` (the cache stores them) and each failed request's own error in
+  ``.errors``: the caller never needs to resend a request, which would repeat its retries;
 - an interrupted batch (Ctrl-C's ``KeyboardInterrupt``, or the ``SystemExit`` a SIGTERM handler
   raises, arriving in the calling thread) sends nothing more: the queued requests are cancelled,
   no worker starts another attempt or sits out a backoff or rate-limit wait (those waits end at
-  once when ``sleep`` is the default), the requests in flight (sent, so paid for) are waited for,
-  and the exception leaves with the finished completions in ``.partial``, which the completion
-  cache stores: a rerun does not pay for them again;
-- ``check()``: one ``GET <base>/models`` with a short timeout and no retries, raising
-  ``ServerUnreachable`` before a run rather than one error row per record;
+  once when ``sleep`` is the default), the requests in flight (sent, so maybe paid for) get
+  ``IN_FLIGHT_GRACE_SECONDS`` to finish and are then cut (``http.Connections``: their sockets
+  shut down, so the server sees the client go and the workers end at once), and the exception
+  leaves, within about two seconds, with the finished completions in ``.partial``, which the
+  completion cache stores: a rerun does not pay for them again;
+- ``check()``: the preflight (``openai/preflight.py``): ``GET <base>/models`` and one one-token
+  completion sent as the run's requests are (payload shape, headers), no retries, raising
+  ``ServerUnreachable`` (``ServerRefused`` with the server's reply) before a run rather than one
+  error row per record;
 - latency: with ``stream=True`` (default) the server-sent events give time to first token
   (``prefill_seconds``, which includes queueing and network) and the rest is ``decode_seconds``.
   Without streaming (or from a server that answers a streaming request with one JSON body) only
@@ -48,7 +59,10 @@ event-stream reading, retries and errors are in ``openai/http.py`` (``http``). W
 - usage from the response, cached prompt tokens from ``prompt_tokens_details.cached_tokens``;
   when a server reports none, or an unusable one (a negative or non-numeric count: it would
   price the record at nonsense), tokens are counted locally and ``usage_estimated`` is True (the
-  rejected usage is named in ``meta["usage_rejected"]`` and logged once per backend);
+  rejected usage is named in ``meta["usage_rejected"]`` and logged once per backend). What is
+  counted is what was sent (``prompt_tokens``): the payload's messages through the tokenizer's
+  chat template where it has one (as the server's ``apply_chat_template`` renders them), else
+  the payload's text;
 - ``resource_seconds``: its share of the time the server was busy with this backend's requests,
   split among those in flight by token work (``server_time.py``); the shares add up to the busy
   wall time, not to the requests' own times, which count the device once per concurrent request.
@@ -66,9 +80,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ragbench import secrets
-from ragbench.llm.base import LLM, ServerUnreachable
+from ragbench.llm.base import LLM
 from ragbench.llm.kv.variants import refuse_variants
-from ragbench.llm.openai import http
+from ragbench.llm.openai import http, preflight
 from ragbench.llm.openai import payload as wire
 from ragbench.llm.openai.http import LLMBatchError
 from ragbench.llm.rate_limit import RateLimiter
@@ -78,14 +92,10 @@ from ragbench.types import Completion, GenerationRequest
 
 log = logging.getLogger(__name__)
 
-KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
-# GET /models answers in milliseconds on a live server; this bounds the connect and the read
-# each, so a dead or black-holed host is reported in seconds instead of after a run of retries.
-CHECK_TIMEOUT = 5.0
-# Statuses of a server that is up but has no /models (it is optional in OpenAI-compatible servers)
-NO_MODELS_ROUTE = frozenset({404, 405, 501})
-# after an interrupt, how long the requests in flight are waited for before saying so
-IN_FLIGHT_NOTICE_SECONDS = 1.0
+# after an interrupt, how long the requests in flight may take to finish before they are cut,
+# and how long the cut ones are then given to end: one Ctrl-C is answered within two seconds
+IN_FLIGHT_GRACE_SECONDS = 1.0
+CUT_WAIT_SECONDS = 0.5
 
 
 # what a URL's user:password gave way to, already said once in this process: a run builds the
@@ -113,14 +123,21 @@ class OpenAICompatLLM(LLM):
         model: str | None = None,
         base_url: str | None = None,  # may carry user:password@ and a query (see the module doc)
         api_key: str | None = None,
+        *,  # the rest by name (a config's model.params)
         endpoint: str = "chat",
         context_window: int = 8192,
         tokenizer: str | None = None,
         max_concurrency: int = 8,
-        timeout: float = 120.0,  # seconds per read (per event when streaming) and per connect
-        max_retries: int = 4,
-        backoff_base: float = 0.5,
-        backoff_max: float = 30.0,
+        # the retry policy (``http.RetryPolicy``; transport only, not in the config hash): the
+        # longest silence while reading (per event when streaming), the connect, retries of a
+        # retryable failure, their waits, and the request's deadline in all (None: 55 s, or one
+        # whole attempt when the timeouts are longer)
+        timeout: float = http.READ_TIMEOUT,
+        connect_timeout: float = http.CONNECT_TIMEOUT,
+        max_retries: int = http.MAX_RETRIES,
+        backoff_base: float = http.BACKOFF_BASE,
+        backoff_max: float = http.BACKOFF_MAX,
+        deadline: float | None = None,
         stream: bool = True,
         revision: str = "",  # weights revision/hash, for cache keys (the server can't tell us)
         # Sent with every request (an organisation id, a gateway's auth header). Values are treated
@@ -146,14 +163,22 @@ class OpenAICompatLLM(LLM):
                 "OpenAICompatLLM needs a server: pass base_url= (e.g. http://127.0.0.1:8000/v1) "
                 "or set OPENAI_BASE_URL"
             )
-        if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
-            raise ValueError("max_concurrency must be >= 1, max_retries >= 0 and timeout > 0")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
+        self.policy = http.RetryPolicy.of(
+            timeout,
+            connect_timeout,
+            deadline,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+        )
         if api_key is not None and not isinstance(api_key, str):  # else sent as "Bearer <repr>"
             raise ValueError(
                 f"api_key must be a string, not {type(api_key).__name__} (its value is not shown)"
             )
         headers = wire.check_headers(headers)
-        key = api_key or next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), None)
+        key = api_key or next((os.environ[k] for k in wire.KEY_ENV if os.environ.get(k)), None)
         creds = wire.url_credentials(base_url)
         # Remember every secret first, so that no message from here on (even a ValueError about
         # this very URL) can quote one.
@@ -170,12 +195,11 @@ class OpenAICompatLLM(LLM):
         self.url = secrets.redact_url(wire.with_query(self._post_url, creds.query))
         self.base_url = secrets.redact_url(wire.with_query(wire.api_root(base_url), creds.query))
         self.name, self.model, self.endpoint = model, model, endpoint
-        self.context_window, self.timeout = context_window, timeout
-        self.max_concurrency, self.max_retries = max_concurrency, max_retries
-        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.context_window, self.max_concurrency = context_window, max_concurrency
         self.stream, self.revision, self.tokenizer_name = stream, revision, tokenizer
         self.header_names = sorted(headers)
         self._stop = threading.Event()  # set when a batch is interrupted: no more attempts
+        self.connections = http.Connections()  # so an interrupt can cut the requests in flight
         self.sleep = sleep if sleep is not None else self._wait
         # its waits are retry-like: the server's word pauses no longer than a retry waits
         self.limiter = RateLimiter.of(rate_limit, sleep=self.sleep, max_pause=backoff_max)
@@ -204,8 +228,9 @@ class OpenAICompatLLM(LLM):
                 if first:
                     log.warning(
                         "%s carries user:password but %s is configured: sending that only",
-                        self.base_url, what,
-                    )  # fmt: skip
+                        self.base_url,
+                        what,
+                    )
             else:
                 auth = httpx.BasicAuth(creds.username or "", creds.password or "")
         if explicit_auth:
@@ -214,9 +239,12 @@ class OpenAICompatLLM(LLM):
         c = self.max_concurrency  # every worker keeps its connection between batches
         limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
         return httpx.Client(
-            headers={**auth_header, **headers}, auth=auth, params=list(creds.query),
-            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)), limits=limits,
-        )  # fmt: skip
+            headers={**auth_header, **headers},
+            auth=auth,
+            params=list(creds.query),
+            timeout=httpx.Timeout(self.policy.timeout, connect=self.policy.connect_timeout),
+            limits=limits,
+        )
 
     def __repr__(self) -> str:
         key = "'***'" if self._has_key else "None"
@@ -235,49 +263,61 @@ class OpenAICompatLLM(LLM):
             "revision": self.revision,
         }
 
-    def check(self, timeout: float = CHECK_TIMEOUT) -> None:
-        """One ``GET <base>/models`` (``timeout`` seconds to connect and as many to read, no
-        retries): ``ServerUnreachable`` names the URL and why: refused, no answer, the credentials
-        rejected, or another HTTP error with the server's message. A server without a /models
-        route (404, 405, 501) answered, so it is up: that passes."""
+    def check(self, timeout: float = preflight.CHECK_TIMEOUT) -> None:
+        """The preflight (``openai/preflight.py``): ``GET <base>/models`` (``timeout`` seconds to
+        connect and as many to read), then one one-token completion sent as the run's requests
+        are (its connect within ``timeout``, its read within the run's ``timeout``); no retries.
+        ``ServerUnreachable`` (``ServerRefused`` for a refusal) names the URL and why, with the
+        server's reply."""
         import httpx
 
-        try:
-            resp = self._client.get(self._models_url, timeout=httpx.Timeout(timeout))
-        except httpx.TimeoutException as exc:
-            phase = "connect" if isinstance(exc, httpx.ConnectTimeout) else "answer"
-            cause = f"no {phase} within {timeout:g} s ({type(exc).__name__})"
-        except httpx.ConnectError as exc:
-            cause = f"cannot connect ({exc}); is the server running and base_url right?"
-        except httpx.TransportError as exc:
-            cause = f"{type(exc).__name__}: {exc}"
-        else:
-            status = resp.status_code
-            if status < 400 or status in NO_MODELS_ROUTE:
-                return
-            cause = f"HTTP {status}: {wire.error_message(resp.text, limit=200)}"
-            if status in (401, 403):
-                # (no "credentials: ..." here: redact_text would take the words after it for one)
-                cause += (
-                    f"; the server refused our credentials (check the API key in "
-                    f"{' or '.join(KEY_ENV)} or api_key, the user:password in base_url, "
-                    "and any auth headers)"
-                )
-        msg = f"OpenAI-compatible server check failed: GET {self._models_shown}: {cause}"
-        raise ServerUnreachable(secrets.redact_text(" ".join(msg.split()))) from None
+        preflight.get_models(self._client, self._models_url, self._models_shown, timeout)
+        payload = wire.build_payload(
+            preflight.probe_request(), self.model, self.endpoint, self.stream
+        )
+        policy = self.policy
+        limit = httpx.Timeout(policy.timeout, connect=min(timeout, policy.connect_timeout))
+        preflight.send_probe(
+            self._client,
+            self._post_url,
+            self.url,
+            payload,
+            self.endpoint,
+            timeout=limit,
+            connections=self.connections,
+        )
 
     def close(self) -> None:
         self._client.close()
 
     # ------------------------------------------------------------------ token counting
 
-    def count_tokens(self, text: str) -> int:
-        if self.tokenizer_name is None:
-            return math.ceil(len(text) / 4)
+    def _counter(self):
         if self._tokenizer is None:
             with self._lock:
                 self._tokenizer = self._tokenizer or get_tokenizer(self.tokenizer_name)
-        return self._tokenizer.count(text)
+        return self._tokenizer
+
+    def count_tokens(self, text: str) -> int:
+        if self.tokenizer_name is None:
+            return math.ceil(len(text) / 4)
+        return self._counter().count(text)
+
+    def prompt_tokens(self, request: GenerationRequest) -> int:
+        """Tokens of what ``request`` sends: its payload's messages rendered by the tokenizer's
+        chat template where it has one (what the server's ``apply_chat_template`` gives:
+        role markers, the generation prompt), else the payload's text as it is."""
+        payload = wire.build_payload(request, self.model, self.endpoint)
+        text = wire.payload_text(payload)
+        if self.tokenizer_name is None:
+            return math.ceil(len(text) / 4)
+        tokenizer = self._counter()
+        hf = getattr(tokenizer, "hf", None)  # a transformers tokenizer (not whitespace)
+        if "messages" in payload and getattr(hf, "chat_template", None):
+            text = hf.apply_chat_template(
+                payload["messages"], tokenize=False, add_generation_prompt=True
+            )  # its special tokens are in the text: counted without adding more
+        return tokenizer.count(text)
 
     # ------------------------------------------------------------------ generation
 
@@ -327,22 +367,30 @@ class OpenAICompatLLM(LLM):
         self, pool: ThreadPoolExecutor, futures: list[Future]
     ) -> dict[int, tuple[Completion, int]]:
         """An interrupted batch: nothing more is sent (the queued requests are cancelled, no
-        worker starts another attempt or goes on waiting), the requests in flight are waited
-        for (sent, so paid for; a second interrupt keeps only what has finished by then, the
-        process still ends only when they do); the finished ones."""
+        worker starts another attempt or goes on waiting); the requests in flight get
+        ``IN_FLIGHT_GRACE_SECONDS`` to finish, then their connections are cut and their workers
+        end (a second interrupt cuts them at once); the finished ones. A request cut is not
+        waited out: a hung server would hold the interrupt for a whole read timeout."""
         self._stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
         # (a future cancelled in the queue never counts as done for ``wait``)
         sent = [f for f in futures if not f.cancelled()]
         try:
-            if wait(sent, IN_FLIGHT_NOTICE_SECONDS).not_done:
-                log.warning(
-                    "interrupted: waiting for the answers to the requests already sent to %s "
-                    "(they are paid for)", self.url,
-                )  # fmt: skip
-                wait(sent)
-        except BaseException:  # a second interrupt: keep what has finished by now
-            pass
+            late = wait(sent, IN_FLIGHT_GRACE_SECONDS).not_done
+        except BaseException:  # a second interrupt: no grace
+            late = {f for f in sent if not f.done()}
+        if late:
+            log.warning(
+                "interrupted: cutting the %d request(s) to %s still in flight after %g s",
+                len(late),
+                self.url,
+                IN_FLIGHT_GRACE_SECONDS,
+            )
+            self.connections.cut()
+            try:
+                wait(late, CUT_WAIT_SECONDS)  # their reads fail at once; the workers end
+            except BaseException:
+                pass
         return {
             i: f.result()
             for i, f in enumerate(futures)
@@ -365,20 +413,22 @@ class OpenAICompatLLM(LLM):
         )
         queue = max(0.0, time.perf_counter() - submitted - prefill - decode)
         with self.timeline.sending(sent):  # left out of the timeline if this fails
-            c = self._completion(request, parsed, prefill, decode, attempts, queue)
+            c = self._completion(request, parsed, (prefill, decode, queue), attempts)
             self.timeline.finish(sent, end, token_work(c))
         return c, sent
 
     def _attempt(
-        self, payload: dict[str, Any], tokens: int
+        self, payload: dict[str, Any], tokens: int, budget: http.Budget
     ) -> tuple[wire.Parsed, float, float, int, float]:
         """One attempt, admitted by the rate limiter (its wait is queue time, before the clock of
-        ``post_completion`` starts), which then sees the answer's status and headers: (parsed,
-        prefill s, decode s, its timeline ticket: sent after the limiter, its last byte's time)."""
+        ``post_completion`` starts, and not counted against ``budget``'s deadline), which then
+        sees the answer's status and headers: (parsed, prefill s, decode s, its timeline ticket:
+        sent after the limiter, its last byte's time)."""
         lim = self.limiter
         if self._stop.is_set():
             raise Interrupted("the batch was interrupted")
-        ticket = lim.acquire(tokens)
+        with budget.excuse():
+            ticket = lim.acquire(tokens)
         if self._stop.is_set():  # interrupted while the limiter waited
             raise Interrupted("the batch was interrupted")
 
@@ -387,7 +437,13 @@ class OpenAICompatLLM(LLM):
 
         with self.timeline.sending() as sent:  # a failed attempt is charged nothing
             out = http.post_completion(
-                self._client, self._post_url, payload, self.endpoint, on_response=seen
+                self._client,
+                self._post_url,
+                payload,
+                self.endpoint,
+                on_response=seen,
+                timeout=budget.timeouts(),
+                connections=self.connections,
             )
             end = self.timeline.clock()
             counts = wire.usage_counts(out[0].usage)
@@ -401,13 +457,17 @@ class OpenAICompatLLM(LLM):
         url = self._models_url.removesuffix("/models") + "/" + path.lstrip("/")
         self._stop.clear()  # an earlier call's interrupt does not stop this one
 
-        def once() -> dict[str, Any]:
+        def once(budget: http.Budget) -> dict[str, Any]:
             request_id = http.new_request_id()
             resp = self._client.post(
-                url, json=payload, headers={http.REQUEST_ID_HEADER: request_id}
+                url,
+                json=payload,
+                headers={http.REQUEST_ID_HEADER: request_id},
+                timeout=budget.timeouts(),
+                extensions=self.connections.extensions,
             )
             if resp.status_code >= 400:
-                raise http.status_error(resp, resp.text)
+                raise http.status_error(resp, resp.text, payload)
             try:
                 return wire.parse_json(resp.text)
             except ValueError as exc:
@@ -419,22 +479,21 @@ class OpenAICompatLLM(LLM):
     def _with_retries(
         self, attempt: Callable[..., Any], *args: Any, url: str | None = None
     ) -> tuple[Any, int]:
-        """``attempt(*args)`` under this backend's retry policy: (its result, attempts made), or
-        ``LLMRequestError`` naming ``url`` (redacted; default ``self.url``)."""
-        return http.with_retries(
-            attempt, *args, url=url or self.url, timeout=self.timeout, max_retries=self.max_retries,
-            backoff_base=self.backoff_base, backoff_max=self.backoff_max, sleep=self.sleep,
-        )  # fmt: skip
+        """``attempt(*args, budget)`` under this backend's retry policy: (its result, attempts
+        made), or ``LLMRequestError`` naming ``url`` (redacted; default ``self.url``)."""
+        policy, url = self.policy, url or self.url
+        return http.with_retries(attempt, *args, policy=policy, url=url, sleep=self.sleep)
 
     def _completion(
         self,
         request: GenerationRequest,
         parsed: wire.Parsed,
-        prefill: float,
-        decode: float,
+        seconds: tuple[float, float, float],
         attempts: int,
-        queue: float = 0.0,
     ) -> Completion:
+        """The completion of ``parsed``, the answer to ``request``; ``seconds``: its prefill,
+        decode and queue time."""
+        prefill, decode, queue = seconds
         text = wire.apply_stop(parsed.text, request.stop)
         counts = wire.usage_counts(parsed.usage)
         estimated = counts is None
@@ -457,8 +516,10 @@ class OpenAICompatLLM(LLM):
                 self._usage_warned = True
                 log.warning(
                     "%s reported unusable token usage (%s): tokens are counted locally "
-                    "(usage_estimated)", self.url, problem,
-                )  # fmt: skip
+                    "(usage_estimated)",
+                    self.url,
+                    problem,
+                )
         if text != parsed.text:
             meta["stop_applied_locally"] = True
         return Completion(

@@ -23,6 +23,8 @@ from ragbench.registry import unknown
 from ragbench.types import GenerationRequest
 
 ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}
+# where the API key comes from when none is passed, first set wins
+KEY_ENV = ("RAGBENCH_API_KEY", "OPENAI_API_KEY")
 
 
 def api_root(base_url: str) -> str:
@@ -129,10 +131,32 @@ def build_payload(
         payload["stop"] = list(request.stop)
     if stream:
         payload["stream"] = True
-        payload["stream_options"] = {
-            "include_usage": True
-        }  # usage in the last event (vLLM, OpenAI)
+        # usage in the last event (vLLM, OpenAI)
+        payload["stream_options"] = {"include_usage": True}
     return payload
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """The text a payload sends, untemplated: its messages' contents in order (the system text,
+    then the user's: ``LLM.prompt_tokens``'s text) or its ``prompt``."""
+    if "messages" in payload:
+        return "".join(str(m.get("content") or "") for m in payload["messages"])
+    return str(payload.get("prompt") or "")
+
+
+def describe_request(
+    method: str, path: str, header_names: Iterable[str], payload: Mapping[str, Any]
+) -> str:
+    """What a refused request carried, for a server that gave no reason: its method, path
+    (no query: it can hold a token), header names and payload keys. Never a header's value nor
+    a payload's values (credentials, a long prompt)."""
+    names = ", ".join(sorted(dict.fromkeys(header_names), key=str.lower)) or "none"
+    keys = ", ".join(sorted(payload)) or "none"
+    return (
+        f"(the server gave no reason) {method} {path} carried the headers {names} and the "
+        f"payload keys {keys}; one of them is what this server refuses (llama-cpp-python's, "
+        "for one, refuses an X-Request-ID that is not a UUID)"
+    )
 
 
 @dataclass(frozen=True)

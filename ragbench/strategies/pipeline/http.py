@@ -95,8 +95,21 @@ def client(params: PipelineParams) -> Any:
         return _clients[key]
 
 
-def _attempt(c: Any, url: str, payload: dict[str, Any]) -> Any:
-    resp = c.post(url, json=payload)
+def policy(params: PipelineParams) -> http.RetryPolicy:
+    """The endpoint's retry policy: its ``timeout`` per connect and read, ``retries``, and no
+    deadline beyond them (a pipeline may take long to answer; its own timeout says how long)."""
+    return http.RetryPolicy(
+        timeout=params.timeout,
+        connect_timeout=min(10.0, params.timeout),
+        max_retries=params.retries,
+        backoff_base=BACKOFF_BASE,
+        backoff_max=BACKOFF_MAX,
+        deadline=None,
+    )
+
+
+def _attempt(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> Any:
+    resp = c.post(url, json=payload, timeout=budget.timeouts())
     if resp.status_code >= 400:
         raise http.status_error(resp, resp.text)
     try:
@@ -112,15 +125,19 @@ def post(params: PipelineParams, question: str, example_id: str, corpus: str | N
     """The endpoint's JSON answer to one question (after retries), or ``LLMRequestError``."""
     payload = {"question": question, "id": example_id, "corpus": corpus}
     result, _ = http.with_retries(
-        _attempt, client(params), request_url(params, params.raw_url), payload,
-        url=params.url, timeout=params.timeout, max_retries=params.retries,
-        backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX, sleep=time.sleep,
-    )  # fmt: skip
+        _attempt,
+        client(params),
+        request_url(params, params.raw_url),
+        payload,
+        url=params.url,
+        policy=policy(params),
+        sleep=time.sleep,
+    )
     return result
 
 
-def _attempt_setup(c: Any, url: str, payload: dict[str, Any]) -> None:
-    resp = c.post(url, json=payload)
+def _attempt_setup(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> None:
+    resp = c.post(url, json=payload, timeout=budget.timeouts())
     if resp.status_code >= 400:
         raise http.status_error(resp, resp.text)
 
@@ -129,10 +146,14 @@ def post_setup(params: PipelineParams, corpus: str, documents: list[Any]) -> Non
     """Hand the corpus (``Document``s) to ``setup_url`` (after retries), or ``LLMRequestError``."""
     payload = {"corpus": corpus, "documents": [d.to_dict() for d in documents]}
     http.with_retries(
-        _attempt_setup, client(params), request_url(params, params.raw_setup_url), payload,
-        url=params.setup_url, timeout=params.timeout, max_retries=params.retries,
-        backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX, sleep=time.sleep,
-    )  # fmt: skip
+        _attempt_setup,
+        client(params),
+        request_url(params, params.raw_setup_url),
+        payload,
+        url=params.setup_url,
+        policy=policy(params),
+        sleep=time.sleep,
+    )
 
 
 def check(params: PipelineParams, timeout: float = CHECK_TIMEOUT) -> None:
