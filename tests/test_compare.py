@@ -35,7 +35,7 @@ ferry,When does the first ferry leave?,06:40,The first ferry leaves at 06:40
 """
 VERDICT = re.compile(
     r"^verdict: (Use (closed_book|long_context|rag|self_route|pipeline)\b|Not decided yet|"
-    r"No variant)",
+    r"No variant|Every variant)",
     re.M,
 )
 
@@ -380,9 +380,15 @@ def test_verdict_first_moves_the_verdict_section_under_the_title():
                 nbformat.v4.new_code_cell("verdict(df)"),
                 nbformat.v4.new_markdown_cell("### Verdict detail"),
                 nbformat.v4.new_code_cell("v.detail"), nbformat.v4.new_markdown_cell("## 2.")]  # fmt: skip
-    sources = [c.source for c in steps.verdict_first(nb).cells]
-    assert sources == ["# Title", "## Verdict\n\nwhy", "verdict(df)", "### Verdict detail",
-                       "v.detail", "x = 1", "## 1. Data", "run()", "## 2."]  # fmt: skip
+    shown = [c.source for c in steps.verdict_first(nbformat.from_dict(nb)).cells]
+    assert shown == ["# Title", "## Verdict\n\nwhy", "verdict(df)", "### Verdict detail",
+                     "v.detail", "x = 1", "## 1. Data", "run()", "## 2."]  # fmt: skip
+    # a model too weak to tell: the verdict's line is the page's first, above the title
+    weak = "Every variant answered at most 15.4% of the questions: try a stronger model."
+    first = [c.source for c in steps.verdict_first(nbformat.from_dict(nb), weak).cells]
+    assert first == [f"**{weak}**", *shown]
+    bare = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title")])
+    assert [c.source for c in steps.verdict_first(bare, weak).cells] == [f"**{weak}**", "# Title"]
 
 
 @pytest.mark.slow
