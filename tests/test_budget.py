@@ -534,6 +534,7 @@ def test_a_lying_server_never_takes_the_run_past_its_cap(tmp_path, serve):
     assert stopped.exit_code == BUDGET_EXIT, stopped.output
     (line,) = [x for x in stopped.output.splitlines() if "stopped: budget" in x]
     assert "of max_dollars $0.008000, the next round (~$0.005" in line, line
+    assert "(its prompts at the 20x tokens the model charged per token counted so far)" in line
     assert "4 record(s) left" in line and "over budget" not in stopped.output
     assert len(srv.requests) == 1
     spent = spent_in(path)

@@ -412,6 +412,8 @@ class Budget:
             "why": why,
             "records_left": left,
         } | ({"pass": step} if step else {})
+        if self._rate > 1 and not step:  # the model charged more prompt tokens than counted
+            self.info["prompt_rate"] = round(self._rate, 3)
 
     @property
     def reason(self) -> str:
@@ -435,6 +437,11 @@ class Budget:
             )
         else:
             why = f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
+            if i.get("prompt_rate"):
+                why += (
+                    f" (its prompts at the {i['prompt_rate']:g}x tokens the model charged per "
+                    "token counted so far)"
+                )
         if i["why"] != "reached" and over > 0:  # rounds drained after the stop (Ray)
             why += (
                 f"; passed it by ${over:,.6f} with the rounds in flight when it stopped (they "
