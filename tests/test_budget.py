@@ -21,6 +21,7 @@ from ragbench.datasets.corpus.shared import write_essay_corpus
 from ragbench.experiment.budget import (
     BUDGET_EXIT,
     Budget,
+    Counted,
     RoundBound,
     Spend,
     decide,
@@ -353,7 +354,8 @@ def test_the_first_round_estimate_counts_the_preload(tmp_path, monkeypatch):
     monkeypatch.setattr(dry_run, "backend_capabilities", lambda name: keeps)
     cfg = preload_config(tmp_path, "example-hosted-api", max_new_tokens=1)
     full = run({**cfg, "name": "full"}, progress=False, llm=FakeLLM(prefix_cache_size=1))
-    first_round = full["dollars"].iloc[:2].sum() + full["one_time_dollars"].iloc[0]
+    # the first round is one request (until the model's prompt tokens are known) and its preload
+    first_round = full["dollars"].iloc[0] + full["one_time_dollars"].iloc[0]
     cfg["max_dollars"] = first_round * 0.99
     fake = FakeLLM(prefix_cache_size=1)
     df = run(cfg, progress=False, llm=fake)
@@ -445,12 +447,15 @@ def test_a_spend_over_the_cap_that_no_check_stopped_is_said():
     assert Budget(5.0).passed(done) is None and Budget(None).passed(done) is None
 
 
-def charged(prompt_per_word: int = 1):
-    """A server that charges what the prompt's words (times ``prompt_per_word``) and a full
-    ``max_tokens`` answer come to: the tester's loopback server."""
+def charged(prompt_per_word: int = 1, answer: int | None = None):
+    """A server that charges what the prompt's words (times ``prompt_per_word``: a server that
+    reports more prompt tokens than the configured tokenizer counts, or lies) and a full
+    ``max_tokens`` answer come to (``answer``: that many tokens, if fewer): the tester's
+    loopback server."""
 
     def behave(h, body, n):
         most = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+        most = min(most, answer or most)
         use = {
             "prompt_tokens": prompt_per_word * len(user_text(body).split()),
             "completion_tokens": most,
@@ -496,22 +501,106 @@ def test_a_long_context_round_after_short_ones_is_held_to_the_cap(tmp_path, serv
     assert "the next round (~$0.0589" in line, line
 
 
-def test_a_run_that_passes_the_cap_anyway_says_so_and_exits_with_the_budget_code(tmp_path, serve):
-    # a server that counts three tokens a word where the configured tokenizer counts one: the one
-    # round's bound fits the cap, what it cost does not. Exit 0 and no word before
+def spent_in(path) -> float:
+    return spend_of(read_records(run_dir_for(load_config(path)) / RECORDS).values()).dollars
+
+
+def test_a_server_that_counts_more_than_the_tokenizer_is_measured_on_one_request(tmp_path, serve):
+    # three tokens a word where the configured tokenizer counts one: the round of five was
+    # bounded at ~$0.0019 and sent whole, costing ~$0.0049 against a $0.003 cap ("passed it").
+    # Now its first request goes alone; the next is priced at the prompt tokens it charged
     srv = serve(charged(prompt_per_word=3))
     cfg = short_then_long(tmp_path, srv.url, batch_size=10)
     cfg["dataset"]["params"]["context_lengths"] = [300]
     path = write(tmp_path, cfg)
-    passed = invoke(path, "--max-dollars", "0.003")  # bound ~$0.0019; cost ~$0.0049
-    assert passed.exit_code == BUDGET_EXIT, passed.output
-    assert len(srv.requests) == 5
-    (line,) = [x for x in passed.output.splitlines() if "over budget: spent $" in x]
-    assert "of max_dollars $0.003000, passed it by $0.00" in line, line
-    out = run_dir_for(load_config(path))
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "finished"  # every record answered
-    assert manifest["sessions"][-1]["budget"]["why"] == "passed it"
+    stopped = invoke(path, "--max-dollars", "0.003")
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    assert "over budget" not in stopped.output and "stopped: budget" in stopped.output
+    assert spent_in(path) <= 0.003
+    assert 1 < len(srv.requests) < 5  # the first alone, then one at its rate; not the round
+    info = json.loads((run_dir_for(load_config(path)) / "manifest.json").read_text())
+    assert info["status"] == "stopped" and info["sessions"][-1]["budget"]["records_left"] > 0
+
+
+def test_a_lying_server_never_takes_the_run_past_its_cap(tmp_path, serve):
+    # a server that reports 20 times the prompt tokens: a $5 cap went to $15.95, one round of
+    # four requests over. Here a round of five bounded at ~$0.002 cost ~$0.026 against a
+    # $0.008 cap; now one request (~$0.0052) shows the rate and the next would pass the cap
+    srv = serve(charged(prompt_per_word=20))
+    cfg = short_then_long(tmp_path, srv.url)
+    cfg["dataset"]["params"]["context_lengths"] = [300]
+    path = write(tmp_path, cfg)
+    stopped = invoke(path, "--max-dollars", "0.008")
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    (line,) = [x for x in stopped.output.splitlines() if "stopped: budget" in x]
+    assert "of max_dollars $0.008000, the next round (~$0.005" in line, line
+    assert "(its prompts at the 20x tokens the model charged per token counted so far)" in line
+    assert "4 record(s) left" in line and "over budget" not in stopped.output
+    assert len(srv.requests) == 1
+    spent = spent_in(path)
+    assert 0.005 < spent <= 0.008
+    # resumed with room for all of it: the rest goes at the measured rate
+    done = invoke(path, "--max-dollars", "1")
+    assert done.exit_code == 0, done.output
+    assert len(srv.requests) == 5 and spent_in(path) == pytest.approx(5 * spent, rel=0.05)
+
+
+def test_long_prompts_after_short_ones_are_priced_at_the_servers_rate(tmp_path, serve):
+    # NIAH, short contexts then long ones, a server that counts 3 tokens a word and answers in
+    # 2 tokens of the 256 allowed. The finished records cost less than their bounds (the short
+    # answers hid the prompts' undercount), so nothing was scaled and the long round, bounded
+    # at ~$0.07, was sent: ~$0.19 against a $0.09 cap (a $5 cap went to $28.11 so). Its
+    # prompts are now priced at the prompt tokens charged per counted one: ~$0.19, stopped
+    srv = serve(charged(prompt_per_word=3, answer=2))
+    path = write(tmp_path, short_then_long(tmp_path, srv.url, max_new_tokens=256))
+    stopped = invoke(path, "--max-dollars", "0.09")
+    assert stopped.exit_code == BUDGET_EXIT, stopped.output
+    assert len(srv.requests) == 5  # the short contexts, none of the long ones
+    spent = spent_in(path)
+    assert spent <= 0.09
+    info = json.loads((run_dir_for(load_config(path)) / "manifest.json").read_text())
+    budget = info["sessions"][-1]["budget"]
+    assert budget["why"] == "next round would pass it" and budget["records_left"] == 5
+    assert budget["next_round_estimate"] > 0.18  # 5 x (6,000 words x 3 x $2/M + 256 x $8/M)
+
+
+def test_rounds_go_one_request_at_a_time_until_the_rate_is_known():
+    # each record bounded at $1, $0.10 of it its prompt; the model charges 3 prompt tokens per
+    # counted one. The first request goes alone; the next alone again at 3x (the rate went up
+    # since its estimate); then whole rounds at that rate
+    def price(r):
+        return 0.9 + 0.1 * r
+
+    bound = lambda items: RoundBound(  # noqa: E731
+        (1.0,) * len(items), counted=(Counted(100, 1, price),) * len(items)
+    )
+    budget = Budget(100.0, bound=bound)
+    rounds = [[((None, None), f"{r}{i}") for i in range(4)] for r in "ab"]
+    done: dict = {}
+    sizes = []
+    for chunk in budget.rounds(rounds, done):
+        sizes.append(len(chunk))
+        done.update({k: charged_record(1.2, prompt=300) for _, k in chunk})
+    assert sizes == [1, 1, 2, 4] and len(done) == 8
+    # a cap that holds the first request, not the next at the measured rate ($1.20 each)
+    tight = Budget(2.1, bound=bound)
+    done = {}
+    for chunk in tight.rounds(rounds, done):
+        done.update({k: charged_record(1.2, prompt=300) for _, k in chunk})
+    assert list(done) == ["a0"] and tight.info["next_round_estimate"] == pytest.approx(1.2)
+    assert spend_of(done.values()).dollars <= 2.1
+    # a record whose calls the count did not all see (Self-Route's fallback) measures nothing
+    fallback = Budget(100.0, bound=bound)
+    done, sizes = {}, []
+    for chunk in fallback.rounds(rounds, done):
+        sizes.append(len(chunk))
+        done.update({k: charged_record(5.0, prompt=3_000, calls=2) for _, k in chunk})
+    assert sizes == [1, 1, 1, 1, 1, 1, 1, 1]  # never measured: one at a time
+
+
+def charged_record(dollars, prompt, calls=1):
+    cost = SimpleNamespace(dollars=dollars, prompt_tokens=prompt, llm_calls=calls)
+    return SimpleNamespace(cost=cost, meta={}, error=None)
 
 
 def test_a_rounds_bound_counts_its_preload_until_the_group_has_paid_it():

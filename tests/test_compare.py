@@ -35,7 +35,7 @@ ferry,When does the first ferry leave?,06:40,The first ferry leaves at 06:40
 """
 VERDICT = re.compile(
     r"^verdict: (Use (closed_book|long_context|rag|self_route|pipeline)\b|Not decided yet|"
-    r"No variant)",
+    r"No variant|Every variant)",
     re.M,
 )
 
@@ -380,9 +380,38 @@ def test_verdict_first_moves_the_verdict_section_under_the_title():
                 nbformat.v4.new_code_cell("verdict(df)"),
                 nbformat.v4.new_markdown_cell("### Verdict detail"),
                 nbformat.v4.new_code_cell("v.detail"), nbformat.v4.new_markdown_cell("## 2.")]  # fmt: skip
-    sources = [c.source for c in steps.verdict_first(nb).cells]
-    assert sources == ["# Title", "## Verdict\n\nwhy", "verdict(df)", "### Verdict detail",
-                       "v.detail", "x = 1", "## 1. Data", "run()", "## 2."]  # fmt: skip
+    shown = [c.source for c in steps.verdict_first(nbformat.from_dict(nb)).cells]
+    moved = ["# Title", "## Verdict\n\nwhy", "verdict(df)", "### Verdict detail", "v.detail"]
+    assert shown == [*moved, "x = 1", "## 1. Data", "run()", "## 2."]
+    # a model too weak to tell: the verdict's line is the page's first, above the title
+    weak = "Every variant answered at most 15.4% of the questions: try a stronger model."
+    first = [c.source for c in steps.verdict_first(nbformat.from_dict(nb), weak).cells]
+    assert first == [f"**{weak}**", *shown]
+    bare = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title")])
+    assert [c.source for c in steps.verdict_first(bare, weak).cells] == [f"**{weak}**", "# Title"]
+
+
+def test_a_weak_models_verdict_is_the_reports_first_line(tmp_path, monkeypatch):
+    """The fake reads no answer to these questions from any variant: 0 of 12 each, every upper
+    bound under 30%. The verdict leads with it, and report.html says it before its title."""
+    monkeypatch.chdir(tmp_path)
+    docs = make_docs(tmp_path / "handbook")
+    rows = QUESTIONS.strip().splitlines()
+    copies = [
+        f"{row.split(',')[0]}{i},{row.split(',', 1)[1]}" for i in range(3) for row in rows[1:]
+    ]
+    (tmp_path / "q.csv").write_text("\n".join([rows[0], *copies]) + "\n", encoding="utf-8")
+    options = ["--backend", "fake", "--embedder", "hash", "--yes", "--quiet", "--output-dir", "out"]
+    result = compare([str(docs), "--questions", "q.csv", *options])
+    out = result.output
+    assert result.exit_code == 0, out
+    weak = "Every variant answered at most 0% of the questions (the highest upper 95% bound, "
+    assert f"verdict: {weak}" in out and "try a stronger model." in out, out
+    page = (config_of(out).parent / "report.html").read_text(encoding="utf-8")
+    header_end = page.index("</section>", page.index("ragbench-provenance"))
+    text = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", page[header_end:])).split())
+    assert text.startswith(weak), text[:300]
+    assert text.index("Your documents: RAG or long context?") < text.index("Verdict")
 
 
 @pytest.mark.slow

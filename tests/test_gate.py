@@ -3,6 +3,7 @@ costs) and on the verdict's choice; malformed ones name the valid variants and v
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
@@ -17,7 +18,7 @@ from ragbench.analysis.gate import (
     parse_requirement,
     variant_values,
 )
-from ragbench.analysis.summary import summary
+from ragbench.analysis.labels import with_labels
 from ragbench.cli import app
 from ragbench.experiment.runner import run
 
@@ -43,15 +44,33 @@ def test_parse_requirements():
             parse_requirement(bad)
 
 
-def test_values_are_the_summary(run_dir):
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson's 95% score interval for ``k`` of ``n``, from its formula."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def test_values_are_the_run_s_numbers(run_dir):
+    """Each value from the records themselves: the mean, Wilson's interval from its formula, the
+    count and the mean dollars; and the numbers the fake model must give on these needles."""
     df, seed = load_run(run_dir)
-    table = summary(df, metric="contains", seed=seed).set_index("label")
     values = variant_values(df, seed=seed)
-    for label, row in table.iterrows():
-        assert values[label]["contains"] == pytest.approx(row["contains"])
-        assert values[label]["contains.ci_low"] == pytest.approx(row["ci_low"])
-        assert values[label]["contains.n"] == row["n"]
-        assert values[label]["dollars_per_1k"] == pytest.approx(row["dollars"] * 1000)
+    rows = with_labels(df)
+    rag = " embedder=hash chunk=64 overlap=8"
+    assert set(values) == {"closed_book", "long_context", "rag k=1" + rag, "rag k=4" + rag}
+    for label, own in rows.groupby("label"):
+        k, n = int(own["contains"].sum()), len(own)
+        lo, hi = wilson(k, n)
+        assert values[label]["contains"] == pytest.approx(k / n)
+        assert values[label]["contains.ci_low"] == pytest.approx(lo)
+        assert values[label]["contains.ci_high"] == pytest.approx(hi)
+        assert values[label]["contains.n"] == n == 4
+        assert values[label]["dollars_per_1k"] == pytest.approx(own["dollars"].mean() * 1000)
+    # the fake reads every needle from the documents and none without them
+    assert values["long_context"]["contains"] == 1.0 and values["closed_book"]["contains"] == 0.0
+    assert values["long_context"]["contains.ci_low"] == pytest.approx(0.5101, abs=1e-4)
 
 
 def test_check_fails_one_line_per_requirement(run_dir):
@@ -169,3 +188,30 @@ def test_failed_records_and_an_unfinished_run_fail_the_gate(run_dir, tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(AssertionError, match="its manifest says running"):
         assert_run(folder, *req)
+
+
+def test_a_verdict_for_a_model_too_weak_to_tell_fails_the_gate(run_dir, tmp_path):
+    """The verdict's choice is no evidence when the model is too weak for the questions: 10% of
+    200 against 0% (every upper bound under 30%) fails ``--verdict rag`` with the verdict's
+    line; closed book ahead of every variant that reads the documents fails it too."""
+    from test_verdict import PRICES, results
+
+    weak = results({"long_context": [0] * 200, "rag k=3": [1] * 20 + [0] * 180}, PRICES)
+    [line] = check(weak, [], verdict="rag")
+    assert line.startswith("FAILED verdict rag: Every variant answered at most 10% of the "), line
+    assert line.endswith("try a stronger model. (it chose rag k=3)"), line
+    strong = results({"long_context": [0] * 100 + [1] * 100, "rag k=3": [1] * 200}, PRICES)
+    assert check(strong, [], verdict="rag") == []
+
+    df, _ = load_run(run_dir)  # closed book answers every question, the others none
+    closed = df["strategy"] == "closed_book"
+    df.loc[closed, "contains"], df.loc[~closed, "contains"] = 1.0, 0.0
+    folder = tmp_path / "run"
+    shutil.copytree(run_dir, folder)
+    df.to_parquet(folder / "results.parquet")
+    result = CliRunner().invoke(app, ["check", str(folder), "--verdict", "long_context"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("FAILED verdict long_context: ")
+    assert "No variant beats closed book: closed_book scored 100% without the documents" in (
+        result.output
+    )

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from ragbench import analysis, report
-from ragbench.analysis import REASONS, Verdict, planning, questions_needed, verdict
+from ragbench.analysis import REASONS, Verdict, questions_needed, verdict
 from ragbench.analysis.paired import (
     _tango_z,
     bootstrap_difference,
@@ -250,6 +250,138 @@ def test_no_interval_excludes_zero_beside_a_p_that_says_otherwise(seed):
     assert v.cost_ratio_low <= v.cost_ratio <= v.cost_ratio_high
 
 
+# ---------------------------------------------------------------------------- a weak model
+
+
+def ones(k, n):
+    """``k`` correct answers of ``n`` (0/1 scores)."""
+    return [1] * k + [0] * (n - k)
+
+
+WEAK = (
+    "the model is too weak for these questions to tell how a stronger one would compare; try a "
+    "stronger model."
+)
+
+
+def _weak_scenarios():
+    """name -> (scores per variant, the weak-model line's pieces; None: not weak)."""
+    return {
+        # the real folder: 78 questions, every variant 0-15.4%; the verdict recommended
+        # Self-Route as more accurate than long context at 0%, with no word of the model
+        "every variant near 0 (the real folder)": (
+            {CB: ones(5, 78), LC: ones(0, 78), RAG: ones(10, 78), SR: ones(12, 78)},
+            [
+                "Every variant answered at most 15.4% of the questions (the highest upper 95% "
+                "bound, 25%, is below 30%): " + WEAK
+            ],
+        ),
+        "all zero": (
+            {CB: ones(0, 60), LC: ones(0, 60), RAG: ones(1, 60)},
+            ["Every variant answered at most 1.67% of the questions", WEAK],
+        ),
+        # every score under 30%, but 7 of 30 could be 41%: not shown to be weak
+        "all under the floor, one interval above it": (
+            {CB: ones(0, 30), LC: ones(2, 30), RAG: ones(7, 30)},
+            None,
+        ),
+        "closed book best": (
+            {CB: ones(50, 100), LC: ones(40, 100), RAG: ones(45, 100)},
+            [
+                "No variant beats closed book: closed_book scored 50% without the documents, "
+                "more than every variant that reads them (best rag k=3: 45%): the model does "
+                "not use the documents, so it is too weak for these questions",
+                "try a stronger model.",
+            ],
+        ),
+        # closed book level with both: the documents do not matter, the model is not weak
+        "closed book tied at 80%": (
+            {CB: flip(ones(320, 400), 2, 2), LC: ones(320, 400), RAG: flip(ones(320, 400), 3, 3)},
+            None,
+        ),
+        "a strong run": ({CB: ones(20, 200), LC: ones(180, 200), RAG: ones(120, 200)}, None),
+    }
+
+
+@pytest.mark.parametrize("name", list(_weak_scenarios()))
+def test_a_weak_model_leads_the_verdict(name):
+    scores, pieces = _weak_scenarios()[name]
+    df = results(scores, PRICES)
+    v = verdict(df)
+    plain = verdict(df, weak_floor=0)  # no floor: the same decision
+    assert (v.reason, v.choice, v.compared) == (plain.reason, plain.choice, plain.compared)
+    if pieces is None:
+        assert v.weak_model is None and v.text == plain.text
+        assert v.text.startswith(("Use ", "Not decided")), v.text
+        return
+    assert v.weak_model is not None and v.text.startswith(v.weak_model + " "), v.text
+    for piece in pieces:
+        assert piece in v.weak_model, (piece, v.weak_model)
+    rest = v.text.removeprefix(v.weak_model + " ")
+    assert rest.startswith(("Use ", "Not decided")) and rest in plain.text, v.text  # marked
+    check_words_match_numbers(v)
+
+
+def test_the_weak_floor_is_a_parameter_and_checked():
+    df = results({LC: ones(20, 200), RAG: ones(30, 200)}, PRICES)  # 10% and 15%, n = 200
+    assert verdict(df).weak_model is not None
+    assert verdict(df, weak_floor=0.15).weak_model is None  # RAG's upper bound is about 21%
+    assert verdict(df, weak_floor=0.25).weak_model.startswith("Every variant answered at most 15%")
+    with pytest.raises(ValueError, match="error: weak_floor must be from 0 to 1.*got 30"):
+        verdict(df, weak_floor=30)
+    # scores beyond 0-1 are no share of questions: nothing to be weak at
+    scaled = results({LC: [0.0] * 30, RAG: [2.0] * 30}, PRICES, metric="f1")
+    assert verdict(scaled).weak_model is None
+
+
+# ---------------------------------------------------------------------------- empty answers
+
+BLANKS = ["", "  ", "\n", None]  # blank after strip, or no answer at all
+
+
+def answered(df, empty):
+    """``df`` with a prediction per row: the first ``empty[label]`` of each label's rows blank,
+    the rest an answer."""
+    out = df.assign(prediction="4444444").astype({"prediction": object})
+    for label, k in empty.items():
+        rows = out.index[out["label"] == label][:k]
+        out.loc[rows, "prediction"] = pd.Series([BLANKS[i % 4] for i in range(k)], index=rows)
+    return out
+
+
+def test_many_empty_answers_are_said_per_variant():
+    lc = ones(60, 72)
+    df = results({CB: ones(5, 72), LC: lc, RAG: flip(lc, 0, 5)}, PRICES)
+    v = verdict(answered(df, {LC: 62, RAG: 7}))  # RAG's 7 of 72 is under a tenth
+    line = (
+        "62 of 72 answers empty for long_context: check the server's chat template and stop "
+        "strings."
+    )
+    assert v.empty_answers == (line,) and v.text.startswith(line + " Use "), v.text
+    assert v.text.removeprefix(line + " ") == verdict(df).text  # the same verdict after it
+    assert verdict(answered(df, {LC: 7, RAG: 7})).empty_answers == ()
+
+
+def test_empty_answer_counts_leave_errors_and_answerless_strategies_out():
+    from ragbench.analysis.answers import count_empty_answers
+
+    labels = (LC, RAG, "retrieve_only k=3")
+    df = answered(
+        results({label: ones(10, 20) for label in labels}, {label: 0.001 for label in labels}),
+        {LC: 3, RAG: 1, labels[2]: 20},
+    )
+    # 3 of 20 empty is more than a tenth, 1 of 20 is not; retrieve_only answers nothing by design
+    assert [(e.label, e.empty, e.answered) for e in count_empty_answers(df)] == [(LC, 3, 20)]
+    failed = df.index[df["label"] == RAG][5:9]  # four failed calls: no answer to count
+    df.loc[failed, "error"] = "LLMRequestError: timed out"
+    df.loc[failed, "prediction"] = ""  # counted, they would make 5 of 20
+    assert [(e.label, e.empty, e.answered) for e in count_empty_answers(df)] == [(LC, 3, 20)]
+    df.loc[df.index[df["label"] == RAG][10], "prediction"] = " "  # 2 of the 16 answered
+    counts = [(e.label, e.empty, e.answered) for e in count_empty_answers(df)]
+    assert counts == [(LC, 3, 20), (RAG, 2, 16)]
+    assert count_empty_answers(df.drop(columns="prediction")) == []
+
+
 # ---------------------------------------------------------------------------- the statistics
 
 
@@ -392,10 +524,15 @@ def test_a_prefix_cache_break_even_is_stated_where_it_could_change_the_answer():
                  PRICES, tokens={LC: 5_000, RAG: 600, CB: 40}, sheet=SONNET)  # fmt: skip
     v = verdict(df)
     assert (v.choice, v.reason) == (RAG, "not_worse")
-    table, _ = planning.prefix_cache_break_even(df[df["label"] != CB], [SONNET])
-    expected = int(table["lc_cheaper_from"].iloc[0])
-    assert 1 < expected < 1_000 and v.break_even_questions == expected
-    assert f"from {expected:,} questions per document" in v.text
+    # by hand, at Sonnet 4.5's $ per million tokens (input 3, cache read 0.30, cache write
+    # 3.75, output 15): long context's 5,000-token prompt is its 4,980 kept document tokens
+    # plus 20 more, each answer 10 tokens; RAG's prompt is 600 tokens
+    first = 4_980 * 3.75 + 20 * 3 + 10 * 15  # the question that writes the cache (x 1e-6 $)
+    later = 4_980 * 0.30 + 20 * 3 + 10 * 15  # each question that reads it
+    rag = 600 * 3 + 10 * 15
+    expected = math.ceil((first - later) / (rag - later))  # 17,181 / 246 = 69.8
+    assert expected == 70 and v.break_even_questions == 70
+    assert "from 70 questions per document" in v.text
     # a sheet on which long context never catches up: nothing said
     cheap = verdict(df.assign(price_sheet="example-hosted-api"))
     assert cheap.break_even_questions is None and "prefix cache" not in cheap.text

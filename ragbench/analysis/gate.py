@@ -196,7 +196,9 @@ def check(
     requirement (and ``verdict``) is parsed and matched before any is checked: a malformed one
     raises GateError. A requirement on a metric the run did not score fails, saying so. More
     than ``max_errors`` failed records of the variants it reads (those the requirements name;
-    every variant with ``verdict``) fail it too (``failed_records``)."""
+    every variant with ``verdict``) fail it too (``failed_records``). So does a verdict that
+    chose the variant for a model too weak to tell (``Verdict.weak_model``: its line): a
+    stronger model might choose the other."""
     check_one_row_each(with_labels(df))  # the gate reads one run's table
     parsed = [parse_requirement(text) for text in requirements]
     values = variant_values(df, seed=seed)
@@ -232,6 +234,8 @@ def check(
         if v.choice is None or not set(verdict.split()) <= set(v.choice.split()):
             failed.append(f"FAILED verdict {verdict}: the verdict chose "
                           f"{v.choice or 'nothing'}: {headline(v.text)}")  # fmt: skip
+        elif v.weak_model:  # its choice, for a model that cannot tell: no evidence to gate on
+            failed.append(f"FAILED verdict {verdict}: {v.weak_model} (it chose {v.choice})")
     return failed
 
 

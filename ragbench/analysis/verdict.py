@@ -38,6 +38,7 @@ decides each look with this very function, so the sentence and the stop agree.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ from ragbench.analysis._common import (
     own_latency_seconds,
     paired_scores,
 )
+from ragbench.analysis.answers import WEAK_FLOOR, count_empty_answers, weak_model_line
 from ragbench.analysis.conditions import conditions as run_conditions
 from ragbench.analysis.families import BASELINE, LONG_CONTEXT, RETRIEVAL, annotate
 from ragbench.analysis.labels import with_labels
@@ -103,7 +105,10 @@ class Verdict:
     closed-book line's variant. ``more_questions``: how many more would decide. ``detail``:
     every comparison (these first), ``conditions``: model, context, questions, price sheet;
     ``variants``: one row per variant (score and ``n`` over the scored questions; $ per 1k
-    queries and latency over all ``asked``; family, constraints met)."""
+    queries and latency over all ``asked``; family, constraints met). ``weak_model``: why the
+    model is too weak for the comparison to say how a stronger one would compare (the text leads
+    with it; ``analysis.answers.weak_model_line``), None when it is not; ``empty_answers``: a
+    line per variant with too many empty answers (``analysis.answers.count_empty_answers``)."""
 
     text: str
     choice: str | None
@@ -128,6 +133,8 @@ class Verdict:
     binding: tuple[str, ...] = ()
     break_even_questions: int | None = None
     cost: str = "dollars"
+    weak_model: str | None = None
+    empty_answers: tuple[str, ...] = ()
     # a sequential run's look: boundary (critical value), statistic, comparisons, fraction
     sequential: dict[str, Any] | None = field(default=None, compare=False)
     conditions: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -352,6 +359,8 @@ def verdict(
     seed: int = 0,
     n_boot: int = 2000,
     sequential: dict[str, Any] | None = None,
+    *,
+    weak_floor: float = WEAK_FLOOR,
 ) -> Verdict:
     """RAG or long context for this table, under the constraints (None or 0: no limit):
     ``min_accuracy`` (the lowest acceptable mean ``metric``; a maximum for lower-is-better
@@ -364,9 +373,18 @@ def verdict(
     decision; ``Verdict.detail`` every comparison. ``sequential``: the run's group-sequential
     looks (``fractions``: information fraction of each look so far, this one last; ``spending``;
     ``questions``: all the run could ask; ``answered``: asked by this look; ``stopped``: why the
-    run stopped, None while it runs), as ``experiment.sequential_run`` records them."""
+    run stopped, None while it runs), as ``experiment.sequential_run`` records them.
+    ``weak_floor``: a model whose every variant's upper 95% bound is below it (or whose closed
+    book beats every variant) is too weak to tell: the text leads with that, and with any
+    variant more than a tenth of whose answers are empty (``Verdict.weak_model``,
+    ``Verdict.empty_answers``)."""
     if not 0 < alpha < 1 or not 0 < margin < 1:
         raise ValueError(f"alpha and margin must be in (0, 1), got {alpha} and {margin}")
+    if not 0 <= weak_floor <= 1:
+        raise ValueError(
+            f"error: weak_floor must be from 0 to 1 (a share of the questions; 0: none), got "
+            f"{weak_floor:g}"
+        )
     df = with_labels(df)
     check_one_row_each(df)  # two runs concatenated: every pair twice
     metric = _check_metric(df, metric)
@@ -387,15 +405,32 @@ def verdict(
     common = {"metric": metric, "cost": cost, "conditions": conditions, "variants": table,
               "margin": margin}  # fmt: skip
 
+    weak = weak_model_line(df, table, metric, weak_floor, seed)
+    empty = [e.text for e in count_empty_answers(df)]
     eligible = table[table["meets"]]
     if eligible.empty:
         binding = _binding(checks, table.index)
         text = "No variant meets the constraints: " + "; ".join(checks[b][1] for b in binding)
-        return Verdict(text + ".", None, "none_meets_constraints", binding=binding, **common)
+        none = Verdict(text + ".", None, "none_meets_constraints", binding=binding, **common)
+        return _caveats(none, weak, empty)
 
     ctx = _Context(df, table, eligible, checks, fmt, higher, metric, cost, alpha, margin, seed,
                    n_boot, conditions, sequential)  # fmt: skip
-    return ctx.decide(common)
+    return _caveats(ctx.decide(common), weak, empty)
+
+
+def _caveats(v: Verdict, weak: str | None, empty: list[str]) -> Verdict:
+    """``v`` led by what the answers say about the model: too weak to tell (its recommendation
+    then stands only for this model: ``weak_model`` marks it), too many empty answers."""
+    weak, empty = _sentence(weak) if weak else None, [_sentence(line) for line in empty]
+    if not weak and not empty:
+        return v
+    text = " ".join([*([weak] if weak else []), *empty, v.text])
+    return dataclasses.replace(v, text=text, weak_model=weak, empty_answers=tuple(empty))
+
+
+def _sentence(line: str) -> str:
+    return line[:1].upper() + line[1:] + "."
 
 
 @dataclass

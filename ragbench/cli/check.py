@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "check",
         epilog=f"Exit codes: 0: every requirement holds. {GATE_FAILED_EXIT}: one or more fail "
-        "(one FAILED line each), records of the variants it reads failed (beyond --max-errors), "
+        "(one FAILED line each), the verdict chose another variant or its model is too weak to "
+        "tell, records of the variants it reads failed (beyond --max-errors), "
         "or the run did not finish (stopped at its budget, interrupted, killed). 2: a malformed "
         "requirement, naming it and the valid variants or values, or no run folder.",
     )

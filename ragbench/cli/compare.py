@@ -98,13 +98,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(why)
         with user_errors(LockHeldError, OverWindowError):
             df, spec_run = _run(spec, yes=yes, progress=not quiet)
-        _answer(spec, df, spec_run)
+        weak = _answer(spec, df, spec_run)
         stopped = df.attrs.get("stopped")  # at --max-dollars (the runner logged its line)
         if report and stopped:  # notebook 05 would answer the rest, past the cap
             typer.echo("report: not written: the run stopped at --max-dollars; rerun with a "
                        "higher one, or `ragbench run` its config, then compare again")  # fmt: skip
         elif report:
-            _report(spec, spec_run, progress=not quiet)
+            _report(spec, spec_run, progress=not quiet, weak_model=weak)
         if tracked is not None:  # after the report: report.html is one of its artifacts
             log_to_mlflow(df.attrs["run_dir"], tracked)
         if stopped or df.attrs.get("over_budget"):  # stopped at, or passed, max_dollars
@@ -153,11 +153,12 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
     return df, (yaml_path, questions)
 
 
-def _answer(spec: steps.CompareSpec, df, spec_run) -> None:
-    """The verdict, then the summary table (accuracy with its 95% CI, $ per 1k queries)."""
+def _answer(spec: steps.CompareSpec, df, spec_run) -> str | None:
+    """The verdict, then the summary table (accuracy with its 95% CI, $ per 1k queries); returns
+    the verdict's weak-model line (the report's first line), if any."""
     typer.echo(f"run folder: {df.attrs['run_dir']}")
     if df.attrs.get("stopped") and not len(df):  # at --max-dollars before any record
-        return
+        return None
     failed = int(df["error"].notna().sum())
     if failed == len(df):
         typer.echo(
@@ -178,16 +179,19 @@ def _answer(spec: steps.CompareSpec, df, spec_run) -> None:
     if failed:
         typer.echo(f"{failed} of {len(df)} records failed (rerun to retry them)")
     typer.echo(f"rerun or edit: ragbench run {spec_run[0]}")
+    return v.weak_model
 
 
-def _report(spec: steps.CompareSpec, spec_run, progress: bool) -> None:
+def _report(
+    spec: steps.CompareSpec, spec_run, progress: bool, weak_model: str | None = None
+) -> None:
     yaml_path, questions = spec_run
     blocker = steps.report_blocker(spec)
     if blocker:
         typer.echo(f"report: not written: {blocker}")
         return
     try:
-        html = steps.write_report(spec, questions, yaml_path.parent, progress=progress)
+        html = steps.write_report(spec, questions, yaml_path.parent, progress, weak_model)
     except Exception as exc:  # the run is done and printed: say why the page is missing
         typer.echo(f"report: not written: {steps.report_failure(exc, yaml_path.parent)}", err=True)
         raise typer.Exit(code=1) from None

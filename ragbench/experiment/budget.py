@@ -26,17 +26,27 @@ mean of the rounds so far: a NIAH grid goes from short contexts to long ones, an
 upper bound when the tokenizer counts as the server does; where the records finished so far cost
 more than their bounds (a tokenizer that undercounts the server's), every bound is scaled up by
 that ratio (never down: answers shorter than ``max_new_tokens`` on short prompts say nothing
-about long ones). Records still in flight (an executor with several rounds out at once: Ray) count
-at their bounds too. Plus, when the config has judge metrics, the mean judge dollars per judged
+about long ones). Prompts are priced at what the model charges for them: each finished record
+whose calls the count all saw shows the prompt tokens the model reported per token the configured
+tokenizer counted (a server with another tokenizer, or one that reports more than it reads), and
+every bound's prompts are priced at the highest such rate so far, its answers still at
+``max_new_tokens`` (a ratio of dollars mixed the two: short answers hid an undercounted prompt, so a
+round of long prompts after short ones went out at the tokenizer's count). Until a record has shown
+that rate (the run's first request), and whenever the last ones showed a higher rate than their
+estimate used, a round goes out as one request first (``Budget._probe``): no round is sent at a
+rate the model did not confirm, and a server that reports more than the estimate stops the run
+before the next request when that request no longer fits at the new rate. Records still in flight
+(an executor with several rounds out at once: Ray) count at their bounds too. Plus, when the config has judge metrics, the mean judge dollars per judged
 record so far for each record. Records the count cannot bound (a pipeline's calls; an hourly sheet
 with no calibration to model seconds from) count at the mean dollars per priced record so far, and
 their preload groups at the mean one-time dollars per group paid so far; before any record is
 priced, that is nothing (the dry run's check is the only one). A cap below the first round's
 bound stops the run before it spends anything (``why``: "first round would pass it").
 
-So the run never starts a round it expects to pass the cap; it can pass it only by what a round
-costs beyond its bound (a tokenizer that undercounts before any record shows it, the unbounded
-calls above). A run that ends over the cap anyway says so and names what passed it (generation, the judge
+So the run never starts a round it expects to pass the cap; it can pass it only by what one
+request costs beyond its bound (the run's first request, before any record shows the rate; a
+request at a rate above every earlier one), or by the unbounded calls above and Self-Route's
+fallback to long context (the count sees its RAG call only). A run that ends over the cap anyway says so and names what passed it (generation, the judge
 pass or the noise pass) (``Budget.passed``: a warning, the
 session's ``budget`` entry with ``why: passed it``, and ``BUDGET_EXIT``), never exit 0. The passes
 after generation are held to the cap the same way, chunk by chunk (``Budget.allows``): the judge
@@ -97,13 +107,27 @@ class Spend:
 
 
 @dataclass(frozen=True)
+class Counted:
+    """What the count saw of one item's calls: their prompt tokens as the configured tokenizer
+    counts them, the calls, and ``at(r)``: the item's dollars with ``r`` times those prompt
+    tokens (its answers still at ``max_new_tokens``), priced by the run's sheet."""
+
+    prompt_tokens: float
+    calls: int
+    at: Callable[[float], float]
+
+
+@dataclass(frozen=True)
 class RoundBound:
     """At most what a round costs, as the dry run counts it (``dry_run.RoundCounter``): each
     item's dollars (None: not counted, a pipeline's) and, per preload group of the round, its
-    preload call's. NaN where the sheet gave no dollars."""
+    preload call's. NaN where the sheet gave no dollars. ``counted``: per item, its prompts as
+    counted (``Counted``; None or empty: not known), so that a server that counts more prompt
+    tokens than the tokenizer did prices the next items at its own rate."""
 
     items: tuple[float | None, ...]
     preloads: Mapping[tuple, float] = field(default_factory=dict)
+    counted: tuple[Counted | None, ...] = ()
 
 
 def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | None = None) -> Spend:
@@ -168,6 +192,13 @@ class Budget:
     # work key -> its record's bound (None: not counted); preload group -> its preload's bound
     _bounds: dict[str, float | None] = field(default_factory=dict, repr=False)
     _preloads: dict[tuple, float] = field(default_factory=dict, repr=False)
+    # work key -> its prompts as counted; the prompt-token rate the last estimate used
+    _counted: dict[str, Counted] = field(default_factory=dict, repr=False)
+    _rate: float = field(default=1.0, repr=False)
+    # what finished records showed of the model's prompt tokens per counted one (_measured)
+    _unmeasured: set[str] = field(default_factory=set, repr=False)
+    _measured_records: int = field(default=0, repr=False)
+    _measured_rate: float = field(default=1.0, repr=False)
     # example id -> meta: tells a shared corpus's preload groups apart (spend_of)
     meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
 
@@ -181,10 +212,14 @@ class Budget:
         ``done`` (key -> Record, updated by the caller as each round finishes) is what has been
         spent. Rounds handed out but not finished yet (an executor with several in flight: Ray)
         count at their estimate."""
-        rounds = list(rounds)
+        queue = list(rounds)
         handed: list = []  # the ((example, params), key) items handed out, finished or not
-        for i, chunk in enumerate(rounds):
+        while queue:
+            chunk = queue.pop(0)
             if self.max_dollars is not None:
+                if len(chunk) > 1 and self._probe(chunk, done):  # one request, then the rest
+                    chunk, rest = chunk[:1], chunk[1:]
+                    queue.insert(0, rest)
                 spend = spend_of(done.values(), self.meta)
                 in_flight = [(item, k) for item, k in handed if k not in done]
                 estimate = self.estimate(spend, chunk, in_flight, done)
@@ -192,28 +227,47 @@ class Budget:
                 if why == "next round would pass it" and not spend.priced and not handed:
                     why = "first round would pass it"
                 if why is not None:
-                    self._stop(why, spend.dollars, estimate, sum(len(c) for c in rounds[i:]))
+                    left = len(chunk) + sum(len(c) for c in queue)
+                    self._stop(why, spend.dollars, estimate, left)
                     return
             handed.extend(chunk)
             yield chunk
+
+    def _probe(self, chunk: list, done: Mapping[str, Any]) -> bool:
+        """Whether the round ``chunk`` goes out as one request first: its items' prompts are
+        counted, and no finished record has shown yet what the model charges for a counted
+        prompt (the run's first request), or the last ones showed more than their estimate
+        did (the rate went up since). So no round is sent at a rate the server never
+        confirmed: one request is, and the next estimate prices the rest at what it charged."""
+        self._count(chunk)
+        if self._counted.get(chunk[0][1]) is None:
+            return False
+        measured, rate = self._measured(done)
+        return not measured or rate > self._rate
 
     def estimate(
         self, spend: Spend, chunk: list, in_flight: list, done: Mapping[str, Any]
     ) -> float:
         """Dollars the round ``chunk`` and the records still ``in_flight`` (``(item, key)``
-        pairs) are expected to cost: each at its own bound (``bound``, scaled up where finished
-        records cost more than theirs), else at the mean per priced record so far; plus the
-        judge's mean per record when judged, and the preload of each of their groups not paid
-        yet (at its bound, else at the mean one-time dollars so far)."""
+        pairs) are expected to cost: each at its own bound (``bound``), its prompts priced at
+        the prompt tokens the model charged per counted one so far (``_measured``) and scaled up
+        where finished records cost more than their bounds, else at the mean per priced record
+        so far; plus the judge's mean per record when judged, and the preload of each of their
+        groups not paid yet (at its bound, else at the mean one-time dollars so far)."""
         self._count(chunk)
         scale = self._scale(done)
+        self._rate = rate = self._measured(done)[1]
         judge = spend.judge_per_record if self.judged else 0.0
         total, unbounded = 0.0, []
         for item, key in [*chunk, *in_flight]:
             own = self._bounds.get(key)
             if own is None:
                 unbounded.append(item)
-            total += (spend.per_record if own is None else own * scale) + judge
+                total += spend.per_record + judge
+                continue
+            counted = self._counted.get(key)
+            at_rate = own + counted.at(rate) - counted.at(1.0) if counted else own
+            total += max(own * scale, at_rate) + judge
         groups = {preload.group(*item) for item, _ in [*chunk, *in_flight]} - {None}
         groups -= set(spend.one_time)  # paid: counted once, in the spend
         total += scale * sum(self._preloads[g] for g in groups if g in self._preloads)
@@ -227,10 +281,32 @@ class Budget:
             return
         counted = self.bound([item for item, _ in fresh]) if self.bound is not None else None
         items = counted.items if counted is not None else (None,) * len(fresh)
-        for (_, key), own in zip(fresh, items, strict=True):
+        prompts = (counted.counted if counted is not None else ()) or (None,) * len(fresh)
+        for (_, key), own, prompt in zip(fresh, items, prompts, strict=True):
             self._bounds[key] = own
+            if prompt is not None:
+                self._counted[key] = prompt
+                self._unmeasured.add(key)
         for group, once in (counted.preloads if counted is not None else {}).items():
             self._preloads.setdefault(group, once)
+
+    def _measured(self, done: Mapping[str, Any]) -> tuple[int, float]:
+        """(records measured, rate): the most prompt tokens the model charged per counted prompt
+        token, over the finished records whose calls were all counted (a Self-Route that fell
+        back to long context made a call the count did not see), at least 1. The highest, not
+        the mean: a request is sent only if the budget covers its worst case."""
+        for key in [k for k in self._unmeasured if k in done]:
+            self._unmeasured.discard(key)
+            record, counted = done[key], self._counted[key]
+            cost = getattr(record, "cost", None)
+            if cost is None or getattr(record, "error", None) or counted.prompt_tokens <= 0:
+                continue
+            if getattr(cost, "llm_calls", 0) != counted.calls or not cost.prompt_tokens:
+                continue
+            self._measured_records += 1
+            rate = cost.prompt_tokens / counted.prompt_tokens
+            self._measured_rate = max(self._measured_rate, rate)
+        return self._measured_records, self._measured_rate
 
     def _scale(self, done: Mapping[str, Any]) -> float:
         """What the finished records cost over their bounds, when that is more than 1 (the count
@@ -336,6 +412,8 @@ class Budget:
             "why": why,
             "records_left": left,
         } | ({"pass": step} if step else {})
+        if self._rate > 1 and not step:  # the model charged more prompt tokens than counted
+            self.info["prompt_rate"] = round(self._rate, 3)
 
     @property
     def reason(self) -> str:
@@ -359,6 +437,11 @@ class Budget:
             )
         else:
             why = f"the next round (~${i['next_round_estimate']:,.6f}) would pass it"
+            if i.get("prompt_rate"):
+                why += (
+                    f" (its prompts at the {i['prompt_rate']:g}x tokens the model charged per "
+                    "token counted so far)"
+                )
         if i["why"] != "reached" and over > 0:  # rounds drained after the stop (Ray)
             why += (
                 f"; passed it by ${over:,.6f} with the rounds in flight when it stopped (they "

@@ -39,14 +39,15 @@ round (``ragbench.experiment.budget``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from tqdm import tqdm
 
 from ragbench.cost.alone import PrefixLedger
-from ragbench.cost.money import dollars
+from ragbench.cost.money import Usage, dollars
 from ragbench.cost.prices import modelled_seconds_for
-from ragbench.experiment.budget import RoundBound, over_budget
+from ragbench.experiment.budget import Counted, RoundBound, over_budget
 from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.noise_pass import measures_noise
 from ragbench.experiment.resources import (
@@ -305,21 +306,38 @@ class RoundCounter:
             alone=PrefixLedger(),
         )  # fmt: skip
         per_item: list[float | None] = [None] * len(items)
+        prompts: list[Counted | None] = [None] * len(items)
         outcomes = run_batch([items[i] for i in counted], res) if counted else []
         for i, outcome in zip(counted, outcomes, strict=True):
             cost = outcome_parts(outcome)[1]
             # an error row costs what its finished calls did: nothing when none finished (over
             # the window under overflow "error")
             per_item[i] = 0.0 if cost is None else _as_float(_priced(cost, sheet, rates))
+            prompts[i] = None if cost is None else _counted(cost, sheet, rates)
         # and the preload calls run_batch sent before their questions (a one-time cost)
         preloads = {key: _as_float(_priced(c, sheet, rates))
                     for key, c in res.preloaded.items() if not isinstance(c, Exception)}  # fmt: skip
-        return RoundBound(tuple(per_item), preloads)
+        return RoundBound(tuple(per_item), preloads, tuple(prompts))
 
 
 def _as_float(value: float | None) -> float:
     """A counted call's dollars; NaN when the sheet gave none (the budget cannot hold it)."""
     return float("nan") if value is None else float(value)
+
+
+def _counted(c: Any, sheet: Any, rates: Any) -> Counted:
+    """A counted item's prompts (``budget.Counted``): its prompt tokens and calls, and its
+    dollars at ``r`` times those prompt tokens (cached ones too), its answers unchanged: by the
+    sheet from tokens, or (``rates``: a calibration) from the seconds they model to."""
+
+    def at(r: float) -> float:
+        p, g = math.ceil(c.prompt_tokens * r), c.completion_tokens
+        cached = math.floor(c.cached_prompt_tokens * r)  # read for less: counted low
+        if rates is None:
+            return _as_float(dollars(sheet, Usage(p, cached, g)))
+        return _as_float(dollars(sheet, seconds=modelled_seconds_for(rates, p, cached, g)))
+
+    return Counted(c.prompt_tokens, c.llm_calls, at)
 
 
 def _priced(c: Any, sheet: Any, rates: Any) -> float | None:

@@ -468,10 +468,14 @@ def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
     }
 
 
-def verdict_first(nb: Any) -> Any:
+def verdict_first(nb: Any, weak_model: str | None = None) -> Any:
     """The notebook with its verdict section (the ``## Verdict`` markdown cell and every cell
     after it up to the next ``## `` heading: the sentence, then its detail) moved up to follow
-    the title: a comparison page opens with its verdict."""
+    the title: a comparison page opens with its verdict. ``weak_model`` (``Verdict.weak_model``)
+    is the page's first line, above the title: nothing on it holds for a stronger model."""
+    import nbformat  # as write_report: only a report needs it
+
+    lead = [nbformat.v4.new_markdown_cell(f"**{weak_model}**")] if weak_model else []
     cells = list(nb.cells)
 
     def heading(cell: Any, text: str = "## ") -> bool:
@@ -481,19 +485,27 @@ def verdict_first(nb: Any) -> Any:
 
     at = next((i for i, c in enumerate(cells) if heading(c, VERDICT_HEADING)), None)
     if at is None or at + 1 >= len(cells):
+        nb.cells = lead + cells
         return nb
     end = next((i for i in range(at + 1, len(cells)) if heading(cells[i])), len(cells))
     section = cells[at:end]
     rest = cells[:at] + cells[end:]
     title = 1 if rest and rest[0].get("cell_type") == "markdown" else 0
-    nb.cells = rest[:title] + section + rest[title:]
+    nb.cells = lead + rest[:title] + section + rest[title:]
     return nb
 
 
-def write_report(spec: CompareSpec, questions: Path, run_dir: Path, progress: bool = False) -> Path:
+def write_report(
+    spec: CompareSpec,
+    questions: Path,
+    run_dir: Path,
+    progress: bool = False,
+    weak_model: str | None = None,
+) -> Path:
     """Notebook 05 executed with the run's parameters into ``run_dir/report.ipynb`` (its run is
     this run, resumed with nothing pending) and rendered, verdict first and without code, to
-    ``run_dir/report.html``. Raises ValueError when the notebook ran another run.
+    ``run_dir/report.html`` (``weak_model``, the verdict's line, first of all). Raises ValueError
+    when the notebook ran another run.
 
     Its kernel starts in this process's working directory (every path it is given is
     absolute), so a pipeline module found there by the command is found by the notebook too."""
@@ -509,7 +521,7 @@ def write_report(spec: CompareSpec, questions: Path, run_dir: Path, progress: bo
         raise ValueError(f"notebook 05 ran {', '.join(runs) or 'nothing'}, not {run_dir.name}")
     with tempfile.TemporaryDirectory(prefix="ragbench-report-") as tmp:
         shown = Path(tmp) / Path(NOTEBOOK).name  # the header names notebook 05
-        nbformat.write(verdict_first(nb), str(shown))
+        nbformat.write(verdict_first(nb, weak_model), str(shown))
         return render_notebook(
             shown, run_dir / "report.html", include_code=False, run_dir=run_dir.resolve()
         )  # the page names the run folder as ``ragbench render`` does: $RUN_DIR
