@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from ragbench.analysis._common import _check_metric, check_one_row_each, own_latency_seconds
+from ragbench.analysis.answers import EMPTY_SHARE, count_empty_answers
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.self_route import self_route_warnings
 from ragbench.judge.agreement import judge_warnings
 from ragbench.metrics.answer import aggregate
-from ragbench.strategies import strategies_where
 
 # the per-query cost columns a summary table averages (the oracle's rows too), in display
 # order; measured KV-cache bytes when the transformers backend measured them. The amortised_*
@@ -42,35 +42,13 @@ def small_n_notes(table: Any, min_n: int = SMALL_N) -> list[str]:
     return [f"fewer than {min_n} questions for: {rows}; intervals are wide"]
 
 
-# more than this share of a variant's answers empty and the summary says so: a model behind the
-# wrong chat template, or cut by a stop string at its first token, answers nothing, and its
-# accuracy then measures the setup, not the strategy
-EMPTY_SHARE = 0.1
-
-
 def empty_answer_notes(df: Any, share: float = EMPTY_SHARE) -> list[str]:
-    """One sentence per strategy variant of a results table whose answers (its rows without an
-    error, of strategies that generate one) are empty or blank in more than ``share`` of them:
-    ``62 of 72 answers empty for long_context: check the server's chat template and stop
-    strings``. Nothing for a table without predictions. The run summary and the verdict both
-    say it."""
+    """One sentence per strategy variant more than ``share`` of whose answers are empty
+    (``analysis.answers.count_empty_answers``, which the verdict reads too): ``62 of 72 answers
+    empty for long_context: check the server's chat template and stop strings``."""
     if "prediction" not in df or not len(df):
         return []
-    rows = with_labels(df)
-    if "error" in rows:
-        rows = rows[rows["error"].isna()]
-    if "strategy" in rows:  # retrieve_only generates nothing: its empty prediction is no answer
-        rows = rows[~rows["strategy"].isin(strategies_where(generates=False))]
-    empty = rows["prediction"].fillna("").astype(str).str.strip().eq("")
-    notes = []
-    for label, flags in empty.groupby(rows["label"], sort=False):
-        n, k = len(flags), int(flags.sum())
-        if k > share * n:
-            notes.append(
-                f"{k} of {n} answers empty for {label}: check the server's chat template and "
-                "stop strings"
-            )
-    return notes
+    return [e.text for e in count_empty_answers(with_labels(df), share)]
 
 
 def unscored_notes(table: Any, asked: Any, metric: str) -> list[str]:
