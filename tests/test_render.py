@@ -239,7 +239,7 @@ def test_render_cli_refuses_a_file_that_is_not_a_notebook(
     result = _render_cli(str(path))
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)  # no traceback: a clean exit
-    assert result.stderr == f"ragbench render: {path}: {reason}\n"
+    assert result.stderr == f"error: {path}: {reason}\n"
     assert result.stdout == "" and not (tmp_path / "reports").exists()
 
 
@@ -264,7 +264,7 @@ def test_render_cli_refuses_an_unexecuted_notebook_unless_allowed(unexecuted, tm
     result = _render_cli(str(unexecuted), "--out", str(out))
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"ragbench render: {unexecuted}: not executed (no code cell has run")
+    assert line.startswith(f"error: {unexecuted}: not executed (no code cell has run")
     assert "execute it first" in line and "--allow-unexecuted" in line
     assert not out.exists()
 
@@ -299,7 +299,7 @@ def test_render_cli_bad_manifest_is_one_line(rendered, tmp_path):
         )
         assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
         (line,) = result.stderr.splitlines()
-        assert line.startswith(f"ragbench render: {manifest}: {reason}")  # fmt: skip
+        assert line.startswith(f"error: {manifest}: {reason}")
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")

@@ -13,7 +13,7 @@ from ragbench.cli.run import log_to_mlflow
 from ragbench.experiment.budget import BUDGET_EXIT
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
-from ragbench.io import user_errors
+from ragbench.io import cli_error, user_errors
 from ragbench.locks import LockHeldError
 from ragbench.report import summary
 from ragbench.report.readable import readable_text
@@ -189,6 +189,6 @@ def _report(spec: steps.CompareSpec, spec_run, progress: bool) -> None:
     try:
         html = steps.write_report(spec, questions, yaml_path.parent, progress=progress)
     except Exception as exc:  # the run is done and printed: say why the page is missing
-        typer.echo(f"report: not written: {steps.report_failure(exc, yaml_path.parent)}", err=True)
-        raise typer.Exit(code=1) from None
+        why = steps.report_failure(exc, yaml_path.parent)
+        raise cli_error(ValueError(f"report not written: {why}"), code=1) from None
     typer.echo(f"report: {html}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ragbench.io import cli_error
 from ragbench.workspace import tracking
 from ragbench.workspace.render import RenderInputError, render_notebook
 from ragbench.workspace.sweep.run import execute_sweep
@@ -127,10 +128,8 @@ def render(
             manifest=manifest,
             allow_unexecuted=allow_unexecuted,
         )
-    except RenderInputError as exc:
-        typer.echo(f"ragbench render: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except RenderInputError as exc:  # every command's errors read `error: ...` (ragbench.io)
+        raise cli_error(exc) from None
     except OSError as exc:  # e.g. the HTML cannot be written (permissions, a file for a folder)
-        typer.echo(f"ragbench render: {exc.filename or out}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
+        raise cli_error(ValueError(f"{exc.filename or out}: {exc.strerror or exc}")) from None
     typer.echo(str(path))
