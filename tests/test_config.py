@@ -439,17 +439,29 @@ def test_a_dataset_parameter_the_dataset_does_not_take_is_named_at_its_own_line(
     "value, expected",
     [
         # YAML 1.1 (PyYAML) reads e-notation without a dot as text: say so, with the number
-        ("1e15", "c.yaml:8: model.max_new_tokens: '1e15' is not an integer (YAML reads 1e15 "
-                 "as text, not a number: write 1000000000000000)"),
-        ("1e400", "c.yaml:8: model.max_new_tokens: '1e400' is not an integer (YAML reads "
-                  "1e400 as text, not a number: write the number out)"),
+        (
+            "1e15",
+            "c.yaml:8: model.max_new_tokens: '1e15' is not an integer (YAML reads 1e15 "
+            "as text, not a number: write 1000000000000000)",
+        ),
+        (
+            "1e400",
+            "c.yaml:8: model.max_new_tokens: '1e400' is not an integer (YAML reads "
+            "1e400 as text, not a number: write the number out)",
+        ),
         ("many", "c.yaml:8: model.max_new_tokens: 'many' is not an integer"),
-        ("1.5", "c.yaml:8: model.max_new_tokens: Input should be a valid integer, got a number "
-                "with a fractional part (got 1.5)"),
-        ("2000000", "c.yaml:8: model.max_new_tokens: Input should be less than or equal to "
-                    "1000000 (got 2000000)"),
+        (
+            "1.5",
+            "c.yaml:8: model.max_new_tokens: Input should be a valid integer, got a number "
+            "with a fractional part (given: 1.5)",
+        ),
+        (
+            "2000000",
+            "c.yaml:8: model.max_new_tokens: Input should be less than or equal to "
+            "1000000 (given: 2000000)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_value_of_the_wrong_type_is_named_with_its_field_and_value(tmp_path, value, expected):
     """``max_new_tokens: 1e15`` said "unable to parse string as an integer": neither the value
     nor why a number is a string (YAML 1.1 needs a dot in 1.0e15)."""

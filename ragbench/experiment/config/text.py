@@ -144,7 +144,7 @@ def _message(err: Any, field: str) -> str:
     """One pydantic error's message, naming the value it refused: a validator's own message as
     it is (it names the value itself), a text where a number belongs as ``'1e15' is not an
     integer`` (pydantic's "unable to parse string" names neither), anything else pydantic's
-    message with ``(got VALUE)``. A credential-named field's value is shown as ``***``."""
+    message with ``(given: VALUE)``. A credential-named field's value is shown as ``***``."""
     ctx = err.get("ctx", {}).get("error")
     if ctx is not None and str(ctx):
         return str(ctx)
@@ -158,7 +158,7 @@ def _message(err: Any, field: str) -> str:
         shown = secrets.redact_text(repr(value))
     if err["type"] in _EXPECTED and isinstance(value, str):
         return f"{shown} is not {_EXPECTED[err['type']]}{_yaml_number_hint(value)}"
-    return f"{msg} (got {shown})"
+    return f"{msg} (given: {shown})"
 
 
 def _yaml_number_hint(text: str) -> str:
