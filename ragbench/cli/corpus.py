@@ -82,10 +82,12 @@ def docs_cmd(
             f"(Jaccard {drop['jaccard']})",
             err=True,
         )
-    unreadable = len(result.skipped) - len(unsupported)
+    links = sum(s.symlink for s in result.skipped)  # each said as it was skipped (report)
+    unreadable = len(result.skipped) - len(unsupported) - links
+    linked = f"{links} symbolic links skipped, " if links else ""
     typer.echo(
         f"wrote {len(result.ids)} documents to {result.path} ({result.files} files: "
-        f"{unreadable} unreadable, {len(unsupported)} unsupported, "
+        f"{unreadable} unreadable, {len(unsupported)} unsupported, {linked}"
         f"{len(result.dedup['dropped'])} duplicates)"
     )
     typer.echo(f"fingerprint {result.fingerprint}")
