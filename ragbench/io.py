@@ -349,8 +349,8 @@ EXIT_CODES_HELP = "\n\n".join(
     [
         "Exit codes:",
         "0: done (a run whose records partly failed says how many; rerun it to retry them).",
-        f"{ALL_FAILED_EXIT}: a run in which every record failed (each record's error is listed), "
-        "or a bug (a traceback).",
+        f"{ALL_FAILED_EXIT}: a run in which every record failed (its manifest says failed; one "
+        "`error: ...` line names the most frequent error), or a bug (a traceback).",
         f"{USER_ERROR_EXIT}: bad input, reported as one `error: ...` line naming the file and "
         "line or key (a config, dataset or sweep file, an unknown name, a bad option), or a "
         "failed preflight (the server unreachable, long-context prompts over the window, the run "

@@ -9,11 +9,11 @@ from pathlib import Path
 import typer
 
 from ragbench.analysis.verdict import sequential_look
-from ragbench.cli.run import log_to_mlflow
+from ragbench.cli.run import failed_line, log_to_mlflow
 from ragbench.experiment.budget import BUDGET_EXIT
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
-from ragbench.io import cli_error, user_errors
+from ragbench.io import ALL_FAILED_EXIT, cli_error, user_errors
 from ragbench.locks import LockHeldError
 from ragbench.report import summary
 from ragbench.report.readable import readable_text
@@ -158,12 +158,9 @@ def _answer(spec: steps.CompareSpec, df, spec_run) -> None:
     typer.echo(f"run folder: {df.attrs['run_dir']}")
     if df.attrs.get("stopped") and not len(df):  # at --max-dollars before any record
         return
+    if df.attrs.get("failed"):  # every record failed: one line, the most common error
+        raise cli_error(ValueError(failed_line(df)), code=ALL_FAILED_EXIT)
     failed = int(df["error"].notna().sum())
-    if failed == len(df):
-        typer.echo(
-            f"error: all {failed} records failed; see {df.attrs['run_dir']}/records.jsonl", err=True
-        )
-        raise typer.Exit(code=1)
     with user_errors():
         v = steps.decide(df, spec)
     typer.echo(f"verdict: {v.text}")

@@ -142,10 +142,9 @@ def register(app: typer.Typer) -> None:
             log_to_mlflow(df.attrs["run_dir"], tracked)
         if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes
             raise typer.Exit(code=BUDGET_EXIT)
+        if df.attrs.get("failed"):  # every record failed: one line, the most common error
+            raise cli_error(ValueError(failed_line(df)), code=ALL_FAILED_EXIT)
         failed = int(df["error"].notna().sum())
-        if failed == len(df):  # nothing to summarise: say why, not a table of NaN
-            _echo_errors(df, f"all {failed} records failed", err=True)
-            raise typer.Exit(code=ALL_FAILED_EXIT)
         for metric in shown_metrics(cfg, df):  # the score with its 95% CI, mean cost per query
             table = summary(df, metric=metric, seed=cfg.seed)
             typer.echo(readable_text(table))  # $ per 1k queries, rates as %: as notebooks show
@@ -171,11 +170,17 @@ def log_to_mlflow(run_dir: str, tracked: tracking.Tracking) -> None:
                f"(experiment {tracked.experiment})")  # fmt: skip
 
 
-def _echo_errors(df, headline: str, err: bool = False) -> None:
+def failed_line(df) -> str:
+    """What ``ragbench run`` and ``compare`` print when every record failed (the manifest says
+    ``failed``): the runner's line, naming the most common error, and where to look."""
+    return f"{df.attrs['failed']} (each in {df.attrs['run_dir']}/records.jsonl; rerun to retry)"
+
+
+def _echo_errors(df, headline: str) -> None:
     """``headline``, then the most frequent errors with their counts (already redacted)."""
-    typer.echo(f"{headline}; most frequent errors:", err=err)
+    typer.echo(f"{headline}; most frequent errors:")
     for message, count in error_summary(df["error"]):
-        typer.echo(f"  {count:5d} x {message}", err=err)
+        typer.echo(f"  {count:5d} x {message}")
 
 
 def _echo_dry_run(cfg: RunConfig, progress: bool) -> None:

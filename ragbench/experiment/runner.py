@@ -337,16 +337,22 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     if judge_info is not None and not budget.stopped and (line := unjudged(cfg, rows)):
         judge_info["warnings"].insert(0, line)
         df.attrs["unjudged"] = line  # `ragbench run` repeats it after its summary
-    status = "stopped" if budget.stopped else "finished"
+    failed = int(df["error"].notna().sum())
+    # every record failed: the run did not do what it was asked; its caller says so as an error
+    # (one line: df.attrs["failed"]; `ragbench run` and `compare` exit 1), not as a warning
+    all_failed = 0 < failed == len(df)
+    status = "stopped" if budget.stopped else "failed" if all_failed else "finished"
     manifest = write_manifest(
         session, identity, sessions, status=status, records=df, judge=judge_info
     )
     provenance.record_in_notebook(out, manifest)
-    failed = int(df["error"].notna().sum())
     if failed:
         top = error_summary(df["error"], limit=1)[0]
-        log.warning("%d of %d records failed; most frequent error (%d x): %s",
-                    failed, len(df), top[1], top[0])  # fmt: skip
+        if all_failed:
+            df.attrs["failed"] = f"all {failed} records failed; most frequent: {top[1]} x {top[0]}"
+        else:
+            log.warning("%d of %d records failed; most frequent error (%d x): %s",
+                        failed, len(df), top[1], top[0])  # fmt: skip
     df.attrs["run_dir"] = str(out)
     if seq is not None:  # the verdict reads the run at its last look (analysis.verdict)
         df.attrs["sequential"] = entry["sequential"]

@@ -259,7 +259,7 @@ def _log(client, uri, tracking, run_dir, df, seed, parent_run_id, extra_params, 
     for name in ARTIFACTS:
         if (run_dir / name).is_file():
             client.log_artifact(run_id, str(run_dir / name))
-    status = "FINISHED" if manifest.get("status") == "finished" else "KILLED"
+    status = {"finished": "FINISHED", "failed": "FAILED"}.get(manifest.get("status"), "KILLED")
     client.set_terminated(run_id, status=status)
     return run_id
 
