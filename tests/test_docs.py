@@ -488,3 +488,47 @@ def test_a_thematic_break_and_a_setext_heading_stay_markdown(tmp_path, caplog):
         doc = docs.read_document(path, "notes.md")
     assert doc.text == "---\nOpening words\n---\nMore text." and doc.title == "Opening words"
     assert caplog.text == ""
+
+
+def test_sigterm_leaves_no_temporary_corpus(tmp_path):
+    """Issue 45: SIGTERM during `ragbench data docs` left its hidden .tmp beside --out. Now it
+    unwinds as `ragbench run` does: no temporary file, no corpus, one line, exit 143. A named
+    pipe among the files holds the reader where the test can stop it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The first ferry leaves at 06:40.\n")
+    fifo = folder / "b.txt"
+    os.mkfifo(fifo)
+    out = tmp_path / "out" / "corpus.jsonl"
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "ragbench.cli", "data", "docs", str(folder), "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, writer = time.monotonic() + 120, None
+    try:
+        while writer is None:  # opens once the command opens the pipe to read b.txt
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "b.txt was never opened"
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader yet
+                time.sleep(0.1)
+        assert [p.name for p in out.parent.glob(".corpus.jsonl.*.tmp")]  # the corpus half-written
+        proc.send_signal(signal.SIGTERM)  # while it waits for b.txt's text
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert list(out.parent.iterdir()) == []  # neither the corpus nor its temporary file
+    assert err.rstrip().splitlines()[-1] == (
+        f"interrupted by SIGTERM: {out} not written (no temporary file left); run the same "
+        "command again"
+    )

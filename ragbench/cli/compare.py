@@ -9,11 +9,11 @@ from pathlib import Path
 import typer
 
 from ragbench.analysis.verdict import sequential_look
-from ragbench.cli.run import failed_line, log_to_mlflow
+from ragbench.cli.run import RESUME, failed_line, log_to_mlflow
 from ragbench.experiment.budget import BUDGET_EXIT
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
-from ragbench.io import ALL_FAILED_EXIT, cli_error, user_errors
+from ragbench.io import ALL_FAILED_EXIT, cli_error, sigterm_exits, user_errors
 from ragbench.locks import LockHeldError
 from ragbench.report import summary
 from ragbench.report.readable import readable_text
@@ -21,6 +21,7 @@ from ragbench.report.tables import table_remarks
 from ragbench.secrets import collect
 from ragbench.workspace import compare as steps
 from ragbench.workspace import tracking
+from ragbench.workspace.kernels import reap_children_on_signals
 
 _D = steps.CompareSpec  # the defaults: notebook 05's
 
@@ -96,19 +97,29 @@ def register(app: typer.Typer) -> None:
             steps.build_pipelines(pipelines)  # a factory builds its engine: before the ingest
         if why:
             typer.echo(why)
-        with user_errors(LockHeldError, OverWindowError):
-            df, spec_run = _run(spec, yes=yes, progress=not quiet)
-        _answer(spec, df, spec_run)
-        stopped = df.attrs.get("stopped")  # at --max-dollars (the runner logged its line)
-        if report and stopped:  # notebook 05 would answer the rest, past the cap
-            typer.echo("report: not written: the run stopped at --max-dollars; rerun with a "
-                       "higher one, or `ragbench run` its config, then compare again")  # fmt: skip
-        elif report:
-            _report(spec, spec_run, progress=not quiet)
-        if tracked is not None:  # after the report: report.html is one of its artifacts
-            log_to_mlflow(df.attrs["run_dir"], tracked)
-        if stopped or df.attrs.get("over_budget"):  # stopped at, or passed, max_dollars
-            raise typer.Exit(code=BUDGET_EXIT)
+        # SIGTERM unwinds as in `ragbench run`: the run's manifest says interrupted, no lock
+        # owner or temporary file is left, exit 143; the same command resumes
+        with sigterm_exits(resume=RESUME):
+            _compare(spec, tracked, yes=yes, progress=not quiet, report=report)
+
+
+def _compare(spec: steps.CompareSpec, tracked, yes: bool, progress: bool, report: bool) -> None:
+    """The run, its verdict, the report and MLflow, once the options have checked out."""
+    with user_errors(LockHeldError, OverWindowError):
+        df, spec_run = _run(spec, yes=yes, progress=progress)
+    _answer(spec, df, spec_run)
+    stopped = df.attrs.get("stopped")  # at --max-dollars (the runner logged its line)
+    if report and stopped:  # notebook 05 would answer the rest, past the cap
+        typer.echo(
+            "report: not written: the run stopped at --max-dollars; rerun with a higher one, "
+            "or `ragbench run` its config, then compare again"
+        )
+    elif report:
+        _report(spec, spec_run, progress=progress)
+    if tracked is not None:  # after the report: report.html is one of its artifacts
+        log_to_mlflow(df.attrs["run_dir"], tracked)
+    if stopped or df.attrs.get("over_budget"):  # stopped at, or passed, max_dollars
+        raise typer.Exit(code=BUDGET_EXIT)
 
 
 def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
@@ -184,7 +195,8 @@ def _report(spec: steps.CompareSpec, spec_run, progress: bool) -> None:
         typer.echo(f"report: not written: {blocker}")
         return
     try:
-        html = steps.write_report(spec, questions, yaml_path.parent, progress=progress)
+        with reap_children_on_signals():  # stopped: notebook 05's kernel ends with the command
+            html = steps.write_report(spec, questions, yaml_path.parent, progress=progress)
     except Exception as exc:  # the run is done and printed: say why the page is missing
         why = steps.report_failure(exc, yaml_path.parent)
         raise cli_error(ValueError(f"report not written: {why}"), code=1) from None

@@ -35,6 +35,7 @@ from typing import Any
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
+from ragbench.locks import drop_owner_files
 from ragbench.workspace.scrub import by_html_part, outside_data_uris, redact_keeping_links
 
 
@@ -440,6 +441,7 @@ def init_worker(parent_pid: int) -> None:
 def _worker_terminated(signum: int, frame: Any) -> None:
     import psutil
 
+    drop_owner_files()  # first: the sweep kills this worker 3 s after its SIGTERM
     try:
         kill_tree(psutil.Process().children())
     finally:
