@@ -344,22 +344,12 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     if judge_info is not None and not budget.stopped and (line := unjudged(cfg, rows)):
         judge_info["warnings"].insert(0, line)
         df.attrs["unjudged"] = line  # `ragbench run` repeats it after its summary
-    failed = int(df["error"].notna().sum())
-    # every record failed: the run did not do what it was asked; its caller says so as an error
-    # (one line: df.attrs["failed"]; `ragbench run` and `compare` exit 1), not as a warning
-    all_failed = 0 < failed == len(df)
-    status = "stopped" if budget.stopped else "failed" if all_failed else "finished"
+    failed = _failures(df)  # every record failed: the manifest says failed, not finished
+    status = "stopped" if budget.stopped else "failed" if failed else "finished"
     manifest = write_manifest(
         session, identity, sessions, status=status, records=df, judge=judge_info
     )
     provenance.record_in_notebook(out, manifest)
-    if failed:
-        top = error_summary(df["error"], limit=1)[0]
-        if all_failed:
-            df.attrs["failed"] = f"all {failed} records failed; most frequent: {top[1]} x {top[0]}"
-        else:
-            log.warning("%d of %d records failed; most frequent error (%d x): %s",
-                        failed, len(df), top[1], top[0])  # fmt: skip
     df.attrs["run_dir"] = str(out)
     if seq is not None:  # the verdict reads the run at its last look (analysis.verdict)
         df.attrs["sequential"] = entry["sequential"]
@@ -374,6 +364,22 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
         for message in judge_info["warnings"]:
             log.warning("%s", message)
     return df
+
+
+def _failures(df: Any) -> bool:
+    """Whether every record failed. Then the run did not do what it was asked, and its caller
+    says so as an error, in one line naming the most frequent error (``df.attrs["failed"]``:
+    ``ragbench run`` and ``compare`` exit 1); some failed: a warning naming it."""
+    failed = int(df["error"].notna().sum())
+    if not failed:
+        return False
+    top = error_summary(df["error"], limit=1)[0]
+    if failed == len(df):
+        df.attrs["failed"] = f"all {failed} records failed; most frequent: {top[1]} x {top[0]}"
+        return True
+    message = "%d of %d records failed; most frequent error (%d x): %s"
+    log.warning(message, failed, len(df), top[1], top[0])
+    return False
 
 
 @contextlib.contextmanager
