@@ -1,5 +1,6 @@
 """Small I/O helpers used everywhere: atomic writes, JSONL with file:line errors, fingerprints,
-and the one-line ``error: ...`` exit the commands use for user errors."""
+the one-line ``error: ...`` exit the commands use for user errors, and SIGTERM turned into an
+exit that unwinds (``sigterm_exits``), so a stopped writer leaves nothing half-written."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import json
 import logging
 import os
 import re
+import signal
+import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -342,6 +346,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
 )
 USER_ERROR_EXIT = 2  # as click's usage errors; an uncaught exception exits 1
 ALL_FAILED_EXIT = 1  # `ragbench run`: every record failed
+TERMINATED_EXIT = 128 + signal.SIGTERM  # 143: the shell's code for a process SIGTERM ended
 
 # the exit codes, as `ragbench --help` and `ragbench run --help` show them (typer's help prints
 # each paragraph as one reflowed line)
@@ -349,12 +354,14 @@ EXIT_CODES_HELP = "\n\n".join(
     [
         "Exit codes:",
         "0: done (a run whose records partly failed says how many; rerun it to retry them).",
-        f"{ALL_FAILED_EXIT}: a run in which every record failed (each record's error is listed), "
-        "or a bug (a traceback).",
+        f"{ALL_FAILED_EXIT}: a run in which every record failed (its manifest says failed; one "
+        "`error: ...` line names the most frequent error), or a bug (a traceback).",
         f"{USER_ERROR_EXIT}: bad input, reported as one `error: ...` line naming the file and "
         "line or key (a config, dataset or sweep file, an unknown name, a bad option), or a "
         "failed preflight (the server unreachable, long-context prompts over the window, the run "
         "folder held by another process).",
+        f"{TERMINATED_EXIT}: stopped by SIGTERM (130: by Ctrl-C); what finished is kept, a run's "
+        "manifest says interrupted, and the same command run again resumes.",
     ]
 )
 
@@ -374,3 +381,47 @@ def user_errors(*extra: type[Exception], code: int = USER_ERROR_EXIT) -> Iterato
         yield
     except (*USER_ERRORS, *extra) as exc:
         raise cli_error(exc, code) from None
+
+
+# --- SIGTERM ------------------------------------------------------------------------------------
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt`` (exit 143)."""
+
+
+@contextmanager
+def sigterm_exits(replace: bool = True, resume: str = "") -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``Terminated`` (``SystemExit(143)``) in the main
+    thread, as Ctrl-C raises ``KeyboardInterrupt``: ``finally`` blocks, locks (their owner file
+    removed), atomic writes (their temporary file removed) and the runner's ``interrupted``
+    manifest unwind, where the default action ends the process mid-write. The one way every
+    command and the runner install it.
+
+    Once raised, a further SIGTERM (a process group's, a sweep's second) is ignored while the
+    block unwinds: it must not cut the cleanup short. An ignored SIGTERM stays ignored; outside
+    the main thread (where Python runs no handler) nothing is installed. ``replace=False`` (the
+    runner, in a notebook's kernel or a script): only over the default action, never over a
+    handler the program set. ``resume``: a command's one line, on stderr, when SIGTERM ends the
+    block (``interrupted by SIGTERM: <resume>``)."""
+    current = signal.getsignal(signal.SIGTERM)  # None: set outside Python, left alone
+    skip = current in (None, signal.SIG_IGN) or (not replace and current is not signal.SIG_DFL)
+    if skip or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[int] = []
+
+    def terminated(signum: int, frame: Any) -> None:
+        if not raised:  # the first: unwind; the rest: the unwinding goes on
+            raised.append(signum)
+            raise Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except Terminated:
+        if resume:
+            print(f"interrupted by SIGTERM: {resume}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, current)

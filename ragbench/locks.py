@@ -24,6 +24,18 @@ log = logging.getLogger(__name__)
 LOCK_NAME = ".lock"
 
 
+# the owner files of the locks this process holds (``drop_owner_files``)
+_held: set[Path] = set()
+
+
+def drop_owner_files() -> None:
+    """Remove the owner files of the locks this process holds: for a process about to end
+    without unwinding (a stopped sweep's pool worker ends with ``os._exit``), so no stale owner
+    is left to be taken for a holder that died. The OS releases the locks themselves."""
+    for path in list(_held):
+        path.unlink(missing_ok=True)
+
+
 class LockHeldError(RuntimeError):
     """Another live process holds the lock; the message names it."""
 
@@ -94,6 +106,7 @@ class FolderLock:
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         atomic_write_text(self.owner_path, json.dumps(owner) + "\n")
+        _held.add(self.owner_path)
         return self
 
     def _holds_the_file(self) -> bool:
@@ -113,6 +126,7 @@ class FolderLock:
         names = {p.name for p in self.folder.iterdir()}
         if not names <= {self.path.name, self.owner_path.name}:
             return False
+        _held.discard(self.owner_path)
         self.owner_path.unlink(missing_ok=True)
         self.path.unlink(missing_ok=True)
         try:
@@ -122,5 +136,6 @@ class FolderLock:
         return True
 
     def __exit__(self, *exc: object) -> None:
+        _held.discard(self.owner_path)
         self.owner_path.unlink(missing_ok=True)
         self._lock.release()

@@ -15,6 +15,9 @@ passes it through this module:
   process has seen (``remember``) or that the environment holds under a credential-like name;
 - ``redact_code(text)``: ``redact_text`` for source code (notebook code cells), where a quoted
   literal assigned to a credential name is masked whatever it looks like;
+- ``code_secrets(text)``: the credentials a piece of code spells out, which a notebook masks
+  in its outputs too (``redact_text(..., known=...)``): a short key a cell printed has no shape
+  the patterns know;
 - ``fill_masked_url(url, env_var, key)``: a URL stored redacted (``http://***@host/v1?token=***``),
   with its credentials restored from the full URL in ``env_var`` (a run config written by
   ``ragbench compare`` keeps none).
@@ -33,7 +36,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -128,14 +131,36 @@ def collect(obj: Any) -> None:
         for v in obj:
             collect(v)
     elif isinstance(obj, str) and "//" in obj:
-        for m in _URL.finditer(obj):
-            try:
-                parts = urlsplit(m.group(0))
-            except ValueError:  # a bad port or bracket: the pattern below still finds userinfo
-                continue
-            remember(parts.password)
-            remember(*(v for k, v in parse_qsl(parts.query) if is_secret_name(k)))
-        remember(*(m.group("password") for m in _USERINFO.finditer(obj)))
+        remember(*url_secrets(obj))
+
+
+def url_secrets(text: str) -> list[str]:
+    """The passwords and secret query values of the URLs in ``text`` (a malformed URL's
+    ``//user:password@`` too)."""
+    found: list[str | None] = []
+    for m in _URL.finditer(text):
+        try:
+            parts = urlsplit(m.group(0))
+        except ValueError:  # a bad port or bracket: the pattern below still finds userinfo
+            continue
+        found.append(parts.password)
+        found += [v for k, v in parse_qsl(parts.query) if is_secret_name(k)]
+    found += [m.group("password") for m in _USERINFO.finditer(text)]
+    return [v for v in found if v]
+
+
+def code_secrets(text: str) -> set[str]:
+    """The credentials source code spells out: quoted literals assigned to credential names
+    (``api_key = "sk-..."``, what ``redact_code`` masks) and the passwords and secret query
+    values of its URLs, those that look like credentials (``_looks_like_a_credential``: not
+    ``"EMPTY"``). A notebook masks them in its outputs too: a cell that prints the key it set
+    shows it in no form the patterns know (short, of no known shape, in no environment)."""
+    literals = [m.group("value") for m in _CODE_PAIR.finditer(text)] if text else []
+    return {
+        v
+        for v in [*literals, *url_secrets(text or "")]
+        if v != MASK and len(v) >= MIN_REMEMBERED_LEN and _looks_like_a_credential(v)
+    }
 
 
 def header_secrets(headers: Mapping[str, Any]) -> list[str]:
@@ -176,14 +201,18 @@ def redact_url(url: str) -> str:
 _QUERY_PAIR = re.compile(r"([?&;])([^=&;#?]+)=([^&#;]*)")
 
 
-def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """Free text with every credential this module can recognise replaced by ``***``."""
+def redact_text(
+    text: str, environ: Mapping[str, str] | None = None, known: Iterable[str] = ()
+) -> str:
+    """Free text with every credential this module can recognise replaced by ``***``; ``known``:
+    more values to mask, as remembered ones are (a notebook's, from its code: ``code_secrets``)."""
     if not text:
         return text
     with _lock:
-        known = set(_remembered)
-    known.update(env_secret_values(environ))
-    for value in sorted(known, key=len, reverse=True):
+        values = set(_remembered)
+    values.update(env_secret_values(environ))
+    values.update(v for v in known if len(v) >= MIN_REMEMBERED_LEN)
+    for value in sorted(values, key=len, reverse=True):
         for form in {value, quote(value, safe=""), html.escape(value), json.dumps(value)[1:-1]}:
             text = text.replace(form, MASK)
     text = _URL.sub(lambda m: redact_url(m.group(0)), text)

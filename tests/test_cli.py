@@ -83,3 +83,40 @@ def test_list_names_every_registry_entry_with_a_description(kind, name):
 def test_list_of_an_unknown_kind_names_the_valid_ones():
     result = CliRunner().invoke(app, ["list", "metric"])
     assert result.exit_code == 2 and "did you mean 'metrics'" in result.output
+
+
+def test_sigterm_exits_unwinds_once_and_restores_what_was_there(capsys):
+    """The one SIGTERM handler of `run`, `compare`, `data docs`, `sweep` and the runner: it
+    raises Terminated (exit 143) once, so finally blocks run; a second SIGTERM while they run is
+    ignored; the handler before it comes back; ``replace=False`` leaves a program's own handler
+    and an ignored SIGTERM stays ignored."""
+    import os
+    import signal
+
+    from ragbench.io import TERMINATED_EXIT, Terminated, sigterm_exits
+
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(Terminated) as stopped:
+        with sigterm_exits(resume="run it again"):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                pytest.fail("SIGTERM did not stop the block")
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # a second one while unwinding: ignored
+                cleaned.append(True)
+    assert stopped.value.code == TERMINATED_EXIT == 143 and cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert capsys.readouterr().err == "interrupted by SIGTERM: run it again\n"
+
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: seen.append("own"))
+    try:
+        with sigterm_exits(replace=False):  # the runner inside a program that handles SIGTERM
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert seen == ["own"]
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with sigterm_exits():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -609,3 +609,71 @@ def test_max_dollars_caps_the_compare_run(tmp_path, monkeypatch):
     done = compare([*args, "--max-dollars", "100", "--no-report"])  # resumes in the same folder
     assert done.exit_code == 0, done.output
     assert config_of(done.output).parent == run_dir and VERDICT.search(done.output)
+
+
+# a pipeline that, while ``block`` exists, says it started and then waits: a compare run to stop
+SLOW_PIPELINE = """
+import time
+from pathlib import Path
+
+
+def answer(question, example_id):
+    if Path("block").exists():
+        Path("started").touch()
+        time.sleep(100)  # under the pipeline's 120 s timeout: the signal ends it, not the clock
+    return {"answer": "Ada Quill"}
+"""
+
+
+def test_sigterm_stops_compare_as_it_stops_run_and_check_says_how_to_resume(tmp_path):
+    """Issue 45: SIGTERM ended `ragbench compare` where it stood: its manifest said running, a
+    lock owner stayed, nothing said it was interrupted, and `ragbench check` then said "no
+    results.parquet". Now it stops as `ragbench run` does (exit 143, manifest interrupted, no
+    owner or temporary file); check says so and how to resume; the same command resumes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    docs = make_docs(tmp_path / "docs")
+    (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
+    (tmp_path / "slow_pipe.py").write_text(SLOW_PIPELINE, encoding="utf-8")
+    (tmp_path / "block").touch()
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    options = "--backend fake --embedder hash --no-report --quiet --output-dir out"
+    cmd = [sys.executable, "-m", "ragbench.cli", "compare", str(docs), "--questions", "q.csv"]
+    cmd += [*options.split(), "--pipeline", "slow_pipe:answer"]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 180
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the pipeline was never called"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (out, err)
+    assert "interrupted: " in err and "rerun to resume" in err  # the runner's line
+    assert err.rstrip().endswith(
+        "interrupted by SIGTERM: the records written are kept; run the same command again to resume"
+    ), err
+    (manifest,) = (tmp_path / "out").glob("*/manifest.json")
+    run_dir = manifest.parent
+    assert json.loads(manifest.read_text())["status"] == "interrupted"
+    assert not (run_dir / ".lock.owner").exists()
+    assert [p.name for p in (tmp_path / "out").rglob("*.tmp")] == []
+
+    check = CliRunner().invoke(app, ["check", str(run_dir), "-r", "closed_book: contains >= 0"])
+    assert check.exit_code == 1, check.output
+    assert "no results.parquet" not in check.output
+    assert "FAILED run: its manifest says interrupted at " in check.output
+    assert "run the command that started it again to resume" in check.output
+
+    (tmp_path / "block").unlink()  # the same command again: it resumes and finishes
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"run folder: {run_dir}" in again.stdout
+    manifest = json.loads(manifest.read_text())
+    assert manifest["status"] == "finished" and len(manifest["sessions"]) == 2

@@ -476,3 +476,40 @@ def test_transport_settings_leave_the_hash_and_existing_hashes_stay(tmp_path):
     changes = ["model.params.stream=false", "model.params.max_concurrency=4"]
     for change in [*changes, "model.params.context_window=4096"]:
         assert config_hash(load_config(cfg, [change])) != SERVED_HASH, change
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        # YAML 1.1 (PyYAML) reads e-notation without a dot as text: say so, with the number
+        (
+            "1e15",
+            "c.yaml:8: model.max_new_tokens: '1e15' is not an integer (YAML reads 1e15 "
+            "as text, not a number: write 1000000000000000)",
+        ),
+        (
+            "1e400",
+            "c.yaml:8: model.max_new_tokens: '1e400' is not an integer (YAML reads "
+            "1e400 as text, not a number: write the number out)",
+        ),
+        ("many", "c.yaml:8: model.max_new_tokens: 'many' is not an integer"),
+        (
+            "1.5",
+            "c.yaml:8: model.max_new_tokens: Input should be a valid integer, got a number "
+            "with a fractional part (given: 1.5)",
+        ),
+        (
+            "2000000",
+            "c.yaml:8: model.max_new_tokens: Input should be less than or equal to "
+            "1000000 (given: 2000000)",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_named_with_its_field_and_value(tmp_path, value, expected):
+    """``max_new_tokens: 1e15`` said "unable to parse string as an integer": neither the value
+    nor why a number is a string (YAML 1.1 needs a dot in 1.0e15)."""
+    text = GOOD.replace("  name: fake\n", f"  name: fake\n  max_new_tokens: {value}\n", 1)
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    assert str(e.value).endswith(expected), str(e.value)
+    assert "unable to parse string" not in str(e.value)

@@ -365,6 +365,72 @@ def test_cli_refuses_a_symlink_loop_before_reading(cli, folder, tmp_path, monkey
     assert docs.discover([folder], exclude=["loop.md"])[0]  # excluded: not looked at
 
 
+def test_a_symlinked_file_argument_is_read_like_any_file(cli, tmp_path):
+    """`ragbench data docs notes/link.md` failed with Python's own "'...' is not in the subpath
+    of '...'": the id was taken relative to the link's target's folder."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "elsewhere" / "real.md").write_text("# Real\n\nThe ferry is blue.\n")
+    link = tmp_path / "notes" / "link.md"
+    link.symlink_to("../elsewhere/real.md")
+    assert [doc_id for _, doc_id in docs.discover([link])[0]] == ["link.md"]
+    out = tmp_path / "c.jsonl"
+    result = cli("docs", str(link), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    (doc,) = read_documents(out)
+    assert (doc.id, doc.text) == ("link.md", "# Real\n\nThe ferry is blue.")
+    from ragbench.workspace import compare  # `ragbench compare notes/link.md` ingests alike
+
+    spec = compare.CompareSpec(docs=(str(link),), output_dir=str(tmp_path / "out"))
+    ingested, corpus = compare.ingest(spec)
+    assert [d.id for d in ingested.documents] == ["link.md"] and corpus.is_file()
+    (tmp_path / "notes" / "a.md").write_text("# A\n\nThe boat is red.\n")
+    chosen, _ = docs.discover([tmp_path / "notes" / "a.md", link])  # two files, one a link
+    assert [doc_id for _, doc_id in chosen] == ["a.md", "link.md"]
+    gone = tmp_path / "notes" / "gone.md"
+    gone.symlink_to("missing.md")
+    line = _one_error_line(cli("docs", str(gone), "--out", str(out)))
+    assert line == f"error: {gone}: symbolic link to missing.md, which does not exist"
+
+
+def test_a_symlink_skipped_in_a_folder_is_reported_as_a_symlink(cli, tmp_path):
+    """A link inside a folder whose target cannot be read was counted among the unsupported
+    types by its own name (".md (1)", .md being supported); a link to a folder was skipped
+    without a word. Each is a skipped symbolic link, with why; a link to a document is read."""
+    other = tmp_path / "elsewhere"
+    (other / "deep").mkdir(parents=True)
+    (other / "real.md").write_text("# Real\n\nThe ferry is blue.\n")
+    (other / "table.xyz").write_text("not a document")
+    (other / "deep" / "d.md").write_text("# Deep\n\nThe quay is long.\n")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nThe boat is red.\n")
+    (notes / "ok.md").symlink_to(other / "real.md")
+    (notes / "odd.md").symlink_to(other / "table.xyz")
+    (notes / "gone.md").symlink_to("missing.md")
+    (notes / "deep").symlink_to(other / "deep", target_is_directory=True)
+    out = tmp_path / "c.jsonl"
+    result = cli("docs", str(notes), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert [d.id for d in read_documents(out)] == ["a.md", "ok.md"]
+    skipped = sorted(line for line in result.stderr.splitlines() if line.startswith("skipped "))
+    assert skipped == [
+        f"skipped deep: symbolic link to a folder ({other / 'deep'}): not followed; name the "
+        "folder itself to read it",
+        "skipped gone.md: symbolic link to missing.md, which does not exist",
+        f"skipped odd.md: symbolic link to {other / 'table.xyz'}, a file of unsupported type "
+        "'.xyz'",
+    ], result.stderr
+    assert "unsupported types" not in result.stderr  # no ".md (1)"
+    assert "0 unreadable, 0 unsupported, 3 symbolic links skipped" in result.stdout
+    _, links = docs.discover([notes])
+    assert [(s.path, s.symlink, s.unsupported) for s in links] == [
+        ("deep", True, False),
+        ("gone.md", True, False),
+        ("odd.md", True, False),
+    ]
+
+
 def test_cli_refuses_an_output_folder_before_reading(cli, folder, tmp_path, monkeypatch):
     _never_read(monkeypatch)
     target = tmp_path / "outdir"
@@ -422,3 +488,47 @@ def test_a_thematic_break_and_a_setext_heading_stay_markdown(tmp_path, caplog):
         doc = docs.read_document(path, "notes.md")
     assert doc.text == "---\nOpening words\n---\nMore text." and doc.title == "Opening words"
     assert caplog.text == ""
+
+
+def test_sigterm_leaves_no_temporary_corpus(tmp_path):
+    """Issue 45: SIGTERM during `ragbench data docs` left its hidden .tmp beside --out. Now it
+    unwinds as `ragbench run` does: no temporary file, no corpus, one line, exit 143. A named
+    pipe among the files holds the reader where the test can stop it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The first ferry leaves at 06:40.\n")
+    fifo = folder / "b.txt"
+    os.mkfifo(fifo)
+    out = tmp_path / "out" / "corpus.jsonl"
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "ragbench.cli", "data", "docs", str(folder), "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, writer = time.monotonic() + 120, None
+    try:
+        while writer is None:  # opens once the command opens the pipe to read b.txt
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "b.txt was never opened"
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader yet
+                time.sleep(0.1)
+        assert [p.name for p in out.parent.glob(".corpus.jsonl.*.tmp")]  # the corpus half-written
+        proc.send_signal(signal.SIGTERM)  # while it waits for b.txt's text
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert list(out.parent.iterdir()) == []  # neither the corpus nor its temporary file
+    assert err.rstrip().splitlines()[-1] == (
+        f"interrupted by SIGTERM: {out} not written (no temporary file left); run the same "
+        "command again"
+    )

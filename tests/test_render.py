@@ -15,6 +15,7 @@ import pytest
 from browser import screenshot_html, table_layout
 
 from ragbench.secrets import env_secret_values
+from ragbench.workspace.kernels import redact_notebook
 from ragbench.workspace.render import render_notebook
 from ragbench.workspace.scrub import repo_root, scrub
 
@@ -166,6 +167,81 @@ def test_headless_chromium_shows_the_figure(rendered, tmp_path):
     assert line_pixels(bare_shot, blue) < 50 and line_pixels(bare_shot, orange) < 50
 
 
+# --- credentials a notebook printed or raised with ------------------------------------------------
+
+SHORT_KEY = "sk-plant3d-k"  # too short for a known key shape, in no environment variable
+URL_PASSWORD = "pw-4u7h-99"
+SCRIPT = (  # an interactive view: operators HTML would escape, a link with & in its query
+    "<script>const rows = [1, 2]; if (rows.length > 1 && rows[0] < 2) "
+    "{ document.title = 'n=' + rows.length; }\n"
+    "fetch('http://u:" + URL_PASSWORD + "@llm.internal/v1?a=1&b=2');</script>"
+)
+
+
+def printed_secrets_notebook(path: Path) -> Path:
+    """A notebook whose cell holds a short key and a URL with a password, then prints both,
+    shows them in HTML (a <script> too) and Markdown, and raises with them (IPython colours a
+    traceback's source line, which splits ``api_key="..."`` with ANSI codes)."""
+    import nbformat
+    from nbformat import v4
+
+    url = f"http://bob:{URL_PASSWORD}@llm.internal/v1"
+    source = f'api_key = "{SHORT_KEY}"\nbase_url = "{url}"\nprint(api_key, base_url)'
+    cell = v4.new_code_cell(source, execution_count=1)
+    ansi_line = (  # as IPython writes it
+        f"\x1b[0;32m----> 1\x1b[0m client \x1b[38;5;241m=\x1b[39m OpenAI(api_key\x1b[38;5;241m="
+        f'\x1b[39m\x1b[38;5;124m"{SHORT_KEY}\x1b[39m\x1b[38;5;124m"\x1b[39m)'
+    )
+    cell.outputs = [
+        v4.new_output(
+            "stream", name="stdout", text=f"{SHORT_KEY} {url}\npassword {URL_PASSWORD}\n"
+        ),
+        v4.new_output(
+            "display_data",
+            data={
+                "text/plain": f"Client(key={SHORT_KEY!r})",
+                "text/html": f"<b>{SHORT_KEY}</b> <a href='{url}'>server</a>{SCRIPT}",
+                "text/markdown": f"**key** `{SHORT_KEY}` at {url}",
+            },
+        ),
+        v4.new_output(
+            "error",
+            ename="AuthenticationError",
+            evalue=f"key {SHORT_KEY} refused by {url}",
+            traceback=[ansi_line, f"AuthenticationError: key {SHORT_KEY} refused"],
+        ),
+    ]
+    nbformat.write(v4.new_notebook(cells=[cell]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("include_code", [True, False])
+def test_credentials_printed_or_raised_are_masked_in_every_output(tmp_path, include_code):
+    """A key the code cell masked was shown as is in the outputs: stream, display data
+    (text/plain, text/html, text/markdown) and the error's name, value and traceback."""
+    notebook = printed_secrets_notebook(tmp_path / "printed.ipynb")
+    raw = notebook.read_text(encoding="utf-8")
+    assert raw.count(SHORT_KEY) >= 8 and URL_PASSWORD in raw  # the outputs do hold them
+    page = render_notebook(notebook, tmp_path / "p.html", include_code=include_code)
+    text = page.read_text(encoding="utf-8")
+    assert SHORT_KEY not in text and URL_PASSWORD not in text
+    assert "plant3d" not in text and "4u7h" not in text  # no part of them either
+    assert "AuthenticationError" in text and "http://***@llm.internal/v1" in text
+    # the executed .ipynb papermill saves goes through the same redaction: every output field
+    redacted = json.dumps(redact_notebook(json.loads(raw)))
+    assert SHORT_KEY not in redacted and URL_PASSWORD not in redacted
+    assert redacted.count("***") >= 12  # masked where they were, nothing dropped
+
+
+def test_a_script_in_an_html_output_still_works_once_masked(tmp_path):
+    """Scrubbing masks text inside a <script> but never HTML-escapes it: ``&&``, ``<`` and a
+    link's ``&`` stay as written (``&amp;`` inside a script is a syntax error or a wrong URL)."""
+    notebook = printed_secrets_notebook(tmp_path / "printed.ipynb")
+    text = render_notebook(notebook, tmp_path / "p.html").read_text(encoding="utf-8")
+    masked = SCRIPT.replace(f"u:{URL_PASSWORD}@", "***@")
+    assert masked in text, re.findall(r"<script>const rows.*?</script>", text, re.S)
+
+
 def test_render_cli_default_path(rendered, tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
@@ -239,7 +315,7 @@ def test_render_cli_refuses_a_file_that_is_not_a_notebook(
     result = _render_cli(str(path))
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)  # no traceback: a clean exit
-    assert result.stderr == f"ragbench render: {path}: {reason}\n"
+    assert result.stderr == f"error: {path}: {reason}\n"
     assert result.stdout == "" and not (tmp_path / "reports").exists()
 
 
@@ -264,7 +340,7 @@ def test_render_cli_refuses_an_unexecuted_notebook_unless_allowed(unexecuted, tm
     result = _render_cli(str(unexecuted), "--out", str(out))
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"ragbench render: {unexecuted}: not executed (no code cell has run")
+    assert line.startswith(f"error: {unexecuted}: not executed (no code cell has run")
     assert "execute it first" in line and "--allow-unexecuted" in line
     assert not out.exists()
 
@@ -299,7 +375,7 @@ def test_render_cli_bad_manifest_is_one_line(rendered, tmp_path):
         )
         assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
         (line,) = result.stderr.splitlines()
-        assert line.startswith(f"ragbench render: {manifest}: {reason}")  # fmt: skip
+        assert line.startswith(f"error: {manifest}: {reason}")
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")

@@ -539,6 +539,13 @@ def test_a_run_whose_records_all_failed_says_why(tmp_path):
     assert "all 4 records failed" in result.output
     assert "4 x ContextOverflowError: prompt of 26 tokens" in result.output
     assert "Traceback" not in result.output
+    # issue 45: one line, in every command's form, naming the most common error; the manifest
+    # says failed (it said finished)
+    (line,) = [x for x in result.stderr.splitlines() if "records failed" in x]
+    assert line.startswith("error: all 4 records failed; most frequent: 4 x ContextOverflowError")
+    assert result.stderr.count("ContextOverflowError") == 1, result.stderr
+    (manifest,) = Path(cfg["output_dir"]).glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["status"] == "failed"
 
 
 def test_credentials_change_neither_the_run_folder_nor_reach_the_manifest(tmp_path):
@@ -609,6 +616,8 @@ def test_a_table_whose_every_record_failed_says_why_instead_of_a_missing_column(
     df = run(niah_config(tmp_path, strategies=["closed_book"]), progress=False,
              llm=FakeLLM(answer_fn=down))  # fmt: skip
     assert df["error"].notna().all()
+    manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
+    assert manifest["status"] == "failed"  # not "finished": nothing it was asked succeeded
     for view in (report.summary, report.verdict, report.compare):
         with pytest.raises(ValueError, match=r"all 4 records failed.*4 x .*HTTP 503"):
             view(df)

@@ -271,6 +271,47 @@ def test_rendered_code_cells_show_no_credential(tmp_path):
     assert [p for p in leaks(tmp_path) if not p.startswith(f"{notebook}:")] == []
 
 
+def test_rendered_outputs_show_no_credential_the_code_printed_or_raised(tmp_path):
+    """Issue 45: `ragbench render` masked a key in the code cell but not where the cell printed
+    it, displayed it (text/plain, text/html with a <script>, text/markdown) or raised with it
+    (ename, evalue, a traceback IPython coloured with ANSI codes); with code or without."""
+    key, url = f"{SECRET}-key", f"http://bob:{SECRET}-url@127.0.0.1:9/v1"
+    cell = nbformat.v4.new_code_cell(
+        f'api_key = "{key}"\nbase_url = "{url}"\nprint(api_key, base_url)', execution_count=1
+    )
+    shown = f"{key} {url} {SECRET}-url"
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text=shown + "\n"),
+        nbformat.v4.new_output(
+            "display_data",
+            data={
+                "text/plain": shown,
+                "text/markdown": f"**{key}** at {url}",
+                "text/html": f"<p>{shown}</p><script>if (1 < 2 && '{key}') {{}}</script>",
+            },
+        ),
+        nbformat.v4.new_output(
+            "error",
+            ename="AuthenticationError",
+            evalue=shown,
+            traceback=[f'OpenAI(api_key\x1b[38;5;241m=\x1b[39m\x1b[38;5;124m"{key}"\x1b[39m)'],
+        ),
+    ]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [cell]
+    notebook = tmp_path / "nb" / "printed.ipynb"
+    notebook.parent.mkdir()
+    nbformat.write(nb, str(notebook))
+    log = tmp_path / "render.log"
+    for flags in ([], ["--no-code"]):
+        html = tmp_path / "page" / f"printed{len(flags)}.html"
+        args = ["render", str(notebook), "--out", str(html), *flags]
+        assert ragbench(*args, env=env_with_secret(tmp_path), log=log) == 0, log.read_text()
+        page = html.read_text()
+        assert "http://***@127.0.0.1:9/v1" in page and "if (1 < 2 && '***')" in page
+    assert [p for p in leaks(tmp_path) if not p.startswith(f"{notebook}:")] == []
+
+
 @pytest.mark.parametrize(
     "value", [{"k": f"{SECRET}-dict"}, 31415926535, [f"{SECRET}-list"]], ids=["dict", "int", "list"]
 )

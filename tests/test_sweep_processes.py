@@ -233,3 +233,93 @@ def test_stopping_a_sweep_leaves_no_worker_or_kernel_behind(tmp_path, how):
         assert list(point.glob("*.ipynb")), "papermill saves the notebook while it runs"
         for path in point.iterdir():  # ... and that save holds no credential
             assert KEY not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+# a point whose notebook runs an experiment (FakeLLM) that waits in its first answer
+RUN_CELL = """import time
+from pathlib import Path
+from ragbench.experiment.runner import run
+from ragbench.llm.fake import FakeLLM
+
+
+def slow(request):
+    Path(run_out, f"started{x}").touch()
+    time.sleep(120)
+    return "7463343"
+
+
+needle = {"context_lengths": [300], "depth_percents": [10, 90], "answer": "7463343",
+          "needle": "The special magic number is 7463343.", "question": "The number?",
+          "tokenizer": "whitespace"}
+cfg = {"name": "p", "dataset": {"name": "niah", "params": needle},
+       "model": {"backend": "fake", "name": "fake", "cache": False, "batch_size": 1},
+       "strategies": ["closed_book"], "metrics": ["contains"], "output_dir": f"{run_out}/{x}"}
+run(cfg, progress=False, llm=FakeLLM(answer_fn=slow))
+"""
+
+
+def test_sigterm_stops_a_sweep_and_the_runs_in_its_kernels_as_it_stops_run(tmp_path):
+    """Issue 45: SIGTERM to `ragbench sweep` killed the kernels' runs where they stood (manifest
+    running, a lock owner left) and left each point's lock owner behind (the pool worker ends
+    with os._exit). Now each run is interrupted as under `ragbench run`, no owner file is left
+    anywhere, one line says how to resume, and the sweep exits 143."""
+    import nbformat
+
+    params = 'x: int = 1  # grid\nrun_out: str = ""  # the runs\noutput_dir: str = ""  # point'
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(params, metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(RUN_CELL),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(notebook, str(tmp_path / "point.ipynb"))
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    spec = write_spec(
+        tmp_path,
+        notebook=str(tmp_path / "point.ipynb"),
+        parameters={"run_out": str(runs)},
+        grid={"x": [1, 2]},
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    with open(tmp_path / "sweep.log", "w") as log:  # files, not pipes: nothing can hang on them
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "ragbench.cli", "sweep", str(spec), "--workers", "2"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+    descendants: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 180
+        while not all((runs / f"started{x}").exists() for x in (1, 2)):
+            assert sweep.poll() is None, (tmp_path / "sweep.log").read_text()
+            assert time.monotonic() < deadline, "the points' runs never started"
+            time.sleep(0.2)
+        descendants = psutil.Process(sweep.pid).children(recursive=True)
+        sweep.send_signal(signal.SIGTERM)
+        sweep.wait(timeout=60)
+        deadline = time.monotonic() + 15
+        while _alive(descendants) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _alive(descendants) == []
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+        for proc in _alive(descendants):
+            proc.kill()
+    log = (tmp_path / "sweep.log").read_text()
+    assert sweep.returncode == 143, log
+    assert (
+        "interrupted by SIGTERM: the finished points are kept (summary.json); run the same " in log
+    )
+    manifests = sorted(runs.glob("*/*/manifest.json"))
+    assert len(manifests) == 2
+    assert [json.loads(m.read_text())["status"] for m in manifests] == ["interrupted"] * 2
+    assert sorted(p.name for p in tmp_path.rglob(".lock.owner")) == []  # runs' and points'
+    assert list(tmp_path.rglob("*.tmp")) == []

@@ -264,11 +264,26 @@ def load_run(run: Any) -> tuple[Any, int]:
     return read_folder_table(folder), seed  # an older schema's table read as this one's
 
 
+# what to do about a run that did not finish, by its manifest's status
+_SAME_COMMAND = "(`ragbench run` on its config, or the same `ragbench compare`)"
+NEXT = {
+    "interrupted": f"run the command that started it again to resume {_SAME_COMMAND}: the "
+    "records written are kept",
+    "stopped": f"run the command that started it again, with a higher budget, to finish it "
+    f"{_SAME_COMMAND}",
+    "failed": "every record failed: fix the cause its most frequent error names, then run the "
+    f"command that started it again {_SAME_COMMAND}",
+    "running": "it is still running, or was killed before it could say so: wait for it, or run "
+    f"the command that started it again to resume {_SAME_COMMAND}",
+}
+
+
 def unfinished(run: Any) -> list[str]:
     """A FAILED line when the run folder's manifest says the run did not finish: ``stopped``
-    (its budget), ``interrupted``, or still ``running`` (live, or killed: its table, if any, is
-    an earlier session's). None for a finished run, a DataFrame, or a folder without a
-    manifest (``load_run`` says what is missing)."""
+    (its budget), ``interrupted`` (SIGTERM, Ctrl-C), ``failed`` (every record failed), or still
+    ``running`` (live, or killed: its table, if any, is an earlier session's), with what to do
+    next. None for a finished run, a DataFrame, or a folder without a manifest (``load_run``
+    says what is missing)."""
     import pandas as pd
 
     if isinstance(run, pd.DataFrame):
@@ -284,8 +299,15 @@ def unfinished(run: Any) -> list[str]:
     why = f" ({last['stopped']})" if last.get("stopped") else ""
     left = last.get("budget", {}).get("records_left")
     more = f", {left} records left" if left else ""
-    return [f"FAILED run: its manifest says {status}{why}{more}: the gate reads finished runs "
-            "(rerun `ragbench run` on its config to finish it)"]  # fmt: skip
+    if status == "interrupted":
+        kept = last.get("records_written")
+        more = f" at {last.get('interrupted_at', '?')}" + (
+            f" ({kept} records written this session)" if kept is not None else ""
+        )
+    then = NEXT.get(status, NEXT["running"])
+    return [
+        f"FAILED run: its manifest says {status}{why}{more}: the gate reads finished runs; {then}"
+    ]
 
 
 def assert_run(
@@ -310,10 +332,12 @@ def check_run(
     max_errors: int = 0,
 ) -> list[str]:  # fmt: skip
     """What ``ragbench check`` and ``assert_run`` report for a run folder (or its DataFrame):
-    ``unfinished``, then ``check``'s lines. A run that stopped before writing any record has
-    no variant to match: its ``unfinished`` line alone."""
-    df, seed = load_run(run)
+    ``unfinished``, then ``check``'s lines. A run that stopped before writing its table, or any
+    record, has no variant to match: its ``unfinished`` line alone."""
     stopped = unfinished(run)
+    if stopped and not (Path(run) / "results.parquet").exists():  # interrupted before its end
+        return stopped
+    df, seed = load_run(run)
     if stopped and not len(df):
         return stopped
     return stopped + check(df, requirements, verdict=verdict, seed=seed, metric=metric,

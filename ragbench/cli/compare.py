@@ -9,11 +9,11 @@ from pathlib import Path
 import typer
 
 from ragbench.analysis.verdict import sequential_look
-from ragbench.cli.run import log_to_mlflow
+from ragbench.cli.run import RESUME, failed_line, log_to_mlflow
 from ragbench.experiment.budget import BUDGET_EXIT
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
-from ragbench.io import user_errors
+from ragbench.io import ALL_FAILED_EXIT, cli_error, sigterm_exits, user_errors
 from ragbench.locks import LockHeldError
 from ragbench.report import summary
 from ragbench.report.readable import readable_text
@@ -21,6 +21,7 @@ from ragbench.report.tables import table_remarks
 from ragbench.secrets import collect
 from ragbench.workspace import compare as steps
 from ragbench.workspace import tracking
+from ragbench.workspace.kernels import reap_children_on_signals
 
 _D = steps.CompareSpec  # the defaults: notebook 05's
 
@@ -96,19 +97,29 @@ def register(app: typer.Typer) -> None:
             steps.build_pipelines(pipelines)  # a factory builds its engine: before the ingest
         if why:
             typer.echo(why)
-        with user_errors(LockHeldError, OverWindowError):
-            df, spec_run = _run(spec, yes=yes, progress=not quiet)
-        weak = _answer(spec, df, spec_run)
-        stopped = df.attrs.get("stopped")  # at --max-dollars (the runner logged its line)
-        if report and stopped:  # notebook 05 would answer the rest, past the cap
-            typer.echo("report: not written: the run stopped at --max-dollars; rerun with a "
-                       "higher one, or `ragbench run` its config, then compare again")  # fmt: skip
-        elif report:
-            _report(spec, spec_run, progress=not quiet, weak_model=weak)
-        if tracked is not None:  # after the report: report.html is one of its artifacts
-            log_to_mlflow(df.attrs["run_dir"], tracked)
-        if stopped or df.attrs.get("over_budget"):  # stopped at, or passed, max_dollars
-            raise typer.Exit(code=BUDGET_EXIT)
+        # SIGTERM unwinds as in `ragbench run`: the run's manifest says interrupted, no lock
+        # owner or temporary file is left, exit 143; the same command resumes
+        with sigterm_exits(resume=RESUME):
+            _compare(spec, tracked, yes=yes, progress=not quiet, report=report)
+
+
+def _compare(spec: steps.CompareSpec, tracked, yes: bool, progress: bool, report: bool) -> None:
+    """The run, its verdict, the report and MLflow, once the options have checked out."""
+    with user_errors(LockHeldError, OverWindowError):
+        df, spec_run = _run(spec, yes=yes, progress=progress)
+    weak = _answer(spec, df, spec_run)
+    stopped = df.attrs.get("stopped")  # at --max-dollars (the runner logged its line)
+    if report and stopped:  # notebook 05 would answer the rest, past the cap
+        typer.echo(
+            "report: not written: the run stopped at --max-dollars; rerun with a higher one, "
+            "or `ragbench run` its config, then compare again"
+        )
+    elif report:
+        _report(spec, spec_run, progress=progress, weak_model=weak)
+    if tracked is not None:  # after the report: report.html is one of its artifacts
+        log_to_mlflow(df.attrs["run_dir"], tracked)
+    if stopped or df.attrs.get("over_budget"):  # stopped at, or passed, max_dollars
+        raise typer.Exit(code=BUDGET_EXIT)
 
 
 def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
@@ -159,12 +170,9 @@ def _answer(spec: steps.CompareSpec, df, spec_run) -> str | None:
     typer.echo(f"run folder: {df.attrs['run_dir']}")
     if df.attrs.get("stopped") and not len(df):  # at --max-dollars before any record
         return None
+    if df.attrs.get("failed"):  # every record failed: one line, the most common error
+        raise cli_error(ValueError(failed_line(df)), code=ALL_FAILED_EXIT)
     failed = int(df["error"].notna().sum())
-    if failed == len(df):
-        typer.echo(
-            f"error: all {failed} records failed; see {df.attrs['run_dir']}/records.jsonl", err=True
-        )
-        raise typer.Exit(code=1)
     with user_errors():
         v = steps.decide(df, spec)
     typer.echo(f"verdict: {v.text}")
@@ -191,8 +199,9 @@ def _report(
         typer.echo(f"report: not written: {blocker}")
         return
     try:
-        html = steps.write_report(spec, questions, yaml_path.parent, progress, weak_model)
+        with reap_children_on_signals():  # stopped: notebook 05's kernel ends with the command
+            html = steps.write_report(spec, questions, yaml_path.parent, progress, weak_model)
     except Exception as exc:  # the run is done and printed: say why the page is missing
-        typer.echo(f"report: not written: {steps.report_failure(exc, yaml_path.parent)}", err=True)
-        raise typer.Exit(code=1) from None
+        why = steps.report_failure(exc, yaml_path.parent)
+        raise cli_error(ValueError(f"report not written: {why}"), code=1) from None
     typer.echo(f"report: {html}")

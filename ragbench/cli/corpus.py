@@ -14,7 +14,7 @@ import typer
 
 from ragbench.datasets.corpus import docs
 from ragbench.experiment.question_gen import generate as question_gen
-from ragbench.io import user_errors
+from ragbench.io import sigterm_exits, user_errors
 from ragbench.secrets import collect
 
 DEFAULT_DIR = Path("data/generated")  # where `ragbench data ...` writes unless told otherwise
@@ -56,7 +56,8 @@ def docs_cmd(
     def report(item: docs.Skipped) -> None:
         typer.echo(f"skipped {item.path}: {item.reason}", err=True)
 
-    with user_errors():
+    stopped = f"{target} not written (no temporary file left); run the same command again"
+    with user_errors(), sigterm_exits(resume=stopped):  # SIGTERM: as `ragbench run` takes it
         # written as it is read (one document in memory at a time), in place when complete
         result = docs.ingest_to(
             target,
@@ -82,10 +83,12 @@ def docs_cmd(
             f"(Jaccard {drop['jaccard']})",
             err=True,
         )
-    unreadable = len(result.skipped) - len(unsupported)
+    links = sum(s.symlink for s in result.skipped)  # each said as it was skipped (report)
+    unreadable = len(result.skipped) - len(unsupported) - links
+    linked = f"{links} symbolic links skipped, " if links else ""
     typer.echo(
         f"wrote {len(result.ids)} documents to {result.path} ({result.files} files: "
-        f"{unreadable} unreadable, {len(unsupported)} unsupported, "
+        f"{unreadable} unreadable, {len(unsupported)} unsupported, {linked}"
         f"{len(result.dedup['dropped'])} duplicates)"
     )
     typer.echo(f"fingerprint {result.fingerprint}")

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -19,7 +14,7 @@ from ragbench.experiment.config.run import RunConfig, load_config, with_origin
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
-from ragbench.io import ALL_FAILED_EXIT, EXIT_CODES_HELP, cli_error, user_errors
+from ragbench.io import ALL_FAILED_EXIT, EXIT_CODES_HELP, cli_error, sigterm_exits, user_errors
 from ragbench.locks import LockHeldError
 from ragbench.report import summary
 from ragbench.report.readable import readable_text
@@ -28,25 +23,8 @@ from ragbench.strategies import get_strategy
 from ragbench.strategies.retrieve_only import metric_names
 from ragbench.workspace import tracking
 
-
-@contextlib.contextmanager
-def _sigterm_exits() -> Iterator[None]:
-    """SIGTERM raises ``SystemExit(143)`` (the shell's code for it) while the block runs, as
-    Ctrl-C raises ``KeyboardInterrupt``: the runner keeps what finished and marks the run
-    interrupted, instead of dying mid-round. Only in the main thread (where Python runs handlers)."""
-    ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # stays ignored
-    if ignored or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminated(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+# what a command stopped by SIGTERM says (ragbench.io.sigterm_exits): the same command resumes
+RESUME = "the records written are kept; run the same command again to resume"
 
 
 def register(app: typer.Typer) -> None:
@@ -130,7 +108,7 @@ def register(app: typer.Typer) -> None:
             tracked = tracking.settings(cfg, mlflow, mlflow_uri, mlflow_experiment)
             if tracked is not None:
                 tracking.check(tracked)  # before the run, not after it
-            with _sigterm_exits():
+            with sigterm_exits(resume=RESUME):
                 df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
                          until_decided=sequential_look)  # fmt: skip
         typer.echo(f"run folder: {df.attrs['run_dir']}")
@@ -142,10 +120,9 @@ def register(app: typer.Typer) -> None:
             log_to_mlflow(df.attrs["run_dir"], tracked)
         if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes
             raise typer.Exit(code=BUDGET_EXIT)
+        if df.attrs.get("failed"):  # every record failed: one line, the most common error
+            raise cli_error(ValueError(failed_line(df)), code=ALL_FAILED_EXIT)
         failed = int(df["error"].notna().sum())
-        if failed == len(df):  # nothing to summarise: say why, not a table of NaN
-            _echo_errors(df, f"all {failed} records failed", err=True)
-            raise typer.Exit(code=ALL_FAILED_EXIT)
         _echo_summaries(cfg, df)
         if failed:
             _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
@@ -182,11 +159,17 @@ def _echo_summaries(cfg: RunConfig, df) -> None:
             said.add(remark)
 
 
-def _echo_errors(df, headline: str, err: bool = False) -> None:
+def failed_line(df) -> str:
+    """What ``ragbench run`` and ``compare`` print when every record failed (the manifest says
+    ``failed``): the runner's line, naming the most common error, and where to look."""
+    return f"{df.attrs['failed']} (each in {df.attrs['run_dir']}/records.jsonl; rerun to retry)"
+
+
+def _echo_errors(df, headline: str) -> None:
     """``headline``, then the most frequent errors with their counts (already redacted)."""
-    typer.echo(f"{headline}; most frequent errors:", err=err)
+    typer.echo(f"{headline}; most frequent errors:")
     for message, count in error_summary(df["error"]):
-        typer.echo(f"  {count:5d} x {message}", err=err)
+        typer.echo(f"  {count:5d} x {message}")
 
 
 def _echo_dry_run(cfg: RunConfig, progress: bool) -> None:

@@ -7,10 +7,14 @@ from pathlib import Path
 
 import typer
 
+from ragbench.io import cli_error, sigterm_exits
 from ragbench.workspace import tracking
 from ragbench.workspace.render import RenderInputError, render_notebook
 from ragbench.workspace.sweep.run import execute_sweep
 from ragbench.workspace.sweep.spec import SweepSpecError, load_spec
+
+# what a sweep stopped by SIGTERM says (ragbench.io.sigterm_exits)
+RESUME = "the finished points are kept (summary.json); run the same command again for the rest"
 
 
 def register(app: typer.Typer) -> None:
@@ -49,7 +53,8 @@ def sweep(
     from tqdm import tqdm
 
     tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
-    with ExitStack() as bars:
+    # SIGTERM unwinds as in `ragbench run` (the workers and kernels end first: execute_sweep)
+    with sigterm_exits(resume=RESUME), ExitStack() as bars:
         bar = None
 
         def start(points: int) -> None:  # once the spec checks out: no bar above its error
@@ -127,10 +132,8 @@ def render(
             manifest=manifest,
             allow_unexecuted=allow_unexecuted,
         )
-    except RenderInputError as exc:
-        typer.echo(f"ragbench render: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except RenderInputError as exc:  # every command's errors read `error: ...` (ragbench.io)
+        raise cli_error(exc) from None
     except OSError as exc:  # e.g. the HTML cannot be written (permissions, a file for a folder)
-        typer.echo(f"ragbench render: {exc.filename or out}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
+        raise cli_error(ValueError(f"{exc.filename or out}: {exc.strerror or exc}")) from None
     typer.echo(str(path))

@@ -21,8 +21,9 @@ columns, never in its cost. A judge server that does not answer fails the run be
 is generated; judge calls that fail later leave their records unjudged, and the end of the run
 says how many (``judge_pass.unjudged``: one line, also among the manifest's judge warnings). Then the noise pass (``noise_sensitivity``: ``ragbench.experiment.noise_pass``).
 
-Interrupted (Ctrl-C, or SIGTERM where the caller turns it into ``SystemExit``: ``ragbench run``
-does): the records written stay, the completions the interrupted round had finished are in the
+Interrupted (Ctrl-C, or SIGTERM, which ``ragbench.io.sigterm_exits`` turns into ``SystemExit``:
+every ``ragbench`` command, and the run itself where nothing handles SIGTERM, as in a notebook's
+kernel a sweep stops): the records written stay, the completions the interrupted round had finished are in the
 completion cache (``model.cache``; the HTTP backend hands them over with the interrupt), the
 manifest's status is ``interrupted``, one line says what was kept, and the interrupt goes on
 (exit 130 or 143); a rerun resumes and pays for neither.
@@ -94,7 +95,7 @@ from ragbench.experiment.results import (
 )
 from ragbench.experiment.sequential_run import Sequential, generate_until_decided
 from ragbench.experiment.session import Loaded, RecordWriter, RunSession
-from ragbench.io import atomic_write_bytes, dumps_canonical
+from ragbench.io import atomic_write_bytes, dumps_canonical, sigterm_exits
 from ragbench.llm.fake import FakeLLM
 from ragbench.locks import FolderLock
 from ragbench.metrics.answer import deferred_metrics, metric_versions, score, string_metrics
@@ -165,7 +166,13 @@ def run(
         raise ValueError("config lists the same strategy and parameters twice")
     out = run_dir_for(cfg)
     made = [d for d in (out, *out.parents) if not d.exists()]  # the folders the lock creates
-    with FolderLock(out, what="run", wait=wait) as lock, once_per_run():  # third-party: once
+    # SIGTERM unwinds (the manifest says interrupted, the lock's owner file goes) where nothing
+    # handles it: a notebook's kernel a sweep stops, a script; `ragbench` commands set it already
+    with (
+        sigterm_exits(replace=False),
+        FolderLock(out, what="run", wait=wait) as lock,
+        once_per_run(),  # third-party warnings: once
+    ):
         try:
             session = RunSession(
                 cfg=cfg, examples=examples, work=work, keys=keys, out=out,
@@ -290,12 +297,12 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
         identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
         # written before any work, so a run killed now still knows when it first started
         write_manifest(session, identity, sessions, status="running", records=None)
-        res = session.use(
-            build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
-        )
-        res.preload_over.update(preload.count([item for item, _ in pending]))
-        budget.bound = RoundCounter(cfg, res)  # each round's estimate: its own prompts
-        with _interruptible(session, identity, sessions):
+        with _interruptible(session, identity, sessions):  # the index is built here: minutes
+            res = session.use(
+                build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
+            )
+            res.preload_over.update(preload.count([item for item, _ in pending]))
+            budget.bound = RoundCounter(cfg, res)  # each round's estimate: its own prompts
             entry["errors"] = generate(_Local(res), pending)
         entry["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
         entry["executor"] = {"name": "local", "workers": 1}
@@ -337,16 +344,12 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     if judge_info is not None and not budget.stopped and (line := unjudged(cfg, rows)):
         judge_info["warnings"].insert(0, line)
         df.attrs["unjudged"] = line  # `ragbench run` repeats it after its summary
-    status = "stopped" if budget.stopped else "finished"
+    failed = _failures(df)  # every record failed: the manifest says failed, not finished
+    status = "stopped" if budget.stopped else "failed" if failed else "finished"
     manifest = write_manifest(
         session, identity, sessions, status=status, records=df, judge=judge_info
     )
     provenance.record_in_notebook(out, manifest)
-    failed = int(df["error"].notna().sum())
-    if failed:
-        top = error_summary(df["error"], limit=1)[0]
-        log.warning("%d of %d records failed; most frequent error (%d x): %s",
-                    failed, len(df), top[1], top[0])  # fmt: skip
     df.attrs["run_dir"] = str(out)
     if seq is not None:  # the verdict reads the run at its last look (analysis.verdict)
         df.attrs["sequential"] = entry["sequential"]
@@ -361,6 +364,22 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
         for message in judge_info["warnings"]:
             log.warning("%s", message)
     return df
+
+
+def _failures(df: Any) -> bool:
+    """Whether every record failed. Then the run did not do what it was asked, and its caller
+    says so as an error, in one line naming the most frequent error (``df.attrs["failed"]``:
+    ``ragbench run`` and ``compare`` exit 1); some failed: a warning naming it."""
+    failed = int(df["error"].notna().sum())
+    if not failed:
+        return False
+    top = error_summary(df["error"], limit=1)[0]
+    if failed == len(df):
+        df.attrs["failed"] = f"all {failed} records failed; most frequent: {top[1]} x {top[0]}"
+        return True
+    message = "%d of %d records failed; most frequent error (%d x): %s"
+    log.warning(message, failed, len(df), top[1], top[0])
+    return False
 
 
 @contextlib.contextmanager

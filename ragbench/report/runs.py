@@ -40,7 +40,7 @@ def run_folder(path: str | PathLike[str]) -> Path:
     if not (folder / "results.parquet").exists():
         raise RunFolderError(
             f"{path}: no results.parquet (is it a ragbench run folder? a run writes it when it "
-            "ends; an interrupted one: rerun its config to resume)"
+            "ends; an interrupted one: run the command that started it again to resume)"
         )
     return folder
 

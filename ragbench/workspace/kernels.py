@@ -36,7 +36,8 @@ from typing import Any
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
-from ragbench.workspace.scrub import outside_data_uris, redact_keeping_links
+from ragbench.locks import drop_owner_files
+from ragbench.workspace.scrub import by_html_part, outside_data_uris, redact_keeping_links
 
 
 def kernel_config() -> Any:
@@ -181,54 +182,97 @@ _TEXT_MIME = re.compile(r"text/.*|image/svg\+xml|application/javascript")
 
 
 def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a notebook (nbformat 4, as a dict) with every cell source and text output passed
-    through ``secrets.redact_text``, JSON outputs and papermill's recorded parameters through
-    ``secrets.redact``. Images, attachments and data: URIs are left untouched (a base64 alphabet
-    must not be edited)."""
+    """A copy of a notebook (nbformat 4, as a dict) with every cell source and output passed
+    through ``secrets.redact_text`` (text, Markdown, HTML, an error's name, value and
+    traceback), JSON outputs and papermill's recorded parameters through ``secrets.redact``.
+    The credentials the code cells spell out (``secrets.code_secrets``: ``api_key = "sk-..."``)
+    are masked in every output too, as the code rule masks them in the code: a cell that
+    prints or raises with a short key shows it in no form the patterns know. Images,
+    attachments and data: URIs are left untouched (a base64 alphabet must not be edited)."""
     nb = json.loads(json.dumps(nb, default=str))  # a plain deep copy, NotebookNode or dict
     papermill = nb.get("metadata", {}).get("papermill")
     if isinstance(papermill, dict) and isinstance(papermill.get("parameters"), dict):
         papermill["parameters"] = secrets.redact(papermill["parameters"])
-    for cell in nb.get("cells", []):
+    cells = nb.get("cells", [])
+    known: set[str] = set()
+    for cell in cells:
+        if cell.get("cell_type") == "code":
+            known |= secrets.code_secrets(_joined(cell.get("source", "")))
+    for cell in cells:
         if "source" in cell:  # code: a quoted credential is masked whatever it looks like
-            cell["source"] = _redact_text_field(
-                cell["source"], code=cell.get("cell_type") == "code"
-            )
+            code = cell.get("cell_type") == "code"
+            cell["source"] = _redact_text_field(cell["source"], code=code, known=known)
         for output in cell.get("outputs", []):
-            if "text" in output:
-                output["text"] = _redact_text_field(output["text"])
-            for key in ("ename", "evalue"):
-                if isinstance(output.get(key), str):
-                    output[key] = secrets.redact_text(output[key])
-            if isinstance(output.get("traceback"), list):
-                output["traceback"] = [_redact_text_field(line) for line in output["traceback"]]
-            data = output.get("data")
-            if isinstance(data, dict):
-                for mime, value in data.items():
-                    if "json" in mime:  # application/json, application/vnd.*+json
-                        data[mime] = secrets.redact(value)
-                    elif _TEXT_MIME.fullmatch(mime):
-                        data[mime] = _redact_text_field(value, escaped=mime == "text/html")
+            _redact_output(output, known)
     return nb
 
 
-def _redact_text_field(value: Any, escaped: bool = False, code: bool = False) -> Any:
+def _redact_output(output: dict[str, Any], known: set[str]) -> None:
+    """One output redacted in place: stream text, an error's ename, evalue and traceback (line
+    by line: IPython colours them with ANSI codes), display data by MIME type."""
+    if "text" in output:
+        output["text"] = _redact_text_field(output["text"], known=known)
+    for key in ("ename", "evalue"):
+        if isinstance(output.get(key), str):
+            output[key] = secrets.redact_text(output[key], known=known)
+    if isinstance(output.get("traceback"), list):
+        output["traceback"] = [
+            _redact_text_field(line, known=known) for line in output["traceback"]
+        ]
+    data = output.get("data")
+    if not isinstance(data, dict):
+        return
+    for mime, value in data.items():
+        if "json" in mime:  # application/json, application/vnd.*+json
+            data[mime] = _masked(secrets.redact(value), known)
+        elif _TEXT_MIME.fullmatch(mime):
+            data[mime] = _redact_text_field(value, html=mime == "text/html", known=known)
+
+
+def _masked(value: Any, known: set[str]) -> Any:
+    """The strings of a JSON value with ``known`` values masked (``secrets.redact`` did the rest)."""
+    if not known:
+        return value
+    if isinstance(value, str):
+        return secrets.redact_text(value, known=known)
+    if isinstance(value, dict):
+        return {k: _masked(v, known) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v, known) for v in value]
+    return value
+
+
+def _joined(value: Any) -> str:
+    """A notebook text field (a string or a list of lines) as one text."""
+    return "".join(str(v) for v in value) if isinstance(value, list) else str(value or "")
+
+
+def _redact_text_field(
+    value: Any, html: bool = False, code: bool = False, known: set[str] | None = None
+) -> Any:
     """A notebook text field, a string or a list of lines: redacted as one text (a credential or
     a data: URI may span the split), then split back into lines. Links without credentials keep
-    their spelling (``scrub.redact_keeping_links``). ``code``: a code cell's source, where a
-    quoted literal of a credential name is masked whatever it looks like
-    (``secrets.mask_code_literals``)."""
+    their spelling (``scrub.redact_keeping_links``). ``html``: the field is HTML, each <script>
+    in it JavaScript (``scrub.by_html_part``: masked, never HTML-escaped). ``code``: a code
+    cell's source, where a quoted literal of a credential name is masked whatever it looks like
+    (``secrets.mask_code_literals``). ``known``: more values to mask (the notebook's own)."""
+    found = tuple(known or ())
 
-    def redact(text: str) -> str:
-        return redact_keeping_links(
-            secrets.mask_code_literals(text) if code else text, escaped=escaped
-        )
+    def redact(text: str, escaped: bool) -> str:
+        text = secrets.mask_code_literals(text) if code else text
+        return redact_keeping_links(text, escaped=escaped, known=found)
+
+    def edit(text: str) -> str:
+        if html:
+            return by_html_part(
+                text, lambda part, esc: outside_data_uris(part, lambda p: redact(p, esc))
+            )
+        return outside_data_uris(text, lambda p: redact(p, False))
 
     if isinstance(value, list):
-        text = "".join(str(v) for v in value)
-        return outside_data_uris(text, redact).splitlines(keepends=True)
+        return edit(_joined(value)).splitlines(keepends=True)
     if isinstance(value, str):
-        return outside_data_uris(value, redact)
+        return edit(value)
     return value
 
 
@@ -407,6 +451,7 @@ def init_worker(parent_pid: int) -> None:
 def _worker_terminated(signum: int, frame: Any) -> None:
     import psutil
 
+    drop_owner_files()  # first: the sweep kills this worker 3 s after its SIGTERM
     try:
         kill_tree(psutil.Process().children())
     finally:

@@ -6,8 +6,9 @@ key shapes, values of credential-named environment variables) becomes ``***`` an
 absolute paths (``machine_paths``: venv, repo root, $HOME, extra folders such as the notebook's)
 become placeholders. Its parts are used on their own too (``ragbench.workspace.kernels`` redacts notebook
 outputs with them): ``redact_keeping_links`` (``secrets.redact_text`` that leaves links without
-credentials spelled as written, HTML-escaped ones included) and ``outside_data_uris`` (an edit
-applied around embedded base64 images, never inside them).
+credentials spelled as written, HTML-escaped ones included), ``by_html_part`` (HTML edited as
+HTML, each <script> body as the JavaScript it is: masked, never escaped) and
+``outside_data_uris`` (an edit applied around embedded base64 images, never inside them).
 """
 
 from __future__ import annotations
@@ -56,9 +57,28 @@ def scrub(
 
     Embedded base64 images are left alone: their alphabet contains "/" and must not be edited."""
     paths = machine_paths(extra_paths)
-    return outside_data_uris(
-        text, lambda part: _scrub_paths(redact_keeping_links(part, environ, escaped=True), paths)
-    )
+
+    def edit(part: str, escaped: bool) -> str:
+        return outside_data_uris(
+            part,
+            lambda text: _scrub_paths(redact_keeping_links(text, environ, escaped=escaped), paths),
+        )
+
+    return by_html_part(text, edit)
+
+
+# A <script> element: its body is JavaScript, never HTML-escaped (``&&`` must not become
+# ``&amp;&amp;``, nor a link's ``&`` an ``&amp;``)
+_SCRIPT = re.compile(r"(<script\b[^>]*>)(.*?)(</script\s*>)", re.IGNORECASE | re.DOTALL)
+
+
+def by_html_part(text: str, edit: Callable[[str, bool], str]) -> str:
+    """``edit(part, escaped)`` applied to each part of an HTML text: ``escaped=True`` for the
+    markup and its text (HTML-escaped), ``False`` for the body of each <script> element (raw
+    JavaScript). A script scrubbed as HTML would have its masked links escaped back, ``&``
+    turned ``&amp;``: a syntax error or a wrong URL in the page's interactive views."""
+    parts = _SCRIPT.split(text)  # html, <script ...>, body, </script>, html, ...
+    return "".join(edit(part, i % 4 != 2) for i, part in enumerate(parts))
 
 
 # A URL in the page, as ``secrets`` finds them.
@@ -66,7 +86,10 @@ _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{}\\`]+")
 
 
 def redact_keeping_links(
-    text: str, environ: Mapping[str, str] | None = None, escaped: bool = False
+    text: str,
+    environ: Mapping[str, str] | None = None,
+    escaped: bool = False,
+    known: Iterable[str] = (),
 ) -> str:
     """``secrets.redact_text`` that leaves links without credentials as written.
 
@@ -74,19 +97,21 @@ def redact_keeping_links(
     HTML-escaped link (``?a=1&amp;b=2`` becomes ``?a=1&amp%3Bb=2``). Here a URL that carries no
     credential (no userinfo, no credential-named query parameter) keeps its spelling and only
     has secret values masked in it; one that does is redacted (``escaped``: the text is HTML, so
-    the URL is unescaped first and escaped back)."""
+    the URL is unescaped first and escaped back; a <script>'s body is not HTML: see
+    ``by_html_part``). ``known``: more values to mask (``secrets.redact_text``)."""
+    known = tuple(known)
     parts = _URL.split(text)
     urls = _URL.findall(text)
-    out = [secrets.redact_text(parts[0], environ)]
+    out = [secrets.redact_text(parts[0], environ, known)]
     for url, after in zip(urls, parts[1:], strict=True):
         plain = html.unescape(url) if escaped else url
         if secrets.redact_url(plain) != _requoted(plain):  # userinfo or a secret query value
-            redacted = secrets.redact_text(plain, environ)
+            redacted = secrets.redact_text(plain, environ, known)
             out.append(html.escape(redacted, quote=False) if escaped else redacted)
         else:  # without its "://" redact_text sees no URL: values, pairs, shapes only
             hidden = url.replace("://", "\0", 1)
-            out.append(secrets.redact_text(hidden, environ).replace("\0", "://"))
-        out.append(secrets.redact_text(after, environ))
+            out.append(secrets.redact_text(hidden, environ, known).replace("\0", "://"))
+        out.append(secrets.redact_text(after, environ, known))
     return "".join(out)
 
 

@@ -331,7 +331,7 @@ def _log(
             client.log_artifact(run_id, str(run_dir / name))
     if len(df):
         _log_questions(client, run_id, question_table(run_dir, df), step)
-    status = "FINISHED" if manifest.get("status") == "finished" else "KILLED"
+    status = {"finished": "FINISHED", "failed": "FAILED"}.get(manifest.get("status"), "KILLED")
     client.set_terminated(run_id, status=status)
     return run_id
 

@@ -6,9 +6,12 @@ Steps, each stated so a corpus can be reproduced:
    (a name starting with ``.``, e.g. ``.git``) are skipped. ``include``/``exclude`` globs apply
    to files found in folders, matched against the path relative to the folder and against the
    file name, ignoring case as file types do (``*`` also crosses ``/``; ``**/`` may match no
-   folder); a folder matching an exclude glob is not entered. A file named as a PATH is always read. Files of other types
-   are reported as unsupported. A symbolic link that leads back to itself is an error naming
-   it, before any file is read (links to folders inside a folder are not followed).
+   folder); a folder matching an exclude glob is not entered. A file named as a PATH is always
+   read, a symbolic link to one too (its id is the link's name). Files of other types are
+   reported as unsupported. A symbolic link that leads back to itself is an error naming it,
+   before any file is read. A link to a document is read under its own name; one that leads
+   to a folder (not followed), to nothing or to a file of an unsupported type is reported as
+   a skipped symbolic link, saying where it leads (its name tells nothing of that).
 2. Read (``datasets.readers``): one reader per format; a file that cannot be read is reported
    with its path and reason and skipped, and so is one with no text (a scanned PDF).
 3. Clean each piece (a PDF page) with ``corpus.clean_text``, then join the pieces with a blank
@@ -37,7 +40,7 @@ import bisect
 import errno
 import fnmatch
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,11 +58,14 @@ PIECE_SEPARATOR = "\n\n"
 
 @dataclass(frozen=True)
 class Skipped:
-    """A file that is not in the corpus, and why; ``unsupported``: not a document type."""
+    """A file that is not in the corpus, and why; ``unsupported``: not a document type;
+    ``symlink``: a symbolic link in a folder that is not read (to a folder, to nothing, to a
+    file of an unsupported type: its own name says nothing of what it leads to)."""
 
     path: str
     reason: str
     unsupported: bool = False
+    symlink: bool = False
 
 
 @dataclass
@@ -111,53 +117,96 @@ def discover(
     exclude: Sequence[str] = (),
     skip: Iterable[PathLike] = (),
 ) -> tuple[list[tuple[Path, str]], list[Skipped]]:
-    """((file, id) to read in id order, unsupported files); see the module docstring.
-    ``skip``: files never to read (the output file, when it lies in a scanned folder)."""
-    if not paths:
-        raise ValueError("no PATH given: name files or folders to ingest")
-    roots = [Path(p) for p in paths]
-    for root in roots:
-        refuse_loop(root)
-        if not root.exists():
-            raise FileNotFoundError(f"{root}: no such file or folder")
-    resolved = [r.resolve() for r in roots]
-    base = Path(os.path.commonpath([r if r.is_dir() else r.parent for r in resolved]))
+    """((file, id) to read in id order, the files and links not read: unsupported files, then
+    symbolic links that lead to no document); see the module docstring. ``skip``: files never
+    to read (the output file, when it lies in a scanned folder)."""
+    roots = _checked_roots(paths)
+    # a file named as a PATH is where it is named, a link too (its id is the link's name); a
+    # folder is where it really is, as os.walk's folders resolve
+    located = [r.resolve() if r.is_dir() else _located(r) for r in roots]
+    base = Path(os.path.commonpath([r if r.is_dir() else r.parent for r in located]))
     never = {Path(p).resolve() for p in skip}
     found: dict[Path, str] = {}  # resolved file -> id; a file reached twice is read once
-
-    def consider(file: Path) -> None:
-        if file.is_symlink():
-            refuse_loop(file)
-        real = file.resolve()
-        if real not in never and real not in found:
-            found[real] = (file.parent.resolve() / file.name).relative_to(base).as_posix()
-
-    for root, real_root in zip(roots, resolved, strict=True):
-        if not root.is_dir():
-            consider(root)
-            continue
-        for folder, dirs, files in os.walk(root):
-            rel_folder = (Path(folder).resolve()).relative_to(real_root).as_posix()
-            rel_folder = "" if rel_folder == "." else rel_folder + "/"
-            dirs[:] = sorted(
-                d for d in dirs if not _hidden(d) and not _matches(rel_folder + d, exclude)
-            )
-            for name in sorted(files):
-                rel = rel_folder + name
-                if _hidden(name) or _matches(rel, exclude):
-                    continue
-                if include and not _matches(rel, include):
-                    continue
-                consider(Path(folder) / name)
-    items = sorted(((path, doc_id) for path, doc_id in found.items()), key=lambda x: x[1])
+    links: list[Skipped] = []
+    for root, real_root in zip(roots, located, strict=True):
+        for file in _walk(root, real_root, include, exclude) if root.is_dir() else [root]:
+            doc_id = _located(file).relative_to(base).as_posix()
+            why = _unread_link(file)
+            if why:
+                links.append(Skipped(doc_id, why, symlink=True))
+            elif (real := file.resolve()) not in never and real not in found:
+                found[real] = doc_id
     chosen, unsupported = [], []
-    for path, doc_id in items:
+    for path, doc_id in sorted(found.items(), key=lambda x: x[1]):
         if readers.reader_for(path) is None:
             reason = f"unsupported type {path.suffix or '(no extension)'!r}"
             unsupported.append(Skipped(doc_id, reason, unsupported=True))
         else:
             chosen.append((path, doc_id))
-    return chosen, unsupported
+    return chosen, unsupported + sorted(links, key=lambda s: s.path)
+
+
+def _checked_roots(paths: Sequence[PathLike]) -> list[Path]:
+    """The PATHs, each one that exists (a link to nothing, or a loop, is an error naming it)."""
+    if not paths:
+        raise ValueError("no PATH given: name files or folders to ingest")
+    roots = [Path(p) for p in paths]
+    for root in roots:
+        refuse_loop(root)
+        if root.is_symlink() and not root.exists():
+            raise FileNotFoundError(
+                f"{root}: symbolic link to {os.readlink(root)}, which does not exist"
+            )
+        if not root.exists():
+            raise FileNotFoundError(f"{root}: no such file or folder")
+    return roots
+
+
+def _walk(
+    root: Path, real_root: Path, include: Sequence[str], exclude: Sequence[str]
+) -> Iterator[Path]:
+    """The files of a folder (recursively) that ``include`` and ``exclude`` leave, hidden ones
+    left out, and its links to folders (not entered: ``_unread_link`` says so)."""
+    for folder, dirs, files in os.walk(root):
+        rel_folder = (Path(folder).resolve()).relative_to(real_root).as_posix()
+        rel_folder = "" if rel_folder == "." else rel_folder + "/"
+        dirs[:] = sorted(
+            d for d in dirs if not _hidden(d) and not _matches(rel_folder + d, exclude)
+        )
+        for name in sorted(files):
+            rel = rel_folder + name
+            if _hidden(name) or _matches(rel, exclude):
+                continue
+            if include and not _matches(rel, include):
+                continue
+            yield Path(folder) / name
+        yield from (Path(folder) / d for d in dirs if (Path(folder) / d).is_symlink())
+
+
+def _located(path: Path) -> Path:
+    """``path`` absolute, its folders resolved but not its own name (a link stays the link)."""
+    return path.parent.resolve() / path.name
+
+
+def _unread_link(path: Path) -> str | None:
+    """Why a symbolic link inside a folder is not read (None: it is not a link, or it leads to
+    a document, read under the link's name): it leads to a folder (not followed: a walk that
+    follows links can loop or leave the folder), to nothing, or to a file of an unsupported
+    type, which the link's own name does not tell."""
+    if not path.is_symlink():
+        return None
+    refuse_loop(path)
+    target = os.readlink(path)
+    if path.is_dir():
+        return (
+            f"symbolic link to a folder ({target}): not followed; name the folder itself to read it"
+        )
+    if not path.exists():
+        return f"symbolic link to {target}, which does not exist"
+    real = path.resolve()
+    if readers.reader_for(real) is None:
+        return f"symbolic link to {target}, a file of unsupported type {real.suffix or '(no extension)'!r}"
+    return None
 
 
 # --------------------------------------------------------------------------- reading
@@ -288,6 +337,9 @@ def _ingest(
     """Read ``chosen`` in order, handing each document that is no duplicate to ``keep``."""
     from tqdm.auto import tqdm
 
+    for item in skipped:  # unsupported files are counted, not listed; links each say why
+        if item.symlink and on_skip is not None:
+            on_skip(item)
     sizes = [_size(path) for path, _ in chosen]
     read_ids: list[str] = []
     kept: list[str] = []
@@ -344,12 +396,15 @@ def _nothing_readable(paths: Sequence[PathLike], skipped: list[Skipped], files: 
             f"no readable documents in {where}: no files found (hidden files and excluded "
             "paths are skipped)"
         )
-    bad = [s for s in skipped if not s.unsupported]
+    bad = [s for s in skipped if not s.unsupported and not s.symlink]
+    links = sum(s.symlink for s in skipped)
     parts = []
     if bad:
         parts.append(f"{len(bad)} unreadable (first: {bad[0].path}: {bad[0].reason})")
-    if len(bad) < len(skipped):
-        parts.append(f"{len(skipped) - len(bad)} of unsupported types")
+    if unsupported := sum(s.unsupported for s in skipped):
+        parts.append(f"{unsupported} of unsupported types")
+    if links:
+        parts.append(f"{links} symbolic links skipped")
     return (
         f"no readable documents in {where}: {files} files, {'; '.join(parts)}; "
         f"supported: {', '.join(readers.SUPPORTED)}"

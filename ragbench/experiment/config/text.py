@@ -125,12 +125,49 @@ def explain_validation_error(
             valid = list(model.model_fields) if model else []
             msg = f"unknown key {loc[-1]!r}; {did_you_mean(str(loc[-1]), valid)}"
         else:
-            msg = err["msg"].removeprefix("Value error, ")
-            ctx = err.get("ctx", {}).get("error")
-            if ctx is not None and str(ctx):
-                msg = str(ctx)
+            msg = _message(err, field)
         lines.append(f"{where}: {field}: {msg}")
     return "\n".join(lines)
+
+
+# pydantic's parsing errors of a text given where a number or a flag belongs, by what belongs
+_EXPECTED = {
+    "int_parsing": "an integer",
+    "float_parsing": "a number",
+    "bool_parsing": "true or false",
+}
+# e-notation without a dot: YAML 1.1 (PyYAML) reads ``1e15`` as text (``1.0e+15`` is a number)
+_E_NOTATION = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+
+
+def _message(err: Any, field: str) -> str:
+    """One pydantic error's message, naming the value it refused: a validator's own message as
+    it is (it names the value itself), a text where a number belongs as ``'1e15' is not an
+    integer`` (pydantic's "unable to parse string" names neither), anything else pydantic's
+    message with ``(given: VALUE)``. A credential-named field's value is shown as ``***``."""
+    ctx = err.get("ctx", {}).get("error")
+    if ctx is not None and str(ctx):
+        return str(ctx)
+    msg = err["msg"].removeprefix("Value error, ")
+    value = err.get("input")
+    if err["type"] == "missing" or not isinstance(value, str | int | float | bool):
+        return msg
+    if secrets.names_a_credential(field.rsplit(".", 1)[-1]):
+        shown = secrets.MASK
+    else:
+        shown = secrets.redact_text(repr(value))
+    if err["type"] in _EXPECTED and isinstance(value, str):
+        return f"{shown} is not {_EXPECTED[err['type']]}{_yaml_number_hint(value)}"
+    return f"{msg} (given: {shown})"
+
+
+def _yaml_number_hint(text: str) -> str:
+    """Why a number in e-notation arrived as text, and what to write instead."""
+    if not _E_NOTATION.fullmatch(text.strip()):
+        return ""
+    number = float(text)
+    written = str(int(number)) if number.is_integer() else "the number out"
+    return f" (YAML reads {text.strip()} as text, not a number: write {written})"
 
 
 def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
