@@ -1,7 +1,7 @@
 """The package's shape, checked: folders name the layers, imports flow down, no import circles
 (imports inside functions count), few and justified lazy imports, small files, no strategy or
-backend names compared outside their packages, no re-export shims, and a README Layout section
-that names every module. Static (ast): nothing here imports the package."""
+backend names compared outside their packages, no re-export shims, and a Layout section
+(docs/layout.md) that names every module. Static (ast): nothing here imports the package."""
 
 from __future__ import annotations
 
@@ -363,13 +363,13 @@ def test_the_name_comparison_check_sees_one():
 
 
 def _layout_section() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"^## Layout\n(.*?)(?=^## )", readme, flags=re.S | re.M)
-    assert match, "README.md has no '## Layout' section"
+    page = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    match = re.search(r"^## Layout\n(.*?)(?=^## )", page, flags=re.S | re.M)
+    assert match, "docs/layout.md has no '## Layout' section"
     return match.group(1)
 
 
-def test_the_readme_layout_names_every_module():
+def test_the_docs_layout_names_every_module():
     """Each folder has a line ``  folder/`` in the Layout block, and every module of the folder
     is named (``name.py``; in a sub-package ``sub/name.py``) between it and the next folder's
     line (a package's ``__init__.py`` goes without saying)."""
@@ -390,4 +390,4 @@ def test_the_readme_layout_names_every_module():
         name = "/".join(rel.parts[1:]) if len(rel.parts) > 2 else path.name
         if not re.search(rf"(?<![\w/]){re.escape(name)}", blocks.get(folder, "")):
             missing.append(str(path.relative_to(ROOT)))
-    assert missing == [], "README.md's Layout section does not name these modules"
+    assert missing == [], "docs/layout.md's Layout section does not name these modules"

@@ -434,12 +434,12 @@ def test_compare_embedded_model_end_to_end(tmp_path, monkeypatch):
     check_report(yaml_path.parent, out)
 
 
-def test_readme_pipeline_commands_are_this_commands_options():
-    """The README's `ragbench compare ... --pipeline` lines parse (tests/test_pipeline_models.py
-    runs its engine and service snippets on the embedded model)."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Your own pipeline beside long context", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+def test_docs_pipeline_commands_are_this_commands_options():
+    """docs/pipeline.md's `ragbench compare ... --pipeline` lines parse
+    (tests/test_pipeline_models.py runs its engine and service snippets on the embedded model)."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "pipeline.md"
+    text = page.read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
     lines = [line for b in blocks for line in b.splitlines() if line.startswith("ragbench compare")]
     assert len(lines) == 2 and "--pipeline " in lines[0] and "--pipeline-url " in lines[1]
     for line in lines:

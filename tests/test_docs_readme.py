@@ -1,5 +1,7 @@
-"""The README's "Bring your own documents" examples are real: extracted and parsed as written;
-its llama-index pipeline (``handbook_rag.py``) runs as written, offline, through its command."""
+"""The documentation's examples are real: the files of docs/your-documents.md and
+docs/datasets.md extracted and parsed as written; docs/pipeline.md's llama-index pipeline
+(``handbook_rag.py``) runs as written, offline, through its command; the README's "Your
+documents" section opens with that one command."""
 
 from __future__ import annotations
 
@@ -16,19 +18,27 @@ from ragbench.datasets.corpus.file import read_documents
 from ragbench.datasets.formats import read_examples
 from ragbench.experiment.config.run import load_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-_EXAMPLE = re.compile(r"<!-- readme-example: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
-_PIPELINE = re.compile(r"<!-- readme-pipeline: handbook_rag.py -->\n```\w*\n(.*?)```", re.DOTALL)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+YOUR_DOCUMENTS = ROOT / "docs" / "your-documents.md"
+EXAMPLE_PAGES = (YOUR_DOCUMENTS, ROOT / "docs" / "datasets.md")
+PIPELINE = ROOT / "docs" / "pipeline.md"
+_EXAMPLE = re.compile(r"<!-- docs-example: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
+_PIPELINE = re.compile(r"<!-- docs-pipeline: handbook_rag.py -->\n```\w*\n(.*?)```", re.DOTALL)
 
 
-def readme_examples() -> dict[str, str]:
-    return dict(_EXAMPLE.findall(README.read_text(encoding="utf-8")))
+def docs_examples() -> dict[str, str]:
+    """Every ``<!-- docs-example: NAME -->`` file of the pages that show them, by name."""
+    found = [m for page in EXAMPLE_PAGES for m in _EXAMPLE.findall(page.read_text("utf-8"))]
+    assert len({name for name, _ in found}) == len(found), "an example name shown twice"
+    return dict(found)
 
 
 @pytest.fixture()
 def workdir(tmp_path, monkeypatch):
-    """The README's files written side by side, as a user would, and the folder made current."""
-    examples = readme_examples()
+    """The documentation's files written side by side, as a user would, and the folder made
+    current."""
+    examples = docs_examples()
     assert set(examples) == {
         "corpus.jsonl",
         "questions.csv",
@@ -42,15 +52,21 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_section_is_four_commands_or_fewer():
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Bring your own documents", 1)[1].split("\n## ", 1)[0]
-    blocks = [b.strip().splitlines() for b in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)]
+def _bash_blocks(text: str) -> list[list[str]]:
+    return [b.strip().splitlines() for b in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)]
+
+
+def test_your_documents_is_one_command_then_four_or_fewer():
     # the one command (`ragbench compare`), then the same work step by step
+    blocks = _bash_blocks(YOUR_DOCUMENTS.read_text(encoding="utf-8"))
     assert blocks[0][0].startswith("ragbench compare")
     commands = next(b for b in blocks if b[0].startswith("ragbench data docs"))
     assert len(commands) <= 4
     assert commands[0].startswith("ragbench data docs") and commands[-1].startswith("ragbench run")
+    # the README's section shows the same one command first
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("\n## Your documents\n", 1)[1].split("\n## ", 1)[0]
+    assert _bash_blocks(section)[0] == blocks[0]
 
 
 REFUNDS_MD = (
@@ -59,17 +75,17 @@ REFUNDS_MD = (
 )
 
 
-def test_readme_corpus_line_is_what_ingest_writes(workdir):
+def test_docs_corpus_line_is_what_ingest_writes(workdir):
     from ragbench.datasets.corpus.docs import ingest
 
     folder = workdir / "handbook"
     folder.mkdir()
     (folder / "refunds.md").write_text(REFUNDS_MD, encoding="utf-8")
     [doc] = ingest([folder]).documents
-    assert doc.to_json() + "\n" == readme_examples()["corpus.jsonl"]
+    assert doc.to_json() + "\n" == docs_examples()["corpus.jsonl"]
 
 
-def test_readme_questions_and_config_parse_over_the_readme_corpus(workdir, caplog):
+def test_docs_questions_and_config_parse_over_the_docs_corpus(workdir, caplog):
     [doc] = read_documents("corpus.jsonl")
     with caplog.at_level(logging.WARNING):
         from_csv = build_dataset("corpus", corpus="corpus.jsonl", questions="questions.csv")
@@ -95,7 +111,7 @@ def test_readme_questions_and_config_parse_over_the_readme_corpus(workdir, caplo
     assert [s.name for s in cfg.strategies] == ["closed_book", "long_context", "rag"]
 
 
-def test_readme_jsonl_example_is_valid_ragbench_jsonl(workdir):
+def test_docs_jsonl_example_is_valid_ragbench_jsonl(workdir):
     [example] = read_examples("example.jsonl")
     [(doc_id, start, end)] = example.evidence
     doc = next(d for d in example.documents if d.id == doc_id)
@@ -103,8 +119,8 @@ def test_readme_jsonl_example_is_valid_ragbench_jsonl(workdir):
 
 
 @pytest.mark.slow  # the snippet loads MiniLM
-def test_readme_llamaindex_pipeline_runs_as_written(workdir, monkeypatch, request):
-    """``handbook_rag.py`` copied from the README, run by the README's command (on the fake
+def test_docs_llamaindex_pipeline_runs_as_written(workdir, monkeypatch, request):
+    """``handbook_rag.py`` copied from docs/pipeline.md, run by the page's command (on the fake
     backend), with no llama-index LLM set anywhere else: it must bring its own (offline), or
     llama-index falls back to OpenAI."""
     from llama_index.core import Settings
@@ -113,7 +129,7 @@ def test_readme_llamaindex_pipeline_runs_as_written(workdir, monkeypatch, reques
     import ragbench.strategies.pipeline.strategy as pipeline_strategy
     from ragbench.cli import app
 
-    text = README.read_text(encoding="utf-8")
+    text = PIPELINE.read_text(encoding="utf-8")
     [snippet] = _PIPELINE.findall(text)
     (workdir / "handbook_rag.py").write_text(snippet, encoding="utf-8")
     (workdir / "handbook").mkdir()
@@ -123,8 +139,7 @@ def test_readme_llamaindex_pipeline_runs_as_written(workdir, monkeypatch, reques
     monkeypatch.setattr(pipeline_strategy, "_opened", {})  # no engine another test built
     monkeypatch.setattr(Settings, "_llm", None)  # no LLM another test set
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    section = text.split("## Your own pipeline beside long context", 1)[1]
-    command = next(line for line in section.splitlines() if "--pipeline handbook_rag:" in line)
+    command = next(line for line in text.splitlines() if "--pipeline handbook_rag:" in line)
     args = shlex.split(command)[2:] + ["--backend", "fake", "--quiet", "--no-report"]
     result = CliRunner().invoke(app, ["compare", *args, "--output-dir", "out"])
     assert result.exit_code == 0, result.output

@@ -1,11 +1,11 @@
-"""Extending ragbench through the files the README names ("Extending ragbench"), and nothing
+"""Extending ragbench through the files docs/layout.md names ("Extending ragbench"), and nothing
 else: a toy strategy (its steps module with its parameter class, one ``Strategy(...)`` line), a
 toy backend (an ``LLM`` subclass declaring its capabilities, one ``BACKENDS`` line), a toy
 KV-cache variant (one class, one ``KV_CACHES`` line), a toy judge metric (one
 ``JudgeMetric`` class, one ``register_judge_metric`` line), a toy importer (one function, one
 ``IMPORTERS`` line) and a toy plot (one function, re-exported as ``report.<name>``), each run end
 to end. The toy modules are
-written to a temporary folder; registering them is the one line each README entry names."""
+written to a temporary folder; registering them is the one line each entry there names."""
 
 from __future__ import annotations
 

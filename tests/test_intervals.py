@@ -1,6 +1,6 @@
 """Intervals that are right at small n (Wilson for 0/1 scores, checked against scipy), the note on
 rows with few questions, and the run's first metric as every report function's default: the
-README's Python API on a QA run that has only ``exact_match`` and ``f1``."""
+Python API of docs/python-api.md on a QA run that has only ``exact_match`` and ``f1``."""
 
 from __future__ import annotations
 
@@ -171,8 +171,8 @@ def test_every_report_function_defaults_to_the_runs_first_metric():
     report.plot_accuracy_vs_cost(table)
 
 
-def test_readme_python_api_runs_on_a_qa_dataset(tmp_path):
-    """The README's "Python API" example as written, on SQuAD with only exact_match and f1."""
+def test_docs_python_api_runs_on_a_qa_dataset(tmp_path):
+    """docs/python-api.md's example as written, on SQuAD with only exact_match and f1."""
     df = ragbench.run(
         {
             "name": "try",

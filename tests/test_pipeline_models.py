@@ -1,13 +1,13 @@
 """The end-to-end proof on the embedded models: your own pipeline beside long context, offline.
 
-The README's llama-index query engine over a folder (ragbench's ingest, the MiniLM embedder and
+docs/pipeline.md's llama-index query engine over a folder (ragbench's ingest, the MiniLM embedder and
 FAISS behind ragbench's llama-index retriever adapter), answering with the embedded SmolLM2 as
 its ``LLM`` (a ``CustomLLM`` whose usage a ``TokenCountingHandler`` reads); a
-plain Python function over its own index and the same model; and the README's HTTP service
+plain Python function over its own index and the same model; and that page's HTTP service
 serving that engine from a real loopback server. Each runs through ``ragbench.run`` beside
 ``long_context`` on SmolLM2, and every pipeline row carries its tokens, dollars (the price
 sheet), the contexts it read and the retrieval metrics against the questions' evidence, on the
-same example ids as long context. The README's snippets are the files the test imports.
+same example ids as long context. The page's snippets are the files the test imports.
 
 Three short documents and three questions: about a minute on two CPU cores.
 """
@@ -26,8 +26,8 @@ from ragbench.experiment.runner import run
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-_SNIPPET = re.compile(r"<!-- readme-pipeline: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
+PIPELINE_PAGE = Path(__file__).resolve().parents[1] / "docs" / "pipeline.md"
+_SNIPPET = re.compile(r"<!-- docs-pipeline: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)
 DOCS = {
     "lighthouse.md": "# The lighthouse\n\nThe lighthouse keeper is Ada Quill. She has kept the "
     "light on Gull Point since the winter storms of 1998, and she lives in the white cottage "
@@ -110,14 +110,14 @@ def answer(question, example_id):
 '''
 
 
-def readme_snippets() -> dict[str, str]:
-    return dict(_SNIPPET.findall(README.read_text(encoding="utf-8")))
+def docs_snippets() -> dict[str, str]:
+    return dict(_SNIPPET.findall(PIPELINE_PAGE.read_text(encoding="utf-8")))
 
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
-    """The folder as a corpus with its questions; the README's modules and the user's other code
-    importable from the working directory; SmolLM2 as the README engine's LLM; the service
+    """The folder as a corpus with its questions; the page's modules and the user's other code
+    importable from the working directory; SmolLM2 as the page's engine's LLM; the service
     serving."""
     from llama_index.core import Settings
     from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
@@ -133,7 +133,7 @@ def workspace(tmp_path, monkeypatch):
         (folder / name).write_text(text + "\n", encoding="utf-8")
     write_documents(tmp_path / "corpus.jsonl", ingest([folder]).documents)
     (tmp_path / "questions.csv").write_text(QUESTIONS, encoding="utf-8")
-    snippets = readme_snippets()
+    snippets = docs_snippets()
     assert set(snippets) == {"handbook_rag.py", "handbook_service.py"}
     for name, text in {**snippets, "handbook_pipelines.py": PIPELINES}.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -147,10 +147,10 @@ def workspace(tmp_path, monkeypatch):
     manager = CallbackManager([counter])
     monkeypatch.setattr(Settings, "_callback_manager", manager)
     monkeypatch.setattr(pipeline_strategy, "_opened", {})  # no engine another test built
-    import handbook_rag  # the README's engine: SmolLM2 as its `LLM`, in place of MockLLM
+    import handbook_rag  # the page's engine: SmolLM2 as its `LLM`, in place of MockLLM
 
     monkeypatch.setattr(handbook_rag, "LLM", handbook_pipelines.SmolLM(callback_manager=manager))
-    import handbook_service  # the README's service: it builds its engine on import
+    import handbook_service  # the page's service: it builds its engine on import
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), handbook_service.Answer)
     threading.Thread(target=server.serve_forever, daemon=True).start()

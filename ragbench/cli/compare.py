@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare_command(
         docs: list[Path] = typer.Argument(..., help="Folders and files: PDF, HTML, Markdown, DOCX, text."),
-        questions: Path = typer.Option(None, help="Questions CSV or JSONL (README); none: generate them."),
+        questions: Path = typer.Option(None, help="Questions CSV or JSONL (docs/your-documents.md); none: generate them."),
         n_questions: int = typer.Option(_D.n_questions, min=1, help="Questions to generate (no --questions)."),
         backend: str = typer.Option(_D.backend, help="hf (local, the embedded model) | openai (a server) | fake (offline tests)."),
         model: str = typer.Option(_D.model, help="Preset, HF id/folder/.gguf, or the served model's name."),
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         max_dollars: float = typer.Option(None, help=f"Stop before the run's spend passes this many dollars (max_dollars; exit {BUDGET_EXIT}; rerun with a higher one to resume)."),
         strategy: list[str] = typer.Option(list(_D.strategies), help="Strategies to compare (repeatable)."),
         pipeline: str = typer.Option(_D.pipeline, help="Your system beside them, 'module:attr': a function, a llama-index query engine or retriever, or a factory of one."),
-        pipeline_url: str = typer.Option(_D.pipeline_url, help="Your system as an HTTP service: POST {question, id, corpus} -> answer JSON (README)."),
+        pipeline_url: str = typer.Option(_D.pipeline_url, help="Your system as an HTTP service: POST {question, id, corpus} -> answer JSON (docs/pipeline.md)."),
         overflow: str = typer.Option(_D.overflow, help="Long context over the window: truncate_middle | truncate_head | truncate_tail | error."),
         min_accuracy: float = typer.Option(_D.min_accuracy, help="Verdict: lowest acceptable mean `contains`, 0-1 (0: any)."),
         max_dollars_per_1k: float = typer.Option(_D.max_dollars_per_1k, help="Verdict: most $ per 1,000 queries (0: no limit)."),

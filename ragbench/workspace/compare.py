@@ -107,7 +107,7 @@ class CompareSpec:
     seed: int = 0
     threads: int | None = None  # torch CPU threads (model.threads; speed only, not in the hash)
     pipeline: str = ""  # your system: "module:attr" (function, llama-index engine, or a factory)
-    pipeline_url: str = ""  # your system as an HTTP service (POST JSON, see the README)
+    pipeline_url: str = ""  # your system as an HTTP service (POST JSON, see docs/pipeline.md)
     until_decided: bool = False  # questions in rounds until a group-sequential test decides
 
     @property
@@ -350,7 +350,7 @@ def write_config(config: dict[str, Any]) -> tuple[RunConfig, Path]:
         "# written by `ragbench compare` (its options are the keys below)\n"
         f"# rerun or resume: ragbench run {path}\n"
         "# edit anything (strategies, top_k, model, price_sheet...) and run it again: a changed\n"
-        "# config is a new run folder beside this one. Keys: see the README (Bring your own documents)\n"
+        "# config is a new run folder beside this one. Keys: see docs/your-documents.md (3. The config)\n"
     )
     if stored != config:
         header += (
