@@ -170,6 +170,21 @@ def test_fit_bisects_and_reports_short_haystacks():
         fit(lambda n: ("x " * n, None), tok, budget=37, guess=5, limit=9)
 
 
+def test_fit_interpolates_a_handful_of_probes_to_the_largest_n_that_fits():
+    """Token counts grow almost linearly in n: extrapolation brackets the budget, interpolation
+    (bisecting every other probe) closes it in a few tokenisations, not a bisection's ~15."""
+    tok = get_tokenizer(WS)
+    probes = []
+
+    def build(n):  # 6 to 8 tokens per unit after a 50-token head
+        probes.append(n)
+        return "x " * (50 + sum(6 + i % 3 for i in range(n))), None
+
+    n, text, _ = fit(build, tok, budget=10_000, guess=100)
+    assert tok.count(text) <= 10_000 < tok.count(build(n + 1)[0])
+    assert len(probes) - 1 <= 8, probes  # the check above built one more
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match="did you mean 'niah_single'"):
         build("niah_singel", context_lengths=[700], tokenizer=WS)

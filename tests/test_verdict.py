@@ -621,6 +621,34 @@ def test_default_metric_conditions_and_display():
         verdict(df, metric="f1")
 
 
+def test_conditions_name_the_context_a_corpus_a_context_or_a_range_and_what_was_cut():
+    """``analysis.conditions``: one shared corpus (only long context's fitted size known), one
+    context size, or a range; what long context cut to fit, as a share of what it was given."""
+    from ragbench.analysis.conditions import conditions
+
+    ids = {"example_id": ["a", "a", "b", "b"]}
+    corpus = pd.DataFrame(ids | {"input_context_tokens": [900, None, 900, None]})
+    whole = "a 900-token corpus (long context read all of it)"
+    assert conditions(corpus, corpus)["context"] == whole
+    one = pd.DataFrame(
+        ids
+        | {
+            "context_tokens": [1_000] * 4,
+            "input_context_tokens": [800, None, 800, None],
+            "truncated_tokens": [200, None, 200, None],
+        }
+    )
+    got = conditions(one, one)
+    assert got["context"] == "a 1,000-token context (long context cut 25% of it to fit the window)"
+    assert got["context_tokens"] == (1_000, 1_000) and got["truncated"] == 0.25
+    ranged = pd.DataFrame(ids | {"context_tokens": [1_000, 1_000, 3_000, 3_000]})
+    assert conditions(ranged, ranged) == {
+        "questions": 2,
+        "context_tokens": (1_000, 3_000),
+        "context": "contexts of 1,000-3,000 tokens",
+    }
+
+
 def test_without_dollars_the_cost_is_prompt_tokens():
     lc = [1] * 320 + [0] * 80
     df = results({LC: lc, RAG: flip(lc, 1)}, {}, tokens={LC: 5_000, RAG: 600})

@@ -26,39 +26,70 @@ def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
             out["asked"] = asked
     if metric is not None and (judged := repeat_agreement(rows, metric)) is not None:
         out["judge"] = judged
+    out.update(_model(df))
+    out.update(_context(rows))
+    # a pipeline's own index: strategies/pipeline/strategy.py
+    if "pipeline_index" in rows.columns and "label" in rows.columns:
+        own = rows[rows["pipeline_index"] == "own index"]
+        if len(own):  # it read other documents than long context and the built-in RAG
+            out["own_index"] = list(dict.fromkeys(own["label"].astype(str)))
+    out.update(_price_sheet(rows))
+    return out
+
+
+def _model(df: Any) -> dict[str, Any]:
+    """``model``: the table's model column, else its run's manifest (nothing: neither)."""
     if "model" in df.columns and df["model"].notna().any():
-        out["model"] = ", ".join(map(str, dict.fromkeys(df["model"].dropna())))
-    elif df.attrs.get("run_dir"):
-        manifest = read_json(Path(df.attrs["run_dir"]) / "manifest.json") or {}
-        model = (manifest.get("config") or {}).get("model") or {}
-        out["model"] = model.get("name") or (manifest.get("model") or {}).get("model")
+        return {"model": ", ".join(map(str, dict.fromkeys(df["model"].dropna())))}
+    if not df.attrs.get("run_dir"):
+        return {}
+    manifest = read_json(Path(df.attrs["run_dir"]) / "manifest.json") or {}
+    model = (manifest.get("config") or {}).get("model") or {}
+    return {"model": model.get("name") or (manifest.get("model") or {}).get("model")}
+
+
+def _context(rows: Any) -> dict[str, Any]:
+    """``context_tokens`` (smallest, largest), ``context`` (in words) and ``truncated``: the
+    share of it long context cut to fit the window (nothing: no context size in ``rows``)."""
+    out: dict[str, Any] = {}
     for col in ("context_tokens", "input_context_tokens"):
         if col in rows.columns and rows[col].notna().any():
             sizes = rows.groupby("example_id")[col].max().dropna().astype(float)
             lo, hi = int(sizes.min()), int(sizes.max())
             shared = lo == hi and "context_tokens" not in rows.columns
             out["context_tokens"] = (lo, hi)
-            out["context"] = (f"a {lo:,}-token corpus" if shared else f"a {lo:,}-token context"
-                              if lo == hi else f"contexts of {lo:,}-{hi:,} tokens")  # fmt: skip
+            out["context"] = _context_words(lo, hi, shared)
             break
+    if "context" not in out:
+        return out
     fitted = (
         rows[rows["input_context_tokens"].notna()] if "input_context_tokens" in rows else rows[:0]
     )
-    if len(fitted) and "context" in out:  # what long context had to cut to fit the window
+    if len(fitted):  # what long context had to cut to fit the window
         cut = fitted["truncated_tokens"].fillna(0).sum() if "truncated_tokens" in fitted else 0
         out["truncated"] = float(cut / max(fitted["input_context_tokens"].sum(), 1))
         read = f"cut {out['truncated']:.0%} of it to fit the window" if cut else "read all of it"
         out["context"] += f" (long context {read})"
-    # a pipeline's own index: strategies/pipeline/strategy.py
-    if "pipeline_index" in rows.columns and "label" in rows.columns:
-        own = rows[rows["pipeline_index"] == "own index"]
-        if len(own):  # it read other documents than long context and the built-in RAG
-            out["own_index"] = list(dict.fromkeys(own["label"].astype(str)))
-    if "price_sheet" in rows.columns and rows["price_sheet"].notna().any():
-        names = list(dict.fromkeys(rows["price_sheet"].dropna().astype(str)))
-        out["price_sheet"] = ", ".join(names)
-        try:
-            out["price_sheet_date"] = price_sheet(names[0]).date if len(names) == 1 else None
-        except (ValueError, OSError, KeyError):
-            out["price_sheet_date"] = None
     return out
+
+
+def _context_words(lo: int, hi: int, shared: bool) -> str:
+    """The context size in words: one shared corpus, one size, or a range."""
+    if shared:
+        return f"a {lo:,}-token corpus"
+    if lo == hi:
+        return f"a {lo:,}-token context"
+    return f"contexts of {lo:,}-{hi:,} tokens"
+
+
+def _price_sheet(rows: Any) -> dict[str, Any]:
+    """``price_sheet`` (the names) and ``price_sheet_date`` (one sheet's; None: several, or
+    unreadable); nothing when no row was priced."""
+    if "price_sheet" not in rows.columns or not rows["price_sheet"].notna().any():
+        return {}
+    names = list(dict.fromkeys(rows["price_sheet"].dropna().astype(str)))
+    try:
+        date = price_sheet(names[0]).date if len(names) == 1 else None
+    except (ValueError, OSError, KeyError):
+        date = None
+    return {"price_sheet": ", ".join(names), "price_sheet_date": date}

@@ -8,7 +8,8 @@ arithmetic under each cell (capacity, dollars, break-even) is ``ragbench.cost.pl
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ragbench.cost.accounting import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
@@ -212,6 +213,114 @@ def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None, closed_book: str
     )
 
 
+@dataclass(frozen=True)
+class _LongContextCost:
+    """Long context's mean dollars per question over one group's rows, under one sheet."""
+
+    first: float  # the first question on a document: writes the prefix to the cache
+    later: float  # each later question on it: reads the prefix
+    plain: float  # with no prefix cache
+    prefix_tokens: float  # the mean cacheable prefix
+
+    @classmethod
+    def of(cls, sheet: PriceSheet, lc: Any) -> _LongContextCost:
+        """From long context's rows (their ``_prefix`` column set), priced with ``sheet``."""
+        lc_dollars = functools.partial(long_context_question_dollars, sheet)
+        prompt, completion = lc[_col(lc, "prompt_tokens")], lc[_col(lc, "completion_tokens")]
+        cells = list(zip(prompt, completion, lc["_prefix"], strict=True))
+        return cls(
+            first=sum(lc_dollars(p, g, x, "write") for p, g, x in cells) / len(cells),
+            later=sum(lc_dollars(p, g, x, "read") for p, g, x in cells) / len(cells),
+            plain=sum(lc_dollars(p, g, 0, "none") for p, g, _ in cells) / len(cells),
+            prefix_tokens=float(lc["_prefix"].mean()),
+        )
+
+
+def _compared(ok: Any, groups: list[str], long_context: str, rag: str) -> tuple[Any, Any]:
+    """The successful rows' long-context rows (a copy) and RAG rows; a table that cannot be
+    compared (a missing column, no rows of either, several long-context variants) is an error."""
+    missing = [c for c in groups if c not in ok.columns]
+    if missing:
+        raise ValueError(f"by: no column {missing} in the table; columns: {list(ok.columns)}")
+    for name in ("prompt_tokens", "completion_tokens"):
+        if _col(ok, name) is None:
+            raise ValueError(f"the table has no {name!r} column: is it a ragbench results table?")
+    lc = ok[ok["strategy"] == long_context].copy()
+    rg = ok[ok["strategy"] == rag]
+    if lc.empty or rg.empty:
+        found = sorted(ok["strategy"].unique())
+        raise ValueError(
+            f"need successful {long_context!r} and {rag!r} rows; the table has {found}"
+        )
+    if "label" in lc and lc["label"].nunique() > 1:
+        raise ValueError(
+            f"several long-context variants {sorted(lc['label'].unique())}: filter the table to one"
+        )
+    return lc, rg
+
+
+def _grouped(lc: Any, rg: Any, groups: list[str]) -> Iterator[tuple[dict[str, Any], Any, Any]]:
+    """Per group of ``lc`` with RAG rows: the group's values by column, its long-context rows
+    and its RAG rows (no ``groups``: one group, every row)."""
+    if not groups:
+        yield {}, lc, rg
+        return
+    for k, lc_g in lc.groupby(groups):
+        key = k if isinstance(k, tuple) else (k,)
+        rg_g = rg
+        for col, value in zip(groups, key, strict=True):
+            rg_g = rg_g[rg_g[col] == value]
+        if not rg_g.empty:
+            yield dict(zip(groups, key, strict=True)), lc_g, rg_g
+
+
+def _rag_dollars(sheet: PriceSheet, rg: Any) -> float:
+    """RAG's mean dollars per question: its prompt differs per question, every token at full
+    price."""
+    prompt, completion = rg[_col(rg, "prompt_tokens")], rg[_col(rg, "completion_tokens")]
+    per_rag = [
+        dollars(sheet, Usage(prompt_tokens=p, completion_tokens=g))
+        for p, g in zip(prompt, completion, strict=True)
+    ]
+    return sum(per_rag) / len(per_rag)
+
+
+def _break_even_row(
+    sheet: PriceSheet, where: dict[str, Any], label: Any, rag_cost: float, lc: _LongContextCost
+) -> dict[str, Any]:
+    """``prefix_cache_break_even``'s table row for one (sheet, group, RAG variant)."""
+    import pandas as pd
+
+    q_star = break_even_questions(lc.first, lc.later, rag_cost)
+    cheaper = cheaper_from(q_star)
+    return {
+        "sheet": sheet.name,
+        "sheet_date": sheet.date,
+        **where,
+        "rag_label": label,
+        "rag_dollars_per_query": rag_cost,
+        "lc_first_question_dollars": lc.first,
+        "lc_later_question_dollars": lc.later,
+        "lc_no_cache_dollars_per_query": lc.plain,
+        "prefix_tokens": lc.prefix_tokens,
+        "break_even_questions_per_document": q_star,
+        "lc_cheaper_from": pd.NA if cheaper is None else cheaper,
+    }
+
+
+def _curve_point(
+    sheet: PriceSheet, where: dict[str, Any], series: Any, q: int, dollars_per_query: float
+) -> dict[str, Any]:
+    """One point of ``prefix_cache_break_even``'s curve."""
+    return {
+        "sheet": sheet.name,
+        **where,
+        "series": series,
+        "questions_per_document": q,
+        "dollars_per_query": dollars_per_query,
+    }
+
+
 def prefix_cache_break_even(
     results: Any,
     sheets: Sequence[str | PriceSheet],
@@ -257,99 +366,23 @@ def prefix_cache_break_even(
 
     ok = results[results["error"].isna()] if "error" in results else results
     groups = [by] if isinstance(by, str) else list(by or [])
-    missing = [c for c in groups if c not in ok.columns]
-    if missing:
-        raise ValueError(f"by: no column {missing} in the table; columns: {list(ok.columns)}")
-    for name in ("prompt_tokens", "completion_tokens"):
-        if _col(ok, name) is None:
-            raise ValueError(f"the table has no {name!r} column: is it a ragbench results table?")
-    lc = ok[ok["strategy"] == long_context].copy()
-    rg = ok[ok["strategy"] == rag]
-    if lc.empty or rg.empty:
-        found = sorted(ok["strategy"].unique())
-        raise ValueError(
-            f"need successful {long_context!r} and {rag!r} rows; the table has {found}"
-        )
-    if "label" in lc and lc["label"].nunique() > 1:
-        raise ValueError(
-            f"several long-context variants {sorted(lc['label'].unique())}: filter the table to one"
-        )
+    lc, rg = _compared(ok, groups, long_context, rag)
     lc["_prefix"] = _prefix_tokens(lc, ok, prefix_tokens, closed_book)
     rag_key = "label" if "label" in rg else "strategy"
-    p_lc, g_lc = _col(lc, "prompt_tokens"), _col(lc, "completion_tokens")
-    p_rg, g_rg = _col(rg, "prompt_tokens"), _col(rg, "completion_tokens")
-
-    def group_items(frame):
-        if not groups:
-            return [((), frame)]
-        return [(k if isinstance(k, tuple) else (k,), f) for k, f in frame.groupby(groups)]
-
     rows, curve = [], []
     for sheet in map(api_sheet, sheets):
-        lc_dollars = functools.partial(long_context_question_dollars, sheet)
-        for key, lc_g in group_items(lc):
-            rg_g = rg
-            for col, value in zip(groups, key, strict=True):
-                rg_g = rg_g[rg_g[col] == value]
-            if rg_g.empty:
-                continue
-            where = dict(zip(groups, key, strict=True))
-            cells = list(zip(lc_g[p_lc], lc_g[g_lc], lc_g["_prefix"], strict=True))
-            first = sum(lc_dollars(p, g, x, "write") for p, g, x in cells) / len(cells)
-            later = sum(lc_dollars(p, g, x, "read") for p, g, x in cells) / len(cells)
-            plain = sum(lc_dollars(p, g, 0, "none") for p, g, _ in cells) / len(cells)
+        for where, lc_g, rg_g in _grouped(lc, rg, groups):
+            cost = _LongContextCost.of(sheet, lc_g)
             for label, r in rg_g.groupby(rag_key, sort=False):
-                per_rag = [  # RAG's prompt differs per question: every token at full price
-                    dollars(sheet, Usage(prompt_tokens=p, completion_tokens=g))
-                    for p, g in zip(r[p_rg], r[g_rg], strict=True)
+                rag_cost = _rag_dollars(sheet, r)
+                rows.append(_break_even_row(sheet, where, label, rag_cost, cost))
+                curve += [
+                    _curve_point(sheet, where, label, q, rag_cost) for q in questions_per_document
                 ]
-                rag_cost = sum(per_rag) / len(per_rag)
-                q_star = break_even_questions(first, later, rag_cost)
-                cheaper = cheaper_from(q_star)
-                rows.append(
-                    {
-                        "sheet": sheet.name,
-                        "sheet_date": sheet.date,
-                        **where,
-                        "rag_label": label,
-                        "rag_dollars_per_query": rag_cost,
-                        "lc_first_question_dollars": first,
-                        "lc_later_question_dollars": later,
-                        "lc_no_cache_dollars_per_query": plain,
-                        "prefix_tokens": float(lc_g["_prefix"].mean()),
-                        "break_even_questions_per_document": q_star,
-                        "lc_cheaper_from": pd.NA if cheaper is None else cheaper,
-                    }
-                )
-                for q in questions_per_document:
-                    curve.append(
-                        {
-                            "sheet": sheet.name,
-                            **where,
-                            "series": label,
-                            "questions_per_document": q,
-                            "dollars_per_query": rag_cost,
-                        }
-                    )
             for q in questions_per_document:
-                curve.append(
-                    {
-                        "sheet": sheet.name,
-                        **where,
-                        "series": "long context, prefix cache",
-                        "questions_per_document": q,
-                        "dollars_per_query": cached_dollars_per_question(first, later, q),
-                    }
-                )
-                curve.append(
-                    {
-                        "sheet": sheet.name,
-                        **where,
-                        "series": "long context, no cache",
-                        "questions_per_document": q,
-                        "dollars_per_query": plain,
-                    }
-                )
+                cached = cached_dollars_per_question(cost.first, cost.later, q)
+                curve.append(_curve_point(sheet, where, "long context, prefix cache", q, cached))
+                curve.append(_curve_point(sheet, where, "long context, no cache", q, cost.plain))
     table = pd.DataFrame(rows)
     if len(table):
         table["lc_cheaper_from"] = table["lc_cheaper_from"].astype("Int64")

@@ -185,6 +185,51 @@ def sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
+class _Measure:
+    """``build(n)`` measured: ``(tokens, text, extra)``. A haystack too short for ``n`` counts
+    as infinitely long, its error kept in ``short`` (by n)."""
+
+    def __init__(self, build: Callable[[int], tuple[str, object]], tok: Tokenizer) -> None:
+        self.build, self.tok = build, tok
+        self.short: dict[int, Exception] = {}
+
+    def __call__(self, n: int) -> tuple[float, str, object]:
+        try:
+            text, extra = self.build(n)
+        except HaystackTooShortError as exc:
+            self.short[n] = exc
+            return math.inf, "", None
+        return self.tok.count(text), text, extra
+
+
+@dataclass
+class _Bracket:
+    """``fit``'s search: ``lo`` fits the budget (``t_lo`` tokens); ``hi``, once known, does not
+    (``t_hi``); ``t0``: the tokens at n = 0; ``step``: the probes made."""
+
+    budget: int
+    t0: float
+    lo: int = 0
+    t_lo: float = 0.0
+    hi: int | None = None
+    t_hi: float = math.inf
+    step: int = 0
+
+    def next_probe(self) -> int:
+        """The next n: extrapolated from the slope so far until a probe overflows, then inside
+        the bracket, interpolated every other probe and bisected the others (and wherever the
+        slope is unknown)."""
+        lo, hi = self.lo, self.hi
+        if hi is None:  # extrapolate from the slope so far, overshooting a little to bracket
+            per = max((self.t_lo - self.t0) / max(lo, 1), 1e-9)
+            return lo + max(1, math.ceil((self.budget - self.t_lo) / per * 1.02) + 1)
+        if self.step % 2 or math.isinf(self.t_hi) or self.t_hi == self.t_lo:
+            n = (lo + hi) // 2
+        else:
+            n = lo + round((self.budget - self.t_lo) * (hi - lo) / (self.t_hi - self.t_lo))
+        return min(max(n, lo + 1), hi - 1)
+
+
 def fit(
     build: Callable[[int], tuple[str, object]],
     tok: Tokenizer,
@@ -201,49 +246,32 @@ def fit(
     HaystackTooShortError past a finite haystack; if that is what stops n, the error propagates.
     ``limit`` caps n (a word pool's size); needing more than it is an error too.
     """
-    short: dict[int, Exception] = {}
-
-    def measure(n: int) -> tuple[float, str, object]:
-        try:
-            text, extra = build(n)
-        except HaystackTooShortError as exc:
-            short[n] = exc
-            return math.inf, "", None
-        return tok.count(text), text, extra
-
+    measure = _Measure(build, tok)
     t0, text, extra = measure(0)
     if t0 > budget:
         raise (
-            short[0]
-            if 0 in short
+            measure.short[0]
+            if 0 in measure.short
             else ValueError(f"{fixed} alone exceed {budget} tokens; use a longer context length")
         )
     best = (0, text, extra)
-    lo, t_lo, hi, t_hi = 0, t0, None, math.inf  # lo fits; hi (when known) does not
-    n, step = max(1, guess), 0
-    while hi is None or hi - lo > 1:
+    bracket = _Bracket(budget, t0, t_lo=t0)
+    n = max(1, guess)
+    while bracket.hi is None or bracket.hi - bracket.lo > 1:
         if limit is not None:
             n = min(n, limit)
         tokens, text, extra = measure(n)
         if tokens <= budget:
-            lo, t_lo, best = n, tokens, (n, text, extra)
+            bracket.lo, bracket.t_lo, best = n, tokens, (n, text, extra)
             if limit is not None and n == limit:
                 break
         else:
-            hi, t_hi = n, tokens
-        step += 1
-        if hi is None:  # extrapolate from the slope so far, overshooting a little to bracket
-            per = max((t_lo - t0) / max(lo, 1), 1e-9)
-            n = lo + max(1, math.ceil((budget - t_lo) / per * 1.02) + 1)
-        elif step % 2 or math.isinf(t_hi) or t_hi == t_lo:
-            n = (lo + hi) // 2
-        else:
-            n = lo + round((budget - t_lo) * (hi - lo) / (t_hi - t_lo))
-        if hi is not None:
-            n = min(max(n, lo + 1), hi - 1)
+            bracket.hi, bracket.t_hi = n, tokens
+        bracket.step += 1
+        n = bracket.next_probe()
     n = best[0]
-    if n + 1 in short:
-        raise short[n + 1]
-    if limit is not None and n == limit and (hi is None or hi > limit):
+    if n + 1 in measure.short:
+        raise measure.short[n + 1]
+    if limit is not None and n == limit and (bracket.hi is None or bracket.hi > limit):
         raise ValueError(f"only {limit} units available; cannot fill {budget} tokens")
     return best

@@ -172,8 +172,6 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     """Per strategy variant: records, prompts over the window, mean prompt / cached tokens,
     the completion-token bound and dollars (``COLUMNS``). ``df.attrs["notes"]`` says what is a
     bound or an estimate. Loads no model and sends no request."""
-    import pandas as pd
-
     cfg = load_config(config)
     examples = load_examples(cfg)
     check_examples(examples, cfg.dataset.name, generates=generates_answers(cfg))
@@ -186,15 +184,73 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     reuses_prefix = backend_capabilities(cfg.model.backend).reuses_prefix_kv
     llm = PromptCounter(prompt_counter(cfg), track_prefixes=reuses_prefix)
     res = build_resources(cfg, llm)
-    # a gpu_hour sheet prices seconds: modelled from this model's cached calibration on this
-    # machine when one exists (as a calibrated run charges), else no dollars (never $0)
-    rates = cached_calibration(cfg) if res.sheet is not None and res.sheet.kind != "api" else None
-    priced = res.sheet is not None and (res.sheet.kind == "api" or rates is not None)
-    rows = []
-    failed: list[tuple[str, str, Exception]] = []  # (example, label, error): not the window's
-    size = cfg.model.batch_size
-    for start in tqdm(range(0, len(work), size), desc=f"{cfg.name} (dry run)",
-                      disable=not progress, unit="batch"):  # fmt: skip
+    pricing = _Pricing.of(cfg, res)
+    counts = _count(cfg, work, res, pricing, progress)
+    table = _table(counts.rows)
+    table.attrs["notes"] = _notes(cfg)
+    skipped = sorted({p.label() for p in cfg.points} - {p.label() for p in points})
+    if skipped:
+        table.attrs["notes"].append(
+            f"not estimated (they call your own system): {', '.join(skipped)}"
+        )
+    _budget(table, cfg, res, pricing)
+    if table["over_window"].any():
+        table.attrs["notes"].append(
+            "over_window: prompts that do not fit the window; a real run stops before loading "
+            f"the model when a long-context variant has any under overflow {OVERFLOW_ERROR!r} "
+            f"(policies: {' | '.join(OVERFLOW)})"
+        )
+    if counts.failed:
+        eid, label, exc = counts.failed[0]
+        table.attrs["notes"].append(
+            f"failed: {len(counts.failed)} of {len(counts.rows)} records would fail, not for the "
+            f"window (the first: {label} on {eid!r}: {type(exc).__name__}: {exc})"
+        )
+    return table
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pricing:
+    """How the dry run prices a counted call: by the sheet, and for an hourly sheet from the
+    seconds this model's cached calibration on this machine models (as a calibrated run
+    charges); ``priced`` False: no dollars (never $0)."""
+
+    sheet: Any  # the config's price sheet (None: none)
+    rates: Any  # the calibration an hourly sheet's seconds come from (None: an api sheet, none)
+
+    @classmethod
+    def of(cls, cfg: RunConfig, res: Any) -> _Pricing:
+        sheet = res.sheet
+        rates = cached_calibration(cfg) if sheet is not None and sheet.kind != "api" else None
+        return cls(sheet, rates)
+
+    @property
+    def priced(self) -> bool:
+        return self.sheet is not None and (self.sheet.kind == "api" or self.rates is not None)
+
+    def dollars(self, c: Any) -> float | None:
+        return _priced(c, self.sheet, self.rates) if self.priced else None
+
+
+@dataclasses.dataclass
+class _Counts:
+    """What the dry run counted: one row per record (``label``, ``over_window`` and the
+    completion's tokens and dollars) and the records that would fail, not for the window."""
+
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    failed: list[tuple[str, str, Exception]] = dataclasses.field(default_factory=list)
+
+
+def _count(cfg: RunConfig, work: list, res: Any, pricing: _Pricing, progress: bool) -> _Counts:
+    """``work`` run through the strategies in rounds of ``batch_size``, its LLM the counter."""
+    counts, size = _Counts(), cfg.model.batch_size
+    rounds = tqdm(
+        range(0, len(work), size),
+        desc=f"{cfg.name} (dry run)",
+        disable=not progress,
+        unit="batch",
+    )
+    for start in rounds:
         chunk = work[start : start + size]
         for (example, params), outcome in zip(chunk, run_batch(chunk, res), strict=True):
             error, c = outcome_parts(outcome)  # a failure after a counted call keeps its count
@@ -203,18 +259,22 @@ def dry_run(config: Any, progress: bool = True) -> Any:
                 "over_window": isinstance(error, ContextOverflowError),
             }
             if error is not None and not row["over_window"]:
-                failed.append((example.id, params.label(), error))
+                counts.failed.append((example.id, params.label(), error))
             if c is not None:
                 row |= {
                     "prompt_tokens": c.prompt_tokens,
                     "cached_prompt_tokens": c.cached_prompt_tokens,
                     "completion_tokens_max": c.completion_tokens,
-                    "dollars": _priced(c, res.sheet, rates) if priced else None,
+                    "dollars": pricing.dollars(c),
                 }
-            rows.append(row)
-    # long_context preload: the calls run_batch sent before the questions, a one-time cost
-    preloads = [c for c in res.preloaded.values() if not isinstance(c, Exception)]
-    once = sum(_priced(c, res.sheet, rates) for c in preloads) if priced else float("nan")
+            counts.rows.append(row)
+    return counts
+
+
+def _table(rows: list[dict[str, Any]]) -> Any:
+    """The rows aggregated per strategy variant (``COLUMNS``)."""
+    import pandas as pd
+
     df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["label", "over_window"])
     for col in ("prompt_tokens", "cached_prompt_tokens", "completion_tokens_max", "dollars"):
         if col not in df:
@@ -231,12 +291,19 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     table = table.reset_index()[list(COLUMNS)]
     for col in ("prompt_tokens", "cached_prompt_tokens", "completion_tokens_max"):
         table[col] = table[col].round(1)
-    table.attrs["notes"] = _notes(cfg)
-    skipped = sorted({p.label() for p in cfg.points} - {p.label() for p in points})
-    if skipped:
-        table.attrs["notes"].append(
-            f"not estimated (they call your own system): {', '.join(skipped)}"
-        )
+    return table
+
+
+def _budget(table: Any, cfg: RunConfig, res: Any, pricing: _Pricing) -> None:
+    """The total held to ``max_dollars`` (``table.attrs["over_budget"]``), long_context
+    preload's one-time calls included (run_batch sent them before the questions), and its
+    notes."""
+    preloads = [c for c in res.preloaded.values() if not isinstance(c, Exception)]
+    once = (
+        sum(_priced(c, pricing.sheet, pricing.rates) for c in preloads)
+        if pricing.priced
+        else float("nan")
+    )
     total = table["dollars_total_max"].sum(min_count=1)
     if preloads:
         total += once
@@ -247,19 +314,6 @@ def dry_run(config: Any, progress: bool = True) -> Any:
     table.attrs["over_budget"] = over_budget(total, cfg.max_dollars)
     if cfg.max_dollars is not None and total != total:  # NaN: no dollars estimated
         table.attrs["notes"].append("max_dollars: not checked (no dollar estimate)")
-    if table["over_window"].any():
-        table.attrs["notes"].append(
-            "over_window: prompts that do not fit the window; a real run stops before loading "
-            f"the model when a long-context variant has any under overflow {OVERFLOW_ERROR!r} "
-            f"(policies: {' | '.join(OVERFLOW)})"
-        )
-    if failed:
-        eid, label, exc = failed[0]
-        table.attrs["notes"].append(
-            f"failed: {len(failed)} of {len(rows)} records would fail, not for the window (the first: "
-            f"{label} on {eid!r}: {type(exc).__name__}: {exc})"
-        )
-    return table
 
 
 class RoundCounter:

@@ -42,6 +42,10 @@ same rounds to N Ray workers, each with its own model, keeping the questions on 
 corpus on one worker (``ragbench.experiment.executor_ray``). Either way the records come back
 here and this process alone appends them, in the one loop below (``_generate``); the session's
 manifest entry says which executor ran, with how many workers, and where each shard ran.
+
+One job: running a config. ``run`` checks it and locks the folder; ``_run_locked`` is the run's
+phases in order (prepare, generate, the judge and noise passes, the table, the manifest), each a
+function over the ``RunSession``.
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ from ragbench.registry import did_you_mean
 from ragbench.strategies import get_strategy, preload, run_batch
 from ragbench.strategies.base import Resources
 from ragbench.strategies.prompt_format import check_cot, prompt_format
-from ragbench.types import Example
+from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
 
@@ -221,22 +225,56 @@ def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -
     return changed
 
 
+@dataclasses.dataclass
+class _RunState:
+    """What ``_run_locked``'s phases hand on besides the session: this invocation's pending work
+    items, the manifest it resumes (``previous``), its session log (``sessions``; the last one is
+    this invocation's ``entry``), the sequential design, and the model identity the manifest
+    records (set by the generation phase)."""
+
+    pending: list  # ((example, params), key): the records to generate, in plan order
+    previous: dict[str, Any] | None  # the folder's manifest before this session (None: new)
+    sessions: list[dict[str, Any]]  # the manifest's session log, this invocation's entry last
+    seq: Sequential | None = None  # questions in rounds until a look decides (sequential_run)
+    identity: Any = None  # the model's (provenance.identity), or the last run's
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        """This invocation's entry in the manifest's session log."""
+        return self.sessions[-1]
+
+
 def _run_locked(session: RunSession, judge_llm: Any) -> Any:
-    """The run, its folder locked: generation, then the judge and noise passes, then the table
+    """The run, its folder locked, in its phases: prepare (rescore, reprice, load the model and
+    the judge), generate, the judge and noise passes, close this session's entry, then the table
     and the manifest. ``judge_llm``: the caller's judge model (None: the config's)."""
-    cfg, examples, keys, out = session.cfg, session.examples, session.keys, session.out
-    done, budget, loaded = session.done, session.budget, session.loaded
+    state = _prepare(session, judge_llm)
+    _generate_pending(session, state)
+    _after_generation(session, state)
+    passed = _close_entry(session, state)
+    df = _write_table(session, state)
+    judge_warnings = _write_manifest(session, state, df)
+    _tell(session, state, df, passed, judge_warnings)
+    return df
+
+
+def _prepare(session: RunSession, judge_llm: Any) -> _RunState:
+    """The folder's records rescored and repriced, the pending work listed, the model loaded and
+    its server checked, and the judge loaded: all before any record is generated."""
+    cfg, keys, out, done = session.cfg, session.keys, session.out, session.done
     check_schema(out)  # never resumes into a folder another schema wrote
-    changed = rescore(done, examples, list(cfg.metrics))
+    changed = rescore(done, session.examples, list(cfg.metrics))
     if changed:
         log.warning(
             "%s: %d stored score(s) disagreed with their predictions; recomputed",
-            out / RECORDS, changed,
-        )  # fmt: skip
+            out / RECORDS,
+            changed,
+        )
     # error rows are retried on resume (timeouts, out-of-memory); the new record is appended and
     # read_records keeps the last line of a key
-    pending = [(w, k) for w, k in zip(session.work, keys, strict=True)
-               if k not in done or done[k].error]  # fmt: skip
+    pending = [
+        (w, k) for w, k in zip(session.work, keys, strict=True) if k not in done or done[k].error
+    ]
     previous = read_manifest(out, keep_damaged=True)
     # this invocation's entry in the manifest's session log
     entry: dict[str, Any] = {"started_at": session.started, "pending": len(pending)}
@@ -247,123 +285,202 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     judging = bool(deferred_metrics(cfg.metrics)) and (
         bool(pending) or any(needs_judging(cfg, done[k]) for k in keys if k in done)
     )
-    ray_workers = session.workers if session.executor == "ray" else 0
-    if pending and ray_workers:  # each worker loads the model and checks its server
-        check_server(None, [p for (_, p), _ in pending])  # each point's preflight
-    elif pending:
-        if loaded.llm is None and not generates_answers(cfg):  # retrieval only: no model called
-            loaded.llm = FakeLLM(cfg.model.name)
-        if loaded.llm is None:  # a CachedLLM has len(): 0 if empty
-            loaded.llm = load_model(cfg.model)
-        check_server(loaded.llm, [p for (_, p), _ in pending])  # and each point's preflight
+    _load_model(session, pending)
     # the judge is loaded and its server checked before any record is generated: a dead judge
     # must not be found after an hour of generation
-    loaded.judge = load_judge(cfg, judge_llm, loaded.llm) if judging else None
+    session.loaded.judge = load_judge(cfg, judge_llm, session.loaded.llm) if judging else None
     # sequential: questions in a seeded order, in rounds, until a look decides (sequential_run)
     seq = Sequential(session) if cfg.sequential is not None else None
+    return _RunState(pending=pending, previous=previous, sessions=sessions, seq=seq)
 
-    def generate(executor_: Any, items: list) -> int:
-        if seq is None:
-            return _generate(session, executor_, items)
-        scored = deferred_metrics(cfg.metrics[:1]) and loaded.judge is not None
-        errors, handed = generate_until_decided(
-            session, seq, items, lambda part: _generate(session, executor_, part),
-            (lambda: judge_pass(session)) if scored else None,
-        )  # fmt: skip
-        entry["pending"] = handed  # what this session was to generate; the rest waits
-        return errors
 
-    if pending:
-        if unshared := preload.unshared([item for item, _ in pending]):
-            log.warning(
-                "%d long_context preload item(s) have no shared corpus (meta corpus_fingerprint: "
-                "the corpus or BEIR datasets): nothing is preloaded for them, they run as plain "
-                "long_context",
-                unshared,
-            )
-    if pending and ray_workers:
-        over = preload.count([item for item, _ in pending])  # the run's, not one worker's
-        cache = cache_dir() / "completions.sqlite" if cfg.model.cache else None  # load_model's
-        budget.bound = RoundCounter(cfg)  # each round counted here, as a dry run counts it
-        with RayRun(session, over, main_cache=cache) as pool:
-            identity = pool.identity
-            loaded.calibration = pool.calibration  # worker 0's, for the manifest
-            write_manifest(session, identity, sessions, status="running", records=None)
-            with _interruptible(session, identity, sessions):
-                entry["errors"] = generate(pool, pending)
-        entry["preloaded"], entry["executor"] = pool.preloaded, pool.summary()
-    elif pending:
-        llm = loaded.llm
-        identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
-        # written before any work, so a run killed now still knows when it first started
-        write_manifest(session, identity, sessions, status="running", records=None)
-        with _interruptible(session, identity, sessions):  # the index is built here: minutes
-            res = session.use(
-                build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
-            )
-            res.preload_over.update(preload.count([item for item, _ in pending]))
-            budget.bound = RoundCounter(cfg, res)  # each round's estimate: its own prompts
-            entry["errors"] = generate(_Local(res), pending)
-        entry["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
-        entry["executor"] = {"name": "local", "workers": 1}
-    else:  # nothing to generate: the model is not loaded; its identity is the last run's
-        llm = loaded.llm
-        identity = provenance.identity(llm) if llm is not None else (previous or {}).get("model")
-        entry["errors"] = generate(None, []) if seq is not None else 0  # replay the looks
-    # the passes after generation: none once the budget stopped it (a resume does them); each
-    # may stop at the budget between its chunks
-    with _interruptible(session, identity, sessions):
-        if loaded.judge is not None and not budget.stopped:
+def _load_model(session: RunSession, pending: list) -> None:
+    """The model under test loaded (none for a Ray run: each worker loads its own and checks its
+    server) and each pending point's preflight run; nothing pending, nothing loaded."""
+    if not pending:
+        return
+    points = [p for (_, p), _ in pending]
+    if session.executor == "ray":  # each worker loads the model and checks its server
+        check_server(None, points)  # each point's preflight
+        return
+    loaded = session.loaded
+    if loaded.llm is None and not generates_answers(session.cfg):  # retrieval only: no model
+        loaded.llm = FakeLLM(session.cfg.model.name)
+    if loaded.llm is None:  # a CachedLLM has len(): 0 if empty
+        loaded.llm = load_model(session.cfg.model)
+    check_server(loaded.llm, points)  # and each point's preflight
+
+
+def _generate_pending(session: RunSession, state: _RunState) -> None:
+    """The pending records generated, on Ray workers or here; the model identity set."""
+    if not state.pending:  # nothing to generate: the model is not loaded
+        _replay(session, state)
+        return
+    if unshared := preload.unshared([item for item, _ in state.pending]):
+        log.warning(
+            "%d long_context preload item(s) have no shared corpus (meta corpus_fingerprint: "
+            "the corpus or BEIR datasets): nothing is preloaded for them, they run as plain "
+            "long_context",
+            unshared,
+        )
+    if session.executor == "ray":
+        _generate_ray(session, state)
+    else:
+        _generate_local(session, state)
+
+
+def _generate_ray(session: RunSession, state: _RunState) -> None:
+    """The pending records generated on the session's Ray workers (``RayRun``)."""
+    cfg, pending, entry = session.cfg, state.pending, state.entry
+    over = preload.count([item for item, _ in pending])  # the run's, not one worker's
+    cache = cache_dir() / "completions.sqlite" if cfg.model.cache else None  # load_model's
+    session.budget.bound = RoundCounter(cfg)  # each round counted here, as a dry run counts it
+    with RayRun(session, over, main_cache=cache) as pool:
+        state.identity = pool.identity
+        session.loaded.calibration = pool.calibration  # worker 0's, for the manifest
+        write_manifest(session, state.identity, state.sessions, status="running", records=None)
+        with _interruptible(session, state.identity, state.sessions):
+            entry["errors"] = _generate_all(session, state, pool, pending)
+    entry["preloaded"], entry["executor"] = pool.preloaded, pool.summary()
+
+
+def _generate_local(session: RunSession, state: _RunState) -> None:
+    """The pending records generated in this process, over resources built here."""
+    cfg, llm, pending, entry = session.cfg, session.loaded.llm, state.pending, state.entry
+    identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
+    state.identity = identity
+    # written before any work, so a run killed now still knows when it first started
+    write_manifest(session, identity, state.sessions, status="running", records=None)
+    with _interruptible(session, identity, state.sessions):  # the index is built here: minutes
+        res = session.use(
+            build_resources(cfg, llm, identity.get("dtype"), unique_examples(pending))
+        )
+        res.preload_over.update(preload.count([item for item, _ in pending]))
+        session.budget.bound = RoundCounter(cfg, res)  # each round's estimate: its own prompts
+        entry["errors"] = _generate_all(session, state, _Local(res), pending)
+    entry["preloaded"] = preload.summary(res)  # one-time costs, apart from the records'
+    entry["executor"] = {"name": "local", "workers": 1}
+
+
+def _replay(session: RunSession, state: _RunState) -> None:
+    """Nothing to generate: the model is not loaded, its identity is the last run's; a
+    sequential design replays its looks."""
+    llm = session.loaded.llm
+    previous = state.previous or {}
+    state.identity = provenance.identity(llm) if llm is not None else previous.get("model")
+    replays = state.seq is not None
+    state.entry["errors"] = _generate_all(session, state, None, []) if replays else 0
+
+
+def _generate_all(session: RunSession, state: _RunState, executor: Any, items: list) -> int:
+    """``items`` generated on ``executor`` (``_generate``), or under a sequential design in
+    rounds until a look decides; returns the errors."""
+    seq = state.seq
+    if seq is None:
+        return _generate(session, executor, items)
+    scored = deferred_metrics(session.cfg.metrics[:1]) and session.loaded.judge is not None
+    errors, handed = generate_until_decided(
+        session,
+        seq,
+        items,
+        lambda part: _generate(session, executor, part),
+        (lambda: judge_pass(session)) if scored else None,
+    )
+    state.entry["pending"] = handed  # what this session was to generate; the rest waits
+    return errors
+
+
+def _after_generation(session: RunSession, state: _RunState) -> None:
+    """The passes after generation: none once the budget stopped it (a resume does them); each
+    may stop at the budget between its chunks."""
+    budget, entry = session.budget, state.entry
+    with _interruptible(session, state.identity, state.sessions):
+        if session.loaded.judge is not None and not budget.stopped:
             entry["judged"] = judge_pass(session)
-        if measures_noise(cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
+        if measures_noise(session.cfg) and not budget.stopped:  # noise_sensitivity (noise_pass.py)
             entry["noised"] = noise_pass(session)
-    passed = budget.passed(done)  # over the cap anyway (never stopped): said, exit BUDGET_EXIT
+
+
+def _close_entry(session: RunSession, state: _RunState) -> str | None:
+    """This session's entry completed: the budget, the sequential looks, the end time. Returns
+    the warning for a spend over the cap that no check stopped (``Budget.passed``)."""
+    budget, entry = session.budget, state.entry
+    passed = budget.passed(session.done)  # over the cap anyway (never stopped): BUDGET_EXIT
     if budget.stopped:
         entry["stopped"], entry["budget"] = budget.stopped, budget.info
         entry["pending"] -= budget.pending_at_stop  # what it generated; the rest: records_left
     elif passed:
         entry["budget"] = budget.info
-    if seq is not None:  # every look: n, statistic, boundary, decision; why it stopped
-        entry["sequential"] = seq.summary()
+    if state.seq is not None:  # every look: n, statistic, boundary, decision; why it stopped
+        entry["sequential"] = state.seq.summary()
     entry["finished_at"] = _now()
+    return passed
 
+
+def _rows(session: RunSession) -> list[Record]:
+    """The run's records, in work order."""
+    return [session.done[k] for k in session.keys if k in session.done]
+
+
+def _write_table(session: RunSession, state: _RunState) -> Any:
+    """results.parquet (one-time costs amortised over the answered) and the questions' texts."""
+    cfg, examples, out = session.cfg, session.examples, session.out
     meta = {e.id: e.meta for e in examples}
-    rows = [done[k] for k in keys if k in done]
+    rows = _rows(session)
     df = table(rows, meta, list(cfg.metrics))  # one-time costs amortised over the answered
     answered = {key: len(i) for key, i in preload.sharing(rows, meta).items()}
-    for pre in entry.get("preloaded") or []:  # the manifest says what the table amortised over
+    for pre in state.entry.get("preloaded") or []:  # the manifest says what the table amortised
         pre["amortised_over"] = answered.get((pre["corpus"], pre["overflow"]), 0)
     # the version of each metric the scores were computed with: tables of runs scored before and
     # after a scoring fix cannot be compared (the analysis refuses a metric with two versions)
     df["metric_versions"] = dumps_canonical(metric_versions(cfg.metrics))
     atomic_write_bytes(out / "results.parquet", parquet_bytes(df))
     write_questions(out, examples)  # the view's question texts (experiment.evidence)
-    judge_info = judge_summary(cfg, loaded.judge, df, previous)
+    return df
+
+
+def _write_manifest(session: RunSession, state: _RunState, df: Any) -> list[str] | None:
+    """The manifest's last word on this session: its status (stopped, failed or finished), the
+    records and the judge's summary. Returns the judge's warnings (None: no judge metric)."""
+    cfg, budget = session.cfg, session.budget
+    judge_info = judge_summary(cfg, session.loaded.judge, df, state.previous)
     # records the judge left unscored (its calls failed): said once, at the end; a budget stop
     # says its own records left
-    if judge_info is not None and not budget.stopped and (line := unjudged(cfg, rows)):
+    if judge_info is not None and not budget.stopped and (line := unjudged(cfg, _rows(session))):
         judge_info["warnings"].insert(0, line)
         df.attrs["unjudged"] = line  # `ragbench run` repeats it after its summary
     failed = _failures(df)  # every record failed: the manifest says failed, not finished
     status = "stopped" if budget.stopped else "failed" if failed else "finished"
     manifest = write_manifest(
-        session, identity, sessions, status=status, records=df, judge=judge_info
+        session, state.identity, state.sessions, status=status, records=df, judge=judge_info
     )
-    provenance.record_in_notebook(out, manifest)
-    df.attrs["run_dir"] = str(out)
-    if seq is not None:  # the verdict reads the run at its last look (analysis.verdict)
-        df.attrs["sequential"] = entry["sequential"]
+    provenance.record_in_notebook(session.out, manifest)
+    return judge_info["warnings"] if judge_info else None
+
+
+def _tell(
+    session: RunSession,
+    state: _RunState,
+    df: Any,
+    passed: str | None,
+    judge_warnings: list[str] | None,
+) -> None:
+    """What the caller reads on the table (``df.attrs``) and the warnings said at the end:
+    the budget's (``passed``: ``Budget.passed``) and the judge's."""
+    budget = session.budget
+    df.attrs["run_dir"] = str(session.out)
+    if state.seq is not None:  # the verdict reads the run at its last look (analysis.verdict)
+        df.attrs["sequential"] = state.entry["sequential"]
     if budget.stopped:
         df.attrs["stopped"] = budget.reason  # `ragbench run` exits BUDGET_EXIT
         log.warning("%s", budget.reason)  # the one line that says why
     elif passed:
         df.attrs["over_budget"] = passed  # `ragbench run` exits BUDGET_EXIT
         log.warning("%s", passed)
-    if judge_info:
-        df.attrs["judge_warnings"] = judge_info["warnings"]
-        for message in judge_info["warnings"]:
+    if judge_warnings is not None:
+        df.attrs["judge_warnings"] = judge_warnings
+        for message in judge_warnings:
             log.warning("%s", message)
-    return df
 
 
 def _failures(df: Any) -> bool:

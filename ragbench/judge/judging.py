@@ -54,49 +54,90 @@ def judge_records(
     """``items``' records with the deferred ``metrics`` they lack filled in (see the module
     docstring); records with an error, or already holding every metric, come back unchanged.
     An unknown metric name fails with the registered ones named."""
-    scores: list[dict[str, Any]] = [dict(r.scores) for _, r in items]
-    meta: list[dict[str, Any]] = [dict(r.meta) for _, r in items]
     todo = [[m for m in metrics if m not in r.scores] if r.error is None else [] for _, r in items]
     chosen = {name: get_judge_metric(name) for name in metrics}
     for name, metric in chosen.items():
         if metric.needs_embedder and judge.embedder is None and any(name in t for t in todo):
             raise ValueError(f"{name} needs an embedder (Judge.embedder)")
     read = read or (lambda example, record: contexts_of(record, example))
-    jobs: list[Job] = []
-    unasked: dict[str, list[Judged]] = {name: [] for name in chosen}  # no LLM: collected now
-    samples: dict[int, Sample] = {}
-    for i, (example, record) in enumerate(items):
-        for name in todo[i]:
-            if i not in samples:
-                samples[i] = Sample(example, record, read(example, record))
-            planned = _plan(i, chosen[name], samples[i], judge, scores[i], meta[i])
-            if planned is None:
-                unasked[name].append(Judged(samples[i], [], scores[i], meta[i]))
-            else:
-                jobs += planned
-    for name, judged in unasked.items():
-        chosen[name].collect(judged, judge)
+    judging = _Judging(items, chosen, judge, read)
+    jobs = judging.plan(todo)
     completions: list[list[Completion]] = [[] for _ in items]
     run_jobs(jobs, judge, completions)
-    finished: dict[str, list[Judged]] = {}
-    for i, name, group in settled(jobs, items, meta, judge):
-        grid: list[list[Any]] = [[None] * (1 + max(j.unit for j in group))
-                                 for _ in range(judge.samples)]  # fmt: skip
-        for j in group:
-            grid[j.sample][j.unit] = j
-        finished.setdefault(name, []).append(Judged(samples[i], grid, scores[i], meta[i]))
-    for name, judged in finished.items():
-        chosen[name].collect(judged, judge)
-    for i, done in enumerate(completions):
-        if done:
-            add_cost(meta[i], done, judge.sheet)
-            meta[i]["judge_model"] = judge.model
-    return [
-        dataclasses.replace(r, scores=scores[i], meta=meta[i])
-        if scores[i] != r.scores or meta[i] != r.meta
-        else r
-        for i, (_, r) in enumerate(items)
-    ]
+    judging.collect(jobs)
+    judging.add_cost(completions)
+    return judging.records()
+
+
+@dataclasses.dataclass
+class _Judging:
+    """One ``judge_records`` call: its records, metrics and judge, the working copies of each
+    record's scores and meta (filled in place), and the ``Sample`` of each record asked about."""
+
+    items: Sequence[tuple[Example, Record]]
+    chosen: dict[str, JudgeMetric]  # by name
+    judge: Judge
+    read: ReadFn
+    scores: list[dict[str, Any]] = dataclasses.field(init=False)
+    meta: list[dict[str, Any]] = dataclasses.field(init=False)
+    samples: dict[int, Sample] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.scores = [dict(r.scores) for _, r in self.items]
+        self.meta = [dict(r.meta) for _, r in self.items]
+
+    def _judged(self, i: int, grid: list[list[Any]]) -> Judged:
+        return Judged(self.samples[i], grid, self.scores[i], self.meta[i])
+
+    def plan(self, todo: list[list[str]]) -> list[Job]:
+        """The judge calls of each record's ``todo`` metrics; the metrics that ask no LLM are
+        collected now."""
+        jobs: list[Job] = []
+        unasked: dict[str, list[Judged]] = {name: [] for name in self.chosen}
+        for i, (example, record) in enumerate(self.items):
+            for name in todo[i]:
+                if i not in self.samples:
+                    self.samples[i] = Sample(example, record, self.read(example, record))
+                metric = self.chosen[name]
+                planned = _plan(
+                    i, metric, self.samples[i], self.judge, self.scores[i], self.meta[i]
+                )
+                if planned is None:
+                    unasked[name].append(self._judged(i, []))
+                else:
+                    jobs += planned
+        for name, judged in unasked.items():
+            self.chosen[name].collect(judged, self.judge)
+        return jobs
+
+    def collect(self, jobs: list[Job]) -> None:
+        """The answered ``jobs`` scored, per metric: each record's calls in a grid of samples x
+        units (``None``: a call that failed)."""
+        finished: dict[str, list[Judged]] = {}
+        for i, name, group in settled(jobs, self.items, self.meta, self.judge):
+            units = 1 + max(j.unit for j in group)
+            grid: list[list[Any]] = [[None] * units for _ in range(self.judge.samples)]
+            for j in group:
+                grid[j.sample][j.unit] = j
+            finished.setdefault(name, []).append(self._judged(i, grid))
+        for name, judged in finished.items():
+            self.chosen[name].collect(judged, self.judge)
+
+    def add_cost(self, completions: list[list[Completion]]) -> None:
+        """Each record's judge calls costed in its meta, apart from its own cost."""
+        for i, done in enumerate(completions):
+            if done:
+                add_cost(self.meta[i], done, self.judge.sheet)
+                self.meta[i]["judge_model"] = self.judge.model
+
+    def records(self) -> list[Record]:
+        """The records, each replaced where its scores or meta changed."""
+        return [
+            dataclasses.replace(r, scores=self.scores[i], meta=self.meta[i])
+            if self.scores[i] != r.scores or self.meta[i] != r.meta
+            else r
+            for i, (_, r) in enumerate(self.items)
+        ]
 
 
 def _plan(

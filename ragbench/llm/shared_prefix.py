@@ -146,7 +146,9 @@ def shared_prefix_attention(
         q1 = min(q_len, q0 + step)
         n = q1 - q0
         qc = query[:, :, q0:q1].reshape(batch, kv_heads, group * n, dim)
-        s_out, s_max, s_sum = _own_part(qc, key, value, mask, scale, q_len, q0, n, group)
+        s_out, s_max, s_sum = _own_part(
+            qc, key, value, mask, scale=scale, q_len=q_len, q0=q0, n=n, group=group
+        )
         if prefix is None:  # a row with every key masked (-inf) gets zeros, not 0/0
             chunk = s_out.div_(s_sum.clamp_min_(torch.finfo(torch.float32).tiny))
         else:  # prefix part, all rows and heads of a KV group folded together: (KVH, B*g*n, .)
@@ -162,10 +164,11 @@ def shared_prefix_attention(
     return out, None
 
 
-def _own_part(qc, key, value, mask, scale, q_len, q0, n, group) -> tuple[Any, Any, Any]:
+def _own_part(qc, key, value, mask, *, scale, q_len, q0, n, group) -> tuple[Any, Any, Any]:
     """The rows' own keys' part of one chunk of queries ``qc`` (B, KVH, g*n, d), the heads of a
     KV group folded into rows (no KV head is copied): unnormalised ``exp(scores - max) @ value``,
-    the max and the sum of the weights, in float32."""
+    the max and the sum of the weights, in float32. ``q0``: the chunk's first query of
+    ``q_len``; ``n``: its queries; ``group``: query heads per KV head."""
     import torch
 
     batch, kv_heads, suffix_len = key.shape[0], key.shape[1], key.shape[2]

@@ -295,7 +295,9 @@ def ingest(
     dedup = Deduplicator(threshold)
     chosen, skipped = discover(paths, include, exclude, skip)
     documents: list[Document] = []
-    result = _ingest(paths, chosen, skipped, dedup, documents.append, progress, on_skip)
+    result = _ingest(
+        paths, chosen, skipped, dedup, documents.append, progress=progress, on_skip=on_skip
+    )
     result.documents = documents
     result.fingerprint = corpus_fingerprint(documents)
     return result
@@ -320,7 +322,9 @@ def ingest_to(
     dedup = Deduplicator(threshold)
     chosen, skipped = discover(paths, include, exclude, [*skip, out])
     with CorpusWriter(out) as writer:
-        result = _ingest(paths, chosen, skipped, dedup, writer.write, progress, on_skip)
+        result = _ingest(
+            paths, chosen, skipped, dedup, writer.write, progress=progress, on_skip=on_skip
+        )
     result.fingerprint, result.path = writer.fingerprint, writer.path
     return result
 
@@ -331,6 +335,7 @@ def _ingest(
     skipped: list[Skipped],
     dedup: Deduplicator,
     keep: Callable[[Document], None],
+    *,
     progress: bool | None,
     on_skip: Callable[[Skipped], None] | None,
 ) -> IngestResult:

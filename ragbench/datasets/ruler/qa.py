@@ -148,10 +148,21 @@ def iter_qa(
     for length in lengths:
         for i, question in enumerate(questions[:num_examples]):
             rng = random.Random(f"{seed}/qa/{format}/{length}/{i}")  # str seeds are stable
-            yield _example(pool, question, format, tok, length, buffer, rng, str(path), i, seed)
+            yield _example(
+                pool,
+                question,
+                format=format,
+                tok=tok,
+                length=length,
+                buffer=buffer,
+                rng=rng,
+                path=str(path),
+                i=i,
+                seed=seed,
+            )
 
 
-def _example(pool, question, format, tok, length, buffer, rng, path, i, seed) -> Example:
+def _example(pool, question, *, format, tok, length, buffer, rng, path, i, seed) -> Example:
     own, evidence = pool.gold(question, format)
     more = pool.more(question, own) if format == "squad" else []
     taken = set(own) | set(more)

@@ -50,7 +50,7 @@ import itertools
 import logging
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,6 +168,144 @@ def _closed_book_request(question: str, max_new_tokens: int) -> GenerationReques
     return GenerationRequest(prompt=prompt, max_new_tokens=max_new_tokens, stop=ANSWER_STOP)
 
 
+@dataclass(frozen=True)
+class _Hops:
+    """How one item is asked about, checked and named: a passage (``hops=1``) or a pair of
+    passages of two documents (``hops=2``, ``question_gen_multihop``)."""
+
+    request: Callable[[Any, int], GenerationRequest]  # (item, max_new_tokens) -> request
+    check: Callable[[Any, str, int], dict[str, Any] | str]  # a row, or the reason it failed
+    name: Callable[[Any], str]  # the item's id in the rejections
+    unit: str  # what is tried: passages, or passage pairs
+
+
+_ONE_HOP = _Hops(generation_request, check_reply, passage_id, "passages")
+_TWO_HOPS = _Hops(
+    multihop.pair_request, multihop.check_pair_reply, multihop.pair_id, "passage pairs"
+)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A reply that passed the checks, waiting for the closed-book check and de-duplication."""
+
+    item: Any  # the passage (or pair) asked about
+    reply: str
+    row: dict[str, Any]
+    tokens: frozenset[str]  # the question's normalised tokens (``jaccard``)
+
+
+@dataclass
+class _Asker:
+    """One ``generate_questions`` call's loop over its batches: the model, the settings, and what
+    it has kept so far (``out``; the kept questions' tokens, for de-duplication)."""
+
+    llm: LLM
+    hops: _Hops
+    out: GeneratedQuestions
+    sheet: PriceSheet | None  # dollars in the usage (None: none)
+    metric: Callable[..., float]  # the closed-book check's (``closed_book_metric``)
+    max_new_tokens: int
+    max_answer_words: int
+    dedup_threshold: float
+    drop_closed_book: bool
+    closed_book_max_new_tokens: int
+    kept_tokens: list[frozenset[str]] = field(default_factory=list)
+
+    def ask(self, batch: Sequence[Any], bar: Any) -> None:
+        """One batch: asked and checked, closed-book checked, de-duplicated, kept up to ``n``."""
+        candidates = self._candidates(batch)
+        self._keep(candidates, self._unknown(candidates), bar)
+
+    def _reject(self, item: Any, reason: str, reply: str) -> None:
+        self.out.rejected[reason] += 1
+        self.out.rejections.append(
+            {"passage": self.hops.name(item), "reason": reason, "reply": reply}
+        )
+
+    def _duplicate(self, toks: frozenset[str]) -> bool:
+        """Whether a question is near a kept one (normalised-token Jaccard)."""
+        return any(jaccard(toks, k) >= self.dedup_threshold for k in self.kept_tokens)
+
+    def _candidates(self, batch: Sequence[Any]) -> list[_Candidate]:
+        """The batch asked in one call; the replies that pass the checks and are no duplicate
+        of a kept question (a duplicate costs no closed-book call)."""
+        requests = [self.hops.request(item, self.max_new_tokens) for item in batch]
+        completions = self.llm.generate(requests)
+        self.out.usage["generate"].add(completions, self.sheet)
+        self.out.passages_tried += len(batch)
+        candidates = []
+        for item, c in zip(batch, completions, strict=True):
+            row = self.hops.check(item, c.text, self.max_answer_words)
+            if isinstance(row, str):
+                self._reject(item, row, c.text)
+                continue
+            toks = tokens(row["question"])
+            if self._duplicate(toks):
+                self._reject(item, "duplicate", c.text)  # of a kept one: no closed-book call
+                continue
+            candidates.append(_Candidate(item, c.text, row, toks))
+        return candidates
+
+    def _unknown(self, candidates: list[_Candidate]) -> list[bool]:
+        """Per candidate: whether the model misses it with no context (``drop_closed_book``;
+        otherwise every one passes)."""
+        if not (self.drop_closed_book and candidates):
+            return [True] * len(candidates)
+        asks = [
+            _closed_book_request(c.row["question"], self.closed_book_max_new_tokens)
+            for c in candidates
+        ]
+        answers = self.llm.generate(asks)
+        self.out.usage["closed_book"].add(answers, self.sheet)
+        return [
+            self.metric(clean_answer(a.text, c.row["question"]), c.row["answers"]) < 1.0
+            for a, c in zip(answers, candidates, strict=True)
+        ]
+
+    def _keep(self, candidates: list[_Candidate], unknown: list[bool], bar: Any) -> None:
+        """The candidates kept in order, until ``n``: those the model does not know by heart and
+        that no question kept before them (this batch's included) duplicates."""
+        out = self.out
+        for ok, c in zip(unknown, candidates, strict=True):
+            if len(out.rows) >= out.n_requested:
+                break
+            if not ok:
+                self._reject(c.item, "closed_book", c.reply)
+            elif self._duplicate(c.tokens):
+                self._reject(c.item, "duplicate", c.reply)
+            else:
+                out.rows.append(c.row)
+                self.kept_tokens.append(c.tokens)
+                bar.update(1)
+
+
+def _check_options(n: int, batch_size: int, hops: int, dedup_threshold: float) -> None:
+    """``generate_questions``' numeric options checked before anything is read or asked."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1 question, got {n}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if hops not in (1, 2):
+        raise ValueError(f"hops must be 1 (one passage) or 2 (two passages), got {hops!r}")
+    if not 0.0 < dedup_threshold <= 1.0:
+        raise ValueError(f"dedup_threshold must be in (0, 1], got {dedup_threshold}")
+
+
+def _todo(passages: list[Any], n_documents: int, *, hops: int, limit: int) -> list[Any]:
+    """What will be tried, in order, at most ``limit``: passages, or (``hops=2``) passage pairs;
+    a corpus with no pair to ask about is an error."""
+    if hops == 1:
+        return passages[:limit]
+    todo = list(itertools.islice(multihop.pair_passages(passages), limit))
+    if not todo:
+        raise ValueError(
+            f"no two passages of the corpus ({n_documents} documents) share a key word: "
+            "nothing to ask a two-passage question about"
+        )
+    return todo
+
+
 def generate_questions(
     documents: Sequence[Document],
     llm: LLM,
@@ -198,14 +336,7 @@ def generate_questions(
     """
     from tqdm.auto import tqdm
 
-    if n < 1:
-        raise ValueError(f"n must be >= 1 question, got {n}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if hops not in (1, 2):
-        raise ValueError(f"hops must be 1 (one passage) or 2 (two passages), got {hops!r}")
-    if not 0.0 < dedup_threshold <= 1.0:
-        raise ValueError(f"dedup_threshold must be in (0, 1], got {dedup_threshold}")
+    _check_options(n, batch_size, hops, dedup_threshold)
     metric = get_metric(closed_book_metric)  # an unknown name fails before any call
     sheet = price_sheet
     if sheet is not None and not isinstance(sheet, PriceSheet):
@@ -221,68 +352,29 @@ def generate_questions(
     if max_passages is not None and max_passages < 1:
         raise ValueError(f"max_passages must be >= 1, got {max_passages}")
     limit = max_passages or PASSAGES_PER_QUESTION * n
-    if hops == 2:
-        todo: list[Any] = list(itertools.islice(multihop.pair_passages(passages), limit))
-        if not todo:
-            raise ValueError(
-                f"no two passages of the corpus ({len(documents)} documents) share a key word: "
-                "nothing to ask a two-passage question about"
-            )
-        request, check, name = multihop.pair_request, multihop.check_pair_reply, multihop.pair_id
-    else:
-        todo = passages[:limit]
-        request, check, name = generation_request, check_reply, passage_id
-    unit = "passage pairs" if hops == 2 else "passages"
-    out = GeneratedQuestions([], n, passages_available=len(passages), unit=unit)
+    todo = _todo(passages, len(documents), hops=hops, limit=limit)
+    how = _TWO_HOPS if hops == 2 else _ONE_HOP
+    out = GeneratedQuestions([], n, passages_available=len(passages), unit=how.unit)
     out.usage = {"generate": Usage()} | ({"closed_book": Usage()} if drop_closed_book else {})
-    kept_tokens: list[frozenset[str]] = []
-
-    def reject(item: Any, reason: str, reply: str) -> None:
-        out.rejected[reason] += 1
-        out.rejections.append({"passage": name(item), "reason": reason, "reply": reply})
-
+    asker = _Asker(
+        llm,
+        how,
+        out,
+        sheet,
+        metric,
+        max_new_tokens=max_new_tokens,
+        max_answer_words=max_answer_words,
+        dedup_threshold=dedup_threshold,
+        drop_closed_book=drop_closed_book,
+        closed_book_max_new_tokens=closed_book_max_new_tokens,
+    )
     bar = tqdm(
         total=n, desc="questions", unit="q", disable=None if progress is None else not progress
     )
     for i in range(0, len(todo), batch_size):
         if len(out.rows) >= n:
             break
-        batch = todo[i : i + batch_size]
-        completions = llm.generate([request(item, max_new_tokens) for item in batch])
-        out.usage["generate"].add(completions, sheet)
-        out.passages_tried += len(batch)
-        candidates = []
-        for passage, c in zip(batch, completions, strict=True):
-            row = check(passage, c.text, max_answer_words)
-            if isinstance(row, str):
-                reject(passage, row, c.text)
-                continue
-            toks = tokens(row["question"])
-            if any(jaccard(toks, k) >= dedup_threshold for k in kept_tokens):
-                reject(passage, "duplicate", c.text)  # of a kept one: no closed-book call
-                continue
-            candidates.append((passage, c.text, row, toks))
-        closed = [True] * len(candidates)
-        if drop_closed_book and candidates:
-            asks = [_closed_book_request(r["question"], closed_book_max_new_tokens)
-                    for _, _, r, _ in candidates]  # fmt: skip
-            answers = llm.generate(asks)
-            out.usage["closed_book"].add(answers, sheet)
-            closed = [
-                metric(clean_answer(a.text, r["question"]), r["answers"]) < 1.0
-                for a, (_, _, r, _) in zip(answers, candidates, strict=True)
-            ]
-        for ok, (passage, reply, row, toks) in zip(closed, candidates, strict=True):
-            if len(out.rows) >= n:
-                break
-            if not ok:
-                reject(passage, "closed_book", reply)
-            elif any(jaccard(toks, k) >= dedup_threshold for k in kept_tokens):
-                reject(passage, "duplicate", reply)
-            else:
-                out.rows.append(row)
-                kept_tokens.append(toks)
-                bar.update(1)
+        asker.ask(todo[i : i + batch_size], bar)
         bar.set_postfix(passages=out.passages_tried, refresh=False)
     bar.close()
     for k, row in enumerate(out.rows, start=1):

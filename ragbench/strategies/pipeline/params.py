@@ -96,6 +96,12 @@ class PipelineParams(StrategyParams):
         return dict(self.headers_env or ())
 
     def validate(self) -> None:
+        self._validate_target()
+        self._validate_setup()
+        self._validate_calling()
+
+    def _validate_target(self) -> None:
+        """Exactly one of ``target`` and ``url``, each well formed, and its ``version``."""
         owner = self.strategy
         if (self.target is None) == (self.url is None):
             raise ValueError(f"{owner}: set exactly one of target ('module:function') and url")
@@ -107,6 +113,11 @@ class PipelineParams(StrategyParams):
             raise ValueError(f"{owner}: url must be an http(s):// URL, got {self.url!r}")
         if self.version is not None and (not isinstance(self.version, str) or not self.version):
             raise ValueError(f"{owner}: version must be a non-empty string or null")
+
+    def _validate_setup(self) -> None:
+        """At most one of ``setup`` and ``setup_url`` (beside a url pipeline), and its
+        ``setup_version``."""
+        owner = self.strategy
         if self.setup is not None and self.setup_url is not None:
             raise ValueError(f"{owner}: set at most one of setup ('module:function') and setup_url")
         if self.setup is not None:
@@ -121,6 +132,10 @@ class PipelineParams(StrategyParams):
         ver = self.setup_version
         if ver is not None and (not isinstance(ver, str) or not ver or not self.indexes_corpus):
             raise ValueError(f"{owner}: setup_version must be a non-empty string, with a setup")
+
+    def _validate_calling(self) -> None:
+        """How it is called: ``timeout``, ``retries`` and ``headers_env``."""
+        owner = self.strategy
         timeout = self.timeout
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ValueError(f"{owner}: timeout must be a number of seconds > 0, got {timeout!r}")
