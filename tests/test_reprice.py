@@ -141,15 +141,10 @@ def test_reprice_table_tiers_cache_columns_and_failed_rows():
 
 
 def test_reprice_table_reads_resource_seconds_and_names_missing_columns():
-    from ragbench.schema import migrate_table
-
     gpu = prices.price_sheet("example-h100-hour")
     df = table(resource_seconds=[36.0, 72.0, 1.0])
     out, _ = reprice_table(df, gpu)
     assert out.dollars.tolist() == pytest.approx([0.025, 0.05, 2.5 / 3600])
-    # a schema-1 table's gpu_seconds column is resource_seconds once migrated (ragbench.schema)
-    old = migrate_table(table(gpu_seconds=[36.0, 72.0, 1.0]), 1)
-    assert reprice_table(old, gpu)[0].dollars.tolist() == out.dollars.tolist()
     with pytest.raises(ValueError, match=r"\['resource_seconds'\]"):
         reprice_table(table(prompt_tokens=[1, 2, 3]), gpu)
     with pytest.raises(ValueError, match="cached_prompt_tokens"):

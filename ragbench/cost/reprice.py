@@ -43,7 +43,7 @@ from typing import Any
 from ragbench.cost.accounting import Cost
 from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical, sha256_file
-from ragbench.schema import migrate_line, read_folder_table
+from ragbench.schema import read_folder_table
 
 RESULTS = "results.parquet"
 RECORDS = "records.jsonl"
@@ -183,7 +183,6 @@ def reprice_records_text(text: str, sheet: PriceSheet) -> str:
             break
         try:
             row = json.loads(line)
-            row = migrate_line(row)  # an older schema's line written as this schema's
             cost = row["record"].get("cost")
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
             lines.append(line)
@@ -336,7 +335,7 @@ def reprice_run(
         if path is not None and path.resolve() in originals:
             raise ValueError(f"{path}: would overwrite the run's own file; choose another --out")
 
-    before = read_folder_table(run_dir)  # an older schema's table read as this one's
+    before = read_folder_table(run_dir)  # another schema's folder: refused
     after, approximate = reprice_table(before, sheet)
     buf = io.BytesIO()  # read from parquet: every column is one pyarrow can type again
     after.to_parquet(buf, index=False)

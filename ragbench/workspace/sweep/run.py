@@ -52,7 +52,7 @@ from typing import Any, Literal
 from ragbench import secrets
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
 from ragbench.registry import did_you_mean
-from ragbench.schema import folder_version, migrate_table
+from ragbench.schema import check_folder
 from ragbench.workspace.kernels import (
     KernelNotInstalledError,
     init_worker,
@@ -377,8 +377,8 @@ def collect_results(jobs: list[dict[str, Any]], pattern: str = "**/results.parqu
         if not is_done(job):
             continue
         for path in sorted(Path(job["point_dir"]).glob(pattern)):
-            # an older schema's table read as this one's (the version: its run folder's)
-            frame = migrate_table(pd.read_parquet(path), folder_version(path.parent))
+            check_folder(path.parent)  # another schema's run folder: SchemaError
+            frame = pd.read_parquet(path)
             for name, value in secrets.redact(job["params"]).items():
                 column = name if name not in frame.columns else f"param.{name}"
                 scalar = isinstance(value, (str, int, float, bool)) or value is None
