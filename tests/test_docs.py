@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from ragbench.datasets.corpus import docs
 from ragbench.datasets.corpus.cleaning import clean_text
 from ragbench.datasets.corpus.file import corpus_fingerprint, read_documents
 from ragbench.io import sha256_file
+from ragbench.types import Document
 
 PDF_PAGES = (
     "The harbour master is Ben Marsh.\nThe spring tide reaches 4.2 metres.",
@@ -142,15 +144,26 @@ def test_one_document_per_readable_file_with_the_right_text(folder):
     assert result.fingerprint == corpus_fingerprint(result.documents)
 
 
+def page_of(document: Document, offset: int) -> int | None:
+    """1-based page holding character ``offset`` of a PDF document (its ``page_starts``); None
+    for other formats."""
+    starts = document.meta.get("page_starts")
+    if not starts:
+        return None
+    if not 0 <= offset <= len(document.text):
+        raise ValueError(f"offset {offset} is outside {document.id!r} ({len(document.text)})")
+    return bisect.bisect_right(starts, offset)
+
+
 def test_pdf_pages_map_offsets_back_to_page_numbers(folder):
     pdf = _by_id(docs.ingest([folder / "guide.pdf"]))["guide.pdf"]
-    assert docs.page_of(pdf, pdf.text.index("spring tide")) == 1
-    assert docs.page_of(pdf, pdf.text.index("neap tide")) == 2
-    assert docs.page_of(pdf, len(pdf.text)) == 2
+    assert page_of(pdf, pdf.text.index("spring tide")) == 1
+    assert page_of(pdf, pdf.text.index("neap tide")) == 2
+    assert page_of(pdf, len(pdf.text)) == 2
     with pytest.raises(ValueError, match="outside"):
-        docs.page_of(pdf, len(pdf.text) + 1)
+        page_of(pdf, len(pdf.text) + 1)
     md = docs.read_document(folder / "notes.md", "notes.md")
-    assert docs.page_of(md, 0) is None
+    assert page_of(md, 0) is None
 
 
 def test_empty_pdf_pages_keep_their_page_numbers():

@@ -268,11 +268,6 @@ def _meta(example: Example) -> dict[str, Any]:
     return example.meta
 
 
-def retrieved_context(chunks: list[str]) -> str:
-    """``$DOC$`` of the RAG template, as ``pred.py`` joins retrieved chunks (in corpus order)."""
-    return "\n\n".join(f"Retrieved chunk {i + 1}: {text}" for i, text in enumerate(chunks))
-
-
 def _fill(text: str, values: dict[str, str]) -> str:
     """``pred.py``'s chain of ``str.replace``, in its order ($DOC$, $Q$, $C_A$..$C_D$, $COT$)."""
     for key in PLACEHOLDERS:

@@ -37,7 +37,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from ragbench.types import Completion
@@ -103,17 +103,6 @@ def busy_shares(intervals: Sequence[Interval]) -> list[float]:
         else:
             del active[i]
     return shares
-
-
-def busy_seconds(intervals: Iterable[Sequence[float]]) -> float:
-    """The length of the union of the (start, end, ...) intervals: the time at least one was in
-    flight."""
-    total, reach = 0.0, float("-inf")
-    for start, end, *_ in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
 
 
 class BusyTimeline:

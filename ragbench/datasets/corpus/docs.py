@@ -36,7 +36,6 @@ file, and for PDFs ``pages`` and ``page_starts``. The title is the one the file 
 
 from __future__ import annotations
 
-import bisect
 import errno
 import fnmatch
 import os
@@ -263,16 +262,6 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return f"{type(exc).__name__}: {exc}"
-
-
-def page_of(document: Document, offset: int) -> int | None:
-    """1-based page holding character ``offset`` of a PDF document; None for other formats."""
-    starts = document.meta.get("page_starts")
-    if not starts:
-        return None
-    if not 0 <= offset <= len(document.text):
-        raise ValueError(f"offset {offset} is outside {document.id!r} ({len(document.text)})")
-    return bisect.bisect_right(starts, offset)
 
 
 # --------------------------------------------------------------------------- ingest

@@ -287,27 +287,6 @@ def _write_summary(outcome: SweepOutcome, jobs: list[dict[str, Any]], pattern: s
         atomic_write_bytes(sweep_dir / "results.parquet", outcome.results.to_parquet(index=False))
 
 
-def run_sweep(
-    spec_path: str | os.PathLike,
-    workers: int = 1,
-    executor: str = "local",
-    rerun_failed: bool = True,
-    wait: bool = True,
-) -> Any:
-    """Run a sweep and return the results table of all finished points (a pandas DataFrame).
-
-    Failed and held points are reported as warnings; use :func:`execute_sweep` for per-point
-    outcomes."""
-    import warnings
-
-    outcome = execute_sweep(spec_path, workers, executor, rerun_failed, wait=wait)
-    for point in outcome.failed:
-        warnings.warn(f"sweep point failed: {point.describe()}", stacklevel=2)
-    for point in outcome.held:
-        warnings.warn(f"sweep point not finished: {point.describe()}", stacklevel=2)
-    return outcome.results
-
-
 def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
     if not jobs:
         return
