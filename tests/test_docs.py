@@ -303,12 +303,12 @@ def test_cli_nothing_readable_exits_2_with_one_line(cli, tmp_path):
 # --------------------------------------------------------------------------- streaming, bad paths
 
 
-def test_ingest_to_writes_the_bytes_write_documents_writes(folder, tmp_path):
+def test_ingest_into_a_file_writes_the_bytes_write_documents_writes(folder, tmp_path):
     from ragbench.datasets.corpus.file import write_documents
 
     whole = docs.ingest([folder])
     expected = write_documents(tmp_path / "whole.jsonl", whole.documents).read_bytes()
-    streamed = docs.ingest_to(tmp_path / "out" / "streamed.jsonl", [folder])
+    streamed = docs.ingest([folder], out=tmp_path / "out" / "streamed.jsonl")
     assert streamed.path.read_bytes() == expected
     assert streamed.fingerprint == whole.fingerprint == sha256_file(streamed.path)
     assert streamed.ids == [d.id for d in whole.documents] and streamed.documents == []
@@ -316,12 +316,12 @@ def test_ingest_to_writes_the_bytes_write_documents_writes(folder, tmp_path):
     assert not list((tmp_path / "out").glob(".*"))  # no temporary file left
 
 
-def test_ingest_to_writes_nothing_when_nothing_is_readable(tmp_path):
+def test_ingest_into_a_file_writes_nothing_when_nothing_is_readable(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "x.docx").write_bytes(b"nope")
     with pytest.raises(ValueError, match="no readable documents"):
-        docs.ingest_to(tmp_path / "c.jsonl", [bad])
+        docs.ingest([bad], out=tmp_path / "c.jsonl")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
 
 

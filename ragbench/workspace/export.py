@@ -67,7 +67,8 @@ from ragbench.experiment.resources import build_resources, load_examples
 from ragbench.experiment.results import RECORDS, record_from_dict
 from ragbench.io import atomic_write_text, dumps_canonical, read_json
 from ragbench.schema import check
-from ragbench.strategies import ContextUnavailable, Resources, contexts_of, params_from_dict
+from ragbench.strategies import Resources, contexts_of, params_from_dict
+from ragbench.strategies.contexts import ContextUnavailable
 from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
