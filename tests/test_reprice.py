@@ -204,3 +204,25 @@ def test_cli_prices_list_and_show():
     missing = cli.invoke(app, ["prices", "import-genai", "gpt-4o"])
     if missing.exit_code != 0:  # genai-prices not installed: one clear line, exit 2
         assert missing.exit_code == 2 and "pip install genai-prices" in missing.output
+
+
+def test_a_row_a_record_line_and_a_resumed_record_are_repriced_by_one_function():
+    """``ragbench reprice`` (its table and its records.jsonl) and a resumed run whose sheet
+    changed (``reprice_stale``) price a record alike: ``repriced_cost``, cache writes from the
+    record's meta (a table row: its column)."""
+    from ragbench.cost.accounting import Cost
+    from ragbench.cost.reprice import reprice_stale, repriced_cost
+    from ragbench.io import dumps_canonical
+    from ragbench.types import Record
+
+    sheet = prices.price_sheet(SONNET)  # writes to the cache cost more than plain prompt tokens
+    cost = Cost(prompt_tokens=3000, cached_prompt_tokens=1000, completion_tokens=10, dollars=1.0)
+    meta = {"cache_write_tokens": 2000}
+    record = Record("e", "closed_book", {}, "x", cost=cost, meta=meta)
+    line = dumps_canonical({"key": "k", "record": record.to_dict(), "schema_version": 2})
+    from_line = json.loads(reprice_records_text(line + "\n", sheet))["record"]["cost"]
+    from_resume = reprice_stale({"k": record}, sheet).repriced["k"].cost
+    from_table, _ = reprice_table(pd.DataFrame([{**cost.to_dict(), **meta}]), sheet)
+    assert from_line == from_resume.to_dict() == repriced_cost(cost, sheet, meta).to_dict()
+    assert from_table["dollars"][0] == pytest.approx(from_resume.dollars)
+    assert from_resume.dollars > repriced_cost(cost, sheet).dollars  # the writes were priced
