@@ -90,7 +90,7 @@ def _text(rng_state, vocab: list[str], counts: list[int]) -> tuple[str, list[tup
     return " ".join(words), spans
 
 
-def iter_fwe(
+def iter_fwe(  # the sizing parameters of every RULER task first (tasks.COMMON_PARAMS)
     context_lengths: int | Sequence[int] = (4096,),
     num_examples: int = 10,
     tokenizer: str = DEFAULT_TOKENIZER,
