@@ -68,7 +68,7 @@ def work_rate(start: float, end: float, work: float) -> float:
 def busy_shares(intervals: Sequence[Interval]) -> list[float]:
     """Each interval's share of the busy time (the length of the union of the intervals): at each
     instant, the time is divided among the intervals that cover it in proportion to their weights
-    (equally where all of those weights are 0). The shares add up to ``busy_seconds(intervals)``;
+    (equally where all of those weights are 0). The shares add up to the length of that union;
     an interval alone pays its whole length; a gap that no interval covers is charged to none.
     ``intervals``: (start, end, weight) with end >= start and weight >= 0."""
     for i, (start, end, weight) in enumerate(intervals):
