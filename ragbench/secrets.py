@@ -13,8 +13,8 @@ passes it through this module:
   malformed one's ``//user:password@`` too), ``name = value`` / ``"name": "value"`` pairs whose
   name looks like a credential, bearer tokens, well-known key shapes, and every secret value this
   process has seen (``remember``) or that the environment holds under a credential-like name;
-- ``redact_code(text)``: ``redact_text`` for source code (notebook code cells), where a quoted
-  literal assigned to a credential name is masked whatever it looks like;
+- ``mask_code_literals(text)``: for source code (notebook code cells, before ``redact_text``),
+  a quoted literal assigned to a credential name masked whatever it looks like;
 - ``code_secrets(text)``: the credentials a piece of code spells out, which a notebook masks
   in its outputs too (``redact_text(..., known=...)``): a short key a cell printed has no shape
   the patterns know;
@@ -151,7 +151,7 @@ def url_secrets(text: str) -> list[str]:
 
 def code_secrets(text: str) -> set[str]:
     """The credentials source code spells out: quoted literals assigned to credential names
-    (``api_key = "sk-..."``, what ``redact_code`` masks) and the passwords and secret query
+    (``api_key = "sk-..."``, what ``mask_code_literals`` masks) and the passwords and secret query
     values of its URLs, those that look like credentials (``_looks_like_a_credential``: not
     ``"EMPTY"``). A notebook masks them in its outputs too: a cell that prints the key it set
     shows it in no form the patterns know (short, of no known shape, in no environment)."""
@@ -222,14 +222,9 @@ def redact_text(
     return SECRET_SHAPES.sub(MASK, text)
 
 
-def redact_code(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """``redact_text`` for source code: a quoted literal assigned to a credential name is
-    masked whatever it looks like (``api_key = "plainword"`` too); an empty one is left."""
-    return redact_text(mask_code_literals(text), environ)
-
-
 def mask_code_literals(text: str) -> str:
-    """Only the code rule of ``redact_code``: quoted literals of credential names masked."""
+    """Source code's rule: a quoted literal assigned to a credential name is masked whatever it
+    looks like (``api_key = "plainword"`` too); an empty one is left."""
     if not text:
         return text
     return _CODE_PAIR.sub(

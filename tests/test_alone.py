@@ -3,12 +3,10 @@ request's own time (the harness's queue apart)."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from ragbench import strategies as st
 from ragbench.analysis import summary
-from ragbench.analysis._common import own_latency_seconds
 from ragbench.cost import alone, money, prices
 from ragbench.cost.accounting import Cost
 from ragbench.cost.money import Usage
@@ -196,23 +194,6 @@ def test_latency_is_the_request_time_at_any_batch_size(tmp_path, batch_size):
         assert df["queue_seconds"].max() >= 12 * 0.02
     table = summary(df)
     assert (table["latency_seconds"] < 0.03).all()
-
-
-def test_old_records_latency_included_the_queue_and_is_read_as_its_own_time():
-    from ragbench.schema import migrate_record
-
-    old = {"prompt_tokens": 10, "queue_seconds": 19.7, "prefill_seconds": 5.0,
-           "decode_seconds": 2.4, "latency_seconds": 27.1}  # fmt: skip
-    c = Cost.from_dict(migrate_record({"cost": old}, 1)["cost"])  # a schema-1 record, migrated
-    assert c.latency_seconds == pytest.approx(7.4) and c.queue_seconds == 19.7
-    assert c.latency_basis == "own" and Cost.from_dict(c.to_dict()) == c
-    # a results table written before latency_basis existed, next to a new one
-    df = pd.DataFrame({"latency_seconds": [27.1, 7.4], "queue_seconds": [19.7, 19.7],
-                       "latency_basis": [None, "own"]})  # fmt: skip
-    assert own_latency_seconds(df).tolist() == pytest.approx([7.4, 7.4])
-    assert own_latency_seconds(df.drop(columns="latency_basis")).tolist() == pytest.approx(
-        [7.4, -12.3]
-    )
 
 
 # ------------------------------------------- alone vs beside on the embedded model (SmolLM2)

@@ -489,7 +489,7 @@ def test_a_waiter_takes_over_a_folder_its_holder_discarded(tmp_path):
         ),
         (
             {"model.params": {"context_window": -1}},
-            "model.params: context_window: -1 is not a window; valid: a whole number of tokens",
+            "model.params.context_window: Input should be greater than or equal to 1 (given: -1)",
         ),
         (
             {"strategies": [{"name": "rag", "params": {"top_k": []}}]},

@@ -27,7 +27,6 @@ from ragbench.experiment.budget import (
     decide,
     over_budget,
     preload_estimate,
-    round_estimate,
     spend_of,
 )
 from ragbench.experiment.config.run import config_hash, load_config
@@ -67,8 +66,6 @@ def record(dollars=None, judge=None):
 def test_spend_counts_generation_and_judge_dollars():
     spend = spend_of([record(1.0, 0.5), record(3.0), SimpleNamespace(cost=None, meta={})])
     assert spend == Spend(dollars=4.5, per_record=2.0, judge_per_record=0.5)
-    assert round_estimate(spend, 4, judged=False) == 8.0
-    assert round_estimate(spend, 4, judged=True) == 10.0
 
 
 def preloaded(example_id, own, once, corpus="c1", over=12):

@@ -257,19 +257,12 @@ def test_cost_adds_and_flattens_in_field_order():
         cost.Cost.from_dict({"usd": 1.0})
 
 
-def test_schema_1_records_with_the_old_time_names_are_migrated_not_read_by_cost():
-    from ragbench.schema import migrate_record
-
-    old = {"prompt_tokens": 57, "prefill_seconds": 0.5, "decode_seconds": 1.5,
-           "total_seconds": 2.0, "gpu_seconds": 0.75, "dollars": 1e-5}  # fmt: skip
+def test_cost_reads_its_own_fields_only():
+    old = {"prompt_tokens": 57, "total_seconds": 2.0, "gpu_seconds": 0.75}  # schema 1's names
     with pytest.raises(ValueError, match="gpu_seconds"):
-        cost.Cost.from_dict(old)  # Cost reads its own fields only: ragbench.schema migrates
-    c = cost.Cost.from_dict(migrate_record({"cost": old}, 1)["cost"])
-    assert c.resource_seconds == 0.75 and c.latency_seconds == 2.0
-    assert c.queue_seconds == 0.0 and c.padding_tokens == 0
-    assert cost.Cost.from_dict(c.to_dict()) == c  # and the new form round-trips
+        cost.Cost.from_dict(old)
     with pytest.raises(ValueError, match="gpu_secs"):
-        cost.Cost.from_dict({"gpu_secs": 1.0})  # unknown fields are still errors
+        cost.Cost.from_dict({"gpu_secs": 1.0})
 
 
 def test_cost_adds_padding_queue_and_both_times():

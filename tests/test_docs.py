@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from ragbench.datasets.corpus import docs
 from ragbench.datasets.corpus.cleaning import clean_text
 from ragbench.datasets.corpus.file import corpus_fingerprint, read_documents
 from ragbench.io import sha256_file
+from ragbench.types import Document
 
 PDF_PAGES = (
     "The harbour master is Ben Marsh.\nThe spring tide reaches 4.2 metres.",
@@ -142,15 +144,26 @@ def test_one_document_per_readable_file_with_the_right_text(folder):
     assert result.fingerprint == corpus_fingerprint(result.documents)
 
 
+def page_of(document: Document, offset: int) -> int | None:
+    """1-based page holding character ``offset`` of a PDF document (its ``page_starts``); None
+    for other formats."""
+    starts = document.meta.get("page_starts")
+    if not starts:
+        return None
+    if not 0 <= offset <= len(document.text):
+        raise ValueError(f"offset {offset} is outside {document.id!r} ({len(document.text)})")
+    return bisect.bisect_right(starts, offset)
+
+
 def test_pdf_pages_map_offsets_back_to_page_numbers(folder):
     pdf = _by_id(docs.ingest([folder / "guide.pdf"]))["guide.pdf"]
-    assert docs.page_of(pdf, pdf.text.index("spring tide")) == 1
-    assert docs.page_of(pdf, pdf.text.index("neap tide")) == 2
-    assert docs.page_of(pdf, len(pdf.text)) == 2
+    assert page_of(pdf, pdf.text.index("spring tide")) == 1
+    assert page_of(pdf, pdf.text.index("neap tide")) == 2
+    assert page_of(pdf, len(pdf.text)) == 2
     with pytest.raises(ValueError, match="outside"):
-        docs.page_of(pdf, len(pdf.text) + 1)
+        page_of(pdf, len(pdf.text) + 1)
     md = docs.read_document(folder / "notes.md", "notes.md")
-    assert docs.page_of(md, 0) is None
+    assert page_of(md, 0) is None
 
 
 def test_empty_pdf_pages_keep_their_page_numbers():
@@ -290,12 +303,12 @@ def test_cli_nothing_readable_exits_2_with_one_line(cli, tmp_path):
 # --------------------------------------------------------------------------- streaming, bad paths
 
 
-def test_ingest_to_writes_the_bytes_write_documents_writes(folder, tmp_path):
+def test_ingest_into_a_file_writes_the_bytes_write_documents_writes(folder, tmp_path):
     from ragbench.datasets.corpus.file import write_documents
 
     whole = docs.ingest([folder])
     expected = write_documents(tmp_path / "whole.jsonl", whole.documents).read_bytes()
-    streamed = docs.ingest_to(tmp_path / "out" / "streamed.jsonl", [folder])
+    streamed = docs.ingest([folder], out=tmp_path / "out" / "streamed.jsonl")
     assert streamed.path.read_bytes() == expected
     assert streamed.fingerprint == whole.fingerprint == sha256_file(streamed.path)
     assert streamed.ids == [d.id for d in whole.documents] and streamed.documents == []
@@ -303,12 +316,12 @@ def test_ingest_to_writes_the_bytes_write_documents_writes(folder, tmp_path):
     assert not list((tmp_path / "out").glob(".*"))  # no temporary file left
 
 
-def test_ingest_to_writes_nothing_when_nothing_is_readable(tmp_path):
+def test_ingest_into_a_file_writes_nothing_when_nothing_is_readable(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "x.docx").write_bytes(b"nope")
     with pytest.raises(ValueError, match="no readable documents"):
-        docs.ingest_to(tmp_path / "c.jsonl", [bad])
+        docs.ingest([bad], out=tmp_path / "c.jsonl")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
 
 

@@ -99,6 +99,11 @@ def test_extraction_equals_the_official_function():
 # ----------------------------------------------------------------- LongBench v2
 
 
+def retrieved_context(chunks: list[str]) -> str:
+    """``$DOC$`` of the RAG template, as ``pred.py`` joins retrieved chunks (in corpus order)."""
+    return "\n\n".join(f"Retrieved chunk {i + 1}: {text}" for i, text in enumerate(chunks))
+
+
 def lb2_row(i: int, gold: str = "B", **over) -> dict:
     key = f"vault-{i}"
     values = {"A": "1111", "B": "2222", "C": "3333", "D": "4444"}
@@ -165,7 +170,7 @@ def test_longbench_v2_chain_of_thought_is_two_prompts_and_templates_must_match(t
         lb2.render("<text>$DOCUMENT$</text> $Q$ $C_A$ $C_B$ $C_C$ $C_D$", ex)
     with pytest.raises(ValueError, match=r"lacks \$C_D\$"):
         lb2.render("$DOC$ $Q$ $C_A$ $C_B$ $C_C$", ex)
-    rag = lb2.render("0shot_rag", ex, context=lb2.retrieved_context(["one", "two"]))
+    rag = lb2.render("0shot_rag", ex, context=retrieved_context(["one", "two"]))
     assert "<text>\nRetrieved chunk 1: one\n\nRetrieved chunk 2: two\n</text>" in rag
     assert lb2.render("0shot_no_context", ex).startswith("What is the correct answer")
 

@@ -36,10 +36,6 @@ def test_snapkv_choices_are_validated_and_kept_apart():
         kv_cache.SnapKV(ratio=0.5, window=0)
     with pytest.raises(ValueError, match="kv sinks has no parameter 'ratio'"):
         kv_cache.kv_from_spec({"name": "sinks", "sink_tokens": 4, "ratio": 0.5})
-    with pytest.raises(
-        ValueError, match=r"'kv_ratio'; it is now nested under kv: kv: \{name: snapkv"
-    ):
-        LongContextParams.from_dict({"kv_ratio": 0.5})  # schema 1's flat key
     with pytest.raises(ValueError, match="snapkv"):
         kv_cache.kv_from_spec("snap")  # the valid choices are named
 

@@ -80,11 +80,11 @@ def test_a_variant_is_stored_nested_as_its_spec(kv, yaml, spec):
     assert LongContextParams.from_dict(params.to_dict()) == params
 
 
-def test_the_old_flat_keys_name_the_nested_form():
-    with pytest.raises(ValueError, match=r"'kv_cache'; the variant is now nested: kv: \{name"):
-        LongContextParams.from_dict({"kv_cache": "quantized", "kv_bits": 4})
-    with pytest.raises(ValueError, match=r"'kv_bits'; it is now nested under kv: kv: \{name: quan"):
-        LongContextParams.from_dict({"kv_bits": 4})
+def test_kv_keys_are_checked_against_the_variant():
+    with pytest.raises(
+        ValueError, match=r"unknown long_context parameter 'kv_bits'; .*valid: .*kv"
+    ):
+        LongContextParams.from_dict({"kv_bits": 4})  # the variant's parameters nest under kv
     with pytest.raises(ValueError, match="kv sinks has no parameter 'bits'; valid: sink_tokens"):
         LongContextParams.from_dict({"kv": {"name": "sinks", "bits": 4}})
 

@@ -111,8 +111,7 @@ def test_config_hashes_pinned(tmp_path):
 
 
 def test_a_bm25_run_stores_no_embedder_and_resumes(tmp_path):
-    """bm25 points name no embedder in their keys or records, and resume under those keys.
-    (Schema-1 records that still named one are migrated when read: ``tests/test_schema.py``.)"""
+    """bm25 points name no embedder in their keys or records, and resume under those keys."""
     cfg = _config(tmp_path, "bm25")
     cfg["retrieval"]["embedder"] = "hash"
     out = Path(run(cfg, progress=False).attrs["run_dir"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_importers_v2 import FILLER, lb2_row, write_lb2
+from test_importers_v2 import FILLER, lb2_row, retrieved_context, write_lb2
 
 from ragbench.datasets import longbench_v2 as lb2
 from ragbench.experiment.runner import run
@@ -93,7 +93,7 @@ def test_long_context_rag_and_closed_book_send_the_official_prompts(tmp_path):
         chunks = re.split(r"\n\nRetrieved chunk \d+: ", context.removeprefix("Retrieved chunk 1: "))
         assert len(chunks) == 2 and all(c in ex.context for c in chunks)  # document order
         assert ex.context.index(chunks[0]) < ex.context.index(chunks[1])
-        assert rg.prompt == lb2.render("0shot_rag", ex, context=lb2.retrieved_context(chunks))
+        assert rg.prompt == lb2.render("0shot_rag", ex, context=retrieved_context(chunks))
     # the whole reply is the prediction; the official extraction scores it
     lc = df[df.strategy == "long_context"].sort_values("example_id")
     assert list(lc["prediction"]) == ["The correct answer is (B)\nThat is all.",

@@ -564,7 +564,7 @@ def test_a_pipeline_that_reports_no_contexts_has_no_retrieval_scores(tmp_path, m
 
 
 def test_the_judge_reads_the_recorded_contexts():
-    from ragbench.strategies import ContextUnavailable
+    from ragbench.strategies.contexts import ContextUnavailable
     from ragbench.types import Record
 
     strategy = get_strategy("pipeline")

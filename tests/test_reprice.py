@@ -141,15 +141,10 @@ def test_reprice_table_tiers_cache_columns_and_failed_rows():
 
 
 def test_reprice_table_reads_resource_seconds_and_names_missing_columns():
-    from ragbench.schema import migrate_table
-
     gpu = prices.price_sheet("example-h100-hour")
     df = table(resource_seconds=[36.0, 72.0, 1.0])
     out, _ = reprice_table(df, gpu)
     assert out.dollars.tolist() == pytest.approx([0.025, 0.05, 2.5 / 3600])
-    # a schema-1 table's gpu_seconds column is resource_seconds once migrated (ragbench.schema)
-    old = migrate_table(table(gpu_seconds=[36.0, 72.0, 1.0]), 1)
-    assert reprice_table(old, gpu)[0].dollars.tolist() == out.dollars.tolist()
     with pytest.raises(ValueError, match=r"\['resource_seconds'\]"):
         reprice_table(table(prompt_tokens=[1, 2, 3]), gpu)
     with pytest.raises(ValueError, match="cached_prompt_tokens"):
@@ -209,3 +204,25 @@ def test_cli_prices_list_and_show():
     missing = cli.invoke(app, ["prices", "import-genai", "gpt-4o"])
     if missing.exit_code != 0:  # genai-prices not installed: one clear line, exit 2
         assert missing.exit_code == 2 and "pip install genai-prices" in missing.output
+
+
+def test_a_row_a_record_line_and_a_resumed_record_are_repriced_by_one_function():
+    """``ragbench reprice`` (its table and its records.jsonl) and a resumed run whose sheet
+    changed (``reprice_stale``) price a record alike: ``repriced_cost``, cache writes from the
+    record's meta (a table row: its column)."""
+    from ragbench.cost.accounting import Cost
+    from ragbench.cost.reprice import reprice_stale, repriced_cost
+    from ragbench.io import dumps_canonical
+    from ragbench.types import Record
+
+    sheet = prices.price_sheet(SONNET)  # writes to the cache cost more than plain prompt tokens
+    cost = Cost(prompt_tokens=3000, cached_prompt_tokens=1000, completion_tokens=10, dollars=1.0)
+    meta = {"cache_write_tokens": 2000}
+    record = Record("e", "closed_book", {}, "x", cost=cost, meta=meta)
+    line = dumps_canonical({"key": "k", "record": record.to_dict(), "schema_version": 2})
+    from_line = json.loads(reprice_records_text(line + "\n", sheet))["record"]["cost"]
+    from_resume = reprice_stale({"k": record}, sheet).repriced["k"].cost
+    from_table, _ = reprice_table(pd.DataFrame([{**cost.to_dict(), **meta}]), sheet)
+    assert from_line == from_resume.to_dict() == repriced_cost(cost, sheet, meta).to_dict()
+    assert from_table["dollars"][0] == pytest.approx(from_resume.dollars)
+    assert from_resume.dollars > repriced_cost(cost, sheet).dollars  # the writes were priced

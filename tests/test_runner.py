@@ -373,7 +373,7 @@ def test_unreadable_middle_record_is_skipped_not_truncated(tmp_path):
         for i in range(4):
             append_record(f, f"k{i}", Record(f"e{i}", "rag", RagParams(), "x"))
     lines = path.read_bytes().splitlines(keepends=True)
-    lines[1] = b'{"key": "k1", "record": {"unknown_field": 1}}\n'
+    lines[1] = b'{"key": "k1", "record": {"unknown_field": 1}, "schema_version": 2}\n'
     path.write_bytes(b"".join(lines) + b'{"key": "k9", "rec')  # plus a torn tail
     done = read_records(path)
     assert sorted(done) == ["k0", "k2", "k3"]

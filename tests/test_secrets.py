@@ -97,7 +97,7 @@ def test_a_credential_named_field_is_masked_whatever_its_type():
     ],
 )  # fmt: skip
 def test_code_masks_quoted_credentials_whatever_they_look_like(code, clean):
-    assert secrets.redact_code(code, environ={}) == clean
+    assert secrets.redact_text(secrets.mask_code_literals(code), environ={}) == clean
 
 
 def test_userinfo_of_a_malformed_url_is_masked_and_remembered():

@@ -18,7 +18,6 @@ from ragbench.cost.prices import parse_price_sheet, resource_seconds_basis
 from ragbench.llm.fake import FakeLLM
 from ragbench.llm.server_time import (
     BusyTimeline,
-    busy_seconds,
     busy_shares,
     token_work,
     work_rate,
@@ -26,6 +25,18 @@ from ragbench.llm.server_time import (
 from ragbench.types import Completion, GenerationRequest
 
 serve = pytest.fixture(serving, name="serve")
+
+
+def busy_seconds(intervals: list) -> float:
+    """The length of the union of the (start, end, ...) intervals: the time at least one was in
+    flight."""
+    total, reach = 0.0, float("-inf")
+    for start, end, *_ in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
 
 HOURLY = parse_price_sheet(
     {"name": "h", "kind": "gpu_hour", "date": "2025-01-01", "source": "test",

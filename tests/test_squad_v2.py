@@ -16,10 +16,26 @@ from ragbench.datasets import formats
 from ragbench.metrics.answer import score
 from ragbench.metrics.squad import (
     as_squad_prediction,
-    squad_v2_evaluate,
+    has_answer,
     squad_v2_scores,
     squad_v2_summary,
 )
+
+
+def squad_v2_evaluate(examples: list, predictions: dict[str, str]) -> dict:
+    """The official summary of ``predictions`` (question id -> text) on SQuAD 2.0 examples;
+    a question without a prediction is left out, as the script does."""
+    exact_scores, f1_scores, has = [], [], []
+    for example in examples:
+        if example.id not in predictions:
+            continue
+        answerable = has_answer(example.meta)
+        scores = squad_v2_scores(predictions[example.id], example.answers, answerable)
+        exact_scores.append(scores["exact_match"])
+        f1_scores.append(scores["f1"])
+        has.append(answerable)
+    return squad_v2_summary(exact_scores, f1_scores, has)
+
 
 # ---------------------------------------------------------------------------- the oracle
 # SQuAD v2.0 official evaluation script, evaluate-v2.0.py

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from ragbench.workspace.sweep.run import execute_sweep, run_sweep
+from ragbench.workspace.sweep.run import execute_sweep
 from ragbench.workspace.sweep.spec import (
     SweepSpec,
     SweepSpecError,
@@ -210,14 +210,15 @@ def test_rerun_without_retry_reports_the_recorded_failure(sweep_runs):
     assert (failed.seconds, failed.finished_at) == (recorded.seconds, recorded.finished_at)
 
 
-def test_run_sweep_warns_and_cli_summarises(sweep_runs):
+def test_a_failed_point_is_described_and_cli_summarises(sweep_runs):
     from typer.testing import CliRunner
 
-    with pytest.warns(
-        UserWarning, match=r"x=2-.*cell \d+ \(In \[4\]\): ValueError: deliberate failure"
-    ):
-        table = run_sweep(sweep_runs["spec"], rerun_failed=False)
-    assert len(table) == 4
+    outcome = execute_sweep(sweep_runs["spec"], rerun_failed=False)
+    assert len(outcome.results) == 4
+    (failed,) = outcome.failed
+    assert re.search(
+        r"x=2-.*cell \d+ \(In \[4\]\): ValueError: deliberate failure", failed.describe()
+    )
 
     import typer
 

@@ -315,21 +315,3 @@ def test_repeated_third_party_log_lines_are_shown_once(caplog):
     assert "repeats dropped: llama_index.core.readers.file.base (3)" in texts[-1]
     other.warning("`llama-index-readers-file` package not found")  # after the run: shown
     assert [r.getMessage() for r in caplog.records].count(texts[0]) == 2
-
-
-def test_a_schema_1_runs_params_are_logged_as_this_schema_names_them():
-    """An older run folder (tests/fixtures/schema1-run) logs its KV variants under the nested
-    ``kv`` keys a schema-2 run logs, not schema 1's flat ``kv_cache``/``kv_bits``."""
-    from pathlib import Path
-
-    manifest = json.loads(
-        (Path(__file__).parent / "fixtures" / "schema1-run" / "manifest.json").read_text()
-    )
-    strategies = json.loads(tracking.run_params(manifest)["strategies"])
-    assert "kv_cache" not in json.dumps(strategies) and "kv_bits" not in json.dumps(strategies)
-    assert strategies[2]["params"]["kv"] == {
-        "name": "sinks",
-        "sink_tokens": 4,
-        "window_tokens": 128,
-    }
-    assert strategies[3]["params"]["kv"] == {"name": "quantized", "bits": 4}

@@ -22,18 +22,11 @@ def counted(n: int, noun: str) -> str:
 
 
 def own_latency_seconds(df: Any) -> Any:
-    """Each row's own latency (retrieval search + prefill + decode), the column every analysis
-    reads: ``latency_seconds`` where the row says it is its own (``latency_basis`` "own"); a row
-    of a table written before that column existed held queue + prefill + decode, so its
-    ``queue_seconds`` is taken out (as ``Cost.from_dict`` does for its record). None without a
-    ``latency_seconds`` column."""
+    """Each row's own latency (retrieval search + prefill + decode; the harness's queue apart),
+    the column every analysis reads: ``latency_seconds`` as floats. None without that column."""
     if "latency_seconds" not in df:
         return None
-    latency = df["latency_seconds"].astype(float)
-    if "queue_seconds" not in df:
-        return latency
-    old = df["latency_basis"].ne("own") if "latency_basis" in df else latency.notna()
-    return latency.where(~old, latency - df["queue_seconds"].astype(float).fillna(0.0))
+    return df["latency_seconds"].astype(float)
 
 
 def metric_columns(df: Any) -> list[str]:

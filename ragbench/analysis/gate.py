@@ -245,7 +245,7 @@ def headline(text: str) -> str:
 
 
 def load_run(run: Any) -> tuple[Any, int]:
-    """(results table, seed) of a run folder (``results.parquet`` as this schema reads it:
+    """(results table, seed) of a run folder (``results.parquet``, another schema's refused:
     ``ragbench.schema.read_folder_table``; the manifest's seed), or of a results DataFrame as
     given (seed 0)."""
     import pandas as pd
@@ -261,7 +261,7 @@ def load_run(run: Any) -> tuple[Any, int]:
         seed = int(manifest.get("config", {}).get("seed", 0))
     except (OSError, ValueError):
         seed = 0
-    return read_folder_table(folder), seed  # an older schema's table read as this one's
+    return read_folder_table(folder), seed
 
 
 # what to do about a run that did not finish, by its manifest's status

@@ -83,7 +83,7 @@ def oracle_router(
 ORACLE_LABEL = "oracle router"
 
 
-def router_headroom(
+def router_headroom(  # oracle_router's parameters, passed on to it, and the intervals' seed
     df: Any,
     metric: str | None = None,
     cost: str | None = None,

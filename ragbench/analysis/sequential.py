@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -214,30 +213,6 @@ def repeated_interval(x: Sequence[float], y: Sequence[float], c: float, binary: 
         se = sd / math.sqrt(n)
         z, lo, hi = diff / se, diff - c * se, diff + c * se
     return {**out, "diff": diff, "ci_low": lo, "ci_high": hi, "z": z}
-
-
-@dataclass(frozen=True)
-class Look:
-    """One look, as the manifest records it: ``n`` paired questions of ``of``, information
-    ``fraction``, the ``statistic`` (z at no difference) against the ``boundary`` (critical
-    value), the difference ``x - y`` with its repeated interval, and the ``decision``."""
-
-    look: int
-    n: int
-    of: int
-    fraction: float
-    statistic: float
-    boundary: float
-    x: str
-    y: str
-    diff: float
-    ci_low: float
-    ci_high: float
-    decision: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v)
-                for k, v in asdict(self).items()}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------- simulation

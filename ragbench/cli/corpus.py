@@ -59,9 +59,9 @@ def docs_cmd(
     stopped = f"{target} not written (no temporary file left); run the same command again"
     with user_errors(), sigterm_exits(resume=stopped):  # SIGTERM: as `ragbench run` takes it
         # written as it is read (one document in memory at a time), in place when complete
-        result = docs.ingest_to(
-            target,
+        result = docs.ingest(
             paths,
+            target,
             include=include,
             exclude=exclude,
             threshold=threshold,

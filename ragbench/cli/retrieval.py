@@ -11,6 +11,7 @@ not an index) print one ``error: ...`` line and exit 2; anything else keeps its 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import typer
@@ -74,22 +75,24 @@ def is_corpus(path: Path) -> bool:
     return False
 
 
-def write_index(
-    dataset: Path,
-    out: Path,
-    *,
-    chunker: str,
-    chunk_size: int,
-    chunk_overlap: int,
-    tokenizer: str,
-    embedder: str,
-    factory: str,
-) -> dict:
+@dataclass(frozen=True)
+class IndexSettings:
+    """How ``index build`` chunks and embeds, as ``build.json`` records it."""
+
+    chunker: str  # a SPLITTERS name
+    chunk_size: int  # tokens of ``tokenizer``
+    chunk_overlap: int
+    tokenizer: str
+    embedder: str  # an EMBEDDERS name or a model folder
+    factory: str  # the FAISS factory string
+
+
+def write_index(dataset: Path, out: Path, settings: IndexSettings) -> dict:
     """Chunk, embed and index the documents of a ragbench JSONL dataset, or of a corpus file,
     into ``out`` (``build_index`` with a dense retriever, saved)."""
-    if chunker not in SPLITTERS:  # names checked before the (slow) chunking and embedding
-        raise unknown("chunker", chunker, SPLITTERS)
-    emb = get_embedder(embedder)
+    if settings.chunker not in SPLITTERS:  # checked before the (slow) chunking and embedding
+        raise unknown("chunker", settings.chunker, SPLITTERS)
+    emb = get_embedder(settings.embedder)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"{out}: is a file, not an index folder")
     documents = (
@@ -101,11 +104,11 @@ def write_index(
         documents,
         retriever="dense",
         embedder=emb,
-        splitter=chunker,
-        chunk_size=chunk_size,
-        chunk_overlap=chunk_overlap,
-        tokenizer=tokenizer,
-        retriever_params={"factory": factory},
+        splitter=settings.chunker,
+        chunk_size=settings.chunk_size,
+        chunk_overlap=settings.chunk_overlap,
+        tokenizer=settings.tokenizer,
+        retriever_params={"factory": settings.factory},
     )
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / CHUNKS_FILE, chunks)
@@ -115,13 +118,8 @@ def write_index(
         "dataset_sha256": sha256_file(dataset),
         "documents": len(documents),
         "chunks": len(chunks),
-        "chunker": chunker,
-        "chunk_size": chunk_size,
-        "chunk_overlap": chunk_overlap,
-        "tokenizer": tokenizer,
-        "embedder": embedder,
+        **asdict(settings),
         "embedder_identity": emb.identity(),
-        "factory": factory,
     }
     atomic_write_text(out / BUILD_FILE, json.dumps(build, indent=2, sort_keys=True) + "\n")
     return build
@@ -182,16 +180,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Chunk, embed and index a dataset's documents, or a corpus file's."""
         with user_errors():
-            build = write_index(
-                dataset,
-                out,
-                chunker=chunker,
-                chunk_size=chunk_size,
-                chunk_overlap=chunk_overlap,
-                tokenizer=tokenizer,
-                embedder=embedder,
-                factory=factory,
+            settings = IndexSettings(
+                chunker, chunk_size, chunk_overlap, tokenizer, embedder, factory
             )
+            build = write_index(dataset, out, settings)
         typer.echo(
             f"indexed {build['documents']} documents as {build['chunks']} chunks "
             f"({build['embedder']}, {build['factory']}) -> {out}"

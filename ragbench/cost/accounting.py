@@ -215,9 +215,7 @@ class Cost(JsonMixin):
     prefix_paid_tokens: int = 0  # (not in cached_prompt_tokens)
     prefix_paid_seconds: float = 0.0  # the device seconds they add to the charged seconds
     search_seconds: float | None = None  # this query's retrieval search (in latency); None: none
-    latency_basis: str | None = (
-        "own"  # own: queue apart (schema-1 records: ragbench.schema converts)
-    )
+    latency_basis: str | None = "own"  # own: the harness's queue apart
 
     def __post_init__(self) -> None:
         if self.one_time_seconds is not None:  # None there: unknown (a repriced api sheet)

@@ -8,11 +8,12 @@ original (``results.<sheet>.parquet``, ``records.<sheet>.jsonl`` and ``results.<
 saying which sheet, dated and sourced, priced it from which table). The original files are never
 written: the run's own numbers stay what the run measured.
 
-Each row or record is read back into a ``Cost`` and priced by ``Cost.repriced``, the same
-accounting the run used; its ``price_sheet_sha256`` becomes the new sheet's content hash
+Each row or record is read back into a ``Cost`` and priced by ``repriced_cost``, the one
+reprice of a record (``Cost.repriced``, the same accounting the run used, with the cache writes
+its meta logged); its ``price_sheet_sha256`` becomes the new sheet's content hash
 (``PriceSheet.short_sha256``). A resumed run whose sheet file changed reprices its own stored
-records the same way (``reprice_stale``, called by the runner), so one table never mixes two
-versions of a sheet. A one-time cost (``long_context preload``) is repriced with its record:
+records through the same function (``reprice_stale``, called by the runner), so one table never
+mixes two versions of a sheet. A one-time cost (``long_context preload``) is repriced with its record:
 ``one_time_dollars`` from ``one_time_seconds`` on an hourly sheet, and ``amortised_dollars`` =
 dollars + one_time / ``amortised_over`` (``Cost.amortise``). On a per-token sheet the one-time
 cost cannot be priced (a record keeps its seconds, not its tokens): both are left empty and
@@ -43,7 +44,7 @@ from typing import Any
 from ragbench.cost.accounting import Cost
 from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical, sha256_file
-from ragbench.schema import migrate_line, read_folder_table
+from ragbench.schema import read_folder_table
 
 RESULTS = "results.parquet"
 RECORDS = "records.jsonl"
@@ -85,9 +86,21 @@ def _finite(value: Any) -> bool:
         return False
 
 
+def repriced_cost(
+    cost: Cost, sheet: PriceSheet, meta: Mapping[str, Any] | None = None, known: bool = True
+) -> Cost:
+    """A stored record's cost priced again with ``sheet``: the one reprice of a record, for a
+    table row and a ``records.jsonl`` line (``ragbench reprice``) and for a resumed run's records
+    its changed sheet priced (``reprice_stale``). The provider's cache writes come from the
+    record's meta (``meta["cache_write_tokens"]``, where a backend that reports them puts them;
+    a table row's column). ``known=False``: the fields the sheet prices were not logged."""
+    write = (meta or {}).get("cache_write_tokens")
+    return cost.repriced(sheet, float(write) if _finite(write) else 0.0, known=known)
+
+
 def _repriced(sheet: PriceSheet, cost: Mapping[str, Any]) -> Cost:
-    """One record's logged accounting (a mapping of cost fields: a table row's or a record's;
-    empty values left out) as a ``Cost``, priced with ``sheet``. Its own dollars are unknown
+    """A table row's logged accounting (a mapping of its cost columns; empty values left out)
+    as a ``Cost``, priced with ``sheet`` (``repriced_cost``). Its own dollars are unknown
     (None) when the fields the sheet prices are missing (a failed record)."""
     known: dict[str, Any] = {
         k: cost[k]
@@ -103,10 +116,7 @@ def _repriced(sheet: PriceSheet, cost: Mapping[str, Any]) -> Cost:
         priceable = any(f in known for f in (*SECONDS_FIELDS, "modelled_seconds"))
     else:
         priceable = all(f in known for f in TOKEN_FIELDS)
-    write = cost.get("cache_write_tokens")
-    return Cost.from_dict(known).repriced(
-        sheet, float(write) if _finite(write) else 0.0, known=priceable
-    )
+    return repriced_cost(Cost.from_dict(known), sheet, cost, known=priceable)
 
 
 def _approximate(sheet: PriceSheet, cost: dict[str, Any]) -> bool:
@@ -173,32 +183,23 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
 
 
 def reprice_records_text(text: str, sheet: PriceSheet) -> str:
-    """``records.jsonl`` text with each record's ``cost.dollars`` and ``cost.price_sheet``
-    recomputed. Lines are kept as the runner wrote them otherwise; a torn last line (no
-    newline: a killed run) is left out, as the runner's reader does; an unreadable line is kept
-    verbatim (the reader skips it)."""
+    """``records.jsonl`` text with each record's cost priced again (``repriced_cost``). Lines
+    are kept as the runner wrote them otherwise; a torn last line (no newline: a killed run) is
+    left out, as the runner's reader does; an unreadable line is kept verbatim (the reader
+    skips it)."""
     lines = []
     for line in text.splitlines(keepends=True):
         if not line.endswith("\n"):
             break
         try:
             row = json.loads(line)
-            row = migrate_line(row)  # an older schema's line written as this schema's
-            cost = row["record"].get("cost")
+            record = row["record"]
+            cost = Cost.from_dict(record["cost"]) if record.get("cost") else None
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
             lines.append(line)
             continue
-        if isinstance(cost, dict) and cost:
-            new = _repriced(sheet, cost)
-            if new.dollars is not None:
-                cost["dollars"] = new.dollars
-                cost["price_sheet"] = sheet.name
-                cost["price_sheet_sha256"] = sheet.short_sha256()
-            if new.dollars is not None or new.one_time_seconds is not None:
-                if "one_time_dollars" in cost or new.one_time_dollars is not None:
-                    cost["one_time_dollars"] = new.one_time_dollars
-                if "amortised_dollars" in cost or new.amortised_dollars is not None:
-                    cost["amortised_dollars"] = new.amortised_dollars
+        if cost is not None:
+            record["cost"] = repriced_cost(cost, sheet, record.get("meta")).to_dict()
         lines.append(dumps_canonical(row) + "\n")
     return "".join(lines)
 
@@ -227,7 +228,8 @@ def reprice_stale(records: Mapping[str, Any], sheet: PriceSheet) -> StaleRecords
     A record written before records kept the hash (none: unknown) whose dollars ``sheet`` gives
     again is taken as priced by it: only the hash is added (``stamped``), so nothing a reprice
     cannot recompute (an api sheet's one-time preload dollars) is lost. One whose dollars differ
-    is repriced. Records without a cost (failed ones) are left alone."""
+    is repriced (``repriced_cost``, as ``ragbench reprice`` reprices a record). Records without
+    a cost (failed ones) are left alone."""
     import dataclasses
 
     out = StaleRecords()
@@ -237,8 +239,7 @@ def reprice_stale(records: Mapping[str, Any], sheet: PriceSheet) -> StaleRecords
         cost = getattr(record, "cost", None)
         if cost is None or cost.price_sheet_sha256 == sha:
             continue
-        write = getattr(cost, "cache_write_tokens", 0) or 0  # where Cost logs it
-        new = cost.repriced(sheet, float(write))
+        new = repriced_cost(cost, sheet, getattr(record, "meta", None))
         if cost.price_sheet_sha256 is None and _same(cost.dollars, new.dollars):
             out.stamped[key] = dataclasses.replace(
                 record, cost=dataclasses.replace(cost, price_sheet_sha256=sha)
@@ -336,7 +337,7 @@ def reprice_run(
         if path is not None and path.resolve() in originals:
             raise ValueError(f"{path}: would overwrite the run's own file; choose another --out")
 
-    before = read_folder_table(run_dir)  # an older schema's table read as this one's
+    before = read_folder_table(run_dir)  # another schema's folder: refused
     after, approximate = reprice_table(before, sheet)
     buf = io.BytesIO()  # read from parquet: every column is one pyarrow can type again
     after.to_parquet(buf, index=False)

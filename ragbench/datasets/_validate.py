@@ -1,7 +1,8 @@
 """Field validation for dataset importers: JSON-path-aware type checks and file:line errors.
 
 Importers raise ``FieldError(where, message)`` with the JSON path of the bad value;
-``read_jsonl`` and ``json_line_of`` turn it into one ``InputFileError`` naming file, line and field.
+``read_jsonl`` and ``parse_json_file`` turn it into one ``InputFileError`` naming file, line and
+field.
 ``nonempty`` makes an input that yields no examples an ``InputFileError`` too.
 """
 
@@ -14,11 +15,13 @@ import json.scanner
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from ragbench.io import InputFileError, iter_jsonl, read_text
 from ragbench.registry import did_you_mean
 from ragbench.types import Document
+
+T = TypeVar("T")
 
 STRINGS = "list of strings"  # a pseudo-type for check
 _DOCUMENT_KEYS = ("id", "text", "title", "meta")
@@ -288,3 +291,13 @@ def read_json_file(path: str | os.PathLike) -> tuple[str, Any]:
     except json.JSONDecodeError as exc:
         msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
         raise InputFileError(path, exc.lineno, msg) from None
+
+
+def parse_json_file(path: str | os.PathLike, parse: Callable[[Any], T]) -> T:
+    """``parse`` of a whole-file JSON input (``read_json_file``); the ``FieldError`` it raises
+    for a bad field is one ``InputFileError`` naming the file, the field and its line."""
+    text, data = read_json_file(path)
+    try:
+        return parse(data)
+    except FieldError as bad:
+        raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None

@@ -23,10 +23,9 @@ from typing import Any
 from ragbench.datasets._validate import (
     FieldError,
     check,
-    json_line_of,
     nonempty,
     opt,
-    read_json_file,
+    parse_json_file,
     req,
 )
 from ragbench.io import InputFileError
@@ -36,13 +35,15 @@ from ragbench.types import Document, Example
 def load_hotpotqa(path: str | os.PathLike) -> list[Example]:
     """Every question of a HotpotQA JSON file (see the module docstring)."""
     path = Path(path)
-    text, data = read_json_file(path)
-    if isinstance(data, dict) and "data" in data:  # the shape of SQuAD's files
-        raise InputFileError(
-            path, 1, "a SQuAD file (an object with 'data'), not HotpotQA's list of questions: "
-            "build ruler/qa_1 from it (RULER's qa_2 is HotpotQA)"
-        )  # fmt: skip
-    try:
+
+    def questions(data: Any) -> list[Example]:
+        if isinstance(data, dict) and "data" in data:  # the shape of SQuAD's files
+            raise InputFileError(
+                path,
+                1,
+                "a SQuAD file (an object with 'data'), not HotpotQA's list of questions: "
+                "build ruler/qa_1 from it (RULER's qa_2 is HotpotQA)",
+            )
         check(data, list, ())
         examples, seen = [], set()
         for i, row in enumerate(data):
@@ -51,8 +52,9 @@ def load_hotpotqa(path: str | os.PathLike) -> list[Example]:
                 raise FieldError((i, "_id"), f"duplicate question id {example.id!r}")
             seen.add(example.id)
             examples.append(example)
-    except FieldError as bad:
-        raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None
+        return examples
+
+    examples = parse_json_file(path, questions)
     return nonempty(path, examples, "no questions (an empty HotpotQA list)")
 
 

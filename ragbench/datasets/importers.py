@@ -49,14 +49,12 @@ from ragbench.datasets._validate import (
     STRINGS,
     FieldError,
     check,
-    json_line_of,
     nonempty,
     opt,
-    read_json_file,
+    parse_json_file,
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError
 from ragbench.metrics.longbench import RETRIEVAL_PATTERNS, SUBSET_METRIC, subset_name
 from ragbench.metrics.normalize import NO_ANSWER
 from ragbench.registry import unknown
@@ -175,11 +173,7 @@ def load_squad(path: PathLike, unanswerable: str = "keep") -> list[Example]:
     if unanswerable not in UNANSWERABLE:
         raise unknown("unanswerable policy", unanswerable, UNANSWERABLE)
     path = Path(path)
-    text, data = read_json_file(path)
-    try:
-        examples = _squad_examples(data)
-    except FieldError as bad:
-        raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None
+    examples = parse_json_file(path, _squad_examples)
     nonempty(path, examples, "no questions (data[].paragraphs[].qas[] are all empty)")
     if any(e.meta["unanswerable"] or e.meta["version"].startswith("v2") for e in examples):
         # scored as the official v2.0 script scores (metrics.squad), dropped questions or not

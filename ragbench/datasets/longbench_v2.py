@@ -53,13 +53,12 @@ from typing import Any
 from ragbench.datasets._validate import (
     FieldError,
     check,
-    json_line_of,
     nonempty,
-    read_json_file,
+    parse_json_file,
     read_jsonl,
     req,
 )
-from ragbench.io import InputFileError, require_file
+from ragbench.io import require_file
 from ragbench.metrics.longbench_v2 import CHOICES, DIFFICULTIES, LENGTHS, METRIC
 from ragbench.registry import unknown
 from ragbench.tokenizers import Tokenizer, get_tokenizer
@@ -124,24 +123,24 @@ def build(path: PathLike) -> list[Example]:
 
 
 def _from_json_list(path: Path) -> list[Example]:
-    text, data = read_json_file(path)
+    return parse_json_file(path, _examples)
+
+
+def _examples(data: Any) -> list[Example]:
+    check(data, list, ())
     examples: list[Example] = []
     first: dict[str, int] = {}
-    try:
-        check(data, list, ())
-        for i, row in enumerate(data):
-            check(row, dict, (i,))
-            try:
-                example = _example(row)
-            except FieldError as bad:
-                raise FieldError((i, *bad.where), bad.message) from None
-            if example.id in first:
-                msg = f"duplicate _id {example.id!r} (first at [{first[example.id]}])"
-                raise FieldError((i, "_id"), msg)
-            first[example.id] = i
-            examples.append(example)
-    except FieldError as bad:
-        raise InputFileError(path, json_line_of(text, bad.where), bad.message, bad.field) from None
+    for i, row in enumerate(data):
+        check(row, dict, (i,))
+        try:
+            example = _example(row)
+        except FieldError as bad:
+            raise FieldError((i, *bad.where), bad.message) from None
+        if example.id in first:
+            msg = f"duplicate _id {example.id!r} (first at [{first[example.id]}])"
+            raise FieldError((i, "_id"), msg)
+        first[example.id] = i
+        examples.append(example)
     return examples
 
 
@@ -266,11 +265,6 @@ def _meta(example: Example) -> dict[str, Any]:
             f"example {example.id!r} is not a LongBench v2 example (no choices in its meta)"
         )
     return example.meta
-
-
-def retrieved_context(chunks: list[str]) -> str:
-    """``$DOC$`` of the RAG template, as ``pred.py`` joins retrieved chunks (in corpus order)."""
-    return "\n\n".join(f"Retrieved chunk {i + 1}: {text}" for i, text in enumerate(chunks))
 
 
 def _fill(text: str, values: dict[str, str]) -> str:

@@ -158,12 +158,6 @@ def preload_estimate(spend: Spend, items: Iterable[Any]) -> float:
     return len(fresh) * sum(spend.one_time.values()) / len(spend.one_time)
 
 
-def round_estimate(spend: Spend, size: int, judged: bool) -> float:
-    """Dollars a round of ``size`` new records is expected to cost (``judged``: they will be
-    judged too)."""
-    return size * (spend.per_record + (spend.judge_per_record if judged else 0.0))
-
-
 def decide(spent: float, estimate: float, cap: float) -> str | None:
     """Why to stop before a round (None: run it). A NaN spend or estimate (a record or a price
     that is not a number) passes no comparison: the cap cannot be held, so the run stops."""

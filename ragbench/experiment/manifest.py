@@ -19,7 +19,7 @@ from ragbench.experiment.session import RunSession
 from ragbench.io import atomic_write_text
 from ragbench.metrics.answer import metric_versions
 from ragbench.schema import KEY as SCHEMA_KEY
-from ragbench.schema import SCHEMA_VERSION, refuse_resume, version_of
+from ragbench.schema import SCHEMA_VERSION, check
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,11 @@ def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, Any] | Non
 
 
 def check_schema(out: Path) -> None:
-    """Refuse (``ragbench.schema.refuse_resume``: one line naming its version) to resume a run
-    folder another schema wrote; a first run, or a folder of this schema, passes."""
+    """Refuse (``ragbench.schema.check``: one line naming its version) to resume a run folder
+    another schema wrote; a first run, or a folder of this schema, passes."""
     manifest = read_manifest(out)
     if manifest is not None:
-        refuse_resume(out, version_of(manifest))
+        check(manifest, out)
 
 
 def sessions_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:

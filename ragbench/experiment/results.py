@@ -25,7 +25,7 @@ from ragbench.cost import Cost
 from ragbench.cost.reprice import reprice_stale
 from ragbench.io import dumps_canonical
 from ragbench.schema import KEY as SCHEMA_KEY
-from ragbench.schema import SCHEMA_VERSION, SchemaError, migrate_line
+from ragbench.schema import SCHEMA_VERSION, SchemaError, check, check_folder
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
 from ragbench.strategies.driver import outcome_parts
@@ -60,11 +60,12 @@ def record_from_dict(data: dict[str, Any]) -> Record:
 
 def read_records(path: Path) -> dict[str, Record]:
     """Records already written, by work key. A torn last line (killed mid-write) is cut off.
-    Lines of an older schema are read through ``ragbench.schema.migrate_line`` (their keys
-    as this schema writes them): reading an old folder works; a run refuses to resume one."""
+    A folder (its manifest) or line of another schema is refused (``ragbench.schema.check``:
+    SchemaError)."""
     done: dict[str, Record] = {}
     if not path.exists():
         return done
+    check_folder(path.parent)
     data = path.read_bytes()
     good_end = 0
     for lineno, line in enumerate(data.splitlines(keepends=True), start=1):
@@ -72,10 +73,11 @@ def read_records(path: Path) -> dict[str, Record]:
             break  # torn write: the line never got its newline; only this is cut off
         good_end += len(line)
         try:
-            row = migrate_line(json.loads(line))  # an older schema's line, as this one's
+            row = json.loads(line)
+            check(row, f"{path}:{lineno}")
             done[row["key"]] = record_from_dict(row["record"])
         except SchemaError:
-            raise  # a newer ragbench's records: not "unreadable", never run again over them
+            raise  # another schema's records: not "unreadable", never run again over them
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             # a complete but unreadable line (another version's fields, a bad edit): skip it,
             # keep every record after it; its work item is simply run again

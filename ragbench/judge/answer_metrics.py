@@ -35,11 +35,7 @@ class JudgeCorrect(JudgeMetric):
     against_strings = True
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
-        answers = " | ".join(sample.references)
-        return [{"question": sample.question, "prediction": sample.answer, "answers": answers}]
-
-    def score_samples(self, verdicts: list) -> float:
-        return verdicts[0]
+        return [{**sample.asked_about(), "prediction": sample.answer}]
 
 
 class JudgeFaithful(JudgeMetric):
@@ -50,11 +46,8 @@ class JudgeFaithful(JudgeMetric):
     prompt = "faithful-v1"
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
-        return [{"question": sample.question, "prediction": sample.answer,
-                 "context": sample.context()}]  # fmt: skip
-
-    def score_samples(self, verdicts: list) -> float:
-        return verdicts[0]
+        fields = {"question": sample.question, "prediction": sample.answer}
+        return [{**fields, "context": sample.context()}]
 
 
 class SemanticSimilarity(JudgeMetric):

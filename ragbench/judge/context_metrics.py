@@ -105,34 +105,43 @@ def statements(answers: Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------------------- the metrics
 
 
-class ContextPrecision(JudgeMetric):
-    """One call per retrieved context, in rank order: useful for the reference? -> AP."""
+class _AgainstTheReference(JudgeMetric):
+    """RAGAS's context metrics: the retrieved contexts judged against the reference (the
+    question and its gold answers), one call per unit (``units``)."""
 
-    name = "context_precision"
     needs = (REFERENCES, CONTEXTS)
-    prompt = "context-precision-v1"
     by_unit = True
 
     def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
-        base = {"question": sample.question, "answers": " | ".join(sample.references)}
-        return [{**base, "context": c} for c in sample.contexts()]
+        return [{**sample.asked_about(), **unit} for unit in self.units(sample)]
+
+    def units(self, sample: Sample) -> list[dict[str, str]]:
+        """What each call asks besides the reference."""
+        raise NotImplementedError
+
+
+class ContextPrecision(_AgainstTheReference):
+    """One call per retrieved context, in rank order: useful for the reference? -> AP."""
+
+    name = "context_precision"
+    prompt = "context-precision-v1"
+
+    def units(self, sample: Sample) -> list[dict[str, str]]:
+        return [{"context": c} for c in sample.contexts()]
 
     def score_samples(self, verdicts: list) -> float:
         return average_precision(verdicts)
 
 
-class ContextRecall(JudgeMetric):
+class ContextRecall(_AgainstTheReference):
     """One call per statement of the reference: attributable to the contexts? -> their share."""
 
     name = "context_recall"
-    needs = (REFERENCES, CONTEXTS)
     prompt = "context-recall-v1"
-    by_unit = True
 
-    def asks(self, sample: Sample, judge: Judge) -> list[dict[str, str]]:
-        base = {"question": sample.question, "answers": " | ".join(sample.references)}
+    def units(self, sample: Sample) -> list[dict[str, str]]:
         joined = CONTEXT_SEPARATOR.join(sample.contexts())
-        return [{**base, "context": joined, "statement": s} for s in statements(sample.references)]
+        return [{"context": joined, "statement": s} for s in statements(sample.references)]
 
     def detail(self, units: Sequence[dict[str, str]]) -> dict[str, Any]:
         return {"context_recall_statements": [u["statement"] for u in units]}

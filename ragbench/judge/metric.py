@@ -55,15 +55,9 @@ class Sample:
 
     def __init__(self, example: Example, record: Record, read: Contexts | None) -> None:
         self.example, self.record, self.read = example, record, read
+        self.question: str = example.question
+        self.answer: str = record.prediction
         self._got: dict[str, tuple[Any, str | None]] = {}
-
-    @property
-    def question(self) -> str:
-        return self.example.question
-
-    @property
-    def answer(self) -> str:
-        return self.record.prediction
 
     @property
     def generates(self) -> bool:
@@ -74,6 +68,10 @@ class Sample:
     def references(self) -> list[str]:
         """The non-blank gold answers."""
         return [a for a in self.example.answers if a.strip()]
+
+    def asked_about(self) -> dict[str, str]:
+        """The question and the gold answers, as a judge prompt shows them (``a | b``)."""
+        return {"question": self.question, "answers": " | ".join(self.references)}
 
     def context(self) -> str:
         """The context as the prompt placed it (an empty one too: a pipeline that returned no
@@ -112,7 +110,8 @@ class Judged:
 
 class JudgeMetric:
     """One judge metric (see the module docstring). Subclasses set ``name``, ``needs`` and
-    ``prompt`` and write ``asks`` and ``score_samples`` (or ``collect``)."""
+    ``prompt`` and write ``asks``, and ``score_samples`` (or ``collect``) where one verdict per
+    sample is not the score."""
 
     name: ClassVar[str]
     needs: ClassVar[tuple[str, ...]] = ()  # checked in order (module docstring)
@@ -172,8 +171,11 @@ class JudgeMetric:
         return prompt.parse(reply)
 
     def score_samples(self, verdicts: list[Any]) -> float:
-        """One sample's score from its units' verdicts (every one read)."""
-        raise NotImplementedError
+        """One sample's score from its units' verdicts (every one read): a metric of one call
+        per sample scores its verdict; one of several units (``by_unit``) says how."""
+        if self.by_unit:
+            raise NotImplementedError
+        return verdicts[0]
 
     def collect(self, judged: list[Judged], judge: Judge) -> None:
         """Scores and detail of every finished record: ``<metric>_replies`` (and with units

@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping
-from importlib import import_module
 from typing import Any
 
 from ragbench.llm.base import LLM, Capabilities, ContextOverflowError, ServerUnreachable
@@ -27,17 +26,19 @@ BACKENDS = Registry(
     },
 )
 
-_LAZY = {
-    "FakeLLM": "ragbench.llm.fake:FakeLLM",
-    "OpenAICompatLLM": "ragbench.llm.openai.compat:OpenAICompatLLM",
-    "LLMRequestError": "ragbench.llm.openai.http:LLMRequestError",
-    "HFModel": "ragbench.llm.hf.model:HFModel",
-}
-
 __all__ = [
-    "BACKENDS", "LLM", "BackendParamError", "CachedLLM", "Capabilities", "ContextOverflowError", "ServerUnreachable",
-    "backend_capabilities", "backend_params", "check_backend_params", "load_llm", *_LAZY,
-]  # fmt: skip
+    "BACKENDS",
+    "LLM",
+    "BackendParamError",
+    "CachedLLM",
+    "Capabilities",
+    "ContextOverflowError",
+    "ServerUnreachable",
+    "backend_capabilities",
+    "backend_params",
+    "check_backend_params",
+    "load_llm",
+]
 
 
 def load_llm(backend: str, cache: str | os.PathLike | None = None, **kwargs: Any) -> LLM:
@@ -88,11 +89,3 @@ def backend_capabilities(backend: str) -> Capabilities:
     'whitespace'
     """
     return BACKENDS.get(backend).capabilities
-
-
-def __getattr__(name: str) -> Any:
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'ragbench.llm' has no attribute {name!r}")
-    module, _, attr = target.partition(":")
-    return getattr(import_module(module), attr)

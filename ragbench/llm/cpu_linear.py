@@ -106,11 +106,6 @@ class PackedLinears:
             self._weight(module)
         return self
 
-    @property
-    def packed_bytes(self) -> int:
-        """Bytes of the packed copies made so far (dense size; oneDNN may pad a little)."""
-        return sum(p.numel() * 4 for p, _ in self._packed.values())
-
     def _weight(self, module: Any) -> Any:
         w = module.weight
         key = (w.data_ptr(), w._version)

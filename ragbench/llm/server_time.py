@@ -37,7 +37,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from ragbench.types import Completion
@@ -68,7 +68,7 @@ def work_rate(start: float, end: float, work: float) -> float:
 def busy_shares(intervals: Sequence[Interval]) -> list[float]:
     """Each interval's share of the busy time (the length of the union of the intervals): at each
     instant, the time is divided among the intervals that cover it in proportion to their weights
-    (equally where all of those weights are 0). The shares add up to ``busy_seconds(intervals)``;
+    (equally where all of those weights are 0). The shares add up to the length of that union;
     an interval alone pays its whole length; a gap that no interval covers is charged to none.
     ``intervals``: (start, end, weight) with end >= start and weight >= 0."""
     for i, (start, end, weight) in enumerate(intervals):
@@ -103,17 +103,6 @@ def busy_shares(intervals: Sequence[Interval]) -> list[float]:
         else:
             del active[i]
     return shares
-
-
-def busy_seconds(intervals: Iterable[Sequence[float]]) -> float:
-    """The length of the union of the (start, end, ...) intervals: the time at least one was in
-    flight."""
-    total, reach = 0.0, float("-inf")
-    for start, end, *_ in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
 
 
 class BusyTimeline:

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ragbench.metrics.normalize import NO_ANSWER, normalize_answer
-from ragbench.types import Example
 
 _DECLINE = normalize_answer(NO_ANSWER)
 
@@ -105,18 +104,3 @@ def squad_v2_summary(
         if rows:
             out |= {f"{prefix}_{k}": v for k, v in part(rows).items()}
     return out
-
-
-def squad_v2_evaluate(examples: Sequence[Example], predictions: Mapping[str, str]) -> dict:
-    """The official summary of ``predictions`` (question id -> text) on SQuAD 2.0 examples;
-    a question without a prediction is left out, as the script does."""
-    exact_scores, f1_scores, has = [], [], []
-    for example in examples:
-        if example.id not in predictions:
-            continue
-        answerable = has_answer(example.meta)
-        scores = squad_v2_scores(predictions[example.id], example.answers, answerable)
-        exact_scores.append(scores["exact_match"])
-        f1_scores.append(scores["f1"])
-        has.append(answerable)
-    return squad_v2_summary(exact_scores, f1_scores, has)

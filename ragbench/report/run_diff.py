@@ -54,7 +54,7 @@ from ragbench.report.run_match import (
     variants,
 )
 from ragbench.report.runs import load, manifest_of, run_folder, run_names
-from ragbench.schema import migrate_config, version_of
+from ragbench.schema import check
 from ragbench.secrets import redact
 
 SIDES = ("A", "B")
@@ -300,14 +300,15 @@ class _Run:
 
 
 def _config(folder: Path | None) -> dict[str, Any] | None:
-    """The run's config from its manifest, as this schema reads it, credentials masked."""
+    """The run's config from its manifest (another schema's: SchemaError), credentials masked."""
     if folder is None:
         return None
     manifest = manifest_of(folder)
     config = manifest.get("config")
     if not isinstance(config, dict):
         return None
-    return redact(migrate_config(config, version_of(manifest)))
+    check(manifest, folder)
+    return redact(config)
 
 
 def _side(run: Any, side: str) -> _Run:

@@ -1,6 +1,6 @@
 """Run folders as one results table for people: ``ragbench.load(run_dir)`` (or several).
 
-One folder: its ``results.parquet`` (as this schema reads it) with the question text beside each
+One folder: its ``results.parquet`` (another schema's refused) with the question text beside each
 record (``question``, from ``questions.parquet``: ``experiment.evidence``), a ``run`` column (the
 folder's name) and a ``model`` column (the manifest's model name). Several folders: their tables
 one below the other, each label prefixed by its run (``"run-a: rag k=3"``; the label as the run

@@ -44,11 +44,6 @@ class AssembledContext:
     tokens: int  # count_tokens(text)
     dropped: tuple[str, ...]  # input chunk ids left out (over budget or past top_k), input order
 
-    @property
-    def citations(self) -> dict[str, str]:
-        """Marker -> chunk id, e.g. ``{"[1]": "essay#4"}``."""
-        return {f"[{i + 1}]": cid for i, cid in enumerate(self.chunk_ids)}
-
 
 def assemble_context(
     scored: Sequence[ScoredChunk],

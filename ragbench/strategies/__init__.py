@@ -23,14 +23,7 @@ Adding a strategy: its steps module, its parameter class (``params.py``) and one
 
 from ragbench.strategies.base import Resources, make_record
 from ragbench.strategies.batch import run_batch
-from ragbench.strategies.contexts import (
-    FULL_CONTEXT,
-    NO_CONTEXT,
-    RETRIEVED,
-    SOURCES,
-    Contexts,
-    ContextUnavailable,
-)
+from ragbench.strategies.contexts import FULL_CONTEXT, NO_CONTEXT, RETRIEVED, Contexts
 from ragbench.strategies.driver import drive
 from ragbench.strategies.params import (
     ClosedBookParams,
@@ -56,9 +49,7 @@ __all__ = [
     "FULL_CONTEXT",
     "NO_CONTEXT",
     "RETRIEVED",
-    "SOURCES",
     "STRATEGIES",
-    "ContextUnavailable",
     "Contexts",
     "ClosedBookParams",
     "LongContextParams",

@@ -25,7 +25,6 @@ from ragbench.llm.kv import variants as kv_cache
 from ragbench.registry import did_you_mean, unknown
 from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking, needs_embedder
 from ragbench.retrieval.context import ORDERS
-from ragbench.schema import v1_kv_hint
 from ragbench.strategies.prompts import OVERFLOW
 
 
@@ -61,14 +60,11 @@ class StrategyParams:
 
     @classmethod
     def check_keys(cls, keys: Any) -> None:
-        """Raise ValueError for a key that is no field (``keys``: names, or the mapping, whose
-        values let a schema-1 KV key's hint show the variant it names)."""
+        """Raise ValueError for a key that is no field (``keys``: names, or a mapping)."""
         valid = cls.field_names()
-        spec = dict(keys) if isinstance(keys, Mapping) else None
         for key in keys:
             if key not in valid:
-                hint = v1_kv_hint(str(key), spec) if "kv" in valid else None
-                hint = hint or did_you_mean(str(key), valid or ["(none)"])
+                hint = did_you_mean(str(key), valid or ["(none)"])
                 raise ValueError(f"unknown {cls.strategy} parameter {key!r}; {hint}")
 
     @classmethod

@@ -66,8 +66,9 @@ from ragbench.experiment.evidence import read_questions
 from ragbench.experiment.resources import build_resources, load_examples
 from ragbench.experiment.results import RECORDS, record_from_dict
 from ragbench.io import atomic_write_text, dumps_canonical, read_json
-from ragbench.schema import SchemaError, migrate_config, migrate_line, version_of
-from ragbench.strategies import ContextUnavailable, Resources, contexts_of, params_from_dict
+from ragbench.schema import check
+from ragbench.strategies import Resources, contexts_of, params_from_dict
+from ragbench.strategies.contexts import ContextUnavailable
 from ragbench.types import Example, Record
 
 log = logging.getLogger(__name__)
@@ -115,11 +116,11 @@ def _clean(value: Any) -> Any:
 
 
 def run_config(manifest: dict[str, Any]) -> RunConfig:
-    """The config a run folder's manifest holds, as this schema reads it; without its
+    """The config a run folder's manifest holds (another schema's: SchemaError); without its
     ``tracking`` section, where the run was reported, which changes nothing an export rebuilds
     (and an older run's ``file:`` MLflow URI, refused now, must not stop its export)."""
-    config = migrate_config(manifest["config"], version_of(manifest))
-    config = {k: v for k, v in config.items() if k != "tracking"}
+    check(manifest, "manifest.json")
+    config = {k: v for k, v in manifest["config"].items() if k != "tracking"}
     return parse_config(config, "manifest.json")
 
 
@@ -246,9 +247,11 @@ def read_records_only(path: Path) -> dict[tuple[str, str, str], Record]:
         if not line.endswith(b"\n"):
             break  # torn (or being written): the run rewrites it
         try:
-            record = record_from_dict(migrate_line(json.loads(line))["record"])
-        except (SchemaError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue  # an unreadable line: its row says no record was found
+            row = json.loads(line)
+            check(row, path)
+            record = record_from_dict(row["record"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue  # an unreadable line (another schema's too): its row says no record
         found[_row_key(record.example_id, record.strategy, record.params.to_dict())] = record
     return found
 

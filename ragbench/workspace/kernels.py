@@ -276,13 +276,6 @@ def _redact_text_field(
     return value
 
 
-def redact_notebook_file(path: str | os.PathLike) -> Path:
-    """Rewrite an .ipynb file in place (atomically) with :func:`redact_notebook`."""
-    path = Path(path)
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    return _write_notebook(path, redact_notebook(nb))
-
-
 def _write_notebook(path: Path, nb: dict[str, Any]) -> Path:
     # nbformat's own layout (indent 1, sorted keys), so diffs against papermill's files stay small
     text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"

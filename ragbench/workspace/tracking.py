@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragbench import __version__, secrets
+from ragbench import __version__, schema, secrets
 from ragbench.analysis.gate import headline, load_run, score_columns, variant_values
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.verdict import verdict
@@ -52,7 +52,6 @@ from ragbench.experiment.config.sections import mlflow_uri_problem
 from ragbench.experiment.runner import run as run_experiment
 from ragbench.io import atomic_write_text
 from ragbench.locks import FolderLock
-from ragbench.schema import migrate_config, version_of
 from ragbench.workspace.export import questions, sample_rows, slug
 
 DEFAULT_STORE = "mlruns"  # ./mlruns: mlflow.db + artifacts/
@@ -171,8 +170,8 @@ def _cut(text: str, limit: int) -> str:
 
 def run_params(manifest: dict[str, Any]) -> dict[str, str]:
     """The params of a run: its flattened config, hash, model identity and price sheet."""
-    # an older schema's config as this one reads it (schema 1's flat kv_* keys nested under kv)
-    params = flatten(migrate_config(manifest.get("config") or {}, version_of(manifest)))
+    schema.check(manifest, "manifest.json")  # another schema's run: SchemaError
+    params = flatten(manifest.get("config") or {})
     params["config_hash"] = str(manifest.get("config_hash"))
     params.update(flatten(manifest.get("model") or {}, "identity."))
     params.update(flatten(manifest.get("price_sheet") or {}, "price_sheet."))

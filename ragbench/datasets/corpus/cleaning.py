@@ -15,7 +15,6 @@ keeps a piece per match), ``casefold`` slice by slice.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -80,7 +79,3 @@ def update_sha256(digest: Any, text: str) -> None:
     """digest.update(text.encode()) slice by slice (the same bytes, no full-size copy)."""
     for i in range(0, len(text), _SLICE):
         digest.update(text[i : i + _SLICE].encode("utf-8"))
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(normalize_for_hash(text).encode("utf-8")).hexdigest()

@@ -22,9 +22,9 @@ Steps, each stated so a corpus can be reproduced:
    near duplicates; the first in corpus order is kept: the report is ``dedup_documents``') and
    report what was dropped.
 
-``ingest_to`` writes each kept document to the corpus file as soon as it is read, so memory
-holds one document (a few copies of the largest file's text), not the corpus; ``ingest``
-returns them all as a list.
+``ingest(paths, out=...)`` writes each kept document to the corpus file as soon as it is read,
+so memory holds one document (a few copies of the largest file's text), not the corpus;
+without ``out`` it returns them all as a list.
 
 Ids: each document's id is its path relative to the common folder of the PATHs (for one folder,
 relative to that folder; for a file, its name), with ``/`` separators, so ids are unique and
@@ -36,7 +36,6 @@ file, and for PDFs ``pages`` and ``page_starts``. The title is the one the file 
 
 from __future__ import annotations
 
-import bisect
 import errno
 import fnmatch
 import os
@@ -70,14 +69,14 @@ class Skipped:
 
 @dataclass
 class IngestResult:
-    documents: list[Document]  # the kept documents (``ingest``); empty from ``ingest_to``
+    documents: list[Document]  # the kept documents; empty when ``ingest`` wrote them (``out``)
     skipped: list[Skipped]
     dedup: dict[str, Any]  # corpus.dedup_documents' report (dropped ids with reasons)
     files: int  # files considered (read, unreadable or unsupported)
     fingerprint: str = ""
     warnings: list[str] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)  # the kept documents' ids, in corpus order
-    path: Path | None = None  # the corpus file ``ingest_to`` wrote
+    path: Path | None = None  # the corpus file ``ingest`` wrote (``out``)
 
 
 # --------------------------------------------------------------------------- discovery
@@ -265,21 +264,12 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def page_of(document: Document, offset: int) -> int | None:
-    """1-based page holding character ``offset`` of a PDF document; None for other formats."""
-    starts = document.meta.get("page_starts")
-    if not starts:
-        return None
-    if not 0 <= offset <= len(document.text):
-        raise ValueError(f"offset {offset} is outside {document.id!r} ({len(document.text)})")
-    return bisect.bisect_right(starts, offset)
-
-
 # --------------------------------------------------------------------------- ingest
 
 
 def ingest(
     paths: Sequence[PathLike],
+    out: PathLike | None = None,
     *,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
@@ -290,36 +280,23 @@ def ingest(
 ) -> IngestResult:
     """Discover, read, clean and deduplicate (module docstring); raise ValueError (one line)
     when nothing readable is found. ``progress``: a tqdm bar over bytes read (None: on a
-    terminal). ``on_skip`` hears about each unreadable file as it happens. Every kept document
-    is in memory: ``ingest_to`` writes a corpus file without holding them."""
+    terminal). ``on_skip`` hears about each unreadable file as it happens.
+
+    Without ``out`` every kept document is in memory (``documents``). With ``out``, each is
+    written to that corpus file as soon as it is read (the bytes ``write_documents`` would
+    write; the file appears whole or not at all), ``documents`` is empty and ``ids`` names what
+    was written; ``out`` (a folder, say) and ``paths`` (a symbolic link loop) are checked
+    before any file is read."""
     dedup = Deduplicator(threshold)
-    chosen, skipped = discover(paths, include, exclude, skip)
-    documents: list[Document] = []
-    result = _ingest(
-        paths, chosen, skipped, dedup, documents.append, progress=progress, on_skip=on_skip
-    )
-    result.documents = documents
-    result.fingerprint = corpus_fingerprint(documents)
-    return result
-
-
-def ingest_to(
-    out: PathLike,
-    paths: Sequence[PathLike],
-    *,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    threshold: float = 0.8,
-    skip: Iterable[PathLike] = (),
-    progress: bool | None = False,
-    on_skip: Callable[[Skipped], None] | None = None,
-) -> IngestResult:
-    """``ingest`` into the corpus file ``out``, each kept document written as soon as it is
-    read (the bytes ``write_documents`` would write; ``out`` appears whole or not at all).
-    ``out`` (a folder, say) and ``paths`` (a symbolic link loop) are checked before any file is
-    read. The result's ``documents`` is empty; ``ids`` names what was written."""
+    if out is None:
+        chosen, skipped = discover(paths, include, exclude, skip)
+        documents: list[Document] = []
+        result = _ingest(
+            paths, chosen, skipped, dedup, documents.append, progress=progress, on_skip=on_skip
+        )
+        result.documents, result.fingerprint = documents, corpus_fingerprint(documents)
+        return result
     check_output(out)
-    dedup = Deduplicator(threshold)
     chosen, skipped = discover(paths, include, exclude, [*skip, out])
     with CorpusWriter(out) as writer:
         result = _ingest(

@@ -54,7 +54,7 @@ def worked_examples(rng: random.Random, num_cw: int, num_fewshot: int, short: bo
     return "\n".join(blocks)
 
 
-def iter_cwe(
+def iter_cwe(  # the sizing parameters of every RULER task first (tasks.COMMON_PARAMS)
     context_lengths: int | Sequence[int] = (4096,),
     num_examples: int = 10,
     tokenizer: str = DEFAULT_TOKENIZER,

@@ -27,10 +27,12 @@ from collections.abc import Iterator, Sequence
 from ragbench.datasets._validate import DatasetParamError, int_param, lengths_param
 from ragbench.datasets.haystack import fit
 from ragbench.datasets.niah import DEFAULT_TOKENIZER
+from ragbench.datasets.ruler.tasks import context_meta
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Document, Example
 
 # RULER scripts/data/synthetic/constants.py, lines 43-47 ('freq_words_extraction')
+HAYSTACK = "none (the coded words are the context)"
 INSTRUCTION = (
     "Read the following coded text and track the frequency of each coded word. Find the three "
     "most frequently appeared coded words."
@@ -88,7 +90,7 @@ def _text(rng_state, vocab: list[str], counts: list[int]) -> tuple[str, list[tup
     return " ".join(words), spans
 
 
-def iter_fwe(
+def iter_fwe(  # the sizing parameters of every RULER task first (tasks.COMMON_PARAMS)
     context_lengths: int | Sequence[int] = (4096,),
     num_examples: int = 10,
     tokenizer: str = DEFAULT_TOKENIZER,
@@ -139,12 +141,7 @@ def iter_fwe(
             doc = Document(id=f"{ex_id}/context", text=text)
             meta = {
                 "task": "ruler/fwe",
-                "tokenizer": tok.name,
-                "haystack": "none (the coded words are the context)",
-                "seed": seed,
-                "context_length": length,
-                "final_context_length_buffer": buffer,
-                "context_tokens": tok.count(text),
+                **context_meta(tok, HAYSTACK, seed, length, buffer, text),
                 "instruction": INSTRUCTION,
                 "answer_prefix": ANSWER_PREFIX,
                 "evidence": [[doc.id, s, e] for s, e in spans],

@@ -42,6 +42,7 @@ from ragbench.datasets.haystack import fit
 from ragbench.datasets.hotpotqa import load_hotpotqa
 from ragbench.datasets.importers import load_squad
 from ragbench.datasets.niah import DEFAULT_TOKENIZER
+from ragbench.datasets.ruler.tasks import context_meta
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Document, Example, join_documents
 
@@ -200,16 +201,12 @@ def _example(pool, question, *, format, tok, length, buffer, rng, path, i, seed)
         ) from None
     ex_id = f"ruler-qa-L{length}-{i:04d}"
     gold_ids = sorted({d for d, _, _ in evidence})
+    haystack = f"{format} paragraphs (distractors from the same file)"
     meta = {
         "task": "ruler/qa",
         "source": format,
         "question_id": question.id,
-        "tokenizer": tok.name,
-        "haystack": f"{format} paragraphs (distractors from the same file)",
-        "seed": seed,
-        "context_length": length,
-        "final_context_length_buffer": buffer,
-        "context_tokens": tok.count(text),
+        **context_meta(tok, haystack, seed, length, buffer, text),
         "instruction": INSTRUCTION,
         "answer_prefix": ANSWER_PREFIX,
         "evidence": evidence,

@@ -275,6 +275,20 @@ def _common_words(rng, tok, budget, *, num_cw, freq_cw, freq_ucw):
     return text, evidence, fields, list(common), {"uncommon_words": n}
 
 
+def context_meta(tok: Any, haystack: str, seed: int, length: int, buffer: int, text: str) -> dict:
+    """What every RULER example's meta says of its context: the tokenizer, the haystack, the
+    seed, the context length asked for, the tokens kept free for the answer
+    (``final_context_length_buffer``) and the tokens the context took."""
+    return {
+        "tokenizer": tok.name,
+        "haystack": haystack,
+        "seed": seed,
+        "context_length": length,
+        "final_context_length_buffer": buffer,
+        "context_tokens": tok.count(text),
+    }
+
+
 def iter_ruler(
     task: str,
     context_lengths: int | Sequence[int] = (4096,),
@@ -353,25 +367,16 @@ def iter_ruler(
                 templates = (VT_INSTRUCTION, VT_QUESTION, VT_ANSWER_PREFIX)
             else:
                 hay = "words"
+                freq = freq_cw or (30 if int(length) >= 4096 else 10)  # RULER's, by length
                 text, evidence, fields, answers, extra = _common_words(
-                    rng,
-                    tok,
-                    budget,
-                    num_cw=num_cw,
-                    freq_ucw=freq_ucw,
-                    freq_cw=freq_cw or (30 if int(length) >= 4096 else 10),
+                    rng, tok, budget, num_cw=num_cw, freq_ucw=freq_ucw, freq_cw=freq
                 )
                 templates = (CWE_INSTRUCTION, CWE_QUESTION, CWE_ANSWER_PREFIX)
             instruction, question, prefix = (t.format(**fields) for t in templates)
             doc = Document(id=f"{ex_id}/context", text=text)
             meta = {
                 "task": f"ruler/{task}",
-                "tokenizer": tok.name,
-                "haystack": hay,
-                "seed": seed,
-                "context_length": int(length),
-                "final_context_length_buffer": final_context_length_buffer,
-                "context_tokens": tok.count(text),
+                **context_meta(tok, hay, seed, int(length), final_context_length_buffer, text),
                 "instruction": instruction,
                 "answer_prefix": prefix,
                 "evidence": [[doc.id, s, e] for s, e in evidence],

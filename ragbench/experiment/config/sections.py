@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import (
@@ -16,7 +16,9 @@ from pydantic import (
     PrivateAttr,
     field_validator,
     model_validator,
+    with_config,
 )
+from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
 import ragbench.retrieval as registries  # EMBEDDERS, RETRIEVERS, SPLITTERS, retriever options
 from ragbench.cost.prices import PriceSheet, price_sheet
@@ -39,13 +41,23 @@ from ragbench.tokenizers import check_tokenizer
 MAX_NEW_TOKENS = 1_000_000  # answer tokens per call: above any model's window today
 
 
+@with_config(ConfigDict(extra="allow"))
+class ModelParams(TypedDict, total=False):
+    """``model.params``: the backend's keyword arguments, any it takes (``ModelConfig._params``
+    names one it does not); those the config reads before the model loads are declared here,
+    with their ranges."""
+
+    # tokens; leave it out for the model's own (strict: 8192.0 or "8192" is no window)
+    context_window: Annotated[int, Field(strict=True, ge=1)] | None
+
+
 def _known_window(fields: dict[str, Any]) -> int | None:
     """The context window of a model section's (validated so far) ``fields``, when it is known
     without loading anything: ``params.context_window``, else the backend's default for it,
     else (a backend that loads weights, unscaled) the preset's; None otherwise."""
     params = fields.get("params") or {}
     window = params.get("context_window")
-    if isinstance(window, int) and not isinstance(window, bool) and window >= 1:
+    if window is not None:  # declared and checked (ModelParams)
         return window
     if "backend" not in fields or any(k.startswith("rope") for k in params):
         return None
@@ -107,7 +119,7 @@ class RateLimitConfig(_Strict):
 class ModelConfig(_Strict):
     backend: str = "hf"  # where generation runs: hf | openai | fake (ragbench.llm.BACKENDS)
     name: str = "smollm2-135m-instruct"  # preset name, HF id/folder, or served model name
-    params: dict[str, Any] = Field(default_factory=dict)  # backend kwargs: device, base_url, ...
+    params: ModelParams = Field(default_factory=dict)  # backend kwargs: device, base_url, ...
     preset: str | None = None  # architecture for FLOPs/KV bytes; default: `name` if it is a preset
     # SmolLM2 restates the question: allow >= 32; below the window where it is known (_room)
     max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
@@ -138,14 +150,6 @@ class ModelConfig(_Strict):
         takes = backend_params(info.data["backend"]) if "backend" in info.data else []
         if "backend" in info.data:  # a key the backend does not take, named at its line
             check_backend_params(info.data["backend"], v)
-        window = v.get("context_window")
-        if window is not None and (
-            not isinstance(window, int) or isinstance(window, bool) or window < 1
-        ):
-            raise ValueError(
-                f"context_window: {window!r} is not a window; valid: a whole number of tokens "
-                ">= 1, or leave it out for the model's own"
-            )
         if isinstance(v.get("base_url"), str) and "base_url" in takes:
             try:
                 wire.api_root(v["base_url"])

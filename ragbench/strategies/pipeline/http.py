@@ -124,16 +124,7 @@ def _attempt(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> 
 def post(params: PipelineParams, question: str, example_id: str, corpus: str | None) -> Any:
     """The endpoint's JSON answer to one question (after retries), or ``LLMRequestError``."""
     payload = {"question": question, "id": example_id, "corpus": corpus}
-    result, _ = http.with_retries(
-        _attempt,
-        client(params),
-        request_url(params, params.raw_url),
-        payload,
-        url=params.url,
-        policy=policy(params),
-        sleep=time.sleep,
-    )
-    return result
+    return _post(params, params.raw_url, params.url, payload, _attempt)
 
 
 def _attempt_setup(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> None:
@@ -145,15 +136,22 @@ def _attempt_setup(c: Any, url: str, payload: dict[str, Any], budget: http.Budge
 def post_setup(params: PipelineParams, corpus: str, documents: list[Any]) -> None:
     """Hand the corpus (``Document``s) to ``setup_url`` (after retries), or ``LLMRequestError``."""
     payload = {"corpus": corpus, "documents": [d.to_dict() for d in documents]}
-    http.with_retries(
-        _attempt_setup,
+    _post(params, params.raw_setup_url, params.setup_url, payload, _attempt_setup)
+
+
+def _post(params: PipelineParams, raw_url: Any, shown_url: Any, payload: dict, attempt: Any) -> Any:
+    """``attempt`` at POSTing ``payload`` to ``raw_url`` (``shown_url`` in messages), with the
+    pipeline's retries: what the successful attempt returned."""
+    result, _ = http.with_retries(
+        attempt,
         client(params),
-        request_url(params, params.raw_setup_url),
+        request_url(params, raw_url),
         payload,
-        url=params.setup_url,
+        url=shown_url,
         policy=policy(params),
         sleep=time.sleep,
     )
+    return result
 
 
 def check(params: PipelineParams, timeout: float = CHECK_TIMEOUT) -> None:

@@ -52,7 +52,7 @@ from typing import Any, Literal
 from ragbench import secrets
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
 from ragbench.registry import did_you_mean
-from ragbench.schema import folder_version, migrate_table
+from ragbench.schema import check_folder
 from ragbench.workspace.kernels import (
     KernelNotInstalledError,
     init_worker,
@@ -287,27 +287,6 @@ def _write_summary(outcome: SweepOutcome, jobs: list[dict[str, Any]], pattern: s
         atomic_write_bytes(sweep_dir / "results.parquet", outcome.results.to_parquet(index=False))
 
 
-def run_sweep(
-    spec_path: str | os.PathLike,
-    workers: int = 1,
-    executor: str = "local",
-    rerun_failed: bool = True,
-    wait: bool = True,
-) -> Any:
-    """Run a sweep and return the results table of all finished points (a pandas DataFrame).
-
-    Failed and held points are reported as warnings; use :func:`execute_sweep` for per-point
-    outcomes."""
-    import warnings
-
-    outcome = execute_sweep(spec_path, workers, executor, rerun_failed, wait=wait)
-    for point in outcome.failed:
-        warnings.warn(f"sweep point failed: {point.describe()}", stacklevel=2)
-    for point in outcome.held:
-        warnings.warn(f"sweep point not finished: {point.describe()}", stacklevel=2)
-    return outcome.results
-
-
 def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
     if not jobs:
         return
@@ -377,8 +356,8 @@ def collect_results(jobs: list[dict[str, Any]], pattern: str = "**/results.parqu
         if not is_done(job):
             continue
         for path in sorted(Path(job["point_dir"]).glob(pattern)):
-            # an older schema's table read as this one's (the version: its run folder's)
-            frame = migrate_table(pd.read_parquet(path), folder_version(path.parent))
+            check_folder(path.parent)  # another schema's run folder: SchemaError
+            frame = pd.read_parquet(path)
             for name, value in secrets.redact(job["params"]).items():
                 column = name if name not in frame.columns else f"param.{name}"
                 scalar = isinstance(value, (str, int, float, bool)) or value is None
