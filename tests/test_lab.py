@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -98,8 +99,10 @@ def test_make_lab_runs_the_explore_notebook_and_shows_its_rows(lab):
             ".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120000
         )
         page.click(".jp-Notebook .jp-Cell >> nth=1")  # focus the notebook
-        page.click("text=Run", timeout=30000)  # the menu bar's Run menu
-        page.click("text=Run All Cells", timeout=30000)
+        # the menu bar's Run menu, then its item (exact labels: "runs" is in the notebook's text)
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(timeout=60000)
+        item = page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$"))
+        item.click(timeout=60000)
         view = ".rbv[data-loaded='1']"
         panel = page.locator(".jp-WindowedPanel-outer").first
         deadline = time.monotonic() + 600
