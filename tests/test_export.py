@@ -43,6 +43,8 @@ def exported(tmp_path_factory):
         ],
     )
     cfg["model"]["params"] = {"context_window": 1000}  # the 1500-token haystacks are cut
+    # every prompt reaches the backend (a completion another test cached would not be "sent")
+    cfg["model"]["cache"] = False
     sent: list[str] = []
     generate = FakeLLM._generate
 

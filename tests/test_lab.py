@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from browser import chromium_page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -98,11 +99,19 @@ def test_make_lab_runs_the_explore_notebook_and_shows_its_rows(lab):
         page.wait_for_selector(
             ".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120000
         )
-        page.click(".jp-Notebook .jp-Cell >> nth=1")  # focus the notebook
-        # the menu bar's Run menu, then its item (exact labels: "runs" is in the notebook's text)
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(timeout=60000)
-        item = page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$"))
-        item.click(timeout=60000)
+        for _ in range(3):  # a Run All sent while the kernel still connects can be lost: again
+            page.click(".jp-Notebook .jp-Cell >> nth=1")  # focus the notebook
+            # the menu bar's Run menu, then its item (exact labels: "runs" is in the notebook)
+            menu = page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$"))
+            menu.click(timeout=60000)
+            item = page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$"))
+            item.click(timeout=60000)
+            try:  # a cell that ran (or runs) shows its count: [1], [*]
+                ran = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\d+|\*)\]"))
+                ran.first.wait_for(timeout=60000)
+                break
+            except PlaywrightTimeout:
+                continue
         view = ".rbv[data-loaded='1']"
         panel = page.locator(".jp-WindowedPanel-outer").first
         deadline = time.monotonic() + 600
