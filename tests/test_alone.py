@@ -269,7 +269,8 @@ def test_on_smollm2_a_variant_costs_the_same_alone_and_beside_others():
     variant (``plan_rounds``), so RAG's and Self-Route's records have the same call mates, the
     same reuse and the same calibrated dollars beside the others as alone: within 1%, measured
     equal. (With rounds mixing the strategies, RAG beside the other three cost 0.88-1.04x its
-    price alone per record, and other examples and batch sizes moved records by 2-3x.)"""
+    price alone per record here; replayed on other question sets and batch sizes, single
+    records cost 0.26-4.5x their price alone.)"""
     from ragbench.llm.hf.model import HFModel
 
     llm = HFModel("smollm2-135m-instruct", device="cpu", batch_size=8, prefix_cache_size=2)
