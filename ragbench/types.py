@@ -145,6 +145,13 @@ class GenerationRequest(JsonMixin):
     ``cacheable=False``: never served from or stored in a completion cache, because what it
     costs depends on state outside the request (a question on a preloaded corpus KV: a stored
     answer would carry the corpus prefill its run paid). Left out of ``to_dict`` when True.
+
+    ``variant`` names the strategy variant that sends it (its records' label; the strategy
+    driver sets it). A backend that finds common prefixes in undeclared prompts (transformers)
+    shares them only among one variant's requests, so what a record reuses does not depend on
+    which other variants share its call (``ragbench.cost.alone`` prices each variant as if it
+    ran alone). Like ``id``, a label, not an input of the model: left out of ``to_dict`` when
+    empty and of the completion cache's key.
     """
 
     prompt: str
@@ -156,6 +163,7 @@ class GenerationRequest(JsonMixin):
     id: str = ""
     kv: Any = None  # ragbench.llm.kv.variants.KVVariant; None: plain
     cacheable: bool = True  # False: past the completion cache (see the docstring)
+    variant: str = ""  # the strategy variant sending it: undeclared prefixes shared within it
 
     def __post_init__(self) -> None:
         if self.prefix and not self.prompt.startswith(self.prefix):
@@ -175,6 +183,8 @@ class GenerationRequest(JsonMixin):
         data.pop("kv")
         if data["cacheable"]:
             data.pop("cacheable")
+        if not data["variant"]:
+            data.pop("variant")
         return data | ({"kv": self.kv.spec()} if self.kv is not None else {})
 
     @classmethod

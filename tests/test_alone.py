@@ -3,6 +3,8 @@ request's own time (the harness's queue apart)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ragbench import strategies as st
@@ -12,6 +14,7 @@ from ragbench.cost.accounting import Cost
 from ragbench.cost.money import Usage
 from ragbench.experiment.runner import plan_rounds
 from ragbench.llm.fake import FakeLLM
+from ragbench.llm.hf.schedule import common_prefix_len
 from ragbench.models import get_preset
 from ragbench.retrieval import build_index
 from ragbench.types import Completion, Document, Example, GenerationRequest
@@ -112,18 +115,44 @@ def whitespace_index(example, settings):
     )  # fmt: skip
 
 
-def _records(points, sheet, batch_size=8):
+class PrefixCachingFake(FakeLLM):
+    """The fake as a server with automatic prefix caching (vLLM's, SGLang's radix cache): a
+    prompt's longest common token prefix with any prompt sent before, in any call, is cached,
+    declared or not. So Self-Route's RAG prompt finds RAG's (the same chunks), and long context's
+    document is found by Self-Route's long-context call: what the alone rule must charge."""
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.sent: list[list[str]] = []
+
+    def _generate(self, requests):
+        out = super()._generate(requests)
+        for i, (r, c) in enumerate(zip(requests, out, strict=True)):
+            words = (r.system + r.prompt).split()
+            seen = max((common_prefix_len(words, w) for w in self.sent), default=0)
+            cached = max(c.cached_prompt_tokens, min(seen, c.prompt_tokens - 1))
+            prefill = (c.prompt_tokens - cached) / self.prefill_tps
+            out[i] = dataclasses.replace(c, cached_prompt_tokens=cached, prefill_seconds=prefill)
+            self.sent.append(words)
+        return out
+
+
+def variant_rounds(items, size):
+    """The runner's rounds (``plan_rounds``: one strategy variant per round) of (example, params)."""
+    return plan_rounds(items, size, lambda item: item[1].label())
+
+
+def _records(points, sheet, batch_size=8):
     res = st.Resources(
         # every answer declines: Self-Route always goes on to long context
-        llm=FakeLLM(context_window=8192, prefix_cache_size=4, answer_fn=lambda r: "unanswerable"),
+        llm=PrefixCachingFake(context_window=8192, answer_fn=lambda r: "unanswerable"),
         preset=get_preset("smollm2-135m-instruct"),
         sheet=prices.parse_price_sheet(sheet),
         index=whitespace_index,
     )
     items = [(ex, p) for ex in _examples() for p in points]
     out = {}
-    for chunk in plan_rounds(items, batch_size):
+    for chunk in variant_rounds(items, batch_size):
         for (ex, p), rec in zip(chunk, st.run_batch(chunk, res), strict=True):
             assert not isinstance(rec, Exception), rec
             out[(ex.id, p.label())] = rec
@@ -135,6 +164,11 @@ SELF_ROUTE = st.SelfRouteParams(**INDEX, top_k=3)
 LONG = st.LongContextParams()
 
 
+# dollars of one prompt token computed rather than found cached: the fake's prefill (1,000
+# tokens/s) on the hourly sheet, input less cached input on the api sheet
+ONE_TOKEN = {"gpu_hour": 3.6 / 3600 / 1000.0, "api": (1.0 - 0.1) / 1e6}
+
+
 @pytest.mark.parametrize("sheet", [GPU, API], ids=["gpu_hour", "api"])
 @pytest.mark.parametrize(
     "point,beside", [(RAG, [SELF_ROUTE, LONG]), (SELF_ROUTE, [RAG]), (SELF_ROUTE, [RAG, LONG])]
@@ -143,12 +177,21 @@ def test_a_variant_costs_the_same_alone_and_beside_others(point, beside, sheet):
     by_itself = _records([point], sheet)
     together = _records([*beside, point], sheet)
     label = point.label()
+    # within 1%, or one token: the ledger knows what a variant sent before in characters and
+    # converts them to tokens in proportion (cost/alone.py), so a prefix found cached beside
+    # others is paid down to its estimate of the variant's own prefix, which reads one token
+    # short on some of these 77-token RAG prompts (1-2% of their dollars)
+    one_token = ONE_TOKEN[sheet["kind"]]
     for (ex, lb), rec in by_itself.items():
         other = together[(ex, lb)]
-        assert other.cost.dollars == pytest.approx(rec.cost.dollars, rel=0.01), (ex, label)
+        tolerance = max(0.01 * rec.cost.dollars, one_token * 1.001)
+        assert abs(other.cost.dollars - rec.cost.dollars) <= tolerance, (ex, label)
         assert other.cost.prompt_tokens == rec.cost.prompt_tokens
-    if point is SELF_ROUTE and LONG in beside:  # it did find long context's document cached
-        assert sum(together[(e, label)].cost.prefix_paid_tokens for e, _ in by_itself) > 0
+    # it did find prompt prefixes the others computed (RAG's prompt in Self-Route's, or the
+    # other way round; long context's document), and paid them: without the rule it would cost
+    # less beside them than alone
+    paid = [together[(e, label)].cost.prefix_paid_tokens for e, _ in by_itself]
+    assert sum(paid) > 0 and not any(rec.cost.prefix_paid_tokens for rec in by_itself.values())
 
 
 # ----------------------------------------------------------------- latency: its own time
@@ -201,9 +244,14 @@ def test_latency_is_the_request_time_at_any_batch_size(tmp_path, batch_size):
 
 @pytest.mark.slow
 def test_on_smollm2_a_variant_costs_the_same_alone_and_beside_others():
-    """The transformers backend shares prefixes between variants for real: Self-Route's RAG
-    prompt and RAG's (same chunks) share most tokens within a call, and Self-Route's long-context
-    call finds long context's document kept. Calibrated dollars per record match within 1%."""
+    """The transformers backend shares prefixes for real: a call's prompts that start alike
+    share one prefix KV (Self-Route's RAG prompt and RAG's hold the same chunks; two questions
+    on one chunk), and long context's document is kept across calls. Each round holds one
+    variant (``plan_rounds``), so RAG's and Self-Route's records have the same call mates, the
+    same reuse and the same calibrated dollars beside the others as alone: within 1%, measured
+    equal. (With rounds mixing the strategies, RAG beside the other three cost 0.88-1.04x its
+    price alone per record here; replayed on other question sets and batch sizes, single
+    records cost 0.26-4.5x their price alone.)"""
     from ragbench.llm.hf.model import HFModel
 
     llm = HFModel("smollm2-135m-instruct", device="cpu", batch_size=8, prefix_cache_size=2)
@@ -222,33 +270,35 @@ def test_on_smollm2_a_variant_costs_the_same_alone_and_beside_others():
     )
 
     def records(points):
-        res = st.Resources(llm=llm, max_new_tokens=8, preset=llm.preset,
-                           sheet=prices.parse_price_sheet(GPU), rates=llm.cost_rates(),
-                           index=whitespace_index, kv_dtype=llm.identity()["dtype"])  # fmt: skip
+        res = st.Resources(
+            llm=llm,
+            max_new_tokens=8,
+            preset=llm.preset,
+            sheet=prices.parse_price_sheet(GPU),
+            rates=llm.cost_rates(),
+            index=whitespace_index,
+            kv_dtype=llm.identity()["dtype"],
+        )
         llm._prefix_kv.clear()  # each run starts cold, as a run in its own process would
         items = [(ex, p) for ex in examples for p in points]
         out = {}
-        for chunk in plan_rounds(items, 8):
+        for chunk in variant_rounds(items, 8):
             for (ex, p), rec in zip(chunk, st.run_batch(chunk, res), strict=True):
                 assert not isinstance(rec, Exception), rec
                 out[(ex.id, p.label())] = rec
         return out
 
-    for point, beside in [(rag, [self_route, LONG]), (self_route, [rag]),
-                          (self_route, [rag, LONG])]:  # fmt: skip
-        by_itself, together = records([point]), records([*beside, point])
-        keys = list(by_itself)
-        alone_mean = sum(by_itself[k].cost.dollars for k in keys) / len(keys)
-        beside_mean = sum(together[k].cost.dollars for k in keys) / len(keys)
-        # mean dollars per record beside / alone: measured 0.991, 1.007 and 0.992 in one session,
-        # Self-Route beside RAG 1.024 in another (without the rule RAG beside the others came
-        # out 0.69, Self-Route 0.83 and 0.70). Not the 1% aimed at: the residue is the backend's
-        # grouping of a call's own prompts (one common prefix per group, the shortest; a group's
-        # prefix prefilled as a pass of its own), which moves a variant's own reuse with its
-        # round mates, and the calibrated rates (refitted per session) scale it
-        assert beside_mean == pytest.approx(alone_mean, rel=0.05), (point.strategy, beside)
-        assert sum(together[k].cost.prefix_paid_tokens for k in keys) > 0  # it did share
-        for k in keys:  # each record: the backend's grouping of a call's own prompts (one
-            # common prefix per group, the shortest) still moves a record's own reuse a little
-            assert together[k].cost.cost_basis == "calibrated"
-            assert together[k].cost.dollars == pytest.approx(by_itself[k].cost.dollars, rel=0.15)
+    alone = {p.strategy: records([p]) for p in (rag, self_route)}
+    everything = records([st.ClosedBookParams(), LONG, self_route, rag])
+    beside_rag = records([rag, self_route])
+    for point, together in [(rag, everything), (self_route, everything), (self_route, beside_rag)]:
+        by_itself = alone[point.strategy]
+        for k, rec in by_itself.items():
+            other = together[k].cost
+            assert other.cost_basis == rec.cost.cost_basis == "calibrated"
+            assert other.dollars == pytest.approx(rec.cost.dollars, rel=0.01), k
+            assert other.modelled_seconds == pytest.approx(rec.cost.modelled_seconds, rel=0.01)
+            assert other.cached_prompt_tokens == rec.cost.cached_prompt_tokens
+            assert together[k].prediction == rec.prediction  # the same greedy answer
+        # a variant's questions share prompt prefixes within its rounds: reuse is compared too
+        assert sum(r.cost.cached_prompt_tokens for r in by_itself.values()) > 0

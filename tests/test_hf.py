@@ -109,6 +109,23 @@ def test_plan_groups_declared_loose_and_alone():
     assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
 
 
+def test_plan_groups_gives_each_prompt_its_deepest_shared_prefix_within_its_variant():
+    pre = [1, 2, 3, 4]  # an instruction every prompt starts with
+    a, b = pre + [10, 11, 12, 5], pre + [10, 11, 12, 6]  # two questions on one chunk
+    c, d = pre + [20, 7], pre + [30, 8]  # two that share the instruction only
+    # a and b share 7 tokens, whoever else is in the call: grouped at 7, not at the 4 all share
+    # (one chain under its shortest prefix made a's reuse fall when c joined the call)
+    assert plan_groups([a, b], [0, 0], min_shared=2) == [(7, [0, 1])]
+    assert plan_groups([a, b, c, d], [0] * 4, min_shared=2) == [(7, [0, 1]), (4, [2, 3])]
+    assert plan_groups([a, b, c], [0] * 3, min_shared=2) == [(7, [0, 1]), (0, [2])]
+    # a variant's prompts share only with its own: the other variant's twin of a changes nothing
+    grouped = plan_groups([a, b, a], [0] * 3, min_shared=2, variants=["rag", "rag", "sr"])
+    assert grouped == [(7, [0, 1]), (0, [2])]
+    assert plan_groups([a, a], [0, 0], 2, variants=["rag", "sr"]) == [(0, [0, 1])]
+    # a declared prefix (a document) is shared across variants
+    assert plan_groups([a, b], [6, 6], 2, variants=["lc", "sr"]) == [(6, [0, 1])]
+
+
 def test_resolve_model_names_choices(tmp_path):
     with pytest.raises(ValueError, match="smollm2-135m-instruct"):
         resolve_model("smolm2")

@@ -33,6 +33,9 @@ def test_request_key_covers_model_and_generation_fields_but_not_the_label():
     r = GenerationRequest(prompt="p", id="a")
     base = request_key(ident, r)
     assert request_key(ident, GenerationRequest(prompt="p", id="b")) == base
+    # the variant that sends it is a label too (it scopes prefix sharing, not the answer)
+    assert request_key(ident, GenerationRequest(prompt="p", variant="rag k=4")) == base
+    assert "variant" not in r.to_dict()  # left out when empty: stored requests read as before
     for changed in (
         GenerationRequest(prompt="q"),
         GenerationRequest(prompt="p", max_new_tokens=33),

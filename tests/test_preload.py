@@ -361,10 +361,11 @@ def test_sequential_looks_amortise_the_preload_over_the_questions_answered_so_fa
 
 def test_a_capped_run_is_charged_as_an_uncapped_one(tmp_path, corpus):
     # the cap's first-round estimate counts the round's prompts as the dry run does (nothing
-    # sent): on the run's own prefix ledger it left the plain long_context, which finds the
-    # corpus the preload computed, uncharged for it (prefix_paid_tokens 0), in capped runs only
-    # (a capped run's first request goes alone, before the preload: the plain long_context
-    # computes the corpus itself, where the uncapped one pays for the preload's; the same dollars)
+    # sent): on the run's own prefix ledger it once left a long_context that found the corpus
+    # another variant computed uncharged for it (prefix_paid_tokens 0), in capped runs only.
+    # Each round holds one variant now, the plain long_context's first: in both runs it computes
+    # the corpus itself (nothing to pay) and the preload after it finds the corpus kept and pays
+    # for it in its one-time cost; the same dollars either way
     strategies = ["long_context", {"name": "long_context", "params": {"preload": True}}]
     got, paid = [], []
     for cap in (None, 1.0):
@@ -373,5 +374,9 @@ def test_a_capped_run_is_charged_as_an_uncapped_one(tmp_path, corpus):
         df = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1))
         got.append(df[["dollars", "one_time_dollars"]])
         paid.append(df["prefix_paid_tokens"].iloc[0])
-    assert paid == [900, 0]
+    assert paid == [0, 0]
     pd.testing.assert_frame_equal(got[1], got[0])
+    # the preload found the corpus kept and paid it: its one-time cost is the one it has alone
+    cfg = corpus_config(tmp_path, corpus, strategies[1:], name="alone")
+    by_itself = run(cfg, progress=False, llm=FakeLLM(prefix_cache_size=1))
+    assert got[0]["one_time_dollars"].iloc[1] == by_itself["one_time_dollars"].iloc[0] > 0

@@ -163,8 +163,9 @@ def test_shard_planner_keeps_a_corpus_together():
 
 
 def test_ray_run_matches_local(tmp_path, local_ray):
-    # 4 examples x 5 points, 5 per round: one example per round, so 4 shards for 2 workers
-    model = {**FAKE, "batch_size": 5}
+    # 4 examples x 5 points, one record per round (a round holds one variant): an example's
+    # five rounds are its shard, so 4 shards for 2 workers
+    model = {**FAKE, "batch_size": 1}
     ray_cfg = niah_config(tmp_path, model=model, output_dir=str(tmp_path / "ray"))
     df_ray = run(ray_cfg, progress=False, executor="ray", workers=2)
     local_cfg = niah_config(tmp_path, model={**model, "cache": False})

@@ -271,12 +271,22 @@ def test_calls_from_two_threads_share_one_timeline(serve):
         out[k] = llm.generate([GenerationRequest(f"t{k} q{i}") for i in range(16)])
 
     threads = [threading.Thread(target=call, args=(k,)) for k in range(2)]
+    started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    wall = time.perf_counter() - started
     charged = sum(c.resource_seconds for cs in out.values() for c in cs)
-    assert charged == pytest.approx(busy_seconds(behave.spans), rel=0.05)  # once, not per call
+    busy = busy_seconds(behave.spans)  # measured at the server: time with a request inside
+    # once, not once per call: the two calls overlap from start to end, so a timeline per call
+    # (each call split its time among its own requests only) charges about twice the busy time.
+    # Once is what the client can observe: its own in-flight time, which is the server's plus
+    # the client's HTTP handling (+7.6% seen beside a second pytest worker on 2 cores, 4 in 32
+    # idle runs over 5%; +42% on a loaded CI machine), less only by the server's own bookkeeping
+    # after its last byte. A timeline per call would charge about twice the wall time.
+    assert 0.9 * busy <= charged <= wall, (charged, busy, wall)
+    print(f"\ncharged {charged:.3f} s, busy {busy:.3f} s: {charged / busy:.3f}")
 
 
 def test_a_failed_batch_charges_its_finished_requests_and_gaps_are_free(serve):

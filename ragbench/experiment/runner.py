@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -530,26 +531,46 @@ def unique_examples(pending: list) -> list[Example]:
     return list(seen.values())
 
 
-def plan_rounds(pending: list, size: int) -> list[list]:
-    """The pending items in rounds of at most ``size``, in plan order, balanced: 18 items at
-    size 8 run as 6+6+6, not 8+8+2.
+def plan_rounds(
+    pending: list, size: int, variant: Callable[[Any], str] | None = None
+) -> list[list]:
+    """The pending items in rounds of at most ``size``: each strategy variant's items (``variant``
+    names an item's; None: all of one) in plan order, cut into balanced rounds (18 items at size
+    8 run as 6+6+6, not 8+8+2), the variants' rounds taken in turn.
 
-    Why balanced: the transformers backend splits a call's device time over its requests in
-    proportion to their stand-alone cost, so every record of a round saves by the round's
-    batching factor. A record left nearly alone in a last round saved nothing while its run mates
-    saved a quarter, and what it was charged depended on where the remainder fell. Why plan order
-    (examples x strategy points): each round then mixes the strategies of a few examples, so
-    every strategy shares the same factor (a round of only short closed-book prompts would save
-    far more than a round of only long contexts), and the questions on one document, listed
-    together, keep their shared prefix within a round. Deterministic: depends only on the items."""
-    n_rounds = -(-len(pending) // max(1, size))
-    base, extra = divmod(len(pending), n_rounds) if n_rounds else (0, 0)
+    Why one variant per round, cut as that variant alone would cut it: a record is priced as if
+    its variant ran alone (``cost/alone.py``), and what the transformers backend charges follows
+    a call's other requests: the prompt prefix a request reuses from its call mates, and the
+    factor by which batching saves every request of the call. So a variant's records have the
+    same call mates in a run of one variant or of ten. (Rounds that mixed the strategies of a few
+    examples made a question lose the prefix it shared with the question before it whenever
+    other variants pushed that one into another round.) Why balanced: a record left nearly
+    alone in a last round saved nothing while its run mates saved a quarter. Why in turn: the
+    variants advance together, so a run stopped early has every variant's answers to the first
+    questions (comparisons pair them). Deterministic: depends only on the items."""
+    by_variant: dict[str, list] = {}
+    for item in pending:
+        by_variant.setdefault(variant(item) if variant else "", []).append(item)
+    planned = [balanced(items, size) for items in by_variant.values()]
+    longest = max((len(rounds) for rounds in planned), default=0)
+    return [rounds[k] for k in range(longest) for rounds in planned if k < len(rounds)]
+
+
+def balanced(items: list, size: int) -> list[list]:
+    """``items`` in order, in the fewest rounds of at most ``size``, as equal as they can be."""
+    n_rounds = -(-len(items) // max(1, size))
+    base, extra = divmod(len(items), n_rounds) if n_rounds else (0, 0)
     rounds, start = [], 0
     for r in range(n_rounds):
         end = start + base + (r < extra)
-        rounds.append(pending[start:end])
+        rounds.append(items[start:end])
         start = end
     return rounds
+
+
+def variant_of(pair: tuple) -> str:
+    """The strategy variant (its records' label) of a pending ``((example, params), key)``."""
+    return pair[0][1].label()
 
 
 class _Local:
@@ -578,7 +599,7 @@ def _generate(session: RunSession, executor: _Local | RayRun, pending: list) -> 
         bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
                    disable=not session.progress, unit="rec", smoothing=0)  # fmt: skip
         # each round's records run together (strategies.run_batch: one LLM call per step)
-        planned = executor.order(plan_rounds(pending, cfg.model.batch_size))
+        planned = executor.order(plan_rounds(pending, cfg.model.batch_size, variant_of))
         for chunk, outcomes in executor.run(session.budget.rounds(planned, session.done)):
             for ((example, params), key), outcome in zip(chunk, outcomes, strict=True):
                 record = (  # one bad example must not stop the run

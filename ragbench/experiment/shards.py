@@ -15,8 +15,9 @@ needles, which the transformers backend's prefix cache reuses across calls), sta
 only the first round of each block starts with a cold prefix cache.
 
 What limits parallelism, said by ``balance``: a run whose questions all share one corpus is one
-shard (one worker); an example whose parameter points straddle two rounds joins them, so a
-``model.batch_size`` that is a multiple of the points per example keeps examples apart.
+shard (one worker). A round holds one strategy variant, so an example's variants are in as many
+rounds, joined: the k-th rounds of all variants, which hold the same examples, are one shard,
+and a smaller ``model.batch_size`` gives more, smaller shards.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def balance(shards: Sequence[Sequence[int]], rounds: Sequence[Sequence[Any]], wo
         return (
             f"{len(shards)} shard(s) for {workers} workers, the largest with {largest} of "
             f"{total} items: questions sharing a document or corpus stay on one worker (a shared "
-            "corpus is one shard; an example whose points straddle two rounds joins them: a "
-            "model.batch_size that is a multiple of the points per example avoids that)"
+            "corpus is one shard; the rounds of every variant on the same questions are one "
+            "shard: a smaller model.batch_size gives more, smaller shards)"
         )
     return ""

@@ -2,8 +2,8 @@
 
 Key = sha256 of the canonical JSON of (schema version, ``llm.identity()``: backend, model,
 weights hash or revision, and the request's generation fields: prompt, system, prefix,
-max_new_tokens, temperature, stop). ``GenerationRequest.id`` is a label, not an input of the model,
-so it is left out: two examples with the same prompt share one completion.
+max_new_tokens, temperature, stop). ``GenerationRequest.id`` and ``.variant`` are labels, not
+inputs of the model, so they are left out: two examples with the same prompt share one completion.
 
 A hit returns the stored ``Completion`` with its original accounting (tokens, seconds) and
 ``cached=True``, so cost tables stay true on reruns. Misses go to the wrapped LLM in one batch
@@ -82,6 +82,7 @@ def request_key(identity: dict[str, Any], request: GenerationRequest) -> str:
     """The cache key of one request to one model. Pure; tests pin what changes it."""
     fields = request.to_dict()
     fields.pop("id", None)
+    fields.pop("variant", None)  # which variant sent it changes no answer
     blob = dumps_canonical({"v": SCHEMA_VERSION, "llm": identity, "request": fields})
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

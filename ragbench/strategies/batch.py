@@ -5,6 +5,7 @@ results are deterministic."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from ragbench.strategies.base import Resources, Steps
@@ -48,7 +49,8 @@ def run_batch(
         step(i, steps, None)
     while waiting:
         round_ = sorted(waiting)
-        requests = [waiting[i][1] for i in round_]
+        # each request names its variant: the backend shares undeclared prefixes within one
+        requests = [dataclasses.replace(waiting[i][1], variant=items[i][1].label()) for i in round_]
         try:
             completions: list[Completion | Exception] = list(res.llm.generate(requests))
         except Exception as exc:

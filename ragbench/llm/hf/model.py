@@ -5,7 +5,11 @@ prefix KV caches across calls and accounts each ``Completion``. Loading lives in
 the forward passes and the decode loop in ``hf/decode.py``.
 
 Scheduling: requests that share a prefix form a group (one prefix KV); within a group, requests
-are bucketed by length (``plan_batches``) so a short prompt is not padded to a long one.
+are bucketed by length (``plan_batches``) so a short prompt is not padded to a long one. A common
+prefix found in undeclared prompts is shared within one strategy variant
+(``GenerationRequest.variant``), each request with the variant's prompts it shares the most with
+(``hf/schedule.plan_groups``): what a record reuses then does not depend on the other variants of
+its call.
 
 Accounting per Completion: ``prompt_tokens`` counts the chat template; ``cached_prompt_tokens``
 are prefix tokens whose KV was reused: like a hosted prefix cache, the first request of a group
@@ -273,8 +277,9 @@ class HFModel(LLM):
         return self._account(rows, work, batches, device, alone_seconds)
 
     def _groups(self, requests, ids, declared) -> list[tuple[int, list[int]]]:
-        """``plan_groups`` over the plain-cache requests; each request with another KV-cache
-        variant is a group of its own without a prefix (it runs alone on its own cache)."""
+        """``plan_groups`` over the plain-cache requests (undeclared prefixes shared within each
+        request's ``variant``); each request with another KV-cache variant is a group of its own
+        without a prefix (it runs alone on its own cache)."""
         variants = [i for i, r in enumerate(requests) if r.kv is not None]
         for i in variants:  # refuse what this model cannot keep before any work starts
             requests[i].kv.check_model(self.model, self.name)
@@ -285,6 +290,7 @@ class HFModel(LLM):
                 [ids[i] for i in plain],
                 [declared[i] for i in plain],
                 self.min_shared_prefix if self.prefix_reuse else 1 << 62,
+                [requests[i].variant for i in plain],
             )
             groups = [(plen, [plain[j] for j in members]) for plen, members in planned]
         return groups + [(0, [i]) for i in variants]
