@@ -1,9 +1,9 @@
 """The verdict: RAG or long context, from a results table and the reader's constraints, in one
 sentence a manager can act on, then the evidence and the conditions it holds for.
 
-One job: the decision (its wording is ``verdict_text``); the constraints, the families' best,
-the paired comparisons and the cost ratio are its steps and read the same frame, so they stay
-together.
+One job: the decision. Its wording is ``verdict_text``; its table of variants, the constraints
+and the cost ratio are ``verdict_table``; the families' best and the paired comparisons are its
+steps and read the same frame, so they stay here.
 
 1. The variants that meet the constraints (a minimum score, a maximum $ per 1k queries, a
    maximum mean latency) are sorted into families (``families``): retrieval (RAG, Self-Route, a
@@ -39,7 +39,6 @@ decides each look with this very function, so the sentence and the stop agree.
 from __future__ import annotations
 
 import dataclasses
-import math
 import zlib
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -53,7 +52,6 @@ from ragbench.analysis._common import (
     _scored,
     check_one_row_each,
     counted,
-    own_latency_seconds,
     paired_scores,
 )
 from ragbench.analysis.answers import WEAK_FLOOR, count_empty_answers, weak_model_line
@@ -64,12 +62,20 @@ from ragbench.analysis.paired import paired_difference
 from ragbench.analysis.planning import prefix_cache_break_even
 from ragbench.analysis.power import questions_to_decide
 from ragbench.analysis.sequential import SPENDING_NAMES, boundaries, repeated_interval
+from ragbench.analysis.verdict_table import (
+    answered_rows,
+    binding_constraints,
+    constraint_checks,
+    cost_ratio,
+    parse_limits,
+    pick_cost,
+    variant_table,
+)
 from ragbench.analysis.verdict_text import (
     _cost_phrase,
     _cost_text,
     _evidence,
     _Fmt,
-    _money,
     _same_cost,
     _standing,
     judge_text,
@@ -77,8 +83,6 @@ from ragbench.analysis.verdict_text import (
 from ragbench.strategies import NO_CONTEXT, strategies_where
 
 REASONS = ("more_accurate", "not_worse", "undecided", "only_variant", "none_meets_constraints")
-# cost per query, best first: money (a preloaded corpus's one-time cost amortised), else tokens
-COSTS = ("amortised_dollars", "dollars", "prompt_tokens")
 MOST = 0.5  # long context cut more than this share of the corpus: the sentence says so
 
 
@@ -160,131 +164,6 @@ class Verdict:
     def _repr_markdown_(self) -> str:
         tail = f"\n\n<small>{self.conditions_text}</small>" if self.conditions_text else ""
         return f"**Verdict:** {self.text}{tail}"
-
-
-# ------------------------------------------------------------------------------ the numbers
-
-
-def _answered(df: Any) -> Any:
-    """Rows that answered (error rows apart), scored or not: each was asked and paid for."""
-    return df[df["error"].isna()] if "error" in df else df
-
-
-def _variants(df: Any, metric: str, cost: str) -> Any:
-    """One row per variant (config order): mean score and ``n`` over its scored questions; cost
-    per query (x 1000 for dollars) and mean latency over every question it answered (``asked``:
-    a question without a gold answer has no score but was asked and paid for), as ``summary``
-    counts them."""
-    rows = _scored(df, metric)
-    g = rows.groupby("label", sort=False)
-    out = g[metric].agg(score="mean", n="size")
-    answered = _answered(df)
-    a = answered.groupby("label", sort=False)
-    out["asked"] = a.size().reindex(out.index)
-    scale = 1.0 if cost == "prompt_tokens" else 1000.0
-    out["cost_per_1k"] = a[cost].mean().reindex(out.index) * scale if cost in rows else np.nan
-    latency = own_latency_seconds(answered)  # its own time, the harness's queue apart
-    out["latency_s"] = (
-        latency.groupby(answered["label"], sort=False).mean().reindex(out.index)
-        if latency is not None else np.nan
-    )  # fmt: skip
-    out["strategy"] = g["strategy"].first() if "strategy" in rows else None
-    order = [lb for lb in dict.fromkeys(df["label"]) if lb in out.index]
-    return out.reindex(order)
-
-
-def _pick_cost(rows: Any) -> str:
-    for name in COSTS:
-        if name in rows.columns and len(rows) and rows[name].notna().all():
-            return name
-    raise ValueError(f"no cost column known for every row; looked for {', '.join(COSTS)}")
-
-
-def _constraints(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: dict) -> dict:
-    """{name: (passes per variant, what binds in words, the bound in words)} for the active
-    constraints."""
-    specs = {  # name: (column, bound is a minimum?, value in words, what, the closest variant)
-        "min_accuracy": ("score", higher, fmt.score, f"{'minimum' if higher else 'maximum'} "
-                         f"{metric}", "the most accurate"),
-        "max_dollars_per_1k": ("cost_per_1k", False, lambda x: f"{_money(x)} per 1k queries",
-                               "maximum", "the cheapest"),
-        "max_latency_s": ("latency_s", False, lambda x: f"{x:.2g} s", "maximum latency",
-                          "the fastest"),
-    }  # fmt: skip
-    out = {}
-    for name, bound in limits.items():
-        if bound is None:
-            continue
-        column, minimum, show, what, closest = specs[name]
-        values = table[column].astype(float)
-        if values.isna().all():
-            raise ValueError(f"{name} needs a {column} for each variant; the table has none")
-        top = values.idxmax() if minimum else values.idxmin()
-        out[name] = (values >= bound if minimum else values <= bound,
-                     f"the {what} of {show(bound)} ({closest}, {top}: {show(values[top])})",
-                     f"the {what} of {show(bound)}")  # fmt: skip
-    return out
-
-
-def bad_limit(value: float) -> bool:
-    """Whether a constraint's value is out of range: a limit is 0 (none) or a positive, finite
-    number (NaN, infinity and negatives are not). The one rule for ``verdict`` and the CLI's
-    options (``workspace.compare.check_constraints``), checked before a run is paid for."""
-    return not (value >= 0 and math.isfinite(value))
-
-
-def _limits(
-    min_accuracy: Any, max_dollars_per_1k: Any, max_latency_s: Any, metric: str, scores: Any
-) -> dict:
-    """The constraints as floats (None: no limit), or ValueError naming the one out of range:
-    each 0/None (no limit) or a positive number; ``min_accuracy`` at most 1 when ``metric``'s
-    scores are shares (0-1), since 60 meant as 60% would ask for 6,000% and every variant
-    would fail it. The CLI checks its options by the same rule (``bad_limit``)."""
-    given = {"min_accuracy": min_accuracy, "max_dollars_per_1k": max_dollars_per_1k,
-             "max_latency_s": max_latency_s}  # fmt: skip
-    out = {}
-    for name, value in given.items():
-        value = float(value) if value is not None else 0.0
-        if bad_limit(value):
-            raise ValueError(f"{name} must be 0 or more (0 or None: no limit); got {value:g}")
-        out[name] = value or None
-    share = len(scores) and 0 <= scores.min() and scores.max() <= 1
-    if share and out["min_accuracy"] and out["min_accuracy"] > 1:
-        raise ValueError(f"min_accuracy is a mean {metric}, from 0 to 1 here; got "
-                         f"{out['min_accuracy']:g} (for {out['min_accuracy']:g}%: "
-                         f"{out['min_accuracy'] / 100:g})")  # fmt: skip
-    return out
-
-
-def _binding(checks: dict, labels: Any) -> tuple[str, ...]:
-    """The constraints whose removal alone would let some variant through; when no single one
-    does, every constraint some variant fails."""
-    names = list(checks)
-    alone = [n for n in names
-             if any(all(checks[m][0][lb] for m in names if m != n) for lb in labels)]  # fmt: skip
-    return tuple(alone or [n for n in names if not checks[n][0].all()])
-
-
-def _cost_ratio(df: Any, cost: str, a: str, b: str, n_boot: int, seed: int):
-    """(mean cost of ``a`` / mean cost of ``b``, 95% percentile interval) over the questions
-    both answered, resampling questions (each keeps its two costs together)."""
-    rows = df[df["label"].isin([a, b])]
-    if "error" in rows:
-        rows = rows[rows["error"].isna()]
-    wide = rows.pivot_table(index="example_id", columns="label", values=cost, aggfunc="mean")
-    wide = wide.reindex(columns=[a, b]).dropna()
-    x, y = wide[a].to_numpy(dtype=float), wide[b].to_numpy(dtype=float)
-    if not len(x) or y.sum() <= 0:
-        return float("nan"), float("nan"), float("nan")
-    ratio = float(x.mean() / y.mean())
-    rng = np.random.default_rng([seed, 7])
-    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
-    den = y[idx].mean(axis=1)
-    boot = x[idx].mean(axis=1)[den > 0] / den[den > 0]
-    if not len(boot):
-        return ratio, float("nan"), float("nan")
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return ratio, min(float(lo), ratio), max(float(hi), ratio)
 
 
 # ------------------------------------------------------------------------------ the sides
@@ -391,15 +270,15 @@ def verdict(
     rows = _scored(df, metric)
     if rows.empty:
         raise ValueError(f"no scored rows for {metric!r}: nothing to decide")
-    cost = _pick_cost(_answered(df[df["label"].isin(rows["label"])]))
+    cost = pick_cost(answered_rows(df[df["label"].isin(rows["label"])]))
     higher = _higher_is_better(metric)
     scores = rows[metric].to_numpy(dtype=float)
     fmt = _Fmt(bool(np.isin(scores, (0.0, 1.0)).all()))
-    table = annotate(df, _variants(df, metric, cost))
-    limits = _limits(min_accuracy, max_dollars_per_1k, max_latency_s, metric, scores)
+    table = annotate(df, variant_table(df, metric, cost))
+    limits = parse_limits(min_accuracy, max_dollars_per_1k, max_latency_s, metric, scores)
     if limits["max_dollars_per_1k"] and cost == "prompt_tokens":
         raise ValueError("max_dollars_per_1k needs dollars: the table has none (no price_sheet)")
-    checks = _constraints(table, metric, higher, fmt, limits)
+    checks = constraint_checks(table, metric, higher, fmt, limits)
     table["meets"] = np.logical_and.reduce([c[0] for c in checks.values()] + [table["n"] > 0])
     conditions = run_conditions(df, rows, metric)
     common = {"metric": metric, "cost": cost, "conditions": conditions, "variants": table,
@@ -409,7 +288,7 @@ def verdict(
     empty = [e.text for e in count_empty_answers(df)]
     eligible = table[table["meets"]]
     if eligible.empty:
-        binding = _binding(checks, table.index)
+        binding = binding_constraints(checks, table.index)
         text = "No variant meets the constraints: " + "; ".join(checks[b][1] for b in binding)
         none = Verdict(text + ".", None, "none_meets_constraints", binding=binding, **common)
         return _caveats(none, weak, empty)
@@ -605,7 +484,7 @@ class _Context:
         m = 2 if has_base else 1
         if self.sequential:
             m = self.seq_comparisons()
-        cr = _cost_ratio(self.df, self.cost, x, y, self.n_boot, self.seed)
+        cr = cost_ratio(self.df, self.cost, x, y, self.n_boot, self.seed)
         if _same_cost(cr[1], cr[2]):  # the simpler first; at equal machinery the more accurate
             sign = 1 if self.higher else -1
             keys = {lb: (len(t.loc[lb, "machinery"]), -sign * t.loc[lb, "score"]) for lb in (x, y)}
@@ -613,7 +492,7 @@ class _Context:
         else:
             c, d = (x, y) if cr[0] < 1 else (y, x)
         if (c, d) != (x, y):
-            cr = _cost_ratio(self.df, self.cost, c, d, self.n_boot, self.seed)
+            cr = cost_ratio(self.df, self.cost, c, d, self.n_boot, self.seed)
         r = self.repeated(c, d, m) if self.sequential else self.difference(c, d, m)
         leaning, more, choice = None, None, None
         simpler = (_same_cost(cr[1], cr[2])
@@ -637,7 +516,7 @@ class _Context:
                  "ci_high": -r["ci_low"], "a_only": r["b_only"], "b_only": r["a_only"]}  # fmt: skip
             if "z" in r:
                 r["z"] = -r["z"]
-            cr = _cost_ratio(self.df, self.cost, d, c, self.n_boot, self.seed)
+            cr = cost_ratio(self.df, self.cost, d, c, self.n_boot, self.seed)
         x_, y_ = r["a"], r["b"]
         ev = _evidence(r, fmt, self.alpha, x_, y_)
         cost = _cost_phrase(x_, y_, cr, cost_of, self.per)
@@ -707,7 +586,7 @@ class _Context:
         out = []
         for r in rows:
             a, b = r["a"], r["b"]
-            cr = _cost_ratio(self.df, self.cost, a, b, self.n_boot, self.seed)
+            cr = cost_ratio(self.df, self.cost, a, b, self.n_boot, self.seed)
             if r["ci_low"] > 0 or r["ci_high"] < 0:
                 decision = f"{a if r['ci_low'] > 0 else b} more accurate"
             elif r["ci_low"] > -self.margin and r["ci_high"] < self.margin:

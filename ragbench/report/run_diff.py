@@ -8,7 +8,7 @@ dotted keys: ``retrieval.chunk_size: 64 -> 32``), then the questions both asked 
 counterpart in B, and per matched pair the paired difference of the score with the verdict's
 procedure (``analysis.paired.paired_difference``: Tango's interval and McNemar's test for 0/1
 scores, else a paired bootstrap; Bonferroni over the pairs), the cost and latency ratios with
-the verdict's bootstrap interval (``analysis.verdict._cost_ratio``), and the questions that
+the verdict's bootstrap interval (``analysis.verdict_table.cost_ratio``), and the questions that
 flipped: right in A only, right in B only.
 
 Variants are matched by ``report.run_match`` (the pairs given, then the same label, then
@@ -42,7 +42,7 @@ from ragbench.analysis._common import (
 from ragbench.analysis.labels import with_labels
 from ragbench.analysis.paired import paired_difference
 from ragbench.analysis.routing import pick_cost
-from ragbench.analysis.verdict import _cost_ratio
+from ragbench.analysis.verdict_table import cost_ratio
 from ragbench.registry import unknown
 from ragbench.report.run_match import (
     Match,
@@ -416,16 +416,16 @@ def _rows(run: _Run, label: str, shared: tuple[str, ...]) -> Any:
 
 def _ratios(ra: Any, rb: Any, s: _Setup) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(cost ratio, latency ratio), each with its interval, by the verdict's method
-    (``_cost_ratio``) over the questions both answered: A's rows labelled "A", B's "B"."""
+    (``cost_ratio``) over the questions both answered: A's rows labelled "A", B's "B"."""
     import pandas as pd
 
     frame = pd.concat([ra.assign(label=SIDES[0]), rb.assign(label=SIDES[1])], ignore_index=True)
-    cost = _cost_ratio(frame, s.cost, *SIDES, s.n_boot, s.seed) if s.cost else NAN3
+    cost = cost_ratio(frame, s.cost, *SIDES, s.n_boot, s.seed) if s.cost else NAN3
     latency = own_latency_seconds(frame)  # the request's own time, the harness's queue apart
     if latency is None:
         return cost, NAN3
     frame["latency_seconds"] = latency
-    return cost, _cost_ratio(frame, "latency_seconds", *SIDES, s.n_boot, s.seed)
+    return cost, cost_ratio(frame, "latency_seconds", *SIDES, s.n_boot, s.seed)
 
 
 def _pair(a: _Run, b: _Run, match: Match, s: _Setup) -> PairDiff:

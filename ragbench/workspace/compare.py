@@ -43,7 +43,7 @@ import yaml
 
 from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
-from ragbench.analysis.verdict import bad_limit
+from ragbench.analysis.verdict_table import bad_limit
 from ragbench.cost.prices import available_price_sheets, price_sheet
 from ragbench.datasets.corpus import docs as ingest_docs
 from ragbench.datasets.corpus.file import write_documents
