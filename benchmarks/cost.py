@@ -108,7 +108,7 @@ def warm_up(llm) -> None:
         [
             GenerationRequest(f"{doc} Who jumps?", prefix=doc, max_new_tokens=4),
             GenerationRequest("Who jumps?", max_new_tokens=4),
-        ]  # fmt: skip
+        ]
     )
     llm._prefix_kv.clear()  # no prefix from the warm-up stays cached for the arms
 
@@ -144,9 +144,11 @@ class LoadSampler:
         self.end = os.getloadavg()
 
     def summary(self) -> dict:
-        return {"load_avg_start": [round(v, 2) for v in self.start],
-                "load_avg_end": [round(v, 2) for v in self.end],
-                "load_1min_mean": round(statistics.mean(self.samples), 2)}  # fmt: skip
+        return {
+            "load_avg_start": [round(v, 2) for v in self.start],
+            "load_avg_end": [round(v, 2) for v in self.end],
+            "load_1min_mean": round(statistics.mean(self.samples), 2),
+        }
 
 
 def hog() -> subprocess.Popen:
@@ -169,8 +171,13 @@ def reproducibility(quick: bool, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     lengths, depths = ([1024], [50]) if quick else ([1024, 4096], [10, 50, 90])
-    out: dict = {"threads": threads, "context_lengths": lengths, "depth_percents": depths,
-                 "target_calibrated_ratio": 1.05, "runs": []}  # fmt: skip
+    out: dict = {
+        "threads": threads,
+        "context_lengths": lengths,
+        "depth_percents": depths,
+        "target_calibrated_ratio": 1.05,
+        "runs": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         base = config(tmp, lengths, depths, 8, "repro")
         llm = load_model(load_config(base).model)
@@ -196,15 +203,23 @@ def reproducibility(quick: bool, threads: int) -> dict:
                         beside.wait()
                 llm._prefix_kv.clear()  # each run starts with no document kept from the last
                 tables[basis, loaded] = df
-                row = {"cost_basis": basis, "cpu_hog_beside": loaded, "wall_seconds": wall,
-                       **load.summary(), "records": len(df),
-                       "mean_dollars_per_query": float(column(df, "dollars").mean()),
-                       "mean_resource_seconds": round(float(column(df, "resource_seconds").mean()), 4),
-                       "mean_modelled_seconds": round(float(column(df, "modelled_seconds").mean()), 4),
-                       "charged_basis": sorted(set(column(df, "cost_basis")))}  # fmt: skip
+                row = {
+                    "cost_basis": basis,
+                    "cpu_hog_beside": loaded,
+                    "wall_seconds": wall,
+                    **load.summary(),
+                    "records": len(df),
+                    "mean_dollars_per_query": float(column(df, "dollars").mean()),
+                    "mean_resource_seconds": round(float(column(df, "resource_seconds").mean()), 4),
+                    "mean_modelled_seconds": round(float(column(df, "modelled_seconds").mean()), 4),
+                    "charged_basis": sorted(set(column(df, "cost_basis"))),
+                }
                 out["runs"].append(row)
-                print(f"{basis} {'with' if loaded else 'without'} CPU hog: {wall} s, "
-                      f"load {row['load_1min_mean']}", flush=True)  # fmt: skip
+                print(
+                    f"{basis} {'with' if loaded else 'without'} CPU hog: {wall} s, "
+                    f"load {row['load_1min_mean']}",
+                    flush=True,
+                )
     for basis in ("calibrated", "measured"):
         means = [r["mean_dollars_per_query"] for r in out["runs"] if r["cost_basis"] == basis]
         out[f"{basis}_ratio"] = ratio(means)
@@ -212,8 +227,10 @@ def reproducibility(quick: bool, threads: int) -> dict:
     preds = [list(t["prediction"]) for t in tables.values()]
     out["same_predictions"] = all(p == preds[0] for p in preds)
     out["same_tokens"] = len({tuple(column(t, "completion_tokens")) for t in tables.values()}) == 1
-    print(f"calibrated ratio {out['calibrated_ratio']} (target <= 1.05), measured ratio "
-          f"{out['measured_ratio']}")  # fmt: skip
+    print(
+        f"calibrated ratio {out['calibrated_ratio']} (target <= 1.05), measured ratio "
+        f"{out['measured_ratio']}"
+    )
     return out
 
 
@@ -226,8 +243,14 @@ def calibrated_vs_measured(quick: bool, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     lengths = [1024] if quick else [1024, 4096, 7168]
-    out: dict = {"threads": threads, "context_lengths": lengths, "goal": "within 10%",
-                 "cpu": cpu_name(), "cpu_flags": cpu_flags(), "load_start": os.getloadavg()}  # fmt: skip
+    out: dict = {
+        "threads": threads,
+        "context_lengths": lengths,
+        "goal": "within 10%",
+        "cpu": cpu_name(),
+        "cpu_flags": cpu_flags(),
+        "load_start": os.getloadavg(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         # three depths per length: one record's measured time varies by +-10% (the same 58-token
         # closed-book prompt measured 1.25-1.66 s in one run), the mean of three much less
@@ -249,17 +272,25 @@ def calibrated_vs_measured(quick: bool, threads: int) -> dict:
     for (name, length), group in df.groupby(["strategy", "length"]):
         modelled = float(column(group, "modelled_seconds").mean())
         measured = float(column(group, "resource_seconds").mean())
-        rows.append({"strategy": name, "context_length": int(length),
-                     "prompt_tokens": float(column(group, "prompt_tokens").mean()),
-                     "modelled_seconds": round(modelled, 4), "measured_seconds": round(measured, 4),
-                     "modelled_over_measured": round(modelled / measured, 4)})  # fmt: skip
+        rows.append(
+            {
+                "strategy": name,
+                "context_length": int(length),
+                "prompt_tokens": float(column(group, "prompt_tokens").mean()),
+                "modelled_seconds": round(modelled, 4),
+                "measured_seconds": round(measured, 4),
+                "modelled_over_measured": round(modelled / measured, 4),
+            }
+        )
     out["per_strategy_length"] = rows
     worst = max(abs(r["modelled_over_measured"] - 1) for r in rows)
     out["worst_relative_error"] = round(worst, 4)
     out["within_goal"] = worst <= 0.10
     for r in rows:
-        print(f"{r['strategy']:>12} {r['context_length']:>5}: modelled/measured "
-              f"{r['modelled_over_measured']}")  # fmt: skip
+        print(
+            f"{r['strategy']:>12} {r['context_length']:>5}: modelled/measured "
+            f"{r['modelled_over_measured']}"
+        )
     return out
 
 
@@ -269,12 +300,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=None, help="runs of each arm (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cost.json"))
-    parser.add_argument("--only-reproducibility", action="store_true",
-                        help="only cost_reproducibility, added to the JSON at --out")  # fmt: skip
-    parser.add_argument("--repro-threads", type=int, default=2,
-                        help="torch threads of cost_reproducibility (2: the hog contends)")  # fmt: skip
-    parser.add_argument("--only-calibration", action="store_true",
-                        help="only calibrated_vs_measured, added to the JSON at --out")  # fmt: skip
+    parser.add_argument(
+        "--only-reproducibility",
+        action="store_true",
+        help="only cost_reproducibility, added to the JSON at --out",
+    )
+    parser.add_argument(
+        "--repro-threads",
+        type=int,
+        default=2,
+        help="torch threads of cost_reproducibility (2: the hog contends)",
+    )
+    parser.add_argument(
+        "--only-calibration",
+        action="store_true",
+        help="only calibrated_vs_measured, added to the JSON at --out",
+    )
     args = parser.parse_args(argv)
     if args.only_calibration:
         path = Path(args.out)

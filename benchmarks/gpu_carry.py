@@ -37,33 +37,218 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 64 * 2**20  # what one device call carries, the tracked tree included
 # pip names of the e2e part's imports (gpu_check.PART_PACKAGES["e2e"]) and the tests part's
-NEEDS = ["pydantic>=2.6", "typer>=0.12", "pyyaml>=6", "pandas>=2.1", "pyarrow>=15",
-         "numpy>=1.26", "bm25s>=0.2", "llama-index-core>=0.12", "tenacity>=8.2", "httpx>=0.27",
-         "filelock>=3.12", "psutil>=5.9", "tqdm>=4.66", "scipy>=1.11", "pytest>=8"]  # fmt: skip
+NEEDS = [
+    "pydantic>=2.6",
+    "typer>=0.12",
+    "pyyaml>=6",
+    "pandas>=2.1",
+    "pyarrow>=15",
+    "numpy>=1.26",
+    "bm25s>=0.2",
+    "llama-index-core>=0.12",
+    "tenacity>=8.2",
+    "httpx>=0.27",
+    "filelock>=3.12",
+    "psutil>=5.9",
+    "tqdm>=4.66",
+    "scipy>=1.11",
+    "pytest>=8",
+]
 # the nvidia-h200 image's Python packages (device notes, read 2026-11-17): not carried
-MACHINE_HAS = """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio
-attrs botorch build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy
-coverage cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax
-e3nn einops equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec
-gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio
-iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib
-kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
-markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict
-multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro
-nvidia-ml-py onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum
-opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy
-portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
-pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock
-pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu
-safetensors scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece
-sentence-transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy
-tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
-tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm
-transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
-werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
-PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64",
-             "manylinux_2_5_x86_64", "any"]  # fmt: skip
+MACHINE_HAS = [
+    "absl-py",
+    "accelerate",
+    "aiofiles",
+    "aiohappyeyeballs",
+    "aiohttp",
+    "aiosignal",
+    "annotated-doc",
+    "anyio",
+    "attrs",
+    "botorch",
+    "build",
+    "certifi",
+    "charset-normalizer",
+    "chex",
+    "click",
+    "cloudpickle",
+    "cmake",
+    "colorama",
+    "contourpy",
+    "coverage",
+    "cuda-bindings",
+    "cuda-core",
+    "cuda-pathfinder",
+    "cuda-toolkit",
+    "cupy-cuda13x",
+    "cycler",
+    "cython",
+    "diffrax",
+    "e3nn",
+    "einops",
+    "equinox",
+    "etils",
+    "execnet",
+    "filelock",
+    "flatbuffers",
+    "flax",
+    "fonttools",
+    "formulaic",
+    "frozenlist",
+    "fsspec",
+    "gpytorch",
+    "grpcio",
+    "h11",
+    "h5py",
+    "hf-xet",
+    "httpcore",
+    "httpx",
+    "huggingface-hub",
+    "humanize",
+    "hypothesis",
+    "idna",
+    "imageio",
+    "iniconfig",
+    "interface-meta",
+    "jax",
+    "jax-cuda13-pjrt",
+    "jax-cuda13-plugin",
+    "jaxlib",
+    "jaxtyping",
+    "jinja2",
+    "joblib",
+    "kiwisolver",
+    "lazy-loader",
+    "lightning",
+    "lightning-utilities",
+    "linear-operator",
+    "lineax",
+    "llvmlite",
+    "lxml",
+    "markdown",
+    "markdown-it-py",
+    "markupsafe",
+    "matplotlib",
+    "mdurl",
+    "meson",
+    "ml-dtypes",
+    "mpi4py",
+    "mpmath",
+    "msgpack",
+    "multidict",
+    "multipledispatch",
+    "mypy-extensions",
+    "nanobind",
+    "narwhals",
+    "networkx",
+    "ninja",
+    "numba",
+    "numba-cuda",
+    "numpy",
+    "numpyro",
+    "nvidia-ml-py",
+    "onnx",
+    "onnx-ir",
+    "onnxruntime",
+    "onnxscript",
+    "opencv-python-headless",
+    "optax",
+    "opt-einsum",
+    "opt-einsum-fx",
+    "optimistix",
+    "orbax-checkpoint",
+    "packaging",
+    "pandas",
+    "pathspec",
+    "patsy",
+    "peft",
+    "pillow",
+    "pip",
+    "pluggy",
+    "portalocker",
+    "prometheus-client",
+    "propcache",
+    "protobuf",
+    "psutil",
+    "pyarrow",
+    "pybind11",
+    "py-cpuinfo",
+    "pygments",
+    "pyparsing",
+    "pyproject-hooks",
+    "pyre-extensions",
+    "pytest",
+    "pytest-benchmark",
+    "pytest-cov",
+    "pytest-mock",
+    "pytest-timeout",
+    "pytest-xdist",
+    "python-dateutil",
+    "pytorch-lightning",
+    "pyyaml",
+    "regex",
+    "requests",
+    "rich",
+    "sacrebleu",
+    "safetensors",
+    "scikit-build-core",
+    "scikit-image",
+    "scikit-learn",
+    "scipy",
+    "seaborn",
+    "sentencepiece",
+    "sentence-transformers",
+    "setuptools",
+    "shellingham",
+    "simplejson",
+    "six",
+    "sortedcontainers",
+    "statsmodels",
+    "sympy",
+    "tabulate",
+    "tensorboard",
+    "tensorboard-data-server",
+    "tensorstore",
+    "threadpoolctl",
+    "tifffile",
+    "tiktoken",
+    "timm",
+    "tokenizers",
+    "toolz",
+    "torch",
+    "torchaudio",
+    "torchdiffeq",
+    "torch-geometric",
+    "torchmetrics",
+    "torchvision",
+    "tqdm",
+    "transformers",
+    "treescope",
+    "triton",
+    "typer",
+    "typing-extensions",
+    "typing-inspect",
+    "urllib3",
+    "uvloop",
+    "wadler-lindig",
+    "werkzeug",
+    "wheel",
+    "wrapt",
+    "xarray",
+    "xxhash",
+    "yarl",
+    "zipp",
+]
+PLATFORMS = [
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "manylinux_2_5_x86_64",
+    "any",
+]
 
 
 def norm(name: str) -> str:
@@ -76,8 +261,20 @@ def wheel_dist(filename: str) -> str:
 
 def download(dest: Path, python: str = "3.12") -> None:
     """``pip download`` of ``NEEDS`` with their dependencies, binary wheels for ``python``."""
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-           "--python-version", python, "--implementation", "cp", "-d", str(dest)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "-d",
+        str(dest),
+    ]
     for p in PLATFORMS:
         cmd += ["--platform", p]
     subprocess.run(cmd + NEEDS, check=True)
@@ -85,8 +282,11 @@ def download(dest: Path, python: str = "3.12") -> None:
 
 def tree_bytes() -> int:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
-    return sum((ROOT / f).stat().st_size for f in files.stdout.decode().split("\0")
-               if f and (ROOT / f).is_file())  # fmt: skip
+    return sum(
+        (ROOT / f).stat().st_size
+        for f in files.stdout.decode().split("\0")
+        if f and (ROOT / f).is_file()
+    )
 
 
 def size(path: Path) -> int:
@@ -112,9 +312,11 @@ def main(argv: list[str] | None = None) -> dict:
         dropped = {n: b for n, b in closure.items() if wheel_dist(n) in have and not args.all}
         for name in dropped:
             (wheels / name).unlink()
-        manifest |= {"closure_bytes": sum(closure.values()),
-                     "left_out_image_has": dropped,
-                     "wheels": {n: b for n, b in closure.items() if n not in dropped}}  # fmt: skip
+        manifest |= {
+            "closure_bytes": sum(closure.values()),
+            "left_out_image_has": dropped,
+            "wheels": {n: b for n, b in closure.items() if n not in dropped},
+        }
     tok = dest / "tokenizer"
     if not (tok / "tokenizer.json").exists():
         sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -128,16 +330,22 @@ def main(argv: list[str] | None = None) -> dict:
         from ragbench.assets import essays_dir
 
         shutil.copytree(essays_dir(), hay)
-    manifest |= {"wheels_bytes": size(wheels), "tokenizer_bytes": size(tok),
-                 "haystack_bytes": size(hay), "tracked_tree_bytes": tree_bytes()}  # fmt: skip
+    manifest |= {
+        "wheels_bytes": size(wheels),
+        "tokenizer_bytes": size(tok),
+        "haystack_bytes": size(hay),
+        "tracked_tree_bytes": tree_bytes(),
+    }
     total = size(dest) + manifest["tracked_tree_bytes"]
     manifest |= {"total_with_tree_bytes": total, "fits": total < LIMIT}
     (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     mib = 2**20
-    print(f"gpu_carry: wheels {manifest['wheels_bytes'] / mib:.1f} MiB, tokenizer "
-          f"{manifest['tokenizer_bytes'] / mib:.1f}, haystack {manifest['haystack_bytes'] / mib:.1f}"
-          f"; with the tracked tree {total / mib:.1f} MiB of {LIMIT / mib:.0f}: "
-          f"{'fits' if manifest['fits'] else 'DOES NOT FIT'}")  # fmt: skip
+    print(
+        f"gpu_carry: wheels {manifest['wheels_bytes'] / mib:.1f} MiB, tokenizer "
+        f"{manifest['tokenizer_bytes'] / mib:.1f}, haystack {manifest['haystack_bytes'] / mib:.1f}"
+        f"; with the tracked tree {total / mib:.1f} MiB of {LIMIT / mib:.0f}: "
+        f"{'fits' if manifest['fits'] else 'DOES NOT FIT'}"
+    )
     return manifest
 
 

@@ -132,14 +132,32 @@ QUICK = {"prefill": [64, 128], "doc": 96, "q": 4, "q_len": 6, "new": 6, "runner"
 QUICK |= {"cost": [32, 64, 128]}
 # decode: a short prompt, 32 decode steps, best of 3; runner batching of 8 short prompts on the
 # fast path; one long prompt on both paths. logits: a document and questions (gpu_check_decode.py)
-FULL |= {"decode": {"copy_bytes": 1 << 30, "prompt": 128, "new": 33, "repeats": 3,
-                    "batches": [1, 8, 32], "runner": (8, 128), "long": 16384},
-         "logits": {"doc": 1024, "q": 8, "q_len": 16},
-         "greedy32": {"doc": 512, "q": 4, "q_len": 16, "new": 12}}  # fmt: skip
-QUICK |= {"decode": {"copy_bytes": 1 << 24, "prompt": 16, "new": 5, "repeats": 1,
-                     "batches": [1, 8, 32], "runner": (3, 16), "long": 96},
-          "logits": {"doc": 48, "q": 4, "q_len": 6},
-          "greedy32": {"doc": 40, "q": 3, "q_len": 6, "new": 6}}  # fmt: skip
+FULL |= {
+    "decode": {
+        "copy_bytes": 1 << 30,
+        "prompt": 128,
+        "new": 33,
+        "repeats": 3,
+        "batches": [1, 8, 32],
+        "runner": (8, 128),
+        "long": 16384,
+    },
+    "logits": {"doc": 1024, "q": 8, "q_len": 16},
+    "greedy32": {"doc": 512, "q": 4, "q_len": 16, "new": 12},
+}
+QUICK |= {
+    "decode": {
+        "copy_bytes": 1 << 24,
+        "prompt": 16,
+        "new": 5,
+        "repeats": 1,
+        "batches": [1, 8, 32],
+        "runner": (3, 16),
+        "long": 96,
+    },
+    "logits": {"doc": 48, "q": 4, "q_len": 6},
+    "greedy32": {"doc": 40, "q": 3, "q_len": 6, "new": 6},
+}
 # the probes of calibration version 2 (before it probed the run's lengths), for the comparison
 OLD_PREFILL = ((16, 0), (128, 0), (512, 0), (128, 2048))
 OLD_DECODE = ((16, 1), (1024, 1), (4096, 1), (16, 4))
@@ -373,10 +391,12 @@ def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
     seconds = time.perf_counter() - t0
     gen, kv = torch.Generator().manual_seed(0), {}
     with torch.inference_mode():  # the old probe set on the same device, fitted the new way
-        old_prefill = [(n, p, calibration._forward(dec, gen, kv, n, p, 1, False))
-                       for n, p in OLD_PREFILL]  # fmt: skip
-        old_decode = [(k, r, calibration._forward(dec, gen, kv, 1, k - 1, r, False))
-                      for k, r in OLD_DECODE]  # fmt: skip
+        old_prefill = [
+            (n, p, calibration._forward(dec, gen, kv, n, p, 1, False)) for n, p in OLD_PREFILL
+        ]
+        old_decode = [
+            (k, r, calibration._forward(dec, gen, kv, 1, k - 1, r, False)) for k, r in OLD_DECODE
+        ]
     kv.clear()
     old = cost_model.fit(old_prefill, old_decode)
     rows, vocab = [], model.config.vocab_size
@@ -395,26 +415,39 @@ def bench_cost_model(model, dec: Decoder, lengths: list[int], new: int) -> dict:
             best, prefill_s, decode_s = min(runs)
             made = len(ids_of(out["text"]))
             modelled, before = rates.alone(n, made), old.alone(n, made)
-            rows.append({"prompt_tokens": n, "completion_tokens": made,
-                         "measured_seconds": round(best, 5), "modelled_seconds": round(modelled, 5),
-                         "measured_runs": [round(r[0], 5) for r in runs],
-                         "measured_prefill_seconds": round(prefill_s, 5),
-                         "measured_decode_seconds": round(decode_s, 5),
-                         "modelled_prefill_seconds": round(rates.forward(n), 5),
-                         "modelled_decode_seconds": round(rates.decode(made - 1, n + 1), 5),
-                         "modelled_over_measured": round(modelled / best, 4),
-                         "old_probes_modelled_over_measured": round(before / best, 4)})  # fmt: skip
-            print(f"  cost model {n:>6} tokens: modelled/measured {rows[-1]['modelled_over_measured']}"
-                  f" (old probes {rows[-1]['old_probes_modelled_over_measured']}); runs "
-                  f"{rows[-1]['measured_runs']}")  # fmt: skip
+            rows.append(
+                {
+                    "prompt_tokens": n,
+                    "completion_tokens": made,
+                    "measured_seconds": round(best, 5),
+                    "modelled_seconds": round(modelled, 5),
+                    "measured_runs": [round(r[0], 5) for r in runs],
+                    "measured_prefill_seconds": round(prefill_s, 5),
+                    "measured_decode_seconds": round(decode_s, 5),
+                    "modelled_prefill_seconds": round(rates.forward(n), 5),
+                    "modelled_decode_seconds": round(rates.decode(made - 1, n + 1), 5),
+                    "modelled_over_measured": round(modelled / best, 4),
+                    "old_probes_modelled_over_measured": round(before / best, 4),
+                }
+            )
+            print(
+                f"  cost model {n:>6} tokens: modelled/measured {rows[-1]['modelled_over_measured']}"
+                f" (old probes {rows[-1]['old_probes_modelled_over_measured']}); runs "
+                f"{rows[-1]['measured_runs']}"
+            )
     worst = max(abs(r["modelled_over_measured"] - 1) for r in rows)
     numbers = {k: v for k, v in rates.to_dict().items() if k != "meta"}
-    return {"calibration_seconds": round(seconds, 2), "rates": numbers,
-            "validation": rates.meta.get("validation"), "long_context": rows,
-            "probes": rates.meta.get("probes"),
-            "old_probes": {"prefill": old_prefill, "decode": old_decode},
-            "worst_relative_error": round(worst, 4), "within_15_percent": worst <= 0.15,
-            "old_rates": {k: v for k, v in old.to_dict().items() if k != "meta"}}  # fmt: skip
+    return {
+        "calibration_seconds": round(seconds, 2),
+        "rates": numbers,
+        "validation": rates.meta.get("validation"),
+        "long_context": rows,
+        "probes": rates.meta.get("probes"),
+        "old_probes": {"prefill": old_prefill, "decode": old_decode},
+        "worst_relative_error": round(worst, 4),
+        "within_15_percent": worst <= 0.15,
+        "old_rates": {k: v for k, v in old.to_dict().items() if k != "meta"},
+    }
 
 
 # decode before cost: issue 36 first under the hard stop; logits last (it rescales the weights)
@@ -423,10 +456,25 @@ PARTS = ("tests", "e2e", "greedy32", *MODEL_PARTS)  # run in this order
 # import names each part needs beyond torch and transformers (their pip names: the docstring)
 PART_PACKAGES: dict[str, tuple[str, ...]] = {
     "tests": ("pytest",),
-    "e2e": ("pydantic", "typer", "yaml", "pandas", "pyarrow", "numpy", "bm25s",
-            "llama_index.core", "nltk", "sqlalchemy", "scipy", "tenacity", "httpx", "filelock", "psutil",
-            "tqdm"),
-} | dict.fromkeys(("greedy32", *MODEL_PARTS), ())  # fmt: skip
+    "e2e": (
+        "pydantic",
+        "typer",
+        "yaml",
+        "pandas",
+        "pyarrow",
+        "numpy",
+        "bm25s",
+        "llama_index.core",
+        "nltk",
+        "sqlalchemy",
+        "scipy",
+        "tenacity",
+        "httpx",
+        "filelock",
+        "psutil",
+        "tqdm",
+    ),
+} | dict.fromkeys(("greedy32", *MODEL_PARTS), ())
 # probed and recorded, never skipping a part: the quantized KV cache's backends (without them its
 # variants are recorded with their ImportError, which names the package to install)
 OPTIONAL_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -461,12 +509,26 @@ def run_tests(device, timeout: float = 240) -> dict:
     """The suite's CUDA tests (``pytest -m gpu``) in a subprocess: exit code, counts, tail."""
     # only the files that hold CUDA tests: collecting the rest would import packages a lent
     # machine lacks (a collection error stops the whole session)
-    files = sorted(str(f) for f in (ROOT / "tests").glob("test_*.py")
-                   if "mark.gpu" in f.read_text(encoding="utf-8"))  # fmt: skip
+    files = sorted(
+        str(f)
+        for f in (ROOT / "tests").glob("test_*.py")
+        if "mark.gpu" in f.read_text(encoding="utf-8")
+    )
     if not files:
         return {"error": "no test file under tests/ has a gpu-marked test"}
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-           "-o", "addopts=-ra", *files]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=-ra",
+        *files,
+    ]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -477,9 +539,15 @@ def run_tests(device, timeout: float = 240) -> dict:
     summary = lines[-1] if lines else ""
     counts = {word: int(n) for n, word in re.findall(r"(\d+) ([a-z]+)", summary)}
     print(f"  pytest -m gpu: {summary}")
-    return {"returncode": proc.returncode, "summary": summary, "counts": counts, "files": files,
-            "seconds": round(time.perf_counter() - t0, 1), "tail": tail,
-            "ok": proc.returncode == 0 and counts.get("passed", 0) > 0}  # fmt: skip
+    return {
+        "returncode": proc.returncode,
+        "summary": summary,
+        "counts": counts,
+        "files": files,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "tail": tail,
+        "ok": proc.returncode == 0 and counts.get("passed", 0) > 0,
+    }
 
 
 def check_model(name: str, device, dtype, s: dict, quick: bool, parts=PARTS, save=None) -> dict:
@@ -541,8 +609,9 @@ def greedy32(device, s: dict, quick: bool) -> dict:
     import torch
 
     try:
-        model, facts = build_model("llama-3.2-1b", device, torch.float32, quick,
-                                   gpu_check_decode.LLAMA_1B)  # fmt: skip
+        model, facts = build_model(
+            "llama-3.2-1b", device, torch.float32, quick, gpu_check_decode.LLAMA_1B
+        )
         out = {"arch": facts} | gpu_check_decode.bench_greedy32(model, device, s, IdTokenizer())
     except Exception as exc:  # recorded; the other parts run
         out = {"error": f"{type(exc).__name__}: {exc}"[:500]}
@@ -608,8 +677,9 @@ def main(argv: list[str] | None = None) -> dict:
         save()
     if "e2e" in parts and "e2e" not in result["skipped"]:
         print("e2e: ragbench run")
-        result["e2e"] = gpu_check_e2e.run_e2e(str(device), shape="tiny" if args.quick else None,
-                                              timeout=args.e2e_timeout)  # fmt: skip
+        result["e2e"] = gpu_check_e2e.run_e2e(
+            str(device), shape="tiny" if args.quick else None, timeout=args.e2e_timeout
+        )
         print(
             f"  e2e: ok {result['e2e'].get('ok')}, records {result['e2e'].get('records')}, "
             f"devices {result['e2e'].get('devices')}, {result['e2e'].get('error', '')}"
@@ -627,8 +697,9 @@ def main(argv: list[str] | None = None) -> dict:
             save()
 
         try:
-            result["models"][name] = check_model(name, device, dtype, s, args.quick, model_parts,
-                                                 partial)  # fmt: skip
+            result["models"][name] = check_model(
+                name, device, dtype, s, args.quick, model_parts, partial
+            )
         except Exception as exc:  # one architecture failing leaves the other's results
             result["models"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
             print(f"{name}: {result['models'][name]['error']}")

@@ -91,9 +91,13 @@ def step_ms(dec: Decoder, rows: int, prompt: int, new: int, repeats: int) -> dic
             if k:  # the first run warms up
                 best = min(best, seconds)
             meta = out[0]["meta"]["decode"]
-    return {"ms": round(best * 1e3, 3), "path": meta.get("path"), "graph": meta.get("graph"),
-            "reason": meta.get("reason") or meta.get("fallback"),
-            "capture_check": meta.get("capture_check")}  # fmt: skip
+    return {
+        "ms": round(best * 1e3, 3),
+        "path": meta.get("path"),
+        "graph": meta.get("graph"),
+        "reason": meta.get("reason") or meta.get("fallback"),
+        "capture_check": meta.get("capture_check"),
+    }
 
 
 # issue 36's bounds: (figure, bound, "max" | "min"); the long prompt's is the plain step's
@@ -111,12 +115,21 @@ def targets(out: dict) -> dict:
     figures = {
         "fast_batch1_ms": (fast.get("1", {}).get("ms"), TARGETS["fast_batch1_ms"], "max"),
         "fast_batch8_over_batch1": (
-            out.get("fast_batch8_over_batch1"), TARGETS["fast_batch8_over_batch1"], "max"),
-        "runner_batching_fast_speedup": (out["runner_batching_fast"].get("speedup"),
-                                         TARGETS["runner_batching_fast_speedup"], "min"),
-        "long_prompt_fast_ms": (long.get("fast", {}).get("ms"),
-                                long.get("plain", {}).get("ms"), "max"),
-    }  # fmt: skip
+            out.get("fast_batch8_over_batch1"),
+            TARGETS["fast_batch8_over_batch1"],
+            "max",
+        ),
+        "runner_batching_fast_speedup": (
+            out["runner_batching_fast"].get("speedup"),
+            TARGETS["runner_batching_fast_speedup"],
+            "min",
+        ),
+        "long_prompt_fast_ms": (
+            long.get("fast", {}).get("ms"),
+            long.get("plain", {}).get("ms"),
+            "max",
+        ),
+    }
     got: dict = {}
     for name, (value, bound, kind) in figures.items():
         met = None
@@ -124,8 +137,11 @@ def targets(out: dict) -> dict:
             met = value <= bound if kind == "max" else value >= bound
         got[name] = {"value": value, kind: bound, "met": met}
     captured = [row.get("graph") == "captured" for row in fast.values()]
-    got["captured_every_batch"] = {"value": sum(captured), "of": len(captured),
-                                   "met": all(captured) if out["cuda_graphs"] else None}  # fmt: skip
+    got["captured_every_batch"] = {
+        "value": sum(captured),
+        "of": len(captured),
+        "met": all(captured) if out["cuda_graphs"] else None,
+    }
     got["auto_ready"] = all(t["met"] is True for t in got.values())
     return got
 
@@ -140,9 +156,7 @@ def bench_decode(model, facts, device, s: dict, tokenizer, runner) -> dict:
     capture = device.type == "cuda"
     decoders = {
         "plain": Decoder.for_model(model, tokenizer, decode="eager"),
-        "fast": Decoder.for_model(
-            model, tokenizer, decode="static", cuda_graphs=capture
-        ),  # fmt: skip
+        "fast": Decoder.for_model(model, tokenizer, decode="static", cuda_graphs=capture),
     }
     out = {
         "copy_bandwidth_bytes_per_second": round(copy["bytes_per_second"]),
@@ -226,8 +240,9 @@ def ragbench_paths(model, plain, fast, reqs, prompts, questions, doc, record: in
         with torch.inference_mode():
             kv_prefix = dec.prefill(prefix)[0] if prefix else None
             plen = len(prefix) if prefix else 0
-            return dec.decode(batch, suffixes, kv_prefix, plen, shared, 0, kv=kv,
-                              record_logits=record)  # fmt: skip
+            return dec.decode(
+                batch, suffixes, kv_prefix, plen, shared, 0, kv=kv, record_logits=record
+            )
 
     def alone(dec, kv=None):
         return [run(dec, [r], [p], kv=kv)[0] for r, p in zip(reqs, prompts, strict=True)]
@@ -322,8 +337,9 @@ def bench_logits(model, device, s: dict, tok) -> dict:
         firsts = [int(r["_logits"][0].argmax()) for r in rows]
         picked[name] = [r["_logits"][0] for r in rows]
         first = compare([r["_logits"][0] for r in rows], ref0)
-        second = compare([r["_logits"][1] for r in rows],
-                         [ref_after(i, t) for i, t in enumerate(firsts)])  # fmt: skip
+        second = compare(
+            [r["_logits"][1] for r in rows], [ref_after(i, t) for i, t in enumerate(firsts)]
+        )
         same_first = [ids_of(r["text"])[:1] for r in rows] == [[int(r.argmax())] for r in ref0]
         diffs = [float((r["_logits"][0] - f).abs().max()) for r, f in zip(rows, ref0, strict=True)]
         flips = [i for i, t in enumerate(firsts) if t != int(ref0[i].argmax())]
@@ -338,9 +354,15 @@ def bench_logits(model, device, s: dict, tok) -> dict:
             "same_first_token_as_reference": same_first,
             # each first pick that differs: the reference's top-1 margin there and the row's max
             # |difference| (a flip where the margin is within the difference is a near-tie)
-            "first_token_flips": [{"row": i, "reference_margin": round(margins[i], 5),
-                                   "row_max_abs_diff": round(diffs[i], 5)} for i in flips],
-        }  # fmt: skip
+            "first_token_flips": [
+                {
+                    "row": i,
+                    "reference_margin": round(margins[i], 5),
+                    "row_max_abs_diff": round(diffs[i], 5),
+                }
+                for i in flips
+            ],
+        }
         p = out["paths"][name]
         print(
             f"  logits {name}: top-1 {p['top1_agreement']:.3f}, max |diff| {p['max_abs_diff']:.3g}"
@@ -387,9 +409,20 @@ def float32_check(model, forward, prompts, ref0, picked: dict[str, list]) -> dic
 # --------------------------------------------------------------------------- greedy32
 
 # Llama-3.2-1B's published shape (config.json; untied head here, like the 8B builds)
-LLAMA_1B = {"config": "LlamaConfig", "rope_theta": 500_000.0, "rms_norm_eps": 1e-5,
-            "attention_bias": False, "shape": {"layers": 16, "hidden": 2048, "heads": 32,
-            "kv_heads": 8, "intermediate_size": 8192, "vocab": 128_256}}  # fmt: skip
+LLAMA_1B = {
+    "config": "LlamaConfig",
+    "rope_theta": 500_000.0,
+    "rms_norm_eps": 1e-5,
+    "attention_bias": False,
+    "shape": {
+        "layers": 16,
+        "hidden": 2048,
+        "heads": 32,
+        "kv_heads": 8,
+        "intermediate_size": 8192,
+        "vocab": 128_256,
+    },
+}
 
 
 def bench_greedy32(model, device, s: dict, tok) -> dict:
@@ -404,9 +437,14 @@ def bench_greedy32(model, device, s: dict, tok) -> dict:
     ref = ref["outputs"]
     plain, fast = decoders(model, tok, device)
     paths, exact = ragbench_paths(model, plain, fast, reqs, prompts, questions, doc)
-    out: dict = {"dtype": str(model.dtype), "prompts": len(prompts), "document_tokens": len(doc),
-                 "new_tokens": new, "reference": "model.generate per prompt, greedy",
-                 "paths": {}}  # fmt: skip
+    out: dict = {
+        "dtype": str(model.dtype),
+        "prompts": len(prompts),
+        "document_tokens": len(doc),
+        "new_tokens": new,
+        "reference": "model.generate per prompt, greedy",
+        "paths": {},
+    }
     for name, make in paths.items():
         try:
             rows = make()
@@ -416,8 +454,12 @@ def bench_greedy32(model, device, s: dict, tok) -> dict:
             continue
         got = same([ids_of(r["text"]) for r in rows], ref)
         meta = rows[0]["meta"]["decode"]
-        out["paths"][name] = {"exact": exact[name], "same_tokens": got,
-                              "decode_path": meta.get("path"), "graph": meta.get("graph")}  # fmt: skip
+        out["paths"][name] = {
+            "exact": exact[name],
+            "same_tokens": got,
+            "decode_path": meta.get("path"),
+            "graph": meta.get("graph"),
+        }
         print(f"  greedy32 {name}: same tokens {got}")
     fast.fast.states.clear()
     ran = [p for p in out["paths"].values() if "error" not in p and p["exact"]]

@@ -38,13 +38,25 @@ ROOT = Path(__file__).resolve().parents[1]
 CARRY = ROOT / "gpu_carry"
 # the Llama-3.1-8B shape (its published config.json); tiny: a few MB, for the CPU test
 SHAPES = {
-    "8b": {"hidden_size": 4096, "intermediate_size": 14_336, "num_hidden_layers": 32,
-           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128_256,
-           "lengths": [4000, 16000]},
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": None,
-             "lengths": [400, 1600]},
-}  # fmt: skip
+    "8b": {
+        "hidden_size": 4096,
+        "intermediate_size": 14_336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128_256,
+        "lengths": [4000, 16000],
+    },
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": None,
+        "lengths": [400, 1600],
+    },
+}
 STRATEGIES = ["closed_book", "long_context", {"name": "rag", "params": {"top_k": 4}}]
 
 
@@ -114,28 +126,44 @@ def save_model(folder: Path, shape: str, tok_dir: Path, device: str, dtype) -> d
     del model
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
-    return {"params": params, "build_seconds": round(built, 2),
-            "save_seconds": round(time.perf_counter() - t0 - built, 2),
-            "vocab_size": config.vocab_size, "tokenizer_vocab": len(tok)}  # fmt: skip
+    return {
+        "params": params,
+        "build_seconds": round(built, 2),
+        "save_seconds": round(time.perf_counter() - t0 - built, 2),
+        "vocab_size": config.vocab_size,
+        "tokenizer_vocab": len(tok),
+    }
 
 
 def experiment(model_dir: Path, shape: str, device: str, dtype: str, hay: str, out: Path) -> dict:
     return {
         "name": f"gpu-e2e-{shape}",
         "seed": 0,
-        "dataset": {"name": "niah", "params": {
-            "context_lengths": SHAPES[shape]["lengths"], "depth_percents": [50],
-            "needle": "\nThe special magic number is 7463343.\n",
-            "question": "What is the special magic number mentioned in the text?",
-            "answer": "7463343", "tokenizer": str(model_dir), "haystack": hay}},
-        "model": {"backend": "hf", "name": str(model_dir), "max_new_tokens": 8, "cache": False,
-                  "params": {"device": device, "dtype": dtype}},
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": SHAPES[shape]["lengths"],
+                "depth_percents": [50],
+                "needle": "\nThe special magic number is 7463343.\n",
+                "question": "What is the special magic number mentioned in the text?",
+                "answer": "7463343",
+                "tokenizer": str(model_dir),
+                "haystack": hay,
+            },
+        },
+        "model": {
+            "backend": "hf",
+            "name": str(model_dir),
+            "max_new_tokens": 8,
+            "cache": False,
+            "params": {"device": device, "dtype": dtype},
+        },
         "retrieval": {"retriever": "bm25", "chunk_size": 256, "chunk_overlap": 32},
         "strategies": STRATEGIES,
         "metrics": ["string_match_all", "contains"],
         "price_sheet": "example-h100-hour",
         "output_dir": str(out),
-    }  # fmt: skip
+    }
 
 
 def read_run(out: Path) -> tuple[list[dict], dict]:
@@ -167,17 +195,33 @@ def summarise(records: list[dict], manifest: dict, device: str) -> dict:
         {str(d) for d in in_records if d} | ({str(calibrated)} if calibrated else set())
     )
     errors = [str(r.get("error"))[:200] for r in records if r.get("error")]
-    on_device = bool(records) and all(str(d or calibrated).split(":")[0] == want
-                                      for d in in_records)  # fmt: skip
+    on_device = bool(records) and all(
+        str(d or calibrated).split(":")[0] == want for d in in_records
+    )
     cost = (records[0].get("cost") or {}) if records else {}
-    return {"records": len(records), "strategies": sorted({str(r.get("strategy")) for r in records}),
-            "devices": devices, "records_carry_device": bool(records) and all(in_records),
-            "manifest_calibration_device": calibrated, "all_on_device": on_device,
-            "errors": errors[:5], "error_count": len(errors),
-            "status": manifest.get("status"),
-            "sample_cost": {k: cost.get(k) for k in ("cost_basis", "prompt_tokens",
-                            "prefill_seconds", "decode_seconds", "dollars", "peak_memory_bytes",
-                            "price_sheet")}}  # fmt: skip
+    return {
+        "records": len(records),
+        "strategies": sorted({str(r.get("strategy")) for r in records}),
+        "devices": devices,
+        "records_carry_device": bool(records) and all(in_records),
+        "manifest_calibration_device": calibrated,
+        "all_on_device": on_device,
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "status": manifest.get("status"),
+        "sample_cost": {
+            k: cost.get(k)
+            for k in (
+                "cost_basis",
+                "prompt_tokens",
+                "prefill_seconds",
+                "decode_seconds",
+                "dollars",
+                "peak_memory_bytes",
+                "price_sheet",
+            )
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -191,8 +235,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=float, default=360, help="seconds for ragbench run")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
-    result = run_e2e(args.device, args.shape, args.tokenizer, args.haystack, args.workdir,
-                     args.timeout, args.keep)  # fmt: skip
+    result = run_e2e(
+        args.device,
+        args.shape,
+        args.tokenizer,
+        args.haystack,
+        args.workdir,
+        args.timeout,
+        args.keep,
+    )
     Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: result.get(k) for k in ("ok", "records", "devices", "wall_seconds")}))
     return result
@@ -206,8 +257,15 @@ def pick_workdir(need_bytes: int) -> str | None:
     return None
 
 
-def run_e2e(device="cuda", shape=None, tokenizer=None, haystack=None, workdir=None,
-            timeout=360.0, keep=False) -> dict:  # fmt: skip
+def run_e2e(
+    device="cuda",
+    shape=None,
+    tokenizer=None,
+    haystack=None,
+    workdir=None,
+    timeout=360.0,
+    keep=False,
+) -> dict:
     import torch
 
     t0 = time.perf_counter()
@@ -225,22 +283,36 @@ def run_e2e(device="cuda", shape=None, tokenizer=None, haystack=None, workdir=No
             "device": device,
             "error": f"tokenizer: {type(exc).__name__}: {exc}"[:500],
         }
-    result: dict = {"device": device, "shape": shape, "dtype": dtype_name, "workdir": str(base),
-                    "tokenizer_from": tok_from, "haystack": hay, "strategies": STRATEGIES,
-                    "lengths": SHAPES[shape]["lengths"], "price_sheet": "example-h100-hour"}  # fmt: skip
+    result: dict = {
+        "device": device,
+        "shape": shape,
+        "dtype": dtype_name,
+        "workdir": str(base),
+        "tokenizer_from": tok_from,
+        "haystack": hay,
+        "strategies": STRATEGIES,
+        "lengths": SHAPES[shape]["lengths"],
+        "price_sheet": "example-h100-hour",
+    }
     try:
         model_dir, out = base / "model", base / "results"
         result["model"] = save_model(model_dir, shape, tok_dir, device, getattr(torch, dtype_name))
         cfg = base / "config.json"  # YAML is a superset of JSON
         cfg.write_text(json.dumps(experiment(model_dir, shape, device, dtype_name, hay, out)))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "RAGBENCH_CACHE": str(base / "cache")}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "RAGBENCH_CACHE": str(base / "cache"),
+        }
         t1 = time.perf_counter()
         cmd = [sys.executable, "-m", "ragbench.cli", "run", str(cfg), "--quiet"]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
         result["run_seconds"] = round(time.perf_counter() - t1, 2)
         result["returncode"] = proc.returncode
         result["output_tail"] = (proc.stdout + proc.stderr)[-3000:]

@@ -57,6 +57,30 @@ C, L = 32, 0.2
 # ---------------------------------------------------------------------------- the server
 
 
+async def _stream(request, model: str, text: str, usage: dict, latency: float, headers: dict):
+    """``text`` streamed word by word as server-sent events, the usage in the last event: half
+    the latency before the first word, half before the last."""
+    import asyncio
+
+    from aiohttp import web
+
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **headers})
+    await resp.prepare(request)
+    await asyncio.sleep(latency / 2)
+    words = text.split(" ")
+    for i, w in enumerate(words):
+        last = i == len(words) - 1
+        choice = {"delta": {"content": w if i == 0 else " " + w}, "finish_reason": None}
+        event = {"model": model, "choices": [choice]}
+        if last:
+            choice["finish_reason"] = "stop"
+            event["usage"] = usage
+            await asyncio.sleep(latency / 2)
+        await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
 def serve(concurrency: int, latency: float, rpm: float | None, headers_on_ok: bool) -> None:
     """Run the loopback server until stdin closes; print its port first. ``headers_on_ok``
     False: the rate-limit headers come with 429s only."""
@@ -104,27 +128,16 @@ def serve(concurrency: int, latency: float, rpm: float | None, headers_on_ok: bo
                 usage = {"prompt_tokens": 12, "completion_tokens": 3}
                 if not body.get("stream"):
                     await asyncio.sleep(latency)
-                    msg = {"message": {"role": "assistant", "content": text},
-                           "finish_reason": "stop"}  # fmt: skip
+                    msg = {
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                    }
                     stats["ok"] += 1
                     return web.json_response(
                         {"model": body["model"], "choices": [msg], "usage": usage},
                         headers=headers,
                     )
-                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **headers})
-                await resp.prepare(request)
-                await asyncio.sleep(latency / 2)
-                words = text.split(" ")
-                for i, w in enumerate(words):
-                    last = i == len(words) - 1
-                    event = {"model": body["model"],
-                             "choices": [{"delta": {"content": w if i == 0 else " " + w},
-                                          "finish_reason": "stop" if last else None}]}  # fmt: skip
-                    if last:
-                        event["usage"] = usage
-                        await asyncio.sleep(latency / 2)
-                    await resp.write(f"data: {json.dumps(event)}\n\n".encode())
-                await resp.write(b"data: [DONE]\n\n")
+                resp = await _stream(request, body["model"], text, usage, latency, headers)
                 stats["ok"] += 1
                 return resp
             finally:
@@ -159,8 +172,15 @@ class Server:
     """The server in a child process (``python benchmarks/http_bench.py --serve ...``)."""
 
     def __init__(self, rpm: float | None = None, headers_on_ok: bool = True):
-        cmd = [sys.executable, __file__, "--serve", str(C), str(L), str(rpm or 0),
-               str(int(headers_on_ok))]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--serve",
+            str(C),
+            str(L),
+            str(rpm or 0),
+            str(int(headers_on_ok)),
+        ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
 
@@ -181,8 +201,14 @@ def measure(server: Server, n: int, stream: bool, rate_limit: dict | None) -> di
     from ragbench.llm.openai.compat import OpenAICompatLLM
     from ragbench.types import GenerationRequest
 
-    llm = OpenAICompatLLM(model="m", base_url=server.url + "/v1", max_concurrency=C,
-                          stream=stream, timeout=60, rate_limit=rate_limit)  # fmt: skip
+    llm = OpenAICompatLLM(
+        model="m",
+        base_url=server.url + "/v1",
+        max_concurrency=C,
+        stream=stream,
+        timeout=60,
+        rate_limit=rate_limit,
+    )
     warm = [GenerationRequest(prompt=f"warm {i}", max_new_tokens=4) for i in range(C)]
     llm.generate(warm)  # connections opened and kept: a run's steady state
     time.sleep(1.5)  # the server's rate bucket refills after the warm-up

@@ -32,11 +32,17 @@ def main(layers: int, hidden: int, doc: int, threads: int = 1) -> dict:
 
     torch.set_num_threads(threads)
     config = transformers.LlamaConfig(
-        vocab_size=16_384, hidden_size=hidden, intermediate_size=3 * hidden,
-        num_hidden_layers=layers, num_attention_heads=hidden // 64,
-        num_key_value_heads=max(1, hidden // 256), head_dim=64, max_position_embeddings=8192,
-        rope_theta=500_000.0, tie_word_embeddings=False,
-    )  # fmt: skip
+        vocab_size=16_384,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=max(1, hidden // 256),
+        head_dim=64,
+        max_position_embeddings=8192,
+        rope_theta=500_000.0,
+        tie_word_embeddings=False,
+    )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
@@ -45,8 +51,12 @@ def main(layers: int, hidden: int, doc: int, threads: int = 1) -> dict:
     t0 = time.perf_counter()
     sizes = {"logits": {"doc": doc, "q": 8, "q_len": 16}}
     out = gpu_check_decode.bench_logits(model, torch.device("cpu"), sizes, gpu_check.IdTokenizer())
-    out |= {"seconds": round(time.perf_counter() - t0, 1), "torch": torch.__version__,
-            "transformers": transformers.__version__, "threads": threads}  # fmt: skip
+    out |= {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": threads,
+    }
     path = ROOT / "benchmarks" / "results" / "logits_bf16_cpu.json"
     done = json.loads(path.read_text()) if path.exists() else {}
     done[f"llama-{layers}x{hidden}-doc{doc}-bf16"] = out

@@ -386,9 +386,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=3, help="cold rounds on the essays (median)")
     parser.add_argument("--generated", type=int, default=None, help="generated corpus size")
     parser.add_argument(
-        "--no-fast-embedders", "--no-onnx", dest="no_fast", action="store_true",
+        "--no-fast-embedders",
+        "--no-onnx",
+        dest="no_fast",
+        action="store_true",
         help="skip the fast_embedders section (bf16, ONNX int8)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     import sentence_transformers
     import torch
@@ -446,9 +449,15 @@ def main(argv: list[str] | None = None) -> dict:
 
             print("[bench] fast embedders (bf16, onnx) ...", flush=True)
             report["fast_embedders"] = compare(
-                essays, queries["essays"], root / "essays", report["corpora"]["essays"], texts,
-                model, BATCH_SIZE, args.repeats,
-            )  # fmt: skip
+                essays,
+                queries["essays"],
+                root / "essays",
+                report["corpora"]["essays"],
+                texts,
+                model,
+                BATCH_SIZE,
+                args.repeats,
+            )
             print(json.dumps(report["fast_embedders"], indent=1))
     report["meta"]["load_average_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     atomic_write_text(args.out, json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -63,9 +63,13 @@ def loaded(variant: str, cache_root: Path | None, batch_size: int):
 
     name, params = VARIANTS[variant]
     emb = get_embedder(
-        name, batch_size=batch_size, cache_dir=cache_root, cache=cache_root is not None,
-        device="cpu", **params,
-    )  # fmt: skip
+        name,
+        batch_size=batch_size,
+        cache_dir=cache_root,
+        cache=cache_root is not None,
+        device="cpu",
+        **params,
+    )
     emb.model, emb.identity()
     # no warm-up batch: the fp32 and llama-index sides get none, so oneDNN's bf16 kernel set-up
     # and ONNX Runtime's first-run set-up count in the cold times like theirs

@@ -62,7 +62,7 @@ def corpus_config(out: str, corpus, reuse: bool, threads: int, preload: bool = F
             "cache": False,
             "threads": threads,
             "params": {"prefix_reuse": reuse},
-        },  # fmt: skip
+        },
         "strategies": [{"name": "long_context", "params": {"preload": preload}}],
         "metrics": ["string_match_all"],
         "output_dir": out,
@@ -76,8 +76,10 @@ def shared_corpus(questions: int, threads: int) -> dict:
     result: dict = {"questions": questions, "threads": threads}
     with tempfile.TemporaryDirectory() as tmp:
         corpus = write_essay_corpus(Path(tmp) / "corpus", questions=questions, tokens=4000)
-        cfg = {arm: corpus_config(tmp, corpus, arm != "no_reuse", threads, arm == "preload")
-               for arm in ("reuse", "no_reuse", "preload")}  # fmt: skip
+        cfg = {
+            arm: corpus_config(tmp, corpus, arm != "no_reuse", threads, arm == "preload")
+            for arm in ("reuse", "no_reuse", "preload")
+        }
         llm = load_model(load_config(cfg["reuse"]).model)
         llm.cost_rates()  # calibration before any clock starts
         tables = {}
@@ -112,8 +114,10 @@ def shared_corpus(questions: int, threads: int) -> dict:
         again = run(cfg["reuse"], progress=False)  # no llm=: a model load would show here
         result["resumed_seconds"] = round(time.perf_counter() - t0, 2)
         result["resumed_same_table"] = bool(again["prediction"].equals(on["prediction"]))
-    print(f"shared corpus speedup {result['shared_corpus_speedup']}x over {questions} questions; "
-          f"resumed run {result['resumed_seconds']} s")  # fmt: skip
+    print(
+        f"shared corpus speedup {result['shared_corpus_speedup']}x over {questions} questions; "
+        f"resumed run {result['resumed_seconds']} s"
+    )
     return result
 
 
@@ -122,8 +126,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="1k-token haystacks only")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "runner.json"))
     parser.add_argument("--corpus-only", action="store_true", help="skip the batching comparison")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1: a loaded shared CPU; OpenMP spin-waits otherwise)")  # fmt: skip
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: a loaded shared CPU; OpenMP spin-waits otherwise)",
+    )
     args = parser.parse_args(argv)
     lengths = [1024] if args.quick else [1024, 2048]
     result: dict = {"date": time.strftime("%Y-%m-%d"), "load_start": os.getloadavg()}

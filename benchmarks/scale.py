@@ -77,7 +77,7 @@ def fake_config(out: str, examples: int) -> dict:
             "cache": False,
             "batch_size": 8,
             "params": params,
-        },  # fmt: skip
+        },
         "strategies": ["long_context"],
         "output_dir": out,
     }
@@ -93,7 +93,7 @@ def embedded_config(out: str, examples: int) -> dict:
             "batch_size": 4,
             "threads": 1,
             "max_new_tokens": 32,
-        },  # fmt: skip
+        },
         "strategies": ["long_context"],
         "output_dir": out,
     }
@@ -120,8 +120,9 @@ def compare(make, examples: int) -> dict:
         local = run(make(f"{tmp}/local"), progress=False)
         local_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")  # fmt: skip
+        ray.init(
+            num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+        )
         init_s = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()

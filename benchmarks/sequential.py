@@ -34,14 +34,23 @@ def main() -> None:
     results = []
     for spending in SPENDING:
         for name, x_only, y_only in SCENARIOS:
-            r = simulate(args.questions, args.rounds, x_only, y_only, spending=spending,
-                         runs=args.runs, seed=0)  # fmt: skip
+            r = simulate(
+                args.questions,
+                args.rounds,
+                x_only,
+                y_only,
+                spending=spending,
+                runs=args.runs,
+                seed=0,
+            )
             r["scenario"] = name
             s, f = r["sequential"], r["fixed"]
-            print(f"{spending:15s} {name:20s} sequential: x better {s['x_better']:.3f}, y better "
-                  f"{s['y_better']:.3f}, decided {s['decided']:.3f}, mean questions "
-                  f"{s['mean_questions']:.0f} | fixed: x better {f['x_better']:.3f}, y better "
-                  f"{f['y_better']:.3f}, decided {f['decided']:.3f}, {f['mean_questions']:.0f}")  # fmt: skip
+            print(
+                f"{spending:15s} {name:20s} sequential: x better {s['x_better']:.3f}, y better "
+                f"{s['y_better']:.3f}, decided {s['decided']:.3f}, mean questions "
+                f"{s['mean_questions']:.0f} | fixed: x better {f['x_better']:.3f}, y better "
+                f"{f['y_better']:.3f}, decided {f['decided']:.3f}, {f['mean_questions']:.0f}"
+            )
             results.append(r)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

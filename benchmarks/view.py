@@ -32,10 +32,36 @@ from ragbench.report.explore import write_view  # noqa: E402
 from ragbench.strategies.rag import chunk_ref  # noqa: E402
 from ragbench.types import Chunk  # noqa: E402
 
-WORDS = (
-    "retrieval context window token budget answer evidence document chunk model question "
-    "latency dollars prefix cache memory the of and to in a is that for on with as"
-).split()
+WORDS = [
+    "retrieval",
+    "context",
+    "window",
+    "token",
+    "budget",
+    "answer",
+    "evidence",
+    "document",
+    "chunk",
+    "model",
+    "question",
+    "latency",
+    "dollars",
+    "prefix",
+    "cache",
+    "memory",
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "a",
+    "is",
+    "that",
+    "for",
+    "on",
+    "with",
+    "as",
+]
 CHUNK_WORDS = 256 * 3 // 4  # 256 tokens of prose: ~190 words
 VARIANTS = {
     "closed_book": ("closed_book", {}),

@@ -43,16 +43,39 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 MASK = "***"
 # words that make a name a credential (compared with each word of the name); not "pwd": $PWD
 # is the working directory
-SECRET_WORDS = frozenset({
-    "key", "apikey", "token", "secret", "password", "passwd", "passphrase",
-    "authorization", "auth", "credential", "credentials", "cookie", "signature", "sig", "bearer",
-})  # fmt: skip
+SECRET_WORDS = frozenset(
+    {
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "passphrase",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "cookie",
+        "signature",
+        "sig",
+        "bearer",
+    }
+)
 # headers that carry no credential; their values ("application/json") must not be masked in
 # every later text of the process
-PLAIN_HEADERS = frozenset({
-    "accept", "accept-encoding", "accept-language", "cache-control", "connection",
-    "content-encoding", "content-type", "user-agent",
-})  # fmt: skip
+PLAIN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "cache-control",
+        "connection",
+        "content-encoding",
+        "content-type",
+        "user-agent",
+    }
+)
 MIN_ENV_SECRET_LEN = 8  # environment values shorter than this are too common to mask everywhere
 MIN_REMEMBERED_LEN = 4
 # Well-known key shapes, caught even when typed into a cell rather than read from anywhere.
@@ -289,9 +312,13 @@ def redact(obj: Any) -> Any:
         for k, v in obj.items():
             if str(k).lower() == "headers" and isinstance(v, Mapping):
                 out[k] = {h: MASK for h in v}
-            elif is_secret_name(k) and isinstance(v, str) and v:
-                out[k] = MASK
-            elif names_a_credential(k) and _is_a_value(v):  # api_key: {...}, [..], 1234
+            elif (
+                is_secret_name(k)
+                and isinstance(v, str)
+                and v
+                or names_a_credential(k)
+                and _is_a_value(v)
+            ):
                 out[k] = MASK
             else:
                 out[k] = redact(v)

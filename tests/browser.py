@@ -37,8 +37,11 @@ def _chromium(args: Sequence[str], chromium: str, timeout: float) -> str:
     with tempfile.TemporaryDirectory(prefix="ragbench-chromium-") as profile:
         done = subprocess.run(
             [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-            check=True, capture_output=True, timeout=timeout, text=True,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+            text=True,
+        )
     return done.stdout
 
 
@@ -52,10 +55,14 @@ def screenshot_html(
     """A PNG of a rendered page as headless Chromium shows it (a preview, and the browser test)."""
     png = Path(png)
     _chromium(
-        [f"--screenshot={png}", f"--window-size={window[0]},{window[1]}",
-         Path(html).resolve().as_uri()],
-        chromium, timeout,
-    )  # fmt: skip
+        [
+            f"--screenshot={png}",
+            f"--window-size={window[0]},{window[1]}",
+            Path(html).resolve().as_uri(),
+        ],
+        chromium,
+        timeout,
+    )
     return png
 
 
@@ -94,10 +101,16 @@ def table_layout(
         copy = Path(folder) / Path(html).name
         copy.write_text(probe, encoding="utf-8")
         dom = _chromium(
-            ["--dump-dom", "--run-all-compositor-stages-before-draw", "--virtual-time-budget=10000",
-             f"--window-size={window[0]},{window[1]}", copy.as_uri()],
-            chromium, timeout,
-        )  # fmt: skip
+            [
+                "--dump-dom",
+                "--run-all-compositor-stages-before-draw",
+                "--virtual-time-budget=10000",
+                f"--window-size={window[0]},{window[1]}",
+                copy.as_uri(),
+            ],
+            chromium,
+            timeout,
+        )
     found = re.search(r'<pre id="ragbench-table-layout">(.*?)</pre>', dom, re.S)
     if found is None:
         raise RuntimeError(f"{html}: the layout check did not run in {chromium}")

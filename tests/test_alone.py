@@ -19,11 +19,24 @@ from ragbench.models import get_preset
 from ragbench.retrieval import build_index
 from ragbench.types import Completion, Document, Example, GenerationRequest
 
-GPU = {"name": "gpu", "kind": "gpu_hour", "date": "2026-01-01", "source": "test",
-       "gpu_hour": 3.6, "gpus": 1}  # fmt: skip
-API = {"name": "api", "kind": "api", "date": "2026-01-01", "source": "test",
-       "input_per_million": 1.0, "cached_input_per_million": 0.1,
-       "cache_write_per_million": 1.25, "output_per_million": 4.0}  # fmt: skip
+GPU = {
+    "name": "gpu",
+    "kind": "gpu_hour",
+    "date": "2026-01-01",
+    "source": "test",
+    "gpu_hour": 3.6,
+    "gpus": 1,
+}
+API = {
+    "name": "api",
+    "kind": "api",
+    "date": "2026-01-01",
+    "source": "test",
+    "input_per_million": 1.0,
+    "cached_input_per_million": 0.1,
+    "cache_write_per_million": 1.25,
+    "output_per_million": 4.0,
+}
 INDEX = {"embedder": "hash", "splitter": "token", "chunk_size": 20, "chunk_overlap": 0}
 
 
@@ -55,13 +68,21 @@ def test_the_first_record_of_a_variant_on_a_prefix_pays_later_ones_reuse_it():
     )
     assert c.dollars == pytest.approx(full)
     # a backend that reports its cache writes: the paid prefix is one more write
-    written = Completion("a", 802, 1, cached_prompt_tokens=800,
-                         meta={**b1.meta, "cache_write_tokens": 0})  # fmt: skip
+    written = Completion(
+        "a", 802, 1, cached_prompt_tokens=800, meta={**b1.meta, "cache_write_tokens": 0}
+    )
     usage = Usage(prompt_tokens=802, completion_tokens=1, cache_write_tokens=800)
     full = money.dollars(prices.parse_price_sheet(API), usage)
     assert Cost.of(written, sheet=prices.parse_price_sheet(API)).dollars == pytest.approx(full)
-    timed = Completion("a", 802, 1, cached_prompt_tokens=800, prefill_seconds=0.003,
-                       decode_seconds=0.1, meta=b1.meta)  # fmt: skip
+    timed = Completion(
+        "a",
+        802,
+        1,
+        cached_prompt_tokens=800,
+        prefill_seconds=0.003,
+        decode_seconds=0.1,
+        meta=b1.meta,
+    )
     g = Cost.of(timed, sheet=prices.parse_price_sheet(GPU))
     assert g.resource_seconds == pytest.approx(0.103)  # measured: what the device did
     assert g.prefix_paid_seconds == pytest.approx(1.2)  # 800 tokens at its 1.5 ms/token prefill
@@ -79,10 +100,21 @@ def test_a_calibrated_record_pays_the_prefix_prefill_in_its_modelled_seconds():
     from ragbench.llm.cost_model import Rates
 
     rates = Rates(a=0.01, b=1e-4, c=1e-8, d0=0.005, d1=1e-6)
-    work = {"prompt_tokens": 700, "completion_tokens": 4, "prefix_tokens": 600,
-            "prefix_computed": False, "shared": False}  # fmt: skip
-    reused = Completion("a", 700, 4, cached_prompt_tokens=600, resource_seconds=0.2,
-                        meta={"work": work, "alone_seconds_estimate": 0.2})  # fmt: skip
+    work = {
+        "prompt_tokens": 700,
+        "completion_tokens": 4,
+        "prefix_tokens": 600,
+        "prefix_computed": False,
+        "shared": False,
+    }
+    reused = Completion(
+        "a",
+        700,
+        4,
+        cached_prompt_tokens=600,
+        resource_seconds=0.2,
+        meta={"work": work, "alone_seconds_estimate": 0.2},
+    )
     paid = Completion(**{**reused.__dict__, "meta": {**reused.meta, alone.PAID_KEY: 600}})
     before, after = Cost.of(reused, rates=rates), Cost.of(paid, rates=rates)
     computed = rates.alone(700, 4, 600, True, False)
@@ -109,10 +141,14 @@ def _examples() -> list[Example]:
 def whitespace_index(example, settings):
     """The strategies' index builder, chunking by whitespace tokens."""
     return build_index(
-        example.documents, retriever=settings.retriever, embedder=settings.embedder,
-        splitter=settings.splitter, chunk_size=settings.chunk_size,
-        chunk_overlap=settings.chunk_overlap, tokenizer="whitespace",
-    )  # fmt: skip
+        example.documents,
+        retriever=settings.retriever,
+        embedder=settings.embedder,
+        splitter=settings.splitter,
+        chunk_size=settings.chunk_size,
+        chunk_overlap=settings.chunk_overlap,
+        tokenizer="whitespace",
+    )
 
 
 class PrefixCachingFake(FakeLLM):
@@ -200,21 +236,36 @@ def test_a_variant_costs_the_same_alone_and_beside_others(point, beside, sheet):
 def _niah_config(tmp_path, batch_size):
     return {
         "name": f"lat-{batch_size}",
-        "dataset": {"name": "niah", "params": {
-            "context_lengths": [200, 300, 400, 500, 600, 700], "depth_percents": [10, 50, 90],
-            "needle": "\nThe special magic number is 7463343.\n",
-            "question": "What is the special magic number mentioned in the text?",
-            "answer": "7463343", "tokenizer": "whitespace", "final_context_length_buffer": 50,
-        }},
-        "model": {"backend": "fake", "name": "fake", "preset": "smollm2-135m-instruct",
-                  "cache": False, "batch_size": batch_size},
-        "retrieval": {"embedder": "hash", "chunk_size": 64, "chunk_overlap": 8,
-                      "tokenizer": "whitespace"},
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [200, 300, 400, 500, 600, 700],
+                "depth_percents": [10, 50, 90],
+                "needle": "\nThe special magic number is 7463343.\n",
+                "question": "What is the special magic number mentioned in the text?",
+                "answer": "7463343",
+                "tokenizer": "whitespace",
+                "final_context_length_buffer": 50,
+            },
+        },
+        "model": {
+            "backend": "fake",
+            "name": "fake",
+            "preset": "smollm2-135m-instruct",
+            "cache": False,
+            "batch_size": batch_size,
+        },
+        "retrieval": {
+            "embedder": "hash",
+            "chunk_size": 64,
+            "chunk_overlap": 8,
+            "tokenizer": "whitespace",
+        },
         "strategies": ["closed_book", "long_context", "rag"],
         "metrics": ["string_match_all"],
         "price_sheet": "example-hosted-api",
         "output_dir": str(tmp_path / f"b{batch_size}"),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("batch_size", [1, 16])
@@ -223,8 +274,9 @@ def test_latency_is_the_request_time_at_any_batch_size(tmp_path, batch_size):
 
     # one slot: a call's requests run one after another, each 0.02 s (one token at 50/s, a
     # prefill too fast to count): at batch size 16 the last of a round waits for the others
-    llm = FakeLLM("fake", prefill_tokens_per_second=1e12, decode_tokens_per_second=50.0,
-                  serial=True)  # fmt: skip
+    llm = FakeLLM(
+        "fake", prefill_tokens_per_second=1e12, decode_tokens_per_second=50.0, serial=True
+    )
     df = run(_niah_config(tmp_path, batch_size), progress=False, llm=llm)
     assert df["error"].isna().all() and len(df) == 54
     search = df["search_seconds"].fillna(0.0)

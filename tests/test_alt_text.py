@@ -53,8 +53,9 @@ def notebook():
 
 
 def alts(nb) -> list[str]:
-    return [o.metadata["image/png"]["alt"] for c in nb.cells if c.cell_type == "code"
-            for o in c.outputs]  # fmt: skip
+    return [
+        o.metadata["image/png"]["alt"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    ]
 
 
 def test_alt_text_is_the_heading_and_first_sentence_above_the_figure():

@@ -24,12 +24,20 @@ def _paired_df(scores: dict[str, list[float]], costs: dict[str, float] | None = 
     for label, values in scores.items():
         strategy = label.split()[0]
         for i, v in enumerate(values):
-            rows.append({
-                "example_id": f"q{i:03d}", "strategy": strategy, "label": label,
-                "params": json.dumps({}), "prediction": "", "error": None,
-                "string_match_all": float(v), "f1": float(v),
-                "dollars": (costs or {}).get(label, 1.0), "resource_seconds": 1.0,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "example_id": f"q{i:03d}",
+                    "strategy": strategy,
+                    "label": label,
+                    "params": json.dumps({}),
+                    "prediction": "",
+                    "error": None,
+                    "string_match_all": float(v),
+                    "f1": float(v),
+                    "dollars": (costs or {}).get(label, 1.0),
+                    "resource_seconds": 1.0,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -79,8 +87,13 @@ def test_compare_never_shows_an_interval_excluding_zero_beside_a_large_p():
 def test_continuous_metric_uses_the_paired_bootstrap_and_bonferroni():
     rng = np.random.default_rng(3)
     a = rng.random(40)
-    df = _paired_df({"rag": list(a), "long_context": list(np.clip(a - 0.2, 0, 1)),
-                     "closed_book": list(np.clip(a - 0.21, 0, 1))})  # fmt: skip
+    df = _paired_df(
+        {
+            "rag": list(a),
+            "long_context": list(np.clip(a - 0.2, 0, 1)),
+            "closed_book": list(np.clip(a - 0.21, 0, 1)),
+        }
+    )
     raw = analysis.compare(df, metric="f1", adjust="none", n_boot=400)
     adjusted = analysis.compare(df, metric="f1", n_boot=400)
     assert (raw["test"] == "paired_bootstrap").all()
@@ -103,11 +116,13 @@ def test_continuous_metric_uses_the_paired_bootstrap_and_bonferroni():
 
 def test_decide_names_a_winner_only_when_significant():
     n = 40
-    df = _paired_df({
-        "rag": [1.0] * 30 + [0.0] * 10,
-        "long_context": [1.0] * 29 + [0.0] * 11,  # one question apart from rag
-        "closed_book": [0.0] * n,
-    })  # fmt: skip
+    df = _paired_df(
+        {
+            "rag": [1.0] * 30 + [0.0] * 10,
+            "long_context": [1.0] * 29 + [0.0] * 11,  # one question apart from rag
+            "closed_book": [0.0] * n,
+        }
+    )
     table = report.compare(df)
     text = report.decide(table)
     lines = text.splitlines()
@@ -158,8 +173,13 @@ def test_plot_compare_marks_zero_and_pairs():
 # ---------------------------------------------------------------------------- attribution
 
 
-MULTIKEY = {"context_lengths": [1500], "num_examples": 12, "tokenizer": "whitespace",
-            "haystack": "needles", "final_context_length_buffer": 50}  # fmt: skip
+MULTIKEY = {
+    "context_lengths": [1500],
+    "num_examples": 12,
+    "tokenizer": "whitespace",
+    "haystack": "needles",
+    "final_context_length_buffer": 50,
+}
 
 
 def _multikey_run(tmp_path, top_k: int, strategies=()):
@@ -195,8 +215,10 @@ def _multikey_run(tmp_path, top_k: int, strategies=()):
         else:
             answer = values[0] if values else "unanswerable"
         seen[request.id] = {
-            "has_gold": has_gold, "answer": answer, "distractor": answer in distractors,
-        }  # fmt: skip
+            "has_gold": has_gold,
+            "answer": answer,
+            "distractor": answer in distractors,
+        }
         return answer
 
     cfg = {
@@ -208,7 +230,7 @@ def _multikey_run(tmp_path, top_k: int, strategies=()):
             "chunk_size": 12,
             "chunk_overlap": 0,
             "tokenizer": "whitespace",
-        },  # fmt: skip
+        },
         "strategies": [*strategies, {"name": "rag", "params": {"top_k": top_k}}],
         "metrics": ["string_match_all"],
         "output_dir": str(tmp_path / "results"),
@@ -265,23 +287,71 @@ def test_attribution_classifies_every_rag_miss_against_the_known_needles(tmp_pat
 
 
 def test_attribution_without_examples_and_for_truncation():
-    df = pd.DataFrame([
-        {"example_id": "a", "strategy": "rag", "label": "rag k=1", "prediction": "9",
-         "error": None, "string_match_all": 0.0, "gold_hit": True, "depth_percent": 50},
-        {"example_id": "b", "strategy": "rag", "label": "rag k=1", "prediction": "9",
-         "error": None, "string_match_all": 0.0, "gold_hit": None, "depth_percent": 10},
-        {"example_id": "a", "strategy": "long_context", "label": "long_context truncate_middle",
-         "prediction": "x", "error": None, "string_match_all": 0.0, "truncated_tokens": 30,
-         "depth_percent": 50},
-        {"example_id": "b", "strategy": "long_context", "label": "long_context truncate_middle",
-         "prediction": "", "error": "ContextOverflowError: ...", "string_match_all": np.nan,
-         "truncated_tokens": np.nan, "depth_percent": 10},
-        {"example_id": "a", "strategy": "self_route", "label": "self_route k=5", "prediction": "x",
-         "error": None, "string_match_all": 0.0, "gold_hit": False, "route": "long_context",
-         "lc_truncated_tokens": 0, "lc_evidence_truncated": True, "depth_percent": 50},
-        {"example_id": "a", "strategy": "closed_book", "label": "closed_book",
-         "prediction": "unanswerable", "error": None, "string_match_all": 0.0},
-    ])  # fmt: skip
+    df = pd.DataFrame(
+        [
+            {
+                "example_id": "a",
+                "strategy": "rag",
+                "label": "rag k=1",
+                "prediction": "9",
+                "error": None,
+                "string_match_all": 0.0,
+                "gold_hit": True,
+                "depth_percent": 50,
+            },
+            {
+                "example_id": "b",
+                "strategy": "rag",
+                "label": "rag k=1",
+                "prediction": "9",
+                "error": None,
+                "string_match_all": 0.0,
+                "gold_hit": None,
+                "depth_percent": 10,
+            },
+            {
+                "example_id": "a",
+                "strategy": "long_context",
+                "label": "long_context truncate_middle",
+                "prediction": "x",
+                "error": None,
+                "string_match_all": 0.0,
+                "truncated_tokens": 30,
+                "depth_percent": 50,
+            },
+            {
+                "example_id": "b",
+                "strategy": "long_context",
+                "label": "long_context truncate_middle",
+                "prediction": "",
+                "error": "ContextOverflowError: ...",
+                "string_match_all": np.nan,
+                "truncated_tokens": np.nan,
+                "depth_percent": 10,
+            },
+            {
+                "example_id": "a",
+                "strategy": "self_route",
+                "label": "self_route k=5",
+                "prediction": "x",
+                "error": None,
+                "string_match_all": 0.0,
+                "gold_hit": False,
+                "route": "long_context",
+                "lc_truncated_tokens": 0,
+                "lc_evidence_truncated": True,
+                "depth_percent": 50,
+            },
+            {
+                "example_id": "a",
+                "strategy": "closed_book",
+                "label": "closed_book",
+                "prediction": "unanswerable",
+                "error": None,
+                "string_match_all": 0.0,
+            },
+        ]
+    )
     out = analysis.attribute(df).set_index(["example_id", "label"])["outcome"].astype(str)
     assert out.to_dict() == {
         ("a", "rag k=1"): "reader_miss",
@@ -301,9 +371,11 @@ def test_attribution_without_examples_and_for_truncation():
 def test_distractor_values_and_whole_token_match():
     from ragbench.types import Document, Example
 
-    text = ("One of the special magic numbers for red-fox is: 1234567. Filler. "
-            "One of the special magic numbers for old-mill is: 7654321.\n"
-            "One of the special magic numbers for blue-sky is: 1111111.")  # fmt: skip
+    text = (
+        "One of the special magic numbers for red-fox is: 1234567. Filler. "
+        "One of the special magic numbers for old-mill is: 7654321.\n"
+        "One of the special magic numbers for blue-sky is: 1111111."
+    )
     ex = Example("e", "q", ("1234567",), (Document("d", text),), {"keys": ["red-fox"]})
     assert analysis.distractor_values(ex) == ("7654321", "1111111")
     assert analysis.names_value("It is 7654321.", ["7654321"])
@@ -317,17 +389,27 @@ def test_distractor_values_and_whole_token_match():
 
 def test_oracle_router_picks_the_cheapest_correct_variant():
     df = _paired_df(
-        {"closed_book": [1, 0, 0, 0], "rag k=4": [1, 1, 0, 0],
-         "long_context": [1, 1, 1, 0], "self_route k=5": [1, 1, 0, 0]},
+        {
+            "closed_book": [1, 0, 0, 0],
+            "rag k=4": [1, 1, 0, 0],
+            "long_context": [1, 1, 1, 0],
+            "self_route k=5": [1, 1, 0, 0],
+        },
         costs={"closed_book": 0.01, "rag k=4": 0.1, "long_context": 1.0, "self_route k=5": 0.3},
-    )  # fmt: skip
+    )
     choices = analysis.oracle_router(df)
     assert choices.attrs["cost"] == "dollars"  # dollars first when every row has them
     assert choices["label"].tolist() == ["closed_book", "rag k=4", "long_context", "closed_book"]
     assert choices["correct"].tolist() == [True, True, True, False]  # q3: nobody, so cheapest
     headroom = report.router_headroom(df)
-    assert list(headroom.columns[:6]) == ["label", "string_match_all", "ci_low", "ci_high", "n",
-                                          "n_missing"]  # fmt: skip
+    assert list(headroom.columns[:6]) == [
+        "label",
+        "string_match_all",
+        "ci_low",
+        "ci_high",
+        "n",
+        "n_missing",
+    ]
     table = headroom.set_index("label")
     oracle = table.loc["oracle router"]
     assert oracle["string_match_all"] == 0.75 and oracle["n"] == 4
@@ -361,13 +443,33 @@ def test_oracle_cost_falls_back_and_names_bad_choices():
 def _self_route_df(routes):
     rows = []
     for i, route in enumerate(routes):
-        rows.append({"example_id": f"q{i}", "strategy": "self_route", "label": "self_route k=5",
-                     "params": "{}", "error": None, "route": route,
-                     "string_match_all": float(route == "long_context" or i % 2 == 0),
-                     "dollars": 0.1, "prompt_tokens": 10, "resource_seconds": 1.0})  # fmt: skip
-        rows.append({"example_id": f"q{i}", "strategy": "rag", "label": "rag k=5",
-                     "params": "{}", "error": None, "string_match_all": float(i % 2 == 0),
-                     "dollars": 0.1, "prompt_tokens": 10, "resource_seconds": 1.0})  # fmt: skip
+        rows.append(
+            {
+                "example_id": f"q{i}",
+                "strategy": "self_route",
+                "label": "self_route k=5",
+                "params": "{}",
+                "error": None,
+                "route": route,
+                "string_match_all": float(route == "long_context" or i % 2 == 0),
+                "dollars": 0.1,
+                "prompt_tokens": 10,
+                "resource_seconds": 1.0,
+            }
+        )
+        rows.append(
+            {
+                "example_id": f"q{i}",
+                "strategy": "rag",
+                "label": "rag k=5",
+                "params": "{}",
+                "error": None,
+                "string_match_all": float(i % 2 == 0),
+                "dollars": 0.1,
+                "prompt_tokens": 10,
+                "resource_seconds": 1.0,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -415,16 +517,33 @@ def test_attribution_reads_whether_the_cut_kept_the_evidence():
     base = {"prediction": "x", "error": None, "string_match_all": 0.0, "truncated_tokens": 30}
     lc = {"strategy": "long_context", "label": "long_context truncate_middle"}
     sr = {"strategy": "self_route", "label": "self_route k=5", "route": "long_context"}
-    df = pd.DataFrame([
-        {"example_id": "gone", **lc, **base, "evidence_truncated": True},
-        {"example_id": "kept", **lc, **base, "evidence_truncated": False},
-        {"example_id": "none", **lc, **base, "evidence_truncated": None},  # no evidence spans
-        {"example_id": "text", **lc, **base, "evidence_truncated": "false"},  # parquet JSON text
-        {"example_id": "gone", **sr, **base, "lc_truncated_tokens": 30,
-         "lc_evidence_truncated": True},
-        {"example_id": "kept", **sr, **base, "lc_truncated_tokens": 30,
-         "lc_evidence_truncated": False},
-    ])  # fmt: skip
+    df = pd.DataFrame(
+        [
+            {"example_id": "gone", **lc, **base, "evidence_truncated": True},
+            {"example_id": "kept", **lc, **base, "evidence_truncated": False},
+            {"example_id": "none", **lc, **base, "evidence_truncated": None},  # no evidence spans
+            {
+                "example_id": "text",
+                **lc,
+                **base,
+                "evidence_truncated": "false",
+            },  # parquet JSON text
+            {
+                "example_id": "gone",
+                **sr,
+                **base,
+                "lc_truncated_tokens": 30,
+                "lc_evidence_truncated": True,
+            },
+            {
+                "example_id": "kept",
+                **sr,
+                **base,
+                "lc_truncated_tokens": 30,
+                "lc_evidence_truncated": False,
+            },
+        ]
+    )
     out = analysis.attribute(df).set_index(["example_id", "strategy"])["outcome"].astype(str)
     assert out.to_dict() == {
         ("gone", "long_context"): "truncated",
@@ -450,10 +569,11 @@ def test_attribution_of_a_truncated_run_read_back_from_parquet(tmp_path):
     records = analysis.attribute(table, examples=load_examples(cfg))
     outcome = records[records.strategy == "long_context"].set_index("example_id")["outcome"]
     assert outcome.astype(str).to_dict() == {
-        "niah-L400-D10": "correct", "niah-L400-D90": "correct",
+        "niah-L400-D10": "correct",
+        "niah-L400-D90": "correct",
         "niah-L1500-D10": "correct",  # cut, but the needle was in the kept start
         "niah-L1500-D90": "truncated",  # was: context_truncated
-    }  # fmt: skip
+    }
 
 
 def test_a_self_route_that_never_routed_is_compared_not_equated_with_rag():

@@ -1,5 +1,6 @@
 """The package's shape, checked: folders name the layers, imports flow down, no import circles
-(imports inside functions count), few and justified lazy imports, small files, no strategy or
+(imports inside functions count), few and justified lazy imports, small files, short
+signatures (at most 6 required positional parameters), no strategy or
 backend names compared outside their packages, no re-export shims, and a Layout section
 (docs/layout.md) that names every module. Static (ast): nothing here imports the package."""
 
@@ -18,8 +19,18 @@ PACKAGE = ROOT / "ragbench"
 
 # The small shared core at the top: contracts, registries, I/O, locks, redaction, assets,
 # devices, token counting, model facts, the stored schema. Nothing here imports a layer above it.
-CORE = {"types", "registry", "io", "locks", "secrets", "assets", "devices", "tokenizers", "models",
-        "schema"}  # fmt: skip
+CORE = {
+    "types",
+    "registry",
+    "io",
+    "locks",
+    "secrets",
+    "assets",
+    "devices",
+    "tokenizers",
+    "models",
+    "schema",
+}
 # Layers, lowest first: a module may import its own package, the core, and lower layers only.
 LAYERS = [
     {"core"},
@@ -103,8 +114,9 @@ def _imports(module: str, path: Path) -> list[Import]:
                 for name in targets(child):
                     target = _resolve(name) if name.startswith("ragbench") else None
                     if target and target != module:
-                        out.append(Import(module, target, child.lineno, in_function, type_checking,
-                                          text))  # fmt: skip
+                        out.append(
+                            Import(module, target, child.lineno, in_function, type_checking, text)
+                        )
             visit(child, fn, tc)
 
     visit(ast.parse(source), False, False)
@@ -216,6 +228,38 @@ def test_lazy_imports_are_few_and_each_says_why():
     assert unexplained == [], "a function-level import needs a '# lazy: <reason>' comment"
 
 
+MAX_REQUIRED_POSITIONAL = 6  # more, and a call site reads as a row of unnamed values
+
+
+def required_positional(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The parameters a call must give by position or name with no default (self/cls apart):
+    what ruff's PLR0917 cannot count, since it counts the ones with defaults too."""
+    args = fn.args.posonlyargs + fn.args.args
+    first = args[0].arg if args else ""
+    return len(args) - len(fn.args.defaults) - (first in ("self", "cls"))
+
+
+def long_signatures(root: Path) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if is_def and required_positional(node) > MAX_REQUIRED_POSITIONAL:
+                out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name}")
+    return out
+
+
+def test_no_function_takes_more_than_six_required_positional_parameters(tmp_path):
+    assert long_signatures(PACKAGE) == []  # the rest keyword-only, or one dataclass
+    planted = tmp_path / "pkg" / "m.py"
+    planted.parent.mkdir()
+    planted.write_text(
+        "class C:\n    def f(self, a, b, c, d, e, f, g=1, *, h): ...\n"
+        "def g(a, b, c, d, e, f, g): ...\n"
+    )
+    assert long_signatures(planted.parent) == ["pkg/m.py:3 g"]
+
+
 def test_top_level_modules_and_file_sizes():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL, top
@@ -236,8 +280,11 @@ def _defined_names(path: Path) -> set[str]:
     ``if`` or ``try`` too), not the ones it imports."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
-    nodes = [n for top in tree.body for n in ([top] if not isinstance(top, ast.If | ast.Try)
-             else ast.walk(top))]  # fmt: skip
+    nodes = [
+        n
+        for top in tree.body
+        for n in ([top] if not isinstance(top, ast.If | ast.Try) else ast.walk(top))
+    ]
     for node in nodes:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
@@ -262,15 +309,17 @@ def _reexports(sources: dict[str, str]) -> list[str]:
                     if alias.name not in defined[node.module] | {"*"} and (
                         f"{node.module}.{alias.name}" not in MODULES
                     ):
-                        found.append(f"{label}:{node.lineno}: {node.module} does not define "
-                                     f"{alias.name}")  # fmt: skip
+                        found.append(
+                            f"{label}:{node.lineno}: {node.module} does not define {alias.name}"
+                        )
     for module, path in modules.items():
         source = path.read_text(encoding="utf-8")
         if "noqa: F401" in source:
             found.append(f"{path.relative_to(ROOT)}: '# noqa: F401' keeps an import for others")
         for node in ast.parse(source).body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
-                                                    for t in node.targets):  # fmt: skip
+            if isinstance(node, ast.Assign) and any(
+                getattr(t, "id", "") == "__all__" for t in node.targets
+            ):
                 names = {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)}
                 if extra := sorted(names - defined[module]):
                     found.append(f"{path.relative_to(ROOT)}: __all__ re-exports {extra}")
@@ -281,8 +330,11 @@ def test_every_import_names_the_module_that_defines_the_name():
     """No re-export shims (DESIGN.md): the package, the tests and the benchmarks import each name
     from the module that defines it. A package's ``__init__`` may re-export (ragbench's top level
     is the documented API); a module may not."""
-    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
-             *(ROOT / "benchmarks").rglob("*.py")]  # fmt: skip
+    files = [
+        *PACKAGE.rglob("*.py"),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "benchmarks").rglob("*.py"),
+    ]
     sources = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in files}
     assert _reexports(sources) == []
 

@@ -79,7 +79,7 @@ def test_invalid_utf8_in_a_dataset_names_file_line_and_column(tmp_path):
     data = small_dataset(tmp_path / "data.jsonl")
     good = data.read_bytes()
     data.write_bytes(good + good.replace(b'"q1"', b'"q2"').replace(b"Filler", b"Caf\xe9"))
-    cfg = fake_config(tmp_path, **{"dataset": {"name": "file", "params": {"path": "data.jsonl"}}})
+    cfg = fake_config(tmp_path, dataset={"name": "file", "params": {"path": "data.jsonl"}})
     result = cli("run", cfg, "--quiet")
     line = one_error_line(result, 2, f"{data}:2: not valid UTF-8 (byte 0xe9 at column ")
     assert "save the file as UTF-8" in line
@@ -181,13 +181,15 @@ def test_an_unreadable_server_answer_fails_each_record_naming_url_and_request(tm
     data = small_dataset(tmp_path / "data.jsonl")
     cfg = fake_config(
         tmp_path,
-        **{
-            "dataset": {"name": "file", "params": {"path": str(data)}},
-            "model": {"backend": "openai", "name": "m", "cache": False,
-                      "params": {"base_url": srv.url, "max_retries": 0}},
-            "price_sheet": None,
+        dataset={"name": "file", "params": {"path": str(data)}},
+        model={
+            "backend": "openai",
+            "name": "m",
+            "cache": False,
+            "params": {"base_url": srv.url, "max_retries": 0},
         },
-    )  # fmt: skip
+        price_sheet=None,
+    )
     result = cli("run", cfg, "--quiet")
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert "all 1 records failed" in result.stderr
@@ -458,9 +460,11 @@ def test_a_waiter_takes_over_a_folder_its_holder_discarded(tmp_path):
     )
     with FolderLock(folder) as lock:
         proc = subprocess.Popen(
-            [sys.executable, "-c", waiter], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [sys.executable, "-c", waiter],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         time.sleep(1.5)  # the waiter blocks on the lock
         assert lock.discard_if_empty() and not folder.exists()
     out, err = proc.communicate(timeout=30)
@@ -477,7 +481,10 @@ def test_a_waiter_takes_over_a_folder_its_holder_discarded(tmp_path):
 @pytest.mark.parametrize(
     "changes, needle",
     [
-        ({"model.max_new_tokens": 1e15}, "model.max_new_tokens: Input should be less than or equal"),
+        (
+            {"model.max_new_tokens": 1e15},
+            "model.max_new_tokens: Input should be less than or equal",
+        ),
         (
             {"model.max_new_tokens": 100_000},
             "model.max_new_tokens: 100000 answer tokens leave no room for a prompt in the "
@@ -496,20 +503,40 @@ def test_a_waiter_takes_over_a_folder_its_holder_discarded(tmp_path):
             "strategies.0: top_k: [] gives no parameter point; valid: a value or a non-empty list",
         ),
         (
-            {"model": {"backend": "openai", "name": "m",
-                       "params": {"base_url": "http://h:8000/v1",
-                                  "headers": {"Authorization": ["Bearer", "s3cret-tok"]}}}},
+            {
+                "model": {
+                    "backend": "openai",
+                    "name": "m",
+                    "params": {
+                        "base_url": "http://h:8000/v1",
+                        "headers": {"Authorization": ["Bearer", "s3cret-tok"]},
+                    },
+                }
+            },
             "model.params: headers must map header names to string values; header "
             "'Authorization' is a list",
         ),
         (
-            {"model": {"backend": "openai", "name": "m",
-                       "params": {"base_url": "http://127.0.0.1:notaport/v1"}}},
+            {
+                "model": {
+                    "backend": "openai",
+                    "name": "m",
+                    "params": {"base_url": "http://127.0.0.1:notaport/v1"},
+                }
+            },
             "model.params: base_url must look like http://host:port/v1 with a port in 0..65535",
         ),
     ],
-    ids=["huge", "over-window", "at-given-window", "negative-window", "empty-grid", "headers", "port"],
-)  # fmt: skip
+    ids=[
+        "huge",
+        "over-window",
+        "at-given-window",
+        "negative-window",
+        "empty-grid",
+        "headers",
+        "port",
+    ],
+)
 def test_values_out_of_range_are_refused_at_validation_naming_the_key(tmp_path, changes, needle):
     cfg = fake_config(tmp_path, **changes)
     for extra in ([], ["--dry-run"]):
@@ -531,8 +558,12 @@ def test_a_context_length_longer_than_the_haystack_names_the_key(tmp_path):
 def test_an_example_with_an_empty_question_is_refused_at_its_line(tmp_path):
     data = small_dataset(tmp_path / "data.jsonl")
     good = data.read_text()
-    data.write_text(good + good.replace('"q1"', '"q2"').replace(
-        '"question":"What is the special magic number?"', '"question":"  "'))  # fmt: skip
+    data.write_text(
+        good
+        + good.replace('"q1"', '"q2"').replace(
+            '"question":"What is the special magic number?"', '"question":"  "'
+        )
+    )
     cfg = fake_config(tmp_path, dataset={"name": "file", "params": {"path": str(data)}})
     one_error_line(cli("run", cfg, "--quiet"), 2, f"{data}:2: field 'question': empty question")
     assert not (tmp_path / "runs").exists()
@@ -577,13 +608,15 @@ def test_an_html_page_answering_a_stream_names_its_type_and_status(tmp_path, ser
     data = small_dataset(tmp_path / "data.jsonl")
     cfg = fake_config(
         tmp_path,
-        **{
-            "dataset": {"name": "file", "params": {"path": str(data)}},
-            "model": {"backend": "openai", "name": "m", "cache": False,
-                      "params": {"base_url": srv.url, "max_retries": 2}},
-            "price_sheet": None,
+        dataset={"name": "file", "params": {"path": str(data)}},
+        model={
+            "backend": "openai",
+            "name": "m",
+            "cache": False,
+            "params": {"base_url": srv.url, "max_retries": 2},
         },
-    )  # fmt: skip
+        price_sheet=None,
+    )
     result = cli("run", cfg, "--quiet")
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert "cut short" not in result.stderr

@@ -78,10 +78,17 @@ def preloaded(example_id, own, once, corpus="c1", over=12):
 def test_spend_counts_a_preloads_one_time_cost_once():
     # each record carries its group's one-time cost: counted once per group, not per record (it
     # was not counted at all: a $4e-6 cap let $2.5e-5 through), and not in the per-record mean
-    meta = {"q1": {"corpus_fingerprint": "c1"}, "q2": {"corpus_fingerprint": "c1"},
-            "q3": {"corpus_fingerprint": "c2"}}  # fmt: skip
-    records = [preloaded("q1", 1.0, 10.0), preloaded("q2", 1.0, 10.0),
-               preloaded("q3", 1.0, 4.0, "c2"), record(2.0)]  # fmt: skip
+    meta = {
+        "q1": {"corpus_fingerprint": "c1"},
+        "q2": {"corpus_fingerprint": "c1"},
+        "q3": {"corpus_fingerprint": "c2"},
+    }
+    records = [
+        preloaded("q1", 1.0, 10.0),
+        preloaded("q2", 1.0, 10.0),
+        preloaded("q3", 1.0, 4.0, "c2"),
+        record(2.0),
+    ]
     spend = spend_of(records, meta)
     assert spend.dollars == pytest.approx(5.0 + 10.0 + 4.0)
     assert spend.per_record == pytest.approx(1.25)
@@ -270,9 +277,12 @@ def test_a_tiny_cap_on_a_server_sends_no_request(tmp_path, serve):
     srv = serve(ok())
     cfg = config(tmp_path)
     cfg["model"] = {
-        "backend": "openai", "name": "m", "cache": False, "batch_size": 32,
+        "backend": "openai",
+        "name": "m",
+        "cache": False,
+        "batch_size": 32,
         "params": {"base_url": srv.url, "max_retries": 0},
-    }  # fmt: skip
+    }
     path = write(tmp_path, cfg)
     stopped = invoke(path, "--max-dollars", "0.000001")
     assert stopped.exit_code == BUDGET_EXIT, stopped.output
@@ -306,17 +316,21 @@ def test_the_first_round_bound_holds_rounds_handed_out_before_any_finishes():
 
 
 def preload_config(tmp_path, sheet, **model):
-    corpus = write_essay_corpus(tmp_path / "corpus", questions=6, tokens=900,
-                                tokenizer="whitespace")  # fmt: skip
+    corpus = write_essay_corpus(
+        tmp_path / "corpus", questions=6, tokens=900, tokenizer="whitespace"
+    )
     return {
         "name": "pre",
-        "dataset": {"name": "corpus", "params": {"corpus": str(corpus[0]),
-                                                 "questions": str(corpus[1])}},  # fmt: skip
+        "dataset": {
+            "name": "corpus",
+            "params": {"corpus": str(corpus[0]), "questions": str(corpus[1])},
+        },
         "model": {"backend": "fake", "name": "fake", "cache": False, "batch_size": 2, **model},
         "strategies": [{"name": "long_context", "params": {"preload": True}}],
-        "metrics": ["string_match_all"], "price_sheet": sheet,
+        "metrics": ["string_match_all"],
+        "price_sheet": sheet,
         "output_dir": str(tmp_path / "runs"),
-    }  # fmt: skip
+    }
 
 
 def test_a_preloads_one_time_cost_counts_in_the_spend(tmp_path):
@@ -384,8 +398,10 @@ def test_each_round_is_estimated_by_its_own_records_not_the_mean_so_far():
     long = {"c", "d"}
     bound = lambda items: RoundBound(tuple(1.0 if e == "long" else 0.001 for e, _ in items))  # noqa: E731
     budget = Budget(0.5, bound=bound)
-    rounds = [[(("short", None), "a"), (("short", None), "b")],
-              [(("long", None), k) for k in sorted(long)]]  # fmt: skip
+    rounds = [
+        [(("short", None), "a"), (("short", None), "b")],
+        [(("long", None), k) for k in sorted(long)],
+    ]
     done: dict = {}
     handed = []
     for chunk in budget.rounds(rounds, done):
@@ -457,8 +473,10 @@ def charged(prompt_per_word: int = 1, answer: int | None = None):
             "prompt_tokens": prompt_per_word * len(user_text(body).split()),
             "completion_tokens": most,
         }
-        msg = {"message": {"role": "assistant", "content": " ".join(["4444444"] * most)},
-               "finish_reason": "length"}  # fmt: skip
+        msg = {
+            "message": {"role": "assistant", "content": " ".join(["4444444"] * most)},
+            "finish_reason": "length",
+        }
         send_json(h, 200, {"model": body["model"], "choices": [msg], "usage": use})
 
     return behave
@@ -467,17 +485,31 @@ def charged(prompt_per_word: int = 1, answer: int | None = None):
 def short_then_long(tmp_path, url, **model):
     return {
         "name": "bud2",
-        "dataset": {"name": "niah", "params": {
-            "context_lengths": [300, 6000], "depth_percents": [10, 30, 50, 70, 90],
-            "needle": "\nThe special magic number is 4444444.\n",
-            "question": "What is the special magic number mentioned in the text?",
-            "answer": "4444444", "tokenizer": "whitespace"}},
-        "model": {"backend": "openai", "name": "m", "max_new_tokens": 16, "batch_size": 5,
-                  "cache": False, **model,
-                  "params": {"base_url": url, "max_concurrency": 2, "tokenizer": "whitespace"}},
-        "strategies": ["long_context"], "metrics": ["contains"],
-        "price_sheet": "openai-gpt-4.1", "output_dir": str(tmp_path / "runs"),
-    }  # fmt: skip
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [300, 6000],
+                "depth_percents": [10, 30, 50, 70, 90],
+                "needle": "\nThe special magic number is 4444444.\n",
+                "question": "What is the special magic number mentioned in the text?",
+                "answer": "4444444",
+                "tokenizer": "whitespace",
+            },
+        },
+        "model": {
+            "backend": "openai",
+            "name": "m",
+            "max_new_tokens": 16,
+            "batch_size": 5,
+            "cache": False,
+            **model,
+            "params": {"base_url": url, "max_concurrency": 2, "tokenizer": "whitespace"},
+        },
+        "strategies": ["long_context"],
+        "metrics": ["contains"],
+        "price_sheet": "openai-gpt-4.1",
+        "output_dir": str(tmp_path / "runs"),
+    }
 
 
 def test_a_long_context_round_after_short_ones_is_held_to_the_cap(tmp_path, serve):
@@ -645,8 +677,10 @@ def test_a_stopped_run_reports_the_rounds_in_flight_it_drained():
 def judged(tmp_path, out: str):
     cfg = config(tmp_path, out=out)
     cfg["metrics"] = ["contains", "judge_correct"]
-    cfg["judge"] = {"model": {"backend": "fake", "name": "fake-judge", "cache": False},
-                    "price_sheet": "example-hosted-api"}  # fmt: skip
+    cfg["judge"] = {
+        "model": {"backend": "fake", "name": "fake-judge", "cache": False},
+        "price_sheet": "example-hosted-api",
+    }
     return cfg
 
 

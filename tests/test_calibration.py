@@ -129,16 +129,26 @@ def test_calibration_fits_a_launch_bound_gpu_within_10_percent_at_32k():
     assert looped.meta["decode_loop_step"] == 0.034
     assert looped.forward(4096) == pytest.approx(rates.forward(4096))
     # and the fit the old probes gave, for the record: it misses by far more than 10% at 32k
-    old = fit([(n, 0, device.curve(n, 0, 1)) for n in (16, 128, 512)]
-              + [(128, 2048, device.curve(128, 2048, 1))],
-              [(k, 1, device.curve(1, k, 1)) for k in (16, 1024, 4096)])  # fmt: skip
+    old = fit(
+        [(n, 0, device.curve(n, 0, 1)) for n in (16, 128, 512)]
+        + [(128, 2048, device.curve(128, 2048, 1))],
+        [(k, 1, device.curve(1, k, 1)) for k in (16, 1024, 4096)],
+    )
     assert abs(old.forward(32768) / device.curve(32768, 0, 1) - 1) > 0.5
 
 
 def test_a_poor_fit_warns_once_with_its_figure(capsys):
-    rates = Rates(a=0.0, b=0.001, c=0.0, d0=0.01, d1=0.0,
-                  meta={"path": "/x/poor.json", "validation": {"tokens": 8192, "measured": 1.0,
-                                                               "modelled": 1.3, "error": 0.3}})  # fmt: skip
+    rates = Rates(
+        a=0.0,
+        b=0.001,
+        c=0.0,
+        d0=0.01,
+        d1=0.0,
+        meta={
+            "path": "/x/poor.json",
+            "validation": {"tokens": 8192, "measured": 1.0, "modelled": 1.3, "error": 0.3},
+        },
+    )
     calibration.warn_validation(rates)
     calibration.warn_validation(rates)
     err = capsys.readouterr().err
@@ -152,20 +162,34 @@ def test_account_splits_the_calls_device_time_by_stand_alone_cost():
 
     model = object.__new__(HFModel)
     model._rates = RATES
-    fields = {"text": "", "completion_tokens": 8, "prefill_seconds": 0.1, "decode_seconds": 0.4,
-              "queue_seconds": 0.0, "prompt_tokens": 0, "cached_prompt_tokens": 0,
-              "padding_tokens": 0, "peak_memory_bytes": None, "finish_reason": "length",
-              "model": "m"}  # fmt: skip
+    fields = {
+        "text": "",
+        "completion_tokens": 8,
+        "prefill_seconds": 0.1,
+        "decode_seconds": 0.4,
+        "queue_seconds": 0.0,
+        "prompt_tokens": 0,
+        "cached_prompt_tokens": 0,
+        "padding_tokens": 0,
+        "peak_memory_bytes": None,
+        "finish_reason": "length",
+        "model": "m",
+    }
     prompts = {0: 57, 1: 957, 2: 4000}
     rows = {
         i: {**fields, "prompt_tokens": n, "meta": {"batch_seconds": 1.0}}
         for i, n in prompts.items()
     }
     work = {
-        i: {"prompt_tokens": n, "completion_tokens": 8, "prefix_tokens": 0,
-            "prefix_computed": True, "shared": False}
+        i: {
+            "prompt_tokens": n,
+            "completion_tokens": 8,
+            "prefix_tokens": 0,
+            "prefix_computed": True,
+            "shared": False,
+        }
         for i, n in prompts.items()
-    }  # fmt: skip
+    }
     out = model._account(rows, work, [{"index": 0, "padding_tokens": 0}], device=12.0)
     assert sum(c.resource_seconds for c in out) == pytest.approx(12.0)
     factors = [c.resource_seconds / c.meta["alone_seconds_estimate"] for c in out]

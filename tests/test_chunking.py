@@ -11,7 +11,24 @@ from ragbench.retrieval.chunking import chunk_documents, gold_chunk_ids, locate
 from ragbench.tokenizers import get_tokenizer
 from ragbench.types import Chunk, Document
 
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi pi rho".split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "pi",
+    "rho",
+]
 
 
 def make_text(seed: int, sentences: int = 60) -> str:

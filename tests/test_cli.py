@@ -16,8 +16,15 @@ FAKE = Path(__file__).parents[1] / "configs" / "fake.yaml"
 
 
 def test_overrides_are_yaml_dotted_paths_validated_like_the_file():
-    cfg = load_config(FAKE, ["model.max_new_tokens=64", "strategies[2].params.top_k=[2,4]",
-                             "strategies[0].params={}", "dataset.limit=3"])  # fmt: skip
+    cfg = load_config(
+        FAKE,
+        [
+            "model.max_new_tokens=64",
+            "strategies[2].params.top_k=[2,4]",
+            "strategies[0].params={}",
+            "dataset.limit=3",
+        ],
+    )
     assert cfg.model.max_new_tokens == 64 and cfg.dataset.limit == 3
     assert cfg.strategies[2].params["top_k"] == [2, 4]
     assert cfg.strategies[0].name == "closed_book"  # `- closed_book` expanded to {name: ...}
@@ -45,10 +52,22 @@ def test_run_with_set_limit_and_threads_records_the_overrides(tmp_path):
 
     before = torch.get_num_threads()
     try:
-        result = CliRunner().invoke(app, [
-            "run", str(FAKE), "--quiet", "--output-dir", str(tmp_path), "--limit", "2",
-            "--threads", "1", "--set", "strategies[2].params.top_k=2",
-        ])  # fmt: skip
+        result = CliRunner().invoke(
+            app,
+            [
+                "run",
+                str(FAKE),
+                "--quiet",
+                "--output-dir",
+                str(tmp_path),
+                "--limit",
+                "2",
+                "--threads",
+                "1",
+                "--set",
+                "strategies[2].params.top_k=2",
+            ],
+        )
         assert result.exit_code == 0, result.output
         assert torch.get_num_threads() == 1  # model.threads reached torch
     finally:
@@ -56,8 +75,10 @@ def test_run_with_set_limit_and_threads_records_the_overrides(tmp_path):
     [manifest] = tmp_path.glob("fake-*/manifest.json")
     manifest = json.loads(manifest.read_text())
     assert manifest["overrides"] == [
-        "strategies[2].params.top_k=2", "dataset.limit=2", "model.threads=1"
-    ]  # fmt: skip
+        "strategies[2].params.top_k=2",
+        "dataset.limit=2",
+        "model.threads=1",
+    ]
     assert manifest["dataset"]["n"] == 2  # the first 2 examples
     assert manifest["config"]["strategies"][2]["params"]["top_k"] == 2
     bad = CliRunner().invoke(app, ["run", str(FAKE), "--set", "model.backend=fak", "--dry-run"])
@@ -66,10 +87,16 @@ def test_run_with_set_limit_and_threads_records_the_overrides(tmp_path):
 
 @pytest.mark.parametrize(
     "kind, name",
-    [("datasets", "niah"), ("strategies", "rag"), ("metrics", "f1"),
-     ("models", "smollm2-135m-instruct"), ("price-sheets", "example-hosted-api"),
-     ("retrievers", "bm25"), ("embedders", "hash")],
-)  # fmt: skip
+    [
+        ("datasets", "niah"),
+        ("strategies", "rag"),
+        ("metrics", "f1"),
+        ("models", "smollm2-135m-instruct"),
+        ("price-sheets", "example-hosted-api"),
+        ("retrievers", "bm25"),
+        ("embedders", "hash"),
+    ],
+)
 def test_list_names_every_registry_entry_with_a_description(kind, name):
     result = CliRunner().invoke(app, ["list", kind])
     assert result.exit_code == 0, result.output
@@ -97,14 +124,13 @@ def test_sigterm_exits_unwinds_once_and_restores_what_was_there(capsys):
 
     before = signal.getsignal(signal.SIGTERM)
     cleaned = []
-    with pytest.raises(Terminated) as stopped:
-        with sigterm_exits(resume="run it again"):
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                pytest.fail("SIGTERM did not stop the block")
-            finally:
-                os.kill(os.getpid(), signal.SIGTERM)  # a second one while unwinding: ignored
-                cleaned.append(True)
+    with pytest.raises(Terminated) as stopped, sigterm_exits(resume="run it again"):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            pytest.fail("SIGTERM did not stop the block")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one while unwinding: ignored
+            cleaned.append(True)
     assert stopped.value.code == TERMINATED_EXIT == 143 and cleaned == [True]
     assert signal.getsignal(signal.SIGTERM) is before
     assert capsys.readouterr().err == "interrupted by SIGTERM: run it again\n"

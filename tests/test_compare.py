@@ -57,8 +57,13 @@ def make_docs(folder: Path, long_words: int = 0) -> Path:
     """A folder of a real PDF (fpdf2), an HTML page and text files; ``long_words`` adds a text
     file of that many words (longer than the fake model's 8,192-token window: cut)."""
     folder.mkdir(parents=True)
-    write_pdf(folder / "tides.pdf", ("The harbour master is Ben Marsh.\nThe spring tide "
-              "reaches 4.2 metres.", "The lighthouse keeper is Ada Quill."))  # fmt: skip
+    write_pdf(
+        folder / "tides.pdf",
+        (
+            "The harbour master is Ben Marsh.\nThe spring tide reaches 4.2 metres.",
+            "The lighthouse keeper is Ada Quill.",
+        ),
+    )
     (folder / "lighthouse.html").write_text(
         "<html><head><title>The Lighthouse</title></head><body><h1>History</h1><p>Built in "
         "1871, the white tower is 31 metres tall.</p></body></html>",
@@ -130,8 +135,13 @@ def check_report(run_dir: Path, printed: str) -> None:
     first_h2 = re.search(r"<h2[^>]*>(.*?)</h2>", page[header_end:], re.S)
     assert first_h2 and "Verdict" in first_h2.group(1)
     text = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", page[header_end:])).split())
-    sentence = " ".join(VERDICT.search(printed).string[VERDICT.search(printed).start() :]
-                        .split("\n", 1)[0].removeprefix("verdict: ").split())  # fmt: skip
+    sentence = " ".join(
+        VERDICT.search(printed)
+        .string[VERDICT.search(printed).start() :]
+        .split("\n", 1)[0]
+        .removeprefix("verdict: ")
+        .split()
+    )
     at = text.find(sentence[:80])
     assert at != -1, (sentence, text[:2000])
     assert at < text.index("1. The corpus")
@@ -143,8 +153,23 @@ def test_compare_fake_end_to_end(tmp_path, monkeypatch):
     docs = make_docs(tmp_path / "handbook", long_words=9000)
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
     target = pipeline_module(tmp_path, monkeypatch)
-    result = compare([str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder",
-                      "hash", "--yes", "--quiet", "--output-dir", "out", "--pipeline", target])  # fmt: skip
+    result = compare(
+        [
+            str(docs),
+            "--questions",
+            "q.csv",
+            "--backend",
+            "fake",
+            "--embedder",
+            "hash",
+            "--yes",
+            "--quiet",
+            "--output-dir",
+            "out",
+            "--pipeline",
+            target,
+        ]
+    )
     out = result.output
     assert result.exit_code == 0, out
     assert out.index(f"pipeline: pipeline {target} v=") < out.index("corpus: 4 documents")
@@ -153,8 +178,13 @@ def test_compare_fake_end_to_end(tmp_path, monkeypatch):
     estimate = out.index("estimate (dry run")
     assert estimate < out.index("run folder:")
     assert "total: at most $" in out
-    for label in ("closed_book", "long_context truncate_middle", "rag k=3", "self_route k=3",
-                  f"pipeline {target}"):  # fmt: skip
+    for label in (
+        "closed_book",
+        "long_context truncate_middle",
+        "rag k=3",
+        "self_route k=3",
+        f"pipeline {target}",
+    ):
         assert label in out[estimate:]
     assert VERDICT.search(out), out
     # the pipeline is in the summary, and its rows kept what it read, found in the documents
@@ -190,8 +220,19 @@ def test_the_fake_backend_spends_nothing_and_never_asks(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "docs")
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
-    args = [str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder", "hash",
-            "--quiet", "--no-report", "--output-dir", "out"]  # fmt: skip
+    args = [
+        str(docs),
+        "--questions",
+        "q.csv",
+        "--backend",
+        "fake",
+        "--embedder",
+        "hash",
+        "--quiet",
+        "--no-report",
+        "--output-dir",
+        "out",
+    ]
     result = compare(args)  # no input: a question would abort
     assert result.exit_code == 0, result.output
     assert "run it?" not in result.output and "total: at most $" in result.output
@@ -204,9 +245,25 @@ def test_paid_api_asks_before_spending(tmp_path, monkeypatch, serve):
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "docs")
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
-    args = [str(docs), "--questions", "q.csv", "--backend", "openai", "--model", "m",
-            "--base-url", srv.url, "--tokenizer", "whitespace", "--embedder", "hash",
-            "--quiet", "--no-report", "--output-dir", "out"]  # fmt: skip
+    args = [
+        str(docs),
+        "--questions",
+        "q.csv",
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--base-url",
+        srv.url,
+        "--tokenizer",
+        "whitespace",
+        "--embedder",
+        "hash",
+        "--quiet",
+        "--no-report",
+        "--output-dir",
+        "out",
+    ]
     example = [*args, "--price-sheet", "example-hosted-api"]  # model m has no sheet of its own
     declined = compare(example, input="n\n")
     assert declined.exit_code == 1, declined.output
@@ -246,15 +303,22 @@ def test_a_bad_backend_or_questions_file_fails_before_the_documents_are_read(tmp
     result = compare([str(docs), "--backend", "hff", "--output-dir", "out"])
     assert result.exit_code == 2 and "did you mean 'hf'" in result.output
     assert "corpus:" not in result.output and not (tmp_path / "out").exists()
-    result = compare([str(docs), "--backend", "fake", "--output-dir", "out",
-                      "--questions", "no-such.csv"])  # fmt: skip
+    result = compare(
+        [str(docs), "--backend", "fake", "--output-dir", "out", "--questions", "no-such.csv"]
+    )
     assert result.exit_code == 2 and "no-such.csv: no such questions file" in result.output
     assert "corpus:" not in result.output and not (tmp_path / "out").exists()
 
 
 def test_config_is_notebook_05s_and_options_reach_the_strategies_that_take_them(tmp_path):
-    spec = steps.CompareSpec(docs=("d",), backend="fake", overflow="truncate_head", top_k=5,
-                             pipeline="json:dumps", pipeline_url="http://rag:8080/answer")  # fmt: skip
+    spec = steps.CompareSpec(
+        docs=("d",),
+        backend="fake",
+        overflow="truncate_head",
+        top_k=5,
+        pipeline="json:dumps",
+        pipeline_url="http://rag:8080/answer",
+    )
     entries = steps.strategy_entries(spec)
     assert entries == [
         "closed_book",
@@ -266,9 +330,13 @@ def test_config_is_notebook_05s_and_options_reach_the_strategies_that_take_them(
     ]
     # notebook 05 builds its strategies from its parameters with the same function
     params = steps.notebook_parameters(spec, tmp_path / "q.csv")
-    assert entries == steps.strategy_list(params["strategies"], params["top_k"],
-                                          params["overflow"], params["pipeline"],
-                                          params["pipeline_url"])  # fmt: skip
+    assert entries == steps.strategy_list(
+        params["strategies"],
+        params["top_k"],
+        params["overflow"],
+        params["pipeline"],
+        params["pipeline_url"],
+    )
     nb = nbformat.read(steps.notebook_path(), as_version=4)
     assert "compare.strategy_list(strategies, top_k, overflow, pipeline, pipeline_url)" in "".join(
         c.source for c in nb.cells
@@ -315,8 +383,13 @@ class Service(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         Service.seen.append(body)
-        data = json.dumps({"answer": "Ada Quill", "usage": {"prompt_tokens": 40,
-                           "completion_tokens": 2}, "version": "svc-1"}).encode()  # fmt: skip
+        data = json.dumps(
+            {
+                "answer": "Ada Quill",
+                "usage": {"prompt_tokens": 40, "completion_tokens": 2},
+                "version": "svc-1",
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -341,9 +414,26 @@ def test_a_pipeline_service_beside_the_strategies(tmp_path, monkeypatch):
     Service.seen = []
     url = f"http://127.0.0.1:{server.server_address[1]}/answer"
     try:
-        result = compare([str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder",
-                          "hash", "--yes", "--quiet", "--no-report", "--output-dir", "out",
-                          "--strategy", "long_context", "--pipeline-url", url])  # fmt: skip
+        result = compare(
+            [
+                str(docs),
+                "--questions",
+                "q.csv",
+                "--backend",
+                "fake",
+                "--embedder",
+                "hash",
+                "--yes",
+                "--quiet",
+                "--no-report",
+                "--output-dir",
+                "out",
+                "--strategy",
+                "long_context",
+                "--pipeline-url",
+                url,
+            ]
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -374,12 +464,17 @@ def test_a_dead_pipeline_endpoint_stops_before_anything_is_read(tmp_path, monkey
 
 def test_verdict_first_moves_the_verdict_section_under_the_title():
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell("x = 1"),
-                nbformat.v4.new_markdown_cell("## 1. Data"), nbformat.v4.new_code_cell("run()"),
-                nbformat.v4.new_markdown_cell("## Verdict\n\nwhy"),
-                nbformat.v4.new_code_cell("verdict(df)"),
-                nbformat.v4.new_markdown_cell("### Verdict detail"),
-                nbformat.v4.new_code_cell("v.detail"), nbformat.v4.new_markdown_cell("## 2.")]  # fmt: skip
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Title"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_markdown_cell("## 1. Data"),
+        nbformat.v4.new_code_cell("run()"),
+        nbformat.v4.new_markdown_cell("## Verdict\n\nwhy"),
+        nbformat.v4.new_code_cell("verdict(df)"),
+        nbformat.v4.new_markdown_cell("### Verdict detail"),
+        nbformat.v4.new_code_cell("v.detail"),
+        nbformat.v4.new_markdown_cell("## 2."),
+    ]
     shown = [c.source for c in steps.verdict_first(nbformat.from_dict(nb)).cells]
     moved = ["# Title", "## Verdict\n\nwhy", "verdict(df)", "### Verdict detail", "v.detail"]
     assert shown == [*moved, "x = 1", "## 1. Data", "run()", "## 2."]
@@ -477,8 +572,21 @@ def test_a_bad_questions_file_fails_before_the_documents_are_read(tmp_path, monk
     text, needle = BAD_QUESTIONS[name]
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    result = compare([str(docs), "--questions", str(path), "--backend", "fake",
-                      "--embedder", "hash", "--quiet", "--no-report", "--output-dir", "out"])  # fmt: skip
+    result = compare(
+        [
+            str(docs),
+            "--questions",
+            str(path),
+            "--backend",
+            "fake",
+            "--embedder",
+            "hash",
+            "--quiet",
+            "--no-report",
+            "--output-dir",
+            "out",
+        ]
+    )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
@@ -491,8 +599,22 @@ def test_no_variant_meeting_the_constraints_still_writes_the_report(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "handbook")
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
-    result = compare([str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder",
-                      "hash", "--max-latency-s", "1e-9", "--quiet", "--output-dir", "out"])  # fmt: skip
+    result = compare(
+        [
+            str(docs),
+            "--questions",
+            "q.csv",
+            "--backend",
+            "fake",
+            "--embedder",
+            "hash",
+            "--max-latency-s",
+            "1e-9",
+            "--quiet",
+            "--output-dir",
+            "out",
+        ]
+    )
     out = result.output
     assert result.exit_code == 0, out
     assert "verdict: No variant meets the constraints" in out
@@ -508,18 +630,23 @@ def test_no_variant_meeting_the_constraints_still_writes_the_report(tmp_path, mo
     [
         ("--min-accuracy", "60", "--min-accuracy must be from 0 to 1 (0: any); got 60"),
         ("--min-accuracy", "-0.5", "--min-accuracy must be from 0 to 1 (0: any); got -0.5"),
-        ("--max-dollars-per-1k", "-1", "--max-dollars-per-1k must be 0 or more (0: no limit); got -1"),
+        (
+            "--max-dollars-per-1k",
+            "-1",
+            "--max-dollars-per-1k must be 0 or more (0: no limit); got -1",
+        ),
         ("--max-latency-s", "nan", "--max-latency-s must be 0 or more (0: no limit); got nan"),
         ("--max-latency-s", "inf", "--max-latency-s must be 0 or more (0: no limit); got inf"),
     ],
-)  # fmt: skip
+)
 def test_a_constraint_out_of_range_is_one_line_before_anything_is_read(
     tmp_path, monkeypatch, option, value, message
 ):
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "docs")
-    result = compare([str(docs), "--backend", "fake", "--embedder", "hash", option, value,
-                      "--output-dir", "out"])  # fmt: skip
+    result = compare(
+        [str(docs), "--backend", "fake", "--embedder", "hash", option, value, "--output-dir", "out"]
+    )
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [f"error: {message}"]
     assert not (tmp_path / "out").exists()
@@ -529,13 +656,19 @@ def test_a_failed_report_says_which_cell_and_the_error():
     """papermill's error text starts with a blank line: the line printed names the cell of
     report.ipynb and the error's last line, never an empty message."""
     exc = PapermillExecutionError(
-        13, 12, "report.formatted(verdict.detail)", "AttributeError",
-        "'NoneType' object has no attribute 'columns'", ["Traceback ...", "AttributeError: ..."],
-    )  # fmt: skip
+        13,
+        12,
+        "report.formatted(verdict.detail)",
+        "AttributeError",
+        "'NoneType' object has no attribute 'columns'",
+        ["Traceback ...", "AttributeError: ..."],
+    )
     assert str(exc).splitlines()[0] == ""
     line = steps.report_failure(exc, Path("/runs/r1"))
-    assert line == ("/runs/r1/report.ipynb: cell 13 (In [12]): AttributeError: 'NoneType' "
-                    "object has no attribute 'columns'")  # fmt: skip
+    assert line == (
+        "/runs/r1/report.ipynb: cell 13 (In [12]): AttributeError: 'NoneType' "
+        "object has no attribute 'columns'"
+    )
     assert steps.report_failure(ValueError("\nfirst\nlast\n"), Path("r")) == "ValueError: last"
     assert steps.report_failure(RuntimeError(), Path("r")) == "RuntimeError"
 
@@ -552,8 +685,11 @@ def test_chunk_overlap_default_fits_any_chunk_size_and_reaches_config_and_notebo
             "chunk_overlap"
         ] == steps.chunk_overlap_for(size)
     spec = steps.CompareSpec(docs=("d",), backend="fake", chunk_size=16, chunk_overlap=16)
-    with pytest.raises(ValueError, match=r"^--chunk-overlap must be less than --chunk-size \(16\); "
-                       "got 16$"):  # a set one is checked, named by the options  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^--chunk-overlap must be less than --chunk-size \(16\); "
+        "got 16$",
+    ):  # a set one is checked, named by the options
         steps.precheck(spec)
     params = steps.notebook_parameters(spec, tmp_path / "q.csv")
     assert params["chunk_overlap"] == 16  # the notebook gets the option as given
@@ -571,9 +707,23 @@ def test_a_paid_api_is_priced_by_its_models_own_sheet_or_refused(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "docs")
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
-    args = [str(docs), "--questions", "q.csv", "--backend", "openai", "--base-url", srv.url,
-            "--tokenizer", "whitespace", "--embedder", "hash", "--quiet", "--no-report",
-            "--output-dir", "out"]  # fmt: skip
+    args = [
+        str(docs),
+        "--questions",
+        "q.csv",
+        "--backend",
+        "openai",
+        "--base-url",
+        srv.url,
+        "--tokenizer",
+        "whitespace",
+        "--embedder",
+        "hash",
+        "--quiet",
+        "--no-report",
+        "--output-dir",
+        "out",
+    ]
     own = compare([*args, "--model", "gpt-4.1"], input="n\n")
     assert own.exit_code == 1, own.output  # declined
     assert "price sheet: openai-gpt-4.1 (the shipped sheet of model gpt-4.1" in own.output
@@ -594,8 +744,18 @@ def test_max_dollars_caps_the_compare_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     docs = make_docs(tmp_path / "docs")
     (tmp_path / "q.csv").write_text(QUESTIONS, encoding="utf-8")
-    args = [str(docs), "--questions", "q.csv", "--backend", "fake", "--embedder", "hash",
-            "--quiet", "--output-dir", "out"]  # fmt: skip
+    args = [
+        str(docs),
+        "--questions",
+        "q.csv",
+        "--backend",
+        "fake",
+        "--embedder",
+        "hash",
+        "--quiet",
+        "--output-dir",
+        "out",
+    ]
     zero = compare([*args, "--max-dollars", "0"])
     assert zero.exit_code == 2 and "greater than 0" in zero.output, zero.output
     tiny = compare([*args, "--max-dollars", "0.000001"])

@@ -164,8 +164,11 @@ def test_retrieval_settings_are_a_grid_recorded_in_params(tmp_path):
     rag = [p for p in points if p.strategy == "rag"]
     assert len(points) == 1 + 2 * 2 * 2  # long_context + rag: top_k x retriever x chunk size
     assert {(p.retriever, p.chunk_size) for p in rag} == {
-        ("dense", 64), ("dense", 128), ("bm25", 64), ("bm25", 128),
-    }  # fmt: skip
+        ("dense", 64),
+        ("dense", 128),
+        ("bm25", 64),
+        ("bm25", 128),
+    }
     assert len({p.label() for p in points}) == len(points)
 
 
@@ -224,7 +227,7 @@ def test_hash_is_the_config_as_written_plus_the_schema_version(tmp_path):
         "sequential": True,
         "tracking": True,
         "noise_distractors": True,
-    }  # fmt: skip (no noise metric here)
+    }  # no noise metric here
     data = redact(cfg.model_dump(mode="json", exclude=exclude)) | {"schema_version": SCHEMA_VERSION}
     assert data["judge"] is None and data["cost_basis"] == "calibrated"  # written, at defaults
     assert config_hash(cfg) == hashlib.sha256(dumps_canonical(data).encode()).hexdigest()
@@ -242,8 +245,10 @@ def test_validated_once_the_typed_points_and_sheet_are_kept_and_not_hashed(tmp_p
     cfg = load_config(write(tmp_path, GOOD + "price_sheet: example-hosted-api\n"))
     assert loads == ["example-hosted-api"] and cfg.sheet.name == "example-hosted-api"
     assert [(p.strategy, getattr(p, "top_k", None)) for p in cfg.points] == [
-        ("long_context", None), ("rag", 2), ("rag", 4),
-    ]  # fmt: skip
+        ("long_context", None),
+        ("rag", 2),
+        ("rag", 4),
+    ]
     # private: neither dumped nor hashed, and kept by a copy (the CLI's --output-dir)
     dumped = cfg.model_dump()
     assert "points" not in dumped and "sheet" not in dumped and "_points" not in dumped

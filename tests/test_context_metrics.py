@@ -60,9 +60,12 @@ def test_average_precision_by_hand_and_as_ragas(verdicts, by_hand):
 
 def test_statements_are_sentences_of_each_distinct_gold_answer():
     assert statements(["Paris"]) == ["Paris"]  # a short answer: one statement
-    assert statements(["Rome is the capital of Italy. It lies on the Tiber.", "rome is the "
-                       "capital of Italy."]) == [  # the alias repeats the first sentence
-        "Rome is the capital of Italy.", "It lies on the Tiber."]  # fmt: skip
+    assert statements(
+        ["Rome is the capital of Italy. It lies on the Tiber.", "rome is the capital of Italy."]
+    ) == [  # the alias repeats the first sentence
+        "Rome is the capital of Italy.",
+        "It lies on the Tiber.",
+    ]
     assert statements(["4817263", "5920114", " "]) == ["4817263", "5920114"]
 
 
@@ -91,21 +94,43 @@ SUPPORTED = {
     "5920114": 0,  # labelled unsupported (the number is about red-fox, the question quiet-lake)
 }
 SET = [  # (id, question, gold answers, contexts in rank order)
-    ("paris", "What is the capital of France?", ("Paris",), [
-        "Paris is the capital and largest city of France.",
-        "Lyon is a city in France known for its food.",
-        "The Eiffel Tower stands in Paris, the French capital."]),
-    ("rome", "What is the capital of Italy?", ("Rome is the capital of Italy. It lies on the "
-                                               "Tiber.",), [
-        "Milan is the capital of Lombardy.",
-        "Rome has been the capital of Italy since 1871."]),
-    ("madrid", "What is the capital of Spain?", ("Madrid", "madrid"), [
-        "Barcelona is the capital of Catalonia.", "Seville is in Andalusia.",
-        "Valencia lies on the Mediterranean.", "Bilbao is in the Basque Country."]),
-    ("magic", "Which special magic numbers are mentioned?", ("4817263", "5920114"), [
-        "The special magic number for quiet-lake is 4817263.",
-        "The special magic numbers for red-fox are 5920114 and 6031875."]),
-]  # fmt: skip
+    (
+        "paris",
+        "What is the capital of France?",
+        ("Paris",),
+        [
+            "Paris is the capital and largest city of France.",
+            "Lyon is a city in France known for its food.",
+            "The Eiffel Tower stands in Paris, the French capital.",
+        ],
+    ),
+    (
+        "rome",
+        "What is the capital of Italy?",
+        ("Rome is the capital of Italy. It lies on the Tiber.",),
+        ["Milan is the capital of Lombardy.", "Rome has been the capital of Italy since 1871."],
+    ),
+    (
+        "madrid",
+        "What is the capital of Spain?",
+        ("Madrid", "madrid"),
+        [
+            "Barcelona is the capital of Catalonia.",
+            "Seville is in Andalusia.",
+            "Valencia lies on the Mediterranean.",
+            "Bilbao is in the Basque Country.",
+        ],
+    ),
+    (
+        "magic",
+        "Which special magic numbers are mentioned?",
+        ("4817263", "5920114"),
+        [
+            "The special magic number for quiet-lake is 4817263.",
+            "The special magic numbers for red-fox are 5920114 and 6031875.",
+        ],
+    ),
+]
 # By hand, with v_k the USEFUL labels in rank order and AP = sum_k precision@k * v_k / sum v:
 # paris  v = 1 0 1  -> (1/1 + 2/3) / 2 = 5/6;  statements [Paris] -> 1/1
 # rome   v = 0 1    -> (1/2) / 1 = 1/2;        statements [Rome is..., It lies...] -> 1/2
@@ -182,13 +207,22 @@ def test_samples_judge_every_context_again_and_agreement_is_over_contexts():
     assert paris.meta["context_precision_samples"] == pytest.approx([5 / 6, 1.0])
     assert paris.scores["context_precision"] == pytest.approx((5 / 6 + 1) / 2)
     assert out[1].scores["context_precision"] == pytest.approx(PRECISION["rome"])
-    df = pd.DataFrame([{
-        "example_id": r.example_id, "prediction": r.prediction, "answers": list(r.answers),
-        "error": None, **r.scores, **r.meta} for r in out])  # fmt: skip
+    df = pd.DataFrame(
+        [
+            {
+                "example_id": r.example_id,
+                "prediction": r.prediction,
+                "answers": list(r.answers),
+                "error": None,
+                **r.scores,
+                **r.meta,
+            }
+            for r in out
+        ]
+    )
     row = judge_agreement(df).set_index("metric").loc["context_precision"]
     # items: the 11 contexts, each rated by the 2 samples; they disagree on Lyon only
-    units = [[1, 1], [0, 1], [1, 1], [0, 0], [1, 1], [0, 0], [0, 0], [0, 0], [0, 0],
-             [1, 1], [1, 1]]  # fmt: skip
+    units = [[1, 1], [0, 1], [1, 1], [0, 0], [1, 1], [0, 0], [0, 0], [0, 0], [0, 0], [1, 1], [1, 1]]
     assert (row.samples, row.n_fleiss, row.n_scored) == (2, 11, 4)
     assert row.fleiss_kappa == pytest.approx(fleiss_kappa(units))
     assert row.judge_model == "judge-fake"
@@ -237,8 +271,9 @@ def test_answer_relevancy_is_the_cosine_computed_by_hand():
     assert out[0].meta["answer_relevancy_verdicts"] == [[1, 1, 1]]
     assert out[1].scores["answer_relevancy"] == 0.0  # noncommittal: times 0
     assert out[1].meta["answer_relevancy_verdicts"] == [[0, 0, 0]]
-    assert out[2].scores["answer_relevancy"] == 0.0 and "empty" in out[2].meta[
-        "answer_relevancy_note"]  # fmt: skip
+    assert (
+        out[2].scores["answer_relevancy"] == 0.0 and "empty" in out[2].meta["answer_relevancy_note"]
+    )
     # three distinct requests per answer (their own cache keys), sampled at the judge's temperature
     assert len(seen) == 6 and len({(r.system, r.prompt) for r in seen}) == 6
     assert {r.temperature for r in seen} == {0.5} and min(r.max_new_tokens for r in seen) >= 64
@@ -258,16 +293,23 @@ def test_unreadable_replies_and_records_without_contexts_are_unscored():
     closed = Record("paris", "closed_book", ClosedBookParams(), "Paris", ("Paris",))
     no_gold_ex = Example("x", "What is the capital of France?", (), paris_ex.documents)
     no_gold = Record("x", "pipeline", PIPE, "Paris", (), meta=paris.meta)
-    cut = Record("paris", "pipeline", PIPE, "Paris", ("Paris",),
-                 meta={**paris.meta, "contexts_truncated": True})  # fmt: skip
+    cut = Record(
+        "paris",
+        "pipeline",
+        PIPE,
+        "Paris",
+        ("Paris",),
+        meta={**paris.meta, "contexts_truncated": True},
+    )
     items = [(paris_ex, paris), (paris_ex, closed), (no_gold_ex, no_gold), (paris_ex, cut)]
     out = judge_records(items, METRICS[:2], judge, read)
     # the Lyon context's reply is unreadable (asked twice): precision unscored, never 0
     assert out[0].scores["context_precision"] is None
     assert out[0].meta["context_precision_verdicts"] == [[1, None, 1]]
     assert out[0].meta["context_precision_samples"] == [None]
-    assert "1 of 3 judge replies unreadable after 2 attempts" in out[0].meta[
-        "context_precision_note"]  # fmt: skip
+    assert (
+        "1 of 3 judge replies unreadable after 2 attempts" in out[0].meta["context_precision_note"]
+    )
     assert out[0].scores["context_recall"] == 1.0  # its one statement was read
     assert out[0].meta["judge_calls"] == 3 + 1 + 1  # 3 contexts, 1 retry, 1 statement
     for metric in METRICS[:2]:
@@ -333,8 +375,14 @@ def run_config(tmp_path, **over):
     for i, (country, capital) in enumerate(FACTS):
         filler = " ".join(f"w{i}x{j}" for j in range(60))
         text = f"{filler}. The capital of {country} is {capital}. {filler}."
-        examples.append(Example(f"q{i}", f"What is the capital of {country}?", (capital,),
-                                (Document(f"d{i}", text),)))  # fmt: skip
+        examples.append(
+            Example(
+                f"q{i}",
+                f"What is the capital of {country}?",
+                (capital,),
+                (Document(f"d{i}", text),),
+            )
+        )
     path = tmp_path / "qa.jsonl"
     write_examples(path, examples)
     cfg = {
@@ -346,18 +394,18 @@ def run_config(tmp_path, **over):
             "chunk_size": 32,
             "chunk_overlap": 4,
             "tokenizer": "whitespace",
-        },  # fmt: skip
+        },
         "strategies": [
             "closed_book",
             {"name": "rag", "params": {"top_k": 2, "order": "document"}},
             {"name": "pipeline", "params": {"target": "ctxpipe:answer"}},
-        ],  # fmt: skip
+        ],
         "metrics": ["string_match_all", "context_precision", "context_recall"],
         "price_sheet": "example-hosted-api",
         "judge": {
             "model": {"backend": "fake", "name": "judge-fake", "cache": False},
             "price_sheet": "example-hosted-api",
-        },  # fmt: skip
+        },
         "output_dir": str(tmp_path / "results"),
     }
     return cfg | over
@@ -389,15 +437,22 @@ def test_a_run_with_a_pipeline_and_rag_fills_them_and_a_rerun_asks_nothing(tmp_p
 
     inner = FakeLLM("judge-fake", answer_fn=judge_fn)
     cache = tmp_path / "judge-cache.sqlite"
-    df = ragbench.run(run_config(tmp_path), progress=False, llm=FakeLLM(answer_fn=model),
-                      judge_llm=CachedLLM(inner, cache))  # fmt: skip
+    df = ragbench.run(
+        run_config(tmp_path),
+        progress=False,
+        llm=FakeLLM(answer_fn=model),
+        judge_llm=CachedLLM(inner, cache),
+    )
     by = df.set_index(["strategy", "example_id"])
     # the pipeline: Italy's useful context ranks second (AP 1/2), the others first (AP 1)
     pipe = by.loc["pipeline"]
     assert pipe["context_precision"].to_dict() == {"q0": 1.0, "q1": 0.5, "q2": 1.0}
     assert (pipe["context_recall"] == 1.0).all()
     assert pipe["context_precision_verdicts"].map(lambda v: [list(s) for s in v]).to_dict() == {
-        "q0": [[1, 0]], "q1": [[0, 1]], "q2": [[1, 0]]}  # fmt: skip
+        "q0": [[1, 0]],
+        "q1": [[0, 1]],
+        "q2": [[1, 0]],
+    }
     # closed book read no contexts: unscored, said why
     closed = by.loc["closed_book"]
     assert closed["context_precision"].isna().all() and closed["context_recall"].isna().all()
@@ -417,8 +472,10 @@ def test_a_run_with_a_pipeline_and_rag_fills_them_and_a_rerun_asks_nothing(tmp_p
     assert df["dollars"].notna().all() and (df["judge_dollars"].dropna() > 0).all()
     run_dir = tmp_path / "results" / df.attrs["run_dir"].split("/")[-1]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["judge"]["prompts"] == {"context_precision": "context-precision-v1",
-                                            "context_recall": "context-recall-v1"}  # fmt: skip
+    assert manifest["judge"]["prompts"] == {
+        "context_precision": "context-precision-v1",
+        "context_recall": "context-recall-v1",
+    }
     agreement = {r["metric"]: r for r in manifest["judge"]["agreement"]}
     assert set(agreement) == {"context_precision", "context_recall"}
     assert agreement["context_precision"]["n_scored"] == 6  # rag and pipeline rows
@@ -426,8 +483,11 @@ def test_a_run_with_a_pipeline_and_rag_fills_them_and_a_rerun_asks_nothing(tmp_p
 
     # another run folder, the same completion cache: not one judge call
     inner2 = FakeLLM("judge-fake", answer_fn=judge_fn)
-    again = ragbench.run(run_config(tmp_path, output_dir=str(tmp_path / "other")),
-                         progress=False, judge_llm=CachedLLM(inner2, cache))  # fmt: skip
+    again = ragbench.run(
+        run_config(tmp_path, output_dir=str(tmp_path / "other")),
+        progress=False,
+        judge_llm=CachedLLM(inner2, cache),
+    )
     assert inner2.calls == 0
     cols = ["context_precision", "context_recall", "judge_calls", "judge_prompt_tokens"]
     pd.testing.assert_frame_equal(again[cols], df[cols])
@@ -438,14 +498,23 @@ def test_embedded_judge_reports_agreement_across_samples(tmp_path):
     """SmolLM2-135M judges the RAG contexts of two questions twice (temperature 0.7): each score
     is a verdict in [0, 1] or unscored with a note, and the agreement across the two samples is
     reported per context, with the small-judge warning."""
-    cfg = run_config(tmp_path, strategies=[{"name": "rag", "params": {"top_k": 2}}],
-                     metrics=["string_match_all", "context_precision"])  # fmt: skip
+    cfg = run_config(
+        tmp_path,
+        strategies=[{"name": "rag", "params": {"top_k": 2}}],
+        metrics=["string_match_all", "context_precision"],
+    )
     cfg["dataset"] = {**cfg["dataset"], "limit": 2}
     cfg["judge"] = {
-        "model": {"backend": "hf", "name": "smollm2-135m-instruct", "max_new_tokens": 6,
-                  "cache": False},  # fmt: skip
-        "samples": 2, "temperature": 0.7, "max_attempts": 2,
-    }  # fmt: skip
+        "model": {
+            "backend": "hf",
+            "name": "smollm2-135m-instruct",
+            "max_new_tokens": 6,
+            "cache": False,
+        },
+        "samples": 2,
+        "temperature": 0.7,
+        "max_attempts": 2,
+    }
     df = ragbench.run(cfg, progress=False, llm=FakeLLM())
     assert len(df) == 2
     for _, row in df.iterrows():

@@ -266,8 +266,17 @@ def test_cost_reads_its_own_fields_only():
 
 
 def test_cost_adds_padding_queue_and_both_times():
-    a = cost.Cost.of(Completion("x", 60, 2, prefill_seconds=0.2, queue_seconds=1.0,
-                                resource_seconds=0.1, padding_tokens=3))  # fmt: skip
+    a = cost.Cost.of(
+        Completion(
+            "x",
+            60,
+            2,
+            prefill_seconds=0.2,
+            queue_seconds=1.0,
+            resource_seconds=0.1,
+            padding_tokens=3,
+        )
+    )
     b = cost.Cost.of(Completion("y", 900, 3, prefill_seconds=0.8, resource_seconds=0.7))
     both = a + b
     assert both.padding_tokens == 3 and both.queue_seconds == 1.0
@@ -278,8 +287,15 @@ def test_cost_adds_padding_queue_and_both_times():
 
 def test_repriced_prices_own_and_one_time_costs_through_amortise():
     api, gpu = prices.parse_price_sheet(API), prices.parse_price_sheet(GPU)
-    own = cost.Cost(prompt_tokens=1000, cached_prompt_tokens=400, completion_tokens=10,
-                    resource_seconds=36.0, dollars=9.0, price_sheet="old", mfu=0.5)  # fmt: skip
+    own = cost.Cost(
+        prompt_tokens=1000,
+        cached_prompt_tokens=400,
+        completion_tokens=10,
+        resource_seconds=36.0,
+        dollars=9.0,
+        price_sheet="old",
+        mfu=0.5,
+    )
     tokens = own.repriced(api)
     assert tokens.dollars == pytest.approx((600 * 0.15 + 400 * 0.075 + 10 * 0.6) / 1e6)
     assert tokens.price_sheet == "t" and tokens.amortised_dollars == tokens.dollars

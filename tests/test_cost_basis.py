@@ -33,17 +33,27 @@ from ragbench.types import Completion
 RATES = Rates(a=0.02, b=0.002, c=2e-6, d0=0.06, d1=2e-5, d_row=0.01)
 HOURLY = price_sheet("example-cpu-hour")  # $0.08 per hour
 API = price_sheet("openai-gpt-4.1-mini")
-WORK = {"prompt_tokens": 1000, "completion_tokens": 8, "prefix_tokens": 990,
-        "prefix_computed": False, "shared": True}  # fmt: skip
+WORK = {
+    "prompt_tokens": 1000,
+    "completion_tokens": 8,
+    "prefix_tokens": 990,
+    "prefix_computed": False,
+    "shared": True,
+}
 
 
 def completion(resource_seconds: float, work=WORK, **meta) -> Completion:
     """A transformers-like completion: its own work logged, a measured share of device time."""
     return Completion(
-        text="x", prompt_tokens=1000, cached_prompt_tokens=990, completion_tokens=8,
-        prefill_seconds=0.1, decode_seconds=0.4, resource_seconds=resource_seconds,
+        text="x",
+        prompt_tokens=1000,
+        cached_prompt_tokens=990,
+        completion_tokens=8,
+        prefill_seconds=0.1,
+        decode_seconds=0.4,
+        resource_seconds=resource_seconds,
         meta={**({"work": work} if work is not None else {}), **meta},
-    )  # fmt: skip
+    )
 
 
 def test_calibrated_dollars_follow_tokens_not_the_load():
@@ -74,8 +84,11 @@ def test_backends_without_a_calibration_and_token_sheets_are_unaffected():
     assert cost.modelled_seconds is None and cost.cost_basis == "measured"
     assert cost.dollars == pytest.approx(0.08 * 1.4 / 3600)
     # a token sheet prices tokens whatever the basis
-    api = [Cost.of(completion(s), sheet=API, rates=RATES, basis=b)
-           for s in (0.5, 1.4) for b in ("calibrated", "measured")]  # fmt: skip
+    api = [
+        Cost.of(completion(s), sheet=API, rates=RATES, basis=b)
+        for s in (0.5, 1.4)
+        for b in ("calibrated", "measured")
+    ]
     assert len({c.dollars for c in api}) == 1
     # the fake backend: simulated seconds from tokens, no calibration, deterministic
     fake = FakeLLM().generate([Resources(llm=None).request("What is it?")])[0]
@@ -86,8 +99,12 @@ def test_backends_without_a_calibration_and_token_sheets_are_unaffected():
 
 def test_completions_stored_before_the_work_was_logged_are_modelled_from_tokens():
     old = completion(1.0, work=None, alone_seconds_estimate=0.9)
-    assert work_of(old) == {"prompt_tokens": 1000, "completion_tokens": 8,
-                            "prefix_tokens": 990, "prefix_computed": False}  # fmt: skip
+    assert work_of(old) == {
+        "prompt_tokens": 1000,
+        "completion_tokens": 8,
+        "prefix_tokens": 990,
+        "prefix_computed": False,
+    }
     assert modelled_seconds(old, RATES) == pytest.approx(modelled_seconds_for(RATES, 1000, 990, 8))
     assert modelled_seconds(old, None) is None
     assert Seconds(1.0, 0.2).charged("calibrated") == 0.2
@@ -145,7 +162,7 @@ class LoadedFake(FakeLLM):
                         "prefix_computed": False,
                     },
                 },
-            )  # fmt: skip
+            )
             for c in out
         ]
 
@@ -153,15 +170,25 @@ class LoadedFake(FakeLLM):
 def _config(tmp_path, name: str, basis: str | None = None) -> dict:
     cfg = {
         "name": name,
-        "dataset": {"name": "niah", "params": {"context_lengths": [300, 900], "depth_percents": [50],
-                                               "tokenizer": "whitespace"}},
+        "dataset": {
+            "name": "niah",
+            "params": {
+                "context_lengths": [300, 900],
+                "depth_percents": [50],
+                "tokenizer": "whitespace",
+            },
+        },
         "model": {"backend": "fake", "name": "fake", "cache": False},
         "retrieval": {"embedder": "hash"},
-        "strategies": ["closed_book", "long_context", {"name": "rag", "params": {"top_k": 2}},
-                       "self_route"],
+        "strategies": [
+            "closed_book",
+            "long_context",
+            {"name": "rag", "params": {"top_k": 2}},
+            "self_route",
+        ],
         "price_sheet": "example-cpu-hour",
         "output_dir": str(tmp_path),
-    }  # fmt: skip
+    }
     return {**cfg, "cost_basis": basis} if basis else cfg
 
 
@@ -216,9 +243,18 @@ def _slow_measure(log: str):
     return measure
 
 
-KEY = {"version": calibration.CALIBRATION_VERSION, "weights": "w", "device": "cpu",
-       "hardware": "test cpu", "dtype": "float32", "attention": "sdpa", "threads": 2,
-       "packed_linear": False, "torch": "x", "transformers": "y"}  # fmt: skip
+KEY = {
+    "version": calibration.CALIBRATION_VERSION,
+    "weights": "w",
+    "device": "cpu",
+    "hardware": "test cpu",
+    "dtype": "float32",
+    "attention": "sdpa",
+    "threads": 2,
+    "packed_linear": False,
+    "torch": "x",
+    "transformers": "y",
+}
 
 
 def test_concurrent_workers_calibrate_once_under_the_lock(tmp_path, monkeypatch):
@@ -228,8 +264,9 @@ def test_concurrent_workers_calibrate_once_under_the_lock(tmp_path, monkeypatch)
     monkeypatch.setattr(calibration, "measure", _slow_measure(str(log)))
     monkeypatch.setattr(calibration, "_MEMO", {})
     ctx = multiprocessing.get_context("fork")  # the patched functions travel with the fork
-    workers = [ctx.Process(target=_worker, args=(str(tmp_path), str(log), str(out)))
-               for _ in range(3)]  # fmt: skip
+    workers = [
+        ctx.Process(target=_worker, args=(str(tmp_path), str(log), str(out))) for _ in range(3)
+    ]
     for w in workers:
         w.start()
     for w in workers:
@@ -280,8 +317,13 @@ def test_reprice_charges_a_calibrated_record_its_modelled_seconds_and_a_measured
     from ragbench.cost.reprice import _repriced
 
     sheet = price_sheet("example-cpu-hour")
-    logged = {"prompt_tokens": 900, "cached_prompt_tokens": 0, "completion_tokens": 8,
-              "resource_seconds": 40.0, "modelled_seconds": 2.0}  # fmt: skip
+    logged = {
+        "prompt_tokens": 900,
+        "cached_prompt_tokens": 0,
+        "completion_tokens": 8,
+        "resource_seconds": 40.0,
+        "modelled_seconds": 2.0,
+    }
     calibrated = _repriced(sheet, {**logged, "cost_basis": "calibrated"})
     measured = _repriced(sheet, {**logged, "cost_basis": "measured"})
     assert measured.dollars > 0  # an hourly sheet: dollars in proportion to the seconds charged

@@ -68,8 +68,21 @@ def test_niah_writes_default_path_with_fingerprint(run, tmp_path):
 
 
 def test_ruler_command(run, tmp_path):
-    out = run("ruler", "niah_multikey", "--context-lengths", "800", "--num-examples", "3",
-              "--haystack", "noise", "--param", "num_keys=3", "--out", "mk.jsonl", *WS)  # fmt: skip
+    out = run(
+        "ruler",
+        "niah_multikey",
+        "--context-lengths",
+        "800",
+        "--num-examples",
+        "3",
+        "--haystack",
+        "noise",
+        "--param",
+        "num_keys=3",
+        "--out",
+        "mk.jsonl",
+        *WS,
+    )
     path, fp = _written(out)
     assert path == "mk.jsonl" and sha256_file(tmp_path / path) == fp
     examples = read_examples(tmp_path / path)
@@ -78,15 +91,17 @@ def test_ruler_command(run, tmp_path):
     assert "did you mean 'niah_single'" in out and "variable_tracking" in out
     out = run("ruler", "niah_single", "--param", "num_kyes=2", *WS, code=2)
     assert "did you mean 'num_keys'" in out
-    out = run("ruler", "common_words", "--context-lengths", "600", "--param", "freq_cw=30", *WS,
-              code=2)  # fmt: skip
+    out = run(
+        "ruler", "common_words", "--context-lengths", "600", "--param", "freq_cw=30", *WS, code=2
+    )
     assert "lower freq_cw" in out
     assert not list(tmp_path.glob("data/generated/ruler-common_words*"))  # nothing half-written
 
 
 def test_multidoc_command(run, tmp_path):
-    out = run("multidoc", "--num-docs", "5", "--gold-positions", "start,3", "--num-examples", "2",
-              *WS)  # fmt: skip
+    out = run(
+        "multidoc", "--num-docs", "5", "--gold-positions", "start,3", "--num-examples", "2", *WS
+    )
     path, _ = _written(out)
     examples = read_examples(tmp_path / path)
     assert [e.meta["gold_position"] for e in examples] == [0, 3, 0, 3]
@@ -102,18 +117,40 @@ def test_niah_unfillable_length_fails_cleanly(run, tmp_path):
 
 
 def test_import_squad_and_longbench(run, tmp_path):
-    squad = {"version": "v2.0", "data": [{"title": "Rivers", "paragraphs": [{
-        "context": "The Nile is the longest river in Africa.",
-        "qas": [{"id": "q1", "question": "Which river is the longest in Africa?",
-                 "answers": [{"text": "The Nile", "answer_start": 0}], "is_impossible": False}],
-    }]}]}  # fmt: skip
+    squad = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Rivers",
+                "paragraphs": [
+                    {
+                        "context": "The Nile is the longest river in Africa.",
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "Which river is the longest in Africa?",
+                                "answers": [{"text": "The Nile", "answer_start": 0}],
+                                "is_impossible": False,
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     (tmp_path / "squad.json").write_text(json.dumps(squad))
     path, _ = _written(run("import", "squad", "squad.json"))
     assert path == "data/generated/squad-squad.jsonl"
     [e] = read_examples(tmp_path / path)
     assert e.question.startswith("Which river") and "The Nile" in e.answers
-    row = {"input": "Who wrote it?", "context": "It was written by Ada.", "answers": ["Ada"],
-           "length": 5, "dataset": "hotpotqa", "_id": "lb1"}  # fmt: skip
+    row = {
+        "input": "Who wrote it?",
+        "context": "It was written by Ada.",
+        "answers": ["Ada"],
+        "length": 5,
+        "dataset": "hotpotqa",
+        "_id": "lb1",
+    }
     (tmp_path / "lb.jsonl").write_text(json.dumps(row) + "\n")
     path, _ = _written(run("import", "longbench", "lb.jsonl", "--out", "lb-out.jsonl"))
     [e] = read_examples(tmp_path / path)
@@ -190,8 +227,9 @@ def test_dedup_warns_when_near_duplicates_dominate(run, tmp_path, caplog):
 def test_registry_builds_and_names_choices(tmp_path):
     names = dataset_names()
     assert {"niah", "multidoc", "file", "ruler/niah_single", "ruler/common_words"} <= set(names)
-    examples = build_dataset("ruler/variable_tracking", context_lengths=700, num_examples=2,
-                             tokenizer="whitespace")  # fmt: skip
+    examples = build_dataset(
+        "ruler/variable_tracking", context_lengths=700, num_examples=2, tokenizer="whitespace"
+    )
     assert [e.meta["task"] for e in examples] == ["ruler/variable_tracking"] * 2
     from ragbench.datasets.formats import write_examples
 

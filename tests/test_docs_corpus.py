@@ -94,7 +94,13 @@ def test_a_default_id_never_takes_an_id_the_file_writes(tmp_path):
 
 
 BAD_QUESTIONS = [
-    ("q.csv", "question,answer\nQ?,A\n", 1, "header", "unknown column 'answer'; did you mean 'answers'"),
+    (
+        "q.csv",
+        "question,answer\nQ?,A\n",
+        1,
+        "header",
+        "unknown column 'answer'; did you mean 'answers'",
+    ),
     ("q.csv", "answers\nA\n", 1, "header", "no 'question' column"),
     ("q.csv", "question,answers\nQ?,A\n  ,B\n", 3, "question", "empty question"),
     ("q.csv", "question,task_type\nQ?,summary\n", 2, "task_type", "unknown task type 'summary'"),
@@ -102,12 +108,18 @@ BAD_QUESTIONS = [
     ("q.csv", "question,answers\nQ?,A,extra\n", 2, None, "expected 2 columns"),
     ("q.csv", 'question\n"unclosed\n', 2, None, "invalid CSV"),
     ("q.jsonl", '{"question": "Q?"}\n{"question": 3}\n', 2, "question", "expected a string"),
-    ("q.jsonl", '{"question": "Q?", "answer": "A"}\n', 1, "answer", "unknown field; valid: answers"),
+    (
+        "q.jsonl",
+        '{"question": "Q?", "answer": "A"}\n',
+        1,
+        "answer",
+        "unknown field; valid: answers",
+    ),
     ("q.jsonl", '{"question": "Q?", "answers": [1]}\n', 1, "answers[0]", "expected a string"),
     ("q.jsonl", '{"question": "Q?", "meta": {"evidence": 1}}\n', 1, "meta.evidence", "reserved"),
     ("q.jsonl", '{"question": "Q?", "id": 7}\n', 1, "id", "expected a string, got an integer"),
     ("q.jsonl", "{bad json\n", 1, None, "invalid JSON"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "text", "line", "field", "message"), BAD_QUESTIONS)
@@ -295,8 +307,11 @@ def test_embedded_model_computes_the_corpus_prefix_once(tmp_path):
         tmp_path / "corpus.jsonl",
         [Document(f"{i}.md", f"{filler} {f}") for i, f in enumerate(facts)],
     )
-    qs = [("When does the ferry leave?", "06:40"), ("Who is the harbour master?", "Ben Marsh"),
-          ("What is the fee?", "12 EUR")]  # fmt: skip
+    qs = [
+        ("When does the ferry leave?", "06:40"),
+        ("Who is the harbour master?", "Ben Marsh"),
+        ("What is the fee?", "12 EUR"),
+    ]
     questions = write(
         tmp_path / "q.jsonl",
         "".join(json.dumps({"question": q, "answers": [a]}) + "\n" for q, a in qs),
@@ -313,7 +328,7 @@ def test_embedded_model_computes_the_corpus_prefix_once(tmp_path):
                 "name": "smollm2-135m-instruct",
                 "max_new_tokens": 8,
                 "cache": False,
-            },  # fmt: skip
+            },
             "strategies": ["long_context"],
             "metrics": ["contains"],
             "output_dir": str(tmp_path / "runs"),

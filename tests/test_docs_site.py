@@ -161,9 +161,9 @@ def _problems() -> list[str]:
                     found.append(f"{name}: `ragbench {line}`: {wrong}")
                     continue
                 named.append(path)
-                if path == ("list",) and rest and re.fullmatch(r"[a-z][\w-]*", rest[0]):
-                    if rest[0] not in KINDS:
-                        found.append(f"{name}: `ragbench list {rest[0]}`: no such kind")
+                kind = path == ("list",) and rest and re.fullmatch(r"[a-z][\w-]*", rest[0])
+                if kind and rest[0] not in KINDS:
+                    found.append(f"{name}: `ragbench list {rest[0]}`: no such kind")
                 takes = CLI[path] or {"--help"}
                 for word in rest:
                     option = word.split("=", 1)[0]

@@ -73,8 +73,12 @@ def test_dry_run_counts_like_the_embedded_model(tmp_path):
     cfg = niah_config(tmp_path, strategies=["closed_book", "long_context", "rag"])
     cfg["dataset"]["params"].update(context_lengths=[300], depth_percents=[50])
     cfg["dataset"]["params"].pop("tokenizer")
-    cfg["model"] = {"backend": "hf", "name": "smollm2-135m-instruct", "max_new_tokens": 8,
-                    "cache": False}  # fmt: skip
+    cfg["model"] = {
+        "backend": "hf",
+        "name": "smollm2-135m-instruct",
+        "max_new_tokens": 8,
+        "cache": False,
+    }
     cfg["retrieval"] = {"embedder": "hash", "chunk_size": 64, "chunk_overlap": 8}
     table = dry_run(cfg, progress=False)
     df = run(cfg, progress=False)
@@ -240,10 +244,12 @@ def test_a_retrieving_strategy_over_examples_that_ask_nothing_is_refused_before_
     result = CliRunner().invoke(app, args)
     # was: each of them failed 'empty query' at every rerun; the dry run called it over_window
     assert result.exit_code == 2, result.output
-    assert result.output.startswith(f"error: {path}:{line}: strategies.2: rag retrieves with "
-                                    "each example's question, but 1 of the 3 examples of "
-                                    "dataset 'file' have an empty question (the first: "
-                                    "'lb-0003'; subsets: gov_report): drop those examples")  # fmt: skip
+    assert result.output.startswith(
+        f"error: {path}:{line}: strategies.2: rag retrieves with "
+        "each example's question, but 1 of the 3 examples of "
+        "dataset 'file' have an empty question (the first: "
+        "'lb-0003'; subsets: gov_report): drop those examples"
+    )
     assert "closed_book or long_context" in result.output and result.output.count("\n") == 1
     assert not (tmp_path / "results").exists()
 

@@ -234,10 +234,14 @@ def test_server_embeddings_equal_local_ones_and_are_cached(tmp_path, monkeypatch
         cfg["retrieval"] |= {
             "embedder": "openai",
             "embedder_params": {
-                "openai": {"model": "emb", "base_url": srv.url, "api_key": "k-EMB-123456",
-                           "batch_size": 7},
+                "openai": {
+                    "model": "emb",
+                    "base_url": srv.url,
+                    "api_key": "k-EMB-123456",
+                    "batch_size": 7,
+                },
             },
-        }  # fmt: skip
+        }
         served = run(cfg, progress=False)
         sent = len(srv.requests)
         assert sent > 1 and all(len(r[2]["input"]) <= 7 for r in srv.requests)

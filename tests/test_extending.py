@@ -155,7 +155,7 @@ def _config(tmp_path, backend: str, strategies: list) -> dict:
             "name": backend,
             "preset": "smollm2-135m-instruct",
             "cache": False,
-        },  # fmt: skip
+        },
         "retrieval": {"embedder": "hash", "tokenizer": "whitespace"},
         "strategies": strategies,
         "metrics": ["string_match_all"],
@@ -174,7 +174,7 @@ def test_a_toy_strategy_runs_is_labelled_and_its_misses_are_attributed(toy_modul
             toy_first_doc.first_doc_steps,
             toy_first_doc.FirstDocParams,
             context=FULL_CONTEXT,
-        ),  # fmt: skip
+        ),
     )
     try:
         strategies = ["closed_book", {"name": "first_doc", "params": {"words": [20, 400]}}]
@@ -246,8 +246,9 @@ def test_a_toy_kv_variant_validates_labels_and_travels_with_the_request():
             return "4817263"
 
         doc = Document("d", "One of the special magic numbers for quiet-lake is: 4817263.")
-        example = Example("e", "What is the special magic number for quiet-lake?", ("4817263",),
-                          (doc,))  # fmt: skip
+        example = Example(
+            "e", "What is the special magic number for quiet-lake?", ("4817263",), (doc,)
+        )
         llm = FakeLLM(answer_fn=answer, simulate_kv_cache=True)
         record = get_strategy("long_context").run(example, Resources(llm=llm), params)
         assert seen[0].kv == KeepRecent(keep=32)
@@ -347,9 +348,13 @@ def test_a_toy_importer_feeds_a_run_and_reports_bad_lines(toy_modules):
         with pytest.raises(InputFileError, match=r"bad\.txt:1"):
             run(cfg, progress=False)
         with pytest.raises(ValueError, match="did you mean 'pipes'"):
-            run({**cfg, "dataset": {"name": "file", "params": {"path": str(data),
-                                                               "format": "pipe"}}},
-                progress=False)  # fmt: skip
+            run(
+                {
+                    **cfg,
+                    "dataset": {"name": "file", "params": {"path": str(data), "format": "pipe"}},
+                },
+                progress=False,
+            )
     finally:
         IMPORTERS.unregister("pipes")
         sys.modules.pop("toy_pipes", None)

@@ -146,8 +146,10 @@ def test_unknown_format_and_split_name_the_valid_ones():
     with pytest.raises(UnknownNameError, match=r"unknown BEIR split 'tset'.*valid: dev, test"):
         formats.load("beir", FIX / "beir", split="tset")
     assert set(formats.IMPORTERS) == {"jsonl", "longbench", "ruler", "squad", "beir"} | {
-        "longbench-v2", "flashrag", "hf"  # also datasets, under the same names
-    }  # fmt: skip
+        "longbench-v2",
+        "flashrag",
+        "hf",  # also datasets, under the same names
+    }
 
 
 # --------------------------------------------------------------------------- malformed input

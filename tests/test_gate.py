@@ -26,8 +26,10 @@ from ragbench.experiment.runner import run
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gate")
-    cfg = niah_config(tmp, strategies=["closed_book", "long_context",
-                                       {"name": "rag", "params": {"top_k": [1, 4]}}])  # fmt: skip
+    cfg = niah_config(
+        tmp,
+        strategies=["closed_book", "long_context", {"name": "rag", "params": {"top_k": [1, 4]}}],
+    )
     cfg["metrics"] = ["contains"]
     cfg["price_sheet"] = "example-hosted-api"
     df = run(cfg, progress=False)
@@ -76,8 +78,15 @@ def test_values_are_the_run_s_numbers(run_dir):
 def test_check_fails_one_line_per_requirement(run_dir):
     df, seed = load_run(run_dir)
     assert check(df, ["long_context: contains >= 0.5", "rag k=4: contains.n >= 4"]) == []
-    failed = check(df, ["closed_book: contains >= 0.5", "long_context: dollars_per_1k <= 0",
-                        "long_context: contains.ci_low >= 0.99"], seed=seed)  # fmt: skip
+    failed = check(
+        df,
+        [
+            "closed_book: contains >= 0.5",
+            "long_context: dollars_per_1k <= 0",
+            "long_context: contains.ci_low >= 0.99",
+        ],
+        seed=seed,
+    )
     assert len(failed) == 3 and all(line.startswith("FAILED ") for line in failed)
     assert "closed_book: contains is 0" in failed[0] and "95% CI" in failed[0]
     with pytest.raises(GateError, match="names 2 variants"):
@@ -92,8 +101,16 @@ def test_check_command_exit_codes(run_dir):
     ok = ["check", run_dir, "--require", "long_context: contains >= 0.5"]
     result = CliRunner().invoke(app, ok)
     assert result.exit_code == 0, result.output
-    result = CliRunner().invoke(app, [*ok, "--require", "closed_book: contains >= 0.5",
-                                      "--require", "long_context: dollars_per_1k <= 0"])  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            *ok,
+            "--require",
+            "closed_book: contains >= 0.5",
+            "--require",
+            "long_context: dollars_per_1k <= 0",
+        ],
+    )
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("FAILED closed_book: contains >= 0.5")
@@ -132,8 +149,15 @@ def test_a_configured_metric_without_scores_fails_saying_so(run_dir, tmp_path):
     that says so (exit 1), not an 'unknown value' (exit 2)."""
     df, seed = load_run(run_dir)
     df = df.assign(judge_correct=float("nan"))
-    failed = check(df, ["rag k=4: judge_correct >= 0.5", "rag k=4: judge_correct.ci_low >= 0.5",
-                        "long_context: contains >= 0.5"], seed=seed)  # fmt: skip
+    failed = check(
+        df,
+        [
+            "rag k=4: judge_correct >= 0.5",
+            "rag k=4: judge_correct.ci_low >= 0.5",
+            "long_context: contains >= 0.5",
+        ],
+        seed=seed,
+    )
     assert len(failed) == 2
     for line in failed:
         assert line.startswith("FAILED rag k=4: judge_correct")

@@ -91,8 +91,12 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
         t = dec["targets"]
         assert t["fast_batch1_ms"]["value"] == dec["fast"]["1"]["ms"]
         assert t["long_prompt_fast_ms"]["max"] == long["plain"]["ms"]
-        for name in ("fast_batch1_ms", "fast_batch8_over_batch1", "runner_batching_fast_speedup",
-                     "long_prompt_fast_ms"):  # fmt: skip
+        for name in (
+            "fast_batch1_ms",
+            "fast_batch8_over_batch1",
+            "runner_batching_fast_speedup",
+            "long_prompt_fast_ms",
+        ):
             assert isinstance(t[name]["met"], bool), (name, t)
         assert t["captured_every_batch"] == {"value": 0, "of": 3, "met": None}
         assert t["auto_ready"] is False
@@ -100,8 +104,15 @@ def test_gpu_check_runs_on_cpu_quick(tmp_path, monkeypatch):
         logits = m["logits"]
         assert logits["reference_min_top1_margin"] > 0
         paths = logits["paths"]
-        expected = {"plain", "batched", "prefix_reuse_copied", "prefix_reuse_shared", "fast",
-                    "fast_batched", "fast_prefix_shared"}  # fmt: skip
+        expected = {
+            "plain",
+            "batched",
+            "prefix_reuse_copied",
+            "prefix_reuse_shared",
+            "fast",
+            "fast_batched",
+            "fast_prefix_shared",
+        }
         assert expected <= set(paths)
         assert {k.split("-")[0] for k in paths if k.startswith("kv_")} == {
             f"kv_{name}" for name in kv_cache.KV_CACHES if name != "plain"

@@ -62,8 +62,17 @@ def _same(a, b) -> None:
 
 def test_buckets():
     assert [bucket_rows(n) for n in (1, 2, 3, 5, 8, 9, 17, 32, 33, 70)] == [
-        1, 2, 4, 8, 8, 16, 32, 32, 64, 96,
-    ]  # fmt: skip
+        1,
+        2,
+        4,
+        8,
+        8,
+        16,
+        32,
+        32,
+        64,
+        96,
+    ]
     assert bucket_slots(1) == bucket_slots(64) == 64
     assert bucket_slots(65) == 128 and bucket_slots(1000) == 1024
     assert bucket_slots(2049) == 2304  # an eighth of 2048: at most 1/8 of the slots unused

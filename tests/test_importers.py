@@ -35,15 +35,25 @@ CONTEXT = "The Nile is the longest river in Africa. The Hoover Dam was finished 
 
 def squad_v2(tmp_path: Path, unanswerable_only: bool = False) -> Path:
     qas = [
-        {"id": "q-ans", "question": "Which river is the longest in Africa?",
-         "answers": [{"text": "The Nile", "answer_start": 0}], "is_impossible": False},
-        {"id": "q-none", "question": "Who designed the Nile's first dam?", "answers": [],
-         "is_impossible": True},
-    ]  # fmt: skip
+        {
+            "id": "q-ans",
+            "question": "Which river is the longest in Africa?",
+            "answers": [{"text": "The Nile", "answer_start": 0}],
+            "is_impossible": False,
+        },
+        {
+            "id": "q-none",
+            "question": "Who designed the Nile's first dam?",
+            "answers": [],
+            "is_impossible": True,
+        },
+    ]
     if unanswerable_only:
         qas = qas[1:]
-    data = {"version": "v2.0", "data": [{"title": "Rivers", "paragraphs": [
-        {"context": CONTEXT, "qas": qas}]}]}  # fmt: skip
+    data = {
+        "version": "v2.0",
+        "data": [{"title": "Rivers", "paragraphs": [{"context": CONTEXT, "qas": qas}]}],
+    }
     path = tmp_path / "squad2.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -148,9 +158,14 @@ def _bm25_resources() -> Resources:
 
     def index(example: Example, settings):
         return build_index(
-            example.documents, retriever="bm25", embedder="hash", splitter="sentence",
-            chunk_size=16, chunk_overlap=2, tokenizer="whitespace",
-        )  # fmt: skip
+            example.documents,
+            retriever="bm25",
+            embedder="hash",
+            splitter="sentence",
+            chunk_size=16,
+            chunk_overlap=2,
+            tokenizer="whitespace",
+        )
 
     return Resources(llm=None, index=index)
 
@@ -194,14 +209,22 @@ def test_retrieve_only_in_a_run(tmp_path):
 
     cfg = {
         "name": "ro",
-        "dataset": {"name": "file", "params": {"path": str(FIX / "squad_v1.json"), "format": "squad"}},
+        "dataset": {
+            "name": "file",
+            "params": {"path": str(FIX / "squad_v1.json"), "format": "squad"},
+        },
         "model": {"backend": "fake", "name": "fake", "cache": False},
-        "retrieval": {"retriever": "bm25", "embedder": "hash", "chunk_size": 16,
-                      "chunk_overlap": 2, "tokenizer": "whitespace"},
+        "retrieval": {
+            "retriever": "bm25",
+            "embedder": "hash",
+            "chunk_size": 16,
+            "chunk_overlap": 2,
+            "tokenizer": "whitespace",
+        },
         "strategies": [{"name": "retrieve_only", "params": {"top_k": 1}}],
         "metrics": ["exact_match"],
         "output_dir": str(tmp_path / "results"),
-    }  # fmt: skip
+    }
     calls: list[str] = []
     df = run(cfg, progress=False, llm=FakeLLM(answer_fn=lambda r: calls.append(r.prompt) or ""))
     assert calls == [] and len(df) == 4
@@ -269,8 +292,14 @@ def _longbench(tmp_path: Path, *rows: dict) -> Path:
 
 
 def _lb_row(i: int, **over) -> dict:
-    row = {"input": "q?", "context": "c", "answers": ["a"], "length": 1, "dataset": "hotpotqa",
-           "_id": f"lb{i}"}  # fmt: skip
+    row = {
+        "input": "q?",
+        "context": "c",
+        "answers": ["a"],
+        "length": 1,
+        "dataset": "hotpotqa",
+        "_id": f"lb{i}",
+    }
     return row | over
 
 
@@ -305,8 +334,12 @@ def test_longbench_rows_that_cannot_be_scored_name_the_line(tmp_path, bad, field
     ["Answer:", "<|im_start|>assistant", "[/INST]", "### Response:", "<start_of_turn>model"],
 )
 def test_ruler_input_with_an_unexpected_template_names_the_line(tmp_path, last_line):
-    good = {"index": 0, "input": "Text. The special magic number is 7.\nWhat is the number?",
-            "outputs": ["7"], "length": 9}  # fmt: skip
+    good = {
+        "index": 0,
+        "input": "Text. The special magic number is 7.\nWhat is the number?",
+        "outputs": ["7"],
+        "length": 9,
+    }
     bad = dict(good, index=1, input=good["input"] + "\n" + last_line)
     path = tmp_path / "ruler.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
@@ -345,8 +378,9 @@ def test_cli_empty_longbench_exits_2_with_one_line_and_writes_nothing(tmp_path, 
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0 and "lb.jsonl: no examples" in result.output
     assert not (tmp_path / "data").exists()
-    result = CliRunner().invoke(app, ["data", "import", "longbench", "lb.jsonl", "--unanswerable",
-                                      "drop"])  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["data", "import", "longbench", "lb.jsonl", "--unanswerable", "drop"]
+    )
     assert result.exit_code == 2 and "--unanswerable applies to the squad format only" in (
         result.output
     )
@@ -402,16 +436,22 @@ def test_a_folder_given_for_a_file_says_it_wants_a_file(tmp_path, fmt):
         formats.load(fmt, folder)
 
 
-@pytest.mark.parametrize("text", [
-    json.dumps([_lb_row(1)], indent=2),  # a JSON array, pretty-printed
-    json.dumps(_lb_row(1), indent=2),  # one object, pretty-printed
-    json.dumps([_lb_row(1), _lb_row(2)]),  # an array on one line
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps([_lb_row(1)], indent=2),  # a JSON array, pretty-printed
+        json.dumps(_lb_row(1), indent=2),  # one object, pretty-printed
+        json.dumps([_lb_row(1), _lb_row(2)]),  # an array on one line
+    ],
+)
 def test_a_json_document_given_for_json_lines_is_named_as_such(tmp_path, text):
     path = tmp_path / "lb.json"
     path.write_text(text + "\n", encoding="utf-8")
-    with pytest.raises(InputFileError, match=r"lb.json:1: .*looks like a JSON document, not JSON "
-                       r"Lines: write one JSON object per line"):  # fmt: skip
+    with pytest.raises(
+        InputFileError,
+        match=r"lb.json:1: .*looks like a JSON document, not JSON "
+        r"Lines: write one JSON object per line",
+    ):
         formats.load("longbench", path)
     path.write_text(json.dumps(_lb_row(1)) + '\n{"input": "cut off\n', encoding="utf-8")
     with pytest.raises(InputFileError) as err:  # a torn later line is only invalid JSON

@@ -41,16 +41,14 @@ FILLER = " ".join(f"w{i}" for i in range(60))  # words between the facts: RAG mu
 
 # THUDM/LongBench, pred.py (LongBench v2), ``extract_answer``, copied verbatim as the oracle
 def official_extract_answer(response):
-    response = response.replace('*', '')  # fmt: skip
-    match = re.search(r'The correct answer is \(([A-D])\)', response)  # fmt: skip
+    response = response.replace("*", "")
+    match = re.search(r"The correct answer is \(([A-D])\)", response)
     if match:
         return match.group(1)
-    else:
-        match = re.search(r'The correct answer is ([A-D])', response)  # fmt: skip
-        if match:
-            return match.group(1)
-        else:
-            return None
+    match = re.search(r"The correct answer is ([A-D])", response)
+    if match:
+        return match.group(1)
+    return None
 
 
 REPLIES = [
@@ -108,14 +106,16 @@ def lb2_row(i: int, gold: str = "B", **over) -> dict:
     key = f"vault-{i}"
     values = {"A": "1111", "B": "2222", "C": "3333", "D": "4444"}
     row = {
-        "_id": f"lb{i}", "domain": "Single-Document QA", "sub_domain": "Financial",
+        "_id": f"lb{i}",
+        "domain": "Single-Document QA",
+        "sub_domain": "Financial",
         "difficulty": "easy" if i % 2 == 0 else "hard",
         "length": ("short", "medium", "long")[i % 3],
         "question": f"What is the code of {key}?",
         **{f"choice_{c}": v for c, v in values.items()},
         "answer": gold,
         "context": f"  {FILLER} The code of {key} is {values[gold]}. {FILLER}\n",
-    }  # fmt: skip
+    }
     return row | over
 
 
@@ -144,10 +144,14 @@ def test_longbench_v2_import_hand_checked(tmp_path):
     # the 0-shot template, filled as pred.py fills it (a chain of str.replace)
     prompt = lb2.render("0shot", first)
     official = (
-        lb2.TEMPLATES["0shot"].replace("$DOC$", rows[0]["context"].strip())
-        .replace("$Q$", rows[0]["question"].strip()).replace("$C_A$", "1111")
-        .replace("$C_B$", "2222").replace("$C_C$", "3333").replace("$C_D$", "4444")
-    )  # fmt: skip
+        lb2.TEMPLATES["0shot"]
+        .replace("$DOC$", rows[0]["context"].strip())
+        .replace("$Q$", rows[0]["question"].strip())
+        .replace("$C_A$", "1111")
+        .replace("$C_B$", "2222")
+        .replace("$C_C$", "3333")
+        .replace("$C_D$", "4444")
+    )
     assert prompt == official and prompt.endswith(first.question)
     assert prompt.startswith("Please read the following text and answer the question below.")
 
@@ -227,22 +231,42 @@ def test_longbench_v2_json_list_errors_point_at_their_line(tmp_path):
 
 
 def test_longbench_v2_breakdown_table_hand_checked():
-    facts = [("easy", "short", 1.0, "The correct answer is (A)"),
-             ("easy", "medium", 0.0, "no idea"),
-             ("hard", "long", 1.0, "The correct answer is (B)"),
-             ("hard", "short", 1.0, "The correct answer is (C)"),
-             ("hard", "medium", None, ""),  # a generation error: left out, as pred.py does
-             ("easy", "long", 0.0, "The correct answer is (C)")]  # fmt: skip
+    facts = [
+        ("easy", "short", 1.0, "The correct answer is (A)"),
+        ("easy", "medium", 0.0, "no idea"),
+        ("hard", "long", 1.0, "The correct answer is (B)"),
+        ("hard", "short", 1.0, "The correct answer is (C)"),
+        ("hard", "medium", None, ""),  # a generation error: left out, as pred.py does
+        ("easy", "long", 0.0, "The correct answer is (C)"),
+    ]
     df = pd.DataFrame(
-        [{"example_id": f"e{i}", "strategy": "long_context", "label": "long_context",
-          "params": "{}", "prediction": p, "error": None if s is not None else "boom",
-          "longbench_v2_accuracy": s, "difficulty": d, "length": n}
-         for i, (d, n, s, p) in enumerate(facts)]
-    )  # fmt: skip
+        [
+            {
+                "example_id": f"e{i}",
+                "strategy": "long_context",
+                "label": "long_context",
+                "params": "{}",
+                "prediction": p,
+                "error": None if s is not None else "boom",
+                "longbench_v2_accuracy": s,
+                "difficulty": d,
+                "length": n,
+            }
+            for i, (d, n, s, p) in enumerate(facts)
+        ]
+    )
     [row] = longbench_v2_table(df).to_dict("records")
     # scored: 1, 0, 1, 1, 0 -> overall 3/5; easy 1/3; hard 2/2; short 2/2; medium 0/1; long 1/2
-    assert row == {"label": "long_context", "Overall": 60.0, "Easy": 33.3, "Hard": 100.0,
-                   "Short": 100.0, "Medium": 0.0, "Long": 50.0, "n": 5}  # fmt: skip
+    assert row == {
+        "label": "long_context",
+        "Overall": 60.0,
+        "Easy": 33.3,
+        "Hard": 100.0,
+        "Short": 100.0,
+        "Medium": 0.0,
+        "Long": 50.0,
+        "n": 5,
+    }
     [comp] = longbench_v2_table(df, compensated=True).to_dict("records")
     # "no idea" has no letter: 0.25 (result.py's compensated); a wrong letter stays 0
     assert comp["Overall"] == 65.0 and comp["Easy"] == 41.7 and comp["Medium"] == 25.0
@@ -261,12 +285,20 @@ CORPUS = [
     {"id": "3", "contents": f"no title line, the code of nothing. {FILLER}"},
 ]
 SPLIT = [
-    {"id": "test_0", "question": "What is the code of harbour?", "golden_answers": ["7741"],
-     "metadata": {"type": "lookup"}},
-    {"id": "test_1", "question": "What is the code of mill?", "golden_answers": ["3092", "3,092"],
-     "metadata": {}},
+    {
+        "id": "test_0",
+        "question": "What is the code of harbour?",
+        "golden_answers": ["7741"],
+        "metadata": {"type": "lookup"},
+    },
+    {
+        "id": "test_1",
+        "question": "What is the code of mill?",
+        "golden_answers": ["3092", "3,092"],
+        "metadata": {},
+    },
     {"id": "test_2", "question": "What is the code of lake?", "golden_answers": ["5518"]},
-]  # fmt: skip
+]
 
 
 def jsonl(path: Path, rows: list[dict]) -> Path:
@@ -285,8 +317,12 @@ def test_flashrag_questions_share_one_corpus(tmp_path):
     assert examples[1].answers == ("3092", "3,092")
     assert all(e.documents is examples[0].documents for e in examples)  # one tuple, shared
     docs = examples[0].documents
-    assert [(d.id, d.title) for d in docs] == [("0", "Harbour"), ("1", "Mill"), ("2", "Lake"),
-                                               ("3", "")]  # fmt: skip
+    assert [(d.id, d.title) for d in docs] == [
+        ("0", "Harbour"),
+        ("1", "Mill"),
+        ("2", "Lake"),
+        ("3", ""),
+    ]
     assert docs[0].text.startswith("The code of harbour is 7741.")
     assert examples[0].meta["metadata"] == {"type": "lookup"}
     assert examples[0].meta["corpus_fingerprint"] == examples[2].meta["corpus_fingerprint"]
@@ -346,13 +382,23 @@ def test_data_import_flashrag_writes_a_shared_corpus(tmp_path, monkeypatch):
 # ----------------------------------------------------------------- local Hugging Face datasets
 
 SQUAD_ROWS = [
-    {"id": "s0", "title": "Harbour", "context": f"The code of harbour is 7741. {FILLER}",
-     "question": "What is the code of harbour?",
-     "answers": {"text": ["7741"], "answer_start": [23]}, "level": "easy"},
-    {"id": "s1", "title": "Mill", "context": f"The code of mill is 3092. {FILLER}",
-     "question": "What is the code of mill?",
-     "answers": {"text": ["3092", "3,092"], "answer_start": [20, 20]}, "level": "hard"},
-]  # fmt: skip
+    {
+        "id": "s0",
+        "title": "Harbour",
+        "context": f"The code of harbour is 7741. {FILLER}",
+        "question": "What is the code of harbour?",
+        "answers": {"text": ["7741"], "answer_start": [23]},
+        "level": "easy",
+    },
+    {
+        "id": "s1",
+        "title": "Mill",
+        "context": f"The code of mill is 3092. {FILLER}",
+        "question": "What is the code of mill?",
+        "answers": {"text": ["3092", "3,092"], "answer_start": [20, 20]},
+        "level": "hard",
+    },
+]
 
 
 def save_to_disk(folder: Path, rows: list[dict], shards: int = 1) -> Path:
@@ -365,9 +411,15 @@ def save_to_disk(folder: Path, rows: list[dict], shards: int = 1) -> Path:
     for i, name in enumerate(names):
         with pa.ipc.new_stream(str(folder / name), table.schema) as writer:
             writer.write_table(table.slice(i * per, per))
-    state = {"_data_files": [{"filename": n} for n in names], "_fingerprint": "f",
-             "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
-             "_output_all_columns": False, "_split": None}  # fmt: skip
+    state = {
+        "_data_files": [{"filename": n} for n in names],
+        "_fingerprint": "f",
+        "_format_columns": None,
+        "_format_kwargs": {},
+        "_format_type": None,
+        "_output_all_columns": False,
+        "_split": None,
+    }
     (folder / "state.json").write_text(json.dumps(state), encoding="utf-8")
     (folder / "dataset_info.json").write_text(json.dumps({"features": {}}), encoding="utf-8")
     return folder
@@ -379,9 +431,13 @@ def test_hf_save_to_disk_folder_with_dotted_columns(tmp_path):
     assert table.num_rows == 2
     assert {"answers.text", "answers.answer_start"} <= set(column_paths(table.schema))
     examples = build_dataset(
-        "hf", path=str(folder), question="question", answers="answers.text",
-        context="context", title_column="title",
-    )  # fmt: skip
+        "hf",
+        path=str(folder),
+        question="question",
+        answers="answers.text",
+        context="context",
+        title_column="title",
+    )
     assert [e.id for e in examples] == ["s0", "s1"]  # the id column, used when present
     assert examples[1].answers == ("3092", "3,092")
     [doc] = examples[0].documents
@@ -460,15 +516,26 @@ def test_hf_questions_over_a_shared_corpus(tmp_path):
         corpus,
     )
     examples = build_dataset(
-        "hf", path=str(questions), question="question", answers="answers.text",
-        corpus=str(corpus), corpus_id="doc", corpus_text="body",
-    )  # fmt: skip
+        "hf",
+        path=str(questions),
+        question="question",
+        answers="answers.text",
+        corpus=str(corpus),
+        corpus_id="doc",
+        corpus_text="body",
+    )
     assert examples[0].documents is examples[1].documents
     assert [d.id for d in examples[0].documents] == ["Harbour", "Mill"]
     assert examples[0].meta["corpus_fingerprint"] and examples[0].meta["task"] == "corpus"
     with pytest.raises(InputFileError, match="no column 'text' \\(mapped to corpus_text\\)"):
-        build_dataset("hf", path=str(questions), question="question", answers="answers.text",
-                      corpus=str(corpus), corpus_id="doc")  # fmt: skip
+        build_dataset(
+            "hf",
+            path=str(questions),
+            question="question",
+            answers="answers.text",
+            corpus=str(corpus),
+            corpus_id="doc",
+        )
 
 
 # ----------------------------------------------------------------- end to end
@@ -493,15 +560,25 @@ def run_config(tmp_path: Path, dataset: dict, metric: str, llm=None) -> pd.DataF
         "name": "importers-v2",
         "dataset": dataset,
         "model": {"backend": "fake", "name": "fake", "cache": False},
-        "retrieval": {"retriever": "bm25", "embedder": "hash", "chunk_size": 16,
-                      "chunk_overlap": 2, "tokenizer": "whitespace"},
+        "retrieval": {
+            "retriever": "bm25",
+            "embedder": "hash",
+            "chunk_size": 16,
+            "chunk_overlap": 2,
+            "tokenizer": "whitespace",
+        },
         "strategies": ["closed_book", "long_context", {"name": "rag", "params": {"top_k": 2}}],
         "metrics": [metric],
         "output_dir": str(tmp_path / "results"),
-    }  # fmt: skip
+    }
     if llm == "embedded":
-        cfg["model"] = {"backend": "hf", "name": "smollm2-135m-instruct", "max_new_tokens": 12,
-                        "cache": False, "threads": 1}  # fmt: skip
+        cfg["model"] = {
+            "backend": "hf",
+            "name": "smollm2-135m-instruct",
+            "max_new_tokens": 12,
+            "cache": False,
+            "threads": 1,
+        }
         return run(cfg, progress=False)
     return run(cfg, progress=False, llm=FakeLLM(answer_fn=reader))
 
@@ -514,27 +591,46 @@ def by_strategy(df: pd.DataFrame, metric: str) -> dict[str, list[float]]:
 def test_each_new_dataset_runs_end_to_end_on_the_fake_model(tmp_path):
     rows = [lb2_row(i, "BCD"[i]) for i in range(3)]
     lb_path = write_lb2(tmp_path / "data.json", rows)
-    df = run_config(tmp_path / "lb", {"name": "longbench-v2", "params": {"path": str(lb_path)}},
-                    "longbench_v2_accuracy")  # fmt: skip
+    df = run_config(
+        tmp_path / "lb",
+        {"name": "longbench-v2", "params": {"path": str(lb_path)}},
+        "longbench_v2_accuracy",
+    )
     assert by_strategy(df, "longbench_v2_accuracy") == {
-        "closed_book": [0.0] * 3, "long_context": [1.0] * 3, "rag": [1.0] * 3}  # fmt: skip
+        "closed_book": [0.0] * 3,
+        "long_context": [1.0] * 3,
+        "rag": [1.0] * 3,
+    }
     table = longbench_v2_table(df).set_index("label")
     assert table.loc["long_context", "Overall"] == 100.0 and table.loc["closed_book", "Easy"] == 0
     [rag] = [label for label in table.index if label.startswith("rag")]
     assert table.loc[rag, "Overall"] == 100.0 and table.loc[rag, "n"] == 3
 
     split, corpus = flashrag_files(tmp_path)
-    df = run_config(tmp_path / "fr", {"name": "flashrag", "params": {
-        "path": str(split), "corpus": str(corpus)}}, "exact_match")  # fmt: skip
+    df = run_config(
+        tmp_path / "fr",
+        {"name": "flashrag", "params": {"path": str(split), "corpus": str(corpus)}},
+        "exact_match",
+    )
     assert by_strategy(df, "exact_match") == {
-        "closed_book": [0.0] * 3, "long_context": [1.0] * 3, "rag": [1.0] * 3}  # fmt: skip
+        "closed_book": [0.0] * 3,
+        "long_context": [1.0] * 3,
+        "rag": [1.0] * 3,
+    }
 
     folder = save_to_disk(tmp_path / "squad", SQUAD_ROWS)
-    params = {"path": str(folder), "question": "question", "answers": "answers.text",
-              "context": "context"}  # fmt: skip
+    params = {
+        "path": str(folder),
+        "question": "question",
+        "answers": "answers.text",
+        "context": "context",
+    }
     df = run_config(tmp_path / "hf", {"name": "hf", "params": params}, "exact_match")
     assert by_strategy(df, "exact_match") == {
-        "closed_book": [0.0] * 2, "long_context": [1.0] * 2, "rag": [1.0] * 2}  # fmt: skip
+        "closed_book": [0.0] * 2,
+        "long_context": [1.0] * 2,
+        "rag": [1.0] * 2,
+    }
 
 
 def test_importer_names_are_the_same_in_list_data_and_configs(tmp_path, monkeypatch):
@@ -542,14 +638,26 @@ def test_importer_names_are_the_same_in_list_data_and_configs(tmp_path, monkeypa
 
     assert {"longbench-v2", "flashrag", "hf"} <= set(dataset_names())
     lb_path = write_lb2(tmp_path / "d.jsonl", [lb2_row(0)])
-    cfg = load_config({"name": "x", "dataset": {"name": "longbench-v2", "params": {
-        "path": str(lb_path)}}, "model": {"backend": "fake", "name": "fake"},
-        "strategies": ["closed_book"], "output_dir": str(tmp_path)})  # fmt: skip
+    cfg = load_config(
+        {
+            "name": "x",
+            "dataset": {"name": "longbench-v2", "params": {"path": str(lb_path)}},
+            "model": {"backend": "fake", "name": "fake"},
+            "strategies": ["closed_book"],
+            "output_dir": str(tmp_path),
+        }
+    )
     assert cfg.dataset.name == "longbench-v2"
     with pytest.raises(Exception, match="unknown parameter 'file'"):
-        load_config({"name": "x", "dataset": {"name": "flashrag", "params": {"file": "x"}},
-                     "model": {"backend": "fake", "name": "fake"},
-                     "strategies": ["closed_book"], "output_dir": str(tmp_path)})  # fmt: skip
+        load_config(
+            {
+                "name": "x",
+                "dataset": {"name": "flashrag", "params": {"file": "x"}},
+                "model": {"backend": "fake", "name": "fake"},
+                "strategies": ["closed_book"],
+                "output_dir": str(tmp_path),
+            }
+        )
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli_app(), ["data", "import", "longbench-v2", str(lb_path)])
     assert result.exit_code == 0, result.output

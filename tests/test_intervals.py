@@ -29,7 +29,11 @@ FIX = ROOT / "tests" / "fixtures"
 # ---------------------------------------------------------------------------- Wilson
 
 
-PAIRS = [(k, n) for n in (1, 2, 3, 4, 5, 7, 10, 29, 30, 100, 1000) for k in sorted({0, 1, n // 2, n - 1, n})]  # fmt: skip
+PAIRS = [
+    (k, n)
+    for n in (1, 2, 3, 4, 5, 7, 10, 29, 30, 100, 1000)
+    for k in sorted({0, 1, n // 2, n - 1, n})
+]
 
 
 @pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
@@ -61,11 +65,13 @@ def test_mean_ci_chooses_wilson_for_binary_and_bootstrap_otherwise():
 
 
 def test_aggregate_picks_one_method_per_column_and_records_it():
-    df = pd.DataFrame({
-        "strategy": ["rag"] * 4 + ["long_context"] * 3,
-        "string_match_all": [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, None],
-        "f1": [1.0, 1.0, 1.0, 1.0, 0.5, 0.25, 1.0],
-    })  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "strategy": ["rag"] * 4 + ["long_context"] * 3,
+            "string_match_all": [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, None],
+            "f1": [1.0, 1.0, 1.0, 1.0, 0.5, 0.25, 1.0],
+        }
+    )
     binary = aggregate(df, ["strategy"], "string_match_all").set_index("strategy")
     assert (binary["ci_method"] == "wilson").all()
     assert binary.loc["rag", "ci_low"] < 0.60 and binary.loc["rag", "ci_high"] == 1.0
@@ -83,11 +89,19 @@ def _results(scores: dict[str, list[float]], metrics=("exact_match", "f1")) -> p
     rows = []
     for label, values in scores.items():
         for i, v in enumerate(values):
-            rows.append({
-                "example_id": f"q{i:03d}", "strategy": label.split()[0], "label": label,
-                "params": json.dumps({}), "prediction": "42", "error": None,
-                **{m: float(v) for m in metrics}, "dollars": 0.001, "resource_seconds": 1.0,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "example_id": f"q{i:03d}",
+                    "strategy": label.split()[0],
+                    "label": label,
+                    "params": json.dumps({}),
+                    "prediction": "42",
+                    "error": None,
+                    **{m: float(v) for m in metrics},
+                    "dollars": 0.001,
+                    "resource_seconds": 1.0,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -132,10 +146,18 @@ def test_router_headroom_oracle_row_uses_the_tables_interval():
 
 
 def test_ragbench_run_prints_the_note_under_the_table(tmp_path):
-    result = CliRunner().invoke(app, [
-        "run", str(ROOT / "configs" / "fake.yaml"), "--quiet", "--output-dir", str(tmp_path),
-        "--limit", "2",
-    ])  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(ROOT / "configs" / "fake.yaml"),
+            "--quiet",
+            "--output-dir",
+            str(tmp_path),
+            "--limit",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "note: fewer than 30 questions for: every variant (n=2)" in result.output
     assert "ci_method" in result.output and "wilson" in result.output
@@ -176,17 +198,23 @@ def test_docs_python_api_runs_on_a_qa_dataset(tmp_path):
     df = ragbench.run(
         {
             "name": "try",
-            "dataset": {"name": "file", "params": {"path": str(FIX / "squad_v1.json"),
-                                                   "format": "squad"}},
+            "dataset": {
+                "name": "file",
+                "params": {"path": str(FIX / "squad_v1.json"), "format": "squad"},
+            },
             "model": {"backend": "fake", "name": "fake", "cache": False},
-            "retrieval": {"embedder": "hash", "chunk_size": 16, "chunk_overlap": 2,
-                          "tokenizer": "whitespace"},
+            "retrieval": {
+                "embedder": "hash",
+                "chunk_size": 16,
+                "chunk_overlap": 2,
+                "tokenizer": "whitespace",
+            },
             "strategies": ["long_context", {"name": "rag", "params": {"top_k": 3}}],
             "metrics": ["exact_match", "f1"],
             "price_sheet": "example-hosted-api",
             "output_dir": str(tmp_path),
         }
-    )  # fmt: skip
+    )
     assert "string_match_all" not in df.columns
     table = report.summary(df)  # accuracy with a 95% CI, cost columns per variant
     assert table.columns[1] == "exact_match" and (table["ci_method"] == "wilson").all()

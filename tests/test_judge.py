@@ -89,13 +89,20 @@ def test_shipped_prompts_and_unknown_name():
 
 def example(i=0, answers=("Paris",)):
     doc = Document(id=f"d{i}", text=f"The capital of France is Paris. Filler {i}.")
-    return Example(id=f"e{i}", question="What is the capital of France?", answers=answers,
-                   documents=(doc,))  # fmt: skip
+    return Example(
+        id=f"e{i}", question="What is the capital of France?", answers=answers, documents=(doc,)
+    )
 
 
 def record(ex, prediction="Paris", scores=None):
-    return Record(example_id=ex.id, strategy="closed_book", params=ClosedBookParams(),
-                  prediction=prediction, answers=ex.answers, scores=scores or {})  # fmt: skip
+    return Record(
+        example_id=ex.id,
+        strategy="closed_book",
+        params=ClosedBookParams(),
+        prediction=prediction,
+        answers=ex.answers,
+        scores=scores or {},
+    )
 
 
 def judge_with(answer_fn, **kw):
@@ -181,8 +188,9 @@ def test_semantic_similarity_with_hash_embedder():
     judge = Judge(embedder=get_embedder("hash"))
     exs = [example(0), example(1), example(2), example(3, answers=())]
     preds = ["Paris", "the city of Paris", "", "Paris"]
-    out = judge_records([(e, record(e, p)) for e, p in zip(exs, preds, strict=True)],
-                        ["semantic_similarity"], judge)  # fmt: skip
+    out = judge_records(
+        [(e, record(e, p)) for e, p in zip(exs, preds, strict=True)], ["semantic_similarity"], judge
+    )
     sims = [r.scores["semantic_similarity"] for r in out]
     assert sims[0] == pytest.approx(1.0)
     assert 0.0 < sims[1] < 1.0
@@ -196,9 +204,17 @@ def test_semantic_similarity_with_hash_embedder():
 def test_fleiss_kappa_wikipedia_example():
     # Fleiss (1971) as worked on Wikipedia: 10 items, 14 raters, 5 categories -> 0.210
     counts = [
-        [0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
-        [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7],
-    ]  # fmt: skip
+        [0, 0, 0, 0, 14],
+        [0, 2, 6, 4, 2],
+        [0, 0, 3, 5, 6],
+        [0, 3, 9, 2, 0],
+        [2, 2, 8, 1, 1],
+        [7, 7, 0, 0, 0],
+        [3, 2, 6, 3, 0],
+        [2, 5, 3, 2, 2],
+        [6, 5, 2, 1, 0],
+        [0, 2, 2, 3, 7],
+    ]
     ratings = [[c for c, n in enumerate(row) for _ in range(n)] for row in counts]
     assert fleiss_kappa(ratings) == pytest.approx(0.2099, abs=1e-4)
     # binary by hand: P = (1 + 1 + 0) / 3, Pe = 0.5^2 + 0.5^2 -> (2/3 - 1/2) / (1/2) = 1/3
@@ -226,12 +242,18 @@ def test_judge_agreement_table_and_warnings():
     preds = ["Paris", "Lyon", "paris", "Nice", "Paris!", "Rome"]
     judged = [1.0, 0.0, 1.0, 1.0, None, 0.0]  # the judge is wrong on "Nice"; one unscored
     samples = [[1, 1], [0, 0], [1, 1], [1, 0], [None, None], [0, 0]]
-    df = pd.DataFrame({
-        "example_id": [f"e{i}" for i in range(6)], "prediction": preds,
-        "answers": [["Paris"]] * 6, "error": [None] * 6, "judge_correct": judged,
-        "judge_correct_samples": samples, "judge_model": ["big-judge"] * 6,
-        "judge_correct_note": [None, None, None, None, "unreadable", None],
-    })  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "example_id": [f"e{i}" for i in range(6)],
+            "prediction": preds,
+            "answers": [["Paris"]] * 6,
+            "error": [None] * 6,
+            "judge_correct": judged,
+            "judge_correct_samples": samples,
+            "judge_model": ["big-judge"] * 6,
+            "judge_correct_note": [None, None, None, None, "unreadable", None],
+        }
+    )
     row = judge_agreement(df).iloc[0]
     assert (row.n_scored, row.n_unscored, row.samples, row.n_fleiss) == (5, 1, 2, 5)
     assert row.n_unreadable == 1
@@ -259,8 +281,14 @@ def qa_config(tmp_path, **over):
     for i, (country, capital) in enumerate(facts):
         filler = " ".join(f"w{i}x{j}" for j in range(60))
         text = f"{filler}. The capital of {country} is {capital}. {filler}."
-        examples.append(Example(id=f"q{i}", question=f"What is the capital of {country}?",
-                                answers=(capital,), documents=(Document(id=f"d{i}", text=text),)))  # fmt: skip
+        examples.append(
+            Example(
+                id=f"q{i}",
+                question=f"What is the capital of {country}?",
+                answers=(capital,),
+                documents=(Document(id=f"d{i}", text=text),),
+            )
+        )
     path = tmp_path / "qa.jsonl"
     write_examples(path, examples)
     cfg = {
@@ -272,14 +300,14 @@ def qa_config(tmp_path, **over):
             "chunk_size": 32,
             "chunk_overlap": 4,
             "tokenizer": "whitespace",
-        },  # fmt: skip
+        },
         "strategies": ["closed_book", "long_context", {"name": "rag", "params": {"top_k": 1}}],
         "metrics": ["exact_match", "judge_correct", "judge_faithful", "semantic_similarity"],
         "price_sheet": "example-hosted-api",
         "judge": {
             "model": {"backend": "fake", "name": "judge-fake", "cache": False},
             "price_sheet": "example-hosted-api",
-        },  # fmt: skip
+        },
         "output_dir": str(tmp_path / "results"),
     }
     cfg.update(over)
@@ -332,8 +360,11 @@ def test_run_judge_pass_cost_separation_and_cache(tmp_path):
 
     # second run, another run folder, the same completion cache: no judge calls at all
     inner2 = FakeLLM("judge-fake", answer_fn=scripted_judge, decode_tokens_per_second=5.0)
-    again = run(qa_config(tmp_path, output_dir=str(tmp_path / "other")), progress=False,
-                judge_llm=CachedLLM(inner2, tmp_path / "judge-cache.sqlite"))  # fmt: skip
+    again = run(
+        qa_config(tmp_path, output_dir=str(tmp_path / "other")),
+        progress=False,
+        judge_llm=CachedLLM(inner2, tmp_path / "judge-cache.sqlite"),
+    )
     assert inner2.calls == 0
     cols = ["judge_correct", "judge_faithful", "judge_prompt_tokens", "judge_dollars"]
     pd.testing.assert_frame_equal(again[cols], df[cols])
@@ -361,12 +392,17 @@ def test_faithful_judge_reads_the_context_the_model_read(tmp_path):
             )
         return "Verdict: CORRECT" if "Reference" in r.prompt else "Verdict: UNFAITHFUL"
 
-    strategies = [{"name": "long_context", "params": {"overflow": "truncate_middle"}},
-                  {"name": "rag", "params": {"top_k": 2}}]  # fmt: skip
-    cfg = qa_config(tmp_path, strategies=strategies, prompt_budget=60,
-                    metrics=["judge_faithful"])  # fmt: skip
-    df = run(cfg, progress=False, llm=FakeLLM(answer_fn=model),
-             judge_llm=FakeLLM("judge-fake", answer_fn=judge))  # fmt: skip
+    strategies = [
+        {"name": "long_context", "params": {"overflow": "truncate_middle"}},
+        {"name": "rag", "params": {"top_k": 2}},
+    ]
+    cfg = qa_config(tmp_path, strategies=strategies, prompt_budget=60, metrics=["judge_faithful"])
+    df = run(
+        cfg,
+        progress=False,
+        llm=FakeLLM(answer_fn=model),
+        judge_llm=FakeLLM("judge-fake", answer_fn=judge),
+    )
     assert (df["truncated_tokens"].dropna() > 0).all()  # long context really was cut
     assert df["judge_faithful"].eq(0.0).all()
     for rid, prompt in model_prompts.items():
@@ -377,8 +413,13 @@ def test_faithful_judge_reads_the_context_the_model_read(tmp_path):
 
 def test_unreachable_judge_fails_before_the_run_starts(tmp_path):
     cfg = qa_config(tmp_path)
-    cfg["judge"] = {"model": {"backend": "openai", "name": "judge",
-                              "params": {"base_url": "http://127.0.0.1:9/v1"}}}  # fmt: skip
+    cfg["judge"] = {
+        "model": {
+            "backend": "openai",
+            "name": "judge",
+            "params": {"base_url": "http://127.0.0.1:9/v1"},
+        }
+    }
     model = FakeLLM()
     with pytest.raises(ServerUnreachable, match="127.0.0.1:9"):
         run(cfg, progress=False, llm=model)
@@ -416,7 +457,7 @@ def test_embedded_model_judges_end_to_end(tmp_path):
                 "cache": False,
             },
             "max_attempts": 2,
-        },  # fmt: skip
+        },
         dataset={"name": "file", "params": {"path": str(tmp_path / "qa.jsonl")}, "limit": 2},
     )
     qa_config(tmp_path)  # writes the dataset file
@@ -447,8 +488,10 @@ def test_repeats_keep_their_mean_and_spread():
     for unread, spread in ((("judgement 3.",), 0.5), (("judgement 2.", "judgement 3."), None)):
         _, judge = judge_with(
             lambda r, unread=unread: "Hmm." if any(u in r.system for u in unread) else answer(r),
-            samples=3, temperature=0.7, max_attempts=1,
-        )  # fmt: skip
+            samples=3,
+            temperature=0.7,
+            max_attempts=1,
+        )
         [out] = judge_records([(ex, record(ex))], ["judge_correct"], judge)
         assert out.meta["judge_correct_spread"] == (spread and pytest.approx(spread))
     # one judgement (repeats: 1): no spread column, as before
@@ -461,12 +504,18 @@ def test_repeat_agreement_of_a_table():
     from ragbench.judge import repeat_agreement
 
     samples = [[1, 1, 1], [0, 0, 0], [1, 0, 1], [1, 1, 1], [None, 1, 0], [0, 0, 0]]
-    df = pd.DataFrame({
-        "example_id": [f"e{i}" for i in range(6)], "prediction": ["Paris"] * 6,
-        "answers": [["Paris"]] * 6, "error": [None] * 6,
-        "judge_correct": [1.0, 0.0, 2 / 3, 1.0, 0.5, 0.0], "judge_correct_samples": samples,
-        "judge_model": ["big-judge"] * 6, "exact_match": [1.0] * 6,
-    })  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "example_id": [f"e{i}" for i in range(6)],
+            "prediction": ["Paris"] * 6,
+            "answers": [["Paris"]] * 6,
+            "error": [None] * 6,
+            "judge_correct": [1.0, 0.0, 2 / 3, 1.0, 0.5, 0.0],
+            "judge_correct_samples": samples,
+            "judge_model": ["big-judge"] * 6,
+            "exact_match": [1.0] * 6,
+        }
+    )
     got = repeat_agreement(df, "judge_correct")
     full = [s for s in samples if None not in s]
     assert got["repeats"] == 3 and got["n_kappa"] == 5 and got["n_scored"] == 6
@@ -482,13 +531,23 @@ def test_repeat_agreement_of_a_table():
 def test_repeat_agreement_words_and_low_warning():
     from ragbench.analysis.verdict_text import judge_text
 
-    base = {"metric": "judge_correct", "repeats": 3, "kappa": 0.71, "n_kappa": 36,
-            "n_scored": 36, "differed": 0.25, "mean_spread": 0.12, "low": False,
-            "judge_model": "big-judge"}  # fmt: skip
+    base = {
+        "metric": "judge_correct",
+        "repeats": 3,
+        "kappa": 0.71,
+        "n_kappa": 36,
+        "n_scored": 36,
+        "differed": 0.25,
+        "mean_spread": 0.12,
+        "low": False,
+        "judge_model": "big-judge",
+    }
     text = judge_text(base)
-    assert text == ("judge_correct judged 3 times per answer by big-judge; agreement across the "
-                    "repeats Fleiss' kappa 0.71 (n=36); they differed on 25% of answers "
-                    "(mean spread 0.12).")  # fmt: skip
+    assert text == (
+        "judge_correct judged 3 times per answer by big-judge; agreement across the "
+        "repeats Fleiss' kappa 0.71 (n=36); they differed on 25% of answers "
+        "(mean spread 0.12)."
+    )
     low = judge_text({**base, "kappa": 0.21, "low": True})
     assert "Fleiss' kappa 0.21" in low and "Low agreement (kappa below 0.4)" in low
     same = judge_text({**base, "kappa": math.nan, "differed": 0.0})
@@ -504,9 +563,12 @@ def noisy_judge(r):
     reply = scripted_judge(r)
     digest = hashlib.sha256(r.to_json().encode()).hexdigest()
     if r.temperature > 0 and random.Random(int(digest[:15], 16)).random() < 0.25:
-        flip = {"Verdict: CORRECT": "Verdict: INCORRECT", "Verdict: INCORRECT": "Verdict: CORRECT",
-                "Verdict: FAITHFUL": "Verdict: UNFAITHFUL",
-                "Verdict: UNFAITHFUL": "Verdict: FAITHFUL"}  # fmt: skip
+        flip = {
+            "Verdict: CORRECT": "Verdict: INCORRECT",
+            "Verdict: INCORRECT": "Verdict: CORRECT",
+            "Verdict: FAITHFUL": "Verdict: UNFAITHFUL",
+            "Verdict: UNFAITHFUL": "Verdict: FAITHFUL",
+        }
         reply = flip[reply]
     return reply
 
@@ -514,8 +576,12 @@ def noisy_judge(r):
 def test_run_with_judge_repeats_reports_mean_spread_agreement_and_the_verdict_cites_it(tmp_path):
     from ragbench.analysis.verdict import verdict
 
-    judge = {"model": {"backend": "fake", "name": "judge-fake", "cache": False},
-             "price_sheet": "example-hosted-api", "repeats": 3, "temperature": 0.7}  # fmt: skip
+    judge = {
+        "model": {"backend": "fake", "name": "judge-fake", "cache": False},
+        "price_sheet": "example-hosted-api",
+        "repeats": 3,
+        "temperature": 0.7,
+    }
     cfg = qa_config(tmp_path, judge=judge)
     df = run(cfg, progress=False, judge_llm=FakeLLM("judge-fake", answer_fn=noisy_judge))
     judged = df[df["judge_correct"].notna()]
@@ -527,8 +593,9 @@ def test_run_with_judge_repeats_reports_mean_spread_agreement_and_the_verdict_ci
     assert "judge_faithful_spread" in df.columns
     assert df["judge_correct_spread"].gt(0).any()  # the noisy judge disagrees with itself
     assert df["judge_calls"].tolist() == [3 if s == "closed_book" else 6 for s in df["strategy"]]
-    manifest = json.loads((tmp_path / "results" / df.attrs["run_dir"].split("/")[-1]
-                           / "manifest.json").read_text())  # fmt: skip
+    manifest = json.loads(
+        (tmp_path / "results" / df.attrs["run_dir"].split("/")[-1] / "manifest.json").read_text()
+    )
     assert manifest["judge"]["repeats"] == 3 and manifest["config"]["judge"]["repeats"] == 3
     row = next(r for r in manifest["judge"]["agreement"] if r["metric"] == "judge_correct")
     assert row["samples"] == 3
@@ -543,8 +610,11 @@ def test_run_with_judge_repeats_reports_mean_spread_agreement_and_the_verdict_ci
     assert "judged" not in verdict(df, metric="exact_match").conditions_text  # not judged
 
     # seeded: a fresh judge (no cache) in another run folder makes the same judgements
-    again = run(qa_config(tmp_path, judge=judge, output_dir=str(tmp_path / "other")),
-                progress=False, judge_llm=FakeLLM("judge-fake", answer_fn=noisy_judge))  # fmt: skip
+    again = run(
+        qa_config(tmp_path, judge=judge, output_dir=str(tmp_path / "other")),
+        progress=False,
+        judge_llm=FakeLLM("judge-fake", answer_fn=noisy_judge),
+    )
     cols = ["judge_correct", "judge_correct_spread", "judge_faithful", "judge_faithful_spread"]
     pd.testing.assert_frame_equal(again[cols], df[cols])
 
@@ -552,8 +622,11 @@ def test_run_with_judge_repeats_reports_mean_spread_agreement_and_the_verdict_ci
 def test_run_with_one_repeat_is_as_before(tmp_path):
     from ragbench.analysis.verdict import verdict
 
-    df = run(qa_config(tmp_path), progress=False,
-             judge_llm=FakeLLM("judge-fake", answer_fn=scripted_judge))  # fmt: skip
+    df = run(
+        qa_config(tmp_path),
+        progress=False,
+        judge_llm=FakeLLM("judge-fake", answer_fn=scripted_judge),
+    )
     assert not [c for c in df.columns if c.endswith("_spread")]
     v = verdict(df, metric="judge_correct")
     assert "judge" not in v.conditions and "judged" not in v.conditions_text
@@ -570,11 +643,18 @@ def test_records_a_failing_judge_left_unjudged_are_said_at_the_end(tmp_path, ser
             return status(500, "down")(h, body, n)
         msg = {"message": {"role": "assistant", "content": "CORRECT"}, "finish_reason": "stop"}
         use = {"prompt_tokens": 100, "completion_tokens": 2}
-        send_json(h, 200, {"model": body["model"], "choices": [msg], "usage": use})
+        return send_json(h, 200, {"model": body["model"], "choices": [msg], "usage": use})
 
     srv = serve(behave)
-    judge = {"model": {"backend": "openai", "name": "m", "cache": False, "batch_size": 1,
-                       "params": {"base_url": srv.url, "max_retries": 0}}}  # fmt: skip
+    judge = {
+        "model": {
+            "backend": "openai",
+            "name": "m",
+            "cache": False,
+            "batch_size": 1,
+            "params": {"base_url": srv.url, "max_retries": 0},
+        }
+    }
     cfg = qa_config(tmp_path, judge=judge, metrics=["exact_match", "judge_correct"])
     with caplog.at_level("WARNING"):
         df = run(cfg, progress=False)

@@ -77,12 +77,17 @@ PIPE = PipelineParams(url="http://x/a")
 
 def pipeline_record(prediction, texts, **meta):
     contexts = [{"text": t} for t in texts]
-    return Record("paris", "pipeline", PIPE, prediction, ("Paris",),
-                  meta={"contexts": contexts, **meta})  # fmt: skip
+    return Record(
+        "paris", "pipeline", PIPE, prediction, ("Paris",), meta={"contexts": contexts, **meta}
+    )
 
 
-EXAMPLE = Example("paris", "What is the capital of France?", ("Paris",),
-                  (Document("d", "Paris is the capital of France."),))  # fmt: skip
+EXAMPLE = Example(
+    "paris",
+    "What is the capital of France?",
+    ("Paris",),
+    (Document("d", "Paris is the capital of France."),),
+)
 
 
 def test_shipped_judge_metrics_are_declared_once_for_configs():
@@ -114,8 +119,11 @@ def test_a_metric_class_registered_from_a_test_is_run_by_the_judge_pass(mentions
     assert "context_mentions" in JUDGE_METRICS and METRICS.get("context_mentions").kind == "judge"
     assert "context_mentions" in judged_metrics()  # the agreement table lists it
     llm = FakeLLM("judge-fake", answer_fn=mentions_judge)
-    judge = Judge(llm=llm, prompts={"context_mentions": get_judge_metric("context_mentions")
-                                    .template()}, model="judge-fake")  # fmt: skip
+    judge = Judge(
+        llm=llm,
+        prompts={"context_mentions": get_judge_metric("context_mentions").template()},
+        model="judge-fake",
+    )
     good = pipeline_record("Paris", ["Paris is big.", "Lyon is old.", "Paris again."])
     cut = pipeline_record("Paris", ["Paris"], contexts_truncated=True)
     closed = Record("paris", "closed_book", ClosedBookParams(), "Paris", ("Paris",))
@@ -139,16 +147,23 @@ def test_a_metric_class_registered_from_a_test_is_run_by_the_judge_pass(mentions
 def test_unknown_judge_metric_names_fail_with_the_valid_choices():
     judge = Judge(llm=FakeLLM("judge-fake"), prompts={"judge_correct": load_prompt("correct-v1")})
     record = Record("paris", "closed_book", ClosedBookParams(), "Paris", ("Paris",))
-    with pytest.raises(UnknownNameError, match="did you mean 'judge_correct'.*valid: .*"
-                       "answer_relevancy.*context_precision"):  # fmt: skip
+    with pytest.raises(
+        UnknownNameError,
+        match="did you mean 'judge_correct'.*valid: .*answer_relevancy.*context_precision",
+    ):
         judge_records([(EXAMPLE, record)], ["judge_corect"], judge)
     with pytest.raises(ValueError, match="unknown judge metric 'context_recal'.*context_recall"):
         get_judge_metric("context_recal")
 
 
 def test_the_shipped_metrics_are_classes_that_own_their_prompt():
-    shipped = ["judge_correct", "judge_faithful", "context_precision", "context_recall",
-               "answer_relevancy"]  # fmt: skip
+    shipped = [
+        "judge_correct",
+        "judge_faithful",
+        "context_precision",
+        "context_recall",
+        "answer_relevancy",
+    ]
     assert judged_metrics() == shipped  # the order of the agreement table's rows
     for name in shipped:
         metric = get_judge_metric(name)

@@ -83,9 +83,11 @@ def test_a_plain_papermill_kernel_writes_the_secret_to_its_history(ipythondir, t
     out = tmp_path / "plain"
     out.mkdir()
     papermill.execute_notebook(
-        str(tiny_notebook(tmp_path, PROJECT_KERNEL)), str(out / "plain.ipynb"),
-        parameters={"base_url": URL}, progress_bar=False,
-    )  # fmt: skip
+        str(tiny_notebook(tmp_path, PROJECT_KERNEL)),
+        str(out / "plain.ipynb"),
+        parameters={"base_url": URL},
+        progress_bar=False,
+    )
     assert "history: True" in _printed(out / "plain.ipynb")
     assert any("history.sqlite table history" in leak for leak in leaks(ipythondir))
     assert URL in (out / "plain.ipynb").read_text()  # and the papermill CLI's notebook holds it
@@ -95,9 +97,11 @@ def test_a_plain_papermill_kernel_writes_the_secret_to_its_history(ipythondir, t
 def test_execute_notebook_keeps_no_history(ipythondir, tmp_path, kernel):
     out = tmp_path / "out"
     execute_notebook(
-        tiny_notebook(tmp_path, kernel), out / "tiny.ipynb",
-        parameters={"base_url": URL}, progress_bar=False,
-    )  # fmt: skip
+        tiny_notebook(tmp_path, kernel),
+        out / "tiny.ipynb",
+        parameters={"base_url": URL},
+        progress_bar=False,
+    )
     printed = _printed(out / "tiny.ipynb")
     assert "history: False" in printed and f"url: {MASKED}" in printed  # the secret went in
     assert leaks(ipythondir) == [] and leaks(out) == []
@@ -158,15 +162,28 @@ def test_jupyter_server_kernels_keep_no_history_with_the_lab_flags(tmp_path):
         port = s.getsockname()[1]
     base, token = f"127.0.0.1:{port}", uuid.uuid4().hex
     ipythondir = tmp_path / "ipython"
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-           "IPYTHONDIR": str(ipythondir)}  # fmt: skip
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "IPYTHONDIR": str(ipythondir),
+    }
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
-         *kernel_cli_args()],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path}",
+            *kernel_cli_args(),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     auth = {"Authorization": f"token {token}"}
 
     def api(method: str, path: str, body: bytes | None = None) -> bytes:
@@ -175,10 +192,21 @@ def test_jupyter_server_kernels_keep_no_history_with_the_lab_flags(tmp_path):
 
     async def run(kernel: str, code: str) -> str:
         ws = await websocket_connect(f"ws://{base}/api/kernels/{kernel}/channels?token={token}")
-        header = {"msg_id": uuid.uuid4().hex, "session": uuid.uuid4().hex, "username": "t",
-                  "msg_type": "execute_request", "version": "5.3", "date": ""}  # fmt: skip
-        content = {"code": code, "silent": False, "store_history": True,
-                   "user_expressions": {}, "allow_stdin": False}  # fmt: skip
+        header = {
+            "msg_id": uuid.uuid4().hex,
+            "session": uuid.uuid4().hex,
+            "username": "t",
+            "msg_type": "execute_request",
+            "version": "5.3",
+            "date": "",
+        }
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+        }
         message = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
         await ws.write_message(json.dumps({**message, "content": content}))
         while True:

@@ -19,14 +19,23 @@ from ragbench.metrics.answer import METRICS, score
 # (function, prediction, gold, all_classes, value from LongBench's own metrics.py)
 REFERENCE = [
     # normalised tokens: pred 8, gold 2, 2 shared: P=1/4 R=1 -> 0.4
-    ("qa_f1_score", "The Lakeside Observatory was founded by Margaret Hale.", "Margaret Hale",
-     None, 0.4444444444444445),
+    (
+        "qa_f1_score",
+        "The Lakeside Observatory was founded by Margaret Hale.",
+        "Margaret Hale",
+        None,
+        0.4444444444444445,
+    ),
     ("qa_f1_score", "an apple a day", "apple pie", None, 0.5),
     ("qa_f1_zh_score", "北京是中国的首都。", "中国的首都是北京", None, 1.0),
-    ("classification_score", "Type: Location and Numeric", "Numeric",
-     ["Location", "Numeric", "Num"], 0.5),
-    ("classification_score", "person name", "person", ["person", "person name", "name"],
-     1 / 3),
+    (
+        "classification_score",
+        "Type: Location and Numeric",
+        "Numeric",
+        ["Location", "Numeric", "Num"],
+        0.5,
+    ),
+    ("classification_score", "person name", "person", ["person", "person name", "name"], 1 / 3),
     # LongBench removes from the list it iterates: "a" goes, "ab" is skipped over and stays
     ("classification_score", "abc", "abc", ["a", "ab", "abc"], 0.5),
     ("count_score", "There are 7 unique paragraphs out of 12.", "7", None, 0.5),
@@ -34,12 +43,17 @@ REFERENCE = [
     ("retrieval_score", "Paragraph 3 and maybe paragraph 12", "Paragraph 3", None, 0.5),
     ("retrieval_zh_score", "答案是段落5", "段落5", None, 1.0),
     # the first line that is not a code fence or comment is compared
-    ("code_sim_score", "```python\n    return self.value + 1\n", "    return self.value", None,
-     0.91),
+    (
+        "code_sim_score",
+        "```python\n    return self.value + 1\n",
+        "    return self.value",
+        None,
+        0.91,
+    ),
     ("code_sim_score", "# comment\nx = compute(a, b)", "x = compute(a, c)", None, 0.94),
     ("code_sim_score", "return foo(bar)", "return bar(foo)", None, 0.73),
     ("code_sim_score", "", "", None, 1.0),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "pred", "gold", "classes", "expected"), REFERENCE)
@@ -98,11 +112,62 @@ def longbench_oracle(pairs: dict[str, list[tuple[str, str]]]) -> dict[str, list[
     return json.loads(out.stdout)
 
 
-WORDS = ["the", "The", "cat", "cat.", "cat,", "sat", "on", "mat", "a", "A", "budget", "approved",
-         "٣", "café", "naïve", "Zürich", "😀", "—", "...", ".", ",", "!", "?", "(x)", "e.g.",
-         "3.14", "U.S.", "don't", "会议", "預算", "x", "y", "x", "x"]  # fmt: skip
-ZH = ["会议", "讨论", "了", "预算", "问题", "明年", "的", "我们", "，", "。", "北京", "2024", "AI",
-      "成本", "模型", "检索", " ", "."]  # fmt: skip
+WORDS = [
+    "the",
+    "The",
+    "cat",
+    "cat.",
+    "cat,",
+    "sat",
+    "on",
+    "mat",
+    "a",
+    "A",
+    "budget",
+    "approved",
+    "٣",
+    "café",
+    "naïve",
+    "Zürich",
+    "😀",
+    "—",
+    "...",
+    ".",
+    ",",
+    "!",
+    "?",
+    "(x)",
+    "e.g.",
+    "3.14",
+    "U.S.",
+    "don't",
+    "会议",
+    "預算",
+    "x",
+    "y",
+    "x",
+    "x",
+]
+ZH = [
+    "会议",
+    "讨论",
+    "了",
+    "预算",
+    "问题",
+    "明年",
+    "的",
+    "我们",
+    "，",
+    "。",
+    "北京",
+    "2024",
+    "AI",
+    "成本",
+    "模型",
+    "检索",
+    " ",
+    ".",
+]
 
 
 def random_text(rng: random.Random, vocab: list[str], joiner: str) -> str:
@@ -155,8 +220,11 @@ def test_rouge_l_equals_longbench_on_random_pairs():
     expected = longbench_oracle(pairs)
     for name, rows in pairs.items():
         got = [lb.FUNCTIONS[name](p, g) for p, g in rows]
-        diffs = [(r, a, b) for r, a, b in zip(rows, got, expected[name], strict=True)
-                 if abs(a - b) > 1e-6]  # fmt: skip
+        diffs = [
+            (r, a, b)
+            for r, a, b in zip(rows, got, expected[name], strict=True)
+            if abs(a - b) > 1e-6
+        ]
         assert not diffs, f"{name}: {len(diffs)} of {len(rows)} differ, e.g. {diffs[:3]}"
     assert len(pairs["rouge_score"]) == 2500 and len(pairs["rouge_zh_score"]) == 500
 

@@ -17,24 +17,51 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ragbench"
 # the modules that may read a sheet's rates: the one function, and the sheet's own parser/writer
 RATE_READERS = {"cost/money.py", "cost/prices.py", "cost/prices_import.py"}
-RATE_KEYS = {"input_per_million", "cached_input_per_million", "cache_write_per_million",
-             "output_per_million", "gpu_hour", "gpus"}  # fmt: skip
+RATE_KEYS = {
+    "input_per_million",
+    "cached_input_per_million",
+    "cache_write_per_million",
+    "output_per_million",
+    "gpu_hour",
+    "gpus",
+}
 
-API = parse_price_sheet({
-    "name": "api", "kind": "api", "date": "2025-01-01", "source": "test",
-    "input_per_million": 2.0, "cached_input_per_million": 0.5, "cache_write_per_million": 2.5,
-    "output_per_million": 8.0, "min_cacheable_prompt_tokens": 1024,
-    "long_context_tiers": [{"above_prompt_tokens": 100_000, "input_per_million": 4.0,
-                            "output_per_million": 12.0}],
-})  # fmt: skip
-HOURLY = parse_price_sheet({"name": "gpu", "kind": "gpu_hour", "date": "2025-01-01",
-                            "source": "test", "gpu_hour": 3.6, "gpus": 2})  # fmt: skip
+API = parse_price_sheet(
+    {
+        "name": "api",
+        "kind": "api",
+        "date": "2025-01-01",
+        "source": "test",
+        "input_per_million": 2.0,
+        "cached_input_per_million": 0.5,
+        "cache_write_per_million": 2.5,
+        "output_per_million": 8.0,
+        "min_cacheable_prompt_tokens": 1024,
+        "long_context_tiers": [
+            {"above_prompt_tokens": 100_000, "input_per_million": 4.0, "output_per_million": 12.0}
+        ],
+    }
+)
+HOURLY = parse_price_sheet(
+    {
+        "name": "gpu",
+        "kind": "gpu_hour",
+        "date": "2025-01-01",
+        "source": "test",
+        "gpu_hour": 3.6,
+        "gpus": 2,
+    }
+)
 
 
 def test_tokens_on_a_per_token_sheet():
     # plain input, cached input at its discount, cache writes at their premium, output
-    usage = Usage(prompt_tokens=10_000, cached_prompt_tokens=4_000, completion_tokens=100,
-                  cache_write_tokens=3_000)  # fmt: skip
+    usage = Usage(
+        prompt_tokens=10_000,
+        cached_prompt_tokens=4_000,
+        completion_tokens=100,
+        cache_write_tokens=3_000,
+    )
     want = (3_000 * 2.0 + 4_000 * 0.5 + 3_000 * 2.5 + 100 * 8.0) / 1e6
     assert dollars(API, usage) == pytest.approx(want)
     # seconds are not what a per-token sheet charges
@@ -88,7 +115,7 @@ def test_many_queries_keep_the_order_the_per_1k_figures_had():
                 API, Usage(prompt_tokens=10, cached_prompt_tokens=8, cache_write_tokens=3)
             ),
             "exceed prompt_tokens",
-        ),  # fmt: skip
+        ),
         (lambda: dollars(API, Usage(prompt_tokens=math.nan)), "prompt_tokens must be"),
         (lambda: dollars(HOURLY, seconds=-1.0), "device_seconds must be"),
         (lambda: dollars(HOURLY, seconds=Seconds(1.0, 0.5), basis="calibate"), "cost basis"),
@@ -139,7 +166,14 @@ def test_the_rate_scan_sees_a_planted_read():
         "x = p['output_per_million'] + p.get('cached_input_per_million', 0)\n"
         "hw['gpus'] = 4\n"  # a write of a dict that happens to use the name: not a rate read
     )
-    assert sorted(_rate_reads(planted)) == sorted([
-        (1, "['gpu_hour']"), (1, "['gpus']"), (1, ".prices"), (1, ".prices"), (2, ".rates()"),
-        (3, "['output_per_million']"), (3, ".get('cached_input_per_million')"),
-    ])  # fmt: skip
+    assert sorted(_rate_reads(planted)) == sorted(
+        [
+            (1, "['gpu_hour']"),
+            (1, "['gpus']"),
+            (1, ".prices"),
+            (1, ".prices"),
+            (2, ".rates()"),
+            (3, "['output_per_million']"),
+            (3, ".get('cached_input_per_million')"),
+        ]
+    )

@@ -32,8 +32,14 @@ def test_resolve_position():
 
 def test_gold_moves_everything_else_stays(tmp_path):
     hay = _folder(tmp_path / "hay")
-    examples = build(num_docs=6, gold_position=["start", 2, "end"], num_examples=3,
-                     words_per_doc=40, haystack=str(hay), tokenizer=WS)  # fmt: skip
+    examples = build(
+        num_docs=6,
+        gold_position=["start", 2, "end"],
+        num_examples=3,
+        words_per_doc=40,
+        haystack=str(hay),
+        tokenizer=WS,
+    )
     assert len(examples) == count_multidoc(gold_position=[0, 2, 5], num_examples=3) == 9
     assert examples[1].id == "multidoc-N6-P2-0000"
     tok = get_tokenizer(WS)

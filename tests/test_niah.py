@@ -119,9 +119,13 @@ def test_custom_needle_gets_spaces_and_answer_defaults(tmp_path):
     hay = _sentence_folder(tmp_path / "hay")
     needle, question = "The vault code is 4711.", "What is the vault code?"
     [e] = build(
-        context_lengths=[500], depth_percents=[50], needle=needle, question=question,
-        haystack=str(hay), tokenizer=WS,
-    )  # fmt: skip
+        context_lengths=[500],
+        depth_percents=[50],
+        needle=needle,
+        question=question,
+        haystack=str(hay),
+        tokenizer=WS,
+    )
     text = e.documents[0].text
     s = e.meta["needle_start"]
     assert text[s - 1] == " " and text[e.meta["needle_end"]] == " "
@@ -141,8 +145,13 @@ def test_bad_inputs_name_the_problem(tmp_path):
         build(context_lengths=[600], depth_percents=[120], tokenizer=WS)
     hay = _sentence_folder(tmp_path / "hay")
     with pytest.raises(ValueError, match="already contains the needle"):
-        build(context_lengths=[600], depth_percents=[50], needle="This is sentence number 7.",
-              haystack=str(hay), tokenizer=WS)  # fmt: skip
+        build(
+            context_lengths=[600],
+            depth_percents=[50],
+            needle="This is sentence number 7.",
+            haystack=str(hay),
+            tokenizer=WS,
+        )
     with pytest.raises(FileNotFoundError, match="neither a folder nor one of essays, noise"):
         build(context_lengths=[600], haystack=str(tmp_path / "missing"), tokenizer=WS)
     (tmp_path / "empty").mkdir()
@@ -167,20 +176,37 @@ def test_your_corpus_is_a_haystack_and_nonliteral_needles_share_no_word(tmp_path
     from ragbench.datasets.niah import NONLITERAL, iter_niah, shared_content_words
     from ragbench.types import Document
 
-    docs = [Document(f"doc{i}.md", " ".join(f"Harbour note {i}.{j} is filed." for j in range(80)))
-            for i in range(3)]  # fmt: skip
+    docs = [
+        Document(f"doc{i}.md", " ".join(f"Harbour note {i}.{j} is filed." for j in range(80)))
+        for i in range(3)
+    ]
     corpus = write_documents(tmp_path / "corpus.jsonl", docs)
-    [ex] = iter_niah([300], [50], haystack=str(corpus), tokenizer="whitespace",
-                     final_context_length_buffer=20, needle_mode="nonliteral")  # fmt: skip
+    [ex] = iter_niah(
+        [300],
+        [50],
+        haystack=str(corpus),
+        tokenizer="whitespace",
+        final_context_length_buffer=20,
+        needle_mode="nonliteral",
+    )
     text = ex.documents[0].text
     assert "Harbour note 0.0 is filed." in text and NONLITERAL[0].strip() in text
     assert ex.question == NONLITERAL[1] and ex.answers == ("Yuki",)
-    assert ex.meta["needle_mode"] == "nonliteral" and not shared_content_words(text[
-        ex.meta["needle_start"] : ex.meta["needle_end"]], ex.question)  # fmt: skip
+    assert ex.meta["needle_mode"] == "nonliteral" and not shared_content_words(
+        text[ex.meta["needle_start"] : ex.meta["needle_end"]], ex.question
+    )
     with pytest.raises(ValueError, match=r"shares \['magic', 'number'\]"):
-        list(iter_niah([300], [50], haystack=str(corpus), tokenizer="whitespace",
-                       needle="The magic number is 7.", question="What is the magic number?",
-                       needle_mode="nonliteral"))  # fmt: skip
+        list(
+            iter_niah(
+                [300],
+                [50],
+                haystack=str(corpus),
+                tokenizer="whitespace",
+                needle="The magic number is 7.",
+                question="What is the magic number?",
+                needle_mode="nonliteral",
+            )
+        )
     with pytest.raises(ValueError, match="did you mean 'literal'"):
         list(iter_niah([300], [50], haystack=str(corpus), needle_mode="literl"))
 
@@ -207,12 +233,15 @@ def test_nonliteral_guard_compares_stems(needle, question, shared):
 @pytest.mark.parametrize(
     ("needle", "question"),
     [
-        ("Actually, Yuki lives next to the Semper Opera House.", "Which character has been to Dresden?"),
+        (
+            "Actually, Yuki lives next to the Semper Opera House.",
+            "Which character has been to Dresden?",
+        ),
         ("The pain in his knee faded.", "Who mixed the paint?"),
         ("She parked the car.", "Who dealt the card?"),
         ("Kiki plays the violin at the concert hall.", "Who is a musician?"),
     ],
-)  # fmt: skip
+)
 def test_nonliteral_guard_passes_unrelated_words(needle, question):
     from ragbench.datasets.niah import shared_content_words
 
@@ -225,12 +254,32 @@ def test_bad_parameters_name_their_key_and_valid_range():
 
     cases = [
         ({"context_lengths": "abc"}, "context_lengths", 'got "abc"'),
-        ({"context_lengths": [-5]}, "context_lengths", "-5 is out of range; valid: integers >= 201"),
-        ({"context_lengths": 300, "final_context_length_buffer": -1}, "final_context_length_buffer", "-1 is out of range"),
-        ({"depth_percents": [10, 150]}, "depth_percents", "150 is out of range; valid: numbers within [0, 100]"),
-        ({"depth_percents": ["x"]}, "depth_percents", 'expected a list of numbers within [0, 100], got ["x"]'),
-        ({"needle_mode": "fuzzy"}, "needle_mode", '"fuzzy" is not valid; valid: literal, nonliteral'),
-    ]  # fmt: skip
+        (
+            {"context_lengths": [-5]},
+            "context_lengths",
+            "-5 is out of range; valid: integers >= 201",
+        ),
+        (
+            {"context_lengths": 300, "final_context_length_buffer": -1},
+            "final_context_length_buffer",
+            "-1 is out of range",
+        ),
+        (
+            {"depth_percents": [10, 150]},
+            "depth_percents",
+            "150 is out of range; valid: numbers within [0, 100]",
+        ),
+        (
+            {"depth_percents": ["x"]},
+            "depth_percents",
+            'expected a list of numbers within [0, 100], got ["x"]',
+        ),
+        (
+            {"needle_mode": "fuzzy"},
+            "needle_mode",
+            '"fuzzy" is not valid; valid: literal, nonliteral',
+        ),
+    ]
     for params, key, message in cases:
         with pytest.raises(DatasetParamError) as err:
             list(iter_niah(tokenizer="whitespace", **params))

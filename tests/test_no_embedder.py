@@ -30,7 +30,7 @@ def _config(tmp_path, retriever) -> dict:
             "chunk_size": 64,
             "chunk_overlap": 8,
             "tokenizer": "whitespace",
-        },  # fmt: skip
+        },
         strategies=["closed_book", {"name": "rag", "params": {"top_k": [1, 4]}}],
         metrics=["contains"],
     )
@@ -76,8 +76,10 @@ def test_bm25_parameters_and_labels_name_no_embedder():
     # a grid of embedders x retrievers: bm25 once, not once per embedder
     grid = RagParams.grid({}, {"retriever": ["dense", "bm25"], "embedder": ["minilm", "hash"]})
     assert [(p.retriever, p.embedder) for p in grid] == [
-        ("dense", "minilm"), ("dense", "hash"), ("bm25", None),
-    ]  # fmt: skip
+        ("dense", "minilm"),
+        ("dense", "hash"),
+        ("bm25", None),
+    ]
 
 
 def test_bm25_run_loads_no_embedder(tmp_path, no_minilm):

@@ -61,13 +61,13 @@ def config(tmp_path: Path) -> dict:
                 "gold_position": ["start", "end"],
                 "words_per_doc": 40,
             },
-        },  # fmt: skip
+        },
         "model": {
             "backend": "fake",
             "name": "fake",
             "preset": "smollm2-135m-instruct",
             "cache": False,
-        },  # fmt: skip
+        },
         "retrieval": {"retriever": "bm25"},
         "strategies": [
             "closed_book",
@@ -131,9 +131,11 @@ def test_noise_sensitivity_by_hand(tmp_path, pipe):
     )
     assert (rag["noise_prompt_tokens"] > 0).all() and (rag["llm_calls"] == 1).all()
     assert rag["noise_distractor_ids"].map(len).eq(DISTRACTORS).all()
-    for label, why in (("closed_book", "reads no documents"),
-                       ("long_context", "reads the whole context"),
-                       ("pipeline firstpipe:own", "its own index")):  # fmt: skip
+    for label, why in (
+        ("closed_book", "reads no documents"),
+        ("long_context", "reads the whole context"),
+        ("pipeline firstpipe:own", "its own index"),
+    ):
         rows = df[df.label.str.startswith(label)]
         assert len(rows) == 8 and rows["noise_sensitivity"].isna().all(), label
         assert rows["noise_note"].str.contains(why).all(), label
@@ -259,8 +261,13 @@ def test_noise_sensitivity_gets_a_bootstrap_interval_even_when_every_value_is_0_
 
     from ragbench.metrics.answer import aggregate
 
-    df = pd.DataFrame({"label": ["rag"] * 6, "noise_sensitivity": [0.0, 1.0, 0.0, 0.0, 1.0, 0.0],
-                       "string_match_all": [0.0, 1.0, 0.0, 0.0, 1.0, 0.0]})  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "label": ["rag"] * 6,
+            "noise_sensitivity": [0.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+            "string_match_all": [0.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+        }
+    )
     [noise] = aggregate(df, ["label"], "noise_sensitivity").to_dict("records")
     [plain] = aggregate(df, ["label"], "string_match_all").to_dict("records")
     assert noise["ci_method"] == "bootstrap" and plain["ci_method"] == "wilson"

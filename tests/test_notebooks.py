@@ -34,7 +34,7 @@ TINY = {
         "top_ks": [1, 2],
         "matched_budget": 200,
         "task_length": 600,
-    },  # fmt: skip
+    },
     "03_retrieval_tuning": {
         **FAKE,
         "context_length": 800,
@@ -42,13 +42,13 @@ TINY = {
         "chunk_sizes": [64],
         "top_ks": [1, 2],
         "retrievers": ["dense", "bm25"],
-    },  # fmt: skip
+    },
     "04_cost_planning": {
         "context_lengths": [1024, 8192],
         "models": ["smollm2-135m-instruct", "qwen2.5-7b-instruct"],  # not alphabetical
         "document_tokens": 20000,
         "question_tokens": 5000,  # not the default: every table must price it
-    },  # fmt: skip
+    },
     # `docs` is a folder the `executed` fixture writes (PDF, HTML, Markdown, DOCX, text, a broken
     # DOCX); the fake reader answers "What is the X?" from "the X is Y", so strategies differ
     "06_long_context_techniques": {
@@ -63,13 +63,13 @@ TINY = {
         ],
         "top_k": 1,
         "rope_lengths": [600],  # the fake has no positions: the unscaled heatmap only
-    },  # fmt: skip
+    },
     "07_ruler": {
         **FAKE,
         "context_lengths": [600],
         "num_examples": 1,
         "presets": ["niah_single_1", "niah_multikey_2", "vt", "fwe"],
-    },  # fmt: skip
+    },
     "08_explore_runs": {"runs": []},  # makes two fake-backend runs itself
     "05_your_documents": {
         **FAKE,
@@ -77,7 +77,7 @@ TINY = {
         "questions": str(FIXTURES / "your_documents_questions.csv"),
         "chunk_size": 32,
         "top_k": 1,
-    },  # fmt: skip
+    },
 }
 PARAM_LINE = re.compile(r"^(\w+): (int|float|str|bool|list|dict) = .+  # \S.*$")
 
@@ -140,9 +140,13 @@ class _Executed(dict):
         if name == "05_your_documents":
             params["docs"] = str(build_folder(self.folder / "docs"))
         execute_notebook(
-            _with_figure_check(NOTEBOOKS / f"{name}.ipynb", self.folder), target, parameters=params,
-            cwd=str(NOTEBOOKS.parent), progress_bar=False, kernel_name="ragbench",
-        )  # fmt: skip
+            _with_figure_check(NOTEBOOKS / f"{name}.ipynb", self.folder),
+            target,
+            parameters=params,
+            cwd=str(NOTEBOOKS.parent),
+            progress_bar=False,
+            kernel_name="ragbench",
+        )
         self[name] = target
         return target
 
@@ -198,8 +202,13 @@ def test_quickstart_names_the_interval_its_table_shows(executed):
 
 
 def _html_tables_of(cells: list) -> list[str]:
-    return [o["data"]["text/html"] for c in cells if c.cell_type == "code"
-            for o in c.get("outputs", []) if "text/html" in o.get("data", {})]  # fmt: skip
+    return [
+        o["data"]["text/html"]
+        for c in cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "text/html" in o.get("data", {})
+    ]
 
 
 def _html_tables(path: Path) -> list[str]:
@@ -254,8 +263,16 @@ def test_your_documents_ingests_runs_every_strategy_and_compares(executed):
     text = _text_outputs(executed["05_your_documents"])
     assert "5 documents from 7 files" in text  # one per readable file
     assert "skipped broken.docx: not a DOCX file" in text  # reported, never silent
-    for needle in ("closed_book", "long_context truncate_middle", "rag k=1", "self_route",
-                   "contains", "dollars", "paired questions", "config hash"):  # fmt: skip
+    for needle in (
+        "closed_book",
+        "long_context truncate_middle",
+        "rag k=1",
+        "self_route",
+        "contains",
+        "dollars",
+        "paired questions",
+        "config hash",
+    ):
         assert needle in text, needle
     [results] = (executed.folder / "runs").glob("your-documents*/results.parquet")
     df = pd.read_parquet(results)
@@ -293,16 +310,26 @@ def test_rendered_quickstart_shows_its_figures_in_chromium(executed, tmp_path):
 
 
 # the comparison notebooks: each opens its results with the verdict
-VERDICT_FIRST = ["00_quickstart", "02_rag_vs_long_context", "03_retrieval_tuning",
-                 "05_your_documents", "06_long_context_techniques"]  # fmt: skip
+VERDICT_FIRST = [
+    "00_quickstart",
+    "02_rag_vs_long_context",
+    "03_retrieval_tuning",
+    "05_your_documents",
+    "06_long_context_techniques",
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", VERDICT_FIRST)
 def test_the_first_output_after_the_run_is_the_verdict(executed, name):
     nb = nbformat.read(executed[name], as_version=4)
-    shown = [o.get("data", {}) for c in nb.cells if c.cell_type == "code"
-             for o in c.get("outputs", []) if o.get("output_type") != "stream"]  # fmt: skip
+    shown = [
+        o.get("data", {})
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") != "stream"
+    ]
     run = next(i for i, d in enumerate(shown) if "run folder:" in d.get("text/plain", ""))
     verdict = shown[run + 1]
     assert verdict.get("text/markdown", "").startswith("**Verdict:** "), verdict

@@ -59,12 +59,17 @@ def lb2_config(tmp_path, strategies, rows=None) -> dict:
         "name": "lb2-official",
         "dataset": {"name": "longbench-v2", "params": {"path": str(path)}},
         "model": {"backend": "fake", "name": "fake", "cache": False, "max_new_tokens": 128},
-        "retrieval": {"retriever": "bm25", "embedder": "hash", "chunk_size": 16,
-                      "chunk_overlap": 2, "tokenizer": "whitespace"},
+        "retrieval": {
+            "retriever": "bm25",
+            "embedder": "hash",
+            "chunk_size": 16,
+            "chunk_overlap": 2,
+            "tokenizer": "whitespace",
+        },
         "strategies": strategies,
         "metrics": ["longbench_v2_accuracy"],
         "output_dir": str(tmp_path / "results"),
-    }  # fmt: skip
+    }
 
 
 def run_lb2(tmp_path, strategies, rows=None, window=8192, **fake):
@@ -96,8 +101,10 @@ def test_long_context_rag_and_closed_book_send_the_official_prompts(tmp_path):
         assert rg.prompt == lb2.render("0shot_rag", ex, context=retrieved_context(chunks))
     # the whole reply is the prediction; the official extraction scores it
     lc = df[df.strategy == "long_context"].sort_values("example_id")
-    assert list(lc["prediction"]) == ["The correct answer is (B)\nThat is all.",
-                                      "The correct answer is (C)\nThat is all."]  # fmt: skip
+    assert list(lc["prediction"]) == [
+        "The correct answer is (B)\nThat is all.",
+        "The correct answer is (C)\nThat is all.",
+    ]
     assert list(lc["longbench_v2_accuracy"]) == [1.0, 1.0]
     assert (df[df.strategy == "closed_book"]["longbench_v2_accuracy"] == 0.0).all()
 
@@ -276,20 +283,30 @@ def test_longbench_v2_official_prompts_on_the_embedded_model(tmp_path):
     cfg = {
         "name": "lb2-smollm2",
         "dataset": {"name": "longbench-v2", "params": {"path": str(path)}},
-        "model": {"backend": "hf", "name": "smollm2-135m-instruct", "max_new_tokens": 16,
-                  "cache": False, "threads": 1},
+        "model": {
+            "backend": "hf",
+            "name": "smollm2-135m-instruct",
+            "max_new_tokens": 16,
+            "cache": False,
+            "threads": 1,
+        },
         "retrieval": {"retriever": "bm25", "chunk_size": 32, "chunk_overlap": 4},
-        "strategies": ["closed_book", {"name": "long_context", "params": {"cot": [False, True]}},
-                       {"name": "rag", "params": {"top_k": 2, "order": "document"}}],
+        "strategies": [
+            "closed_book",
+            {"name": "long_context", "params": {"cot": [False, True]}},
+            {"name": "rag", "params": {"top_k": 2, "order": "document"}},
+        ],
         "metrics": ["longbench_v2_accuracy"],
         "output_dir": str(tmp_path / "results"),
-    }  # fmt: skip
+    }
     df = run(cfg, progress=False)
     assert len(df) == 8 and df["error"].isna().all()
     tokens = df.groupby("strategy")["prompt_tokens"].mean()
     assert tokens["long_context"] > tokens["rag"] > tokens["closed_book"]
-    cot, plain = (df[df.label == label].sort_values("example_id")
-                  for label in ("long_context cot", "long_context"))  # fmt: skip
+    cot, plain = (
+        df[df.label == label].sort_values("example_id")
+        for label in ("long_context cot", "long_context")
+    )
     # both calls are the record's: the reasoning call reads the document, the answer step not
     assert (cot["prompt_tokens"].values > plain["prompt_tokens"].values).all()
     assert (cot["completion_tokens"].values > plain["completion_tokens"].values).all()

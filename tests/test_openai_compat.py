@@ -81,8 +81,9 @@ def test_build_payload_chat_and_completions():
     hot = GenerationRequest(prompt="doc\nQ?", system="Be brief.", temperature=0.7)
     seed = build_payload(hot, "m", "chat")["seed"]
     assert seed == build_payload(hot, "m", "chat")["seed"] and 0 <= seed < 2**31
-    other = GenerationRequest(prompt="doc\nQ?", system="Be brief.\n(Independent judgement 2.)",
-                              temperature=0.7)  # fmt: skip
+    other = GenerationRequest(
+        prompt="doc\nQ?", system="Be brief.\n(Independent judgement 2.)", temperature=0.7
+    )
     assert build_payload(other, "m", "chat")["seed"] != seed
     comp = build_payload(GenerationRequest(prompt="The capital"), "m", "completions", stream=True)
     assert comp["prompt"] == "The capital" and "messages" not in comp and "stop" not in comp
@@ -476,8 +477,11 @@ def test_check_passes_a_live_server_and_explains_a_refusal(serve):
     client(serve(ok(), get=status(404, "Not Found"))).check()
 
     refusing = serve(ok(), get=status(401, "Incorrect API key provided"))
-    with pytest.raises(ServerUnreachable, match="HTTP 401: Incorrect API key provided; the server "
-                       "refused our credentials \\(check the API key in RAGBENCH_API_KEY"):  # fmt: skip
+    with pytest.raises(
+        ServerUnreachable,
+        match="HTTP 401: Incorrect API key provided; the server "
+        "refused our credentials \\(check the API key in RAGBENCH_API_KEY",
+    ):
         client(refusing).check()
     loading = serve(ok(), get=status(503, "model is loading"))
     with pytest.raises(ServerUnreachable, match="models: HTTP 503: model is loading"):
@@ -712,7 +716,7 @@ def _interrupt_config(tmp_path: Path, url: str) -> Path:
                 "max_concurrency": 2,
                 "tokenizer": "whitespace",
             },
-        },  # fmt: skip
+        },
         "strategies": ["long_context"],
         "metrics": ["contains"],
         "price_sheet": "openai-gpt-4.1",
@@ -743,10 +747,14 @@ def test_interrupted_run_sends_nothing_more_and_its_rerun_pays_nothing_twice(
     }
     cmd = [sys.executable, "-m", "ragbench.cli", "run", str(config), "--quiet"]
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         # as in a terminal: a test run in the background would pass SIGINT on ignored
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 120
     while len(srv.requests) < 3:  # the first two answered, the next two in flight
         assert proc.poll() is None, proc.communicate()
@@ -798,8 +806,9 @@ def test_unusable_usage_is_named_and_never_a_count():
     assert usage_problem(None) is None and usage_problem({"prompt_tokens": 5}) is None
     assert usage_problem({"prompt_tokens": -1000}) == "prompt_tokens -1000 is not a token count"
     assert "completion_tokens" in usage_problem({"prompt_tokens": 5, "completion_tokens": "x"})
-    assert "cached_tokens" in usage_problem({"prompt_tokens": 5,
-                                             "prompt_tokens_details": {"cached_tokens": 1.5}})  # fmt: skip
+    assert "cached_tokens" in usage_problem(
+        {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1.5}}
+    )
     assert "not an object" in usage_problem([1, 2])
     assert usage_counts({"prompt_tokens": -1000, "completion_tokens": 5}) is None
     assert usage_counts({"prompt_tokens": 5.0, "completion_tokens": True}) is None

@@ -264,9 +264,11 @@ def test_a_hung_server_fails_a_request_at_its_deadline_with_one_line_per_retry(s
         backoff_base=0.1,
     )
     t0 = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="ragbench.llm.openai.http"):
-        with pytest.raises(LLMRequestError) as err:
-            ask(llm)
+    with (
+        caplog.at_level(logging.WARNING, logger="ragbench.llm.openai.http"),
+        pytest.raises(LLMRequestError) as err,
+    ):
+        ask(llm)
     elapsed = time.perf_counter() - t0
     assert 1.5 < elapsed < 3.0 and err.value.attempts == 3  # not 11 attempts of 0.5 s
     assert str(err.value) == (

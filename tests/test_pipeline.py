@@ -169,8 +169,15 @@ def corpus(tmp_path: Path) -> tuple[Path, Path]:
         filler = " ".join(f"d{i}w{j}" for j in range(120))
         fact = f"The special magic number for {key} is {value}."
         docs.append(Document(f"doc-{i}", f"{filler} {fact} {filler}"))
-        rows.append({"id": key, "question": f"What is the special magic number for {key}?",
-                     "answers": [value], "evidence": fact, "task_type": "needle"})  # fmt: skip
+        rows.append(
+            {
+                "id": key,
+                "question": f"What is the special magic number for {key}?",
+                "answers": [value],
+                "evidence": fact,
+                "task_type": "needle",
+            }
+        )
     path = write_documents(tmp_path / "corpus.jsonl", docs)
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -198,13 +205,13 @@ def config(tmp_path, *pipelines, **over):
                 "corpus": str(tmp_path / "corpus.jsonl"),
                 "questions": str(tmp_path / "questions.jsonl"),
             },
-        },  # fmt: skip
+        },
         "model": {
             "backend": "fake",
             "name": "fake",
             "preset": "smollm2-135m-instruct",
             "cache": False,
-        },  # fmt: skip
+        },
         "strategies": ["long_context", *({"name": "pipeline", "params": p} for p in pipelines)],
         "metrics": ["string_match_all"],
         "price_sheet": "example-hosted-api",
@@ -239,15 +246,17 @@ def check_reported(pipe):
 
 def test_a_python_function_beside_long_context(tmp_path, monkeypatch):
     setup(tmp_path, monkeypatch)
-    df = run(config(tmp_path, {"target": "mypipe:answer"}, {"target": "mypipe:plain"}),
-             progress=False)  # fmt: skip
+    df = run(
+        config(tmp_path, {"target": "mypipe:answer"}, {"target": "mypipe:plain"}), progress=False
+    )
     assert len(df) == 4 * 3 and df["error"].isna().all()
     lc = df[df.strategy == "long_context"]
     assert (lc["string_match_all"] == 1.0).all()
     labels = df[df.strategy == "pipeline"]["label"].unique()
     assert {label.split(" v=")[0] for label in labels} == {
-        "pipeline mypipe:answer", "pipeline mypipe:plain"
-    }  # fmt: skip
+        "pipeline mypipe:answer",
+        "pipeline mypipe:plain",
+    }
     assert all(" v=" in label for label in labels)  # the module's identity
     check_reported(df[df.label.str.startswith("pipeline mypipe:answer")])
     plain = df[df.label.str.startswith("pipeline mypipe:plain")].set_index("example_id")
@@ -363,8 +372,10 @@ def test_error_rows(tmp_path, monkeypatch, service):
     points.append({"target": "mypipe:slow", "timeout": 0.2})
     points.append({"url": service + "/answer", "timeout": 0.5, "retries": 0})
     Service.answer = staticmethod(lambda *a: __import__("time").sleep(2) or {"answer": "late"})
-    df = run(config(tmp_path, *points, dataset=config(tmp_path)["dataset"] | {"limit": 1}),
-             progress=False)  # fmt: skip
+    df = run(
+        config(tmp_path, *points, dataset=config(tmp_path)["dataset"] | {"limit": 1}),
+        progress=False,
+    )
     pipe = df[df.strategy == "pipeline"].set_index("label")
 
     def error(name):
@@ -428,8 +439,10 @@ def test_a_pipelines_answer_is_scored_whole_and_its_contexts_found_whitespace_as
     tmp_path, monkeypatch
 ):
     setup(tmp_path, monkeypatch)
-    df = run(config(tmp_path, {"target": "mypipe:wordy"}, metrics=["exact_match", "contains"]),
-             progress=False)  # fmt: skip
+    df = run(
+        config(tmp_path, {"target": "mypipe:wordy"}, metrics=["exact_match", "contains"]),
+        progress=False,
+    )
     pipe = df[df.strategy == "pipeline"].set_index("example_id")
     assert pipe["error"].isna().all(), pipe["error"].dropna().tolist()
     for key, row in pipe.iterrows():
@@ -442,8 +455,11 @@ def test_a_pipelines_answer_is_scored_whole_and_its_contexts_found_whitespace_as
         assert first["doc_id"] == f"doc-{list(KEYS).index(key)}" and row["gold_hit"]
         # the other one is in no document of the run: its rank is unknown, so no 0s
         assert row["contexts"][1]["doc_id"] == "9c1b-uuid"
-        assert all(math.isnan(row[f"{m}@{k}"]) for m in ("hit", "recall", "mrr", "ndcg")
-                   for k in (1, 5, 10))  # fmt: skip
+        assert all(
+            math.isnan(row[f"{m}@{k}"])
+            for m in ("hit", "recall", "mrr", "ndcg")
+            for k in (1, 5, 10)
+        )
         assert row["retrieval_note"].startswith("1 of 2 contexts are in none of the run's")
     lc = df[df.strategy == "long_context"]
     assert "retrieval_note" not in lc.columns or lc["retrieval_note"].isna().all()
@@ -495,9 +511,12 @@ def test_params_and_contract():
     assert PipelineAnswer.parse("x").answer == "x"
     parsed = PipelineAnswer.parse({"answer": "a", "contexts": ["t", {"text": "u", "doc_id": 3}]})
     assert parsed.contexts[1].doc_id == "3"
-    for bad, field in (({"answer": None}, "answer"), ({"answer": "a", "contexts": "t"}, "contexts"),
-                       ([1], "the answer"), ({"answer": "a", "usage": {"completion_tokens": -1}},
-                                             "usage.completion_tokens")):  # fmt: skip
+    for bad, field in (
+        ({"answer": None}, "answer"),
+        ({"answer": "a", "contexts": "t"}, "contexts"),
+        ([1], "the answer"),
+        ({"answer": "a", "usage": {"completion_tokens": -1}}, "usage.completion_tokens"),
+    ):
         with pytest.raises(MalformedAnswer, match=field):
             PipelineAnswer.parse(bad)
 
@@ -545,8 +564,9 @@ def test_a_pipeline_that_reports_no_contexts_has_no_retrieval_scores(tmp_path, m
     gold_hit with a note (was hit@k 0 and gold_hit False: "retrieval_miss" for every wrong
     answer), and a judge reads no context; ``contexts: []`` says it retrieved nothing: 0."""
     setup(tmp_path, monkeypatch)
-    df = run(config(tmp_path, {"target": "mypipe:bare"}, {"target": "mypipe:empty"}),
-             progress=False)  # fmt: skip
+    df = run(
+        config(tmp_path, {"target": "mypipe:bare"}, {"target": "mypipe:empty"}), progress=False
+    )
     bare = df[df.label.str.startswith("pipeline mypipe:bare")]
     empty = df[df.label.str.startswith("pipeline mypipe:empty")]
     assert len(bare) == len(empty) == 4 and (bare["string_match_all"] == 1.0).all()
@@ -589,11 +609,13 @@ def test_a_changed_module_is_reloaded_in_process(tmp_path, monkeypatch):
 
     a = PipelineParams(target="versioned:answer")
     assert open_pipeline(a).obj("?") == "one"
-    (folder / "versioned.py").write_text(textwrap.dedent("""\
+    (folder / "versioned.py").write_text(
+        textwrap.dedent("""\
         __version__ = "2.0"
         def answer(q):
             return 'two, longer'
-    """))  # fmt: skip
+    """)
+    )
     b = PipelineParams(target="versioned:answer")
     assert b.version == "2.0" and a.version.startswith("sha256:")
     assert open_pipeline(b).obj("?") == "two, longer"
@@ -666,8 +688,11 @@ def test_the_setup_hook_indexes_the_run_corpus(tmp_path, monkeypatch):
     setups = tmp_path / "setups.jsonl"
     (module.parent / "idxpipe.py").write_text(INDEXED.format(setups=str(setups)))
     monkeypatch.delitem(sys.modules, "idxpipe", raising=False)
-    points = [{"target": "idxpipe:answer", "setup": "idxpipe:index"}, {"target": "mypipe:answer"},
-              {"target": "idxpipe:answer", "setup": "mypipe:boom"}]  # fmt: skip
+    points = [
+        {"target": "idxpipe:answer", "setup": "idxpipe:index"},
+        {"target": "mypipe:answer"},
+        {"target": "idxpipe:answer", "setup": "mypipe:boom"},
+    ]
     cfg = config(tmp_path, *points, metrics=["string_match_all", "noise_sensitivity"])
     df = run(cfg, progress=False)
     docs = read_documents(tmp_path / "corpus.jsonl")
@@ -717,8 +742,9 @@ class IndexService(BaseHTTPRequestHandler):
         assert body["corpus"] == IndexService.corpus["corpus"]
         key = body["question"].rstrip("?").rsplit(" ", 1)[-1]
         doc = next(d for d in IndexService.corpus["documents"] if key in d["text"])
-        data = json.dumps({"answer": KEYS[key], "contexts": [{"text": doc["text"],
-                                                             "doc_id": doc["id"]}]}).encode()  # fmt: skip
+        data = json.dumps(
+            {"answer": KEYS[key], "contexts": [{"text": doc["text"], "doc_id": doc["id"]}]}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -737,8 +763,13 @@ def test_an_http_service_with_a_setup_url(tmp_path, monkeypatch):
     base = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("PIPE_TOKEN", "tok-setup-7654321")
     IndexService.seen = []
-    params = {"url": base + "/answer", "setup_url": base + "/setup", "version": "1",
-              "headers_env": {"X-Token": "PIPE_TOKEN"}, "retries": 0}  # fmt: skip
+    params = {
+        "url": base + "/answer",
+        "setup_url": base + "/setup",
+        "version": "1",
+        "headers_env": {"X-Token": "PIPE_TOKEN"},
+        "retries": 0,
+    }
     try:
         df = run(config(tmp_path, params), progress=False)
     finally:
@@ -764,11 +795,15 @@ def test_setup_params():
     u = PipelineParams(url="http://h/a", setup_url="http://u:pw@h/setup")
     assert u.setup_url == "http://***@h/setup" and u.raw_setup_url == "http://u:pw@h/setup"
     assert "pw" not in json.dumps(u.to_dict()) and u.to_dict()["setup_version"] is None
-    for bad, match in (({"target": "json:dumps", "setup": "json.loads"}, "module:attribute"),
-                       ({"target": "json:dumps", "setup_url": "http://h/s"}, "beside a url"),
-                       ({"url": "http://h/a", "setup": "json:loads", "setup_url": "http://h/s"},
-                        "at most one of setup"),
-                       ({"target": "json:dumps", "setup": "json:nope"}, "has no attribute")):  # fmt: skip
+    for bad, match in (
+        ({"target": "json:dumps", "setup": "json.loads"}, "module:attribute"),
+        ({"target": "json:dumps", "setup_url": "http://h/s"}, "beside a url"),
+        (
+            {"url": "http://h/a", "setup": "json:loads", "setup_url": "http://h/s"},
+            "at most one of setup",
+        ),
+        ({"target": "json:dumps", "setup": "json:nope"}, "has no attribute"),
+    ):
         with pytest.raises(ValueError, match=match):
             PipelineParams(**bad)
 

@@ -163,10 +163,20 @@ def test_query_engine_function_and_service_beside_long_context_on_smollm2(worksp
     folder, url = workspace
     config = {
         "name": "pipelines-smollm2",
-        "dataset": {"name": "corpus", "params": {"corpus": str(folder / "corpus.jsonl"),
-                                                 "questions": str(folder / "questions.csv")}},
-        "model": {"backend": "hf", "name": "smollm2-135m-instruct", "max_new_tokens": 32,
-                  "threads": 1, "cache": False},
+        "dataset": {
+            "name": "corpus",
+            "params": {
+                "corpus": str(folder / "corpus.jsonl"),
+                "questions": str(folder / "questions.csv"),
+            },
+        },
+        "model": {
+            "backend": "hf",
+            "name": "smollm2-135m-instruct",
+            "max_new_tokens": 32,
+            "threads": 1,
+            "cache": False,
+        },
         "strategies": [
             {"name": "long_context", "params": {"overflow": "error"}},
             {"name": "pipeline", "params": {"target": "handbook_rag:engine"}},
@@ -176,14 +186,17 @@ def test_query_engine_function_and_service_beside_long_context_on_smollm2(worksp
         "metrics": ["contains"],
         "price_sheet": "example-hosted-api",
         "output_dir": str(folder / "results"),
-    }  # fmt: skip
+    }
     df = run(config, progress=False)
     assert df["error"].isna().all(), df["error"].dropna().tolist()
     ids = sorted(df.loc[df["strategy"] == "long_context", "example_id"])
     assert ids == ["ferry", "keeper", "market"]
     # (kind, contexts per answer, usage reported: the service reports none, so it is counted)
-    kinds = {"handbook_rag:engine": ("query_engine", 3, True),
-             "handbook_pipelines:answer": ("function", 2, True), url: ("http", 3, False)}  # fmt: skip
+    kinds = {
+        "handbook_rag:engine": ("query_engine", 3, True),
+        "handbook_pipelines:answer": ("function", 2, True),
+        url: ("http", 3, False),
+    }
     for target, (kind, k, reported) in kinds.items():
         rows = df[df["label"].str.startswith(f"pipeline {target}")]
         assert sorted(rows["example_id"]) == ids, target  # the same questions as long context

@@ -187,8 +187,11 @@ def test_break_even_prefix_from_closed_book_or_given_and_errors():
     # the rows without context are named by a parameter, like the compared strategies
     renamed = df.replace({"strategy": {"closed_book": "question_only"}})
     with pytest.raises(ValueError, match="no question_only row"):
-        tables.prefix_cache_break_even(renamed.replace({"strategy": {"question_only": "x"}}),
-                                         [CACHED], closed_book="question_only")  # fmt: skip
+        tables.prefix_cache_break_even(
+            renamed.replace({"strategy": {"question_only": "x"}}),
+            [CACHED],
+            closed_book="question_only",
+        )
     again, _ = tables.prefix_cache_break_even(renamed, [CACHED], closed_book="question_only")
     assert again.prefix_tokens[0] == 10_000
     given, _ = tables.prefix_cache_break_even(results(), [CACHED], prefix_tokens=5_000)

@@ -118,8 +118,12 @@ def test_the_embedded_tokenizer_counts_without_the_weights(tmp_path, monkeypatch
     no_load(monkeypatch)
     monkeypatch.setattr(hf.HFModel, "__init__", lambda *a, **k: pytest.fail("built the model"))
     cfg = niah_config(tmp_path, strategies=["long_context"])
-    cfg["model"] = {"backend": "hf", "name": "smollm2-135m-instruct", "cache": False,
-                    "params": {"context_window": 1024}}  # fmt: skip
+    cfg["model"] = {
+        "backend": "hf",
+        "name": "smollm2-135m-instruct",
+        "cache": False,
+        "params": {"context_window": 1024},
+    }
     start = time.perf_counter()
     with pytest.raises(OverWindowError, match="of 4 examples are over the window") as info:
         runner.run(cfg, progress=False)

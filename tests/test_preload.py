@@ -59,8 +59,9 @@ def test_preload_costs_the_corpus_once_apart_from_each_question(tmp_path, corpus
     assert df["string_match_all"].mean() == 1.0  # the fake reads every needle
     # one preload call before the questions, then N/2 rounds of 2
     assert fake.calls == 1 + N // 2
-    corpus_tokens = fake.count_tokens(build_dataset("corpus", corpus=str(corpus[0]),
-                                                    questions=str(corpus[1]))[0].context)  # fmt: skip
+    corpus_tokens = fake.count_tokens(
+        build_dataset("corpus", corpus=str(corpus[0]), questions=str(corpus[1]))[0].context
+    )
     # every question found the corpus cached: its own cost is its question and answer only
     assert (df["cached_prompt_tokens"] >= corpus_tokens).all()
     own = (df["prompt_tokens"] - df["cached_prompt_tokens"]) / fake.prefill_tps
@@ -103,8 +104,11 @@ def test_summary_shows_per_query_cost_with_and_without_the_amortised_share(tmp_p
     from ragbench.report.readable import readable_table
 
     strategies = [{"name": "long_context", "params": {"preload": True}}]
-    df = run(corpus_config(tmp_path, corpus, strategies), progress=False,
-             llm=FakeLLM(prefix_cache_size=1))  # fmt: skip
+    df = run(
+        corpus_config(tmp_path, corpus, strategies),
+        progress=False,
+        llm=FakeLLM(prefix_cache_size=1),
+    )
     table = report.summary(df).set_index("label")
     row = table.loc["long_context preload"]
     assert row["amortised_resource_seconds"] > row["resource_seconds"]
@@ -180,8 +184,13 @@ def test_preload_without_a_shared_corpus_runs_as_plain_long_context(tmp_path, co
     # each example its own documents (RULER): nothing is shared, so nothing is preloaded; a
     # preload per example, all sent before the questions, evicted one another
     # (prefix_cache_size=1) and left most records paying the corpus *and* a one-time cost
-    multikey = {"context_lengths": [600], "num_examples": 8, "tokenizer": "whitespace",
-                "haystack": "needles", "final_context_length_buffer": 50}  # fmt: skip
+    multikey = {
+        "context_lengths": [600],
+        "num_examples": 8,
+        "tokenizer": "whitespace",
+        "haystack": "needles",
+        "final_context_length_buffer": 50,
+    }
     cfg = corpus_config(tmp_path, corpus, [{"name": "long_context", "params": {"preload": True}}])
     cfg["dataset"] = {"name": "ruler/niah_multikey", "params": multikey}
     cfg["model"]["batch_size"] = 4
@@ -209,11 +218,15 @@ def test_preload_bypasses_the_completion_cache(tmp_path, corpus):
     first = run(cfg, progress=False, llm=CachedLLM(FakeLLM(prefix_cache_size=1), db))
     assert first["error"].isna().all() and len(first) == 2
     fake = FakeLLM(prefix_cache_size=1)  # a new process: no KV kept
-    df = run(corpus_config(tmp_path, corpus, strategies, name="second"), progress=False,
-             llm=CachedLLM(fake, db))  # fmt: skip
+    df = run(
+        corpus_config(tmp_path, corpus, strategies, name="second"),
+        progress=False,
+        llm=CachedLLM(fake, db),
+    )
     assert fake.calls == 1 + N // 2  # the preload reached the model, then every question
-    corpus_tokens = fake.count_tokens(build_dataset("corpus", corpus=str(corpus[0]),
-                                                    questions=str(corpus[1]))[0].context)  # fmt: skip
+    corpus_tokens = fake.count_tokens(
+        build_dataset("corpus", corpus=str(corpus[0]), questions=str(corpus[1]))[0].context
+    )
     assert (df["cached_prompt_tokens"] >= corpus_tokens).all()
     assert (df["one_time_seconds"] > 0).all()
 
@@ -224,8 +237,11 @@ def test_reprice_recomputes_the_one_time_and_amortised_dollars(tmp_path, corpus)
     from ragbench.cost.reprice import reprice_run
 
     strategies = ["long_context", {"name": "long_context", "params": {"preload": True}}]
-    df = run(corpus_config(tmp_path, corpus, strategies), progress=False,
-             llm=FakeLLM(prefix_cache_size=1))  # fmt: skip
+    df = run(
+        corpus_config(tmp_path, corpus, strategies),
+        progress=False,
+        llm=FakeLLM(prefix_cache_size=1),
+    )
     run_dir = Path(df.attrs["run_dir"])
     hourly = reprice_run(run_dir, "example-h100-hour")  # 2.5 $/h of device seconds
     new = pd.read_parquet(hourly.table_path)
@@ -272,10 +288,16 @@ def test_a_preloaded_run_after_a_plain_one_is_charged_as_with_the_cache_off(tmp_
     plain = corpus_config(tmp_path, corpus, ["long_context"], name="plain")
     run(plain, progress=False, llm=CachedLLM(FakeLLM(prefix_cache_size=1), db))
     preload = [{"name": "long_context", "params": {"preload": True}}]
-    cached = run(corpus_config(tmp_path, corpus, preload, name="after"), progress=False,
-                 llm=CachedLLM(FakeLLM(prefix_cache_size=1), db))  # fmt: skip
-    alone = run(corpus_config(tmp_path, corpus, preload, name="alone"), progress=False,
-                llm=FakeLLM(prefix_cache_size=1))  # fmt: skip
+    cached = run(
+        corpus_config(tmp_path, corpus, preload, name="after"),
+        progress=False,
+        llm=CachedLLM(FakeLLM(prefix_cache_size=1), db),
+    )
+    alone = run(
+        corpus_config(tmp_path, corpus, preload, name="alone"),
+        progress=False,
+        llm=FakeLLM(prefix_cache_size=1),
+    )
     assert cached["amortised_dollars"].tolist() == alone["amortised_dollars"].tolist()
     assert cached["prompt_tokens"].tolist() == alone["prompt_tokens"].tolist()
     assert (cached["cached_prompt_tokens"] > 0).all()  # every question read the preloaded KV
@@ -297,8 +319,14 @@ def test_the_one_time_cost_is_the_same_beside_a_plain_long_context(tmp_path, cor
         manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
         got[name] = (df[df["label"] == "long_context preload"], manifest["sessions"][0])
     (alone, _), (beside, beside_session) = got["alone"], got["beside"]
-    for col in ("one_time_seconds", "one_time_dollars", "amortised_over", "dollars",
-                "amortised_resource_seconds", "amortised_dollars"):  # fmt: skip
+    for col in (
+        "one_time_seconds",
+        "one_time_dollars",
+        "amortised_over",
+        "dollars",
+        "amortised_resource_seconds",
+        "amortised_dollars",
+    ):
         assert beside[col].tolist() == pytest.approx(alone[col].tolist()), col
     assert alone["one_time_dollars"].iloc[0] > 0
     (pre,) = beside_session["preloaded"]
@@ -347,8 +375,10 @@ def test_sequential_looks_amortise_the_preload_over_the_questions_answered_so_fa
         seen.append((len(pre), set(pre["amortised_over"])))
         return sequential_look(df, state)
 
-    strategies = [{"name": "long_context", "params": {"preload": True}},
-                  {"name": "rag", "params": {"top_k": 2}}]  # fmt: skip
+    strategies = [
+        {"name": "long_context", "params": {"preload": True}},
+        {"name": "rag", "params": {"top_k": 2}},
+    ]
     cfg = corpus_config(tmp_path, corpus, strategies)
     cfg["retrieval"] = {"embedder": "hash", "tokenizer": "whitespace", "chunk_size": 64}
     cfg["sequential"] = {"rounds": 3}

@@ -233,8 +233,10 @@ def test_closed_book_check_asks_exactly_what_the_closed_book_strategy_asks():
     strategy_request = next(closed_book_steps(example, Res(), ClosedBookParams()))
     ours = question_gen._closed_book_request("Who is the keeper?", 32)
     assert (ours.prompt, ours.stop, ours.max_new_tokens) == (
-        strategy_request.prompt, strategy_request.stop, strategy_request.max_new_tokens,
-    )  # fmt: skip
+        strategy_request.prompt,
+        strategy_request.stop,
+        strategy_request.max_new_tokens,
+    )
 
 
 def test_stops_at_n_and_samples_passages_by_seed():
@@ -294,8 +296,11 @@ def test_costs_tokens_seconds_and_dollars_with_a_price_sheet():
     assert usage.seconds > 0 and usage.dollars and usage.dollars > 0
     # the instructions are one prefix: the second request of the batch reads them from cache
     assert 0 < usage.cached_prompt_tokens < usage.prompt_tokens
-    assert re.search(r"LLM cost, generate: 2 calls \(0 from the cache\), .* device seconds, "
-                     r"\$0\.\d{6}", result.summary())  # fmt: skip
+    assert re.search(
+        r"LLM cost, generate: 2 calls \(0 from the cache\), .* device seconds, "
+        r"\$0\.\d{6}",
+        result.summary(),
+    )
     assert generate_questions(DOCS, fake(), 2, **SMALL).usage["generate"].dollars is None
 
 
@@ -397,9 +402,11 @@ def test_embedded_model_pipeline_is_honest(tmp_path):
     if result.rows:
         question_gen.write_questions(tmp_path / "q.jsonl", result.rows)
         examples = build_dataset(
-            "corpus", corpus=str(corpus), questions=str(tmp_path / "q.jsonl"),
+            "corpus",
+            corpus=str(corpus),
+            questions=str(tmp_path / "q.jsonl"),
             missing_evidence="error",
-        )  # fmt: skip
+        )
         assert len(examples) == len(result.rows)
 
 
@@ -483,11 +490,16 @@ def test_a_two_passage_question_has_two_evidence_spans_in_two_documents(tmp_path
     assert rows[DOVER_Q]["meta"]["answer_span"] == ["places.txt", 16, 28]
     assert rows[FERRY_Q]["meta"]["answer_span"] == ["places.txt", 85, 89]
     assert sorted(map(tuple, rows[DOVER_Q]["meta"]["evidence_spans"])) == [
-        ("keepers.md", 0, 51), ("places.txt", 0, 56)
-    ]  # fmt: skip
+        ("keepers.md", 0, 51),
+        ("places.txt", 0, 56),
+    ]
     assert rows[FERRY_Q]["meta"]["hops"] == 2 and rows[FERRY_Q]["meta"]["shared_words"]
-    examples = {e.question: e for e in build_dataset(
-        "corpus", corpus=str(corpus), questions=str(out), missing_evidence="error")}  # fmt: skip
+    examples = {
+        e.question: e
+        for e in build_dataset(
+            "corpus", corpus=str(corpus), questions=str(out), missing_evidence="error"
+        )
+    }
     texts = {d.id: d.text for d in MULTI}
     for question, sentences in ((DOVER_Q, {KEEPER, DISTANCE}), (FERRY_Q, {MASTER, BUILT})):
         spans = examples[question].evidence
@@ -497,8 +509,10 @@ def test_a_two_passage_question_has_two_evidence_spans_in_two_documents(tmp_path
 
 
 def test_two_passage_checks_drop_single_hop_unsupported_and_closed_book_questions():
-    replies = {"Gull Point": "Question: Who keeps the white lighthouse?\nAnswer: Ada Quill",
-               "old ferry": f"Question: {FERRY_Q}\nAnswer: 1999"}  # fmt: skip
+    replies = {
+        "Gull Point": "Question: Who keeps the white lighthouse?\nAnswer: Ada Quill",
+        "old ferry": f"Question: {FERRY_Q}\nAnswer: 1999",
+    }
     result = generate_questions(MULTI, pair_fake(replies), 2, **SMALL, hops=2)
     assert not result.rows
     assert dict(result.rejected) == {"single_hop": 1, "answer_not_in_passage": 1}
@@ -532,8 +546,19 @@ def test_cli_multi_hop(cli, tmp_path, monkeypatch):
     corpus = write_documents(tmp_path / "corpus.jsonl", MULTI)
     monkeypatch.setattr(question_gen, "load_model", lambda section, cache=None: pair_fake(BRIDGES))
     out = tmp_path / "q.jsonl"
-    result = cli("questions", str(corpus), "--n", "2", "--out", str(out), "--backend", "fake",
-                 "--passage-tokens", "16", "--multi-hop")  # fmt: skip
+    result = cli(
+        "questions",
+        str(corpus),
+        "--n",
+        "2",
+        "--out",
+        str(out),
+        "--backend",
+        "fake",
+        "--passage-tokens",
+        "16",
+        "--multi-hop",
+    )
     assert result.exit_code == 0, result.output
     assert "kept 2 of 2 questions requested from 2 passage pairs tried" in result.stdout
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -83,9 +83,16 @@ def test_per_minute_limit_must_be_positive():
 
 @pytest.mark.parametrize(
     "text,seconds",
-    [("6m0s", 360.0), ("1s", 1.0), ("20ms", 0.02), ("1h2m3.5s", 3723.5), ("0.5", 0.5),
-     ("2m", 120.0), (" 59.9s ", 59.9)],
-)  # fmt: skip
+    [
+        ("6m0s", 360.0),
+        ("1s", 1.0),
+        ("20ms", 0.02),
+        ("1h2m3.5s", 3723.5),
+        ("0.5", 0.5),
+        ("2m", 120.0),
+        (" 59.9s ", 59.9),
+    ],
+)
 def test_parse_duration_reads_openais_formats(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
@@ -149,10 +156,12 @@ def test_an_older_answer_never_overrides_a_newer_one():
     clock = Clock()
     lim = RateLimiter(clock=clock.now, sleep=clock.sleep)
     a, b = lim.acquire(), lim.acquire()
-    lim.observe(b, 200, {"x-ratelimit-remaining-requests": "50",
-                         "x-ratelimit-reset-requests": "1s"}, None)  # fmt: skip
-    lim.observe(a, 200, {"x-ratelimit-remaining-requests": "0",
-                         "x-ratelimit-reset-requests": "1s"}, None)  # fmt: skip
+    lim.observe(
+        b, 200, {"x-ratelimit-remaining-requests": "50", "x-ratelimit-reset-requests": "1s"}, None
+    )
+    lim.observe(
+        a, 200, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"}, None
+    )
     lim.acquire()
     assert clock.sleeps == []
 
@@ -195,9 +204,13 @@ def fake_server_config(**model):
         "name": "rl",
         "dataset": {"name": "niah", "params": {}},
         "strategies": ["closed_book"],
-        "model": {"backend": "openai", "name": "m",
-                  "params": {"base_url": "http://127.0.0.1:9/v1"}, **model},
-    }  # fmt: skip
+        "model": {
+            "backend": "openai",
+            "name": "m",
+            "params": {"base_url": "http://127.0.0.1:9/v1"},
+            **model,
+        },
+    }
 
 
 def test_rate_limit_is_config_not_identity():
@@ -254,8 +267,13 @@ def test_a_batch_meeting_429s_loses_nothing(serve):
     # once more at most
     srv = serve(sequence(rate_limited("6m0s"), rate_limited("20ms"), ok()))
     retry_waits: list[float] = []
-    llm = client(srv, stream=True, max_concurrency=1, sleep=retry_waits.append,
-                 rate_limit=RateLimiter(sleep=lambda s: None))  # fmt: skip
+    llm = client(
+        srv,
+        stream=True,
+        max_concurrency=1,
+        sleep=retry_waits.append,
+        rate_limit=RateLimiter(sleep=lambda s: None),
+    )
     prompts = [f"q{i}" for i in range(6)]
     outs = llm.generate([GenerationRequest(prompt=p) for p in prompts])
     assert [o.text for o in outs] == [f"echo {p}" for p in prompts]

@@ -215,9 +215,10 @@ def test_worker_killed_mid_run_loses_nothing(tmp_path, local_ray):
     thread.start()
     records = wait_for_records(Path(cfg["output_dir"]), 3, alive=thread.is_alive)
     workers = [
-        p for p in psutil.process_iter(["cmdline"])
+        p
+        for p in psutil.process_iter(["cmdline"])
         if any("RunWorker" in part for part in (p.info["cmdline"] or []))
-    ]  # fmt: skip
+    ]
     assert workers, "no Ray worker process found"
     os.kill(workers[0].pid, signal.SIGKILL)
     thread.join(timeout=300)
@@ -235,8 +236,18 @@ def test_driver_killed_then_resumed(tmp_path, local_ray):
     cfg = slow_config(tmp_path, "kill-driver")
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    cmd = [sys.executable, "-m", "ragbench.cli", "run", str(path), "--quiet",
-           "--executor", "ray", "--workers", "2"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "ragbench.cli",
+        "run",
+        str(path),
+        "--quiet",
+        "--executor",
+        "ray",
+        "--workers",
+        "2",
+    ]
     proc = subprocess.Popen(cmd, env={**os.environ, "RAY_ADDRESS": local_ray})
     try:
         records = wait_for_records(Path(cfg["output_dir"]), 4, alive=lambda: proc.poll() is None)
@@ -284,8 +295,13 @@ def test_worker_prices_with_the_rates_it_is_given_and_masks_the_configs_secrets(
 
     password = "Pw0rd-only-in-this-config-7731"
     url = f"http://user:{password}@127.0.0.1:9/v1"
-    model = {"backend": "openai", "name": "m", "preset": "smollm2-135m-instruct", "cache": False,
-             "params": {"base_url": url, "tokenizer": "whitespace"}}  # fmt: skip
+    model = {
+        "backend": "openai",
+        "name": "m",
+        "preset": "smollm2-135m-instruct",
+        "cache": False,
+        "params": {"base_url": url, "tokenizer": "whitespace"},
+    }
     # validated, not parsed (parse_config would remember it): as a worker receives it, pickled
     cfg = RunConfig.model_validate(niah_config(tmp_path, model=model, strategies=["closed_book"]))
     assert password in redact_text(f"failed: {password}")
@@ -298,9 +314,14 @@ def test_each_ray_worker_holds_to_its_share_of_the_rate_limit(tmp_path, serve):
     """Run in this process (no actor) against a loopback server: the configured limit is the
     run's; 3 workers each hold to a third, so together they stay under it."""
     srv = serve(ok())
-    model = {"backend": "openai", "name": "m", "preset": "smollm2-135m-instruct", "cache": False,
-             "params": {"base_url": srv.url, "tokenizer": "whitespace"},
-             "rate_limit": {"requests_per_minute": 600, "tokens_per_minute": 90000}}  # fmt: skip
+    model = {
+        "backend": "openai",
+        "name": "m",
+        "preset": "smollm2-135m-instruct",
+        "cache": False,
+        "params": {"base_url": srv.url, "tokenizer": "whitespace"},
+        "rate_limit": {"requests_per_minute": 600, "tokens_per_minute": 90000},
+    }
     cfg = load_config(niah_config(tmp_path, model=model, strategies=["closed_book"]))
     worker = RunWorker(cfg, 2, 3, (load_examples(cfg),), {})
     assert worker.failure is None, worker.failure
@@ -339,9 +360,12 @@ def test_a_local_ray_dies_with_a_driver_killed_by_sigkill(tmp_path):
 
     psutil = pytest.importorskip("psutil")
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-c", DRIVER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert driver.stdout.readline().strip() == "ready"
         time.sleep(2)  # the watchdog's next look at the driver's descendants

@@ -292,15 +292,31 @@ def _render_cli(*args: str):
     "name, content, reason",
     [
         ("missing.ipynb", None, "no such file"),
-        ("notes.txt", "plain text", "not a Jupyter notebook (invalid JSON: Expecting value at line 1 column 1)"),
-        ("cut.ipynb", '{"cells": [], "nbformat": 4', "not a Jupyter notebook (invalid JSON: Expecting ',' delimiter at line 1 column 28)"),
-        ("data.json", '{"rows": [1, 2]}', "not a Jupyter notebook (JSON without 'cells' and 'nbformat')"),
+        (
+            "notes.txt",
+            "plain text",
+            "not a Jupyter notebook (invalid JSON: Expecting value at line 1 column 1)",
+        ),
+        (
+            "cut.ipynb",
+            '{"cells": [], "nbformat": 4',
+            "not a Jupyter notebook (invalid JSON: Expecting ',' delimiter at line 1 column 28)",
+        ),
+        (
+            "data.json",
+            '{"rows": [1, 2]}',
+            "not a Jupyter notebook (JSON without 'cells' and 'nbformat')",
+        ),
         ("list.json", "[1, 2]", "not a Jupyter notebook (JSON without 'cells' and 'nbformat')"),
-        ("old.ipynb", '{"cells": [], "nbformat": 9}', "not a readable Jupyter notebook (Unsupported nbformat version 9)"),
+        (
+            "old.ipynb",
+            '{"cells": [], "nbformat": 9}',
+            "not a readable Jupyter notebook (Unsupported nbformat version 9)",
+        ),
         ("folder.ipynb", "<dir>", "is a directory, not a notebook"),
         ("binary.ipynb", b"\x89PNG\xff\xfe", "not a Jupyter notebook (not UTF-8 text)"),
     ],
-)  # fmt: skip
+)
 def test_render_cli_refuses_a_file_that_is_not_a_notebook(
     tmp_path, monkeypatch, name, content, reason
 ):

@@ -74,9 +74,13 @@ def executed(tmp_path_factory):
     nbformat.write(_notebook({"first": ["closed_book"], "second": ["long_context"]}), source)
     target = folder / "two_runs_run.ipynb"
     papermill.execute_notebook(
-        str(source), str(target), parameters={"output_dir": str(results)},
-        kernel_name="ragbench", progress_bar=False, cwd=str(repo_root() or folder),
-    )  # fmt: skip
+        str(source),
+        str(target),
+        parameters={"output_dir": str(results)},
+        kernel_name="ragbench",
+        progress_bar=False,
+        cwd=str(repo_root() or folder),
+    )
     runs = {p.parent.name: _manifest(p.parent) for p in results.glob("[fs]*/manifest.json")}
     return {"folder": folder, "results": results, "notebook": target, "runs": runs}
 
@@ -155,11 +159,27 @@ def test_executed_runs_once_per_folder_and_manifest_file_fallback(tmp_path):
 
 def test_header_of_several_runs_common_and_per_run_fields():
     runs = [
-        ("r1-aaaa", {"config_hash": "h1", "git_commit": "c0ffee", "started_at": "2025-01-02T00:00",
-                     "finished_at": "2025-01-02T01:00", "model": {"model": "m"}}),
-        ("r2-bbbb", {"config_hash": "h2", "git_commit": "c0ffee", "started_at": "2025-01-01T00:00",
-                     "finished_at": "2025-01-03T00:00", "model": {"model": "m"}}),
-    ]  # fmt: skip
+        (
+            "r1-aaaa",
+            {
+                "config_hash": "h1",
+                "git_commit": "c0ffee",
+                "started_at": "2025-01-02T00:00",
+                "finished_at": "2025-01-02T01:00",
+                "model": {"model": "m"},
+            },
+        ),
+        (
+            "r2-bbbb",
+            {
+                "config_hash": "h2",
+                "git_commit": "c0ffee",
+                "started_at": "2025-01-01T00:00",
+                "finished_at": "2025-01-03T00:00",
+                "model": {"model": "m"},
+            },
+        ),
+    ]
     header = provenance_header("nb.ipynb", nbformat.v4.new_notebook(), runs)
     rows = dict(re.findall(r"<th[^>]*>([^<]+)</th><td><code>([^<]*)</code>", header))
     assert rows["runs"] == "r1-aaaa, r2-bbbb"

@@ -18,12 +18,20 @@ def _df():
     ]:
         for length, values in scores.items():
             for depth, value in zip((10, 90), values, strict=True):
-                rows.append({
-                    "example_id": f"L{length}-D{depth}", "strategy": strategy,
-                    "params": json.dumps(params), "error": None, "string_match_all": float(value),
-                    "dollars": cost, "prompt_tokens": length, "resource_seconds": cost,
-                    "context_length": length, "depth_percent": depth,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "example_id": f"L{length}-D{depth}",
+                        "strategy": strategy,
+                        "params": json.dumps(params),
+                        "error": None,
+                        "string_match_all": float(value),
+                        "dollars": cost,
+                        "prompt_tokens": length,
+                        "resource_seconds": cost,
+                        "context_length": length,
+                        "depth_percent": depth,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -199,9 +207,15 @@ def test_the_overlap_check_catches_overlapping_ticks_and_a_legend_on_data():
 def test_a_cost_axis_within_half_a_decade_keeps_its_labels_apart():
     # the range of notebook 06's RULER figure on the fake ($0.0037-0.0078 per 1k queries), whose
     # dense fallback ticks collided there (test_notebooks caught it; this smaller figure did not)
-    table = pd.DataFrame({"label": ["long_context", "rag k=1"], "dollars": [7.76e-6, 3.73e-6],
-                          "string_match_all": [1.0, 1.0], "ci_low": [1.0, 1.0],
-                          "ci_high": [1.0, 1.0]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "label": ["long_context", "rag k=1"],
+            "dollars": [7.76e-6, 3.73e-6],
+            "string_match_all": [1.0, 1.0],
+            "ci_low": [1.0, 1.0],
+            "ci_high": [1.0, 1.0],
+        }
+    )
     ax = report.plot_accuracy_vs_cost(table)
     from ragbench.report.readable import figure_problems
 
@@ -215,8 +229,9 @@ def _results(cost_scale: float, tie: bool) -> pd.DataFrame:
     df["dollars"] *= cost_scale
     if tie:  # RAG scores exactly like long context: one series would hide the other
         rag = df["strategy"] == "rag"
-        df.loc[rag, "string_match_all"] = df.loc[df["strategy"] == "long_context",
-                                                  "string_match_all"].to_numpy()  # fmt: skip
+        df.loc[rag, "string_match_all"] = df.loc[
+            df["strategy"] == "long_context", "string_match_all"
+        ].to_numpy()
     return df
 
 
@@ -229,15 +244,29 @@ def _figures(cost_scale: float, tie: bool, lengths: list[int]):
     table = report.summary(df)
     yield "plot_accuracy_vs_cost", report.plot_accuracy_vs_cost(table).figure
     yield "plot_compare", report.plot_compare(analysis.compare(df)).figure
-    records = analysis.attribute(df).assign(evidence_depth=lambda d: d["example_id"].map(
-        lambda i: float(i.split("-D")[1])))  # fmt: skip
+    records = analysis.attribute(df).assign(
+        evidence_depth=lambda d: d["example_id"].map(lambda i: float(i.split("-D")[1]))
+    )
     yield "plot_failure_attribution", report.plot_failure_attribution(records)
     yield "plot_metric_by", report.plot_metric_by(df, "context_length").figure
-    tuning = pd.DataFrame([
-        {"retriever": r, "chunk_size": c, "top_k": k, "gold_hit": min(k / 3, 1.0),
-         "string_match_all": 0.5}
-        for r in ("dense", "bm25", "hybrid") for c in (64, 128, 256) for k in (1, 3, 5)
-    ]).groupby(["retriever", "chunk_size", "top_k"]).mean()  # fmt: skip
+    tuning = (
+        pd.DataFrame(
+            [
+                {
+                    "retriever": r,
+                    "chunk_size": c,
+                    "top_k": k,
+                    "gold_hit": min(k / 3, 1.0),
+                    "string_match_all": 0.5,
+                }
+                for r in ("dense", "bm25", "hybrid")
+                for c in (64, 128, 256)
+                for k in (1, 3, 5)
+            ]
+        )
+        .groupby(["retriever", "chunk_size", "top_k"])
+        .mean()
+    )
     yield "plot_retrieval_tuning", report.plot_retrieval_tuning(tuning)
     models = ["smollm2-135m-instruct", "qwen2.5-7b-instruct", "llama-3.1-8b-instruct"]
     yield (
@@ -248,10 +277,12 @@ def _figures(cost_scale: float, tie: bool, lengths: list[int]):
         "example-hosted-api", 100_000, 30, 32, [1, 2, 5, 10, 50, 100]
     )
     yield "plot_prefix_caching", report.plot_prefix_caching(caching, 0.002).figure
-    planned = pd.DataFrame([
-        {"strategy": "long_context", "prompt_tokens": 100_030, "completion_tokens": 32},
-        {"strategy": "rag", "prompt_tokens": 1500, "completion_tokens": 32},
-    ])  # fmt: skip
+    planned = pd.DataFrame(
+        [
+            {"strategy": "long_context", "prompt_tokens": 100_030, "completion_tokens": 32},
+            {"strategy": "rag", "prompt_tokens": 1500, "completion_tokens": 32},
+        ]
+    )
     sheets = ["example-hosted-api", "openai-gpt-4.1", "anthropic-claude-sonnet-4-5"]
     _, curve = planning.prefix_cache_break_even(planned, sheets, prefix_tokens=100_000)
     yield "plot_break_even", report.plot_break_even(curve, sheet=sheets[-1]).figure
@@ -325,8 +356,16 @@ def test_retrieval_metrics_read_as_percentages_like_their_intervals():
     """ndcg@10 and mrr@5 are shares, as their CIs are: 75.0% beside 50.0%, never 0.75."""
     import pandas as pd
 
-    t = pd.DataFrame({"label": ["rag"], "ndcg@10": [0.75], "ndcg@10_ci_low": [0.5],
-                      "mrr@5": [1 / 3], "hit": [1.0], "n": [4]})  # fmt: skip
+    t = pd.DataFrame(
+        {
+            "label": ["rag"],
+            "ndcg@10": [0.75],
+            "ndcg@10_ci_low": [0.5],
+            "mrr@5": [1 / 3],
+            "hit": [1.0],
+            "n": [4],
+        }
+    )
     text = str(report.formatted(t))
     assert "75.0%" in text and "50.0%" in text and "33.3%" in text and "0.75" not in text
     assert "100.0%" in text  # a bare name (the whole ranking) too
@@ -390,14 +429,20 @@ def test_a_formatted_table_prints_as_plain_text_and_renders_as_html_in_jupyter()
 
 
 def test_break_even_reads_never_and_comes_first():
-    table = pd.DataFrame({
-        "sheet": ["example-hosted-api", "anthropic-claude-sonnet-4-5"],
-        "sheet_date": ["2025-01-15", "2025-11-01"], "rag_label": ["rag k=1", "rag k=1"],
-        "rag_dollars_per_query": [1.5e-5, 3e-4], "lc_first_question_dollars": [7e-5, 1.5e-3],
-        "lc_later_question_dollars": [4e-5, 1e-4], "lc_no_cache_dollars_per_query": [7e-5, 1e-3],
-        "prefix_tokens": [464.0, 464.0], "break_even_questions_per_document": [float("inf"), 2.5],
-        "lc_cheaper_from": pd.array([None, 3], dtype="Int64"),
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "sheet": ["example-hosted-api", "anthropic-claude-sonnet-4-5"],
+            "sheet_date": ["2025-01-15", "2025-11-01"],
+            "rag_label": ["rag k=1", "rag k=1"],
+            "rag_dollars_per_query": [1.5e-5, 3e-4],
+            "lc_first_question_dollars": [7e-5, 1.5e-3],
+            "lc_later_question_dollars": [4e-5, 1e-4],
+            "lc_no_cache_dollars_per_query": [7e-5, 1e-3],
+            "prefix_tokens": [464.0, 464.0],
+            "break_even_questions_per_document": [float("inf"), 2.5],
+            "lc_cheaper_from": pd.array([None, 3], dtype="Int64"),
+        }
+    )
     styler = report.formatted(table)
     first = list(styler.data.columns[:4])
     assert first == ["sheet", "rag_label", "break_even_questions_per_document", "lc_cheaper_from"]
@@ -471,5 +516,11 @@ def test_tick_labels_keep_the_digit_that_tells_close_ticks_apart():
     from ragbench.report.readable import compact_number
 
     assert [compact_number(v) for v in (0.125, 0.175, 0.0125, 0.02, 2e-05, 0.5)] == [
-        "0.125", "0.175", "0.0125", "0.02", "0.00002", "0.5"]  # fmt: skip
+        "0.125",
+        "0.175",
+        "0.0125",
+        "0.02",
+        "0.00002",
+        "0.5",
+    ]
     assert [compact_number(v) for v in (1.25, 7000, 8192, 2e6)] == ["1.25", "7k", "8k", "2M"]

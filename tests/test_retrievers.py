@@ -21,10 +21,29 @@ from ragbench.retrieval.retrievers import (
 )
 from ragbench.types import Chunk, Document
 
-FILLER_WORDS = (
-    "startups founders investors users product growth essay writing painting cities "
-    "programming language hackers schools ideas money wealth design taste work time"
-).split()
+FILLER_WORDS = [
+    "startups",
+    "founders",
+    "investors",
+    "users",
+    "product",
+    "growth",
+    "essay",
+    "writing",
+    "painting",
+    "cities",
+    "programming",
+    "language",
+    "hackers",
+    "schools",
+    "ideas",
+    "money",
+    "wealth",
+    "design",
+    "taste",
+    "work",
+    "time",
+]
 
 
 def filler(rng: random.Random, sentences: int) -> str:

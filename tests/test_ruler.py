@@ -37,8 +37,9 @@ def test_task_list_matches_registry():
 
 @pytest.mark.parametrize("haystack", ["essays", "noise", "needles"])
 def test_niah_single(haystack):
-    examples = build("niah_single", context_lengths=[1200], num_examples=2, tokenizer=WS,
-                     haystack=haystack)  # fmt: skip
+    examples = build(
+        "niah_single", context_lengths=[1200], num_examples=2, tokenizer=WS, haystack=haystack
+    )
     assert [e.id for e in examples] == [
         "ruler-niah_single-L1200-0000",
         "ruler-niah_single-L1200-0001",
@@ -60,11 +61,24 @@ def test_niah_single(haystack):
 
 
 def test_value_and_key_types():
-    [w] = build("niah_single", context_lengths=[600], num_examples=1, tokenizer=WS,
-                haystack="noise", value_type="words")  # fmt: skip
+    [w] = build(
+        "niah_single",
+        context_lengths=[600],
+        num_examples=1,
+        tokenizer=WS,
+        haystack="noise",
+        value_type="words",
+    )
     assert re.fullmatch(r"[a-z]+-[a-z]+", w.answers[0])
-    [u] = build("niah_single", context_lengths=[600], num_examples=1, tokenizer=WS,
-                haystack="needles", key_type="uuids", value_type="uuids")  # fmt: skip
+    [u] = build(
+        "niah_single",
+        context_lengths=[600],
+        num_examples=1,
+        tokenizer=WS,
+        haystack="needles",
+        key_type="uuids",
+        value_type="uuids",
+    )
     assert UUID_RE.fullmatch(u.answers[0]) and UUID_RE.search(u.question)
     _, key, _ = NEEDLE_RE.fullmatch(_spans(u)[0]).groups()
     assert u.documents[0].text.count(key) == 1  # the filler needles use other keys
@@ -76,8 +90,9 @@ def test_value_and_key_types():
 
 @pytest.mark.parametrize("haystack", ["essays", "needles"])
 def test_multikey_each_key_once_only_gold_is_evidence(haystack):
-    [e] = build("niah_multikey", context_lengths=[1500], num_examples=1, tokenizer=WS,
-                haystack=haystack)  # fmt: skip
+    [e] = build(
+        "niah_multikey", context_lengths=[1500], num_examples=1, tokenizer=WS, haystack=haystack
+    )
     _check_size(e)
     text = e.documents[0].text
     keys = [k for _, k, _ in NEEDLE_RE.findall(text)]
@@ -111,8 +126,14 @@ def test_multiquery_asks_every_key():
 
 
 def test_variable_tracking_chain():
-    [e] = build("variable_tracking", context_lengths=[1000], num_examples=1, tokenizer=WS,
-                num_chains=2, num_hops=3)  # fmt: skip
+    [e] = build(
+        "variable_tracking",
+        context_lengths=[1000],
+        num_examples=1,
+        tokenizer=WS,
+        num_chains=2,
+        num_hops=3,
+    )
     _check_size(e)
     spans = _spans(e)
     names = list(e.answers)
@@ -128,8 +149,9 @@ def test_variable_tracking_chain():
 
 
 def test_common_words_counts():
-    [e] = build("common_words", context_lengths=[1500], num_examples=1, tokenizer=WS,
-                freq_cw=12, freq_ucw=2)  # fmt: skip
+    [e] = build(
+        "common_words", context_lengths=[1500], num_examples=1, tokenizer=WS, freq_cw=12, freq_ucw=2
+    )
     _check_size(e)
     items = re.findall(r"(\d+)\. ([a-z]+)", e.documents[0].text)
     assert [int(i) for i, _ in items] == list(range(1, len(items) + 1))
@@ -212,14 +234,14 @@ def test_your_corpus_as_the_ruler_haystack(tmp_path):
 
     filler = " ".join(f"The ferry schedule note {j} is posted." for j in range(400))
     corpus = write_documents(tmp_path / "corpus.jsonl", [Document("a.md", filler)])
-    [e] = build("niah_single", context_lengths=[1200], num_examples=1, tokenizer=WS,
-                haystack=str(corpus))  # fmt: skip
+    [e] = build(
+        "niah_single", context_lengths=[1200], num_examples=1, tokenizer=WS, haystack=str(corpus)
+    )
     _check_size(e)
     text = e.documents[0].text
     assert "ferry schedule note" in text and NEEDLE_RE.fullmatch(_spans(e)[0])
     with pytest.raises(ValueError, match="corpus.jsonl"):
-        build("niah_single", context_lengths=[1200], num_examples=1, tokenizer=WS,
-              haystack="essay")  # fmt: skip
+        build("niah_single", context_lengths=[1200], num_examples=1, tokenizer=WS, haystack="essay")
 
 
 def test_bad_parameters_name_their_key_and_valid_range():

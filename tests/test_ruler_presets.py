@@ -31,20 +31,106 @@ WS = "whitespace"
 # cites): https://github.com/NVIDIA/RULER/blob/c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a/scripts/synthetic.yaml
 ORACLE_COMMIT = "c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a"
 SYNTHETIC_YAML = {
-    "niah_single_1": {"task": "niah", "args": {"type_haystack": "noise", "type_needle_k": "words", "type_needle_v": "numbers", "num_needle_k": 1, "num_needle_v": 1, "num_needle_q": 1}},
-    "niah_single_2": {"task": "niah", "args": {"type_haystack": "essay", "type_needle_k": "words", "type_needle_v": "numbers", "num_needle_k": 1, "num_needle_v": 1, "num_needle_q": 1}},
-    "niah_single_3": {"task": "niah", "args": {"type_haystack": "essay", "type_needle_k": "words", "type_needle_v": "uuids", "num_needle_k": 1, "num_needle_v": 1, "num_needle_q": 1}},
-    "niah_multikey_1": {"task": "niah", "args": {"type_haystack": "essay", "type_needle_k": "words", "type_needle_v": "numbers", "num_needle_k": 4, "num_needle_v": 1, "num_needle_q": 1}},
-    "niah_multikey_2": {"task": "niah", "args": {"type_haystack": "needle", "type_needle_k": "words", "type_needle_v": "numbers", "num_needle_k": 1, "num_needle_v": 1, "num_needle_q": 1}},
-    "niah_multikey_3": {"task": "niah", "args": {"type_haystack": "needle", "type_needle_k": "uuids", "type_needle_v": "uuids", "num_needle_k": 1, "num_needle_v": 1, "num_needle_q": 1}},
-    "niah_multivalue": {"task": "niah", "args": {"type_haystack": "essay", "type_needle_k": "words", "type_needle_v": "numbers", "num_needle_k": 1, "num_needle_v": 4, "num_needle_q": 1}},
-    "niah_multiquery": {"task": "niah", "args": {"type_haystack": "essay", "type_needle_k": "words", "type_needle_v": "numbers", "num_needle_k": 1, "num_needle_v": 1, "num_needle_q": 4}},
-    "vt": {"task": "variable_tracking", "args": {"type_haystack": "noise", "num_chains": 1, "num_hops": 4}},
-    "cwe": {"task": "common_words_extraction", "args": {"freq_cw": 30, "freq_ucw": 3, "num_cw": 10}},
+    "niah_single_1": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "noise",
+            "type_needle_k": "words",
+            "type_needle_v": "numbers",
+            "num_needle_k": 1,
+            "num_needle_v": 1,
+            "num_needle_q": 1,
+        },
+    },
+    "niah_single_2": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "essay",
+            "type_needle_k": "words",
+            "type_needle_v": "numbers",
+            "num_needle_k": 1,
+            "num_needle_v": 1,
+            "num_needle_q": 1,
+        },
+    },
+    "niah_single_3": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "essay",
+            "type_needle_k": "words",
+            "type_needle_v": "uuids",
+            "num_needle_k": 1,
+            "num_needle_v": 1,
+            "num_needle_q": 1,
+        },
+    },
+    "niah_multikey_1": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "essay",
+            "type_needle_k": "words",
+            "type_needle_v": "numbers",
+            "num_needle_k": 4,
+            "num_needle_v": 1,
+            "num_needle_q": 1,
+        },
+    },
+    "niah_multikey_2": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "needle",
+            "type_needle_k": "words",
+            "type_needle_v": "numbers",
+            "num_needle_k": 1,
+            "num_needle_v": 1,
+            "num_needle_q": 1,
+        },
+    },
+    "niah_multikey_3": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "needle",
+            "type_needle_k": "uuids",
+            "type_needle_v": "uuids",
+            "num_needle_k": 1,
+            "num_needle_v": 1,
+            "num_needle_q": 1,
+        },
+    },
+    "niah_multivalue": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "essay",
+            "type_needle_k": "words",
+            "type_needle_v": "numbers",
+            "num_needle_k": 1,
+            "num_needle_v": 4,
+            "num_needle_q": 1,
+        },
+    },
+    "niah_multiquery": {
+        "task": "niah",
+        "args": {
+            "type_haystack": "essay",
+            "type_needle_k": "words",
+            "type_needle_v": "numbers",
+            "num_needle_k": 1,
+            "num_needle_v": 1,
+            "num_needle_q": 4,
+        },
+    },
+    "vt": {
+        "task": "variable_tracking",
+        "args": {"type_haystack": "noise", "num_chains": 1, "num_hops": 4},
+    },
+    "cwe": {
+        "task": "common_words_extraction",
+        "args": {"freq_cw": 30, "freq_ucw": 3, "num_cw": 10},
+    },
     "fwe": {"task": "freq_words_extraction", "args": {"alpha": 2.0}},
     "qa_1": {"task": "qa", "args": {"dataset": "squad"}},
     "qa_2": {"task": "qa", "args": {"dataset": "hotpotqa"}},
-}  # fmt: skip
+}
 # scripts/data/synthetic/constants.py (tokens_to_generate) and scripts/eval/synthetic/constants.py
 # (metric_fn) at the same commit
 ORACLE_TASKS = {
@@ -146,13 +232,15 @@ def test_vt_and_cwe_presets_and_rulers_short_context_frequencies():
             words[example.answers[0]]
         }
 
-    short, long = build_dataset("ruler/cwe", context_lengths=[1000, 4096], num_examples=1,
-                                tokenizer=WS)  # fmt: skip
+    short, long = build_dataset(
+        "ruler/cwe", context_lengths=[1000, 4096], num_examples=1, tokenizer=WS
+    )
     assert len(short.answers) == len(long.answers) == 10
     assert counts(short) == ({6}, {1})  # below 4096 tokens RULER uses 6x and 1x
     assert counts(long) == ({30}, {3})  # synthetic.yaml's freq_cw and freq_ucw
-    [chosen] = build_dataset("ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS,
-                             freq_cw=8)  # fmt: skip
+    [chosen] = build_dataset(
+        "ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS, freq_cw=8
+    )
     assert counts(chosen) == ({8}, {1})  # an explicit value wins; the other stays RULER's
 
 
@@ -179,14 +267,16 @@ def test_cwe_has_rulers_worked_example_in_front_of_the_list():
     [long] = build_dataset("ruler/cwe", context_lengths=[4096], num_examples=1, tokenizer=WS)
     shot = long.documents[0].text.split("\n" + CWE_INSTRUCTION + "\n")[0]
     assert len(set(re.findall(r"\d+\. ([a-z]+)", shot))) == 40  # from 4096: 40 words, 10x/3x
-    [none] = build_dataset("ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS,
-                           num_fewshot=0)  # fmt: skip
+    [none] = build_dataset(
+        "ruler/cwe", context_lengths=[1000], num_examples=1, tokenizer=WS, num_fewshot=0
+    )
     assert none.documents[0].text.startswith(CWE_INSTRUCTION + "\n1. ")
     with pytest.raises(DatasetParamError, match="the worked example takes .* or num_fewshot: 0"):
         build_dataset("ruler/cwe", context_lengths=[400], num_examples=1, tokenizer=WS)
     # the generic task keeps its plain list
-    [plain] = build_dataset("ruler/common_words", context_lengths=[1000], num_examples=1,
-                            tokenizer=WS)  # fmt: skip
+    [plain] = build_dataset(
+        "ruler/common_words", context_lengths=[1000], num_examples=1, tokenizer=WS
+    )
     assert (
         plain.documents[0].text.startswith("1. ") and CWE_INSTRUCTION not in plain.documents[0].text
     )
@@ -225,8 +315,7 @@ def test_fwe_preset_sizes_and_determinism():
         assert 1000 - 10 <= e.meta["context_tokens"] <= 1000
         counts = Counter(e.documents[0].text.split())
         assert [w for w, _ in counts.most_common(4)][1:] == list(e.answers)
-    other = build_dataset("ruler/fwe", context_lengths=[1200], num_examples=1, tokenizer=WS,
-                          seed=7)  # fmt: skip
+    other = build_dataset("ruler/fwe", context_lengths=[1200], num_examples=1, tokenizer=WS, seed=7)
     assert other[0].answers != first[0].answers
 
 
@@ -242,8 +331,13 @@ def test_fwe_refuses_a_context_without_a_distinct_top_three():
 def test_names_accepted_by_the_registry_and_configs():
     from ragbench.experiment.config.sections import DatasetConfig
 
-    for name in ["ruler/niah_multikey", "ruler/niah_single_1", "ruler/vt", "ruler/qa",
-                 "ruler/qa_1"]:  # fmt: skip
+    for name in [
+        "ruler/niah_multikey",
+        "ruler/niah_single_1",
+        "ruler/vt",
+        "ruler/qa",
+        "ruler/qa_1",
+    ]:
         assert DatasetConfig(name=name, params={"context_lengths": [600]}).name == name
         assert dataset_name(name) == dataset_name(name.removeprefix("ruler/")) == name
     with pytest.raises(ValueError, match="did you mean 'ruler/niah_single_1'"):
@@ -273,8 +367,22 @@ def test_list_data_and_configs_share_the_names(tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
         short = task.removeprefix("ruler/")
         assert f'"task":"ruler/{short}"' in (tmp_path / "x.jsonl").read_text()
-    result = runner.invoke(app, ["data", "ruler", "niah_single_3", "--context-lengths", "700",
-                                 "--num-examples", "1", "--tokenizer", WS, "--out", "u.jsonl"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "data",
+            "ruler",
+            "niah_single_3",
+            "--context-lengths",
+            "700",
+            "--num-examples",
+            "1",
+            "--tokenizer",
+            WS,
+            "--out",
+            "u.jsonl",
+        ],
+    )
     assert result.exit_code == 0 and re.search(UUID, (tmp_path / "u.jsonl").read_text())
     result = runner.invoke(app, ["data", "ruler", "ruler/niah_singel_1"])
     assert result.exit_code == 2 and "did you mean 'niah_single_1'" in result.output
@@ -285,15 +393,25 @@ def test_list_data_and_configs_share_the_names(tmp_path, monkeypatch):
 def _table_rows():
     rows = []
     for label in ["long_context", "rag"]:
-        for task, metric in [("ruler/niah_single_1", "string_match_all"),
-                             ("ruler/qa_1", "string_match_part")]:  # fmt: skip
+        for task, metric in [
+            ("ruler/niah_single_1", "string_match_all"),
+            ("ruler/qa_1", "string_match_part"),
+        ]:
             for length in [1024, 2048]:
                 for i in range(2):
-                    rows.append({
-                        "label": label, "strategy": label, "params": "{}", "task": task,
-                        "context_length": length, "ruler_metric": metric, "error": None,
-                        "string_match_all": 0.25 * i, "string_match_part": float(length == 1024),
-                    })  # fmt: skip
+                    rows.append(
+                        {
+                            "label": label,
+                            "strategy": label,
+                            "params": "{}",
+                            "task": task,
+                            "context_length": length,
+                            "ruler_metric": metric,
+                            "error": None,
+                            "string_match_all": 0.25 * i,
+                            "string_match_part": float(length == 1024),
+                        }
+                    )
     rows[-1]["error"], rows[-1]["string_match_part"] = "timeout", float("nan")
     return pd.DataFrame(rows)
 
@@ -302,9 +420,13 @@ def test_ruler_table_layout_and_per_task_metric():
     table = ruler_table(_table_rows())
     assert list(table.columns) == [1024, 2048, AVERAGE]
     assert list(table.index) == [
-        ("long_context", "niah_single_1"), ("long_context", "qa_1"), ("long_context", ALL_TASKS),
-        ("rag", "niah_single_1"), ("rag", "qa_1"), ("rag", ALL_TASKS),
-    ]  # fmt: skip
+        ("long_context", "niah_single_1"),
+        ("long_context", "qa_1"),
+        ("long_context", ALL_TASKS),
+        ("rag", "niah_single_1"),
+        ("rag", "qa_1"),
+        ("rag", ALL_TASKS),
+    ]
     lc = table.loc["long_context"]
     assert lc.loc["niah_single_1"].tolist() == [12.5, 12.5, 12.5]  # string_match_all, in %
     assert lc.loc["qa_1"].tolist() == [100.0, 0.0, 50.0]  # string_match_part
@@ -322,10 +444,18 @@ def test_ruler_table_rows_follow_rulers_order():
     # niah_multivalue and fwe are both presets and generic tasks: their place is the preset's
     tasks = ["ruler/qa_1", "ruler/fwe", "ruler/niah_multivalue", "ruler/vt", "ruler/niah_single_1"]
     rows = [
-        {"label": "lc", "strategy": "lc", "params": "{}", "task": t, "context_length": 1024,
-         "ruler_metric": "string_match_all", "error": None, "string_match_all": 1.0}
+        {
+            "label": "lc",
+            "strategy": "lc",
+            "params": "{}",
+            "task": t,
+            "context_length": 1024,
+            "ruler_metric": "string_match_all",
+            "error": None,
+            "string_match_all": 1.0,
+        }
         for t in tasks
-    ]  # fmt: skip
+    ]
     table = ruler_table(pd.DataFrame(rows))
     assert [t for _, t in table.index][:-1] == [
         "niah_single_1",
@@ -338,11 +468,19 @@ def test_ruler_table_rows_follow_rulers_order():
 
 def test_ruler_text_prints_every_score_with_two_decimals():
     rows = [
-        {"label": "lc", "strategy": "lc", "params": "{}", "task": "ruler/niah_single_1",
-         "context_length": n, "ruler_metric": "string_match_all", "error": None,
-         "string_match_all": score}
-        for n, scores in ((600, [1.0, 1.0]), (1200, [1.0, 0.875])) for score in scores
-    ]  # fmt: skip
+        {
+            "label": "lc",
+            "strategy": "lc",
+            "params": "{}",
+            "task": "ruler/niah_single_1",
+            "context_length": n,
+            "ruler_metric": "string_match_all",
+            "error": None,
+            "string_match_all": score,
+        }
+        for n, scores in ((600, [1.0, 1.0]), (1200, [1.0, 0.875]))
+        for score in scores
+    ]
     table = ruler_table(pd.DataFrame(rows))
     text = ruler_text(table)
     [row] = [line for line in text.splitlines() if "niah_single_1" in line]

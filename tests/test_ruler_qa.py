@@ -23,7 +23,11 @@ def _paragraph(a: int, p: int) -> tuple[str, str, str]:
     """(context, question, answer): ~40 whitespace tokens with one fact."""
     filler = " ".join(f"w{a}{p}x{j}" for j in range(30))
     fact = f"The capital of Zorland{a}{p} is Town{a}{p}."
-    return f"Paragraph {a}-{p} begins. {filler}. {fact} It ends.", f"What is the capital of Zorland{a}{p}?", f"Town{a}{p}"  # fmt: skip
+    return (
+        f"Paragraph {a}-{p} begins. {filler}. {fact} It ends.",
+        f"What is the capital of Zorland{a}{p}?",
+        f"Town{a}{p}",
+    )
 
 
 def squad_file(tmp_path: Path, impossible: bool = False) -> Path:
@@ -34,8 +38,11 @@ def squad_file(tmp_path: Path, impossible: bool = False) -> Path:
         paragraphs = []
         for p in range(3):
             context, question, answer = _paragraph(a, p)
-            qa = {"id": f"q{a}{p}", "question": question,
-                  "answers": [{"text": answer, "answer_start": context.index(answer)}]}  # fmt: skip
+            qa = {
+                "id": f"q{a}{p}",
+                "question": question,
+                "answers": [{"text": answer, "answer_start": context.index(answer)}],
+            }
             if impossible:
                 qa["is_impossible"] = (a, p) == (0, 1)
                 if qa["is_impossible"]:
@@ -56,16 +63,26 @@ def hotpot_file(tmp_path: Path) -> Path:
         context = []
         for p in range(4):
             sents = [f"Title{q}{p} is a place number {q}{p}."] + [
-                f" Sentence {s} of {q}{p} says " + " ".join(f"h{q}{p}s{s}w{j}" for j in range(8)) + "."
+                f" Sentence {s} of {q}{p} says "
+                + " ".join(f"h{q}{p}s{s}w{j}" for j in range(8))
+                + "."
                 for s in range(1, 4)
-            ]  # fmt: skip
+            ]
             context.append([f"Title{q}{p}", sents])
         context[1][1][2] = f" The founder of Title{q}1 was Person{q}."
         context[3][1][1] = f" Person{q} was born in Year{q}."
         facts = [[f"Title{q}1", 2], [f"Title{q}3", 1]] + ([[f"Title{q}3", 9]] if q == 2 else [])
-        rows.append({"_id": f"hp{q}", "question": f"When was the founder of Title{q}1 born?",
-                     "answer": f"Year{q}", "supporting_facts": facts, "context": context,
-                     "type": "bridge", "level": "hard"})  # fmt: skip
+        rows.append(
+            {
+                "_id": f"hp{q}",
+                "question": f"When was the founder of Title{q}1 born?",
+                "answer": f"Year{q}",
+                "supporting_facts": facts,
+                "context": context,
+                "type": "bridge",
+                "level": "hard",
+            }
+        )
     path = tmp_path / "hotpot.json"
     path.write_text(json.dumps(rows, indent=1))
     return path
@@ -77,8 +94,9 @@ def _doc_tokens(example) -> int:
 
 def test_qa_1_squad_gold_among_distractors_fills_the_length(tmp_path):
     path = squad_file(tmp_path)
-    examples = build_dataset("ruler/qa_1", path=str(path), context_lengths=[400], num_examples=4,
-                             tokenizer=WS)  # fmt: skip
+    examples = build_dataset(
+        "ruler/qa_1", path=str(path), context_lengths=[400], num_examples=4, tokenizer=WS
+    )
     assert [e.id for e in examples] == [f"ruler-qa_1-L400-000{i}" for i in range(4)]
     for i, e in enumerate(examples):
         a, p = divmod(i, 3)
@@ -118,8 +136,9 @@ def test_qa_same_questions_at_every_length_and_deterministic(tmp_path):
 
 def test_squad_v2_unanswerable_question_is_not_asked_but_its_paragraph_stays(tmp_path):
     path = squad_file(tmp_path, impossible=True)
-    examples = build_dataset("ruler/qa_1", path=str(path), context_lengths=[500], num_examples=8,
-                             tokenizer=WS)  # fmt: skip
+    examples = build_dataset(
+        "ruler/qa_1", path=str(path), context_lengths=[500], num_examples=8, tokenizer=WS
+    )
     assert "q01" not in [e.meta["question_id"] for e in examples]
     first = examples[0]  # q00: its article's paragraph 0-1 is a distractor all the same
     assert _paragraph(0, 1)[0] in [d.text for d in first.documents]
@@ -129,8 +148,9 @@ def test_squad_v2_unanswerable_question_is_not_asked_but_its_paragraph_stays(tmp
 
 def test_qa_2_hotpotqa_brings_its_context_paragraphs_and_supporting_sentences(tmp_path):
     path = hotpot_file(tmp_path)
-    examples = build_dataset("ruler/qa_2", path=str(path), context_lengths=[500], num_examples=3,
-                             tokenizer=WS)  # fmt: skip
+    examples = build_dataset(
+        "ruler/qa_2", path=str(path), context_lengths=[500], num_examples=3, tokenizer=WS
+    )
     for q, e in enumerate(examples):
         assert e.answers == (f"Year{q}",) and e.meta["source"] == "hotpotqa"
         texts = [d.text for d in e.documents]
@@ -143,7 +163,10 @@ def test_qa_2_hotpotqa_brings_its_context_paragraphs_and_supporting_sentences(tm
             next(d for d in e.documents if d.id == doc_id).text[s:end]
             for doc_id, s, end in e.meta["evidence"]
         )
-        assert quoted == [f" Person{q} was born in Year{q}.", f" The founder of Title{q}1 was Person{q}."]  # fmt: skip
+        assert quoted == [
+            f" Person{q} was born in Year{q}.",
+            f" The founder of Title{q}1 was Person{q}.",
+        ]
         assert len(e.meta["gold_doc_ids"]) == 2
 
 
@@ -179,8 +202,7 @@ def test_qa_errors_name_the_parameter_and_the_file(tmp_path):
         build_dataset("ruler/qa_2", tokenizer=WS)
     path = str(squad_file(tmp_path))
     with pytest.raises(ValueError, match="9 paragraphs cannot fill context length 2000"):
-        build_dataset("ruler/qa_1", path=path, context_lengths=[2000], tokenizer=WS,
-                      num_examples=1)  # fmt: skip
+        build_dataset("ruler/qa_1", path=path, context_lengths=[2000], tokenizer=WS, num_examples=1)
     with pytest.raises(ValueError, match="did you mean 'hotpotqa'"):
         build_dataset("ruler/qa", path=path, format="hotpot", tokenizer=WS)
 
@@ -194,7 +216,7 @@ def _config(tmp_path, dataset: dict, name: str) -> dict:
             "name": "fake",
             "preset": "smollm2-135m-instruct",
             "cache": False,
-        },  # fmt: skip
+        },
         "retrieval": {"embedder": "hash", "chunk_size": 32, "chunk_overlap": 4, "tokenizer": WS},
         "strategies": ["closed_book", "long_context", {"name": "rag", "params": {"top_k": 2}}],
         "metrics": ["string_match_all", "string_match_part"],
@@ -204,10 +226,17 @@ def _config(tmp_path, dataset: dict, name: str) -> dict:
 
 def test_configs_over_fwe_and_qa_1_run_end_to_end_on_the_fake_model(tmp_path):
     common = {"num_examples": 2, "tokenizer": WS}
-    fwe = _config(tmp_path, {"name": "ruler/fwe", "params": {"context_lengths": [700], **common}},
-                  "fwe")  # fmt: skip
-    qa = _config(tmp_path, {"name": "ruler/qa_1", "params": {
-        "path": str(squad_file(tmp_path)), "context_lengths": [400], **common}}, "qa")  # fmt: skip
+    fwe = _config(
+        tmp_path, {"name": "ruler/fwe", "params": {"context_lengths": [700], **common}}, "fwe"
+    )
+    qa = _config(
+        tmp_path,
+        {
+            "name": "ruler/qa_1",
+            "params": {"path": str(squad_file(tmp_path)), "context_lengths": [400], **common},
+        },
+        "qa",
+    )
     for cfg, task in ((fwe, "fwe"), (qa, "qa_1")):
         df = run(cfg, progress=False)
         assert df["error"].isna().all(), df["error"].tolist()
@@ -230,8 +259,14 @@ def test_a_preset_on_the_embedded_model(tmp_path):
     from ragbench.experiment.config.run import load_config
 
     base = load_config(Path(__file__).parent.parent / "configs" / "quick-cpu.yaml").model_dump()
-    base |= {"name": "ruler-slow", "output_dir": str(tmp_path), "dataset": {
-        "name": "ruler/niah_single_2", "params": {"context_lengths": [1024], "num_examples": 1}}}  # fmt: skip
+    base |= {
+        "name": "ruler-slow",
+        "output_dir": str(tmp_path),
+        "dataset": {
+            "name": "ruler/niah_single_2",
+            "params": {"context_lengths": [1024], "num_examples": 1},
+        },
+    }
     base["strategies"] = ["long_context", {"name": "rag", "params": {"top_k": 3}}]
     base["metrics"] = ["string_match_all", "string_match_part"]
     base["model"]["cache"] = False

@@ -410,10 +410,15 @@ def test_flatten_never_lets_one_section_overwrite_another():
     from ragbench.types import Record
 
     record = Record(
-        "e", "rag", RagParams(top_k=3), "x", ("x",),
+        "e",
+        "rag",
+        RagParams(top_k=3),
+        "x",
+        ("x",),
         scores={"top_k": 0.5, "string_match_all": 1.0},
-        cost=Cost(prompt_tokens=7), meta={"prompt_tokens": "meta"},
-    )  # fmt: skip
+        cost=Cost(prompt_tokens=7),
+        meta={"prompt_tokens": "meta"},
+    )
     row = flatten(record, {"top_k": "fact", "depth_percent": 50})
     assert row["param_top_k"] == 3 and row["score_top_k"] == 0.5 and row["ex_top_k"] == "fact"
     assert row["cost_prompt_tokens"] == 7 and row["meta_prompt_tokens"] == "meta"
@@ -586,8 +591,9 @@ def test_a_damaged_manifest_is_kept_aside_and_said_not_silently_replaced(tmp_pat
         run(cfg, progress=False)
     kept = list(run_dir.glob("manifest.json.damaged-*"))
     assert len(kept) == 1 and kept[0].read_text().endswith('"sessions": [')
-    assert any("unreadable" in r.getMessage() and kept[0].name in r.getMessage()
-               for r in caplog.records)  # fmt: skip
+    assert any(
+        "unreadable" in r.getMessage() and kept[0].name in r.getMessage() for r in caplog.records
+    )
     assert json.loads((run_dir / "manifest.json").read_text())["name"] == "t-niah"
 
 
@@ -613,8 +619,11 @@ def test_a_table_whose_every_record_failed_says_why_instead_of_a_missing_column(
     def down(request):
         raise RuntimeError("HTTP 503 from the server")
 
-    df = run(niah_config(tmp_path, strategies=["closed_book"]), progress=False,
-             llm=FakeLLM(answer_fn=down))  # fmt: skip
+    df = run(
+        niah_config(tmp_path, strategies=["closed_book"]),
+        progress=False,
+        llm=FakeLLM(answer_fn=down),
+    )
     assert df["error"].notna().all()
     manifest = json.loads((Path(df.attrs["run_dir"]) / "manifest.json").read_text())
     assert manifest["status"] == "failed"  # not "finished": nothing it was asked succeeded

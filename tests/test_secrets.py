@@ -12,12 +12,24 @@ from ragbench import secrets
 @pytest.mark.parametrize(
     ("name", "secret"),
     [
-        ("api_key", True), ("X-Api-Key", True), ("OPENAI_API_KEY", True), ("accessToken", True),
-        ("HF_TOKEN", True), ("password", True), ("Authorization", True), ("apikey", True),
-        ("max_new_tokens", False), ("tokenizer", False), ("keywords", False), ("top_k", False),
-        ("num_keys", False), ("base_url", False), ("PWD", False), ("OLDPWD", False),
+        ("api_key", True),
+        ("X-Api-Key", True),
+        ("OPENAI_API_KEY", True),
+        ("accessToken", True),
+        ("HF_TOKEN", True),
+        ("password", True),
+        ("Authorization", True),
+        ("apikey", True),
+        ("max_new_tokens", False),
+        ("tokenizer", False),
+        ("keywords", False),
+        ("top_k", False),
+        ("num_keys", False),
+        ("base_url", False),
+        ("PWD", False),
+        ("OLDPWD", False),
     ],
-)  # fmt: skip
+)
 def test_names_are_judged_by_their_words(name, secret):
     assert secrets.is_secret_name(name) is secret
 
@@ -79,10 +91,24 @@ def test_log_lines_pass_through_the_filter(caplog):
 
 
 def test_a_credential_named_field_is_masked_whatever_its_type():
-    clean = secrets.redact({"api_key": {"k": "v-1"}, "token": [7, 8], "password": 31415926,
-                            "eos_token_id": 2, "num_key_value_heads": 8, "auth": None})  # fmt: skip
-    assert clean == {"api_key": "***", "token": "***", "password": "***", "eos_token_id": 2,
-                     "num_key_value_heads": 8, "auth": None}  # fmt: skip
+    clean = secrets.redact(
+        {
+            "api_key": {"k": "v-1"},
+            "token": [7, 8],
+            "password": 31415926,
+            "eos_token_id": 2,
+            "num_key_value_heads": 8,
+            "auth": None,
+        }
+    )
+    assert clean == {
+        "api_key": "***",
+        "token": "***",
+        "password": "***",
+        "eos_token_id": 2,
+        "num_key_value_heads": 8,
+        "auth": None,
+    }
 
 
 @pytest.mark.parametrize(
@@ -93,9 +119,12 @@ def test_a_credential_named_field_is_masked_whatever_its_type():
         ('{"X-Api-Key": "k"}', '{"X-Api-Key": "***"}'),
         ('os.environ["HF_TOKEN"] = "x"', 'os.environ["HF_TOKEN"] = "***"'),
         ('api_key: str = ""  # help', 'api_key: str = ""  # help'),
-        ('tokenizer = "whitespace"; max_new_tokens = 32', 'tokenizer = "whitespace"; max_new_tokens = 32'),
+        (
+            'tokenizer = "whitespace"; max_new_tokens = 32',
+            'tokenizer = "whitespace"; max_new_tokens = 32',
+        ),
     ],
-)  # fmt: skip
+)
 def test_code_masks_quoted_credentials_whatever_they_look_like(code, clean):
     assert secrets.redact_text(secrets.mask_code_literals(code), environ={}) == clean
 

@@ -53,9 +53,13 @@ def ragbench(*args: str, env: dict[str, str], log: Path) -> int:
     """The CLI as a user runs it, its whole output kept in ``log`` (a file we grep too)."""
     with log.open("ab") as f:
         return subprocess.run(
-            [sys.executable, "-m", "ragbench.cli", *args], stdout=f, stderr=subprocess.STDOUT,
-            env=env, cwd=ROOT, timeout=600,
-        ).returncode  # fmt: skip
+            [sys.executable, "-m", "ragbench.cli", *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            timeout=600,
+        ).returncode
 
 
 def leaks(folder: Path) -> list[str]:
@@ -134,9 +138,13 @@ def test_a_planted_secret_reaches_no_notebook_or_html(serve, tmp_path):
     log = tmp_path / "papermill.log"
     with log.open("wb") as f:
         done = subprocess.run(
-            [sys.executable, "-c", code, str(executed), json.dumps(params)], stdout=f,
-            stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=600,
-        )  # fmt: skip
+            [sys.executable, "-c", code, str(executed), json.dumps(params)],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            timeout=600,
+        )
     assert done.returncode == 0, log.read_text()[-3000:]
     assert srv.requests and srv.requests[0][1]["Authorization"] == f"Bearer {SECRET}-env-key"
     html = tmp_path / "reports" / "quickstart.html"
@@ -198,12 +206,34 @@ def test_compare_yaml_holds_no_credential_and_a_resume_takes_them_from_the_envir
     env = env_with_secret(tmp_path)
     log = tmp_path / "compare.log"
     code = ragbench(
-        "compare", str(docs), "--questions", str(tmp_path / "q.csv"), "--backend", "openai",
-        "--model", "m", "--price-sheet", "example-hosted-api", "--base-url", base_url,
-        "--pipeline-url", pipe_url, "--tokenizer",
-        "whitespace", "--embedder", "hash", "--strategy", "long_context", "--yes", "--quiet",
-        "--no-report", "--output-dir", str(tmp_path / "out"), env=env, log=log,
-    )  # fmt: skip
+        "compare",
+        str(docs),
+        "--questions",
+        str(tmp_path / "q.csv"),
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--price-sheet",
+        "example-hosted-api",
+        "--base-url",
+        base_url,
+        "--pipeline-url",
+        pipe_url,
+        "--tokenizer",
+        "whitespace",
+        "--embedder",
+        "hash",
+        "--strategy",
+        "long_context",
+        "--yes",
+        "--quiet",
+        "--no-report",
+        "--output-dir",
+        str(tmp_path / "out"),
+        env=env,
+        log=log,
+    )
     assert code == 0, log.read_text()
     assert srv.requests and PipelineService.seen  # both were called, with their credentials
     assert f"token={SECRET}-query" in srv.requests[-1][0]
@@ -226,8 +256,12 @@ def test_compare_yaml_holds_no_credential_and_a_resume_takes_them_from_the_envir
     with err.open("wb") as f:
         done = subprocess.run(
             [sys.executable, "-m", "ragbench.cli", "run", str(yaml_path), "--quiet"],
-            stdout=subprocess.DEVNULL, stderr=f, env=env, cwd=ROOT, timeout=600,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+            env=env,
+            cwd=ROOT,
+            timeout=600,
+        )
     lines = err.read_text().strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, lines
     assert (
@@ -264,8 +298,12 @@ def test_rendered_code_cells_show_no_credential(tmp_path):
     nbformat.write(nb, str(notebook))
     log = tmp_path / "render.log"
     html = tmp_path / "page" / "keys.html"
-    assert ragbench("render", str(notebook), "--out", str(html), env=env_with_secret(tmp_path),
-                    log=log) == 0, log.read_text()  # fmt: skip
+    assert (
+        ragbench(
+            "render", str(notebook), "--out", str(html), env=env_with_secret(tmp_path), log=log
+        )
+        == 0
+    ), log.read_text()
     page = html.read_text()
     assert "OpenAI" in page and "X-Api-Key" in page and page.count("***") >= 4
     assert [p for p in leaks(tmp_path) if not p.startswith(f"{notebook}:")] == []
@@ -317,8 +355,11 @@ def test_rendered_outputs_show_no_credential_the_code_printed_or_raised(tmp_path
 )
 def test_a_non_string_api_key_is_refused_naming_the_key_not_the_value(tmp_path, value):
     cfg = niah_config(tmp_path, strategies=["closed_book"])
-    cfg["model"] = {"backend": "openai", "name": "m",
-                    "params": {"base_url": "http://127.0.0.1:9/v1", "api_key": value}}  # fmt: skip
+    cfg["model"] = {
+        "backend": "openai",
+        "name": "m",
+        "params": {"base_url": "http://127.0.0.1:9/v1", "api_key": value},
+    }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = cli_stderr(["run", str(path)], tmp_path)
@@ -343,7 +384,7 @@ def test_a_non_string_api_key_is_refused_naming_the_key_not_the_value(tmp_path, 
             "--set",
             f"model.params.base_url=http//user:{SECRET}-pw@127.0.0.1:9/v1",
         ],
-    ],  # fmt: skip
+    ],
     ids=["malformed --set api_key", "base_url without its colon"],
 )
 def test_error_lines_on_stderr_quote_no_credential(tmp_path, args):
@@ -363,7 +404,12 @@ class Finished:
 def cli_stderr(args: list[str], tmp_path: Path) -> Finished:
     """The CLI's exit code and its stderr lines (stdout dropped)."""
     done = subprocess.run(
-        [sys.executable, "-m", "ragbench.cli", *args], stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, env=env_with_secret(tmp_path), cwd=ROOT, timeout=600, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "ragbench.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env_with_secret(tmp_path),
+        cwd=ROOT,
+        timeout=600,
+        text=True,
+    )
     return Finished(done.returncode, done.stderr.strip().splitlines())

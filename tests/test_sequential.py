@@ -126,8 +126,10 @@ def test_operating_characteristics(spending):
     the fixed design's 400 on average."""
     null = simulate(400, 5, 0.15, 0.15, spending=spending, runs=2000, seed=0)["sequential"]
     assert null["x_better"] + null["y_better"] <= 0.05
-    for x_only, y_only, right in ((0.20, 0.10, ("x_better", "x_not_worse")),
-                                  (0.10, 0.20, ("y_better",))):  # fmt: skip
+    for x_only, y_only, right in (
+        (0.20, 0.10, ("x_better", "x_not_worse")),
+        (0.10, 0.20, ("y_better",)),
+    ):
         s = simulate(400, 5, x_only, y_only, spending=spending, runs=2000, seed=0)["sequential"]
         assert sum(s[k] for k in right) >= 0.9
         assert s["mean_questions"] < 300

@@ -106,16 +106,23 @@ def test_the_section_is_validated_and_never_hashed(tmp_path):
         assert config_hash(load_config({**config(tmp_path), "sequential": section})) == (
             config_hash(plain)
         )
-    for bad, message in (({"round": 3}, "unknown key 'round'"),
-                         ({"rounds": 3, "round_size": 4}, "not both"),
-                         ({"spending": "pocok"}, "pocock"), ({"alpha": 1.5}, "alpha")):  # fmt: skip
+    for bad, message in (
+        ({"round": 3}, "unknown key 'round'"),
+        ({"rounds": 3, "round_size": 4}, "not both"),
+        ({"spending": "pocok"}, "pocock"),
+        ({"alpha": 1.5}, "alpha"),
+    ):
         with pytest.raises(ConfigError, match=message):
             load_config({**config(tmp_path), "sequential": bad})
     seq = load_config({**config(tmp_path), "sequential": {"round_size": 7}}).sequential
     assert seq.looks(18) == [7, 14, 18] and seq.looks(2) == [2]
     assert load_config({**config(tmp_path), "sequential": {}}).sequential.looks(18) == [
-        4, 7, 11, 14, 18,
-    ]  # fmt: skip
+        4,
+        7,
+        11,
+        14,
+        18,
+    ]
 
 
 def test_question_order_is_seeded():
@@ -137,8 +144,16 @@ def test_the_verdict_at_a_look_quotes_the_repeated_interval():
 
     lc = [1] * 60 + [0] * 40
     df = results({CB: [0] * 100, LC: lc, RAG: flip(lc, ones_to_zero=14)}, PRICES)
-    state = {"fractions": [0.25, 0.5], "spending": "obrien_fleming", "questions": 200,
-             "answered": 100, "stopped": None, "alpha": 0.05, "margin": 0.05, "seed": 0}  # fmt: skip
+    state = {
+        "fractions": [0.25, 0.5],
+        "spending": "obrien_fleming",
+        "questions": 200,
+        "answered": 100,
+        "stopped": None,
+        "alpha": 0.05,
+        "margin": 0.05,
+        "seed": 0,
+    }
     fixed, look = verdict(df), sequential_look(df, state)
     assert fixed.reason == "more_accurate" and fixed.choice == LC
     assert look.ci_high - look.ci_low > fixed.ci_high - fixed.ci_low
@@ -163,8 +178,16 @@ def test_variants_that_agree_on_every_question_decide():
     from ragbench.analysis.verdict import sequential_look
 
     df = results({LC: [1] * 100, RAG: [1] * 100}, PRICES)
-    state = {"fractions": [1 / 3, 2 / 3, 1.0], "spending": "obrien_fleming", "questions": 100,
-             "answered": 100, "stopped": None, "alpha": 0.05, "margin": 0.05, "seed": 0}  # fmt: skip
+    state = {
+        "fractions": [1 / 3, 2 / 3, 1.0],
+        "spending": "obrien_fleming",
+        "questions": 100,
+        "answered": 100,
+        "stopped": None,
+        "alpha": 0.05,
+        "margin": 0.05,
+        "seed": 0,
+    }
     look = sequential_look(df, state)
     assert look.reason == "not_worse" and look.choice == RAG
     assert -0.05 < look.ci_low < 0 < look.ci_high < 0.05

@@ -39,9 +39,15 @@ def busy_seconds(intervals: list) -> float:
 
 
 HOURLY = parse_price_sheet(
-    {"name": "h", "kind": "gpu_hour", "date": "2025-01-01", "source": "test",
-     "gpu_hour": 3.6, "gpus": 2}
-)  # fmt: skip
+    {
+        "name": "h",
+        "kind": "gpu_hour",
+        "date": "2025-01-01",
+        "source": "test",
+        "gpu_hour": 3.6,
+        "gpus": 2,
+    }
+)
 
 # ---------------------------------------------------------------------------- the pure split
 
@@ -166,15 +172,31 @@ def test_timeline_waits_for_an_overlapping_request_of_another_call():
 
 
 def test_cost_names_its_resource_seconds_basis():
-    served = Completion("x", 10, 2, prefill_seconds=0.5, decode_seconds=0.5, resource_seconds=0.1,
-                        meta={"resource_seconds_basis": "server_busy_share"})  # fmt: skip
+    served = Completion(
+        "x",
+        10,
+        2,
+        prefill_seconds=0.5,
+        decode_seconds=0.5,
+        resource_seconds=0.1,
+        meta={"resource_seconds_basis": "server_busy_share"},
+    )
     measured = Completion("x", 10, 2, resource_seconds=0.3)
-    legacy_server = Completion("x", 10, 2, prefill_seconds=0.5, decode_seconds=0.5,
-                               meta={"resource_seconds_estimated": True})  # fmt: skip
+    legacy_server = Completion(
+        "x",
+        10,
+        2,
+        prefill_seconds=0.5,
+        decode_seconds=0.5,
+        meta={"resource_seconds_estimated": True},
+    )
     fake = FakeLLM().generate([GenerationRequest("What is the answer?")])[0]
     assert [resource_seconds_basis(c) for c in (served, measured, legacy_server, fake)] == [
-        "server_busy_share", "device_measured", "slot_time", "simulated",
-    ]  # fmt: skip
+        "server_busy_share",
+        "device_measured",
+        "slot_time",
+        "simulated",
+    ]
     cost = Cost.of(served, sheet=HOURLY)
     assert cost.resource_seconds_basis == "server_busy_share" and cost.resource_seconds == 0.1
     assert cost.dollars == pytest.approx(3.6 * 2 * 0.1 / 3600)  # the share, not its 1 s slot
@@ -207,8 +229,11 @@ class Latency:
         time.sleep(LATENCY)
         words = len(user_text(body).split())
         use = {"prompt_tokens": words, "completion_tokens": 4}
-        chunk = {"model": body["model"], "usage": use,
-                 "choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}  # fmt: skip
+        chunk = {
+            "model": body["model"],
+            "usage": use,
+            "choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}],
+        }
         data = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
@@ -244,8 +269,10 @@ def test_loopback_server_at_concurrency_16_is_charged_its_busy_time(serve):
     costs = [Cost.of(c, sheet=HOURLY) for c in out]
     assert {c.resource_seconds_basis for c in costs} == {"server_busy_share"}
     assert sum(c.dollars for c in costs) == pytest.approx(3.6 * 2 * charged / 3600, rel=1e-9)
-    print(f"\n64 requests at concurrency 16: busy {busy:.3f} s, charged {charged:.3f} s, "
-          f"slot time {slots:.3f} s")  # fmt: skip
+    print(
+        f"\n64 requests at concurrency 16: busy {busy:.3f} s, charged {charged:.3f} s, "
+        f"slot time {slots:.3f} s"
+    )
 
     # in one round, a request with 4x the tokens pays more than the short ones beside it (the
     # server answers the round together: on a loaded machine the client's sends spread over

@@ -94,8 +94,7 @@ def compute_f1(a_gold, a_pred):
         return 0
     precision = 1.0 * num_same / len(pred_toks)
     recall = 1.0 * num_same / len(gold_toks)
-    f1 = (2 * precision * recall) / (precision + recall)
-    return f1
+    return (2 * precision * recall) / (precision + recall)
 
 
 def get_raw_scores(dataset, preds):
@@ -129,15 +128,14 @@ def make_eval_dict(exact_scores, f1_scores, qid_list=None):
                 ("total", total),
             ]
         )
-    else:
-        total = len(qid_list)
-        return collections.OrderedDict(
-            [
-                ("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
-                ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total),
-                ("total", total),
-            ]
-        )
+    total = len(qid_list)
+    return collections.OrderedDict(
+        [
+            ("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
+            ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total),
+            ("total", total),
+        ]
+    )
 
 
 def merge_eval(main_eval, new_eval, prefix):
@@ -176,8 +174,10 @@ def write_squad(tmp_path, qas: list[tuple[str, list[str]]], context: str):
         rows.append(
             {"id": qid, "question": f"q {qid}?", "answers": answers, "is_impossible": not texts}
         )
-    data = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [
-        {"context": context, "qas": rows}]}]}  # fmt: skip
+    data = {
+        "version": "v2.0",
+        "data": [{"title": "T", "paragraphs": [{"context": context, "qas": rows}]}],
+    }
     path = tmp_path / "squad2.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path, data["data"]
@@ -275,8 +275,26 @@ def test_every_string_metric_asks_whether_a_no_answer_question_was_declined(tmp_
 
 
 def test_v1_files_keep_the_v1_script(tmp_path):
-    data = {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [
-        {"id": "q", "question": "q?", "answers": [{"text": "The", "answer_start": 22}]}]}]}]}  # fmt: skip
+    data = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "T",
+                "paragraphs": [
+                    {
+                        "context": CONTEXT,
+                        "qas": [
+                            {
+                                "id": "q",
+                                "question": "q?",
+                                "answers": [{"text": "The", "answer_start": 22}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     [example] = formats.load("squad", path)
@@ -311,13 +329,48 @@ def test_summary_matches_the_script_and_checks_its_input():
 
 # ---------------------------------------------------------------------------- random datasets
 
-SPANS = ["Paris", "the capital", "The answer is unanswerable", "unanswerable", "A cat", "cat sat",
-         "The Nile", "a river", "Nile, a river.", "The", "A", ".", "is"]  # fmt: skip
-PREDICTIONS = ["", " ", ".", "the", "A", "unanswerable", "Unanswerable.", "UNANSWERABLE!",
-               "Paris, unanswerable", "Unanswerable: the text does not say", "Paris", "paris.",
-               "The capital", "capital Paris", "cat", "a cat sat", "The Nile, a river",
-               "river Nile Nile", "Nile", "sat", "is", "The answer is unanswerable",
-               "no answer", "Zürich", "٣"]  # fmt: skip
+SPANS = [
+    "Paris",
+    "the capital",
+    "The answer is unanswerable",
+    "unanswerable",
+    "A cat",
+    "cat sat",
+    "The Nile",
+    "a river",
+    "Nile, a river.",
+    "The",
+    "A",
+    ".",
+    "is",
+]
+PREDICTIONS = [
+    "",
+    " ",
+    ".",
+    "the",
+    "A",
+    "unanswerable",
+    "Unanswerable.",
+    "UNANSWERABLE!",
+    "Paris, unanswerable",
+    "Unanswerable: the text does not say",
+    "Paris",
+    "paris.",
+    "The capital",
+    "capital Paris",
+    "cat",
+    "a cat sat",
+    "The Nile, a river",
+    "river Nile Nile",
+    "Nile",
+    "sat",
+    "is",
+    "The answer is unanswerable",
+    "no answer",
+    "Zürich",
+    "٣",
+]
 
 
 def test_random_datasets_equal_the_official_script(tmp_path):

@@ -37,10 +37,14 @@ def make_index():
 
     def index(example, settings):
         return build_index(
-            example.documents, retriever=settings.retriever, embedder=settings.embedder,
-            splitter=settings.splitter, chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap, tokenizer="whitespace",
-        )  # fmt: skip
+            example.documents,
+            retriever=settings.retriever,
+            embedder=settings.embedder,
+            splitter=settings.splitter,
+            chunk_size=settings.chunk_size,
+            chunk_overlap=settings.chunk_overlap,
+            tokenizer="whitespace",
+        )
 
     return index
 
@@ -359,8 +363,11 @@ def test_params_grid_crosses_the_run_retrieval_settings():
     run_wide = {"retriever": ["dense", "bm25"], "chunk_size": 64, "chunk_overlap": 8}
     points = st.get_strategy("rag").grid({"top_k": [2, 4]}, run_wide)
     assert [(p.retriever, p.top_k, p.chunk_size) for p in points] == [
-        ("dense", 2, 64), ("dense", 4, 64), ("bm25", 2, 64), ("bm25", 4, 64),
-    ]  # fmt: skip
+        ("dense", 2, 64),
+        ("dense", 4, 64),
+        ("bm25", 2, 64),
+        ("bm25", 4, 64),
+    ]
     # a strategy's own params override the run-wide value; closed book ignores retrieval
     assert st.get_strategy("rag").grid({"chunk_size": 32}, run_wide)[0].chunk_size == 32
     assert st.get_strategy("closed_book").grid({}, run_wide) == [st.ClosedBookParams()]
@@ -398,8 +405,9 @@ def ten_documents(evidence_doc: int) -> Example:
         docs.append(Document(id=f"doc{i}", text=text, title=f"Title {i}"))
     start = docs[evidence_doc].text.index(NEEDLE)
     meta = {"evidence": [[f"doc{evidence_doc}", start, start + len(NEEDLE)]]}
-    return Example(f"e{evidence_doc}", "What is the special magic number?", ("7463343",),
-                   tuple(docs), meta)  # fmt: skip
+    return Example(
+        f"e{evidence_doc}", "What is the special magic number?", ("7463343",), tuple(docs), meta
+    )
 
 
 def test_truncation_names_the_dropped_and_cut_documents_and_whether_the_evidence_stayed():

@@ -18,8 +18,13 @@ from ragbench.experiment.config.run import load_config
 from ragbench.experiment.resources import load_model
 from ragbench.experiment.runner import run
 
-MODEL = {"backend": "hf", "name": "smollm2-135m-instruct", "max_new_tokens": 24,
-         "cache": False, "threads": 1}  # fmt: skip
+MODEL = {
+    "backend": "hf",
+    "name": "smollm2-135m-instruct",
+    "max_new_tokens": 24,
+    "cache": False,
+    "threads": 1,
+}
 
 
 @pytest.mark.slow
@@ -30,18 +35,30 @@ def test_new_suites_run_on_the_embedded_model(tmp_path):
         "ruler/cwe": {"context_lengths": [1200], **one},
         "ruler/qa_1": {"path": str(squad_file(tmp_path)), "context_lengths": [600], **one},
         "ruler/qa_2": {"path": str(hotpot_file(tmp_path)), "context_lengths": [1200], **one},
-        "hf": {"path": str(save_to_disk(tmp_path / "squad", SQUAD_ROWS[:1])),
-               "question": "question", "answers": "answers.text", "context": "context"},
-    }  # fmt: skip
+        "hf": {
+            "path": str(save_to_disk(tmp_path / "squad", SQUAD_ROWS[:1])),
+            "question": "question",
+            "answers": "answers.text",
+            "context": "context",
+        },
+    }
     llm = None
     for name, params in datasets.items():
-        cfg = load_config({
-            "name": name.replace("/", "-"), "dataset": {"name": name, "params": params},
-            "model": MODEL, "retrieval": {"retriever": "bm25", "chunk_size": 64, "chunk_overlap": 8},
-            "strategies": ["closed_book", "long_context", {"name": "rag", "params": {"top_k": 2}}],
-            "metrics": ["string_match_all", "string_match_part"],
-            "output_dir": str(tmp_path / "results"),
-        })  # fmt: skip
+        cfg = load_config(
+            {
+                "name": name.replace("/", "-"),
+                "dataset": {"name": name, "params": params},
+                "model": MODEL,
+                "retrieval": {"retriever": "bm25", "chunk_size": 64, "chunk_overlap": 8},
+                "strategies": [
+                    "closed_book",
+                    "long_context",
+                    {"name": "rag", "params": {"top_k": 2}},
+                ],
+                "metrics": ["string_match_all", "string_match_part"],
+                "output_dir": str(tmp_path / "results"),
+            }
+        )
         llm = llm or load_model(cfg.model)  # one model for every dataset
         df = run(cfg, progress=False, llm=llm)
         assert len(df) == 3 and df["error"].isna().all(), (name, df["error"].tolist())

@@ -205,8 +205,10 @@ def test_stopping_a_sweep_leaves_no_worker_or_kernel_behind(tmp_path, how):
         except subprocess.TimeoutExpired:  # seen once in a full local run: say where it hung
             sweep.send_signal(signal.SIGUSR1)
             time.sleep(2)
-            pytest.fail(f"sweep still running 30 s after {how}; its threads and log:\n"
-                        + (tmp_path / "sweep.log").read_text()[-6000:])  # fmt: skip
+            pytest.fail(
+                f"sweep still running 30 s after {how}; its threads and log:\n"
+                + (tmp_path / "sweep.log").read_text()[-6000:]
+            )
         deadline = time.monotonic() + 15  # SIGTERM, then a 3 s grace before SIGKILL
         while _alive(descendants) and time.monotonic() < deadline:
             time.sleep(0.2)

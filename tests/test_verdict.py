@@ -27,9 +27,20 @@ from ragbench.analysis.paired import (
 SONNET = "anthropic-claude-sonnet-4-5"
 
 
-def results(scores, dollars, *, metric="string_match_all", latency=None, tokens=None,
-            params=None, routes=None, sheet="example-hosted-api", model="tiny-model",
-            context=5_000, cut=0):  # fmt: skip
+def results(
+    scores,
+    dollars,
+    *,
+    metric="string_match_all",
+    latency=None,
+    tokens=None,
+    params=None,
+    routes=None,
+    sheet="example-hosted-api",
+    model="tiny-model",
+    context=5_000,
+    cut=0,
+):
     """A results table: ``scores`` {label: per-question scores}; the strategy is the label's
     first word; ``dollars`` {label: $ per query (a number, or one per question)}; optional
     latency, prompt tokens, params and a router's routes per label; long context read
@@ -43,18 +54,33 @@ def results(scores, dollars, *, metric="string_match_all", latency=None, tokens=
         lc = strategy == "long_context"
         for i, x in enumerate(values):
             cost = np.broadcast_to(dollars[label], len(values))[i] if dollars else None
-            rows.append({
-                "example_id": f"q{i:03d}", "strategy": strategy, "label": label, "error": None,
-                "params": json.dumps(point), metric: float(x), "prompt_tokens": prompt,
-                "completion_tokens": 10, "kept_tokens": prompt - 20 if lc else np.nan,
-                "latency_seconds": (latency or {}).get(label, 1.0), "price_sheet": sheet,
-                "model": model, "context_tokens": context,
-                "input_context_tokens": context if lc else np.nan,
-                "truncated_tokens": cut if lc else np.nan,
-                "route": ((routes or {}).get(label) or ["rag"] * len(values))[i]
-                if strategy == "self_route" else None,
-                **({"dollars": float(cost), "amortised_dollars": float(cost)} if dollars else {}),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "example_id": f"q{i:03d}",
+                    "strategy": strategy,
+                    "label": label,
+                    "error": None,
+                    "params": json.dumps(point),
+                    metric: float(x),
+                    "prompt_tokens": prompt,
+                    "completion_tokens": 10,
+                    "kept_tokens": prompt - 20 if lc else np.nan,
+                    "latency_seconds": (latency or {}).get(label, 1.0),
+                    "price_sheet": sheet,
+                    "model": model,
+                    "context_tokens": context,
+                    "input_context_tokens": context if lc else np.nan,
+                    "truncated_tokens": cut if lc else np.nan,
+                    "route": ((routes or {}).get(label) or ["rag"] * len(values))[i]
+                    if strategy == "self_route"
+                    else None,
+                    **(
+                        {"dollars": float(cost), "amortised_dollars": float(cost)}
+                        if dollars
+                        else {}
+                    ),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -94,98 +120,195 @@ def _scenarios():
     kv = {KV: {"kv": {"name": "quantized", "bits": 4}}}
     return {
         "rag clearly better and cheaper": (
-            results({CB: [1] * 20 + [0] * 180, LC: lc60, RAG: flip(lc60, 0, 50)}, PRICES), {},
-            "more_accurate", RAG,
-            ["Use rag k=3 rather than long_context: more accurate on string_match_all (85% vs "
-             "60%), cheaper: 0.25x the cost of long_context ($0.50 vs $2.00 per 1k queries).",
-             "rag k=3 - long_context = +25 points, 95% simultaneous CI +18.8 to +32.4, Tango "
-             "score test p<0.001 (Bonferroni over 2 comparisons), 200 paired questions",
-             "Without the documents, closed_book scores 10%: the documents matter"]),
+            results({CB: [1] * 20 + [0] * 180, LC: lc60, RAG: flip(lc60, 0, 50)}, PRICES),
+            {},
+            "more_accurate",
+            RAG,
+            [
+                "Use rag k=3 rather than long_context: more accurate on string_match_all (85% vs "
+                "60%), cheaper: 0.25x the cost of long_context ($0.50 vs $2.00 per 1k queries).",
+                "rag k=3 - long_context = +25 points, 95% simultaneous CI +18.8 to +32.4, Tango "
+                "score test p<0.001 (Bonferroni over 2 comparisons), 200 paired questions",
+                "Without the documents, closed_book scores 10%: the documents matter",
+            ],
+        ),
         "long context clearly better": (
-            clear_winner(), {}, "more_accurate", LC,
-            ["Use long_context rather than rag k=3: more accurate on string_match_all (90% vs "
-             "60%), dearer: 4x the cost of rag k=3 ($2.00 vs $0.50 per 1k queries).",
-             "long_context - rag k=3 = +30 points"]),
+            clear_winner(),
+            {},
+            "more_accurate",
+            LC,
+            [
+                "Use long_context rather than rag k=3: more accurate on string_match_all (90% vs "
+                "60%), dearer: 4x the cost of rag k=3 ($2.00 vs $0.50 per 1k queries).",
+                "long_context - rag k=3 = +30 points",
+            ],
+        ),
         "a tie": (
-            results({CB: [0] * 400, LC: lc80, RAG: flip(lc80, 5, 5)}, PRICES), {},
-            "not_worse", RAG,
-            ["Use rag k=3 rather than long_context: not worse by more than 5 points on "
-             "string_match_all (80% vs 80%), cheaper: 0.25x the cost of long_context",
-             "rag k=3 - long_context = 0 points, 95% simultaneous CI -2.1 to +2.1, Tango score "
-             "test p=1 (Bonferroni over 2 comparisons), 400 paired questions"]),
+            results({CB: [0] * 400, LC: lc80, RAG: flip(lc80, 5, 5)}, PRICES),
+            {},
+            "not_worse",
+            RAG,
+            [
+                "Use rag k=3 rather than long_context: not worse by more than 5 points on "
+                "string_match_all (80% vs 80%), cheaper: 0.25x the cost of long_context",
+                "rag k=3 - long_context = 0 points, 95% simultaneous CI -2.1 to +2.1, Tango score "
+                "test p=1 (Bonferroni over 2 comparisons), 400 paired questions",
+            ],
+        ),
         "a tie on too few questions": (
-            results({LC: [1] * 20, RAG: [1] * 20}, PRICES), {}, "undecided", None,
-            ["Not decided yet: rag k=3 ties with long_context on string_match_all (both 100%), "
-             "cheaper: 0.25x the cost of long_context", "rag k=3 - long_context = 0 points"]),
+            results({LC: [1] * 20, RAG: [1] * 20}, PRICES),
+            {},
+            "undecided",
+            None,
+            [
+                "Not decided yet: rag k=3 ties with long_context on string_match_all (both 100%), "
+                "cheaper: 0.25x the cost of long_context",
+                "rag k=3 - long_context = 0 points",
+            ],
+        ),
         "too few questions": (
-            results({CB: [0] * 4, LC: [1, 1, 1, 1], RAG: [1, 1, 0, 0]}, PRICES), {},
-            "undecided", None,
-            ["Not decided yet between rag k=3 and long_context: long_context scores higher on "
-             "string_match_all (100% vs 50%) and rag k=3 is cheaper: 0.25x the cost of "
-             "long_context", "more questions would show whether long_context is more accurate",
-             "whether the documents matter is not yet shown"]),
+            results({CB: [0] * 4, LC: [1, 1, 1, 1], RAG: [1, 1, 0, 0]}, PRICES),
+            {},
+            "undecided",
+            None,
+            [
+                "Not decided yet between rag k=3 and long_context: long_context scores higher on "
+                "string_match_all (100% vs 50%) and rag k=3 is cheaper: 0.25x the cost of "
+                "long_context",
+                "more questions would show whether long_context is more accurate",
+                "whether the documents matter is not yet shown",
+            ],
+        ),
         "self-route never routed (folder A)": (
-            results({CB: [0] * 18, LC: folder_a_lc, RAG: folder_a_rag, SR: folder_a_rag},
-                    {CB: 2.3e-5, LC: 2.48e-4, RAG: 6.6e-5, SR: 4.7e-5}, metric="contains"),
-            {}, "undecided", None,
-            ["Not decided yet: rag k=3 leads long_context on contains (22.2% vs 5.56%), "
-             "cheaper: 0.27x the cost of long_context ($0.066 vs $0.25 per 1k queries), but 18 "
-             "questions cannot yet show it is not worse by more than 5 points",
-             "self_route k=3 also scored 22.2% but never routed (every answer came from its "
-             "RAG step): rag k=3 does the same without the routing step"]),
+            results(
+                {CB: [0] * 18, LC: folder_a_lc, RAG: folder_a_rag, SR: folder_a_rag},
+                {CB: 2.3e-5, LC: 2.48e-4, RAG: 6.6e-5, SR: 4.7e-5},
+                metric="contains",
+            ),
+            {},
+            "undecided",
+            None,
+            [
+                "Not decided yet: rag k=3 leads long_context on contains (22.2% vs 5.56%), "
+                "cheaper: 0.27x the cost of long_context ($0.066 vs $0.25 per 1k queries), but 18 "
+                "questions cannot yet show it is not worse by more than 5 points",
+                "self_route k=3 also scored 22.2% but never routed (every answer came from its "
+                "RAG step): rag k=3 does the same without the routing step",
+            ],
+        ),
         "a pipeline dearer and not better": (
-            results({LC: folder_a_lc, PIPE: [0] * 18}, {LC: 2.5e-4, PIPE: 4.1e-4},
-                    metric="contains", params={PIPE: {"target": "my:engine"}}),
-            {}, "undecided", None,
-            ["Not decided yet: long_context leads pipeline my:engine on contains (5.56% vs 0%), "
-             "cheaper: 0.61x the cost of pipeline my:engine ($0.25 vs $0.41 per 1k queries)",
-             "No"]),
+            results(
+                {LC: folder_a_lc, PIPE: [0] * 18},
+                {LC: 2.5e-4, PIPE: 4.1e-4},
+                metric="contains",
+                params={PIPE: {"target": "my:engine"}},
+            ),
+            {},
+            "undecided",
+            None,
+            [
+                "Not decided yet: long_context leads pipeline my:engine on contains (5.56% vs 0%), "
+                "cheaper: 0.61x the cost of pipeline my:engine ($0.25 vs $0.41 per 1k queries)",
+                "No",
+            ],
+        ),
         "closed book as good as both": (
-            results({CB: flip(lc80, 2, 2), LC: lc80, RAG: flip(lc80, 3, 3)}, PRICES), {},
-            "not_worse", RAG,
-            ["Use rag k=3 rather than long_context: not worse by more than 5 points",
-             "Without the documents, closed_book scores 80%, within 5 points of rag k=3: the "
-             "documents do not matter for these questions"]),
+            results({CB: flip(lc80, 2, 2), LC: lc80, RAG: flip(lc80, 3, 3)}, PRICES),
+            {},
+            "not_worse",
+            RAG,
+            [
+                "Use rag k=3 rather than long_context: not worse by more than 5 points",
+                "Without the documents, closed_book scores 80%, within 5 points of rag k=3: the "
+                "documents do not matter for these questions",
+            ],
+        ),
         "long context cut most of the corpus (folder B)": (
-            results({CB: [1] + [0] * 25, LC: [1] + [0] * 25, RAG: [1] * 4 + [0] * 22}, PRICES,
-                    context=20_000, cut=14_000), {}, "undecided", None,
-            ["Not decided yet: rag k=3 leads long_context on string_match_all (15.4% vs "
-             "3.85%)", "long_context cut 70% of the corpus to fit the window: it answered "
-             "from 30% of the documents."]),
+            results(
+                {CB: [1] + [0] * 25, LC: [1] + [0] * 25, RAG: [1] * 4 + [0] * 22},
+                PRICES,
+                context=20_000,
+                cut=14_000,
+            ),
+            {},
+            "undecided",
+            None,
+            [
+                "Not decided yet: rag k=3 leads long_context on string_match_all (15.4% vs 3.85%)",
+                "long_context cut 70% of the corpus to fit the window: it answered "
+                "from 30% of the documents.",
+            ],
+        ),
         "nothing meets the constraints": (
-            clear_winner(), {"min_accuracy": 0.95}, "none_meets_constraints", None,
-            ["No variant meets the constraints: the minimum string_match_all of 95% (the most "
-             "accurate, long_context: 90%)."]),
+            clear_winner(),
+            {"min_accuracy": 0.95},
+            "none_meets_constraints",
+            None,
+            [
+                "No variant meets the constraints: the minimum string_match_all of 95% (the most "
+                "accurate, long_context: 90%)."
+            ],
+        ),
         "equal cost": (
-            results({LC: lc60, RAG: flip(lc60, 0, 50)}, {LC: 0.0005, RAG: 0.0005}), {},
-            "more_accurate", RAG,
-            ["Use rag k=3 rather than long_context: more accurate on string_match_all (85% vs "
-             "60%), at the same cost ($0.50 per 1k queries).", "95% CI +19.5 to +31.4, Tango "
-             "score test p<0.001, 200 paired questions"]),
+            results({LC: lc60, RAG: flip(lc60, 0, 50)}, {LC: 0.0005, RAG: 0.0005}),
+            {},
+            "more_accurate",
+            RAG,
+            [
+                "Use rag k=3 rather than long_context: more accurate on string_match_all (85% vs "
+                "60%), at the same cost ($0.50 per 1k queries).",
+                "95% CI +19.5 to +31.4, Tango score test p<0.001, 200 paired questions",
+            ],
+        ),
         "a KV variant beside plain long context": (
-            results({LC: lc80[:200], KV: lc80[:200], RAG: flip(lc80[:200], 60)}, PRICES,
-                    params=kv), {}, "more_accurate", LC,
-            ["Use long_context rather than rag k=3: more accurate",
-             "long_context kv=quantized also scored 100% but adds the quantized KV cache: "
-             "long_context is the simpler."]),
+            results({LC: lc80[:200], KV: lc80[:200], RAG: flip(lc80[:200], 60)}, PRICES, params=kv),
+            {},
+            "more_accurate",
+            LC,
+            [
+                "Use long_context rather than rag k=3: more accurate",
+                "long_context kv=quantized also scored 100% but adds the quantized KV cache: "
+                "long_context is the simpler.",
+            ],
+        ),
         "continuous (judge) scores": (
-            results({LC: base, RAG: close}, PRICES, metric="judge_correct"), {},
-            "not_worse", RAG,
-            ["Use rag k=3 rather than long_context: not worse by more than 0.050 on "
-             "judge_correct (0.661 vs 0.661), cheaper: 0.25x the cost", "paired bootstrap p="]),
+            results({LC: base, RAG: close}, PRICES, metric="judge_correct"),
+            {},
+            "not_worse",
+            RAG,
+            [
+                "Use rag k=3 rather than long_context: not worse by more than 0.050 on "
+                "judge_correct (0.661 vs 0.661), cheaper: 0.25x the cost",
+                "paired bootstrap p=",
+            ],
+        ),
         "long context over the budget": (
             results({CB: [1] * 20 + [0] * 180, LC: lc60, RAG: flip(lc60, 0, 50)}, PRICES),
-            {"max_dollars_per_1k": 1.0}, "only_variant", RAG,
-            ["Use rag k=3: the only retrieval or long-context variant that meets the "
-             "constraints, string_match_all 85% at $0.50 per 1k queries",
-             "long_context, the best long context variant, does not meet the maximum of $1.00 "
-             "per 1k queries."]),
+            {"max_dollars_per_1k": 1.0},
+            "only_variant",
+            RAG,
+            [
+                "Use rag k=3: the only retrieval or long-context variant that meets the "
+                "constraints, string_match_all 85% at $0.50 per 1k queries",
+                "long_context, the best long context variant, does not meet the maximum of $1.00 "
+                "per 1k queries.",
+            ],
+        ),
         "one family only": (
-            results({RAG: flip(lc60, 0, 50), "rag k=5": flip(lc60, 0, 60)},
-                    {RAG: 0.0005, "rag k=5": 0.0007}), {}, "more_accurate", "rag k=5",
-            ["Use rag k=5 rather than rag k=3: more accurate on string_match_all (90% vs 85%), "
-             "dearer: 1.4x the cost of rag k=3", "No long context variant in the table."]),
-    }  # fmt: skip
+            results(
+                {RAG: flip(lc60, 0, 50), "rag k=5": flip(lc60, 0, 60)},
+                {RAG: 0.0005, "rag k=5": 0.0007},
+            ),
+            {},
+            "more_accurate",
+            "rag k=5",
+            [
+                "Use rag k=5 rather than rag k=3: more accurate on string_match_all (90% vs 85%), "
+                "dearer: 1.4x the cost of rag k=3",
+                "No long context variant in the table.",
+            ],
+        ),
+    }
 
 
 SCENARIOS = _scenarios()
@@ -205,8 +328,9 @@ def check_words_match_numbers(v: Verdict) -> None:
     """No sentence shows an interval that excludes 0 beside a p that says otherwise; a dearer
     variant is never called cheaper; "more accurate" only where the interval excludes 0."""
     assert "not significant" not in v.text
-    for low, high, p in re.findall(r"CI ([-+]?[\d.]+|0) to ([-+]?[\d.]+|0)[^;]*?p([<=][\d.e-]+)",
-                                   v.text):  # fmt: skip
+    for low, high, p in re.findall(
+        r"CI ([-+]?[\d.]+|0) to ([-+]?[\d.]+|0)[^;]*?p([<=][\d.e-]+)", v.text
+    ):
         excludes = float(low) > 0 or float(high) < 0
         value = float(p[1:])
         assert excludes == (value < 0.05 if p[0] == "=" else True), (low, high, p, v.text)
@@ -240,13 +364,18 @@ def test_no_interval_excludes_zero_beside_a_p_that_says_otherwise(seed):
         return (rng.random(n) < q).astype(float) if binary else np.clip(rng.normal(q, 0.2, n), 0, 1)
 
     dollars = {label: rng.uniform(0.5, 1.5, n) * PRICES[label] for label in (CB, LC, RAG)}
-    df = results({CB: draw(p[0] / 3), LC: draw(p[1]), RAG: draw(p[2])}, dollars,
-                 metric="string_match_all" if binary else "f1")  # fmt: skip
+    df = results(
+        {CB: draw(p[0] / 3), LC: draw(p[1]), RAG: draw(p[2])},
+        dollars,
+        metric="string_match_all" if binary else "f1",
+    )
     v = verdict(df, n_boot=500, seed=seed)
     check_words_match_numbers(v)
     assert v.comparisons == 2 and v.detail["role"].tolist()[:2] == ["verdict", "baseline"]
-    assert math.isclose(v.cost_ratio, df[df.label == v.compared[0]].dollars.mean()
-                        / df[df.label == v.compared[1]].dollars.mean())  # fmt: skip
+    assert math.isclose(
+        v.cost_ratio,
+        df[df.label == v.compared[0]].dollars.mean() / df[df.label == v.compared[1]].dollars.mean(),
+    )
     assert v.cost_ratio_low <= v.cost_ratio <= v.cost_ratio_high
 
 
@@ -396,13 +525,13 @@ def _constrained_mle(b, c, n, delta):
         )
 
     lo, hi = max(0.0, -delta) + 1e-12, (1 - delta) / 2 - 1e-12
-    return minimize_scalar(nll, bounds=(lo, hi), method="bounded",
-                           options={"xatol": 1e-13}).x  # fmt: skip
+    return minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-13}).x
 
 
-@pytest.mark.parametrize(("b", "c", "n", "delta"),
-                         [(4, 1, 18, 0.1), (4, 1, 18, -0.2), (10, 3, 50, 0.3), (2, 7, 30, -0.05),
-                          (0, 0, 20, 0.1)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("b", "c", "n", "delta"),
+    [(4, 1, 18, 0.1), (4, 1, 18, -0.2), (10, 3, 50, 0.3), (2, 7, 30, -0.05), (0, 0, 20, 0.1)],
+)
 def test_tango_statistic_uses_the_constrained_maximum_likelihood(b, c, n, delta):
     q = _constrained_mle(b, c, n, delta)
     z = (b - c - n * delta) / math.sqrt(n * (2 * q + delta * (1 - delta)))
@@ -474,19 +603,27 @@ def test_ties_and_a_router_that_never_routed_go_to_the_simpler_variant():
     v = verdict(results({LC: lc, RAG: rag, SR: sr}, PRICES, routes={SR: routes}))
     assert "never routed" not in v.text
     # at the same cost and score, the simpler of the two families' best
-    v = verdict(results({KV: lc, RAG: flip(lc, 3, 3)}, {KV: 0.001, RAG: 0.001},
-                        params={KV: {"kv": {"name": "quantized", "bits": 4}}}))  # fmt: skip
+    v = verdict(
+        results(
+            {KV: lc, RAG: flip(lc, 3, 3)},
+            {KV: 0.001, RAG: 0.001},
+            params={KV: {"kv": {"name": "quantized", "bits": 4}}},
+        )
+    )
     assert (v.reason, v.choice) == ("not_worse", RAG)
-    assert "at the same cost ($1.00 per 1k queries), and simpler (long_context kv=quantized " \
-           "adds the quantized KV cache)" in v.text  # fmt: skip
+    assert (
+        "at the same cost ($1.00 per 1k queries), and simpler (long_context kv=quantized "
+        "adds the quantized KV cache)" in v.text
+    )
 
 
 def test_cost_per_query_counts_every_question_asked_as_the_summary_does():
     """A question without a gold answer (no score) was still asked and paid for: the verdict's
     cost per query is the summary table's, over every question; the accuracy is over the
     scored ones; both say what each is over."""
-    df = results({LC: [1, 1, 0, 1], RAG: [1, 0, 1, 1]},
-                 {LC: [0.001, 0.001, 0.001, 0.003], RAG: 0.0005})  # fmt: skip
+    df = results(
+        {LC: [1, 1, 0, 1], RAG: [1, 0, 1, 1]}, {LC: [0.001, 0.001, 0.001, 0.003], RAG: 0.0005}
+    )
     df.loc[df["example_id"] == "q003", "string_match_all"] = np.nan
     v, table = verdict(df), analysis.summary(df).set_index("label")
     assert v.variants.loc[LC, "cost_per_1k"] == pytest.approx(1.5)  # $0.0015 over all 4
@@ -510,18 +647,27 @@ def test_margin_is_a_parameter():
 def test_cost_ratio_has_a_bootstrap_interval_when_costs_vary():
     rng = np.random.default_rng(2)
     lc = [1] * 160 + [0] * 40
-    df = results({LC: lc, RAG: flip(lc, 0, 30)},
-                 {LC: rng.uniform(0.001, 0.003, 200), RAG: rng.uniform(0.0004, 0.0006, 200)})  # fmt: skip
+    df = results(
+        {LC: lc, RAG: flip(lc, 0, 30)},
+        {LC: rng.uniform(0.001, 0.003, 200), RAG: rng.uniform(0.0004, 0.0006, 200)},
+    )
     v = verdict(df)
     assert v.cost_ratio_low < v.cost_ratio < v.cost_ratio_high < 1
-    assert re.search(r"cheaper: 0\.\d+x the cost of long_context \(\$[\d.]+ vs \$[\d.]+ per 1k "
-                     r"queries, 95% CI 0\.\d+x to 0\.\d+x\)", v.text), v.text  # fmt: skip
+    assert re.search(
+        r"cheaper: 0\.\d+x the cost of long_context \(\$[\d.]+ vs \$[\d.]+ per 1k "
+        r"queries, 95% CI 0\.\d+x to 0\.\d+x\)",
+        v.text,
+    ), v.text
 
 
 def test_a_prefix_cache_break_even_is_stated_where_it_could_change_the_answer():
     lc = [1] * 320 + [0] * 80
-    df = results({CB: [0] * 400, LC: lc, RAG: flip(lc, ones_to_zero=6, zeros_to_one=4)},
-                 PRICES, tokens={LC: 5_000, RAG: 600, CB: 40}, sheet=SONNET)  # fmt: skip
+    df = results(
+        {CB: [0] * 400, LC: lc, RAG: flip(lc, ones_to_zero=6, zeros_to_one=4)},
+        PRICES,
+        tokens={LC: 5_000, RAG: 600, CB: 40},
+        sheet=SONNET,
+    )
     v = verdict(df)
     assert (v.choice, v.reason) == (RAG, "not_worse")
     # by hand, at Sonnet 4.5's $ per million tokens (input 3, cache read 0.30, cache write
@@ -558,11 +704,14 @@ def test_constraints_pick_within_the_budget():
     v = verdict(df, max_dollars_per_1k=0.1)  # only closed book is left
     assert (v.choice, v.reason) == (CB, "only_variant") and "the only variant" in v.text
     lat = {LC: 9.0, RAG: 1.0, CB: 0.5}
-    v = verdict(results({LC: [1] * 180 + [0] * 20, RAG: [1] * 120 + [0] * 80}, PRICES,
-                        latency=lat), max_latency_s=2.0)  # fmt: skip
+    v = verdict(
+        results({LC: [1] * 180 + [0] * 20, RAG: [1] * 120 + [0] * 80}, PRICES, latency=lat),
+        max_latency_s=2.0,
+    )
     assert v.choice == RAG and v.variants.loc[LC, "meets"] == False  # noqa: E712
-    assert "long_context, the best long context variant, does not meet the maximum latency" \
-        in v.text  # fmt: skip
+    assert (
+        "long_context, the best long context variant, does not meet the maximum latency" in v.text
+    )
     assert verdict(clear_winner(), min_accuracy=0, max_dollars_per_1k=0.0).choice == LC  # 0: none
 
 
@@ -570,8 +719,11 @@ def test_constraints_out_of_range_are_refused_naming_the_one():
     """From Python as from the CLI: 60 meant as 60% would ask every variant for 6,000% and
     the verdict would blame the data; a negative or NaN limit no variant could meet."""
     df = clear_winner()
-    with pytest.raises(ValueError, match=r"min_accuracy is a mean string_match_all, from 0 to 1 "
-                       r"here; got 60 \(for 60%: 0\.6\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"min_accuracy is a mean string_match_all, from 0 to 1 "
+        r"here; got 60 \(for 60%: 0\.6\)",
+    ):
         verdict(df, min_accuracy=60)
     for name in ("min_accuracy", "max_dollars_per_1k", "max_latency_s"):
         for bad in (-1, float("nan")):
@@ -603,10 +755,14 @@ def test_default_metric_conditions_and_display():
     v = report.verdict(df)  # the first metric column: string_match_all
     assert v.metric == "string_match_all" and report.verdict is analysis.verdict
     assert v.conditions == {
-        "questions": 200, "model": "tiny-model", "context_tokens": (5_000, 5_000),
-        "context": "a 5,000-token context (long context read all of it)", "truncated": 0.0,
-        "price_sheet": "example-hosted-api", "price_sheet_date": "2025-01-15",
-    }  # fmt: skip
+        "questions": 200,
+        "model": "tiny-model",
+        "context_tokens": (5_000, 5_000),
+        "context": "a 5,000-token context (long context read all of it)",
+        "truncated": 0.0,
+        "price_sheet": "example-hosted-api",
+        "price_sheet_date": "2025-01-15",
+    }
     assert v.conditions_text == (
         "Holds for model tiny-model, a 5,000-token context (long context read all of it), 200 "
         "questions, price sheet example-hosted-api (dated 2025-01-15)."
@@ -654,8 +810,10 @@ def test_without_dollars_the_cost_is_prompt_tokens():
     df = results({LC: lc, RAG: flip(lc, 1)}, {}, tokens={LC: 5_000, RAG: 600})
     v = verdict(df)
     assert v.cost == "prompt_tokens" and v.choice == RAG
-    assert "cheaper: 0.12x the cost of long_context (600 prompt tokens vs 5,000 prompt tokens " \
-           "per query)" in v.text  # fmt: skip
+    assert (
+        "cheaper: 0.12x the cost of long_context (600 prompt tokens vs 5,000 prompt tokens "
+        "per query)" in v.text
+    )
     with pytest.raises(ValueError, match="needs dollars"):
         verdict(df, max_dollars_per_1k=1.0)
 

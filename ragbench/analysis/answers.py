@@ -74,7 +74,7 @@ def weak_model_line(
     ``table``: the verdict's variants (``score``, ``family``) indexed by label. The line names
     the numbers and what to do: try a stronger model."""
     scores = df[metric].dropna()
-    shares = len(scores) and 0 <= scores.min() and scores.max() <= 1
+    shares = len(scores) and scores.min() >= 0 and scores.max() <= 1
     if not shares or not _higher_is_better(metric) or table.empty:
         return None
     bounds = aggregate(df[df[metric].notna()], ["label"], metric, seed=seed)["ci_high"]

@@ -185,12 +185,21 @@ def attribute(
         depth = depths.get(ex, float("nan"))
         if math.isnan(depth) and _cell(row, "depth_percent") is not None:
             depth = float(row["depth_percent"])
-        out.append({
-            "example_id": ex, "strategy": row["strategy"], "label": row["label"],
-            "source": source, "score": score, "correct": bool(correct), "outcome": outcome,
-            "distractor_named": bool(named), "declined": is_declined(prediction),
-            "evidence_depth": depth, "distractors_known": bool(values),
-        })  # fmt: skip
+        out.append(
+            {
+                "example_id": ex,
+                "strategy": row["strategy"],
+                "label": row["label"],
+                "source": source,
+                "score": score,
+                "correct": bool(correct),
+                "outcome": outcome,
+                "distractor_named": bool(named),
+                "declined": is_declined(prediction),
+                "evidence_depth": depth,
+                "distractors_known": bool(values),
+            }
+        )
     table = pd.DataFrame(out)
     if len(table):
         table["outcome"] = pd.Categorical(table["outcome"], categories=OUTCOMES)

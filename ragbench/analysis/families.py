@@ -69,8 +69,10 @@ def annotate(df: Any, table: Any) -> Any:
     strategies = out["strategy"].fillna("").astype(str)
     params = df.drop_duplicates("label").set_index("label")["params"] if "params" in df else {}
     out["family"] = [family(s) for s in strategies]
-    out["machinery"] = [machinery(s, params.get(lb) if len(params) else None)
-                        for lb, s in zip(out.index, strategies, strict=True)]  # fmt: skip
+    out["machinery"] = [
+        machinery(s, params.get(lb) if len(params) else None)
+        for lb, s in zip(out.index, strategies, strict=True)
+    ]
     routers = set(strategies_where(routes=True))
     never, twins = [], []
     for label, strategy in zip(out.index, strategies, strict=True):

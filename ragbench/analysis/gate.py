@@ -122,8 +122,12 @@ def variant_values(df: Any, seed: int = 0) -> dict[str, dict[str, float]]:
             for part in SCORE_PARTS:
                 values[label][f"{metric}.{part}"] = float(row[part])
     for metric in unscored_columns(df):  # no mean, no interval, n = 0: never a pass
-        none = {metric: math.nan, f"{metric}.ci_low": math.nan, f"{metric}.ci_high": math.nan,
-                f"{metric}.n": 0.0}  # fmt: skip
+        none = {
+            metric: math.nan,
+            f"{metric}.ci_low": math.nan,
+            f"{metric}.ci_high": math.nan,
+            f"{metric}.n": 0.0,
+        }
         for label in labels:
             values[label].update(none)
     ok = df[df["error"].isna()] if "error" in df else df
@@ -149,8 +153,10 @@ def match_variant(name: str, labels: list[str]) -> str:
     if len(found) == 1:
         return found[0]
     if found:
-        raise GateError(f"variant {name!r} names {len(found)} variants ({'; '.join(found)}): "
-                        "add the words that tell them apart")  # fmt: skip
+        raise GateError(
+            f"variant {name!r} names {len(found)} variants ({'; '.join(found)}): "
+            "add the words that tell them apart"
+        )
     raise GateError(f"unknown variant {name!r}; {did_you_mean(name, labels)}")
 
 
@@ -160,8 +166,9 @@ def check_verdict_words(verdict: str, labels: list[str]) -> None:
     verdict."""
     words = set(verdict.split())
     if not words or not any(words <= set(label.split()) for label in labels):
-        raise GateError(f"verdict {verdict!r} names no variant of the run; "
-                        f"{did_you_mean(verdict, labels)}")  # fmt: skip
+        raise GateError(
+            f"verdict {verdict!r} names no variant of the run; {did_you_mean(verdict, labels)}"
+        )
 
 
 def _fmt(value: float) -> str:
@@ -182,14 +189,20 @@ def failed_records(df: Any, labels: list[str], max_errors: int = 0) -> list[str]
     each = "; ".join(f"{label}: {n} of {asked[label]}" for label, n in counts.items())
     message, n = error_summary(bad["error"], limit=1)[0]
     allow = f"--max-errors {len(bad)} (max_errors=) to allow them"
-    return [f"FAILED records: {len(bad)} failed ({each}); the means leave them out; most "
-            f"frequent ({n} x): {message[:200]}; {allow}"]  # fmt: skip
+    return [
+        f"FAILED records: {len(bad)} failed ({each}); the means leave them out; most "
+        f"frequent ({n} x): {message[:200]}; {allow}"
+    ]
 
 
 def check(
-    df: Any, requirements: list[str], verdict: str | None = None, seed: int = 0,
-    metric: str | None = None, max_errors: int = 0,
-) -> list[str]:  # fmt: skip
+    df: Any,
+    requirements: list[str],
+    verdict: str | None = None,
+    seed: int = 0,
+    metric: str | None = None,
+    max_errors: int = 0,
+) -> list[str]:
     """One line per failed requirement (empty: all hold). ``verdict``: the verdict's choice
     (``analysis.verdict.verdict`` on ``metric``, default the run's first) must be the variant it
     names (words of its label, as for requirements: ``rag``, ``long_context``). Every
@@ -208,8 +221,10 @@ def check(
     for req in parsed:
         label = match_variant(req.variant, labels)
         if req.value not in values[label]:
-            raise GateError(f"requirement {req.text!r}: unknown value {req.value!r}; "
-                            f"{did_you_mean(req.value, valid)}")  # fmt: skip
+            raise GateError(
+                f"requirement {req.text!r}: unknown value {req.value!r}; "
+                f"{did_you_mean(req.value, valid)}"
+            )
         resolved.append((req, label))
     if verdict is not None:
         check_verdict_words(verdict, labels)
@@ -220,20 +235,26 @@ def check(
         got = values[label][req.value]
         base = req.value.split(".")[0]
         if base in unscored and not req.holds(got):
-            failed.append(f"FAILED {req.text}: {label}: {base} is configured but unscored in "
-                          f"this run (every record's {base} is missing)")  # fmt: skip
+            failed.append(
+                f"FAILED {req.text}: {label}: {base} is configured but unscored in "
+                f"this run (every record's {base} is missing)"
+            )
         elif not req.holds(got):
             interval = ""
             if f"{base}.ci_low" in values[label]:
                 row = values[label]
-                interval = (f" ({base} {_fmt(row[base])}, 95% CI {_fmt(row[base + '.ci_low'])}"
-                            f"-{_fmt(row[base + '.ci_high'])}, n={int(row[base + '.n'])})")  # fmt: skip
+                interval = (
+                    f" ({base} {_fmt(row[base])}, 95% CI {_fmt(row[base + '.ci_low'])}"
+                    f"-{_fmt(row[base + '.ci_high'])}, n={int(row[base + '.n'])})"
+                )
             failed.append(f"FAILED {req.text}: {label}: {req.value} is {_fmt(got)}{interval}")
     if verdict is not None:
         v = decide_verdict(df, metric=metric, seed=seed)
         if v.choice is None or not set(verdict.split()) <= set(v.choice.split()):
-            failed.append(f"FAILED verdict {verdict}: the verdict chose "
-                          f"{v.choice or 'nothing'}: {headline(v.text)}")  # fmt: skip
+            failed.append(
+                f"FAILED verdict {verdict}: the verdict chose "
+                f"{v.choice or 'nothing'}: {headline(v.text)}"
+            )
         elif v.weak_model:  # its choice, for a model that cannot tell: no evidence to gate on
             failed.append(f"FAILED verdict {verdict}: {v.weak_model} (it chose {v.choice})")
     return failed
@@ -311,9 +332,12 @@ def unfinished(run: Any) -> list[str]:
 
 
 def assert_run(
-    run: Any, *requirements: str, verdict: str | None = None, metric: str | None = None,
+    run: Any,
+    *requirements: str,
+    verdict: str | None = None,
+    metric: str | None = None,
     max_errors: int = 0,
-) -> None:  # fmt: skip
+) -> None:
     """``ragbench check`` inside pytest: ``run`` is a run folder (or its results DataFrame);
     raises AssertionError with one line per failed requirement (and for failed records or an
     unfinished run, as ``check`` and ``unfinished`` say), GateError (a ValueError) for a
@@ -328,9 +352,12 @@ def assert_run(
 
 
 def check_run(
-    run: Any, requirements: list[str], verdict: str | None = None, metric: str | None = None,
+    run: Any,
+    requirements: list[str],
+    verdict: str | None = None,
+    metric: str | None = None,
     max_errors: int = 0,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """What ``ragbench check`` and ``assert_run`` report for a run folder (or its DataFrame):
     ``unfinished``, then ``check``'s lines. A run that stopped before writing its table, or any
     record, has no variant to match: its ``unfinished`` line alone."""
@@ -340,5 +367,6 @@ def check_run(
     df, seed = load_run(run)
     if stopped and not len(df):
         return stopped
-    return stopped + check(df, requirements, verdict=verdict, seed=seed, metric=metric,
-                           max_errors=max_errors)  # fmt: skip
+    return stopped + check(
+        df, requirements, verdict=verdict, seed=seed, metric=metric, max_errors=max_errors
+    )

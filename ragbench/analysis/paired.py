@@ -67,19 +67,43 @@ def compare(
             r = paired_difference(
                 x, y, level, comparisons, binary, n_boot, [seed, i, cols.index(b)]
             )
-            rows.append({
-                "a": a, "b": b, "n": r["n"],
-                "mean_a": float(x.mean()) if x.size else float("nan"),
-                "mean_b": float(y.mean()) if y.size else float("nan"),
-                "diff": r["diff"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-                "a_only": r["a_only"], "b_only": r["b_only"], "test": r["test"],
-                "p_value": r["p_raw"], "p_adjusted": r["p_value"], "significant": r["significant"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "n": r["n"],
+                    "mean_a": float(x.mean()) if x.size else float("nan"),
+                    "mean_b": float(y.mean()) if y.size else float("nan"),
+                    "diff": r["diff"],
+                    "ci_low": r["ci_low"],
+                    "ci_high": r["ci_high"],
+                    "a_only": r["a_only"],
+                    "b_only": r["b_only"],
+                    "test": r["test"],
+                    "p_value": r["p_raw"],
+                    "p_adjusted": r["p_value"],
+                    "significant": r["significant"],
+                }
+            )
     table = pd.DataFrame(
         rows,
-        columns=["a", "b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high",
-                 "a_only", "b_only", "test", "p_value", "p_adjusted", "significant"],
-    )  # fmt: skip
+        columns=[
+            "a",
+            "b",
+            "n",
+            "mean_a",
+            "mean_b",
+            "diff",
+            "ci_low",
+            "ci_high",
+            "a_only",
+            "b_only",
+            "test",
+            "p_value",
+            "p_adjusted",
+            "significant",
+        ],
+    )
     table["significant"] = table["significant"].astype(bool)
     better_a = (table["diff"] > 0) == higher
     table["winner"] = [
@@ -88,8 +112,14 @@ def compare(
             table["a"], table["b"], better_a, table["significant"], strict=True
         )
     ]
-    table.attrs.update(metric=metric, level=level, adjust=adjust, binary=binary, n_boot=n_boot,
-                       comparisons=comparisons)  # fmt: skip
+    table.attrs.update(
+        metric=metric,
+        level=level,
+        adjust=adjust,
+        binary=binary,
+        n_boot=n_boot,
+        comparisons=comparisons,
+    )
     return table
 
 
@@ -241,10 +271,17 @@ def paired_difference(
         lo, hi, p = bootstrap_difference(d, n_boot, seed, each)
     p_adj = min(1.0, p * max(1, comparisons)) if p == p else p
     return {
-        "n": int(d.size), "diff": float(d.mean()) if d.size else float("nan"),
-        "ci_low": lo, "ci_high": hi, "p_value": p_adj, "p_raw": p,
-        "significant": bool(lo > 0 or hi < 0), "a_only": a_only, "b_only": b_only,
+        "n": int(d.size),
+        "diff": float(d.mean()) if d.size else float("nan"),
+        "ci_low": lo,
+        "ci_high": hi,
+        "p_value": p_adj,
+        "p_raw": p,
+        "significant": bool(lo > 0 or hi < 0),
+        "a_only": a_only,
+        "b_only": b_only,
         "sd": float(d.std(ddof=1)) if d.size > 1 else 0.0,
-        "test": "tango" if binary else "paired_bootstrap", "comparisons": max(1, comparisons),
+        "test": "tango" if binary else "paired_bootstrap",
+        "comparisons": max(1, comparisons),
         "level": level,
-    }  # fmt: skip
+    }

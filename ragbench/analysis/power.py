@@ -19,8 +19,14 @@ def spread_floor(margin: float) -> float:
     return math.sqrt(margin * (1 - margin))
 
 
-def questions_needed(effect: float, *, discordant: float | None = None, sd: float | None = None,
-                     alpha: float = 0.05, power: float = POWER) -> int:  # fmt: skip
+def questions_needed(
+    effect: float,
+    *,
+    discordant: float | None = None,
+    sd: float | None = None,
+    alpha: float = 0.05,
+    power: float = POWER,
+) -> int:
     """Paired questions a two-sided test at level ``alpha`` needs to detect a mean difference
     ``effect`` with probability ``power`` (normal approximation).
 
@@ -57,8 +63,11 @@ def questions_to_decide(r: dict[str, Any], margin: float, binary: bool) -> tuple
     if d + margin > 0:
         options.append((questions_needed(d + margin, sd=sd, alpha=alpha), "within"))
     if d < 0:
-        need = (questions_needed(d, discordant=psi, alpha=alpha) if binary
-                else questions_needed(d, sd=max(r["sd"], floor), alpha=alpha))  # fmt: skip
+        need = (
+            questions_needed(d, discordant=psi, alpha=alpha)
+            if binary
+            else questions_needed(d, sd=max(r["sd"], floor), alpha=alpha)
+        )
         options.append((need, "better"))
     need, what = min(options)
     return (max(1, need - n) if math.isfinite(need) else None), what

@@ -56,8 +56,11 @@ def oracle_router(
     metric = _check_metric(df, metric)
     if labels is None:  # every variant but the routers
         routers = strategies_where(routes=True)
-        labels = [lb for lb, s in df.drop_duplicates("label")[["label", "strategy"]].values
-                  if s not in routers]  # fmt: skip
+        labels = [
+            lb
+            for lb, s in df.drop_duplicates("label")[["label", "strategy"]].values
+            if s not in routers
+        ]
     labels = _check_labels(df, labels)
     if not labels:
         raise ValueError("no candidate variants for the oracle router (only Self-Route?)")
@@ -114,10 +117,19 @@ def router_headroom(  # oracle_router's parameters, passed on to it, and the int
     method = base["ci_method"].iloc[0] if len(base) else None  # the same kind as the table's
     lo, hi, method = mean_ci(scores, seed=seed, method=method)
     oracle = {
-        "label": ORACLE_LABEL, metric: float(scores.mean()) if scores.size else float("nan"),
-        "ci_low": lo, "ci_high": hi, "n": int(scores.size), "n_missing": 0, "ci_method": method,
-        **{c: float(choices[c].mean()) for c in base.columns if c in choices and c not in ("label", metric)},
-    }  # fmt: skip
+        "label": ORACLE_LABEL,
+        metric: float(scores.mean()) if scores.size else float("nan"),
+        "ci_low": lo,
+        "ci_high": hi,
+        "n": int(scores.size),
+        "n_missing": 0,
+        "ci_method": method,
+        **{
+            c: float(choices[c].mean())
+            for c in base.columns
+            if c in choices and c not in ("label", metric)
+        },
+    }
     table = pd.concat([base, pd.DataFrame([oracle])], ignore_index=True)
     table["oracle_gain"] = table.loc[table["label"] == ORACLE_LABEL, metric].iloc[0] - table[metric]
     table.attrs.update(cost=cost, metric=metric, candidates=choices.attrs["candidates"])

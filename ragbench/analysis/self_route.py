@@ -58,13 +58,18 @@ def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float 
     for label, group in answered.groupby("label", sort=False):
         routed = group["route"] == FULL_CONTEXT
         scores = group[metric]
-        rows.append({
-            "label": label, "n": len(group), "routed": int(routed.sum()),
-            "routing_rate": float(routed.mean()), "n_scored": int(scores.notna().sum()),
-            "accuracy": _share(scores, threshold),
-            "accuracy_unrouted": _share(scores[~routed], threshold),
-            "accuracy_routed": _share(scores[routed], threshold),
-        })  # fmt: skip
+        rows.append(
+            {
+                "label": label,
+                "n": len(group),
+                "routed": int(routed.sum()),
+                "routing_rate": float(routed.mean()),
+                "n_scored": int(scores.notna().sum()),
+                "accuracy": _share(scores, threshold),
+                "accuracy_unrouted": _share(scores[~routed], threshold),
+                "accuracy_routed": _share(scores[routed], threshold),
+            }
+        )
     return pd.DataFrame(rows, columns=columns)
 
 

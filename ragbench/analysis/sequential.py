@@ -187,8 +187,9 @@ def _score_bound(a_only: int, b_only: int, n: int, c: float, lower: bool) -> flo
     return float(brentq(f, lo_end, hi_end, xtol=1e-12))
 
 
-def repeated_interval(x: Sequence[float], y: Sequence[float], c: float, binary: bool,
-                      margin: float = 0.05) -> dict[str, Any]:  # fmt: skip
+def repeated_interval(
+    x: Sequence[float], y: Sequence[float], c: float, binary: bool, margin: float = 0.05
+) -> dict[str, Any]:
     """``mean(x) - mean(y)`` (NaN pairs dropped) with its interval at critical value ``c``:
     Tango's score interval for 0/1 scores (``paired.tango`` with ``crit = c``), else ``mean +-
     c sd / sqrt(n)`` with the standard deviation at least ``sqrt(margin (1 - margin))`` (no
@@ -199,8 +200,13 @@ def repeated_interval(x: Sequence[float], y: Sequence[float], c: float, binary: 
     d = a[keep] - b[keep]
     n = int(d.size)
     a_only, b_only = int((d > 0).sum()), int((d < 0).sum())
-    out = {"n": n, "a_only": a_only, "b_only": b_only, "boundary": float(c),
-           "sd": float(d.std(ddof=1)) if n > 1 else 0.0}  # fmt: skip
+    out = {
+        "n": n,
+        "a_only": a_only,
+        "b_only": b_only,
+        "boundary": float(c),
+        "sd": float(d.std(ddof=1)) if n > 1 else 0.0,
+    }
     if n == 0:
         return {**out, "diff": math.nan, "ci_low": -1.0, "ci_high": 1.0, "z": 0.0}
     diff = float(d.mean())
@@ -262,16 +268,30 @@ def simulate(
         return {k: float(np.mean(d == k)) for k in DECISIONS}
 
     return {
-        "questions": questions, "rounds": rounds, "looks_at": sizes.tolist(),
-        "boundaries": [round(c, 4) for c in bounds], "x_only": x_only, "y_only": y_only,
-        "true_difference": round(x_only - y_only, 6), "alpha": alpha, "margin": margin,
-        "spending": spending, "runs": runs, "seed": seed,
-        "sequential": {**shares(decision), "decided": float(np.mean(decision != "continue")),
-                       "mean_questions": float(used.mean()),
-                       "median_questions": float(np.median(used))},
-        "fixed": {**shares(fixed), "decided": float(np.mean(fixed != "continue")),
-                  "mean_questions": float(questions)},
-    }  # fmt: skip
+        "questions": questions,
+        "rounds": rounds,
+        "looks_at": sizes.tolist(),
+        "boundaries": [round(c, 4) for c in bounds],
+        "x_only": x_only,
+        "y_only": y_only,
+        "true_difference": round(x_only - y_only, 6),
+        "alpha": alpha,
+        "margin": margin,
+        "spending": spending,
+        "runs": runs,
+        "seed": seed,
+        "sequential": {
+            **shares(decision),
+            "decided": float(np.mean(decision != "continue")),
+            "mean_questions": float(used.mean()),
+            "median_questions": float(np.median(used)),
+        },
+        "fixed": {
+            **shares(fixed),
+            "decided": float(np.mean(fixed != "continue")),
+            "mean_questions": float(questions),
+        },
+    }
 
 
 def _decide_z(a: np.ndarray, b: np.ndarray, n: int, c: float, margin: float) -> np.ndarray:

@@ -19,9 +19,15 @@ from ragbench.metrics.answer import aggregate
 # columns add each query's share of a one-time cost (a preloaded corpus; equal to dollars /
 # resource_seconds where there is none)
 SUMMARY_COST_COLUMNS = (
-    "prompt_tokens", "dollars", "amortised_dollars", "resource_seconds",
-    "amortised_resource_seconds", "latency_seconds", "kv_bytes_measured", "flops",
-)  # fmt: skip
+    "prompt_tokens",
+    "dollars",
+    "amortised_dollars",
+    "resource_seconds",
+    "amortised_resource_seconds",
+    "latency_seconds",
+    "kv_bytes_measured",
+    "flops",
+)
 
 
 # fewer scored questions than this and a variant's row gets a note: its interval is wide
@@ -55,17 +61,22 @@ def unscored_notes(table: Any, asked: Any, metric: str) -> list[str]:
     """One sentence when some variant answered more questions (``asked``: label -> rows
     answered) than it has scores for (``table``'s ``n``; a question without a gold answer):
     the score is over the scored ones, cost per query over all, with the counts."""
-    rows = [(lb, int(n), int(asked.get(lb, 0))) for lb, n in zip(table["label"], table["n"],
-            strict=True) if asked.get(lb, 0) > n]  # fmt: skip
+    rows = [
+        (lb, int(n), int(asked.get(lb, 0)))
+        for lb, n in zip(table["label"], table["n"], strict=True)
+        if asked.get(lb, 0) > n
+    ]
     if not rows:
         return []
     if len(rows) == len(table) > 1 and len({(n, a) for _, n, a in rows}) == 1:
         counts = f"every variant {rows[0][1]} of {rows[0][2]}"
     else:
         counts = ", ".join(f"{lb} {n} of {a}" for lb, n, a in rows)
-    return [f"{metric} is over the scored questions ({counts}); cost and latency per query are "
-            "over every question answered (one without a gold answer has no score but was "
-            "asked and paid for)"]  # fmt: skip
+    return [
+        f"{metric} is over the scored questions ({counts}); cost and latency per query are "
+        "over every question answered (one without a gold answer has no score but was "
+        "asked and paid for)"
+    ]
 
 
 def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
@@ -156,8 +167,13 @@ def effective_context_length(
                 break
             effective = n
         longest = group[length].max()
-        rows.append({
-            "label": label, "effective_length": effective, "censored": bool(effective == longest),
-            "longest_tested": longest, "threshold": threshold,
-        })  # fmt: skip
+        rows.append(
+            {
+                "label": label,
+                "effective_length": effective,
+                "censored": bool(effective == longest),
+                "longest_tested": longest,
+                "threshold": threshold,
+            }
+        )
     return pd.DataFrame(rows)

@@ -149,12 +149,17 @@ class Verdict:
     def conditions_text(self) -> str:
         c = self.conditions
         dated = f" (dated {c['price_sheet_date']})" if c.get("price_sheet_date") else ""
-        parts = [f"model {c['model']}" if c.get("model") else "", c.get("context", ""),
-                 _questions_text(c),
-                 f"price sheet {c['price_sheet']}{dated}" if c.get("price_sheet") else ""]  # fmt: skip
+        parts = [
+            f"model {c['model']}" if c.get("model") else "",
+            c.get("context", ""),
+            _questions_text(c),
+            f"price sheet {c['price_sheet']}{dated}" if c.get("price_sheet") else "",
+        ]
         parts = [p for p in parts if p]
-        own = [f"{label} answered from its own index, not the run's documents."
-               for label in c.get("own_index") or ()]  # fmt: skip
+        own = [
+            f"{label} answered from its own index, not the run's documents."
+            for label in c.get("own_index") or ()
+        ]
         judged = [judge_text(c["judge"])] if c.get("judge") else []
         return " ".join([f"Holds for {', '.join(parts)}."] * bool(parts) + own + judged)
 
@@ -172,9 +177,15 @@ class Verdict:
 def _rank(sub: Any, higher: bool) -> list[str]:
     """Labels best first: score, then less machinery, then cheaper, then config order."""
     order = {lb: i for i, lb in enumerate(sub.index)}
-    return sorted(sub.index, key=lambda lb: (-sub.loc[lb, "score"] if higher else
-                  sub.loc[lb, "score"], len(sub.loc[lb, "machinery"]),
-                  sub.loc[lb, "cost_per_1k"], order[lb]))  # fmt: skip
+    return sorted(
+        sub.index,
+        key=lambda lb: (
+            -sub.loc[lb, "score"] if higher else sub.loc[lb, "score"],
+            len(sub.loc[lb, "machinery"]),
+            sub.loc[lb, "cost_per_1k"],
+            order[lb],
+        ),
+    )
 
 
 def _champion(sub: Any, higher: bool, fmt: _Fmt) -> tuple[str, list[str]]:
@@ -187,19 +198,28 @@ def _champion(sub: Any, higher: bool, fmt: _Fmt) -> tuple[str, list[str]]:
         if abs(row["score"] - sub.loc[top, "score"]) > 1e-12 or not row["machinery"]:
             continue
         if row["never_routed"]:
-            notes.append(f"{other} also scored {fmt.score(row['score'])} but never routed "
-                         f"(every answer came from its RAG step): {top} does the same without "
-                         "the routing step")  # fmt: skip
+            notes.append(
+                f"{other} also scored {fmt.score(row['score'])} but never routed "
+                f"(every answer came from its RAG step): {top} does the same without "
+                "the routing step"
+            )
         elif len(row["machinery"]) > len(sub.loc[top, "machinery"]):
-            notes.append(f"{other} also scored {fmt.score(row['score'])} but adds "
-                         f"{' and '.join(row['machinery'])}: {top} is the simpler")  # fmt: skip
+            notes.append(
+                f"{other} also scored {fmt.score(row['score'])} but adds "
+                f"{' and '.join(row['machinery'])}: {top} is the simpler"
+            )
     if sub.loc[top, "never_routed"]:
         twin = sub.loc[top, "twin"]
-        seen = f", against {fmt.score(sub.loc[twin, 'score'])} for {twin}" if (
-            isinstance(twin, str) and twin in sub.index) else ""  # fmt: skip
-        notes.append(f"{top} never routed: every answer came from its RAG step, whose prompt "
-                     f"(with its 'unanswerable' option) scored {fmt.score(sub.loc[top, 'score'])}"
-                     f"{seen}")  # fmt: skip
+        seen = (
+            f", against {fmt.score(sub.loc[twin, 'score'])} for {twin}"
+            if (isinstance(twin, str) and twin in sub.index)
+            else ""
+        )
+        notes.append(
+            f"{top} never routed: every answer came from its RAG step, whose prompt "
+            f"(with its 'unanswerable' option) scored {fmt.score(sub.loc[top, 'score'])}"
+            f"{seen}"
+        )
     return top, notes
 
 
@@ -213,9 +233,12 @@ def _break_even(df: Any, table: Any, choice: str, lc: str, sheet: str | None) ->
     sub = df[df["label"].isin([choice, lc]) | df["strategy"].isin(no_context)]
     try:
         result, _ = prefix_cache_break_even(
-            sub, [sheet], long_context=table.loc[lc, "strategy"],
-            rag=table.loc[choice, "strategy"], closed_book=next(iter(no_context), ""),
-        )  # fmt: skip
+            sub,
+            [sheet],
+            long_context=table.loc[lc, "strategy"],
+            rag=table.loc[choice, "strategy"],
+            closed_book=next(iter(no_context), ""),
+        )
     except (ValueError, KeyError, OSError):
         return None
     row = result[result["rag_label"] == choice] if len(result) else result
@@ -281,8 +304,13 @@ def verdict(
     checks = constraint_checks(table, metric, higher, fmt, limits)
     table["meets"] = np.logical_and.reduce([c[0] for c in checks.values()] + [table["n"] > 0])
     conditions = run_conditions(df, rows, metric)
-    common = {"metric": metric, "cost": cost, "conditions": conditions, "variants": table,
-              "margin": margin}  # fmt: skip
+    common = {
+        "metric": metric,
+        "cost": cost,
+        "conditions": conditions,
+        "variants": table,
+        "margin": margin,
+    }
 
     weak = weak_model_line(df, table, metric, weak_floor, seed)
     empty = [e.text for e in count_empty_answers(df)]
@@ -293,8 +321,22 @@ def verdict(
         none = Verdict(text + ".", None, "none_meets_constraints", binding=binding, **common)
         return _caveats(none, weak, empty)
 
-    ctx = _Context(df, table, eligible, checks, fmt, higher, metric, cost, alpha, margin, seed,
-                   n_boot, conditions, sequential)  # fmt: skip
+    ctx = _Context(
+        df,
+        table,
+        eligible,
+        checks,
+        fmt,
+        higher,
+        metric,
+        cost,
+        alpha,
+        margin,
+        seed,
+        n_boot,
+        conditions,
+        sequential,
+    )
     return _caveats(ctx.decide(common), weak, empty)
 
 
@@ -350,8 +392,9 @@ class _Context:
         wide = self.good([x, y])
         # an independent stream per pair, fixed by ``seed`` and the two labels
         stream = [self.seed, zlib.crc32(x.encode()), zlib.crc32(y.encode())]
-        r = paired_difference(wide[x], wide[y], self.alpha, comparisons, self.fmt.binary,
-                              self.n_boot, stream)  # fmt: skip
+        r = paired_difference(
+            wide[x], wide[y], self.alpha, comparisons, self.fmt.binary, self.n_boot, stream
+        )
         return {**r, "a": x, "b": y}
 
     def seq_comparisons(self) -> int:
@@ -369,20 +412,30 @@ class _Context:
         and the look."""
         seq = self.sequential or {}
         fractions = list(seq["fractions"])
-        crit = boundaries(fractions, self.alpha / comparisons, seq.get("spending",
-                          "obrien_fleming"))[-1]  # fmt: skip
+        crit = boundaries(
+            fractions, self.alpha / comparisons, seq.get("spending", "obrien_fleming")
+        )[-1]
         wide = self.good([x, y])
         r = repeated_interval(wide[x], wide[y], crit, self.fmt.binary, self.margin)
         nominal = float(2 * NormalDist().cdf(-crit))  # the level one look's interval holds
         p = float(2 * NormalDist().cdf(-abs(r["z"])))
         return {
-            **r, "a": x, "b": y, "p_raw": p, "p_value": min(1.0, p * comparisons),
+            **r,
+            "a": x,
+            "b": y,
+            "p_raw": p,
+            "p_value": min(1.0, p * comparisons),
             "significant": bool(r["ci_low"] > 0 or r["ci_high"] < 0),
-            "test": "tango" if self.fmt.binary else "paired_z", "comparisons": comparisons,
-            "level": nominal * comparisons, "ci_level": 1 - nominal, "z": r["z"],
-            "look": len(fractions), "fraction": fractions[-1], "sequential": True,
+            "test": "tango" if self.fmt.binary else "paired_z",
+            "comparisons": comparisons,
+            "level": nominal * comparisons,
+            "ci_level": 1 - nominal,
+            "z": r["z"],
+            "look": len(fractions),
+            "fraction": fractions[-1],
+            "sequential": True,
             "spending": seq.get("spending", "obrien_fleming"),
-        }  # fmt: skip
+        }
 
     def stop_note(self, n_pairs: int) -> str:
         """When a sequential run stopped: decided early, at the budget, or out of questions."""
@@ -392,8 +445,10 @@ class _Context:
             return ""
         asked = seq.get("answered", n_pairs)
         looks = len(seq.get("fractions", ()))
-        test = (f"a group-sequential test, {SPENDING_NAMES.get(seq.get('spending'), '')} alpha "
-                f"spending, {counted(looks, 'look')}")  # fmt: skip
+        test = (
+            f"a group-sequential test, {SPENDING_NAMES.get(seq.get('spending'), '')} alpha "
+            f"spending, {counted(looks, 'look')}"
+        )
         if why == "decided":
             return f"Decided after {asked:,} of {counted(of, 'question')} ({test})."
         if why == "budget":
@@ -422,8 +477,10 @@ class _Context:
         elif r["ci_high"] < 0:
             text = f"{head}, more than {x}: the documents hurt these answers ({ev})."
         elif r["ci_high"] < self.margin:
-            text = (f"{head}, within {self.fmt.size(self.margin)} of {x}: the documents do not "
-                    f"matter for these questions ({ev}).")  # fmt: skip
+            text = (
+                f"{head}, within {self.fmt.size(self.margin)} of {x}: the documents do not "
+                f"matter for these questions ({ev})."
+            )
         else:
             text = f"{head}; whether the documents matter is not yet shown ({ev})."
         return text, r, b
@@ -433,8 +490,10 @@ class _Context:
         lc = [lb for lb in labels if self.table.loc[lb, "family"] == LONG_CONTEXT]
         if cut <= MOST or not lc:
             return ""
-        return (f"{lc[0]} cut {cut:.0%} of the corpus to fit the window: it answered from "
-                f"{1 - cut:.0%} of the documents.")  # fmt: skip
+        return (
+            f"{lc[0]} cut {cut:.0%} of the corpus to fit the window: it answered from "
+            f"{1 - cut:.0%} of the documents."
+        )
 
     def decide(self, common: dict) -> Verdict:
         el, fmt = self.eligible, self.fmt
@@ -451,8 +510,9 @@ class _Context:
         else:
             ranked = _rank(contenders, self.higher) if len(contenders) else []
             if len(ranked) < 2:
-                return self.only(ranked[0] if ranked else _rank(el, self.higher)[0], common,
-                                 notes, missing)  # fmt: skip
+                return self.only(
+                    ranked[0] if ranked else _rank(el, self.higher)[0], common, notes, missing
+                )
             x = next(iter(sides.values()), ranked[0])
             y = next(lb for lb in ranked if lb != x)
         if len(sides) < 2:
@@ -466,13 +526,19 @@ class _Context:
             or not ((self.table["family"] == BASELINE).any())
             else "retrieval or long-context variant"
         )
-        only = f"the only {kind}" + (" that meets the constraints" if self.checks else
-                                     " in the table")  # fmt: skip
+        only = f"the only {kind}" + (
+            " that meets the constraints" if self.checks else " in the table"
+        )
         base, r, b = self.baseline_line(x, 1)
-        text = (f"Use {x}: {only}, {self.metric} {self.score(x)} at {self.cost_of()[x]} "
-                f"{self.per}; nothing to compare it with.")  # fmt: skip
-        extra = [self.out_note(f, set()) for f in missing
-                 if self.table.loc[x, "family"] != f] if self.checks else []  # fmt: skip
+        text = (
+            f"Use {x}: {only}, {self.metric} {self.score(x)} at {self.cost_of()[x]} "
+            f"{self.per}; nothing to compare it with."
+        )
+        extra = (
+            [self.out_note(f, set()) for f in missing if self.table.loc[x, "family"] != f]
+            if self.checks
+            else []
+        )
         text = " ".join([text, *[n.rstrip(".") + "." for n in notes], *extra, base]).strip()
         detail = self.detail([r] if r else [], [x])
         return Verdict(text, x, "only_variant", baseline=b, detail=detail, **common)
@@ -495,8 +561,9 @@ class _Context:
             cr = cost_ratio(self.df, self.cost, c, d, self.n_boot, self.seed)
         r = self.repeated(c, d, m) if self.sequential else self.difference(c, d, m)
         leaning, more, choice = None, None, None
-        simpler = (_same_cost(cr[1], cr[2])
-                   and len(t.loc[c, "machinery"]) < len(t.loc[d, "machinery"]))  # fmt: skip
+        simpler = _same_cost(cr[1], cr[2]) and len(t.loc[c, "machinery"]) < len(
+            t.loc[d, "machinery"]
+        )
         if r["ci_low"] > 0:
             choice, reason, other = c, "more_accurate", d
         elif r["ci_high"] < 0:
@@ -512,8 +579,16 @@ class _Context:
         ahead_of_pair = c if sign * t.loc[c, "score"] >= sign * t.loc[d, "score"] else d
         base, rb, b = self.baseline_line(choice or ahead_of_pair, m)
         if choice == d:  # the dearer (or more elaborate) one wins: flip the evidence to it
-            r = {**r, "a": d, "b": c, "diff": -r["diff"], "ci_low": -r["ci_high"],
-                 "ci_high": -r["ci_low"], "a_only": r["b_only"], "b_only": r["a_only"]}  # fmt: skip
+            r = {
+                **r,
+                "a": d,
+                "b": c,
+                "diff": -r["diff"],
+                "ci_low": -r["ci_high"],
+                "ci_high": -r["ci_low"],
+                "a_only": r["b_only"],
+                "b_only": r["a_only"],
+            }
             if "z" in r:
                 r["z"] = -r["z"]
             cr = cost_ratio(self.df, self.cost, d, c, self.n_boot, self.seed)
@@ -525,51 +600,96 @@ class _Context:
             text = f"Use {x_} rather than {y_}: more accurate {on}, {cost}."
         elif reason == "not_worse":
             also = f", and simpler ({y_} adds {' and '.join(t.loc[y_, 'machinery'])})" * simpler
-            text = (f"Use {x_} rather than {y_}: not worse by more than "
-                    f"{fmt.size(self.margin)} {on}, {cost}{also}.")  # fmt: skip
+            text = (
+                f"Use {x_} rather than {y_}: not worse by more than "
+                f"{fmt.size(self.margin)} {on}, {cost}{also}."
+            )
         else:
-            shows = (f"whether {x_} is within {fmt.size(self.margin)} of {y_}" if what == "within"
-                     else f"whether {y_} is more accurate")  # fmt: skip
-            decide = (f"about {counted(more, 'more question')} would show {shows} (80% power at the "
-                      f"observed difference)") if more else "more questions would decide"  # fmt: skip
+            shows = (
+                f"whether {x_} is within {fmt.size(self.margin)} of {y_}"
+                if what == "within"
+                else f"whether {y_} is more accurate"
+            )
+            decide = (
+                (
+                    f"about {counted(more, 'more question')} would show {shows} (80% power at the "
+                    f"observed difference)"
+                )
+                if more
+                else "more questions would decide"
+            )
             if leaning:
                 tied = abs(t.loc[x_, "score"] - t.loc[y_, "score"]) <= 1e-12
                 stands = _standing(x_, y_, self.metric, self.score(x_), self.score(y_), tied)
-                text = (f"Not decided yet: {stands}, {cost}, but "
-                        f"{counted(r['n'], 'question')} cannot yet show it is not worse by more than "
-                        f"{fmt.size(self.margin)}; {decide}.")  # fmt: skip
+                text = (
+                    f"Not decided yet: {stands}, {cost}, but "
+                    f"{counted(r['n'], 'question')} cannot yet show it is not worse by more than "
+                    f"{fmt.size(self.margin)}; {decide}."
+                )
             else:
                 on = f"on {self.metric} ({self.score(y_)} vs {self.score(x_)})"
-                text = (f"Not decided yet between {x_} and {y_}: {y_} scores higher {on} and "
-                        f"{x_} is {cost}; {decide}.")  # fmt: skip
+                text = (
+                    f"Not decided yet between {x_} and {y_}: {y_} scores higher {on} and "
+                    f"{x_} is {cost}; {decide}."
+                )
         text += f" Evidence: {ev}."
         q, cache = self.cache_note(choice, other, reason)
-        parts = [text, self.stop_note(r["n"]), *[n.rstrip(".") + "." for n in notes],
-                 self.truncation_note((x_, y_)), base, cache]  # fmt: skip
+        parts = [
+            text,
+            self.stop_note(r["n"]),
+            *[n.rstrip(".") + "." for n in notes],
+            self.truncation_note((x_, y_)),
+            base,
+            cache,
+        ]
         detail = self.detail([r, *([rb] if rb else [])], [x_, y_])
         return Verdict(
-            " ".join(p for p in parts if p), choice, reason, opponent=other, leaning=leaning,
-            compared=(x_, y_), test=r["test"], p_value=r["p_value"], diff=r["diff"],
-            ci_low=r["ci_low"], ci_high=r["ci_high"], n_pairs=r["n"], comparisons=m,
-            cost_ratio=cr[0], cost_ratio_low=cr[1], cost_ratio_high=cr[2], baseline=b,
-            more_questions=more, break_even_questions=q, detail=detail, **common,
-            sequential={k: r[k] for k in ("boundary", "z", "comparisons", "look", "fraction",
-                                          "spending")} if r.get("sequential") else None,
-        )  # fmt: skip
+            " ".join(p for p in parts if p),
+            choice,
+            reason,
+            opponent=other,
+            leaning=leaning,
+            compared=(x_, y_),
+            test=r["test"],
+            p_value=r["p_value"],
+            diff=r["diff"],
+            ci_low=r["ci_low"],
+            ci_high=r["ci_high"],
+            n_pairs=r["n"],
+            comparisons=m,
+            cost_ratio=cr[0],
+            cost_ratio_low=cr[1],
+            cost_ratio_high=cr[2],
+            baseline=b,
+            more_questions=more,
+            break_even_questions=q,
+            detail=detail,
+            **common,
+            sequential={
+                k: r[k] for k in ("boundary", "z", "comparisons", "look", "fraction", "spending")
+            }
+            if r.get("sequential")
+            else None,
+        )
 
     def cache_note(self, choice: str | None, other: str, reason: str) -> tuple[int | None, str]:
         """Where retrieval is used and long context is as accurate but dearer: the questions
         per document from which a prefix cache makes long context no dearer."""
         t = self.table
-        if (reason != "not_worse" or t.loc[choice, "family"] != RETRIEVAL
-                or t.loc[other, "family"] != LONG_CONTEXT):  # fmt: skip
+        if (
+            reason != "not_worse"
+            or t.loc[choice, "family"] != RETRIEVAL
+            or t.loc[other, "family"] != LONG_CONTEXT
+        ):
             return None, ""
         sheet = self.conditions.get("price_sheet")
         q = _break_even(self.df, t, choice, other, sheet)
         if q is None or q <= 1:
             return None, ""
-        return q, (f"With a prefix cache ({sheet} prices), {other} costs no more than {choice} "
-                   f"from {q:,} questions per document on.")  # fmt: skip
+        return q, (
+            f"With a prefix cache ({sheet} prices), {other} costs no more than {choice} "
+            f"from {q:,} questions per document on."
+        )
 
     def detail(self, used: list[dict], shown: list[str]) -> Any:
         """Every comparison: the verdict's own first (the numbers its sentence quotes), then
@@ -579,8 +699,12 @@ class _Context:
 
         labels = list(self.table.index)
         done = {frozenset((r["a"], r["b"])) for r in used}
-        others = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1 :]
-                  if frozenset((a, b)) not in done]  # fmt: skip
+        others = [
+            (a, b)
+            for i, a in enumerate(labels)
+            for b in labels[i + 1 :]
+            if frozenset((a, b)) not in done
+        ]
         rows = [{**r, "role": "verdict" if i == 0 else "baseline"} for i, r in enumerate(used)]
         rows += [{**self.difference(a, b, len(others)), "role": "other pair"} for a, b in others]
         out = []
@@ -597,25 +721,42 @@ class _Context:
                 decision = f"{b} not worse by more than {self.fmt.size(self.margin)}"
             else:
                 decision = "undecided"
-            more = questions_to_decide(r, self.margin, self.fmt.binary)[0] if decision == "undecided" \
-                else None  # fmt: skip
-            out.append({
-                "role": r["role"], "a": a, "b": b, "n": r["n"],
-                "mean_a": self.table.loc[a, "score"], "mean_b": self.table.loc[b, "score"],
-                "diff": r["diff"] if self.higher else -r["diff"],
-                "ci_low": r["ci_low"] if self.higher else -r["ci_high"],
-                "ci_high": r["ci_high"] if self.higher else -r["ci_low"],
-                "ci_level": r.get("ci_level", 1 - self.alpha / r["comparisons"]),
-                "comparisons": r["comparisons"],
-                "p_value": r["p_value"], "significant": r["significant"], "decision": decision,
-                "more_questions": more, "cost_ratio": cr[0], "cost_ratio_low": cr[1],
-                "cost_ratio_high": cr[2], "test": r["test"], "a_only": r["a_only"],
-                "b_only": r["b_only"],
-            })  # fmt: skip
+            more = (
+                questions_to_decide(r, self.margin, self.fmt.binary)[0]
+                if decision == "undecided"
+                else None
+            )
+            out.append(
+                {
+                    "role": r["role"],
+                    "a": a,
+                    "b": b,
+                    "n": r["n"],
+                    "mean_a": self.table.loc[a, "score"],
+                    "mean_b": self.table.loc[b, "score"],
+                    "diff": r["diff"] if self.higher else -r["diff"],
+                    "ci_low": r["ci_low"] if self.higher else -r["ci_high"],
+                    "ci_high": r["ci_high"] if self.higher else -r["ci_low"],
+                    "ci_level": r.get("ci_level", 1 - self.alpha / r["comparisons"]),
+                    "comparisons": r["comparisons"],
+                    "p_value": r["p_value"],
+                    "significant": r["significant"],
+                    "decision": decision,
+                    "more_questions": more,
+                    "cost_ratio": cr[0],
+                    "cost_ratio_low": cr[1],
+                    "cost_ratio_high": cr[2],
+                    "test": r["test"],
+                    "a_only": r["a_only"],
+                    "b_only": r["b_only"],
+                }
+            )
         table = pd.DataFrame(out)
-        method = ("Tango's score interval and test (0/1 scores; its test at 0 is McNemar's)"
-                  if self.fmt.binary else "a paired bootstrap (interval and p from the same "
-                  f"{self.n_boot:,} resamples)")  # fmt: skip
+        method = (
+            "Tango's score interval and test (0/1 scores; its test at 0 is McNemar's)"
+            if self.fmt.binary
+            else f"a paired bootstrap (interval and p from the same {self.n_boot:,} resamples)"
+        )
         table.attrs["metric"] = self.metric
         table.attrs["notes"] = [
             f"diff = a - b on {self.metric}; interval and p from {method}, Bonferroni-adjusted "
@@ -624,7 +765,7 @@ class _Context:
             f"not worse: the interval's lower end above -{self.fmt.size(self.margin)}; "
             "more_questions: 80% power at the observed difference; cost_ratio: mean cost per "
             "query of a over b, 95% bootstrap interval",
-        ]  # fmt: skip
+        ]
         return table
 
 
@@ -632,5 +773,6 @@ def sequential_look(df: Any, state: dict[str, Any]) -> Verdict:
     """A sequential run's look (``experiment.sequential_run``): the verdict on the records so
     far at the look's boundary, with the design's ``alpha``, ``margin`` and ``seed`` from
     ``state`` (no constraints: the reader's, applied when the verdict is read)."""
-    return verdict(df, alpha=state["alpha"], margin=state["margin"], seed=state["seed"],
-                   sequential=state)  # fmt: skip
+    return verdict(
+        df, alpha=state["alpha"], margin=state["margin"], seed=state["seed"], sequential=state
+    )

@@ -39,8 +39,9 @@ def variant_table(df: Any, metric: str, cost: str) -> Any:
     latency = own_latency_seconds(answered)  # its own time, the harness's queue apart
     out["latency_s"] = (
         latency.groupby(answered["label"], sort=False).mean().reindex(out.index)
-        if latency is not None else np.nan
-    )  # fmt: skip
+        if latency is not None
+        else np.nan
+    )
     out["strategy"] = g["strategy"].first() if "strategy" in rows else None
     order = [lb for lb in dict.fromkeys(df["label"]) if lb in out.index]
     return out.reindex(order)
@@ -57,13 +58,28 @@ def constraint_checks(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: 
     """{name: (passes per variant, what binds in words, the bound in words)} for the active
     constraints."""
     specs = {  # name: (column, bound is a minimum?, value in words, what, the closest variant)
-        "min_accuracy": ("score", higher, fmt.score, f"{'minimum' if higher else 'maximum'} "
-                         f"{metric}", "the most accurate"),
-        "max_dollars_per_1k": ("cost_per_1k", False, lambda x: f"{_money(x)} per 1k queries",
-                               "maximum", "the cheapest"),
-        "max_latency_s": ("latency_s", False, lambda x: f"{x:.2g} s", "maximum latency",
-                          "the fastest"),
-    }  # fmt: skip
+        "min_accuracy": (
+            "score",
+            higher,
+            fmt.score,
+            f"{'minimum' if higher else 'maximum'} {metric}",
+            "the most accurate",
+        ),
+        "max_dollars_per_1k": (
+            "cost_per_1k",
+            False,
+            lambda x: f"{_money(x)} per 1k queries",
+            "maximum",
+            "the cheapest",
+        ),
+        "max_latency_s": (
+            "latency_s",
+            False,
+            lambda x: f"{x:.2g} s",
+            "maximum latency",
+            "the fastest",
+        ),
+    }
     out = {}
     for name, bound in limits.items():
         if bound is None:
@@ -73,9 +89,11 @@ def constraint_checks(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: 
         if values.isna().all():
             raise ValueError(f"{name} needs a {column} for each variant; the table has none")
         top = values.idxmax() if minimum else values.idxmin()
-        out[name] = (values >= bound if minimum else values <= bound,
-                     f"the {what} of {show(bound)} ({closest}, {top}: {show(values[top])})",
-                     f"the {what} of {show(bound)}")  # fmt: skip
+        out[name] = (
+            values >= bound if minimum else values <= bound,
+            f"the {what} of {show(bound)} ({closest}, {top}: {show(values[top])})",
+            f"the {what} of {show(bound)}",
+        )
     return out
 
 
@@ -93,19 +111,24 @@ def parse_limits(
     each 0/None (no limit) or a positive number; ``min_accuracy`` at most 1 when ``metric``'s
     scores are shares (0-1), since 60 meant as 60% would ask for 6,000% and every variant
     would fail it. The CLI checks its options by the same rule (``bad_limit``)."""
-    given = {"min_accuracy": min_accuracy, "max_dollars_per_1k": max_dollars_per_1k,
-             "max_latency_s": max_latency_s}  # fmt: skip
+    given = {
+        "min_accuracy": min_accuracy,
+        "max_dollars_per_1k": max_dollars_per_1k,
+        "max_latency_s": max_latency_s,
+    }
     out = {}
     for name, value in given.items():
         value = float(value) if value is not None else 0.0
         if bad_limit(value):
             raise ValueError(f"{name} must be 0 or more (0 or None: no limit); got {value:g}")
         out[name] = value or None
-    share = len(scores) and 0 <= scores.min() and scores.max() <= 1
+    share = len(scores) and scores.min() >= 0 and scores.max() <= 1
     if share and out["min_accuracy"] and out["min_accuracy"] > 1:
-        raise ValueError(f"min_accuracy is a mean {metric}, from 0 to 1 here; got "
-                         f"{out['min_accuracy']:g} (for {out['min_accuracy']:g}%: "
-                         f"{out['min_accuracy'] / 100:g})")  # fmt: skip
+        raise ValueError(
+            f"min_accuracy is a mean {metric}, from 0 to 1 here; got "
+            f"{out['min_accuracy']:g} (for {out['min_accuracy']:g}%: "
+            f"{out['min_accuracy'] / 100:g})"
+        )
     return out
 
 
@@ -113,8 +136,9 @@ def binding_constraints(checks: dict, labels: Any) -> tuple[str, ...]:
     """The constraints whose removal alone would let some variant through; when no single one
     does, every constraint some variant fails."""
     names = list(checks)
-    alone = [n for n in names
-             if any(all(checks[m][0][lb] for m in names if m != n) for lb in labels)]  # fmt: skip
+    alone = [
+        n for n in names if any(all(checks[m][0][lb] for m in names if m != n) for lb in labels)
+    ]
     return tuple(alone or [n for n in names if not checks[n][0].all()])
 
 

@@ -77,9 +77,11 @@ def _evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str
     m = r["comparisons"]
     ci = f"{100 * (1 - alpha):g}% CI" if m == 1 else f"{100 * (1 - alpha):g}% simultaneous CI"
     adj = f" (Bonferroni over {m} comparisons)" if m > 1 else ""
-    return (f"{x} - {y} = {fmt.diff(r['diff'])}, {ci} {fmt.num(r['ci_low'])} to "
-            f"{fmt.num(r['ci_high'])}, {test} {_p(r['p_value'], alpha)}{adj}, "
-            f"{counted(r['n'], 'paired question')}")  # fmt: skip
+    return (
+        f"{x} - {y} = {fmt.diff(r['diff'])}, {ci} {fmt.num(r['ci_low'])} to "
+        f"{fmt.num(r['ci_high'])}, {test} {_p(r['p_value'], alpha)}{adj}, "
+        f"{counted(r['n'], 'paired question')}"
+    )
 
 
 def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
@@ -88,10 +90,12 @@ def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: st
     m = r["comparisons"]
     adj = f", Bonferroni over {m} comparisons" if m > 1 else ""
     test = "Tango score z" if r["test"] == "tango" else "paired z"
-    return (f"{x} - {y} = {fmt.diff(r['diff'])}, repeated {100 * (1 - alpha):g}% CI "
-            f"{fmt.num(r['ci_low'])} to {fmt.num(r['ci_high'])} (group-sequential, look "
-            f"{r['look']}{adj}), {test} {abs(r['z']):.2f} against the boundary "
-            f"{r['boundary']:.2f}, {counted(r['n'], 'paired question')}")  # fmt: skip
+    return (
+        f"{x} - {y} = {fmt.diff(r['diff'])}, repeated {100 * (1 - alpha):g}% CI "
+        f"{fmt.num(r['ci_low'])} to {fmt.num(r['ci_high'])} (group-sequential, look "
+        f"{r['look']}{adj}), {test} {abs(r['z']):.2f} against the boundary "
+        f"{r['boundary']:.2f}, {counted(r['n'], 'paired question')}"
+    )
 
 
 def _standing(x: str, y: str, metric: str, score_x: str, score_y: str, tied: bool) -> str:

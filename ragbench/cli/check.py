@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
             help="repeatable: 'rag k=4: contains >= 0.6', 'rag k=4: contains.ci_low >= 0.5', "
             "'long_context: dollars_per_1k <= 0.5' (values: each score, its .ci_low, .ci_high "
             "and .n; dollars_per_1k, latency_seconds, prompt_tokens, completion_tokens)",
-        ),  # fmt: skip
+        ),
         verdict: str | None = typer.Option(
             None,
             help="the verdict must choose this variant (words of its label: rag, long_context)",

@@ -31,38 +31,99 @@ def register(app: typer.Typer) -> None:
 
     @app.command("compare")
     def compare_command(
-        docs: list[Path] = typer.Argument(..., help="Folders and files: PDF, HTML, Markdown, DOCX, text."),
-        questions: Path = typer.Option(None, help="Questions CSV or JSONL (docs/your-documents.md); none: generate them."),
-        n_questions: int = typer.Option(_D.n_questions, min=1, help="Questions to generate (no --questions)."),
-        backend: str = typer.Option(_D.backend, help="hf (local, the embedded model) | openai (a server) | fake (offline tests)."),
-        model: str = typer.Option(_D.model, help="Preset, HF id/folder/.gguf, or the served model's name."),
-        base_url: str = typer.Option(_D.base_url, help="OpenAI-compatible server URL (openai backend); key from OPENAI_API_KEY."),
-        price_sheet: str = typer.Option(None, help=f"Shipped sheet name (`ragbench prices list`) or YAML path; default: with --backend openai, the shipped sheet of --model (none: an error), else {_D.price_sheet}."),
-        max_dollars: float = typer.Option(None, help=f"Stop before the run's spend passes this many dollars (max_dollars; exit {BUDGET_EXIT}; rerun with a higher one to resume)."),
-        strategy: list[str] = typer.Option(list(_D.strategies), help="Strategies to compare (repeatable)."),
-        pipeline: str = typer.Option(_D.pipeline, help="Your system beside them, 'module:attr': a function, a llama-index query engine or retriever, or a factory of one."),
-        pipeline_url: str = typer.Option(_D.pipeline_url, help="Your system as an HTTP service: POST {question, id, corpus} -> answer JSON (docs/pipeline.md)."),
-        overflow: str = typer.Option(_D.overflow, help="Long context over the window: truncate_middle | truncate_head | truncate_tail | error."),
-        min_accuracy: float = typer.Option(_D.min_accuracy, help="Verdict: lowest acceptable mean `contains`, 0-1 (0: any)."),
-        max_dollars_per_1k: float = typer.Option(_D.max_dollars_per_1k, help="Verdict: most $ per 1,000 queries (0: no limit)."),
-        max_latency_s: float = typer.Option(_D.max_latency_s, help="Verdict: longest mean wait per query, s (0: no limit)."),
-        embedder: str = typer.Option(_D.embedder, help="RAG embedder: minilm (embedded) | hash (no model, tests)."),
+        docs: list[Path] = typer.Argument(
+            ..., help="Folders and files: PDF, HTML, Markdown, DOCX, text."
+        ),
+        questions: Path = typer.Option(
+            None, help="Questions CSV or JSONL (docs/your-documents.md); none: generate them."
+        ),
+        n_questions: int = typer.Option(
+            _D.n_questions, min=1, help="Questions to generate (no --questions)."
+        ),
+        backend: str = typer.Option(
+            _D.backend,
+            help="hf (local, the embedded model) | openai (a server) | fake (offline tests).",
+        ),
+        model: str = typer.Option(
+            _D.model, help="Preset, HF id/folder/.gguf, or the served model's name."
+        ),
+        base_url: str = typer.Option(
+            _D.base_url,
+            help="OpenAI-compatible server URL (openai backend); key from OPENAI_API_KEY.",
+        ),
+        price_sheet: str = typer.Option(
+            None,
+            help=f"Shipped sheet name (`ragbench prices list`) or YAML path; default: with --backend openai, the shipped sheet of --model (none: an error), else {_D.price_sheet}.",
+        ),
+        max_dollars: float = typer.Option(
+            None,
+            help=f"Stop before the run's spend passes this many dollars (max_dollars; exit {BUDGET_EXIT}; rerun with a higher one to resume).",
+        ),
+        strategy: list[str] = typer.Option(
+            list(_D.strategies), help="Strategies to compare (repeatable)."
+        ),
+        pipeline: str = typer.Option(
+            _D.pipeline,
+            help="Your system beside them, 'module:attr': a function, a llama-index query engine or retriever, or a factory of one.",
+        ),
+        pipeline_url: str = typer.Option(
+            _D.pipeline_url,
+            help="Your system as an HTTP service: POST {question, id, corpus} -> answer JSON (docs/pipeline.md).",
+        ),
+        overflow: str = typer.Option(
+            _D.overflow,
+            help="Long context over the window: truncate_middle | truncate_head | truncate_tail | error.",
+        ),
+        min_accuracy: float = typer.Option(
+            _D.min_accuracy, help="Verdict: lowest acceptable mean `contains`, 0-1 (0: any)."
+        ),
+        max_dollars_per_1k: float = typer.Option(
+            _D.max_dollars_per_1k, help="Verdict: most $ per 1,000 queries (0: no limit)."
+        ),
+        max_latency_s: float = typer.Option(
+            _D.max_latency_s, help="Verdict: longest mean wait per query, s (0: no limit)."
+        ),
+        embedder: str = typer.Option(
+            _D.embedder, help="RAG embedder: minilm (embedded) | hash (no model, tests)."
+        ),
         top_k: int = typer.Option(_D.top_k, min=1, help="Chunks RAG and Self-Route read."),
         chunk_size: int = typer.Option(_D.chunk_size, min=1, help="RAG chunk size in tokens."),
-        chunk_overlap: int = typer.Option(_D.chunk_overlap, min=-1, help="Tokens neighbouring chunks share (< chunk size); -1: 16, at most a quarter of the chunk size."),
-        max_new_tokens: int = typer.Option(_D.max_new_tokens, min=1, help="Answer length cap (SmolLM2: keep >= 32)."),
-        tokenizer: str = typer.Option(_D.tokenizer, help="Chunk token counter; empty: the model's."),
-        output_dir: str = typer.Option(_D.output_dir, help="Where the corpus and the run folder go."),
+        chunk_overlap: int = typer.Option(
+            _D.chunk_overlap,
+            min=-1,
+            help="Tokens neighbouring chunks share (< chunk size); -1: 16, at most a quarter of the chunk size.",
+        ),
+        max_new_tokens: int = typer.Option(
+            _D.max_new_tokens, min=1, help="Answer length cap (SmolLM2: keep >= 32)."
+        ),
+        tokenizer: str = typer.Option(
+            _D.tokenizer, help="Chunk token counter; empty: the model's."
+        ),
+        output_dir: str = typer.Option(
+            _D.output_dir, help="Where the corpus and the run folder go."
+        ),
         seed: int = typer.Option(_D.seed, help="Question sampling and bootstraps."),
         threads: int = typer.Option(None, min=1, help="Torch CPU threads (1-2 on a busy machine)."),
         yes: bool = typer.Option(False, "--yes", "-y", help="Spend without asking (paid APIs)."),
         report: bool = typer.Option(True, help="Write report.html (notebook 05) beside the run."),
         quiet: bool = typer.Option(False, help="No progress bars."),
-        mlflow: bool = typer.Option(False, "--mlflow", help="Log the run (and report.html) to MLflow; default store ./mlruns."),
-        mlflow_uri: str = typer.Option(None, metavar="URI", help="MLflow tracking URI or folder (implies --mlflow)."),
-        mlflow_experiment: str = typer.Option(None, help="MLflow experiment (implies --mlflow; default: ragbench)."),
-        until_decided: bool = typer.Option(False, "--until-decided", help="Questions in a seeded order, in rounds, until a group-sequential test decides (no report: notebook 05 answers every question)."),
-    ) -> None:  # fmt: skip
+        mlflow: bool = typer.Option(
+            False,
+            "--mlflow",
+            help="Log the run (and report.html) to MLflow; default store ./mlruns.",
+        ),
+        mlflow_uri: str = typer.Option(
+            None, metavar="URI", help="MLflow tracking URI or folder (implies --mlflow)."
+        ),
+        mlflow_experiment: str = typer.Option(
+            None, help="MLflow experiment (implies --mlflow; default: ragbench)."
+        ),
+        until_decided: bool = typer.Option(
+            False,
+            "--until-decided",
+            help="Questions in a seeded order, in rounds, until a group-sequential test decides (no report: notebook 05 answers every question).",
+        ),
+    ) -> None:
         """Closed book, long context, RAG and Self-Route on your documents (and your own pipeline
         beside them): the verdict.
 
@@ -75,16 +136,32 @@ def register(app: typer.Typer) -> None:
         with user_errors():  # a paid API without a sheet of its own: one line, exit 2
             sheet, why = steps.price_sheet_for(backend, model, price_sheet)
         spec = steps.CompareSpec(
-            docs=tuple(str(d) for d in docs), questions=str(questions or ""),
-            n_questions=n_questions, backend=backend, model=model, base_url=base_url,
-            embedder=embedder, tokenizer=tokenizer, max_new_tokens=max_new_tokens,
-            chunk_size=chunk_size, chunk_overlap=chunk_overlap, top_k=top_k, price_sheet=sheet,
+            docs=tuple(str(d) for d in docs),
+            questions=str(questions or ""),
+            n_questions=n_questions,
+            backend=backend,
+            model=model,
+            base_url=base_url,
+            embedder=embedder,
+            tokenizer=tokenizer,
+            max_new_tokens=max_new_tokens,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            top_k=top_k,
+            price_sheet=sheet,
             max_dollars=max_dollars,
-            strategies=tuple(strategy), overflow=overflow, min_accuracy=min_accuracy,
-            max_dollars_per_1k=max_dollars_per_1k, max_latency_s=max_latency_s,
-            output_dir=output_dir, seed=seed, threads=threads, pipeline=pipeline,
-            pipeline_url=pipeline_url, until_decided=until_decided,
-        )  # fmt: skip
+            strategies=tuple(strategy),
+            overflow=overflow,
+            min_accuracy=min_accuracy,
+            max_dollars_per_1k=max_dollars_per_1k,
+            max_latency_s=max_latency_s,
+            output_dir=output_dir,
+            seed=seed,
+            threads=threads,
+            pipeline=pipeline,
+            pipeline_url=pipeline_url,
+            until_decided=until_decided,
+        )
         collect({"base_url": base_url, "pipeline_url": pipeline_url})  # masked in every line below
         tracked = tracking.settings(None, mlflow, mlflow_uri, mlflow_experiment)
         with user_errors(tracking.TrackingError):  # a bad option, target or endpoint, no MLflow:

@@ -77,13 +77,20 @@ def _extra(params: list[str]) -> dict[str, Any]:
 # the parameters a generated file is named by, with their short labels (the rest, when not the
 # generator's defaults, make a hash suffix: two different files never share a name)
 _NAME_PARTS = {
-    "context_lengths": "L", "depth_percents": "D", "depth_intervals": "D", "num_docs": "docs",
-    "gold_position": "pos", "num_examples": "n",
-}  # fmt: skip
+    "context_lengths": "L",
+    "depth_percents": "D",
+    "depth_intervals": "D",
+    "num_docs": "docs",
+    "gold_position": "pos",
+    "num_examples": "n",
+}
 _NAMED_DEFAULTS = {
-    "haystack": "essays", "depth_spacing": "linear", "tokenizer": "smollm2-135m-instruct",
-    "final_context_length_buffer": 200, "words_per_doc": 100,
-}  # fmt: skip
+    "haystack": "essays",
+    "depth_spacing": "linear",
+    "tokenizer": "smollm2-135m-instruct",
+    "final_context_length_buffer": 200,
+    "words_per_doc": 100,
+}
 
 
 def _default_out(stem: str, params: dict[str, Any]) -> Path:

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
             "-f",
             help=f"{' | '.join(FORMATS)}: per-sample rows, or the "
             "results_<date>.json + samples_<task>_<date>.jsonl lm-evaluation-harness writes",
-        ),  # fmt: skip
+        ),
         out: Path | None = typer.Option(
             None, help="file (jsonl, csv) or folder (lm-eval); default: RUN_DIR/export/"
         ),

@@ -81,9 +81,9 @@ def _source_doc(target: str) -> str:
     with open(spec.origin, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == attr:
-            if ast.get_docstring(node):
-                return ast.get_docstring(node) or ""
+        documented = isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node)
+        if documented and node.name == attr:
+            return ast.get_docstring(node) or ""
     return ast.get_docstring(tree) or ""  # undocumented entry point: what its module is for
 
 

@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
             metavar="PATH=VALUE",
             help="override a config value (repeatable), YAML-parsed and validated like the "
             "file: --set model.max_new_tokens=64 --set strategies[1].params.top_k=[2,4]",
-        ),  # fmt: skip
+        ),
         limit: int | None = typer.Option(
             None, min=1, help="only the first N examples (dataset.limit)"
         ),
@@ -56,19 +56,19 @@ def register(app: typer.Typer) -> None:
             "local",
             help="where generation runs: local (this process) | ray (--workers Ray "
             "workers, each its own model; RAY_ADDRESS joins a running cluster)",
-        ),  # fmt: skip
+        ),
         workers: int = typer.Option(1, min=1, help="Ray workers (--executor ray)"),
         max_dollars: float | None = typer.Option(
             None,
             help="stop before the run's spend passes this many dollars (max_dollars; exit "
             f"{BUDGET_EXIT}); a dry run refuses a config estimated over it (exit 2)",
-        ),  # fmt: skip
+        ),
         mlflow: bool = typer.Option(
             False,
             "--mlflow",
             help="log the run to MLflow (default store ./mlruns; the "
             "config's tracking.mlflow section, if any, says where)",
-        ),  # fmt: skip
+        ),
         mlflow_uri: str | None = typer.Option(
             None, metavar="URI", help="MLflow tracking URI or folder (implies --mlflow)"
         ),
@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
             "--until-decided",
             help="questions in a seeded random order, in rounds, until a group-sequential test "
             "decides (the config's sequential section; default: 5 rounds, O'Brien-Fleming)",
-        ),  # fmt: skip
+        ),
     ) -> None:
         """Run an experiment config (resumable): results.parquet + manifest.json.
 
@@ -94,14 +94,7 @@ def register(app: typer.Typer) -> None:
             overrides += [f"dataset.limit={limit}"] if limit else []
             overrides += [f"model.threads={threads}"] if threads else []
             overrides += [f"max_dollars={max_dollars:.12f}"] if max_dollars is not None else []
-            cfg = load_config(config, overrides)
-            if until_decided and cfg.sequential is None:  # the section's defaults
-                cfg = load_config(cfg, ["sequential={}"])
-            if output_dir:
-                # a command-line path: against the working directory
-                cfg = with_origin(
-                    cfg.model_copy(update={"output_dir": output_dir}), output_base=None
-                )
+            cfg = _config(config, overrides, until_decided, output_dir)
             if dry_run:
                 _echo_dry_run(cfg, progress=not quiet)
                 return
@@ -109,27 +102,54 @@ def register(app: typer.Typer) -> None:
             if tracked is not None:
                 tracking.check(tracked)  # before the run, not after it
             with sigterm_exits(resume=RESUME):
-                df = run(cfg, progress=not quiet, wait=wait, executor=executor, workers=workers,
-                         until_decided=sequential_look)  # fmt: skip
-        typer.echo(f"run folder: {df.attrs['run_dir']}")
-        if df.attrs.get("sequential"):  # where it stopped, and the verdict at that look
-            typer.echo(df.attrs["sequential"]["line"])
-            if df.attrs["sequential"].get("verdict"):
-                typer.echo(f"verdict: {df.attrs['sequential']['verdict']}")
-        if tracked is not None:
-            log_to_mlflow(df.attrs["run_dir"], tracked)
-        if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes
-            raise typer.Exit(code=BUDGET_EXIT)
-        if df.attrs.get("failed"):  # every record failed: one line, the most common error
-            raise cli_error(ValueError(failed_line(df)), code=ALL_FAILED_EXIT)
-        failed = int(df["error"].notna().sum())
-        _echo_summaries(cfg, df)
-        if failed:
-            _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
-        if df.attrs.get("unjudged"):  # the judge's calls failed for some (the runner logged it)
-            typer.echo(df.attrs["unjudged"])
-        if df.attrs.get("over_budget"):  # past max_dollars anyway (the runner logged by how much)
-            raise typer.Exit(code=BUDGET_EXIT)
+                df = run(
+                    cfg,
+                    progress=not quiet,
+                    wait=wait,
+                    executor=executor,
+                    workers=workers,
+                    until_decided=sequential_look,
+                )
+        _echo_outcome(cfg, df, tracked)
+
+
+def _config(
+    config: Path, overrides: list[str], until_decided: bool, output_dir: str | None
+) -> RunConfig:
+    """The config file with the command line's overrides; ``--until-decided`` without a
+    ``sequential`` section takes the section's defaults; ``--output-dir`` is a command-line
+    path, against the working directory."""
+    cfg = load_config(config, overrides)
+    if until_decided and cfg.sequential is None:
+        cfg = load_config(cfg, ["sequential={}"])
+    if output_dir:
+        cfg = with_origin(cfg.model_copy(update={"output_dir": output_dir}), output_base=None)
+    return cfg
+
+
+def _echo_outcome(cfg: RunConfig, df, tracked: tracking.Tracking | None) -> None:
+    """What ``ragbench run`` prints after the run: its folder, where a sequential run stopped,
+    the MLflow run, the summaries and errors; exits non-zero for a budget stop or an all-failed
+    run."""
+    typer.echo(f"run folder: {df.attrs['run_dir']}")
+    if df.attrs.get("sequential"):  # where it stopped, and the verdict at that look
+        typer.echo(df.attrs["sequential"]["line"])
+        if df.attrs["sequential"].get("verdict"):
+            typer.echo(f"verdict: {df.attrs['sequential']['verdict']}")
+    if tracked is not None:
+        log_to_mlflow(df.attrs["run_dir"], tracked)
+    if df.attrs.get("stopped"):  # max_dollars (the runner logged its one line); rerun resumes
+        raise typer.Exit(code=BUDGET_EXIT)
+    if df.attrs.get("failed"):  # every record failed: one line, the most common error
+        raise cli_error(ValueError(failed_line(df)), code=ALL_FAILED_EXIT)
+    failed = int(df["error"].notna().sum())
+    _echo_summaries(cfg, df)
+    if failed:
+        _echo_errors(df, f"{failed} of {len(df)} records failed (rerun to retry them)")
+    if df.attrs.get("unjudged"):  # the judge's calls failed for some (the runner logged it)
+        typer.echo(df.attrs["unjudged"])
+    if df.attrs.get("over_budget"):  # past max_dollars anyway (the runner logged by how much)
+        raise typer.Exit(code=BUDGET_EXIT)
 
 
 def log_to_mlflow(run_dir: str, tracked: tracking.Tracking) -> None:
@@ -140,8 +160,10 @@ def log_to_mlflow(run_dir: str, tracked: tracking.Tracking) -> None:
     except tracking.TrackingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=1) from None
-    typer.echo(f"mlflow: run {run_id} in {secrets.redact_text(tracked.uri)} "
-               f"(experiment {tracked.experiment})")  # fmt: skip
+    typer.echo(
+        f"mlflow: run {run_id} in {secrets.redact_text(tracked.uri)} "
+        f"(experiment {tracked.experiment})"
+    )
 
 
 def _echo_summaries(cfg: RunConfig, df) -> None:

@@ -92,9 +92,18 @@ def kv_cache_bytes(
 DEFAULT_KV_BYTES_PER_VALUE = 2  # assumed when the dtype is unknown: bf16/fp16 serving
 # dtype name (torch's, without "torch.") -> bytes per value; float8_* variants are 1 byte
 _DTYPE_BYTES = {
-    "float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "half": 2, "bf16": 2, "fp16": 2,
-    "fp32": 4, "fp8": 1, "int8": 1, "uint8": 1,
-}  # fmt: skip
+    "float64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "bf16": 2,
+    "fp16": 2,
+    "fp32": 4,
+    "fp8": 1,
+    "int8": 1,
+    "uint8": 1,
+}
 
 
 def dtype_bytes(dtype: Any = None, default: int = DEFAULT_KV_BYTES_PER_VALUE) -> int:
@@ -250,9 +259,13 @@ class Cost(JsonMixin):
             kv = lambda n: kv_cache_bytes(  # noqa: E731 (this query's KV at n positions)
                 preset.layers, preset.kv_heads, preset.head_dim, n, 1, per_value
             )
-            arch = dict(flops=f["total"], flops_attention=f["attention"], kv_bytes_per_value=per_value,
-                        kv_cache_bytes=kv(query_kv_positions(c.prompt_tokens, c.completion_tokens)),
-                        kv_bytes_prefill=kv(c.prompt_tokens))  # fmt: skip
+            arch = dict(
+                flops=f["total"],
+                flops_attention=f["attention"],
+                kv_bytes_per_value=per_value,
+                kv_cache_bytes=kv(query_kv_positions(c.prompt_tokens, c.completion_tokens)),
+                kv_bytes_prefill=kv(c.prompt_tokens),
+            )
         seconds = resource_seconds(c)  # never latency
         # the alone rule (cost/alone.py); FLOPs, MFU, resource seconds: what the device did
         charged, modelled, paid_seconds = charged_work(c, rates)
@@ -261,15 +274,23 @@ class Cost(JsonMixin):
         own = {k: getattr(c, k) for k in _FROM_COMPLETION}
         own["cached_prompt_tokens"] = charged.cached_prompt_tokens
         return cls(
-            **own, **arch, resource_seconds=seconds, modelled_seconds=modelled, llm_calls=1,
-            dollars=None if sheet is None else dollars(
-                sheet, Usage.of(charged), Seconds(seconds + paid_seconds, modelled), used),
-            peak_flops=peak, mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
-            price_sheet=sheet.name if sheet is not None else None, cost_basis=used,
+            **own,
+            **arch,
+            resource_seconds=seconds,
+            modelled_seconds=modelled,
+            llm_calls=1,
+            dollars=None
+            if sheet is None
+            else dollars(sheet, Usage.of(charged), Seconds(seconds + paid_seconds, modelled), used),
+            peak_flops=peak,
+            mfu=mfu(flops, seconds, peak) if flops is not None and peak else None,
+            price_sheet=sheet.name if sheet is not None else None,
+            cost_basis=used,
             resource_seconds_basis=resource_seconds_basis(c),
             price_sheet_sha256=sheet.short_sha256() if sheet is not None else None,
-            prefix_paid_tokens=paid_tokens(c), prefix_paid_seconds=paid_seconds,
-        )  # fmt: skip
+            prefix_paid_tokens=paid_tokens(c),
+            prefix_paid_seconds=paid_seconds,
+        )
 
     def __add__(self, other: Cost) -> Cost:
         if not isinstance(other, Cost):
@@ -317,9 +338,11 @@ class Cost(JsonMixin):
         its latency too (an index is built once per document or corpus)."""
         search = 0.0 if search_seconds is None else float(search_seconds)
         return dataclasses.replace(
-            self, retrieval_seconds=seconds, search_seconds=search_seconds,
+            self,
+            retrieval_seconds=seconds,
+            search_seconds=search_seconds,
             latency_seconds=self.latency_seconds + search,
-        )  # fmt: skip
+        )
 
     def amortise(self, one_time: Cost, over: int) -> Cost:
         """This query's cost with a one-time cost (``one_time``: the cost of the work done once,
@@ -348,8 +371,11 @@ class Cost(JsonMixin):
         queries instead (itself when it has none)."""
         if self.one_time_seconds is None:
             return self
-        once = Cost(resource_seconds=self.one_time_seconds, dollars=self.one_time_dollars,
-                    modelled_seconds=self.one_time_modelled_seconds)  # fmt: skip
+        once = Cost(
+            resource_seconds=self.one_time_seconds,
+            dollars=self.one_time_dollars,
+            modelled_seconds=self.one_time_modelled_seconds,
+        )
         return self.amortise(once, over)
 
     def repriced(
@@ -367,46 +393,85 @@ class Cost(JsonMixin):
         calibrated = self.cost_basis == "calibrated"
         if known and hourly:  # a prefix charged by the alone rule: its seconds too
             measured = self.resource_seconds + (self.prefix_paid_seconds or 0.0)
-            paid = dollars(sheet, seconds=Seconds(measured, self.modelled_seconds),
-                           basis=self.cost_basis)  # fmt: skip
+            paid = dollars(
+                sheet, seconds=Seconds(measured, self.modelled_seconds), basis=self.cost_basis
+            )
         elif known:  # (prefix_paid_tokens are not in cached_prompt_tokens: input here)
-            paid = dollars(sheet, Usage(self.prompt_tokens, self.cached_prompt_tokens,
-                                        self.completion_tokens, cache_write_tokens))  # fmt: skip
+            paid = dollars(
+                sheet,
+                Usage(
+                    self.prompt_tokens,
+                    self.cached_prompt_tokens,
+                    self.completion_tokens,
+                    cache_write_tokens,
+                ),
+            )
         named = sheet.name if paid is not None else self.price_sheet
         sha = sheet.short_sha256() if paid is not None else self.price_sheet_sha256
         if self.one_time_seconds is None:  # nothing shared: amortised = its own
             return dataclasses.replace(
-                self, dollars=paid, price_sheet=named, price_sheet_sha256=sha,
+                self,
+                dollars=paid,
+                price_sheet=named,
+                price_sheet_sha256=sha,
                 amortised_dollars=paid,
-            )  # fmt: skip
+            )
         once_modelled = self.one_time_modelled_seconds if calibrated else None
         once_seconds = Seconds(self.one_time_seconds, once_modelled)
         once = dollars(sheet, seconds=once_seconds, basis=self.cost_basis) if hourly else None
-        out = dataclasses.replace(self, dollars=paid, price_sheet=named, one_time_dollars=once,
-                                  price_sheet_sha256=sha, amortised_dollars=None)  # fmt: skip
+        out = dataclasses.replace(
+            self,
+            dollars=paid,
+            price_sheet=named,
+            one_time_dollars=once,
+            price_sheet_sha256=sha,
+            amortised_dollars=None,
+        )
         over = self.amortised_over
         if once is None or paid is None or not over or over < 1:
             return out
-        one = Cost(resource_seconds=self.one_time_seconds, modelled_seconds=once_modelled,
-                   dollars=once)  # fmt: skip
+        one = Cost(
+            resource_seconds=self.one_time_seconds, modelled_seconds=once_modelled, dollars=once
+        )
         return out.amortise(one, over)
 
 
 # the Completion's own accounting, copied as it is
 _FROM_COMPLETION = (
-    "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "padding_tokens",
-    "queue_seconds", "prefill_seconds", "decode_seconds", "latency_seconds",
-    "peak_memory_bytes", "usage_estimated", "kv_bytes_measured",
-)  # fmt: skip
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "padding_tokens",
+    "queue_seconds",
+    "prefill_seconds",
+    "decode_seconds",
+    "latency_seconds",
+    "peak_memory_bytes",
+    "usage_estimated",
+    "kv_bytes_measured",
+)
 _BASES = ("cost_basis", "resource_seconds_basis")  # each call's, or "mixed"
 # counts and seconds that add up over the calls of one query (None: unknown)
 _ADDITIVE = (
-    "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "padding_tokens",
-    "queue_seconds", "prefill_seconds", "decode_seconds", "latency_seconds", "resource_seconds",
-    "modelled_seconds", "flops", "flops_attention", "dollars", "llm_calls",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "padding_tokens",
+    "queue_seconds",
+    "prefill_seconds",
+    "decode_seconds",
+    "latency_seconds",
+    "resource_seconds",
+    "modelled_seconds",
+    "flops",
+    "flops_attention",
+    "dollars",
+    "llm_calls",
     "amortised_resource_seconds",  # own + share: the shares add as the own costs do
-    "amortised_dollars", "prefix_paid_tokens", "prefix_paid_seconds",
-)  # fmt: skip
+    "amortised_dollars",
+    "prefix_paid_tokens",
+    "prefix_paid_seconds",
+)
 
 
 def format_bytes(n: float) -> str:

@@ -38,6 +38,7 @@ written out by ``sheet_yaml``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -133,8 +134,13 @@ class PriceSheet:
 
     def describe(self) -> dict[str, str]:
         """What a manifest or a repriced table records about the sheet that priced it."""
-        return {"name": self.name, "date": self.date, "source": self.source, "path": self.path,
-                "sha256": self.content_sha256()}  # fmt: skip
+        return {
+            "name": self.name,
+            "date": self.date,
+            "source": self.source,
+            "path": self.path,
+            "sha256": self.content_sha256(),
+        }
 
 
 # shipped sheets by name -> their YAML file (a Registry like every other set of names)
@@ -186,10 +192,8 @@ def _line_of(text: str, field: str) -> int | None:
 
 def _number(where: str, key: str, value: Any) -> float:
     if isinstance(value, str):  # YAML 1.1 reads `192.0e9` (no exponent sign) as a string
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     # a price of .inf (or .nan) priced every call at NaN (0 x inf): no total, no cap
     if (
         not isinstance(value, int | float)
@@ -303,9 +307,12 @@ def work_of(completion: Completion) -> dict[str, Any] | None:
         return dict(meta["work"])
     if "alone_seconds_estimate" not in meta:
         return None
-    return {"prompt_tokens": completion.prompt_tokens,
-            "completion_tokens": completion.completion_tokens,
-            "prefix_tokens": completion.cached_prompt_tokens, "prefix_computed": False}  # fmt: skip
+    return {
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "prefix_tokens": completion.cached_prompt_tokens,
+        "prefix_computed": False,
+    }
 
 
 def modelled_seconds(completion: Completion, rates: Any) -> float | None:

@@ -137,9 +137,17 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
     token and seconds columns; also the number of approximate rows (module docstring)."""
     cols = {
         name: _column(df.columns, name)
-        for name in (*TOKEN_FIELDS, "cache_write_tokens", *SECONDS_FIELDS, "llm_calls",
-                     *ONE_TIME_FIELDS, *MODELLED_FIELDS, *ALONE_FIELDS, "cost_basis")
-    }  # fmt: skip
+        for name in (
+            *TOKEN_FIELDS,
+            "cache_write_tokens",
+            *SECONDS_FIELDS,
+            "llm_calls",
+            *ONE_TIME_FIELDS,
+            *MODELLED_FIELDS,
+            *ALONE_FIELDS,
+            "cost_basis",
+        )
+    }
     need = TOKEN_FIELDS if sheet.kind == "api" else SECONDS_FIELDS
     found = [bool(cols[n]) for n in need]
     if not (all(found) if sheet.kind == "api" else any(found)):

@@ -29,9 +29,20 @@ RULER_TASKS = (
 # RULER's 13 named task configurations (``ruler_presets``: its synthetic.yaml, with RULER's
 # defaults); three share a name with a task above and replace it with identical defaults
 RULER_PRESETS = (
-    "niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
-    "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2",
-)  # fmt: skip
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+    "cwe",
+    "fwe",
+    "qa_1",
+    "qa_2",
+)
 
 DATASETS = Registry(
     "dataset",

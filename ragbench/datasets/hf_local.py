@@ -278,9 +278,11 @@ def _rows(
         meta: dict[str, Any] = {
             k: v
             for k, v in row.items()
-            if k not in mapped and k not in _META_SET and k not in RESERVED_META
+            if k not in mapped
+            and k not in _META_SET
+            and k not in RESERVED_META
             and isinstance(v, str | int | float | bool)
-        }  # fmt: skip
+        }
         meta |= {"source": "hf", "row": i} | ({"split": split} if split else {})
         docs: tuple[Document, ...] = ()
         if "context" in values:

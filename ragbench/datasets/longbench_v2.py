@@ -79,14 +79,16 @@ TEMPLATES = {
     "0shot_cot": "Please read the following text and answer the questions below.\n\n<text>\n"
     "$DOC$\n</text>\n\n" + _CHOICES_BLOCK + "Let\u2019s think step by step:",
     "0shot_cot_ans": "Please read the following text and answer the questions below.\n\n"
-    "The text is too long and omitted here.\n\n" + _CHOICES_BLOCK
+    "The text is too long and omitted here.\n\n"
+    + _CHOICES_BLOCK
     + "Let\u2019s think step by step: $COT$\n\nBased on the above, what is the single, most "
     "likely answer choice? " + _FORMAT,
-    "0shot_no_context": _CHOICES_BLOCK + "What is the single, most likely answer choice? "
+    "0shot_no_context": _CHOICES_BLOCK
+    + "What is the single, most likely answer choice? "
     + _FORMAT,
     "0shot_rag": "Please read the following retrieved text chunks and answer the question below."
     "\n\n<text>\n$DOC$\n</text>\n\n" + _CHOICES_BLOCK + _FORMAT,
-}  # fmt: skip
+}
 FORMAT_LINE = _FORMAT  # the answer format the extraction reads (last line of the templates)
 PROMPT_FORMAT = "longbench_v2"  # meta["prompt_format"]: the strategies prompt with TEMPLATES
 COT_TOKENS = 1024  # pred.py's max_new_tokens for the chain-of-thought call (the answer: 128)
@@ -149,11 +151,14 @@ _IMPORTED = {"id", "question", "answers", "documents"}
 
 
 def _example(row: dict) -> Example:
-    if "_id" not in row and _IMPORTED <= set(row):  # an import of this file, not the file
-        raise FieldError((), (
-            "this is a file `ragbench data import` wrote (ragbench's JSONL), not LongBench v2's "
-            "data.json: run it as `dataset: {name: file, params: {path: <this file>}}`"
-        ))  # fmt: skip
+    if "_id" not in row and set(row) >= _IMPORTED:  # an import of this file, not the file
+        raise FieldError(
+            (),
+            (
+                "this is a file `ragbench data import` wrote (ragbench's JSONL), not LongBench v2's "
+                "data.json: run it as `dataset: {name: file, params: {path: <this file>}}`"
+            ),
+        )
     v: dict[str, Any] = {key: req(row, key, kind) for key, kind in _FIELDS.items()}
     for key, valid in _ONE_OF.items():
         value = req(row, key, str)

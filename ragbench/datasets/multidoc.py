@@ -26,10 +26,22 @@ from ragbench.types import Document, Example, join_documents
 NAMED_POSITIONS = ("start", "middle", "end")
 # (fact sentence, question, value kind): the fact is the evidence; the value is the answer
 FACTS = (
-    ("The access code for the {key} vault is {value}.", "What is the access code for the {key} vault?", "number"),
-    ("The {key} expedition set sail from the port of {value}.", "From which port did the {key} expedition set sail?", "place"),
-    ("The {key} society was founded by a chemist named {value}.", "Who founded the {key} society?", "person"),
-)  # fmt: skip
+    (
+        "The access code for the {key} vault is {value}.",
+        "What is the access code for the {key} vault?",
+        "number",
+    ),
+    (
+        "The {key} expedition set sail from the port of {value}.",
+        "From which port did the {key} expedition set sail?",
+        "place",
+    ),
+    (
+        "The {key} society was founded by a chemist named {value}.",
+        "Who founded the {key} society?",
+        "person",
+    ),
+)
 PLACE_SUFFIXES = ("ton", "ford", "haven", "bury", "mouth", "wick")
 
 

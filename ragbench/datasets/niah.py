@@ -158,8 +158,50 @@ NONLITERAL = (
     "Yuki",
 )
 _STOPWORDS = frozenset(
-    "a an the of in on at to is are was were be been has have had do does did what which who "
-    "whom whose when where why how and or but for with by from as that this it its next".split()
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "has",
+        "have",
+        "had",
+        "do",
+        "does",
+        "did",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "and",
+        "or",
+        "but",
+        "for",
+        "with",
+        "by",
+        "from",
+        "as",
+        "that",
+        "this",
+        "it",
+        "its",
+        "next",
+    ]
 )
 
 

@@ -144,8 +144,15 @@ def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | Non
                 totals[i], counts[i] = totals[i] + value, counts[i] + 1
     means = [t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)]
     once = preload.one_time_dollars(records, meta or {})
-    return Spend(sum(totals) + sum(once.values()), *means, priced=counts[0], one_time=once,
-                 judged=counts[1], judge_dollars=totals[1], noise_dollars=totals[2])  # fmt: skip
+    return Spend(
+        sum(totals) + sum(once.values()),
+        *means,
+        priced=counts[0],
+        one_time=once,
+        judged=counts[1],
+        judge_dollars=totals[1],
+        noise_dollars=totals[2],
+    )
 
 
 def preload_estimate(spend: Spend, items: Iterable[Any]) -> float:
@@ -334,8 +341,11 @@ class Budget:
             return None
         if not (spent > self.max_dollars or math.isnan(spent)):
             return None
-        self.info = {"max_dollars": self.max_dollars, "spent_dollars": _rounded(spent),
-                     "why": "passed it"}  # fmt: skip
+        self.info = {
+            "max_dollars": self.max_dollars,
+            "spent_dollars": _rounded(spent),
+            "why": "passed it",
+        }
         if math.isnan(spent):
             return (
                 f"over budget: the spend is not a number (NaN dollars), so max_dollars "
@@ -352,8 +362,10 @@ class Budget:
         spend = spend_of(done.values(), self.meta)
         generation = spend.dollars - spend.judge_dollars - spend.noise_dollars
         if generation > self.max_dollars:
-            return ("a round cost more than its estimate (its prompts counted by the configured "
-                    "tokenizer, its answers at max_new_tokens)")  # fmt: skip
+            return (
+                "a round cost more than its estimate (its prompts counted by the configured "
+                "tokenizer, its answers at max_new_tokens)"
+            )
         if generation + spend.judge_dollars > self.max_dollars:
             return (
                 f"the judge pass (${spend.judge_dollars:,.6f}) cost more than its estimate (its "

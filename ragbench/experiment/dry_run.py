@@ -74,9 +74,15 @@ from ragbench.tokenizers import HubUnavailableError, get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 COLUMNS = (
-    "label", "records", "over_window", "prompt_tokens", "cached_prompt_tokens",
-    "completion_tokens_max", "dollars_per_query_max", "dollars_total_max",
-)  # fmt: skip
+    "label",
+    "records",
+    "over_window",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens_max",
+    "dollars_per_query_max",
+    "dollars_total_max",
+)
 
 
 class PromptCounter(LLM):
@@ -355,10 +361,13 @@ class RoundCounter:
         # a ledger of its own: the run's must not take the counted prompts for sent ones (its
         # variants' first prefixes, the preload's corpus, would go uncharged: cost/alone.py)
         res = dataclasses.replace(
-            self.res, llm=counter, fitted=self.fitted, preloaded={},
+            self.res,
+            llm=counter,
+            fitted=self.fitted,
+            preloaded={},
             preload_over=dict(self.res.preload_over),
             alone=PrefixLedger(),
-        )  # fmt: skip
+        )
         per_item: list[float | None] = [None] * len(items)
         prompts: list[Counted | None] = [None] * len(items)
         outcomes = run_batch([items[i] for i in counted], res) if counted else []
@@ -369,8 +378,11 @@ class RoundCounter:
             per_item[i] = 0.0 if cost is None else _as_float(_priced(cost, sheet, rates))
             prompts[i] = None if cost is None else _counted(cost, sheet, rates)
         # and the preload calls run_batch sent before their questions (a one-time cost)
-        preloads = {key: _as_float(_priced(c, sheet, rates))
-                    for key, c in res.preloaded.items() if not isinstance(c, Exception)}  # fmt: skip
+        preloads = {
+            key: _as_float(_priced(c, sheet, rates))
+            for key, c in res.preloaded.items()
+            if not isinstance(c, Exception)
+        }
         return RoundBound(tuple(per_item), preloads, tuple(prompts))
 
 
@@ -399,8 +411,9 @@ def _priced(c: Any, sheet: Any, rates: Any) -> float | None:
     from the seconds they model to."""
     if rates is None:
         return c.dollars
-    seconds = modelled_seconds_for(rates, c.prompt_tokens, c.cached_prompt_tokens,
-                                   c.completion_tokens)  # fmt: skip
+    seconds = modelled_seconds_for(
+        rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
+    )
     return dollars(sheet, seconds=seconds)
 
 
@@ -427,8 +440,9 @@ def _notes(cfg: RunConfig) -> list[str]:
     if any(getattr(p, "cot", False) for p in cfg.points):
         notes[0] += " (a cot point's reasoning call: the prompt format's own budget)"
     if routers := sorted({p.strategy for p in cfg.points if get_strategy(p.strategy).routes}):
-        notes.append(f"{', '.join(routers)}: its RAG call only; declined questions add a "
-                     "long-context call")  # fmt: skip
+        notes.append(
+            f"{', '.join(routers)}: its RAG call only; declined questions add a long-context call"
+        )
     if deferred_metrics(cfg.metrics):
         notes.append("judge metrics: the judge's calls are not in this table")
     if measures_noise(cfg):

@@ -97,9 +97,11 @@ def start_watchdog(pid: int | None = None) -> subprocess.Popen:
     clean shutdown."""
     return subprocess.Popen(
         [sys.executable, "-c", WATCHDOG, str(pid or os.getpid())],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,  # the terminal's Ctrl-C and hangups do not reach it
-    )  # fmt: skip
+    )
 
 
 RESTARTS = 2  # per worker: a process killed twice is restarted twice, then its rounds fail
@@ -267,8 +269,11 @@ class RayRun:
             self.shards.append({"shard": s, "worker": w, "rounds": len(members), "items": sizes[s]})
             for r in members:
                 self._worker_of[id(chunks[r])] = (w, s)
-        slots = [((j + 0.5) / len(rounds), w, r) for w, rounds in enumerate(lists)
-                 for j, r in enumerate(rounds)]  # fmt: skip
+        slots = [
+            ((j + 0.5) / len(rounds), w, r)
+            for w, rounds in enumerate(lists)
+            for j, r in enumerate(rounds)
+        ]
         return [chunks[r] for _, _, r in sorted(slots)]
 
     def run(self, chunks: Iterable[list]) -> Iterator[tuple[list, list]]:

@@ -119,8 +119,9 @@ def judge_pass(session: RunSession) -> int:
     metrics = deferred_metrics(cfg.metrics)
     updated = 0
     with session.writer.appending() as writer:
-        bar = tqdm(total=len(todo), desc=f"{cfg.name} judge", disable=not session.progress,
-                   unit="rec")  # fmt: skip
+        bar = tqdm(
+            total=len(todo), desc=f"{cfg.name} judge", disable=not session.progress, unit="rec"
+        )
         start = 0
         while start < len(todo):
             # under a cap, a first chunk of one record when the judge's price is not known yet

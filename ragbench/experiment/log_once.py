@@ -63,5 +63,6 @@ def once_per_run() -> Iterator[None]:
             dropped |= once.dropped  # the most any one handler dropped, per logger
         if dropped:
             repeats = ", ".join(f"{name} ({n})" for name, n in sorted(dropped.items()))
-            log.warning("repeated third-party log messages were shown once; repeats dropped: %s",
-                        repeats)  # fmt: skip
+            log.warning(
+                "repeated third-party log messages were shown once; repeats dropped: %s", repeats
+            )

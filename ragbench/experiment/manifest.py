@@ -37,8 +37,12 @@ def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, Any] | Non
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             kept = path.with_name(f"manifest.json.damaged-{stamp}")
             path.replace(kept)
-            log.warning("%s is unreadable (%s): kept as %s; a new manifest starts the run's "
-                        "history again", path, exc, kept.name)  # fmt: skip
+            log.warning(
+                "%s is unreadable (%s): kept as %s; a new manifest starts the run's history again",
+                path,
+                exc,
+                kept.name,
+            )
         return None
 
 

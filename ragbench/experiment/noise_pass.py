@@ -51,8 +51,15 @@ from ragbench.types import Document, Example, Record
 
 METRIC = "noise_sensitivity"
 NOISE_CHUNK = 32  # at most this many answered again (and appended) together: a kill loses one
-NOISE_COST = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "llm_calls",
-              "latency_seconds", "resource_seconds", "dollars")  # fmt: skip
+NOISE_COST = (
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "llm_calls",
+    "latency_seconds",
+    "resource_seconds",
+    "dollars",
+)
 
 
 def pool(examples: list[Example]) -> list[Document]:
@@ -186,8 +193,9 @@ def noise_pass(session: RunSession) -> int:
             writer.append(key, record)
         # nothing generated this session: the model that answers is loaded now
         res = session.resources() if todo else None
-        bar = tqdm(total=len(todo), desc=f"{cfg.name} noise", disable=not session.progress,
-                   unit="rec")  # fmt: skip
+        bar = tqdm(
+            total=len(todo), desc=f"{cfg.name} noise", disable=not session.progress, unit="rec"
+        )
         size = min(NOISE_CHUNK, cfg.model.batch_size)  # one LLM call per round, as generation
         answered = 0  # a budget stop leaves the rest of todo for a rerun
         for start in range(0, len(todo), size):

@@ -12,9 +12,18 @@ from pathlib import Path
 from typing import Any
 
 PACKAGES = (
-    "ragbench", "numpy", "pandas", "pydantic", "torch", "transformers", "sentence-transformers",
-    "faiss-cpu", "llama-index-core", "bm25s", "gguf",
-)  # fmt: skip
+    "ragbench",
+    "numpy",
+    "pandas",
+    "pydantic",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "faiss-cpu",
+    "llama-index-core",
+    "bm25s",
+    "gguf",
+)
 # the mime type of a run's output in an executed notebook, which `ragbench render` reads back
 RUN_MIME = "application/vnd.ragbench.run+json"
 
@@ -32,9 +41,12 @@ def versions() -> dict[str, str | None]:
 def git_commit() -> str | None:
     try:
         res = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
             cwd=Path(__file__).resolve().parent,
-        )  # fmt: skip
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return res.stdout.strip() if res.returncode == 0 else None

@@ -91,11 +91,16 @@ def check_metrics(cfg: RunConfig, examples: list[Example]) -> None:
             continue
         bad = [(e.id, p) for e in examples if (p := problem_of(e.meta)) is not None]
         if bad:
-            raise error_at(cfg, ("metrics", i), (
-                f"{name} cannot score {len(bad)} of the {len(examples)} examples of dataset "
-                f"{cfg.dataset.name!r} (the first: {bad[0][0]!r}): it {bad[0][1]}; name a metric "
-                "that fits this dataset (`ragbench list metrics`)"
-            ), None)  # fmt: skip
+            raise error_at(
+                cfg,
+                ("metrics", i),
+                (
+                    f"{name} cannot score {len(bad)} of the {len(examples)} examples of dataset "
+                    f"{cfg.dataset.name!r} (the first: {bad[0][0]!r}): it {bad[0][1]}; name a metric "
+                    "that fits this dataset (`ragbench list metrics`)"
+                ),
+                None,
+            )
 
 
 def check_queries(cfg: RunConfig, examples: list[Example]) -> None:
@@ -112,12 +117,17 @@ def check_queries(cfg: RunConfig, examples: list[Example]) -> None:
         subsets = sorted({str(e.meta["dataset"]) for e in empty if "dataset" in e.meta})
         among = f"; subsets: {', '.join(subsets)}" if subsets else ""
         others = strategies_where(needs_retrieval=False, generates=True, external=False)
-        raise error_at(cfg, ("strategies", i), (
-            f"{s.name} retrieves with each example's question, but {len(empty)} of the "
-            f"{len(examples)} examples of dataset {cfg.dataset.name!r} have an empty question "
-            f"(the first: {empty[0].id!r}{among}): drop those examples from the dataset, or run "
-            f"them in a config of their own with {' or '.join(others)}"
-        ), None)  # fmt: skip
+        raise error_at(
+            cfg,
+            ("strategies", i),
+            (
+                f"{s.name} retrieves with each example's question, but {len(empty)} of the "
+                f"{len(examples)} examples of dataset {cfg.dataset.name!r} have an empty question "
+                f"(the first: {empty[0].id!r}{among}): drop those examples from the dataset, or run "
+                f"them in a config of their own with {' or '.join(others)}"
+            ),
+            None,
+        )
 
 
 def load_examples(config: Any) -> list[Example]:

@@ -124,13 +124,24 @@ def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str
     if not stale.repriced:
         return None
     was = ", ".join(f"{sha} ({n})" for sha, n in stale.was.items())
-    log.warning("%s: price sheet %r changed since %d stored record(s) were priced (sha256 %s -> "
-                "%s): repriced them with the sheet as it is now, as `ragbench reprice` does",
-                path, sheet.name, len(stale.repriced), was, sheet.short_sha256())  # fmt: skip
+    log.warning(
+        "%s: price sheet %r changed since %d stored record(s) were priced (sha256 %s -> "
+        "%s): repriced them with the sheet as it is now, as `ragbench reprice` does",
+        path,
+        sheet.name,
+        len(stale.repriced),
+        was,
+        sheet.short_sha256(),
+    )
     for message in stale.warnings:
         log.warning("%s", message)
-    return {"price_sheet": sheet.name, "sha256": sheet.short_sha256(), "from": stale.was,
-            "records": len(stale.repriced), "warnings": stale.warnings}  # fmt: skip
+    return {
+        "price_sheet": sheet.name,
+        "sha256": sheet.short_sha256(),
+        "from": stale.was,
+        "records": len(stale.repriced),
+        "warnings": stale.warnings,
+    }
 
 
 def error_record(example: Example, params: Any, exc: BaseException) -> Record:

@@ -148,12 +148,16 @@ def run(
     if workers < 1 or (executor == "local" and workers != 1):
         raise ValueError(f"workers={workers}: the local executor runs 1, ray runs 1 or more")
     if executor == "ray" and llm is not None:
-        raise ValueError("executor 'ray' loads the configured model on each worker; pass llm= "
-                         "only with executor 'local'")  # fmt: skip
+        raise ValueError(
+            "executor 'ray' loads the configured model on each worker; pass llm= "
+            "only with executor 'local'"
+        )
     cfg = load_config(config)
     if cfg.sequential is not None and until_decided is None:
-        raise ValueError("the config's sequential section needs its look: pass until_decided="
-                         "ragbench.analysis.verdict.sequential_look (ragbench run does)")  # fmt: skip
+        raise ValueError(
+            "the config's sequential section needs its look: pass until_decided="
+            "ragbench.analysis.verdict.sequential_look (ragbench run does)"
+        )
     secrets.collect(cfg.model_dump(mode="json"))  # mask them in every error, log and file
     started = _now()
     examples = load_examples(cfg)
@@ -180,11 +184,20 @@ def run(
     ):
         try:
             session = RunSession(
-                cfg=cfg, examples=examples, work=work, keys=keys, out=out,
-                writer=RecordWriter(out), budget=Budget.of(cfg, examples), started=started,
-                progress=progress, executor=executor, workers=workers,
-                until_decided=until_decided, loaded=Loaded(llm=llm),
-            )  # fmt: skip
+                cfg=cfg,
+                examples=examples,
+                work=work,
+                keys=keys,
+                out=out,
+                writer=RecordWriter(out),
+                budget=Budget.of(cfg, examples),
+                started=started,
+                progress=progress,
+                executor=executor,
+                workers=workers,
+                until_decided=until_decided,
+                loaded=Loaded(llm=llm),
+            )
             return _run_locked(session, judge_llm)
         except BaseException:
             # refused before writing anything (a backend, pipeline or server check): no folder
@@ -517,9 +530,11 @@ def _interruptible(session: RunSession, identity: Any, sessions: list[dict[str, 
         lost = len(getattr(stop, "partial", None) or {}) if not session.cfg.model.cache else 0
         log.warning(
             "interrupted: %d records written, %d finished completions kept in the completion "
-            "cache%s; rerun to resume", records, cached,
+            "cache%s; rerun to resume",
+            records,
+            cached,
             f" ({lost} finished completions not kept: model.cache is off)" if lost else "",
-        )  # fmt: skip
+        )
         raise
 
 
@@ -596,8 +611,14 @@ def _generate(session: RunSession, executor: _Local | RayRun, pending: list) -> 
     with session.writer.appending() as writer:
         # records arrive a whole batch at a time: the rate (and ETA) is the average over the
         # batches finished in this session (smoothing=0), never the burst of one batch's writes
-        bar = tqdm(total=total, initial=total - len(pending), desc=cfg.name,
-                   disable=not session.progress, unit="rec", smoothing=0)  # fmt: skip
+        bar = tqdm(
+            total=total,
+            initial=total - len(pending),
+            desc=cfg.name,
+            disable=not session.progress,
+            unit="rec",
+            smoothing=0,
+        )
         # each round's records run together (strategies.run_batch: one LLM call per step)
         planned = executor.order(plan_rounds(pending, cfg.model.batch_size, variant_of))
         for chunk, outcomes in executor.run(session.budget.rounds(planned, session.done)):

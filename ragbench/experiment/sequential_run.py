@@ -108,57 +108,89 @@ class Sequential:
     def state(self, answered: int | None = None, stopped: str | None = None) -> dict[str, Any]:
         """What ``analysis.verdict`` reads of the looks (the last one last)."""
         return {
-            "fractions": list(self.fractions), "spending": self.sc.spending,
+            "fractions": list(self.fractions),
+            "spending": self.sc.spending,
             "questions": len(self.order),
-            "answered": answered if answered is not None else round(
-                (self.fractions[-1] if self.fractions else 0) * len(self.order)),
+            "answered": answered
+            if answered is not None
+            else round((self.fractions[-1] if self.fractions else 0) * len(self.order)),
             "stopped": stopped if stopped is not None else self.stopped,
-            "alpha": self.sc.alpha, "margin": self.sc.margin, "seed": self.cfg.seed,
-        }  # fmt: skip
+            "alpha": self.sc.alpha,
+            "margin": self.sc.margin,
+            "seed": self.cfg.seed,
+        }
 
     def _record(self, v: Any, answered: int) -> dict[str, Any]:
         if v is None:
-            return {"look": len(self.looks) + 1, "n": 0, "of": len(self.order),
-                    "fraction": round(self.fractions[-1], 6), "asked": answered,
-                    "decision": "continue", "reason": "nothing scored"}  # fmt: skip
+            return {
+                "look": len(self.looks) + 1,
+                "n": 0,
+                "of": len(self.order),
+                "fraction": round(self.fractions[-1], 6),
+                "asked": answered,
+                "decision": "continue",
+                "reason": "nothing scored",
+            }
         s = v.sequential or {}
         if v.reason in STOPS:
-            equivalent = v.ci_high is not None and v.ci_high < self.sc.margin and v.ci_low > (
-                -self.sc.margin)  # fmt: skip
-            decision = ("equivalent within the margin: recommend " if equivalent and
-                        v.reason == "not_worse" else "recommend ") + str(v.choice)  # fmt: skip
+            equivalent = (
+                v.ci_high is not None
+                and v.ci_high < self.sc.margin
+                and v.ci_low > (-self.sc.margin)
+            )
+            decision = (
+                "equivalent within the margin: recommend "
+                if equivalent and v.reason == "not_worse"
+                else "recommend "
+            ) + str(v.choice)
         else:
             decision = "continue"
         x, y = v.compared or (None, None)
         look = {
-            "look": len(self.looks) + 1, "n": int(v.n_pairs or 0), "of": len(self.order),
-            "asked": answered, "fraction": self.fractions[-1],
-            "statistic": abs(s.get("z", math.nan)), "boundary": s.get("boundary", math.nan),
-            "comparisons": s.get("comparisons"), "x": x, "y": y, "diff": v.diff,
-            "ci_low": v.ci_low, "ci_high": v.ci_high, "decision": decision, "reason": v.reason,
-        }  # fmt: skip
+            "look": len(self.looks) + 1,
+            "n": int(v.n_pairs or 0),
+            "of": len(self.order),
+            "asked": answered,
+            "fraction": self.fractions[-1],
+            "statistic": abs(s.get("z", math.nan)),
+            "boundary": s.get("boundary", math.nan),
+            "comparisons": s.get("comparisons"),
+            "x": x,
+            "y": y,
+            "diff": v.diff,
+            "ci_low": v.ci_low,
+            "ci_high": v.ci_high,
+            "decision": decision,
+            "reason": v.reason,
+        }
         return {k: _json(v) for k, v in look.items()}
 
     def summary(self) -> dict[str, Any]:
         """The session's manifest entry: the design, every look, why it stopped."""
         return {
-            "spending": self.sc.spending, "alpha": self.sc.alpha, "margin": self.sc.margin,
+            "spending": self.sc.spending,
+            "alpha": self.sc.alpha,
+            "margin": self.sc.margin,
             "seed": self.sc.seed if self.sc.seed is not None else self.cfg.seed,
-            "questions": len(self.order), "planned_looks": self.at,
+            "questions": len(self.order),
+            "planned_looks": self.at,
             "answered": self.looks[-1]["asked"] if self.looks else 0,
-            "stopped": self.stopped, "looks": self.looks, "fractions": list(self.fractions),
+            "stopped": self.stopped,
+            "looks": self.looks,
+            "fractions": list(self.fractions),
             "decision": self.looks[-1]["decision"] if self.looks else None,
             "line": self.line(),
             "verdict": self.verdict.text if self.verdict is not None else None,
-        }  # fmt: skip
+        }
 
     def line(self) -> str:
         """One line for the terminal: where it stopped and what it decided."""
         last = self.looks[-1] if self.looks else {}
         n, of = last.get("asked", 0), len(self.order)
-        head = {"decided": f"decided after {n:,} of {of:,} questions",
-                "budget": f"stopped at the budget after {n:,} of {of:,} questions",
-                }.get(self.stopped or "", f"not decided after all {of:,} questions")  # fmt: skip
+        head = {
+            "decided": f"decided after {n:,} of {of:,} questions",
+            "budget": f"stopped at the budget after {n:,} of {of:,} questions",
+        }.get(self.stopped or "", f"not decided after all {of:,} questions")
         return f"sequential: {head} ({len(self.looks)} looks): {last.get('decision', 'continue')}"
 
 

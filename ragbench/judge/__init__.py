@@ -38,8 +38,21 @@ from ragbench.judge.prompts import (
 )
 
 __all__ = [
-    "COST_KEYS", "JUDGE_METRICS", "Judge", "JudgeMetric", "JudgePrompt", "available_prompts",
-    "cohen_kappa", "fleiss_kappa", "get_judge_metric", "judge_agreement", "judge_records",
-    "judge_warnings", "load_prompt", "parse_verdict", "register_judge_metric", "repeat_agreement",
+    "COST_KEYS",
+    "JUDGE_METRICS",
+    "Judge",
+    "JudgeMetric",
+    "JudgePrompt",
+    "available_prompts",
+    "cohen_kappa",
+    "fleiss_kappa",
+    "get_judge_metric",
+    "judge_agreement",
+    "judge_records",
+    "judge_warnings",
+    "load_prompt",
+    "parse_verdict",
+    "register_judge_metric",
+    "repeat_agreement",
     "unregister_judge_metric",
-]  # fmt: skip
+]

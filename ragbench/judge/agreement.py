@@ -173,9 +173,19 @@ def judge_agreement(df: Any) -> Any:
             row["kappa_f1"] = cohen_kappa(judged, f1_ok)
         rows.append(row)
     columns = [
-        "metric", "judge_model", "n_scored", "n_unscored", "n_unreadable", "samples", "n_fleiss", "fleiss_kappa",
-        "n_gold", "agree_exact_match", "kappa_exact_match", "kappa_f1",
-    ]  # fmt: skip
+        "metric",
+        "judge_model",
+        "n_scored",
+        "n_unscored",
+        "n_unreadable",
+        "samples",
+        "n_fleiss",
+        "fleiss_kappa",
+        "n_gold",
+        "agree_exact_match",
+        "kappa_exact_match",
+        "kappa_f1",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -39,9 +39,14 @@ from ragbench.types import Completion, GenerationRequest
 log = logging.getLogger(__name__)
 
 COST_KEYS = (
-    "judge_calls", "judge_prompt_tokens", "judge_cached_prompt_tokens",
-    "judge_completion_tokens", "judge_latency_seconds", "judge_resource_seconds", "judge_dollars",
-)  # fmt: skip
+    "judge_calls",
+    "judge_prompt_tokens",
+    "judge_cached_prompt_tokens",
+    "judge_completion_tokens",
+    "judge_latency_seconds",
+    "judge_resource_seconds",
+    "judge_dollars",
+)
 REPLY_EXCERPT = 120  # characters of an unreadable reply quoted in its note
 QUESTIONS = 3  # answer_relevancy: questions generated per answer (RAGAS's default strictness)
 
@@ -122,9 +127,12 @@ class Job:
     def request(self, judge: Judge, attempt: int | None = None) -> GenerationRequest:
         tag = self.sample if self.tag is None else self.tag
         return judge.request(
-            judge.prompts[self.metric], tag, attempt or self.attempt, self.max_new_tokens,
+            judge.prompts[self.metric],
+            tag,
+            attempt or self.attempt,
+            self.max_new_tokens,
             **self.fields,
-        )  # fmt: skip
+        )
 
     def read(self, judge: Judge, reply: str) -> Any:
         return (self.parse or judge.prompts[self.metric].parse)(reply)

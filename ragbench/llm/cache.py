@@ -194,9 +194,11 @@ class CachedLLM(LLM):
         if head and not _SQLITE_HEADER.startswith(head):
             raise _Corrupt(f"file is not a database (it starts with {head[:8]!r})")
         conn = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+            self.path,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
             check_same_thread=False,
-        )  # fmt: skip
+        )
         try:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # Switching to WAL takes an exclusive lock and sqlite answers "database is locked"
@@ -241,8 +243,11 @@ class CachedLLM(LLM):
             log.warning(
                 "completion cache %s is not a usable sqlite database (%s: %s); moved it to %s "
                 "and starting a fresh cache",
-                self.path, type(exc).__name__, exc, aside,
-            )  # fmt: skip
+                self.path,
+                type(exc).__name__,
+                exc,
+                aside,
+            )
 
     def _lookup(self, keys: Sequence[str]) -> dict[str, Completion]:
         found: dict[str, Completion] = {}
@@ -351,8 +356,10 @@ class CachedLLM(LLM):
         cached = [i for i, r in enumerate(requests) if r.cacheable]
         out: list[Completion | None] = [None] * len(requests)
         try:
-            for group, done in ((direct, self.llm.generate([requests[i] for i in direct])),
-                                (cached, self._generate([requests[i] for i in cached]))):  # fmt: skip
+            for group, done in (
+                (direct, self.llm.generate([requests[i] for i in direct])),
+                (cached, self._generate([requests[i] for i in cached])),
+            ):
                 for i, completion in zip(group, done, strict=True):
                     out[i] = completion
         except BaseException as exc:

@@ -309,10 +309,15 @@ def describe(rates: Rates | None) -> dict[str, Any] | None:
     meta = rates.meta or {}
     numbers = {k: v for k, v in asdict(rates).items() if k != "meta"}
     check = meta.get("validation") or {}
-    return {"key": meta.get("key"), "path": meta.get("path"),
-            "measured_at": meta.get("measured_at"), "rates": numbers,
-            "probed_tokens": (meta.get("key") or {}).get("probed_tokens"),
-            "validation_error": check.get("error"), "validation": check or None}  # fmt: skip
+    return {
+        "key": meta.get("key"),
+        "path": meta.get("path"),
+        "measured_at": meta.get("measured_at"),
+        "rates": numbers,
+        "probed_tokens": (meta.get("key") or {}).get("probed_tokens"),
+        "validation_error": check.get("error"),
+        "validation": check or None,
+    }
 
 
 def cached_rates(match: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Rates | None:
@@ -321,9 +326,12 @@ def cached_rates(match: dict[str, Any], cache_dir: str | os.PathLike | None = No
     a device-hour sheet with. None when no such calibration was measured on this machine."""
     folder = (Path(cache_dir) if cache_dir is not None else assets.cache_dir()) / "calibration"
     found = [r for p in sorted(folder.glob("*.json")) if (r := _read(p)) is not None]
-    fits = [r for r in found
-            if all((r.meta.get("key") or {}).get(k) == v for k, v in match.items())
-            and (r.meta.get("key") or {}).get("version") == CALIBRATION_VERSION]  # fmt: skip
+    fits = [
+        r
+        for r in found
+        if all((r.meta.get("key") or {}).get(k) == v for k, v in match.items())
+        and (r.meta.get("key") or {}).get("version") == CALIBRATION_VERSION
+    ]
     return max(fits, key=lambda r: str(r.meta.get("measured_at", "")), default=None)
 
 
@@ -394,8 +402,10 @@ def measure(
     # a prefill keeps its fastest round (noise and one-off work only add time); a decode step,
     # tens of milliseconds that vary by 10-30% from step to step even on a quiet CPU, its median:
     # what the run's steps take on the whole, not the luckiest one
-    best = {name: statistics.median(t) if name[0].endswith("decode") else min(t)
-            for name, t in times.items()}  # fmt: skip
+    best = {
+        name: statistics.median(t) if name[0].endswith("decode") else min(t)
+        for name, t in times.items()
+    }
     prefill = [(n, p, t) for (kind, n, p, _), t in best.items() if kind == "prefill" and not p]
     decode = [(n, r, t) for (kind, n, _, r), t in best.items() if kind == "decode"]
     held = next(x for x in prefill if (x[0], x[1]) == plan.holdout)

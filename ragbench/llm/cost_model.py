@@ -117,7 +117,7 @@ def fit_forward(prefill: list[tuple[int, int, float]]) -> tuple[float, float, fl
     max-of-two-regimes model with non-negative coefficients."""
     rows = sorted(prefill, key=lambda r: r[2])
     best: tuple[float, tuple[float, float, float, float]] | None = None
-    for k in range(0, max(1, len(rows) - 2)):  # the compute terms need 3 probes
+    for k in range(max(1, len(rows) - 2)):  # the compute terms need 3 probes
         low, high = rows[:k], rows[k:]
         inv = [1.0 / max(t, 1e-12) for *_, t in low]
         floor = sum(inv) / sum(v * v for v in inv) if low else 0.0  # argmin sum (f/t - 1)^2

@@ -313,11 +313,19 @@ class RateLimiter:
         with self._lock:
             now = self.clock()
             for unit, left, reset, sent_since in (
-                ("requests", limits.remaining_requests, limits.reset_requests,
-                 self._seq - ticket.seq - 1),
-                ("tokens", limits.remaining_tokens, limits.reset_tokens,
-                 self._tokens_sent - ticket.tokens_before - ticket.tokens),
-            ):  # fmt: skip
+                (
+                    "requests",
+                    limits.remaining_requests,
+                    limits.reset_requests,
+                    self._seq - ticket.seq - 1,
+                ),
+                (
+                    "tokens",
+                    limits.remaining_tokens,
+                    limits.reset_tokens,
+                    self._tokens_sent - ticket.tokens_before - ticket.tokens,
+                ),
+            ):
                 w = self._windows[unit]
                 if left is None or reset is None or ticket.seq < w.newest:
                     continue

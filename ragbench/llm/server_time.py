@@ -168,8 +168,9 @@ class BusyTimeline:
             if not self._cond.wait_for(settled, timeout=self.wait_limit):
                 log.warning(
                     "server busy share: requests of another call were still in flight after "
-                    "%g s; they are left out of this call's split", self.wait_limit,
-                )  # fmt: skip
+                    "%g s; they are left out of this call's split",
+                    self.wait_limit,
+                )
             mine = set(tickets)
             near = [t for t, (s, e, _) in self._done.items() if (e > lo and s < hi) or t in mine]
             spans = [self._done[t] for t in near]

@@ -45,6 +45,7 @@ and a prediction with no number scores 0 on count and retrieval.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import string
 import sys
@@ -150,10 +151,8 @@ def _frames_left() -> int:
         depth = n
         down(n + 1)
 
-    try:
+    with contextlib.suppress(RecursionError):
         down(1)
-    except RecursionError:
-        pass
     return depth + 1  # this function's frame and the ``down`` frames that got in
 
 

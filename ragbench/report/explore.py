@@ -165,13 +165,16 @@ def view_payload(
     used: dict[str, Any] = {}
     for row, cause in zip(df.to_dict("records"), causes, strict=True):
         ex = str(row["example_id"])
-        q = questions.setdefault(ex, {
-            "id": ex,
-            "q": row.get("question") or "",
-            "a": _plain(row.get("answers")) or [],
-            "docs": [],
-            "c": [None] * len(variants),
-        })  # fmt: skip
+        q = questions.setdefault(
+            ex,
+            {
+                "id": ex,
+                "q": row.get("question") or "",
+                "a": _plain(row.get("answers")) or [],
+                "docs": [],
+                "c": [None] * len(variants),
+            },
+        )
         cell = _cell(row, metric, others, cause)
         cell["ev"] = _evidence(row, chunks, used)
         q["c"][index[row["label"]]] = cell

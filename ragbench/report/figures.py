@@ -69,9 +69,15 @@ def plot_accuracy_vs_cost(
         if row["label"] == ORACLE_LABEL:
             style = {"marker": "*", "ms": 14}
         ax.errorbar(
-            row[cost] * scale, row[metric], yerr=yerr, fmt=style["marker"], ms=style["ms"],
-            capsize=3, label=labels[str(row["label"])], alpha=0.85,
-        )  # fmt: skip
+            row[cost] * scale,
+            row[metric],
+            yerr=yerr,
+            fmt=style["marker"],
+            ms=style["ms"],
+            capsize=3,
+            label=labels[str(row["label"])],
+            alpha=0.85,
+        )
     front = pareto_front(table[~oracle], cost, metric)
     if len(front) > 1:
         ax.plot(front[cost] * scale, front[metric], "k--", lw=1, label="Pareto front")
@@ -101,8 +107,15 @@ def plot_compare(table: Any, ax: Any = None) -> Any:
     for y, row in zip(ys, table.itertuples(index=False), strict=True):
         err = [[row.diff - row.ci_low], [row.ci_high - row.diff]]
         face = "C3" if row.significant else "white"
-        ax.errorbar(row.diff, y, xerr=err, fmt="o", color="C3" if row.significant else "C0",
-                    mfc=face, capsize=3)  # fmt: skip
+        ax.errorbar(
+            row.diff,
+            y,
+            xerr=err,
+            fmt="o",
+            color="C3" if row.significant else "C0",
+            mfc=face,
+            capsize=3,
+        )
     ax.axvline(0, color="k", lw=1, ls="--")
     # two lines per pair: variant labels are long ("rag k=4 embedder=hash chunk=128 ...")
     ax.set_yticks(ys, [f"{row.a}\nminus {row.b}" for row in table.itertuples(index=False)])
@@ -150,9 +163,12 @@ def plot_failure_attribution(records: Any) -> Any:
     table = attribution_table(records)
     depth_known = records["evidence_depth"].notna().any()
     fig, axes = plt.subplots(
-        1, 2 if depth_known else 1, figsize=(13 if depth_known else 8, 0.45 * len(table) + 2.5),
-        squeeze=False, layout="constrained",
-    )  # fmt: skip
+        1,
+        2 if depth_known else 1,
+        figsize=(13 if depth_known else 8, 0.45 * len(table) + 2.5),
+        squeeze=False,
+        layout="constrained",
+    )
     ax = axes[0][0]
     scored = (table["n"] - table["error"]).clip(lower=1)
     ys = list(range(len(table)))[::-1]
@@ -183,8 +199,11 @@ def plot_failure_attribution(records: Any) -> Any:
             for label, group in rates["miss"].mean().reset_index().groupby("label", sort=False)
         }
         _lines(ax, series, "depth", "miss")
-        ax.set(xlabel="evidence depth in the context (%)", ylabel="miss rate (% of queries)",
-               ylim=(-0.05, 1.05))  # fmt: skip
+        ax.set(
+            xlabel="evidence depth in the context (%)",
+            ylabel="miss rate (% of queries)",
+            ylim=(-0.05, 1.05),
+        )
         readable.percent_axis(ax.yaxis)
         ax.set_title("Misses by evidence depth")
         readable.legend_beside(ax)

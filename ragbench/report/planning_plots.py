@@ -58,12 +58,20 @@ def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any
         drawn.setdefault(y, str(series))
         style = readable.series_style(i)
         ax.semilogx(
-            part["questions_per_document"], y, label=label, ls="--" if rag else "-",
-            marker=None if rag else style["marker"], ms=style["ms"] - 3, lw=1 if rag else 1.8,
-        )  # fmt: skip
+            part["questions_per_document"],
+            y,
+            label=label,
+            ls="--" if rag else "-",
+            marker=None if rag else style["marker"],
+            ms=style["ms"] - 3,
+            lw=1 if rag else 1.8,
+        )
     readable.log_axis(ax.xaxis, list(rows["questions_per_document"]))  # counts: 1, 10, 100
-    ax.set(xlabel="questions per document", ylabel="$ per 1,000 queries",
-           title=f"Break-even with prefix caching ({sheet})")  # fmt: skip
+    ax.set(
+        xlabel="questions per document",
+        ylabel="$ per 1,000 queries",
+        title=f"Break-even with prefix caching ({sheet})",
+    )
     ax.set_ylim(bottom=0)
     readable.legend_beside(ax)
     ax.grid(alpha=0.3)
@@ -77,15 +85,16 @@ def plot_prefix_caching(caching: Any, rag_dollars: float | None = None, ax: Any 
     ax = _ax(ax, figsize=(8, 4))
     q = caching["questions_per_document"]
     for i, (column, label) in enumerate(
-        [("dollars_per_question_no_cache", "long context, no cache"),
-         ("dollars_per_question_prefix_cache", "long context, prefix cache")]
-    ):  # fmt: skip
+        [
+            ("dollars_per_question_no_cache", "long context, no cache"),
+            ("dollars_per_question_prefix_cache", "long context, prefix cache"),
+        ]
+    ):
         ax.semilogx(q, caching[column] * 1000, label=label, **readable.series_style(i))
     if rag_dollars is not None:
         ax.axhline(rag_dollars * 1000, color="k", ls="--", lw=1, label="RAG")
     readable.count_axis_at(ax.xaxis, q.unique())  # counts: 1, 10, 100 rather than 10^k
-    ax.set(xlabel="questions per document", ylabel="$ per 1,000 questions",
-           title="Prefix caching")  # fmt: skip
+    ax.set(xlabel="questions per document", ylabel="$ per 1,000 questions", title="Prefix caching")
     ax.set_ylim(bottom=0)
     readable.legend_beside(ax)  # beside: never on a curve
     ax.grid(alpha=0.3)

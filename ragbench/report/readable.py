@@ -252,9 +252,9 @@ def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
     finite = values[values.abs() != math.inf].dropna()
     metric = name in METRICS or name.startswith(("judge_", "semantic"))
     metric = metric or is_retrieval_metric(name)  # mrr@10, ndcg: shares, like their CIs
-    if column in rates or metric or any(word in name for word in _RATE_WORDS):
-        if finite.empty or finite.between(-1, 1).all():
-            return "rate"
+    shares = finite.empty or finite.between(-1, 1).all()
+    if (column in rates or metric or any(word in name for word in _RATE_WORDS)) and shares:
+        return "rate"
     if name in ("n", "n_missing", "records", "errors") or name.endswith(("tokens", "_n")):
         return "int"
     if not finite.empty and (finite == finite.round()).all() and finite.abs().max() < 1e15:

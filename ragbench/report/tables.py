@@ -52,17 +52,33 @@ def table_remarks(table: Any) -> list[str]:
 
 # the columns a reader needs first, right after the row names: what the table is there to say
 LEAD_COLUMNS = (
-    "break_even_questions_per_document", "lc_cheaper_from", "effective_length", "censored",
-    "winner", "significant",
-)  # fmt: skip
+    "break_even_questions_per_document",
+    "lc_cheaper_from",
+    "effective_length",
+    "censored",
+    "winner",
+    "significant",
+)
 # kept, but last, and in a second table when one would not fit the page: how the numbers were
 # made (interval method, missing scores, the test), the one-time-cost and FLOP variants, the
 # parts a break-even is computed from
 DETAIL_COLUMNS = (
-    "n_missing", "ci_method", "amortised_dollars", "amortised_resource_seconds", "flops",
-    "kv_bytes_measured", "a_only", "b_only", "test", "p_value", "sheet_date", "prefix_tokens",
-    "lc_first_question_dollars", "lc_later_question_dollars", "lc_no_cache_dollars_per_query",
-)  # fmt: skip
+    "n_missing",
+    "ci_method",
+    "amortised_dollars",
+    "amortised_resource_seconds",
+    "flops",
+    "kv_bytes_measured",
+    "a_only",
+    "b_only",
+    "test",
+    "p_value",
+    "sheet_date",
+    "prefix_tokens",
+    "lc_first_question_dollars",
+    "lc_later_question_dollars",
+    "lc_no_cache_dollars_per_query",
+)
 # what one table may take: a page about 1,000 px wide. 12 px text is about 7.5 px a character
 # and a cell's padding 16 px; a header or cell takes up to LINE characters a line (headers break
 # after underscores and at spaces, text cells at spaces and after hyphens)
@@ -119,8 +135,10 @@ def _split(table: Any, rates: Sequence[str]) -> tuple[list[Any], list[list[Any]]
     width = {c: _width(headers.get(c, c), shown[c]) for c in columns}
     used = sum(width[c] for c in ids)
     if _row_names(table):
-        used += _width(" ".join(str(n) for n in table.index.names if n is not None),
-                       [str(v) for v in table.index])  # fmt: skip
+        used += _width(
+            " ".join(str(n) for n in table.index.names if n is not None),
+            [str(v) for v in table.index],
+        )
     if used + sum(width[c] for c in rest) <= PAGE_PX:
         return ids, [rest]
     parts: list[list[Any]] = [[]]
@@ -302,9 +320,13 @@ def verdict_detail(verdict: Any) -> Any:
     variants = verdict.variants
     cost = "prompt_tokens" if verdict.cost == "prompt_tokens" else "dollars_per_1k"
     table = variants[["score", "n", "cost_per_1k", "latency_s", "meets"]].rename(
-        columns={"score": verdict.metric, "cost_per_1k": cost, "latency_s": "latency_seconds",
-                 "meets": "meets_constraints"}
-    )  # fmt: skip
+        columns={
+            "score": verdict.metric,
+            "cost_per_1k": cost,
+            "latency_s": "latency_seconds",
+            "meets": "meets_constraints",
+        }
+    )
     table.attrs["notes"] = [
         "no variant meets the constraints, so none was compared: each variant against them"
     ]

@@ -282,9 +282,11 @@ class RerankRetriever(Retriever):
         )
         if isinstance(cross_encoder, str) and not allow_pickle_weights:  # before it loads
             refuse_pickle_weights(
-                cross_encoder, "cross-encoder", f"retrieval.retriever_params.{PICKLE_OPTION}",
+                cross_encoder,
+                "cross-encoder",
+                f"retrieval.retriever_params.{PICKLE_OPTION}",
                 recursive=True,
-            )  # fmt: skip
+            )
 
     @property
     def model(self):

@@ -101,7 +101,7 @@ class Contexts:
 
 def no_context(example: Example, record: Record, res: ResourcesFn) -> None:
     """Closed book: the model read no context."""
-    return None
+    return
 
 
 def rag_context(example: Example, record: Record, res: ResourcesFn, decline: bool = False) -> str:

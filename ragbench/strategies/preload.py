@@ -175,11 +175,18 @@ def summary(res: Resources | None) -> list[dict[str, Any]]:
     out = []
     for key, one in (res.preloaded if res is not None else {}).items():
         done = not isinstance(one, Exception)
-        out.append({"corpus": key[0], "overflow": key[1], "amortised_over": res.preload_over[key],
-                    # charged, as the records carry it (Cost.amortise)
-                    "one_time_seconds": one.resource_seconds + one.prefix_paid_seconds
-                    if done else None,
-                    "one_time_dollars": one.dollars if done else None,
-                    "prompt_tokens": one.prompt_tokens if done else None,
-                    "error": None if done else f"{type(one).__name__}: {one}"})  # fmt: skip
+        out.append(
+            {
+                "corpus": key[0],
+                "overflow": key[1],
+                "amortised_over": res.preload_over[key],
+                # charged, as the records carry it (Cost.amortise)
+                "one_time_seconds": one.resource_seconds + one.prefix_paid_seconds
+                if done
+                else None,
+                "one_time_dollars": one.dollars if done else None,
+                "prompt_tokens": one.prompt_tokens if done else None,
+                "error": None if done else f"{type(one).__name__}: {one}",
+            }
+        )
     return out

@@ -107,9 +107,17 @@ def rag_prompt(
     marker = fmt.chunk_marker or CITE_MARKER  # a format with its own marker marks every chunk
 
     ctx = fit_chunks(
-        scored, res, frame, cap, new_tokens, top_k=params.top_k, order=params.order,
-        cite=params.cite or fmt.chunk_marker is not None, doc_order=doc_order, marker=marker,
-    )  # fmt: skip
+        scored,
+        res,
+        frame,
+        cap,
+        new_tokens,
+        top_k=params.top_k,
+        order=params.order,
+        cite=params.cite or fmt.chunk_marker is not None,
+        doc_order=doc_order,
+        marker=marker,
+    )
     gold = gold_chunk_ids(chunks, example.evidence) if example.evidence else set()
     retrieved, gold_ids = list(ctx.chunk_ids), sorted(gold)
     meta = {

@@ -152,9 +152,15 @@ def questions_path(spec: CompareSpec, corpus: Path, fingerprint: str) -> tuple[P
     path = spec.out / WORK_FOLDER / f"questions-{fingerprint[:12]}.jsonl"
     section, _ = model_section(spec)
     generated = question_gen.questions_file(
-        corpus, path, spec.n_questions, section, seed=spec.seed, drop_closed_book=True,
-        price_sheet=spec.price_sheet, progress=False,
-    )  # fmt: skip
+        corpus,
+        path,
+        spec.n_questions,
+        section,
+        seed=spec.seed,
+        drop_closed_book=True,
+        price_sheet=spec.price_sheet,
+        progress=False,
+    )
     return path, generated
 
 
@@ -172,14 +178,17 @@ def strategy_list(
         fields = get_strategy(name).params.field_names()  # unknown name: did-you-mean
         params = {k: v for k, v in options.items() if k in fields}
         entries.append({"name": name, "params": params} if params else name)
-    return entries + [{"name": PipelineParams.strategy, "params": p}
-                      for p in pipeline_params(pipeline, pipeline_url)]  # fmt: skip
+    return entries + [
+        {"name": PipelineParams.strategy, "params": p}
+        for p in pipeline_params(pipeline, pipeline_url)
+    ]
 
 
 def strategy_entries(spec: CompareSpec) -> list[Any]:
     """``strategy_list`` of the spec's strategies, options and pipeline(s)."""
-    return strategy_list(spec.strategies, spec.top_k, spec.overflow, spec.pipeline,
-                         spec.pipeline_url)  # fmt: skip
+    return strategy_list(
+        spec.strategies, spec.top_k, spec.overflow, spec.pipeline, spec.pipeline_url
+    )
 
 
 def pipeline_params(pipeline: str = "", pipeline_url: str = "") -> list[dict[str, str]]:
@@ -241,7 +250,7 @@ def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, 
                 "chunk_size": spec.chunk_size,
                 "chunk_overlap": chunk_overlap_for(spec.chunk_size, spec.chunk_overlap),
                 "tokenizer": counter,
-            },  # fmt: skip
+            },
             "strategies": strategy_entries(spec),
             "metrics": list(METRICS),
             "price_sheet": spec.price_sheet,
@@ -322,8 +331,10 @@ def check_constraints(spec: CompareSpec) -> None:
         )
     if bad_limit(spec.min_accuracy) or spec.min_accuracy > 1:  # (contains: a share)
         raise ValueError(f"--min-accuracy must be from 0 to 1 (0: any); got {spec.min_accuracy:g}")
-    for option, value in (("--max-dollars-per-1k", spec.max_dollars_per_1k),
-                          ("--max-latency-s", spec.max_latency_s)):  # fmt: skip
+    for option, value in (
+        ("--max-dollars-per-1k", spec.max_dollars_per_1k),
+        ("--max-latency-s", spec.max_latency_s),
+    ):
         if bad_limit(value):  # the verdict's rule: infinity too, not found after a paid run
             raise ValueError(f"{option} must be 0 or more (0: no limit); got {value:g}")
 
@@ -399,14 +410,28 @@ def decide(df: Any, spec: CompareSpec) -> Any:
     seq = df.attrs.get("sequential")  # --until-decided: read at its last look
     design = {"alpha": seq["alpha"], "margin": seq["margin"]} if seq else {}
     return analysis_verdict(
-        df, metric=METRICS[0], min_accuracy=spec.min_accuracy,
-        max_dollars_per_1k=spec.max_dollars_per_1k, max_latency_s=spec.max_latency_s,
-        seed=spec.seed, sequential=seq, **design,
-    )  # fmt: skip
+        df,
+        metric=METRICS[0],
+        min_accuracy=spec.min_accuracy,
+        max_dollars_per_1k=spec.max_dollars_per_1k,
+        max_latency_s=spec.max_latency_s,
+        seed=spec.seed,
+        sequential=seq,
+        **design,
+    )
 
 
-SUMMARY_COLUMNS = ("label", METRICS[0], "ci_low", "ci_high", "n", "prompt_tokens", "dollars",
-                   "amortised_dollars", "latency_seconds")  # fmt: skip
+SUMMARY_COLUMNS = (
+    "label",
+    METRICS[0],
+    "ci_low",
+    "ci_high",
+    "n",
+    "prompt_tokens",
+    "dollars",
+    "amortised_dollars",
+    "latency_seconds",
+)
 
 
 def summary_view(table: Any) -> Any:
@@ -513,9 +538,12 @@ def write_report(
 
     executed = run_dir / "report.ipynb"
     nb = execute_notebook(
-        notebook_path(), executed, parameters=notebook_parameters(spec, questions),
-        cwd=str(Path.cwd()), progress_bar=progress,
-    )  # fmt: skip
+        notebook_path(),
+        executed,
+        parameters=notebook_parameters(spec, questions),
+        cwd=str(Path.cwd()),
+        progress_bar=progress,
+    )
     runs = [name for name, _ in executed_runs(nb)]
     if runs != [run_dir.name]:
         raise ValueError(f"notebook 05 ran {', '.join(runs) or 'nothing'}, not {run_dir.name}")

@@ -45,6 +45,7 @@ written atomically (``ragbench.io``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -229,10 +230,8 @@ def _row_key(example_id: Any, strategy: Any, params: Any) -> tuple[str, str, str
     parameters as their typed class writes them (an older table's row lacks the defaults a
     newer parameter brought, ``cot: false``, which the typed record has)."""
     data = json.loads(params) if isinstance(params, str) else params
-    try:
-        data = params_from_dict(str(strategy), data).to_dict()
-    except (KeyError, TypeError, ValueError):  # a strategy or parameter this version lacks
-        pass
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # a strategy or parameter
+        data = params_from_dict(str(strategy), data).to_dict()  # this version lacks: kept as is
     return str(example_id), str(strategy), dumps_canonical(data)
 
 

@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -343,16 +343,12 @@ def kill_tree(processes: list[Any], grace: float = GRACE_SECONDS) -> None:
         except psutil.Error:
             continue
     for proc in everything.values():
-        try:
+        with suppress(psutil.Error):
             proc.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(list(everything.values()), timeout=grace)
     for proc in alive:
-        try:
+        with suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=grace)
 
 

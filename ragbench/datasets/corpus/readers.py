@@ -89,9 +89,48 @@ def read_pdf(path: Path) -> Parsed:
 
 _SKIP_TAGS = {"script", "style", "noscript", "template", "head", "svg", "iframe", "object"}
 _BLOCK_TAGS = set(
-    "address article aside blockquote body caption dd details dialog div dl dt fieldset "
-    "figcaption figure footer form h1 h2 h3 h4 h5 h6 header hr html li main nav ol p pre "
-    "section summary table tbody tfoot thead tr ul".split()
+    [
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "body",
+        "caption",
+        "dd",
+        "details",
+        "dialog",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "html",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tbody",
+        "tfoot",
+        "thead",
+        "tr",
+        "ul",
+    ]
 )
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]+")  # HTML's own whitespace, not NBSP
 
@@ -184,8 +223,9 @@ def read_markdown(path: Path) -> Parsed:
             title = str(front.get("title") or "").strip()
         elif problem:  # front matter gone wrong: neither text nor a title ("- b")
             text = text[match.end() :]
-            log.warning("%s: front matter %s; left out of the text, not used as the title",
-                        path, problem)  # fmt: skip
+            log.warning(
+                "%s: front matter %s; left out of the text, not used as the title", path, problem
+            )
         # else a scalar: a thematic break and a paragraph, Markdown kept as it is
     if not title:
         headings = [m for m in (_ATX_HEADING.search(text), _SETEXT_HEADING.search(text)) if m]

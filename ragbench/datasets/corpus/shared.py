@@ -82,8 +82,10 @@ def write_essay_corpus(
     if hay_tokens < questions:
         raise ValueError(f"{tokens} tokens leave no room for the essays beside {questions} needles")
     hay, offsets = load_haystack("essays").take(tok, hay_tokens)
-    cuts = [sentence_start_before(hay, offsets, hay_tokens * (i + 1) // (questions + 1))
-            for i in range(questions)]  # fmt: skip
+    cuts = [
+        sentence_start_before(hay, offsets, hay_tokens * (i + 1) // (questions + 1))
+        for i in range(questions)
+    ]
     pieces, start = [], 0
     for cut, needle in zip(cuts, texts, strict=True):
         pieces.append(hay[start:cut].strip() + needle)
@@ -98,10 +100,14 @@ def write_essay_corpus(
     folder.mkdir(parents=True, exist_ok=True)
     corpus = write_documents(folder / "corpus.jsonl", docs)
     rows = [
-        {"id": k, "question": f"What is the special magic number for {k}?", "answers": [v],
-         "task_type": "needle"}
+        {
+            "id": k,
+            "question": f"What is the special magic number for {k}?",
+            "answers": [v],
+            "task_type": "needle",
+        }
         for k, v in needles
-    ]  # fmt: skip
+    ]
     qpath = atomic_write_text(
         folder / "questions.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
     )

@@ -86,9 +86,16 @@ def iter_cwe(  # the sizing parameters of every RULER task first (tasks.COMMON_P
                 f"{buffer + reserve + MIN_LIST_TOKENS}, or num_fewshot: 0",
             )
         built = ruler.iter_ruler(
-            "common_words", [length], num_examples, tokenizer, buffer + reserve, seed,
-            num_cw=num_cw, freq_cw=freq_cw, freq_ucw=freq_ucw,
-        )  # fmt: skip
+            "common_words",
+            [length],
+            num_examples,
+            tokenizer,
+            buffer + reserve,
+            seed,
+            num_cw=num_cw,
+            freq_cw=freq_cw,
+            freq_ucw=freq_ucw,
+        )
         for head, example in zip(heads, built, strict=True):
             yield _prefixed(example, head, buffer, num_fewshot, tok.count)
 

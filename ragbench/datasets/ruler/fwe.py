@@ -117,9 +117,10 @@ def iter_fwe(  # the sizing parameters of every RULER task first (tasks.COMMON_P
         size = vocab_size or (length - TOKENS_TO_GENERATE) // 50
         if size < 5:
             raise DatasetParamError(
-                "context_lengths", f"{length} gives a vocabulary of {size} words (RULER's "
+                "context_lengths",
+                f"{length} gives a vocabulary of {size} words (RULER's "
                 "(length - 50) // 50); the top three plus noise need 5: use a longer length",
-            )  # fmt: skip
+            )
         for i in range(num_examples):
             ex_id = f"ruler-fwe-L{length}-{i:04d}"
             rng = random.Random(f"{seed}/fwe/{length}/{i}")  # str seeds are stable

@@ -69,8 +69,12 @@ class RulerPreset:
         ``cwe`` (``ruler/common_words`` with RULER's worked example, ``ruler_cwe``)."""
         if self.task == "niah":
             return re.sub(r"_\d$", "", self.name)  # niah_single_2 -> niah_single
-        return {"variable_tracking": "variable_tracking", "freq_words_extraction": "fwe",
-                "common_words_extraction": "cwe", "qa": "qa"}[self.task]  # fmt: skip
+        return {
+            "variable_tracking": "variable_tracking",
+            "freq_words_extraction": "fwe",
+            "common_words_extraction": "cwe",
+            "qa": "qa",
+        }[self.task]
 
     @property
     def params(self) -> dict[str, Any]:
@@ -78,10 +82,13 @@ class RulerPreset:
         a = self.args
         if self.task == "niah":
             return {
-                "haystack": NIAH_HAYSTACKS[a["type_haystack"]], "key_type": a["type_needle_k"],
-                "value_type": a["type_needle_v"], "num_keys": a["num_needle_k"],
-                "num_values": a["num_needle_v"], "num_queries": a["num_needle_q"],
-            }  # fmt: skip
+                "haystack": NIAH_HAYSTACKS[a["type_haystack"]],
+                "key_type": a["type_needle_k"],
+                "value_type": a["type_needle_v"],
+                "num_keys": a["num_needle_k"],
+                "num_values": a["num_needle_v"],
+                "num_queries": a["num_needle_q"],
+            }
         if self.task == "variable_tracking":  # always in noise (type_haystack: noise)
             return {"num_chains": a["num_chains"], "num_hops": a["num_hops"]}
         if self.task == "qa":
@@ -98,8 +105,14 @@ class RulerPreset:
 
 
 def _niah(haystack: str, k: str, v: str, nk: int, nv: int, nq: int) -> dict[str, Any]:
-    return {"type_haystack": haystack, "type_needle_k": k, "type_needle_v": v,
-            "num_needle_k": nk, "num_needle_v": nv, "num_needle_q": nq}  # fmt: skip
+    return {
+        "type_haystack": haystack,
+        "type_needle_k": k,
+        "type_needle_v": v,
+        "num_needle_k": nk,
+        "num_needle_v": nv,
+        "num_needle_q": nq,
+    }
 
 
 PRESETS = {

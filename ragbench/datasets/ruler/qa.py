@@ -134,9 +134,10 @@ def iter_qa(
     choice_param("format", format, FORMATS)
     if not path:
         raise DatasetParamError(
-            "path", f"RULER's QA tasks are built from a QA file: set `path` to "
+            "path",
+            f"RULER's QA tasks are built from a QA file: set `path` to "
             f"{WHERE_TO_GET[format]}; nothing is downloaded",
-        )  # fmt: skip
+        )
     lengths, buffer = lengths_param(context_lengths, final_context_length_buffer)
     int_param("num_examples", num_examples)
     tok = get_tokenizer(tokenizer)

@@ -389,8 +389,13 @@ def iter_ruler(
 
 # what each task reads beside the common sizing parameters (``iter_ruler``'s first five): a
 # task's builder takes only these, so another task's parameter is an error, not ignored
-COMMON_PARAMS = ("context_lengths", "num_examples", "tokenizer", "final_context_length_buffer",
-                 "seed")  # fmt: skip
+COMMON_PARAMS = (
+    "context_lengths",
+    "num_examples",
+    "tokenizer",
+    "final_context_length_buffer",
+    "seed",
+)
 NIAH_PARAMS = ("haystack", "key_type", "value_type", "num_keys", "num_values", "num_queries")
 TASK_PARAMS = {
     **{task: NIAH_PARAMS for task in TASKS if task.startswith("niah_")},

@@ -209,12 +209,13 @@ class RunConfig(_Strict):
                 "(backend, name, params), e.g. judge: {model: {backend: openai, name: ...}}"
             )
         same = lambda m: (m.backend, m.name, m.params)  # noqa: E731 (what makes it that model)
-        if judge is not None and judge.model is not None and same(judge.model) == same(self.model):
-            if not judge.allow_model_under_test:
-                raise ValueError(
-                    "judge.model is the model under test; a model grading its own answers is "
-                    "biased. Name another model, or set judge.allow_model_under_test: true"
-                )
+        judged_by_self = judge is not None and judge.model is not None
+        judged_by_self = judged_by_self and same(judge.model) == same(self.model)
+        if judged_by_self and not judge.allow_model_under_test:
+            raise ValueError(
+                "judge.model is the model under test; a model grading its own answers is "
+                "biased. Name another model, or set judge.allow_model_under_test: true"
+            )
         return self
 
 
@@ -253,8 +254,14 @@ def config_hash(config: RunConfig) -> str:
     # cuda_graphs), and the HTTP backend's timeouts and retries (TRANSPORT_PARAMS)
     params = dict.fromkeys((*SPEED_PARAMS, *TRANSPORT_PARAMS), True)
     speed = {"threads": True, "rate_limit": True, "params": params}
-    exclude = {"output_dir": True, "max_dollars": True, "sequential": True, "tracking": True,
-               "model": speed, "judge": {"model": speed}}  # fmt: skip
+    exclude = {
+        "output_dir": True,
+        "max_dollars": True,
+        "sequential": True,
+        "tracking": True,
+        "model": speed,
+        "judge": {"model": speed},
+    }
     data = redact(config.model_dump(mode="json", exclude=exclude))
     if not any(m in METRICS and METRICS.get(m).kind == "noise" for m in config.metrics):
         data.pop("noise_distractors", None)  # changes nothing without a noise metric
@@ -329,9 +336,12 @@ def load_config(
         if path._source_dir and any(o.strip().startswith("output_dir=") for o in overrides):
             output_base = path._source_dir  # a --set output_dir is the file's key
         cfg = with_origin(
-            cfg, source_dir=path._source_dir, source_file=path._source_file,
-            overrides=[*path._overrides, *overrides], output_base=output_base,
-        )  # fmt: skip
+            cfg,
+            source_dir=path._source_dir,
+            source_file=path._source_file,
+            overrides=[*path._overrides, *overrides],
+            output_base=output_base,
+        )
         check_output_dir(cfg)
         return cfg
     if isinstance(path, dict):
@@ -361,8 +371,11 @@ def load_config(
     source_dir = str(path.resolve().parent)
     named = isinstance(data, dict) and "output_dir" in data  # named in the file (or a --set)
     cfg = with_origin(
-        cfg, source_dir=source_dir, source_file=str(path), overrides=list(overrides),
+        cfg,
+        source_dir=source_dir,
+        source_file=str(path),
+        overrides=list(overrides),
         output_base=source_dir if named else None,
-    )  # fmt: skip
+    )
     check_output_dir(cfg, None if overrides else text)
     return cfg

@@ -70,12 +70,108 @@ MULTIHOP_TEMPLATE = (
 )
 _PREFIX = MULTIHOP_TEMPLATE[: MULTIHOP_TEMPLATE.index("Text 1: {first}")]
 STOPWORDS = frozenset(
-    "the and for are was were been being has have had does did doing not but nor its his her "
-    "their them they this that these those with from into onto over under than then there here "
-    "what which who whom whose when where why how all any each some such more most other also "
-    "only own same very can will just should would could may might must shall about above after "
-    "again against before below between both during further once our ours out off through until "
-    "upon while you your yours she him himself herself itself themselves one two".split()
+    [
+        "the",
+        "and",
+        "for",
+        "are",
+        "was",
+        "were",
+        "been",
+        "being",
+        "has",
+        "have",
+        "had",
+        "does",
+        "did",
+        "doing",
+        "not",
+        "but",
+        "nor",
+        "its",
+        "his",
+        "her",
+        "their",
+        "them",
+        "they",
+        "this",
+        "that",
+        "these",
+        "those",
+        "with",
+        "from",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "than",
+        "then",
+        "there",
+        "here",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "all",
+        "any",
+        "each",
+        "some",
+        "such",
+        "more",
+        "most",
+        "other",
+        "also",
+        "only",
+        "own",
+        "same",
+        "very",
+        "can",
+        "will",
+        "just",
+        "should",
+        "would",
+        "could",
+        "may",
+        "might",
+        "must",
+        "shall",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "before",
+        "below",
+        "between",
+        "both",
+        "during",
+        "further",
+        "once",
+        "our",
+        "ours",
+        "out",
+        "off",
+        "through",
+        "until",
+        "upon",
+        "while",
+        "you",
+        "your",
+        "yours",
+        "she",
+        "him",
+        "himself",
+        "herself",
+        "itself",
+        "themselves",
+        "one",
+        "two",
+    ]
 )
 _WORD = re.compile(r"\w+")
 
@@ -122,10 +218,12 @@ def pair_passages(passages: Sequence[Passage]) -> Iterator[PassagePair]:
                 for j in postings[w]:
                     scores[j] += 1.0 / len(postings[w])
         candidates = [
-            j for j in scores
-            if j != i and j not in used
+            j
+            for j in scores
+            if j != i
+            and j not in used
             and (passages[j].doc_id != passage.doc_id or not several_documents)
-        ]  # fmt: skip
+        ]
         if not candidates:
             continue
         j = max(candidates, key=lambda j: (scores[j], -j))

@@ -166,8 +166,18 @@ class Decoder:
         why = self.fast.why_not(requests, kv) if self.fast else "decode=eager"
         fast = self.fast if not why else None
         with attention, packed:
-            rows = self._loop(list(requests), gens, input_ids, mask, positions, cache, extra, chunk,
-                              fast, record_logits)  # fmt: skip
+            rows = self._loop(
+                list(requests),
+                gens,
+                input_ids,
+                mask,
+                positions,
+                cache,
+                extra,
+                chunk,
+                fast,
+                record_logits,
+            )
         decode_meta = rows[0]["meta"].pop("_decode", None) if rows else None
         if decode_meta is None:  # the plain loop ran: why
             decode_meta = self.fast.meta(why) if self.fast else {"path": "eager", "reason": why}
@@ -184,8 +194,19 @@ class Decoder:
             row["meta"]["decode"] = dict(decode_meta)
         return rows
 
-    def _loop(self, requests, gens, input_ids, mask, positions, cache, extra, chunk=None,
-              fast=None, record=0):  # fmt: skip
+    def _loop(
+        self,
+        requests,
+        gens,
+        input_ids,
+        mask,
+        positions,
+        cache,
+        extra,
+        chunk=None,
+        fast=None,
+        record=0,
+    ):
         import torch
 
         dev, batch = self.device, len(requests)

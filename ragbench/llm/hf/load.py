@@ -139,9 +139,11 @@ def load_model(
 
 
 def refuse_pickle_weights(
-    source: str, kind: str = "model", option: str = f"the model param {PICKLE_OPTION}",
+    source: str,
+    kind: str = "model",
+    option: str = f"the model param {PICKLE_OPTION}",
     recursive: bool = False,
-) -> None:  # fmt: skip
+) -> None:
     """A ValueError naming the folder and the option when a local model folder has weights
     only in a pickle-based format (``PICKLE_WEIGHTS``); hub ids are checked at load time.
     ``kind`` and ``option`` name what is loaded and how to opt in (embedders and

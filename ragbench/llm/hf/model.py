@@ -105,8 +105,15 @@ class HFModel(LLM):
         if (rope_scaling is None) != (rope_factor is None):
             raise ValueError("set rope_scaling (dynamic | yarn | linear) and rope_factor together")
         rope = (rope_scaling, rope_factor) if rope_scaling is not None else None
-        loaded = load_model(model, device, dtype, attn_implementation, cache_dir, rope=rope,
-                            allow_pickle_weights=allow_pickle_weights)  # fmt: skip
+        loaded = load_model(
+            model,
+            device,
+            dtype,
+            attn_implementation,
+            cache_dir,
+            rope=rope,
+            allow_pickle_weights=allow_pickle_weights,
+        )
         self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
         packed = PackedLinears.auto(self.model, self.device, self.dtype, packed_linear)

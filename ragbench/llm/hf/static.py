@@ -159,8 +159,18 @@ class FastDecode:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(self, dec: Any, requests: list, logits: Any, cache: Any, mask: Any, positions: Any,
-            extra: dict, t_first: float, record: int = 0) -> tuple[list, dict, float, dict]:  # fmt: skip
+    def run(
+        self,
+        dec: Any,
+        requests: list,
+        logits: Any,
+        cache: Any,
+        mask: Any,
+        positions: Any,
+        extra: dict,
+        t_first: float,
+        record: int = 0,
+    ) -> tuple[list, dict, float, dict]:
         """Decode after the prefill on a static cache: (tokens per row, {row: {text,
         finish_reason, t}}, end time, meta). ``logits``: the prefill's last positions (n, vocab);
         ``cache``: the prefill's DynamicCache (its layers are released once copied); ``mask``
@@ -188,8 +198,9 @@ class FastDecode:
             "state": "new" if made else "reused",
         }
         with shared_prefix.active(dec.model):  # the steps' attention: the module docstring
-            generated, done, meta["steps"] = self._steps(dec, requests, state, extra, meta, n,
-                                                         used, record, probes, t_first)  # fmt: skip
+            generated, done, meta["steps"] = self._steps(
+                dec, requests, state, extra, meta, n, used, record, probes, t_first
+            )
         meta["graph"] = state.graph_status
         if state.graph_error:
             meta["fallback"] = state.graph_error
@@ -484,7 +495,9 @@ class _State:
         return out
 
 
-def capture_agrees(eager: Any, got: Any, eager_ids: Any, got_ids: Any, dtype: Any) -> tuple[bool, dict]:  # fmt: skip
+def capture_agrees(
+    eager: Any, got: Any, eager_ids: Any, got_ids: Any, dtype: Any
+) -> tuple[bool, dict]:
     """Whether a captured step's logits ``got`` (rows, vocab) and picks ``got_ids`` are the eager
     step's within rounding: every row within ``CAPTURE_ULPS`` units of ``dtype``'s rounding at
     its largest |logit| (float32: ``CAPTURE_FLOAT32_RTOL`` of it), and a row that picked another

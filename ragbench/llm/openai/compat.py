@@ -70,6 +70,7 @@ in ``openai/preflight.py``. What it does:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -387,10 +388,8 @@ class OpenAICompatLLM(LLM):
                 IN_FLIGHT_GRACE_SECONDS,
             )
             self.connections.cut()
-            try:
+            with contextlib.suppress(BaseException):
                 wait(late, CUT_WAIT_SECONDS)  # their reads fail at once; the workers end
-            except BaseException:
-                pass
         return {
             i: f.result()
             for i, f in enumerate(futures)

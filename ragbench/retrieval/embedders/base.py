@@ -180,9 +180,11 @@ class SentenceTransformerEmbedder(Embedder):
             self.label = path.name if is_dir else str(model)
             if is_dir and not allow_pickle_weights:  # before anything loads, as the LLM's
                 refuse_pickle_weights(
-                    self.source, "embedder",
-                    f"retrieval.embedder_params: {{{model}: {{{PICKLE_OPTION}}}}}", recursive=True,
-                )  # fmt: skip
+                    self.source,
+                    "embedder",
+                    f"retrieval.embedder_params: {{{model}: {{{PICKLE_OPTION}}}}}",
+                    recursive=True,
+                )
         self.device = pick_device(device)
         self.batch_size = batch_size
         self.show_progress = show_progress

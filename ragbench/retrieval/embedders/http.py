@@ -39,9 +39,14 @@ class OpenAIEmbedder(Embedder):
         super().__init__(query_prefix, document_prefix, cache_dir)
         extra = {"sleep": sleep} if sleep is not None else {}
         self.client = OpenAICompatLLM(
-            model=model, base_url=base_url, api_key=api_key, headers=headers, timeout=timeout,
-            max_retries=max_retries, **extra,
-        )  # fmt: skip
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            headers=headers,
+            timeout=timeout,
+            max_retries=max_retries,
+            **extra,
+        )
         self.model, self.batch_size, self._dim = model, batch_size, 0
         self.requests = 0
 

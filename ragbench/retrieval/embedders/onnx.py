@@ -115,9 +115,16 @@ class OnnxEmbedder(SentenceTransformerEmbedder):
         self.quantize = check_quantize(quantize)
         require_onnxruntime()
         super().__init__(
-            model, "cpu", batch_size, query_prefix, document_prefix, cache_dir, show_progress, cache,
+            model,
+            "cpu",
+            batch_size,
+            query_prefix,
+            document_prefix,
+            cache_dir,
+            show_progress,
+            cache,
             allow_pickle_weights=allow_pickle_weights,
-        )  # fmt: skip
+        )
         self.export_dir = Path(export_dir) if export_dir is not None else None
         self.threads = threads
         self.exported = False  # whether this instance exported (False: the cached file served)

@@ -88,7 +88,7 @@ def client(params: PipelineParams) -> Any:
                     "pipeline %s carries user:password but headers_env sets Authorization: "
                     "sending that only",
                     params.url,
-                )  # fmt: skip
+                )
             http.redact_httpx_logs()
             timeout = httpx.Timeout(params.timeout, connect=min(10.0, params.timeout))
             _clients[key] = httpx.Client(headers=headers, timeout=timeout)

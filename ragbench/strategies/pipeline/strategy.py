@@ -327,9 +327,11 @@ def _unranked(contexts: list[Context] | None, example: Example) -> str | None:
     missing = unlocated(contexts, example)
     if not missing:
         return None
-    return (f"{missing} of {len(contexts)} contexts are in none of the run's documents (by "
-            "document id, or by text: as it is, whitespace-normalised, or cleaned as the corpus "
-            "is): ranks unknown")  # fmt: skip
+    return (
+        f"{missing} of {len(contexts)} contexts are in none of the run's documents (by "
+        "document id, or by text: as it is, whitespace-normalised, or cleaned as the corpus "
+        "is): ranks unknown"
+    )
 
 
 def retrieval_scores(contexts: list[Context] | None, example: Example) -> dict[str, float | None]:
@@ -369,8 +371,13 @@ def context_meta(contexts: list[Context] | None, example: Example) -> dict[str, 
     ``contexts: None`` (a judge reads no context: ``strategies.contexts.pipeline_context``) and
     an unknown ``gold_hit``."""
     if contexts is None:
-        return {"contexts": None, "contexts_truncated": False, "retrieved": [],
-                "gold_hit": None, "gold_docs": []}  # fmt: skip
+        return {
+            "contexts": None,
+            "contexts_truncated": False,
+            "retrieved": [],
+            "gold_hit": None,
+            "gold_docs": [],
+        }
     kept = contexts[:MAX_CONTEXTS]
     truncated = len(contexts) > MAX_CONTEXTS or any(len(c.text) > MAX_CONTEXT_CHARS for c in kept)
     qrels = example.meta.get("qrels")
@@ -418,10 +425,12 @@ def _read(example: Example, res: Resources, contexts: list[Context]) -> str:
     fmt = prompt_format(example)
     frame = fmt.frame(example, RETRIEVED)
     scored = [
-        ScoredChunk(Chunk(c.id or f"ctx{i}", c.doc_id or "", c.text, *(c.span or (0, 0))),
-                    c.score if c.score is not None else float(-i))
+        ScoredChunk(
+            Chunk(c.id or f"ctx{i}", c.doc_id or "", c.text, *(c.span or (0, 0))),
+            c.score if c.score is not None else float(-i),
+        )
         for i, c in enumerate(contexts)
-    ]  # fmt: skip
+    ]
     cite = any(c.doc_id for c in contexts) or fmt.chunk_marker is not None
     marker = fmt.chunk_marker or CITE_MARKER
     ctx = fit_chunks(scored, res, frame, res.room(frame), cite=cite, marker=marker)

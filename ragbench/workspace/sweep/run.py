@@ -264,15 +264,20 @@ def execute_sweep(
         # stopped (SIGTERM, Ctrl-C) or broken: the points finished so far are in summary.json
         # and results.parquet, as a reader checking an overnight sweep expects
         _write_summary(outcome, jobs, spec.results, sweep_dir)
-        log.warning("sweep stopped: %d of %d point(s) recorded in %s", len(outcome.points),
-                    len(jobs), sweep_dir / "summary.json")  # fmt: skip
+        log.warning(
+            "sweep stopped: %d of %d point(s) recorded in %s",
+            len(outcome.points),
+            len(jobs),
+            sweep_dir / "summary.json",
+        )
         raise
     _write_summary(outcome, jobs, spec.results, sweep_dir)
     return outcome
 
 
-def _write_summary(outcome: SweepOutcome, jobs: list[dict[str, Any]], pattern: str,
-                   sweep_dir: Path) -> None:  # fmt: skip
+def _write_summary(
+    outcome: SweepOutcome, jobs: list[dict[str, Any]], pattern: str, sweep_dir: Path
+) -> None:
     """The points reported so far, in plan order, to ``summary.json``, and the finished points'
     results to ``results.parquet`` (both atomic)."""
     order = {job["point_id"]: i for i, job in enumerate(jobs)}
