@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml Makefile
 # the suite in TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its
 # module fixtures load once); TEST_WORKERS=0 runs it in this process
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST := $(PY) -m pytest -q --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: $(STAMP)
 	$(PYTEST)
