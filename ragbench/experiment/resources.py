@@ -9,6 +9,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.config.text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
-from ragbench.llm.calibration import announce
+from ragbench.llm.calibration import announce, because
 from ragbench.llm.cost_model import Rates
 from ragbench.llm.hf.load import set_threads
 from ragbench.metrics.answer import METRICS
@@ -203,6 +204,14 @@ def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
     return None
 
 
+def calibrate(cfg: RunConfig, llm: Any, examples: Iterable[Example]) -> Rates | None:
+    """``rates_of`` the run's model probed to its longest request (``prompt_reach``), its
+    announcement saying which strategies reach that far (``calibration.because``)."""
+    reach = prompt_reach(llm, examples, cfg.points, cfg.model.max_new_tokens)
+    with because(reach.why() if reach is not None else ""):
+        return rates_of(llm, reach.tokens if reach is not None else None)
+
+
 def longest_prompt(
     llm: Any,
     examples: Iterable[Example],
@@ -221,6 +230,33 @@ def longest_prompt(
     run that also has long context to the haystack. A chain-of-thought point's request adds its
     format's reasoning tokens (its answer step holds the reasoning and generates the answer).
     None: no examples."""
+    reach = prompt_reach(llm, examples, points, max_new_tokens)
+    return None if reach is None else reach.tokens
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How far a run's requests reach (``prompt_reach``): the most positions, and why."""
+
+    tokens: int  # prompt + new tokens of the longest request
+    strategies: tuple[str, ...]  # the strategies whose requests reach it
+    whole: bool  # they read a whole example (no context bound)
+
+    def why(self) -> str:
+        """The calibration's reason, in words (``llm.calibration.because``)."""
+        what = "read a whole example" if self.whole else "read their retrieval budget"
+        who = ", ".join(self.strategies) or "every request"
+        return f"the longest request this run sends: {who} {what}, {self.tokens:,} tokens"
+
+
+def prompt_reach(
+    llm: Any,
+    examples: Iterable[Example],
+    points: Iterable[StrategyParams],
+    max_new_tokens: int = 0,
+) -> Reach | None:
+    """``longest_prompt`` with the strategies that reach it (the calibration says why it probes
+    so far). None: no examples."""
     examples = list(examples)
     most = max(examples, key=lambda e: sum(len(d.text) for d in e.documents), default=None)
     if most is None:
@@ -238,7 +274,12 @@ def longest_prompt(
         prompt = whole if bound is None else min(bound(point) + asked + TEMPLATE_TOKENS, whole)
         return prompt + max_new_tokens + (reasoning if point in cot else 0)
 
-    return max(map(reach, points), default=whole + max_new_tokens)  # none: reads everything
+    if not points:  # none: reads everything
+        return Reach(whole + max_new_tokens, (), True)
+    tokens = max(map(reach, points))
+    top = [p for p in points if reach(p) == tokens]
+    unbounded = any(get_strategy(p.strategy).context_bound is None for p in top)
+    return Reach(tokens, tuple(dict.fromkeys(p.strategy for p in top)), unbounded)
 
 
 TEMPLATE_TOKENS = 64  # a prompt template's instruction and chat markup, beyond the text
@@ -319,8 +360,7 @@ def build_resources(
     needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
     rates = None
     if generates_answers(cfg):
-        longest = longest_prompt(llm, examples, cfg.points, cfg.model.max_new_tokens)
-        rates = rates_of(llm, longest)
+        rates = calibrate(cfg, llm, examples)
     return Resources(
         llm=llm,
         metrics=tuple(cfg.metrics),
