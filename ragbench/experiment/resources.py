@@ -6,6 +6,7 @@ index and the same price sheet."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -188,6 +189,70 @@ def load_model(m: ModelConfig) -> Any:
     if loads:
         announce(f"loaded model {m.name} in {time.perf_counter() - t0:.1f} s")
     return llm
+
+
+class Warmup:
+    """A run's model loaded in a background thread while the command does other work, then
+    calibrated to the run's longest request when told the run's config (:meth:`calibrate`), so
+    ``runner.run(cfg, llm=warmup.llm())`` finds both done.
+
+    Why a thread: a first load converts the GGUF weights (tens of seconds, mostly one core) and
+    a calibration times forward passes for a minute or more; ``ragbench compare`` reads the
+    documents, writes the config and makes its estimate meanwhile. Why the calibration waits to
+    be told: it times the device, and the estimate embeds and retrieves on the same cores; timed
+    beside it, the probes would charge the run for the command's own work. A backend without
+    local weights needs neither (``needed``)."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        set_threads(model.threads)  # here, before any thread runs torch: one setting for both
+        _import_shared()
+        self._cfg: RunConfig | None = None
+        self._go = threading.Event()
+        self._llm: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._work, args=(model,), name="ragbench-warmup", daemon=True
+        )
+        self._thread.start()
+
+    @staticmethod
+    def needed(model: ModelConfig) -> bool:
+        """Whether loading this model takes long enough to be worth a thread (local weights)."""
+        return backend_capabilities(model.backend).local_weights
+
+    def _work(self, model: ModelConfig) -> None:
+        try:
+            self._llm = load_model(model)
+            self._go.wait()
+            if self._cfg is not None and generates_answers(self._cfg):
+                calibrate(self._cfg, self._llm, load_examples(self._cfg))
+        except BaseException as exc:  # handed to the caller of llm()
+            self._error = exc
+
+    def calibrate(self, cfg: RunConfig) -> None:
+        """Calibrate to ``cfg``'s longest request once the model is loaded; call it when nothing
+        else of the command's runs on the device."""
+        self._cfg = cfg
+        self._go.set()
+
+    def llm(self) -> Any:
+        """The loaded model, once it is loaded (and calibrated, if :meth:`calibrate` was called);
+        an error in the thread is raised here."""
+        self._go.set()  # not told by now: nothing to calibrate beforehand
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._llm
+
+
+def _import_shared() -> None:
+    """The libraries both threads import, imported in this one first: the command's estimate
+    (tokenizer, embedder) and the model's load import transformers, and one thread importing it
+    while the other is half-way through saw a partial module ("cannot import name
+    'AutoTokenizer' from 'transformers'")."""
+    import torch  # noqa: F401
+    import transformers.modeling_utils  # noqa: F401
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
 
 def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
