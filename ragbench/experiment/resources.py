@@ -5,6 +5,7 @@ index and the same price sheet."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -250,9 +251,11 @@ def _import_shared() -> None:
     (tokenizer, embedder) and the model's load import transformers, and one thread importing it
     while the other is half-way through saw a partial module ("cannot import name
     'AutoTokenizer' from 'transformers'")."""
-    import torch  # noqa: F401
-    import transformers.modeling_utils  # noqa: F401
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+    for module in ("torch", "transformers.modeling_utils"):
+        importlib.import_module(module)
+    transformers = importlib.import_module("transformers")
+    for name in ("AutoConfig", "AutoModelForCausalLM", "AutoTokenizer"):  # lazy until first read
+        getattr(transformers, name)
 
 
 def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
