@@ -145,9 +145,9 @@ def test_the_calibration_says_which_strategies_reach_its_length():
 
     both = prompt_reach(FakeLLM(), EXAMPLES, config("long_context", RAG4).points, NEW)
     assert both.tokens == WHOLE and both.strategies == ("long_context",) and both.whole
-    assert "long_context read a whole example" in both.why() and f"{WHOLE:,} tokens" in both.why()
+    assert "long_context, a whole example" in both.why() and f"{WHOLE:,} tokens" in both.why()
     rag = prompt_reach(FakeLLM(), EXAMPLES, config("closed_book", RAG4).points, NEW)
-    assert rag.strategies == ("rag",) and "read their retrieval budget" in rag.why()
+    assert rag.strategies == ("rag",) and "rag, their context bound" in rag.why()
 
 
 def test_a_warmup_loads_at_once_and_calibrates_only_when_told(monkeypatch):

@@ -312,9 +312,9 @@ class Reach:
 
     def why(self) -> str:
         """The calibration's reason, in words (``llm.calibration.because``)."""
-        what = "read a whole example" if self.whole else "read their retrieval budget"
+        what = "a whole example" if self.whole else "their context bound"
         who = ", ".join(self.strategies) or "every request"
-        return f"the longest request this run sends: {who} {what}, {self.tokens:,} tokens"
+        return f"the longest request this run sends: {who}, {what}, {self.tokens:,} tokens"
 
 
 def prompt_reach(
