@@ -371,10 +371,19 @@ def describe(rates: Rates | None) -> dict[str, Any] | None:
     meta = rates.meta or {}
     numbers = {k: v for k, v in asdict(rates).items() if k != "meta"}
     check = meta.get("validation") or {}
-    return {"key": meta.get("key"), "path": meta.get("path"),
-            "measured_at": meta.get("measured_at"), "rates": numbers,
-            "probed_tokens": (meta.get("key") or {}).get("probed_tokens"),
-            "validation_error": check.get("error"), "validation": check or None}  # fmt: skip
+    return {
+        "key": meta.get("key"),
+        "path": meta.get("path"),
+        "measured_at": meta.get("measured_at"),
+        "rates": numbers,
+        "probed_tokens": (meta.get("key") or {}).get("probed_tokens"),
+        "validation_error": check.get("error"),
+        "validation": check or None,
+        # the 1-minute load average when it began and ended: a run at another load measures
+        # another device time (cost_basis: measured charges that)
+        "load_avg_1min": meta.get("load_avg_1min"),
+        "reused_from": meta.get("reused_from"),
+    }
 
 
 def cached_rates(match: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Rates | None:
