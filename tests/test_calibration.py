@@ -240,15 +240,16 @@ def test_a_long_prefill_is_timed_once_unless_it_disagrees_with_the_fit():
     assert quiet.calls[(8192, 0, 1)] == quiet.calls[(4096, 0, 1)] == 1
     assert quiet.calls[(64, 0, 1)] == calibration.MAX_SAMPLES
     # a neighbour's burst during the first 4k prefill (+40%): the fit misses it, so it is timed
-    # again until the median of its samples stands for it
+    # again, and its fastest sample stands for it
     burst = CpuLikeClock(spike_at=4096, spike=0.4 * RATES.forward(4096))
     rates = calibration.measure(None, longest=8192, rounds=1, timer=burst.timer)
-    assert burst.calls[(4096, 0, 1)] == calibration.MAX_SAMPLES
-    # the fit it pulled missed its neighbours too: each timed once more, and then settled
+    assert burst.calls[(4096, 0, 1)] == 2
+    # the fit it pulled missed its neighbours too: each timed once more, then all agree
     assert burst.calls[(2048, 0, 1)] == burst.calls[(8192, 0, 1)] == 2
     assert burst.calls[(1024, 0, 1)] == 1
     assert rates.forward(4096) == pytest.approx(RATES.forward(4096), rel=0.01)
     assert rates.meta["samples"]["prefill/4096/0/1"][0] > 1.3 * RATES.forward(4096)
+    assert rates.meta["validation"]["error"] < 0.01
 
 
 def test_the_cache_lends_a_shorter_calibrations_probes(tmp_path, monkeypatch, capsys):

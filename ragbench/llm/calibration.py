@@ -39,12 +39,12 @@ without it predict it, and that relative error is ``validation_error`` (the mani
 above 10% the run warns once with the figure); the rates the run uses are then fitted on every
 probe. The cache key names the probed length (quarter-octave steps), so a run with longer
 prompts measures again (timing only the probes past the length an earlier calibration reached:
-:func:`shorter_samples`) and one with shorter prompts reads a longer calibration. On a CPU a
-probe stands for the median of its samples, what the run's passes take at the machine's load
-(the fastest one is its luckiest moment); a cheap probe is timed three to five times, a long
-prefill once, and again only where it disagrees with the fit of the others (most of a
-calibration's time is its two longest prefills). On a GPU a prefill keeps its fastest (one-off
-work in the first run of a shape) and a decode step its median. This takes from seconds (a GPU)
+:func:`shorter_samples`) and one with shorter prompts reads a longer calibration. A prefill
+probe stands for its fastest sample (noise only adds time), a decode step for its median
+(:func:`estimate`); a cheap probe is timed three to five times, a long prefill once, and again
+only where it disagrees with the fit of the others (most of a calibration's time is its two
+longest prefills: :func:`_retime`); on a GPU every probe at least twice (one-off work in the
+first run of a shape). This takes from seconds (a GPU)
 to about a minute (8k tokens on a quiet 2-core CPU) once per model, device, dtype, thread count
 and length (announced on stderr with the reason for its length; sweep workers wait for one
 another under a file lock, see :func:`rates_for`); the rates, their samples and the load average
@@ -443,14 +443,14 @@ def measure(
         if len(reused) < len(samples):
             timer(16, 0, 1, False)  # warm-up: the first call allocates
         _time_rounds(samples, probes, timer, loop_timer, rounds, device)
-        rates, meta = _fit_samples(plan, samples, device)
+        rates, meta = _fit_samples(plan, samples)
         for _ in range(RETIMES):
             again = _retime(rates, meta, probes, samples)
             if not again:
                 break
             for name in again:
                 samples[name].append(timer(*probes[name]))
-            rates, meta = _fit_samples(plan, samples, device)
+            rates, meta = _fit_samples(plan, samples)
     meta["reused"] = reused
     meta["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return replace(rates, meta=meta)
@@ -516,25 +516,28 @@ def _probes(plan: ProbePlan, shared_ok: bool) -> dict[str, tuple[int, int, int, 
     return probes
 
 
-def estimate(samples: list[float], kind: str, device: str) -> float:
-    """What a probe's samples (seconds, interleaved rounds) stand for: their median, what the
-    run's passes take at the machine's load on the whole (of two samples, their mean), and one
-    sample far off (a neighbour's burst) does not move it. The fastest sample of a shared CPU
-    is its luckiest moment, not the typical one the run's records meet. On a GPU,
-    which no neighbour shares, a prefill keeps its fastest (the first run of a shape carries
-    one-off work: an H200 took 1.17 s for a 0.12 s prefill)."""
-    if device == "cuda" and not kind.endswith("decode"):
-        return min(samples)
-    return statistics.median(samples)
+def estimate(samples: list[float], kind: str, statistic: str = "fastest") -> float:
+    """What a probe's samples (seconds, interleaved rounds) stand for. ``fastest`` (what a run
+    uses): a prefill its fastest sample, since noise and one-off work only add time (the first
+    run of a shape on an H200 took 1.17 s for a 0.12 s prefill; on a 2-core CPU at load 8-11 a
+    calibration whose prefills stood for their medians missed its held-out 8k prefill by 33%,
+    one of fastest samples in the same session by 5.4%), and a decode step its median (tens of
+    milliseconds that vary by 10-30%
+    from step to step even on a quiet CPU: what the run's steps take on the whole, not the
+    luckiest one). ``median``: every probe its median (``benchmarks/cost.py`` reports what that
+    would have charged)."""
+    if statistic == "median" or kind.endswith("decode") or kind == LOOP:
+        return statistics.median(samples)
+    return min(samples)
 
 
 def _fit_samples(
-    plan: ProbePlan, samples: dict[str, list[float]], device: str
+    plan: ProbePlan, samples: dict[str, list[float]], statistic: str = "fastest"
 ) -> tuple[Rates, dict[str, Any]]:
     """The rates fitted on every probe's estimate, and their provenance: the estimates, the
     samples, the held-out check (fitted without the longest prefill) and the after-cached one."""
     best = {
-        name: estimate(got, name.split("/")[0], device)
+        name: estimate(got, name.split("/")[0], statistic)
         for name, got in samples.items()
         if name != LOOP
     }
@@ -546,7 +549,7 @@ def _fit_samples(
     held = next(x for x in prefill if (x[0], x[1]) == plan.holdout)
     without = fit([x for x in prefill if x is not held], decode)
     rates = fit(prefill, decode)
-    loop = estimate(samples[LOOP], "decode", device) if samples.get(LOOP) else None
+    loop = estimate(samples[LOOP], LOOP, statistic) if samples.get(LOOP) else None
     if loop is not None:  # the decode loop's step at a short cache
         rates = replace(rates, d0=max(0.0, loop - rates.d1 * LOOP_KV))
         without = replace(without, d0=rates.d0)
@@ -570,7 +573,7 @@ def _fit_samples(
             "error": round(relative_error(rates, after), 4),
         },
         "decode_loop_step": None if loop is None else round(loop, 6),
-        "statistic": "median" if device != "cuda" else "prefill fastest, decode median",
+        "statistic": statistic,
     }
     return rates, meta
 
@@ -649,9 +652,9 @@ def _rounds_for(samples: list[float], rounds: int, device: str = "cpu") -> int:
 
     Under ``FAST_PROBE`` ``FAST_ROUNDS`` times. On a GPU, at least twice (the first run of a
     shape can carry one-off work), a probe over a minute once. On a CPU, a cheap probe
-    ``MAX_SAMPLES`` times (their median is what the run's passes take at the machine's load), and
-    a long prefill once: most of a calibration's time is its two longest prefills, and a second
-    timing is spent only where the first disagrees with the fit (:func:`_retime`)."""
+    ``MAX_SAMPLES`` times, and a long prefill once: most of a calibration's time is its two
+    longest prefills, and a second timing is spent only where the first disagrees with the fit
+    (:func:`_retime`)."""
     best = min(samples, default=0.0)
     if best < FAST_PROBE:
         return max(rounds, FAST_ROUNDS)
