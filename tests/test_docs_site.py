@@ -37,6 +37,8 @@ FOREIGN_OPTIONS = {
     "--only-kv": "benchmarks/llm.py",
     "--only-reproducibility": "benchmarks/cost.py",
     "--corpus-only": "benchmarks/runner.py",
+    "--arms": "benchmarks/compare_speed.py, benchmarks/calibration_cost.py",
+    "--trees": "benchmarks/compare_speed.py, benchmarks/calibration_cost.py",
     "--parts": "benchmarks/gpu_check.sh",
     "--wheels": "benchmarks/gpu_check.sh",
     "--no-deps": "pip install",
