@@ -19,10 +19,13 @@ start and end in seconds since the command began: spans that overlap ran in para
 model, its flags and the torch thread count.
 
 ``--trees A,B`` runs each arm on each checkout in turn (its own cache folder), so two versions
-are measured side by side at the same stretch of load.
+are measured side by side at the same stretch of load. ``--arm-timeout S`` stops an arm after S
+seconds (a busy machine): its row says ``timed_out``, keeps the spans that ended before (the child
+writes its spans as each ends) and counts the records written; a later arm still runs on the
+cache it left.
 
 Usage: ``python benchmarks/compare_speed.py [--arms cold,warm] [--trees PATH,...] [--threads N]
-[--out PATH]``; ``make bench-compare``.
+[--arm-timeout S] [--out PATH]``; ``make bench-compare``.
 """
 
 from __future__ import annotations
@@ -85,8 +88,9 @@ def build_input(folder: Path) -> Path:
 # ------------------------------------------------------------------------ the child process
 
 
-def _wrap(spans: list, phase: str, owner, attr: str, t0: float) -> None:
-    """``owner.attr`` replaced by a function that appends ``(phase, start, end)`` to ``spans``."""
+def _wrap(spans: list, phase: str, owner, attr: str, t0: float, save=None) -> None:
+    """``owner.attr`` replaced by a function that appends ``(phase, start, end)`` to ``spans``
+    (then calls ``save(spans)``: an arm stopped at its time cap keeps the spans that ended)."""
     inner = getattr(owner, attr)
 
     def timed(*args, **kwargs):
@@ -97,6 +101,8 @@ def _wrap(spans: list, phase: str, owner, attr: str, t0: float) -> None:
             spans.append(
                 {"phase": phase, "start": round(start, 2), "end": round(time.time() - t0, 2)}
             )
+            if save is not None:
+                save(spans)
 
     setattr(owner, attr, timed)
 
@@ -111,16 +117,23 @@ def child(args: list[str], spans_path: Path, t0: float) -> int:
     from ragbench.workspace import compare as steps
 
     spans: list = []
-    _wrap(spans, "ingest", steps, "ingest", t0)
-    _wrap(spans, "load_model", runner, "load_model", t0)  # the run's own load (before)
-    _wrap(spans, "load_model", resources, "load_model", t0)  # compare's warm-up (after)
-    _wrap(spans, "estimate", steps, "estimate", t0)
-    _wrap(spans, "calibrate", calibration, "measure", t0)
-    _wrap(spans, "embed", resources, "build_index", t0)
-    _wrap(spans, "generate", runner, "_generate", t0)
-    _wrap(spans, "judge", runner, "judge_pass", t0)
-    _wrap(spans, "verdict", steps, "decide", t0)
-    _wrap(spans, "report", steps, "write_report", t0)
+
+    def save(done: list) -> None:
+        atomic_write_text(spans_path, json.dumps(done))
+
+    for phase, owner, attr in (
+        ("ingest", steps, "ingest"),
+        ("load_model", runner, "load_model"),  # the run's own load (before)
+        ("load_model", resources, "load_model"),  # compare's warm-up (after)
+        ("estimate", steps, "estimate"),
+        ("calibrate", calibration, "measure"),
+        ("embed", resources, "build_index"),
+        ("generate", runner, "_generate"),
+        ("judge", runner, "judge_pass"),
+        ("verdict", steps, "decide"),
+        ("report", steps, "write_report"),
+    ):
+        _wrap(spans, phase, owner, attr, t0, save)
     assert cli_compare.steps is steps
     code = 0
     try:
@@ -135,9 +148,11 @@ def child(args: list[str], spans_path: Path, t0: float) -> int:
 # ------------------------------------------------------------------------ the parent
 
 
-def arm(name: str, tree: Path, cache: Path, docs: Path, work: Path, threads: int) -> dict:
+def arm(
+    name: str, tree: Path, cache: Path, docs: Path, work: Path, threads: int, cap: float | None
+) -> dict:
     """One ``compare`` in a fresh process, ragbench from ``tree``, on cache folder ``cache``: its
-    phases and load."""
+    phases and load; stopped after ``cap`` seconds (None: no cap)."""
     from benchmarks.cost import LoadSampler
 
     tag = f"{name}-{tree.name or 'tree'}"
@@ -160,15 +175,24 @@ def arm(name: str, tree: Path, cache: Path, docs: Path, work: Path, threads: int
     }
     with LoadSampler() as load:
         start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", str(spans_path), repr(time.time()), *args],
-            env=env,
-            cwd=tree,
-            capture_output=True,
-            text=True,
-        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", str(spans_path), repr(time.time()), *args],
+                env=env,
+                cwd=tree,
+                capture_output=True,
+                text=True,
+                timeout=cap,
+            )
+            code, text, timed_out = proc.returncode, proc.stdout + proc.stderr, False
+        except subprocess.TimeoutExpired as stop:  # killed; what it printed so far
+            code, timed_out = None, True
+            text = "".join(
+                part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                for part in (stop.stdout, stop.stderr)
+            )
         wall = time.perf_counter() - start
-    (work / f"{tag}.log").write_text(proc.stdout + proc.stderr)
+    (work / f"{tag}.log").write_text(text)
     spans = json.loads(spans_path.read_text()) if spans_path.exists() else []
     verdict = next((s["end"] for s in spans if s["phase"] == "verdict"), None)
     phases = {
@@ -176,13 +200,17 @@ def arm(name: str, tree: Path, cache: Path, docs: Path, work: Path, threads: int
     }
     lines = [
         ln
-        for ln in (proc.stdout + proc.stderr).splitlines()
+        for ln in text.splitlines()
         if ln.startswith(("verdict:", "calibrat", "warning: the calibrated"))
     ]
     return {
         "arm": name,
         "tree": str(tree),
-        "exit_code": proc.returncode,
+        "exit_code": code,
+        "timed_out": timed_out,
+        "records_written": sum(
+            len(p.read_text().splitlines()) for p in out.glob("*/records.jsonl")
+        ),
         "wall_seconds": round(wall, 2),
         "seconds_to_verdict": verdict,
         "phase_seconds": phases,
@@ -215,6 +243,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads (--threads)")
     parser.add_argument(
+        "--arm-timeout", type=float, default=None, help="seconds before an arm is stopped"
+    )
+    parser.add_argument(
         "--out", default=str(ROOT / "benchmarks" / "results" / "compare_speed.json")
     )
     args = parser.parse_args(argv)
@@ -227,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu": cpu_name(),
         "cpu_flags": cpu_flags(),
         "threads": args.threads,
+        "arm_timeout": args.arm_timeout,
         "essays": list(ESSAYS),
         "questions": QUESTIONS.name,
         "arms": [],
@@ -239,7 +271,7 @@ def main(argv: list[str] | None = None) -> dict:
                 cache = work / f"cache-{i}"
                 if name == "warm":
                     warm_cache(cache)
-                row = arm(name, tree, cache, docs, work, args.threads)
+                row = arm(name, tree, cache, docs, work, args.threads, args.arm_timeout)
                 result["arms"].append(row)
                 print(
                     f"{name} {tree}: {row['seconds_to_verdict']} s to the verdict, "
