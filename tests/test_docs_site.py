@@ -39,6 +39,7 @@ FOREIGN_OPTIONS = {
     "--corpus-only": "benchmarks/runner.py",
     "--arms": "benchmarks/compare_speed.py, benchmarks/calibration_cost.py",
     "--trees": "benchmarks/compare_speed.py, benchmarks/calibration_cost.py",
+    "--arm-timeout": "benchmarks/compare_speed.py",
     "--parts": "benchmarks/gpu_check.sh",
     "--wheels": "benchmarks/gpu_check.sh",
     "--no-deps": "pip install",
