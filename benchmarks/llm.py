@@ -8,6 +8,13 @@
   questions batched over it) against a plain ``model.generate`` per question and against the
   transformers prompt-cache reuse recipe (document KV once, deep-copied per question;
   ``baselines.py``), total and per question after the shared prefill; same answers required.
+- decode near the floor: the weight-read floor (the bytes of the weights one decode step reads, in
+  the dtype that runs, over a memory-read bandwidth measured in the same process: a
+  ``torch.sum`` over a buffer far larger than the caches) against the decode step at 1k and 4k
+  context, each decode path side by side (``eager``: the plain loop; ``fused``: the CPU default,
+  ``hf/fused.py``), alternating; the same greedy tokens required. Writes ``decode_ms_per_token``,
+  ``weight_read_floor_ms`` and ``decode_over_floor`` (the default path at 1k) and the same for
+  ``--dtype``-free bf16 (``dtype: bfloat16``) beside llama.cpp's quoted 18 ms per token.
 - converted-weight cache: loading from the converted safetensors folder against the first load,
   which dequantises the GGUF.
 - kv_variants: one question on a needle document (1k tokens ``--quick``, else 4k) with each
@@ -15,17 +22,20 @@
   sinks (StreamingLLM), quantized hqq int8/int4 and quanto int4; per variant the measured KV
   bytes after the prefill beside the formula's, prefill and decode seconds, and the answer.
 
-Timings are best-of-N wall clock; on a shared, loaded machine they are noisy (the load average is
-recorded). Usage: ``python benchmarks/llm.py [--quick] [--device cuda] [--out PATH]``.
+Timings are best-of-N wall clock; on a shared, loaded machine they are noisy (the CPU model, its
+flags and the load average are recorded beside each figure). Usage: ``python benchmarks/llm.py
+[--quick] [--device cuda] [--out PATH] [--only-decode]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -40,8 +50,11 @@ import baselines  # noqa: E402  (benchmarks/baselines.py)
 
 from ragbench.assets import essays_dir, smollm2_gguf  # noqa: E402
 from ragbench.cost.accounting import forward_flops  # noqa: E402
+from ragbench.devices import cpu_flags  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm.calibration import cpu_name  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
+from ragbench.llm.hf.decode import Decoder  # noqa: E402
 from ragbench.llm.hf.model import HFModel  # noqa: E402
 from ragbench.llm.kv import variants as kv_cache  # noqa: E402
 from ragbench.models import get_preset  # noqa: E402
@@ -49,6 +62,8 @@ from ragbench.strategies.prompts import ANSWER_STOP  # noqa: E402
 from ragbench.types import GenerationRequest  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
+LLAMA_CPP_MS_PER_TOKEN = 18.0  # issue 47: llama.cpp, Q4_1 GGUF, 2 threads (quoted, not run here)
+FLAGS_OF_NOTE = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 CITIES = ["Paris", "Lima", "Oslo", "Cairo", "Quito", "Hanoi", "Dakar", "Perth", "Turin", "Kyoto"]
 
 
@@ -276,6 +291,139 @@ def bench_prefix_reuse(model: HFModel, tokens: int, questions: int, repeats: int
     return result
 
 
+def machine_state() -> dict:
+    """The CPU, its flags of note and the load: recorded beside each figure."""
+    flags = set(cpu_flags())
+    return {
+        "cpu": cpu_name(),
+        "flags": [f for f in FLAGS_OF_NOTE if f in flags],
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def read_bandwidth(mib: int = 1024, repeats: int = 5) -> float:
+    """Bytes per second torch reads from memory: the fastest ``sum`` over a float32 buffer of
+    ``mib`` MiB (far beyond the caches), on torch's threads; what a decode step's weight read
+    can reach at best."""
+    import torch
+
+    buf = torch.ones(mib * 2**20 // 4)
+    buf.sum()  # pages in
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        buf.sum()
+        times.append(time.perf_counter() - t0)
+    return buf.numel() * 4 / min(times)
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the weights one decode step reads: every parameter once (tied ones once), the
+    input embedding only where it is also the output layer (a step reads one row of it)."""
+    seen, total = set(), 0
+    embed = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight.data_ptr() == embed.data_ptr()
+    for param in model.parameters():
+        if param.data_ptr() in seen or (param is embed and not tied):
+            continue
+        seen.add(param.data_ptr())
+        total += param.numel() * param.element_size()
+    return total
+
+
+def kv_bytes_per_step(model, context: int) -> int:
+    """Bytes of KV cache one decode step reads at ``context`` positions (keys and values)."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    element = next(model.parameters()).element_size()
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * context * element
+
+
+def _decode_once(dec: Decoder, ids: list[int], new_tokens: int) -> tuple[float, str]:
+    """Seconds per decode step of one request on ``ids`` (no EOS, no stop string: every step
+    runs) and its text."""
+    import torch
+
+    request = GenerationRequest("decode benchmark", max_new_tokens=new_tokens)
+    with torch.inference_mode():
+        [row] = dec.decode([request], [ids], None, 0, False, 0)
+    return row["decode_seconds"] / max(1, row["completion_tokens"] - 1), row["text"]
+
+
+def bench_decode(
+    model: HFModel, contexts: list[int], new_tokens: int = 32, repeats: int = 3
+) -> dict:
+    """The decode step of each path at each context length against the weight-read floor, all
+    in this process: the bandwidth is measured before each context's runs, the paths alternate
+    (order swapped every repeat) and keep their fastest run; their texts must agree."""
+    paths = {
+        name: dataclasses.replace(
+            Decoder.for_model(model.model, model.tokenizer, model.decoder.packed, decode=name),
+            eos_ids=frozenset(),
+        )
+        for name in ("eager", "fused")
+    }
+    if not paths["fused"].fast.on:  # a model the fused step does not cover: say so
+        paths.pop("fused")
+    weights = weight_bytes(model.model)
+    out: dict = {"dtype": str(model.dtype).removeprefix("torch."), "weight_bytes": weights}
+    out["contexts"] = []
+    for n in contexts:
+        before = machine_state()
+        bandwidth = read_bandwidth()
+        ids = haystack_ids(model, n)
+        runs: dict[str, list[float]] = {name: [] for name in paths}
+        texts: set[str] = set()
+        for i in range(repeats):
+            for name in list(paths) if i % 2 == 0 else list(paths)[::-1]:
+                seconds, text = _decode_once(paths[name], ids, new_tokens)
+                runs[name].append(seconds)
+                texts.add(text)
+        floor = weights / bandwidth
+        kv = kv_bytes_per_step(model.model, n)
+        row = {
+            "context_tokens": n,
+            "new_tokens": new_tokens,
+            "read_bandwidth_gbps": round(bandwidth / 1e9, 2),
+            "weight_read_floor_ms": round(1e3 * floor, 2),
+            "kv_read_ms": round(1e3 * kv / bandwidth, 2),  # the step's KV read at this context
+            "paths": {
+                name: {
+                    "ms_per_token": round(1e3 * min(t), 2),
+                    "median_ms_per_token": round(1e3 * statistics.median(t), 2),
+                    "all_ms_per_token": [round(1e3 * x, 2) for x in t],
+                    "over_floor": round(min(t) / floor, 3),
+                    "over_floor_with_kv": round(min(t) * bandwidth / (weights + kv), 3),
+                }
+                for name, t in runs.items()
+            },
+            "same_tokens": len(texts) == 1,
+            "machine_before": before,
+            "machine_after": machine_state(),
+        }
+        out["contexts"].append(row)
+        shown = ", ".join(f"{k} {v['ms_per_token']} ms" for k, v in row["paths"].items())
+        print(
+            f"decode {out['dtype']} at {n} tokens: {shown} per token; weight-read floor "
+            f"{row['weight_read_floor_ms']} ms ({row['read_bandwidth_gbps']} GB/s), KV read "
+            f"{row['kv_read_ms']} ms; same tokens: {row['same_tokens']}; load {before['loadavg']}"
+        )
+    first = out["contexts"][0]
+    default = model.decoder.fast.path if model.decoder.fast else "eager"
+    best = first["paths"].get(default) or first["paths"]["eager"]
+    out.update(
+        {
+            "default_path": default,
+            "decode_ms_per_token": best["ms_per_token"],
+            "weight_read_floor_ms": first["weight_read_floor_ms"],
+            "decode_over_floor": best["over_floor"],
+            "at_context_tokens": first["context_tokens"],
+        }
+    )
+    return out
+
+
 KV_VARIANTS: dict[str, kv_cache.KVVariant] = {
     "plain": kv_cache.Plain(),
     "offloaded": kv_cache.Offloaded(),
@@ -334,6 +482,31 @@ def bench_kv_variants(
     return out
 
 
+def bench_decode_dtypes(model: HFModel, args: argparse.Namespace) -> dict:
+    """``bench_decode`` on the loaded model (the default dtype) and, on the CPU, on the same
+    weights in bf16 (``dtype: bfloat16``), beside llama.cpp's quoted figure."""
+    contexts = [1024] if args.quick else [1024, 4096]
+    repeats = 2 if args.quick else 3
+    default = bench_decode(model, contexts, repeats=repeats)
+    out = {**{k: default[k] for k in ("decode_ms_per_token", "weight_read_floor_ms")}}
+    out["decode_over_floor"] = default["decode_over_floor"]
+    out["by_dtype"] = {default["dtype"]: default}
+    if model.input_device.type == "cpu" and model.dtype != _bf16():
+        bf16 = HFModel(MODEL, device="cpu", dtype="bfloat16")
+        half = bench_decode(bf16, contexts, repeats=repeats)
+        half["llama_cpp_ms_per_token"] = LLAMA_CPP_MS_PER_TOKEN
+        half["over_llama_cpp"] = round(half["decode_ms_per_token"] / LLAMA_CPP_MS_PER_TOKEN, 3)
+        out["by_dtype"]["bfloat16"] = half
+        del bf16
+    return out
+
+
+def _bf16():
+    import torch
+
+    return torch.bfloat16
+
+
 def bench_load_cache(device: str = "cpu", dtype: str = "auto") -> tuple[HFModel, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -364,6 +537,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--only-kv", action="store_true", help="only the KV-cache variants (after the load)"
     )
     parser.add_argument(
+        "--only-decode", action="store_true", help="only decode against the floor (fp32, bf16)"
+    )
+    parser.add_argument(
         "--kv",
         default=",".join(KV_VARIANTS),
         help=f"KV variants, comma-separated: {list(KV_VARIANTS)}",
@@ -385,11 +561,12 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(f"matmul peak ({peak['dtype']}): {peak['peak_flops'] / 1e9:.1f} GFLOP/s")
     sizes = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
-    skip = args.skip_prefill or args.only_kv
-    prefill = [] if skip else bench_prefill(model, sizes, repeats=1 if args.quick else 2)
+    only = args.only_kv or args.only_decode
+    decode = {} if args.only_kv else bench_decode_dtypes(model, args)
+    prefill = [] if args.skip_prefill or only else bench_prefill(model, sizes, 1 + (not args.quick))
     reuse = (
         {}
-        if args.only_kv
+        if only
         else bench_prefix_reuse(
             model, 1024 if args.quick else 4096, 3 if args.quick else 10, 1 if args.quick else 2
         )
@@ -399,8 +576,10 @@ def main(argv: list[str] | None = None) -> dict:
     if unknown_kv:
         parser.error(f"unknown --kv {unknown_kv}; choose from {list(KV_VARIANTS)}")
     # --quick: 16 new tokens (the bytes are measured after the prefill; the answer may be cut)
-    kv_variants = bench_kv_variants(
-        model, 1024 if args.quick else 4096, 16 if args.quick else 32, names
+    kv_variants = (
+        {}
+        if args.only_decode
+        else bench_kv_variants(model, 1024 if args.quick else 4096, 16 if args.quick else 32, names)
     )
     result = {
         "model": MODEL,
@@ -418,6 +597,9 @@ def main(argv: list[str] | None = None) -> dict:
             "note": "shared machine; timings are best-of-N wall clock and noisy under load",
         },
         "matmul_peak": peak,
+        **{k: decode.get(k) for k in ("decode_ms_per_token", "weight_read_floor_ms")},
+        "decode_over_floor": decode.get("decode_over_floor"),
+        "decode": decode,
         "flops_formula": "ragbench.cost.accounting.forward_flops: 2*N*T + 4*layers*heads*head_dim*sum(positions 1..T)",
         "prefill": prefill,
         "prefix_reuse": reuse,

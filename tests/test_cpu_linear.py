@@ -29,16 +29,24 @@ class Net(torch.nn.Module):
 
 
 @pytest.mark.parametrize("shape", [(1, 48), (5, 48), (2, 7, 48), (300, 48)])
-def test_packed_forward_equals_f_linear_and_packs_only_decode_sized_inputs(shape):
-    net = Net()
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_forward_equals_f_linear_and_packs_only_decode_sized_inputs(shape, dtype):
+    if not cpu_linear.available(dtype):
+        pytest.skip(f"oneDNN does not run {dtype} here")
+    net = Net().to(dtype)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     ref = net(x)
     packed = PackedLinears(net)
     with packed.active():
         got = net(x)
     rows = x.numel() // x.shape[-1]
-    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
-    assert (packed.packed_calls > 0) == (cpu_linear.MIN_ROWS <= rows <= cpu_linear.MAX_ROWS)
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
+    else:  # bf16 rounds each layer's output: compare at its precision
+        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=0.5)
+    low = cpu_linear.MIN_ROWS[str(dtype).removeprefix("torch.")]
+    assert low == (3 if dtype == torch.float32 else 1)  # bf16: one row pays too
+    assert (packed.packed_calls > 0) == (low <= rows <= cpu_linear.MAX_ROWS)
     assert "forward" not in vars(net.a) and "forward" not in vars(net.b)  # restored
 
 
@@ -54,11 +62,13 @@ def test_a_weight_changed_in_place_is_packed_again():
     torch.testing.assert_close(after, 2 * before, rtol=1e-5, atol=1e-4)
 
 
-def test_auto_packs_only_fp32_cpu_models_within_the_limit(monkeypatch):
+def test_auto_packs_only_fp32_and_bf16_cpu_models_within_the_limit(monkeypatch):
     net = Net()
     assert PackedLinears.auto(net, "cpu", torch.float32, None) is not None
     assert PackedLinears.auto(net, "cpu", torch.float32, False) is None
-    assert PackedLinears.auto(net, "cpu", torch.bfloat16, None) is None
+    bf16 = PackedLinears.auto(Net().to(torch.bfloat16), "cpu", torch.bfloat16, None)
+    assert (bf16 is not None) == cpu_linear.available(torch.bfloat16)
+    assert PackedLinears.auto(Net().half(), "cpu", torch.float16, True) is None  # not packed
     assert PackedLinears.auto(net, "cuda", torch.float32, True) is None
     monkeypatch.setattr(cpu_linear, "AUTO_LIMIT_BYTES", 1000)
     assert PackedLinears.auto(net, "cpu", torch.float32, None) is None  # too big for auto
