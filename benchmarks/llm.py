@@ -11,10 +11,12 @@
 - decode near the floor: the weight-read floor (the bytes of the weights one decode step reads, in
   the dtype that runs, over a memory-read bandwidth measured in the same process: a
   ``torch.sum`` over a buffer far larger than the caches) against the decode step at 1k and 4k
-  context, each decode path side by side (``eager``: the plain loop; ``fused``: the CPU default,
-  ``hf/fused.py``), alternating; the same greedy tokens required. Writes ``decode_ms_per_token``,
+  context, each decode path side by side (``default``: the model's path, fused on the CPU,
+  ``hf/fused.py``; ``eager``: the plain loop on the same weights; ``before``, where the load
+  changed the weight layout: the plain loop on the usual layout, what ragbench ran before),
+  alternating; the same greedy tokens required. Writes ``decode_ms_per_token``,
   ``weight_read_floor_ms`` and ``decode_over_floor`` (the default path at 1k) and the same for
-  ``--dtype``-free bf16 (``dtype: bfloat16``) beside llama.cpp's quoted 18 ms per token.
+  bf16 (``dtype: bfloat16``, on the CPU) beside llama.cpp's quoted 18 ms per token.
 - converted-weight cache: loading from the converted safetensors folder against the first load,
   which dequantises the GGUF.
 - kv_variants: one question on a needle document (1k tokens ``--quick``, else 4k) with each
@@ -361,77 +363,102 @@ def _decode_once(dec: Decoder, ids: list[int], new_tokens: int) -> tuple[float, 
     return row["decode_seconds"] / max(1, row["completion_tokens"] - 1), row["text"]
 
 
+def usual_layout(model: HFModel) -> HFModel:
+    """``model`` with every linear weight back in the usual (out x in, contiguous) layout and
+    the plain loop: the decode ragbench ran before the fused step (``cpu_linear.py``)."""
+    import torch
+
+    with torch.no_grad():
+        for module in model.model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.data = module.weight.data.contiguous()
+    packed = model.decoder.packed
+    model.decoder = Decoder.for_model(model.model, model.tokenizer, packed, decode="eager")
+    return model
+
+
 def bench_decode(
     model: HFModel, contexts: list[int], new_tokens: int = 32, repeats: int = 3
 ) -> dict:
     """The decode step of each path at each context length against the weight-read floor, all
-    in this process: the bandwidth is measured before each context's runs, the paths alternate
-    (order swapped every repeat) and keep their fastest run; their texts must agree."""
-    paths = {
-        name: dataclasses.replace(
-            Decoder.for_model(model.model, model.tokenizer, model.decoder.packed, decode=name),
-            eos_ids=frozenset(),
-        )
-        for name in ("eager", "fused")
-    }
-    if not paths["fused"].fast.on:  # a model the fused step does not cover: say so
-        paths.pop("fused")
+    in this process: ``before`` (the plain loop on the usual weight layout: what ragbench ran
+    before), ``eager`` (the plain loop on this model's layout) and ``default`` (this model's
+    decode path: fused on the CPU). The bandwidth is measured before each context's runs, the
+    paths alternate (order swapped every repeat) and keep their fastest run; their texts must
+    agree."""
+    device, dtype = str(model.input_device), str(model.dtype).removeprefix("torch.")
+    eager = Decoder.for_model(
+        model.model,
+        model.tokenizer,
+        model.decoder.packed,
+        decode="eager",
+        groups=model.decoder.groups,
+    )
+    decoders = {"eager": eager, "default": model.decoder}
+    if model.decoder.groups:  # the layout was changed at load: the usual one beside it
+        decoders["before"] = usual_layout(HFModel(MODEL, device=device, dtype=dtype)).decoder
+    paths = {name: dataclasses.replace(d, eos_ids=frozenset()) for name, d in decoders.items()}
     weights = weight_bytes(model.model)
-    out: dict = {"dtype": str(model.dtype).removeprefix("torch."), "weight_bytes": weights}
-    out["contexts"] = []
-    for n in contexts:
-        before = machine_state()
-        bandwidth = read_bandwidth()
-        ids = haystack_ids(model, n)
-        runs: dict[str, list[float]] = {name: [] for name in paths}
-        texts: set[str] = set()
-        for i in range(repeats):
-            for name in list(paths) if i % 2 == 0 else list(paths)[::-1]:
-                seconds, text = _decode_once(paths[name], ids, new_tokens)
-                runs[name].append(seconds)
-                texts.add(text)
-        floor = weights / bandwidth
-        kv = kv_bytes_per_step(model.model, n)
-        row = {
-            "context_tokens": n,
-            "new_tokens": new_tokens,
-            "read_bandwidth_gbps": round(bandwidth / 1e9, 2),
-            "weight_read_floor_ms": round(1e3 * floor, 2),
-            "kv_read_ms": round(1e3 * kv / bandwidth, 2),  # the step's KV read at this context
-            "paths": {
-                name: {
-                    "ms_per_token": round(1e3 * min(t), 2),
-                    "median_ms_per_token": round(1e3 * statistics.median(t), 2),
-                    "all_ms_per_token": [round(1e3 * x, 2) for x in t],
-                    "over_floor": round(min(t) / floor, 3),
-                    "over_floor_with_kv": round(min(t) * bandwidth / (weights + kv), 3),
-                }
-                for name, t in runs.items()
-            },
-            "same_tokens": len(texts) == 1,
-            "machine_before": before,
-            "machine_after": machine_state(),
-        }
-        out["contexts"].append(row)
-        shown = ", ".join(f"{k} {v['ms_per_token']} ms" for k, v in row["paths"].items())
-        print(
-            f"decode {out['dtype']} at {n} tokens: {shown} per token; weight-read floor "
-            f"{row['weight_read_floor_ms']} ms ({row['read_bandwidth_gbps']} GB/s), KV read "
-            f"{row['kv_read_ms']} ms; same tokens: {row['same_tokens']}; load {before['loadavg']}"
-        )
+    out: dict = {"dtype": dtype, "weight_bytes": weights}
+    out["default_path"] = model.decoder.fast.path if model.decoder.fast else "eager"
+    out["contexts"] = [
+        _decode_context(model, paths, n, new_tokens, repeats, weights) for n in contexts
+    ]
     first = out["contexts"][0]
-    default = model.decoder.fast.path if model.decoder.fast else "eager"
-    best = first["paths"].get(default) or first["paths"]["eager"]
+    best = first["paths"]["default"]
     out.update(
         {
-            "default_path": default,
             "decode_ms_per_token": best["ms_per_token"],
             "weight_read_floor_ms": first["weight_read_floor_ms"],
             "decode_over_floor": best["over_floor"],
+            "before_ms_per_token": first["paths"].get("before", best)["ms_per_token"],
             "at_context_tokens": first["context_tokens"],
         }
     )
     return out
+
+
+def _decode_context(model, paths, n, new_tokens, repeats, weights) -> dict:
+    """``bench_decode`` at one context length ``n``."""
+    before = machine_state()
+    bandwidth = read_bandwidth()
+    ids = haystack_ids(model, n)
+    runs: dict[str, list[float]] = {name: [] for name in paths}
+    texts: set[str] = set()
+    for i in range(repeats):
+        for name in list(paths) if i % 2 == 0 else list(paths)[::-1]:
+            seconds, text = _decode_once(paths[name], ids, new_tokens)
+            runs[name].append(seconds)
+            texts.add(text)
+    floor = weights / bandwidth
+    kv = kv_bytes_per_step(model.model, n)
+    row = {
+        "context_tokens": n,
+        "new_tokens": new_tokens,
+        "read_bandwidth_gbps": round(bandwidth / 1e9, 2),
+        "weight_read_floor_ms": round(1e3 * floor, 2),
+        "kv_read_ms": round(1e3 * kv / bandwidth, 2),  # the step's KV read at this context
+        "paths": {
+            name: {
+                "ms_per_token": round(1e3 * min(t), 2),
+                "median_ms_per_token": round(1e3 * statistics.median(t), 2),
+                "all_ms_per_token": [round(1e3 * x, 2) for x in t],
+                "over_floor": round(min(t) / floor, 3),
+                "over_floor_with_kv": round(min(t) * bandwidth / (weights + kv), 3),
+            }
+            for name, t in runs.items()
+        },
+        "same_tokens": len(texts) == 1,
+        "machine_before": before,
+        "machine_after": machine_state(),
+    }
+    shown = ", ".join(f"{k} {v['ms_per_token']} ms" for k, v in row["paths"].items())
+    print(
+        f"decode {model.dtype} at {n} tokens: {shown} per token; weight-read floor "
+        f"{row['weight_read_floor_ms']} ms ({row['read_bandwidth_gbps']} GB/s), KV read "
+        f"{row['kv_read_ms']} ms; same tokens: {row['same_tokens']}; load {before['loadavg']}"
+    )
+    return row
 
 
 KV_VARIANTS: dict[str, kv_cache.KVVariant] = {
@@ -498,7 +525,10 @@ def bench_decode_dtypes(model: HFModel, args: argparse.Namespace) -> dict:
     contexts = [1024] if args.quick else [1024, 4096]
     repeats = 2 if args.quick else 3
     default = bench_decode(model, contexts, repeats=repeats)
-    out = {**{k: default[k] for k in ("decode_ms_per_token", "weight_read_floor_ms")}}
+    out = {
+        k: default[k]
+        for k in ("decode_ms_per_token", "weight_read_floor_ms", "before_ms_per_token")
+    }
     out["decode_over_floor"] = default["decode_over_floor"]
     out["by_dtype"] = {default["dtype"]: default}
     if model.input_device.type == "cpu" and model.dtype != _bf16():

@@ -97,3 +97,55 @@ def test_batched_decode_on_packed_weights_gives_the_unpacked_answers(tiny):
     assert tiny.decoder.packed.packed_calls > before  # the 6-row decode steps ran packed
     assert [c.text for c in got] == [c.text for c in ref]
     assert all(c.completion_tokens > 1 for c in got)
+
+
+def _tiny_llama(dtype=torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def test_transposed_weights_keep_their_values_and_siblings_share_one_storage():
+    model = _tiny_llama()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    x = torch.randint(0, 64, (2, 7))
+    with torch.no_grad():
+        ref = model(x).logits
+    groups = cpu_linear.transpose_weights(model, torch.device("cpu"), torch.float32)
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name]), name  # the same values, in another layout
+    for module in cpu_linear.linears(model):
+        assert module.weight.stride(0) == 1  # stored in x out: an output's weights are a column
+    assert len(groups) == 2 * 2  # q/k/v and gate/up of each layer
+    layer = model.model.layers[0]
+    qkv = cpu_linear.group_of(groups, layer.self_attn, cpu_linear.GROUPS[0])
+    assert qkv.sizes == (32, 16, 16)
+    storage = qkv.weight.untyped_storage().data_ptr()
+    for name in ("q_proj", "k_proj", "v_proj"):  # views of the one storage: no copy kept
+        assert getattr(layer.self_attn, name).weight.untyped_storage().data_ptr() == storage
+    h = torch.randn(1, 32)
+    apart = torch.cat(
+        [layer.self_attn.q_proj(h), layer.self_attn.k_proj(h), layer.self_attn.v_proj(h)], -1
+    )
+    assert torch.equal(torch.nn.functional.linear(h, qkv.weight), apart)  # bit for bit
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, ref, rtol=1e-5, atol=1e-5)
+    # the embedding is tied to the output layer: it reads the transposed storage too
+    assert model.model.embed_tokens.weight.data_ptr() == model.lm_head.weight.data_ptr()
+
+
+def test_weights_are_transposed_only_in_fp32_on_the_cpu():
+    for dtype, device in ((torch.bfloat16, "cpu"), (torch.float32, "cuda")):
+        model = _tiny_llama(dtype)
+        assert cpu_linear.transpose_weights(model, torch.device(device), dtype) == {}
+        assert all(m.weight.is_contiguous() for m in cpu_linear.linears(model))

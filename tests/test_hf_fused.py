@@ -102,6 +102,8 @@ def test_fused_steps_give_the_plain_loops_logits_bit_for_bit(pair, rows, shared)
 def test_fused_is_the_default_on_the_cpu_and_answers_as_generate(pair):
     eager, fused = pair
     assert isinstance(fused.decoder.fast, FusedDecode) and fused.decoder.fast.on
+    layers = fused.model.config.num_hidden_layers
+    assert len(fused.decoder.groups) == 2 * layers  # q/k/v and gate/up side by side (fp32 CPU)
     requests = _requests()
     plain, got = eager.generate(requests), fused.generate(requests)
     assert [(c.text, c.completion_tokens) for c in got] == [

@@ -41,7 +41,7 @@ import hashlib
 import inspect
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.llm import shared_prefix
@@ -83,6 +83,7 @@ class Decoder:
     last_logits_only: dict[str, int]  # {"logits_to_keep": 1} where the model accepts it
     packed: PackedLinears | None = None  # CPU fp32/bf16: weights packed for decode steps
     fast: FastDecode | FusedDecode | None = None  # the decode path; None: the plain loop
+    groups: dict = field(default_factory=dict)  # CPU fp32: q/k/v, gate/up side by side
 
     @classmethod
     def for_model(
@@ -92,10 +93,13 @@ class Decoder:
         packed: PackedLinears | None = None,
         decode: str = "auto",
         cuda_graphs: bool = True,
+        *,
+        groups: dict | None = None,
     ) -> Decoder:
         """``decode``: auto (the fused step on the CPU, the plain loop on CUDA), eager (the plain
         loop), static (the static cache, also off CUDA: the CPU tests run it) or fused (the CPU
-        step, ``hf/fused.py``); ``cuda_graphs``: capture the static path's step (CUDA only)."""
+        step, ``hf/fused.py``); ``cuda_graphs``: capture the static path's step (CUDA only);
+        ``groups``: sibling linears stored side by side (``cpu_linear.transpose_weights``)."""
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         eos_ids = frozenset(int(e) for e in [*eos, tokenizer.eos_token_id] if e is not None)
@@ -112,6 +116,7 @@ class Decoder:
             last_logits_only={"logits_to_keep": 1} if "logits_to_keep" in params else {},
             packed=packed,
             fast=choose_path(model, device, decode, cuda_graphs),
+            groups=groups or {},
         )
 
     def prefill(self, prefix: list[int]) -> tuple[Any, float]:

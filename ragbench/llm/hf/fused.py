@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragbench.llm import shared_prefix
+from ragbench.llm.cpu_linear import GROUPS, group_of
 from ragbench.llm.hf.batch import Batch, Decoded
 from ragbench.llm.kv import variants as kv_cache
 from ragbench.types import GenerationRequest
@@ -129,12 +130,15 @@ class FusedEngine:
 
         model = dec.model
         self.model, self.body = model, model.get_decoder()
-        self.layers = list(self.body.layers[: model.config.num_hidden_layers])
         self.rotate = sys.modules[type(model).__module__].apply_rotary_pos_emb
         impl = model.config._attn_implementation  # sdpa, eager, or shared_prefix's (its block)
         self.attend = _attention_function(model, impl)
         self.additive = impl != "sdpa"  # eager-style masks: 0 / dtype min, added to the scores
+        self.packed = dec.packed
         self.linear = dec.packed.linear if dec.packed else _plain_linear
+        layers = self.body.layers[: model.config.num_hidden_layers]
+        self.plan = [_Layer.of(layer, dec.groups) for layer in layers]
+        self.head = model.get_output_embeddings()
         self.extra = batch.extra
         rows, self.used = batch.mask.shape
         self.slots = self.used + max(r.max_new_tokens for r in batch.requests)
@@ -174,28 +178,24 @@ class FusedEngine:
         n = self.filled + 1  # positions the step attends to, its own included
         self.positions = self.positions + 1
         hidden = self.body.embed_tokens(tokens[:, None])
-        cos, sin = self.body.rotary_emb(hidden, self.positions)
+        rope = self.body.rotary_emb(hidden, self.positions)
         mask = self.mask_buffer[..., :n] if self.additive or self.padded else None
-        for i, layer in enumerate(self.layers):
-            hidden = self._layer(i, layer, hidden, (cos, sin), mask)
+        for i, layer in enumerate(self.plan):
+            hidden = self._layer(i, layer, hidden, rope, mask)
         self.filled = n
         hidden = self.body.norm(hidden)
-        return self.linear(self.model.get_output_embeddings(), hidden[:, -1, :])
+        return self.linear(self.head, hidden[:, -1, :])
 
-    def _layer(self, i: int, layer: Any, hidden: Any, rope: tuple, mask: Any) -> Any:
+    def _layer(self, i: int, layer: _Layer, hidden: Any, rope: tuple, mask: Any) -> Any:
         """One decoder layer, as ``LlamaDecoderLayer.forward`` computes it, its key and value
         written at slot ``filled`` of layer ``i``'s cache."""
-        attn, mlp, linear = layer.self_attn, layer.mlp, self.linear
-        rows, n = hidden.shape[0], self.filled + 1
-        shape = (rows, 1, -1, attn.head_dim)
-        x = layer.input_layernorm(hidden)
-        q = linear(attn.q_proj, x).view(shape).transpose(1, 2)
-        k = linear(attn.k_proj, x).view(shape).transpose(1, 2)
-        v = linear(attn.v_proj, x).view(shape).transpose(1, 2)
-        q, k = self.rotate(q, k, *rope)
+        attn, n = layer.attn, self.filled + 1
+        shape = (hidden.shape[0], 1, -1, attn.head_dim)
+        q, k, v = self._group(layer.qkv, layer.norm_in(hidden))
+        q, k = self.rotate(q.view(shape).transpose(1, 2), k.view(shape).transpose(1, 2), *rope)
         keys, values = self.keys[i], self.values[i]
         keys[:, :, self.filled : n].copy_(k)
-        values[:, :, self.filled : n].copy_(v)
+        values[:, :, self.filled : n].copy_(v.view(shape).transpose(1, 2))
         out, _ = self.attend(
             attn,
             q,
@@ -206,10 +206,48 @@ class FusedEngine:
             scaling=attn.scaling,
             **self.extra,
         )
-        hidden = hidden + linear(attn.o_proj, out.reshape(rows, 1, -1).contiguous())
-        x = layer.post_attention_layernorm(hidden)
-        return hidden + linear(
-            mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, x)) * linear(mlp.up_proj, x)
+        hidden = hidden + self.linear(layer.o, out.reshape(shape[0], 1, -1).contiguous())
+        gate, up = self._group(layer.gate_up, layer.norm_post(hidden))
+        return hidden + self.linear(layer.down, layer.act(gate) * up)
+
+    def _group(self, group: tuple[Any, list[Any]], x: Any) -> list[Any]:
+        """The outputs of sibling linears on ``x``: one multiply where they are stored side by
+        side (``cpu_linear.Fused``) and ``x`` does not take the packed weights, else each its
+        own (the same values: tested)."""
+        import torch
+
+        fused, modules = group
+        if fused is None or (self.packed is not None and self.packed.takes(x, fused.weight)):
+            return [self.linear(m, x) for m in modules]
+        return torch.nn.functional.linear(x, fused.weight, fused.bias).split(fused.sizes, -1)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer's parts, looked up once per batch (not by attribute every step)."""
+
+    attn: Any  # the attention module: its head_dim, scaling, and the attention function's first
+    norm_in: Any  # input_layernorm's forward
+    norm_post: Any  # post_attention_layernorm's forward
+    qkv: tuple[Any, list[Any]]  # (Fused or None, [q_proj, k_proj, v_proj])
+    o: Any
+    gate_up: tuple[Any, list[Any]]  # (Fused or None, [gate_proj, up_proj])
+    down: Any
+    act: Any  # the MLP's activation
+
+    @classmethod
+    def of(cls, layer: Any, groups: dict) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv, gate_up = GROUPS
+        return cls(
+            attn=attn,
+            norm_in=layer.input_layernorm.forward,
+            norm_post=layer.post_attention_layernorm.forward,
+            qkv=(group_of(groups, attn, qkv), [getattr(attn, n) for n in qkv]),
+            o=attn.o_proj,
+            gate_up=(group_of(groups, mlp, gate_up), [getattr(mlp, n) for n in gate_up]),
+            down=mlp.down_proj,
+            act=mlp.act_fn,
         )
 
 
