@@ -183,12 +183,11 @@ def calibration_key(decoder: Any, weights: str, probed_tokens: int | None = None
 
 
 def decode_path(decoder: Any) -> str:
-    """Which decode loop the loop probe times (``hf/static.py``): ``static+graphs``, ``static``
-    or ``eager``. A part of the key: the captured step costs a fraction of the eager one."""
+    """Which decode loop the loop probe times: ``fused`` (the CPU step, ``hf/fused.py``),
+    ``static+graphs``, ``static`` (``hf/static.py``) or ``eager``. A part of the key: the captured
+    step costs a fraction of the eager one, the fused step about half of it on a CPU."""
     fast = getattr(decoder, "fast", None)
-    if fast is None or not fast.static:
-        return "eager"
-    return "static+graphs" if fast.capture else "static"
+    return getattr(fast, "path", "eager") if fast is not None else "eager"
 
 
 def window_of(decoder: Any) -> int:
@@ -495,7 +494,7 @@ def _device_timers(decoder: Any, loop_timer: Any) -> tuple[Any, Any, bool]:
     kv: dict[tuple[int, int], Any] = {}  # random KV tensors by (rows, positions), made once
 
     def timer(new: int, past: int, rows: int, shared: bool) -> float:
-        return _forward(decoder, gen, kv, new, past, rows, shared)
+        return _forward(decoder, gen, kv, (new, past, rows, shared))
 
     if loop_timer is None:
 
@@ -693,31 +692,38 @@ def _random_cache(decoder: Any, gen: Any, kv: dict, rows: int, positions: int) -
     return cache
 
 
-def _forward(
-    decoder: Any, gen: Any, kv: dict, new: int, past: int, rows: int, shared: bool
-) -> float:
-    """Seconds of one forward pass of ``rows`` x ``new`` tokens after ``past`` cached positions,
-    through the same arguments the decoder uses (``shared``: the past is a shared prefix)."""
+def _forward(decoder: Any, gen: Any, kv: dict, probe: tuple[int, int, int, bool]) -> float:
+    """Seconds of one forward pass of ``probe`` = (new tokens, past cached positions, rows,
+    shared: the past is a shared prefix), through the same arguments the decoder uses. A decode
+    step (one new token) on a decoder whose path steps by itself (the fused CPU step,
+    ``hf/fused.py``) is timed on that path: transformers' forward would charge it the
+    ``DynamicCache`` copies it does not make."""
     import contextlib
 
     import torch
 
+    new, past, rows, shared = probe
     vocab = int(decoder.model.config.vocab_size)
     ids = torch.randint(0, vocab, (rows, new), generator=gen).to(decoder.device)
+    step = getattr(decoder.fast, "step_timer", None) if new == 1 else None
     extra: dict[str, Any] = {}
     if shared:
         extra["shared_prefix"] = shared_prefix.SharedPrefix(
             _random_cache(decoder, gen, kv, 1, past)
         )
-        cache, lead = _random_cache(decoder, gen, kv, rows, 0), 0
+        # the fused step continues a prefill: one own position (the question's last token)
+        lead = 1 if step else 0
     else:
-        cache, lead = _random_cache(decoder, gen, kv, rows, past), past
+        lead = past
+    cache = _random_cache(decoder, gen, kv, rows, lead)
     mask = torch.ones((rows, lead + new), dtype=torch.long, device=decoder.device)
     positions = torch.arange(past, past + new, device=decoder.device)[None].expand(rows, new)
     attention = shared_prefix.active(decoder.model) if shared else contextlib.nullcontext()
     # the decode loop's packed weights (CPU, 3-96 rows): rates of the code path that runs
     packed = decoder.packed.active() if decoder.packed else contextlib.nullcontext()
     with attention, packed:
+        if step is not None:
+            return step(decoder, cache, mask[:, :lead], positions - 1, extra, ids[:, 0])
         t0 = decoder.now()
         decoder.model(
             input_ids=ids,
