@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast lint format docs demo lab render bench-retrieval bench-llm bench-runner bench-cost bench-docs bench-view gpu-carry clean
+.PHONY: setup test test-fast lint format docs demo lab render bench-retrieval bench-llm bench-runner bench-cost bench-compare bench-docs bench-view gpu-carry clean
 
 setup: $(STAMP)
 
@@ -93,6 +93,11 @@ bench-runner: $(STAMP)
 # per-record cost batched vs alone (fair split of device time): benchmarks/results/cost.json
 bench-cost: $(STAMP)
 	$(PY) benchmarks/cost.py
+
+# a first `ragbench compare` (10 real essays, 26 questions, a never-calibrated cache, then a warm
+# one) phase by phase: benchmarks/results/compare_speed.json
+bench-compare: $(STAMP)
+	$(PY) benchmarks/compare_speed.py
 
 # the per-question view at 2,000 questions x 4 variants: page size, first rows and a filter in
 # headless Chromium: benchmarks/results/view.json

@@ -212,3 +212,98 @@ def test_rates_are_cached_on_disk_by_model_and_device(tmp_path, monkeypatch):
     monkeypatch.setattr(calibration, "measure", lambda *a, **k: pytest.fail("measured again"))
     again = HFModel(str(tmp_path / "tiny"), device="cpu", cache_dir=tmp_path / "cache")
     assert again.cost_rates() == rates
+
+
+class CpuLikeClock:
+    """A CPU whose passes follow ``RATES`` exactly, read off a clock the test controls; it counts
+    the timings of each (new, past, rows) and can add ``spike`` seconds to the first timing of
+    one prefill (a neighbour's burst)."""
+
+    def __init__(self, spike_at: int = 0, spike: float = 0.0) -> None:
+        self.calls: dict[tuple[int, int, int], int] = {}
+        self.spike_at, self.spike = spike_at, spike
+
+    def timer(self, new: int, past: int, rows: int, shared: bool) -> float:
+        key = (new, past, rows)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if new == 1:
+            seconds = RATES.d0 + RATES.d_row * (rows - 1) + RATES.d1 * rows * (past + 1)
+        else:
+            seconds = RATES.forward(new, past)
+        if new == self.spike_at and not past and self.calls[key] == 1:
+            seconds += self.spike
+        return seconds
+
+
+def test_a_longer_calibration_times_only_the_probes_a_shorter_one_did_not():
+    short = CpuLikeClock()
+    first = calibration.measure(None, longest=2048, rounds=1, timer=short.timer)
+    longer = CpuLikeClock()
+    known = first.meta["samples"]
+    second = calibration.measure(None, longest=8192, rounds=1, timer=longer.timer, known=known)
+    fresh = calibration.measure(None, longest=8192, rounds=1, timer=CpuLikeClock().timer)
+    # the 16..2048-token prefills and the decode steps up to 1k were timed for 2k: not again
+    for n in (32, 128, 1024, 2048):
+        assert (n, 0, 1) in short.calls and (n, 0, 1) not in longer.calls, n
+    assert (1, 1023, 1) not in longer.calls and (1, 15, 4) not in longer.calls
+    # only what 2k did not reach (and the warm-up): the 4k and 8k prefills, the check after a
+    # cached past, decode steps at 4k and 8k, the shared-prefix probes (at half the length)
+    timed = {(4096, 0, 1), (8192, 0, 1), (512, 4096, 1), (1, 4095, 1), (1, 8191, 1), (16, 0, 1)}
+    timed |= {(32, 4096, 1), (1, 4096, 1)}
+    assert set(longer.calls) == timed
+    assert "prefill/2048/0/1" in second.meta["reused"]
+    for name in ("a", "b", "c", "d0", "d1", "d_row"):
+        assert getattr(second, name) == pytest.approx(getattr(fresh, name), rel=1e-6), name
+    assert second.meta["validation"] == fresh.meta["validation"]
+
+
+def test_a_long_prefill_is_timed_once_unless_it_disagrees_with_the_fit():
+    quiet = CpuLikeClock()
+    calibration.measure(None, longest=8192, rounds=1, timer=quiet.timer)
+    # a long prefill once (most of a calibration's time), a cheap one three times
+    assert quiet.calls[(8192, 0, 1)] == quiet.calls[(4096, 0, 1)] == 1
+    assert quiet.calls[(64, 0, 1)] == calibration.MAX_SAMPLES
+    # a neighbour's burst during the first 4k prefill (+40%): the fit misses it, so it is timed
+    # again, and its fastest sample stands for it
+    burst = CpuLikeClock(spike_at=4096, spike=0.4 * RATES.forward(4096))
+    rates = calibration.measure(None, longest=8192, rounds=1, timer=burst.timer)
+    assert burst.calls[(4096, 0, 1)] == 2
+    # the held-out 8k prefill, predicted from the burst, missed: timed again too; the others
+    # agreed with the fit and were timed once
+    assert burst.calls[(8192, 0, 1)] == 2
+    assert burst.calls[(2048, 0, 1)] == burst.calls[(1024, 0, 1)] == 1
+    assert rates.forward(4096) == pytest.approx(RATES.forward(4096), rel=0.01)
+    assert rates.meta["samples"]["prefill/4096/0/1"][0] > 1.3 * RATES.forward(4096)
+    assert rates.meta["validation"]["error"] < 0.01
+
+
+def test_the_cache_lends_a_shorter_calibrations_probes(tmp_path, monkeypatch, capsys):
+    """rates_for: a run that needs 8k after one that needed 2k times only the probes past 2k."""
+    clocks: list[CpuLikeClock] = []
+    real = calibration.measure
+
+    def measure(decoder, longest=None, known=None):
+        clocks.append(CpuLikeClock())
+        return real(None, longest, rounds=1, timer=clocks[-1].timer, known=known)
+
+    key = {"version": calibration.CALIBRATION_VERSION, "weights": "w", "device": "cpu"}
+    key |= {"hardware": "test cpu", "threads": 2}
+    monkeypatch.setattr(calibration, "calibration_key", lambda d, w, n=None: dict(key))
+    monkeypatch.setattr(calibration, "measure", measure)
+    monkeypatch.setattr(calibration, "_MEMO", {})
+    short = calibration.rates_for(object(), "w", tmp_path, longest=2000)
+    assert short.meta["reused"] == [] and "reused" not in capsys.readouterr().err
+    with calibration.because("long_context reads a whole example"):
+        long = calibration.rates_for(object(), "w", tmp_path, longest=8000)
+    err = capsys.readouterr().err
+    assert "up to 8,192 tokens (long_context reads a whole example)" in err
+    assert f"probes up to 2,048 tokens reused from {short.meta['path']}" in err
+    assert long.meta["reused_from"] == short.meta["path"]
+    assert (2048, 0, 1) in clocks[0].calls and (2048, 0, 1) not in clocks[1].calls
+    assert len(list((tmp_path / "calibration").glob("*.json"))) == 2
+    # a window shorter than the run's longest prompt is said
+    monkeypatch.setattr(calibration, "window_of", lambda d: 4096)
+    monkeypatch.setattr(calibration, "_MEMO", {})
+    key["threads"] = 1  # another key: measured again, to the window
+    calibration.rates_for(object(), "w", tmp_path, longest=30000)
+    assert "up to 4,096 tokens (the model's window is 4,096)" in capsys.readouterr().err

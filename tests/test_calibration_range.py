@@ -138,3 +138,49 @@ def test_the_run_asks_its_model_for_that_range(strategies, expected):
     llm.asked = []
     build_resources(config(*strategies), llm, examples=EXAMPLES)
     assert llm.asked == [expected]
+
+
+def test_the_calibration_says_which_strategies_reach_its_length():
+    from ragbench.experiment.resources import prompt_reach
+
+    both = prompt_reach(FakeLLM(), EXAMPLES, config("long_context", RAG4).points, NEW)
+    assert both.tokens == WHOLE and both.strategies == ("long_context",) and both.whole
+    assert "long_context, a whole example" in both.why() and f"{WHOLE:,} tokens" in both.why()
+    rag = prompt_reach(FakeLLM(), EXAMPLES, config("closed_book", RAG4).points, NEW)
+    assert rag.strategies == ("rag",) and "rag, their context bound" in rag.why()
+
+
+def test_a_warmup_loads_at_once_and_calibrates_only_when_told(monkeypatch):
+    """``ragbench compare`` loads the model while it reads the documents and makes its estimate;
+    the calibration waits for the estimate (it would time the estimate's own embedding)."""
+    import threading
+
+    from ragbench.experiment import resources
+    from ragbench.experiment.config.sections import ModelConfig
+
+    loaded = threading.Event()
+    llm = Probed()
+    llm.asked = []
+
+    def load(model):
+        loaded.set()
+        return llm
+
+    monkeypatch.setattr(resources, "load_model", load)
+    cfg = config("closed_book", RAG4)
+    warmup = resources.Warmup(cfg.model)
+    assert loaded.wait(10)  # loading began without being asked
+    assert llm.asked == []  # nothing timed before the command says so
+    warmup.calibrate(cfg)
+    assert warmup.llm() is llm
+    examples = resources.load_examples(cfg)
+    assert llm.asked == [longest_prompt(FakeLLM(), examples, cfg.points, NEW)]
+    # not told: loaded, not calibrated (the run calibrates as it always did)
+    llm.asked = []
+    assert resources.Warmup(cfg.model).llm() is llm and llm.asked == []
+    # a load that fails is raised where the model is wanted
+    monkeypatch.setattr(resources, "load_model", lambda m: (_ for _ in ()).throw(OSError("gone")))
+    with pytest.raises(OSError, match="gone"):
+        resources.Warmup(cfg.model).llm()
+    assert not resources.Warmup.needed(cfg.model)  # the fake backend loads no weights
+    assert resources.Warmup.needed(ModelConfig(backend="hf", name="smollm2-135m-instruct"))

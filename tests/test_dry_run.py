@@ -118,6 +118,43 @@ def test_a_device_hour_sheet_is_priced_from_a_cached_calibration_or_not_at_all(
     assert any("cached calibration" in n for n in priced.attrs["notes"])
 
 
+def test_the_cached_calibration_a_dry_run_prices_with_is_of_the_dtype_that_runs(
+    tmp_path, monkeypatch
+):
+    """``model.params.dtype``: bf16 decode costs about half the fp32 one on a CPU, so a dry run
+    of a bf16 config is priced from a bf16 calibration, never an fp32 one (and back)."""
+    import json
+
+    import ragbench.experiment.dry_run as dry
+    from ragbench.assets import smollm2_gguf
+    from ragbench.experiment.config.run import parse_config
+    from ragbench.llm import calibration
+    from ragbench.llm.cost_model import Rates
+    from ragbench.llm.gguf import file_sha256
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "calibration"
+    folder.mkdir(parents=True)
+    weights = "gguf-sha256:" + file_sha256(smollm2_gguf())
+    for dtype, d0 in (("float32", 0.04), ("bfloat16", 0.02)):
+        key = {
+            "version": calibration.CALIBRATION_VERSION,
+            "weights": weights,
+            "dtype": dtype,
+            "hardware": calibration.cpu_name(),
+        }
+        rates = Rates(a=0.01, b=0.002, c=1e-7, d0=d0, d1=1e-6, meta={"key": key})
+        (folder / f"{dtype}.json").write_text(json.dumps(rates.to_dict()))
+    base = niah_config(tmp_path, strategies=["closed_book"], price_sheet="example-cpu-hour")
+    base["model"] = {"backend": "hf", "name": "smollm2-135m-instruct", "cache": False}
+    for params, d0 in (({}, 0.04), ({"dtype": "float32"}, 0.04), ({"dtype": "bfloat16"}, 0.02)):
+        cfg = parse_config({**base, "model": {**base["model"], "params": params}})
+        found = dry.cached_calibration(cfg)
+        assert found is not None and found.d0 == d0, params
+    cfg = parse_config({**base, "model": {**base["model"], "params": {"dtype": "float16"}}})
+    assert dry.cached_calibration(cfg) is None  # never measured in fp16 here
+
+
 def _dry_run_cli(path):
     import typer
     from typer.testing import CliRunner

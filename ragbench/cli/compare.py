@@ -200,7 +200,9 @@ def _compare(spec: steps.CompareSpec, tracked, yes: bool, progress: bool, report
 
 
 def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
-    """Ingest, questions, config, estimate, confirmation, run: (results, (yaml, questions))."""
+    """Ingest, questions, config, estimate, confirmation, run: (results, (yaml, questions)). The
+    model loads meanwhile, and calibrates once the estimate is done (``steps.warm_up``)."""
+    warmup = steps.warm_up(spec)
     ingested, corpus = steps.ingest(
         spec, on_skip=lambda s: typer.echo(f"skipped {s.path}: {s.reason}", err=True)
     )
@@ -216,13 +218,15 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
         typer.confirm(
             f"Generate {spec.n_questions} questions with {spec.model} (a paid API)?", abort=True
         )
-    questions, generated = steps.questions_path(spec, corpus, ingested.fingerprint)
+    questions, generated = steps.questions_path(spec, corpus, ingested.fingerprint, warmup)
     if generated is not None:
         typer.echo(generated.summary())
     typer.echo(f"questions: {questions}")
     cfg, yaml_path = steps.write_config(steps.build_config(spec, corpus, questions))
     typer.echo(f"config: {yaml_path} (edit it, then `ragbench run {yaml_path}`)")
     table = steps.estimate(cfg)
+    if warmup is not None:  # the estimate embedded and retrieved: the device is the model's now
+        warmup.calibrate(cfg)
     typer.echo("estimate (dry run: nothing generated yet):")
     typer.echo(readable_text(table))
     total = table["dollars_total_max"].sum(min_count=1)
@@ -235,7 +239,8 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
     if steps.is_paid(cfg) and not yes:
         typer.confirm(f"{cfg.model.name} is a paid API ({cfg.price_sheet}): run it?", abort=True)
     # the config itself, not the file: the file's URLs have their credentials masked
-    df = run(cfg, progress=progress, until_decided=sequential_look)
+    llm = warmup.llm() if warmup is not None else None  # loaded (and calibrated) by now
+    df = run(cfg, progress=progress, until_decided=sequential_look, llm=llm)
     if df.attrs.get("sequential"):
         typer.echo(df.attrs["sequential"]["line"])
     return df, (yaml_path, questions)

@@ -429,7 +429,13 @@ def cached_calibration(cfg: RunConfig) -> Any:
         return None
     if gguf is None:
         return None
-    match = {"weights": "gguf-sha256:" + file_sha256(gguf), "hardware": cpu_name()}
+    # a calibration of the dtype that runs: bf16 steps cost about half the fp32 ones
+    dtype = str(cfg.model.params.get("dtype", "auto"))
+    match = {
+        "weights": "gguf-sha256:" + file_sha256(gguf),
+        "hardware": cpu_name(),
+        "dtype": "float32" if dtype == "auto" else dtype,  # auto: fp32 on the CPU
+    }
     if cfg.model.threads:
         match["threads"] = cfg.model.threads
     return cached_rates(match)

@@ -5,10 +5,13 @@ index and the same price sheet."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.config.text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
-from ragbench.llm.calibration import announce
+from ragbench.llm.calibration import announce, because
 from ragbench.llm.cost_model import Rates
 from ragbench.llm.hf.load import set_threads
 from ragbench.metrics.answer import METRICS
@@ -199,6 +202,72 @@ def load_model(m: ModelConfig) -> Any:
     return llm
 
 
+class Warmup:
+    """A run's model loaded in a background thread while the command does other work, then
+    calibrated to the run's longest request when told the run's config (:meth:`calibrate`), so
+    ``runner.run(cfg, llm=warmup.llm())`` finds both done.
+
+    Why a thread: a first load converts the GGUF weights (tens of seconds, mostly one core) and
+    a calibration times forward passes for a minute or more; ``ragbench compare`` reads the
+    documents, writes the config and makes its estimate meanwhile. Why the calibration waits to
+    be told: it times the device, and the estimate embeds and retrieves on the same cores; timed
+    beside it, the probes would charge the run for the command's own work. A backend without
+    local weights needs neither (``needed``)."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        set_threads(model.threads)  # here, before any thread runs torch: one setting for both
+        _import_shared()
+        self._cfg: RunConfig | None = None
+        self._go = threading.Event()
+        self._llm: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._work, args=(model,), name="ragbench-warmup", daemon=True
+        )
+        self._thread.start()
+
+    @staticmethod
+    def needed(model: ModelConfig) -> bool:
+        """Whether loading this model takes long enough to be worth a thread (local weights)."""
+        return backend_capabilities(model.backend).local_weights
+
+    def _work(self, model: ModelConfig) -> None:
+        try:
+            self._llm = load_model(model)
+            self._go.wait()
+            if self._cfg is not None and generates_answers(self._cfg):
+                calibrate(self._cfg, self._llm, load_examples(self._cfg))
+        except BaseException as exc:  # handed to the caller of llm()
+            self._error = exc
+
+    def calibrate(self, cfg: RunConfig) -> None:
+        """Calibrate to ``cfg``'s longest request once the model is loaded; call it when nothing
+        else of the command's runs on the device."""
+        self._cfg = cfg
+        self._go.set()
+
+    def llm(self) -> Any:
+        """The loaded model, once it is loaded (and calibrated, if :meth:`calibrate` was called);
+        an error in the thread is raised here."""
+        self._go.set()  # not told by now: nothing to calibrate beforehand
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._llm
+
+
+def _import_shared() -> None:
+    """The libraries both threads import, imported in this one first: the command's estimate
+    (tokenizer, embedder) and the model's load import transformers, and one thread importing it
+    while the other is half-way through saw a partial module ("cannot import name
+    'AutoTokenizer' from 'transformers'")."""
+    for module in ("torch", "transformers.modeling_utils"):
+        importlib.import_module(module)
+    transformers = importlib.import_module("transformers")
+    for name in ("AutoConfig", "AutoModelForCausalLM", "AutoTokenizer"):  # lazy until first read
+        getattr(transformers, name)
+
+
 def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
     """The model's calibration (``llm.calibration``: measured once per model, device, dtype,
     thread count and probed length, then read from its cache), probed to ``longest`` prompt
@@ -211,6 +280,14 @@ def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
             return rates if isinstance(rates, Rates) else None
         llm = getattr(llm, "llm", None)
     return None
+
+
+def calibrate(cfg: RunConfig, llm: Any, examples: Iterable[Example]) -> Rates | None:
+    """``rates_of`` the run's model probed to its longest request (``prompt_reach``), its
+    announcement saying which strategies reach that far (``calibration.because``)."""
+    reach = prompt_reach(llm, examples, cfg.points, cfg.model.max_new_tokens)
+    with because(reach.why() if reach is not None else ""):
+        return rates_of(llm, reach.tokens if reach is not None else None)
 
 
 def longest_prompt(
@@ -231,6 +308,33 @@ def longest_prompt(
     run that also has long context to the haystack. A chain-of-thought point's request adds its
     format's reasoning tokens (its answer step holds the reasoning and generates the answer).
     None: no examples."""
+    reach = prompt_reach(llm, examples, points, max_new_tokens)
+    return None if reach is None else reach.tokens
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How far a run's requests reach (``prompt_reach``): the most positions, and why."""
+
+    tokens: int  # prompt + new tokens of the longest request
+    strategies: tuple[str, ...]  # the strategies whose requests reach it
+    whole: bool  # they read a whole example (no context bound)
+
+    def why(self) -> str:
+        """The calibration's reason, in words (``llm.calibration.because``)."""
+        what = "a whole example" if self.whole else "their context bound"
+        who = ", ".join(self.strategies) or "every request"
+        return f"the longest request this run sends: {who}, {what}, {self.tokens:,} tokens"
+
+
+def prompt_reach(
+    llm: Any,
+    examples: Iterable[Example],
+    points: Iterable[StrategyParams],
+    max_new_tokens: int = 0,
+) -> Reach | None:
+    """``longest_prompt`` with the strategies that reach it (the calibration says why it probes
+    so far). None: no examples."""
     examples = list(examples)
     most = max(examples, key=lambda e: sum(len(d.text) for d in e.documents), default=None)
     if most is None:
@@ -248,7 +352,12 @@ def longest_prompt(
         prompt = whole if bound is None else min(bound(point) + asked + TEMPLATE_TOKENS, whole)
         return prompt + max_new_tokens + (reasoning if point in cot else 0)
 
-    return max(map(reach, points), default=whole + max_new_tokens)  # none: reads everything
+    if not points:  # none: reads everything
+        return Reach(whole + max_new_tokens, (), True)
+    tokens = max(map(reach, points))
+    top = [p for p in points if reach(p) == tokens]
+    unbounded = any(get_strategy(p.strategy).context_bound is None for p in top)
+    return Reach(tokens, tuple(dict.fromkeys(p.strategy for p in top)), unbounded)
 
 
 TEMPLATE_TOKENS = 64  # a prompt template's instruction and chat markup, beyond the text
@@ -329,8 +438,7 @@ def build_resources(
     needs_index = any(get_strategy(s.name).needs_retrieval for s in cfg.strategies)
     rates = None
     if generates_answers(cfg):
-        longest = longest_prompt(llm, examples, cfg.points, cfg.model.max_new_tokens)
-        rates = rates_of(llm, longest)
+        rates = calibrate(cfg, llm, examples)
     return Resources(
         llm=llm,
         metrics=tuple(cfg.metrics),

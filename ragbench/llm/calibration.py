@@ -38,11 +38,17 @@ a 4-row step, and the shared-prefix variants. The longest prefill is held out: t
 without it predict it, and that relative error is ``validation_error`` (the manifest records it;
 above 10% the run warns once with the figure); the rates the run uses are then fitted on every
 probe. The cache key names the probed length (quarter-octave steps), so a run with longer
-prompts measures again and one with shorter prompts reads a longer calibration. A prefill probe
-keeps its fastest of a few repetitions (noise only ever adds time); a decode step, which varies by
-10-30% from step to step even on a quiet CPU, its median. This takes from seconds (a GPU) to a
-minute (8k tokens on a 2-core CPU) once per model, device, dtype, thread count and length (announced on stderr; sweep workers wait for one another under a file
-lock, see :func:`rates_for`); the rates are cached as JSON under ``assets.cache_dir()/calibration``
+prompts measures again (timing only the probes past the length an earlier calibration reached:
+:func:`shorter_samples`) and one with shorter prompts reads a longer calibration. A prefill
+probe stands for its fastest sample (noise only adds time), a decode step for its median
+(:func:`estimate`); a cheap probe is timed three to five times, a long prefill once, and again
+only where it disagrees with the fit of the others (most of a calibration's time is its two
+longest prefills: :func:`_retime`); on a GPU every probe at least twice (one-off work in the
+first run of a shape). This takes from seconds (a GPU)
+to about a minute (8k tokens on a quiet 2-core CPU) once per model, device, dtype, thread count
+and length (announced on stderr with the reason for its length; sweep workers wait for one
+another under a file lock, see :func:`rates_for`); the rates, their samples and the load average
+around them are cached as JSON under ``assets.cache_dir()/calibration``
 keyed by that identity (see :func:`calibration_key`), so later loads read them. We chose
 measuring at load over fitting online from observed batches because the split then does not
 depend on what ran before (the same batch is split the same way in every run) and a batch's
@@ -53,6 +59,7 @@ seconds``, ``ragbench.cost.prices.modelled_seconds``): it depends on tokens and 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -61,6 +68,7 @@ import platform
 import statistics
 import sys
 import time
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -76,7 +84,7 @@ from ragbench.types import GenerationRequest
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 5  # bump when the probes or the cost model change: old files are ignored
+CALIBRATION_VERSION = 6  # bump when the probes or the cost model change: old files are ignored
 
 # ------------------------------------------------------------------------ measuring (torch)
 
@@ -175,12 +183,11 @@ def calibration_key(decoder: Any, weights: str, probed_tokens: int | None = None
 
 
 def decode_path(decoder: Any) -> str:
-    """Which decode loop the loop probe times (``hf/static.py``): ``static+graphs``, ``static``
-    or ``eager``. A part of the key: the captured step costs a fraction of the eager one."""
+    """Which decode loop the loop probe times: ``fused`` (the CPU step, ``hf/fused.py``),
+    ``static+graphs``, ``static`` (``hf/static.py``) or ``eager``. A part of the key: the captured
+    step costs a fraction of the eager one, the fused step about half of it on a CPU."""
     fast = getattr(decoder, "fast", None)
-    if fast is None or not fast.static:
-        return "eager"
-    return "static+graphs" if fast.capture else "static"
+    return getattr(fast, "path", "eager") if fast is not None else "eager"
 
 
 def window_of(decoder: Any) -> int:
@@ -236,7 +243,9 @@ def rates_for(
 ) -> Rates:
     """The rates of this model on this device, probed to the run's ``longest`` prompt (tokens;
     None: ``DEFAULT_LONGEST``): memoised in the process, cached on disk (a calibration probed to
-    a longer length serves too), else measured now and written for next time.
+    a longer length serves too), else measured now and written for next time. A calibration of
+    the same model and device to a shorter length lends its probes (:func:`shorter_samples`):
+    only the longer ones are timed.
 
     Sweep workers on one machine share the cache: the measuring happens under one file lock per
     cache folder, so a second worker with the same key waits for the first and reads its file
@@ -244,34 +253,86 @@ def rates_for(
     written atomically (``ragbench.io``): a reader sees the old file or the new one."""
     window = window_of(decoder)
     key = calibration_key(decoder, weights)
-    probed = probed_length(longest, window, key["device"])
-    key["probed_tokens"] = probed
+    key["probed_tokens"] = probed_length(longest, window, key["device"])
     # this length and every longer power of two up to the window (a longer probe range serves)
-    lengths = longer_lengths(probed, window)
+    lengths = longer_lengths(key["probed_tokens"], window)
     paths = [calibration_path({**key, "probed_tokens": n}, cache_dir) for n in lengths]
     for path in paths:
         if str(path) in _MEMO:
             return _MEMO[str(path)]
     rates = _read_first(paths)
     if rates is None:
-        path = paths[0]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path.parent / LOCK)):
-            rates = _read_first(paths)  # another worker measured it while this one waited
-            if rates is None:
-                threads = f" ({key['threads']} threads)" if key["device"] == "cpu" else ""
-                announce(
-                    f"calibrating {weights or 'the model'} on {key['hardware']}{threads} up to "
-                    f"{probed:,} tokens, once per model/device/dtype/thread count/length; cached "
-                    f"at {path}"
-                )
-                measured = measure(decoder, probed)
-                rates = Rates(**{**asdict(measured), "meta": {**measured.meta, "key": key}})
-                atomic_write_text(path, json.dumps(rates.to_dict(), indent=1, sort_keys=True))
-                rates = Rates(**{**asdict(rates), "meta": {**rates.meta, "path": str(path)}})
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(paths[0].parent / LOCK)):
+            # another worker measured it while this one waited
+            rates = _read_first(paths) or _calibrate(decoder, key, paths[0], longest)
     warn_validation(rates)
     _MEMO[rates.meta.get("path") or str(paths[0])] = rates
     return rates
+
+
+def _calibrate(decoder: Any, key: dict[str, Any], path: Path, longest: int | None) -> Rates:
+    """Measured now (announced: what, why, what is reused, where it is cached), written to
+    ``path``; the meta records the key and the load average around it."""
+    known, source = shorter_samples(key, path.parent.parent)
+    threads = f" ({key['threads']} threads)" if key["device"] == "cpu" else ""
+    why = _WHY.get()
+    if longest and longest > key["probed_tokens"]:
+        why += f"{'; ' if why else ''}the model's window is {key['probed_tokens']:,}"
+    reuse = f"; probes up to {source[0]:,} tokens reused from {source[1]}" if source else ""
+    announce(
+        f"calibrating {key['weights'] or 'the model'} on {key['hardware']}{threads} up to "
+        f"{key['probed_tokens']:,} tokens{f' ({why})' if why else ''}, once per "
+        f"model/device/dtype/thread count/length{reuse}; cached at {path}"
+    )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    measured = measure(decoder, key["probed_tokens"], known=known)
+    end = os.getloadavg()[0] if load is not None else None
+    meta = {
+        **measured.meta,
+        "key": key,
+        "load_avg_1min": [load, end],
+        "reused_from": str(source[1]) if source else None,
+    }
+    rates = replace(measured, meta=meta)
+    atomic_write_text(path, json.dumps(rates.to_dict(), indent=1, sort_keys=True))
+    return replace(rates, meta={**meta, "path": str(path)})
+
+
+def shorter_samples(
+    key: dict[str, Any], cache_dir: str | os.PathLike | None = None
+) -> tuple[dict[str, list[float]], tuple[int, Path] | None]:
+    """(probe samples, (its probed length, its file)) of the longest cached calibration whose
+    key is ``key`` but for a shorter ``probed_tokens``; ``({}, None)`` when there is none. A run
+    that needs a longer range than the last one times only the probes that one did not: the
+    prefills and decode steps past its length, the check after a cached past, the shared-prefix
+    probes (they sit at half the length)."""
+    folder = (Path(cache_dir) if cache_dir is not None else assets.cache_dir()) / "calibration"
+    same = {k: v for k, v in key.items() if k != "probed_tokens"}
+    best: tuple[int, Path, dict] | None = None
+    for path in sorted(folder.glob("*.json")):
+        rates = _read(path)
+        theirs = dict((rates.meta or {}).get("key") or {}) if rates is not None else {}
+        probed = theirs.pop("probed_tokens", None)
+        if theirs != same or not probed or probed >= key["probed_tokens"]:
+            continue
+        if best is None or probed > best[0]:
+            best = (probed, path, rates.meta.get("samples") or {})
+    return ({}, None) if best is None else (best[2], (best[0], best[1]))
+
+
+_WHY: ContextVar[str] = ContextVar("calibration_why", default="")
+
+
+@contextlib.contextmanager
+def because(why: str):
+    """Within the block, a calibration's announcement says ``why`` it probes to its length (the
+    run's strategies that reach it: ``experiment.resources.longest_reason``)."""
+    token = _WHY.set(why)
+    try:
+        yield
+    finally:
+        _WHY.reset(token)
 
 
 def _read_first(paths: list[Path]) -> Rates | None:
@@ -317,6 +378,10 @@ def describe(rates: Rates | None) -> dict[str, Any] | None:
         "probed_tokens": (meta.get("key") or {}).get("probed_tokens"),
         "validation_error": check.get("error"),
         "validation": check or None,
+        # the 1-minute load average when it began and ended: a run at another load measures
+        # another device time (cost_basis: measured charges that)
+        "load_avg_1min": meta.get("load_avg_1min"),
+        "reused_from": meta.get("reused_from"),
     }
 
 
@@ -341,15 +406,20 @@ def measure(
     rounds: int = 3,
     timer: Any = None,
     loop_timer: Any = None,
+    *,
+    known: dict[str, list[float]] | None = None,
 ) -> Rates:
     """Time the probes of ``probe_plan(longest)`` on ``decoder``'s model and fit the rates.
 
     The probes run interleaved, one of each per round, so every probe sees the same background
-    load; a prefill keeps its fastest round, a decode step its median. How often each is timed: :func:`_rounds_for`. ``timer(new, past, rows, shared)``
-    returns a probe's seconds (default: a real forward pass, :func:`_forward`); a test passes a
-    clock of its own. The longest prefill is held out of the fit and predicted by it: that
-    relative error is ``meta["validation"]["error"]``; the returned rates are then fitted on
-    every probe.
+    load; how often each is timed: :func:`_rounds_for`, and what its samples stand for:
+    :func:`estimate`. ``timer(new, past, rows, shared)`` returns a probe's seconds (default: a
+    real forward pass, :func:`_forward`); a test passes a clock of its own. ``known``: samples
+    of probes already timed (a calibration to a shorter length, :func:`rates_for`; by probe
+    name, ``LOOP`` for the loop probe): they are not timed again. The longest prefill is held
+    out of the fit and predicted by it: that relative error is ``meta["validation"]["error"]``;
+    a probe the fit misses by more than ``RETIME_ERROR`` is timed again (:func:`_retime`), and
+    the returned rates are then fitted on every probe.
 
     A decode step of the decoder's loop is more than its forward pass: the loop picks the token,
     checks the stop conditions (detokenising), grows the mask, and waits for the device each step.
@@ -360,72 +430,140 @@ def measure(
     forward pass: the static path's captured step (``hf/static.py``) is."""
     import torch
 
-    window = window_of(decoder) if timer is None else 1 << 30
     device = getattr(getattr(decoder, "device", None), "type", "cpu")
-    longest = min(longest or DEFAULT_LONGEST["cpu"], window)
-    plan = probe_plan(longest)
+    plan = probe_plan(min(longest or DEFAULT_LONGEST["cpu"], window_of(decoder)))
+    shared_ok = True
     if timer is None:
-        gen = torch.Generator().manual_seed(0)  # deterministic token ids; values do not matter
-        kv: dict[tuple[int, int], Any] = {}  # random KV tensors by (rows, positions), made once
+        timer, loop_timer, shared_ok = _device_timers(decoder, loop_timer)
+    probes = _probes(plan, shared_ok)
+    known = known or {}
+    samples = {name: list(known.get(name, ())) for name in probes}
+    if loop_timer is not None:
+        samples[LOOP] = list(known.get(LOOP, ()))
+    reused = sorted(name for name, got in samples.items() if got)
+    with torch.inference_mode():
+        if len(reused) < len(samples):
+            timer(16, 0, 1, False)  # warm-up: the first call allocates
+        _time_rounds(samples, probes, timer, loop_timer, rounds, device)
+        rates, meta = _fit_samples(plan, samples)
+        for _ in range(RETIMES):
+            again = _retime(rates, meta, probes, samples)
+            if not again:
+                break
+            for name in again:
+                samples[name].append(timer(*probes[name]))
+            rates, meta = _fit_samples(plan, samples)
+    meta["reused"] = reused
+    meta["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return replace(rates, meta=meta)
 
-        def timer(new: int, past: int, rows: int, shared: bool) -> float:
-            return _forward(decoder, gen, kv, new, past, rows, shared)
 
-        shared_ok = _shared_supported(decoder)
-        if loop_timer is None:
+def _time_rounds(
+    samples: dict[str, list[float]],
+    probes: dict[str, tuple],
+    timer: Any,
+    loop_timer: Any,
+    rounds: int,
+    device: str,
+) -> None:
+    """Each probe's samples filled up to :func:`_rounds_for`, one of each per round (the loop
+    probe interleaved too: a GPU host's speed drifts for seconds; each of its samples is already a
+    mean over ``LOOP_STEPS`` steps: 3 of them on a CPU); a probe with samples already (reused)
+    counts them as its first rounds."""
+    loop_rounds = FAST_ROUNDS if device == "cuda" else max(rounds, MAX_SAMPLES)
+    for round_ in range(max(rounds, FAST_ROUNDS)):
+        for name, got in samples.items():
+            args = probes.get(name)
+            wanted = _rounds_for(got, rounds, device) if args else loop_rounds
+            if len(got) <= round_ < wanted:
+                got.append(timer(*args) if args else loop_timer(LOOP_STEPS))
 
-            def loop_timer(steps: int) -> float:
-                return _loop_step(decoder, gen, steps)
 
-    else:
-        shared_ok = True
-    probes: dict[tuple[str, int, int, int], tuple[int, int, int, bool]] = {}
+LOOP = "loop"  # the decode loop probe's name among the samples
+# a probe the fit misses by more than this (or the held-out check by more than WARN_ERROR) is
+# timed again ... The fit's shape alone missed SmolLM2's held-out 8k prefill by 5.4-6.8% on
+# this 2-core CPU (three calibrations): a 5% bar re-timed the two longest prefills for nothing
+RETIME_ERROR = 0.10
+RETIMES = 2  # ... at most this many more times
+AGREE = 0.05  # samples within this of one another agree: another one would change nothing
+MAX_SAMPLES = 3  # and never past this many samples
+
+
+def _device_timers(decoder: Any, loop_timer: Any) -> tuple[Any, Any, bool]:
+    """(timer, loop timer, shared-prefix attention supported) on ``decoder``'s device."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)  # deterministic token ids; values do not matter
+    kv: dict[tuple[int, int], Any] = {}  # random KV tensors by (rows, positions), made once
+
+    def timer(new: int, past: int, rows: int, shared: bool) -> float:
+        return _forward(decoder, gen, kv, (new, past, rows, shared))
+
+    if loop_timer is None:
+
+        def loop_timer(steps: int) -> float:
+            return _loop_step(decoder, gen, steps)
+
+    return timer, loop_timer, _shared_supported(decoder)
+
+
+def _probes(plan: ProbePlan, shared_ok: bool) -> dict[str, tuple[int, int, int, bool]]:
+    """Every probe of ``plan`` by name (``kind/new/past/rows``, decode by its KV positions) ->
+    the timer's arguments ``(new, past, rows, shared)``."""
+    probes = {}
     for n, p in (*plan.prefill, plan.holdout, plan.after_cached):
-        probes[("prefill", n, p, 1)] = (n, p, 1, False)
+        probes[f"prefill/{n}/{p}/1"] = (n, p, 1, False)
     for k, r in plan.decode:
-        probes[("decode", k, 0, r)] = (1, k - 1, r, False)
+        probes[f"decode/{k}/0/{r}"] = (1, k - 1, r, False)
     n, p = plan.shared
     if shared_ok:
-        probes[("shared_prefill", n, p, 1)] = (n, p, 1, True)
-        probes[("shared_decode", 1, p, 1)] = (1, p, 1, True)
-    times: dict[Any, list[float]] = {name: [] for name in probes}
-    loop_times: list[float] = []
-    with torch.inference_mode():
-        timer(16, 0, 1, False)  # warm-up: the first call allocates
-        for round_ in range(max(rounds, FAST_ROUNDS)):
-            if loop_timer is not None:  # interleaved too: a GPU host's speed drifts for seconds
-                loop_times.append(loop_timer(LOOP_STEPS))
-            for name, args in probes.items():
-                if round_ >= _rounds_for(min(times[name], default=float("inf")), rounds, device):
-                    continue
-                times[name].append(timer(*args))
-    # a prefill keeps its fastest round (noise and one-off work only add time); a decode step,
-    # tens of milliseconds that vary by 10-30% from step to step even on a quiet CPU, its median:
-    # what the run's steps take on the whole, not the luckiest one
+        probes[f"shared_prefill/{n}/{p}/1"] = (n, p, 1, True)
+        probes[f"shared_decode/1/{p}/1"] = (1, p, 1, True)
+    return probes
+
+
+def estimate(samples: list[float], kind: str, statistic: str = "fastest") -> float:
+    """What a probe's samples (seconds, interleaved rounds) stand for. ``fastest`` (what a run
+    uses): a prefill its fastest sample, since noise and one-off work only add time (the first
+    run of a shape on an H200 took 1.17 s for a 0.12 s prefill; on a 2-core CPU at load 8-11 a
+    calibration whose prefills stood for their medians missed its held-out 8k prefill by 33%,
+    one of fastest samples in the same session by 5.4%), and a decode step its median (tens of
+    milliseconds that vary by 10-30%
+    from step to step even on a quiet CPU: what the run's steps take on the whole, not the
+    luckiest one). ``median``: every probe its median (``benchmarks/cost.py`` reports what that
+    would have charged)."""
+    if statistic == "median" or kind.endswith("decode") or kind == LOOP:
+        return statistics.median(samples)
+    return min(samples)
+
+
+def _fit_samples(
+    plan: ProbePlan, samples: dict[str, list[float]], statistic: str = "fastest"
+) -> tuple[Rates, dict[str, Any]]:
+    """The rates fitted on every probe's estimate, and their provenance: the estimates, the
+    samples, the held-out check (fitted without the longest prefill) and the after-cached one."""
     best = {
-        name: statistics.median(t) if name[0].endswith("decode") else min(t)
-        for name, t in times.items()
+        name: estimate(got, name.split("/")[0], statistic)
+        for name, got in samples.items()
+        if name != LOOP
     }
-    prefill = [(n, p, t) for (kind, n, p, _), t in best.items() if kind == "prefill" and not p]
-    decode = [(n, r, t) for (kind, n, _, r), t in best.items() if kind == "decode"]
+    parsed = {name: (name.split("/")[0], *map(int, name.split("/")[1:])) for name in best}
+    prefill = [
+        (n, p, best[k]) for k, (kind, n, p, _) in parsed.items() if kind == "prefill" and not p
+    ]
+    decode = [(n, r, best[k]) for k, (kind, n, _, r) in parsed.items() if kind == "decode"]
     held = next(x for x in prefill if (x[0], x[1]) == plan.holdout)
-    after = (*plan.after_cached, best[("prefill", *plan.after_cached, 1)])
     without = fit([x for x in prefill if x is not held], decode)
     rates = fit(prefill, decode)
-    loop = None
-    if loop_timer is not None:  # the decode loop's step at a short cache, median of its rounds
-        loop = statistics.median(loop_times)
+    loop = estimate(samples[LOOP], LOOP, statistic) if samples.get(LOOP) else None
+    if loop is not None:  # the decode loop's step at a short cache
         rates = replace(rates, d0=max(0.0, loop - rates.d1 * LOOP_KV))
         without = replace(without, d0=rates.d0)
-    shared = {}
-    for (kind, n, p, _), t in best.items():
-        # what the plain model leaves unexplained, per shared position
-        if kind == "shared_prefill":
-            shared["c_shared"] = max(0.0, (t - rates.forward(n)) / (n * p))
-        elif kind == "shared_decode":
-            shared["d1_shared"] = max(0.0, (t - rates.d0 - rates.d1) / p)
+    rates = replace(rates, **_shared_slopes(rates, best, parsed))
+    after = (*plan.after_cached, best["prefill/{}/{}/1".format(*plan.after_cached)])
     meta = {
-        "probes": {"/".join(map(str, name)): round(t, 6) for name, t in best.items()},
+        "probes": {name: round(t, 6) for name, t in best.items()},
+        "samples": {name: [round(t, 6) for t in got] for name, got in samples.items()},
         "validation": {
             "tokens": held[0],
             "measured": round(held[2], 6),
@@ -441,9 +579,54 @@ def measure(
             "error": round(relative_error(rates, after), 4),
         },
         "decode_loop_step": None if loop is None else round(loop, 6),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "statistic": statistic,
     }
-    return Rates(**{**asdict(rates), **shared, "meta": meta})
+    return rates, meta
+
+
+def _shared_slopes(rates: Rates, best: dict[str, float], parsed: dict[str, tuple]) -> dict:
+    """``c_shared`` and ``d1_shared``: what the plain model leaves unexplained of the shared-prefix
+    probes, per shared position."""
+    shared = {}
+    for name, (kind, n, p, _) in parsed.items():
+        if kind == "shared_prefill":
+            shared["c_shared"] = max(0.0, (best[name] - rates.forward(n)) / (n * p))
+        elif kind == "shared_decode":
+            shared["d1_shared"] = max(0.0, (best[name] - rates.d0 - rates.d1) / p)
+    return shared
+
+
+def _retime(
+    rates: Rates, meta: dict[str, Any], probes: dict[str, tuple], samples: dict[str, list]
+) -> list[str]:
+    """The prefills on an empty cache to time once more: those the fit (``rates``, on every
+    probe) misses by more than ``RETIME_ERROR``, and when the held-out check misses by more than
+    ``WARN_ERROR`` (it would warn), the held-out probe and the longest fitted one; each while
+    :func:`_unsettled`. A long prefill is timed once at first (:func:`_rounds_for`), again only where it disagrees with
+    the rest: on a shared 2-core CPU one 4k-token prefill took 15.2 s against 12.5 s in the run
+    before, which alone put the held-out 7k prediction 56% off."""
+    plain = {
+        name: args for name, args in probes.items() if name.startswith("prefill/") and not args[1]
+    }
+    longest = max(plain, key=lambda name: plain[name][0])
+    fitted = max((n for n in plain if n != longest), key=lambda name: plain[name][0])
+    again = [
+        name
+        for name, (n, _, _, _) in plain.items()
+        if abs(rates.forward(n) / meta["probes"][name] - 1) > RETIME_ERROR
+    ]
+    if meta["validation"]["error"] > WARN_ERROR:
+        again += [longest, fitted]
+    return [name for name in dict.fromkeys(again) if _unsettled(samples[name])]
+
+
+def _unsettled(samples: list[float]) -> bool:
+    """Whether one more sample can still change a probe's estimate: fewer than ``MAX_SAMPLES``,
+    and not two or more that agree within ``AGREE`` (then a miss is the model's shape,
+    not noise, and timing it again would only cost)."""
+    if len(samples) >= MAX_SAMPLES:
+        return False
+    return len(samples) < 2 or max(samples) / min(samples) - 1 > AGREE
 
 
 LOOP_STEPS = 16  # decode steps the loop probe times
@@ -464,19 +647,26 @@ def _loop_step(decoder: Any, gen: Any, steps: int) -> float:
     return row["decode_seconds"] / max(1, row["completion_tokens"] - 1)
 
 
-FAST_ROUNDS = 5  # a probe under 0.1 s: a GPU decode step's launch time varies by 2x
-SLOW_PROBE = 60.0  # a probe longer than this is timed once
+FAST_PROBE = 0.1  # a probe under this many seconds is timed FAST_ROUNDS times ...
+FAST_ROUNDS = 5  # (a GPU decode step's launch time varies by 2x; a CPU's by 10-30%)
+CHEAP_PROBE = 1.0  # on a CPU, a probe under this is timed MAX_SAMPLES times, a longer one once
+SLOW_PROBE = 60.0  # on a GPU, a probe longer than this is timed once
 
 
-def _rounds_for(best: float, rounds: int, device: str = "cpu") -> int:
-    """How often a probe is timed, by its best time so far: under 0.1 s five times, else at
-    least twice, a probe over a minute once. Twice because one time can be far off: on a GPU
-    the first run of a shape carried one-off work (an H200 took 1.17 s for a 0.12 s prefill), and
-    on a shared 2-core CPU one 4k-token prefill took 15.2 s against 12.5 s in the run before,
-    which alone put the held-out 7k prediction 56% off."""
-    if best < 0.1:
+def _rounds_for(samples: list[float], rounds: int, device: str = "cpu") -> int:
+    """How often a probe is timed, by its fastest sample so far (none yet: at least once).
+
+    Under ``FAST_PROBE`` ``FAST_ROUNDS`` times. On a GPU, at least twice (the first run of a
+    shape can carry one-off work), a probe over a minute once. On a CPU, a cheap probe
+    ``MAX_SAMPLES`` times, and a long prefill once: most of a calibration's time is its two
+    longest prefills, and a second timing is spent only where the first disagrees with the fit
+    (:func:`_retime`)."""
+    best = min(samples, default=0.0)
+    if best < FAST_PROBE:
         return max(rounds, FAST_ROUNDS)
-    return 1 if best > SLOW_PROBE else max(2, rounds if device == "cuda" else 2)
+    if device == "cuda":
+        return 1 if best > SLOW_PROBE else max(2, rounds)
+    return max(rounds, MAX_SAMPLES) if best < CHEAP_PROBE else 1
 
 
 def _shared_supported(decoder: Any) -> bool:
@@ -505,31 +695,38 @@ def _random_cache(decoder: Any, gen: Any, kv: dict, rows: int, positions: int) -
     return cache
 
 
-def _forward(
-    decoder: Any, gen: Any, kv: dict, new: int, past: int, rows: int, shared: bool
-) -> float:
-    """Seconds of one forward pass of ``rows`` x ``new`` tokens after ``past`` cached positions,
-    through the same arguments the decoder uses (``shared``: the past is a shared prefix)."""
+def _forward(decoder: Any, gen: Any, kv: dict, probe: tuple[int, int, int, bool]) -> float:
+    """Seconds of one forward pass of ``probe`` = (new tokens, past cached positions, rows,
+    shared: the past is a shared prefix), through the same arguments the decoder uses. A decode
+    step (one new token) on a decoder whose path steps by itself (the fused CPU step,
+    ``hf/fused.py``) is timed on that path: transformers' forward would charge it the
+    ``DynamicCache`` copies it does not make."""
     import contextlib
 
     import torch
 
+    new, past, rows, shared = probe
     vocab = int(decoder.model.config.vocab_size)
     ids = torch.randint(0, vocab, (rows, new), generator=gen).to(decoder.device)
+    step = getattr(decoder.fast, "step_timer", None) if new == 1 else None
     extra: dict[str, Any] = {}
     if shared:
         extra["shared_prefix"] = shared_prefix.SharedPrefix(
             _random_cache(decoder, gen, kv, 1, past)
         )
-        cache, lead = _random_cache(decoder, gen, kv, rows, 0), 0
+        # the fused step continues a prefill: one own position (the question's last token)
+        lead = 1 if step else 0
     else:
-        cache, lead = _random_cache(decoder, gen, kv, rows, past), past
+        lead = past
+    cache = _random_cache(decoder, gen, kv, rows, lead)
     mask = torch.ones((rows, lead + new), dtype=torch.long, device=decoder.device)
     positions = torch.arange(past, past + new, device=decoder.device)[None].expand(rows, new)
     attention = shared_prefix.active(decoder.model) if shared else contextlib.nullcontext()
     # the decode loop's packed weights (CPU, 3-96 rows): rates of the code path that runs
     packed = decoder.packed.active() if decoder.packed else contextlib.nullcontext()
     with attention, packed:
+        if step is not None:
+            return step(decoder, cache, mask[:, :lead], positions - 1, extra, ids[:, 0])
         t0 = decoder.now()
         decoder.model(
             input_ids=ids,

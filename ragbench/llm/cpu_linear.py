@@ -1,12 +1,20 @@
-"""Linear layers with weights packed once, for batched decode steps on the CPU (fp32, oneDNN).
+"""Linear weights laid out for decode steps on the CPU: packed once for a few rows (fp32 or bf16,
+oneDNN: ``PackedLinears``), and stored transposed, siblings side by side, for one or two rows
+(fp32: ``transpose_weights``).
 
 A decode step multiplies a few rows (one per question still decoding) by every weight matrix.
 ``torch.nn.functional.linear`` hands that to MKL's sgemm, which re-packs the whole weight matrix
 into its blocked layout on every call; with 3-64 rows the packing costs more than the multiply.
 Measured on this project's 2-core machine with SmolLM2-135M's 211 weight matrices (one decode
 step's linears, one thread): 10 rows take 121 ms through ``F.linear`` against 40 ms for one row
-(which takes MKL's gemv path, no packing), and 64 ms with the weights packed once. Rows >= 128
-(prefills) and rows <= 2 gain nothing and keep ``F.linear``.
+(which takes MKL's gemv path, no packing), and 64 ms with the weights packed once. In fp32, rows
+>= 128 (prefills) and rows <= 2 gain nothing and keep ``F.linear``.
+
+bf16 (``dtype: bfloat16`` on the CPU): ``F.linear`` in bf16 takes a slow path for a few rows
+(one row: 37 ms of CPU time for SmolLM2's linears against 47 ms in fp32, for half the bytes),
+while the packed bf16 weights run on oneDNN's bf16 kernels (avx512_bf16 / AMX where the CPU has
+them): 22 ms for one row, 27 ms for ten (AMD EPYC, one thread, benchmarks/llm.py). So bf16 packs
+every decode-sized call, from one row up.
 
 The weights are reordered once per model into oneDNN's blocked layout with
 ``torch.ops.mkldnn._reorder_linear_weight`` and multiplied with ``torch.ops.mkldnn._linear_
@@ -14,10 +22,22 @@ pointwise``: the two ops torch's own CPU weight-prepacking (inductor's freezing 
 Hand-written because the maintained route for eager models, intel-extension-for-pytorch's
 ``ipex.optimize``, is retired and has no build for this torch, and ``torch.compile`` would compile
 every decode shape. The packed copy doubles the linear weights' memory, so ``PackedLinears.auto``
-packs only fp32 models on the CPU up to ``AUTO_LIMIT_BYTES`` of linear weights.
+packs only fp32 and bf16 models on the CPU up to ``AUTO_LIMIT_BYTES`` of linear weights.
 
 Results are the same multiply in another summation order: differences of ~1e-6 relative, like
 those between batch sizes; greedy answers stay those of ``model.generate`` (tested).
+
+One or two rows in fp32 (a decode step of one question): ``F.linear(x, W)`` with ``W`` stored
+as usual (out x in) runs MKL's dot-product gemv, a horizontal reduction per output over rows of
+576 floats, and read SmolLM2's 538 MB in 47 ms on one core (11 GB/s) where ``torch.sum`` reads
+24 GB/s. Stored transposed (in x out, contiguous) and handed to ``F.linear`` as its (out x in)
+view, the same call becomes ``x @ Wt``, the gemv that streams whole rows into an accumulator:
+38 ms (AMD EPYC, one thread; benchmarks/llm.py), and a prefill's gemm is as fast either way.
+``transpose_weights`` does that in place (no copy kept) at load, and stores q/k/v and gate/up,
+which read the same input, side by side in one matrix each (``Fused``): the fused decode step
+(``hf/fused.py``) multiplies each group at once (fewer, longer streams: the small matrices ran at
+7-11 GB/s), while the model's own modules keep their views, so transformers' forward and the
+fused step compute the same values bit for bit.
 """
 
 from __future__ import annotations
@@ -26,13 +46,17 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-MIN_ROWS, MAX_ROWS = 3, 96  # rows (tokens) per call that run on the packed weights
+MAX_ROWS = 96  # rows (tokens) per call up to which the packed weights run
+MIN_ROWS = {"float32": 3, "bfloat16": 1}  # and from which, by dtype (see the docstring)
 AUTO_LIMIT_BYTES = 4 << 30  # auto packs models with at most this many bytes of linear weights
 _BATCH_HINT = 16  # oneDNN picks the packed layout for about this many rows
+# sibling linears that read the same input, stored side by side (``transpose_weights``)
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 def linears(model: Any) -> list[Any]:
@@ -48,18 +72,29 @@ def linears(model: Any) -> list[Any]:
     return out
 
 
-def available() -> bool:
-    """Whether this torch can pack a linear weight for oneDNN (probes a tiny one)."""
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def available(dtype: Any = None) -> bool:
+    """Whether this torch can pack a linear weight of ``dtype`` (default float32) for oneDNN
+    (probes a tiny one: bf16 needs a CPU oneDNN runs bf16 on)."""
     import torch
 
-    if not torch.backends.mkldnn.is_available():
+    dtype = dtype or torch.float32
+    if _dtype_name(dtype) not in MIN_ROWS or not torch.backends.mkldnn.is_available():
         return False
     try:
-        w = torch.ones(4, 4)
+        w = torch.ones(4, 4, dtype=dtype)
         out = torch.ops.mkldnn._linear_pointwise(
-            torch.ones(3, 4), torch.ops.mkldnn._reorder_linear_weight(w, 3), None, "none", [], ""
+            torch.ones(3, 4, dtype=dtype),
+            torch.ops.mkldnn._reorder_linear_weight(w, 3),
+            None,
+            "none",
+            [],
+            "",
         )
-        return bool(torch.equal(out, torch.full((3, 4), 4.0)))
+        return bool(torch.equal(out.float(), torch.full((3, 4), 4.0)))
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
 
@@ -69,9 +104,10 @@ class PackedLinears:
     all at once).
 
     ``with packed.active(): model(...)`` routes every ``nn.Linear`` forward whose input has
-    ``MIN_ROWS``..``MAX_ROWS`` rows through the packed weights, all others through ``F.linear``.
-    The packed copies follow the weights they were made from: a weight replaced or changed in
-    place (``data_ptr`` or version differs) is packed again.
+    ``MIN_ROWS[dtype]``..``MAX_ROWS`` rows through the packed weights, all others through
+    ``F.linear``; ``packed.linear(module, x)`` is the same choice for one call (the fused decode
+    step's, ``hf/fused.py``). The packed copies follow the weights they were made from: a weight
+    replaced or changed in place (``data_ptr`` or version differs) is packed again.
     """
 
     def __init__(self, model: Any) -> None:
@@ -84,15 +120,17 @@ class PackedLinears:
     def auto(
         cls, model: Any, device: Any, dtype: Any, enabled: bool | None
     ) -> PackedLinears | None:
-        """``enabled``: True packs where possible, False never, None (auto) packs fp32 models on
-        the CPU whose linear weights fit ``AUTO_LIMIT_BYTES``. None when not packed."""
-        import torch
-
+        """``enabled``: True packs where possible, False never, None (auto) packs fp32 and bf16
+        models on the CPU whose linear weights fit ``AUTO_LIMIT_BYTES``. None when not packed."""
         if enabled is False or getattr(device, "type", str(device)) != "cpu":
             return None
-        if dtype != torch.float32 or not available():
+        if not available(dtype):
             if enabled:
-                log.warning("packed linear weights need fp32 on a CPU with oneDNN; not packing")
+                log.warning(
+                    "packed linear weights need fp32 or bf16 on a CPU oneDNN runs them on; "
+                    "not packing %s",
+                    _dtype_name(dtype),
+                )
             return None
         size = sum(m.weight.numel() * m.weight.element_size() for m in linears(model))
         if enabled is None and size > AUTO_LIMIT_BYTES:
@@ -118,23 +156,39 @@ class PackedLinears:
                 self._packed[id(module)] = hit = (packed, key)
         return hit[0]
 
+    @staticmethod
+    def takes(x: Any, weight: Any) -> bool:
+        """Whether an input ``x`` runs on the packed weights: decode-sized for its dtype (see
+        ``MIN_ROWS``), of the weight's dtype, on the CPU."""
+        rows = x.numel() // x.shape[-1] if x.dim() else 0
+        low = MIN_ROWS.get(_dtype_name(x.dtype))
+        return (
+            low is not None
+            and low <= rows <= MAX_ROWS
+            and x.dtype == weight.dtype
+            and not x.is_cuda
+        )
+
+    def linear(self, module: Any, x: Any) -> Any:
+        """``module(x)`` for an ``nn.Linear``: on the packed weights for a decode-sized CPU input
+        of the weights' dtype, else ``F.linear``."""
+        import torch
+
+        if self.takes(x, module.weight):
+            self.packed_calls += 1
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self._weight(module), module.bias, "none", [], ""
+            )
+        return torch.nn.functional.linear(x, module.weight, module.bias)
+
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
         """Route the model's linear layers through the packed weights inside the block."""
-        import torch
-
         mods = linears(self.model)
-        plain = torch.nn.functional.linear
 
         def forward_of(module: Any):
             def forward(x: Any) -> Any:
-                rows = x.numel() // x.shape[-1] if x.dim() else 0
-                if MIN_ROWS <= rows <= MAX_ROWS and x.dtype == torch.float32 and not x.is_cuda:
-                    self.packed_calls += 1
-                    return torch.ops.mkldnn._linear_pointwise(
-                        x, self._weight(module), module.bias, "none", [], ""
-                    )
-                return plain(x, module.weight, module.bias)
+                return self.linear(module, x)
 
             return forward
 
@@ -146,3 +200,78 @@ class PackedLinears:
         finally:
             for m in patched:
                 vars(m).pop("forward", None)
+
+
+@dataclass(frozen=True)
+class Fused:
+    """Sibling linears stored side by side: ``weight`` (their outputs stacked x in, a view of
+    transposed storage), ``bias`` (stacked, or None), ``sizes`` (each one's outputs, in order)."""
+
+    weight: Any
+    bias: Any
+    sizes: tuple[int, ...]
+
+
+def transpose_weights(model: Any, device: Any, dtype: Any) -> dict[tuple[int, str], Fused]:
+    """On the CPU in fp32: store every ``nn.Linear`` weight of ``model`` transposed (in x out,
+    contiguous) behind its usual (out x in) view, in place, and each group of ``GROUPS`` side by
+    side in one such storage (see the module docstring). Returns the groups (``group_of`` finds
+    one); elsewhere {} and the model untouched."""
+    import torch
+
+    if getattr(device, "type", str(device)) != "cpu" or dtype != torch.float32:
+        return {}
+    done: set[int] = set()
+    fused: dict[int, Fused] = {}
+    for parent in model.modules():
+        for names in GROUPS:
+            members = [getattr(parent, n, None) for n in names]
+            if _groupable(members):
+                fused[_group_key(parent, names)] = _side_by_side(members)
+                done.update(id(m) for m in members)
+    for module in linears(model):
+        if id(module) not in done and module.weight.is_contiguous():
+            with torch.no_grad():
+                module.weight.data = module.weight.data.t().contiguous().t()
+    return fused
+
+
+def group_of(fused: dict, parent: Any, names: tuple[str, ...]) -> Fused | None:
+    """The ``Fused`` of ``parent``'s group ``names`` (None: stored apart)."""
+    return fused.get(_group_key(parent, names))
+
+
+def _group_key(parent: Any, names: tuple[str, ...]) -> tuple[int, str]:
+    return (id(parent), names[0])
+
+
+def _groupable(members: list[Any]) -> bool:
+    """Plain ``nn.Linear`` siblings on one input, all with or all without a bias."""
+    import torch
+
+    if any(type(m) is not torch.nn.Linear for m in members):
+        return False
+    first = members[0]
+    return all(
+        m.in_features == first.in_features
+        and (m.bias is None) == (first.bias is None)
+        and m.weight.dtype == first.weight.dtype
+        and m.weight.is_contiguous()
+        for m in members
+    )
+
+
+def _side_by_side(members: list[Any]) -> Fused:
+    """One transposed storage for ``members`` (in x sum of outs); each weight becomes its view."""
+    import torch
+
+    with torch.no_grad():
+        storage = torch.cat([m.weight.data.t() for m in members], dim=1).contiguous()
+        start = 0
+        for m in members:
+            m.weight.data = storage[:, start : start + m.out_features].t()
+            start += m.out_features
+        bias = None
+        if members[0].bias is not None:
+            bias = torch.cat([m.bias.data for m in members])
+    return Fused(storage.t(), bias, tuple(m.out_features for m in members))

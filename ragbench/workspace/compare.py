@@ -51,7 +51,7 @@ from ragbench.datasets.questions import read_questions
 from ragbench.experiment.config.run import RunConfig, load_config, with_origin
 from ragbench.experiment.dry_run import dry_run
 from ragbench.experiment.question_gen import generate as question_gen
-from ragbench.experiment.resources import generates_answers, no_gold_answer
+from ragbench.experiment.resources import Warmup, generates_answers, no_gold_answer
 from ragbench.experiment.runner import run_dir_for
 from ragbench.io import InputFileError, atomic_write_text
 from ragbench.llm import backend_params
@@ -139,11 +139,13 @@ def model_section(spec: CompareSpec) -> tuple[dict[str, Any], str]:
     return ({**section, "threads": spec.threads} if spec.threads else section), counter
 
 
-def questions_path(spec: CompareSpec, corpus: Path, fingerprint: str) -> tuple[Path, Any]:
+def questions_path(
+    spec: CompareSpec, corpus: Path, fingerprint: str, warmup: Warmup | None = None
+) -> tuple[Path, Any]:
     """(questions file, the generation result or None): the file given, or ``n_questions``
     generated from sampled passages of the corpus (answers checked against their passage,
     near-duplicates and questions the model answers closed book dropped), where notebook 05
-    puts them."""
+    puts them; by ``warmup``'s model when there is one (not loaded twice)."""
     if spec.questions:
         path = Path(spec.questions)
         if not path.is_file():
@@ -151,15 +153,17 @@ def questions_path(spec: CompareSpec, corpus: Path, fingerprint: str) -> tuple[P
         return path.resolve(), None
     path = spec.out / WORK_FOLDER / f"questions-{fingerprint[:12]}.jsonl"
     section, _ = model_section(spec)
+    model = warmup.llm() if warmup is not None else section
     generated = question_gen.questions_file(
         corpus,
         path,
         spec.n_questions,
-        section,
+        model,
         seed=spec.seed,
         drop_closed_book=True,
         price_sheet=spec.price_sheet,
         progress=False,
+        closed_book_max_new_tokens=section["max_new_tokens"],
     )
     return path, generated
 
@@ -383,6 +387,16 @@ def write_config(config: dict[str, Any]) -> tuple[RunConfig, Path]:
         raise RuntimeError(f"{path}: the written config names another run folder")  # a bug
     cfg = with_origin(cfg, source_dir=written._source_dir, source_file=written._source_file)
     return cfg, path
+
+
+def warm_up(spec: CompareSpec) -> Warmup | None:
+    """The run's model loading in the background from the start of the command (a backend with
+    local weights; None for the others): the documents are read, the questions taken, the
+    config written and the estimate made meanwhile. Tell it the config once the estimate is
+    done (``Warmup.calibrate``): it then calibrates to the run's longest request, as the run
+    would, while the command prints the estimate and the run opens its folder."""
+    model = validate(spec, spec.out / WORK_FOLDER / "corpus.jsonl").model  # reads no corpus
+    return Warmup(model) if Warmup.needed(model) else None
 
 
 # --------------------------------------------------------------------------- before spending

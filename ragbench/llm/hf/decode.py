@@ -24,10 +24,13 @@ where it is read through shared-prefix attention. A request with another KV-cach
 (``kv``: offloaded, sinks, quantized, snapkv: ``kv/variants.py``) runs alone (batch of one, no prefix KV reuse) on
 a cache of that kind; ``meta["kv_cache"]`` records what was done.
 
-Decode path (``meta["decode"]``): after the prefill, greedy rows on a supported model decode on a
-static cache with a captured step on CUDA (``hf/static.py``, ``decode: auto | eager | static``),
-else in the plain loop here; ``meta["decode"]["path"]`` says which ran and ``reason`` why not the
-fast path.
+Decode path (``meta["decode"]``, ``decode: auto | eager | static | fused``): after the prefill,
+on the CPU a supported model (Llama family) decodes with the fused step over a static cache
+(``hf/fused.py``; ``auto`` and ``fused``), driven by the plain loop's driver here (``drive``: the
+same picks, stop checks and dropped rows); ``static`` decodes greedy rows on a static cache with a
+captured step on CUDA (``hf/static.py``); anything else runs the plain loop (``drive`` over
+transformers' forward, ``_Eager``). ``meta["decode"]["path"]`` says which ran and ``reason`` why
+not the faster one.
 """
 
 from __future__ import annotations
@@ -38,14 +41,33 @@ import hashlib
 import inspect
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.llm import shared_prefix
 from ragbench.llm.cpu_linear import PackedLinears
+from ragbench.llm.hf.batch import Batch, Decoded
+from ragbench.llm.hf.fused import FusedDecode
 from ragbench.llm.hf.static import FastDecode
 from ragbench.llm.kv import variants as kv_cache
+from ragbench.registry import unknown
 from ragbench.types import GenerationRequest
+
+MODES = ("auto", "eager", "static", "fused")
+
+
+def choose_path(model: Any, device: Any, decode: str, cuda_graphs: bool) -> Any:
+    """The decode path of ``decode`` (see the module docstring): ``auto`` takes the fused step on
+    the CPU where the model has it, else ``FastDecode``'s choice (the plain loop for now)."""
+    if decode not in MODES:
+        raise unknown("decode", decode, MODES)
+    if decode == "fused":
+        return FusedDecode.choose(model, device, decode)
+    if decode == "auto" and device.type == "cpu":
+        fused = FusedDecode.choose(model, device, decode)
+        if fused.on:
+            return fused
+    return FastDecode.choose(model, device, decode, cuda_graphs)
 
 
 @dataclass(frozen=True)
@@ -59,8 +81,9 @@ class Decoder:
     pad_id: int
     cache_kw: str  # transformers 5.x renamed past_key_values to cache; both generations work
     last_logits_only: dict[str, int]  # {"logits_to_keep": 1} where the model accepts it
-    packed: PackedLinears | None = None  # CPU fp32: weights packed for decode steps
-    fast: FastDecode | None = None  # the decode path (hf/static.py); None: the plain loop
+    packed: PackedLinears | None = None  # CPU fp32/bf16: weights packed for decode steps
+    fast: FastDecode | FusedDecode | None = None  # the decode path; None: the plain loop
+    groups: dict = field(default_factory=dict)  # CPU fp32: q/k/v, gate/up side by side
 
     @classmethod
     def for_model(
@@ -70,10 +93,13 @@ class Decoder:
         packed: PackedLinears | None = None,
         decode: str = "auto",
         cuda_graphs: bool = True,
+        *,
+        groups: dict | None = None,
     ) -> Decoder:
-        """``decode``: auto (the static path on CUDA where the model allows it), eager (the plain
-        loop) or static (also off CUDA: the CPU tests run it); ``cuda_graphs``: capture its step
-        (CUDA only)."""
+        """``decode``: auto (the fused step on the CPU, the plain loop on CUDA), eager (the plain
+        loop), static (the static cache, also off CUDA: the CPU tests run it) or fused (the CPU
+        step, ``hf/fused.py``); ``cuda_graphs``: capture the static path's step (CUDA only);
+        ``groups``: sibling linears stored side by side (``cpu_linear.transpose_weights``)."""
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         eos_ids = frozenset(int(e) for e in [*eos, tokenizer.eos_token_id] if e is not None)
@@ -89,7 +115,8 @@ class Decoder:
             cache_kw="cache" if "cache" in params else "past_key_values",
             last_logits_only={"logits_to_keep": 1} if "logits_to_keep" in params else {},
             packed=packed,
-            fast=FastDecode.choose(model, device, decode, cuda_graphs),
+            fast=choose_path(model, device, decode, cuda_graphs),
+            groups=groups or {},
         )
 
     def prefill(self, prefix: list[int]) -> tuple[Any, float]:
@@ -115,6 +142,7 @@ class Decoder:
         plen: int,
         shared: bool,
         seed: int,
+        *,
         kv: kv_cache.KVVariant | None = None,
         record_logits: int = 0,
     ) -> list[dict[str, Any]]:
@@ -128,16 +156,64 @@ class Decoder:
         request and no prefix KV. ``record_logits``: each row also gets ``_logits``, the logits
         (float32, on the host) its first ``record_logits`` tokens were picked from (a check's).
         """
-        import torch
-        from transformers import DynamicCache
-
         kv = kv or kv_cache.Plain()
         plain = isinstance(kv, kv_cache.Plain)
         if not plain and (len(suffixes) != 1 or prefix_kv is not None):
             raise ValueError(f"kv {kv.name} runs one request without a prefix KV")
-        dev, batch, width = self.device, len(suffixes), max(len(s) for s in suffixes)
         shared = shared and prefix_kv is not None
         lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask
+        input_ids, mask, positions = self._inputs(suffixes, lead, plen)
+        extra: dict[str, Any] = {}
+        kv_meta: dict[str, Any] = kv.meta()
+        if not plain:
+            cache, kv_meta = kv.make_cache(self.model, self.device.type)
+        else:
+            cache = self._plain_cache(prefix_kv, shared, len(suffixes))
+            if shared:
+                extra["shared_prefix"] = shared_prefix.SharedPrefix(prefix_kv)
+        attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
+        packed = self.packed.active() if self.packed else contextlib.nullcontext()
+        why = self.fast.why_not(requests, kv) if self.fast else "decode=eager"
+        with attention, packed:
+            prefilled = self._prefill(input_ids, mask, positions, cache, extra, kv.prefill_chunk())
+            batch = Batch(
+                requests=list(requests),
+                gens=[self.generator(r, seed) for r in requests],
+                logits=prefilled.logits,
+                cache=cache,
+                mask=mask,
+                positions=positions,
+                extra=extra,
+                t_first=prefilled.t_first,
+                record=record_logits,
+            )
+            decoded = self.fast.run(self, batch) if self.fast and not why else self.plain(batch)
+        if decoded.meta is None:  # the plain loop ran: why
+            decoded.meta = self.fast.meta(why) if self.fast else {"path": "eager", "reason": why}
+        rows = self._rows(prefilled, decoded)
+        if record_logits:
+            for row, logged in zip(rows, decoded.probes, strict=True):
+                row["_logits"] = logged
+        prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared else 0
+        batch_size, width = input_ids.shape
+        for row, s in zip(rows, suffixes, strict=True):
+            row["padding_tokens"] = width - len(s)  # left padding its row computed
+            # its own positions' share of the batch cache (exact for the plain cache, whose
+            # every position costs the same), plus the one shared prefix it read
+            total = row.pop("_kv_bytes")
+            row["kv_bytes_measured"] = prefix_bytes + total * (lead + len(s)) // (
+                batch_size * (lead + width)
+            )
+            row["meta"]["kv_cache"] = kv_meta
+            row["meta"]["decode"] = dict(decoded.meta)
+        return rows
+
+    def _inputs(self, suffixes: list[list[int]], lead: int, plen: int) -> tuple[Any, Any, Any]:
+        """Left-padded token ids (rows, width), the attention mask over ``lead`` cached prefix
+        positions and the suffix, and the suffix's position ids (continuing from ``plen``)."""
+        import torch
+
+        batch, width = len(suffixes), max(len(s) for s in suffixes)
         input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((batch, lead + width), dtype=torch.long)
         mask[:, :lead] = 1
@@ -145,74 +221,27 @@ class Decoder:
             input_ids[b, width - len(s) :] = torch.tensor(s)
             mask[b, lead + width - len(s) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, lead:] + (plen - lead)
-        input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
-        extra: dict[str, Any] = {}
-        kv_meta: dict[str, Any] = kv.meta()
-        if not plain:
-            cache, kv_meta = kv.make_cache(self.model, dev.type)
-        elif prefix_kv is None or shared:
-            cache = DynamicCache(config=self.model.config)
-            if shared:
-                extra["shared_prefix"] = shared_prefix.SharedPrefix(prefix_kv)
-        else:  # each batch extends its own copy; the stored prefix stays untouched
-            cache = copy.deepcopy(prefix_kv)
-            cache.batch_repeat_interleave(batch)
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        gens = [self.generator(r, seed) for r in requests]
-        attention = shared_prefix.active(self.model) if shared else contextlib.nullcontext()
-        packed = self.packed.active() if self.packed else contextlib.nullcontext()
-        chunk = kv.prefill_chunk()  # sinks: the window, so no prompt token sees past it
-        why = self.fast.why_not(requests, kv) if self.fast else "decode=eager"
-        fast = self.fast if not why else None
-        with attention, packed:
-            rows = self._loop(
-                list(requests),
-                gens,
-                input_ids,
-                mask,
-                positions,
-                cache,
-                extra,
-                chunk,
-                fast,
-                record_logits,
-            )
-        decode_meta = rows[0]["meta"].pop("_decode", None) if rows else None
-        if decode_meta is None:  # the plain loop ran: why
-            decode_meta = self.fast.meta(why) if self.fast else {"path": "eager", "reason": why}
-        prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared else 0
-        for row, s in zip(rows, suffixes, strict=True):
-            row["padding_tokens"] = width - len(s)  # left padding its row computed
-            # its own positions' share of the batch cache (exact for the plain cache, whose
-            # every position costs the same), plus the one shared prefix it read
-            total = row.pop("_kv_bytes")
-            row["kv_bytes_measured"] = prefix_bytes + total * (lead + len(s)) // (
-                batch * (lead + width)
-            )
-            row["meta"]["kv_cache"] = kv_meta
-            row["meta"]["decode"] = dict(decode_meta)
-        return rows
+        dev = self.device
+        return input_ids.to(dev), mask.to(dev), positions.to(dev)
 
-    def _loop(
-        self,
-        requests,
-        gens,
-        input_ids,
-        mask,
-        positions,
-        cache,
-        extra,
-        chunk=None,
-        fast=None,
-        record=0,
-    ):
+    def _plain_cache(self, prefix_kv: Any, shared: bool, rows: int) -> Any:
+        """The batch's own cache: empty (no prefix, or a shared one read apart), else a copy of
+        the prefix KV per row (the stored prefix stays untouched)."""
+        from transformers import DynamicCache
+
+        if prefix_kv is None or shared:
+            return DynamicCache(config=self.model.config)
+        cache = copy.deepcopy(prefix_kv)
+        cache.batch_repeat_interleave(rows)
+        return cache
+
+    def _prefill(self, input_ids, mask, positions, cache, extra, chunk=None) -> _Prefilled:
+        """The suffixes' forward pass (in chunks of ``chunk`` tokens for a sinks cache): the last
+        positions' logits, the times, the cache's bytes and the peak memory after it."""
         import torch
 
-        dev, batch = self.device, len(requests)
-        generated: list[list[int]] = [[] for _ in requests]
-        done: dict[int, dict[str, Any]] = {}
-        active = list(range(batch))  # request rows still decoding, in cache-batch order
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         t0 = self.now()
         width = input_ids.shape[1]
         lead = mask.shape[1] - width  # prefix positions already in the cache and the mask
@@ -229,26 +258,32 @@ class Decoder:
                 **extra,
             ).logits[:, -1, :]
         t_first = self.now()
-        kv_bytes = kv_cache.cache_bytes(cache)  # after the prefill, before any decode step
-        peak = self.peak_memory()
+        # the cache's bytes after the prefill, before any decode step
+        return _Prefilled(logits, t0, t_first, kv_cache.cache_bytes(cache), self.peak_memory())
+
+    def plain(self, batch: Batch) -> Decoded:
+        """The plain loop: transformers' forward over the batch's cache, one step at a time."""
+        return self.drive(batch, _Eager(self, batch))
+
+    def drive(self, batch: Batch, engine: Any) -> Decoded:
+        """Pick each row's token (greedy, or its seeded sample), check its stop conditions, drop
+        finished rows (``engine.keep``) and run the next step (``engine.step``) until every row
+        has stopped. ``engine``: the plain loop's (``_Eager``) or the fused step's
+        (``hf/fused.py``)."""
+        requests, gens = batch.requests, batch.gens
+        generated: list[list[int]] = [[] for _ in requests]
+        done: dict[int, dict[str, Any]] = {}
         probes: list[list[Any]] = [[] for _ in requests]
-        decode_meta = None
-        if fast is not None:  # the static cache (and captured step): hf/static.py
-            generated, done, now, decode_meta = fast.run(
-                self, requests, logits, cache, mask, positions, extra, t_first, record
-            )
-            for step in decode_meta.pop("_logits", []):
-                for b in range(batch):
-                    probes[b].append(step[b].cpu())
-        while fast is None:
-            if len(probes[active[0]]) < record:
+        active = list(range(len(requests)))  # request rows still decoding, in batch order
+        logits = batch.logits
+        while True:
+            if len(probes[active[0]]) < batch.record:
                 for j, b in enumerate(active):
                     probes[b].append(logits[j].float().cpu())
             nxt = self.pick(logits, [requests[b] for b in active], [gens[b] for b in active])
-            keep = []
             now = self.now()  # the step's end: the time of rows finishing now
-            for j, b in enumerate(active):
-                token = int(nxt[j])
+            keep = []
+            for j, (b, token) in enumerate(zip(active, nxt.tolist(), strict=True)):
                 generated[b].append(token)
                 reason, text = self.finished(requests[b], generated[b], token)
                 if reason:
@@ -256,47 +291,40 @@ class Decoder:
                 else:
                     keep.append(j)
             if not keep:
-                break
+                return Decoded(generated, done, now, None, probes)
             if len(keep) < len(active):  # drop finished rows from the batch and the cache
-                index = torch.tensor(keep, device=dev)
-                cache.batch_select_indices(index)
-                nxt, mask, positions = nxt[index], mask[index], positions[index]
+                engine.keep(keep)
+                nxt = nxt[keep]
                 active = [active[j] for j in keep]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], 1)
-            positions = positions[:, -1:] + 1
-            logits = self.model(
-                input_ids=nxt[:, None],
-                attention_mask=mask,
-                position_ids=positions,
-                **{self.cache_kw: cache},
-                use_cache=True,
-                **extra,
-            ).logits[:, -1, :]
-        peak = max(peak, self.peak_memory())
-        rows = [
-            {
-                "text": done[b]["text"],
-                "finish_reason": done[b]["finish_reason"],
-                "completion_tokens": len(generated[b]),
-                "prefill_seconds": t_first - t0,
-                "decode_seconds": done[b]["t"] - t_first,
-                "_times": (t0, t_first, done[b]["t"]),  # absolute: the caller adds its queue
-                "_kv_bytes": kv_bytes,  # the whole batch cache's; the caller takes its share
-                "peak_memory_bytes": peak,
-                "meta": {
-                    "batch_size": batch,
-                    "batch_seconds": now - t0,  # the whole batch's device time, prefill to end
-                    "device": dev.type,
-                    "peak_memory": "cuda_max_allocated" if dev.type == "cuda" else "process_rss",
-                },
-            }
-            for b in range(batch)
-        ]
-        if decode_meta is not None:
-            rows[0]["meta"]["_decode"] = decode_meta
-        if record:
-            for row, logged in zip(rows, probes, strict=True):
-                row["_logits"] = logged
+            logits = engine.step(nxt)
+
+    def _rows(self, prefilled: _Prefilled, decoded: Decoded) -> list[dict[str, Any]]:
+        """One dict of Completion fields per row (``_times``, ``_kv_bytes``: for the caller)."""
+        dev, t0, t_first = self.device, prefilled.t0, prefilled.t_first
+        peak = max(prefilled.peak, self.peak_memory())
+        rows = []
+        for b, tokens in enumerate(decoded.generated):
+            end = decoded.done[b]
+            rows.append(
+                {
+                    "text": end["text"],
+                    "finish_reason": end["finish_reason"],
+                    "completion_tokens": len(tokens),
+                    "prefill_seconds": t_first - t0,
+                    "decode_seconds": end["t"] - t_first,
+                    "_times": (t0, t_first, end["t"]),  # absolute: the caller adds its queue
+                    "_kv_bytes": prefilled.kv_bytes,  # the whole batch cache's: caller's share
+                    "peak_memory_bytes": peak,
+                    "meta": {
+                        "batch_size": len(decoded.generated),
+                        "batch_seconds": decoded.now - t0,  # the batch's device time
+                        "device": dev.type,
+                        "peak_memory": "cuda_max_allocated"
+                        if dev.type == "cuda"
+                        else "process_rss",
+                    },
+                }
+            )
         return rows
 
     def finished(self, request: GenerationRequest, tokens: list[int], last: int) -> tuple[str, str]:
@@ -351,3 +379,46 @@ class Decoder:
         import psutil
 
         return int(psutil.Process().memory_info().rss)
+
+
+@dataclass(frozen=True)
+class _Prefilled:
+    """A batch's prefill: its last logits, when it began and ended, and what it left."""
+
+    logits: Any
+    t0: float
+    t_first: float
+    kv_bytes: int  # the batch cache's bytes right after the prefill
+    peak: int  # peak memory after it (CUDA max allocated, else the process RSS)
+
+
+class _Eager:
+    """The plain loop's step: transformers' forward over the batch's ``DynamicCache`` (or a
+    KV-cache variant's), the mask grown and the positions advanced by one each step."""
+
+    def __init__(self, dec: Decoder, batch: Batch) -> None:
+        self.dec, self.cache, self.extra = dec, batch.cache, batch.extra
+        self.mask, self.positions = batch.mask, batch.positions
+
+    def keep(self, rows: list[int]) -> None:
+        import torch
+
+        index = torch.tensor(rows, device=self.dec.device)
+        self.cache.batch_select_indices(index)
+        self.mask, self.positions = self.mask[index], self.positions[index]
+
+    def step(self, tokens: Any) -> Any:
+        import torch
+
+        dec = self.dec
+        ones = torch.ones((len(tokens), 1), dtype=self.mask.dtype, device=dec.device)
+        self.mask = torch.cat([self.mask, ones], 1)
+        self.positions = self.positions[:, -1:] + 1
+        return dec.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=self.positions,
+            **{dec.cache_kw: self.cache},
+            use_cache=True,
+            **self.extra,
+        ).logits[:, -1, :]

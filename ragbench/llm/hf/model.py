@@ -43,7 +43,7 @@ from typing import Any
 
 from ragbench.llm import calibration, cost_model, shared_prefix
 from ragbench.llm.base import LLM
-from ragbench.llm.cpu_linear import PackedLinears
+from ragbench.llm.cpu_linear import PackedLinears, transpose_weights
 from ragbench.llm.hf import prompt as hf_prompt
 from ragbench.llm.hf.decode import Decoder
 from ragbench.llm.hf.load import load_model
@@ -116,8 +116,13 @@ class HFModel(LLM):
         )
         self.model, self.tokenizer, self.preset = loaded.model, loaded.tokenizer, loaded.preset
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
+        # fp32 on the CPU: weights stored transposed, q/k/v and gate/up side by side (one or two
+        # rows' decode steps), then packed (a few rows'): cpu_linear.py
+        groups = transpose_weights(self.model, self.device, self.dtype)
         packed = PackedLinears.auto(self.model, self.device, self.dtype, packed_linear)
-        self.decoder = Decoder.for_model(self.model, self.tokenizer, packed, decode, cuda_graphs)
+        self.decoder = Decoder.for_model(
+            self.model, self.tokenizer, packed, decode, cuda_graphs, groups=groups
+        )
         self.input_device = self.decoder.device
         self.name = model
         preset = loaded.preset

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.llm import shared_prefix
+from ragbench.llm.hf.batch import Batch, Decoded
 from ragbench.llm.kv import variants as kv_cache
 
 MODES = ("auto", "eager", "static")
@@ -159,36 +160,31 @@ class FastDecode:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(
-        self,
-        dec: Any,
-        requests: list,
-        logits: Any,
-        cache: Any,
-        mask: Any,
-        positions: Any,
-        extra: dict,
-        t_first: float,
-        record: int = 0,
-    ) -> tuple[list, dict, float, dict]:
-        """Decode after the prefill on a static cache: (tokens per row, {row: {text,
-        finish_reason, t}}, end time, meta). ``logits``: the prefill's last positions (n, vocab);
-        ``cache``: the prefill's DynamicCache (its layers are released once copied); ``mask``
-        (n, positions) and ``positions`` (n, width) as the plain loop has them. ``record``: keep
-        the logits of the first ``record`` tokens in ``meta["_logits"]`` (n rows each)."""
+    @property
+    def path(self) -> str:
+        """The decode loop that runs (a part of the calibration key): ``static+graphs`` (the
+        captured step costs a fraction of the eager one), ``static`` or ``eager``."""
+        if not self.static:
+            return "eager"
+        return "static+graphs" if self.capture else "static"
 
+    def run(self, dec: Any, batch: Batch) -> Decoded:
+        """Decode ``batch`` after its prefill on a static cache: its prefill's ``DynamicCache``
+        layers are released once copied; ``record``: the logits of the first ``record`` tokens
+        of each row are kept (``Decoded.probes``)."""
+        requests, logits, record = batch.requests, batch.logits, batch.record
         n = len(requests)
-        used = mask.shape[1]
+        used = batch.mask.shape[1]
         most = max(r.max_new_tokens for r in requests)
         rows, slots = bucket_rows(n), bucket_slots(used + most)
-        prefix = extra.get("shared_prefix")
-        k0 = cache.layers[0].keys  # an empty tensor of its kind: heads, head dim, dtype, device
+        prefix = batch.extra.get("shared_prefix")
+        k0 = batch.cache.layers[0].keys  # an empty tensor of its kind: heads, head dim, dtype
         like = k0.new_empty((0, k0.shape[1], 0, k0.shape[3]))
         del k0
-        state, made = self._state(dec, rows, slots, prefix, like, len(cache.layers))
+        state, made = self._state(dec, rows, slots, prefix, like, len(batch.cache.layers))
         first = dec.pick(logits, requests, [None] * n)
         probes = [logits[:n].float().clone()] if record > 0 else []
-        state.load(cache, mask, positions, first, dec.pad_id)
+        state.load(batch.cache, batch.mask, batch.positions, first, dec.pad_id)
         meta: dict[str, Any] = {
             "path": "static",
             "requested": self.requested,
@@ -198,29 +194,28 @@ class FastDecode:
             "state": "new" if made else "reused",
         }
         with shared_prefix.active(dec.model):  # the steps' attention: the module docstring
-            generated, done, meta["steps"] = self._steps(
-                dec, requests, state, extra, meta, n, used, record, probes, t_first
-            )
+            generated, done, meta["steps"] = self._steps(dec, batch, state, meta, probes)
         meta["graph"] = state.graph_status
         if state.graph_error:
             meta["fallback"] = state.graph_error
         if state.graph_check:
             meta["capture_check"] = state.graph_check
-        if record:
-            meta["_logits"] = probes[:record]
-        return generated, done, dec.now(), meta
+        per_row = [[step[b].cpu() for step in probes[:record]] for b in range(n)]
+        return Decoded(generated, done, dec.now(), meta, per_row)
 
-    def _steps(self, dec, requests, state, extra, meta, n, used, record, probes, t_first):
+    def _steps(self, dec, batch, state, meta, probes):
         """Launch the steps in chunks of ``check_every`` (one at a time while logits are
         recorded) and read each chunk's tokens while the next runs: (tokens per row, done rows,
         steps run)."""
-        timer = _Clock(dec.device, t_first)
+        requests, extra, record = batch.requests, batch.extra, batch.record
+        n, used = len(requests), batch.mask.shape[1]
+        timer = _Clock(dec.device, batch.t_first)
         generated: list[list[int]] = [[] for _ in requests]
         done: dict[int, dict[str, Any]] = {}
         active = list(range(n))
         pending = [(state.fetch(n, used - 1, used), timer.mark(), 0, 1)]  # the first token
         launched, steps = 1, 0  # tokens per row launched; decode steps run
-        t_prev = t_first
+        t_prev = batch.t_first
         while True:
             want = max((requests[b].max_new_tokens for b in active), default=0)
             if active and launched < want and len(pending) < 2:
