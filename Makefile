@@ -46,6 +46,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy ragbench
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

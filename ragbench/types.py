@@ -259,7 +259,7 @@ class Record(JsonMixin):
     params: Any  # ragbench.strategies.params.StrategyParams
     prediction: str
     answers: tuple[str, ...] = ()
-    scores: dict[str, float] = field(default_factory=dict)
+    scores: dict[str, float | None] = field(default_factory=dict)
     cost: Any = (
         None  # ragbench.cost.accounting.Cost; None: the record failed before any call was costed
     )
