@@ -335,7 +335,7 @@ class OpenAICompatLLM(LLM):
         # even when another has failed: the caller then knows each request's fate and never
         # has to resend one, which would repeat its retries against the server.
         finished: dict[int, tuple[Completion, int]] = {}  # index -> (completion, its ticket)
-        errors: dict[int, Exception] = {}
+        errors: dict[int, BaseException] = {}  # a worker's future may hold any exception
         if len(requests) == 1:
             try:
                 finished[0] = self._request(requests[0], time.perf_counter())
