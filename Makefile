@@ -111,5 +111,5 @@ bench-docs: $(STAMP)
 
 # removes the repo's own .venv only, never an environment VENV points to (conda's: just the stamp)
 clean:
-	rm -rf .venv .pytest_cache .ruff_cache site
+	rm -rf .venv .pytest_cache .ruff_cache .mypy_cache site
 	rm -f $(STAMP)
