@@ -46,6 +46,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy ragbench
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
@@ -115,5 +116,5 @@ bench-docs: $(STAMP)
 
 # removes the repo's own .venv only, never an environment VENV points to (conda's: just the stamp)
 clean:
-	rm -rf .venv .pytest_cache .ruff_cache site
+	rm -rf .venv .pytest_cache .ruff_cache .mypy_cache site
 	rm -f $(STAMP)

@@ -71,7 +71,7 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     what it removed."""
     path = Path(path)
     pattern = re.compile(re.escape(f".{path.name}.") + r"(\d+)\.[a-z0-9_]{8}\.tmp")
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
     except OSError:

@@ -37,7 +37,7 @@ import re
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, overload
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 MASK = "***"
@@ -260,7 +260,11 @@ def mask_code_literals(text: str) -> str:
     )
 
 
-def fill_masked_url(url: str, env_var: str, key: str) -> str:
+@overload
+def fill_masked_url(url: str, env_var: str, key: str) -> str: ...
+@overload
+def fill_masked_url(url: None, env_var: str, key: str) -> None: ...
+def fill_masked_url(url: str | None, env_var: str, key: str) -> str | None:
     """``url`` as given, or, when its credentials were masked on disk (its userinfo or a query
     value reads ``***``), the full URL from the environment variable ``env_var``, which must
     redact to the same text. Else a ValueError naming ``key``, the variable and the command-line
@@ -308,7 +312,7 @@ def redact(obj: Any) -> Any:
     credential word (``names_a_credential``) is masked whatever its value's type (a dict, a
     list, a number); other non-string values stay (``eos_token_id: 2``)."""
     if isinstance(obj, Mapping):
-        out = {}
+        out: dict[Any, Any] = {}
         for k, v in obj.items():
             if str(k).lower() == "headers" and isinstance(v, Mapping):
                 out[k] = {h: MASK for h in v}
@@ -355,7 +359,7 @@ class _StderrHandler(logging.StreamHandler):
         logging.Handler.__init__(self)
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self):
         return sys.stderr
 
     @stream.setter

@@ -17,8 +17,9 @@ T = TypeVar("T")
 
 def _jsonable(value: Any, nested: bool = False) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if nested and callable(getattr(value, "to_dict", None)):  # its own stored form
-            return _jsonable(value.to_dict())  # (a Record's params: StrategyParams.to_dict)
+        to_dict = getattr(value, "to_dict", None)
+        if nested and callable(to_dict):  # its own stored form
+            return _jsonable(to_dict())  # (a Record's params: StrategyParams.to_dict)
         return {f.name: _jsonable(getattr(value, f.name), True) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
         return [_jsonable(v, True) for v in value]
@@ -48,7 +49,7 @@ class JsonMixin:
         kwargs = {}
         for name, value in data.items():
             kwargs[name] = _coerce(cls, name, value)
-        return cls(**kwargs)  # type: ignore[call-arg]
+        return cls(**kwargs)
 
     @classmethod
     def from_json(cls: type[T], text: str) -> T:
@@ -196,7 +197,7 @@ class GenerationRequest(JsonMixin):
                 "GenerationRequest.from_dict: a KV-cache variant (kv="
                 f"{data['kv']!r}) is typed by ragbench.llm.kv.variants.kv_from_spec"
             )
-        return super().from_dict(data)  # type: ignore[misc]
+        return super().from_dict(data)
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ class Record(JsonMixin):
     params: Any  # ragbench.strategies.params.StrategyParams
     prediction: str
     answers: tuple[str, ...] = ()
-    scores: dict[str, float] = field(default_factory=dict)
+    scores: dict[str, float | None] = field(default_factory=dict)
     cost: Any = (
         None  # ragbench.cost.accounting.Cost; None: the record failed before any call was costed
     )
@@ -272,11 +273,11 @@ _TUPLE_FIELDS: dict[str, tuple[str, ...]] = {
     "GenerationRequest": ("stop",),
     "Record": ("answers",),
 }
-_NESTED: dict[tuple[str, str], type] = {("Example", "documents"): Document}
+_NESTED: dict[tuple[str, str], type[JsonMixin]] = {("Example", "documents"): Document}
 
 
 def _scored_from_dict(data: dict[str, Any]) -> ScoredChunk:
     return ScoredChunk(chunk=Chunk.from_dict(data["chunk"]), score=float(data["score"]))
 
 
-ScoredChunk.from_dict = staticmethod(_scored_from_dict)  # type: ignore[method-assign,assignment]
+ScoredChunk.from_dict = staticmethod(_scored_from_dict)  # type: ignore[method-assign]

@@ -20,6 +20,7 @@ from ragbench.analysis.labels import with_labels
 from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, RETRIEVED, Contexts, contexts_of
 from ragbench.strategies.fit import document_layout
 from ragbench.strategies.prompts import is_declined
+from ragbench.types import Example
 
 # Causes of a wrong answer, in the order they are checked (the first that applies wins): missing
 # evidence explains everything after it, so it comes first.
@@ -136,7 +137,7 @@ def _cause(row: Mapping[str, Any], read: Contexts, distractor: bool) -> str:
 def attribute(
     df: Any,
     metric: str | None = None,
-    examples: Iterable[Any] | Mapping[str, Any] | None = None,
+    examples: Iterable[Example] | Mapping[str, Example] | None = None,
     threshold: float = 1.0,
 ) -> Any:
     """Why each record's answer was wrong: one row per record with ``example_id``, ``strategy``,

@@ -111,6 +111,9 @@ def variant_values(df: Any, seed: int = 0) -> dict[str, dict[str, float]]:
     when the run has none, e.g. no price sheet: no dollars)."""
     import pandas as pd
 
+    def _numeric_mean(s: pd.Series) -> float:
+        return float(pd.to_numeric(s, errors="coerce").mean())
+
     df = with_labels(df)
     labels = list(dict.fromkeys(df["label"]))
     values: dict[str, dict[str, float]] = {label: {} for label in labels}
@@ -133,7 +136,7 @@ def variant_values(df: Any, seed: int = 0) -> dict[str, dict[str, float]]:
     ok = df[df["error"].isna()] if "error" in df else df
     for name, (column, scale) in COSTS.items():
         means = (
-            ok.groupby("label")[column].apply(lambda s: pd.to_numeric(s, errors="coerce").mean())
+            ok.groupby("label")[column].apply(_numeric_mean)
             if column in ok and len(ok)
             else pd.Series(dtype=float)
         )

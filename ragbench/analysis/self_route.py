@@ -147,7 +147,7 @@ def self_route_warnings(df: Any, metric: str | None = None) -> list[str]:
     if "strategy" not in df or not _router_rows(df).any() or "route" not in df:
         return []  # summary calls this on any table: nothing to say is not an error
     metric = metric if metric is not None else next(iter(metric_columns(df)), None)
-    if metric not in df:
+    if metric is None or metric not in df:
         return []
     df = with_labels(df)
     out = []

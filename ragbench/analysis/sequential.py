@@ -85,7 +85,9 @@ def _simpson(lo: float, hi: float, step: float) -> tuple[np.ndarray, np.ndarray]
 
 
 def boundaries(
-    fractions: Sequence[float], alpha: float = 0.05, spending: str = "obrien_fleming"
+    fractions: Sequence[float] | np.ndarray,
+    alpha: float = 0.05,
+    spending: str = "obrien_fleming",
 ) -> list[float]:
     """Two-sided critical values ``c_k`` (on the standardised z scale) of looks at information
     fractions ``fractions`` (increasing, in (0, 1]): the first time ``|Z_k| >= c_k`` has
@@ -100,18 +102,27 @@ def boundaries(
         raise ValueError(f"information fractions must increase within (0, 1], got {fractions}")
     cum = [spent(f, alpha, spending) for f in t]
     out: list[float] = []
-    x = w = g = None  # grid, weights and density of the paths still inside, at the last look
+    # grid, weights and density of the paths still inside, at the last look
+    state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     prev_t, prev_cum = 0.0, 0.0
     for tk, ck in zip(t, cum, strict=True):
         inc, dt = ck - prev_cum, tk - prev_t
         if inc <= 1e-15 or dt <= 0:
             c = NEVER
-        elif g is None:  # the first look: Z_1 is standard normal
+        elif state is None:  # the first look: Z_1 is standard normal
             c = min(NEVER, float(norm.isf(inc / 2)))
         else:
+            x, w, g = state
             sd = math.sqrt(dt)
 
-            def excess(b: float, x=x, w=w, g=g, sd=sd, inc=inc) -> float:
+            def excess(
+                b: float,
+                x: np.ndarray = x,
+                w: np.ndarray = w,
+                g: np.ndarray = g,
+                sd: float = sd,
+                inc: float = inc,
+            ) -> float:
                 # the paths still inside that first leave (-b, b) now, less what may be spent
                 out = norm.sf((b - x) / sd) + norm.cdf((-b - x) / sd)
                 return float(np.sum(w * g * out)) - inc
@@ -122,14 +133,16 @@ def boundaries(
         b = c * math.sqrt(tk)
         sd = math.sqrt(dt) if dt > 0 else math.sqrt(tk)
         new_x, new_w = _simpson(-b, b, sd / 8)
-        if g is None:
+        if state is None:
             g = norm.pdf(new_x / math.sqrt(tk)) / math.sqrt(tk)
         elif dt > 0:
+            x, w, g = state
             kernel = norm.pdf((new_x[:, None] - x[None, :]) / sd) / sd
             g = kernel @ (w * g)
         else:  # no new information: the same paths, cut at the new boundary
+            x, _, g = state
             g = np.interp(new_x, x, g)
-        x, w = new_x, new_w
+        state = (new_x, new_w, g)
         prev_t, prev_cum = tk, max(prev_cum, ck)
     return out
 

@@ -446,7 +446,7 @@ class _Context:
         asked = seq.get("answered", n_pairs)
         looks = len(seq.get("fractions", ()))
         test = (
-            f"a group-sequential test, {SPENDING_NAMES.get(seq.get('spending'), '')} alpha "
+            f"a group-sequential test, {SPENDING_NAMES.get(str(seq.get('spending')), '')} alpha "
             f"spending, {counted(looks, 'look')}"
         )
         if why == "decided":
@@ -678,6 +678,7 @@ class _Context:
         t = self.table
         if (
             reason != "not_worse"
+            or choice is None
             or t.loc[choice, "family"] != RETRIEVAL
             or t.loc[other, "family"] != LONG_CONTEXT
         ):

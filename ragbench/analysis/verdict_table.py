@@ -142,7 +142,9 @@ def binding_constraints(checks: dict, labels: Any) -> tuple[str, ...]:
     return tuple(alone or [n for n in names if not checks[n][0].all()])
 
 
-def cost_ratio(df: Any, cost: str, a: str, b: str, n_boot: int, seed: int):
+def cost_ratio(
+    df: Any, cost: str, a: str, b: str, n_boot: int, seed: int
+) -> tuple[float, float, float]:
     """(mean cost of ``a`` / mean cost of ``b``, 95% percentile interval) over the questions
     both answered, resampling questions (each keeps its two costs together)."""
     rows = df[df["label"].isin([a, b])]

@@ -81,9 +81,10 @@ def _source_doc(target: str) -> str:
     with open(spec.origin, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        documented = isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node)
-        if documented and node.name == attr:
-            return ast.get_docstring(node) or ""
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == attr:
+            documented = ast.get_docstring(node)
+            if documented:
+                return documented
     return ast.get_docstring(tree) or ""  # undocumented entry point: what its module is for
 
 
@@ -98,9 +99,9 @@ def _describe(target: Any) -> str:
         module = importlib.import_module(steps.__module__)
         return _first_line(steps.__doc__ or module.__doc__)
     doc = getattr(target, "__doc__", None)
-    module = getattr(target, "__module__", None)  # imported already (``Registry.get``)
-    if not doc and module in sys.modules:  # undocumented: what its module is for, as above
-        doc = sys.modules[module].__doc__
+    name = getattr(target, "__module__", None)  # imported already (``Registry.get``)
+    if not doc and name in sys.modules:  # undocumented: what its module is for, as above
+        doc = sys.modules[name].__doc__
     return _first_line(doc)
 
 

@@ -33,6 +33,7 @@ from ragbench.registry import unknown
 from ragbench.retrieval import SPLITTERS, build_index, build_retriever
 from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.retrieval.faiss_index import FaissIndex
+from ragbench.retrieval.retrievers import DenseRetriever
 from ragbench.types import Chunk
 
 CHUNKS_FILE, BUILD_FILE = "chunks.jsonl", "build.json"
@@ -112,6 +113,7 @@ def write_index(dataset: Path, out: Path, settings: IndexSettings) -> dict:
     )
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / CHUNKS_FILE, chunks)
+    assert isinstance(dense, DenseRetriever)  # retriever="dense" above
     dense.index.save(out)
     build = {
         "dataset": str(dataset),

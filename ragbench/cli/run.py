@@ -19,8 +19,7 @@ from ragbench.locks import LockHeldError
 from ragbench.report import summary
 from ragbench.report.readable import readable_text
 from ragbench.report.tables import table_remarks
-from ragbench.strategies import get_strategy
-from ragbench.strategies.retrieve_only import metric_names
+from ragbench.strategies.retrieve_only import RetrieveOnlyParams, metric_names
 from ragbench.workspace import tracking
 
 # what a command stopped by SIGTERM says (ragbench.io.sigterm_exits): the same command resumes
@@ -213,7 +212,8 @@ def shown_metrics(cfg: RunConfig, df) -> list[str]:
     scored = [m for m in cfg.metrics if m in df and df[m].notna().any()]
     if scored:
         return scored
-    ranked = [p for p in cfg.points if not get_strategy(p.strategy).generates]
+    # the points that generate nothing: retrieve_only's
+    ranked = [p for p in cfg.points if isinstance(p, RetrieveOnlyParams)]
     names = dict.fromkeys(
         n for p in ranked for n in metric_names(p.top_k) if n.endswith(f"@{p.top_k}")
     )

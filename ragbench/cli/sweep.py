@@ -62,6 +62,7 @@ def sweep(
             bar = bars.enter_context(tqdm(total=points, unit="point", desc=spec.stem))
 
         def advance(point) -> None:
+            assert bar is not None  # start() ran: points come after the spec checked out
             bar.update(1)
             bar.set_postfix_str(f"{point.point_id}: {point.status}")
 

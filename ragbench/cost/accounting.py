@@ -58,13 +58,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ragbench.cost.alone import charged_work, paid_tokens
 from ragbench.cost.money import COST_BASES, Seconds, Usage, dollars
 from ragbench.cost.prices import PriceSheet, one_basis, resource_seconds, resource_seconds_basis
 from ragbench.registry import unknown
 from ragbench.types import Completion, JsonMixin
+
+_N = TypeVar("_N", int, float)  # a count or an amount: sums and maxima keep its type
 
 # ---------------------------------------------------------------------------- memory and compute
 
@@ -252,7 +254,8 @@ class Cost(JsonMixin):
         hourly sheet charges those under ``basis="calibrated"``, else the measured seconds."""
         if basis not in COST_BASES:
             raise ValueError(f"cost_basis must be one of {list(COST_BASES)}, got {basis!r}")
-        c, arch = completion, {}
+        c = completion
+        arch: dict[str, Any] = {}  # Cost's architecture fields, known with a preset
         if preset is not None:
             f = forward_flops(preset, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens)
             per_value = dtype_bytes(kv_dtype)
@@ -296,17 +299,21 @@ class Cost(JsonMixin):
         if not isinstance(other, Cost):
             return NotImplemented
 
-        def known_sum(a, b):  # unknown in either part: unknown in the whole
+        # unknown in either part: unknown in the whole
+        def known_sum(a: _N | None, b: _N | None) -> _N | None:
             return None if a is None or b is None else a + b
 
-        def larger(a, b):
+        def larger(a: _N | None, b: _N | None) -> _N | None:
             return max((v for v in (a, b) if v is not None), default=None)
 
-        def applicable_sum(a, b):  # None means "not done" (retrieval): the parts that did
+        # None means "not done" (retrieval): the parts that did
+        def applicable_sum(a: float | None, b: float | None) -> float | None:
             return None if a is None and b is None else (a or 0.0) + (b or 0.0)
 
-        summed = {f: known_sum(getattr(self, f), getattr(other, f)) for f in _ADDITIVE}
-        bases = {f: one_basis(getattr(self, f), getattr(other, f)) for f in _BASES}
+        summed: dict[str, Any] = {
+            f: known_sum(getattr(self, f), getattr(other, f)) for f in _ADDITIVE
+        }
+        bases: dict[str, Any] = {f: one_basis(getattr(self, f), getattr(other, f)) for f in _BASES}
         flops, seconds = summed["flops"], summed["resource_seconds"]
         peak = self.peak_flops if self.peak_flops is not None else other.peak_flops
         return Cost(

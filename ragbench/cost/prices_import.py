@@ -48,7 +48,7 @@ def sheet_from_genai(
         "source": source,
         "currency": "USD",
     }
-    tiers: dict[int, dict[str, float]] = {}
+    tiers: dict[int, dict[str, float | None]] = {}
     for ours, theirs in fields.items():
         value = getattr(model_price, theirs, None)
         if value is None:

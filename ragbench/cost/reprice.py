@@ -35,11 +35,11 @@ import io
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat, TypeGuard
 
 from ragbench.cost.accounting import Cost
 from ragbench.cost.prices import PriceSheet, price_sheet
@@ -70,7 +70,7 @@ class RepriceResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _column(columns, name: str) -> str | None:
+def _column(columns: Container[str], name: str) -> str | None:
     """``name`` as the table spells it: plain, or ``cost_``-prefixed when another section
     (a parameter, a score) uses the same name (``ragbench.experiment.results``)."""
     for candidate in (name, f"cost_{name}"):
@@ -79,7 +79,8 @@ def _column(columns, name: str) -> str | None:
     return None
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[str | SupportsFloat]:
+    """``value`` is a finite number, or a string of one."""
     try:
         return value is not None and math.isfinite(float(value))
     except (TypeError, ValueError):

@@ -109,7 +109,8 @@ def read_jsonl(
     A repeated id is an error naming both lines; with a ``repeats`` list, a record equal to the
     earlier one with its id is skipped instead and its line appended there (verbatim repeats);
     a same-id record with other content is still an error."""
-    out, first = [], {}
+    out: list[Any] = []
+    first: dict[Any, tuple[int, Any]] = {}  # id -> (its first line, its item)
     for lineno, row in iter_jsonl(path):
         try:
             item = convert(row, lineno) if with_line else convert(row)
@@ -145,7 +146,10 @@ def json_line_of(text: str, where: tuple) -> int:
     spans: dict[int, tuple[int, int]] = {}
 
     def parse_object(s_and_end, *args, **kwargs):
-        obj, end = json.decoder.JSONObject(s_and_end, *args, **kwargs)
+        # json's pure-Python object parser: in the module, not in typeshed's stub
+        obj, end = json.decoder.JSONObject(  # type: ignore[attr-defined]
+            s_and_end, *args, **kwargs
+        )
         spans[id(obj)] = (s_and_end[1] - 1, end)
         return obj, end
 

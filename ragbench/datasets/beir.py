@@ -76,7 +76,12 @@ def load_beir_examples(path: PathLike, split: str | None = None) -> list[Example
         if not judged:
             continue
         relevant = [data.corpus[d] for d, score in judged.items() if score > 0]
-        meta = {"source": "beir", "task": "beir", "split": data.split, "qrels": dict(judged)}
+        meta: dict[str, Any] = {
+            "source": "beir",
+            "task": "beir",
+            "split": data.split,
+            "qrels": dict(judged),
+        }
         meta |= {"corpus_path": str(data.corpus_path), "corpus_fingerprint": fingerprint}
         meta["evidence"] = [[d.id, 0, len(d.text)] for d in relevant]
         examples.append(Example(qid, question, (), documents, meta))

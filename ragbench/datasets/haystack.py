@@ -21,11 +21,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from ragbench.assets import essays_dir
 from ragbench.datasets.corpus.file import read_documents
 from ragbench.io import read_text
 from ragbench.tokenizers import Tokenizer
+
+_T = TypeVar("_T")  # what ``build`` returns beside its text
 
 NOISE_SENTENCE = (
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
@@ -185,15 +188,15 @@ def sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
-class _Measure:
+class _Measure(Generic[_T]):
     """``build(n)`` measured: ``(tokens, text, extra)``. A haystack too short for ``n`` counts
     as infinitely long, its error kept in ``short`` (by n)."""
 
-    def __init__(self, build: Callable[[int], tuple[str, object]], tok: Tokenizer) -> None:
+    def __init__(self, build: Callable[[int], tuple[str, _T]], tok: Tokenizer) -> None:
         self.build, self.tok = build, tok
         self.short: dict[int, Exception] = {}
 
-    def __call__(self, n: int) -> tuple[float, str, object]:
+    def __call__(self, n: int) -> tuple[float, str, _T | None]:
         try:
             text, extra = self.build(n)
         except HaystackTooShortError as exc:
@@ -231,13 +234,13 @@ class _Bracket:
 
 
 def fit(
-    build: Callable[[int], tuple[str, object]],
+    build: Callable[[int], tuple[str, _T]],
     tok: Tokenizer,
     budget: int,
     guess: int,
     limit: int | None = None,
     fixed: str = "the task's needles",
-) -> tuple[int, str, object]:
+) -> tuple[int, str, _T]:
     """Largest n whose ``build(n)`` text has at most ``budget`` tokens: ``(n, text, extra)``.
 
     RULER bisects on the number of haystack units; token counts grow almost linearly in n, so we
@@ -254,7 +257,8 @@ def fit(
             if 0 in measure.short
             else ValueError(f"{fixed} alone exceed {budget} tokens; use a longer context length")
         )
-    best = (0, text, extra)
+    # (n, text, extra) of the largest n that fits: a short haystack's None extra never fits
+    best: tuple[int, str, Any] = (0, text, extra)
     bracket = _Bracket(budget, t0, t_lo=t0)
     n = max(1, guess)
     while bracket.hi is None or bracket.hi - bracket.lo > 1:

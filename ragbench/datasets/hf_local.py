@@ -113,8 +113,11 @@ def _data_files(state: Path) -> list[str]:
         msg = "names an indices file (an old save_to_disk): save it again with a current version"
         raise InputFileError(state, None, msg, "_indices_data_files")
     files = data.get("_data_files")
-    ok = isinstance(files, list) and files
-    if not ok or not all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files):
+    if (
+        not isinstance(files, list)
+        or not files
+        or not all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files)
+    ):
         raise InputFileError(state, None, "expected a list of {filename: ...}", "_data_files")
     for f in files:
         if not (state.parent / f["filename"]).is_file():

@@ -142,11 +142,15 @@ def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | Non
         for i, value in enumerate((*record_dollars(record), noise)):
             if value is not None:
                 totals[i], counts[i] = totals[i] + value, counts[i] + 1
-    means = [t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)]
+    per_record, judge_per_record, noise_per_record = (
+        t / n if n else 0.0 for t, n in zip(totals, counts, strict=True)
+    )
     once = preload.one_time_dollars(records, meta or {})
     return Spend(
         sum(totals) + sum(once.values()),
-        *means,
+        per_record,
+        judge_per_record,
+        noise_per_record,
         priced=counts[0],
         one_time=once,
         judged=counts[1],
@@ -353,20 +357,20 @@ class Budget:
             )
         return (
             f"over budget: spent ${spent:,.6f} of max_dollars ${self.max_dollars:,.6f}, passed "
-            f"it by ${spent - self.max_dollars:,.6f}: {self._culprit(done)}"
+            f"it by ${spent - self.max_dollars:,.6f}: {self._culprit(done, self.max_dollars)}"
         )
 
-    def _culprit(self, done: Mapping[str, Any]) -> str:
+    def _culprit(self, done: Mapping[str, Any], cap: float) -> str:
         """What passed the cap: generation (a round over its bound), else the judge pass, else
         the noise pass (each estimated at its mean per record so far)."""
         spend = spend_of(done.values(), self.meta)
         generation = spend.dollars - spend.judge_dollars - spend.noise_dollars
-        if generation > self.max_dollars:
+        if generation > cap:
             return (
                 "a round cost more than its estimate (its prompts counted by the configured "
                 "tokenizer, its answers at max_new_tokens)"
             )
-        if generation + spend.judge_dollars > self.max_dollars:
+        if generation + spend.judge_dollars > cap:
             return (
                 f"the judge pass (${spend.judge_dollars:,.6f}) cost more than its estimate (its "
                 "mean judge dollars per record so far)"

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from types import ModuleType
 from typing import Any
 
 from ragbench.experiment.executor_worker import RunWorker
@@ -112,7 +113,7 @@ class WorkerDied(RuntimeError):
     """A worker's process died more often than Ray restarts it; its round was not run."""
 
 
-def _ray():
+def _ray() -> ModuleType:
     try:
         import ray  # heavy (seconds): only a Ray run imports it
     except ImportError:
@@ -168,7 +169,7 @@ class RayRun:
             raise
         return self
 
-    def _start_workers(self, ray) -> None:
+    def _start_workers(self, ray: ModuleType) -> None:
         gpus = ray.cluster_resources().get("GPU", 0)
         local_weights = backend_capabilities(self.cfg.model.backend).local_weights
         # one GPU per worker that loads weights; fewer GPUs than workers: they share them
@@ -206,7 +207,7 @@ class RayRun:
         self.identity = self.infos[0]["identity"]
         self.calibration = self.infos[0]["calibration"]  # for the manifest, as locally
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         ray = _ray()
         try:
             if exc_info[0] is None and self.actors:
@@ -214,7 +215,7 @@ class RayRun:
         finally:
             self._stop(ray)
 
-    def _stop(self, ray) -> None:
+    def _stop(self, ray: ModuleType) -> None:
         """End the workers, and a Ray this run started."""
         try:
             for a in self.actors:
@@ -229,7 +230,7 @@ class RayRun:
                 ray.shutdown()
                 self.started_here = False
 
-    def _finish(self, ray) -> None:
+    def _finish(self, ray: ModuleType) -> None:
         """Preload summaries, and the workers' cache rows merged into the driver's cache (a
         worker that is gone keeps its file for the next run of the config to merge)."""
         merged = 0

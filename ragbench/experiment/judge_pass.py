@@ -55,7 +55,7 @@ def unjudged(cfg: RunConfig, records: list[Any]) -> str | None:
 JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass loses one chunk
 
 
-def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
+def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any) -> Judge:
     """The ``ragbench.judge.Judge`` of the config, its LLM loaded and its server checked."""
     jc = cfg.judge or JudgeConfig()
     llm_metrics = [m for m in cfg.metrics if METRICS.get(m).kind == "judge"]
@@ -69,6 +69,7 @@ def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any):
         if same and llm is not None:  # allowed by the config (checked there): one model in memory
             judge_llm = llm
         else:
+            assert m is not None  # RunConfig: judge metrics need judge.model
             judge_llm = load_model(m)
     if llm_metrics:
         check_server(judge_llm)
@@ -106,6 +107,7 @@ def judge_pass(session: RunSession) -> int:
     todo = [k for k in session.keys if k in done and needs_judging(cfg, done[k])]
     if not todo:
         return 0
+    assert judge is not None  # the runner calls the judge pass with its judge loaded
     by_id = {e.id: e for e in session.examples}
 
     def resources() -> Any:

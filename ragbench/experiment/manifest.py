@@ -65,7 +65,12 @@ def sessions_of(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def write_manifest(
-    session: RunSession, identity, sessions, status: str, records, judge=None
+    session: RunSession,
+    identity: dict[str, Any],
+    sessions: list[dict[str, Any]],
+    status: str,
+    records: Any,  # the results table (None: not written yet)
+    judge: dict[str, Any] | None = None,
 ) -> dict:
     """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the
     first invocation's start and ``sessions`` logs every invocation (start, end, records it had

@@ -114,10 +114,11 @@ def derive(record: Record, example: Example, metric: str | None) -> Record:
     """``noise_sensitivity`` from the stored noisy answer: clean minus noisy on ``metric``. The
     record itself when nothing changes."""
     meta = record.meta
-    if "noise_prediction" not in meta or metric is None or record.scores.get(metric) is None:
+    clean = record.scores.get(metric) if metric is not None else None
+    if "noise_prediction" not in meta or metric is None or clean is None:
         return record
     noisy_score = score(meta["noise_prediction"], example.answers, [metric], example.meta)[metric]
-    value = float(record.scores[metric]) - noisy_score
+    value = float(clean) - noisy_score
     if record.scores.get(METRIC) == value and meta.get("noise_metric") == metric:
         return record
     meta = {**meta, "noise_metric": metric, "noise_score": noisy_score}
@@ -204,6 +205,7 @@ def noise_pass(session: RunSession) -> int:
             if not budget.allows(done, again, len(todo) - start, "noise"):
                 break
             items = [(ex, _point(points, done[key])) for key, ex, _ in part]
+            assert res is not None  # built above: todo is not empty
             outcomes = run_batch(items, res)
             for (key, _, added), outcome in zip(part, outcomes, strict=True):
                 record = _with_noisy(done[key], added, outcome, cfg.noise_distractors)

@@ -91,7 +91,8 @@ def over_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) ->
         return []
     counter = llm if llm is not None else PromptCounter(prompt_counter(cfg))
     res = Resources(
-        llm=_Memo(counter),
+        # a token counter, not an LLM: the checked prompts are built, never generated
+        llm=_Memo(counter),  # type: ignore[arg-type]
         max_new_tokens=cfg.model.max_new_tokens,
         prompt_budget=cfg.prompt_budget,
     )

@@ -81,7 +81,7 @@ def dataset_name(manifest: dict[str, Any]) -> str:
     return f"{label} (n={dataset.get('n')})"
 
 
-def identity(llm) -> dict[str, Any]:
+def identity(llm: Any) -> dict[str, Any]:
     try:
         return dict(llm.identity())
     except Exception as exc:  # provenance must not kill a finished run

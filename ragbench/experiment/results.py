@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ragbench.cost import Cost
 from ragbench.cost.reprice import reprice_stale
@@ -96,7 +96,7 @@ def record_line(key: str, record: Record) -> str:
     return dumps_canonical({"key": key, "record": record.to_dict(), SCHEMA_KEY: SCHEMA_VERSION})
 
 
-def append_record(f, key: str, record: Record) -> None:
+def append_record(f: BinaryIO, key: str, record: Record) -> None:
     f.write((record_line(key, record) + "\n").encode("utf-8"))
     f.flush()
     os.fsync(f.fileno())
@@ -148,7 +148,7 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
     """The failed item's record; one that failed after some of its calls finished
     (``FailedAfterPaying``) carries their cost (analyses leave error rows out; a budget counts
     what they spent)."""
-    exc, cost = outcome_parts(exc)
+    error, cost = outcome_parts(exc)
     return Record(
         example_id=example.id,
         strategy=params.strategy,
@@ -156,7 +156,7 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
         prediction="",
         answers=example.answers,
         cost=cost,
-        error=redact_text(f"{type(exc).__name__}: {exc}"),  # errors quote URLs and payloads
+        error=redact_text(f"{type(error).__name__}: {error}"),  # errors quote URLs and payloads
     )
 
 
@@ -215,13 +215,16 @@ def _flatten(
     return row, where
 
 
-def table(records: list[Record], example_meta: dict[str, dict[str, Any]], metrics: list[str]):
+def table(
+    records: list[Record], example_meta: dict[str, dict[str, Any]], metrics: list[str]
+) -> Any:  # a pandas DataFrame (pandas imported when a table is made)
     """The results DataFrame: rows in the given order, columns in the fixed order above; a
     one-time cost amortised over the records given that answered with it."""
     import pandas as pd
 
     records = amortise_answered(records, example_meta)
-    rows, rank = [], {}
+    rows: list[dict[str, Any]] = []
+    rank: dict[str, tuple[Any, int, str]] = {}  # column -> (section, position, name)
     score_order = {m: i for i, m in enumerate(metrics)}
     for record in records:
         row, where = _flatten(record, example_meta[record.example_id])
@@ -241,7 +244,7 @@ def table(records: list[Record], example_meta: dict[str, dict[str, Any]], metric
     return pd.DataFrame(rows, columns=columns)
 
 
-def parquet_bytes(df) -> bytes:
+def parquet_bytes(df: Any) -> bytes:
     """Parquet of ``df``; object columns pyarrow cannot type (mixed kinds) become JSON text."""
     import io
 

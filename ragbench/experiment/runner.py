@@ -53,7 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -361,7 +361,9 @@ def _generate_ray(session: RunSession, state: _RunState) -> None:
 def _generate_local(session: RunSession, state: _RunState) -> None:
     """The pending records generated in this process, over resources built here."""
     cfg, llm, pending, entry = session.cfg, session.loaded.llm, state.pending, state.entry
-    identity = provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
+    identity: dict[str, Any] = (
+        provenance.identity(llm) if generates_answers(cfg) else {"retrieval_only": True}
+    )
     state.identity = identity
     # written before any work, so a run killed now still knows when it first started
     write_manifest(session, identity, state.sessions, status="running", records=None)
@@ -514,7 +516,9 @@ def _failures(df: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _interruptible(session: RunSession, identity: Any, sessions: list[dict[str, Any]]):
+def _interruptible(
+    session: RunSession, identity: Any, sessions: list[dict[str, Any]]
+) -> Iterator[None]:
     """An interrupt inside the block (``KeyboardInterrupt``, SIGTERM's ``SystemExit``) marks
     the manifest ``interrupted``, says in one line what was kept, and goes on."""
     written = session.writer.appended
@@ -597,7 +601,7 @@ class _Local:
     def order(self, rounds: list[list]) -> list[list]:
         return rounds
 
-    def run(self, rounds):
+    def run(self, rounds: Iterable[list]) -> Iterator[tuple[list, list]]:
         for chunk in rounds:  # strategies.run_batch: one LLM call per step
             yield chunk, run_batch([item for item, _ in chunk], self.res)
 

@@ -88,9 +88,10 @@ def _items(cell: Any, by_unit: bool) -> list[list]:
     if not rows or not by_unit:
         return [rows] if rows else []
     per_sample = [_as_list(r) for r in rows]
-    if any(r is None for r in per_sample) or len({len(r) for r in per_sample}) != 1:
+    lists = [r for r in per_sample if r is not None]
+    if len(lists) != len(per_sample) or len({len(r) for r in lists}) != 1:
         return []
-    return [list(unit) for unit in zip(*per_sample, strict=True)]
+    return [list(unit) for unit in zip(*lists, strict=True)]
 
 
 def judge_agreement(df: Any) -> Any:

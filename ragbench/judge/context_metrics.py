@@ -191,13 +191,15 @@ class AnswerRelevancy(JudgeMetric):
                     texts += [done.sample.question, *(j.verdict[1] for j in row)]
         vectors = judge.embedder.embed_queries(texts) if texts else None  # L2-normalised
         for r, done in enumerate(judged):
-            per_sample, sims_out = [], []
+            per_sample: list[float | None] = []
+            sims_out: list[list[float] | None] = []
             for s, row in enumerate(done.grid):
                 if (r, s) not in where:
                     per_sample.append(None)
                     sims_out.append(None)
                     continue
                 start = where[(r, s)]
+                assert vectors is not None  # where is not empty: texts were embedded
                 sims = vectors[start + 1 : start + 1 + len(row)] @ vectors[start]
                 sims_out.append([float(x) for x in sims])
                 per_sample.append(relevancy(sims, [j.verdict[0] for j in row]))

@@ -160,19 +160,30 @@ def _plan(
     meta.update(metric.detail(units))
     if prompt is None:
         return None
-    extra = {
-        "parse": lambda reply: metric.parse(reply, prompt),
-        "max_new_tokens": metric.max_new_tokens(judge),
-    }
+
+    def parse(reply: str) -> Any:
+        return metric.parse(reply, prompt)
+
+    max_new_tokens = metric.max_new_tokens(judge)
     for fields in units:  # a prompt the judge cannot read whole: unscored, not retried
-        reason = judge.too_long(Job(i, name, 0, fields, **extra).request(judge, 1))
+        probe = Job(i, name, 0, fields, parse=parse, max_new_tokens=max_new_tokens)
+        reason = judge.too_long(probe.request(judge, 1))
         if reason is not None:
             scores[name] = None
             meta[f"{name}_note"] = reason
             return []
     n = len(units)
     return [
-        Job(i, name, s, fields, unit=u, tag=metric.tag(s, u, n), **extra)
+        Job(
+            i,
+            name,
+            s,
+            fields,
+            unit=u,
+            tag=metric.tag(s, u, n),
+            parse=parse,
+            max_new_tokens=max_new_tokens,
+        )
         for s in range(judge.samples)
         for u, fields in enumerate(units)
     ]

@@ -23,6 +23,13 @@ from typing import Any, ClassVar
 from ragbench.types import Completion, GenerationRequest
 
 
+def tell_batch(exc: BaseException, **fields: Any) -> None:
+    """Set what a failed batch's exception (of any type: an interrupt too) says of its requests
+    (``partial``, ``errors``, the cache's ``stored``; see the module docstring)."""
+    for name, value in fields.items():
+        setattr(exc, name, value)
+
+
 class ContextOverflowError(ValueError):
     def __init__(self, prompt_tokens: int, max_new_tokens: int, window: int, model: str):
         super().__init__(

@@ -45,7 +45,7 @@ from typing import Any
 from filelock import FileLock
 
 from ragbench.io import dumps_canonical
-from ragbench.llm.base import LLM
+from ragbench.llm.base import LLM, tell_batch
 from ragbench.types import Completion, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class CachedLLM(LLM):
         """Turn the wrapped LLM's ``partial``/``errors`` (indices into the misses it was given)
         into indices of the caller's batch, hits included: the caller then gives each request
         its completion or its own error and resends none of them."""
-        done = {todo_keys[i]: c for i, c in exc.partial.items()}
+        done = {todo_keys[i]: c for i, c in getattr(exc, "partial", {}).items()}
         inner_errors = getattr(exc, "errors", None)
         failed = {todo_keys[i]: e for i, e in (inner_errors or {}).items()}
         partial: dict[int, Completion] = {}
@@ -294,9 +294,9 @@ class CachedLLM(LLM):
                 partial[j] = done[k]
             elif k in failed:
                 errors[j] = failed[k]
-        exc.partial = partial
+        tell_batch(exc, partial=partial)
         if inner_errors is not None:
-            exc.errors = errors
+            tell_batch(exc, errors=errors)
 
     def __len__(self) -> int:
         with self._lock:
@@ -333,7 +333,7 @@ class CachedLLM(LLM):
                 if partial is not None:
                     self._store({todo_keys[i]: c for i, c in partial.items()})
                     self._reindex(exc, keys, todo_keys, found)
-                    exc.stored = len(partial)
+                    tell_batch(exc, stored=len(partial))
                 raise
             fresh = dict(zip(todo_keys, out, strict=True))
             self._store(fresh)

@@ -82,9 +82,9 @@ def answer_from_prompt(prompt: str) -> str:
         values = [m["value"] for m in _KEYLESS.finditer(context)]
         if values:
             return ", ".join(dict.fromkeys(values))
-    m = _WHAT_IS.match(question)
-    if m:
-        subject = re.escape(m["subject"].strip())
+    what = _WHAT_IS.match(question)
+    if what:
+        subject = re.escape(what["subject"].strip())
         found = re.search(rf"\b(?:the )?{subject} (?:is|are) (?P<x>[^.\n]+)", context, re.I)
         if found:
             return found["x"].strip()
@@ -120,7 +120,8 @@ class FakeLLM(LLM):
         self.context_window, self.name, self.answer_fn = context_window, model, answer_fn
         self.prefill_tps, self.decode_tps = prefill_tokens_per_second, decode_tokens_per_second
         self.simulate_kv_cache = simulate_kv_cache
-        self.prefix_cache_size, self._kept = prefix_cache_size, OrderedDict()
+        self.prefix_cache_size = prefix_cache_size
+        self._kept: OrderedDict[str, None] = OrderedDict()  # the cached prefixes, oldest first
         self.sleep, self.serial = sleep, serial
         self._tok = WhitespaceTokenizer()
         self.calls = 0  # generate() batches served; tests use it to see cache hits

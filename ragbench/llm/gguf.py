@@ -11,6 +11,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ragbench import assets
 from ragbench.devices import quiet_transformers
@@ -79,7 +80,7 @@ def convert_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | No
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     tmp.mkdir(parents=True)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(  # a PreTrainedModel
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
         )
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)

@@ -282,8 +282,9 @@ class RateLimiter:
                     self._seq += 1
                     self._tokens_sent += tokens
                     for unit, n in (("requests", 1), ("tokens", tokens)):
-                        if self._windows[unit].left is not None:
-                            self._windows[unit].left -= n
+                        window = self._windows[unit]
+                        if window.left is not None:
+                            window.left -= n
                     self.waited += wait
                     break
                 self.waited += server_wait

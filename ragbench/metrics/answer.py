@@ -115,7 +115,8 @@ KINDS = ("string", "judge", "embedding", "noise")  # how a metric is computed (m
 @dataclass(frozen=True)
 class Metric:
     name: str
-    fn: Callable[[str, Sequence[str]], float] | None
+    # (prediction, answers) -> score; (prediction, answers, meta) with ``needs_meta``
+    fn: Callable[..., float] | None
     higher_is_better: bool = True
     aggregation: str = "mean"  # per-example scores are averaged over a group
     description: str = ""
@@ -322,7 +323,7 @@ def wilson_ci(successes: int, n: int, level: float = 0.95) -> tuple[float, float
 
 
 def bootstrap_ci(
-    values: Sequence[float], n_boot: int = 1000, seed: int = 0, level: float = 0.95
+    values: Sequence[float] | np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float]:
     """Percentile bootstrap CI of the mean (local RNG: the same seed gives the same interval).
 
@@ -340,7 +341,7 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
-def is_binary(values: Sequence[float]) -> bool:
+def is_binary(values: Sequence[float] | np.ndarray) -> bool:
     """Every value is 0 or 1 (NaN ignored): a proportion, whose interval is Wilson's."""
     v = np.asarray(values, dtype=float)
     return bool(np.isin(v[~np.isnan(v)], (0.0, 1.0)).all())

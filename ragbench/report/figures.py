@@ -315,6 +315,7 @@ def plot_heatmaps(
         ax.set_xlabel("context length (tokens)" if cols == "context_length" else cols)
         ax.set_ylabel("needle depth (%)" if rows == "depth_percent" else rows)
         ax.set_title(label)
+    assert image is not None  # one image per label, and subplots needs one at least
     bar = fig.colorbar(image, ax=list(axes[0]), label=readable.metric_label(metric))
     readable.percent_axis(bar.ax.yaxis)
     fig.draw_without_rendering()  # the cells' final size, for the size of their labels

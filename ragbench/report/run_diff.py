@@ -316,6 +316,7 @@ def _side(run: Any, side: str) -> _Run:
     run; anything else is an error saying what is accepted."""
     import pandas as pd
 
+    folder: Path | None  # a table's own folder, where it names one
     if isinstance(run, str | PathLike):
         folder = run_folder(run)
         table = load(folder)

@@ -196,7 +196,10 @@ def _tables_class() -> type:
         parts: Sequence[Any] = ()  # each table as text cells under plain headers (``_plain``)
         show_index: bool = False
 
-        def to_string(self, buf: Any = None, encoding: str | None = None) -> str | None:
+        # plain text of its own: Styler's layout options (sparse_index, delimiter) do not apply
+        def to_string(  # type: ignore[override]
+            self, buf: Any = None, encoding: str | None = None
+        ) -> str | None:
             """The table as plain text, for a script or a terminal: its caption's lines, then
             the rows with their values as the HTML shows them, under headers without markup,
             then each ``more`` table under ``MORE_COLUMNS`` (``str()`` and ``print`` give the

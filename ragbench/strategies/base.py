@@ -131,7 +131,9 @@ def make_record(
         params=params,
         prediction=prediction,
         answers=example.answers,
-        scores=score(prediction, example.answers, res.metrics, example.meta) if scored else {},
+        scores=dict(score(prediction, example.answers, res.metrics, example.meta))
+        if scored
+        else {},
         cost=cost or res.cost(completion),
         meta={
             "raw": completion.text,

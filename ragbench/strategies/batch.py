@@ -66,8 +66,6 @@ def run_batch(
                 finished.setdefault(i, []).append(charged)
                 step(i, current[i], charged)
     for i, calls in finished.items():
-        if isinstance(results[i], Exception):
-            results[i] = FailedAfterPaying(
-                results[i], sum(map(res.cost, calls[1:]), res.cost(calls[0]))
-            )
+        if isinstance(error := results[i], Exception):
+            results[i] = FailedAfterPaying(error, sum(map(res.cost, calls[1:]), res.cost(calls[0])))
     return results  # type: ignore[return-value]

@@ -116,7 +116,9 @@ def kept_facts(example: Example, ranges: list[tuple[int, int]]) -> dict[str, Any
     def kept(start: int, end: int) -> int:  # characters of [start, end) inside the ranges
         return sum(max(0, min(end, e) - max(start, s)) for s, e in ranges)
 
-    dropped, cut, text_at = [], [], {}
+    dropped: list[str] = []
+    cut: list[str] = []
+    text_at: dict[str, int] = {}  # document id -> where its text starts
     for doc_id, start, text_start, end in document_layout(example.documents):
         text_at.setdefault(doc_id, text_start)
         if end > start and kept(start, end) == 0:

@@ -42,18 +42,18 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from ragbench.cost.accounting import Cost
 from ragbench.llm.cache import CachedLLM
 from ragbench.strategies.base import Resources
 from ragbench.strategies.fit import long_context_prompt
-from ragbench.strategies.params import StrategyParams
+from ragbench.strategies.params import LongContextParams, StrategyParams
 from ragbench.strategies.prompt_format import FULL, prompt_format
 from ragbench.types import Example
 
 
-def wanted(params: StrategyParams) -> bool:
+def wanted(params: StrategyParams) -> TypeGuard[LongContextParams]:
     """Whether ``params`` ask for a preload (long_context preload: true)."""
     strategy = getattr(params, "strategy", None)  # (None: a work item without parameters)
     return strategy == "long_context" and bool(getattr(params, "preload", False))
@@ -97,7 +97,7 @@ def ensure(items: Sequence[tuple[Example, StrategyParams]], res: Resources) -> N
     counted = count(items)
     for example, params in items:
         key = group(example, params)
-        if key is None or key in res.preloaded:
+        if key is None or key in res.preloaded or not wanted(params):  # (no key: not wanted)
             continue
         res.preload_over.setdefault(key, counted[key])
         try:
@@ -172,8 +172,10 @@ def one_time_dollars(
 
 def summary(res: Resources | None) -> list[dict[str, Any]]:
     """The run's preloads for its manifest: group, one-time seconds and dollars, questions."""
-    out = []
-    for key, one in (res.preloaded if res is not None else {}).items():
+    out: list[dict[str, Any]] = []
+    if res is None:
+        return out
+    for key, one in res.preloaded.items():
         done = not isinstance(one, Exception)
         out.append(
             {

@@ -91,7 +91,7 @@ class Strategy:
     rebuild_prompts: Callable[[Example, Record, ResourcesFn], list[str]] | None = None
     # (params) -> None, once per parameter point with work to do, before any work: raises
     # (ServerUnreachable, ValueError) when the point cannot run (a dead endpoint)
-    preflight: Callable[[StrategyParams], None] | None = None
+    preflight: Callable[[Any], None] | None = None  # takes the strategy's own params class
     # answers by calling a system outside ragbench (the user's pipeline): a dry run, which
     # sends nothing, cannot count or price it
     external: bool = False
@@ -99,7 +99,7 @@ class Strategy:
     # question and the template: how far the run's calibration probes (``longest_prompt``).
     # None: no bound short of the whole example (long context; Self-Route, which can fall back
     # to it; a pipeline, which builds its own prompts; any strategy that declares none)
-    context_bound: Callable[[StrategyParams], int] | None = None
+    context_bound: Callable[[Any], int] | None = None  # the strategy's own params class
 
     def contexts(
         self,
@@ -122,14 +122,16 @@ class Strategy:
             text = no_context
         prompts = self.rebuild_prompts or self._no_prompts
         res = resources if resources is not None else _no_resources
+        # a rebuild reads a Record and its Example: asked of a table row or without the
+        # example, it fails when called (the rebuilds are lazy; a row's Contexts rarely asks)
         return Contexts(
             strategy=self.name,
             source=source,
             meta_prefix="lc_" if self.routes and source == FULL_CONTEXT else "",
             corpus_note=self._corpus_note(facts),
-            rebuild_text=None if text is None else lambda: text(example, record, res),
-            rebuild_texts=None if texts is None else lambda: texts(example, record, res),
-            rebuild_prompts=lambda: prompts(example, record, res),
+            rebuild_text=None if text is None else lambda: text(example, record, res),  # type: ignore[arg-type]
+            rebuild_texts=None if texts is None else lambda: texts(example, record, res),  # type: ignore[arg-type]
+            rebuild_prompts=lambda: prompts(example, record, res),  # type: ignore[arg-type]
         )
 
     def _no_prompts(self, example: Example, record: Record, res: ResourcesFn) -> list[str]:

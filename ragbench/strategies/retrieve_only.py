@@ -90,7 +90,7 @@ def retrieve_only_steps(example: Example, res: Resources, params: RetrieveOnlyPa
     ranked = rank_documents(example, res, params)
     run = {example.id: ranked["docs"]}
     per = per_query(run, {example.id: qrels}, metric_names(params.top_k))
-    scores = {name: values[example.id] for name, values in per.items()}
+    scores: dict[str, float | None] = {name: values[example.id] for name, values in per.items()}
     seconds = ranked["index_seconds"] + ranked["retrieve_seconds"]
     return Record(
         example_id=example.id,

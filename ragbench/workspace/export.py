@@ -385,7 +385,7 @@ def write_lm_eval(
         path = folder / f"samples_{task}_{date_id}.jsonl"
         written.append(atomic_write_text(path, "".join(json.dumps(s) + "\n" for s in lines)))
     started = manifest.get("started_at")
-    aggregate = {
+    aggregate: dict[str, Any] = {
         "results": results,
         "group_subtasks": {task: [] for task in tasks},
         "configs": configs,

@@ -189,11 +189,11 @@ def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
     are masked in every output too, as the code rule masks them in the code: a cell that
     prints or raises with a short key shows it in no form the patterns know. Images,
     attachments and data: URIs are left untouched (a base64 alphabet must not be edited)."""
-    nb = json.loads(json.dumps(nb, default=str))  # a plain deep copy, NotebookNode or dict
-    papermill = nb.get("metadata", {}).get("papermill")
+    out: dict[str, Any] = json.loads(json.dumps(nb, default=str))  # a plain deep copy
+    papermill = out.get("metadata", {}).get("papermill")
     if isinstance(papermill, dict) and isinstance(papermill.get("parameters"), dict):
         papermill["parameters"] = secrets.redact(papermill["parameters"])
-    cells = nb.get("cells", [])
+    cells = out.get("cells", [])
     known: set[str] = set()
     for cell in cells:
         if cell.get("cell_type") == "code":
@@ -204,7 +204,7 @@ def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
             cell["source"] = _redact_text_field(cell["source"], code=code, known=known)
         for output in cell.get("outputs", []):
             _redact_output(output, known)
-    return nb
+    return out
 
 
 def _redact_output(output: dict[str, Any], known: set[str]) -> None:
@@ -383,7 +383,7 @@ def reap_children_on_signals() -> Iterator[None]:
         raise SystemExit(128 + signum)
 
     # an ignored signal stays ignored (``nohup``, a background job of a script: no Ctrl-C)
-    saved = {
+    saved: dict[int, Any] = {  # signal -> its handler before
         s: signal.getsignal(s)
         for s in (signal.SIGTERM, signal.SIGINT)
         if signal.getsignal(s) is not signal.SIG_IGN

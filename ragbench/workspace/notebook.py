@@ -36,7 +36,7 @@ def model_block(
             stacklevel=2,
         )
         base_url = ""
-    section = {
+    section: dict[str, Any] = {
         "backend": backend,
         "name": model,
         "max_new_tokens": max_new_tokens,

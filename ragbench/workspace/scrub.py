@@ -142,9 +142,14 @@ def outside_data_uris(text: str, edit: Callable[[str], str]) -> str:
     return "".join(parts)
 
 
+def _literal(replacement: str) -> Callable[[re.Match[str]], str]:
+    """``re.sub``'s replacement of every match by ``replacement`` as it is (no escapes read)."""
+    return lambda _match: replacement
+
+
 def _scrub_paths(text: str, paths: list[tuple[str, str]]) -> str:
     for path, placeholder in paths:
         for form in {path, html.escape(path), json.dumps(path)[1:-1]}:
             # whole path components only: /work/main must not touch /work/mainline
-            text = re.sub(re.escape(form) + r"(?![\w.-])", lambda _m, r=placeholder: r, text)
+            text = re.sub(re.escape(form) + r"(?![\w.-])", _literal(placeholder), text)
     return text

@@ -214,7 +214,9 @@ def _unread_link(path: Path) -> str | None:
 def assemble(pieces: Sequence[str]) -> tuple[str, list[int]]:
     """(text, start offset of each piece): pieces cleaned one by one, then joined."""
     parts: list[str] = []  # joined once at the end: no quadratic ``text +=`` over many pages
-    length, starts, empty = 0, [], []
+    length = 0
+    starts: list[int] = []
+    empty: list[int] = []  # indexes in starts of the empty pieces before the next text
     for piece in pieces:
         piece = clean_text(piece)
         if not piece:  # an empty page starts where the next page's text does

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 from ragbench.datasets._validate import (
     FieldError,
@@ -94,7 +94,7 @@ class CorpusWriter:
         self.count = 0
         self._digest = hashlib.sha256()
         self._ids: set[str] = set()
-        self._file = None
+        self._file: BinaryIO | None = None
         self._tmp: Path | None = None
 
     def __enter__(self) -> CorpusWriter:
@@ -108,13 +108,20 @@ class CorpusWriter:
         self._file = os.fdopen(fd, "wb")
         return self
 
+    def _open(self) -> tuple[BinaryIO, Path]:
+        """The temporary file and its path (set by ``__enter__``)."""
+        if self._file is None or self._tmp is None:
+            raise RuntimeError("CorpusWriter writes inside its `with` block only")
+        return self._file, self._tmp
+
     def write(self, document: Document) -> None:
+        file, _ = self._open()
         if document.id in self._ids:
             refuse_duplicate_ids([document.id] * 2, "document", "a corpus")
         self._ids.add(document.id)
         for data in line_chunks(document):
             self._digest.update(data)
-            self._file.write(data)
+            file.write(data)
         self.count += 1
 
     @property
@@ -124,15 +131,16 @@ class CorpusWriter:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        file, tmp = self._open()
         try:
             if kind is None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-            self._file.close()
+                file.flush()
+                os.fsync(file.fileno())
+            file.close()
             if kind is None:
-                os.replace(self._tmp, self.path)
+                os.replace(tmp, self.path)
         finally:
-            self._tmp.unlink(missing_ok=True)  # gone already when renamed into place
+            tmp.unlink(missing_ok=True)  # gone already when renamed into place
 
 
 def corpus_fingerprint(documents: Iterable[Document]) -> str:

@@ -178,7 +178,7 @@ def _niah(rng, tok, budget, *, haystack, key_type, value_type, num_keys, num_val
     def build(n: int):
         r = random.Random()
         r.setstate(state)
-        if prose:
+        if hay is not None:  # prose
             parts = _essay_parts(r, hay.take(tok, n)[0] if n else "", needles)
             return _join(parts, " ")
         if haystack == "noise":
@@ -229,7 +229,9 @@ def _variable_tracking(rng, tok, budget, *, num_chains, num_hops):
     # interleave the chains at random, each chain's statements in order
     turns = [c for c in range(num_chains) for _ in range(num_hops + 1)]
     rng.shuffle(turns)
-    statements, gold, seen = [], [], [0] * num_chains
+    statements: list[str] = []
+    gold: list[int] = []  # the queried chain's statements, by position
+    seen = [0] * num_chains
     for c in turns:
         if c == 0:
             gold.append(len(statements))
@@ -353,7 +355,7 @@ def iter_ruler(
                     num_values=num_values or v,
                     num_queries=num_queries or q,
                 )
-                templates = (NIAH_INSTRUCTION, NIAH_QUESTION, NIAH_ANSWER_PREFIX)
+                templates: tuple[str, ...] = (NIAH_INSTRUCTION, NIAH_QUESTION, NIAH_ANSWER_PREFIX)
                 if len(answers) == 1:
                     templates = tuple(
                         t.replace("Some", "A").replace("are all", "is").replace("are", "is")

@@ -209,9 +209,12 @@ class RunConfig(_Strict):
                 "(backend, name, params), e.g. judge: {model: {backend: openai, name: ...}}"
             )
         same = lambda m: (m.backend, m.name, m.params)  # noqa: E731 (what makes it that model)
-        judged_by_self = judge is not None and judge.model is not None
-        judged_by_self = judged_by_self and same(judge.model) == same(self.model)
-        if judged_by_self and not judge.allow_model_under_test:
+        if (
+            judge is not None
+            and judge.model is not None
+            and same(judge.model) == same(self.model)
+            and not judge.allow_model_under_test
+        ):
             raise ValueError(
                 "judge.model is the model under test; a model grading its own answers is "
                 "biased. Name another model, or set judge.allow_model_under_test: true"
@@ -254,7 +257,7 @@ def config_hash(config: RunConfig) -> str:
     # cuda_graphs), and the HTTP backend's timeouts and retries (TRANSPORT_PARAMS)
     params = dict.fromkeys((*SPEED_PARAMS, *TRANSPORT_PARAMS), True)
     speed = {"threads": True, "rate_limit": True, "params": params}
-    exclude = {
+    exclude: dict[str, Any] = {
         "output_dir": True,
         "max_dollars": True,
         "sequential": True,

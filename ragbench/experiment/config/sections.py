@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlparse
 
 from pydantic import (
@@ -26,7 +26,7 @@ from ragbench.datasets import UnknownParamError, check_name, check_params
 from ragbench.experiment.config.text import located
 from ragbench.judge.calls import QUESTIONS  # answer_relevancy's default (RAGAS: 3)
 from ragbench.judge.metric import get_judge_metric, judged_metrics
-from ragbench.judge.prompts import load_prompt
+from ragbench.judge.prompts import JudgePrompt, load_prompt
 from ragbench.llm import BACKENDS, backend_capabilities, backend_params, check_backend_params
 from ragbench.llm.hf.load import PICKLE_OPTION, refuse_pickle_weights
 from ragbench.llm.openai import payload as wire
@@ -67,7 +67,8 @@ def _known_window(fields: dict[str, Any]) -> int | None:
     if default is not None and isinstance(default.default, int):
         return default.default
     name = fields.get("preset") or fields.get("name")
-    if backend_capabilities(fields["backend"]).local_weights and name in PRESETS:
+    local = backend_capabilities(fields["backend"]).local_weights
+    if local and isinstance(name, str) and name in PRESETS:
         return get_preset(name).context_window
     return None
 
@@ -119,7 +120,9 @@ class RateLimitConfig(_Strict):
 class ModelConfig(_Strict):
     backend: str = "hf"  # where generation runs: hf | openai | fake (ragbench.llm.BACKENDS)
     name: str = "smollm2-135m-instruct"  # preset name, HF id/folder, or served model name
-    params: ModelParams = Field(default_factory=dict)  # backend kwargs: device, base_url, ...
+    params: ModelParams = Field(
+        default_factory=ModelParams
+    )  # backend kwargs: device, base_url, ...
     preset: str | None = None  # architecture for FLOPs/KV bytes; default: `name` if it is a preset
     # SmolLM2 restates the question: allow >= 32; below the window where it is known (_room)
     max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
@@ -231,7 +234,8 @@ class RetrievalConfig(_Strict):
     value or a list (a grid, crossed with each strategy's own parameter grid, and recorded in
     every record's params); a strategy's ``params`` may override them."""
 
-    embedder: str | list[str] = _R.embedder  # minilm (embedded, offline) | hash (fast tests)
+    # minilm (embedded, offline) | hash (fast tests); the class default is a name, not None
+    embedder: str | list[str] = cast(str, _R.embedder)
     retriever: str | list[str] = _R.retriever  # dense | bm25 | hybrid | rerank
     splitter: str | list[str] = _R.splitter  # llama-index splitter: sentence | token
     chunk_size: int | list[int] = _R.chunk_size  # tokens per chunk (the chunking tokenizer's)
@@ -377,7 +381,7 @@ class JudgeConfig(_Strict):
         """The loaded ``price_sheet`` that prices the judge's calls (None: no dollars)."""
         return self._sheet
 
-    def prompt(self, metric: str):
+    def prompt(self, metric: str) -> JudgePrompt:
         """The template that scores ``metric``: the one ``prompts`` names, else the metric's own
         (``judge_correct``: ``correct-v1``)."""
         if metric in self.prompts:

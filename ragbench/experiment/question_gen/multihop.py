@@ -35,7 +35,7 @@ to extract entities and every step checkable:
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -212,7 +212,7 @@ def pair_passages(passages: Sequence[Passage]) -> Iterator[PassagePair]:
     for i, passage in enumerate(passages):
         if i in used:
             continue
-        scores: Counter[int] = Counter()
+        scores: dict[int, float] = defaultdict(float)
         for w in sorted(words[i]):  # sorted: the float sums are the same in every process
             if len(postings[w]) <= cap:
                 for j in postings[w]:

@@ -46,6 +46,7 @@ def sink_layer_class() -> type:
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             self.cumulative_length += key_states.shape[-2]
+            assert self.keys is not None and self.values is not None  # initialised above
             keys = torch.cat([self.keys, key_states], dim=-2)
             values = torch.cat([self.values, value_states], dim=-2)
             if keys.shape[-2] > self.sinks + self.window:
@@ -57,7 +58,7 @@ def sink_layer_class() -> type:
             return keys, values  # this pass attends to everything kept before it + itself
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            stored = self.keys.shape[-2] if self.is_initialized else 0
+            stored = self.keys.shape[-2] if self.is_initialized and self.keys is not None else 0
             return stored + query_length, self.cumulative_length - stored
 
         def get_seq_length(self) -> int:

@@ -183,7 +183,7 @@ def make_snap_cache(ratio: float, window: int, model: Any, meta: dict[str, Any])
 
 
 @functools.cache
-def snap_layer_class() -> type:
+def snap_layer_class() -> type[Any]:  # a DynamicLayer subclass, made on first use
     """``SnapLayer``, built on first use (it subclasses transformers' ``DynamicLayer``, and this
     module must import without transformers)."""
     from transformers.cache_utils import DynamicLayer
@@ -206,6 +206,7 @@ def snap_layer_class() -> type:
             return super().update(key_states, value_states, *args, **kwargs)
 
         def compress(self, queries, scaling: float) -> None:
+            assert self.keys is not None  # compressed after the prefill stored the prompt
             n, w = self.keys.shape[-2], queries.shape[-2]
             keep = kept(n, self.ratio, w) - w
             if keep < n - w:  # else: ratio 1 (or a prompt within the window) keeps everything
@@ -215,7 +216,7 @@ def snap_layer_class() -> type:
             self.meta.update(prompt_positions=n, kept_positions=keep + w)
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            stored = self.keys.shape[-2] if self.is_initialized else 0
+            stored = self.keys.shape[-2] if self.is_initialized and self.keys is not None else 0
             return stored + query_length, self.cumulative_length - stored
 
         def get_seq_length(self) -> int:

@@ -344,7 +344,7 @@ def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
     if isinstance(obj, torch.Tensor):
         flatten = getattr(type(obj), "__tensor_flatten__", None)
         if flatten is not None and type(obj) is not torch.Tensor:
-            names, _ = obj.__tensor_flatten__()
+            names, _ = flatten(obj)  # a tensor subclass's parts (torch's wrapper protocol)
             return sum(tensor_bytes(getattr(obj, n), seen) for n in names)
         return obj.numel() * obj.element_size()
     if isinstance(obj, dict):

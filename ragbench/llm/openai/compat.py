@@ -81,14 +81,14 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ragbench import secrets
-from ragbench.llm.base import LLM
+from ragbench.llm.base import LLM, tell_batch
 from ragbench.llm.kv.variants import refuse_variants
 from ragbench.llm.openai import http, preflight
 from ragbench.llm.openai import payload as wire
 from ragbench.llm.openai.http import LLMBatchError
 from ragbench.llm.rate_limit import RateLimiter
 from ragbench.llm.server_time import RESOURCE_SECONDS_BASIS, BusyTimeline, token_work
-from ragbench.tokenizers import get_tokenizer
+from ragbench.tokenizers import Tokenizer, get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class OpenAICompatLLM(LLM):
         self.sleep = sleep if sleep is not None else self._wait
         # its waits are retry-like: the server's word pauses no longer than a retry waits
         self.limiter = RateLimiter.of(rate_limit, sleep=self.sleep, max_pause=backoff_max)
-        self._tokenizer = None
+        self._tokenizer: Tokenizer | None = None
         self._has_key = bool(key)
         self._usage_warned = False  # a server's unusable usage is logged once
         self._client = self._make_client(key, creds, headers)
@@ -293,7 +293,7 @@ class OpenAICompatLLM(LLM):
 
     # ------------------------------------------------------------------ token counting
 
-    def _counter(self):
+    def _counter(self) -> Tokenizer:
         if self._tokenizer is None:
             with self._lock:
                 self._tokenizer = self._tokenizer or get_tokenizer(self.tokenizer_name)
@@ -314,7 +314,7 @@ class OpenAICompatLLM(LLM):
             return math.ceil(len(text) / 4)
         tokenizer = self._counter()
         hf = getattr(tokenizer, "hf", None)  # a transformers tokenizer (not whitespace)
-        if "messages" in payload and getattr(hf, "chat_template", None):
+        if "messages" in payload and hf is not None and getattr(hf, "chat_template", None):
             text = hf.apply_chat_template(
                 payload["messages"], tokenize=False, add_generation_prompt=True
             )  # its special tokens are in the text: counted without adding more
@@ -335,13 +335,13 @@ class OpenAICompatLLM(LLM):
         # even when another has failed: the caller then knows each request's fate and never
         # has to resend one, which would repeat its retries against the server.
         finished: dict[int, tuple[Completion, int]] = {}  # index -> (completion, its ticket)
-        errors: dict[int, Exception] = {}
+        errors: dict[int, BaseException] = {}  # a worker's future may hold any exception
         if len(requests) == 1:
             try:
                 finished[0] = self._request(requests[0], time.perf_counter())
             except Exception as exc:
-                if not hasattr(exc, "partial"):
-                    exc.partial = {}  # nothing else finished; the request is not to be resent
+                if not hasattr(exc, "partial"):  # nothing else finished; not to be resent
+                    tell_batch(exc, partial={})
                 raise
         else:
             pool = ThreadPoolExecutor(min(self.max_concurrency, len(requests)))
@@ -350,13 +350,13 @@ class OpenAICompatLLM(LLM):
             futures = [pool.submit(self._request, r, time.perf_counter()) for r in requests]
             try:
                 for i, f in enumerate(futures):
-                    exc = f.exception()
-                    if exc is None:
+                    error = f.exception()
+                    if error is None:
                         finished[i] = f.result()
                     else:
-                        errors[i] = exc
+                        errors[i] = error
             except BaseException as stop:  # Ctrl-C, or SIGTERM's SystemExit, in this thread
-                stop.partial = self.timeline.charge(self._stop_batch(pool, futures))
+                tell_batch(stop, partial=self.timeline.charge(self._stop_batch(pool, futures)))
                 raise
             pool.shutdown()
         results = self.timeline.charge(finished)  # a failed batch's finished ones too

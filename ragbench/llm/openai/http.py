@@ -83,7 +83,9 @@ class LLMBatchError(LLMRequestError):
     that request's own error; ``partial``: index -> Completion of the others. The message,
     status and attempts are those of the first failed request."""
 
-    def __init__(self, partial: dict[int, Completion], errors: dict[int, Exception], total: int):
+    def __init__(
+        self, partial: dict[int, Completion], errors: dict[int, BaseException], total: int
+    ) -> None:
         i = min(errors)
         first = errors[i]
         what = (

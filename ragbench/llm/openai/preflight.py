@@ -135,7 +135,7 @@ def send_probe(
         cause = f"an answer that cannot be read{request}: {exc}. Nothing was run"
         raise _fail(ServerRefused, what, cause) from None
     except Exception as exc:
-        cause = _no_answer(exc, timeout)
-        if cause is None:
+        unreachable = _no_answer(exc, timeout)
+        if unreachable is None:
             raise
-        raise _fail(ServerUnreachable, what, cause) from None
+        raise _fail(ServerUnreachable, what, unreachable) from None

@@ -33,6 +33,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,8 @@ class Embedder(ABC):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self._cache = None  # built on first use: model_identity may hash model files
+        # built on first use: model_identity may hash model files
+        self._cache: EmbeddingCache | None = None
 
     @property
     @abstractmethod
@@ -188,7 +190,7 @@ class SentenceTransformerEmbedder(Embedder):
         self.device = pick_device(device)
         self.batch_size = batch_size
         self.show_progress = show_progress
-        self._model = None
+        self._model: Any = None  # the SentenceTransformer, loaded on first use
         self.encode_calls = 0  # how many times the model was asked to embed (cache misses)
         self.padded_tokens = 0  # token slots fed to the model, padding included
 
@@ -300,7 +302,8 @@ class Bf16Embedder(SentenceTransformerEmbedder):
     """The same in bf16 mixed precision (``precision="bf16"`` by default: ``minilm-bf16``)."""
 
     def __init__(self, model: str | os.PathLike | None = None, *args, precision="bf16", **kw):
-        super().__init__(model, *args, precision=precision, **kw)
+        # *args name the parameters before precision (a ninth would be a TypeError anyway)
+        super().__init__(model, *args, precision=precision, **kw)  # type: ignore[misc]
 
 
 def folder_fingerprint(folder: str | os.PathLike) -> str:

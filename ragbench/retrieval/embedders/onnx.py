@@ -181,11 +181,14 @@ class OnnxEmbedder(SentenceTransformerEmbedder):
         if self.quantize:
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            q = dict(QUANTIZATIONS[self.quantize])
+            q = dict(QUANTIZATIONS[self.quantize] or {})
             weight_type = getattr(QuantType, q.pop("weight_type"))
             quantize_dynamic(fp32, out / "model.onnx", weight_type=weight_type, **q)
             fp32.unlink()
-        meta = {"identity": self.model_identity, "source_identity": super().model_identity}
+        meta: dict[str, Any] = {
+            "identity": self.model_identity,
+            "source_identity": super().model_identity,
+        }
         meta |= {"recipe": RECIPE, "quantization": QUANTIZATIONS[self.quantize], "inputs": names}
         (out / "ragbench-export.json").write_text(json.dumps(meta, indent=2) + "\n")
         exports += 1
@@ -199,7 +202,7 @@ class OnnxEmbedder(SentenceTransformerEmbedder):
             from sentence_transformers import SentenceTransformer
 
             st_model = SentenceTransformer(self.source, device="cpu")
-            transformer = st_model[0]
+            transformer: Any = st_model[0]  # its Transformer module (checked below)
             if not hasattr(transformer, "auto_model"):
                 raise ValueError(f"{self.label}: the ONNX backend needs a Transformer first module")
             path = self.onnx_path(st_model)

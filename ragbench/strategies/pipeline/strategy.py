@@ -153,6 +153,7 @@ def open_pipeline(params: PipelineParams) -> Opened:
     if params.url is not None:
         return Opened("http")
     key = (params.target, params.version)
+    assert params.target is not None  # PipelineParams: a url or a target
     with _open_lock:
         if key not in _opened:
             obj, _ = pipeline_target.resolve(params.target)
@@ -189,6 +190,7 @@ def set_up(params: PipelineParams, example: Example) -> str | None:
             if params.setup_url is not None:
                 pipeline_http.post_setup(params, corpus, docs)
             else:
+                assert params.setup is not None  # indexes_corpus: a setup_url or a setup
                 fn, _ = pipeline_target.resolve(params.setup, "pipeline setup")
                 fn(*(docs, corpus)[: _arity(fn) or 1])
         except Exception as exc:
@@ -238,7 +240,9 @@ def _token_counter(engine: Any) -> Any:
 
 def _query(engine: Any, question: str) -> PipelineAnswer:
     counter = _token_counter(engine)
-    before = (counter.prompt_llm_token_count, counter.completion_llm_token_count) if counter else 0
+    before = (
+        (counter.prompt_llm_token_count, counter.completion_llm_token_count) if counter else (0, 0)
+    )
     response = engine.query(question)
     usage = None
     if counter is not None and counter.llm_token_counts:
@@ -472,7 +476,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         answer = PipelineAnswer.parse(raw)
     except MalformedAnswer as exc:
         raise MalformedAnswer(f"pipeline {what} returned a malformed answer: {exc}") from None
-    contexts = None if answer.contexts is None else [_located(c, example) for c in answer.contexts]
+    reported = None if answer.contexts is None else [_located(c, example) for c in answer.contexts]
     completion = _usage_completion(answer, question, seconds, res)
     full = len(completion.text)
     if full > MAX_ANSWER_CHARS:  # counted whole above; stored and scored cut
@@ -481,7 +485,7 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
     # the run's architecture facts (FLOPs, KV bytes) hold only for the run's own model
     own_model = completion.model in ("", getattr(res.llm, "name", ""))
     cost = res.cost(completion) if own_model else Cost.of(completion, None, res.sheet)
-    meta = context_meta(contexts, example) | tags
+    meta = context_meta(reported, example) | tags
     if answer.usage is not None and answer.usage.latency_seconds is not None:
         meta["pipeline_latency_seconds"] = float(answer.usage.latency_seconds)
     if answer.version is not None:
@@ -490,5 +494,5 @@ def pipeline_steps(example: Example, res: Resources, params: PipelineParams) -> 
         meta["answer_truncated"] = full  # characters the pipeline answered
     # the pipeline's answer is its answer: scored whole (trimmed), not ragbench's one-line reading
     record = make_record(example, params, completion, res, meta, cost, completion.text.strip())
-    return scored_retrieval(record, contexts, example)
+    return scored_retrieval(record, reported, example)
     yield  # unreachable here; makes this a generator, the shape every strategy's steps have

@@ -57,8 +57,8 @@ def _run_point(job: dict[str, Any]) -> dict[str, Any]:
 
     point_dir, out_nb = Path(job["point_dir"]), Path(job["output_notebook"])
     remove_stale_temps(point_dir)
-    for marker in (DONE, FAILED):
-        (point_dir / marker).unlink(missing_ok=True)
+    for done_or_failed in (DONE, FAILED):
+        (point_dir / done_or_failed).unlink(missing_ok=True)
     start = time.perf_counter()
     result: dict[str, Any] = {"status": "done", "cell": None, "exec_count": None, "error": None}
     try:
@@ -83,7 +83,7 @@ def _run_point(job: dict[str, Any]) -> dict[str, Any]:
     result["seconds"] = round(time.perf_counter() - start, 3)
     result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     marker = {"point_id": job["point_id"], "params": job["params"], "notebook": out_nb.name}
-    marker.update(result)
+    marker |= result
     name = DONE if result["status"] == "done" else FAILED
     atomic_write_text(point_dir / name, json.dumps(marker, indent=2, default=str) + "\n")
     return result
