@@ -78,6 +78,10 @@ PLAIN_HEADERS = frozenset(
 )
 MIN_ENV_SECRET_LEN = 8  # environment values shorter than this are too common to mask everywhere
 MIN_REMEMBERED_LEN = 4
+# What a local server's docs tell users to pass as a key it does not check (vLLM's "EMPTY",
+# "none", "dummy"): no secret, and masking it everywhere would turn every later "none" in an
+# error, a table or a report into "***"
+PLACEHOLDER_KEYS = frozenset({"none", "null", "empty", "dummy", "placeholder", "not-needed"})
 # Well-known key shapes, caught even when typed into a cell rather than read from anywhere.
 SECRET_SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})\b"
@@ -134,9 +138,16 @@ def names_a_credential(name: str) -> bool:
 
 def remember(*values: str | None) -> None:
     """Mask these values in every later ``redact_text`` of this process (a key or password the
-    process was given, so that an error message quoting it cannot leak it)."""
+    process was given, so that an error message quoting it cannot leak it); a placeholder key
+    (``PLACEHOLDER_KEYS``, any case) is not one."""
     with _lock:
-        _remembered.update(v for v in values if isinstance(v, str) and len(v) >= MIN_REMEMBERED_LEN)
+        _remembered.update(
+            v
+            for v in values
+            if isinstance(v, str)
+            and len(v) >= MIN_REMEMBERED_LEN
+            and v.strip().lower() not in PLACEHOLDER_KEYS
+        )
 
 
 def collect(obj: Any) -> None:

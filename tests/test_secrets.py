@@ -69,6 +69,13 @@ def test_redact_text_catches_remembered_values_pairs_and_bearer_tokens():
     assert "a 1000-token context window; max_new_tokens: 32" in clean
 
 
+def test_a_placeholder_key_is_not_remembered_so_later_words_stay():
+    # seen: a sweep given api_key "none" made every later "none" in the process print as ***
+    secrets.collect({"params": {"api_key": "none", "token": "EMPTY", "password": "pw-77-real"}})
+    clean = secrets.redact_text("none of them; EMPTY answers; pw-77-real", environ={})
+    assert clean == "none of them; EMPTY answers; ***"
+
+
 def test_environment_credentials_are_masked_but_short_values_are_not():
     env = {"MY_SERVICE_TOKEN": "env-secret-value", "HOME_KEY": "abc"}
     clean = secrets.redact_text("env-secret-value and abc", environ=env)
