@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ragbench.analysis.verdict import sequential_look
-from ragbench.cli.run import RESUME, failed_line, log_to_mlflow
+from ragbench.cli.run import RESUME, echo_estimate, failed_line, log_to_mlflow
 from ragbench.experiment.budget import BUDGET_EXIT
 from ragbench.experiment.preflight import OverWindowError
 from ragbench.experiment.runner import run
@@ -228,12 +228,7 @@ def _run(spec: steps.CompareSpec, yes: bool, progress: bool):
     if warmup is not None:  # the estimate embedded and retrieved: the device is the model's now
         warmup.calibrate(cfg)
     typer.echo("estimate (dry run: nothing generated yet):")
-    typer.echo(readable_text(table))
-    total = table["dollars_total_max"].sum(min_count=1)
-    if total == total:  # not NaN
-        typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
-    for note in table.attrs["notes"]:
-        typer.echo(f"note: {note}")
+    echo_estimate(table)
     if table.attrs.get("over_budget"):  # the bound is over the cap: the run stops at it
         typer.echo(f"warning: {table.attrs['over_budget']}; the run stops before passing it")
     if steps.is_paid(cfg) and not yes:

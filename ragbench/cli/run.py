@@ -193,15 +193,21 @@ def _echo_errors(df, headline: str) -> None:
         typer.echo(f"  {count:5d} x {message}")
 
 
-def _echo_dry_run(cfg: RunConfig, progress: bool) -> None:
-    table = dry_run(cfg, progress=progress)
-    typer.echo(f"dry run of {cfg.name}: nothing generated, nothing written")
+def echo_estimate(table) -> None:
+    """A dry run's table (``experiment.dry_run``), its total bound in dollars and its notes: what
+    ``run --dry-run`` and ``compare``'s estimate print."""
     typer.echo(readable_text(table))
     total = table["dollars_total_max"].sum(min_count=1)
     if total == total:  # not NaN
         typer.echo(f"total: at most ${total:,.6f} for {int(table['records'].sum())} records")
     for note in table.attrs["notes"]:
         typer.echo(f"note: {note}")
+
+
+def _echo_dry_run(cfg: RunConfig, progress: bool) -> None:
+    table = dry_run(cfg, progress=progress)
+    typer.echo(f"dry run of {cfg.name}: nothing generated, nothing written")
+    echo_estimate(table)
     if table.attrs.get("over_budget"):  # the estimate is over max_dollars: exit 2
         raise cli_error(ValueError(f"dry run of {cfg.name}: {table.attrs['over_budget']}"))
 
