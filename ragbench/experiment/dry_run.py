@@ -70,7 +70,7 @@ from ragbench.strategies import get_strategy, run_batch
 from ragbench.strategies.driver import outcome_parts
 from ragbench.strategies.prompt_format import check_cot
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
-from ragbench.tokenizers import HubUnavailableError, get_tokenizer
+from ragbench.tokenizers import HFTokenizer, HubUnavailableError, get_tokenizer
 from ragbench.types import Completion, GenerationRequest
 
 COLUMNS = (
@@ -142,7 +142,10 @@ class HFPromptCounter:
     ):
         source, gguf, preset = resolve_model(model)
         self.name = model
-        self.tokenizer = get_tokenizer(str(gguf) if gguf and not preset else model).hf
+        tokenizer = get_tokenizer(str(gguf) if gguf and not preset else model)
+        if not isinstance(tokenizer, HFTokenizer):  # a model's tokenizer always is one
+            raise TypeError(f"{model!r}: no transformers tokenizer to count prompts with")
+        self.tokenizer = tokenizer.hf
         self.instruct = is_instruct(self.tokenizer, preset, instruct)
         window = context_window or (preset.context_window if preset else 0)
         if not window:
@@ -244,7 +247,7 @@ class _Counts:
     completion's tokens and dollars) and the records that would fail, not for the window."""
 
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    failed: list[tuple[str, str, Exception]] = dataclasses.field(default_factory=list)
+    failed: list[tuple[str, str, BaseException]] = dataclasses.field(default_factory=list)
 
 
 def _count(cfg: RunConfig, work: list, res: Any, pricing: _Pricing, progress: bool) -> _Counts:
@@ -306,7 +309,7 @@ def _budget(table: Any, cfg: RunConfig, res: Any, pricing: _Pricing) -> None:
     notes."""
     preloads = [c for c in res.preloaded.values() if not isinstance(c, Exception)]
     once = (
-        sum(_priced(c, pricing.sheet, pricing.rates) for c in preloads)
+        sum(_as_float(_priced(c, pricing.sheet, pricing.rates)) for c in preloads)
         if pricing.priced
         else float("nan")
     )
@@ -431,7 +434,7 @@ def cached_calibration(cfg: RunConfig) -> Any:
         return None
     # a calibration of the dtype that runs: bf16 steps cost about half the fp32 ones
     dtype = str(cfg.model.params.get("dtype", "auto"))
-    match = {
+    match: dict[str, Any] = {
         "weights": "gguf-sha256:" + file_sha256(gguf),
         "hardware": cpu_name(),
         "dtype": "float32" if dtype == "auto" else dtype,  # auto: fp32 on the CPU
@@ -458,15 +461,16 @@ def _notes(cfg: RunConfig) -> list[str]:
         )
     if backend_capabilities(cfg.model.backend).reuses_prefix_kv:
         notes.append("cached prompt tokens: estimated (a document prefix seen earlier is reused)")
-    if cfg.price_sheet is None:
+    sheet = cfg.sheet  # loaded whenever price_sheet is set
+    if cfg.price_sheet is None or sheet is None:
         notes.append("dollars: no price_sheet in the config")
-    elif cfg.sheet.kind != "api" and cached_calibration(cfg) is not None:
+    elif sheet.kind != "api" and cached_calibration(cfg) is not None:
         notes.append(
             f"dollars: price sheet {cfg.price_sheet!r} charges device seconds, modelled here from "
             "the tokens and this model's cached calibration on this CPU (an upper bound: every "
             "completion at max_new_tokens)"
         )
-    elif cfg.sheet.kind != "api":
+    elif sheet.kind != "api":
         notes.append(
             f"dollars: price sheet {cfg.price_sheet!r} charges device seconds; no calibration of "
             "this model on this machine is cached yet (a real run measures one), so none here"

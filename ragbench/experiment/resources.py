@@ -34,6 +34,7 @@ from ragbench.models import PRESETS, get_preset
 from ragbench.retrieval import build_index, needs_embedder
 from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies import Resources, RetrievalParams, get_strategy
+from ragbench.strategies.base import IndexFn
 from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.prompt_format import prompt_format
 from ragbench.strategies.registry import preflight_points, strategies_where
@@ -385,15 +386,15 @@ def chunk_tokenizer(cfg: RunConfig) -> str:
     return name if own and embedded else "whitespace"
 
 
-def make_index(cfg: RunConfig, cache_size: int = 8):
+def make_index(cfg: RunConfig, cache_size: int = 8) -> IndexFn:
     """(example, retrieval settings) -> (chunks, retriever), memoised by documents and settings
     (many questions share one corpus); each embedder is loaded once per run, and none for a
     retriever that embeds nothing (``needs_embedder``: bm25)."""
     tokenizer = chunk_tokenizer(cfg)
     embedders: dict[str, Any] = {}
-    memo: OrderedDict[tuple[str, RetrievalParams], tuple] = OrderedDict()
+    memo: OrderedDict[tuple[str, RetrievalParams], tuple[list, Any]] = OrderedDict()
 
-    def index(example: Example, settings: RetrievalParams):
+    def index(example: Example, settings: RetrievalParams) -> tuple[list, Any]:
         # a shared corpus is named by its fingerprint (serialising it per question would cost
         # more than the lookup saves); an example's own documents by their content
         shared = example.meta.get("corpus_fingerprint")
@@ -409,7 +410,7 @@ def make_index(cfg: RunConfig, cache_size: int = 8):
             memo[key] = build_index(
                 example.documents,
                 retriever=settings.retriever,
-                embedder=embedders.get(name),  # None: embeds nothing
+                embedder=embedders[name] if name is not None else None,  # None: embeds nothing
                 splitter=settings.splitter,
                 chunk_size=settings.chunk_size,
                 chunk_overlap=settings.chunk_overlap,

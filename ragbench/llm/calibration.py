@@ -312,12 +312,15 @@ def shorter_samples(
     best: tuple[int, Path, dict] | None = None
     for path in sorted(folder.glob("*.json")):
         rates = _read(path)
-        theirs = dict((rates.meta or {}).get("key") or {}) if rates is not None else {}
+        if rates is None:
+            continue
+        meta = rates.meta or {}
+        theirs = dict(meta.get("key") or {})
         probed = theirs.pop("probed_tokens", None)
         if theirs != same or not probed or probed >= key["probed_tokens"]:
             continue
         if best is None or probed > best[0]:
-            best = (probed, path, rates.meta.get("samples") or {})
+            best = (probed, path, meta.get("samples") or {})
     return ({}, None) if best is None else (best[2], (best[0], best[1]))
 
 
@@ -547,8 +550,8 @@ def _fit_samples(
         for name, got in samples.items()
         if name != LOOP
     }
-    parsed = {name: (name.split("/")[0], *map(int, name.split("/")[1:])) for name in best}
-    prefill = [
+    parsed = {name: _parse_probe(name) for name in best}
+    prefill: list[tuple[int, int, float]] = [  # (new, past, seconds), on an empty cache
         (n, p, best[k]) for k, (kind, n, p, _) in parsed.items() if kind == "prefill" and not p
     ]
     decode = [(n, r, best[k]) for k, (kind, n, _, r) in parsed.items() if kind == "decode"]
@@ -584,7 +587,15 @@ def _fit_samples(
     return rates, meta
 
 
-def _shared_slopes(rates: Rates, best: dict[str, float], parsed: dict[str, tuple]) -> dict:
+def _parse_probe(name: str) -> tuple[str, int, int, int]:
+    """A probe's name (``kind/new/past/rows``, see :func:`_probes`) split into its parts."""
+    kind, n, p, r = name.split("/")
+    return kind, int(n), int(p), int(r)
+
+
+def _shared_slopes(
+    rates: Rates, best: dict[str, float], parsed: dict[str, tuple[str, int, int, int]]
+) -> dict:
     """``c_shared`` and ``d1_shared``: what the plain model leaves unexplained of the shared-prefix
     probes, per shared position."""
     shared = {}

@@ -222,7 +222,7 @@ def transpose_weights(model: Any, device: Any, dtype: Any) -> dict[tuple[int, st
     if getattr(device, "type", str(device)) != "cpu" or dtype != torch.float32:
         return {}
     done: set[int] = set()
-    fused: dict[int, Fused] = {}
+    fused: dict[tuple[int, str], Fused] = {}
     for parent in model.modules():
         for names in GROUPS:
             members = [getattr(parent, n, None) for n in names]

@@ -195,10 +195,10 @@ def strategy_entries(spec: CompareSpec) -> list[Any]:
     )
 
 
-def pipeline_params(pipeline: str = "", pipeline_url: str = "") -> list[dict[str, str]]:
+def pipeline_params(pipeline: str = "", pipeline_url: str = "") -> list[dict[str, Any]]:
     """The ``pipeline`` strategy's params for a target and/or an endpoint (none when both are
     empty)."""
-    points = []
+    points: list[dict[str, Any]] = []
     if pipeline:
         points.append({"target": pipeline})
     if pipeline_url:
@@ -550,9 +550,12 @@ def write_report(
     absolute), so a pipeline module found there by the command is found by the notebook too."""
     import nbformat
 
+    notebook = notebook_path()
+    if notebook is None:  # report_blocker says so first
+        raise ValueError(f"{NOTEBOOK} not found (ragbench is not running from its checkout)")
     executed = run_dir / "report.ipynb"
     nb = execute_notebook(
-        notebook_path(),
+        notebook,
         executed,
         parameters=notebook_parameters(spec, questions),
         cwd=str(Path.cwd()),
@@ -575,7 +578,8 @@ def report_failure(exc: BaseException, run_dir: Path) -> str:
     ``run_dir/report.ipynb`` it stopped in and the error's last line; else the exception's
     type and the last line of its message. Credentials are masked."""
     if hasattr(exc, "ename") and hasattr(exc, "evalue"):
-        count = f" (In [{exc.exec_count}])" if getattr(exc, "exec_count", None) else ""
+        exec_count = getattr(exc, "exec_count", None)
+        count = f" (In [{exec_count}])" if exec_count else ""
         where = f"{run_dir / 'report.ipynb'}: cell {getattr(exc, 'cell_index', '?')}{count}"
         text = f"{where}: {exc.ename}: {_last_line(str(exc.evalue))}"
     else:

@@ -125,7 +125,9 @@ def load_model(
             raise
         raise ValueError(_pickle_refusal(source, "has no safetensors weights")) from None
     if not multi_gpu:
-        lm.to(device)
+        # PreTrainedModel.to is @wraps(nn.Module.to): typeshed's functools._Wrapped types the
+        # bound method as if ``self`` were still to be passed
+        lm.to(device)  # type: ignore[arg-type]
     lm.eval()
     tokenizer = AutoTokenizer.from_pretrained(source)
     return LoadedModel(

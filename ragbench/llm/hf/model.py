@@ -104,7 +104,11 @@ class HFModel(LLM):
     ) -> None:
         if (rope_scaling is None) != (rope_factor is None):
             raise ValueError("set rope_scaling (dynamic | yarn | linear) and rope_factor together")
-        rope = (rope_scaling, rope_factor) if rope_scaling is not None else None
+        rope = (
+            (rope_scaling, rope_factor)
+            if rope_scaling is not None and rope_factor is not None
+            else None
+        )
         loaded = load_model(
             model,
             device,
@@ -315,10 +319,10 @@ class HFModel(LLM):
         have = getattr(self, "_rates", None)
         probed = ((have.meta or {}).get("key") or {}).get("probed_tokens") if have else None
         if have is None or (longest is not None and probed is not None and longest > probed):
-            self._rates = calibration.rates_for(
+            have = self._rates = calibration.rates_for(
                 self.decoder, self.weights, self.cache_dir, longest=longest
             )
-        return self._rates
+        return have
 
     def _batch_info(self, index, batch, results, ids, plen) -> dict[str, Any]:
         """One padded batch: its rows, device seconds and the padding it computed (reported here,

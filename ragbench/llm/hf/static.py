@@ -315,6 +315,10 @@ def _slot_layer_class():
         """A static layer whose keys/values are given (preallocated) and written at a shared
         device-side slot: one step writes one position for every row."""
 
+        # given at construction, never None (the base's are None until its lazy initialization)
+        keys: Any
+        values: Any
+
         def __init__(self, keys: Any, values: Any, slot: Any) -> None:
             super().__init__(max_cache_len=keys.shape[2])
             self.keys, self.values, self.slot = keys, values, slot
@@ -362,8 +366,8 @@ class _State:
         self.prefix = prefix  # held: a captured step reads the prefix tensors it was captured with
         self.bytes = self.bytes_for(rows, slots, like, layers)
         self.capture = False
-        self.graph = None
-        self.graph_out = None
+        self.graph: Any = None  # the captured step (a torch.cuda.CUDAGraph), once captured
+        self.graph_out: Any = None
         self.graph_status = "off"
         self.graph_error = ""
         self.graph_check: dict[str, Any] = {}  # capture_agrees' figures
@@ -512,7 +516,7 @@ def capture_agrees(
     gaps = {r: float(eager[r, a[r]] - eager[r, b[r]]) for r in flipped}
     far = [r for r in flipped if gaps[r] > 2 * float(tol[r])]
     over = (diff > tol).nonzero().flatten().tolist()
-    figures = {
+    figures: dict[str, Any] = {
         "max_abs_diff": round(float(diff.max()), 5),
         "tolerance": round(float(tol[diff.argmax()]), 5),  # at the row of the largest difference
         "rows": int(eager.shape[0]),
