@@ -397,6 +397,13 @@ def _cell_table(rows: list[dict], rates) -> dict:
     }
 
 
+def _plain(value):
+    """A numpy scalar (a cell's record count, a load figure) as the Python number JSON takes."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1k tokens, one depth, one repeat")
@@ -424,7 +431,7 @@ def main(argv: list[str] | None = None) -> dict:
         path = Path(args.out)
         result = json.loads(path.read_text()) if path.exists() else {}
         result["calibrated_vs_measured"] = calibrated_vs_measured(args.quick, args.repro_threads)
-        atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+        atomic_write_text(path, json.dumps(result, indent=2, default=_plain) + "\n")
         print(f"wrote {path}")
         return result
     if args.only_reproducibility:
@@ -434,7 +441,7 @@ def main(argv: list[str] | None = None) -> dict:
             "quick": args.quick,
             **reproducibility(args.quick, args.repro_threads),
         }
-        atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+        atomic_write_text(path, json.dumps(result, indent=2, default=_plain) + "\n")
         print(f"wrote {path}")
         return result
     import torch
@@ -536,7 +543,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"spread {result['batched_over_alone_spread']} (per repeat {result['spread_per_repeat']}); "
         f"closed book < RAG < long context: {result['closed_book_below_rag']}"
     )
-    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    atomic_write_text(args.out, json.dumps(result, indent=2, default=_plain) + "\n")
     print(f"wrote {args.out}")
     return result
 
