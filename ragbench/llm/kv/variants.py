@@ -15,6 +15,8 @@ nested in YAML (``kv: {name: quantized, bits: 4}``, or ``kv: sinks``: ``kv_from_
 - ``Sinks``: sliding window with attention sinks (StreamingLLM, Xiao et al. 2023,
   arXiv:2309.17453): keep the first ``sink_tokens`` and the last ``window_tokens`` positions and
   evict the middle (``kv/sinks.py`` says why it is implemented here).
+  Sinks and SnapKV are presses (``kv/press.py``, kvpress's pattern): scoring rules over a
+  cache layer that keeps each head's top-scored positions.
 - ``Quantized``: transformers' ``QuantizedCache`` (KIVI-style, Liu et al. 2024,
   arXiv:2402.02750): keys and values quantized per channel in groups, with a short residual of
   recent positions kept in full precision. Backends: ``hqq`` (1, 2, 3, 4 or 8 bits) and ``quanto``
@@ -43,7 +45,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ragbench.llm.kv import snapkv as kv_compress
-from ragbench.llm.kv.sinks import sink_layer_class
+from ragbench.llm.kv.press import check_attention, press_cache
+from ragbench.llm.kv.sinks import SinkPress
 from ragbench.registry import Registry, did_you_mean, unknown
 
 # bits each quantization backend accepts with transformers 5.x (its QuantizedLayer checks)
@@ -153,13 +156,8 @@ class Sinks(KVVariant):
         return self.window_tokens
 
     def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
-        from transformers import DynamicCache
-
         self.check_model(model)
-        layers = model.config.get_text_config(decoder=True).num_hidden_layers
-        cache = DynamicCache(config=model.config)
-        layer = sink_layer_class()
-        cache.layers = [layer(self.sink_tokens, self.window_tokens) for _ in range(layers)]
+        cache = press_cache(SinkPress(self.sink_tokens, self.window_tokens), model)
         meta = self.meta() | {"sink_tokens": self.sink_tokens, "window_tokens": self.window_tokens}
         return cache, meta
 
@@ -222,7 +220,7 @@ class SnapKV(KVVariant):
 
     def check_model(self, model: Any, name: str = "") -> None:
         super().check_model(model, name)
-        kv_compress.check_model(model, name)
+        check_attention(model, self.name, name)
 
     def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
         self.check_model(model)
