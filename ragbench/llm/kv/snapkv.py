@@ -49,17 +49,6 @@ DEFAULT_WINDOW = 32  # observation window: the last prompt positions, which hold
 POOL_KERNEL = 5  # average-pool kernel over the scores (the official SnapKV code's default)
 
 
-def check(ratio: Any, window: Any) -> None:
-    """Raise ValueError for a ratio outside (0, 1] or a window below 1. Pure."""
-    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-        raise ValueError(
-            f"kv snapkv needs ratio in (0, 1] (the fraction of the prefix kept, "
-            f"e.g. 0.5), got {ratio!r}"
-        )
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"kv snapkv needs window >= 1, got {window!r}")
-
-
 def kept(positions: int, ratio: float, window: int) -> int:
     """Positions one KV head keeps of a ``positions``-long prompt: ``ceil(ratio x before the
     window)`` + the window (everything when the prompt is no longer than the window). Pure."""
