@@ -199,7 +199,7 @@ def test_retrieve_only_judgements_from_qrels_or_evidence():
         judgements(Example("c", "q", ("x",), (doc,), {}))
     assert metric_names(10) == [f"{m}@{k}" for m in ("recall", "ndcg", "mrr") for k in (1, 5, 10)]
     assert metric_names(3)[:2] == ["recall@1", "recall@3"]
-    with pytest.raises(ValueError, match="top_k must be a positive integer"):
+    with pytest.raises(ValueError, match="top_k must be an integer >= 1, got 0"):
         RetrieveOnlyParams(top_k=0)
 
 

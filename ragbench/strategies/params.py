@@ -19,18 +19,20 @@ import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import Field
 
 from ragbench.llm.kv import variants as kv_cache
+from ragbench.ranges import violation
 from ragbench.registry import did_you_mean, unknown
 from ragbench.retrieval import EMBEDDERS, RETRIEVERS, check_chunking, needs_embedder
 from ragbench.retrieval.context import ORDERS
 from ragbench.strategies.prompts import OVERFLOW
 
-
-def _positive_or_none(owner: str, name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{owner}: {name} must be a positive integer or null, got {value!r}")
+# ranges declared on the fields (ragbench.ranges): checked before ``validate``, errors name them
+Positive = Annotated[int, Field(ge=1, strict=True)]  # an integer >= 1 (True is none)
+Flag = Annotated[bool, Field(strict=True)]  # true or false (1 and 0 are neither)
 
 
 def _choice(owner: str, name: str, value: Any, choices: Any) -> None:
@@ -49,10 +51,14 @@ class StrategyParams:
     always: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
+        bad = violation(self)  # the ranges the fields declare (``Positive``, ``Flag``, ...)
+        if bad is not None:
+            raise ValueError(bad.must(self.strategy))
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError naming the field and the valid choices for a bad value."""
+        """Raise ValueError naming the field and the valid choices for a bad value (beyond the
+        ranges the fields declare, checked before)."""
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -117,12 +123,6 @@ class StrategyParams:
         return " ".join(parts)
 
 
-def _flag(owner: str, name: str, value: Any) -> None:
-    # a real bool: 1 and 0 pass `in (True, False)` (1 == True) and would label "flag" x1
-    if not isinstance(value, bool):
-        raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
-
-
 # chain of thought: the example's prompt format's two-call protocol (strategies.prompt_format;
 # LongBench v2's pred.py): a reasoning call, then the answer step with its reply
 COT = "cot"
@@ -134,10 +134,7 @@ class ClosedBookParams(StrategyParams):
 
     strategy: ClassVar[str] = "closed_book"
 
-    cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
-
-    def validate(self) -> None:
-        _flag(self.strategy, COT, self.cot)
+    cot: Flag = False  # chain of thought (a prompt format that has one: longbench_v2)
 
 
 @dataclass(frozen=True)
@@ -160,8 +157,8 @@ class LongContextParams(StrategyParams):
     rope_scaling: str | None = None
     # cache-augmented generation: the corpus KV computed once, in its own call, before the
     # questions (strategies/preload.py); its cost is reported apart and amortised
-    preload: bool = False
-    cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
+    preload: Flag = False
+    cot: Flag = False  # chain of thought (a prompt format that has one: longbench_v2)
 
     ROPE = re.compile(r"(dynamic|yarn|linear)-x\d+(\.\d+)?")
 
@@ -191,8 +188,6 @@ class LongContextParams(StrategyParams):
 
     def validate(self) -> None:
         _choice(self.strategy, "overflow policy", self.overflow, OVERFLOW)
-        _flag(self.strategy, "preload", self.preload)
-        _flag(self.strategy, COT, self.cot)
         if self.preload and not isinstance(self.kv, kv_cache.Plain):
             raise ValueError(f"{self.strategy}: preload must be true or false, with kv plain")
         if self.preload and self.cot:  # the preloaded prefix is the one-call prompt's
@@ -260,22 +255,18 @@ class RetrievalParams(StrategyParams):
 class RagParams(RetrievalParams):
     strategy: ClassVar[str] = "rag"
 
-    top_k: int | None = 5  # chunks retrieved (null: as many as the budget holds)
-    budget: int | None = None  # context-token cap for the chunks (null: the window's room)
+    top_k: Positive | None = 5  # chunks retrieved (null: as many as the budget holds)
+    budget: Positive | None = None  # context-token cap for the chunks (null: the window's room)
     order: str = "score"  # chunks in the prompt: score (best first) | document (reading order)
-    cite: bool = True  # prefix each chunk with its document id
-    cot: bool = False  # chain of thought (a prompt format that has one: longbench_v2)
+    cite: Flag = True  # prefix each chunk with its document id
+    cot: Flag = False  # chain of thought (a prompt format that has one: longbench_v2)
 
     short: ClassVar[dict[str, str]] = {**RetrievalParams.short, "top_k": "k"}
     always: ClassVar[tuple[str, ...]] = ("top_k",)
 
     def validate(self) -> None:
         super().validate()
-        _positive_or_none(self.strategy, "top_k", self.top_k)
-        _positive_or_none(self.strategy, "budget", self.budget)
         _choice(self.strategy, "order", self.order, ORDERS)
-        _flag(self.strategy, "cite", self.cite)
-        _flag(self.strategy, COT, self.cot)
         if self.top_k is None and self.budget is None:
             raise ValueError(f"{self.strategy}: set top_k, budget or both (both are null)")
 

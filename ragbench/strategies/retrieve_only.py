@@ -19,7 +19,7 @@ from ragbench.cost.accounting import Cost
 from ragbench.retrieval.metrics import per_query
 from ragbench.retrieval.retrievers import documents_by_max
 from ragbench.strategies.base import Resources, Steps
-from ragbench.strategies.params import RetrievalParams, _positive_or_none
+from ragbench.strategies.params import Positive, RetrievalParams
 from ragbench.types import Example, Record
 
 CUTOFFS = (1, 5, 10)  # the standard BEIR report cutoffs, plus top_k
@@ -31,16 +31,10 @@ GROWTH = 4  # chunks fetched per wanted document, grown by this factor until top
 class RetrieveOnlyParams(RetrievalParams):
     strategy: ClassVar[str] = "retrieve_only"
 
-    top_k: int = 10  # documents ranked and scored (metrics at 1, 5, 10 and top_k)
+    top_k: Positive = 10  # documents ranked and scored (metrics at 1, 5, 10 and top_k)
 
     short: ClassVar[dict[str, str]] = {**RetrievalParams.short, "top_k": "k"}
     always: ClassVar[tuple[str, ...]] = ("top_k",)
-
-    def validate(self) -> None:
-        super().validate()
-        _positive_or_none(self.strategy, "top_k", self.top_k)
-        if self.top_k is None:
-            raise ValueError(f"{self.strategy}: top_k must be a positive integer, got null")
 
 
 def judgements(example: Example) -> dict[str, int]:

@@ -15,6 +15,8 @@ nested in YAML (``kv: {name: quantized, bits: 4}``, or ``kv: sinks``: ``kv_from_
 - ``Sinks``: sliding window with attention sinks (StreamingLLM, Xiao et al. 2023,
   arXiv:2309.17453): keep the first ``sink_tokens`` and the last ``window_tokens`` positions and
   evict the middle (``kv/sinks.py`` says why it is implemented here).
+  Sinks and SnapKV are presses (``kv/press.py``, kvpress's pattern): scoring rules over a
+  cache layer that keeps each head's top-scored positions.
 - ``Quantized``: transformers' ``QuantizedCache`` (KIVI-style, Liu et al. 2024,
   arXiv:2402.02750): keys and values quantized per channel in groups, with a short residual of
   recent positions kept in full precision. Backends: ``hqq`` (1, 2, 3, 4 or 8 bits) and ``quanto``
@@ -25,8 +27,8 @@ nested in YAML (``kv: {name: quantized, bits: 4}``, or ``kv: sinks``: ``kv_from_
   window. Per question: the kept positions depend on the question, so no prefix is shared.
 
 Adding a variant takes one class here (a ``KVVariant`` subclass: its ``name``, its parameters
-as dataclass fields, ``__post_init__`` validation, ``label`` and ``make_cache``) and one line
-registering it in ``KV_CACHES``. Its parameters are declared there only: a config names them
+as dataclass fields with their ranges, any other validation in ``__post_init__``, ``label``
+and ``make_cache``) and one line registering it in ``KV_CACHES``. Its parameters are declared there only: a config names them
 under ``kv`` (``kv: {name: <it>, <parameter>: ...}``), records and completion-cache keys store
 ``spec()``, and every other layer reads only the variant's interface.
 
@@ -40,10 +42,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
 
 from ragbench.llm.kv import snapkv as kv_compress
-from ragbench.llm.kv.sinks import sink_layer_class
+from ragbench.llm.kv.press import check_attention, press_cache
+from ragbench.llm.kv.sinks import SinkPress
+from ragbench.ranges import violation
 from ragbench.registry import Registry, did_you_mean, unknown
 
 # bits each quantization backend accepts with transformers 5.x (its QuantizedLayer checks)
@@ -52,15 +58,23 @@ QUANT_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto"}
 DEFAULT_SINK_TOKENS = 4  # StreamingLLM's choice: 4 initial tokens suffice as attention sinks
 DEFAULT_WINDOW_TOKENS = 1024
 QUANT_GROUP_SIZE = 64  # values per quantization group (transformers' default)
+RATIO_HELP = "the fraction of the prefix kept, e.g. 0.5"  # SnapKV's ratio, in its errors
 
 
 @dataclass(frozen=True)
 class KVVariant:
     """How one request's KV cache is kept. Subclasses: frozen dataclasses whose fields are the
-    variant's parameters; ``__post_init__`` validates them (errors name the valid choices)."""
+    variant's parameters, their ranges declared on the field (``Annotated[int, Field(ge=1)]``:
+    ``ragbench.ranges``); ``__post_init__`` checks those and any other rule (errors name the
+    valid choices)."""
 
     name: ClassVar[str] = ""  # the registry name (``kv: {name: ...}``)
     full_attention_only: ClassVar[bool] = True  # evicts/quantizes/compresses every layer alike
+
+    def __post_init__(self) -> None:
+        bad = violation(self)
+        if bad is not None:
+            raise ValueError(bad.needs(f"kv {self.name}"))
 
     def label(self) -> str:
         """The benchmark name: ``plain``, ``sinks-4+1024``, ``quantized-hqq-int8``, ..."""
@@ -135,15 +149,12 @@ class Offloaded(KVVariant):
 class Sinks(KVVariant):
     """StreamingLLM: the first sink_tokens and the last window_tokens positions, the middle evicted."""
 
-    sink_tokens: int = DEFAULT_SINK_TOKENS  # first positions always kept (StreamingLLM)
-    window_tokens: int = DEFAULT_WINDOW_TOKENS  # most recent positions kept
+    # first positions always kept (StreamingLLM)
+    sink_tokens: Annotated[int, Field(ge=1, strict=True)] = DEFAULT_SINK_TOKENS
+    # most recent positions kept
+    window_tokens: Annotated[int, Field(ge=1, strict=True)] = DEFAULT_WINDOW_TOKENS
 
     name: ClassVar[str] = "sinks"
-
-    def __post_init__(self) -> None:
-        for field, v in (("sink_tokens", self.sink_tokens), ("window_tokens", self.window_tokens)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"kv sinks needs {field} >= 1, got {v!r}")
 
     def label(self) -> str:
         return f"sinks-{self.sink_tokens}+{self.window_tokens}"
@@ -153,13 +164,8 @@ class Sinks(KVVariant):
         return self.window_tokens
 
     def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
-        from transformers import DynamicCache
-
         self.check_model(model)
-        layers = model.config.get_text_config(decoder=True).num_hidden_layers
-        cache = DynamicCache(config=model.config)
-        layer = sink_layer_class()
-        cache.layers = [layer(self.sink_tokens, self.window_tokens) for _ in range(layers)]
+        cache = press_cache(SinkPress(self.sink_tokens, self.window_tokens), model)
         meta = self.meta() | {"sink_tokens": self.sink_tokens, "window_tokens": self.window_tokens}
         return cache, meta
 
@@ -174,6 +180,7 @@ class Quantized(KVVariant):
     name: ClassVar[str] = "quantized"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.backend not in QUANT_BACKENDS:
             raise unknown("kv quantized backend", str(self.backend), list(QUANT_BACKENDS))
         if self.bits not in QUANT_BACKENDS[self.backend]:
@@ -209,20 +216,21 @@ class Quantized(KVVariant):
 class SnapKV(KVVariant):
     """SnapKV: keep the ratio of prompt positions the question's window attends to most."""
 
-    ratio: float = kv_compress.DEFAULT_RATIO  # fraction of the positions before the window kept
-    window: int = kv_compress.DEFAULT_WINDOW  # observation window (last prompt positions, kept)
+    # fraction of the positions before the window kept
+    ratio: Annotated[float, Field(gt=0, le=1, strict=True, description=RATIO_HELP)] = (
+        kv_compress.DEFAULT_RATIO
+    )
+    # observation window (last prompt positions, kept)
+    window: Annotated[int, Field(ge=1, strict=True)] = kv_compress.DEFAULT_WINDOW
 
     name: ClassVar[str] = "snapkv"
-
-    def __post_init__(self) -> None:
-        kv_compress.check(self.ratio, self.window)
 
     def label(self) -> str:
         return f"snapkv-{self.ratio:g}-w{self.window}"
 
     def check_model(self, model: Any, name: str = "") -> None:
         super().check_model(model, name)
-        kv_compress.check_model(model, name)
+        check_attention(model, self.name, name)
 
     def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
         self.check_model(model)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
 
 import ragbench.strategies.pipeline.target as pipeline_target
 from ragbench import secrets
@@ -39,8 +41,10 @@ class PipelineParams(StrategyParams):
     # null: the target's __version__ (or its module's), else sha256 of its module file; a url
     # pipeline has none unless given here
     version: str | None = None
-    timeout: float = 120.0  # seconds per call; past it the record is an error row
-    retries: int = 2  # url: retries of 408/429/5xx, timeouts and dropped connections
+    # seconds per call; past it the record is an error row
+    timeout: Annotated[float, Field(gt=0, strict=True, description="seconds")] = 120.0
+    # url: retries of 408/429/5xx, timeouts and dropped connections
+    retries: Annotated[int, Field(ge=0, strict=True)] = 2
     headers_env: Any = None  # url: {header: ENV_VAR}, each value read from the environment
     # "module:function" given (documents, corpus id) once per corpus, before its questions: the
     # run's documents (ragbench Documents: id, text, title, meta) for the pipeline to index
@@ -134,13 +138,8 @@ class PipelineParams(StrategyParams):
             raise ValueError(f"{owner}: setup_version must be a non-empty string, with a setup")
 
     def _validate_calling(self) -> None:
-        """How it is called: ``timeout``, ``retries`` and ``headers_env``."""
+        """How it is called: ``headers_env`` (``timeout`` and ``retries`` declare their ranges)."""
         owner = self.strategy
-        timeout = self.timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError(f"{owner}: timeout must be a number of seconds > 0, got {timeout!r}")
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
-            raise ValueError(f"{owner}: retries must be an integer >= 0, got {self.retries!r}")
         for header, env in self.headers.items():
             if not (isinstance(header, str) and isinstance(env, str) and env):
                 raise ValueError(
