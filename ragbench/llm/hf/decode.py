@@ -246,7 +246,7 @@ class Decoder:
         width = input_ids.shape[1]
         lead = mask.shape[1] - width  # prefix positions already in the cache and the mask
         step = chunk or width
-        for c in range(0, width, step):  # one pass, or chunks (sinks: see kv_cache.SinkLayer)
+        for c in range(0, width, step):  # one pass, or chunks (sinks: see kv/sinks.py, SinkPress)
             n = min(step, width - c)
             logits = self.model(
                 input_ids=input_ids[:, c : c + n],
