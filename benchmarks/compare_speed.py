@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -142,6 +143,8 @@ def child(args: list[str], spans_path: Path, t0: float) -> int:
         code = int(stop.code or 0)
     finally:
         atomic_write_text(spans_path, json.dumps(spans))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        atomic_write_text(spans_path.with_suffix(".rss"), json.dumps(round(peak, 1)))
     return code
 
 
@@ -149,10 +152,18 @@ def child(args: list[str], spans_path: Path, t0: float) -> int:
 
 
 def arm(
-    name: str, tree: Path, cache: Path, docs: Path, work: Path, threads: int, cap: float | None
+    name: str,
+    tree: Path,
+    cache: Path,
+    docs: Path,
+    work: Path,
+    threads: int,
+    cap: float | None,
+    extra: tuple[str, ...] = (),
 ) -> dict:
     """One ``compare`` in a fresh process, ragbench from ``tree``, on cache folder ``cache``: its
-    phases and load; stopped after ``cap`` seconds (None: no cap)."""
+    phases, load and peak memory; stopped after ``cap`` seconds (None: no cap); ``extra``: more
+    ``compare`` options (``--model``)."""
     from benchmarks.cost import LoadSampler
 
     tag = f"{name}-{tree.name or 'tree'}"
@@ -166,6 +177,7 @@ def arm(
         "--quiet",
         "--threads",
         str(threads),
+        *extra,
     ]
     env = {
         **os.environ,
@@ -194,6 +206,7 @@ def arm(
         wall = time.perf_counter() - start
     (work / f"{tag}.log").write_text(text)
     spans = json.loads(spans_path.read_text()) if spans_path.exists() else []
+    rss = spans_path.with_suffix(".rss")
     verdict = next((s["end"] for s in spans if s["phase"] == "verdict"), None)
     phases = {
         p: round(sum(s["end"] - s["start"] for s in spans if s["phase"] == p), 2) for p in PHASES
@@ -214,6 +227,8 @@ def arm(
         "wall_seconds": round(wall, 2),
         "seconds_to_verdict": verdict,
         "phase_seconds": phases,
+        "peak_rss_mb": json.loads(rss.read_text()) if rss.exists() else None,
+        "output_dir": str(out),
         "spans": spans,
         "lines": lines,
         **load.summary(),

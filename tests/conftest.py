@@ -87,3 +87,18 @@ def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny")
     _save_tiny(folder, chat=True)
     return HFModel(str(folder), device="cpu", cache_dir=folder.parent / "cache-tiny")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _secrets_per_module():
+    """What a test module's runs remember as secrets (``ragbench.secrets.remember``: masked in
+    every later text of the process) is forgotten after the module: a key a test chose, say
+    ``other``, would otherwise mask that word in a later module's exported prompts."""
+    from ragbench import secrets
+
+    with secrets._lock:
+        before = set(secrets._remembered)
+    yield
+    with secrets._lock:
+        secrets._remembered.clear()
+        secrets._remembered.update(before)
