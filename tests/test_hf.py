@@ -534,6 +534,9 @@ def test_gemma3_base_preset_answers_with_a_plain_prompt():
     prompt = (
         f"{doc}\nQuestion: What is the special magic number?\nAnswer: The special magic number is"
     )
+    # calibrated to this prompt's length, not the default 2,048 tokens a first call would probe
+    # to (two minutes of probes for a check of the answer and the prompt)
+    model.cost_rates(longest=model.count_tokens(prompt) + 1 + 12)
     [c] = model.generate([GenerationRequest(prompt, max_new_tokens=12, stop=("\n",))])
     assert "7463343" in c.text, c.text
     assert c.prompt_tokens == model.count_tokens(prompt) + 1  # + <bos>, no chat template

@@ -9,6 +9,7 @@ import random
 import re
 import sqlite3
 from pathlib import Path
+from queue import Empty
 
 import pytest
 
@@ -147,20 +148,39 @@ def _opener(path: str, barrier, queue) -> None:
         queue.put(repr(exc))
 
 
+def _open_race(directory: str, attempts: int, queue) -> None:
+    ctx = mp.get_context("fork")  # fork: the openers are ready at once, the race is the open
+    outcomes = []
+    for attempt in range(attempts):
+        path, openers, barrier = f"{directory}/new-{attempt}.sqlite", ctx.Queue(), ctx.Barrier(12)
+        procs = [ctx.Process(target=_opener, args=(path, barrier, openers)) for _ in range(12)]
+        for p in procs:
+            p.start()
+        outcomes += [openers.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+    queue.put(outcomes)
+
+
 def test_workers_opening_a_new_cache_at_the_same_instant_all_succeed(tmp_path):
     # Regression (CI, 2026-12-03): the switch to WAL answered "database is locked" at once, past
     # the busy timeout, when sweep workers created the cache together. Without the open lock this
     # test failed about one run in three (a handful of the 360 opens); with it, none in 13 runs.
-    ctx = mp.get_context("fork")  # fork: the openers are ready at once, the race is the open
-    outcomes = []
-    for attempt in range(30):
-        path, queue, barrier = str(tmp_path / f"new-{attempt}.sqlite"), ctx.Queue(), ctx.Barrier(12)
-        procs = [ctx.Process(target=_opener, args=(path, barrier, queue)) for _ in range(12)]
-        for p in procs:
-            p.start()
-        outcomes += [queue.get(timeout=60) for _ in procs]
-        for p in procs:
-            p.join(timeout=60)
+    # The openers fork from a fresh spawned interpreter, not from this one: a pytest worker that
+    # has loaded torch and a model forks (and exits) slowly, 96 s for the 360 forks in the suite
+    # against 7 s from a lean parent; the race at the barrier is the same.
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    race = ctx.Process(target=_open_race, args=(str(tmp_path), 30, queue))
+    race.start()
+    while True:  # the race's outcomes, or its exit code at once if it died before sending them
+        try:
+            outcomes = queue.get(timeout=1)
+            break
+        except Empty:
+            assert race.is_alive(), f"the race process exited with {race.exitcode}"
+    race.join(timeout=60)
+    assert len(outcomes) == 360 and race.exitcode == 0
     assert [o for o in outcomes if o != "ok"] == []
 
 
