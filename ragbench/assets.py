@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 from ragbench.registry import unknown
 
@@ -119,9 +122,14 @@ def gemma_gguf_path() -> Path:
     target = cache_dir() / "assets" / gemma.MODEL_NAME
     if target.exists():
         return target
-    tmp = target.with_suffix(".partial")
-    gemma.assemble(output_path=tmp, overwrite=True)
-    os.replace(tmp, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # ``compare`` loads the model in the background while its estimate reads the tokenizer:
+    # two threads (or two sweep workers) may assemble at once; one does, the others wait for it
+    with FileLock(str(target) + ".lock"):
+        if not target.exists():
+            tmp = target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.partial")
+            gemma.assemble(output_path=tmp, overwrite=True)
+            os.replace(tmp, target)
     return target
 
 

@@ -48,3 +48,29 @@ def test_smollm2_tokenizer_from_gguf_offsets_cover_text():
 def test_unknown_tokenizer_lists_choices():
     with pytest.raises(UnknownNameError, match="smollm2-135m-instruct"):
         get_tokenizer("smolm2")
+
+
+def test_two_threads_assembling_gemma_at_once_both_get_the_file(tmp_path, monkeypatch):
+    """``compare`` loads the model in the background while its estimate reads the tokenizer:
+    on a fresh cache both assembled the GGUF into one ``.partial`` file and the second rename
+    failed (``No such file or directory``). One assembles, the other waits and reads it."""
+    import threading
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path))
+    got: list = []
+    errors: list = []
+
+    def fetch() -> None:
+        try:
+            got.append(assets.gemma_gguf_path())
+        except Exception as exc:  # the failure this test guards against
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fetch) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(set(got)) == 1 and got[0].stat().st_size > 100_000_000
+    assert list(got[0].parent.glob("*.partial")) == []
