@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.strategies import params_from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
@@ -15,7 +18,7 @@ def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
     return params_from_dict(strategy, params).label()
 
 
-def with_labels(df: Any) -> Any:
+def with_labels(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with a ``label`` column (results tables carry one; older tables get it here)."""
     if "label" in df:
         return df

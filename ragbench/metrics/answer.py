@@ -32,6 +32,7 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ragbench.metrics.longbench import longbench_score
 from ragbench.metrics.longbench import meta_problem as longbench_meta_problem
@@ -348,7 +349,7 @@ def is_binary(values: Sequence[float] | np.ndarray) -> bool:
 
 
 def mean_ci(
-    values: Sequence[float],
+    values: ArrayLike,
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
