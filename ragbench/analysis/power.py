@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ragbench.analysis.paired import Comparison
+from ragbench.analysis.paired import Comparison
 
 POWER = 0.8  # the chance "more questions" gives of deciding, at the observed difference
 

@@ -229,6 +229,17 @@ class SequentialState(TypedDict, total=False):
     seed: int
 
 
+class LookSummary(TypedDict):
+    """``Verdict.sequential``: a sequential run's look behind the verdict's comparison."""
+
+    boundary: float  # the look's critical value
+    z: float  # the statistic at no difference
+    comparisons: int
+    look: int
+    fraction: float  # the look's information fraction
+    spending: str
+
+
 def repeated_interval(
     x: ArrayLike, y: ArrayLike, c: float, binary: bool, margin: float = 0.05
 ) -> RepeatedInterval:

@@ -42,7 +42,7 @@ import dataclasses
 import zlib
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -64,11 +64,14 @@ from ragbench.analysis.planning import prefix_cache_break_even
 from ragbench.analysis.power import questions_to_decide
 from ragbench.analysis.sequential import (
     SPENDING_NAMES,
+    LookSummary,
     SequentialState,
     boundaries,
     repeated_interval,
 )
 from ragbench.analysis.verdict_table import (
+    _machinery_at,
+    _score_at,
     answered_rows,
     binding_constraints,
     constraint_checks,
@@ -104,17 +107,6 @@ def _questions_text(c: Conditions) -> str:
     if not asked:
         return counted(n, "question")
     return f"{counted(n, 'scored question')} of {asked:,} asked (cost per query over all {asked:,})"
-
-
-class LookSummary(TypedDict):
-    """``Verdict.sequential``: a sequential run's look behind the verdict's comparison."""
-
-    boundary: float  # the look's critical value
-    z: float  # the statistic at no difference
-    comparisons: int
-    look: int
-    fraction: float  # the look's information fraction
-    spending: str
 
 
 class _Common(TypedDict):
@@ -202,16 +194,6 @@ class Verdict:
 
 
 # ------------------------------------------------------------------------------ the sides
-
-
-def _score_at(table: pd.DataFrame, label: str) -> float:
-    """A variant's score in a variant table (``variant_table``: one row per label)."""
-    return float(cast("float", table.loc[label, "score"]))
-
-
-def _machinery_at(table: pd.DataFrame, label: str) -> tuple[str, ...]:
-    """What a variant adds over the simplest (``families.annotate``'s ``machinery``)."""
-    return cast("tuple[str, ...]", table.loc[label, "machinery"])
 
 
 def _rank(sub: pd.DataFrame, higher: bool) -> list[str]:
@@ -461,13 +443,9 @@ class _Context:
         r = repeated_interval(wide[x], wide[y], crit, self.fmt.binary, self.margin)
         nominal = float(2 * NormalDist().cdf(-crit))  # the level one look's interval holds
         p = float(2 * NormalDist().cdf(-abs(r["z"])))
+        # boundary, z, the look's number and fraction, spending, the level one look holds
         look = SequentialLook(
-            boundary=r["boundary"],
-            z=r["z"],
-            look=len(fractions),
-            fraction=fractions[-1],
-            spending=spending,
-            ci_level=1 - nominal,
+            r["boundary"], r["z"], len(fractions), fractions[-1], spending, 1 - nominal
         )
         return Comparison(
             a=x,

@@ -22,6 +22,16 @@ if TYPE_CHECKING:
 COSTS = ("amortised_dollars", "dollars", "prompt_tokens")
 
 
+def _score_at(table: pd.DataFrame, label: str) -> float:
+    """A variant's score in a variant table (``variant_table``: one row per label)."""
+    return float(cast("float", table.loc[label, "score"]))
+
+
+def _machinery_at(table: pd.DataFrame, label: str) -> tuple[str, ...]:
+    """What a variant adds over the simplest (``families.annotate``'s ``machinery``)."""
+    return cast("tuple[str, ...]", table.loc[label, "machinery"])
+
+
 def answered_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows that answered (error rows apart), scored or not: each was asked and paid for."""
     return df[df["error"].isna()] if "error" in df else df

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import counted
+from ragbench.analysis.paired import Comparison, SequentialLook
 from ragbench.judge.agreement import LOW_KAPPA, RepeatAgreement
-
-if TYPE_CHECKING:
-    from ragbench.analysis.paired import Comparison, SequentialLook
 
 
 def _money(x: float) -> str:
