@@ -88,7 +88,7 @@ def evidence_depth(example: Any) -> float:
     return 100.0 * min(starts) / total if starts else float("nan")
 
 
-def _cell(row: Mapping[str, Any], name: str) -> Any:
+def _cell(row: Mapping[str, object], name: str) -> Any:
     """A row's value, None when absent or NaN (a column other strategies' rows fill)."""
     value = row.get(name)
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -54,7 +54,7 @@ def machinery(strategy: str, params: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _params(params: Any) -> dict[str, Any]:
+def _params(params: object) -> dict[str, Any]:
     if isinstance(params, str):
         try:
             params = json.loads(params)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ragbench.strategies import params_from_dict
 
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def strategy_label(strategy: str, params: str | dict[str, Any]) -> str:
+def strategy_label(strategy: str, params: str | dict[str, object]) -> str:
     """Short human label for a (strategy, params) pair: ``rag k=4 order=document`` (the
     strategy's parameter class decides; ``params`` may be a results table's JSON text)."""
     params = json.loads(params) if isinstance(params, str) else dict(params or {})

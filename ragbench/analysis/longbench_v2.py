@@ -16,7 +16,7 @@ is taken by another section).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import _check_metric, check_one_row_each
 from ragbench.analysis.labels import with_labels
@@ -65,7 +65,7 @@ def longbench_v2_table(
     }
     rows = []
     for label, part in scored.groupby("label", sort=False):
-        row: dict[str, Any] = {"label": label}
+        row: dict[str, object] = {"label": label}
         for name in COLUMNS:
             values = part["_acc"][groups[name].loc[part.index]]
             row[name] = round(100 * float(values.mean()), 1) if len(values) else float("nan")

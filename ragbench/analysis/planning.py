@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ragbench.cost.accounting import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
 from ragbench.cost.money import Usage, dollars
@@ -295,8 +295,12 @@ def _rag_dollars(sheet: PriceSheet, rg: pd.DataFrame) -> float:
 
 
 def _break_even_row(
-    sheet: PriceSheet, where: dict[str, Any], label: Any, rag_cost: float, lc: _LongContextCost
-) -> dict[str, Any]:
+    sheet: PriceSheet,
+    where: dict[str, object],
+    label: object,
+    rag_cost: float,
+    lc: _LongContextCost,
+) -> dict[str, object]:
     """``prefix_cache_break_even``'s table row for one (sheet, group, RAG variant)."""
     import pandas as pd
 
@@ -318,8 +322,8 @@ def _break_even_row(
 
 
 def _curve_point(
-    sheet: PriceSheet, where: dict[str, Any], series: Any, q: int, dollars_per_query: float
-) -> dict[str, Any]:
+    sheet: PriceSheet, where: dict[str, object], series: object, q: int, dollars_per_query: float
+) -> dict[str, object]:
     """One point of ``prefix_cache_break_even``'s curve."""
     return {
         "sheet": sheet.name,

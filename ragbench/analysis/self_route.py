@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import (
     _check_metric,
@@ -100,7 +100,7 @@ def _rag_twin(df: pd.DataFrame, label: str) -> str | None:
     return None
 
 
-def _params(text: Any) -> dict[str, Any] | None:
+def _params(text: object) -> dict[str, object] | None:
     try:
         value = json.loads(text) if isinstance(text, str) else text
     except ValueError:

@@ -191,7 +191,7 @@ def _line_of(text: str, field: str) -> int | None:
     return line
 
 
-def _number(where: str, key: str, value: Any) -> float:
+def _number(where: str, key: str, value: object) -> float:
     if isinstance(value, str):  # YAML 1.1 reads `192.0e9` (no exponent sign) as a string
         with contextlib.suppress(ValueError):
             value = float(value)
@@ -205,13 +205,13 @@ def _number(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def _count(where: str, key: str, value: Any, minimum: int = 0) -> int:
+def _count(where: str, key: str, value: object, minimum: int = 0) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InputFileError(where, None, f"must be an integer >= {minimum}, got {value!r}", key)
     return value
 
 
-def _tiers(where: str, raw: Any) -> tuple[PriceTier, ...]:
+def _tiers(where: str, raw: object) -> tuple[PriceTier, ...]:
     key = "long_context_tiers"
     if not isinstance(raw, list):
         raise InputFileError(where, None, "must be a list of tiers", key)
@@ -238,7 +238,7 @@ def _tiers(where: str, raw: Any) -> tuple[PriceTier, ...]:
     return tuple(tiers)
 
 
-def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
+def parse_price_sheet(data: object, where: str = "<price sheet>") -> PriceSheet:
     if not isinstance(data, dict):
         raise InputFileError(where, None, "a price sheet must be a YAML mapping")
     kind = data.get("kind")

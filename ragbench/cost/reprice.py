@@ -92,7 +92,7 @@ def _finite(value: Any) -> TypeGuard[str | SupportsFloat]:
 
 
 def repriced_cost(
-    cost: Cost, sheet: PriceSheet, meta: Mapping[str, Any] | None = None, known: bool = True
+    cost: Cost, sheet: PriceSheet, meta: Mapping[str, object] | None = None, known: bool = True
 ) -> Cost:
     """A stored record's cost priced again with ``sheet``: the one reprice of a record, for a
     table row and a ``records.jsonl`` line (``ragbench reprice``) and for a resumed run's records

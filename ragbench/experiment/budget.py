@@ -82,7 +82,7 @@ EXIT_HELP = (
 )
 
 
-def record_dollars(record: Any) -> tuple[float | None, float | None]:
+def record_dollars(record: object) -> tuple[float | None, float | None]:
     """(generation dollars, judge dollars) of one record; None where it has none."""
     cost = getattr(record, "cost", None)
     gen = getattr(cost, "dollars", None) if cost is not None else None
@@ -130,7 +130,9 @@ class RoundBound:
     counted: tuple[Counted | None, ...] = ()
 
 
-def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | None = None) -> Spend:
+def spend_of(
+    records: Iterable[object], meta: Mapping[str, Mapping[str, object]] | None = None
+) -> Spend:
     """Total dollars of ``records`` (generation, judge, noise pass, and each preload group's
     one-time cost once) and the mean of each per record that has it (a record's own: the
     one-time cost is not in the means). ``meta``: example id -> meta, which tells the preload

@@ -138,7 +138,7 @@ class HFPromptCounter:
         instruct: bool | None = None,
         context_window: int | None = None,
         rope_factor: float | None = None,
-        **_load_options: Any,  # device, dtype, rope_scaling...: they change no token count
+        **_load_options: object,  # device, dtype, rope_scaling...: they change no token count
     ):
         source, gguf, preset = resolve_model(model)
         self.name = model
@@ -164,7 +164,7 @@ class HFPromptCounter:
         return len(self.tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
-def prompt_counter(cfg: RunConfig) -> Any:
+def prompt_counter(cfg: RunConfig) -> object:
     """What counts the run's prompts without running the model: the tokenizer-backed
     ``HFPromptCounter`` for a backend that loads weights, else the backend itself (building it
     sends nothing). The preflight (``ragbench.experiment.preflight``) counts with it too."""
@@ -246,7 +246,7 @@ class _Counts:
     """What the dry run counted: one row per record (``label``, ``over_window`` and the
     completion's tokens and dollars) and the records that would fail, not for the window."""
 
-    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rows: list[dict[str, object]] = dataclasses.field(default_factory=list)
     failed: list[tuple[str, str, BaseException]] = dataclasses.field(default_factory=list)
 
 
@@ -280,7 +280,7 @@ def _count(cfg: RunConfig, work: list, res: Any, pricing: _Pricing, progress: bo
     return counts
 
 
-def _table(rows: list[dict[str, Any]]) -> Any:
+def _table(rows: list[dict[str, object]]) -> Any:
     """The rows aggregated per strategy variant (``COLUMNS``)."""
     import pandas as pd
 
@@ -420,7 +420,7 @@ def _priced(c: Any, sheet: Any, rates: Any) -> float | None:
     return dollars(sheet, seconds=seconds)
 
 
-def cached_calibration(cfg: RunConfig) -> Any:
+def cached_calibration(cfg: RunConfig) -> object:
     """The newest calibration of the config's model measured on this CPU (cached by an earlier
     run that loaded it), found without loading anything; None when there is none (a model from
     a folder or the Hub, a server, or never run here)."""
@@ -434,7 +434,7 @@ def cached_calibration(cfg: RunConfig) -> Any:
         return None
     # a calibration of the dtype that runs: bf16 steps cost about half the fp32 ones
     dtype = str(cfg.model.params.get("dtype", "auto"))
-    match: dict[str, Any] = {
+    match: dict[str, object] = {
         "weights": "gguf-sha256:" + file_sha256(gguf),
         "hardware": cpu_name(),
         "dtype": "float32" if dtype == "auto" else dtype,  # auto: fp32 on the CPU

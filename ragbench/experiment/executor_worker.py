@@ -56,9 +56,9 @@ class RunWorker:
         cfg: RunConfig,
         index: int,
         workers: int,
-        examples: tuple[Any],
+        examples: tuple[object],
         preload_over: dict[tuple, int],
-        rates: Any = None,
+        rates: object = None,
     ) -> None:
         self.cfg, self.index = cfg, index
         # as the driver does (runner.run): the config's keys and URL passwords are masked in this
@@ -106,12 +106,12 @@ class RunWorker:
         if self.failure is not None:
             raise self.failure
 
-    def ready(self) -> dict[str, Any]:
+    def ready(self) -> dict[str, object]:
         """Where the worker runs and its model's identity (for the manifest)."""
         self._check()
         return self.info
 
-    def run_round(self, items: list[tuple[int, int]]) -> tuple[list[Record], dict[str, Any]]:
+    def run_round(self, items: list[tuple[int, int]]) -> tuple[list[Record], dict[str, object]]:
         """One round (``strategies.run_batch``: one LLM call per step), as records in order (an
         item that failed is an error record), and where it ran."""
         self._check()
@@ -124,7 +124,7 @@ class RunWorker:
         ]
         return records, self.where
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> dict[str, object]:
         """The worker's preloads (for the manifest) and its completion cache's rows."""
         self._check()
         rows: list[tuple] = []

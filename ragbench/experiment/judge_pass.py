@@ -55,7 +55,7 @@ def unjudged(cfg: RunConfig, records: list[Any]) -> str | None:
 JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass loses one chunk
 
 
-def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any) -> Judge:
+def load_judge(cfg: RunConfig, judge_llm: object, llm: object) -> Judge:
     """The ``ragbench.judge.Judge`` of the config, its LLM loaded and its server checked."""
     jc = cfg.judge or JudgeConfig()
     llm_metrics = [m for m in cfg.metrics if METRICS.get(m).kind == "judge"]

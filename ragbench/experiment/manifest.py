@@ -24,7 +24,7 @@ from ragbench.schema import SCHEMA_VERSION, check
 log = logging.getLogger(__name__)
 
 
-def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, Any] | None:
+def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, object] | None:
     """The run folder's manifest; None for a first run or a damaged file. ``keep_damaged`` (a
     run about to write a new one): a damaged file is moved aside, never silently replaced."""
     path = out / "manifest.json"

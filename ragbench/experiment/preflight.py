@@ -82,7 +82,7 @@ class _Memo:
         return self.counter.prompt_tokens(request)
 
 
-def over_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) -> list[Overflow]:
+def over_window(cfg: RunConfig, examples: Sequence[Example], llm: object = None) -> list[Overflow]:
     """The long-context prompts of the run (``checked`` points) that do not fit, counted by
     ``llm`` when given (a model the caller holds), else by the dry run's counter (no weights).
     Builds no counter when no point is checked."""
@@ -112,7 +112,7 @@ def over_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) ->
     return out
 
 
-def check_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) -> None:
+def check_window(cfg: RunConfig, examples: Sequence[Example], llm: object = None) -> None:
     """Raise ``OverWindowError`` when a long-context prompt of the run does not fit under the
     ``error`` overflow policy (``over_window``); do nothing otherwise."""
     over = over_window(cfg, examples, llm)

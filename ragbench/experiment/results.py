@@ -38,7 +38,9 @@ ID_COLUMNS = ("example_id", "strategy", "label", "params", "prediction", "answer
 SECTIONS = ("param_", "score_", "cost_", "meta_", "ex_")  # in column order
 
 
-def work_key(example_id: str, strategy: str, params: dict[str, Any], fmt: str = "ragbench") -> str:
+def work_key(
+    example_id: str, strategy: str, params: dict[str, object], fmt: str = "ragbench"
+) -> str:
     """A record's identity in its run folder: the schema it is stored in
     (``ragbench.schema``), the example, the strategy and its parameters. A prompt format other
     than ragbench's (the example's, ``strategies.prompt_format``) is part of it: records
@@ -160,7 +162,7 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
     )
 
 
-def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _sections(record: Record, example_meta: dict[str, object]) -> list[dict[str, object]]:
     """(params, scores, cost, meta, example facts) of one record, in SECTIONS order."""
     facts = {k: v for k, v in example_meta.items() if not isinstance(v, list | dict)}
     cost = record.cost.to_dict() if record.cost is not None else {}
@@ -169,11 +171,11 @@ def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, An
     return [params, dict(record.scores), cost, meta, dict(sorted(facts.items()))]
 
 
-def flat_params(params: dict[str, Any]) -> dict[str, Any]:
+def flat_params(params: dict[str, object]) -> dict[str, object]:
     """Parameters as table columns: a nested one named by its ``name`` (``kv: {name: sinks,
     sink_tokens: 4}``) is a column of its name (``kv``: ``sinks``) and one per setting
     (``kv_sink_tokens``: 4); ``params`` keeps the nested JSON."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in params.items():
         if isinstance(value, dict) and "name" in value:
             out[key] = value["name"]
@@ -183,16 +185,16 @@ def flat_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def flatten(record: Record, example_meta: dict[str, Any]) -> dict[str, Any]:
+def flatten(record: Record, example_meta: dict[str, object]) -> dict[str, object]:
     """One table row: identity, then params, scores, cost, record meta, scalar example facts."""
     return _flatten(record, example_meta)[0]
 
 
 def _flatten(
-    record: Record, example_meta: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    record: Record, example_meta: dict[str, object]
+) -> tuple[dict[str, object], dict[str, tuple[int, int]]]:
     """The row, and for each non-identity column its (section, position in the section)."""
-    row: dict[str, Any] = {
+    row: dict[str, object] = {
         "example_id": record.example_id,
         "strategy": record.strategy,
         "label": record.params.label(),
@@ -216,15 +218,15 @@ def _flatten(
 
 
 def table(
-    records: list[Record], example_meta: dict[str, dict[str, Any]], metrics: list[str]
+    records: list[Record], example_meta: dict[str, dict[str, object]], metrics: list[str]
 ) -> Any:  # a pandas DataFrame (pandas imported when a table is made)
     """The results DataFrame: rows in the given order, columns in the fixed order above; a
     one-time cost amortised over the records given that answered with it."""
     import pandas as pd
 
     records = amortise_answered(records, example_meta)
-    rows: list[dict[str, Any]] = []
-    rank: dict[str, tuple[Any, int, str]] = {}  # column -> (section, position, name)
+    rows: list[dict[str, object]] = []
+    rank: dict[str, tuple[object, int, str]] = {}  # column -> (section, position, name)
     score_order = {m: i for i, m in enumerate(metrics)}
     for record in records:
         row, where = _flatten(record, example_meta[record.example_id])

@@ -247,8 +247,8 @@ class _RunState:
     records (set by the generation phase)."""
 
     pending: list  # ((example, params), key): the records to generate, in plan order
-    previous: dict[str, Any] | None  # the folder's manifest before this session (None: new)
-    sessions: list[dict[str, Any]]  # the manifest's session log, this invocation's entry last
+    previous: dict[str, object] | None  # the folder's manifest before this session (None: new)
+    sessions: list[dict[str, object]]  # the manifest's session log, this invocation's entry last
     seq: Sequential | None = None  # questions in rounds until a look decides (sequential_run)
     identity: Any = None  # the model's (provenance.identity), or the last run's
 
@@ -258,7 +258,7 @@ class _RunState:
         return self.sessions[-1]
 
 
-def _run_locked(session: RunSession, judge_llm: Any) -> Any:
+def _run_locked(session: RunSession, judge_llm: object) -> object:
     """The run, its folder locked, in its phases: prepare (rescore, reprice, load the model and
     the judge), generate, the judge and noise passes, close this session's entry, then the table
     and the manifest. ``judge_llm``: the caller's judge model (None: the config's)."""

@@ -194,7 +194,7 @@ class Sequential:
         return f"sequential: {head} ({len(self.looks)} looks): {last.get('decision', 'continue')}"
 
 
-def _json(value: Any) -> Any:
+def _json(value: object) -> object:
     """Floats rounded for the manifest; NaN as None (not JSON)."""
     if isinstance(value, float | np.floating):
         return round(float(value), 6) if math.isfinite(value) else None

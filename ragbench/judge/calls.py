@@ -116,7 +116,7 @@ class Job:
     fields: dict[str, str]
     unit: int = 0  # the context / statement / question of a context metric (else 0)
     tag: int | None = None  # the request's sample tag (None: ``sample``)
-    parse: Callable[[str], Any] | None = None  # reply -> verdict or None (None: the template's)
+    parse: Callable[[str], object] | None = None  # reply -> verdict or None (None: the template's)
     max_new_tokens: int | None = None  # None: the judge's
     attempt: int = 0
     verdict: Any = None
@@ -134,7 +134,7 @@ class Job:
             **self.fields,
         )
 
-    def read(self, judge: Judge, reply: str) -> Any:
+    def read(self, judge: Judge, reply: str) -> object:
         return (self.parse or judge.prompts[self.metric].parse)(reply)
 
 

@@ -182,7 +182,7 @@ def calibration_key(decoder: Any, weights: str, probed_tokens: int | None = None
     }
 
 
-def decode_path(decoder: Any) -> str:
+def decode_path(decoder: object) -> str:
     """Which decode loop the loop probe times: ``fused`` (the CPU step, ``hf/fused.py``),
     ``static+graphs``, ``static`` (``hf/static.py``) or ``eager``. A part of the key: the captured
     step costs a fraction of the eager one, the fused step about half of it on a CPU."""
@@ -190,7 +190,7 @@ def decode_path(decoder: Any) -> str:
     return getattr(fast, "path", "eager") if fast is not None else "eager"
 
 
-def window_of(decoder: Any) -> int:
+def window_of(decoder: object) -> int:
     """The positions a model reads (its config's ``max_position_embeddings``)."""
     config = getattr(getattr(decoder, "model", None), "config", None)
     return int(getattr(config, "max_position_embeddings", 0) or 1 << 30)
@@ -211,7 +211,7 @@ _MEMO: dict[str, Rates] = {}
 LOCK = ".lock"  # one calibration at a time per cache folder (see rates_for)
 
 
-def calibration_path(key: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Path:
+def calibration_path(key: dict[str, object], cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache file of the rates measured under ``key`` (``calibration_key``)."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     folder = Path(cache_dir) if cache_dir is not None else assets.cache_dir()
@@ -300,7 +300,7 @@ def _calibrate(decoder: Any, key: dict[str, Any], path: Path, longest: int | Non
 
 
 def shorter_samples(
-    key: dict[str, Any], cache_dir: str | os.PathLike | None = None
+    key: dict[str, object], cache_dir: str | os.PathLike | None = None
 ) -> tuple[dict[str, list[float]], tuple[int, Path] | None]:
     """(probe samples, (its probed length, its file)) of the longest cached calibration whose
     key is ``key`` but for a shorter ``probed_tokens``; ``({}, None)`` when there is none. A run
@@ -365,7 +365,7 @@ def warn_validation(rates: Rates) -> None:
     )
 
 
-def describe(rates: Rates | None) -> dict[str, Any] | None:
+def describe(rates: Rates | None) -> dict[str, object] | None:
     """What a manifest records about the calibration that priced a run: its identity (the key
     and the cache file), when it was measured, and the rates themselves."""
     if rates is None:
@@ -388,7 +388,9 @@ def describe(rates: Rates | None) -> dict[str, Any] | None:
     }
 
 
-def cached_rates(match: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Rates | None:
+def cached_rates(
+    match: dict[str, object], cache_dir: str | os.PathLike | None = None
+) -> Rates | None:
     """The newest cached calibration whose key has every item of ``match`` (say ``{"weights":
     ..., "device": "cpu", "threads": 2}``), without loading the model: what a dry run can price
     a device-hour sheet with. None when no such calibration was measured on this machine."""
@@ -492,12 +494,12 @@ AGREE = 0.05  # samples within this of one another agree: another one would chan
 MAX_SAMPLES = 3  # and never past this many samples
 
 
-def _device_timers(decoder: Any, loop_timer: Any) -> tuple[Any, Any, bool]:
+def _device_timers(decoder: object, loop_timer: object) -> tuple[object, object, bool]:
     """(timer, loop timer, shared-prefix attention supported) on ``decoder``'s device."""
     import torch
 
     gen = torch.Generator().manual_seed(0)  # deterministic token ids; values do not matter
-    kv: dict[tuple[int, int], Any] = {}  # random KV tensors by (rows, positions), made once
+    kv: dict[tuple[int, int], object] = {}  # random KV tensors by (rows, positions), made once
 
     def timer(new: int, past: int, rows: int, shared: bool) -> float:
         return _forward(decoder, gen, kv, (new, past, rows, shared))
@@ -542,7 +544,7 @@ def estimate(samples: list[float], kind: str, statistic: str = "fastest") -> flo
 
 def _fit_samples(
     plan: ProbePlan, samples: dict[str, list[float]], statistic: str = "fastest"
-) -> tuple[Rates, dict[str, Any]]:
+) -> tuple[Rates, dict[str, object]]:
     """The rates fitted on every probe's estimate, and their provenance: the estimates, the
     samples, the held-out check (fitted without the longest prefill) and the after-cached one."""
     best = {

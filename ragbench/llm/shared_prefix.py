@@ -97,7 +97,7 @@ class SharedPrefix:
     def __init__(self, cache: Any) -> None:
         self._layers = [(layer.keys, layer.values) for layer in cache.layers]
 
-    def __getitem__(self, layer_idx: int) -> tuple[Any, Any]:
+    def __getitem__(self, layer_idx: int) -> tuple[Any, object]:
         return self._layers[layer_idx]
 
     def __len__(self) -> int:

@@ -44,7 +44,7 @@ LC_FACTS = ("kept_tokens", "truncated_tokens", "evidence_truncated", "dropped_do
 JUDGE_SUFFIXES = ("_note", "_rationale", "_reason", "_prompt")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     """A table cell as JSON: NaN/NA -> None, numpy scalars and arrays -> Python, JSON text of a
     list (parquet keeps mixed lists so) -> the list."""
     if value is None:
@@ -109,7 +109,7 @@ def _evidence(row: dict[str, Any], chunks: dict[str, Any], used: dict[str, Any])
     return out
 
 
-def _judge_notes(row: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+def _judge_notes(row: dict[str, object], metrics: Sequence[str]) -> dict[str, object]:
     """A judge's notes beside its scores (``<metric>_note`` and the like), as text."""
     notes = {}
     for metric in metrics:
@@ -224,7 +224,7 @@ def _frame(runs: Any) -> Any:
 
 
 def view_fragment(
-    runs: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+    runs: object, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
 ) -> str:
     """The view as an HTML fragment (a notebook output, a section of a page)."""
     from itables.javascript import (
@@ -258,7 +258,7 @@ def view_fragment(
 
 
 def view_html(
-    runs: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+    runs: object, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
 ) -> str:
     """The view as a whole page."""
     heading = html.escape(title or "ragbench: questions")
@@ -271,7 +271,7 @@ def view_html(
 
 
 def write_view(
-    runs: str | PathLike[str] | Sequence[str | PathLike[str]] | Any,
+    runs: str | PathLike[str] | Sequence[str | PathLike[str]] | object,
     out: str | PathLike[str],
     metric: str | None = None,
     title: str = "",
@@ -293,6 +293,6 @@ class Explorer:
         return self.fragment
 
 
-def explore(runs: Any, metric: str | None = None, title: str = "") -> Explorer:
+def explore(runs: object, metric: str | None = None, title: str = "") -> Explorer:
     """The per-question view of run folder(s) or a loaded table, inline in Jupyter."""
     return Explorer(view_fragment(runs, metric, title))

@@ -89,8 +89,8 @@ class Setting:
     where one config does not set it)."""
 
     key: str
-    a: Any
-    b: Any
+    a: object
+    b: object
 
     def __str__(self) -> str:
         a = NOT_SET if self.a is None else show_value(self.a)
@@ -295,11 +295,11 @@ class _Run:
 
     name: str
     table: Any
-    config: dict[str, Any] | None
+    config: dict[str, object] | None
     folder: Path | None
 
 
-def _config(folder: Path | None) -> dict[str, Any] | None:
+def _config(folder: Path | None) -> dict[str, object] | None:
     """The run's config from its manifest (another schema's: SchemaError), credentials masked."""
     if folder is None:
         return None
@@ -311,7 +311,7 @@ def _config(folder: Path | None) -> dict[str, Any] | None:
     return redact(config)
 
 
-def _side(run: Any, side: str) -> _Run:
+def _side(run: object, side: str) -> _Run:
     """A run folder (or its ``results.parquet``), or the table ``ragbench.load`` returns for one
     run; anything else is an error saying what is accepted."""
     import pandas as pd
@@ -355,12 +355,12 @@ def _named(a: _Run, b: _Run) -> tuple[_Run, _Run]:
     return _Run(na, a.table, a.config, a.folder), _Run(nb, b.table, b.config, b.folder)
 
 
-def flat_settings(config: Any, prefix: str = "") -> dict[str, Any]:
+def flat_settings(config: object, prefix: str = "") -> dict[str, object]:
     """A config as ``{dotted key: value}``: mappings by key, lists of mappings by position
     (``strategies.2.params.top_k``); any other list is one value (``metrics``, a grid axis)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if isinstance(config, Mapping):
-        items: Iterable[tuple[Any, Any]] = config.items()
+        items: Iterable[tuple[object, object]] = config.items()
     elif isinstance(config, list) and any(isinstance(v, Mapping) for v in config):
         items = enumerate(config)
     else:
@@ -535,8 +535,8 @@ def _shared(a: _Run, b: _Run) -> tuple[tuple[str, ...], int, int]:
 
 
 def compare_runs(
-    a: Any,
-    b: Any,
+    a: object,
+    b: object,
     pairs: Mapping[str, str] | Iterable[str] | None = None,
     metric: str | None = None,
     seed: int = 0,

@@ -38,14 +38,14 @@ class MatchError(ValueError):
     """Pairs that cannot be used (a text that is no ``LABEL_A=LABEL_B``, a label paired twice)."""
 
 
-def show_value(value: Any) -> str:
+def show_value(value: object) -> str:
     """A setting's or parameter's value as a person reads it: text bare, the rest as JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def value_key(value: Any) -> str:
+def value_key(value: object) -> str:
     """A value as comparable text (a mapping's key order does not matter)."""
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -80,7 +80,7 @@ class Variant:
 
     label: str
     strategy: str
-    params: Mapping[str, Any]
+    params: Mapping[str, object]
 
 
 def _params(strategy: str, text: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ class FailedAfterPaying(Exception):
     its long-context call over the window): the ``error``, and the ``cost`` of the finished
     calls, spent all the same, so the error record carries it and a budget counts it."""
 
-    def __init__(self, error: BaseException, cost: Any) -> None:
+    def __init__(self, error: BaseException, cost: object) -> None:
         super().__init__(str(error))
         self.error, self.cost = error, cost
 

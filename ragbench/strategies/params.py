@@ -28,7 +28,7 @@ from ragbench.retrieval.context import ORDERS
 from ragbench.strategies.prompts import OVERFLOW
 
 
-def _positive_or_none(owner: str, name: str, value: Any) -> None:
+def _positive_or_none(owner: str, name: str, value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{owner}: {name} must be a positive integer or null, got {value!r}")
 
@@ -68,7 +68,7 @@ class StrategyParams:
                 raise ValueError(f"unknown {cls.strategy} parameter {key!r}; {hint}")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+    def from_dict(cls, data: Mapping[str, object]) -> Self:
         """Parameters from a mapping (missing fields take their defaults; unknown are errors)."""
         cls.check_keys(data)
         return cls(**data)
@@ -99,7 +99,7 @@ class StrategyParams:
             points.append(point)
         return points
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, at its default too (results, work keys)."""
         return dataclasses.asdict(self)
 
@@ -117,7 +117,7 @@ class StrategyParams:
         return " ".join(parts)
 
 
-def _flag(owner: str, name: str, value: Any) -> None:
+def _flag(owner: str, name: str, value: object) -> None:
     # a real bool: 1 and 0 pass `in (True, False)` (1 == True) and would label "flag" x1
     if not isinstance(value, bool):
         raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
@@ -174,7 +174,9 @@ class LongContextParams(StrategyParams):
         super().__post_init__()
 
     @classmethod
-    def grid(cls, spec: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> list[Self]:
+    def grid(
+        cls, spec: Mapping[str, object], base: Mapping[str, object] | None = None
+    ) -> list[Self]:
         """As ``StrategyParams.grid``; a list inside ``kv`` (``kv: {name: quantized, bits: [8,
         4]}``) is an axis too, as a list of ``kv`` mappings is."""
         kv = spec.get("kv")
@@ -185,7 +187,7 @@ class LongContextParams(StrategyParams):
             spec = {**spec, "kv": kvs}
         return super().grid(spec, base)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """As stored; ``kv`` as the variant's ``spec()`` (``{"name": ..., <parameter>: ...}``)."""
         return super().to_dict() | {"kv": self.kv.spec()}
 
@@ -243,7 +245,7 @@ class RetrievalParams(StrategyParams):
             EMBEDDERS.check(self.embedder)
         check_chunking(self.splitter, self.chunk_size, self.chunk_overlap)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """As stored; a retriever that embeds nothing names no embedder (not even null)."""
         data = super().to_dict()
         if self.embedder is None:

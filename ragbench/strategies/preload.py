@@ -69,7 +69,7 @@ def group(example: Example, params: StrategyParams) -> tuple | None:
     return group_of(example.meta, params) if wanted(params) else None
 
 
-def group_of(meta: Mapping[str, Any], params: StrategyParams) -> tuple | None:
+def group_of(meta: Mapping[str, object], params: StrategyParams) -> tuple | None:
     """``group`` from the example's ``meta`` (what a results table keeps of it)."""
     if not wanted(params):
         return None
@@ -145,7 +145,7 @@ def sharing(records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]) -> di
     return out
 
 
-def amortise_answered(records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]) -> list:
+def amortise_answered(records: Sequence[object], meta: Mapping[str, Mapping[str, object]]) -> list:
     """``records`` with each one-time cost amortised over the questions that answered with it
     (``sharing``), whatever the run planned: ``amortised_over`` N and ``amortised_*`` = own +
     one_time / N (``Cost.shared_by``). Records without a one-time cost are returned as they
@@ -158,7 +158,7 @@ def amortise_answered(records: Sequence[Any], meta: Mapping[str, Mapping[str, An
 
 
 def one_time_dollars(
-    records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]
+    records: Sequence[object], meta: Mapping[str, Mapping[str, object]]
 ) -> dict[tuple, float]:
     """Per preload group of ``records``, its one-time dollars, once: its records' mean one-time
     dollars (what their amortised shares add up to; the same on each unless a resumed session
@@ -170,9 +170,9 @@ def one_time_dollars(
     return out
 
 
-def summary(res: Resources | None) -> list[dict[str, Any]]:
+def summary(res: Resources | None) -> list[dict[str, object]]:
     """The run's preloads for its manifest: group, one-time seconds and dollars, questions."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     if res is None:
         return out
     for key, one in res.preloaded.items():

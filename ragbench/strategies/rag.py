@@ -69,7 +69,7 @@ def chunk_ref(chunk: Chunk) -> str:
 
 def chunk_evidence(
     chunks: Iterable[Chunk], retrieved: list[str], scores: dict[str, float], gold: list[str]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The meta a retrieving call adds for its view: the refs and scores of its retrieved chunks
     (in the order of ``retrieved``), the refs of its gold chunks (in the order of ``gold``), and
     their texts (``CHUNK_TEXTS``, which the run's writer moves to ``chunks.jsonl``)."""
@@ -86,7 +86,7 @@ def chunk_evidence(
 
 def rag_prompt(
     example: Example, res: Resources, params: RagParams, decline: bool = False
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, object]]:
     """(prompt, meta): retrieve, assemble within the budget (and the limit), ask, in the
     example's prompt format (``params.cot``: its reasoning call's prompt and budget)."""
     if res.index is None:

@@ -130,7 +130,7 @@ def ingest(spec: CompareSpec, on_skip: Callable[[Any], None] | None = None) -> t
     )
 
 
-def model_section(spec: CompareSpec) -> tuple[dict[str, Any], str]:
+def model_section(spec: CompareSpec) -> tuple[dict[str, object], str]:
     """(the config's ``model`` section, the chunking tokenizer), as notebook 05 makes them (plus
     ``threads``, which changes speed, not the config hash)."""
     section, counter = model_block(
@@ -173,11 +173,11 @@ def questions_path(
 
 def strategy_list(
     strategies: Sequence[str], top_k: int, overflow: str, pipeline: str = "", pipeline_url: str = ""
-) -> list[Any]:
+) -> list[object]:
     """Each strategy with the options it declares among ``top_k`` and ``overflow`` (a bare name
     when it takes none), then the pipeline(s): what notebook 05 and ``ragbench compare`` run."""
     options = {"top_k": top_k, "overflow": overflow}
-    entries: list[Any] = []
+    entries: list[object] = []
     for name in strategies:
         fields = get_strategy(name).params.field_names()  # unknown name: did-you-mean
         params = {k: v for k, v in options.items() if k in fields}
@@ -188,7 +188,7 @@ def strategy_list(
     ]
 
 
-def strategy_entries(spec: CompareSpec) -> list[Any]:
+def strategy_entries(spec: CompareSpec) -> list[object]:
     """``strategy_list`` of the spec's strategies, options and pipeline(s)."""
     return strategy_list(
         spec.strategies, spec.top_k, spec.overflow, spec.pipeline, spec.pipeline_url
@@ -198,7 +198,7 @@ def strategy_entries(spec: CompareSpec) -> list[Any]:
 def pipeline_params(pipeline: str = "", pipeline_url: str = "") -> list[dict[str, Any]]:
     """The ``pipeline`` strategy's params for a target and/or an endpoint (none when both are
     empty)."""
-    points: list[dict[str, Any]] = []
+    points: list[dict[str, object]] = []
     if pipeline:
         points.append({"target": pipeline})
     if pipeline_url:
@@ -235,7 +235,7 @@ def chunk_overlap_for(chunk_size: int, chunk_overlap: int = -1) -> int:
     return min(CHUNK_OVERLAP, chunk_size // 4) if chunk_overlap == -1 else chunk_overlap
 
 
-def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, Any]:
+def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, object]:
     """The run config, key for key the one notebook 05 builds from the same parameters (so the
     notebook's run is this run: same hash, same folder)."""
     section, counter = model_section(spec)
@@ -480,7 +480,7 @@ def report_blocker(spec: CompareSpec) -> str | None:
     return None
 
 
-def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
+def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, object]:
     """Notebook 05's parameters for this run: the notebook builds the same config from them."""
     return {
         "docs": str(Path(spec.docs[0]).resolve()),

@@ -97,7 +97,7 @@ _SERVER_MANAGER = "HistoryOffKernelManager"
 _built: dict[str, type] = {}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """``HistoryOffKernelManager``: jupyter_server's ``ServerKernelManager`` whose IPython kernels
     start with :data:`HISTORY_OFF`. Built when first looked up (PEP 562: the server imports it by
     name), so importing this module imports no jupyter_server."""
@@ -229,7 +229,7 @@ def _redact_output(output: dict[str, Any], known: set[str]) -> None:
             data[mime] = _redact_text_field(value, html=mime == "text/html", known=known)
 
 
-def _masked(value: Any, known: set[str]) -> Any:
+def _masked(value: object, known: set[str]) -> object:
     """The strings of a JSON value with ``known`` values masked (``secrets.redact`` did the rest)."""
     if not known:
         return value
@@ -242,14 +242,14 @@ def _masked(value: Any, known: set[str]) -> Any:
     return value
 
 
-def _joined(value: Any) -> str:
+def _joined(value: object) -> str:
     """A notebook text field (a string or a list of lines) as one text."""
     return "".join(str(v) for v in value) if isinstance(value, list) else str(value or "")
 
 
 def _redact_text_field(
-    value: Any, html: bool = False, code: bool = False, known: set[str] | None = None
-) -> Any:
+    value: object, html: bool = False, code: bool = False, known: set[str] | None = None
+) -> object:
     """A notebook text field, a string or a list of lines: redacted as one text (a credential or
     a data: URI may span the split), then split back into lines. Links without credentials keep
     their spelling (``scrub.redact_keeping_links``). ``html``: the field is HTML, each <script>
@@ -276,7 +276,7 @@ def _redact_text_field(
     return value
 
 
-def _write_notebook(path: Path, nb: dict[str, Any]) -> Path:
+def _write_notebook(path: Path, nb: dict[str, object]) -> Path:
     # nbformat's own layout (indent 1, sorted keys), so diffs against papermill's files stay small
     text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     return atomic_write_text(path, text)
@@ -437,7 +437,7 @@ def init_worker(parent_pid: int) -> None:
         _worker_terminated(signal.SIGTERM, None)
 
 
-def _worker_terminated(signum: int, frame: Any) -> None:
+def _worker_terminated(signum: int, frame: object) -> None:
     import psutil
 
     drop_owner_files()  # first: the sweep kills this worker 3 s after its SIGTERM

@@ -48,7 +48,7 @@ def model_block(
     return section, tokenizer or can.default_tokenizer or model
 
 
-def judge_block(backend: str, model: str, base_url: str = "") -> dict[str, Any] | None:
+def judge_block(backend: str, model: str, base_url: str = "") -> dict[str, object] | None:
     """The run config's ``judge`` section from a notebook's judge parameters; None when no judge
     model is named (then only string metrics score the answers)."""
     if not model:

@@ -233,8 +233,8 @@ def _load_manifests(manifest: Any, notebook: Path, nb: Any) -> list[tuple[str, d
     return [(found[0].parent.name, json.loads(found[0].read_text(encoding="utf-8")))]
 
 
-def _lookup(manifest: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = manifest
+def _lookup(manifest: Mapping[str, object], dotted: str) -> object:
+    value: object = manifest
     for part in dotted.split("."):
         if not isinstance(value, Mapping) or part not in value:
             return None
@@ -242,7 +242,7 @@ def _lookup(manifest: Mapping[str, Any], dotted: str) -> Any:
     return None if isinstance(value, Mapping) or value == "" else value
 
 
-def _field(manifest: Mapping[str, Any], keys: Sequence[str]) -> str | None:
+def _field(manifest: Mapping[str, object], keys: Sequence[str]) -> str | None:
     """The first of ``keys`` the manifest has, as text."""
     return next((str(v) for k in keys if (v := _lookup(manifest, k)) is not None), None)
 

@@ -145,7 +145,7 @@ def _experiment_id(client, name: str, uri: str) -> str:
     return client.create_experiment(name, artifact_location=_artifact_root(uri))
 
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
+def flatten(obj: object, prefix: str = "") -> dict[str, str]:
     """``{"model": {"name": "x"}}`` -> ``{"model.name": "x"}``; lists as JSON text."""
     out: dict[str, str] = {}
     if isinstance(obj, dict):
@@ -203,7 +203,7 @@ def _verdict_text(df: Any, seed: int) -> str:
         return f"no verdict: {exc}"
 
 
-def _find_run(client, stored: dict[str, Any] | None, uri: str):
+def _find_run(client, stored: dict[str, object] | None, uri: str):
     """The MLflow run a resumed ragbench run logged to before, if it is in this store."""
     if not stored or stored.get("tracking_uri") != secrets.redact_text(uri):
         return None
@@ -218,7 +218,7 @@ def log_run(
     run_dir: str | Path,
     tracking: Tracking,
     parent_run_id: str | None = None,
-    extra_params: dict[str, Any] | None = None,
+    extra_params: dict[str, object] | None = None,
     run_name: str | None = None,
 ) -> str:
     """Log the run folder ``run_dir`` to MLflow (the module docstring says what); returns the
@@ -270,7 +270,7 @@ def question_table(run_dir: Path, df: Any) -> Any:
     return pd.DataFrame([{c: r.get(c) for c in columns} for r in renamed], columns=columns)
 
 
-def _log_questions(client, run_id: str, table: Any, step: int) -> None:
+def _log_questions(client, run_id: str, table: object, step: int) -> None:
     """``table`` as the run's ``questions.json`` (``mlflow.log_table``, which MLflow's
     evaluation view reads). ``log_table`` appends to a table the run has (a resume): the stored
     one is deleted first, so the table is the run's whole table once; a store that cannot

@@ -177,8 +177,8 @@ class Deduplicator:
             shared["scheme"] = template.scheme
         self._make = lambda: MinHash(num_perm=num_perm, seed=seed, **shared)
         self.kept_by_hash: dict[str, int] = {}
-        self.sketches: dict[int, tuple[str, Any]] = {}  # kept index -> (group, sketch)
-        self.drops: dict[int, dict[str, Any]] = {}
+        self.sketches: dict[int, tuple[str, object]] = {}  # kept index -> (group, sketch)
+        self.drops: dict[int, dict[str, object]] = {}
         self.count = 0
 
     def add(self, text: str, group: str = "") -> dict[str, Any] | None:
@@ -207,7 +207,7 @@ class Deduplicator:
             self.lsh.insert(str(i), sketch)
         return None
 
-    def _drop(self, i: int, reason: str, of: int, jaccard: float) -> dict[str, Any]:
+    def _drop(self, i: int, reason: str, of: int, jaccard: float) -> dict[str, object]:
         self.drops[i] = {"reason": reason, "duplicate_of": of, "jaccard": jaccard}
         return self.drops[i]
 
@@ -219,7 +219,7 @@ def find_duplicates(
     num_perm: int = 128,
     seed: int = 1,
     groups: Sequence[str] | None = None,
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, dict[str, object]]:
     """{index: {"reason", "duplicate_of" (index), "jaccard"}} for every text to drop.
 
     A text is compared only with earlier *kept* texts (of the same group when ``groups`` is
@@ -276,7 +276,7 @@ def _report(
 
 def dedup_documents(
     docs: Sequence[Document], threshold: float = 0.8, num_perm: int = 128, seed: int = 1
-) -> tuple[list[Document], dict[str, Any]]:
+) -> tuple[list[Document], dict[str, object]]:
     """(kept documents in order, report). Text is compared normalised but never edited."""
     drops = find_duplicates(
         [d.text for d in docs], threshold=threshold, num_perm=num_perm, seed=seed
@@ -286,7 +286,11 @@ def dedup_documents(
 
 
 def documents_report(
-    ids: Sequence[str], drops: dict[int, dict[str, Any]], threshold: float, num_perm: int, seed: int
+    ids: Sequence[str],
+    drops: dict[int, dict[str, object]],
+    threshold: float,
+    num_perm: int,
+    seed: int,
 ) -> dict[str, Any]:
     """``dedup_documents``' report for documents ``ids`` (in order) and their ``drops``."""
     params = {"threshold": threshold, "num_perm": num_perm, "seed": seed}

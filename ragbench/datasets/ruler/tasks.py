@@ -432,12 +432,12 @@ def task_iterator(task: str) -> Callable[..., Iterator[Example]]:
     return iterate
 
 
-def build(task: str, **params: Any) -> list[Example]:
+def build(task: str, **params: object) -> list[Example]:
     return list(task_iterator(task)(**params))
 
 
 def _task_builder(task: str) -> Callable[..., list[Example]]:
-    def builder(**params: Any) -> list[Example]:
+    def builder(**params: object) -> list[Example]:
         return build(task, **params)
 
     builder.__name__ = task

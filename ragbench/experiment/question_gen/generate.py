@@ -145,7 +145,7 @@ class GeneratedQuestions:
     passages_available: int = 0  # passages (with hops=2 paired as they are tried)
     unit: str = "passages"  # what was tried: passages, or passage pairs
     rejected: Counter = field(default_factory=Counter)  # reason -> count
-    rejections: list[dict[str, Any]] = field(default_factory=list)  # passage, reason, reply
+    rejections: list[dict[str, object]] = field(default_factory=list)  # passage, reason, reply
     usage: dict[str, Usage] = field(default_factory=dict)  # "generate", "closed_book"
 
     def summary(self) -> str:
@@ -189,7 +189,7 @@ _TWO_HOPS = _Hops(
 class _Candidate:
     """A reply that passed the checks, waiting for the closed-book check and de-duplication."""
 
-    item: Any  # the passage (or pair) asked about
+    item: object  # the passage (or pair) asked about
     reply: str
     row: dict[str, Any]
     tokens: frozenset[str]  # the question's normalised tokens (``jaccard``)
@@ -386,14 +386,14 @@ def generate_questions(
 # --------------------------------------------------------------------------- files
 
 
-def write_questions(path: PathLike, rows: Sequence[dict[str, Any]]) -> Path:
+def write_questions(path: PathLike, rows: Sequence[dict[str, object]]) -> Path:
     """Atomically write rows as a questions JSONL file (canonical JSON, one row per line)."""
     if not rows:
         raise ValueError("no questions to write (a questions file may not be empty)")
     return atomic_write_text(path, "".join(dumps_canonical(r) + "\n" for r in rows))
 
 
-def load_model(model: dict[str, Any], cache: bool | None = None) -> LLM:
+def load_model(model: dict[str, object], cache: bool | None = None) -> LLM:
     """An LLM from a run config's ``model`` section (``notebook.model_block`` builds one), with the
     runs' completion cache (``cache_dir()/completions.sqlite``) unless the section says
     ``cache: false``: generated questions and later runs share its answers. Loaded as a run

@@ -104,7 +104,7 @@ def bucket_slots(n: int) -> int:
     return grain * math.ceil(n / grain)
 
 
-def model_reason(model: Any) -> str:
+def model_reason(model: object) -> str:
     """Why ``model`` cannot use the static path at all ("" when it can)."""
     if not shared_prefix.supported(model):
         return (
@@ -155,7 +155,7 @@ class FastDecode:
             return "sampling (temperature > 0): the plain loop's seeded generators"
         return ""
 
-    def meta(self, reason: str) -> dict[str, Any]:
+    def meta(self, reason: str) -> dict[str, object]:
         return {"path": "eager", "requested": self.requested, "reason": reason}
 
     # -- running ---------------------------------------------------------------------------
@@ -211,7 +211,7 @@ class FastDecode:
         n, used = len(requests), batch.mask.shape[1]
         timer = _Clock(dec.device, batch.t_first)
         generated: list[list[int]] = [[] for _ in requests]
-        done: dict[int, dict[str, Any]] = {}
+        done: dict[int, dict[str, object]] = {}
         active = list(range(n))
         pending = [(state.fetch(n, used - 1, used), timer.mark(), 0, 1)]  # the first token
         launched, steps = 1, 0  # tokens per row launched; decode steps run
@@ -292,7 +292,7 @@ class _Clock:
             self.start = torch.cuda.Event(enable_timing=True)
             self.start.record()
 
-    def mark(self) -> Any:
+    def mark(self) -> object:
         import torch
 
         if not self.cuda:
@@ -390,7 +390,7 @@ class _State:
         self.slot.fill_(used)
         self.tokens[:n, used - 1].copy_(first)
 
-    def fetch(self, n: int, c0: int, c1: int) -> Any:
+    def fetch(self, n: int, c0: int, c1: int) -> object:
         """Tokens of columns [c0, c1) for the first n rows, copied to the host without waiting:
         a function that waits for them and returns them as lists."""
         import torch

@@ -38,7 +38,7 @@ from ragbench.strategies.pipeline.params import PipelineParams
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT = 5.0
 BACKOFF_BASE, BACKOFF_MAX = 0.5, 30.0
-_clients: dict[tuple, Any] = {}
+_clients: dict[tuple, object] = {}
 _lock = threading.Lock()
 
 
@@ -121,7 +121,7 @@ def _attempt(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> 
         ) from None
 
 
-def post(params: PipelineParams, question: str, example_id: str, corpus: str | None) -> Any:
+def post(params: PipelineParams, question: str, example_id: str, corpus: str | None) -> object:
     """The endpoint's JSON answer to one question (after retries), or ``LLMRequestError``."""
     payload = {"question": question, "id": example_id, "corpus": corpus}
     return _post(params, params.raw_url, params.url, payload, _attempt)

@@ -128,7 +128,7 @@ def recorded(job: dict[str, Any], accept_failed: bool) -> dict[str, Any] | None:
     return result
 
 
-def _news(job: dict[str, Any], failed: Path) -> bool:
+def _news(job: dict[str, object], failed: Path) -> bool:
     """failed.json was written after the sweep planned the job (a job planned without looking
     has no news)."""
     return "failed_seen" in job and mtime_ns(failed) != job["failed_seen"]

@@ -83,7 +83,7 @@ class PointOutcome:
     another one running at the same time). ``params`` have their credentials masked."""
 
     point_id: str
-    params: dict[str, Any]
+    params: dict[str, object]
     status: Literal["done", "failed", "held"]
     notebook: str
     seconds: float = 0.0  # execution time of the notebook
@@ -292,7 +292,7 @@ def _write_summary(
         atomic_write_bytes(sweep_dir / "results.parquet", outcome.results.to_parquet(index=False))
 
 
-def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
+def _run_local(jobs: list[dict[str, object]], workers: int, report: Callable) -> None:
     if not jobs:
         return
     with reap_children_on_signals():  # a stopped sweep leaves no worker or kernel behind
@@ -322,7 +322,7 @@ def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> No
         pool.shutdown(wait=True)
 
 
-def _run_ray(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
+def _run_ray(jobs: list[dict[str, object]], workers: int, report: Callable) -> None:
     """Each point as a Ray task. RAY_ADDRESS set: join that cluster (paths must be shared)."""
     if not jobs:
         return
