@@ -46,7 +46,7 @@ _NEEDLE = re.compile(
 )
 
 
-def distractor_values(example: Any) -> tuple[str, ...]:
+def distractor_values(example: Example) -> tuple[str, ...]:
     """Values in ``example``'s context that answer some *other* key: ``meta["distractor_values"]``
     when the dataset stores it, else every keyed needle ("special magic ... for KEY is: VALUE")
     whose key is not asked (``meta["keys"]``) and whose value is not a gold answer. Covers RULER
@@ -73,7 +73,7 @@ def names_value(prediction: str, values: Iterable[str]) -> bool:
     )
 
 
-def evidence_depth(example: Any) -> float:
+def evidence_depth(example: Example) -> float:
     """Where the (first) evidence span starts in the long-context prompt's context, as a
     percentage of its characters (NaN without evidence spans)."""
     spans = (example.meta or {}).get("evidence") or []
