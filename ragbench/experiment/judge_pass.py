@@ -6,7 +6,7 @@ strategies' resources are loaded as the run loads them (``ragbench.experiment.re
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -22,6 +22,9 @@ from ragbench.metrics.answer import METRICS, deferred_metrics
 from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies import Contexts, contexts_of
 from ragbench.types import Example
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def needs_judging(cfg: RunConfig, record: Any) -> bool:
@@ -142,7 +145,9 @@ def judge_pass(session: RunSession) -> int:
     return updated
 
 
-def judge_summary(cfg: RunConfig, judge: Any, df: Any, previous: dict | None) -> dict | None:
+def judge_summary(
+    cfg: RunConfig, judge: Any, df: pd.DataFrame, previous: dict | None
+) -> dict | None:
     """The manifest's ``judge`` entry: the judge, its prompts and how far to trust it."""
     if not deferred_metrics(cfg.metrics):
         return None

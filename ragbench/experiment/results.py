@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ragbench.cost import Cost
 from ragbench.cost.reprice import reprice_stale
@@ -31,6 +31,9 @@ from ragbench.strategies import params_from_dict
 from ragbench.strategies.driver import outcome_parts
 from ragbench.strategies.preload import amortise_answered
 from ragbench.types import Example, Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 RECORDS = "records.jsonl"
@@ -246,7 +249,7 @@ def table(
     return pd.DataFrame(rows, columns=columns)
 
 
-def parquet_bytes(df: Any) -> bytes:
+def parquet_bytes(df: pd.DataFrame) -> bytes:
     """Parquet of ``df``; object columns pyarrow cannot type (mixed kinds) become JSON text."""
     import io
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from ragbench.analysis._common import _scored
 from ragbench.experiment.results import table
 from ragbench.experiment.session import RunSession
 from ragbench.types import Example
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # a verdict's reason -> the look's decision (the verdict's choice completes it)
 STOPS = {"more_accurate": "recommend", "not_worse": "recommend"}
@@ -102,7 +105,7 @@ class Sequential:
         self.looks.append(self._record(v, answered))
         return bool(why)
 
-    def _verdict(self, df: Any, answered: int, stopped: str | None) -> Any:
+    def _verdict(self, df: pd.DataFrame, answered: int, stopped: str | None) -> Any:
         return self.decide(df, self.state(answered, stopped))
 
     def state(self, answered: int | None = None, stopped: str | None = None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from importlib.resources import files
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.analysis._common import default_metric, metric_columns, own_latency_seconds
 from ragbench.analysis.attribution import attribute
@@ -38,6 +38,9 @@ from ragbench.analysis.labels import with_labels
 from ragbench.experiment.evidence import read_chunks, read_questions
 from ragbench.io import atomic_write_text
 from ragbench.report.runs import load
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # long-context facts a record keeps (Self-Route's long-context branch with an lc_ prefix)
 LC_FACTS = ("kept_tokens", "truncated_tokens", "evidence_truncated", "dropped_documents")
@@ -136,7 +139,7 @@ def _cell(row: dict[str, Any], metric: str, others: Sequence[str], cause: str) -
     }
 
 
-def _chunk_store(df: Any) -> tuple[dict[str, Any], list[str]]:
+def _chunk_store(df: pd.DataFrame) -> tuple[dict[str, Any], list[str]]:
     """Every run's chunk texts (refs are content hashes: runs merge safely) and what is missing."""
     chunks: dict[str, Any] = {}
     for folder in (df.attrs.get("run_dirs") or {}).values():
@@ -194,7 +197,7 @@ def view_payload(
     }
 
 
-def _add_docs(questions: dict[str, dict[str, Any]], df: Any) -> None:
+def _add_docs(questions: dict[str, dict[str, Any]], df: pd.DataFrame) -> None:
     """Each question's source documents (its evidence's), from the runs' questions files."""
     for folder in (df.attrs.get("run_dirs") or {}).values():
         table = read_questions(folder)

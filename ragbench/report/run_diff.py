@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.analysis._common import (
     _higher_is_better,
@@ -56,6 +56,9 @@ from ragbench.report.run_match import (
 from ragbench.report.runs import load, manifest_of, run_folder, run_names
 from ragbench.schema import check
 from ragbench.secrets import redact
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SIDES = ("A", "B")
 NOT_SET = "(not set)"  # a setting one config has and the other does not
@@ -294,7 +297,7 @@ class _Run:
     manifest to read) and folder (None: a table given without one)."""
 
     name: str
-    table: Any
+    table: pd.DataFrame
     config: dict[str, object] | None
     folder: Path | None
 
@@ -415,7 +418,9 @@ def _rows(run: _Run, label: str, shared: tuple[str, ...]) -> Any:
     return t[(t["label"] == label) & t["example_id"].isin(shared)]
 
 
-def _ratios(ra: Any, rb: Any, s: _Setup) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _ratios(
+    ra: pd.DataFrame, rb: pd.DataFrame, s: _Setup
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(cost ratio, latency ratio), each with its interval, by the verdict's method
     (``cost_ratio``) over the questions both answered: A's rows labelled "A", B's "B"."""
     import pandas as pd

@@ -26,10 +26,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.registry import did_you_mean, unknown
 from ragbench.strategies import params_from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RULES = ("given", "same label", "nearest")
 
@@ -94,7 +97,7 @@ def _params(strategy: str, text: Any) -> dict[str, Any]:
         return raw
 
 
-def variants(table: Any) -> list[Variant]:
+def variants(table: pd.DataFrame) -> list[Variant]:
     """The run's variants in config (first-seen) order."""
     first = table.drop_duplicates("label")
     params = first["params"] if "params" in first else [None] * len(first)

@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -63,6 +63,9 @@ from ragbench.workspace.kernels import execute_notebook
 from ragbench.workspace.notebook import model_block
 from ragbench.workspace.render import executed_runs, render_notebook
 from ragbench.workspace.scrub import repo_root
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # what notebook 05 compares, and how its long context fits a corpus larger than the window
 # (LongBench's middle truncation: keep the start and the end)
@@ -418,7 +421,7 @@ def is_paid(cfg: RunConfig) -> bool:
 # --------------------------------------------------------------------------- the answer
 
 
-def decide(df: Any, spec: CompareSpec) -> Any:
+def decide(df: pd.DataFrame, spec: CompareSpec) -> Any:
     """``analysis.verdict`` on the run (the first metric, ``spec``'s constraints); its
     conditions say what share of the corpus long context cut (``analysis.conditions``)."""
     seq = df.attrs.get("sequential")  # --until-decided: read at its last look
@@ -448,7 +451,7 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_view(table: Any) -> Any:
+def summary_view(table: pd.DataFrame) -> Any:
     """The summary's columns a terminal has room for (the report and the parquet have all);
     amortised dollars only where a one-time cost makes them differ."""
     columns = [c for c in SUMMARY_COLUMNS if c in table.columns]

@@ -56,7 +56,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench import __version__, secrets
 from ragbench.analysis.gate import load_run, score_columns
@@ -71,6 +71,9 @@ from ragbench.schema import check
 from ragbench.strategies import Resources, contexts_of, params_from_dict
 from ragbench.strategies.contexts import ContextUnavailable
 from ragbench.types import Example, Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +331,7 @@ def sanitize_model_name(name: str) -> str:
 
 def write_lm_eval(
     rows: list[dict[str, Any]],
-    df: Any,
+    df: pd.DataFrame,
     manifest: dict[str, Any],
     out: Path,
     prompts: SentPrompts | None = None,
