@@ -245,7 +245,7 @@ class _Pricing:
     def priced(self) -> bool:
         return self.sheet is not None and (self.sheet.kind == "api" or self.rates is not None)
 
-    def dollars(self, c: Any) -> float | None:
+    def dollars(self, c: object) -> float | None:
         return _priced(c, self.sheet, self.rates) if self.priced else None
 
 

@@ -164,9 +164,10 @@ class RunWorker:
 
     def drop_cache(self) -> None:
         """Delete the cache file once the driver has merged its rows."""
-        if isinstance(getattr(self, "llm", None), CachedLLM):
+        llm = getattr(self, "llm", None)  # none when the worker failed to start
+        if isinstance(llm, CachedLLM):
             for suffix in ("", "-wal", "-shm", ".open.lock"):
-                Path(f"{self.llm.path}{suffix}").unlink(missing_ok=True)
+                Path(f"{llm.path}{suffix}").unlink(missing_ok=True)
 
 
 def _node_id() -> str | None:

@@ -9,7 +9,7 @@ import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench import secrets
 from ragbench.datasets.formats import fingerprint
@@ -20,6 +20,9 @@ from ragbench.io import atomic_write_text
 from ragbench.metrics.answer import metric_versions
 from ragbench.schema import KEY as SCHEMA_KEY
 from ragbench.schema import SCHEMA_VERSION, check
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def write_manifest(
     identity: dict[str, Any],
     sessions: list[dict[str, Any]],
     status: str,
-    records: Any,  # the results table (None: not written yet)
+    records: pd.DataFrame | None,  # the results table (None: not written yet)
     judge: dict[str, Any] | None = None,
 ) -> dict:
     """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the

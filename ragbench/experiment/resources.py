@@ -26,6 +26,7 @@ from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.config.text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
+from ragbench.llm.base import LLM
 from ragbench.llm.calibration import announce, because
 from ragbench.llm.cost_model import Rates
 from ragbench.llm.hf.load import set_threads
@@ -134,7 +135,7 @@ def check_queries(cfg: RunConfig, examples: list[Example]) -> None:
         )
 
 
-def load_examples(config: Any) -> list[Example]:
+def load_examples(config: str | os.PathLike | RunConfig | dict) -> list[Example]:
     """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
     failure attribution needs beside the table (evidence spans, needles, distractors)."""
     cfg = load_config(config)
@@ -186,7 +187,7 @@ def generates_answers(cfg: RunConfig) -> bool:
     return any(get_strategy(s.name).generates for s in cfg.strategies)
 
 
-def load_model(m: ModelConfig) -> Any:
+def load_model(m: ModelConfig) -> LLM:
     """The LLM a ``ModelConfig`` names (the model under test, or a judge), behind the shared
     completion cache (``cache_dir()/completions.sqlite``) when ``m.cache``."""
     if m.threads:
@@ -220,7 +221,7 @@ class Warmup:
         _import_shared()
         self._cfg: RunConfig | None = None
         self._go = threading.Event()
-        self._llm: object = None
+        self._llm: LLM | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
             target=self._work, args=(model,), name="ragbench-warmup", daemon=True
@@ -247,13 +248,14 @@ class Warmup:
         self._cfg = cfg
         self._go.set()
 
-    def llm(self) -> Any:
+    def llm(self) -> LLM:
         """The loaded model, once it is loaded (and calibrated, if :meth:`calibrate` was called);
         an error in the thread is raised here."""
         self._go.set()  # not told by now: nothing to calibrate beforehand
         self._thread.join()
         if self._error is not None:
             raise self._error
+        assert self._llm is not None  # loaded: else the thread's error was raised above
         return self._llm
 
 

@@ -296,7 +296,7 @@ def _prepare(session: RunSession, judge_llm: LLM | None) -> _RunState:
     ]
     previous = read_manifest(out, keep_damaged=True)
     # this invocation's entry in the manifest's session log
-    entry: dict[str, Any] = {"started_at": session.started, "pending": len(pending)}
+    entry: dict[str, object] = {"started_at": session.started, "pending": len(pending)}
     # the sheet file edited since records were priced: reprice them, never mix two versions
     if repriced := reprice_resumed(done, cfg.sheet, out / RECORDS):
         entry["repriced"] = repriced

@@ -27,7 +27,7 @@ import numpy as np
 from ragbench.analysis._common import _scored
 from ragbench.experiment.results import table
 from ragbench.experiment.session import RunSession
-from ragbench.types import Example
+from ragbench.types import Example, Record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,7 +75,7 @@ class Sequential:
             if self.stopped:
                 return
 
-    def look(self, done: dict[str, Any], budget_stopped: bool = False) -> bool:
+    def look(self, done: dict[str, Record], budget_stopped: bool = False) -> bool:
         """A look at the records of the questions asked so far; True when the run stops here
         (decided, or ``budget_stopped``, or the last round)."""
         asked = set(self.order[: self.asked])
@@ -209,7 +209,7 @@ def generate_until_decided(
     seq: Sequential,
     pending: list,
     generate: Callable[[list], int],
-    score: Callable[[], Any] | None = None,
+    score: Callable[[], object] | None = None,
 ) -> tuple[int, int]:
     """Each round's pending items through ``generate`` (the runner's ``_generate`` on them;
     returns its errors), ``score`` (the judge pass, when the decision metric is judged), then a

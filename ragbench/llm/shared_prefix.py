@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 NAME = "ragbench_shared_prefix"
 SCORE_BLOCK_ELEMENTS = 1 << 25  # ~128 MB of float32 scores per chunk of queries
@@ -97,7 +100,7 @@ class SharedPrefix:
     def __init__(self, cache: Any) -> None:
         self._layers = [(layer.keys, layer.values) for layer in cache.layers]
 
-    def __getitem__(self, layer_idx: int) -> tuple[Any, object]:
+    def __getitem__(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self._layers[layer_idx]
 
     def __len__(self) -> int:
@@ -189,7 +192,9 @@ def _own_part(qc, key, value, mask, *, scale, q_len, q0, n, group) -> tuple[Any,
     return s_out, s_max, s_sum
 
 
-def _prefix_matmul(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
+def _prefix_matmul(
+    qf: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, scale: float
+) -> tuple[Any, Any]:
     """Attention of ``qf`` (KVH, M, d) over the prefix (1, KVH, P, d): (output, logsumexp)."""
     import torch
 
@@ -201,7 +206,7 @@ def _prefix_matmul(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
     return out, top + total.log()
 
 
-def _fused_prefix_op(query: Any) -> Any:
+def _fused_prefix_op(query: torch.Tensor) -> Any:
     """On CPU, torch's fused flash-attention kernel, which also returns the logsumexp (no score
     matrix in memory, one pass): several times faster than the matmuls above for a batch of
     decode steps over a long prefix. None elsewhere (the matmul path)."""
@@ -211,7 +216,9 @@ def _fused_prefix_op(query: Any) -> Any:
     if query.device.type != "cpu" or op is None:
         return None
 
-    def prefix(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
+    def prefix(
+        qf: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, scale: float
+    ) -> tuple[Any, Any]:
         parts = sequence_parts(torch.get_num_threads(), pk, qf.shape[1], pv)
         if parts == 1:
             out, lse = op(qf[None], pk, pv, scale=scale)
@@ -222,7 +229,7 @@ def _fused_prefix_op(query: Any) -> Any:
         run = length // parts
         shape = (parts, kv_heads, run, dim)
 
-        def runs(t: Any) -> Any:  # (1, KVH, P, d) -> (parts, KVH, run, d), a view
+        def runs(t: torch.Tensor) -> Any:  # (1, KVH, P, d) -> (parts, KVH, run, d), a view
             return t.as_strided(shape, (run * dim, t.stride(1), dim, 1))
 
         q = qf[None].expand(parts, -1, -1, -1)
@@ -242,7 +249,9 @@ def _fused_prefix_op(query: Any) -> Any:
 MIN_RUN_KEYS = 512  # keys per run, at least, when a prefix is cut for the threads
 
 
-def sequence_parts(threads: int, pk: Any, queries: int, pv: Any = None) -> int:
+def sequence_parts(
+    threads: int, pk: torch.Tensor, queries: int, pv: torch.Tensor | None = None
+) -> int:
     """Runs to cut a prefix's keys into so the kernel's work divides evenly among ``threads``.
 
     The CPU kernel shares out (batch x KV heads x query blocks); a decode step's few queries make

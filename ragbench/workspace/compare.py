@@ -43,6 +43,7 @@ import yaml
 
 from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
+from ragbench.analysis.verdict import Verdict
 from ragbench.analysis.verdict_table import bad_limit
 from ragbench.cost.prices import available_price_sheets, price_sheet
 from ragbench.datasets.corpus import docs as ingest_docs
@@ -60,12 +61,13 @@ from ragbench.strategies.pipeline import http as pipeline_http
 from ragbench.strategies.pipeline.params import URL_ENV, PipelineParams
 from ragbench.strategies.pipeline.strategy import open_pipeline
 from ragbench.workspace.kernels import execute_notebook
-from ragbench.workspace.notebook import model_block
+from ragbench.workspace.notebook import ModelSection, model_block
 from ragbench.workspace.render import executed_runs, render_notebook
 from ragbench.workspace.scrub import repo_root
 
 if TYPE_CHECKING:
     import pandas as pd
+    from nbformat import NotebookNode
 
 # what notebook 05 compares, and how its long context fits a corpus larger than the window
 # (LongBench's middle truncation: keep the start and the end)
@@ -133,7 +135,7 @@ def ingest(spec: CompareSpec, on_skip: Callable[[Any], None] | None = None) -> t
     )
 
 
-def model_section(spec: CompareSpec) -> tuple[dict[str, object], str]:
+def model_section(spec: CompareSpec) -> tuple[ModelSection, str]:
     """(the config's ``model`` section, the chunking tokenizer), as notebook 05 makes them (plus
     ``threads``, which changes speed, not the config hash)."""
     section, counter = model_block(
@@ -405,7 +407,7 @@ def warm_up(spec: CompareSpec) -> Warmup | None:
 # --------------------------------------------------------------------------- before spending
 
 
-def estimate(cfg: RunConfig) -> Any:
+def estimate(cfg: RunConfig) -> pd.DataFrame:
     """The dry run: records, prompt tokens and dollars (bounds) per strategy variant."""
     return dry_run(cfg, progress=False)
 
@@ -421,7 +423,7 @@ def is_paid(cfg: RunConfig) -> bool:
 # --------------------------------------------------------------------------- the answer
 
 
-def decide(df: pd.DataFrame, spec: CompareSpec) -> Any:
+def decide(df: pd.DataFrame, spec: CompareSpec) -> Verdict:
     """``analysis.verdict`` on the run (the first metric, ``spec``'s constraints); its
     conditions say what share of the corpus long context cut (``analysis.conditions``)."""
     seq = df.attrs.get("sequential")  # --until-decided: read at its last look
@@ -451,7 +453,7 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_view(table: pd.DataFrame) -> Any:
+def summary_view(table: pd.DataFrame) -> pd.DataFrame:
     """The summary's columns a terminal has room for (the report and the parquet have all);
     amortised dollars only where a one-time cost makes them differ."""
     columns = [c for c in SUMMARY_COLUMNS if c in table.columns]
@@ -510,7 +512,7 @@ def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, object]
     }
 
 
-def verdict_first(nb: Any, weak_model: str | None = None) -> Any:
+def verdict_first(nb: NotebookNode, weak_model: str | None = None) -> NotebookNode:
     """The notebook with its verdict section (the ``## Verdict`` markdown cell and every cell
     after it up to the next ``## `` heading: the sentence, then its detail) moved up to follow
     the title: a comparison page opens with its verdict. ``weak_model`` (``Verdict.weak_model``)
@@ -520,7 +522,7 @@ def verdict_first(nb: Any, weak_model: str | None = None) -> Any:
     lead = [nbformat.v4.new_markdown_cell(f"**{weak_model}**")] if weak_model else []
     cells = list(nb.cells)
 
-    def heading(cell: Any, text: str = "## ") -> bool:
+    def heading(cell: NotebookNode, text: str = "## ") -> bool:
         return cell.get("cell_type") == "markdown" and "".join(cell.get("source", "")).startswith(
             text
         )

@@ -228,7 +228,7 @@ class SentPrompt:
     unavailable: str | None = None
 
 
-def _row_key(example_id: Any, strategy: Any, params: Any) -> tuple[str, str, str]:
+def _row_key(example_id: object, strategy: object, params: Any) -> tuple[str, str, str]:
     """A record's identity as both its ``records.jsonl`` line and its table row give it: the
     parameters as their typed class writes them (an older table's row lacks the defaults a
     newer parameter brought, ``cot: false``, which the typed record has)."""

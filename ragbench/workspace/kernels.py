@@ -29,18 +29,23 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
 from ragbench.locks import drop_owner_files
 from ragbench.workspace.scrub import by_html_part, outside_data_uris, redact_keeping_links
 
+if TYPE_CHECKING:
+    import psutil
+    from traitlets.config import Config
 
-def kernel_config() -> Any:
+
+def kernel_config() -> Config:
     """traitlets config for the kernels papermill starts, with transport encryption. Empty with a
     jupyter_client or pyzmq too old to do it."""
     import zmq
@@ -329,13 +334,13 @@ def _register_redacting_io() -> None:
 GRACE_SECONDS = 3.0  # SIGTERM first (a kernel shuts down cleanly), SIGKILL what is left after this
 
 
-def kill_tree(processes: list[Any], grace: float = GRACE_SECONDS) -> None:
+def kill_tree(processes: list[psutil.Process], grace: float = GRACE_SECONDS) -> None:
     """Terminate ``processes`` (psutil.Process) and all their descendants; kill what is still
     alive after ``grace`` seconds. Descendants are listed first: a child whose parent dies is
     re-parented and could no longer be found."""
     import psutil
 
-    everything: dict[int, Any] = {}
+    everything: dict[int, psutil.Process] = {}
     for proc in processes:
         try:
             for p in [proc, *proc.children(recursive=True)]:
@@ -371,7 +376,7 @@ def reap_children_on_signals() -> Iterator[None]:
     me = psutil.Process()
     before = {(p.pid, _created(p)) for p in me.children()}
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         kill_tree(
             [p for p in me.children() if (p.pid, _created(p)) not in before and not _is_tracker(p)]
         )
@@ -383,7 +388,8 @@ def reap_children_on_signals() -> Iterator[None]:
         raise SystemExit(128 + signum)
 
     # an ignored signal stays ignored (``nohup``, a background job of a script: no Ctrl-C)
-    saved: dict[int, Any] = {  # signal -> its handler before
+    # signal -> its handler before
+    saved: dict[int, Callable[[int, FrameType | None], object] | int | signal.Handlers | None] = {
         s: signal.getsignal(s)
         for s in (signal.SIGTERM, signal.SIGINT)
         if signal.getsignal(s) is not signal.SIG_IGN
@@ -397,7 +403,7 @@ def reap_children_on_signals() -> Iterator[None]:
             signal.signal(s, previous)
 
 
-def _is_tracker(proc: Any) -> bool:
+def _is_tracker(proc: psutil.Process) -> bool:
     """multiprocessing's resource tracker: it ignores SIGTERM by design, exits by itself when
     this process does and then frees what the pool left; killing it leaks and spews tracebacks."""
     try:
@@ -406,7 +412,7 @@ def _is_tracker(proc: Any) -> bool:
         return False
 
 
-def _created(proc: Any) -> float:
+def _created(proc: psutil.Process) -> float:
     try:
         return proc.create_time()
     except Exception:  # gone already: it cannot be confused with a new one

@@ -248,7 +248,7 @@ def log_run(
         raise TrackingError(secrets.redact_text(f"MLflow ({uri}): {exc}")) from None
 
 
-def question_table(run_dir: Path, df: pd.DataFrame) -> Any:
+def question_table(run_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
     """The per-question table MLflow's evaluation view shows: one row per question x variant
     (the export's rows, ``export.sample_rows``) with the question, the gold answers, the
     prediction, the variant's label, the run's first metric (under its own name), the dollars,
@@ -299,7 +299,7 @@ def _log(
     seed: int,
     *,
     parent_run_id: str | None,
-    extra_params: dict[str, Any] | None,
+    extra_params: dict[str, object] | None,
     run_name: str | None,
 ) -> str:
     """``log_run``'s work: the MLflow run found (a resume) or created, then params, metrics,

@@ -39,7 +39,7 @@ import re
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from ragbench.datasets.corpus.cleaning import (
     clean_text,
@@ -151,6 +151,15 @@ def _sketch(normalised: str, make: Any) -> Any:
     return sketch
 
 
+class Drop(TypedDict):
+    """Why a text is dropped: an ``exact`` or ``near`` duplicate of the kept text
+    ``duplicate_of`` (its index), at estimated Jaccard similarity ``jaccard``."""
+
+    reason: str
+    duplicate_of: int
+    jaccard: float
+
+
 class Deduplicator:
     """``find_duplicates`` one text at a time, for a stream of documents: ``add`` says whether
     a text duplicates an earlier kept one; only the kept texts' sketches are held (num_perm
@@ -178,10 +187,10 @@ class Deduplicator:
         self._make = lambda: MinHash(num_perm=num_perm, seed=seed, **shared)
         self.kept_by_hash: dict[str, int] = {}
         self.sketches: dict[int, tuple[str, object]] = {}  # kept index -> (group, sketch)
-        self.drops: dict[int, dict[str, object]] = {}
+        self.drops: dict[int, Drop] = {}
         self.count = 0
 
-    def add(self, text: str, group: str = "") -> dict[str, Any] | None:
+    def add(self, text: str, group: str = "") -> Drop | None:
         """None when ``text`` is kept, else its drop ({"reason", "duplicate_of", "jaccard"})."""
         i, self.count = self.count, self.count + 1
         normalised, digest_ = normalize_for_hash(text), hashlib.sha256(f"{group}\0".encode())
@@ -207,7 +216,7 @@ class Deduplicator:
             self.lsh.insert(str(i), sketch)
         return None
 
-    def _drop(self, i: int, reason: str, of: int, jaccard: float) -> dict[str, object]:
+    def _drop(self, i: int, reason: str, of: int, jaccard: float) -> Drop:
         self.drops[i] = {"reason": reason, "duplicate_of": of, "jaccard": jaccard}
         return self.drops[i]
 
@@ -219,7 +228,7 @@ def find_duplicates(
     num_perm: int = 128,
     seed: int = 1,
     groups: Sequence[str] | None = None,
-) -> dict[int, dict[str, object]]:
+) -> dict[int, Drop]:
     """{index: {"reason", "duplicate_of" (index), "jaccard"}} for every text to drop.
 
     A text is compared only with earlier *kept* texts (of the same group when ``groups`` is
@@ -247,9 +256,7 @@ def _near_drop_warning(near: int, total: int, what: str, threshold: float) -> st
     )
 
 
-def _report(
-    ids: Sequence[str], drops: dict[int, dict[str, Any]], params: dict, what: str
-) -> dict[str, Any]:
+def _report(ids: Sequence[str], drops: dict[int, Drop], params: dict, what: str) -> dict[str, Any]:
     dropped = [
         {
             "id": ids[i],
@@ -287,7 +294,7 @@ def dedup_documents(
 
 def documents_report(
     ids: Sequence[str],
-    drops: dict[int, dict[str, object]],
+    drops: dict[int, Drop],
     threshold: float,
     num_perm: int,
     seed: int,

@@ -43,11 +43,15 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ragbench import secrets
 from ragbench.llm.openai import payload as wire
 from ragbench.llm.rate_limit import parse_headers
 from ragbench.types import Completion
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +238,7 @@ class Budget:
         finally:
             self.excused += self.clock() - t0
 
-    def timeouts(self) -> object:
+    def timeouts(self) -> httpx.Timeout:
         """The ``httpx.Timeout`` of an attempt starting now: the policy's, cut to the time
         left (a read may not wait past the deadline)."""
         import httpx
