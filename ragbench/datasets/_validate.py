@@ -15,7 +15,7 @@ import json.scanner
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ragbench.io import InputFileError, iter_jsonl, read_text
 from ragbench.registry import did_you_mean
@@ -96,21 +96,30 @@ def no_unknown(obj: dict, valid: Iterable[str], where: tuple = ()) -> None:
         raise FieldError(where + (extra[0],), f"unknown field; valid: {', '.join(sorted(valid))}")
 
 
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_Item = TypeVar("_Item", bound=_HasId)
+_T = TypeVar("_T")
+
+
 def read_jsonl(
     path: str | os.PathLike,
-    convert: Callable[..., Any],
+    convert: Callable[..., _Item],
     id_field: str,
     repeats: list[int] | None = None,
     with_line: bool = False,
-) -> list[Any]:
+) -> list[_Item]:
     """Convert each JSONL row (``convert(row, line)`` when ``with_line``), turning a FieldError
     into InputFileError(file, line, field).
 
     A repeated id is an error naming both lines; with a ``repeats`` list, a record equal to the
     earlier one with its id is skipped instead and its line appended there (verbatim repeats);
     a same-id record with other content is still an error."""
-    out: list[Any] = []
-    first: dict[Any, tuple[int, Any]] = {}  # id -> (its first line, its item)
+    out: list[_Item] = []
+    first: dict[str, tuple[int, _Item]] = {}  # id -> (its first line, its item)
     for lineno, row in iter_jsonl(path):
         try:
             item = convert(row, lineno) if with_line else convert(row)
@@ -133,7 +142,7 @@ def read_jsonl(
     return out
 
 
-def nonempty(path: str | os.PathLike, examples: list[Any], why: str) -> list[Any]:
+def nonempty(path: str | os.PathLike, examples: list[_T], why: str) -> list[_T]:
     """``examples`` unchanged, or, when there are none, an ``InputFileError`` saying ``why``."""
     if not examples:
         raise InputFileError(path, None, why)

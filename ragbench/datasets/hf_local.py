@@ -55,7 +55,7 @@ _META_SET = ("source", "task", "task_type", "row", "split")  # meta keys the imp
 # --------------------------------------------------------------------------- reading tables
 
 
-def read_table(path: PathLike, split: str | None = None) -> tuple[Any, Path]:
+def read_table(path: PathLike, split: str | None = None) -> tuple[pa.Table, Path]:
     """(pyarrow Table, the file or folder it came from) for a local dataset (module docstring)."""
     path = Path(path)
     if not path.exists():
@@ -141,11 +141,11 @@ def _read_arrow(path: Path) -> object:
 # --------------------------------------------------------------------------- columns
 
 
-def column_paths(schema: Any) -> list[str]:
+def column_paths(schema: pa.Schema) -> list[str]:
     """Every column as a dotted path, struct fields included (``answers``, ``answers.text``)."""
     out: list[str] = []
 
-    def walk(prefix: str, kind: Any) -> None:
+    def walk(prefix: str, kind: pa.DataType) -> None:
         while pa.types.is_list(kind) or pa.types.is_large_list(kind):
             kind = kind.value_type
         if pa.types.is_struct(kind):
@@ -261,7 +261,7 @@ class _Row:
 
 
 def _rows(
-    source: Path, table: Any, roles: dict[str, str | None], mapped: set[str], split: str | None
+    source: Path, table: pa.Table, roles: dict[str, str | None], mapped: set[str], split: str | None
 ) -> Iterator[_Row]:
     first: dict[str, int] = {}
     for i, row in enumerate(table.to_pylist()):

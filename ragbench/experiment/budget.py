@@ -87,7 +87,7 @@ EXIT_HELP = (
 )
 
 
-def record_dollars(record: object) -> tuple[float | None, float | None]:
+def record_dollars(record: Record) -> tuple[float | None, float | None]:
     """(generation dollars, judge dollars) of one record; None where it has none."""
     cost = getattr(record, "cost", None)
     gen = getattr(cost, "dollars", None) if cost is not None else None
@@ -136,7 +136,7 @@ class RoundBound:
 
 
 def spend_of(
-    records: Iterable[object], meta: Mapping[str, Mapping[str, object]] | None = None
+    records: Iterable[Record], meta: Mapping[str, Mapping[str, object]] | None = None
 ) -> Spend:
     """Total dollars of ``records`` (generation, judge, noise pass, and each preload group's
     one-time cost once) and the mean of each per record that has it (a record's own: the
@@ -416,7 +416,7 @@ class Budget:
         return 1
 
     def allows(
-        self, done: Mapping[str, Record], chunk: Sequence[object], left: int, step: str
+        self, done: Mapping[str, Record], chunk: Sequence[Record], left: int, step: str
     ) -> bool:
         """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its
         next ``chunk`` (the records it will answer or judge again); ``left``: its records not

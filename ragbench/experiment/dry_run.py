@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm import tqdm
 
@@ -91,12 +91,23 @@ COLUMNS = (
 )
 
 
+class Counter(Protocol):
+    """What counts a run's prompts: a built backend, or ``HFPromptCounter`` (its tokenizer)."""
+
+    @property
+    def context_window(self) -> int: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def prompt_tokens(self, request: GenerationRequest) -> int: ...
+
+
 class PromptCounter(LLM):
     """Counts each request's tokens as ``counter`` (an LLM or a tokenizer-backed stand-in)
     would, and answers with ``max_new_tokens`` filler words, charged ``max_new_tokens`` tokens:
     a prompt built from a reply (chain of thought's answer step) counts the longest reply."""
 
-    def __init__(self, counter: Any, track_prefixes: bool = False) -> None:
+    def __init__(self, counter: Counter, track_prefixes: bool = False) -> None:
         self.counter = counter
         self.name = getattr(counter, "name", "model")
         self.context_window = counter.context_window
@@ -170,7 +181,7 @@ class HFPromptCounter:
         return len(self.tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
-def prompt_counter(cfg: RunConfig) -> object:
+def prompt_counter(cfg: RunConfig) -> Counter:
     """What counts the run's prompts without running the model: the tokenizer-backed
     ``HFPromptCounter`` for a backend that loads weights, else the backend itself (building it
     sends nothing). The preflight (``ragbench.experiment.preflight``) counts with it too."""

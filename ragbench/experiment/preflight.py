@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragbench.experiment.config.run import RunConfig
-from ragbench.experiment.dry_run import PromptCounter, prompt_counter
+from ragbench.experiment.dry_run import Counter, PromptCounter, prompt_counter
 from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies import FULL_CONTEXT, Resources, get_strategy
 from ragbench.strategies.fit import long_context_prompt
@@ -67,7 +67,7 @@ class _Memo:
     """``counter`` with ``count_tokens`` memoised by the text's hash (only the counts are kept):
     questions on one shared corpus count it once."""
 
-    def __init__(self, counter: Any) -> None:
+    def __init__(self, counter: Counter) -> None:
         self.counter, self.name = counter, getattr(counter, "name", "model")
         self.context_window = counter.context_window
         self._counts: dict[tuple[int, int], int] = {}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ragbench.cost import Cost
+from ragbench.cost.prices import PriceSheet
 from ragbench.cost.reprice import reprice_stale
 from ragbench.io import dumps_canonical
 from ragbench.schema import KEY as SCHEMA_KEY
@@ -29,6 +30,7 @@ from ragbench.schema import SCHEMA_VERSION, SchemaError, check, check_folder
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
 from ragbench.strategies.driver import outcome_parts
+from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.preload import amortise_answered
 from ragbench.types import Example, Record
 
@@ -107,7 +109,9 @@ def append_record(f: BinaryIO, key: str, record: Record) -> None:
     os.fsync(f.fileno())
 
 
-def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str, Any] | None:
+def reprice_resumed(
+    done: dict[str, Record], sheet: PriceSheet | None, path: Path
+) -> dict[str, Any] | None:
     """Resuming a run whose price sheet changed since some of its records were priced: those
     records priced again with the sheet as it is now (``ragbench.cost.reprice.reprice_stale``,
     what ``ragbench reprice`` does), appended to ``records.jsonl`` (the last line of a key wins,
@@ -149,7 +153,7 @@ def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str
     }
 
 
-def error_record(example: Example, params: Any, exc: BaseException) -> Record:
+def error_record(example: Example, params: StrategyParams, exc: BaseException) -> Record:
     """The failed item's record; one that failed after some of its calls finished
     (``FailedAfterPaying``) carries their cost (analyses leave error rows out; a budget counts
     what they spent)."""

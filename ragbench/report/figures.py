@@ -100,7 +100,7 @@ def plot_accuracy_vs_cost(
     return ax
 
 
-# table: Any, as pandas-stubs types its rows' cells as any scalar (no arithmetic on them)
+# the table is left untyped: pandas-stubs types its rows' cells as any scalar (no arithmetic)
 def plot_compare(table: Any, ax: Axes | None = None) -> Axes:
     """Paired differences from ``compare`` (one row per pair): the mean difference a - b with
     its CI; significant pairs (after adjustment) filled, the others hollow; 0 marked."""

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ragbench.cost.accounting import Cost
 from ragbench.retrieval.chunking import gold_chunk_ids
 from ragbench.retrieval.context import AssembledContext, assemble_context
 from ragbench.strategies.base import Resources, Steps, answer, make_record
@@ -139,7 +140,7 @@ def retrieval_seconds(meta: dict[str, Any]) -> float:
     return meta["index_seconds"] + meta["retrieve_seconds"]
 
 
-def with_retrieval(cost: Any, meta: dict[str, Any]) -> Any:
+def with_retrieval(cost: Cost, meta: dict[str, Any]) -> Cost:
     """``cost`` with its retrieval: all of it in ``retrieval_seconds``, the search (what its user
     waits for; the index is built once per document or corpus) in its latency too."""
     return cost.with_retrieval(retrieval_seconds(meta), meta["retrieve_seconds"])

@@ -39,7 +39,7 @@ import re
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from ragbench.datasets.corpus.cleaning import (
     clean_text,
@@ -160,6 +160,38 @@ class Drop(TypedDict):
     jaccard: float
 
 
+class DroppedRow(TypedDict):
+    """One dropped record or document of a report: its id, and the id of the kept one it
+    duplicates."""
+
+    id: str
+    reason: str
+    duplicate_of: str
+    jaccard: float
+
+
+class DedupReport(TypedDict):
+    """What deduplication kept and dropped, and why (``_report``); ``dedup_file`` adds the
+    file's facts (the ``NotRequired`` keys)."""
+
+    n_in: int
+    n_kept: int
+    exact_duplicates: int
+    near_duplicates: int
+    dropped: list[DroppedRow]
+    params: dict  # threshold, num_perm, seed, shingle_words (and the examples' key)
+    warnings: list[str]
+    repeated_records: NotRequired[int]
+    repeated_lines: NotRequired[list[int]]
+    input: NotRequired[str]
+    output: NotRequired[str]
+    cleaned: NotRequired[bool]
+    examples_changed_by_cleaning: NotRequired[int]
+    documents_not_cleaned: NotRequired[list[str]]
+    fingerprint_in: NotRequired[str]
+    fingerprint_out: NotRequired[str]
+
+
 class Deduplicator:
     """``find_duplicates`` one text at a time, for a stream of documents: ``add`` says whether
     a text duplicates an earlier kept one; only the kept texts' sketches are held (num_perm
@@ -256,8 +288,8 @@ def _near_drop_warning(near: int, total: int, what: str, threshold: float) -> st
     )
 
 
-def _report(ids: Sequence[str], drops: dict[int, Drop], params: dict, what: str) -> dict[str, Any]:
-    dropped = [
+def _report(ids: Sequence[str], drops: dict[int, Drop], params: dict, what: str) -> DedupReport:
+    dropped: list[DroppedRow] = [
         {
             "id": ids[i],
             "reason": d["reason"],
@@ -283,7 +315,7 @@ def _report(ids: Sequence[str], drops: dict[int, Drop], params: dict, what: str)
 
 def dedup_documents(
     docs: Sequence[Document], threshold: float = 0.8, num_perm: int = 128, seed: int = 1
-) -> tuple[list[Document], dict[str, object]]:
+) -> tuple[list[Document], DedupReport]:
     """(kept documents in order, report). Text is compared normalised but never edited."""
     drops = find_duplicates(
         [d.text for d in docs], threshold=threshold, num_perm=num_perm, seed=seed
@@ -298,7 +330,7 @@ def documents_report(
     threshold: float,
     num_perm: int,
     seed: int,
-) -> dict[str, Any]:
+) -> DedupReport:
     """``dedup_documents``' report for documents ``ids`` (in order) and their ``drops``."""
     params = {"threshold": threshold, "num_perm": num_perm, "seed": seed}
     params["shingle_words"] = SHINGLE_WORDS
@@ -312,7 +344,7 @@ def dedup_examples(
     seed: int = 1,
     *,
     key: str = "question+context",
-) -> tuple[list[Example], dict[str, Any]]:
+) -> tuple[list[Example], DedupReport]:
     """(kept examples in order, report); see the module docstring for what counts as a duplicate."""
     if key not in DEDUP_KEYS:
         raise unknown("dedup key", key, DEDUP_KEYS)
@@ -345,7 +377,7 @@ def dedup_file(
     *,
     clean: bool = True,
     key: str = "question+context",
-) -> dict[str, Any]:
+) -> DedupReport:
     """Clean (optional) and deduplicate a ragbench JSONL file; write the result atomically.
 
     Returns stats: counts (``n_in`` counts every record, ``repeated_records`` the verbatim
