@@ -113,11 +113,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def dumps_canonical(obj: Any) -> str:
+def dumps_canonical(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
+def write_jsonl(path: str | os.PathLike, rows: Iterable[object]) -> Path:
     """Atomically write rows (dicts, or objects with ``to_json``) one per line, canonical JSON."""
     lines = [r.to_json() if hasattr(r, "to_json") else dumps_canonical(r) for r in rows]
     return atomic_write_text(path, "".join(line + "\n" for line in lines))
@@ -179,7 +179,7 @@ NOT_JSON_LINES = (
 )
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, object]]]:
     """Yield (line_number, object) for each non-blank line; malformed JSON (or bytes that are
     not UTF-8) names file and line. A byte order mark opening the file is skipped. A first line
     that is ``{`` or ``[`` alone (a pretty-printed file) or opens an array is reported as a JSON
@@ -231,9 +231,9 @@ class _StrictLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the later
     one silently); merge keys (``<<: *base``) may still be overridden."""
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> object:
         if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
+            seen: dict[object, int] = {}
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
                     key_node, yaml.ScalarNode
@@ -292,7 +292,7 @@ def _expanded_size(root: yaml.Node, limit: int) -> int:
     return size(root)
 
 
-def load_yaml(text: str, max_nodes: int = YAML_MAX_NODES) -> Any:
+def load_yaml(text: str, max_nodes: int = YAML_MAX_NODES) -> object:
     """``yaml.safe_load`` for files people write: a repeated key in a mapping is an error, and
     aliases may expand to at most ``max_nodes`` values (checked on the node graph, before any
     object is built). Errors are ``yaml.MarkedYAMLError``s with a ``problem_mark``; see
@@ -411,7 +411,7 @@ def sigterm_exits(replace: bool = True, resume: str = "") -> Iterator[None]:
         return
     raised: list[int] = []
 
-    def terminated(signum: int, frame: Any) -> None:
+    def terminated(signum: int, frame: object) -> None:
         if not raised:  # the first: unwind; the rest: the unwinding goes on
             raised.append(signum)
             raise Terminated(128 + signum)

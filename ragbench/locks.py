@@ -16,7 +16,6 @@ import os
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from ragbench.io import atomic_write_text
 
@@ -40,14 +39,14 @@ class LockHeldError(RuntimeError):
     """Another live process holds the lock; the message names it."""
 
 
-def _owner(path: Path) -> dict[str, Any]:
+def _owner(path: Path) -> dict[str, object]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
 
-def _describe(owner: dict[str, Any]) -> str:
+def _describe(owner: dict[str, object]) -> str:
     if not owner:
         return "another process"
     return f"PID {owner.get('pid')} on {owner.get('host')} (since {owner.get('started')})"

@@ -61,23 +61,23 @@ class Registry:
     def __init__(
         self,
         kind: str,
-        entries: dict[str, Any] | None = None,
+        entries: dict[str, object] | None = None,
         *,
         other: str | None = None,
         accepts: Callable[[str], bool] | None = None,
         descriptions: dict[str, str] | None = None,
     ) -> None:
         self.kind = kind
-        self._entries: dict[str, str | Any] = dict(entries or {})
+        self._entries: dict[str, str | object] = dict(entries or {})
         # what an entry is, where its target cannot say (a third-party class): ``ragbench list``
         self.descriptions: dict[str, str] = dict(descriptions or {})
         self.other = other  # how accepted names beyond the entries look, shown in errors
         self._accepts = accepts
 
-    def register(self, name: str, target: str | Any) -> None:
+    def register(self, name: str, target: str | object) -> None:
         self._entries[name] = target
 
-    def unregister(self, name: str) -> Any:
+    def unregister(self, name: str) -> object:
         """Remove entry ``name`` (a plugin or a test undoing its ``register``); returns its
         target."""
         if name not in self._entries:
@@ -107,7 +107,7 @@ class Registry:
     def __getitem__(self, name: str) -> Any:
         return self.get(name)
 
-    def target(self, name: str) -> Any:
+    def target(self, name: str) -> object:
         """What entry ``name`` was registered with (a ``"module:attr"`` string until its first
         ``get``), without importing it."""
         if name not in self._entries:

@@ -32,7 +32,7 @@ def version_of(data: dict[str, Any] | None) -> int:
     return int((data or {}).get(KEY, 1))
 
 
-def check(data: dict[str, Any] | None, where: Path | str) -> None:
+def check(data: dict[str, object] | None, where: Path | str) -> None:
     """Raise SchemaError, one line naming the schema ``data`` (a manifest or a record line, read
     from ``where``) was written by, unless it is this schema."""
     version = version_of(data)

@@ -150,7 +150,7 @@ def remember(*values: str | None) -> None:
         )
 
 
-def collect(obj: Any) -> None:
+def collect(obj: object) -> None:
     """``remember`` every credential inside a config-like value: fields named like credentials,
     header values, URL passwords and secret query values."""
     if isinstance(obj, Mapping):
@@ -197,7 +197,7 @@ def code_secrets(text: str) -> set[str]:
     }
 
 
-def header_secrets(headers: Mapping[str, Any]) -> list[str]:
+def header_secrets(headers: Mapping[str, object]) -> list[str]:
     """The header values that may be credentials: all but those of ``PLAIN_HEADERS``."""
     return [str(v) for k, v in headers.items() if str(k).lower() not in PLAIN_HEADERS]
 
@@ -317,13 +317,13 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def redact(obj: Any) -> Any:
+def redact(obj: object) -> Any:
     """A copy of a config-like value that is safe to store: credential-named fields and every
     header value masked, strings redacted with ``redact_text``. A field whose name ends in a
     credential word (``names_a_credential``) is masked whatever its value's type (a dict, a
     list, a number); other non-string values stay (``eos_token_id: 2``)."""
     if isinstance(obj, Mapping):
-        out: dict[Any, Any] = {}
+        out: dict[object, object] = {}
         for k, v in obj.items():
             if str(k).lower() == "headers" and isinstance(v, Mapping):
                 out[k] = {h: MASK for h in v}
@@ -345,7 +345,7 @@ def redact(obj: Any) -> Any:
     return obj
 
 
-def _is_a_value(v: Any) -> bool:
+def _is_a_value(v: object) -> bool:
     """Anything but nothing: None, a bool and empty containers hold no credential."""
     return v is not None and not isinstance(v, bool) and v != "" and v != [] and v != {}
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _jsonable(value: Any, nested: bool = False) -> Any:
+def _jsonable(value: object, nested: bool = False) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         to_dict = getattr(value, "to_dict", None)
         if nested and callable(to_dict):  # its own stored form
@@ -72,7 +72,7 @@ class Document(JsonMixin):
     id: str
     text: str
     title: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class Chunk(JsonMixin):
     text: str
     start: int
     end: int
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ CORE = {
     "tokenizers",
     "models",
     "schema",
+    "ranges",  # the declared ranges of strategy parameters and KV variants (pydantic bounds)
 }
 # Layers, lowest first: a module may import its own package, the core, and lower layers only.
 LAYERS = [

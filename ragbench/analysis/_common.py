@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ragbench.analysis.labels import with_labels
 from ragbench.metrics.answer import METRICS
 from ragbench.registry import unknown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def counted(n: int, noun: str) -> str:
@@ -21,7 +24,7 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def own_latency_seconds(df: Any) -> Any:
+def own_latency_seconds(df: pd.DataFrame) -> pd.Series | None:
     """Each row's own latency (retrieval search + prefill + decode; the harness's queue apart),
     the column every analysis reads: ``latency_seconds`` as floats. None without that column."""
     if "latency_seconds" not in df:
@@ -29,14 +32,14 @@ def own_latency_seconds(df: Any) -> Any:
     return df["latency_seconds"].astype(float)
 
 
-def metric_columns(df: Any) -> list[str]:
+def metric_columns(df: pd.DataFrame) -> list[str]:
     """The answer-metric columns of ``df`` in column order: columns named after a registered
     metric (``ragbench.metrics.METRICS``: string, judge and embedding metrics). The runner
     writes them in the config's metric order; a summary table holds the one it summarises."""
     return [str(c) for c in df.columns if c in METRICS]
 
 
-def default_metric(df: Any) -> str:
+def default_metric(df: pd.DataFrame) -> str:
     """The metric an analysis uses when none is named: the one a derived table says it holds
     (``attrs["metric"]``, as ``summary`` sets it), else the first answer-metric column of ``df``
     (the run's first metric). A table with none is an error that names its columns."""
@@ -53,7 +56,7 @@ def default_metric(df: Any) -> str:
     return found[0]
 
 
-def resolve_metric(df: Any, metric: str | None) -> str:
+def resolve_metric(df: pd.DataFrame, metric: str | None) -> str:
     """``metric``, or ``default_metric(df)`` when it is None; a name that is not a column is an
     error naming the metric columns there are."""
     if metric is None:
@@ -72,7 +75,7 @@ def error_summary(errors: Iterable[str | None], limit: int = 5) -> list[tuple[st
     return Counter(e for e in errors if isinstance(e, str) and e).most_common(limit)
 
 
-def check_some_succeeded(df: Any) -> None:
+def check_some_succeeded(df: pd.DataFrame) -> None:
     """A table whose every record failed has nothing to analyse: an error saying why they
     failed (the most frequent errors), instead of a missing column further on."""
     if "error" not in df.columns or not len(df) or df["error"].isna().any():
@@ -81,7 +84,7 @@ def check_some_succeeded(df: Any) -> None:
     raise ValueError(f"all {len(df)} records failed, so there is nothing to compare: {top}")
 
 
-def check_metric_version(df: Any, metric: str) -> None:
+def check_metric_version(df: pd.DataFrame, metric: str) -> None:
     """Rows scored by different versions of ``metric`` (tables of runs made before and after a
     scoring fix, concatenated; each run records its ``metric_versions``) are not compared: an
     error naming the versions."""
@@ -104,7 +107,7 @@ class DuplicateRowsError(ValueError):
     """A table with two rows for one (question, variant): the message says how to fix it."""
 
 
-def check_one_row_each(df: Any) -> None:
+def check_one_row_each(df: pd.DataFrame) -> None:
     """Every table an analysis reads holds one row per (``example_id``, ``label``): a summary's
     ``n``, a paired table's pairs and a router's choices count rows. Two runs concatenated
     (``pd.concat([run_a, run_b])``) repeat every pair and would be counted twice, silently
@@ -125,7 +128,7 @@ def check_one_row_each(df: Any) -> None:
     )
 
 
-def _check_labels(df: Any, labels: Iterable[str] | None) -> list[str]:
+def _check_labels(df: pd.DataFrame, labels: Iterable[str] | None) -> list[str]:
     """The variants to analyse in first-seen (config) order; unknown names are an error."""
     seen = list(dict.fromkeys(df["label"]))
     if labels is None:
@@ -137,7 +140,7 @@ def _check_labels(df: Any, labels: Iterable[str] | None) -> list[str]:
     return labels
 
 
-def _scored(df: Any, metric: str) -> Any:
+def _scored(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Rows that have a score: error rows (no score) are excluded, as in ``summary``."""
     ok = df["error"].isna() if "error" in df else np.ones(len(df), dtype=bool)
     return df[ok & df[metric].notna()]
@@ -147,7 +150,9 @@ def _higher_is_better(metric: str) -> bool:
     return METRICS.get(metric).higher_is_better if metric in METRICS else True
 
 
-def paired_scores(df: Any, metric: str | None = None, labels: Iterable[str] | None = None) -> Any:
+def paired_scores(
+    df: pd.DataFrame, metric: str | None = None, labels: Iterable[str] | None = None
+) -> pd.DataFrame:
     """Questions x variants matrix of ``metric`` (default: the table's first metric column;
     NaN where a variant has no score for a question). Two rows for the same (question, variant),
     e.g. two runs concatenated, are an error (``check_one_row_each``): pairing would silently

@@ -10,12 +10,15 @@ sentence and its caveats read the same table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import _higher_is_better, counted
 from ragbench.analysis.families import BASELINE
 from ragbench.metrics.answer import aggregate
 from ragbench.strategies import strategies_where
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EMPTY_SHARE = 0.1  # more than this share of a variant's answers empty: the verdict says so
 WEAK_FLOOR = 0.30  # every variant's upper 95% bound below this: the model is too weak to tell
@@ -37,7 +40,7 @@ class EmptyAnswers:
         )
 
 
-def count_empty_answers(df: Any, share: float = EMPTY_SHARE) -> list[EmptyAnswers]:
+def count_empty_answers(df: pd.DataFrame, share: float = EMPTY_SHARE) -> list[EmptyAnswers]:
     """The variants (``label``, config order) more than ``share`` of whose answers are empty: a
     prediction blank after stripping, error rows apart (they have no answer to judge), and
     strategies that generate no answer (``retrieve_only``) left out. An empty answer scores 0
@@ -59,7 +62,7 @@ def count_empty_answers(df: Any, share: float = EMPTY_SHARE) -> list[EmptyAnswer
 
 
 def weak_model_line(
-    df: Any, table: Any, metric: str, floor: float = WEAK_FLOOR, seed: int = 0
+    df: pd.DataFrame, table: pd.DataFrame, metric: str, floor: float = WEAK_FLOOR, seed: int = 0
 ) -> str | None:
     """Why the model is too weak for the verdict's comparison to say anything, or None. Two
     ways, for a higher-is-better metric scored 0 to 1 (a share of questions answered):

@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ragbench.analysis._common import _check_metric, check_one_row_each
 from ragbench.analysis.labels import with_labels
@@ -21,6 +21,9 @@ from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, RETRIEVED, Contexts, c
 from ragbench.strategies.fit import document_layout
 from ragbench.strategies.prompts import is_declined
 from ragbench.types import Example
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Causes of a wrong answer, in the order they are checked (the first that applies wins): missing
 # evidence explains everything after it, so it comes first.
@@ -43,7 +46,7 @@ _NEEDLE = re.compile(
 )
 
 
-def distractor_values(example: Any) -> tuple[str, ...]:
+def distractor_values(example: Example) -> tuple[str, ...]:
     """Values in ``example``'s context that answer some *other* key: ``meta["distractor_values"]``
     when the dataset stores it, else every keyed needle ("special magic ... for KEY is: VALUE")
     whose key is not asked (``meta["keys"]``) and whose value is not a gold answer. Covers RULER
@@ -70,7 +73,7 @@ def names_value(prediction: str, values: Iterable[str]) -> bool:
     )
 
 
-def evidence_depth(example: Any) -> float:
+def evidence_depth(example: Example) -> float:
     """Where the (first) evidence span starts in the long-context prompt's context, as a
     percentage of its characters (NaN without evidence spans)."""
     spans = (example.meta or {}).get("evidence") or []
@@ -85,7 +88,7 @@ def evidence_depth(example: Any) -> float:
     return 100.0 * min(starts) / total if starts else float("nan")
 
 
-def _cell(row: Mapping[str, Any], name: str) -> Any:
+def _cell(row: Mapping[str, object], name: str) -> Any:
     """A row's value, None when absent or NaN (a column other strategies' rows fill)."""
     value = row.get(name)
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -135,11 +138,11 @@ def _cause(row: Mapping[str, Any], read: Contexts, distractor: bool) -> str:
 
 
 def attribute(
-    df: Any,
+    df: pd.DataFrame,
     metric: str | None = None,
     examples: Iterable[Example] | Mapping[str, Example] | None = None,
     threshold: float = 1.0,
-) -> Any:
+) -> pd.DataFrame:
     """Why each record's answer was wrong: one row per record with ``example_id``, ``strategy``,
     ``label``, ``source`` (the call that answered: rag, long_context, closed_book; Self-Route's
     routed branch), ``score``, ``correct`` (score >= ``threshold``), ``outcome`` ("correct",
@@ -163,7 +166,7 @@ def attribute(
     distractors = {i: distractor_values(e) for i, e in by_id.items()}
     depths = {i: evidence_depth(e) for i, e in by_id.items()}
     out = []
-    for row in df.to_dict("records"):
+    for row in cast("list[dict[str, Any]]", df.to_dict("records")):
         ex = row["example_id"]
         score = _cell(row, metric)
         error = _cell(row, "error")
@@ -208,7 +211,7 @@ def attribute(
     return table
 
 
-def attribution_table(records: Any) -> Any:
+def attribution_table(records: pd.DataFrame) -> pd.DataFrame:
     """Per variant (config order): ``n`` records, ``correct``, ``misses``, one count column per
     outcome in ``CAUSES`` and ``error``, and ``mean_miss_depth`` (mean evidence depth of the
     misses, percent). ``records``: the output of ``attribute``."""

@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ragbench.cost.prices import price_sheet
 from ragbench.io import read_json
-from ragbench.judge.agreement import repeat_agreement
+from ragbench.judge.agreement import RepeatAgreement, repeat_agreement
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
+class Conditions(TypedDict, total=False):
+    """What a verdict holds for (``conditions``; every key optional)."""
+
+    questions: int  # scored
+    asked: int  # answered, where more were than scored
+    judge: RepeatAgreement
+    model: str | None
+    context_tokens: tuple[int, int]  # smallest, largest
+    context: str  # in words
+    truncated: float  # the share of the context long context cut to fit the window
+    own_index: list[str]  # the labels of pipelines that answered from their own index
+    price_sheet: str
+    price_sheet_date: str | None
+
+
+def conditions(df: pd.DataFrame, rows: pd.DataFrame, metric: str | None = None) -> Conditions:
     """What a verdict holds for, from a results table (``rows``: the compared variants' rows):
     question count (``questions``: scored; ``asked``: answered, where more were than scored),
     model, context or corpus size, the share of it long context cut to fit the window, the
@@ -18,7 +36,7 @@ def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
     (``own_index``: their labels), and when ``metric`` is judged more than once per answer
     (``judge.repeats``) how far the repeats agree (``judge``: ``judge.repeat_agreement`` of
     ``rows``)."""
-    out: dict[str, Any] = {"questions": int(rows["example_id"].nunique())}
+    out: Conditions = {"questions": int(rows["example_id"].nunique())}
     answered = df[df["error"].isna()] if "error" in df.columns else df
     if "example_id" in answered.columns:  # asked and paid for, scored or not (no gold answer)
         asked = int(answered["example_id"].nunique())
@@ -37,7 +55,7 @@ def conditions(df: Any, rows: Any, metric: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _model(df: Any) -> dict[str, Any]:
+def _model(df: pd.DataFrame) -> Conditions:
     """``model``: the table's model column, else its run's manifest (nothing: neither)."""
     if "model" in df.columns and df["model"].notna().any():
         return {"model": ", ".join(map(str, dict.fromkeys(df["model"].dropna())))}
@@ -48,10 +66,10 @@ def _model(df: Any) -> dict[str, Any]:
     return {"model": model.get("name") or (manifest.get("model") or {}).get("model")}
 
 
-def _context(rows: Any) -> dict[str, Any]:
+def _context(rows: pd.DataFrame) -> Conditions:
     """``context_tokens`` (smallest, largest), ``context`` (in words) and ``truncated``: the
     share of it long context cut to fit the window (nothing: no context size in ``rows``)."""
-    out: dict[str, Any] = {}
+    out: Conditions = {}
     for col in ("context_tokens", "input_context_tokens"):
         if col in rows.columns and rows[col].notna().any():
             sizes = rows.groupby("example_id")[col].max().dropna().astype(float)
@@ -82,7 +100,7 @@ def _context_words(lo: int, hi: int, shared: bool) -> str:
     return f"contexts of {lo:,}-{hi:,} tokens"
 
 
-def _price_sheet(rows: Any) -> dict[str, Any]:
+def _price_sheet(rows: pd.DataFrame) -> Conditions:
     """``price_sheet`` (the names) and ``price_sheet_date`` (one sheet's; None: several, or
     unreadable); nothing when no row was priced."""
     if "price_sheet" not in rows.columns or not rows["price_sheet"].notna().any():

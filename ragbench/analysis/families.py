@@ -11,10 +11,13 @@ variant against the best long-context one; closed book is the line both must cle
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.analysis.self_route import _rag_twin
 from ragbench.strategies import FULL_CONTEXT, NO_CONTEXT, RETRIEVED, strategies_where
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RETRIEVAL, LONG_CONTEXT, BASELINE, OTHER = "retrieval", "long context", "baseline", "other"
 
@@ -51,7 +54,7 @@ def machinery(strategy: str, params: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _params(params: Any) -> dict[str, Any]:
+def _params(params: object) -> dict[str, Any]:
     if isinstance(params, str):
         try:
             params = json.loads(params)
@@ -60,14 +63,16 @@ def _params(params: Any) -> dict[str, Any]:
     return dict(params) if isinstance(params, dict) else {}
 
 
-def annotate(df: Any, table: Any) -> Any:
+def annotate(df: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """``table`` (one row per variant, indexed by label, with ``strategy``) with ``family``,
     ``machinery`` (a tuple of words) and ``never_routed`` (a router none of whose scored
     answers came from long context) and ``twin`` (the RAG variant that retrieved as a router
     did, where the run has one)."""
     out = table.copy()
     strategies = out["strategy"].fillna("").astype(str)
-    params = df.drop_duplicates("label").set_index("label")["params"] if "params" in df else {}
+    params: pd.Series | dict[str, object] = (
+        df.drop_duplicates("label").set_index("label")["params"] if "params" in df else {}
+    )
     out["family"] = [family(s) for s in strategies]
     out["machinery"] = [
         machinery(s, params.get(lb) if len(params) else None)

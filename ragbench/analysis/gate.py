@@ -33,7 +33,7 @@ import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ragbench.analysis._common import check_one_row_each, error_summary, metric_columns
 from ragbench.analysis.labels import with_labels
@@ -41,6 +41,9 @@ from ragbench.analysis.summary import summary
 from ragbench.analysis.verdict import verdict as decide_verdict
 from ragbench.registry import did_you_mean
 from ragbench.schema import read_folder_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
 # a score's companions in the summary table (``contains.ci_low``)
@@ -90,7 +93,7 @@ def parse_requirement(text: str) -> Requirement:
     return Requirement(text.strip(), m["variant"].strip(), m["value"], m["op"], number)
 
 
-def score_columns(df: Any) -> list[str]:
+def score_columns(df: pd.DataFrame) -> list[str]:
     """The run's score columns: answer metrics (``contains``) and retrieval metrics
     (``recall@5``) that scored something."""
     answer = metric_columns(df)
@@ -98,13 +101,13 @@ def score_columns(df: Any) -> list[str]:
     return [c for c in [*answer, *ranked] if df[c].notna().any()]
 
 
-def unscored_columns(df: Any) -> list[str]:
+def unscored_columns(df: pd.DataFrame) -> list[str]:
     """The run's answer metrics that scored nothing (its config names them, every record's
     score is missing: a judge that never answered): a requirement on one fails, saying so."""
     return [c for c in metric_columns(df) if df[c].isna().all()]
 
 
-def variant_values(df: Any, seed: int = 0) -> dict[str, dict[str, float]]:
+def variant_values(df: pd.DataFrame, seed: int = 0) -> dict[str, dict[str, float]]:
     """Every value a requirement may name, per variant label (config order): each score with its
     ``.ci_low``, ``.ci_high`` and ``.n`` (the summary's; NaN and 0 for an unscored metric,
     ``unscored_columns``), and the ``COSTS`` (means over the variant's successful rows; NaN
@@ -178,7 +181,7 @@ def _fmt(value: float) -> str:
     return "nan" if value != value else f"{value:.4g}"
 
 
-def failed_records(df: Any, labels: list[str], max_errors: int = 0) -> list[str]:
+def failed_records(df: pd.DataFrame, labels: list[str], max_errors: int = 0) -> list[str]:
     """A FAILED line when more than ``max_errors`` records of ``labels`` failed (their count per
     variant and the most frequent error), else none."""
     if "error" not in df.columns:
@@ -189,7 +192,7 @@ def failed_records(df: Any, labels: list[str], max_errors: int = 0) -> list[str]
         return []
     counts = bad.groupby("label", sort=False).size()
     asked = rows[rows["label"].isin(counts.index)].groupby("label").size()
-    each = "; ".join(f"{label}: {n} of {asked[label]}" for label, n in counts.items())
+    each = "; ".join(f"{label}: {n} of {asked[cast('str', label)]}" for label, n in counts.items())
     message, n = error_summary(bad["error"], limit=1)[0]
     allow = f"--max-errors {len(bad)} (max_errors=) to allow them"
     return [
@@ -199,7 +202,7 @@ def failed_records(df: Any, labels: list[str], max_errors: int = 0) -> list[str]
 
 
 def check(
-    df: Any,
+    df: pd.DataFrame,
     requirements: list[str],
     verdict: str | None = None,
     seed: int = 0,
@@ -268,7 +271,7 @@ def headline(text: str) -> str:
     return text.split(" Evidence: ")[0].strip()
 
 
-def load_run(run: Any) -> tuple[Any, int]:
+def load_run(run: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """(results table, seed) of a run folder (``results.parquet``, another schema's refused:
     ``ragbench.schema.read_folder_table``; the manifest's seed), or of a results DataFrame as
     given (seed 0)."""
@@ -302,7 +305,7 @@ NEXT = {
 }
 
 
-def unfinished(run: Any) -> list[str]:
+def unfinished(run: str | Path | pd.DataFrame) -> list[str]:
     """A FAILED line when the run folder's manifest says the run did not finish: ``stopped``
     (its budget), ``interrupted`` (SIGTERM, Ctrl-C), ``failed`` (every record failed), or still
     ``running`` (live, or killed: its table, if any, is an earlier session's), with what to do
@@ -335,7 +338,7 @@ def unfinished(run: Any) -> list[str]:
 
 
 def assert_run(
-    run: Any,
+    run: str | Path | pd.DataFrame,
     *requirements: str,
     verdict: str | None = None,
     metric: str | None = None,
@@ -355,7 +358,7 @@ def assert_run(
 
 
 def check_run(
-    run: Any,
+    run: str | Path | pd.DataFrame,
     requirements: list[str],
     verdict: str | None = None,
     metric: str | None = None,
@@ -365,7 +368,8 @@ def check_run(
     ``unfinished``, then ``check``'s lines. A run that stopped before writing its table, or any
     record, has no variant to match: its ``unfinished`` line alone."""
     stopped = unfinished(run)
-    if stopped and not (Path(run) / "results.parquet").exists():  # interrupted before its end
+    folder = cast("str | Path", run) if stopped else None  # a DataFrame is never stopped
+    if folder is not None and not (Path(folder) / "results.parquet").exists():  # ended early
         return stopped
     df, seed = load_run(run)
     if stopped and not len(df):

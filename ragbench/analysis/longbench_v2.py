@@ -16,16 +16,19 @@ is taken by another section).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import _check_metric, check_one_row_each
 from ragbench.analysis.labels import with_labels
 from ragbench.metrics.longbench_v2 import COMPENSATED, METRIC, extract_answer
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 COLUMNS = ("Overall", "Easy", "Hard", "Short", "Medium", "Long")
 
 
-def _fact(df: Any, name: str) -> Any:
+def _fact(df: pd.DataFrame, name: str) -> pd.Series:
     for column in (name, f"ex_{name}"):
         if column in df:
             return df[column]
@@ -35,7 +38,9 @@ def _fact(df: Any, name: str) -> Any:
     )
 
 
-def longbench_v2_table(df: Any, metric: str = METRIC, compensated: bool = False) -> Any:
+def longbench_v2_table(
+    df: pd.DataFrame, metric: str = METRIC, compensated: bool = False
+) -> pd.DataFrame:
     """``result.py``'s table, one row per variant (``label``); see the module docstring."""
     import pandas as pd
 
@@ -60,7 +65,7 @@ def longbench_v2_table(df: Any, metric: str = METRIC, compensated: bool = False)
     }
     rows = []
     for label, part in scored.groupby("label", sort=False):
-        row: dict[str, Any] = {"label": label}
+        row: dict[str, object] = {"label": label}
         for name in COLUMNS:
             values = part["_acc"][groups[name].loc[part.index]]
             row[name] = round(100 * float(values.mean()), 1) if len(values) else float("nan")

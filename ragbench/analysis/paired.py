@@ -6,25 +6,107 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ragbench.analysis._common import _check_metric, _higher_is_better, counted, paired_scores
 from ragbench.registry import unknown
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 ADJUSTMENTS = ("bonferroni", "none")
+
+# ``np.random.default_rng``'s seed: an int, or several (an independent stream per pair)
+Seed = int | Sequence[int]
+
+
+class PairedDifference(TypedDict):
+    """``paired_difference``'s result (a dict, read by key)."""
+
+    n: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float  # Bonferroni-adjusted over ``comparisons``
+    p_raw: float
+    significant: bool
+    a_only: int
+    b_only: int
+    sd: float
+    test: str  # "tango" or "paired_bootstrap" ("paired_z": a sequential look's)
+    comparisons: int
+    level: float
+
+
+@dataclass(frozen=True)
+class SequentialLook:
+    """A sequential run's look behind a comparison: the critical value (``boundary``), the
+    statistic ``z`` at no difference, the look's number and information fraction, the spending
+    function and the level one look's interval holds (``ci_level``)."""
+
+    boundary: float
+    z: float
+    look: int
+    fraction: float
+    spending: str
+    ci_level: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a - b`` on paired scores, as the verdict quotes it: ``paired_difference``'s numbers
+    (or a sequential look's repeated interval, ``look``) with the two labels."""
+
+    a: str
+    b: str
+    n: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    p_raw: float
+    significant: bool
+    a_only: int
+    b_only: int
+    sd: float
+    test: str
+    comparisons: int
+    level: float
+    look: SequentialLook | None = None
+
+    @classmethod
+    def of(cls, a: str, b: str, r: PairedDifference) -> Comparison:
+        return cls(a=a, b=b, **r)
+
+    def flipped(self) -> Comparison:
+        """``b - a``: the same evidence read the other way."""
+        look = self.look and replace(self.look, z=-self.look.z)
+        return replace(
+            self,
+            a=self.b,
+            b=self.a,
+            diff=-self.diff,
+            ci_low=-self.ci_high,
+            ci_high=-self.ci_low,
+            a_only=self.b_only,
+            b_only=self.a_only,
+            look=look,
+        )
 
 
 def compare(
-    df: Any,
+    df: pd.DataFrame,
     metric: str | None = None,
     level: float = 0.05,
     n_boot: int = 2000,
     seed: int = 0,
     labels: Iterable[str] | None = None,
     adjust: str = "bonferroni",
-) -> Any:
+) -> pd.DataFrame:
     """Every pair of variants on the questions both answered (inner join on ``example_id``),
     on ``metric`` (default: the table's first metric column, the config's first metric).
 
@@ -123,11 +205,12 @@ def compare(
     return table
 
 
-def _signed(x: float) -> str:
+def _signed(cell: object) -> str:
+    x = float(cast("float", cell))
     return "nan" if math.isnan(x) else f"{x:+.3f}"
 
 
-def decide(table: Any) -> str:
+def decide(table: pd.DataFrame) -> str:
     """Sentences from a ``compare`` table: one per pair, naming a winner only where the
     difference is significant, then an overall verdict (a variant that significantly beats every
     other one, or none)."""
@@ -147,10 +230,10 @@ def decide(table: Any) -> str:
         stats = (
             f"{metric} {row.a} - {row.b} = {_signed(row.diff)} "
             f"({conf} {_signed(row.ci_low)} to {_signed(row.ci_high)}; {p}; "
-            f"{counted(row.n, 'paired question')})"
+            f"{counted(int(cast('int', row.n)), 'paired question')})"
         )
         if isinstance(row.winner, str):  # None: no winner (pandas may store it as NaN)
-            loser = row.b if row.winner == row.a else row.a
+            loser = str(row.b if row.winner == row.a else row.a)
             lines.append(f"{row.winner} beats {loser}: {stats}")
         else:
             lines.append(f"{row.a} vs {row.b}: no significant difference at {level:g}: {stats}")
@@ -221,7 +304,7 @@ def tango(a_only: int, b_only: int, n: int, level: float = 0.05) -> tuple[float,
 
 
 def bootstrap_difference(
-    diffs: Sequence[float], n_boot: int = 2000, seed: Any = 0, level: float = 0.05
+    diffs: ArrayLike, n_boot: int = 2000, seed: Seed = 0, level: float = 0.05
 ) -> tuple[float, float, float]:
     """(ci_low, ci_high, p) for the mean of per-question differences from one set of paired
     resamples (``paired_bootstrap``'s draws): the interval's ends are order statistics of the
@@ -242,14 +325,14 @@ def bootstrap_difference(
 
 
 def paired_difference(
-    x: Sequence[float],
-    y: Sequence[float],
+    x: ArrayLike,
+    y: ArrayLike,
     level: float = 0.05,
     comparisons: int = 1,
     binary: bool | None = None,
     n_boot: int = 2000,
-    seed: Any = 0,
-) -> dict[str, Any]:
+    seed: Seed = 0,
+) -> PairedDifference:
     """``mean(x) - mean(y)`` over paired scores (NaN pairs dropped) with its interval and p from
     one procedure (``tango`` for 0/1 scores, else ``bootstrap_difference``), Bonferroni-adjusted
     for ``comparisons``: the interval is at ``1 - level / comparisons`` (together the intervals

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ragbench.cost.accounting import DEFAULT_KV_BYTES_PER_VALUE, kv_cache_bytes
 from ragbench.cost.money import Usage, dollars
@@ -29,12 +29,15 @@ from ragbench.cost.planning import (
 from ragbench.cost.prices import PriceSheet
 from ragbench.models import ModelPreset
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 def kv_cache_table(
     presets: Sequence[str | ModelPreset],
     context_lengths: Sequence[int],
     bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
-) -> Any:
+) -> pd.DataFrame:
     """KV-cache bytes of one sequence holding ``context_length`` positions, per model and length
     (``bytes_per_value`` 2 assumes a bf16/fp16 cache)."""
     import pandas as pd
@@ -49,7 +52,7 @@ def kv_cache_table(
     return pd.DataFrame(rows)
 
 
-def kv_cache_wide(kv: Any) -> Any:
+def kv_cache_wide(kv: pd.DataFrame) -> pd.DataFrame:
     """``kv_cache_table``'s GiB as a context length x model table, models and lengths in the
     order they were given (as ``capacity_table`` lays them out), not sorted by name."""
     wide = kv.pivot_table(index="context_tokens", columns="model", values="kv_gib")
@@ -62,7 +65,7 @@ def capacity_table(
     context_lengths: Sequence[int],
     gpu_memory_gib: float,
     kv_bytes_per_value: int = DEFAULT_KV_BYTES_PER_VALUE,
-) -> Any:
+) -> pd.DataFrame:
     """``max_concurrent_sequences`` as a context length x model table of integers."""
     import pandas as pd
 
@@ -78,7 +81,7 @@ def capacity_table(
 
 def planned_queries(
     document_tokens: int, question_tokens: int, rag_prompt_tokens: int, completion_tokens: int
-) -> Any:
+) -> pd.DataFrame:
     """One planned query per strategy, the table ``dollars_per_1k_table`` and
     ``prefix_cache_break_even`` price: long context's prompt is the document and the question
     after it (``document_tokens + question_tokens``, what ``prefix_caching_table`` prices too),
@@ -103,13 +106,13 @@ def planned_queries(
 
 
 def dollars_per_1k_table(
-    planned: Any,
+    planned: pd.DataFrame,
     api_sheet: str | PriceSheet,
     gpu_sheet: str | PriceSheet,
     prefill_tokens_per_s: float,
     decode_tokens_per_s: float,
     concurrency: int = 1,
-) -> Any:
+) -> pd.DataFrame:
     """$ per 1,000 queries of each ``planned_queries`` row on a per-token (hosted API) sheet and
     on a GPU-hour (self-hosted) sheet at the given throughputs: columns ``strategy``,
     ``prompt_tokens``, ``hosted API $/1k`` and ``self-hosted GPU $/1k``."""
@@ -119,8 +122,8 @@ def dollars_per_1k_table(
     for r in planned.itertuples(index=False):
         gpu = self_hosted_dollars_per_1k(
             gpu_sheet,
-            r.prompt_tokens,
-            r.completion_tokens,
+            cast("int", r.prompt_tokens),
+            cast("int", r.completion_tokens),
             prefill_tokens_per_s,
             decode_tokens_per_s,
             concurrency,
@@ -130,7 +133,7 @@ def dollars_per_1k_table(
                 "strategy": r.strategy,
                 "prompt_tokens": r.prompt_tokens,
                 "hosted API $/1k": api_dollars_per_1k(
-                    api_sheet, r.prompt_tokens, r.completion_tokens
+                    api_sheet, cast("int", r.prompt_tokens), cast("int", r.completion_tokens)
                 ),
                 "self-hosted GPU $/1k": gpu,
             }
@@ -144,7 +147,7 @@ def prefix_caching_table(
     question_tokens: int,
     completion_tokens: int,
     questions_per_document: Sequence[int],
-) -> Any:
+) -> pd.DataFrame:
     """Long-context $/question with and without a prefix cache on a per-token price sheet.
 
     With the cache, the first question on a document writes the document to the cache (at the
@@ -178,7 +181,7 @@ def prefix_caching_table(
 # ---------------------------------------------------------------------------- break-even from a run
 
 
-def _col(df: Any, name: str) -> str | None:
+def _col(df: pd.DataFrame, name: str) -> str | None:
     """A results-table column by its field name, also when a section prefix was added."""
     for c in (name, *(p + name for p in ("cost_", "meta_", "ex_", "param_"))):
         if c in df.columns:
@@ -186,7 +189,9 @@ def _col(df: Any, name: str) -> str | None:
     return None
 
 
-def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None, closed_book: str) -> Any:
+def _prefix_tokens(
+    lc: pd.DataFrame, ok: pd.DataFrame, prefix_tokens: int | None, closed_book: str
+) -> pd.Series:
     """The cacheable prefix of each long-context row: ``prefix_tokens`` when given; else the
     document tokens the strategy kept (``kept_tokens``; the prompt puts the document first);
     else the long-context prompt minus the same example's prompt without context (the
@@ -203,7 +208,7 @@ def _prefix_tokens(lc: Any, ok: Any, prefix_tokens: int | None, closed_book: str
         return lc[kept].astype(float).clip(upper=prompt)
     closed = ok[ok["strategy"] == closed_book]
     if len(closed):
-        cb = closed.groupby("example_id")[_col(closed, "prompt_tokens")].first()
+        cb = closed.groupby("example_id")[cast("str", _col(closed, "prompt_tokens"))].first()
         paired = lc["example_id"].map(cb)
         if paired.notna().all():
             return (prompt - paired).clip(lower=0)
@@ -223,7 +228,7 @@ class _LongContextCost:
     prefix_tokens: float  # the mean cacheable prefix
 
     @classmethod
-    def of(cls, sheet: PriceSheet, lc: Any) -> _LongContextCost:
+    def of(cls, sheet: PriceSheet, lc: pd.DataFrame) -> _LongContextCost:
         """From long context's rows (their ``_prefix`` column set), priced with ``sheet``."""
         lc_dollars = functools.partial(long_context_question_dollars, sheet)
         prompt, completion = lc[_col(lc, "prompt_tokens")], lc[_col(lc, "completion_tokens")]
@@ -236,7 +241,9 @@ class _LongContextCost:
         )
 
 
-def _compared(ok: Any, groups: list[str], long_context: str, rag: str) -> tuple[Any, Any]:
+def _compared(
+    ok: pd.DataFrame, groups: list[str], long_context: str, rag: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The successful rows' long-context rows (a copy) and RAG rows; a table that cannot be
     compared (a missing column, no rows of either, several long-context variants) is an error."""
     missing = [c for c in groups if c not in ok.columns]
@@ -259,7 +266,9 @@ def _compared(ok: Any, groups: list[str], long_context: str, rag: str) -> tuple[
     return lc, rg
 
 
-def _grouped(lc: Any, rg: Any, groups: list[str]) -> Iterator[tuple[dict[str, Any], Any, Any]]:
+def _grouped(
+    lc: pd.DataFrame, rg: pd.DataFrame, groups: list[str]
+) -> Iterator[tuple[dict[str, object], pd.DataFrame, pd.DataFrame]]:
     """Per group of ``lc`` with RAG rows: the group's values by column, its long-context rows
     and its RAG rows (no ``groups``: one group, every row)."""
     if not groups:
@@ -274,7 +283,7 @@ def _grouped(lc: Any, rg: Any, groups: list[str]) -> Iterator[tuple[dict[str, An
             yield dict(zip(groups, key, strict=True)), lc_g, rg_g
 
 
-def _rag_dollars(sheet: PriceSheet, rg: Any) -> float:
+def _rag_dollars(sheet: PriceSheet, rg: pd.DataFrame) -> float:
     """RAG's mean dollars per question: its prompt differs per question, every token at full
     price."""
     prompt, completion = rg[_col(rg, "prompt_tokens")], rg[_col(rg, "completion_tokens")]
@@ -286,8 +295,12 @@ def _rag_dollars(sheet: PriceSheet, rg: Any) -> float:
 
 
 def _break_even_row(
-    sheet: PriceSheet, where: dict[str, Any], label: Any, rag_cost: float, lc: _LongContextCost
-) -> dict[str, Any]:
+    sheet: PriceSheet,
+    where: dict[str, object],
+    label: object,
+    rag_cost: float,
+    lc: _LongContextCost,
+) -> dict[str, object]:
     """``prefix_cache_break_even``'s table row for one (sheet, group, RAG variant)."""
     import pandas as pd
 
@@ -309,8 +322,8 @@ def _break_even_row(
 
 
 def _curve_point(
-    sheet: PriceSheet, where: dict[str, Any], series: Any, q: int, dollars_per_query: float
-) -> dict[str, Any]:
+    sheet: PriceSheet, where: dict[str, object], series: object, q: int, dollars_per_query: float
+) -> dict[str, object]:
     """One point of ``prefix_cache_break_even``'s curve."""
     return {
         "sheet": sheet.name,
@@ -322,7 +335,7 @@ def _curve_point(
 
 
 def prefix_cache_break_even(
-    results: Any,
+    results: pd.DataFrame,
     sheets: Sequence[str | PriceSheet],
     *,
     prefix_tokens: int | None = None,
@@ -331,7 +344,7 @@ def prefix_cache_break_even(
     long_context: str = "long_context",
     rag: str = "rag",
     closed_book: str = "closed_book",
-) -> tuple[Any, Any]:
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """How many questions per document make long context with a prefix cache as cheap as RAG,
     from a run's measured tokens, per price sheet: ``(table, curve)``.
 

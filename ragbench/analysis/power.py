@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Any
+
+from ragbench.analysis.paired import Comparison
 
 POWER = 0.8  # the chance "more questions" gives of deciding, at the observed difference
 
@@ -50,15 +51,15 @@ def questions_needed(
     return max(2, math.ceil(n - 1e-9))
 
 
-def questions_to_decide(r: dict[str, Any], margin: float, binary: bool) -> tuple[int | None, str]:
+def questions_to_decide(r: Comparison, margin: float, binary: bool) -> tuple[int | None, str]:
     """(more questions, what they would show) for an undecided x - y: the fewer of those that
     give 80% power at the observed difference to show x within ``margin`` (non-inferiority)
     or y better; no spread observed is no proof of none (at least the margin's share)."""
-    d, n = r["diff"], r["n"]
-    alpha = r["level"] / r["comparisons"]
-    psi = (r["a_only"] + r["b_only"]) / max(n, 1)
+    d, n = r.diff, r.n
+    alpha = r.level / r.comparisons
+    psi = (r.a_only + r.b_only) / max(n, 1)
     floor = spread_floor(margin)
-    sd = math.sqrt(max(max(psi, margin) - d * d, 1e-12)) if binary else max(r["sd"], floor)
+    sd = math.sqrt(max(max(psi, margin) - d * d, 1e-12)) if binary else max(r.sd, floor)
     options = []
     if d + margin > 0:
         options.append((questions_needed(d + margin, sd=sd, alpha=alpha), "within"))
@@ -66,7 +67,7 @@ def questions_to_decide(r: dict[str, Any], margin: float, binary: bool) -> tuple
         need = (
             questions_needed(d, discordant=psi, alpha=alpha)
             if binary
-            else questions_needed(d, sd=max(r["sd"], floor), alpha=alpha)
+            else questions_needed(d, sd=max(r.sd, floor), alpha=alpha)
         )
         options.append((need, "better"))
     need, what = min(options)

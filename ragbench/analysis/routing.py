@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import _check_labels, _check_metric, _scored, check_one_row_each
 from ragbench.analysis.labels import with_labels
@@ -14,12 +14,15 @@ from ragbench.metrics.answer import mean_ci
 from ragbench.registry import unknown
 from ragbench.strategies import strategies_where
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # cost is money, else the device time charged (resource seconds);
 # never latency, which is what a user waited, not what the query cost
 COST_PREFERENCE = ("dollars", "resource_seconds")
 
 
-def pick_cost(df: Any, cost: str | None = None) -> str:
+def pick_cost(df: pd.DataFrame, cost: str | None = None) -> str:
     """The cost column to minimise: ``cost`` if given (it must exist), else the first of
     ``COST_PREFERENCE`` known for every scored row: dollars (a price sheet was set), else the
     device seconds charged (self-hosted)."""
@@ -35,12 +38,12 @@ def pick_cost(df: Any, cost: str | None = None) -> str:
 
 
 def oracle_router(
-    df: Any,
+    df: pd.DataFrame,
     metric: str | None = None,
     cost: str | None = None,
     threshold: float = 1.0,
     labels: Iterable[str] | None = None,
-) -> Any:
+) -> pd.DataFrame:
     """Per question, the variant an all-knowing router would send it to: the cheapest (by
     ``cost``, see ``pick_cost``) whose score reached ``threshold``; where none did, the cheapest
     of all (knowing every answer is wrong, it spends least). ``metric`` defaults to the table's
@@ -87,13 +90,13 @@ ORACLE_LABEL = "oracle router"
 
 
 def router_headroom(  # oracle_router's parameters, passed on to it, and the intervals' seed
-    df: Any,
+    df: pd.DataFrame,
     metric: str | None = None,
     cost: str | None = None,
     threshold: float = 1.0,
     labels: Iterable[str] | None = None,
     seed: int = 0,
-) -> Any:
+) -> pd.DataFrame:
     """``summary``'s table on the questions the oracle saw, plus one ``oracle router``
     row (its accuracy with a 95% CI of the same kind as the table's, Wilson or bootstrap, and
     the mean cost of its choices), plus ``oracle_gain``: how much accuracy the oracle adds over

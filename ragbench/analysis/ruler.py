@@ -14,18 +14,21 @@ all. Failed records have no score and are left out, as in ``summary``; the notes
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import _scored, default_metric, resolve_metric
 from ragbench.analysis.labels import with_labels
 from ragbench.datasets import RULER_PRESETS, RULER_TASKS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ALL_TASKS = "all tasks"  # the per-variant row averaging the tasks at each length
 AVERAGE = "avg"  # the column averaging the lengths of a row
 ORDER = tuple(dict.fromkeys((*RULER_PRESETS, *RULER_TASKS, "qa")))  # RULER's order first, once
 
 
-def ruler_scores(df: Any, metric: str | None = None) -> Any:
+def ruler_scores(df: pd.DataFrame, metric: str | None = None) -> pd.Series:
     """Each row's score under RULER's metric for its task (``ruler_metric``), or ``metric``
     for every row; NaN where a row has none (an error record)."""
     import pandas as pd
@@ -44,18 +47,21 @@ def ruler_scores(df: Any, metric: str | None = None) -> Any:
             f"string_match_part] covers every RULER task)"
         )
     ok = df["error"].isna() if "error" in df.columns else pd.Series(True, index=df.index)
-    values = [df.at[i, m] if ok[i] else float("nan") for i, m in wanted.items()]
+    values = [
+        df.at[i, m] if good else float("nan")
+        for (i, m), good in zip(wanted.items(), ok, strict=True)
+    ]
     return pd.Series(values, index=df.index, dtype=float)
 
 
-def _count(sizes: Any) -> str:
+def _count(sizes: pd.Series) -> str:
     low, high = int(sizes.min()), int(sizes.max())
     return f"{low}" if low == high else f"{low} to {high}"
 
 
 def ruler_table(
-    df: Any, metric: str | None = None, task: str = "task", length: str = "context_length"
-) -> Any:
+    df: pd.DataFrame, metric: str | None = None, task: str = "task", length: str = "context_length"
+) -> pd.DataFrame:
     """Scores in percent (two decimals, as RULER rounds), indexed by ``(label, task)``, one
     column per value of ``length`` and ``avg``; see the module docstring."""
     import pandas as pd
@@ -98,7 +104,7 @@ def ruler_table(
     return out
 
 
-def ruler_text(table: Any) -> str:
+def ruler_text(table: pd.DataFrame) -> str:
     """``ruler_table`` as plain text, every score with the same two decimals (pandas would
     print a column whose scores are all whole as ``100.0`` beside another's ``100.00``), then
     its notes, one a line."""

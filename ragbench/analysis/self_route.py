@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import (
     _check_metric,
@@ -18,13 +18,18 @@ from ragbench.analysis._common import (
 from ragbench.analysis.labels import with_labels
 from ragbench.strategies import FULL_CONTEXT, RETRIEVED, strategies_where
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def _router_rows(df: Any) -> Any:
+
+def _router_rows(df: pd.DataFrame) -> pd.Series:
     """Which rows of ``df`` a router (a strategy that declares ``routes``) wrote."""
     return df["strategy"].isin(strategies_where(routes=True))
 
 
-def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float = 1.0) -> Any:
+def self_route_diagnostics(
+    df: pd.DataFrame, metric: str | None = None, threshold: float = 1.0
+) -> pd.DataFrame:
     """Per Self-Route variant: ``n`` queries answered (scored or not: a query without a gold
     answer was routed all the same), ``routed`` (fell back to long context after the model
     declined), ``routing_rate`` (of ``n``), ``n_scored``, ``accuracy`` (share of the scored
@@ -73,13 +78,13 @@ def self_route_diagnostics(df: Any, metric: str | None = None, threshold: float 
     return pd.DataFrame(rows, columns=columns)
 
 
-def _share(scores: Any, threshold: float) -> float:
+def _share(scores: pd.Series, threshold: float) -> float:
     """The share of the scored values at or above ``threshold`` (NaN: none scored)."""
     scored = scores.dropna()
     return float((scored >= threshold).mean()) if len(scored) else math.nan
 
 
-def _rag_twin(df: Any, label: str) -> str | None:
+def _rag_twin(df: pd.DataFrame, label: str) -> str | None:
     """The RAG variant that retrieved as Self-Route variant ``label`` did: a strategy that reads
     retrieved chunks and builds an index, whose every parameter the router shares (its own
     parameters extend RAG's). None when the run has none."""
@@ -95,7 +100,7 @@ def _rag_twin(df: Any, label: str) -> str | None:
     return None
 
 
-def _params(text: Any) -> dict[str, Any] | None:
+def _params(text: object) -> dict[str, object] | None:
     try:
         value = json.loads(text) if isinstance(text, str) else text
     except ValueError:
@@ -109,7 +114,7 @@ def _percent(value: float) -> str:
     return f"{100 * value:.1f}".removesuffix(".0") + "%"
 
 
-def _never_routed(df: Any, label: str, n: int, metric: str) -> str:
+def _never_routed(df: pd.DataFrame, label: str, n: int, metric: str) -> str:
     """What a Self-Route variant that never routed does and does not say, with its accuracy
     beside the RAG variant's that retrieved the same way, on the same questions: its RAG step
     reads another prompt (the 'unanswerable' option), so the two need not agree."""
@@ -138,7 +143,7 @@ def _never_routed(df: Any, label: str, n: int, metric: str) -> str:
     )
 
 
-def self_route_warnings(df: Any, metric: str | None = None) -> list[str]:
+def self_route_warnings(df: pd.DataFrame, metric: str | None = None) -> list[str]:
     """Plain-language warnings about Self-Route runs that did not route: the model never
     declined (every answer came from its RAG step; its accuracy is set beside the RAG variant's
     that retrieved the same way, which its different prompt need not match) or always declined
@@ -151,12 +156,13 @@ def self_route_warnings(df: Any, metric: str | None = None) -> list[str]:
         return []
     df = with_labels(df)
     out = []
-    for row in self_route_diagnostics(df, metric).itertuples(index=False):
-        if row.n and row.routed == 0:
-            out.append(_never_routed(df, row.label, row.n, metric))
-        elif row.n and row.routed == row.n:
+    diag = self_route_diagnostics(df, metric)
+    for label, n, routed in zip(diag["label"], diag["n"], diag["routed"], strict=True):
+        if n and routed == 0:
+            out.append(_never_routed(df, label, n, metric))
+        elif n and routed == n:
             out.append(
-                f"Self-Route '{row.label}' routed all {row.n} queries to long context: it costs "
+                f"Self-Route '{label}' routed all {n} queries to long context: it costs "
                 "long context plus a RAG call that was never used."
             )
     return out

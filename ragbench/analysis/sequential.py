@@ -46,9 +46,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ragbench.analysis.power import spread_floor
 from ragbench.registry import unknown
@@ -150,7 +151,7 @@ def boundaries(
 # --------------------------------------------------------------------------------- one look
 
 
-def score_z(a_only: Any, b_only: Any, n: Any, delta: float) -> np.ndarray:
+def score_z(a_only: ArrayLike, b_only: ArrayLike, n: ArrayLike, delta: float) -> np.ndarray:
     """Tango's score statistic for ``p_a - p_b = delta`` on paired 0/1 answers
     (``paired._tango_z``, vectorised over arrays of counts): decreasing in ``delta``."""
     a, b, n = (np.asarray(v, dtype=float) for v in (a_only, b_only, n))
@@ -200,9 +201,48 @@ def _score_bound(a_only: int, b_only: int, n: int, c: float, lower: bool) -> flo
     return float(brentq(f, lo_end, hi_end, xtol=1e-12))
 
 
+class RepeatedInterval(TypedDict):
+    """``repeated_interval``'s result (a dict, read by key)."""
+
+    n: int
+    a_only: int
+    b_only: int
+    boundary: float  # the critical value ``c``
+    sd: float
+    diff: float
+    ci_low: float
+    ci_high: float
+    z: float
+
+
+class SequentialState(TypedDict, total=False):
+    """A sequential run's looks as ``analysis.verdict`` reads them
+    (``experiment.sequential_run.Sequential.state``)."""
+
+    fractions: list[float]  # information fraction of each look so far, this one last
+    spending: str
+    questions: int  # all the run could ask
+    answered: int  # asked by this look
+    stopped: str | None  # why the run stopped; None while it runs
+    alpha: float
+    margin: float
+    seed: int
+
+
+class LookSummary(TypedDict):
+    """``Verdict.sequential``: a sequential run's look behind the verdict's comparison."""
+
+    boundary: float  # the look's critical value
+    z: float  # the statistic at no difference
+    comparisons: int
+    look: int
+    fraction: float  # the look's information fraction
+    spending: str
+
+
 def repeated_interval(
-    x: Sequence[float], y: Sequence[float], c: float, binary: bool, margin: float = 0.05
-) -> dict[str, Any]:
+    x: ArrayLike, y: ArrayLike, c: float, binary: bool, margin: float = 0.05
+) -> RepeatedInterval:
     """``mean(x) - mean(y)`` (NaN pairs dropped) with its interval at critical value ``c``:
     Tango's score interval for 0/1 scores (``paired.tango`` with ``crit = c``), else ``mean +-
     c sd / sqrt(n)`` with the standard deviation at least ``sqrt(margin (1 - margin))`` (no
@@ -213,25 +253,33 @@ def repeated_interval(
     d = a[keep] - b[keep]
     n = int(d.size)
     a_only, b_only = int((d > 0).sum()), int((d < 0).sum())
-    out = {
-        "n": n,
-        "a_only": a_only,
-        "b_only": b_only,
-        "boundary": float(c),
-        "sd": float(d.std(ddof=1)) if n > 1 else 0.0,
-    }
+    spread = float(d.std(ddof=1)) if n > 1 else 0.0
+
+    def out(diff: float, lo: float, hi: float, z: float) -> RepeatedInterval:
+        return RepeatedInterval(
+            n=n,
+            a_only=a_only,
+            b_only=b_only,
+            boundary=float(c),
+            sd=spread,
+            diff=diff,
+            ci_low=lo,
+            ci_high=hi,
+            z=z,
+        )
+
     if n == 0:
-        return {**out, "diff": math.nan, "ci_low": -1.0, "ci_high": 1.0, "z": 0.0}
+        return out(math.nan, -1.0, 1.0, 0.0)
     diff = float(d.mean())
     if binary:
         z = float(score_z(a_only, b_only, n, 0.0)) if a_only + b_only else 0.0
         lo = _score_bound(a_only, b_only, n, c, lower=True)
         hi = _score_bound(a_only, b_only, n, c, lower=False)
     else:
-        sd = max(out["sd"], spread_floor(margin))
+        sd = max(spread, spread_floor(margin))
         se = sd / math.sqrt(n)
         z, lo, hi = diff / se, diff - c * se, diff + c * se
-    return {**out, "diff": diff, "ci_low": lo, "ci_high": hi, "z": z}
+    return out(diff, lo, hi, z)
 
 
 # --------------------------------------------------------------------------------- simulation
@@ -253,7 +301,7 @@ def simulate(
     spending: str = "obrien_fleming",
     runs: int = 2000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """``runs`` simulated sequential comparisons of two variants on ``questions`` paired 0/1
     answers in ``rounds`` equal rounds: each question is answered right by x only with
     probability ``x_only``, by y only with ``y_only`` (true difference ``x_only - y_only``), x

@@ -5,7 +5,7 @@ length."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragbench.analysis._common import _check_metric, check_one_row_each, own_latency_seconds
 from ragbench.analysis.answers import EMPTY_SHARE, count_empty_answers
@@ -13,6 +13,9 @@ from ragbench.analysis.labels import with_labels
 from ragbench.analysis.self_route import self_route_warnings
 from ragbench.judge.agreement import judge_warnings
 from ragbench.metrics.answer import aggregate
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # the per-query cost columns a summary table averages (the oracle's rows too), in display
 # order; measured KV-cache bytes when the transformers backend measured them. The amortised_*
@@ -34,7 +37,7 @@ SUMMARY_COST_COLUMNS = (
 SMALL_N = 30
 
 
-def small_n_notes(table: Any, min_n: int = SMALL_N) -> list[str]:
+def small_n_notes(table: pd.DataFrame, min_n: int = SMALL_N) -> list[str]:
     """One plain sentence naming the rows of a summary-like table (``label``, ``n``) with fewer
     than ``min_n`` scored questions, or nothing."""
     small = [(lb, int(n)) for lb, n in zip(table["label"], table["n"], strict=True) if n < min_n]
@@ -48,7 +51,7 @@ def small_n_notes(table: Any, min_n: int = SMALL_N) -> list[str]:
     return [f"fewer than {min_n} questions for: {rows}; intervals are wide"]
 
 
-def empty_answer_notes(df: Any, share: float = EMPTY_SHARE) -> list[str]:
+def empty_answer_notes(df: pd.DataFrame, share: float = EMPTY_SHARE) -> list[str]:
     """One sentence per strategy variant more than ``share`` of whose answers are empty
     (``analysis.answers.count_empty_answers``, which the verdict reads too): ``62 of 72 answers
     empty for long_context: check the server's chat template and stop strings``."""
@@ -57,7 +60,7 @@ def empty_answer_notes(df: Any, share: float = EMPTY_SHARE) -> list[str]:
     return [e.text for e in count_empty_answers(with_labels(df), share)]
 
 
-def unscored_notes(table: Any, asked: Any, metric: str) -> list[str]:
+def unscored_notes(table: pd.DataFrame, asked: pd.Series, metric: str) -> list[str]:
     """One sentence when some variant answered more questions (``asked``: label -> rows
     answered) than it has scores for (``table``'s ``n``; a question without a gold answer):
     the score is over the scored ones, cost per query over all, with the counts."""
@@ -79,7 +82,7 @@ def unscored_notes(table: Any, asked: Any, metric: str) -> list[str]:
     ]
 
 
-def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
+def summary(df: pd.DataFrame, metric: str | None = None, seed: int = 0) -> pd.DataFrame:
     """Accuracy with a 95% CI and mean cost per query, one row per strategy variant.
 
     ``metric`` defaults to the table's first metric column (the config's first metric). The CI
@@ -127,7 +130,7 @@ def summary(df: Any, metric: str | None = None, seed: int = 0) -> Any:
     return out
 
 
-def pareto_front(table: Any, cost: str, metric: str) -> Any:
+def pareto_front(table: pd.DataFrame, cost: str, metric: str) -> pd.DataFrame:
     """Rows not dominated by a cheaper-or-equal, at-least-as-accurate row (lower cost, higher
     metric is better), sorted by cost."""
     rows = table.dropna(subset=[cost, metric]).sort_values([cost, metric], ascending=[True, False])
@@ -141,11 +144,11 @@ def pareto_front(table: Any, cost: str, metric: str) -> Any:
 
 
 def effective_context_length(
-    df: Any,
+    df: pd.DataFrame,
     metric: str | None = None,
     threshold: float = 0.85,
     length: str = "context_length",
-) -> Any:
+) -> pd.DataFrame:
     """RULER-style effective length per strategy variant: the longest tested length such that the
     mean score at it and at every shorter length stays at or above ``threshold`` (NaN if none).
     ``metric`` defaults to the table's first metric column.

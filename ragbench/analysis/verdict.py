@@ -42,7 +42,7 @@ import dataclasses
 import zlib
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -55,14 +55,23 @@ from ragbench.analysis._common import (
     paired_scores,
 )
 from ragbench.analysis.answers import WEAK_FLOOR, count_empty_answers, weak_model_line
+from ragbench.analysis.conditions import Conditions
 from ragbench.analysis.conditions import conditions as run_conditions
 from ragbench.analysis.families import BASELINE, LONG_CONTEXT, RETRIEVAL, annotate
 from ragbench.analysis.labels import with_labels
-from ragbench.analysis.paired import paired_difference
+from ragbench.analysis.paired import Comparison, SequentialLook, paired_difference
 from ragbench.analysis.planning import prefix_cache_break_even
 from ragbench.analysis.power import questions_to_decide
-from ragbench.analysis.sequential import SPENDING_NAMES, boundaries, repeated_interval
+from ragbench.analysis.sequential import (
+    SPENDING_NAMES,
+    LookSummary,
+    SequentialState,
+    boundaries,
+    repeated_interval,
+)
 from ragbench.analysis.verdict_table import (
+    _machinery_at,
+    _score_at,
     answered_rows,
     binding_constraints,
     constraint_checks,
@@ -82,11 +91,14 @@ from ragbench.analysis.verdict_text import (
 )
 from ragbench.strategies import NO_CONTEXT, strategies_where
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 REASONS = ("more_accurate", "not_worse", "undecided", "only_variant", "none_meets_constraints")
 MOST = 0.5  # long context cut more than this share of the corpus: the sentence says so
 
 
-def _questions_text(c: dict[str, Any]) -> str:
+def _questions_text(c: Conditions) -> str:
     """The question count a verdict holds for; where some answered questions had no score (no
     gold answer), what the accuracy and the cost per query are each over."""
     n, asked = c.get("questions"), c.get("asked")
@@ -95,6 +107,16 @@ def _questions_text(c: dict[str, Any]) -> str:
     if not asked:
         return counted(n, "question")
     return f"{counted(n, 'scored question')} of {asked:,} asked (cost per query over all {asked:,})"
+
+
+class _Common(TypedDict):
+    """What every ``Verdict`` of one table shares."""
+
+    metric: str
+    cost: str
+    conditions: Conditions
+    variants: pd.DataFrame
+    margin: float
 
 
 @dataclass(frozen=True)
@@ -140,10 +162,10 @@ class Verdict:
     weak_model: str | None = None
     empty_answers: tuple[str, ...] = ()
     # a sequential run's look: boundary (critical value), statistic, comparisons, fraction
-    sequential: dict[str, Any] | None = field(default=None, compare=False)
-    conditions: dict[str, Any] = field(default_factory=dict, compare=False)
-    variants: Any = field(default=None, repr=False, compare=False)
-    detail: Any = field(default=None, repr=False, compare=False)
+    sequential: LookSummary | None = field(default=None, compare=False)
+    conditions: Conditions = field(default_factory=lambda: Conditions(), compare=False)
+    variants: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    detail: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
     @property
     def conditions_text(self) -> str:
@@ -174,56 +196,58 @@ class Verdict:
 # ------------------------------------------------------------------------------ the sides
 
 
-def _rank(sub: Any, higher: bool) -> list[str]:
+def _rank(sub: pd.DataFrame, higher: bool) -> list[str]:
     """Labels best first: score, then less machinery, then cheaper, then config order."""
     order = {lb: i for i, lb in enumerate(sub.index)}
     return sorted(
         sub.index,
         key=lambda lb: (
-            -sub.loc[lb, "score"] if higher else sub.loc[lb, "score"],
-            len(sub.loc[lb, "machinery"]),
+            -_score_at(sub, lb) if higher else _score_at(sub, lb),
+            len(_machinery_at(sub, lb)),
             sub.loc[lb, "cost_per_1k"],
             order[lb],
         ),
     )
 
 
-def _champion(sub: Any, higher: bool, fmt: _Fmt) -> tuple[str, list[str]]:
+def _champion(sub: pd.DataFrame, higher: bool, fmt: _Fmt) -> tuple[str, list[str]]:
     """A family's best variant, with why where a simpler one stood in for another: equal
     scores, or a Self-Route that never routed (its twin RAG did the same)."""
     ranked = _rank(sub, higher)
     top, notes = ranked[0], []
     for other in ranked[1:]:
-        row = sub.loc[other]
-        if abs(row["score"] - sub.loc[top, "score"]) > 1e-12 or not row["machinery"]:
+        score, machinery = _score_at(sub, other), _machinery_at(sub, other)
+        if abs(score - _score_at(sub, top)) > 1e-12 or not machinery:
             continue
-        if row["never_routed"]:
+        if sub.loc[other, "never_routed"]:
             notes.append(
-                f"{other} also scored {fmt.score(row['score'])} but never routed "
+                f"{other} also scored {fmt.score(score)} but never routed "
                 f"(every answer came from its RAG step): {top} does the same without "
                 "the routing step"
             )
-        elif len(row["machinery"]) > len(sub.loc[top, "machinery"]):
+        elif len(machinery) > len(_machinery_at(sub, top)):
             notes.append(
-                f"{other} also scored {fmt.score(row['score'])} but adds "
-                f"{' and '.join(row['machinery'])}: {top} is the simpler"
+                f"{other} also scored {fmt.score(score)} but adds "
+                f"{' and '.join(machinery)}: {top} is the simpler"
             )
     if sub.loc[top, "never_routed"]:
         twin = sub.loc[top, "twin"]
         seen = (
-            f", against {fmt.score(sub.loc[twin, 'score'])} for {twin}"
+            f", against {fmt.score(_score_at(sub, twin))} for {twin}"
             if (isinstance(twin, str) and twin in sub.index)
             else ""
         )
         notes.append(
             f"{top} never routed: every answer came from its RAG step, whose prompt "
-            f"(with its 'unanswerable' option) scored {fmt.score(sub.loc[top, 'score'])}"
+            f"(with its 'unanswerable' option) scored {fmt.score(_score_at(sub, top))}"
             f"{seen}"
         )
     return top, notes
 
 
-def _break_even(df: Any, table: Any, choice: str, lc: str, sheet: str | None) -> int | None:
+def _break_even(
+    df: pd.DataFrame, table: pd.DataFrame, choice: str, lc: str, sheet: str | None
+) -> int | None:
     """Questions per document from which ``lc`` (long context) with a prefix cache costs no
     more than ``choice`` (a retrieval variant), on ``sheet``; None when the table lacks what
     ``prefix_cache_break_even`` needs (a per-token sheet, the prefix length) or never."""
@@ -235,8 +259,8 @@ def _break_even(df: Any, table: Any, choice: str, lc: str, sheet: str | None) ->
         result, _ = prefix_cache_break_even(
             sub,
             [sheet],
-            long_context=table.loc[lc, "strategy"],
-            rag=table.loc[choice, "strategy"],
+            long_context=str(table.loc[lc, "strategy"]),
+            rag=str(table.loc[choice, "strategy"]),
             closed_book=next(iter(no_context), ""),
         )
     except (ValueError, KeyError, OSError):
@@ -251,7 +275,7 @@ def _break_even(df: Any, table: Any, choice: str, lc: str, sheet: str | None) ->
 
 
 def verdict(
-    df: Any,
+    df: pd.DataFrame,
     metric: str | None = None,
     min_accuracy: float | None = None,
     max_dollars_per_1k: float | None = None,
@@ -260,7 +284,7 @@ def verdict(
     margin: float = 0.05,
     seed: int = 0,
     n_boot: int = 2000,
-    sequential: dict[str, Any] | None = None,
+    sequential: SequentialState | None = None,
     *,
     weak_floor: float = WEAK_FLOOR,
 ) -> Verdict:
@@ -304,7 +328,7 @@ def verdict(
     checks = constraint_checks(table, metric, higher, fmt, limits)
     table["meets"] = np.logical_and.reduce([c[0] for c in checks.values()] + [table["n"] > 0])
     conditions = run_conditions(df, rows, metric)
-    common = {
+    common: _Common = {
         "metric": metric,
         "cost": cost,
         "conditions": conditions,
@@ -358,9 +382,9 @@ def _sentence(line: str) -> str:
 class _Context:
     """One verdict's inputs, so each step is a short method."""
 
-    df: Any
-    table: Any
-    eligible: Any
+    df: pd.DataFrame
+    table: pd.DataFrame
+    eligible: pd.DataFrame
     checks: dict
     fmt: _Fmt
     higher: bool
@@ -370,32 +394,33 @@ class _Context:
     margin: float
     seed: int
     n_boot: int
-    conditions: dict
-    sequential: dict[str, Any] | None = None
+    conditions: Conditions
+    sequential: SequentialState | None = None
 
     @property
     def per(self) -> str:
         return "per 1k queries" if self.cost != "prompt_tokens" else "per query"
 
     def cost_of(self) -> dict[str, str]:
-        return {lb: _cost_text(self.cost, v) for lb, v in self.table["cost_per_1k"].items()}
+        costs = self.table["cost_per_1k"]
+        return {str(lb): _cost_text(self.cost, v) for lb, v in costs.items()}
 
     def score(self, label: str) -> str:
-        return self.fmt.score(self.table.loc[label, "score"])
+        return self.fmt.score(_score_at(self.table, label))
 
-    def good(self, labels: list[str]) -> Any:
+    def good(self, labels: list[str]) -> pd.DataFrame:
         """Paired scores, oriented so that higher is better."""
         wide = paired_scores(self.df, self.metric, labels)
         return wide if self.higher else -wide
 
-    def difference(self, x: str, y: str, comparisons: int) -> dict[str, Any]:
+    def difference(self, x: str, y: str, comparisons: int) -> Comparison:
         wide = self.good([x, y])
         # an independent stream per pair, fixed by ``seed`` and the two labels
         stream = [self.seed, zlib.crc32(x.encode()), zlib.crc32(y.encode())]
         r = paired_difference(
             wide[x], wide[y], self.alpha, comparisons, self.fmt.binary, self.n_boot, stream
         )
-        return {**r, "a": x, "b": y}
+        return Comparison.of(x, y, r)
 
     def seq_comparisons(self) -> int:
         """A sequential run's Bonferroni count: every retrieval x long-context pair (with one
@@ -406,36 +431,40 @@ class _Context:
         pairs = r * lc if r and lc else (r + lc) * (r + lc - 1) // 2
         return max(1, pairs) + int((fam == BASELINE).any())
 
-    def repeated(self, x: str, y: str, comparisons: int) -> dict[str, Any]:
+    def repeated(self, x: str, y: str, comparisons: int) -> Comparison:
         """``x - y`` with its repeated confidence interval at the last look's critical value
-        (``analysis.sequential``), in ``paired_difference``'s shape, plus ``boundary``, ``z``
-        and the look."""
-        seq = self.sequential or {}
+        (``analysis.sequential``), in ``paired_difference``'s shape, plus the look
+        (``boundary``, ``z``, its number and fraction)."""
+        seq: SequentialState = self.sequential or {}
         fractions = list(seq["fractions"])
-        crit = boundaries(
-            fractions, self.alpha / comparisons, seq.get("spending", "obrien_fleming")
-        )[-1]
+        spending = seq.get("spending", "obrien_fleming")
+        crit = boundaries(fractions, self.alpha / comparisons, spending)[-1]
         wide = self.good([x, y])
         r = repeated_interval(wide[x], wide[y], crit, self.fmt.binary, self.margin)
         nominal = float(2 * NormalDist().cdf(-crit))  # the level one look's interval holds
         p = float(2 * NormalDist().cdf(-abs(r["z"])))
-        return {
-            **r,
-            "a": x,
-            "b": y,
-            "p_raw": p,
-            "p_value": min(1.0, p * comparisons),
-            "significant": bool(r["ci_low"] > 0 or r["ci_high"] < 0),
-            "test": "tango" if self.fmt.binary else "paired_z",
-            "comparisons": comparisons,
-            "level": nominal * comparisons,
-            "ci_level": 1 - nominal,
-            "z": r["z"],
-            "look": len(fractions),
-            "fraction": fractions[-1],
-            "sequential": True,
-            "spending": seq.get("spending", "obrien_fleming"),
-        }
+        # boundary, z, the look's number and fraction, spending, the level one look holds
+        look = SequentialLook(
+            r["boundary"], r["z"], len(fractions), fractions[-1], spending, 1 - nominal
+        )
+        return Comparison(
+            a=x,
+            b=y,
+            n=r["n"],
+            diff=r["diff"],
+            ci_low=r["ci_low"],
+            ci_high=r["ci_high"],
+            p_value=min(1.0, p * comparisons),
+            p_raw=p,
+            significant=bool(r["ci_low"] > 0 or r["ci_high"] < 0),
+            a_only=r["a_only"],
+            b_only=r["b_only"],
+            sd=r["sd"],
+            test="tango" if self.fmt.binary else "paired_z",
+            comparisons=comparisons,
+            level=nominal * comparisons,
+            look=look,
+        )
 
     def stop_note(self, n_pairs: int) -> str:
         """When a sequential run stopped: decided early, at the budget, or out of questions."""
@@ -464,7 +493,7 @@ class _Context:
         failed = [self.checks[n][2] for n in self.checks if not self.checks[n][0][best]]
         return f"{best}, the best {fam} variant, does not meet {' and '.join(failed)}."
 
-    def baseline_line(self, x: str, comparisons: int) -> tuple[str, dict | None, str | None]:
+    def baseline_line(self, x: str, comparisons: int) -> tuple[str, Comparison | None, str | None]:
         base = self.table[self.table["family"] == BASELINE]
         if base.empty or x in base.index:
             return "", None, None
@@ -472,11 +501,11 @@ class _Context:
         r = self.difference(x, b, comparisons)
         ev = _evidence(r, self.fmt, self.alpha, x, b)
         head = f"Without the documents, {b} scores {self.score(b)}"
-        if r["ci_low"] > 0:
+        if r.ci_low > 0:
             text = f"{head}: the documents matter ({ev})."
-        elif r["ci_high"] < 0:
+        elif r.ci_high < 0:
             text = f"{head}, more than {x}: the documents hurt these answers ({ev})."
-        elif r["ci_high"] < self.margin:
+        elif r.ci_high < self.margin:
             text = (
                 f"{head}, within {self.fmt.size(self.margin)} of {x}: the documents do not "
                 f"matter for these questions ({ev})."
@@ -495,7 +524,7 @@ class _Context:
             f"{1 - cut:.0%} of the documents."
         )
 
-    def decide(self, common: dict) -> Verdict:
+    def decide(self, common: _Common) -> Verdict:
         el, fmt = self.eligible, self.fmt
         contenders = el[el["family"] != BASELINE]
         sides, notes = {}, []
@@ -519,7 +548,7 @@ class _Context:
             notes += [self.out_note(f, set(sides)) for f in missing]
         return self.headline(x, y, common, notes)
 
-    def only(self, x: str, common: dict, notes: list[str], missing: list[str]) -> Verdict:
+    def only(self, x: str, common: _Common, notes: list[str], missing: list[str]) -> Verdict:
         kind = (
             "variant"
             if x in self.table.index[self.table["family"] == BASELINE]
@@ -543,7 +572,7 @@ class _Context:
         detail = self.detail([r] if r else [], [x])
         return Verdict(text, x, "only_variant", baseline=b, detail=detail, **common)
 
-    def headline(self, x: str, y: str, common: dict, notes: list[str]) -> Verdict:
+    def headline(self, x: str, y: str, common: _Common, notes: list[str]) -> Verdict:
         fmt, t = self.fmt, self.table
         cost_of = self.cost_of()
         has_base = (t["family"] == BASELINE).any()
@@ -553,7 +582,7 @@ class _Context:
         cr = cost_ratio(self.df, self.cost, x, y, self.n_boot, self.seed)
         if _same_cost(cr[1], cr[2]):  # the simpler first; at equal machinery the more accurate
             sign = 1 if self.higher else -1
-            keys = {lb: (len(t.loc[lb, "machinery"]), -sign * t.loc[lb, "score"]) for lb in (x, y)}
+            keys = {lb: (len(_machinery_at(t, lb)), -sign * _score_at(t, lb)) for lb in (x, y)}
             c, d = (y, x) if keys[y] < keys[x] else (x, y)
         else:
             c, d = (x, y) if cr[0] < 1 else (y, x)
@@ -561,45 +590,32 @@ class _Context:
             cr = cost_ratio(self.df, self.cost, c, d, self.n_boot, self.seed)
         r = self.repeated(c, d, m) if self.sequential else self.difference(c, d, m)
         leaning, more, choice = None, None, None
-        simpler = _same_cost(cr[1], cr[2]) and len(t.loc[c, "machinery"]) < len(
-            t.loc[d, "machinery"]
-        )
-        if r["ci_low"] > 0:
+        simpler = _same_cost(cr[1], cr[2]) and len(_machinery_at(t, c)) < len(_machinery_at(t, d))
+        if r.ci_low > 0:
             choice, reason, other = c, "more_accurate", d
-        elif r["ci_high"] < 0:
+        elif r.ci_high < 0:
             choice, reason, other = d, "more_accurate", c
-        elif r["ci_low"] > -self.margin:
+        elif r.ci_low > -self.margin:
             choice, reason, other = c, "not_worse", d
         else:
             reason, other = "undecided", d
             sign = 1 if self.higher else -1
-            leaning = c if sign * t.loc[c, "score"] >= sign * t.loc[d, "score"] else None
+            leaning = c if sign * _score_at(t, c) >= sign * _score_at(t, d) else None
             more, what = questions_to_decide(r, self.margin, fmt.binary)
         sign = 1 if self.higher else -1
-        ahead_of_pair = c if sign * t.loc[c, "score"] >= sign * t.loc[d, "score"] else d
+        ahead_of_pair = c if sign * _score_at(t, c) >= sign * _score_at(t, d) else d
         base, rb, b = self.baseline_line(choice or ahead_of_pair, m)
         if choice == d:  # the dearer (or more elaborate) one wins: flip the evidence to it
-            r = {
-                **r,
-                "a": d,
-                "b": c,
-                "diff": -r["diff"],
-                "ci_low": -r["ci_high"],
-                "ci_high": -r["ci_low"],
-                "a_only": r["b_only"],
-                "b_only": r["a_only"],
-            }
-            if "z" in r:
-                r["z"] = -r["z"]
+            r = r.flipped()
             cr = cost_ratio(self.df, self.cost, d, c, self.n_boot, self.seed)
-        x_, y_ = r["a"], r["b"]
+        x_, y_ = r.a, r.b
         ev = _evidence(r, fmt, self.alpha, x_, y_)
         cost = _cost_phrase(x_, y_, cr, cost_of, self.per)
         on = f"on {self.metric} ({self.score(x_)} vs {self.score(y_)})"
         if reason == "more_accurate":
             text = f"Use {x_} rather than {y_}: more accurate {on}, {cost}."
         elif reason == "not_worse":
-            also = f", and simpler ({y_} adds {' and '.join(t.loc[y_, 'machinery'])})" * simpler
+            also = f", and simpler ({y_} adds {' and '.join(_machinery_at(t, y_))})" * simpler
             text = (
                 f"Use {x_} rather than {y_}: not worse by more than "
                 f"{fmt.size(self.margin)} {on}, {cost}{also}."
@@ -619,11 +635,11 @@ class _Context:
                 else "more questions would decide"
             )
             if leaning:
-                tied = abs(t.loc[x_, "score"] - t.loc[y_, "score"]) <= 1e-12
+                tied = abs(_score_at(t, x_) - _score_at(t, y_)) <= 1e-12
                 stands = _standing(x_, y_, self.metric, self.score(x_), self.score(y_), tied)
                 text = (
                     f"Not decided yet: {stands}, {cost}, but "
-                    f"{counted(r['n'], 'question')} cannot yet show it is not worse by more than "
+                    f"{counted(r.n, 'question')} cannot yet show it is not worse by more than "
                     f"{fmt.size(self.margin)}; {decide}."
                 )
             else:
@@ -636,7 +652,7 @@ class _Context:
         q, cache = self.cache_note(choice, other, reason)
         parts = [
             text,
-            self.stop_note(r["n"]),
+            self.stop_note(r.n),
             *[n.rstrip(".") + "." for n in notes],
             self.truncation_note((x_, y_)),
             base,
@@ -650,12 +666,12 @@ class _Context:
             opponent=other,
             leaning=leaning,
             compared=(x_, y_),
-            test=r["test"],
-            p_value=r["p_value"],
-            diff=r["diff"],
-            ci_low=r["ci_low"],
-            ci_high=r["ci_high"],
-            n_pairs=r["n"],
+            test=r.test,
+            p_value=r.p_value,
+            diff=r.diff,
+            ci_low=r.ci_low,
+            ci_high=r.ci_high,
+            n_pairs=r.n,
             comparisons=m,
             cost_ratio=cr[0],
             cost_ratio_low=cr[1],
@@ -665,10 +681,15 @@ class _Context:
             break_even_questions=q,
             detail=detail,
             **common,
-            sequential={
-                k: r[k] for k in ("boundary", "z", "comparisons", "look", "fraction", "spending")
-            }
-            if r.get("sequential")
+            sequential=LookSummary(
+                boundary=r.look.boundary,
+                z=r.look.z,
+                comparisons=r.comparisons,
+                look=r.look.look,
+                fraction=r.look.fraction,
+                spending=r.look.spending,
+            )
+            if r.look
             else None,
         )
 
@@ -692,33 +713,33 @@ class _Context:
             f"from {q:,} questions per document on."
         )
 
-    def detail(self, used: list[dict], shown: list[str]) -> Any:
+    def detail(self, used: list[Comparison], shown: list[str]) -> pd.DataFrame:
         """Every comparison: the verdict's own first (the numbers its sentence quotes), then
         every other pair of variants, Bonferroni-adjusted over those pairs; each row's interval
         and p from one procedure, its cost ratio, and the questions that would decide it."""
         import pandas as pd
 
         labels = list(self.table.index)
-        done = {frozenset((r["a"], r["b"])) for r in used}
+        done = {frozenset((r.a, r.b)) for r in used}
         others = [
             (a, b)
             for i, a in enumerate(labels)
             for b in labels[i + 1 :]
             if frozenset((a, b)) not in done
         ]
-        rows = [{**r, "role": "verdict" if i == 0 else "baseline"} for i, r in enumerate(used)]
-        rows += [{**self.difference(a, b, len(others)), "role": "other pair"} for a, b in others]
+        rows = [("verdict" if i == 0 else "baseline", r) for i, r in enumerate(used)]
+        rows += [("other pair", self.difference(a, b, len(others))) for a, b in others]
         out = []
-        for r in rows:
-            a, b = r["a"], r["b"]
+        for role, r in rows:
+            a, b = r.a, r.b
             cr = cost_ratio(self.df, self.cost, a, b, self.n_boot, self.seed)
-            if r["ci_low"] > 0 or r["ci_high"] < 0:
-                decision = f"{a if r['ci_low'] > 0 else b} more accurate"
-            elif r["ci_low"] > -self.margin and r["ci_high"] < self.margin:
+            if r.ci_low > 0 or r.ci_high < 0:
+                decision = f"{a if r.ci_low > 0 else b} more accurate"
+            elif r.ci_low > -self.margin and r.ci_high < self.margin:
                 decision = f"equivalent within {self.fmt.size(self.margin)}"
-            elif r["ci_low"] > -self.margin:
+            elif r.ci_low > -self.margin:
                 decision = f"{a} not worse by more than {self.fmt.size(self.margin)}"
-            elif r["ci_high"] < self.margin:
+            elif r.ci_high < self.margin:
                 decision = f"{b} not worse by more than {self.fmt.size(self.margin)}"
             else:
                 decision = "undecided"
@@ -729,27 +750,27 @@ class _Context:
             )
             out.append(
                 {
-                    "role": r["role"],
+                    "role": role,
                     "a": a,
                     "b": b,
-                    "n": r["n"],
-                    "mean_a": self.table.loc[a, "score"],
-                    "mean_b": self.table.loc[b, "score"],
-                    "diff": r["diff"] if self.higher else -r["diff"],
-                    "ci_low": r["ci_low"] if self.higher else -r["ci_high"],
-                    "ci_high": r["ci_high"] if self.higher else -r["ci_low"],
-                    "ci_level": r.get("ci_level", 1 - self.alpha / r["comparisons"]),
-                    "comparisons": r["comparisons"],
-                    "p_value": r["p_value"],
-                    "significant": r["significant"],
+                    "n": r.n,
+                    "mean_a": _score_at(self.table, a),
+                    "mean_b": _score_at(self.table, b),
+                    "diff": r.diff if self.higher else -r.diff,
+                    "ci_low": r.ci_low if self.higher else -r.ci_high,
+                    "ci_high": r.ci_high if self.higher else -r.ci_low,
+                    "ci_level": r.look.ci_level if r.look else 1 - self.alpha / r.comparisons,
+                    "comparisons": r.comparisons,
+                    "p_value": r.p_value,
+                    "significant": r.significant,
                     "decision": decision,
                     "more_questions": more,
                     "cost_ratio": cr[0],
                     "cost_ratio_low": cr[1],
                     "cost_ratio_high": cr[2],
-                    "test": r["test"],
-                    "a_only": r["a_only"],
-                    "b_only": r["b_only"],
+                    "test": r.test,
+                    "a_only": r.a_only,
+                    "b_only": r.b_only,
                 }
             )
         table = pd.DataFrame(out)
@@ -770,7 +791,7 @@ class _Context:
         return table
 
 
-def sequential_look(df: Any, state: dict[str, Any]) -> Verdict:
+def sequential_look(df: pd.DataFrame, state: SequentialState) -> Verdict:
     """A sequential run's look (``experiment.sequential_run``): the verdict on the records so
     far at the look's boundary, with the design's ``alpha``, ``margin`` and ``seed`` from
     ``state`` (no constraints: the reader's, applied when the verdict is read)."""

@@ -7,30 +7,44 @@ diff``)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from ragbench.analysis._common import _scored, own_latency_seconds
 from ragbench.analysis.verdict_text import _Fmt, _money
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # cost per query, best first: money (a preloaded corpus's one-time cost amortised), else tokens
 COSTS = ("amortised_dollars", "dollars", "prompt_tokens")
 
 
-def answered_rows(df: Any) -> Any:
+def _score_at(table: pd.DataFrame, label: str) -> float:
+    """A variant's score in a variant table (``variant_table``: one row per label)."""
+    return float(cast("float", table.loc[label, "score"]))
+
+
+def _machinery_at(table: pd.DataFrame, label: str) -> tuple[str, ...]:
+    """What a variant adds over the simplest (``families.annotate``'s ``machinery``)."""
+    return cast("tuple[str, ...]", table.loc[label, "machinery"])
+
+
+def answered_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows that answered (error rows apart), scored or not: each was asked and paid for."""
     return df[df["error"].isna()] if "error" in df else df
 
 
-def variant_table(df: Any, metric: str, cost: str) -> Any:
+def variant_table(df: pd.DataFrame, metric: str, cost: str) -> pd.DataFrame:
     """One row per variant (config order): mean score and ``n`` over its scored questions; cost
     per query (x 1000 for dollars) and mean latency over every question it answered (``asked``:
     a question without a gold answer has no score but was asked and paid for), as ``summary``
     counts them."""
     rows = _scored(df, metric)
     g = rows.groupby("label", sort=False)
-    out = g[metric].agg(score="mean", n="size")
+    out = cast("pd.DataFrame", g[metric].agg(score="mean", n="size"))
     answered = answered_rows(df)
     a = answered.groupby("label", sort=False)
     out["asked"] = a.size().reindex(out.index)
@@ -47,14 +61,16 @@ def variant_table(df: Any, metric: str, cost: str) -> Any:
     return out.reindex(order)
 
 
-def pick_cost(rows: Any) -> str:
+def pick_cost(rows: pd.DataFrame) -> str:
     for name in COSTS:
         if name in rows.columns and len(rows) and rows[name].notna().all():
             return name
     raise ValueError(f"no cost column known for every row; looked for {', '.join(COSTS)}")
 
 
-def constraint_checks(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: dict) -> dict:
+def constraint_checks(
+    table: pd.DataFrame, metric: str, higher: bool, fmt: _Fmt, limits: dict
+) -> dict:
     """{name: (passes per variant, what binds in words, the bound in words)} for the active
     constraints."""
     specs = {  # name: (column, bound is a minimum?, value in words, what, the closest variant)
@@ -91,7 +107,7 @@ def constraint_checks(table: Any, metric: str, higher: bool, fmt: _Fmt, limits: 
         top = values.idxmax() if minimum else values.idxmin()
         out[name] = (
             values >= bound if minimum else values <= bound,
-            f"the {what} of {show(bound)} ({closest}, {top}: {show(values[top])})",
+            f"the {what} of {show(bound)} ({closest}, {top}: {show(values[cast('str', top)])})",
             f"the {what} of {show(bound)}",
         )
     return out
@@ -105,8 +121,12 @@ def bad_limit(value: float) -> bool:
 
 
 def parse_limits(
-    min_accuracy: Any, max_dollars_per_1k: Any, max_latency_s: Any, metric: str, scores: Any
-) -> dict:
+    min_accuracy: float | None,
+    max_dollars_per_1k: float | None,
+    max_latency_s: float | None,
+    metric: str,
+    scores: np.ndarray,
+) -> dict[str, float | None]:
     """The constraints as floats (None: no limit), or ValueError naming the one out of range:
     each 0/None (no limit) or a positive number; ``min_accuracy`` at most 1 when ``metric``'s
     scores are shares (0-1), since 60 meant as 60% would ask for 6,000% and every variant
@@ -132,7 +152,7 @@ def parse_limits(
     return out
 
 
-def binding_constraints(checks: dict, labels: Any) -> tuple[str, ...]:
+def binding_constraints(checks: dict, labels: Iterable[str]) -> tuple[str, ...]:
     """The constraints whose removal alone would let some variant through; when no single one
     does, every constraint some variant fails."""
     names = list(checks)
@@ -143,7 +163,7 @@ def binding_constraints(checks: dict, labels: Any) -> tuple[str, ...]:
 
 
 def cost_ratio(
-    df: Any, cost: str, a: str, b: str, n_boot: int, seed: int
+    df: pd.DataFrame, cost: str, a: str, b: str, n_boot: int, seed: int
 ) -> tuple[float, float, float]:
     """(mean cost of ``a`` / mean cost of ``b``, 95% percentile interval) over the questions
     both answered, resampling questions (each keeps its two costs together)."""

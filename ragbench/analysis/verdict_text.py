@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from ragbench.analysis._common import counted
-from ragbench.judge.agreement import LOW_KAPPA
+from ragbench.analysis.paired import Comparison, SequentialLook
+from ragbench.judge.agreement import LOW_KAPPA, RepeatAgreement
 
 
 def _money(x: float) -> str:
@@ -70,31 +70,33 @@ class _Fmt:
         return self.diff(x)[1:]
 
 
-def _evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
-    if r.get("sequential"):
-        return _repeated_evidence(r, fmt, alpha, x, y)
-    test = "Tango score test" if r["test"] == "tango" else "paired bootstrap"
-    m = r["comparisons"]
+def _evidence(r: Comparison, fmt: _Fmt, alpha: float, x: str, y: str) -> str:
+    if r.look is not None:
+        return _repeated_evidence(r, r.look, fmt, alpha, x, y)
+    test = "Tango score test" if r.test == "tango" else "paired bootstrap"
+    m = r.comparisons
     ci = f"{100 * (1 - alpha):g}% CI" if m == 1 else f"{100 * (1 - alpha):g}% simultaneous CI"
     adj = f" (Bonferroni over {m} comparisons)" if m > 1 else ""
     return (
-        f"{x} - {y} = {fmt.diff(r['diff'])}, {ci} {fmt.num(r['ci_low'])} to "
-        f"{fmt.num(r['ci_high'])}, {test} {_p(r['p_value'], alpha)}{adj}, "
-        f"{counted(r['n'], 'paired question')}"
+        f"{x} - {y} = {fmt.diff(r.diff)}, {ci} {fmt.num(r.ci_low)} to "
+        f"{fmt.num(r.ci_high)}, {test} {_p(r.p_value, alpha)}{adj}, "
+        f"{counted(r.n, 'paired question')}"
     )
 
 
-def _repeated_evidence(r: dict[str, Any], fmt: _Fmt, alpha: float, x: str, y: str) -> str:
+def _repeated_evidence(
+    r: Comparison, look: SequentialLook, fmt: _Fmt, alpha: float, x: str, y: str
+) -> str:
     """A sequential run's difference: its repeated interval, and the statistic against the
     look's boundary (the interval excludes 0 exactly when |z| reaches it)."""
-    m = r["comparisons"]
+    m = r.comparisons
     adj = f", Bonferroni over {m} comparisons" if m > 1 else ""
-    test = "Tango score z" if r["test"] == "tango" else "paired z"
+    test = "Tango score z" if r.test == "tango" else "paired z"
     return (
-        f"{x} - {y} = {fmt.diff(r['diff'])}, repeated {100 * (1 - alpha):g}% CI "
-        f"{fmt.num(r['ci_low'])} to {fmt.num(r['ci_high'])} (group-sequential, look "
-        f"{r['look']}{adj}), {test} {abs(r['z']):.2f} against the boundary "
-        f"{r['boundary']:.2f}, {counted(r['n'], 'paired question')}"
+        f"{x} - {y} = {fmt.diff(r.diff)}, repeated {100 * (1 - alpha):g}% CI "
+        f"{fmt.num(r.ci_low)} to {fmt.num(r.ci_high)} (group-sequential, look "
+        f"{look.look}{adj}), {test} {abs(look.z):.2f} against the boundary "
+        f"{look.boundary:.2f}, {counted(r.n, 'paired question')}"
     )
 
 
@@ -125,7 +127,7 @@ def _cost_phrase(x: str, y: str, cr: tuple, cost_of: dict, per: str) -> str:
     return f"{word}: {_ratio(r)} the cost of {y} ({both}{spread})"
 
 
-def judge_text(j: dict[str, Any]) -> str:
+def judge_text(j: RepeatAgreement) -> str:
     """How far a judged metric's repeats agree (``conditions``' ``judge``,
     ``judge.repeat_agreement``), and a warning when they agree poorly."""
     who = f" by {j['judge_model']}" if j.get("judge_model") else ""

@@ -40,14 +40,20 @@ def reprice_command(
         result = reprice_run(run_dir, price_sheet, out)
     table = result.summary
     rows = [("variant", "n", "before ($ / 1k queries)", "after ($ / 1k queries)", "after/before")]
-    for r in table.itertuples(index=False):
-        ratio = r.after_over_before
+    columns = (
+        table.iloc[:, 0],
+        table["n"],
+        table["dollars_per_query_before"],
+        table["dollars_per_query_after"],
+        table["after_over_before"],
+    )
+    for label, n, before, after, ratio in zip(*columns, strict=True):
         rows.append(
             (
-                str(r[0]),
-                str(r.n),
-                per_1k(r.dollars_per_query_before),  # NaN: not priced
-                per_1k(r.dollars_per_query_after),
+                str(label),
+                str(n),
+                per_1k(before),  # NaN: not priced
+                per_1k(after),
                 "–" if ratio != ratio else f"{ratio:.2f}x",
             )
         )

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
 # ------------------------------------------------------------------------------------- helpers
 
 
-def _csv(text: str, kind: type = int) -> list[Any]:
+def _csv(text: str, kind: type = int) -> list[object]:
     try:
         return [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -60,9 +60,9 @@ def _positions(text: str) -> list[int | str]:
     return [int(x) if x.strip().lstrip("-").isdigit() else x.strip() for x in text.split(",")]
 
 
-def _extra(params: list[str]) -> dict[str, Any]:
+def _extra(params: list[str]) -> dict[str, object]:
     """``key=value`` pairs; values are JSON when they parse (numbers, lists), else strings."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for item in params:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -93,11 +93,11 @@ _NAMED_DEFAULTS = {
 }
 
 
-def _default_out(stem: str, params: dict[str, Any]) -> Path:
+def _default_out(stem: str, params: dict[str, object]) -> Path:
     """``data/generated/niah-L500+900-D0+50+100.jsonl``: named by its main parameters; a short
     hash of the others is appended only when one of them is set (haystack, needle, seed...)."""
 
-    def text(value: Any) -> str:
+    def text(value: object) -> str:
         items = value if isinstance(value, list | tuple) else [value]
         return "+".join(f"{v:g}" if isinstance(v, float) else str(v) for v in items)
 
@@ -135,7 +135,7 @@ def _write(out: Path, examples: Iterable[Any]) -> None:
     typer.echo(f"fingerprint {formats.fingerprint(examples)}")
 
 
-def _generate(desc: str, it: Iterator[Any], total: int, out: Path) -> None:
+def _generate(desc: str, it: Iterator[object], total: int, out: Path) -> None:
     from tqdm.auto import tqdm
 
     _refuse_folder(out)
@@ -207,7 +207,7 @@ def ruler_cmd(
     with user_errors(KeyError):
         name = ruler_presets.dataset_name(task)
     lengths = _csv(context_lengths)
-    params: dict[str, Any] = {
+    params: dict[str, object] = {
         "context_lengths": lengths,
         "num_examples": num_examples,
         "tokenizer": tokenizer,

@@ -17,7 +17,6 @@ import importlib.util
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import typer
 
@@ -88,7 +87,7 @@ def _source_doc(target: str) -> str:
     return ast.get_docstring(tree) or ""  # undocumented entry point: what its module is for
 
 
-def _describe(target: Any) -> str:
+def _describe(target: object) -> str:
     if isinstance(target, str) and ":" in target:
         return _first_line(_source_doc(target))
     for attr in ("description", "note"):  # Choice, Metric, ModelPreset

@@ -57,12 +57,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ragbench.cost.alone import charged_work, paid_tokens
 from ragbench.cost.money import COST_BASES, Seconds, Usage, dollars
 from ragbench.cost.prices import PriceSheet, one_basis, resource_seconds, resource_seconds_basis
+from ragbench.llm.cost_model import Rates
+from ragbench.models import ModelPreset
 from ragbench.registry import unknown
 from ragbench.types import Completion, JsonMixin
 
@@ -108,7 +111,7 @@ _DTYPE_BYTES = {
 }
 
 
-def dtype_bytes(dtype: Any = None, default: int = DEFAULT_KV_BYTES_PER_VALUE) -> int:
+def dtype_bytes(dtype: object = None, default: int = DEFAULT_KV_BYTES_PER_VALUE) -> int:
     """Bytes per value of ``dtype`` ("float32", "torch.bfloat16", a torch dtype, "float8_e4m3fn").
 
     None or "" (unknown) gives ``default``, an assumption; an unrecognised name is an error.
@@ -128,7 +131,7 @@ def query_kv_positions(prompt_tokens: int, completion_tokens: int) -> int:
     return prompt_tokens + max(completion_tokens - 1, 0)
 
 
-def _arch(preset_or_arch: Any) -> tuple[int, int, int, int]:
+def _arch(preset_or_arch: ModelPreset | Mapping[str, int]) -> tuple[int, int, int, int]:
     """(non_embedding_params, layers, heads, head_dim) from a ModelPreset or a mapping."""
     keys = ("non_embedding_params", "layers", "heads", "head_dim")
     if isinstance(preset_or_arch, dict):
@@ -151,7 +154,10 @@ def processed_positions(prompt_tokens: int, cached_tokens: int, completion_token
 
 
 def forward_flops(
-    preset_or_arch: Any, prompt_tokens: int, cached_tokens: int = 0, completion_tokens: int = 0
+    preset_or_arch: ModelPreset | Mapping[str, int],
+    prompt_tokens: int,
+    cached_tokens: int = 0,
+    completion_tokens: int = 0,
 ) -> dict[str, int]:
     """Forward FLOPs of one query: {"dense", "attention", "total"} (formula in the module doc)."""
     n_params, layers, heads, head_dim = _arch(preset_or_arch)
@@ -240,10 +246,10 @@ class Cost(JsonMixin):
     def of(
         cls,
         completion: Completion,
-        preset: Any = None,
+        preset: ModelPreset | None = None,
         sheet: PriceSheet | None = None,
-        kv_dtype: Any = None,
-        rates: Any = None,
+        kv_dtype: object = None,
+        rates: Rates | None = None,
         basis: str = "calibrated",
     ) -> Cost:
         """The cost of one completion. ``preset`` (architecture) gives FLOPs and KV bytes,

@@ -49,6 +49,7 @@ import hashlib
 from typing import Any
 
 from ragbench.cost.prices import modelled_seconds
+from ragbench.llm.cost_model import Rates
 from ragbench.types import Completion, GenerationRequest
 
 BLOCK = 64  # characters: the grain at which the ledger compares prompts
@@ -170,7 +171,9 @@ def estimated_prefill_seconds(completion: Completion, tokens: int) -> float:
     return completion.prefill_seconds * tokens / computed
 
 
-def charged_work(completion: Completion, rates: Any) -> tuple[Completion, float | None, float]:
+def charged_work(
+    completion: Completion, rates: Rates | None
+) -> tuple[Completion, float | None, float]:
     """(the completion as charged: ``pay_prefix``, its modelled seconds, the device seconds its
     paid prefix adds: by the calibrated model where there is one, else at its own prefill rate)."""
     paid, charged = paid_tokens(completion), pay_prefix(completion)

@@ -46,11 +46,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import yaml
 
 from ragbench.io import InputFileError, dumps_canonical, load_yaml, read_text, yaml_problem
+from ragbench.llm.cost_model import Rates
 from ragbench.registry import Registry, did_you_mean, unknown
 from ragbench.types import Completion
 
@@ -190,7 +191,7 @@ def _line_of(text: str, field: str) -> int | None:
     return line
 
 
-def _number(where: str, key: str, value: Any) -> float:
+def _number(where: str, key: str, value: object) -> float:
     if isinstance(value, str):  # YAML 1.1 reads `192.0e9` (no exponent sign) as a string
         with contextlib.suppress(ValueError):
             value = float(value)
@@ -204,13 +205,13 @@ def _number(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def _count(where: str, key: str, value: Any, minimum: int = 0) -> int:
+def _count(where: str, key: str, value: object, minimum: int = 0) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InputFileError(where, None, f"must be an integer >= {minimum}, got {value!r}", key)
     return value
 
 
-def _tiers(where: str, raw: Any) -> tuple[PriceTier, ...]:
+def _tiers(where: str, raw: object) -> tuple[PriceTier, ...]:
     key = "long_context_tiers"
     if not isinstance(raw, list):
         raise InputFileError(where, None, "must be a list of tiers", key)
@@ -237,7 +238,7 @@ def _tiers(where: str, raw: Any) -> tuple[PriceTier, ...]:
     return tuple(tiers)
 
 
-def parse_price_sheet(data: Any, where: str = "<price sheet>") -> PriceSheet:
+def parse_price_sheet(data: object, where: str = "<price sheet>") -> PriceSheet:
     if not isinstance(data, dict):
         raise InputFileError(where, None, "a price sheet must be a YAML mapping")
     kind = data.get("kind")
@@ -296,7 +297,17 @@ def sheet_yaml(sheet: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- device seconds
 
 
-def work_of(completion: Completion) -> dict[str, Any] | None:
+class Work(TypedDict):
+    """A request's own work as ``Rates.alone`` takes it (``work_of``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    prefix_tokens: NotRequired[int]
+    prefix_computed: NotRequired[bool]
+    shared: NotRequired[bool]
+
+
+def work_of(completion: Completion) -> Work | None:
     """A completion's own work as ``Rates.alone`` takes it (``ragbench.llm.calibration``): what the
     transformers backend logged (``meta["work"]``: tokens, the prefix it computed or reused,
     shared-prefix attention), else, for a completion stored before that, its tokens (cached
@@ -304,7 +315,7 @@ def work_of(completion: Completion) -> dict[str, Any] | None:
     KV-cache variant ran alone on its own cache; a server; the fake backend)."""
     meta = completion.meta or {}
     if isinstance(meta.get("work"), dict):
-        return dict(meta["work"])
+        return cast("Work", dict(meta["work"]))
     if "alone_seconds_estimate" not in meta:
         return None
     return {
@@ -315,16 +326,16 @@ def work_of(completion: Completion) -> dict[str, Any] | None:
     }
 
 
-def modelled_seconds(completion: Completion, rates: Any) -> float | None:
+def modelled_seconds(completion: Completion, rates: Rates | None) -> float | None:
     """Device seconds the completion's own work takes on its model and device by the calibrated
     model (``rates``: ``ragbench.llm.cost_model.Rates``): a function of its tokens and the
     rates, not of what else the machine was doing. None without rates or a describable work."""
     work = work_of(completion) if rates is not None else None
-    return None if work is None else float(rates.alone(**work))
+    return None if work is None or rates is None else float(rates.alone(**work))
 
 
 def modelled_seconds_for(
-    rates: Any, prompt_tokens: int, cached_prompt_tokens: int = 0, completion_tokens: int = 1
+    rates: Rates, prompt_tokens: int, cached_prompt_tokens: int = 0, completion_tokens: int = 1
 ) -> float:
     """``modelled_seconds`` from plain counts (a dry run's prompts and its completion bound):
     cached tokens are a reused prefix. With ``money.dollars(sheet, seconds=...)`` it prices a

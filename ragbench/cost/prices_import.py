@@ -18,7 +18,7 @@ def _decimal(value: Any) -> float | None:
 
 
 def sheet_from_genai(
-    model_price: Any,
+    model_price: object,
     *,
     name: str,
     provider: str,
@@ -26,7 +26,7 @@ def sheet_from_genai(
     date: str,
     source: str,
     note: str = "",
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A price-sheet mapping (``parse_price_sheet`` input) from a genai-prices ``ModelPrice``.
 
     genai-prices gives each token price as a number or as ``TieredPrices(base, tiers)`` whose
@@ -39,7 +39,7 @@ def sheet_from_genai(
         "cache_write_per_million": "cache_write_mtok",
         "output_per_million": "output_mtok",
     }
-    sheet: dict[str, Any] = {
+    sheet: dict[str, object] = {
         "name": name,
         "kind": "api",
         "provider": provider,
@@ -75,7 +75,7 @@ def sheet_from_genai(
     return sheet
 
 
-def import_genai_sheet(model: str, provider: str | None = None) -> dict[str, Any]:
+def import_genai_sheet(model: str, provider: str | None = None) -> dict[str, object]:
     """Look ``model`` up in the installed genai-prices snapshot (offline) -> a sheet mapping."""
     try:
         import genai_prices

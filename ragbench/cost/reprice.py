@@ -39,12 +39,16 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, SupportsFloat, TypeGuard
+from typing import TYPE_CHECKING, Any, SupportsFloat, TypeGuard
 
 from ragbench.cost.accounting import Cost
 from ragbench.cost.prices import PriceSheet, price_sheet
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical, sha256_file
 from ragbench.schema import read_folder_table
+from ragbench.types import Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RESULTS = "results.parquet"
 RECORDS = "records.jsonl"
@@ -62,11 +66,11 @@ ALONE_FIELDS = ("prefix_paid_tokens", "prefix_paid_seconds")
 
 @dataclass
 class RepriceResult:
-    table: Any  # the repriced DataFrame
+    table: pd.DataFrame  # the repriced DataFrame
     table_path: Path
     records_path: Path | None  # None: the run folder had no records.jsonl
     info_path: Path
-    summary: Any  # per label: before / after mean $ per query
+    summary: pd.DataFrame  # per label: before / after mean $ per query
     warnings: list[str] = field(default_factory=list)
 
 
@@ -88,7 +92,7 @@ def _finite(value: Any) -> TypeGuard[str | SupportsFloat]:
 
 
 def repriced_cost(
-    cost: Cost, sheet: PriceSheet, meta: Mapping[str, Any] | None = None, known: bool = True
+    cost: Cost, sheet: PriceSheet, meta: Mapping[str, object] | None = None, known: bool = True
 ) -> Cost:
     """A stored record's cost priced again with ``sheet``: the one reprice of a record, for a
     table row and a ``records.jsonl`` line (``ragbench reprice``) and for a resumed run's records
@@ -133,7 +137,7 @@ def _approximate(sheet: PriceSheet, cost: dict[str, Any]) -> bool:
     return tiered or (sheet.min_cacheable_prompt_tokens > 0 and cached > 0)
 
 
-def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
+def reprice_table(df: pd.DataFrame, sheet: PriceSheet) -> tuple[pd.DataFrame, int]:
     """A copy of a results table with its dollar columns and ``price_sheet`` recomputed from its
     token and seconds columns; also the number of approximate rows (module docstring)."""
     cols = {
@@ -185,8 +189,8 @@ def reprice_table(df: Any, sheet: PriceSheet) -> tuple[Any, int]:
             out[col] = [o if h else k for o, h, k in zip(once, had, old, strict=True)]
     for name, value in (("price_sheet", sheet.name), ("price_sheet_sha256", sheet.short_sha256())):
         col = _column(out.columns, name) or name
-        old = out[col] if col in out else [None] * len(out)
-        out[col] = [value if d is not None else o for d, o in zip(priced, old, strict=True)]
+        old_values = list(out[col]) if col in out else [None] * len(out)
+        out[col] = [value if d is not None else o for d, o in zip(priced, old_values, strict=True)]
     approximate = sum(_approximate(sheet, c) for c in costs)
     return out, approximate
 
@@ -217,18 +221,18 @@ def reprice_records_text(text: str, sheet: PriceSheet) -> str:
 class StaleRecords:
     """What ``reprice_stale`` did to a run's stored records (by work key)."""
 
-    repriced: dict[str, Any] = field(default_factory=dict)  # key -> Record, repriced
-    stamped: dict[str, Any] = field(default_factory=dict)  # key -> Record, hash added only
+    repriced: dict[str, Record] = field(default_factory=dict)  # key -> Record, repriced
+    stamped: dict[str, Record] = field(default_factory=dict)  # key -> Record, hash added only
     was: dict[str, int] = field(default_factory=dict)  # old hash ("unknown") -> records repriced
     warnings: list[str] = field(default_factory=list)
 
     @property
-    def changed(self) -> dict[str, Any]:
+    def changed(self) -> dict[str, Record]:
         """Every record to write again: the repriced and the stamped ones."""
         return {**self.stamped, **self.repriced}
 
 
-def reprice_stale(records: Mapping[str, Any], sheet: PriceSheet) -> StaleRecords:
+def reprice_stale(records: Mapping[str, Record], sheet: PriceSheet) -> StaleRecords:
     """The stored records (``Record``s by work key) of a run that ``sheet`` would not have
     priced as they are: each record whose ``price_sheet_sha256`` is not ``sheet``'s content
     hash is priced again with ``sheet`` by ``Cost.repriced``, as ``ragbench reprice`` does, so a
@@ -279,7 +283,7 @@ def _same(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
 
 
-def compare(before: Any, after: Any) -> Any:
+def compare(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     """Mean dollars per query per strategy variant (label), successful rows only, before and
     after repricing; rows in first-seen (config) order."""
     import pandas as pd

@@ -13,7 +13,6 @@ examples carry ``meta["task"]`` and ``meta["evidence"]`` spans, then register it
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 from ragbench.registry import Registry, UnknownNameError, did_you_mean
 from ragbench.types import Example
@@ -76,7 +75,7 @@ class UnknownParamError(ValueError):
         self.key = key
 
 
-def check_params(name: str, params: dict[str, Any]) -> None:
+def check_params(name: str, params: dict[str, object]) -> None:
     """Raise ValueError naming the valid parameters when ``params`` don't fit dataset ``name``."""
     fn = DATASETS.get(name)
     sig = inspect.signature(fn)  # follows __wrapped__ to the generator's real signature
@@ -113,7 +112,7 @@ def check_name(name: str) -> str:
     )
 
 
-def build_dataset(name: str, **params: Any) -> list[Example]:
+def build_dataset(name: str, **params: object) -> list[Example]:
     """Build (or load) dataset ``name`` with ``params``; unknown names list the valid ones."""
     check_params(name, params)
     return list(DATASETS.get(name)(**params))

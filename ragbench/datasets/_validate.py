@@ -15,7 +15,7 @@ import json.scanner
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ragbench.io import InputFileError, iter_jsonl, read_text
 from ragbench.registry import did_you_mean
@@ -42,7 +42,7 @@ class FieldError(Exception):
         return out or None
 
 
-def json_type(value: Any) -> str:
+def json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -78,13 +78,13 @@ def check(value: Any, kind: Any, where: tuple) -> Any:
     return value
 
 
-def req(obj: dict, key: str, kind: Any, where: tuple = ()) -> Any:
+def req(obj: dict, key: str, kind: object, where: tuple = ()) -> Any:
     if key not in obj:
         raise FieldError(where + (key,), "missing required field")
     return check(obj[key], kind, where + (key,))
 
 
-def opt(obj: dict, key: str, kind: Any, default: Any, where: tuple = ()) -> Any:
+def opt(obj: dict, key: str, kind: object, default: object, where: tuple = ()) -> Any:
     if obj.get(key) is None:
         return default
     return check(obj[key], kind, where + (key,))
@@ -96,21 +96,30 @@ def no_unknown(obj: dict, valid: Iterable[str], where: tuple = ()) -> None:
         raise FieldError(where + (extra[0],), f"unknown field; valid: {', '.join(sorted(valid))}")
 
 
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_Item = TypeVar("_Item", bound=_HasId)
+_T = TypeVar("_T")
+
+
 def read_jsonl(
     path: str | os.PathLike,
-    convert: Callable[..., Any],
+    convert: Callable[..., _Item],
     id_field: str,
     repeats: list[int] | None = None,
     with_line: bool = False,
-) -> list[Any]:
+) -> list[_Item]:
     """Convert each JSONL row (``convert(row, line)`` when ``with_line``), turning a FieldError
     into InputFileError(file, line, field).
 
     A repeated id is an error naming both lines; with a ``repeats`` list, a record equal to the
     earlier one with its id is skipped instead and its line appended there (verbatim repeats);
     a same-id record with other content is still an error."""
-    out: list[Any] = []
-    first: dict[Any, tuple[int, Any]] = {}  # id -> (its first line, its item)
+    out: list[_Item] = []
+    first: dict[str, tuple[int, _Item]] = {}  # id -> (its first line, its item)
     for lineno, row in iter_jsonl(path):
         try:
             item = convert(row, lineno) if with_line else convert(row)
@@ -133,7 +142,7 @@ def read_jsonl(
     return out
 
 
-def nonempty(path: str | os.PathLike, examples: list[Any], why: str) -> list[Any]:
+def nonempty(path: str | os.PathLike, examples: list[_T], why: str) -> list[_T]:
     """``examples`` unchanged, or, when there are none, an ``InputFileError`` saying ``why``."""
     if not examples:
         raise InputFileError(path, None, why)
@@ -173,7 +182,7 @@ def json_line_of(text: str, where: tuple) -> int:
     return bisect.bisect_right(newlines, pos) + 1
 
 
-def _key_position(text: str, key: Any, start: int, end: int, spans: Iterable[tuple]) -> int:
+def _key_position(text: str, key: object, start: int, end: int, spans: Iterable[tuple]) -> int:
     """Offset of ``"key":`` directly inside the object spanning [start, end)."""
     nested = [(s, e) for s, e in spans if start < s < end]
     for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", text[start:end]):
@@ -217,7 +226,7 @@ class DatasetParamError(ValueError):
         self.key, self.message = key, message
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return (
         json.dumps(value)
         if isinstance(value, str | list | dict | bool) or value is None
@@ -225,7 +234,7 @@ def _shown(value: Any) -> str:
     )
 
 
-def int_param(key: str, value: Any, lo: int = 1, hi: int | None = None) -> int:
+def int_param(key: str, value: object, lo: int = 1, hi: int | None = None) -> int:
     """``value`` as an integer in [lo, hi] (hi: no bound when None), else ``DatasetParamError``."""
     rng = f">= {lo}" if hi is None else f"within [{lo}, {hi}]"
     if not isinstance(value, int) or isinstance(value, bool):
@@ -250,7 +259,9 @@ def int_list_param(key: str, value: Any, lo: int = 1, why: str = "") -> list[int
     return list(items)
 
 
-def lengths_param(context_lengths: Any, final_context_length_buffer: Any) -> tuple[list[int], int]:
+def lengths_param(
+    context_lengths: object, final_context_length_buffer: object
+) -> tuple[list[int], int]:
     """(context lengths, buffer) of a sized generator: the buffer an integer >= 0 and each
     length more than it, else ``DatasetParamError``."""
     buffer = int_param("final_context_length_buffer", final_context_length_buffer, lo=0)
@@ -275,7 +286,7 @@ def number_list_param(key: str, value: Any, lo: float, hi: float) -> list[float]
     return [float(v) for v in items]
 
 
-def choice_param(key: str, value: Any, valid: Iterable[str]) -> str:
+def choice_param(key: str, value: object, valid: Iterable[str]) -> str:
     """``value`` when it is one of ``valid``, else ``DatasetParamError`` listing them (with a
     did-you-mean)."""
     valid = tuple(valid)
@@ -286,7 +297,7 @@ def choice_param(key: str, value: Any, valid: Iterable[str]) -> str:
     return value
 
 
-def read_json_file(path: str | os.PathLike) -> tuple[str, Any]:
+def read_json_file(path: str | os.PathLike) -> tuple[str, object]:
     """(text, parsed) of a whole-file JSON input (SQuAD, HotpotQA); a missing file or invalid
     JSON is one error naming the file (and the line)."""
     text = read_text(path)  # a missing file or a folder: one error naming it
@@ -297,7 +308,7 @@ def read_json_file(path: str | os.PathLike) -> tuple[str, Any]:
         raise InputFileError(path, exc.lineno, msg) from None
 
 
-def parse_json_file(path: str | os.PathLike, parse: Callable[[Any], T]) -> T:
+def parse_json_file(path: str | os.PathLike, parse: Callable[[object], T]) -> T:
     """``parse`` of a whole-file JSON input (``read_json_file``); the ``FieldError`` it raises
     for a bad field is one ``InputFileError`` naming the file, the field and its line."""
     text, data = read_json_file(path)

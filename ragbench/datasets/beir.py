@@ -21,7 +21,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ragbench.datasets._validate import (
     nonempty,
@@ -76,7 +75,7 @@ def load_beir_examples(path: PathLike, split: str | None = None) -> list[Example
         if not judged:
             continue
         relevant = [data.corpus[d] for d, score in judged.items() if score > 0]
-        meta: dict[str, Any] = {
+        meta: dict[str, object] = {
             "source": "beir",
             "task": "beir",
             "split": data.split,
@@ -108,7 +107,7 @@ def write_shared(
         raise ValueError("write_shared needs examples over one corpus (the same documents)")
     rows = []
     for e in examples:
-        row: dict[str, Any] = {"id": e.id, "question": e.question}
+        row: dict[str, object] = {"id": e.id, "question": e.question}
         if e.answers:
             row["answers"] = list(e.answers)
         meta = {k: v for k, v in e.meta.items() if k not in _SHARED_RESERVED}

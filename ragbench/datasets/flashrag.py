@@ -28,7 +28,6 @@ text, a duplicate id (question or document), and an empty split or corpus file.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from ragbench.datasets._validate import STRINGS, FieldError, nonempty, opt, read_jsonl, req
 from ragbench.datasets.corpus.file import corpus_fingerprint
@@ -104,7 +103,7 @@ def _question(row: dict, lineno: int) -> Question:
     if not question:
         raise FieldError(("question",), "empty question")
     answers = tuple(a.strip() for a in req(row, "golden_answers", STRINGS) if a.strip())
-    meta: dict[str, Any] = {"source": "flashrag", "metadata": opt(row, "metadata", dict, {})}
+    meta: dict[str, object] = {"source": "flashrag", "metadata": opt(row, "metadata", dict, {})}
     for key, value in row.items():
         if key in _QUESTION_FIELDS:
             continue

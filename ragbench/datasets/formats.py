@@ -67,12 +67,12 @@ PathLike = str | os.PathLike
 # --------------------------------------------------------------------------- public API
 
 
-def load_file(path: str | os.PathLike, format: str = "jsonl", **options: Any) -> list[Example]:
+def load_file(path: str | os.PathLike, format: str = "jsonl", **options: object) -> list[Example]:
     """Examples from a file: ragbench JSONL by default, or an importer in ``IMPORTERS``."""
     return load(format, path, **options)
 
 
-def load(fmt: str, path: PathLike, **options: Any) -> list[Example]:
+def load(fmt: str, path: PathLike, **options: object) -> list[Example]:
     """Import ``path`` in format ``fmt`` (one of ``IMPORTERS``); options go to the importer.
     An input that yields no examples is an error (a run, or a written 0-example file, would
     only fail later and further from the cause)."""

@@ -55,7 +55,7 @@ _META_SET = ("source", "task", "task_type", "row", "split")  # meta keys the imp
 # --------------------------------------------------------------------------- reading tables
 
 
-def read_table(path: PathLike, split: str | None = None) -> tuple[Any, Path]:
+def read_table(path: PathLike, split: str | None = None) -> tuple[pa.Table, Path]:
     """(pyarrow Table, the file or folder it came from) for a local dataset (module docstring)."""
     path = Path(path)
     if not path.exists():
@@ -125,7 +125,7 @@ def _data_files(state: Path) -> list[str]:
     return [f["filename"] for f in files]
 
 
-def _read_arrow(path: Path) -> Any:
+def _read_arrow(path: Path) -> object:
     """An arrow IPC file: the stream format (what save_to_disk writes), else the file format."""
     with pa.memory_map(str(path)) as source:
         try:
@@ -141,11 +141,11 @@ def _read_arrow(path: Path) -> Any:
 # --------------------------------------------------------------------------- columns
 
 
-def column_paths(schema: Any) -> list[str]:
+def column_paths(schema: pa.Schema) -> list[str]:
     """Every column as a dotted path, struct fields included (``answers``, ``answers.text``)."""
     out: list[str] = []
 
-    def walk(prefix: str, kind: Any) -> None:
+    def walk(prefix: str, kind: pa.DataType) -> None:
         while pa.types.is_list(kind) or pa.types.is_large_list(kind):
             kind = kind.value_type
         if pa.types.is_struct(kind):
@@ -170,9 +170,9 @@ def _check_column(source: Path, column: str, available: list[str], role: str) ->
         )
 
 
-def value_at(row: dict, column: str) -> Any:
+def value_at(row: dict, column: str) -> object:
     """The value at dotted path ``column`` in ``row``; through a list, the list of each item's."""
-    value: Any = row
+    value: object = row
     for part in column.split("."):
         if isinstance(value, list):
             value = [item.get(part) if isinstance(item, dict) else None for item in value]
@@ -183,7 +183,7 @@ def value_at(row: dict, column: str) -> Any:
     return value
 
 
-def _strings(value: Any, what: str) -> list[str]:
+def _strings(value: object, what: str) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -191,14 +191,14 @@ def _strings(value: Any, what: str) -> list[str]:
     raise ValueError(f"expected a string or a list of strings ({what}), got {_shown(value)}")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, list):
         bad = next((v for v in value if not isinstance(v, str)), None)
         return f"a list holding {json_type(bad) if _jsonable(bad) else type(bad).__name__}"
     return json_type(value) if _jsonable(value) else type(value).__name__
 
 
-def _jsonable(value: Any) -> bool:
+def _jsonable(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool | list | dict)
 
 
@@ -256,12 +256,12 @@ class _Row:
     question: str
     answers: tuple[str, ...]
     line: int  # the row index + 1 (a Question's line, for the shared corpus's warnings)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
     documents: tuple[Document, ...] = ()
 
 
 def _rows(
-    source: Path, table: Any, roles: dict[str, str | None], mapped: set[str], split: str | None
+    source: Path, table: pa.Table, roles: dict[str, str | None], mapped: set[str], split: str | None
 ) -> Iterator[_Row]:
     first: dict[str, int] = {}
     for i, row in enumerate(table.to_pylist()):
@@ -298,7 +298,7 @@ def _rows(
         yield _Row(qid, values["question"], answers, i + 1, meta, docs)
 
 
-def _checked(role: str, value: Any) -> Any:
+def _checked(role: str, value: object) -> Any:
     if role == "question":
         if not isinstance(value, str) or not value.strip():
             got = "an empty string" if isinstance(value, str) else _shown(value)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from ragbench.datasets.corpus.cleaning import normalize_for_hash
 from ragbench.metrics.normalize import normalize_answer
@@ -183,7 +182,7 @@ def read_reply(reply: str, max_answer_words: int) -> tuple[str, str] | str:
     return question, answer
 
 
-def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str, Any] | str:
+def check_reply(passage: Passage, reply: str, max_answer_words: int) -> dict[str, object] | str:
     """The question row for ``reply`` to ``passage``, or the reason it is rejected (``REASONS``
     in ``question_gen``: the per-reply ones, ``format`` to ``answer_in_question``)."""
     parsed = read_reply(reply, max_answer_words)

@@ -31,7 +31,6 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ragbench.datasets._validate import STRINGS, FieldError, check, json_type, no_unknown, opt, req
 from ragbench.datasets.corpus.cleaning import clean_text
@@ -62,7 +61,7 @@ class Question:
     answers: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
     task_type: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
 
 
 def task_types() -> tuple[str, ...]:
@@ -222,7 +221,7 @@ def _find_all(text: str, needle: str) -> Iterator[tuple[int, int]]:
         start = text.find(needle, start + len(needle))
 
 
-def locate(quote: str, documents: Sequence[Document]) -> list[list[Any]]:
+def locate(quote: str, documents: Sequence[Document]) -> list[list[object]]:
     """``[doc_id, start, end]`` for every occurrence of ``quote`` in ``documents`` (in order):
     verbatim matches when there are any, else matches ignoring case and whitespace runs."""
     spans = [[d.id, s, e] for d in documents for s, e in _find_all(d.text, quote)]
@@ -254,7 +253,7 @@ def to_examples(
         raise unknown("missing_evidence policy", missing_evidence, MISSING_EVIDENCE)
     out = []
     for q in questions:
-        meta: dict[str, Any] = {"task": "corpus", "task_type": q.task_type or task_type}
+        meta: dict[str, object] = {"task": "corpus", "task_type": q.task_type or task_type}
         if corpus_fingerprint:
             meta["corpus_fingerprint"] = corpus_fingerprint
         if q.evidence:

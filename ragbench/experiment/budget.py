@@ -1,5 +1,7 @@
 """A run's dollar cap (``max_dollars``): stop before the spend passes it, resume with a higher one.
 
+One job: holding a run to its cap (what was spent, what the next round may cost, why it stopped).
+
 What counts as spent: every record in the run folder (earlier sessions included) priced by the
 run's price sheet: its ``cost.dollars`` plus the ``judge_dollars`` its judge calls cost (the
 judge's own sheet) and the ``noise_dollars`` of its noise-pass call, and each one-time cost
@@ -68,10 +70,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
+from ragbench.experiment.config.run import RunConfig
 from ragbench.metrics.answer import deferred_metrics
 from ragbench.strategies import preload
+from ragbench.strategies.params import StrategyParams
+from ragbench.types import Example, Record
 
 BUDGET_EXIT = 3  # `ragbench run`: stopped at max_dollars (records so far written; rerun resumes)
 EXIT_HELP = (
@@ -82,7 +87,7 @@ EXIT_HELP = (
 )
 
 
-def record_dollars(record: Any) -> tuple[float | None, float | None]:
+def record_dollars(record: Record) -> tuple[float | None, float | None]:
     """(generation dollars, judge dollars) of one record; None where it has none."""
     cost = getattr(record, "cost", None)
     gen = getattr(cost, "dollars", None) if cost is not None else None
@@ -130,7 +135,9 @@ class RoundBound:
     counted: tuple[Counted | None, ...] = ()
 
 
-def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | None = None) -> Spend:
+def spend_of(
+    records: Iterable[Record], meta: Mapping[str, Mapping[str, object]] | None = None
+) -> Spend:
     """Total dollars of ``records`` (generation, judge, noise pass, and each preload group's
     one-time cost once) and the mean of each per record that has it (a record's own: the
     one-time cost is not in the means). ``meta``: example id -> meta, which tells the preload
@@ -159,7 +166,7 @@ def spend_of(records: Iterable[Any], meta: Mapping[str, Mapping[str, Any]] | Non
     )
 
 
-def preload_estimate(spend: Spend, items: Iterable[Any]) -> float:
+def preload_estimate(spend: Spend, items: Iterable[tuple[Example, StrategyParams]]) -> float:
     """Dollars of the preloads ``items`` (``(example, params)`` pairs) will send before their
     questions: each of their preload groups with no one-time cost paid yet, at the mean one-time
     dollars per group paid so far (0 before any: the first round's estimate has it)."""
@@ -181,6 +188,24 @@ def decide(spent: float, estimate: float, cap: float) -> str | None:
     return None
 
 
+# why the budget stopped a run, for the manifest's session entry (``budget``) and the line it
+# prints (``Budget.reason``); empty until it stops. "pass" (a keyword): the pass it stopped in
+BudgetInfo = TypedDict(
+    "BudgetInfo",
+    {
+        "max_dollars": float | None,
+        "spent_dollars": float | None,  # None: NaN
+        "next_round_estimate": float | None,
+        "why": str,
+        "records_left": int,
+        "pass": str,
+        "prompt_rate": float,  # the model charged more prompt tokens than counted
+        "passed_by": float | None,  # a stopped run's spend past the cap (``passed``)
+    },
+    total=False,
+)
+
+
 @dataclass
 class Budget:
     """One session's cap. ``stopped``: None, or ``"budget"`` once it stopped the run;
@@ -190,7 +215,7 @@ class Budget:
     judged: bool = False  # the config has judge metrics: new records will be judged too
     pending_at_stop: int = 0
     stopped: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: BudgetInfo = field(default_factory=lambda: BudgetInfo())
     # what a round of (example, params) items costs at most, as the dry run counts it (None: not
     # estimable): each round's estimate (see the module docstring)
     bound: Callable[[list], RoundBound | None] | None = None
@@ -205,14 +230,14 @@ class Budget:
     _measured_records: int = field(default=0, repr=False)
     _measured_rate: float = field(default=1.0, repr=False)
     # example id -> meta: tells a shared corpus's preload groups apart (spend_of)
-    meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    meta: Mapping[str, Mapping[str, object]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, cfg: Any, examples: Iterable[Any] = ()) -> Budget:
+    def of(cls, cfg: RunConfig, examples: Iterable[Example] = ()) -> Budget:
         meta = {e.id: e.meta for e in examples}
         return cls(cfg.max_dollars, judged=bool(deferred_metrics(cfg.metrics)), meta=meta)
 
-    def rounds(self, rounds: Iterable[list], done: Mapping[str, Any]) -> Iterator[list]:
+    def rounds(self, rounds: Iterable[list], done: Mapping[str, Record]) -> Iterator[list]:
         """``rounds`` (of ``((example, params), key)`` items) until the cap stops the run;
         ``done`` (key -> Record, updated by the caller as each round finishes) is what has been
         spent. Rounds handed out but not finished yet (an executor with several in flight: Ray)
@@ -238,7 +263,7 @@ class Budget:
             handed.extend(chunk)
             yield chunk
 
-    def _probe(self, chunk: list, done: Mapping[str, Any]) -> bool:
+    def _probe(self, chunk: list, done: Mapping[str, Record]) -> bool:
         """Whether the round ``chunk`` goes out as one request first: its items' prompts are
         counted, and no finished record has shown yet what the model charges for a counted
         prompt (the run's first request), or the last ones showed more than their estimate
@@ -251,7 +276,7 @@ class Budget:
         return not measured or rate > self._rate
 
     def estimate(
-        self, spend: Spend, chunk: list, in_flight: list, done: Mapping[str, Any]
+        self, spend: Spend, chunk: list, in_flight: list, done: Mapping[str, Record]
     ) -> float:
         """Dollars the round ``chunk`` and the records still ``in_flight`` (``(item, key)``
         pairs) are expected to cost: each at its own bound (``bound``), its prompts priced at
@@ -295,7 +320,7 @@ class Budget:
         for group, once in (counted.preloads if counted is not None else {}).items():
             self._preloads.setdefault(group, once)
 
-    def _measured(self, done: Mapping[str, Any]) -> tuple[int, float]:
+    def _measured(self, done: Mapping[str, Record]) -> tuple[int, float]:
         """(records measured, rate): the most prompt tokens the model charged per counted prompt
         token, over the finished records whose calls were all counted (a Self-Route that fell
         back to long context made a call the count did not see), at least 1. The highest, not
@@ -313,7 +338,7 @@ class Budget:
             self._measured_rate = max(self._measured_rate, rate)
         return self._measured_records, self._measured_rate
 
-    def _scale(self, done: Mapping[str, Any]) -> float:
+    def _scale(self, done: Mapping[str, Record]) -> float:
         """What the finished records cost over their bounds, when that is more than 1 (the count
         fell short of what the server charged); else 1."""
         measured = bounded = 0.0
@@ -326,7 +351,7 @@ class Budget:
                 measured, bounded = measured + gen, bounded + own
         return max(1.0, measured / bounded) if bounded > 0 else 1.0
 
-    def passed(self, done: Mapping[str, Any]) -> str | None:
+    def passed(self, done: Mapping[str, Record]) -> str | None:
         """After the run: the warning for a spend over the cap that no check stopped (a last
         round that cost more than its estimate), recorded in ``info``; None when within it.
         A stopped run's ``info`` gets the spend of the records written (``done``): an executor
@@ -360,7 +385,7 @@ class Budget:
             f"it by ${spent - self.max_dollars:,.6f}: {self._culprit(done, self.max_dollars)}"
         )
 
-    def _culprit(self, done: Mapping[str, Any], cap: float) -> str:
+    def _culprit(self, done: Mapping[str, Record], cap: float) -> str:
         """What passed the cap: generation (a round over its bound), else the judge pass, else
         the noise pass (each estimated at its mean per record so far)."""
         spend = spend_of(done.values(), self.meta)
@@ -380,7 +405,7 @@ class Budget:
             "mean dollars per record so far, else the records' own generation dollars)"
         )
 
-    def judge_chunk(self, done: Mapping[str, Any], size: int, first: bool) -> int:
+    def judge_chunk(self, done: Mapping[str, Record], size: int, first: bool) -> int:
         """How many records the judge pass takes in its next chunk: under a cap, its ``first``
         chunk is one record when no record has judge dollars yet (a chunk is estimated at the
         judge's mean, nothing before one is known, so a run of up to ``size`` records was judged
@@ -390,7 +415,9 @@ class Budget:
             return size
         return 1
 
-    def allows(self, done: Mapping[str, Any], chunk: Sequence[Any], left: int, step: str) -> bool:
+    def allows(
+        self, done: Mapping[str, Record], chunk: Sequence[Record], left: int, step: str
+    ) -> bool:
         """Whether a pass after generation (``step``: ``"judge"`` or ``"noise"``) may run its
         next ``chunk`` (the records it will answer or judge again); ``left``: its records not
         done yet, this chunk's included. False once the cap stopped the run (the pass stops; a
@@ -415,13 +442,15 @@ class Budget:
     def _stop(self, why: str, spent: float, estimate: float, left: int, step: str = "") -> None:
         self.stopped = "budget"
         self.pending_at_stop = 0 if step else left  # generation's records not generated
-        self.info = {
-            "max_dollars": self.max_dollars,
-            "spent_dollars": _rounded(spent),
-            "next_round_estimate": _rounded(estimate),
-            "why": why,
-            "records_left": left,
-        } | ({"pass": step} if step else {})
+        self.info = BudgetInfo(
+            max_dollars=self.max_dollars,
+            spent_dollars=_rounded(spent),
+            next_round_estimate=_rounded(estimate),
+            why=why,
+            records_left=left,
+        )
+        if step:
+            self.info["pass"] = step
         if self._rate > 1 and not step:  # the model charged more prompt tokens than counted
             self.info["prompt_rate"] = round(self._rate, 3)
 
@@ -435,7 +464,9 @@ class Budget:
                 f"dollars), so max_dollars ${i['max_dollars']:,.6f} cannot be held; "
                 f"{i['records_left']} record(s) left: check the price sheet"
             )
-        over = i["spent_dollars"] - i["max_dollars"]
+        spent, cap = i["spent_dollars"], i["max_dollars"]
+        assert spent is not None and cap is not None  # a NaN reads "not a number", above
+        over = spent - cap
         if i["why"] == "reached" and over > 0:
             why = f"passed it by ${over:,.6f}"
         elif i["why"] == "reached":

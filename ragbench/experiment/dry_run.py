@@ -40,13 +40,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm import tqdm
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 from ragbench.cost.alone import PrefixLedger
 from ragbench.cost.money import Usage, dollars
-from ragbench.cost.prices import modelled_seconds_for
+from ragbench.cost.prices import PriceSheet, modelled_seconds_for
 from ragbench.experiment.budget import Counted, RoundBound, over_budget
 from ragbench.experiment.config.run import RunConfig, load_config
 from ragbench.experiment.noise_pass import measures_noise
@@ -62,11 +66,13 @@ from ragbench.experiment.resources import (
 from ragbench.llm import backend_capabilities, load_llm
 from ragbench.llm.base import LLM, ContextOverflowError
 from ragbench.llm.calibration import cached_rates, cpu_name
+from ragbench.llm.cost_model import Rates
 from ragbench.llm.gguf import file_sha256
 from ragbench.llm.hf.load import resolve_model
 from ragbench.llm.hf.prompt import is_instruct, render
 from ragbench.metrics.answer import deferred_metrics
 from ragbench.strategies import get_strategy, run_batch
+from ragbench.strategies.base import Resources
 from ragbench.strategies.driver import outcome_parts
 from ragbench.strategies.prompt_format import check_cot
 from ragbench.strategies.prompts import OVERFLOW, OVERFLOW_ERROR
@@ -85,12 +91,23 @@ COLUMNS = (
 )
 
 
+class Counter(Protocol):
+    """What counts a run's prompts: a built backend, or ``HFPromptCounter`` (its tokenizer)."""
+
+    @property
+    def context_window(self) -> int: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def prompt_tokens(self, request: GenerationRequest) -> int: ...
+
+
 class PromptCounter(LLM):
     """Counts each request's tokens as ``counter`` (an LLM or a tokenizer-backed stand-in)
     would, and answers with ``max_new_tokens`` filler words, charged ``max_new_tokens`` tokens:
     a prompt built from a reply (chain of thought's answer step) counts the longest reply."""
 
-    def __init__(self, counter: Any, track_prefixes: bool = False) -> None:
+    def __init__(self, counter: Counter, track_prefixes: bool = False) -> None:
         self.counter = counter
         self.name = getattr(counter, "name", "model")
         self.context_window = counter.context_window
@@ -103,7 +120,7 @@ class PromptCounter(LLM):
     def prompt_tokens(self, request: GenerationRequest) -> int:
         return self.counter.prompt_tokens(request)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         return {"backend": "dry-run", "counts_like": self.name}
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
@@ -138,7 +155,7 @@ class HFPromptCounter:
         instruct: bool | None = None,
         context_window: int | None = None,
         rope_factor: float | None = None,
-        **_load_options: Any,  # device, dtype, rope_scaling...: they change no token count
+        **_load_options: object,  # device, dtype, rope_scaling...: they change no token count
     ):
         source, gguf, preset = resolve_model(model)
         self.name = model
@@ -164,7 +181,7 @@ class HFPromptCounter:
         return len(self.tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
-def prompt_counter(cfg: RunConfig) -> Any:
+def prompt_counter(cfg: RunConfig) -> Counter:
     """What counts the run's prompts without running the model: the tokenizer-backed
     ``HFPromptCounter`` for a backend that loads weights, else the backend itself (building it
     sends nothing). The preflight (``ragbench.experiment.preflight``) counts with it too."""
@@ -177,7 +194,7 @@ def prompt_counter(cfg: RunConfig) -> Any:
     return load_llm(m.backend, model=m.name, **m.params)  # no request is sent by building it
 
 
-def dry_run(config: Any, progress: bool = True) -> Any:
+def dry_run(config: str | os.PathLike | RunConfig | dict, progress: bool = True) -> pd.DataFrame:
     """Per strategy variant: records, prompts over the window, mean prompt / cached tokens,
     the completion-token bound and dollars (``COLUMNS``). ``df.attrs["notes"]`` says what is a
     bound or an estimate. Loads no model and sends no request."""
@@ -224,11 +241,13 @@ class _Pricing:
     seconds this model's cached calibration on this machine models (as a calibrated run
     charges); ``priced`` False: no dollars (never $0)."""
 
-    sheet: Any  # the config's price sheet (None: none)
-    rates: Any  # the calibration an hourly sheet's seconds come from (None: an api sheet, none)
+    sheet: PriceSheet | None  # the config's price sheet (None: none)
+    rates: (
+        Rates | None
+    )  # the calibration an hourly sheet's seconds come from (None: an api sheet, none)
 
     @classmethod
-    def of(cls, cfg: RunConfig, res: Any) -> _Pricing:
+    def of(cls, cfg: RunConfig, res: Resources) -> _Pricing:
         sheet = res.sheet
         rates = cached_calibration(cfg) if sheet is not None and sheet.kind != "api" else None
         return cls(sheet, rates)
@@ -237,7 +256,7 @@ class _Pricing:
     def priced(self) -> bool:
         return self.sheet is not None and (self.sheet.kind == "api" or self.rates is not None)
 
-    def dollars(self, c: Any) -> float | None:
+    def dollars(self, c: object) -> float | None:
         return _priced(c, self.sheet, self.rates) if self.priced else None
 
 
@@ -246,11 +265,13 @@ class _Counts:
     """What the dry run counted: one row per record (``label``, ``over_window`` and the
     completion's tokens and dollars) and the records that would fail, not for the window."""
 
-    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rows: list[dict[str, object]] = dataclasses.field(default_factory=list)
     failed: list[tuple[str, str, BaseException]] = dataclasses.field(default_factory=list)
 
 
-def _count(cfg: RunConfig, work: list, res: Any, pricing: _Pricing, progress: bool) -> _Counts:
+def _count(
+    cfg: RunConfig, work: list, res: Resources, pricing: _Pricing, progress: bool
+) -> _Counts:
     """``work`` run through the strategies in rounds of ``batch_size``, its LLM the counter."""
     counts, size = _Counts(), cfg.model.batch_size
     rounds = tqdm(
@@ -280,7 +301,7 @@ def _count(cfg: RunConfig, work: list, res: Any, pricing: _Pricing, progress: bo
     return counts
 
 
-def _table(rows: list[dict[str, Any]]) -> Any:
+def _table(rows: list[dict[str, object]]) -> pd.DataFrame:
     """The rows aggregated per strategy variant (``COLUMNS``)."""
     import pandas as pd
 
@@ -303,7 +324,7 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     return table
 
 
-def _budget(table: Any, cfg: RunConfig, res: Any, pricing: _Pricing) -> None:
+def _budget(table: pd.DataFrame, cfg: RunConfig, res: Resources, pricing: _Pricing) -> None:
     """The total held to ``max_dollars`` (``table.attrs["over_budget"]``), long_context
     preload's one-time calls included (run_batch sent them before the questions), and its
     notes."""
@@ -338,7 +359,7 @@ class RoundCounter:
     seconds from. Each round is counted afresh (no prefix it shares with an earlier round is
     taken as cached), so a round's bound does not lean on what earlier rounds sent."""
 
-    def __init__(self, cfg: RunConfig, res: Any = None) -> None:
+    def __init__(self, cfg: RunConfig, res: Resources | None = None) -> None:
         self.cfg, self.res = cfg, res
         self.fitted: dict = {}  # a shared corpus fitted to the window once, for every round
 
@@ -394,7 +415,7 @@ def _as_float(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _counted(c: Any, sheet: Any, rates: Any) -> Counted:
+def _counted(c: Any, sheet: PriceSheet, rates: Rates | None) -> Counted:
     """A counted item's prompts (``budget.Counted``): its prompt tokens and calls, and its
     dollars at ``r`` times those prompt tokens (cached ones too), its answers unchanged: by the
     sheet from tokens, or (``rates``: a calibration) from the seconds they model to."""
@@ -409,18 +430,19 @@ def _counted(c: Any, sheet: Any, rates: Any) -> Counted:
     return Counted(c.prompt_tokens, c.llm_calls, at)
 
 
-def _priced(c: Any, sheet: Any, rates: Any) -> float | None:
+def _priced(c: Any, sheet: PriceSheet | None, rates: Rates | None) -> float | None:
     """A counted call's dollars: by the sheet from its tokens, or (``rates``: a calibration)
     from the seconds they model to."""
     if rates is None:
         return c.dollars
+    assert sheet is not None  # rates come with an hourly sheet (_Pricing.of)
     seconds = modelled_seconds_for(
         rates, c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens
     )
     return dollars(sheet, seconds=seconds)
 
 
-def cached_calibration(cfg: RunConfig) -> Any:
+def cached_calibration(cfg: RunConfig) -> Rates | None:
     """The newest calibration of the config's model measured on this CPU (cached by an earlier
     run that loaded it), found without loading anything; None when there is none (a model from
     a folder or the Hub, a server, or never run here)."""
@@ -434,7 +456,7 @@ def cached_calibration(cfg: RunConfig) -> Any:
         return None
     # a calibration of the dtype that runs: bf16 steps cost about half the fp32 ones
     dtype = str(cfg.model.params.get("dtype", "auto"))
-    match: dict[str, Any] = {
+    match: dict[str, object] = {
         "weights": "gguf-sha256:" + file_sha256(gguf),
         "hardware": cpu_name(),
         "dtype": "float32" if dtype == "auto" else dtype,  # auto: fp32 on the CPU

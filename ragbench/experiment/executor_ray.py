@@ -47,12 +47,13 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
-from ragbench.experiment.executor_worker import RunWorker
+from ragbench.experiment.executor_worker import RunWorker, WorkerInfo
 from ragbench.experiment.results import error_record
 from ragbench.experiment.session import RunSession
 from ragbench.experiment.shards import assign, balance, plan_shards
 from ragbench.llm import backend_capabilities
 from ragbench.llm.cache import merge_rows
+from ragbench.llm.cost_model import Rates
 from ragbench.secrets import redact_text
 from ragbench.types import Example
 
@@ -130,19 +131,22 @@ class RayRun:
     given) and shuts down a Ray it started."""
 
     def __init__(
-        self, session: RunSession, preload_over: dict[tuple, int], main_cache: Any = None
+        self,
+        session: RunSession,
+        preload_over: dict[tuple, int],
+        main_cache: str | os.PathLike | None = None,
     ) -> None:
         self.cfg, self.workers = session.cfg, session.workers
         self.examples: list[Example] = list(session.examples)
         self.preload_over, self.main_cache = preload_over, main_cache
         self.identity: dict[str, Any] = {}
-        self.calibration: dict[str, Any] | None = None  # worker 0's (for the manifest)
+        self.calibration: dict[str, object] | None = None  # worker 0's (for the manifest)
         self.actors: list[Any] = []
         self.started_here = False
         self.watchdog: subprocess.Popen | None = None
         self.shards: list[dict[str, Any]] = []  # per shard: worker, rounds, items, where it ran
-        self.infos: list[dict[str, Any]] = []
-        self.preloaded: list[dict[str, Any]] = []
+        self.infos: list[WorkerInfo] = []
+        self.preloaded: list[dict[str, object]] = []
         self.merged = 0  # cache rows the workers added to main_cache
 
     # ------------------------------------------------------------------ start and stop
@@ -181,7 +185,7 @@ class RayRun:
         # __init__ run again) still finds them
         self._examples_ref = ray.put(self.examples)
 
-        def start(indices: range, rates: Any = None) -> list[dict[str, Any]]:
+        def start(indices: range, rates: Rates | None = None) -> list[WorkerInfo]:
             # the examples wrapped: a bare reference would be a constructor argument Ray cannot
             # restart from
             ref = (self._examples_ref,)
@@ -310,7 +314,7 @@ class RayRun:
         while inflight:
             yield one_result()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """The manifest's account of this session's executor: workers, where each ran, shards."""
         return {
             "name": "ray",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from ragbench import secrets
 from ragbench.assets import cache_dir
@@ -33,6 +33,7 @@ from ragbench.experiment.results import error_record
 from ragbench.llm import backend_capabilities
 from ragbench.llm.cache import CachedLLM, cache_rows
 from ragbench.llm.calibration import describe
+from ragbench.llm.cost_model import Rates
 from ragbench.llm.fake import FakeLLM
 from ragbench.strategies import preload, run_batch
 from ragbench.strategies.pipeline.target import imports_from
@@ -42,6 +43,30 @@ from ragbench.types import Example, Record
 def worker_cache_path(cfg: RunConfig, index: int) -> Path:
     """Worker ``index``'s completion cache on its own node."""
     return cache_dir() / "workers" / f"completions-{config_hash(cfg)[:8]}-w{index}.sqlite"
+
+
+class Where(TypedDict):
+    """Where a worker runs, for the manifest: its index, host, process and Ray node."""
+
+    worker: int
+    hostname: str
+    pid: int
+    node_id: NotRequired[str | None]
+
+
+class WorkerInfo(Where):
+    """``RunWorker.ready()``: where it runs, its model's identity and what prices its records."""
+
+    identity: dict[str, Any]
+    calibration: dict[str, object] | None
+    rates: Rates | None
+
+
+class WorkerFinish(TypedDict):
+    """``RunWorker.finish()``: its preloads (for the manifest) and its completion cache's rows."""
+
+    preloaded: list[dict[str, object]]
+    cache_rows: list[tuple]
 
 
 class RunWorker:
@@ -56,9 +81,9 @@ class RunWorker:
         cfg: RunConfig,
         index: int,
         workers: int,
-        examples: tuple[Any],
+        examples: tuple[object],
         preload_over: dict[tuple, int],
-        rates: Any = None,
+        rates: Rates | None = None,
     ) -> None:
         self.cfg, self.index = cfg, index
         # as the driver does (runner.run): the config's keys and URL passwords are masked in this
@@ -66,7 +91,7 @@ class RunWorker:
         secrets.collect(cfg.model_dump(mode="json"))
         self.points = cfg.points
         self.failure: Exception | None = None
-        self.where = {"worker": index, "hostname": socket.gethostname(), "pid": os.getpid()}
+        self.where: Where = {"worker": index, "hostname": socket.gethostname(), "pid": os.getpid()}
         try:
             self.where["node_id"] = _node_id()
             self.examples: list[Example] = _fetch(examples[0])
@@ -74,7 +99,7 @@ class RunWorker:
         except Exception as exc:  # raised by every call: the driver reports the original error
             self.failure = exc
 
-    def _start(self, workers: int, preload_over: dict[tuple, int], rates: Any) -> None:
+    def _start(self, workers: int, preload_over: dict[tuple, int], rates: Rates | None) -> None:
         cfg = self.cfg
         if generates_answers(cfg):
             # the node's cores split between the run's workers (a backend that loads weights),
@@ -99,19 +124,23 @@ class RunWorker:
         if rates is not None:  # worker 0's: a record's dollars do not depend on its worker
             self.res.rates = rates
         calibration = describe(self.res.rates)  # what priced its records (the manifest's)
-        self.info = {**self.where, "identity": identity, "calibration": calibration}
-        self.info["rates"] = self.res.rates
+        self.info: WorkerInfo = {
+            **self.where,
+            "identity": identity,
+            "calibration": calibration,
+            "rates": self.res.rates,
+        }
 
     def _check(self) -> None:
         if self.failure is not None:
             raise self.failure
 
-    def ready(self) -> dict[str, Any]:
+    def ready(self) -> WorkerInfo:
         """Where the worker runs and its model's identity (for the manifest)."""
         self._check()
         return self.info
 
-    def run_round(self, items: list[tuple[int, int]]) -> tuple[list[Record], dict[str, Any]]:
+    def run_round(self, items: list[tuple[int, int]]) -> tuple[list[Record], Where]:
         """One round (``strategies.run_batch``: one LLM call per step), as records in order (an
         item that failed is an error record), and where it ran."""
         self._check()
@@ -124,7 +153,7 @@ class RunWorker:
         ]
         return records, self.where
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> WorkerFinish:
         """The worker's preloads (for the manifest) and its completion cache's rows."""
         self._check()
         rows: list[tuple] = []
@@ -135,9 +164,10 @@ class RunWorker:
 
     def drop_cache(self) -> None:
         """Delete the cache file once the driver has merged its rows."""
-        if isinstance(getattr(self, "llm", None), CachedLLM):
+        llm = getattr(self, "llm", None)  # none when the worker failed to start
+        if isinstance(llm, CachedLLM):
             for suffix in ("", "-wal", "-shm", ".open.lock"):
-                Path(f"{self.llm.path}{suffix}").unlink(missing_ok=True)
+                Path(f"{llm.path}{suffix}").unlink(missing_ok=True)
 
 
 def _node_id() -> str | None:

@@ -6,7 +6,7 @@ strategies' resources are loaded as the run loads them (``ragbench.experiment.re
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -21,15 +21,19 @@ from ragbench.judge.metric import get_judge_metric
 from ragbench.metrics.answer import METRICS, deferred_metrics
 from ragbench.retrieval.embedders.base import get_embedder
 from ragbench.strategies import Contexts, contexts_of
-from ragbench.types import Example
+from ragbench.strategies.base import Resources
+from ragbench.types import Example, Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-def needs_judging(cfg: RunConfig, record: Any) -> bool:
+def needs_judging(cfg: RunConfig, record: Record) -> bool:
     deferred = deferred_metrics(cfg.metrics)
     return record.error is None and any(m not in record.scores for m in deferred)
 
 
-def unjudged(cfg: RunConfig, records: list[Any]) -> str | None:
+def unjudged(cfg: RunConfig, records: list[Record]) -> str | None:
     """The end-of-run line for the finished ``records`` the judge left without a deferred
     metric (a judge call that failed after its retries: ``<metric>_note``), with the most
     frequent reason; None when every one was judged. A rerun retries them."""
@@ -55,7 +59,7 @@ def unjudged(cfg: RunConfig, records: list[Any]) -> str | None:
 JUDGE_CHUNK = 32  # records judged (and appended) together: a killed judge pass loses one chunk
 
 
-def load_judge(cfg: RunConfig, judge_llm: Any, llm: Any) -> Judge:
+def load_judge(cfg: RunConfig, judge_llm: object, llm: object) -> Judge:
     """The ``ragbench.judge.Judge`` of the config, its LLM loaded and its server checked."""
     jc = cfg.judge or JudgeConfig()
     llm_metrics = [m for m in cfg.metrics if METRICS.get(m).kind == "judge"]
@@ -110,12 +114,12 @@ def judge_pass(session: RunSession) -> int:
     assert judge is not None  # the runner calls the judge pass with its judge loaded
     by_id = {e.id: e for e in session.examples}
 
-    def resources() -> Any:
+    def resources() -> Resources:
         # the model under test's tokenizer and the index rebuild the prompt's context; a run
         # with nothing left to generate loads the model only if a record needs it
         return session.resources()
 
-    def read(example: Example, record: Any) -> Contexts:
+    def read(example: Example, record: Record) -> Contexts:
         return contexts_of(record, example, resources)  # rebuilt only when a metric asks
 
     metrics = deferred_metrics(cfg.metrics)
@@ -142,7 +146,9 @@ def judge_pass(session: RunSession) -> int:
     return updated
 
 
-def judge_summary(cfg: RunConfig, judge: Any, df: Any, previous: dict | None) -> dict | None:
+def judge_summary(
+    cfg: RunConfig, judge: Judge | None, df: pd.DataFrame, previous: dict | None
+) -> dict | None:
     """The manifest's ``judge`` entry: the judge, its prompts and how far to trust it."""
     if not deferred_metrics(cfg.metrics):
         return None

@@ -9,7 +9,7 @@ import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench import secrets
 from ragbench.datasets.formats import fingerprint
@@ -21,10 +21,13 @@ from ragbench.metrics.answer import metric_versions
 from ragbench.schema import KEY as SCHEMA_KEY
 from ragbench.schema import SCHEMA_VERSION, check
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 log = logging.getLogger(__name__)
 
 
-def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, Any] | None:
+def read_manifest(out: Path, keep_damaged: bool = False) -> dict[str, object] | None:
     """The run folder's manifest; None for a first run or a damaged file. ``keep_damaged`` (a
     run about to write a new one): a damaged file is moved aside, never silently replaced."""
     path = out / "manifest.json"
@@ -69,7 +72,7 @@ def write_manifest(
     identity: dict[str, Any],
     sessions: list[dict[str, Any]],
     status: str,
-    records: Any,  # the results table (None: not written yet)
+    records: pd.DataFrame | None,  # the results table (None: not written yet)
     judge: dict[str, Any] | None = None,
 ) -> dict:
     """manifest.json: what produced the run's numbers, credentials masked. ``started_at`` is the

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragbench.experiment.config.run import RunConfig
-from ragbench.experiment.dry_run import PromptCounter, prompt_counter
+from ragbench.experiment.dry_run import Counter, PromptCounter, prompt_counter
 from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies import FULL_CONTEXT, Resources, get_strategy
 from ragbench.strategies.fit import long_context_prompt
@@ -67,7 +67,7 @@ class _Memo:
     """``counter`` with ``count_tokens`` memoised by the text's hash (only the counts are kept):
     questions on one shared corpus count it once."""
 
-    def __init__(self, counter: Any) -> None:
+    def __init__(self, counter: Counter) -> None:
         self.counter, self.name = counter, getattr(counter, "name", "model")
         self.context_window = counter.context_window
         self._counts: dict[tuple[int, int], int] = {}
@@ -82,7 +82,7 @@ class _Memo:
         return self.counter.prompt_tokens(request)
 
 
-def over_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) -> list[Overflow]:
+def over_window(cfg: RunConfig, examples: Sequence[Example], llm: object = None) -> list[Overflow]:
     """The long-context prompts of the run (``checked`` points) that do not fit, counted by
     ``llm`` when given (a model the caller holds), else by the dry run's counter (no weights).
     Builds no counter when no point is checked."""
@@ -112,7 +112,7 @@ def over_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) ->
     return out
 
 
-def check_window(cfg: RunConfig, examples: Sequence[Example], llm: Any = None) -> None:
+def check_window(cfg: RunConfig, examples: Sequence[Example], llm: object = None) -> None:
     """Raise ``OverWindowError`` when a long-context prompt of the run does not fit under the
     ``error`` overflow policy (``over_window``); do nothing otherwise."""
     over = over_window(cfg, examples, llm)

@@ -52,8 +52,8 @@ def git_commit() -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-def hardware() -> dict[str, Any]:
-    hw: dict[str, Any] = {
+def hardware() -> dict[str, object]:
+    hw: dict[str, object] = {
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
@@ -88,7 +88,7 @@ def identity(llm: Any) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def record_in_notebook(run_dir: Path, manifest: dict[str, Any]) -> None:
+def record_in_notebook(run_dir: Path, manifest: dict[str, object]) -> None:
     """Inside a Jupyter kernel, add this run to the cell's outputs: a ``run folder: ...`` line
     plus the run folder and manifest under ragbench's own mime type, which ``ragbench render``
     reads for the provenance header. The executed notebook thereby names the runs it made, however

@@ -26,6 +26,7 @@ from ragbench.experiment.config.sections import ModelConfig
 from ragbench.experiment.config.text import ConfigError, explain_validation_error, located
 from ragbench.io import dumps_canonical
 from ragbench.llm import backend_capabilities, load_llm
+from ragbench.llm.base import LLM
 from ragbench.llm.calibration import announce, because
 from ragbench.llm.cost_model import Rates
 from ragbench.llm.hf.load import set_threads
@@ -134,7 +135,7 @@ def check_queries(cfg: RunConfig, examples: list[Example]) -> None:
         )
 
 
-def load_examples(config: Any) -> list[Example]:
+def load_examples(config: str | os.PathLike | RunConfig | dict) -> list[Example]:
     """The examples a config (path, dict or RunConfig) runs on, as the run builds them: what
     failure attribution needs beside the table (evidence spans, needles, distractors)."""
     cfg = load_config(config)
@@ -186,7 +187,7 @@ def generates_answers(cfg: RunConfig) -> bool:
     return any(get_strategy(s.name).generates for s in cfg.strategies)
 
 
-def load_model(m: ModelConfig) -> Any:
+def load_model(m: ModelConfig) -> LLM:
     """The LLM a ``ModelConfig`` names (the model under test, or a judge), behind the shared
     completion cache (``cache_dir()/completions.sqlite``) when ``m.cache``."""
     if m.threads:
@@ -220,7 +221,7 @@ class Warmup:
         _import_shared()
         self._cfg: RunConfig | None = None
         self._go = threading.Event()
-        self._llm: Any = None
+        self._llm: LLM | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
             target=self._work, args=(model,), name="ragbench-warmup", daemon=True
@@ -247,13 +248,14 @@ class Warmup:
         self._cfg = cfg
         self._go.set()
 
-    def llm(self) -> Any:
+    def llm(self) -> LLM:
         """The loaded model, once it is loaded (and calibrated, if :meth:`calibrate` was called);
         an error in the thread is raised here."""
         self._go.set()  # not told by now: nothing to calibrate beforehand
         self._thread.join()
         if self._error is not None:
             raise self._error
+        assert self._llm is not None  # loaded: else the thread's error was raised above
         return self._llm
 
 
@@ -269,7 +271,7 @@ def _import_shared() -> None:
         getattr(transformers, name)
 
 
-def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
+def rates_of(llm: object, longest: int | None = None) -> Rates | None:
     """The model's calibration (``llm.calibration``: measured once per model, device, dtype,
     thread count and probed length, then read from its cache), probed to ``longest`` prompt
     tokens, through a completion cache; None for a backend without one (a server, the fake
@@ -283,7 +285,7 @@ def rates_of(llm: Any, longest: int | None = None) -> Rates | None:
     return None
 
 
-def calibrate(cfg: RunConfig, llm: Any, examples: Iterable[Example]) -> Rates | None:
+def calibrate(cfg: RunConfig, llm: object, examples: Iterable[Example]) -> Rates | None:
     """``rates_of`` the run's model probed to its longest request (``prompt_reach``), its
     announcement saying which strategies reach that far (``calibration.because``)."""
     reach = prompt_reach(llm, examples, cfg.points, cfg.model.max_new_tokens)
@@ -292,7 +294,7 @@ def calibrate(cfg: RunConfig, llm: Any, examples: Iterable[Example]) -> Rates | 
 
 
 def longest_prompt(
-    llm: Any,
+    llm: object,
     examples: Iterable[Example],
     points: Iterable[StrategyParams],
     max_new_tokens: int = 0,
@@ -364,7 +366,7 @@ def prompt_reach(
 TEMPLATE_TOKENS = 64  # a prompt template's instruction and chat markup, beyond the text
 
 
-def check_server(llm: Any, points: Iterable[StrategyParams] = ()) -> None:
+def check_server(llm: object, points: Iterable[StrategyParams] = ()) -> None:
     """One short request to the model's server (backends that have one) before any work: a dead
     server fails the run in seconds with its URL, instead of every record after its retries.
     Then each parameter point's own preflight (``Strategy.preflight``: a pipeline's endpoint)."""
@@ -391,10 +393,10 @@ def make_index(cfg: RunConfig, cache_size: int = 8) -> IndexFn:
     (many questions share one corpus); each embedder is loaded once per run, and none for a
     retriever that embeds nothing (``needs_embedder``: bm25)."""
     tokenizer = chunk_tokenizer(cfg)
-    embedders: dict[str, Any] = {}
-    memo: OrderedDict[tuple[str, RetrievalParams], tuple[list, Any]] = OrderedDict()
+    embedders: dict[str, object] = {}
+    memo: OrderedDict[tuple[str, RetrievalParams], tuple[list, object]] = OrderedDict()
 
-    def index(example: Example, settings: RetrievalParams) -> tuple[list, Any]:
+    def index(example: Example, settings: RetrievalParams) -> tuple[list, object]:
         # a shared corpus is named by its fingerprint (serialising it per question would cost
         # more than the lookup saves); an example's own documents by their content
         shared = example.meta.get("corpus_fingerprint")

@@ -19,9 +19,10 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ragbench.cost import Cost
+from ragbench.cost.prices import PriceSheet
 from ragbench.cost.reprice import reprice_stale
 from ragbench.io import dumps_canonical
 from ragbench.schema import KEY as SCHEMA_KEY
@@ -29,8 +30,12 @@ from ragbench.schema import SCHEMA_VERSION, SchemaError, check, check_folder
 from ragbench.secrets import redact_text
 from ragbench.strategies import params_from_dict
 from ragbench.strategies.driver import outcome_parts
+from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.preload import amortise_answered
 from ragbench.types import Example, Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 RECORDS = "records.jsonl"
@@ -38,7 +43,9 @@ ID_COLUMNS = ("example_id", "strategy", "label", "params", "prediction", "answer
 SECTIONS = ("param_", "score_", "cost_", "meta_", "ex_")  # in column order
 
 
-def work_key(example_id: str, strategy: str, params: dict[str, Any], fmt: str = "ragbench") -> str:
+def work_key(
+    example_id: str, strategy: str, params: dict[str, object], fmt: str = "ragbench"
+) -> str:
     """A record's identity in its run folder: the schema it is stored in
     (``ragbench.schema``), the example, the strategy and its parameters. A prompt format other
     than ragbench's (the example's, ``strategies.prompt_format``) is part of it: records
@@ -102,7 +109,9 @@ def append_record(f: BinaryIO, key: str, record: Record) -> None:
     os.fsync(f.fileno())
 
 
-def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str, Any] | None:
+def reprice_resumed(
+    done: dict[str, Record], sheet: PriceSheet | None, path: Path
+) -> dict[str, Any] | None:
     """Resuming a run whose price sheet changed since some of its records were priced: those
     records priced again with the sheet as it is now (``ragbench.cost.reprice.reprice_stale``,
     what ``ragbench reprice`` does), appended to ``records.jsonl`` (the last line of a key wins,
@@ -144,7 +153,7 @@ def reprice_resumed(done: dict[str, Record], sheet: Any, path: Path) -> dict[str
     }
 
 
-def error_record(example: Example, params: Any, exc: BaseException) -> Record:
+def error_record(example: Example, params: StrategyParams, exc: BaseException) -> Record:
     """The failed item's record; one that failed after some of its calls finished
     (``FailedAfterPaying``) carries their cost (analyses leave error rows out; a budget counts
     what they spent)."""
@@ -160,7 +169,7 @@ def error_record(example: Example, params: Any, exc: BaseException) -> Record:
     )
 
 
-def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _sections(record: Record, example_meta: dict[str, object]) -> list[dict[str, object]]:
     """(params, scores, cost, meta, example facts) of one record, in SECTIONS order."""
     facts = {k: v for k, v in example_meta.items() if not isinstance(v, list | dict)}
     cost = record.cost.to_dict() if record.cost is not None else {}
@@ -169,11 +178,11 @@ def _sections(record: Record, example_meta: dict[str, Any]) -> list[dict[str, An
     return [params, dict(record.scores), cost, meta, dict(sorted(facts.items()))]
 
 
-def flat_params(params: dict[str, Any]) -> dict[str, Any]:
+def flat_params(params: dict[str, object]) -> dict[str, object]:
     """Parameters as table columns: a nested one named by its ``name`` (``kv: {name: sinks,
     sink_tokens: 4}``) is a column of its name (``kv``: ``sinks``) and one per setting
     (``kv_sink_tokens``: 4); ``params`` keeps the nested JSON."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in params.items():
         if isinstance(value, dict) and "name" in value:
             out[key] = value["name"]
@@ -183,16 +192,16 @@ def flat_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def flatten(record: Record, example_meta: dict[str, Any]) -> dict[str, Any]:
+def flatten(record: Record, example_meta: dict[str, object]) -> dict[str, object]:
     """One table row: identity, then params, scores, cost, record meta, scalar example facts."""
     return _flatten(record, example_meta)[0]
 
 
 def _flatten(
-    record: Record, example_meta: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    record: Record, example_meta: dict[str, object]
+) -> tuple[dict[str, object], dict[str, tuple[int, int]]]:
     """The row, and for each non-identity column its (section, position in the section)."""
-    row: dict[str, Any] = {
+    row: dict[str, object] = {
         "example_id": record.example_id,
         "strategy": record.strategy,
         "label": record.params.label(),
@@ -216,15 +225,15 @@ def _flatten(
 
 
 def table(
-    records: list[Record], example_meta: dict[str, dict[str, Any]], metrics: list[str]
+    records: list[Record], example_meta: dict[str, dict[str, object]], metrics: list[str]
 ) -> Any:  # a pandas DataFrame (pandas imported when a table is made)
     """The results DataFrame: rows in the given order, columns in the fixed order above; a
     one-time cost amortised over the records given that answered with it."""
     import pandas as pd
 
     records = amortise_answered(records, example_meta)
-    rows: list[dict[str, Any]] = []
-    rank: dict[str, tuple[Any, int, str]] = {}  # column -> (section, position, name)
+    rows: list[dict[str, object]] = []
+    rank: dict[str, tuple[object, int, str]] = {}  # column -> (section, position, name)
     score_order = {m: i for i, m in enumerate(metrics)}
     for record in records:
         row, where = _flatten(record, example_meta[record.example_id])
@@ -244,7 +253,7 @@ def table(
     return pd.DataFrame(rows, columns=columns)
 
 
-def parquet_bytes(df: Any) -> bytes:
+def parquet_bytes(df: pd.DataFrame) -> bytes:
     """Parquet of ``df``; object columns pyarrow cannot type (mixed kinds) become JSON text."""
     import io
 

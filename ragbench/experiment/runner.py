@@ -53,10 +53,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from tqdm import tqdm  # text bar: works in terminals and notebooks without ipywidgets
 
@@ -101,6 +105,7 @@ from ragbench.experiment.results import (
 from ragbench.experiment.sequential_run import Sequential, generate_until_decided
 from ragbench.experiment.session import Loaded, RecordWriter, RunSession
 from ragbench.io import atomic_write_bytes, dumps_canonical, sigterm_exits
+from ragbench.llm.base import LLM
 from ragbench.llm.fake import FakeLLM
 from ragbench.locks import FolderLock
 from ragbench.metrics.answer import deferred_metrics, metric_versions, score, string_metrics
@@ -120,15 +125,15 @@ def run_dir_for(cfg: RunConfig) -> Path:
 
 
 def run(
-    config: Any,
+    config: str | os.PathLike | RunConfig | dict,
     progress: bool = True,
-    llm: Any = None,
+    llm: LLM | None = None,
     wait: bool = False,
-    judge_llm: Any = None,
+    judge_llm: LLM | None = None,
     executor: str = "local",
     workers: int = 1,
-    until_decided: Any = None,
-) -> Any:
+    until_decided: Callable[..., object] | None = None,
+) -> pd.DataFrame:
     """Run ``config`` (path, dict or RunConfig); returns the results DataFrame.
 
     ``llm`` overrides the configured model (tests, notebooks holding a loaded model), and
@@ -213,7 +218,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def rescore(done: dict[str, Any], examples: list[Example], metrics: list[str]) -> int:
+def rescore(done: dict[str, Record], examples: list[Example], metrics: list[str]) -> int:
     """Scores of loaded records recomputed from their stored predictions (cheap), so a line
     edited by hand, or written by a version with another metric implementation, cannot keep a
     score its prediction does not earn. Updates ``done`` in place; returns how many changed."""
@@ -247,8 +252,8 @@ class _RunState:
     records (set by the generation phase)."""
 
     pending: list  # ((example, params), key): the records to generate, in plan order
-    previous: dict[str, Any] | None  # the folder's manifest before this session (None: new)
-    sessions: list[dict[str, Any]]  # the manifest's session log, this invocation's entry last
+    previous: dict[str, object] | None  # the folder's manifest before this session (None: new)
+    sessions: list[dict[str, object]]  # the manifest's session log, this invocation's entry last
     seq: Sequential | None = None  # questions in rounds until a look decides (sequential_run)
     identity: Any = None  # the model's (provenance.identity), or the last run's
 
@@ -258,7 +263,7 @@ class _RunState:
         return self.sessions[-1]
 
 
-def _run_locked(session: RunSession, judge_llm: Any) -> Any:
+def _run_locked(session: RunSession, judge_llm: LLM | None) -> pd.DataFrame:
     """The run, its folder locked, in its phases: prepare (rescore, reprice, load the model and
     the judge), generate, the judge and noise passes, close this session's entry, then the table
     and the manifest. ``judge_llm``: the caller's judge model (None: the config's)."""
@@ -272,7 +277,7 @@ def _run_locked(session: RunSession, judge_llm: Any) -> Any:
     return df
 
 
-def _prepare(session: RunSession, judge_llm: Any) -> _RunState:
+def _prepare(session: RunSession, judge_llm: LLM | None) -> _RunState:
     """The folder's records rescored and repriced, the pending work listed, the model loaded and
     its server checked, and the judge loaded: all before any record is generated."""
     cfg, keys, out, done = session.cfg, session.keys, session.out, session.done
@@ -291,7 +296,7 @@ def _prepare(session: RunSession, judge_llm: Any) -> _RunState:
     ]
     previous = read_manifest(out, keep_damaged=True)
     # this invocation's entry in the manifest's session log
-    entry: dict[str, Any] = {"started_at": session.started, "pending": len(pending)}
+    entry: dict[str, object] = {"started_at": session.started, "pending": len(pending)}
     # the sheet file edited since records were priced: reprice them, never mix two versions
     if repriced := reprice_resumed(done, cfg.sheet, out / RECORDS):
         entry["repriced"] = repriced
@@ -438,7 +443,7 @@ def _rows(session: RunSession) -> list[Record]:
     return [session.done[k] for k in session.keys if k in session.done]
 
 
-def _write_table(session: RunSession, state: _RunState) -> Any:
+def _write_table(session: RunSession, state: _RunState) -> pd.DataFrame:
     """results.parquet (one-time costs amortised over the answered) and the questions' texts."""
     cfg, examples, out = session.cfg, session.examples, session.out
     meta = {e.id: e.meta for e in examples}
@@ -455,7 +460,7 @@ def _write_table(session: RunSession, state: _RunState) -> Any:
     return df
 
 
-def _write_manifest(session: RunSession, state: _RunState, df: Any) -> list[str] | None:
+def _write_manifest(session: RunSession, state: _RunState, df: pd.DataFrame) -> list[str] | None:
     """The manifest's last word on this session: its status (stopped, failed or finished), the
     records and the judge's summary. Returns the judge's warnings (None: no judge metric)."""
     cfg, budget = session.cfg, session.budget
@@ -477,7 +482,7 @@ def _write_manifest(session: RunSession, state: _RunState, df: Any) -> list[str]
 def _tell(
     session: RunSession,
     state: _RunState,
-    df: Any,
+    df: pd.DataFrame,
     passed: str | None,
     judge_warnings: list[str] | None,
 ) -> None:
@@ -499,7 +504,7 @@ def _tell(
             log.warning("%s", message)
 
 
-def _failures(df: Any) -> bool:
+def _failures(df: pd.DataFrame) -> bool:
     """Whether every record failed. Then the run did not do what it was asked, and its caller
     says so as an error, in one line naming the most frequent error (``df.attrs["failed"]``:
     ``ragbench run`` and ``compare`` exit 1); some failed: a warning naming it."""

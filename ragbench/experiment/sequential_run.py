@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragbench.analysis._common import _scored
 from ragbench.experiment.results import table
 from ragbench.experiment.session import RunSession
-from ragbench.types import Example
+from ragbench.types import Example, Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # a verdict's reason -> the look's decision (the verdict's choice completes it)
 STOPS = {"more_accurate": "recommend", "not_worse": "recommend"}
@@ -72,7 +75,7 @@ class Sequential:
             if self.stopped:
                 return
 
-    def look(self, done: dict[str, Any], budget_stopped: bool = False) -> bool:
+    def look(self, done: dict[str, Record], budget_stopped: bool = False) -> bool:
         """A look at the records of the questions asked so far; True when the run stops here
         (decided, or ``budget_stopped``, or the last round)."""
         asked = set(self.order[: self.asked])
@@ -102,7 +105,7 @@ class Sequential:
         self.looks.append(self._record(v, answered))
         return bool(why)
 
-    def _verdict(self, df: Any, answered: int, stopped: str | None) -> Any:
+    def _verdict(self, df: pd.DataFrame, answered: int, stopped: str | None) -> Any:
         return self.decide(df, self.state(answered, stopped))
 
     def state(self, answered: int | None = None, stopped: str | None = None) -> dict[str, Any]:
@@ -194,7 +197,7 @@ class Sequential:
         return f"sequential: {head} ({len(self.looks)} looks): {last.get('decision', 'continue')}"
 
 
-def _json(value: Any) -> Any:
+def _json(value: object) -> object:
     """Floats rounded for the manifest; NaN as None (not JSON)."""
     if isinstance(value, float | np.floating):
         return round(float(value), 6) if math.isfinite(value) else None
@@ -206,7 +209,7 @@ def generate_until_decided(
     seq: Sequential,
     pending: list,
     generate: Callable[[list], int],
-    score: Callable[[], Any] | None = None,
+    score: Callable[[], object] | None = None,
 ) -> tuple[int, int]:
     """Each round's pending items through ``generate`` (the runner's ``_generate`` on them;
     returns its errors), ``score`` (the judge pass, when the decision metric is judged), then a

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from ragbench.experiment import provenance
 from ragbench.experiment.budget import Budget
@@ -85,7 +85,7 @@ class Loaded:
     judge: Judge | None = None  # the judge metrics' judge (runner: before any record)
     res: Resources | None = None  # what the strategies read besides the example
     # the calibration that priced the records (``llm.calibration.describe``), for the manifest
-    calibration: dict[str, Any] | None = None
+    calibration: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class RunSession:
     executor: str = "local"  # local | ray
     workers: int = 1  # Ray workers (1 for local)
     # a sequential config's look (analysis.verdict.sequential_look, handed down by the caller)
-    until_decided: Callable[..., Any] | None = None
+    until_decided: Callable[..., object] | None = None
     loaded: Loaded = field(default_factory=Loaded)
 
     @property

@@ -83,7 +83,9 @@ def assign(sizes: Sequence[int], workers: int) -> list[int]:
     return out
 
 
-def balance(shards: Sequence[Sequence[int]], rounds: Sequence[Sequence[Any]], workers: int) -> str:
+def balance(
+    shards: Sequence[Sequence[int]], rounds: Sequence[Sequence[object]], workers: int
+) -> str:
     """A one-line note when the shards cannot keep ``workers`` busy (fewer shards than workers,
     or one shard half again over an even share of the work), else ''."""
     total = sum(len(r) for r in rounds)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 
 from ragbench.judge.metric import JUDGE_METRICS, get_judge_metric, judged_metrics
 from ragbench.metrics.answer import exact_match, f1
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LOW_KAPPA = 0.4  # below this (Landis-Koch: "fair" or worse) the summary warns
 # judges that are known to be too small to trust: the summary names them with their kappa
@@ -61,7 +64,7 @@ def fleiss_kappa(ratings: Sequence[Sequence[int]]) -> float:
     return math.nan if p_exp >= 1.0 else (p_bar - p_exp) / (1.0 - p_exp)
 
 
-def _column(df: Any, name: str) -> Any:
+def _column(df: pd.DataFrame, name: str) -> pd.Series | None:
     """A table column by its name, or with the section prefix results.py adds on a clash."""
     for candidate in (name, f"score_{name}", f"meta_{name}"):
         if candidate in df.columns:
@@ -69,7 +72,7 @@ def _column(df: Any, name: str) -> Any:
     return None
 
 
-def _as_list(value: Any) -> list | None:
+def _as_list(value: object) -> list | None:
     """A meta list cell as a list (parquet gives numpy arrays, a JSON fallback text)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
@@ -81,7 +84,7 @@ def _as_list(value: Any) -> list | None:
     return list(value) if hasattr(value, "__iter__") else None
 
 
-def _items(cell: Any, by_unit: bool) -> list[list]:
+def _items(cell: object, by_unit: bool) -> list[list]:
     """A verdicts cell as items rated by the samples: a judge metric's cell (one verdict per
     sample) is one item; a context metric's (per sample, per unit) is one item per unit."""
     rows = _as_list(cell)
@@ -94,7 +97,7 @@ def _items(cell: Any, by_unit: bool) -> list[list]:
     return [list(unit) for unit in zip(*lists, strict=True)]
 
 
-def judge_agreement(df: Any) -> Any:
+def judge_agreement(df: pd.DataFrame) -> pd.DataFrame:
     """One row per judge metric in the results table ``df``:
 
     - ``n_scored`` / ``n_unscored``: records with a verdict / without one (NaN, the reason in
@@ -157,7 +160,8 @@ def judge_agreement(df: Any) -> Any:
         if kind.against_strings:
             judged, em, f1_ok = [], [], []
             for i in ok.index[scores.notna()]:
-                answers = [a for a in (ok.at[i, "answers"] if "answers" in ok else []) if a]
+                cell = ok.at[i, "answers"] if "answers" in ok else []
+                answers = [a for a in cast("list[str]", cell) if a]
                 if not answers:
                     continue
                 prediction = str(ok.at[i, "prediction"] or "")
@@ -190,7 +194,21 @@ def judge_agreement(df: Any) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
-def repeat_agreement(df: Any, metric: str) -> dict[str, Any] | None:
+class RepeatAgreement(TypedDict):
+    """``repeat_agreement``'s result (a dict, read by key)."""
+
+    metric: str
+    repeats: int
+    kappa: float  # Fleiss' kappa across the repeats; NaN when undefined
+    n_kappa: int
+    n_scored: int
+    differed: float
+    mean_spread: float
+    low: bool
+    judge_model: str | None
+
+
+def repeat_agreement(df: pd.DataFrame, metric: str) -> RepeatAgreement | None:
     """How far a judged ``metric``'s repeats (``judge.repeats`` > 1) agree in the table ``df``
     (None: not a judged metric, or judged once): ``repeats`` per record, ``kappa`` (Fleiss'
     kappa across them, as ``judge_agreement``; NaN when undefined) over ``n_kappa`` items,
@@ -228,7 +246,7 @@ def repeat_agreement(df: Any, metric: str) -> dict[str, Any] | None:
     }
 
 
-def _count(n: Any) -> int:
+def _count(n: float | None) -> int:
     """A count cell of the agreement table (NaN where it does not apply) as an int."""
     return 0 if n is None or n != n else int(n)
 
@@ -237,7 +255,7 @@ def _fmt(k: float) -> str:
     return "undefined (every verdict the same)" if k != k else f"{k:.2f}"
 
 
-def judge_warnings(df: Any, agreement: Any = None) -> list[str]:
+def judge_warnings(df: pd.DataFrame, agreement: pd.DataFrame | None = None) -> list[str]:
     """Plain-language warnings about the judge numbers in ``df`` (empty: nothing to say): a
     small embedded judge (always, with its measured kappa), low agreement with exact match or
     F1, judge repeats that disagree, and verdicts that could not be read."""

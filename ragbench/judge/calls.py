@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragbench.cost.accounting import Cost
+from ragbench.cost.prices import PriceSheet
 from ragbench.judge.prompts import JudgePrompt
 from ragbench.secrets import redact_text
 from ragbench.strategies.driver import outcomes
@@ -62,7 +63,7 @@ class Judge:
     max_new_tokens: int = 32
     max_attempts: int = 3  # first try + reminders after unreadable replies
     batch_size: int = 8  # judge requests per generate() call
-    sheet: Any = None  # PriceSheet of the judge model: judge_dollars
+    sheet: PriceSheet | None = None  # the judge model's price sheet: judge_dollars
     embedder: Any = None  # semantic_similarity, answer_relevancy
     model: str = ""  # judge model name, recorded in meta["judge_model"]
     questions: int = QUESTIONS  # answer_relevancy: questions generated per answer and sample
@@ -116,7 +117,7 @@ class Job:
     fields: dict[str, str]
     unit: int = 0  # the context / statement / question of a context metric (else 0)
     tag: int | None = None  # the request's sample tag (None: ``sample``)
-    parse: Callable[[str], Any] | None = None  # reply -> verdict or None (None: the template's)
+    parse: Callable[[str], object] | None = None  # reply -> verdict or None (None: the template's)
     max_new_tokens: int | None = None  # None: the judge's
     attempt: int = 0
     verdict: Any = None
@@ -134,7 +135,7 @@ class Job:
             **self.fields,
         )
 
-    def read(self, judge: Judge, reply: str) -> Any:
+    def read(self, judge: Judge, reply: str) -> object:
         return (self.parse or judge.prompts[self.metric].parse)(reply)
 
 
@@ -205,7 +206,7 @@ def keep_repeats(
         )
 
 
-def add_cost(meta: dict[str, Any], done: list[Completion], sheet: Any) -> None:
+def add_cost(meta: dict[str, Any], done: list[Completion], sheet: PriceSheet | None) -> None:
     """Judge accounting, added to what earlier judge passes on this record spent."""
     total = sum((Cost.of(c, None, sheet) for c in done[1:]), Cost.of(done[0], None, sheet))
     new = {

@@ -51,7 +51,6 @@ score), with more than one sample ``<metric>_spread`` (their standard deviation,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -143,7 +142,7 @@ class ContextRecall(_AgainstTheReference):
         joined = CONTEXT_SEPARATOR.join(sample.contexts())
         return [{"context": joined, "statement": s} for s in statements(sample.references)]
 
-    def detail(self, units: Sequence[dict[str, str]]) -> dict[str, Any]:
+    def detail(self, units: Sequence[dict[str, str]]) -> dict[str, object]:
         return {"context_recall_statements": [u["statement"] for u in units]}
 
     def score_samples(self, verdicts: list) -> float:
@@ -173,7 +172,7 @@ class AnswerRelevancy(JudgeMetric):
     def max_new_tokens(self, judge: Judge) -> int | None:
         return max(judge.max_new_tokens, QUESTION_TOKENS)
 
-    def parse(self, reply: str, prompt: JudgePrompt) -> Any:
+    def parse(self, reply: str, prompt: JudgePrompt) -> object:
         return parse_question(reply, dict(prompt.labels))  # (verdict, question) or None
 
     def collect(self, judged: list[Judged], judge: Judge) -> None:
@@ -207,5 +206,5 @@ class AnswerRelevancy(JudgeMetric):
             keep_repeats(self.name, per_sample, done.scores, done.meta)
 
 
-def _part(job: Job, k: int) -> Any:
+def _part(job: Job, k: int) -> object:
     return None if job.verdict is None else job.verdict[k]

@@ -161,7 +161,7 @@ def _plan(
     if prompt is None:
         return None
 
-    def parse(reply: str) -> Any:
+    def parse(reply: str) -> object:
         return metric.parse(reply, prompt)
 
     max_new_tokens = metric.max_new_tokens(judge)

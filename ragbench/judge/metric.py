@@ -104,8 +104,8 @@ class Judged:
 
     sample: Sample
     grid: list[list[Job]]
-    scores: dict[str, Any]
-    meta: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, object]
+    meta: dict[str, object] = field(default_factory=dict)
 
 
 class JudgeMetric:
@@ -153,7 +153,7 @@ class JudgeMetric:
         sample; ``Unasked`` when the record's score is settled without asking."""
         raise NotImplementedError
 
-    def detail(self, units: Sequence[dict[str, str]]) -> dict[str, Any]:
+    def detail(self, units: Sequence[dict[str, str]]) -> dict[str, object]:
         """Meta the record keeps once its units are known (``context_recall_statements``)."""
         return {}
 
@@ -166,7 +166,7 @@ class JudgeMetric:
         """New tokens each call may write (None: the judge's)."""
         return None
 
-    def parse(self, reply: str, prompt: JudgePrompt) -> Any:
+    def parse(self, reply: str, prompt: JudgePrompt) -> object:
         """The verdict in ``reply`` (None: unreadable, asked again with the reminder)."""
         return prompt.parse(reply)
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -99,7 +98,7 @@ def load_prompt(name_or_path: str) -> JudgePrompt:
     return parse_prompt(data, where)
 
 
-def parse_prompt(data: Any, where: str = "<judge prompt>") -> JudgePrompt:
+def parse_prompt(data: object, where: str = "<judge prompt>") -> JudgePrompt:
     if not isinstance(data, dict):
         raise ValueError(f"{where}: a judge prompt must be a YAML mapping")
     missing, extra = _FIELDS - set(data), set(data) - _FIELDS

@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from ragbench.llm.base import LLM, Capabilities, ContextOverflowError, ServerUnreachable
 from ragbench.llm.cache import CachedLLM
@@ -41,7 +40,7 @@ __all__ = [
 ]
 
 
-def load_llm(backend: str, cache: str | os.PathLike | None = None, **kwargs: Any) -> LLM:
+def load_llm(backend: str, cache: str | os.PathLike | None = None, **kwargs: object) -> LLM:
     """Build a backend by registry name; ``cache`` wraps it in a sqlite ``CachedLLM``.
 
     >>> load_llm("fake", context_window=4096).context_window
@@ -66,7 +65,7 @@ def backend_params(backend: str) -> list[str]:
     return [n for n, p in sig.parameters.items() if n != "self" and p.kind in kinds]
 
 
-def check_backend_params(backend: str, params: Mapping[str, Any]) -> None:
+def check_backend_params(backend: str, params: Mapping[str, object]) -> None:
     """A ``BackendParamError`` naming the first of ``params`` that the backend does not take (a
     ``base_url`` left set for the fake backend), with the ones it does; a backend whose
     ``__init__`` takes ``**kwargs`` takes anything."""

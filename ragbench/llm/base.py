@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from ragbench.types import Completion, GenerationRequest
 
 
-def tell_batch(exc: BaseException, **fields: Any) -> None:
+def tell_batch(exc: BaseException, **fields: object) -> None:
     """Set what a failed batch's exception (of any type: an interrupt too) says of its requests
     (``partial``, ``errors``, the cache's ``stored``; see the module docstring)."""
     for name, value in fields.items():
@@ -117,7 +117,7 @@ class LLM(ABC):
         requests shaped as the run's, no retries). A local model has nothing to check: the
         default does nothing."""
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         """What makes outputs reproducible: backend, model, weights hash or revision.
         Used as part of completion-cache keys and recorded in run manifests."""
         return {"backend": type(self).__name__, "model": self.name}

@@ -40,7 +40,6 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock
 
@@ -78,7 +77,7 @@ def is_corruption(exc: BaseException) -> bool:
     return "not a database" in text or "malformed" in text
 
 
-def request_key(identity: dict[str, Any], request: GenerationRequest) -> str:
+def request_key(identity: dict[str, object], request: GenerationRequest) -> str:
     """The cache key of one request to one model. Pure; tests pin what changes it."""
     fields = request.to_dict()
     fields.pop("id", None)
@@ -155,7 +154,7 @@ class CachedLLM(LLM):
     def prompt_tokens(self, request: GenerationRequest) -> int:
         return self.llm.prompt_tokens(request)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         return self.llm.identity()
 
     def check(self) -> None:

@@ -68,10 +68,11 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 from tqdm import tqdm
@@ -80,7 +81,15 @@ from ragbench import assets
 from ragbench.io import atomic_write_text
 from ragbench.llm import shared_prefix
 from ragbench.llm.cost_model import Rates, fit, relative_error
+from ragbench.llm.hf.decode import Decoder
 from ragbench.types import GenerationRequest
+
+if TYPE_CHECKING:
+    import torch
+
+# a probe's seconds: timer(new, past, rows, shared); the decode loop's per step: loop_timer(steps)
+ProbeTimer = Callable[[int, int, int, bool], float]
+LoopTimer = Callable[[int], float]
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +163,9 @@ def probe_plan(longest: int) -> ProbePlan:
     )
 
 
-def calibration_key(decoder: Any, weights: str, probed_tokens: int | None = None) -> dict[str, Any]:
+def calibration_key(
+    decoder: Decoder, weights: str, probed_tokens: int | None = None
+) -> dict[str, Any]:
     """What the rates depend on: weights, device (and which one), dtype, attention, threads,
     packed weights, and the length the probes reached (``probed_length``)."""
     import torch
@@ -182,7 +193,7 @@ def calibration_key(decoder: Any, weights: str, probed_tokens: int | None = None
     }
 
 
-def decode_path(decoder: Any) -> str:
+def decode_path(decoder: Decoder) -> str:
     """Which decode loop the loop probe times: ``fused`` (the CPU step, ``hf/fused.py``),
     ``static+graphs``, ``static`` (``hf/static.py``) or ``eager``. A part of the key: the captured
     step costs a fraction of the eager one, the fused step about half of it on a CPU."""
@@ -190,7 +201,7 @@ def decode_path(decoder: Any) -> str:
     return getattr(fast, "path", "eager") if fast is not None else "eager"
 
 
-def window_of(decoder: Any) -> int:
+def window_of(decoder: Decoder) -> int:
     """The positions a model reads (its config's ``max_position_embeddings``)."""
     config = getattr(getattr(decoder, "model", None), "config", None)
     return int(getattr(config, "max_position_embeddings", 0) or 1 << 30)
@@ -211,7 +222,7 @@ _MEMO: dict[str, Rates] = {}
 LOCK = ".lock"  # one calibration at a time per cache folder (see rates_for)
 
 
-def calibration_path(key: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Path:
+def calibration_path(key: dict[str, object], cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache file of the rates measured under ``key`` (``calibration_key``)."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     folder = Path(cache_dir) if cache_dir is not None else assets.cache_dir()
@@ -236,7 +247,7 @@ def announce(message: str) -> None:
 
 
 def rates_for(
-    decoder: Any,
+    decoder: Decoder,
     weights: str,
     cache_dir: str | os.PathLike | None = None,
     longest: int | None = None,
@@ -271,7 +282,7 @@ def rates_for(
     return rates
 
 
-def _calibrate(decoder: Any, key: dict[str, Any], path: Path, longest: int | None) -> Rates:
+def _calibrate(decoder: Decoder, key: dict[str, Any], path: Path, longest: int | None) -> Rates:
     """Measured now (announced: what, why, what is reused, where it is cached), written to
     ``path``; the meta records the key and the load average around it."""
     known, source = shorter_samples(key, path.parent.parent)
@@ -300,7 +311,7 @@ def _calibrate(decoder: Any, key: dict[str, Any], path: Path, longest: int | Non
 
 
 def shorter_samples(
-    key: dict[str, Any], cache_dir: str | os.PathLike | None = None
+    key: dict[str, object], cache_dir: str | os.PathLike | None = None
 ) -> tuple[dict[str, list[float]], tuple[int, Path] | None]:
     """(probe samples, (its probed length, its file)) of the longest cached calibration whose
     key is ``key`` but for a shorter ``probed_tokens``; ``({}, None)`` when there is none. A run
@@ -365,7 +376,7 @@ def warn_validation(rates: Rates) -> None:
     )
 
 
-def describe(rates: Rates | None) -> dict[str, Any] | None:
+def describe(rates: Rates | None) -> dict[str, object] | None:
     """What a manifest records about the calibration that priced a run: its identity (the key
     and the cache file), when it was measured, and the rates themselves."""
     if rates is None:
@@ -388,7 +399,9 @@ def describe(rates: Rates | None) -> dict[str, Any] | None:
     }
 
 
-def cached_rates(match: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Rates | None:
+def cached_rates(
+    match: dict[str, object], cache_dir: str | os.PathLike | None = None
+) -> Rates | None:
     """The newest cached calibration whose key has every item of ``match`` (say ``{"weights":
     ..., "device": "cpu", "threads": 2}``), without loading the model: what a dry run can price
     a device-hour sheet with. None when no such calibration was measured on this machine."""
@@ -404,11 +417,11 @@ def cached_rates(match: dict[str, Any], cache_dir: str | os.PathLike | None = No
 
 
 def measure(
-    decoder: Any,
+    decoder: Decoder,
     longest: int | None = None,
     rounds: int = 3,
-    timer: Any = None,
-    loop_timer: Any = None,
+    timer: ProbeTimer | None = None,
+    loop_timer: LoopTimer | None = None,
     *,
     known: dict[str, list[float]] | None = None,
 ) -> Rates:
@@ -464,8 +477,8 @@ def measure(
 def _time_rounds(
     samples: dict[str, list[float]],
     probes: dict[str, tuple],
-    timer: Any,
-    loop_timer: Any,
+    timer: ProbeTimer,
+    loop_timer: LoopTimer | None,
     rounds: int,
     device: str,
 ) -> None:
@@ -478,8 +491,11 @@ def _time_rounds(
         for name, got in samples.items():
             args = probes.get(name)
             wanted = _rounds_for(got, rounds, device) if args else loop_rounds
-            if len(got) <= round_ < wanted:
-                got.append(timer(*args) if args else loop_timer(LOOP_STEPS))
+            if len(got) <= round_ < wanted and args:
+                got.append(timer(*args))
+            elif len(got) <= round_ < wanted:
+                assert loop_timer is not None  # the loop probe is sampled only with its timer
+                got.append(loop_timer(LOOP_STEPS))
 
 
 LOOP = "loop"  # the decode loop probe's name among the samples
@@ -492,12 +508,14 @@ AGREE = 0.05  # samples within this of one another agree: another one would chan
 MAX_SAMPLES = 3  # and never past this many samples
 
 
-def _device_timers(decoder: Any, loop_timer: Any) -> tuple[Any, Any, bool]:
+def _device_timers(
+    decoder: Decoder, loop_timer: LoopTimer | None
+) -> tuple[ProbeTimer, LoopTimer, bool]:
     """(timer, loop timer, shared-prefix attention supported) on ``decoder``'s device."""
     import torch
 
     gen = torch.Generator().manual_seed(0)  # deterministic token ids; values do not matter
-    kv: dict[tuple[int, int], Any] = {}  # random KV tensors by (rows, positions), made once
+    kv: dict[tuple[int, int], object] = {}  # random KV tensors by (rows, positions), made once
 
     def timer(new: int, past: int, rows: int, shared: bool) -> float:
         return _forward(decoder, gen, kv, (new, past, rows, shared))
@@ -542,7 +560,7 @@ def estimate(samples: list[float], kind: str, statistic: str = "fastest") -> flo
 
 def _fit_samples(
     plan: ProbePlan, samples: dict[str, list[float]], statistic: str = "fastest"
-) -> tuple[Rates, dict[str, Any]]:
+) -> tuple[Rates, dict[str, object]]:
     """The rates fitted on every probe's estimate, and their provenance: the estimates, the
     samples, the held-out check (fitted without the longest prefill) and the after-cached one."""
     best = {
@@ -644,7 +662,7 @@ LOOP_STEPS = 16  # decode steps the loop probe times
 LOOP_KV = 16 + LOOP_STEPS // 2  # its mean KV positions: a 16-token prompt
 
 
-def _loop_step(decoder: Any, gen: Any, steps: int) -> float:
+def _loop_step(decoder: Decoder, gen: torch.Generator, steps: int) -> float:
     """Seconds per decode step of the decoder's own loop (``Decoder.decode``): a 16-token random
     prompt decoded ``steps + 1`` tokens with end-of-sequence ignored, its decode time (first
     token to last) over ``steps``."""
@@ -680,11 +698,13 @@ def _rounds_for(samples: list[float], rounds: int, device: str = "cpu") -> int:
     return max(rounds, MAX_SAMPLES) if best < CHEAP_PROBE else 1
 
 
-def _shared_supported(decoder: Any) -> bool:
+def _shared_supported(decoder: Decoder) -> bool:
     return shared_prefix.supported(decoder.model)
 
 
-def _random_cache(decoder: Any, gen: Any, kv: dict, rows: int, positions: int) -> Any:
+def _random_cache(
+    decoder: Decoder, gen: torch.Generator, kv: dict, rows: int, positions: int
+) -> Any:
     """A KV cache of ``positions`` random keys/values per layer (timing ignores the values); the
     random tensors are made once per shape in ``kv`` (each cache copies them as it fills)."""
     import torch
@@ -706,7 +726,9 @@ def _random_cache(decoder: Any, gen: Any, kv: dict, rows: int, positions: int) -
     return cache
 
 
-def _forward(decoder: Any, gen: Any, kv: dict, probe: tuple[int, int, int, bool]) -> float:
+def _forward(
+    decoder: Decoder, gen: torch.Generator, kv: dict, probe: tuple[int, int, int, bool]
+) -> float:
     """Seconds of one forward pass of ``probe`` = (new tokens, past cached positions, rows,
     shared: the past is a shared prefix), through the same arguments the decoder uses. A decode
     step (one new token) on a decoder whose path steps by itself (the fused CPU step,

@@ -33,7 +33,6 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 from ragbench.llm.base import LLM
 from ragbench.llm.kv.variants import refuse_variants, variants_run
@@ -129,7 +128,7 @@ class FakeLLM(LLM):
     def count_tokens(self, text: str) -> int:
         return self._tok.count(text)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         fn = self.answer_fn
         return {
             "backend": "fake",

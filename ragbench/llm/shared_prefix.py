@@ -34,8 +34,16 @@ Supported for models whose every layer is full (global) attention without logit 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# (queries, prefix keys, prefix values, scale) -> (attention output, its logsumexp)
+PrefixOp = Callable[
+    ["torch.Tensor", "torch.Tensor", "torch.Tensor", float], tuple["torch.Tensor", "torch.Tensor"]
+]
 
 NAME = "ragbench_shared_prefix"
 SCORE_BLOCK_ELEMENTS = 1 << 25  # ~128 MB of float32 scores per chunk of queries
@@ -97,7 +105,7 @@ class SharedPrefix:
     def __init__(self, cache: Any) -> None:
         self._layers = [(layer.keys, layer.values) for layer in cache.layers]
 
-    def __getitem__(self, layer_idx: int) -> tuple[Any, Any]:
+    def __getitem__(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self._layers[layer_idx]
 
     def __len__(self) -> int:
@@ -106,15 +114,15 @@ class SharedPrefix:
 
 def shared_prefix_attention(
     module: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attention_mask: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
     shared_prefix: SharedPrefix | None = None,
     **kwargs: Any,
-) -> tuple[Any, None]:
+) -> tuple[torch.Tensor, None]:
     """Attention of ``query`` (B, H, q, d) over a shared prefix and the rows' own ``key``/``value``.
 
     ``shared_prefix[layer_idx]`` is ``(keys, values)`` of shape (1, KVH, P, d), seen by every query;
@@ -164,7 +172,9 @@ def shared_prefix_attention(
     return out, None
 
 
-def _own_part(qc, key, value, mask, *, scale, q_len, q0, n, group) -> tuple[Any, Any, Any]:
+def _own_part(
+    qc, key, value, mask, *, scale, q_len, q0, n, group
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rows' own keys' part of one chunk of queries ``qc`` (B, KVH, g*n, d), the heads of a
     KV group folded into rows (no KV head is copied): unnormalised ``exp(scores - max) @ value``,
     the max and the sum of the weights, in float32. ``q0``: the chunk's first query of
@@ -189,7 +199,9 @@ def _own_part(qc, key, value, mask, *, scale, q_len, q0, n, group) -> tuple[Any,
     return s_out, s_max, s_sum
 
 
-def _prefix_matmul(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
+def _prefix_matmul(
+    qf: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``qf`` (KVH, M, d) over the prefix (1, KVH, P, d): (output, logsumexp)."""
     import torch
 
@@ -201,7 +213,7 @@ def _prefix_matmul(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
     return out, top + total.log()
 
 
-def _fused_prefix_op(query: Any) -> Any:
+def _fused_prefix_op(query: torch.Tensor) -> PrefixOp | None:
     """On CPU, torch's fused flash-attention kernel, which also returns the logsumexp (no score
     matrix in memory, one pass): several times faster than the matmuls above for a batch of
     decode steps over a long prefix. None elsewhere (the matmul path)."""
@@ -211,7 +223,9 @@ def _fused_prefix_op(query: Any) -> Any:
     if query.device.type != "cpu" or op is None:
         return None
 
-    def prefix(qf: Any, pk: Any, pv: Any, scale: float) -> tuple[Any, Any]:
+    def prefix(
+        qf: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         parts = sequence_parts(torch.get_num_threads(), pk, qf.shape[1], pv)
         if parts == 1:
             out, lse = op(qf[None], pk, pv, scale=scale)
@@ -222,7 +236,7 @@ def _fused_prefix_op(query: Any) -> Any:
         run = length // parts
         shape = (parts, kv_heads, run, dim)
 
-        def runs(t: Any) -> Any:  # (1, KVH, P, d) -> (parts, KVH, run, d), a view
+        def runs(t: torch.Tensor) -> torch.Tensor:  # (1, KVH, P, d) -> (parts, KVH, run, d), a view
             return t.as_strided(shape, (run * dim, t.stride(1), dim, 1))
 
         q = qf[None].expand(parts, -1, -1, -1)
@@ -242,7 +256,9 @@ def _fused_prefix_op(query: Any) -> Any:
 MIN_RUN_KEYS = 512  # keys per run, at least, when a prefix is cut for the threads
 
 
-def sequence_parts(threads: int, pk: Any, queries: int, pv: Any = None) -> int:
+def sequence_parts(
+    threads: int, pk: torch.Tensor, queries: int, pv: torch.Tensor | None = None
+) -> int:
     """Runs to cut a prefix's keys into so the kernel's work divides evenly among ``threads``.
 
     The CPU kernel shares out (batch x KV heads x query blocks); a decode step's few queries make

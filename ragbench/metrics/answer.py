@@ -32,6 +32,7 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ragbench.metrics.longbench import longbench_score
 from ragbench.metrics.longbench import meta_problem as longbench_meta_problem
@@ -102,7 +103,7 @@ def declined(prediction: str) -> bool:
     return NO_ANSWER in prediction.lower()
 
 
-def _longbench(prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None) -> float:
+def _longbench(prediction: str, answers: Sequence[str], meta: Mapping[str, object] | None) -> float:
     return longbench_score(prediction, answers, meta)
 
 
@@ -125,14 +126,14 @@ class Metric:
     needs_meta: bool = False
     # for such a metric: why an example's meta cannot be scored (None: it can), so a run
     # refuses a dataset it cannot score before it starts, rather than failing every record
-    meta_problem: Callable[[Mapping[str, Any] | None], str | None] | None = None
+    meta_problem: Callable[[Mapping[str, object] | None], str | None] | None = None
     kind: str = "string"  # string: fn(prediction, answers); judge/embedding: ragbench.judge
     # bumped whenever the metric's scores change, so a manifest says which scoring made a table
     # (2: SQuAD 2.0 scored as the official v2.0 script; LongBench ROUGE-L from `rouge` 1.0.1)
     version: int = 1
 
     def __call__(
-        self, prediction: str, answers: Sequence[str], meta: Mapping[str, Any] | None = None
+        self, prediction: str, answers: Sequence[str], meta: Mapping[str, object] | None = None
     ) -> float:
         if self.fn is None:
             raise TypeError(
@@ -268,7 +269,7 @@ def score(
     prediction: str,
     answers: Sequence[str],
     names: Sequence[str],
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
 ) -> dict[str, float]:
     """The named string metrics for one prediction; ``meta`` (the example's) is passed to the
     metrics that need it. Judge and embedding metrics are skipped: ``ragbench.judge`` scores
@@ -348,7 +349,7 @@ def is_binary(values: Sequence[float] | np.ndarray) -> bool:
 
 
 def mean_ci(
-    values: Sequence[float],
+    values: ArrayLike,
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,

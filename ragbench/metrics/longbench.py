@@ -125,11 +125,11 @@ def _f1(prediction: Sequence[str], ground_truth: Sequence[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def qa_f1_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def qa_f1_score(prediction: str, ground_truth: str, **_: object) -> float:
     return _f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
 
 
-def qa_f1_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def qa_f1_zh_score(prediction: str, ground_truth: str, **_: object) -> float:
     pred = [t for t in (normalize_zh_answer(w) for w in _cut(prediction)) if t]
     gold = [t for t in (normalize_zh_answer(w) for w in _cut(ground_truth)) if t]
     return _f1(pred, gold)
@@ -175,12 +175,12 @@ def _rouge_l(prediction: str, ground_truth: str, caller: str) -> float:
     return float(scores["rouge-l"]["f"])
 
 
-def rouge_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def rouge_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench ``rouge_score``: ROUGE-L F of the ``rouge`` package (module docstring)."""
     return _rouge_l(prediction, ground_truth, "rouge_score")
 
 
-def rouge_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def rouge_zh_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench ``rouge_zh_score``: jieba words joined by spaces, then ``rouge_score``."""
     prediction, ground_truth = " ".join(_cut(prediction)), " ".join(_cut(ground_truth))
     return _rouge_l(prediction, ground_truth, "rouge_zh_score")
@@ -203,17 +203,17 @@ def _share_equal(prediction: str, target: str) -> float:
     return 0.0 if not numbers else sum(n == target for n in numbers) / len(numbers)
 
 
-def count_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def count_score(prediction: str, ground_truth: str, **_: object) -> float:
     return _share_equal(prediction, str(ground_truth))
 
 
-def retrieval_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def retrieval_score(prediction: str, ground_truth: str, **_: object) -> float:
     return _share_equal(
         prediction, re.findall(RETRIEVAL_PATTERNS["retrieval_score"], ground_truth)[0]
     )
 
 
-def retrieval_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def retrieval_zh_score(prediction: str, ground_truth: str, **_: object) -> float:
     target = re.findall(RETRIEVAL_PATTERNS["retrieval_zh_score"], ground_truth)[0]
     return _share_equal(prediction, target)
 
@@ -230,7 +230,7 @@ def fuzz_ratio(a: str, b: str) -> int:
     return int(round(fuzz.ratio(a, b)))
 
 
-def code_sim_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def code_sim_score(prediction: str, ground_truth: str, **_: object) -> float:
     line = ""
     for candidate in prediction.lstrip("\n").split("\n"):
         if "`" not in candidate and "#" not in candidate and "//" not in candidate:
@@ -258,7 +258,7 @@ FUNCTIONS: dict[str, Callable[..., float]] = {
 # ---------------------------------------------------------------------------- dispatch
 
 
-def meta_problem(meta: Mapping[str, Any] | None) -> str | None:
+def meta_problem(meta: Mapping[str, object] | None) -> str | None:
     """Why an example cannot be scored by the longbench metric (its meta names no official
     metric: not a LongBench example), or None."""
     got = (meta or {}).get("metric")

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from ragbench.metrics.normalize import NO_ANSWER, normalize_answer
 
 _DECLINE = normalize_answer(NO_ANSWER)
 
 
-def is_squad_v2(meta: Mapping[str, Any] | None) -> bool:
+def is_squad_v2(meta: Mapping[str, object] | None) -> bool:
     """The example comes from a SQuAD 2.0 file (``datasets.importers.load_squad`` marks it)."""
     if not meta or meta.get("source") != "squad":
         return False
@@ -72,7 +71,7 @@ def squad_v2_scores(prediction: str, answers: Sequence[str], has_answer: bool) -
     }
 
 
-def has_answer(meta: Mapping[str, Any]) -> bool:
+def has_answer(meta: Mapping[str, object]) -> bool:
     """Whether the dataset gave the question answers (the importer's ``meta["unanswerable"]``)."""
     return meta.get("unanswerable") is not True
 

@@ -26,11 +26,11 @@ import html
 import json
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from importlib.resources import files
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ragbench.analysis._common import default_metric, metric_columns, own_latency_seconds
 from ragbench.analysis.attribution import attribute
@@ -39,12 +39,18 @@ from ragbench.experiment.evidence import read_chunks, read_questions
 from ragbench.io import atomic_write_text
 from ragbench.report.runs import load
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+# what the view shows: run folder(s), or a results table (``_frame``)
+Runs: TypeAlias = "str | PathLike[str] | Sequence[str | PathLike[str]] | pd.DataFrame"
+
 # long-context facts a record keeps (Self-Route's long-context branch with an lc_ prefix)
 LC_FACTS = ("kept_tokens", "truncated_tokens", "evidence_truncated", "dropped_documents")
 JUDGE_SUFFIXES = ("_note", "_rationale", "_reason", "_prompt")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     """A table cell as JSON: NaN/NA -> None, numpy scalars and arrays -> Python, JSON text of a
     list (parquet keeps mixed lists so) -> the list."""
     if value is None:
@@ -66,7 +72,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _evidence(row: dict[str, Any], chunks: dict[str, Any], used: dict[str, Any]) -> dict:
+def _evidence(row: dict[Hashable, Any], chunks: dict[str, Any], used: dict[str, Any]) -> dict:
     """What one record read, for its expanded cell: retrieved chunks (rank order: ref, score,
     chunk id, gold?), gold chunks not retrieved, long-context cuts, route. The chunk texts it
     points to are put in ``used`` (the page's chunk table)."""
@@ -109,7 +115,7 @@ def _evidence(row: dict[str, Any], chunks: dict[str, Any], used: dict[str, Any])
     return out
 
 
-def _judge_notes(row: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+def _judge_notes(row: Mapping[Hashable, object], metrics: Sequence[str]) -> dict[str, object]:
     """A judge's notes beside its scores (``<metric>_note`` and the like), as text."""
     notes = {}
     for metric in metrics:
@@ -120,7 +126,7 @@ def _judge_notes(row: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
     return notes
 
 
-def _cell(row: dict[str, Any], metric: str, others: Sequence[str], cause: str) -> dict:
+def _cell(row: dict[Hashable, Any], metric: str, others: Sequence[str], cause: str) -> dict:
     """One variant's answer to one question, as the page shows it."""
     score = _plain(row.get(metric))
     dollars = _plain(row.get("dollars"))
@@ -136,9 +142,9 @@ def _cell(row: dict[str, Any], metric: str, others: Sequence[str], cause: str) -
     }
 
 
-def _chunk_store(df: Any) -> tuple[dict[str, Any], list[str]]:
+def _chunk_store(df: pd.DataFrame) -> tuple[dict[str, object], list[str]]:
     """Every run's chunk texts (refs are content hashes: runs merge safely) and what is missing."""
-    chunks: dict[str, Any] = {}
+    chunks: dict[str, object] = {}
     for folder in (df.attrs.get("run_dirs") or {}).values():
         found = read_chunks(folder)
         if found is not None:
@@ -148,7 +154,10 @@ def _chunk_store(df: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 def view_payload(
-    df: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+    df: pd.DataFrame,
+    metric: str | None = None,
+    title: str = "",
+    pair: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The view's data: variants (label, run), questions (id, text, gold, source documents, one
     cell per variant or None), the chunk texts they point to, and what the runs lack. ``pair``:
@@ -194,7 +203,7 @@ def view_payload(
     }
 
 
-def _add_docs(questions: dict[str, dict[str, Any]], df: Any) -> None:
+def _add_docs(questions: dict[str, dict[str, Any]], df: pd.DataFrame) -> None:
     """Each question's source documents (its evidence's), from the runs' questions files."""
     for folder in (df.attrs.get("run_dirs") or {}).values():
         table = read_questions(folder)
@@ -210,7 +219,7 @@ def _asset(name: str) -> str:
     return (files("ragbench") / "data" / "view" / name).read_text(encoding="utf-8")
 
 
-def _frame(runs: Any) -> Any:
+def _frame(runs: Runs) -> pd.DataFrame:
     """Run folder(s) through ``ragbench.load``; the table ``ragbench.run`` returned through its
     folder (``attrs["run_dir"]``: the question and chunk texts are there); another DataFrame
     as given."""
@@ -224,7 +233,7 @@ def _frame(runs: Any) -> Any:
 
 
 def view_fragment(
-    runs: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+    runs: Runs, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
 ) -> str:
     """The view as an HTML fragment (a notebook output, a section of a page)."""
     from itables.javascript import (
@@ -258,7 +267,7 @@ def view_fragment(
 
 
 def view_html(
-    runs: Any, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
+    runs: Runs, metric: str | None = None, title: str = "", pair: tuple[str, str] | None = None
 ) -> str:
     """The view as a whole page."""
     heading = html.escape(title or "ragbench: questions")
@@ -271,7 +280,7 @@ def view_html(
 
 
 def write_view(
-    runs: str | PathLike[str] | Sequence[str | PathLike[str]] | Any,
+    runs: Runs,
     out: str | PathLike[str],
     metric: str | None = None,
     title: str = "",
@@ -293,6 +302,6 @@ class Explorer:
         return self.fragment
 
 
-def explore(runs: Any, metric: str | None = None, title: str = "") -> Explorer:
+def explore(runs: Runs, metric: str | None = None, title: str = "") -> Explorer:
     """The per-question view of run folder(s) or a loaded table, inline in Jupyter."""
     return Explorer(view_fragment(runs, metric, title))

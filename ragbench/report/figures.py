@@ -8,8 +8,13 @@ labelled axes, units and legends, so a notebook cell is one call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 import ragbench.report.readable as readable
 from ragbench.analysis import (
@@ -47,8 +52,8 @@ _COST_SCALE = {
 
 
 def plot_accuracy_vs_cost(
-    table: Any, metric: str | None = None, cost: str = "dollars", ax: Any = None
-) -> Any:
+    table: pd.DataFrame, metric: str | None = None, cost: str = "dollars", ax: Axes | None = None
+) -> Axes:
     """Scatter of accuracy (with CI bars) against mean cost per query; the Pareto front is drawn.
     ``table``: ``summary``'s (or ``router_headroom``'s); ``metric`` defaults to the one it holds.
     An ``oracle router`` row (``analysis.router_headroom``) is drawn as a star and left out of
@@ -95,7 +100,8 @@ def plot_accuracy_vs_cost(
     return ax
 
 
-def plot_compare(table: Any, ax: Any = None) -> Any:
+# the table is left untyped: pandas-stubs types its rows' cells as any scalar (no arithmetic)
+def plot_compare(table: Any, ax: Axes | None = None) -> Axes:
     """Paired differences from ``compare`` (one row per pair): the mean difference a - b with
     its CI; significant pairs (after adjustment) filled, the others hollow; 0 marked."""
     from matplotlib.ticker import PercentFormatter
@@ -141,7 +147,7 @@ _CAUSE_COLORS = {
 }
 
 
-def _lines(ax: Any, series: dict[str, Any], x: str, y: str) -> None:
+def _lines(ax: Axes, series: Mapping[str, pd.DataFrame], x: str, y: str) -> None:
     """One line per labelled group, each with its own marker and size, the legend naming the
     series an identical one hides (``rag k=3 (= long_context)``)."""
     points = {
@@ -153,7 +159,7 @@ def _lines(ax: Any, series: dict[str, Any], x: str, y: str) -> None:
         ax.plot(group[x], group[y], label=labels[label], alpha=0.85, **readable.series_style(i))
 
 
-def plot_failure_attribution(records: Any) -> Any:
+def plot_failure_attribution(records: pd.DataFrame) -> Figure:
     """Where the misses come from (``attribute``'s per-record table): left, each variant's
     share of queries lost to each cause (bar length = miss rate); right, the miss rate against
     the evidence's depth in the context, per variant, where depths are known. Returns the
@@ -220,8 +226,12 @@ _X_NAMES = {
 
 
 def plot_metric_by(
-    df: Any, x: str, metric: str | None = None, ax: Any = None, xlabel: str | None = None
-) -> Any:
+    df: pd.DataFrame,
+    x: str,
+    metric: str | None = None,
+    ax: Axes | None = None,
+    xlabel: str | None = None,
+) -> Axes:
     """Mean metric against a numeric column (context length, needle depth, gold position...)
     per variant, with a tick at each tested value, labelled compactly (``1k 4k 8k``); tied
     variants stay visible and the legend says which coincide. ``xlabel`` defaults to the
@@ -232,7 +242,7 @@ def plot_metric_by(
     means = df.groupby(["label", x])[metric].mean().reset_index()
     series = {str(k): g.sort_values(x) for k, g in means.groupby("label", sort=False)}
     _lines(ax, series, x, metric)
-    readable.count_axis_at(ax.xaxis, means[x].unique())
+    readable.count_axis_at(ax.xaxis, means[x].unique().tolist())
     ax.set_xlabel(xlabel or _X_NAMES.get(x, x.replace("_", " ")))
     ax.set_ylabel(readable.metric_label(metric))
     ax.set_ylim(-0.05, 1.05)
@@ -242,7 +252,7 @@ def plot_metric_by(
     return ax
 
 
-def plot_retrieval_tuning(tuning: Any, metric: str | None = None) -> Any:
+def plot_retrieval_tuning(tuning: pd.DataFrame, metric: str | None = None) -> Figure:
     """Recall@k of the gold chunk and downstream accuracy against k, one line per retriever and
     chunk size. ``tuning``: mean ``gold_hit`` and ``metric`` indexed by (retriever, chunk_size,
     top_k), as notebook 03 builds it; ``metric`` defaults to its first metric column. Returns
@@ -269,12 +279,12 @@ def plot_retrieval_tuning(tuning: Any, metric: str | None = None) -> Any:
 
 
 def heatmap_table(
-    df: Any,
+    df: pd.DataFrame,
     label: str,
     metric: str | None = None,
     rows: str = "depth_percent",
     cols: str = "context_length",
-) -> Any:
+) -> pd.DataFrame:
     """Mean metric (default: the table's first metric column) of one strategy variant as a
     rows x cols grid (NIAH: depth x length)."""
     df = with_labels(df)
@@ -286,12 +296,12 @@ def heatmap_table(
 
 
 def plot_heatmaps(
-    df: Any,
+    df: pd.DataFrame,
     labels: Sequence[str] | None = None,
     metric: str | None = None,
     rows: str = "depth_percent",
     cols: str = "context_length",
-) -> Any:
+) -> Figure:
     """Side-by-side NIAH heatmaps (green = found) for each strategy variant, each cell labelled
     with its value (``100%``; an untested cell stays blank), so an all-found grid still reads as
     numbers and not one green block; returns the figure. ``metric`` defaults to the table's first
@@ -310,7 +320,9 @@ def plot_heatmaps(
         grid = heatmap_table(df, label, metric, rows, cols)
         grids.append(grid)
         image = ax.imshow(grid.to_numpy(), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-        ax.set_xticks(range(grid.shape[1]), [readable.compact_number(c) for c in grid.columns])
+        ax.set_xticks(
+            range(grid.shape[1]), [readable.compact_number(cast(float, c)) for c in grid.columns]
+        )
         ax.set_yticks(range(grid.shape[0]), _depth_ticks(list(grid.index)))
         ax.set_xlabel("context length (tokens)" if cols == "context_length" else cols)
         ax.set_ylabel("needle depth (%)" if rows == "depth_percent" else rows)
@@ -324,7 +336,7 @@ def plot_heatmaps(
     return fig
 
 
-def _annotate(ax: Any, grid: Any) -> None:
+def _annotate(ax: Axes, grid: Any) -> None:  # pandas-stubs types .iat as any scalar
     """Each cell's value as a percentage, in a size its cell holds: dark text on the light
     middle of the colour map, white on its dark ends."""
     rows, cols = grid.shape

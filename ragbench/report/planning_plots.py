@@ -4,7 +4,11 @@ $ per query against questions per document with a prefix cache, and its break-ev
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
 
 import ragbench.report.readable as readable
 from ragbench.registry import unknown
@@ -12,7 +16,9 @@ from ragbench.registry import unknown
 _ax = readable.axes
 
 
-def plot_kv_cache(kv: Any, gpu_memory_gib: float | None = None, ax: Any = None) -> Any:
+def plot_kv_cache(
+    kv: pd.DataFrame, gpu_memory_gib: float | None = None, ax: Axes | None = None
+) -> Axes:
     """KV-cache GiB per sequence against context length per model (``planning.kv_cache_table``),
     log-log, with one GPU's memory as a dashed line."""
     ax = _ax(ax, figsize=(8, 4))
@@ -24,7 +30,7 @@ def plot_kv_cache(kv: Any, gpu_memory_gib: float | None = None, ax: Any = None) 
             gpu_memory_gib, color="k", ls="--", lw=1, label=f"GPU memory ({gpu_memory_gib:g} GiB)"
         )
         values.append(gpu_memory_gib)
-    readable.count_axis_at(ax.xaxis, kv["context_tokens"].unique())
+    readable.count_axis_at(ax.xaxis, kv["context_tokens"].unique().tolist())
     readable.log_axis(ax.yaxis, values)
     ax.set(xlabel="context length (tokens)", ylabel="KV cache per sequence (GiB)")
     ax.set_title("KV-cache memory")
@@ -33,7 +39,7 @@ def plot_kv_cache(kv: Any, gpu_memory_gib: float | None = None, ax: Any = None) 
     return ax
 
 
-def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any:
+def plot_break_even(curve: pd.DataFrame, sheet: str | None = None, ax: Axes | None = None) -> Axes:
     """$ per 1,000 queries against questions per document for one price sheet (the first in
     ``curve`` by default): each RAG variant (dashed, flat: RAG pays full price every question)
     and long context with and without a prefix cache (``planning.prefix_cache_break_even``).
@@ -78,7 +84,9 @@ def plot_break_even(curve: Any, sheet: str | None = None, ax: Any = None) -> Any
     return ax
 
 
-def plot_prefix_caching(caching: Any, rag_dollars: float | None = None, ax: Any = None) -> Any:
+def plot_prefix_caching(
+    caching: pd.DataFrame, rag_dollars: float | None = None, ax: Axes | None = None
+) -> Axes:
     """$ per 1,000 questions against questions per document, long context with and without a
     prefix cache (``planning.prefix_caching_table``), and RAG's cost as a dashed line;
     ``rag_dollars`` is RAG's $ per question."""
@@ -93,7 +101,7 @@ def plot_prefix_caching(caching: Any, rag_dollars: float | None = None, ax: Any 
         ax.semilogx(q, caching[column] * 1000, label=label, **readable.series_style(i))
     if rag_dollars is not None:
         ax.axhline(rag_dollars * 1000, color="k", ls="--", lw=1, label="RAG")
-    readable.count_axis_at(ax.xaxis, q.unique())  # counts: 1, 10, 100 rather than 10^k
+    readable.count_axis_at(ax.xaxis, q.unique().tolist())  # counts: 1, 10, 100 rather than 10^k
     ax.set(xlabel="questions per document", ylabel="$ per 1,000 questions", title="Prefix caching")
     ax.set_ylim(bottom=0)
     readable.legend_beside(ax)  # beside: never on a curve

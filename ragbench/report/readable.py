@@ -9,11 +9,32 @@ notation with units.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+    from pandas.io.formats.style import Styler
 
 from ragbench.metrics.answer import METRICS
 from ragbench.retrieval.metrics import is_metric as is_retrieval_metric
+
+_Format = Callable[[object], str]
+
+
+class SeriesStyle(TypedDict):
+    """A series' marker, marker size and line width (``series_style``)."""
+
+    marker: str
+    ms: int
+    lw: NotRequired[float]  # the oracle's star has no line
+
 
 # readable names for the columns figures and tables show; metric names map through
 # ``metric_label`` (rates: shown as percentages)
@@ -27,7 +48,7 @@ _METRIC_NAMES = {
 }
 
 
-def axes(ax: Any = None, figsize: tuple[float, float] = (6, 4)) -> Any:
+def axes(ax: Axes | None = None, figsize: tuple[float, float] = (6, 4)) -> Axes:
     """``ax``, or a new axes with constrained layout (labels never cut at the figure's edge)."""
     if ax is None:
         import matplotlib.pyplot as plt
@@ -46,7 +67,7 @@ def metric_label(metric: str, what: str = "mean") -> str:
     return f"{name}, {suffix}"
 
 
-def percent_axis(axis: Any) -> None:
+def percent_axis(axis: Axis) -> None:
     """Show a [0, 1] rate axis as 0%..100% (tables show rates as percentages too)."""
     from matplotlib.ticker import MultipleLocator, PercentFormatter
 
@@ -74,7 +95,7 @@ def compact_number(value: float) -> str:
     return f"{value:.{digits}f}".rstrip("0").rstrip(".")
 
 
-def log_axis(axis: Any, values: Sequence[float]) -> None:
+def log_axis(axis: Axis, values: Sequence[float]) -> None:
     """A log axis whose labels never run together: a few even ticks within half a decade, ticks
     at 1-2-5 steps when the data spans under two decades, powers of ten otherwise, labelled in fixed notation; no minor labels
     (matplotlib labels minor ticks on short ranges, ``2x10^3 3x10^3 ...``, which collide)."""
@@ -97,7 +118,7 @@ def log_axis(axis: Any, values: Sequence[float]) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def count_axis_at(axis: Any, values: Sequence[float]) -> None:
+def count_axis_at(axis: Axis, values: Sequence[float]) -> None:
     """Ticks exactly at the tested values (context lengths, questions per document), labelled
     compactly (``1k 8k 32k 131k``): the reader sees what was measured."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
@@ -114,16 +135,16 @@ def count_axis_at(axis: Any, values: Sequence[float]) -> None:
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 
 
-def series_style(i: int) -> dict[str, Any]:
+def series_style(i: int) -> SeriesStyle:
     """Series ``i``'s marker and size: each later series drawn smaller with another marker, so
     a series exactly under another still shows around it."""
     return {"marker": MARKERS[i % len(MARKERS)], "ms": max(10 - 2 * (i % 4), 4), "lw": 1.6}
 
 
-def coincide_labels(series: dict[str, tuple[Any, ...]]) -> dict[str, str]:
+def coincide_labels(series: Mapping[str, tuple[object, ...]]) -> dict[str, str]:
     """Legend labels saying when a series coincides with an earlier one: ``rag k=3 (= long
     context)``; ``series`` maps each label to its points (hashable), in drawing order."""
-    seen: dict[tuple[Any, ...], str] = {}
+    seen: dict[tuple[object, ...], str] = {}
     labels = {}
     for label, points in series.items():
         labels[label] = f"{label} (= {seen[points]})" if points in seen else label
@@ -131,7 +152,7 @@ def coincide_labels(series: dict[str, tuple[Any, ...]]) -> dict[str, str]:
     return labels
 
 
-def legend_beside(ax: Any, **kwargs: Any) -> Any:
+def legend_beside(ax: Axes, **kwargs: object) -> Legend | None:
     """The legend to the right of the axes: never on a line, marker or bar."""
     if not ax.get_legend_handles_labels()[0]:
         return None
@@ -141,7 +162,7 @@ def legend_beside(ax: Any, **kwargs: Any) -> Any:
 # ------------------------------------------------------------------------ the check
 
 
-def _visible_labels(axis: Any) -> list[Any]:
+def _visible_labels(axis: Axis) -> list[Text]:
     low, high = sorted(axis.get_view_interval())
     span = (high - low) or 1.0
     out = []
@@ -156,30 +177,30 @@ def _visible_labels(axis: Any) -> list[Any]:
     return out
 
 
-def _overlap(a: Any, b: Any, pad: float = 0.5) -> bool:
+def _overlap(a: Bbox, b: Bbox, pad: float = 0.5) -> bool:
     return min(a.x1, b.x1) - max(a.x0, b.x0) > pad and min(a.y1, b.y1) - max(a.y0, b.y0) > pad
 
 
-def _data_points(ax: Any) -> list[tuple[float, float]]:
+def _data_points(ax: Axes) -> list[tuple[float, float]]:
     """Display coordinates of what the axes draws: line vertices (and points along each
     segment, so a legend across a line counts), scatter offsets and bar corners."""
     import numpy as np
 
     points: list[tuple[float, float]] = []
     for line in ax.get_lines():
-        xy = line.get_xydata()
+        xy = np.asarray(line.get_xydata(), dtype=float)
         if len(xy) == 0:
             continue
         if len(xy) == 2 and line.get_transform() is not ax.transData:  # axhline / axvline
             display = line.get_transform().transform(xy)
         else:
-            display = ax.transData.transform(np.asarray(xy, dtype=float))
+            display = ax.transData.transform(xy)
         for (x0, y0), (x1, y1) in zip(display[:-1], display[1:], strict=True):
             for t in np.linspace(0, 1, 25):
                 points.append((x0 + t * (x1 - x0), y0 + t * (y1 - y0)))
         points.extend(map(tuple, display))
     for collection in ax.collections:
-        offsets = collection.get_offsets()
+        offsets = np.asarray(collection.get_offsets())
         if len(offsets):
             points.extend(map(tuple, collection.get_offset_transform().transform(offsets)))
     for patch in ax.patches:
@@ -190,11 +211,11 @@ def _data_points(ax: Any) -> list[tuple[float, float]]:
     return [p for p in points if all(math.isfinite(v) for v in p)]
 
 
-def figure_problems(fig: Any) -> list[str]:
+def figure_problems(fig: Figure) -> list[str]:
     """What a reader could not read in ``fig``: tick labels of one axis that overlap, and a
     legend that covers a plotted point, line or bar. Empty when the figure is readable."""
     fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg and its kin
     problems = []
     for i, ax in enumerate(fig.axes):
         name = ax.get_title() or ax.get_ylabel() or f"axes {i}"
@@ -230,12 +251,12 @@ _RATE_WORDS = ("rate", "share", "saving", "recall", "accuracy", "ci_low", "ci_hi
 _NEVER_WORDS = ("break_even", "cheaper_from")
 
 
-def reads_never(column: Any) -> bool:
+def reads_never(column: Hashable) -> bool:
     """Whether ``column``'s infinite or missing values mean "never" (``_NEVER_WORDS``)."""
     return any(word in str(column).lower() for word in _NEVER_WORDS)
 
 
-def _kind(column: str, values: Any, rates: Sequence[str]) -> str:
+def _kind(column: Hashable, values: pd.Series, rates: Sequence[str]) -> str:
     """How a column reads: ``dollars`` (per query), ``dollars_total``, ``dollars_1k`` (already per
     1k), ``rate``, ``int``, ``float`` or ``other``."""
     import pandas as pd
@@ -277,43 +298,48 @@ def _float(value: float) -> str:
     return f"{value:,.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
 
 
-def _finite(fmt: Any, never: bool) -> Any:
+def _finite(fmt: Callable[[float], str], never: bool) -> _Format:
     """``fmt`` for finite values; an infinite one reads "never" (``never``) or as ``∞``."""
 
-    def show(value: Any) -> str:
+    def show(value: object) -> str:
         if isinstance(value, float) and math.isinf(value):
             return "never" if never and value > 0 else ("∞" if value > 0 else "-∞")
-        return fmt(value)
+        return fmt(cast(float, value))  # a numeric column's value
 
     return show
 
 
-def _formats(table: Any, rates: Sequence[str]) -> tuple[dict[Any, Any], dict[Any, str]]:
+def _formats(
+    table: pd.DataFrame, rates: Sequence[str]
+) -> tuple[dict[Hashable, _Format], dict[Hashable, str]]:
     """Per column: how its values print and the header with its unit (see ``readable_table``)."""
-    formats: dict[Any, Any] = {}
-    headers: dict[Any, str] = {}
+    formats: dict[Hashable, _Format] = {}
+    headers: dict[Hashable, str] = {}
     for column in table.columns:
         kind = _kind(column, table[column], rates)
+        fmt: Callable[[float], str] | None = None
         if kind == "dollars":
-            formats[column] = per_1k
+            fmt = per_1k
             headers[column] = f"{column} ($ / 1k queries)"
         elif kind == "dollars_total":
-            formats[column] = _dollars
+            fmt = _dollars
             headers[column] = f"{column} ($)"
         elif kind == "dollars_1k":
-            formats[column] = "${:,.4f}".format
+            fmt = "${:,.4f}".format
         elif kind == "rate":
-            formats[column] = "{:.1%}".format
+            fmt = "{:.1%}".format
         elif kind == "int":
-            formats[column] = "{:,.0f}".format
+            fmt = "{:,.0f}".format
         elif kind == "float":
-            formats[column] = _float
-        if column in formats:
-            formats[column] = _finite(formats[column], reads_never(column))
+            fmt = _float
+        if fmt is not None:
+            formats[column] = _finite(fmt, reads_never(column))
     return formats, headers
 
 
-def readable_table(table: Any, rates: Sequence[str] = (), styler: Any = None) -> Any:
+def readable_table(
+    table: pd.DataFrame, rates: Sequence[str] = (), styler: Styler | None = None
+) -> Styler:
     """``table`` formatted for reading, as a pandas ``Styler`` (the numbers stay numbers in
     ``.data``): dollars per query as ``$`` per 1,000 queries in fixed notation, dollar totals in
     fixed notation, rates (metric means, CIs, shares, savings, and the columns named in
@@ -323,23 +349,27 @@ def readable_table(table: Any, rates: Sequence[str] = (), styler: Any = None) ->
     Column headers get the unit (``dollars`` -> ``$ / 1k queries``). ``styler``: format this
     ``Styler`` of ``table`` instead of a new one."""
     formats, headers = _formats(table, rates)
-    styler = (table.style if styler is None else styler).format(formats, na_rep="–")
-    never = [c for c in table.columns if reads_never(c) and c in formats]
+    styler = (table.style if styler is None else styler).format(
+        {c: f for c, f in formats.items()}, na_rep="–"
+    )
+    never: list[Hashable] = [c for c in table.columns if reads_never(c) and c in formats]
     if never:
         # subset: a dict alone would reset every other column's format
         styler = styler.format({c: formats[c] for c in never}, subset=never, na_rep="never")
     if headers:
-        styler = styler.format_index(lambda c: headers.get(c, c), axis=1)
+        styler = styler.format_index(lambda c: headers.get(c, str(c)), axis=1)
     return styler
 
 
-def readable_text(table: Any, rates: Sequence[str] = ()) -> str:
+def readable_text(table: pd.DataFrame, rates: Sequence[str] = ()) -> str:
     """``readable_table`` as aligned plain text, for terminals (``ragbench run --dry-run``)."""
     shown, headers = shown_values(table, rates)
     return shown.rename(columns=headers).to_string(index=False)
 
 
-def shown_values(table: Any, rates: Sequence[str] = ()) -> tuple[Any, dict[Any, str]]:
+def shown_values(
+    table: pd.DataFrame, rates: Sequence[str] = ()
+) -> tuple[pd.DataFrame, dict[Hashable, str]]:
     """``table`` with every value as the text ``readable_table`` shows, and the headers with
     units (``{column: header}`` where a unit was added)."""
     formats, headers = _formats(table, rates)
@@ -351,7 +381,7 @@ def shown_values(table: Any, rates: Sequence[str] = ()) -> tuple[Any, dict[Any, 
     return shown.astype(str) if len(shown.columns) else shown, headers
 
 
-def _missing(value: Any) -> bool:
+def _missing(value: float | str | None) -> bool:
     import pandas as pd
 
     return bool(pd.api.types.is_scalar(value) and pd.isna(value))

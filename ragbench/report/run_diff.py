@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.analysis._common import (
     _higher_is_better,
@@ -56,6 +56,9 @@ from ragbench.report.run_match import (
 from ragbench.report.runs import load, manifest_of, run_folder, run_names
 from ragbench.schema import check
 from ragbench.secrets import redact
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SIDES = ("A", "B")
 NOT_SET = "(not set)"  # a setting one config has and the other does not
@@ -89,8 +92,8 @@ class Setting:
     where one config does not set it)."""
 
     key: str
-    a: Any
-    b: Any
+    a: object
+    b: object
 
     def __str__(self) -> str:
         a = NOT_SET if self.a is None else show_value(self.a)
@@ -294,12 +297,12 @@ class _Run:
     manifest to read) and folder (None: a table given without one)."""
 
     name: str
-    table: Any
-    config: dict[str, Any] | None
+    table: pd.DataFrame
+    config: dict[str, object] | None
     folder: Path | None
 
 
-def _config(folder: Path | None) -> dict[str, Any] | None:
+def _config(folder: Path | None) -> dict[str, object] | None:
     """The run's config from its manifest (another schema's: SchemaError), credentials masked."""
     if folder is None:
         return None
@@ -311,7 +314,7 @@ def _config(folder: Path | None) -> dict[str, Any] | None:
     return redact(config)
 
 
-def _side(run: Any, side: str) -> _Run:
+def _side(run: object, side: str) -> _Run:
     """A run folder (or its ``results.parquet``), or the table ``ragbench.load`` returns for one
     run; anything else is an error saying what is accepted."""
     import pandas as pd
@@ -355,12 +358,12 @@ def _named(a: _Run, b: _Run) -> tuple[_Run, _Run]:
     return _Run(na, a.table, a.config, a.folder), _Run(nb, b.table, b.config, b.folder)
 
 
-def flat_settings(config: Any, prefix: str = "") -> dict[str, Any]:
+def flat_settings(config: object, prefix: str = "") -> dict[str, object]:
     """A config as ``{dotted key: value}``: mappings by key, lists of mappings by position
     (``strategies.2.params.top_k``); any other list is one value (``metrics``, a grid axis)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if isinstance(config, Mapping):
-        items: Iterable[tuple[Any, Any]] = config.items()
+        items: Iterable[tuple[object, object]] = config.items()
     elif isinstance(config, list) and any(isinstance(v, Mapping) for v in config):
         items = enumerate(config)
     else:
@@ -415,7 +418,9 @@ def _rows(run: _Run, label: str, shared: tuple[str, ...]) -> Any:
     return t[(t["label"] == label) & t["example_id"].isin(shared)]
 
 
-def _ratios(ra: Any, rb: Any, s: _Setup) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _ratios(
+    ra: pd.DataFrame, rb: pd.DataFrame, s: _Setup
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(cost ratio, latency ratio), each with its interval, by the verdict's method
     (``cost_ratio``) over the questions both answered: A's rows labelled "A", B's "B"."""
     import pandas as pd
@@ -535,8 +540,8 @@ def _shared(a: _Run, b: _Run) -> tuple[tuple[str, ...], int, int]:
 
 
 def compare_runs(
-    a: Any,
-    b: Any,
+    a: object,
+    b: object,
     pairs: Mapping[str, str] | Iterable[str] | None = None,
     metric: str | None = None,
     seed: int = 0,

@@ -26,10 +26,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.registry import did_you_mean, unknown
 from ragbench.strategies import params_from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RULES = ("given", "same label", "nearest")
 
@@ -38,14 +41,14 @@ class MatchError(ValueError):
     """Pairs that cannot be used (a text that is no ``LABEL_A=LABEL_B``, a label paired twice)."""
 
 
-def show_value(value: Any) -> str:
+def show_value(value: object) -> str:
     """A setting's or parameter's value as a person reads it: text bare, the rest as JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def value_key(value: Any) -> str:
+def value_key(value: object) -> str:
     """A value as comparable text (a mapping's key order does not matter)."""
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -80,7 +83,7 @@ class Variant:
 
     label: str
     strategy: str
-    params: Mapping[str, Any]
+    params: Mapping[str, object]
 
 
 def _params(strategy: str, text: Any) -> dict[str, Any]:
@@ -94,7 +97,7 @@ def _params(strategy: str, text: Any) -> dict[str, Any]:
         return raw
 
 
-def variants(table: Any) -> list[Variant]:
+def variants(table: pd.DataFrame) -> list[Variant]:
     """The run's variants in config (first-seen) order."""
     first = table.drop_duplicates("label")
     params = first["params"] if "params" in first else [None] * len(first)

@@ -18,10 +18,13 @@ import json
 from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.experiment.evidence import CHUNKS, QUESTIONS, read_questions
 from ragbench.schema import read_folder_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RUN_SEPARATOR = ": "  # between a run's name and a label in a several-run table
 
@@ -87,7 +90,7 @@ def _one(folder: Path, name: str) -> tuple[Any, list[str]]:
     return df, missing
 
 
-def load(runs: str | PathLike[str] | Sequence[str | PathLike[str]]) -> Any:
+def load(runs: str | PathLike[str] | Sequence[str | PathLike[str]]) -> pd.DataFrame:
     """The results table of one run folder, or of several one below the other (module
     docstring): one row per record, with ``run``, ``model`` and ``question`` beside it.
     ``df.attrs``: ``run_dirs`` ({run: folder}) and ``missing`` ({run: [what it lacks]})."""

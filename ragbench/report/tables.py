@@ -7,16 +7,21 @@ import functools
 import html
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pandas.io.formats.style import Styler
 
 import ragbench.report.readable as readable
+from ragbench.analysis.verdict import Verdict
 from ragbench.cost.accounting import format_bytes
 from ragbench.experiment.provenance import dataset_name
 
 
-def _short_hash(value: Any) -> Any:
+def _short_hash(value: object) -> object:
     """``files-sha256:<64 hex>`` -> ``files-sha256:<16 hex>``, like the other hashes shown."""
     if isinstance(value, str) and "sha256:" in value:
         head, _, digest = value.rpartition(":")
@@ -24,7 +29,7 @@ def _short_hash(value: Any) -> Any:
     return value
 
 
-def _with_unit(key: str, value: Any) -> tuple[str, Any]:
+def _with_unit(key: str, value: object) -> tuple[str, object]:
     """A provenance fact as a reader takes it: bytes as GiB (``hardware memory``, not
     ``memory_bytes``), the fake model's simulated throughput in tokens/s, lists comma-joined,
     long hashes shortened."""
@@ -40,7 +45,7 @@ def _with_unit(key: str, value: Any) -> tuple[str, Any]:
     return key, _short_hash(value)
 
 
-def table_remarks(table: Any) -> list[str]:
+def table_remarks(table: pd.DataFrame) -> list[str]:
     """What a table says about itself, for reading under it: its ``attrs["warnings"]`` (what
     the numbers hide), as ``warning: ...``, then its ``attrs["notes"]`` (e.g. rows on fewer than
     30 questions), as ``note: ...``. ``ragbench run`` prints these lines under each summary."""
@@ -96,21 +101,21 @@ def _chars(text: str, breaks: str) -> int:
     return min(len(text), max(longest, LINE))
 
 
-def _width(header: Any, values: Sequence[str]) -> float:
+def _width(header: object, values: Iterable[object]) -> float:
     """About how wide (px) a column reads comfortably: its header or widest cell, wrapped."""
     cells = [_chars(str(v), r"\s+|(?<=-)") for v in values]
     chars = max([_chars(str(header), r"\s+|(?<=_)"), *cells])
     return CHAR_PX * chars + CELL_PX
 
 
-def _row_names(table: Any) -> bool:
+def _row_names(table: pd.DataFrame) -> bool:
     """Whether the index names the rows (a RangeIndex 0, 1, 2... says nothing and is hidden)."""
     import pandas as pd
 
     return not (isinstance(table.index, pd.RangeIndex) and table.index.name is None)
 
 
-def _split(table: Any, rates: Sequence[str]) -> tuple[list[Any], list[list[Any]]]:
+def _split(table: pd.DataFrame, rates: Sequence[str]) -> tuple[list[str], list[list[str]]]:
     """(the columns every part repeats, each part's other columns). The row names (the first
     text columns, at most two; else the first column) come first, then ``LEAD_COLUMNS``, the
     rest, ``DETAIL_COLUMNS``. A table wider than ``PAGE_PX`` is split before its first detail
@@ -118,7 +123,7 @@ def _split(table: Any, rates: Sequence[str]) -> tuple[list[Any], list[list[Any]]
     import pandas as pd
 
     columns = list(table.columns)
-    ids: list[Any] = []
+    ids: list[str] = []
     for c in (c for c in columns if c not in DETAIL_COLUMNS + LEAD_COLUMNS):
         if pd.api.types.is_numeric_dtype(table[c]) or len(ids) == 2:
             break
@@ -133,7 +138,7 @@ def _split(table: Any, rates: Sequence[str]) -> tuple[list[Any], list[list[Any]]
     )
     shown, headers = readable.shown_values(table, rates)
     width = {c: _width(headers.get(c, c), shown[c]) for c in columns}
-    used = sum(width[c] for c in ids)
+    used: float = sum(width[c] for c in ids)
     if _row_names(table):
         used += _width(
             " ".join(str(n) for n in table.index.names if n is not None),
@@ -141,7 +146,7 @@ def _split(table: Any, rates: Sequence[str]) -> tuple[list[Any], list[list[Any]]
         )
     if used + sum(width[c] for c in rest) <= PAGE_PX:
         return ids, [rest]
-    parts: list[list[Any]] = [[]]
+    parts: list[list[str]] = [[]]
     taken = used
     for c in rest:
         detail = len(parts) == 1 and c in DETAIL_COLUMNS
@@ -153,19 +158,23 @@ def _split(table: Any, rates: Sequence[str]) -> tuple[list[Any], list[list[Any]]
     return ids, parts
 
 
-def _header(headers: dict[Any, str]) -> Any:
+def _header(headers: Mapping[Hashable, str]) -> Callable[[object], str]:
     """A header as HTML that may break after each underscore (``string_<wbr>match_<wbr>all``)
     and takes at most ``HEADER_EM`` a line, so a long name wraps instead of widening its
     column."""
 
-    def show(column: Any) -> str:
-        text = html.escape(str(headers.get(column, column))).replace("_", "_<wbr>")
+    def show(column: object) -> str:
+        text = html.escape(
+            headers.get(column, str(column)) if isinstance(column, Hashable) else str(column)
+        ).replace("_", "_<wbr>")
         return f'<span style="display:inline-block;max-width:{HEADER_EM}em">{text}</span>'
 
     return show
 
 
-def _styled(styler: Any, table: Any, rates: Sequence[str], caption: Sequence[str]) -> Any:
+def _styled(
+    styler: Styler | None, table: pd.DataFrame, rates: Sequence[str], caption: Sequence[str]
+) -> Styler:
     styler = readable.readable_table(table, rates, styler=styler)
     for column, flag in LOWER_BOUNDS.items():
         if column in table and flag in table:
@@ -191,14 +200,16 @@ def _tables_class() -> type:
     from pandas.io.formats.style import Styler
 
     class FormattedTable(Styler):
-        more: Sequence[Any] = ()
+        more: Sequence[Styler] = ()
         remarks: Sequence[str] = ()  # its caption's lines
-        parts: Sequence[Any] = ()  # each table as text cells under plain headers (``_plain``)
+        parts: Sequence[
+            pd.DataFrame
+        ] = ()  # each table as text cells under plain headers (``_plain``)
         show_index: bool = False
 
         # plain text of its own: Styler's layout options (sparse_index, delimiter) do not apply
         def to_string(  # type: ignore[override]
-            self, buf: Any = None, encoding: str | None = None
+            self, buf: str | Path | IO[str] | None = None, encoding: str | None = None
         ) -> str | None:
             """The table as plain text, for a script or a terminal: its caption's lines, then
             the rows with their values as the HTML shows them, under headers without markup,
@@ -222,7 +233,7 @@ def _tables_class() -> type:
 
         __repr__ = __str__
 
-        def to_html(self, buf: Any = None, **kwargs: Any) -> Any:
+        def to_html(self, buf: Any = None, **kwargs: Any) -> Any:  # Styler.to_html's own
             styles = {"exclude_styles": kwargs.get("exclude_styles", False)}
             text = super().to_html(**kwargs) + "".join(m.to_html(**styles) for m in self.more)
             if buf is None:
@@ -234,7 +245,7 @@ def _tables_class() -> type:
     return FormattedTable
 
 
-def formatted(table: Any, rates: Sequence[str] = ()) -> Any:
+def formatted(table: pd.DataFrame, rates: Sequence[str] = ()) -> Styler:
     """``table`` formatted for reading (a ``Styler``; the numbers stay in ``.data``): $ per
     1,000 queries in fixed notation, rates as percentages, counts as integers, "never" where a
     break-even is never reached, every column kept (a summary's ``n`` too). It fits a page
@@ -248,19 +259,22 @@ def formatted(table: Any, rates: Sequence[str] = ()) -> Any:
     ``ragbench.report.readable.readable_table``."""
     ids, parts = _split(table, rates)
     ordered = table[ids + [c for part in parts for c in part]]
-    styler = _tables_class()(ordered)
-    styler = _styled(styler, ordered, rates, table_remarks(table))
-    hidden = [c for part in parts[1:] for c in part]
+    table_ = _tables_class()(ordered)
+    styler = _styled(table_, ordered, rates, table_remarks(table))
+    hidden: list[Hashable] = [c for part in parts[1:] for c in part]
     if hidden:
         styler = styler.hide(subset=hidden, axis="columns")
-    styler.more = [_styled(None, ordered[ids + part], rates, [MORE_COLUMNS]) for part in parts[1:]]
-    styler.remarks = table_remarks(table)
-    styler.parts = _plain(ordered, rates, [ids + part for part in parts])
-    styler.show_index = _row_names(ordered)
+    # styling changes the styler in place: styler is table_
+    table_.more = [_styled(None, ordered[ids + part], rates, [MORE_COLUMNS]) for part in parts[1:]]
+    table_.remarks = table_remarks(table)
+    table_.parts = _plain(ordered, rates, [ids + part for part in parts])
+    table_.show_index = _row_names(ordered)
     return styler
 
 
-def _plain(table: Any, rates: Sequence[str], parts: Sequence[Sequence[Any]]) -> list[Any]:
+def _plain(
+    table: pd.DataFrame, rates: Sequence[str], parts: Sequence[Sequence[str]]
+) -> list[pd.DataFrame]:
     """Each part of ``table`` (its columns) as the text its HTML shows, under plain headers
     (with their units; no markup): what ``FormattedTable.to_string`` prints."""
     shown, headers = readable.shown_values(table, rates)
@@ -271,7 +285,7 @@ def _plain(table: Any, rates: Sequence[str], parts: Sequence[Sequence[Any]]) -> 
     return [shown[list(part)].rename(columns=lambda c: headers.get(c, c)) for part in parts]
 
 
-def provenance(run_dir: str | Path) -> Any:
+def provenance(run_dir: str | Path) -> pd.DataFrame:
     """The run manifest's key facts as a one-column table (config hash, dataset fingerprint,
     model identity, commit, hardware, times), so a rendered notebook says what produced it.
     Paths are shown relative to the run folder's parent, never as absolute machine paths."""
@@ -281,7 +295,7 @@ def provenance(run_dir: str | Path) -> Any:
     model = manifest.get("model", {})
     versions = manifest.get("versions", {})
     hardware = manifest.get("hardware", {})
-    facts: dict[str, Any] = {
+    facts: dict[str, object] = {
         "run": Path(run_dir).name,
         "config hash": manifest.get("config_hash", "")[:16],
         "dataset": dataset_name(manifest),
@@ -300,7 +314,7 @@ def provenance(run_dir: str | Path) -> Any:
     return pd.Series({k: str(v) for k, v in facts.items()}, name="provenance").to_frame()
 
 
-def predictions(df: Any, width: int = 60) -> Any:
+def predictions(df: pd.DataFrame, width: int = 60) -> pd.DataFrame:
     """``df`` with its ``prediction`` column cut to ``width`` characters from the end, where
     the answer is: small models restate the question first ("The special magic number
     mentioned in the text is 7463343."), and a table cut from the start shows only that."""
@@ -312,7 +326,7 @@ def predictions(df: Any, width: int = 60) -> Any:
     return out
 
 
-def verdict_detail(verdict: Any) -> Any:
+def verdict_detail(verdict: Verdict) -> Styler:
     """The verdict's detail for reading: every comparison behind its sentence, ``formatted``.
     A verdict with no detail (no variant meets the constraints: nothing was compared) shows
     each variant against the constraints instead: its score, $ per 1,000 queries (prompt
@@ -321,6 +335,7 @@ def verdict_detail(verdict: Any) -> Any:
     if verdict.detail is not None:  # the means and their difference read as their interval does
         return formatted(verdict.detail, rates=("mean_a", "mean_b", "diff", "ci_level"))
     variants = verdict.variants
+    assert variants is not None  # a verdict without detail has its variants
     cost = "prompt_tokens" if verdict.cost == "prompt_tokens" else "dollars_per_1k"
     table = variants[["score", "n", "cost_per_1k", "latency_s", "meets"]].rename(
         columns={

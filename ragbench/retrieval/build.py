@@ -70,7 +70,7 @@ def needs_embedder(name: str, options: dict[str, Any] | None = None) -> bool:
     return bool(embeds)
 
 
-def _check_options(name: str, options: dict[str, Any], valid: Sequence[str]) -> None:
+def _check_options(name: str, options: dict[str, object], valid: Sequence[str]) -> None:
     for key in sorted(options):
         if key not in valid:
             raise UnknownOptionError(
@@ -78,12 +78,12 @@ def _check_options(name: str, options: dict[str, Any], valid: Sequence[str]) -> 
             )
 
 
-def _check_required(name: str, options: dict[str, Any]) -> None:
+def _check_required(name: str, options: dict[str, object]) -> None:
     if name == "rerank" and "cross_encoder" not in options:
         raise ValueError("the rerank retriever needs cross_encoder=<local model folder or HF id>")
 
 
-def check_retriever_params(retriever: str, params: dict[str, Any]) -> None:
+def check_retriever_params(retriever: str, params: dict[str, object]) -> None:
     """Raise, naming the valid choices, when ``retriever`` is not in ``RETRIEVERS`` or a key of
     ``params`` is not one of its options. ``embedder`` is not among them: it is a setting of its
     own (``build_index(embedder=...)``). Keys are checked one by one, so a subset of a
@@ -123,12 +123,12 @@ def build_index(
     documents: Sequence[Document],
     *,
     retriever: str,
-    embedder: Any,
+    embedder: object,
     splitter: str,
     chunk_size: int,
     chunk_overlap: int,
     tokenizer: str,
-    retriever_params: dict[str, Any] | None = None,
+    retriever_params: dict[str, object] | None = None,
 ) -> tuple[list[Chunk], Retriever]:
     """Chunk ``documents`` and build ``retriever`` over the chunks: ``(chunks, retriever)``.
 

@@ -263,7 +263,7 @@ class RerankRetriever(Retriever):
     def __init__(
         self,
         base: Retriever,
-        cross_encoder: Any,
+        cross_encoder: object,
         candidates: int = 20,
         batch_size: int = 32,
         device: str = "auto",

@@ -24,7 +24,7 @@ from ragbench.strategies.prompt_format import RAGBENCH, Frame, PromptFormat, pro
 from ragbench.types import Completion, Example, GenerationRequest, Record
 
 Steps = Generator[GenerationRequest, Completion, Record]  # yields requests, returns the Record
-Answer = Generator[GenerationRequest, Completion, tuple[Completion, Cost, dict[str, Any]]]
+Answer = Generator[GenerationRequest, Completion, tuple[Completion, Cost, dict[str, object]]]
 # (example, retrieval settings) -> (chunks, retriever); the runner memoises built indexes
 IndexFn = Callable[[Example, RetrievalParams], tuple[list, Any]]
 
@@ -112,7 +112,7 @@ def make_record(
     params: StrategyParams,
     completion: Completion,
     res: Resources,
-    meta: dict[str, Any],
+    meta: dict[str, object],
     cost: Cost | None = None,
     prediction: str | None = None,
 ) -> Record:

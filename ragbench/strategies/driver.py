@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ragbench.llm.base import LLM
 from ragbench.strategies.base import Steps
 from ragbench.types import Completion, GenerationRequest, Record
 
@@ -17,7 +18,7 @@ class FailedAfterPaying(Exception):
     its long-context call over the window): the ``error``, and the ``cost`` of the finished
     calls, spent all the same, so the error record carries it and a budget counts it."""
 
-    def __init__(self, error: BaseException, cost: Any) -> None:
+    def __init__(self, error: BaseException, cost: object) -> None:
         super().__init__(str(error))
         self.error, self.cost = error, cost
 
@@ -47,7 +48,7 @@ def advance(steps: Steps, completion: Completion | None) -> GenerationRequest | 
 
 def drive(
     steps: Steps,
-    llm: Any,
+    llm: LLM,
     charge: Callable[[GenerationRequest, Completion], Completion] | None = None,
 ) -> Record:
     """Run a strategy's steps one request at a time; ``charge`` (the run's
@@ -60,7 +61,7 @@ def drive(
 
 
 def outcomes(
-    llm: Any, requests: list[GenerationRequest], exc: Exception
+    llm: LLM, requests: list[GenerationRequest], exc: Exception
 ) -> list[Completion | Exception]:
     """Each request's completion or error after ``llm.generate(requests)`` raised ``exc``.
 

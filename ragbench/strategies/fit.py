@@ -15,7 +15,6 @@ attribution reads. Self-Route's long-context branch stores the same keys with an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ragbench.llm.base import ContextOverflowError
 from ragbench.strategies.base import Resources
@@ -32,7 +31,7 @@ def long_context_prompt(
     overflow: str = OVERFLOW_ERROR,
     decline: bool = False,
     cot: bool = False,
-) -> tuple[str, str, dict[str, Any]]:
+) -> tuple[str, str, dict[str, object]]:
     """(prompt, prefix, meta) with the context fitted to the limit under ``overflow``, in the
     example's prompt format (``cot``: its reasoning call's prompt, with that call's budget);
     the meta says what the cut kept (``kept_facts``)."""
@@ -106,7 +105,7 @@ def document_layout(documents: Sequence[Document]) -> list[tuple[str, int, int, 
     return out
 
 
-def kept_facts(example: Example, ranges: list[tuple[int, int]]) -> dict[str, Any]:
+def kept_facts(example: Example, ranges: list[tuple[int, int]]) -> dict[str, object]:
     """What a cut to ``ranges`` (kept character ranges of ``example.context``) kept:
     ``dropped_documents`` (ids with nothing kept) and ``cut_documents`` (ids partly kept), in
     document order, and ``evidence_truncated``: True when some evidence span

@@ -14,8 +14,8 @@ is a load-time option of the model; ``rope_scaling`` names it in the record and 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from ragbench.llm.base import LLM
 from ragbench.strategies.base import Resources, Steps, answer, make_record
 from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import LongContextParams
@@ -24,7 +24,7 @@ from ragbench.strategies.prompt_format import prompt_format
 from ragbench.types import Example
 
 
-def check_rope(params: LongContextParams, llm: Any) -> None:
+def check_rope(params: LongContextParams, llm: LLM) -> None:
     """The record's ``rope_scaling`` must be what the model was loaded with (its identity). Only
     the transformers backend scales RoPE; the dry run counts prompts and loads no model."""
     identity = llm.identity()

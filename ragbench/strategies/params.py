@@ -74,7 +74,7 @@ class StrategyParams:
                 raise ValueError(f"unknown {cls.strategy} parameter {key!r}; {hint}")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+    def from_dict(cls, data: Mapping[str, object]) -> Self:
         """Parameters from a mapping (missing fields take their defaults; unknown are errors)."""
         cls.check_keys(data)
         return cls(**data)
@@ -105,7 +105,7 @@ class StrategyParams:
             points.append(point)
         return points
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, at its default too (results, work keys)."""
         return dataclasses.asdict(self)
 
@@ -171,7 +171,9 @@ class LongContextParams(StrategyParams):
         super().__post_init__()
 
     @classmethod
-    def grid(cls, spec: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> list[Self]:
+    def grid(
+        cls, spec: Mapping[str, object], base: Mapping[str, object] | None = None
+    ) -> list[Self]:
         """As ``StrategyParams.grid``; a list inside ``kv`` (``kv: {name: quantized, bits: [8,
         4]}``) is an axis too, as a list of ``kv`` mappings is."""
         kv = spec.get("kv")
@@ -182,7 +184,7 @@ class LongContextParams(StrategyParams):
             spec = {**spec, "kv": kvs}
         return super().grid(spec, base)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """As stored; ``kv`` as the variant's ``spec()`` (``{"name": ..., <parameter>: ...}``)."""
         return super().to_dict() | {"kv": self.kv.spec()}
 
@@ -238,7 +240,7 @@ class RetrievalParams(StrategyParams):
             EMBEDDERS.check(self.embedder)
         check_chunking(self.splitter, self.chunk_size, self.chunk_overlap)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """As stored; a retriever that embeds nothing names no embedder (not even null)."""
         data = super().to_dict()
         if self.embedder is None:

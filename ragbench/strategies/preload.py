@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from ragbench.cost.accounting import Cost
 from ragbench.llm.cache import CachedLLM
@@ -50,7 +50,7 @@ from ragbench.strategies.base import Resources
 from ragbench.strategies.fit import long_context_prompt
 from ragbench.strategies.params import LongContextParams, StrategyParams
 from ragbench.strategies.prompt_format import FULL, prompt_format
-from ragbench.types import Example
+from ragbench.types import Example, Record
 
 
 def wanted(params: StrategyParams) -> TypeGuard[LongContextParams]:
@@ -69,7 +69,7 @@ def group(example: Example, params: StrategyParams) -> tuple | None:
     return group_of(example.meta, params) if wanted(params) else None
 
 
-def group_of(meta: Mapping[str, Any], params: StrategyParams) -> tuple | None:
+def group_of(meta: Mapping[str, object], params: StrategyParams) -> tuple | None:
     """``group`` from the example's ``meta`` (what a results table keeps of it)."""
     if not wanted(params):
         return None
@@ -129,7 +129,9 @@ def amortised(cost: Cost, example: Example, params: StrategyParams, res: Resourc
     return cost.amortise(one_time, res.preload_over.get(key, 1))
 
 
-def sharing(records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]) -> dict[tuple, list]:
+def sharing(
+    records: Sequence[Record], meta: Mapping[str, Mapping[str, object]]
+) -> dict[tuple, list]:
     """Per preload group, the indices of ``records`` that share its one-time cost: the answered
     questions (a record whose cost carries ``one_time_seconds``; a failed one has no cost).
     ``meta``: example id -> the example's meta (its ``corpus_fingerprint``); a record whose
@@ -145,7 +147,7 @@ def sharing(records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]) -> di
     return out
 
 
-def amortise_answered(records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]) -> list:
+def amortise_answered(records: Sequence[Record], meta: Mapping[str, Mapping[str, object]]) -> list:
     """``records`` with each one-time cost amortised over the questions that answered with it
     (``sharing``), whatever the run planned: ``amortised_over`` N and ``amortised_*`` = own +
     one_time / N (``Cost.shared_by``). Records without a one-time cost are returned as they
@@ -158,7 +160,7 @@ def amortise_answered(records: Sequence[Any], meta: Mapping[str, Mapping[str, An
 
 
 def one_time_dollars(
-    records: Sequence[Any], meta: Mapping[str, Mapping[str, Any]]
+    records: Sequence[Record], meta: Mapping[str, Mapping[str, object]]
 ) -> dict[tuple, float]:
     """Per preload group of ``records``, its one-time dollars, once: its records' mean one-time
     dollars (what their amortised shares add up to; the same on each unless a resumed session
@@ -170,9 +172,9 @@ def one_time_dollars(
     return out
 
 
-def summary(res: Resources | None) -> list[dict[str, Any]]:
+def summary(res: Resources | None) -> list[dict[str, object]]:
     """The run's preloads for its manifest: group, one-time seconds and dollars, questions."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     if res is None:
         return out
     for key, one in res.preloaded.items():

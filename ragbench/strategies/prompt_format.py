@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import ragbench.datasets.longbench_v2 as lb2
 from ragbench.datasets.task_types import INSTRUCTIONS
 from ragbench.metrics.longbench_v2 import extract_answer
 from ragbench.registry import unknown
+from ragbench.strategies.params import StrategyParams
 from ragbench.strategies.prompts import (
     ANSWER_STOP,
     CLOSED_BOOK_TEMPLATE,
@@ -170,7 +171,7 @@ def prompt_format(example: Example) -> PromptFormat:
     return FORMATS[name]
 
 
-def check_cot(points: Sequence[Any], examples: Sequence[Example]) -> None:
+def check_cot(points: Sequence[StrategyParams], examples: Sequence[Example]) -> None:
     """Raise ValueError (naming the formats that have one) when a ``cot: true`` point meets an
     example whose prompt format has no chain-of-thought protocol: every such record could only
     fail, so a run (and its dry run) stops before anything is sent."""

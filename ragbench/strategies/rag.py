@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ragbench.cost.accounting import Cost
 from ragbench.retrieval.chunking import gold_chunk_ids
 from ragbench.retrieval.context import AssembledContext, assemble_context
 from ragbench.strategies.base import Resources, Steps, answer, make_record
@@ -69,7 +70,7 @@ def chunk_ref(chunk: Chunk) -> str:
 
 def chunk_evidence(
     chunks: Iterable[Chunk], retrieved: list[str], scores: dict[str, float], gold: list[str]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The meta a retrieving call adds for its view: the refs and scores of its retrieved chunks
     (in the order of ``retrieved``), the refs of its gold chunks (in the order of ``gold``), and
     their texts (``CHUNK_TEXTS``, which the run's writer moves to ``chunks.jsonl``)."""
@@ -86,7 +87,7 @@ def chunk_evidence(
 
 def rag_prompt(
     example: Example, res: Resources, params: RagParams, decline: bool = False
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, object]]:
     """(prompt, meta): retrieve, assemble within the budget (and the limit), ask, in the
     example's prompt format (``params.cot``: its reasoning call's prompt and budget)."""
     if res.index is None:
@@ -139,7 +140,7 @@ def retrieval_seconds(meta: dict[str, Any]) -> float:
     return meta["index_seconds"] + meta["retrieve_seconds"]
 
 
-def with_retrieval(cost: Any, meta: dict[str, Any]) -> Any:
+def with_retrieval(cost: Cost, meta: dict[str, Any]) -> Cost:
     """``cost`` with its retrieval: all of it in ``retrieval_seconds``, the search (what its user
     waits for; the index is built once per document or corpus) in its latency too."""
     return cost.with_retrieval(retrieval_seconds(meta), meta["retrieve_seconds"])

@@ -65,7 +65,7 @@ from ragbench.strategies.self_route import self_route_steps
 from ragbench.types import Example, Record
 
 # a record, or a results-table row (its meta flattened into columns)
-RecordOrRow = Record | Mapping[str, Any]
+RecordOrRow = Record | Mapping[str, object]
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class Strategy:
             )
         raise ContextUnavailable(f"strategy {self.name!r} declares no prompt to rebuild")
 
-    def _corpus_note(self, facts: Mapping[str, Any]) -> str | None:
+    def _corpus_note(self, facts: Mapping[str, object]) -> str | None:
         """Why an answer of this strategy read no corpus the run indexes or hands to it."""
         if facts.get("pipeline_index") == OWN_INDEX:
             return "the pipeline answers from its own index, not the run's documents"
@@ -166,7 +166,9 @@ class Strategy:
             self.steps(example, res, params), res.llm, lambda r, c: res.alone.charge(label, r, c)
         )
 
-    def grid(self, spec: Mapping[str, Any], retrieval: Mapping[str, Any] | None = None) -> list:
+    def grid(
+        self, spec: Mapping[str, object], retrieval: Mapping[str, object] | None = None
+    ) -> list:
         """Parameter points of ``spec`` (a config's ``params``; list values are axes); strategies
         that retrieve also expand the run's ``retrieval`` settings."""
         return self.params.grid(spec, retrieval if self.needs_retrieval else None)
@@ -249,7 +251,7 @@ def get_strategy(name: str) -> Strategy:
     return STRATEGIES.get(name)
 
 
-def strategies_where(**declared: Any) -> list[str]:
+def strategies_where(**declared: object) -> list[str]:
     """Names of the registered strategies whose declarations match, e.g.
     ``strategies_where(context=NO_CONTEXT)`` or ``strategies_where(routes=True)``."""
     return [
@@ -280,6 +282,6 @@ def _no_resources() -> Resources:
     raise ContextUnavailable("the run's resources (model, index) are not at hand to rebuild it")
 
 
-def params_from_dict(strategy: str, data: Mapping[str, Any]) -> StrategyParams:
+def params_from_dict(strategy: str, data: Mapping[str, object]) -> StrategyParams:
     """A stored parameter point (a record's ``params``) back as its typed class."""
     return get_strategy(strategy).params.from_dict(data)

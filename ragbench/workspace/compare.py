@@ -37,12 +37,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ragbench import secrets
 from ragbench.analysis import verdict as analysis_verdict
+from ragbench.analysis.verdict import Verdict
 from ragbench.analysis.verdict_table import bad_limit
 from ragbench.cost.prices import available_price_sheets, price_sheet
 from ragbench.datasets.corpus import docs as ingest_docs
@@ -60,9 +61,13 @@ from ragbench.strategies.pipeline import http as pipeline_http
 from ragbench.strategies.pipeline.params import URL_ENV, PipelineParams
 from ragbench.strategies.pipeline.strategy import open_pipeline
 from ragbench.workspace.kernels import execute_notebook
-from ragbench.workspace.notebook import model_block
+from ragbench.workspace.notebook import ModelSection, model_block
 from ragbench.workspace.render import executed_runs, render_notebook
 from ragbench.workspace.scrub import repo_root
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from nbformat import NotebookNode
 
 # what notebook 05 compares, and how its long context fits a corpus larger than the window
 # (LongBench's middle truncation: keep the start and the end)
@@ -130,7 +135,7 @@ def ingest(spec: CompareSpec, on_skip: Callable[[Any], None] | None = None) -> t
     )
 
 
-def model_section(spec: CompareSpec) -> tuple[dict[str, Any], str]:
+def model_section(spec: CompareSpec) -> tuple[ModelSection, str]:
     """(the config's ``model`` section, the chunking tokenizer), as notebook 05 makes them (plus
     ``threads``, which changes speed, not the config hash)."""
     section, counter = model_block(
@@ -173,11 +178,11 @@ def questions_path(
 
 def strategy_list(
     strategies: Sequence[str], top_k: int, overflow: str, pipeline: str = "", pipeline_url: str = ""
-) -> list[Any]:
+) -> list[object]:
     """Each strategy with the options it declares among ``top_k`` and ``overflow`` (a bare name
     when it takes none), then the pipeline(s): what notebook 05 and ``ragbench compare`` run."""
     options = {"top_k": top_k, "overflow": overflow}
-    entries: list[Any] = []
+    entries: list[object] = []
     for name in strategies:
         fields = get_strategy(name).params.field_names()  # unknown name: did-you-mean
         params = {k: v for k, v in options.items() if k in fields}
@@ -188,7 +193,7 @@ def strategy_list(
     ]
 
 
-def strategy_entries(spec: CompareSpec) -> list[Any]:
+def strategy_entries(spec: CompareSpec) -> list[object]:
     """``strategy_list`` of the spec's strategies, options and pipeline(s)."""
     return strategy_list(
         spec.strategies, spec.top_k, spec.overflow, spec.pipeline, spec.pipeline_url
@@ -198,7 +203,7 @@ def strategy_entries(spec: CompareSpec) -> list[Any]:
 def pipeline_params(pipeline: str = "", pipeline_url: str = "") -> list[dict[str, Any]]:
     """The ``pipeline`` strategy's params for a target and/or an endpoint (none when both are
     empty)."""
-    points: list[dict[str, Any]] = []
+    points: list[dict[str, object]] = []
     if pipeline:
         points.append({"target": pipeline})
     if pipeline_url:
@@ -235,7 +240,7 @@ def chunk_overlap_for(chunk_size: int, chunk_overlap: int = -1) -> int:
     return min(CHUNK_OVERLAP, chunk_size // 4) if chunk_overlap == -1 else chunk_overlap
 
 
-def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, Any]:
+def build_config(spec: CompareSpec, corpus: Path, questions: Path) -> dict[str, object]:
     """The run config, key for key the one notebook 05 builds from the same parameters (so the
     notebook's run is this run: same hash, same folder)."""
     section, counter = model_section(spec)
@@ -402,7 +407,7 @@ def warm_up(spec: CompareSpec) -> Warmup | None:
 # --------------------------------------------------------------------------- before spending
 
 
-def estimate(cfg: RunConfig) -> Any:
+def estimate(cfg: RunConfig) -> pd.DataFrame:
     """The dry run: records, prompt tokens and dollars (bounds) per strategy variant."""
     return dry_run(cfg, progress=False)
 
@@ -418,7 +423,7 @@ def is_paid(cfg: RunConfig) -> bool:
 # --------------------------------------------------------------------------- the answer
 
 
-def decide(df: Any, spec: CompareSpec) -> Any:
+def decide(df: pd.DataFrame, spec: CompareSpec) -> Verdict:
     """``analysis.verdict`` on the run (the first metric, ``spec``'s constraints); its
     conditions say what share of the corpus long context cut (``analysis.conditions``)."""
     seq = df.attrs.get("sequential")  # --until-decided: read at its last look
@@ -448,7 +453,7 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_view(table: Any) -> Any:
+def summary_view(table: pd.DataFrame) -> pd.DataFrame:
     """The summary's columns a terminal has room for (the report and the parquet have all);
     amortised dollars only where a one-time cost makes them differ."""
     columns = [c for c in SUMMARY_COLUMNS if c in table.columns]
@@ -480,7 +485,7 @@ def report_blocker(spec: CompareSpec) -> str | None:
     return None
 
 
-def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
+def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, object]:
     """Notebook 05's parameters for this run: the notebook builds the same config from them."""
     return {
         "docs": str(Path(spec.docs[0]).resolve()),
@@ -507,7 +512,7 @@ def notebook_parameters(spec: CompareSpec, questions: Path) -> dict[str, Any]:
     }
 
 
-def verdict_first(nb: Any, weak_model: str | None = None) -> Any:
+def verdict_first(nb: NotebookNode, weak_model: str | None = None) -> NotebookNode:
     """The notebook with its verdict section (the ``## Verdict`` markdown cell and every cell
     after it up to the next ``## `` heading: the sentence, then its detail) moved up to follow
     the title: a comparison page opens with its verdict. ``weak_model`` (``Verdict.weak_model``)
@@ -517,7 +522,7 @@ def verdict_first(nb: Any, weak_model: str | None = None) -> Any:
     lead = [nbformat.v4.new_markdown_cell(f"**{weak_model}**")] if weak_model else []
     cells = list(nb.cells)
 
-    def heading(cell: Any, text: str = "## ") -> bool:
+    def heading(cell: NotebookNode, text: str = "## ") -> bool:
         return cell.get("cell_type") == "markdown" and "".join(cell.get("source", "")).startswith(
             text
         )

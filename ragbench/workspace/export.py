@@ -56,7 +56,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench import __version__, secrets
 from ragbench.analysis.gate import load_run, score_columns
@@ -71,6 +71,9 @@ from ragbench.schema import check
 from ragbench.strategies import Resources, contexts_of, params_from_dict
 from ragbench.strategies.contexts import ContextUnavailable
 from ragbench.types import Example, Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,7 @@ def slug(label: str) -> str:
     return text.strip("_") or "variant"
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """JSON-ready: numpy scalars and arrays as Python values, NaN as None."""
     if hasattr(value, "tolist"):
         value = value.tolist()
@@ -131,7 +134,7 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def questions(run_dir: Path, manifest: dict[str, Any]) -> dict[str, str]:
+def questions(run_dir: Path, manifest: dict[str, object]) -> dict[str, str]:
     """example id -> question: the folder's ``questions.parquet``, else the dataset the run's
     config builds; {} (with a warning) when neither is at hand."""
     table = read_questions(run_dir)
@@ -148,7 +151,7 @@ def questions(run_dir: Path, manifest: dict[str, Any]) -> dict[str, str]:
         return {}
 
 
-def _fact(rec: dict[str, Any], name: str) -> Any:
+def _fact(rec: dict[str, object], name: str) -> object:
     """A record's meta fact from its table row (``meta_<name>`` where a parameter or score
     shares the name), JSON-ready; a token count as an int (the column is float for its NaN)."""
     value = _clean(rec.get(name, rec.get(f"meta_{name}")))
@@ -157,7 +160,7 @@ def _fact(rec: dict[str, Any], name: str) -> Any:
     return value
 
 
-def record_facts(rec: dict[str, Any]) -> dict[str, Any]:
+def record_facts(rec: dict[str, object]) -> dict[str, object]:
     """What the answer read (``RETRIEVAL_COLUMNS``, ``CUT_COLUMNS``, ``ROUTE``); the cut of the
     call that answered: a router's long-context call keeps its facts under a prefix."""
     prefix = contexts_of(rec).meta_prefix
@@ -225,7 +228,7 @@ class SentPrompt:
     unavailable: str | None = None
 
 
-def _row_key(example_id: Any, strategy: Any, params: Any) -> tuple[str, str, str]:
+def _row_key(example_id: object, strategy: object, params: Any) -> tuple[str, str, str]:
     """A record's identity as both its ``records.jsonl`` line and its table row give it: the
     parameters as their typed class writes them (an older table's row lacks the defaults a
     newer parameter brought, ``cot: false``, which the typed record has)."""
@@ -262,7 +265,7 @@ class SentPrompts:
     in place of the model (``experiment.dry_run.prompt_counter``: the tokenizer and chat
     template, never the weights; the fake and server backends are built, which sends nothing)."""
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, manifest: dict[str, object]) -> None:
         self.problem: str | None = None
         self.examples: dict[str, Example] = {}
         self.records: dict[tuple[str, str, str], Record] = {}
@@ -290,7 +293,7 @@ class SentPrompts:
             raise ContextUnavailable(self._res_problem)
         return self._res
 
-    def of(self, row: dict[str, Any]) -> SentPrompt:
+    def of(self, row: dict[str, object]) -> SentPrompt:
         """The prompts of the record behind an export row (``sample_rows``)."""
         if self.problem:
             return SentPrompt(None, self.problem)
@@ -328,7 +331,7 @@ def sanitize_model_name(name: str) -> str:
 
 def write_lm_eval(
     rows: list[dict[str, Any]],
-    df: Any,
+    df: pd.DataFrame,
     manifest: dict[str, Any],
     out: Path,
     prompts: SentPrompts | None = None,

@@ -29,18 +29,23 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
 from ragbench.locks import drop_owner_files
 from ragbench.workspace.scrub import by_html_part, outside_data_uris, redact_keeping_links
 
+if TYPE_CHECKING:
+    import psutil
+    from traitlets.config import Config
 
-def kernel_config() -> Any:
+
+def kernel_config() -> Config:
     """traitlets config for the kernels papermill starts, with transport encryption. Empty with a
     jupyter_client or pyzmq too old to do it."""
     import zmq
@@ -97,7 +102,7 @@ _SERVER_MANAGER = "HistoryOffKernelManager"
 _built: dict[str, type] = {}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """``HistoryOffKernelManager``: jupyter_server's ``ServerKernelManager`` whose IPython kernels
     start with :data:`HISTORY_OFF`. Built when first looked up (PEP 562: the server imports it by
     name), so importing this module imports no jupyter_server."""
@@ -229,7 +234,7 @@ def _redact_output(output: dict[str, Any], known: set[str]) -> None:
             data[mime] = _redact_text_field(value, html=mime == "text/html", known=known)
 
 
-def _masked(value: Any, known: set[str]) -> Any:
+def _masked(value: object, known: set[str]) -> object:
     """The strings of a JSON value with ``known`` values masked (``secrets.redact`` did the rest)."""
     if not known:
         return value
@@ -242,14 +247,14 @@ def _masked(value: Any, known: set[str]) -> Any:
     return value
 
 
-def _joined(value: Any) -> str:
+def _joined(value: object) -> str:
     """A notebook text field (a string or a list of lines) as one text."""
     return "".join(str(v) for v in value) if isinstance(value, list) else str(value or "")
 
 
 def _redact_text_field(
-    value: Any, html: bool = False, code: bool = False, known: set[str] | None = None
-) -> Any:
+    value: object, html: bool = False, code: bool = False, known: set[str] | None = None
+) -> object:
     """A notebook text field, a string or a list of lines: redacted as one text (a credential or
     a data: URI may span the split), then split back into lines. Links without credentials keep
     their spelling (``scrub.redact_keeping_links``). ``html``: the field is HTML, each <script>
@@ -276,7 +281,7 @@ def _redact_text_field(
     return value
 
 
-def _write_notebook(path: Path, nb: dict[str, Any]) -> Path:
+def _write_notebook(path: Path, nb: dict[str, object]) -> Path:
     # nbformat's own layout (indent 1, sorted keys), so diffs against papermill's files stay small
     text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     return atomic_write_text(path, text)
@@ -329,13 +334,13 @@ def _register_redacting_io() -> None:
 GRACE_SECONDS = 3.0  # SIGTERM first (a kernel shuts down cleanly), SIGKILL what is left after this
 
 
-def kill_tree(processes: list[Any], grace: float = GRACE_SECONDS) -> None:
+def kill_tree(processes: list[psutil.Process], grace: float = GRACE_SECONDS) -> None:
     """Terminate ``processes`` (psutil.Process) and all their descendants; kill what is still
     alive after ``grace`` seconds. Descendants are listed first: a child whose parent dies is
     re-parented and could no longer be found."""
     import psutil
 
-    everything: dict[int, Any] = {}
+    everything: dict[int, psutil.Process] = {}
     for proc in processes:
         try:
             for p in [proc, *proc.children(recursive=True)]:
@@ -371,7 +376,7 @@ def reap_children_on_signals() -> Iterator[None]:
     me = psutil.Process()
     before = {(p.pid, _created(p)) for p in me.children()}
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         kill_tree(
             [p for p in me.children() if (p.pid, _created(p)) not in before and not _is_tracker(p)]
         )
@@ -383,7 +388,8 @@ def reap_children_on_signals() -> Iterator[None]:
         raise SystemExit(128 + signum)
 
     # an ignored signal stays ignored (``nohup``, a background job of a script: no Ctrl-C)
-    saved: dict[int, Any] = {  # signal -> its handler before
+    # signal -> its handler before
+    saved: dict[int, Callable[[int, FrameType | None], object] | int | signal.Handlers | None] = {
         s: signal.getsignal(s)
         for s in (signal.SIGTERM, signal.SIGINT)
         if signal.getsignal(s) is not signal.SIG_IGN
@@ -397,7 +403,7 @@ def reap_children_on_signals() -> Iterator[None]:
             signal.signal(s, previous)
 
 
-def _is_tracker(proc: Any) -> bool:
+def _is_tracker(proc: psutil.Process) -> bool:
     """multiprocessing's resource tracker: it ignores SIGTERM by design, exits by itself when
     this process does and then frees what the pool left; killing it leaks and spews tracebacks."""
     try:
@@ -406,7 +412,7 @@ def _is_tracker(proc: Any) -> bool:
         return False
 
 
-def _created(proc: Any) -> float:
+def _created(proc: psutil.Process) -> float:
     try:
         return proc.create_time()
     except Exception:  # gone already: it cannot be confused with a new one
@@ -437,7 +443,7 @@ def init_worker(parent_pid: int) -> None:
         _worker_terminated(signal.SIGTERM, None)
 
 
-def _worker_terminated(signum: int, frame: Any) -> None:
+def _worker_terminated(signum: int, frame: object) -> None:
     import psutil
 
     drop_owner_files()  # first: the sweep kills this worker 3 s after its SIGTERM

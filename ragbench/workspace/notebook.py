@@ -4,7 +4,7 @@ calls, plots)."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from ragbench.llm import backend_capabilities, backend_params
 from ragbench.secrets import redact_url
@@ -19,9 +19,20 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 STAND_IN_PRESET = "smollm2-135m-instruct"
 
 
+class ModelSection(TypedDict):
+    """A run config's ``model`` section as ``model_block`` writes it (YAML, then ``ModelConfig``)."""
+
+    backend: str
+    name: str
+    max_new_tokens: int
+    params: dict[str, object]  # the backend's (base_url, simulate_kv_cache, ...)
+    preset: str | None
+    threads: NotRequired[int]  # compare's: changes speed, not the config hash
+
+
 def model_block(
     backend: str, model: str, base_url: str = "", max_new_tokens: int = 32, tokenizer: str = ""
-) -> tuple[dict[str, Any], str]:
+) -> tuple[ModelSection, str]:
     """(the run config's ``model`` section, the token counter for dataset lengths and chunks)
     from a notebook's model parameters. An empty ``tokenizer`` counts with the model's own
     tokenizer, or the backend's default counter (whitespace for the fake backend, which has
@@ -36,7 +47,7 @@ def model_block(
             stacklevel=2,
         )
         base_url = ""
-    section: dict[str, Any] = {
+    section: ModelSection = {
         "backend": backend,
         "name": model,
         "max_new_tokens": max_new_tokens,
@@ -48,7 +59,7 @@ def model_block(
     return section, tokenizer or can.default_tokenizer or model
 
 
-def judge_block(backend: str, model: str, base_url: str = "") -> dict[str, Any] | None:
+def judge_block(backend: str, model: str, base_url: str = "") -> dict[str, object] | None:
     """The run config's ``judge`` section from a notebook's judge parameters; None when no judge
     model is named (then only string metrics score the answers)."""
     if not model:

@@ -26,13 +26,16 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
 from ragbench.workspace.alt_text import describe_figures
 from ragbench.workspace.kernels import redact_notebook
 from ragbench.workspace.scrub import scrub
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 # display_data mime type ragbench.experiment.runner writes in a kernel:
 # {"run_dir": absolute path, "manifest": {...}}
@@ -82,7 +85,7 @@ class RenderInputError(ValueError):
     the message is ``<path>: <reason>``."""
 
 
-def read_notebook(path: str | os.PathLike, allow_unexecuted: bool = False) -> Any:
+def read_notebook(path: str | os.PathLike, allow_unexecuted: bool = False) -> NotebookNode:
     """The notebook at ``path`` (nbformat 4), or a ``RenderInputError`` saying why it is not one
     that can be rendered. An unexecuted notebook is an error unless ``allow_unexecuted``."""
     import nbformat
@@ -123,7 +126,7 @@ def read_notebook(path: str | os.PathLike, allow_unexecuted: bool = False) -> An
     return nb
 
 
-def is_executed(nb: Any) -> bool:
+def is_executed(nb: NotebookNode) -> bool:
     """True when some code cell has run (an execution count or outputs), or there is no code."""
     code = [c for c in nb.cells if c.get("cell_type") == "code"]
     return not code or any(c.get("execution_count") is not None or c.get("outputs") for c in code)
@@ -133,7 +136,7 @@ def render_notebook(
     executed_ipynb: str | os.PathLike,
     out_html: str | os.PathLike,
     include_code: bool = True,
-    manifest: Mapping[str, Any] | str | os.PathLike | None = None,
+    manifest: Mapping[str, object] | str | os.PathLike | None = None,
     keep_stderr: bool = False,
     allow_unexecuted: bool = False,
     run_dir: str | os.PathLike | None = None,
@@ -182,11 +185,11 @@ def render_notebook(
 # --- provenance -----------------------------------------------------------------------------------
 
 
-def executed_runs(nb: Any) -> list[tuple[str, dict[str, Any]]]:
+def executed_runs(nb: NotebookNode) -> list[tuple[str, dict[str, object]]]:
     """(run folder name, manifest) of each run ``ragbench.run`` recorded in the notebook's outputs,
     in execution order, once per folder (its last record). A record without a manifest falls back
     to the folder's ``manifest.json``, if it is still there."""
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, dict[str, object]] = {}
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             record = output.get("data", {}).get(RUN_MIME)
@@ -202,7 +205,9 @@ def executed_runs(nb: Any) -> list[tuple[str, dict[str, Any]]]:
     return [(Path(run_dir).name, manifest) for run_dir, manifest in runs.items()]
 
 
-def _load_manifests(manifest: Any, notebook: Path, nb: Any) -> list[tuple[str, dict[str, Any]]]:
+def _load_manifests(
+    manifest: Any, notebook: Path, nb: NotebookNode
+) -> list[tuple[str, dict[str, Any]]]:
     """(run name, manifest) pairs for the header: the manifest given; else the runs the notebook
     recorded (:func:`executed_runs`); else, for notebooks that record none, the one
     ``manifest.json`` beside the notebook or under its ``output_dir`` parameter."""
@@ -233,8 +238,8 @@ def _load_manifests(manifest: Any, notebook: Path, nb: Any) -> list[tuple[str, d
     return [(found[0].parent.name, json.loads(found[0].read_text(encoding="utf-8")))]
 
 
-def _lookup(manifest: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = manifest
+def _lookup(manifest: Mapping[str, object], dotted: str) -> object:
+    value: object = manifest
     for part in dotted.split("."):
         if not isinstance(value, Mapping) or part not in value:
             return None
@@ -242,17 +247,19 @@ def _lookup(manifest: Mapping[str, Any], dotted: str) -> Any:
     return None if isinstance(value, Mapping) or value == "" else value
 
 
-def _field(manifest: Mapping[str, Any], keys: Sequence[str]) -> str | None:
+def _field(manifest: Mapping[str, object], keys: Sequence[str]) -> str | None:
     """The first of ``keys`` the manifest has, as text."""
     return next((str(v) for k in keys if (v := _lookup(manifest, k)) is not None), None)
 
 
-def _parameters(nb: Any) -> dict[str, Any]:
+def _parameters(nb: NotebookNode) -> dict[str, object]:
     return dict(nb.metadata.get("papermill", {}).get("parameters", {}) or {})
 
 
 def provenance_header(
-    name: str, nb: Any, runs: Mapping[str, Any] | Sequence[tuple[str, Mapping[str, Any]]] = ()
+    name: str,
+    nb: NotebookNode,
+    runs: Mapping[str, object] | Sequence[tuple[str, Mapping[str, object]]] = (),
 ) -> str:
     """A small HTML box: notebook, parameters, run facts. Every value is HTML-escaped.
 

@@ -41,7 +41,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench import __version__, schema, secrets
 from ragbench.analysis.gate import headline, load_run, score_columns, variant_values
@@ -53,6 +53,9 @@ from ragbench.experiment.runner import run as run_experiment
 from ragbench.io import atomic_write_text
 from ragbench.locks import FolderLock
 from ragbench.workspace.export import questions, sample_rows, slug
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_STORE = "mlruns"  # ./mlruns: mlflow.db + artifacts/
 DEFAULT_EXPERIMENT = "ragbench"
@@ -145,7 +148,7 @@ def _experiment_id(client, name: str, uri: str) -> str:
     return client.create_experiment(name, artifact_location=_artifact_root(uri))
 
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
+def flatten(obj: object, prefix: str = "") -> dict[str, str]:
     """``{"model": {"name": "x"}}`` -> ``{"model.name": "x"}``; lists as JSON text."""
     out: dict[str, str] = {}
     if isinstance(obj, dict):
@@ -180,7 +183,7 @@ def run_params(manifest: dict[str, Any]) -> dict[str, str]:
     return secrets.redact(params)
 
 
-def run_metrics(df: Any, seed: int) -> tuple[dict[str, float], dict[str, str]]:
+def run_metrics(df: pd.DataFrame, seed: int) -> tuple[dict[str, float], dict[str, str]]:
     """(metrics ``<slug>/<value>``, tags ``variant.<slug>`` -> label) of a results table; NaN
     values (no price sheet: no dollars) are left out."""
     metrics: dict[str, float] = {}
@@ -196,14 +199,14 @@ def run_metrics(df: Any, seed: int) -> tuple[dict[str, float], dict[str, str]]:
     return metrics, {f"variant.{name}": label for name, label in names.items()}
 
 
-def _verdict_text(df: Any, seed: int) -> str:
+def _verdict_text(df: pd.DataFrame, seed: int) -> str:
     try:
         return headline(verdict(df, seed=seed).text)
     except ValueError as exc:  # nothing scored (every record failed), one variant, ...
         return f"no verdict: {exc}"
 
 
-def _find_run(client, stored: dict[str, Any] | None, uri: str):
+def _find_run(client, stored: dict[str, object] | None, uri: str):
     """The MLflow run a resumed ragbench run logged to before, if it is in this store."""
     if not stored or stored.get("tracking_uri") != secrets.redact_text(uri):
         return None
@@ -218,7 +221,7 @@ def log_run(
     run_dir: str | Path,
     tracking: Tracking,
     parent_run_id: str | None = None,
-    extra_params: dict[str, Any] | None = None,
+    extra_params: dict[str, object] | None = None,
     run_name: str | None = None,
 ) -> str:
     """Log the run folder ``run_dir`` to MLflow (the module docstring says what); returns the
@@ -245,7 +248,7 @@ def log_run(
         raise TrackingError(secrets.redact_text(f"MLflow ({uri}): {exc}")) from None
 
 
-def question_table(run_dir: Path, df: Any) -> Any:
+def question_table(run_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
     """The per-question table MLflow's evaluation view shows: one row per question x variant
     (the export's rows, ``export.sample_rows``) with the question, the gold answers, the
     prediction, the variant's label, the run's first metric (under its own name), the dollars,
@@ -270,7 +273,7 @@ def question_table(run_dir: Path, df: Any) -> Any:
     return pd.DataFrame([{c: r.get(c) for c in columns} for r in renamed], columns=columns)
 
 
-def _log_questions(client, run_id: str, table: Any, step: int) -> None:
+def _log_questions(client, run_id: str, table: object, step: int) -> None:
     """``table`` as the run's ``questions.json`` (``mlflow.log_table``, which MLflow's
     evaluation view reads). ``log_table`` appends to a table the run has (a resume): the stored
     one is deleted first, so the table is the run's whole table once; a store that cannot
@@ -292,11 +295,11 @@ def _log(
     uri: str,
     tracking: Tracking,
     run_dir: Path,
-    df: Any,
+    df: pd.DataFrame,
     seed: int,
     *,
     parent_run_id: str | None,
-    extra_params: dict[str, Any] | None,
+    extra_params: dict[str, object] | None,
     run_name: str | None,
 ) -> str:
     """``log_run``'s work: the MLflow run found (a resume) or created, then params, metrics,
@@ -359,7 +362,11 @@ def _mlflow_run(client, uri: str, tracking: Tracking, run_dir: Path, run_name: s
 
 
 def _run_tags(
-    run_dir: Path, df: Any, seed: int, manifest: dict[str, Any], variant_tags: dict[str, str]
+    run_dir: Path,
+    df: pd.DataFrame,
+    seed: int,
+    manifest: dict[str, Any],
+    variant_tags: dict[str, str],
 ) -> dict[str, str]:
     """A run's tags (the module docstring lists them)."""
     tags = {

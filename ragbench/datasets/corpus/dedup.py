@@ -39,7 +39,7 @@ import re
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from ragbench.datasets.corpus.cleaning import (
     clean_text,
@@ -151,6 +151,47 @@ def _sketch(normalised: str, make: Any) -> Any:
     return sketch
 
 
+class Drop(TypedDict):
+    """Why a text is dropped: an ``exact`` or ``near`` duplicate of the kept text
+    ``duplicate_of`` (its index), at estimated Jaccard similarity ``jaccard``."""
+
+    reason: str
+    duplicate_of: int
+    jaccard: float
+
+
+class DroppedRow(TypedDict):
+    """One dropped record or document of a report: its id, and the id of the kept one it
+    duplicates."""
+
+    id: str
+    reason: str
+    duplicate_of: str
+    jaccard: float
+
+
+class DedupReport(TypedDict):
+    """What deduplication kept and dropped, and why (``_report``); ``dedup_file`` adds the
+    file's facts (the ``NotRequired`` keys)."""
+
+    n_in: int
+    n_kept: int
+    exact_duplicates: int
+    near_duplicates: int
+    dropped: list[DroppedRow]
+    params: dict  # threshold, num_perm, seed, shingle_words (and the examples' key)
+    warnings: list[str]
+    repeated_records: NotRequired[int]
+    repeated_lines: NotRequired[list[int]]
+    input: NotRequired[str]
+    output: NotRequired[str]
+    cleaned: NotRequired[bool]
+    examples_changed_by_cleaning: NotRequired[int]
+    documents_not_cleaned: NotRequired[list[str]]
+    fingerprint_in: NotRequired[str]
+    fingerprint_out: NotRequired[str]
+
+
 class Deduplicator:
     """``find_duplicates`` one text at a time, for a stream of documents: ``add`` says whether
     a text duplicates an earlier kept one; only the kept texts' sketches are held (num_perm
@@ -177,11 +218,11 @@ class Deduplicator:
             shared["scheme"] = template.scheme
         self._make = lambda: MinHash(num_perm=num_perm, seed=seed, **shared)
         self.kept_by_hash: dict[str, int] = {}
-        self.sketches: dict[int, tuple[str, Any]] = {}  # kept index -> (group, sketch)
-        self.drops: dict[int, dict[str, Any]] = {}
+        self.sketches: dict[int, tuple[str, object]] = {}  # kept index -> (group, sketch)
+        self.drops: dict[int, Drop] = {}
         self.count = 0
 
-    def add(self, text: str, group: str = "") -> dict[str, Any] | None:
+    def add(self, text: str, group: str = "") -> Drop | None:
         """None when ``text`` is kept, else its drop ({"reason", "duplicate_of", "jaccard"})."""
         i, self.count = self.count, self.count + 1
         normalised, digest_ = normalize_for_hash(text), hashlib.sha256(f"{group}\0".encode())
@@ -207,7 +248,7 @@ class Deduplicator:
             self.lsh.insert(str(i), sketch)
         return None
 
-    def _drop(self, i: int, reason: str, of: int, jaccard: float) -> dict[str, Any]:
+    def _drop(self, i: int, reason: str, of: int, jaccard: float) -> Drop:
         self.drops[i] = {"reason": reason, "duplicate_of": of, "jaccard": jaccard}
         return self.drops[i]
 
@@ -219,7 +260,7 @@ def find_duplicates(
     num_perm: int = 128,
     seed: int = 1,
     groups: Sequence[str] | None = None,
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, Drop]:
     """{index: {"reason", "duplicate_of" (index), "jaccard"}} for every text to drop.
 
     A text is compared only with earlier *kept* texts (of the same group when ``groups`` is
@@ -247,10 +288,8 @@ def _near_drop_warning(near: int, total: int, what: str, threshold: float) -> st
     )
 
 
-def _report(
-    ids: Sequence[str], drops: dict[int, dict[str, Any]], params: dict, what: str
-) -> dict[str, Any]:
-    dropped = [
+def _report(ids: Sequence[str], drops: dict[int, Drop], params: dict, what: str) -> DedupReport:
+    dropped: list[DroppedRow] = [
         {
             "id": ids[i],
             "reason": d["reason"],
@@ -276,7 +315,7 @@ def _report(
 
 def dedup_documents(
     docs: Sequence[Document], threshold: float = 0.8, num_perm: int = 128, seed: int = 1
-) -> tuple[list[Document], dict[str, Any]]:
+) -> tuple[list[Document], DedupReport]:
     """(kept documents in order, report). Text is compared normalised but never edited."""
     drops = find_duplicates(
         [d.text for d in docs], threshold=threshold, num_perm=num_perm, seed=seed
@@ -286,8 +325,12 @@ def dedup_documents(
 
 
 def documents_report(
-    ids: Sequence[str], drops: dict[int, dict[str, Any]], threshold: float, num_perm: int, seed: int
-) -> dict[str, Any]:
+    ids: Sequence[str],
+    drops: dict[int, Drop],
+    threshold: float,
+    num_perm: int,
+    seed: int,
+) -> DedupReport:
     """``dedup_documents``' report for documents ``ids`` (in order) and their ``drops``."""
     params = {"threshold": threshold, "num_perm": num_perm, "seed": seed}
     params["shingle_words"] = SHINGLE_WORDS
@@ -301,7 +344,7 @@ def dedup_examples(
     seed: int = 1,
     *,
     key: str = "question+context",
-) -> tuple[list[Example], dict[str, Any]]:
+) -> tuple[list[Example], DedupReport]:
     """(kept examples in order, report); see the module docstring for what counts as a duplicate."""
     if key not in DEDUP_KEYS:
         raise unknown("dedup key", key, DEDUP_KEYS)
@@ -334,7 +377,7 @@ def dedup_file(
     *,
     clean: bool = True,
     key: str = "question+context",
-) -> dict[str, Any]:
+) -> DedupReport:
     """Clean (optional) and deduplicate a ragbench JSONL file; write the result atomically.
 
     Returns stats: counts (``n_in`` counts every record, ``repeated_records`` the verbatim

@@ -46,7 +46,7 @@ from typing import Any
 
 from ragbench.datasets.corpus import readers
 from ragbench.datasets.corpus.cleaning import clean_text
-from ragbench.datasets.corpus.dedup import Deduplicator, documents_report
+from ragbench.datasets.corpus.dedup import Deduplicator, DedupReport, documents_report
 from ragbench.datasets.corpus.file import CorpusWriter, check_output, corpus_fingerprint
 from ragbench.io import sha256_file
 from ragbench.types import Document
@@ -71,7 +71,7 @@ class Skipped:
 class IngestResult:
     documents: list[Document]  # the kept documents; empty when ``ingest`` wrote them (``out``)
     skipped: list[Skipped]
-    dedup: dict[str, Any]  # corpus.dedup_documents' report (dropped ids with reasons)
+    dedup: DedupReport  # corpus.dedup_documents' report (dropped ids with reasons)
     files: int  # files considered (read, unreadable or unsupported)
     fingerprint: str = ""
     warnings: list[str] = field(default_factory=list)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from ragbench.datasets._validate import (
     FieldError,
@@ -151,7 +151,7 @@ def corpus_fingerprint(documents: Iterable[Document]) -> str:
     return digest.hexdigest()
 
 
-def _document(row: Any) -> Document:
+def _document(row: object) -> Document:
     if isinstance(row, dict) and "question" in row and "text" not in row:  # an example
         raise FieldError(
             ("question",),

@@ -104,7 +104,7 @@ class RulerPreset:
         return TASK_FACTS[self.task][1]
 
 
-def _niah(haystack: str, k: str, v: str, nk: int, nv: int, nq: int) -> dict[str, Any]:
+def _niah(haystack: str, k: str, v: str, nk: int, nv: int, nq: int) -> dict[str, object]:
     return {
         "type_haystack": haystack,
         "type_needle_k": k,
@@ -164,7 +164,7 @@ def _renamed(example: Example, preset: RulerPreset) -> Example:
     return replace(example, id=rename(example.id), documents=docs, meta=meta)
 
 
-def iter_preset(name: str, **params: Any) -> Iterator[Example]:
+def iter_preset(name: str, **params: object) -> Iterator[Example]:
     """Examples of RULER preset ``name``: its parameters, overridden by ``params``."""
     if name not in PRESETS:
         raise unknown("RULER preset", name, PRESETS)
@@ -199,7 +199,7 @@ def _preset(fn: Callable[..., list[Example]]) -> Callable[..., list[Example]]:
     """A registered builder for the preset named like ``fn`` (its docstring: the listing's)."""
     preset = PRESETS[fn.__name__]
 
-    def builder(**params: Any) -> list[Example]:
+    def builder(**params: object) -> list[Example]:
         return list(iter_preset(preset.name, **params))
 
     builder.__name__, builder.__doc__ = fn.__name__, fn.__doc__
@@ -216,7 +216,7 @@ def dataset_name(task: str) -> str:
     return name
 
 
-def iter_examples(name: str, **params: Any) -> Iterator[Example]:
+def iter_examples(name: str, **params: object) -> Iterator[Example]:
     """Examples of dataset ``ruler/<task or preset>``, one at a time (``ragbench data ruler``)."""
     short = dataset_name(name).removeprefix("ruler/")
     if short in PRESETS:
@@ -229,65 +229,65 @@ def iter_examples(name: str, **params: Any) -> Iterator[Example]:
 
 
 @_preset
-def niah_single_1(**params: Any) -> list[Example]:
+def niah_single_1(**params: object) -> list[Example]:
     """RULER niah_single_1: a 7-digit number under a word key, in RULER's repeated noise."""
 
 
 @_preset
-def niah_single_2(**params: Any) -> list[Example]:
+def niah_single_2(**params: object) -> list[Example]:
     """RULER niah_single_2: a 7-digit number under a word key, in the essays."""
 
 
 @_preset
-def niah_single_3(**params: Any) -> list[Example]:
+def niah_single_3(**params: object) -> list[Example]:
     """RULER niah_single_3: a UUID under a word key, in the essays."""
 
 
 @_preset
-def niah_multikey_1(**params: Any) -> list[Example]:
+def niah_multikey_1(**params: object) -> list[Example]:
     """RULER niah_multikey_1: one of 4 keyed needles is asked for, in the essays."""
 
 
 @_preset
-def niah_multikey_2(**params: Any) -> list[Example]:
+def niah_multikey_2(**params: object) -> list[Example]:
     """RULER niah_multikey_2: a needle among repeated filler needles (word keys, numbers)."""
 
 
 @_preset
-def niah_multikey_3(**params: Any) -> list[Example]:
+def niah_multikey_3(**params: object) -> list[Example]:
     """RULER niah_multikey_3: a needle among repeated filler needles (UUID keys and values)."""
 
 
 @_preset
-def niah_multivalue(**params: Any) -> list[Example]:
+def niah_multivalue(**params: object) -> list[Example]:
     """RULER niah_multivalue: all 4 numbers of one key, in the essays."""
 
 
 @_preset
-def niah_multiquery(**params: Any) -> list[Example]:
+def niah_multiquery(**params: object) -> list[Example]:
     """RULER niah_multiquery: the numbers of 4 keys asked at once, in the essays."""
 
 
 @_preset
-def vt(**params: Any) -> list[Example]:
+def vt(**params: object) -> list[Example]:
     """RULER vt: every variable of a 4-hop assignment chain, in RULER's repeated noise."""
 
 
 @_preset
-def cwe(**params: Any) -> list[Example]:
+def cwe(**params: object) -> list[Example]:
     """RULER cwe: the 10 most common words of a list, after a worked one (30x/3x; 6x/1x <4k)."""
 
 
 @_preset
-def fwe(**params: Any) -> list[Example]:
+def fwe(**params: object) -> list[Example]:
     """RULER fwe: the 3 most frequent coded words of a zeta-distributed text (alpha 2)."""
 
 
 @_preset
-def qa_1(**params: Any) -> list[Example]:
+def qa_1(**params: object) -> list[Example]:
     """RULER qa_1: a SQuAD question, its paragraph among distractor paragraphs (needs path)."""
 
 
 @_preset
-def qa_2(**params: Any) -> list[Example]:
+def qa_2(**params: object) -> list[Example]:
     """RULER qa_2: a HotpotQA question, its paragraphs among distractors (needs path)."""

@@ -42,7 +42,7 @@ from ragbench.datasets.haystack import (
 )
 from ragbench.datasets.niah import DEFAULT_TOKENIZER, linear_spacing
 from ragbench.registry import did_you_mean, unknown
-from ragbench.tokenizers import get_tokenizer
+from ragbench.tokenizers import Tokenizer, get_tokenizer
 from ragbench.types import Document, Example
 
 TASKS = RULER_TASKS  # the registry names them without importing this module
@@ -277,7 +277,9 @@ def _common_words(rng, tok, budget, *, num_cw, freq_cw, freq_ucw):
     return text, evidence, fields, list(common), {"uncommon_words": n}
 
 
-def context_meta(tok: Any, haystack: str, seed: int, length: int, buffer: int, text: str) -> dict:
+def context_meta(
+    tok: Tokenizer, haystack: str, seed: int, length: int, buffer: int, text: str
+) -> dict:
     """What every RULER example's meta says of its context: the tokenizer, the haystack, the
     seed, the context length asked for, the tokens kept free for the answer
     (``final_context_length_buffer``) and the tokens the context took."""
@@ -432,12 +434,12 @@ def task_iterator(task: str) -> Callable[..., Iterator[Example]]:
     return iterate
 
 
-def build(task: str, **params: Any) -> list[Example]:
+def build(task: str, **params: object) -> list[Example]:
     return list(task_iterator(task)(**params))
 
 
 def _task_builder(task: str) -> Callable[..., list[Example]]:
-    def builder(**params: Any) -> list[Example]:
+    def builder(**params: object) -> list[Example]:
         return build(task, **params)
 
     builder.__name__ = task

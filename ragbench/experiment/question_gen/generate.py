@@ -50,7 +50,7 @@ import itertools
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,7 @@ class Usage:
     seconds: float = 0.0
     dollars: float | None = None  # with a price sheet only
 
-    def add(self, completions: Sequence[Completion], sheet: Any = None) -> None:
+    def add(self, completions: Sequence[Completion], sheet: PriceSheet | None = None) -> None:
         for c in completions:
             self.calls += 1
             self.cache_hits += bool(c.cached)
@@ -145,7 +145,7 @@ class GeneratedQuestions:
     passages_available: int = 0  # passages (with hops=2 paired as they are tried)
     unit: str = "passages"  # what was tried: passages, or passage pairs
     rejected: Counter = field(default_factory=Counter)  # reason -> count
-    rejections: list[dict[str, Any]] = field(default_factory=list)  # passage, reason, reply
+    rejections: list[dict[str, object]] = field(default_factory=list)  # passage, reason, reply
     usage: dict[str, Usage] = field(default_factory=dict)  # "generate", "closed_book"
 
     def summary(self) -> str:
@@ -189,7 +189,7 @@ _TWO_HOPS = _Hops(
 class _Candidate:
     """A reply that passed the checks, waiting for the closed-book check and de-duplication."""
 
-    item: Any  # the passage (or pair) asked about
+    item: object  # the passage (or pair) asked about
     reply: str
     row: dict[str, Any]
     tokens: frozenset[str]  # the question's normalised tokens (``jaccard``)
@@ -322,7 +322,7 @@ def generate_questions(
     closed_book_max_new_tokens: int = 32,
     closed_book_metric: str = "contains",
     batch_size: int = 8,
-    price_sheet: Any = None,
+    price_sheet: PriceSheet | str | os.PathLike | None = None,
     progress: bool | None = False,
     hops: int = 1,
 ) -> GeneratedQuestions:
@@ -386,14 +386,14 @@ def generate_questions(
 # --------------------------------------------------------------------------- files
 
 
-def write_questions(path: PathLike, rows: Sequence[dict[str, Any]]) -> Path:
+def write_questions(path: PathLike, rows: Sequence[dict[str, object]]) -> Path:
     """Atomically write rows as a questions JSONL file (canonical JSON, one row per line)."""
     if not rows:
         raise ValueError("no questions to write (a questions file may not be empty)")
     return atomic_write_text(path, "".join(dumps_canonical(r) + "\n" for r in rows))
 
 
-def load_model(model: dict[str, Any], cache: bool | None = None) -> LLM:
+def load_model(model: Mapping[str, object], cache: bool | None = None) -> LLM:
     """An LLM from a run config's ``model`` section (``notebook.model_block`` builds one), with the
     runs' completion cache (``cache_dir()/completions.sqlite``) unless the section says
     ``cache: false``: generated questions and later runs share its answers. Loaded as a run
@@ -409,7 +409,7 @@ def questions_file(
     corpus: PathLike,
     out: PathLike,
     n: int,
-    model: dict[str, Any] | LLM,
+    model: Mapping[str, Any] | LLM,
     **options: Any,
 ) -> GeneratedQuestions:
     """Generate ``n`` questions over a corpus file and write them to ``out`` (what the CLI and

@@ -38,7 +38,6 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ragbench.datasets.niah import shared_content_words
 from ragbench.datasets.question_text import (
@@ -257,7 +256,9 @@ def bridge_sentence(passage: Passage, question: str, words: set[str]) -> tuple[i
     return best
 
 
-def check_pair_reply(pair: PassagePair, reply: str, max_answer_words: int) -> dict[str, Any] | str:
+def check_pair_reply(
+    pair: PassagePair, reply: str, max_answer_words: int
+) -> dict[str, object] | str:
     """The question row for ``reply`` to ``pair``, or the reason it is rejected."""
     parsed = read_reply(reply, max_answer_words)
     if isinstance(parsed, str):

@@ -46,7 +46,7 @@ class LoadedModel:
     model: Any  # transformers PreTrainedModel, in eval mode, on its device(s)
     tokenizer: Any
     device: str  # as picked: "cpu", "cuda", "cuda:1", "mps"
-    dtype: Any  # torch.dtype
+    dtype: object  # torch.dtype
     weights: str  # "gguf-sha256:...", "files-sha256:..." or "hub:<id>@<revision>"
     preset: ModelPreset | None
 
@@ -106,7 +106,7 @@ def load_model(
     device = pick_device(device)
     torch_dtype = pick_dtype(dtype, device)
     multi_gpu = device == "cuda" and torch.cuda.device_count() > 1
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     if rope is not None:
         config = AutoConfig.from_pretrained(source)
         config.rope_parameters = rope_parameters(config, *rope)

@@ -3,12 +3,20 @@ dry run (``ragbench.experiment.dry_run``), which must count the same tokens with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ragbench.models import ModelPreset
 from ragbench.types import GenerationRequest
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def is_instruct(tokenizer: Any, preset: Any = None, instruct: bool | None = None) -> bool:
+
+def is_instruct(
+    tokenizer: PreTrainedTokenizerBase,
+    preset: ModelPreset | None = None,
+    instruct: bool | None = None,
+) -> bool:
     """An explicit ``instruct`` wins; else the preset's flag; else "the tokenizer has a chat
     template"."""
     if instruct is not None:
@@ -18,6 +26,7 @@ def is_instruct(tokenizer: Any, preset: Any = None, instruct: bool | None = None
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+# the tokenizer is left untyped: transformers types apply_chat_template's result as a union
 def render(tokenizer: Any, instruct: bool, request: GenerationRequest) -> tuple[str, bool]:
     """The full prompt text and whether the tokenizer adds its special tokens to it."""
     if instruct:

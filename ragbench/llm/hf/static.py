@@ -46,11 +46,14 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.llm import shared_prefix
 from ragbench.llm.hf.batch import Batch, Decoded
 from ragbench.llm.kv import variants as kv_cache
+
+if TYPE_CHECKING:
+    import torch
 
 MODES = ("auto", "eager", "static")
 # Why auto runs the plain loop (measured on an H200, 8B shapes in bf16, benchmarks/results/
@@ -104,7 +107,7 @@ def bucket_slots(n: int) -> int:
     return grain * math.ceil(n / grain)
 
 
-def model_reason(model: Any) -> str:
+def model_reason(model: object) -> str:
     """Why ``model`` cannot use the static path at all ("" when it can)."""
     if not shared_prefix.supported(model):
         return (
@@ -155,7 +158,7 @@ class FastDecode:
             return "sampling (temperature > 0): the plain loop's seeded generators"
         return ""
 
-    def meta(self, reason: str) -> dict[str, Any]:
+    def meta(self, reason: str) -> dict[str, object]:
         return {"path": "eager", "requested": self.requested, "reason": reason}
 
     # -- running ---------------------------------------------------------------------------
@@ -211,7 +214,7 @@ class FastDecode:
         n, used = len(requests), batch.mask.shape[1]
         timer = _Clock(dec.device, batch.t_first)
         generated: list[list[int]] = [[] for _ in requests]
-        done: dict[int, dict[str, Any]] = {}
+        done: dict[int, dict[str, object]] = {}
         active = list(range(n))
         pending = [(state.fetch(n, used - 1, used), timer.mark(), 0, 1)]  # the first token
         launched, steps = 1, 0  # tokens per row launched; decode steps run
@@ -283,7 +286,7 @@ class FastDecode:
 class _Clock:
     """Chunk end times: CUDA events (no sync) on CUDA, the host clock elsewhere."""
 
-    def __init__(self, device: Any, t0: float) -> None:
+    def __init__(self, device: torch.device, t0: float) -> None:
         import torch
 
         self.cuda = device.type == "cuda"
@@ -292,7 +295,7 @@ class _Clock:
             self.start = torch.cuda.Event(enable_timing=True)
             self.start.record()
 
-    def mark(self) -> Any:
+    def mark(self) -> object:
         import torch
 
         if not self.cuda:
@@ -316,10 +319,10 @@ def _slot_layer_class():
         device-side slot: one step writes one position for every row."""
 
         # given at construction, never None (the base's are None until its lazy initialization)
-        keys: Any
-        values: Any
+        keys: torch.Tensor
+        values: torch.Tensor
 
-        def __init__(self, keys: Any, values: Any, slot: Any) -> None:
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, slot: torch.Tensor) -> None:
             super().__init__(max_cache_len=keys.shape[2])
             self.keys, self.values, self.slot = keys, values, slot
             self.device, self.dtype = keys.device, keys.dtype
@@ -329,7 +332,9 @@ def _slot_layer_class():
             self.cumulative_length = slot
             self.is_initialized = True
 
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any):
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ):
             self.keys.index_copy_(2, self.slot, key_states)
             self.values.index_copy_(2, self.slot, value_states)
             return self.keys, self.values
@@ -342,10 +347,18 @@ class _State:
     step. Every tensor is written in place, never replaced: a captured graph reads them."""
 
     @staticmethod
-    def bytes_for(rows: int, slots: int, like: Any, layers: int) -> int:
+    def bytes_for(rows: int, slots: int, like: torch.Tensor, layers: int) -> int:
         return 2 * layers * rows * like.shape[1] * slots * like.shape[3] * like.element_size()
 
-    def __init__(self, dec: Any, rows: int, slots: int, like: Any, layers: int, prefix: Any):
+    def __init__(
+        self,
+        dec: Any,
+        rows: int,
+        slots: int,
+        like: torch.Tensor,
+        layers: int,
+        prefix: shared_prefix.SharedPrefix | None,
+    ):
         import torch
         from transformers.cache_utils import Cache
 
@@ -372,7 +385,14 @@ class _State:
         self.graph_error = ""
         self.graph_check: dict[str, Any] = {}  # capture_agrees' figures
 
-    def load(self, cache: Any, mask: Any, positions: Any, first: Any, pad_id: int) -> None:
+    def load(
+        self,
+        cache: Any,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        first: torch.Tensor,
+        pad_id: int,
+    ) -> None:
         """The prefill's KV into slots [0, used) of the first n rows (the DynamicCache's layers
         are released as they are copied), the mask, the first token and the next positions."""
         n, used = mask.shape
@@ -390,7 +410,7 @@ class _State:
         self.slot.fill_(used)
         self.tokens[:n, used - 1].copy_(first)
 
-    def fetch(self, n: int, c0: int, c1: int) -> Any:
+    def fetch(self, n: int, c0: int, c1: int) -> object:
         """Tokens of columns [c0, c1) for the first n rows, copied to the host without waiting:
         a function that waits for them and returns them as lists."""
         import torch
@@ -495,7 +515,11 @@ class _State:
 
 
 def capture_agrees(
-    eager: Any, got: Any, eager_ids: Any, got_ids: Any, dtype: Any
+    eager: torch.Tensor,
+    got: torch.Tensor,
+    eager_ids: torch.Tensor,
+    got_ids: torch.Tensor,
+    dtype: torch.dtype,
 ) -> tuple[bool, dict]:
     """Whether a captured step's logits ``got`` (rows, vocab) and picks ``got_ids`` are the eager
     step's within rounding: every row within ``CAPTURE_ULPS`` units of ``dtype``'s rounding at

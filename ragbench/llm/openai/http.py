@@ -43,12 +43,15 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragbench import secrets
 from ragbench.llm.openai import payload as wire
 from ragbench.llm.rate_limit import parse_headers
 from ragbench.types import Completion
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +143,7 @@ def new_request_id() -> str:
     return str(uuid.uuid4())
 
 
-def status_error(resp, body: str, payload: dict[str, Any] | None = None) -> StatusError:
+def status_error(resp, body: str, payload: dict[str, object] | None = None) -> StatusError:
     """The error for a response with status >= 400 whose body is ``body``. A 4xx that gives no
     reason (an empty body, or an empty message) is named by what the request carried
     (``wire.describe_request``: method, path, header names, ``payload``'s keys), since that is
@@ -154,7 +157,7 @@ def status_error(resp, body: str, payload: dict[str, Any] | None = None) -> Stat
     return StatusError(resp.status_code, message, retry_after)
 
 
-def _sent(resp, payload: dict[str, Any] | None) -> str:
+def _sent(resp, payload: dict[str, object] | None) -> str:
     """``wire.describe_request`` of the request ``resp`` answers (names only: no value leaves)."""
     request = getattr(resp, "request", None)
     if request is None:
@@ -235,7 +238,7 @@ class Budget:
         finally:
             self.excused += self.clock() - t0
 
-    def timeouts(self) -> Any:
+    def timeouts(self) -> httpx.Timeout:
         """The ``httpx.Timeout`` of an attempt starting now: the policy's, cut to the time
         left (a read may not wait past the deadline)."""
         import httpx
@@ -260,12 +263,12 @@ def _rate_limited(exc: BaseException | None) -> bool:
 
 
 def with_retries(
-    attempt: Callable[..., Any],
-    *args: Any,
+    attempt: Callable[..., object],
+    *args: object,
     policy: RetryPolicy,
     url: str,
     sleep: Callable[[float], None],
-) -> tuple[Any, int]:
+) -> tuple[object, int]:
     """``attempt(*args, budget)`` until it succeeds or fails for good: (its result, attempts
     made). ``budget`` (a ``Budget``) gives the attempt its timeouts and excuses its rate-limit
     waits. Up to ``policy.max_retries`` retries of a ``retryable`` failure, each
@@ -375,13 +378,13 @@ class Connections:
         self._streams: weakref.WeakSet = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def _trace(self, event: str, info: dict[str, Any]) -> None:
+    def _trace(self, event: str, info: dict[str, object]) -> None:
         if event.endswith(self.OPENED) and info.get("return_value") is not None:
             with self._lock:
                 self._streams.add(info["return_value"])
 
     @property
-    def extensions(self) -> dict[str, Any]:
+    def extensions(self) -> dict[str, object]:
         """The request extensions that note a new connection's socket here."""
         return {"trace": self._trace}
 
@@ -406,11 +409,11 @@ class Connections:
 def post_completion(
     client,
     url: str,
-    payload: dict[str, Any],
+    payload: dict[str, object],
     endpoint: str,
-    on_response: Callable[[int, Any], None] | None = None,
+    on_response: Callable[[int, object], None] | None = None,
     *,
-    timeout: Any = None,
+    timeout: object = None,
     connections: Connections | None = None,
 ) -> tuple[wire.Parsed, float, float]:
     """One attempt: (parsed response, prefill seconds, decode seconds). Without streaming the
@@ -423,7 +426,7 @@ def post_completion(
     connection's socket, so an interrupt can cut it."""
     t0 = time.perf_counter()
     request_id = new_request_id()
-    options: dict[str, Any] = {"headers": {REQUEST_ID_HEADER: request_id}}
+    options: dict[str, object] = {"headers": {REQUEST_ID_HEADER: request_id}}
     if timeout is not None:
         options["timeout"] = timeout
     if connections is not None:

@@ -107,14 +107,14 @@ def check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
 
 def build_payload(
     request: GenerationRequest, model: str, endpoint: str = "chat", stream: bool = False
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The JSON body for one request. Greedy is temperature 0; ``max_tokens`` and ``stop`` as
     given; the completions endpoint gets the system text prepended (as ``LLM.prompt_tokens``).
     A request that samples (temperature > 0) carries a ``seed`` from its own content, as the
     transformers backend seeds its generator: a server that honours it (vLLM, llama.cpp,
     OpenAI's best effort) gives the same sample for the same request (a judge's repeats are
     distinct requests, so each has its own seed)."""
-    payload: dict[str, Any] = {"model": model}
+    payload: dict[str, object] = {"model": model}
     if endpoint == "chat":
         messages = [{"role": "system", "content": request.system}] if request.system else []
         payload["messages"] = [*messages, {"role": "user", "content": request.prompt}]
@@ -145,7 +145,7 @@ def payload_text(payload: dict[str, Any]) -> str:
 
 
 def describe_request(
-    method: str, path: str, header_names: Iterable[str], payload: Mapping[str, Any]
+    method: str, path: str, header_names: Iterable[str], payload: Mapping[str, object]
 ) -> str:
     """What a refused request carried, for a server that gave no reason: its method, path
     (no query: it can hold a token), header names and payload keys. Never a header's value nor
@@ -163,7 +163,7 @@ def describe_request(
 class Parsed:
     text: str
     finish_reason: str
-    usage: dict[str, Any] | None
+    usage: dict[str, object] | None
     model: str = ""
     streamed: bool = False  # read from server-sent events: the time to first token is known
 
@@ -198,7 +198,7 @@ def looks_like_sse(text: str) -> bool:
     return first.startswith(("data:", "event:", "id:", ":"))
 
 
-def parse_response(body: Any, endpoint: str = "chat") -> Parsed:
+def parse_response(body: object, endpoint: str = "chat") -> Parsed:
     """Text, finish reason and usage of a non-streamed response."""
     if not isinstance(body, dict):
         raise ValueError(f"response is not a JSON object: {snippet(json.dumps(body))}")
@@ -230,7 +230,7 @@ def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
             return
 
 
-def parse_chunk(chunk: Any, endpoint: str = "chat") -> tuple[str, str, dict | None]:
+def parse_chunk(chunk: object, endpoint: str = "chat") -> tuple[str, str, dict | None]:
     """(text delta, finish reason or "", usage or None) of one streamed event."""
     if not isinstance(chunk, dict):
         raise ValueError(f"event is not a JSON object: {snippet(json.dumps(chunk))}")
@@ -246,7 +246,7 @@ def parse_chunk(chunk: Any, endpoint: str = "chat") -> tuple[str, str, dict | No
     return text, finish, chunk.get("usage") or None
 
 
-def usage_problem(usage: Any) -> str | None:
+def usage_problem(usage: object) -> str | None:
     """What makes a reported usage unusable (a count that is not a whole number >= 0: a server
     answered ``"prompt_tokens": -1000``), or None (none reported is no problem)."""
     if not usage:

@@ -105,13 +105,13 @@ def get_models(client: Any, url: str, shown: str, timeout: float) -> None:
 
 
 def send_probe(
-    client: Any,
+    client: object,
     url: str,
     shown: str,
-    payload: dict[str, Any],
+    payload: dict[str, object],
     endpoint: str,
     *,
-    timeout: Any,
+    timeout: object,
     connections: http.Connections | None = None,
 ) -> None:
     """``POST url`` with ``payload`` (the probe, as ``probe_request`` built by the run's

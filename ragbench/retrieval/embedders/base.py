@@ -33,7 +33,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -190,7 +189,7 @@ class SentenceTransformerEmbedder(Embedder):
         self.device = pick_device(device)
         self.batch_size = batch_size
         self.show_progress = show_progress
-        self._model: Any = None  # the SentenceTransformer, loaded on first use
+        self._model: object = None  # the SentenceTransformer, loaded on first use
         self.encode_calls = 0  # how many times the model was asked to embed (cache misses)
         self.padded_tokens = 0  # token slots fed to the model, padding included
 

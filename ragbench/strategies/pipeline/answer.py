@@ -73,12 +73,12 @@ class PipelineAnswer:
         return cls(data["answer"], parsed, None if usage is None else _usage(usage), version)
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def _fields_of(raw: Any, fields: list[str], what: str, expected: str) -> dict[str, Any]:
+def _fields_of(raw: object, fields: list[str], what: str, expected: str) -> dict[str, Any]:
     if isinstance(raw, dict):
         unknown = sorted(set(raw) - set(fields))
         if unknown:

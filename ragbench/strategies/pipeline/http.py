@@ -27,18 +27,23 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ragbench import secrets
 from ragbench.llm.base import ServerUnreachable
 from ragbench.llm.openai import http
 from ragbench.strategies.pipeline.params import PipelineParams
+from ragbench.types import Document
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT = 5.0
 BACKOFF_BASE, BACKOFF_MAX = 0.5, 30.0
-_clients: dict[tuple, Any] = {}
+_clients: dict[tuple, httpx.Client] = {}
 _lock = threading.Lock()
 
 
@@ -73,7 +78,7 @@ def request_url(params: PipelineParams, raw: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
-def client(params: PipelineParams) -> Any:
+def client(params: PipelineParams) -> httpx.Client:
     """One httpx client per endpoint, headers and timeout (connections are reused)."""
     import httpx  # lazy: only url pipelines need it
 
@@ -108,7 +113,7 @@ def policy(params: PipelineParams) -> http.RetryPolicy:
     )
 
 
-def _attempt(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> Any:
+def _attempt(c: httpx.Client, url: str, payload: dict[str, object], budget: http.Budget) -> object:
     resp = c.post(url, json=payload, timeout=budget.timeouts())
     if resp.status_code >= 400:
         raise http.status_error(resp, resp.text)
@@ -121,25 +126,33 @@ def _attempt(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> 
         ) from None
 
 
-def post(params: PipelineParams, question: str, example_id: str, corpus: str | None) -> Any:
+def post(params: PipelineParams, question: str, example_id: str, corpus: str | None) -> object:
     """The endpoint's JSON answer to one question (after retries), or ``LLMRequestError``."""
     payload = {"question": question, "id": example_id, "corpus": corpus}
     return _post(params, params.raw_url, params.url, payload, _attempt)
 
 
-def _attempt_setup(c: Any, url: str, payload: dict[str, Any], budget: http.Budget) -> None:
+def _attempt_setup(
+    c: httpx.Client, url: str, payload: dict[str, object], budget: http.Budget
+) -> None:
     resp = c.post(url, json=payload, timeout=budget.timeouts())
     if resp.status_code >= 400:
         raise http.status_error(resp, resp.text)
 
 
-def post_setup(params: PipelineParams, corpus: str, documents: list[Any]) -> None:
+def post_setup(params: PipelineParams, corpus: str, documents: list[Document]) -> None:
     """Hand the corpus (``Document``s) to ``setup_url`` (after retries), or ``LLMRequestError``."""
     payload = {"corpus": corpus, "documents": [d.to_dict() for d in documents]}
     _post(params, params.raw_setup_url, params.setup_url, payload, _attempt_setup)
 
 
-def _post(params: PipelineParams, raw_url: Any, shown_url: Any, payload: dict, attempt: Any) -> Any:
+def _post(
+    params: PipelineParams,
+    raw_url: Any,
+    shown_url: Any,
+    payload: dict,
+    attempt: Callable[..., object],
+) -> object:
     """``attempt`` at POSTing ``payload`` to ``raw_url`` (``shown_url`` in messages), with the
     pipeline's retries: what the successful attempt returned."""
     result, _ = http.with_retries(

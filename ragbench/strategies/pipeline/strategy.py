@@ -95,7 +95,7 @@ _opened: dict[tuple, Opened] = {}
 _open_lock = threading.Lock()
 
 
-def _llama_kind(obj: Any) -> str | None:
+def _llama_kind(obj: object) -> str | None:
     if "llama_index.core" not in sys.modules:  # a llama-index object implies it is imported
         return None
     from llama_index.core.base.base_query_engine import BaseQueryEngine  # lazy: llama-index
@@ -131,7 +131,7 @@ def _build(factory: Any, target: str) -> Any:
         ) from None
 
 
-def _classify(obj: Any, target: str, factory_ok: bool = True) -> Opened:
+def _classify(obj: object, target: str, factory_ok: bool = True) -> Opened:
     kind = _llama_kind(obj)
     if kind:
         return Opened(kind, obj)
@@ -226,7 +226,7 @@ def _node_context(n: Any) -> Context:
     )
 
 
-def _token_counter(engine: Any) -> Any:
+def _token_counter(engine: object) -> Any:
     """A llama-index ``TokenCountingHandler`` the user attached (engine, else Settings)."""
     from llama_index.core import Settings  # lazy: llama-index
     from llama_index.core.callbacks import TokenCountingHandler
@@ -364,13 +364,13 @@ def scored_retrieval(record: Record, contexts: list[Context] | None, example: Ex
     return dataclasses.replace(record, scores=record.scores | scores, meta=record.meta | note)
 
 
-def _kept(c: Context) -> dict[str, Any]:
+def _kept(c: Context) -> dict[str, object]:
     text = c.text if len(c.text) <= MAX_CONTEXT_CHARS else c.text[:MAX_CONTEXT_CHARS]
     out = {"id": c.id, "doc_id": c.doc_id, "span": list(c.span) if c.span else None, "text": text}
     return out | ({"score": c.score} if c.score is not None else {})
 
 
-def context_meta(contexts: list[Context] | None, example: Example) -> dict[str, Any]:
+def context_meta(contexts: list[Context] | None, example: Example) -> dict[str, object]:
     """The record's view of the contexts; a pipeline that reported none (``None``) keeps
     ``contexts: None`` (a judge reads no context: ``strategies.contexts.pipeline_context``) and
     an unknown ``gold_hit``."""

@@ -47,7 +47,7 @@ def imports_from(*folders: str | os.PathLike) -> Iterator[None]:
         _folders.reset(token)
 
 
-def check_target(owner: str, target: Any) -> None:
+def check_target(owner: str, target: object) -> None:
     if not isinstance(target, str) or not TARGET.match(target):
         raise ValueError(
             f"{owner}: target must be 'module:attribute' (e.g. 'mypkg.rag:answer'), got {target!r}"
@@ -104,7 +104,7 @@ def load_module(name: str) -> Any:
     return module
 
 
-def resolve(target: str, owner: str = "pipeline") -> tuple[Any, Any]:
+def resolve(target: str, owner: str = "pipeline") -> tuple[Any, object]:
     """(the object ``target`` names, its module); errors say what could not be found."""
     check_target(owner, target)
     module_name, _, attr = target.partition(":")
@@ -116,7 +116,7 @@ def resolve(target: str, owner: str = "pipeline") -> tuple[Any, Any]:
             f"({type(exc).__name__}: {exc}); the module must be importable from sys.path, "
             "the working directory or the config's folder"
         ) from None
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = sorted(n for n in vars(module) if not n.startswith("_"))[:12]

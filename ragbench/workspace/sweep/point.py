@@ -19,7 +19,7 @@ import time
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, cast
 
 from ragbench import secrets
 from ragbench.io import atomic_write_text
@@ -29,12 +29,46 @@ from ragbench.workspace.kernels import execute_notebook
 log = logging.getLogger(__name__)
 
 DONE, FAILED = "done.json", "failed.json"
+
+
+class Job(TypedDict):
+    """One point of a sweep, as the sweep plans it (``run._plan``) and a worker runs it."""
+
+    point_id: str
+    params: dict[str, object]  # what is stored and shown (credentials redacted)
+    parameters: dict[str, object]  # what the notebook gets, credentials included
+    notebook: str
+    point_dir: str
+    output_notebook: str
+    kernel: str
+    cwd: str
+    # set when it is handed to a worker: wait for a held point, take a recorded failure, and
+    # the failed marker's mtime when planned (a later one is news)
+    wait: NotRequired[bool]
+    accept_failed: NotRequired[bool]
+    failed_seen: NotRequired[int | None]
+
+
+class PointResult(TypedDict, total=False):
+    """What running (or finding recorded) one point gave: ``run.PointOutcome``'s fields."""
+
+    status: Literal["done", "failed", "held"]
+    holder: str  # held: who holds the point's lock
+    cell: int | None
+    exec_count: int | None
+    error: str | None
+    traceback: str
+    seconds: float
+    finished_at: str | None
+    skipped: bool
+
+
 # the temporary name of ``io.atomic_write_bytes``: mkstemp(prefix=".<name>.<pid>.", suffix=".tmp"),
 # whose random part is 8 characters of [a-z0-9_]
 TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 
 
-def execute_point(job: dict[str, Any]) -> dict[str, Any]:
+def execute_point(job: Job) -> PointResult:
     """Run one point under its folder's lock; never raises. A point another live process holds
     comes back ``held`` (``job["wait"]``: wait for it instead); a point that has a marker by the
     time the lock is ours comes back as recorded, skipped."""
@@ -52,7 +86,7 @@ def execute_point(job: dict[str, Any]) -> dict[str, Any]:
         lock.__exit__(None, None, None)
 
 
-def _run_point(job: dict[str, Any]) -> dict[str, Any]:
+def _run_point(job: Job) -> PointResult:
     from papermill.exceptions import PapermillExecutionError
 
     point_dir, out_nb = Path(job["point_dir"]), Path(job["output_notebook"])
@@ -60,7 +94,7 @@ def _run_point(job: dict[str, Any]) -> dict[str, Any]:
     for done_or_failed in (DONE, FAILED):
         (point_dir / done_or_failed).unlink(missing_ok=True)
     start = time.perf_counter()
-    result: dict[str, Any] = {"status": "done", "cell": None, "exec_count": None, "error": None}
+    result: PointResult = {"status": "done", "cell": None, "exec_count": None, "error": None}
     try:
         execute_notebook(
             job["notebook"],
@@ -72,17 +106,25 @@ def _run_point(job: dict[str, Any]) -> dict[str, Any]:
         )
     except PapermillExecutionError as exc:
         result.update(
-            status="failed",
-            cell=_error_cell(out_nb, exc.cell_index),
-            exec_count=exc.exec_count,
-            error=secrets.redact_text(f"{exc.ename}: {exc.evalue}"),
+            {
+                "status": "failed",
+                "cell": _error_cell(out_nb, exc.cell_index),
+                "exec_count": exc.exec_count,
+                "error": secrets.redact_text(f"{exc.ename}: {exc.evalue}"),
+            }
         )
     except Exception as exc:  # kernel died, missing kernel, ...: still only this point fails
-        result.update(status="failed", error=secrets.redact_text(f"{type(exc).__name__}: {exc}"))
+        result.update(
+            {"status": "failed", "error": secrets.redact_text(f"{type(exc).__name__}: {exc}")}
+        )
         result["traceback"] = secrets.redact_text(traceback.format_exc())
     result["seconds"] = round(time.perf_counter() - start, 3)
     result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    marker = {"point_id": job["point_id"], "params": job["params"], "notebook": out_nb.name}
+    marker: dict[str, object] = {
+        "point_id": job["point_id"],
+        "params": job["params"],
+        "notebook": out_nb.name,
+    }
     marker |= result
     name = DONE if result["status"] == "done" else FAILED
     atomic_write_text(point_dir / name, json.dumps(marker, indent=2, default=str) + "\n")
@@ -102,13 +144,14 @@ def remove_stale_temps(point_dir: Path) -> list[Path]:
     return removed
 
 
-def recorded(job: dict[str, Any], accept_failed: bool) -> dict[str, Any] | None:
+def recorded(job: Job, accept_failed: bool) -> PointResult | None:
     """The outcome a point's markers record, as skipped: done (notebook and done.json), or
     failed (failed.json) when ``accept_failed`` or when the failure was recorded after the sweep
     planned the point (``job["failed_seen"]``, the marker's mtime then: another sweep executed
     the point meanwhile, and running it again would execute it twice); None: execute it."""
     point_dir = Path(job["point_dir"])
     failed = point_dir / FAILED
+    status: Literal["done", "failed"]
     if is_done(job):
         path, status = point_dir / DONE, "done"
     elif failed.exists() and (accept_failed or _news(job, failed)):
@@ -120,15 +163,20 @@ def recorded(job: dict[str, Any], accept_failed: bool) -> dict[str, Any] | None:
     except (OSError, ValueError):  # written atomically, so only by hand: keep the status
         marker = {}
     keys = ("seconds", "cell", "exec_count", "error")
-    result = {k: marker[k] for k in keys if k in marker}
+    # the marker's JSON, as _run_point wrote it
+    result = cast(PointResult, {k: marker[k] for k in keys if k in marker})
     # "finished": the local-time field of markers written before finished_at existed
     result.update(
-        status=status, skipped=True, finished_at=marker.get("finished_at", marker.get("finished"))
+        {
+            "status": status,
+            "skipped": True,
+            "finished_at": marker.get("finished_at", marker.get("finished")),
+        }
     )
     return result
 
 
-def _news(job: dict[str, Any], failed: Path) -> bool:
+def _news(job: Job, failed: Path) -> bool:
     """failed.json was written after the sweep planned the job (a job planned without looking
     has no news)."""
     return "failed_seen" in job and mtime_ns(failed) != job["failed_seen"]
@@ -166,5 +214,5 @@ def mtime_ns(path: Path) -> int | None:
         return None
 
 
-def is_done(job: dict[str, Any]) -> bool:
+def is_done(job: Job) -> bool:
     return Path(job["output_notebook"]).exists() and (Path(job["point_dir"]) / DONE).exists()

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ragbench import secrets
 from ragbench.io import atomic_write_bytes, atomic_write_text, dumps_canonical
@@ -59,7 +59,15 @@ from ragbench.workspace.kernels import (
     reap_children_on_signals,
     resolve_kernel,
 )
-from ragbench.workspace.sweep.point import FAILED, execute_point, is_done, mtime_ns, recorded
+from ragbench.workspace.sweep.point import (
+    FAILED,
+    Job,
+    PointResult,
+    execute_point,
+    is_done,
+    mtime_ns,
+    recorded,
+)
 from ragbench.workspace.sweep.spec import (
     SweepSpec,
     SweepSpecError,
@@ -69,6 +77,9 @@ from ragbench.workspace.sweep.spec import (
     point_id,
     spec_places,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +94,7 @@ class PointOutcome:
     another one running at the same time). ``params`` have their credentials masked."""
 
     point_id: str
-    params: dict[str, Any]
+    params: dict[str, object]
     status: Literal["done", "failed", "held"]
     notebook: str
     seconds: float = 0.0  # execution time of the notebook
@@ -136,7 +147,7 @@ class SweepOutcome:
 # --- the sweep ------------------------------------------------------------------------------------
 
 
-def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[dict[str, Any]]:
+def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[Job]:
     notebook = _resolve(spec.notebook, spec_path.parent)
     points = expand_grid(spec)
     names = list(dict.fromkeys([*spec.parameters, *spec.grid]))
@@ -149,7 +160,7 @@ def _plan(spec: SweepSpec, spec_path: Path, sweep_dir: Path) -> list[dict[str, A
         raise SweepSpecError(f"{spec_path}: {exc}") from None
     inject_output = spec.output_param in declared
     varying = [n for n in spec.grid if len(spec.grid[n]) > 1] or list(spec.grid)
-    jobs = []
+    jobs: list[Job] = []
     for params in points:
         pid = point_id(params, varying)
         point_dir = sweep_dir / pid
@@ -204,7 +215,7 @@ def execute_sweep(
         on_plan(len(jobs))
     outcome = SweepOutcome(sweep_dir=sweep_dir)
 
-    def report(job: dict[str, Any], result: dict[str, Any]) -> None:
+    def report(job: Job, result: PointResult) -> None:
         point = PointOutcome(
             point_id=job["point_id"],
             params=job["params"],
@@ -224,7 +235,7 @@ def execute_sweep(
 
     # A cheap first look, so a finished sweep starts no pool; the worker looks again under the
     # point's lock, which is what makes "executed once" hold against a concurrent sweep.
-    todo = []
+    todo: list[Job] = []
     for job in jobs:
         earlier = recorded(job, accept_failed=not rerun_failed)
         if earlier:
@@ -240,9 +251,9 @@ def execute_sweep(
                 }
             )
 
-    held: list[dict[str, Any]] = []
+    held: list[Job] = []
 
-    def first_pass(job: dict[str, Any], result: dict[str, Any]) -> None:
+    def first_pass(job: Job, result: PointResult) -> None:
         if result["status"] == "held" and wait:
             held.append(job)
         else:
@@ -275,9 +286,7 @@ def execute_sweep(
     return outcome
 
 
-def _write_summary(
-    outcome: SweepOutcome, jobs: list[dict[str, Any]], pattern: str, sweep_dir: Path
-) -> None:
+def _write_summary(outcome: SweepOutcome, jobs: list[Job], pattern: str, sweep_dir: Path) -> None:
     """The points reported so far, in plan order, to ``summary.json``, and the finished points'
     results to ``results.parquet`` (both atomic)."""
     order = {job["point_id"]: i for i, job in enumerate(jobs)}
@@ -292,7 +301,7 @@ def _write_summary(
         atomic_write_bytes(sweep_dir / "results.parquet", outcome.results.to_parquet(index=False))
 
 
-def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
+def _run_local(jobs: list[Job], workers: int, report: Callable) -> None:
     if not jobs:
         return
     with reap_children_on_signals():  # a stopped sweep leaves no worker or kernel behind
@@ -322,7 +331,7 @@ def _run_local(jobs: list[dict[str, Any]], workers: int, report: Callable) -> No
         pool.shutdown(wait=True)
 
 
-def _run_ray(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None:
+def _run_ray(jobs: list[Job], workers: int, report: Callable) -> None:
     """Each point as a Ray task. RAY_ADDRESS set: join that cluster (paths must be shared)."""
     if not jobs:
         return
@@ -351,7 +360,7 @@ def _run_ray(jobs: list[dict[str, Any]], workers: int, report: Callable) -> None
 # --- results --------------------------------------------------------------------------------------
 
 
-def collect_results(jobs: list[dict[str, Any]], pattern: str = "**/results.parquet") -> Any:
+def collect_results(jobs: list[Job], pattern: str = "**/results.parquet") -> pd.DataFrame:
     """Concatenate the tables of the done points, adding each point's parameters as columns
     (credentials masked: ``job["params"]`` is redacted)."""
     import pandas as pd
