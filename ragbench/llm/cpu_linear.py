@@ -45,9 +45,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +62,12 @@ _BATCH_HINT = 16  # oneDNN picks the packed layout for about this many rows
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
-def linears(model: Any) -> list[Any]:
+def linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     """The ``torch.nn.Linear`` modules of ``model``, each once (tied weights included)."""
     import torch
 
-    seen, out = set(), []
+    seen: set[int] = set()
+    out: list[torch.nn.Linear] = []
     for module in model.modules():
         # exactly nn.Linear: subclasses (quantized, LoRA...) have forwards of their own
         if type(module) is torch.nn.Linear and id(module) not in seen:
@@ -72,11 +76,11 @@ def linears(model: Any) -> list[Any]:
     return out
 
 
-def _dtype_name(dtype: Any) -> str:
+def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def available(dtype: Any = None) -> bool:
+def available(dtype: torch.dtype | None = None) -> bool:
     """Whether this torch can pack a linear weight of ``dtype`` (default float32) for oneDNN
     (probes a tiny one: bf16 needs a CPU oneDNN runs bf16 on)."""
     import torch
@@ -110,15 +114,19 @@ class PackedLinears:
     replaced or changed in place (``data_ptr`` or version differs) is packed again.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self._packed: dict[int, tuple[Any, tuple[int, int]]] = {}
+        self._packed: dict[int, tuple[torch.Tensor, tuple[int, int]]] = {}
         self._lock = threading.Lock()
         self.packed_calls = 0  # forwards that ran on packed weights (tests read it)
 
     @classmethod
     def auto(
-        cls, model: Any, device: Any, dtype: Any, enabled: bool | None
+        cls,
+        model: torch.nn.Module,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        enabled: bool | None,
     ) -> PackedLinears | None:
         """``enabled``: True packs where possible, False never, None (auto) packs fp32 and bf16
         models on the CPU whose linear weights fit ``AUTO_LIMIT_BYTES``. None when not packed."""
@@ -144,7 +152,7 @@ class PackedLinears:
             self._weight(module)
         return self
 
-    def _weight(self, module: Any) -> Any:
+    def _weight(self, module: torch.nn.Linear) -> torch.Tensor:
         w = module.weight
         key = (w.data_ptr(), w._version)
         hit = self._packed.get(id(module))
@@ -157,7 +165,7 @@ class PackedLinears:
         return hit[0]
 
     @staticmethod
-    def takes(x: Any, weight: Any) -> bool:
+    def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
         """Whether an input ``x`` runs on the packed weights: decode-sized for its dtype (see
         ``MIN_ROWS``), of the weight's dtype, on the CPU."""
         rows = x.numel() // x.shape[-1] if x.dim() else 0
@@ -169,7 +177,7 @@ class PackedLinears:
             and not x.is_cuda
         )
 
-    def linear(self, module: Any, x: Any) -> Any:
+    def linear(self, module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         """``module(x)`` for an ``nn.Linear``: on the packed weights for a decode-sized CPU input
         of the weights' dtype, else ``F.linear``."""
         import torch
@@ -186,15 +194,15 @@ class PackedLinears:
         """Route the model's linear layers through the packed weights inside the block."""
         mods = linears(self.model)
 
-        def forward_of(module: Any):
-            def forward(x: Any) -> Any:
+        def forward_of(module: torch.nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:
+            def forward(x: torch.Tensor) -> torch.Tensor:
                 return self.linear(module, x)
 
             return forward
 
         patched = [m for m in mods if "forward" not in vars(m)]  # leave others' patches alone
         for m in patched:
-            m.forward = forward_of(m)
+            m.forward = forward_of(m)  # type: ignore[method-assign,assignment]  # an instance's own forward
         try:
             yield
         finally:
@@ -207,12 +215,14 @@ class Fused:
     """Sibling linears stored side by side: ``weight`` (their outputs stacked x in, a view of
     transposed storage), ``bias`` (stacked, or None), ``sizes`` (each one's outputs, in order)."""
 
-    weight: Any
-    bias: Any
+    weight: torch.Tensor
+    bias: torch.Tensor | None
     sizes: tuple[int, ...]
 
 
-def transpose_weights(model: Any, device: Any, dtype: Any) -> dict[tuple[int, str], Fused]:
+def transpose_weights(
+    model: torch.nn.Module, device: torch.device | str, dtype: torch.dtype
+) -> dict[tuple[int, str], Fused]:
     """On the CPU in fp32: store every ``nn.Linear`` weight of ``model`` transposed (in x out,
     contiguous) behind its usual (out x in) view, in place, and each group of ``GROUPS`` side by
     side in one such storage (see the module docstring). Returns the groups (``group_of`` finds
@@ -227,7 +237,9 @@ def transpose_weights(model: Any, device: Any, dtype: Any) -> dict[tuple[int, st
         for names in GROUPS:
             members = [getattr(parent, n, None) for n in names]
             if _groupable(members):
-                fused[_group_key(parent, names)] = _side_by_side(members)
+                fused[_group_key(parent, names)] = _side_by_side(
+                    cast("list[torch.nn.Linear]", members)
+                )
                 done.update(id(m) for m in members)
     for module in linears(model):
         if id(module) not in done and module.weight.is_contiguous():
@@ -236,32 +248,33 @@ def transpose_weights(model: Any, device: Any, dtype: Any) -> dict[tuple[int, st
     return fused
 
 
-def group_of(fused: dict, parent: Any, names: tuple[str, ...]) -> Fused | None:
+def group_of(fused: dict, parent: object, names: tuple[str, ...]) -> Fused | None:
     """The ``Fused`` of ``parent``'s group ``names`` (None: stored apart)."""
     return fused.get(_group_key(parent, names))
 
 
-def _group_key(parent: Any, names: tuple[str, ...]) -> tuple[int, str]:
+def _group_key(parent: object, names: tuple[str, ...]) -> tuple[int, str]:
     return (id(parent), names[0])
 
 
-def _groupable(members: list[Any]) -> bool:
+def _groupable(members: list[object]) -> bool:
     """Plain ``nn.Linear`` siblings on one input, all with or all without a bias."""
     import torch
 
     if any(type(m) is not torch.nn.Linear for m in members):
         return False
-    first = members[0]
+    linear = cast("list[torch.nn.Linear]", members)
+    first = linear[0]
     return all(
         m.in_features == first.in_features
         and (m.bias is None) == (first.bias is None)
         and m.weight.dtype == first.weight.dtype
         and m.weight.is_contiguous()
-        for m in members
+        for m in linear
     )
 
 
-def _side_by_side(members: list[Any]) -> Fused:
+def _side_by_side(members: list[torch.nn.Linear]) -> Fused:
     """One transposed storage for ``members`` (in x sum of outs); each weight becomes its view."""
     import torch
 

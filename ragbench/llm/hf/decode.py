@@ -42,21 +42,27 @@ import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragbench.llm import shared_prefix
 from ragbench.llm.cpu_linear import PackedLinears
-from ragbench.llm.hf.batch import Batch, Decoded
+from ragbench.llm.hf.batch import Batch, Decoded, Engine
 from ragbench.llm.hf.fused import FusedDecode
 from ragbench.llm.hf.static import FastDecode
 from ragbench.llm.kv import variants as kv_cache
 from ragbench.registry import unknown
 from ragbench.types import GenerationRequest
 
+if TYPE_CHECKING:
+    import torch
+    from transformers import Cache, PreTrainedModel
+
 MODES = ("auto", "eager", "static", "fused")
 
 
-def choose_path(model: Any, device: Any, decode: str, cuda_graphs: bool) -> Any:
+def choose_path(
+    model: PreTrainedModel, device: torch.device, decode: str, cuda_graphs: bool
+) -> FastDecode | FusedDecode:
     """The decode path of ``decode`` (see the module docstring): ``auto`` takes the fused step on
     the CPU where the model has it, else ``FastDecode``'s choice (the plain loop for now)."""
     if decode not in MODES:
@@ -74,9 +80,9 @@ def choose_path(model: Any, device: Any, decode: str, cuda_graphs: bool) -> Any:
 class Decoder:
     """Stateless forward passes over one loaded model; build it with :meth:`for_model`."""
 
-    model: Any
-    tokenizer: Any
-    device: Any  # torch.device of the inputs (the first layer's device)
+    model: PreTrainedModel
+    tokenizer: Any  # a PreTrainedTokenizerBase (its decode's type: str | list[str])
+    device: torch.device  # torch.device of the inputs (the first layer's device)
     eos_ids: frozenset[int]
     pad_id: int
     cache_kw: str  # transformers 5.x renamed past_key_values to cache; both generations work
@@ -119,7 +125,7 @@ class Decoder:
             groups=groups or {},
         )
 
-    def prefill(self, prefix: list[int]) -> tuple[Any, float]:
+    def prefill(self, prefix: list[int]) -> tuple[Cache, float]:
         """KV cache of a prefix (batch of one) and the seconds it took."""
         import torch
         from transformers import DynamicCache
@@ -138,7 +144,7 @@ class Decoder:
         self,
         requests: Sequence[GenerationRequest],
         suffixes: list[list[int]],
-        prefix_kv: Any,
+        prefix_kv: Cache | None,
         plen: int,
         shared: bool,
         seed: int,
@@ -163,7 +169,7 @@ class Decoder:
         shared = shared and prefix_kv is not None
         lead = 0 if shared else plen  # prefix positions held in the per-row cache and mask
         input_ids, mask, positions = self._inputs(suffixes, lead, plen)
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         kv_meta: dict[str, Any] = kv.meta()
         if not plain:
             cache, kv_meta = kv.make_cache(self.model, self.device.type)
@@ -194,7 +200,7 @@ class Decoder:
         if record_logits:
             for row, logged in zip(rows, decoded.probes, strict=True):
                 row["_logits"] = logged
-        prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared else 0
+        prefix_bytes = kv_cache.cache_bytes(prefix_kv) if shared and prefix_kv is not None else 0
         batch_size, width = input_ids.shape
         for row, s in zip(rows, suffixes, strict=True):
             row["padding_tokens"] = width - len(s)  # left padding its row computed
@@ -208,7 +214,9 @@ class Decoder:
             row["meta"]["decode"] = dict(decoded.meta)
         return rows
 
-    def _inputs(self, suffixes: list[list[int]], lead: int, plen: int) -> tuple[Any, Any, Any]:
+    def _inputs(
+        self, suffixes: list[list[int]], lead: int, plen: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Left-padded token ids (rows, width), the attention mask over ``lead`` cached prefix
         positions and the suffix, and the suffix's position ids (continuing from ``plen``)."""
         import torch
@@ -224,7 +232,7 @@ class Decoder:
         dev = self.device
         return input_ids.to(dev), mask.to(dev), positions.to(dev)
 
-    def _plain_cache(self, prefix_kv: Any, shared: bool, rows: int) -> Any:
+    def _plain_cache(self, prefix_kv: Cache | None, shared: bool, rows: int) -> Cache:
         """The batch's own cache: empty (no prefix, or a shared one read apart), else a copy of
         the prefix KV per row (the stored prefix stays untouched)."""
         from transformers import DynamicCache
@@ -265,7 +273,7 @@ class Decoder:
         """The plain loop: transformers' forward over the batch's cache, one step at a time."""
         return self.drive(batch, _Eager(self, batch))
 
-    def drive(self, batch: Batch, engine: Any) -> Decoded:
+    def drive(self, batch: Batch, engine: Engine) -> Decoded:
         """Pick each row's token (greedy, or its seeded sample), check its stop conditions, drop
         finished rows (``engine.keep``) and run the next step (``engine.step``) until every row
         has stopped. ``engine``: the plain loop's (``_Eager``) or the fused step's
@@ -273,9 +281,10 @@ class Decoder:
         requests, gens = batch.requests, batch.gens
         generated: list[list[int]] = [[] for _ in requests]
         done: dict[int, dict[str, Any]] = {}
-        probes: list[list[Any]] = [[] for _ in requests]
+        probes: list[list[torch.Tensor]] = [[] for _ in requests]
         active = list(range(len(requests)))  # request rows still decoding, in batch order
         logits = batch.logits
+        assert logits is not None  # a prefill's batch
         while True:
             if len(probes[active[0]]) < batch.record:
                 for j, b in enumerate(active):
@@ -385,7 +394,7 @@ class Decoder:
 class _Prefilled:
     """A batch's prefill: its last logits, when it began and ended, and what it left."""
 
-    logits: Any
+    logits: torch.Tensor
     t0: float
     t_first: float
     kv_bytes: int  # the batch cache's bytes right after the prefill
@@ -407,7 +416,7 @@ class _Eager:
         self.cache.batch_select_indices(index)
         self.mask, self.positions = self.mask[index], self.positions[index]
 
-    def step(self, tokens: Any) -> Any:
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
         import torch
 
         dec = self.dec

@@ -33,21 +33,27 @@ anything else runs the plain loop and ``meta["decode"]["reason"]`` says why.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ragbench.llm import shared_prefix
-from ragbench.llm.cpu_linear import GROUPS, group_of
-from ragbench.llm.hf.batch import Batch, Decoded
+from ragbench.llm.cpu_linear import GROUPS, Fused, group_of
+from ragbench.llm.hf.batch import Batch, Decoded, Stepper
 from ragbench.llm.kv import variants as kv_cache
 from ragbench.types import GenerationRequest
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import Cache, PreTrainedModel
+    from transformers.cache_utils import DynamicLayer
 
 ARCHITECTURES = ("llama", "mistral", "qwen2")  # one layer code: norm, attention, norm, gated MLP
 ATTENTION = ("sdpa", "eager")  # the model's own implementations whose decode mask this builds
 REASON_KV = "kv {name}: its own cache layers (the fused path keeps a static cache)"
 
 
-def model_reason(model: Any, device: Any) -> str:
+def model_reason(model: PreTrainedModel, device: torch.device) -> str:
     """Why ``model`` on ``device`` cannot take the fused path ("" when it can)."""
     if getattr(device, "type", str(device)) != "cpu":
         return "the fused step is the CPU path (on CUDA: decode: static)"
@@ -76,7 +82,9 @@ class FusedDecode:
     reason: str = ""  # why it is off
 
     @classmethod
-    def choose(cls, model: Any, device: Any, decode: str = "auto") -> FusedDecode:
+    def choose(
+        cls, model: PreTrainedModel, device: torch.device, decode: str = "auto"
+    ) -> FusedDecode:
         reason = model_reason(model, device)
         return cls(decode, not reason, reason)
 
@@ -85,7 +93,7 @@ class FusedDecode:
         """The decode loop that runs (a part of the calibration key)."""
         return "fused" if self.on else "eager"
 
-    def why_not(self, requests: Any, kv: Any) -> str:
+    def why_not(self, requests: Sequence[GenerationRequest], kv: kv_cache.KVVariant | None) -> str:
         """Why this call runs the plain loop ("" when it takes the fused path)."""
         if not self.on:
             return self.reason
@@ -93,16 +101,24 @@ class FusedDecode:
             return REASON_KV.format(name=kv.name)
         return ""
 
-    def meta(self, reason: str) -> dict[str, Any]:
+    def meta(self, reason: str) -> dict[str, object]:
         return {"path": "eager", "requested": self.requested, "reason": reason}
 
     @property
-    def step_timer(self) -> Any:
+    def step_timer(self) -> Callable[..., float] | None:
         """``time_step`` where the fused path is on (the calibration times its decode probes
         with it), else None."""
         return self.time_step if self.on else None
 
-    def time_step(self, dec: Any, cache: Any, mask: Any, positions: Any, extra: dict, tokens: Any):
+    def time_step(
+        self,
+        dec: Stepper,
+        cache: Cache,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        extra: dict,
+        tokens: torch.Tensor,
+    ) -> float:
         """Seconds of one fused decode step after ``cache`` (a prefill's, or random: the
         calibration's probe), its rows' ``mask`` and last ``positions``."""
         request = GenerationRequest("probe", max_new_tokens=1)
@@ -113,7 +129,7 @@ class FusedDecode:
         engine.step(tokens)
         return dec.now() - t0
 
-    def run(self, dec: Any, batch: Batch) -> Decoded:
+    def run(self, dec: Stepper, batch: Batch) -> Decoded:
         """Decode ``batch`` with the fused step, through the decoder's own loop."""
         engine = FusedEngine(dec, batch)
         decoded = dec.drive(batch, engine)
@@ -125,7 +141,7 @@ class FusedEngine:
     """One batch's static cache and its decode step: ``step(tokens)`` returns the next logits,
     ``keep(rows)`` drops the other rows (the plain loop's ``Decoder.drive`` calls both)."""
 
-    def __init__(self, dec: Any, batch: Batch) -> None:
+    def __init__(self, dec: Stepper, batch: Batch) -> None:
         import torch
 
         model = dec.model
@@ -173,7 +189,7 @@ class FusedEngine:
         self.allow, self.positions = self.allow[index], self.positions[index]
         self._masks()
 
-    def step(self, tokens: Any) -> Any:
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """One decode step of every row: ``tokens`` (rows,) in, the next logits (rows, vocab)."""
         n = self.filled + 1  # positions the step attends to, its own included
         self.positions = self.positions + 1
@@ -186,7 +202,9 @@ class FusedEngine:
         hidden = self.body.norm(hidden)
         return self.linear(self.head, hidden[:, -1, :])
 
-    def _layer(self, i: int, layer: _Layer, hidden: Any, rope: tuple, mask: Any) -> Any:
+    def _layer(
+        self, i: int, layer: _Layer, hidden: torch.Tensor, rope: tuple, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """One decoder layer, as ``LlamaDecoderLayer.forward`` computes it, its key and value
         written at slot ``filled`` of layer ``i``'s cache."""
         attn, n = layer.attn, self.filled + 1
@@ -210,7 +228,9 @@ class FusedEngine:
         gate, up = self._group(layer.gate_up, layer.norm_post(hidden))
         return hidden + self.linear(layer.down, layer.act(gate) * up)
 
-    def _group(self, group: tuple[Any, list[Any]], x: Any) -> list[Any]:
+    def _group(
+        self, group: tuple[Fused | None, list[torch.nn.Linear]], x: torch.Tensor
+    ) -> Sequence[torch.Tensor]:
         """The outputs of sibling linears on ``x``: one multiply where they are stored side by
         side (``cpu_linear.Fused``) and ``x`` does not take the packed weights, else each its
         own (the same values: tested)."""
@@ -227,13 +247,13 @@ class _Layer:
     """One decoder layer's parts, looked up once per batch (not by attribute every step)."""
 
     attn: Any  # the attention module: its head_dim, scaling, and the attention function's first
-    norm_in: Any  # input_layernorm's forward
-    norm_post: Any  # post_attention_layernorm's forward
-    qkv: tuple[Any, list[Any]]  # (Fused or None, [q_proj, k_proj, v_proj])
-    o: Any
-    gate_up: tuple[Any, list[Any]]  # (Fused or None, [gate_proj, up_proj])
-    down: Any
-    act: Any  # the MLP's activation
+    norm_in: Callable[[torch.Tensor], torch.Tensor]  # input_layernorm's forward
+    norm_post: Callable[[torch.Tensor], torch.Tensor]  # post_attention_layernorm's forward
+    qkv: tuple[Fused | None, list[torch.nn.Linear]]  # (Fused or None, [q_proj, k_proj, v_proj])
+    o: torch.nn.Linear
+    gate_up: tuple[Fused | None, list[torch.nn.Linear]]  # (Fused or None, [gate_proj, up_proj])
+    down: torch.nn.Linear
+    act: Callable[[torch.Tensor], torch.Tensor]  # the MLP's activation
 
     @classmethod
     def of(cls, layer: Any, groups: dict) -> _Layer:
@@ -251,13 +271,15 @@ class _Layer:
         )
 
 
-def _plain_linear(module: Any, x: Any) -> Any:
+def _plain_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     import torch
 
     return torch.nn.functional.linear(x, module.weight, module.bias)
 
 
-def _attention_function(model: Any, impl: str) -> Any:
+def _attention_function(
+    model: PreTrainedModel, impl: str
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
     """transformers' attention function of ``impl`` (the one the model's layers call)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -265,12 +287,13 @@ def _attention_function(model: Any, impl: str) -> Any:
     return eager if impl == "eager" else ALL_ATTENTION_FUNCTIONS[impl]
 
 
-def _static_cache(cache: Any, slots: int) -> tuple[list[Any], list[Any]]:
+def _static_cache(cache: Cache, slots: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Each layer's prefill keys and values copied into the first positions of ``slots``-long
     tensors; the prefill's own tensors are released as they are copied."""
     keys, values = [], []
-    for layer in cache.layers:
+    for layer in cast("list[DynamicLayer]", cache.layers):  # the plain cache's (``why_not``)
         k, v = layer.keys, layer.values
+        assert k is not None and v is not None  # a prefill's layers hold their positions
         shape = (*k.shape[:2], slots, k.shape[3])
         keys.append(k.new_empty(shape))
         values.append(v.new_empty((*v.shape[:2], slots, v.shape[3])))

@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ragbench.llm import calibration, cost_model, shared_prefix
 from ragbench.llm.base import LLM
@@ -50,6 +50,10 @@ from ragbench.llm.hf.load import load_model
 from ragbench.llm.hf.schedule import common_prefix_len, plan_batches, plan_groups
 from ragbench.llm.kv import variants as kv_cache
 from ragbench.types import Completion, GenerationRequest
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import Cache
 
 ENCODED_CACHE_TOKENS = 1 << 20  # token ids HFModel.encode keeps, most recent texts first
 
@@ -122,8 +126,9 @@ class HFModel(LLM):
         self.device, self.dtype, self.weights = loaded.device, loaded.dtype, loaded.weights
         # fp32 on the CPU: weights stored transposed, q/k/v and gate/up side by side (one or two
         # rows' decode steps), then packed (a few rows'): cpu_linear.py
-        groups = transpose_weights(self.model, self.device, self.dtype)
-        packed = PackedLinears.auto(self.model, self.device, self.dtype, packed_linear)
+        loaded_dtype = cast("torch.dtype", self.dtype)  # load_model's: a torch.dtype
+        groups = transpose_weights(self.model, self.device, loaded_dtype)
+        packed = PackedLinears.auto(self.model, self.device, loaded_dtype, packed_linear)
         self.decoder = Decoder.for_model(
             self.model, self.tokenizer, packed, decode, cuda_graphs, groups=groups
         )
@@ -145,7 +150,7 @@ class HFModel(LLM):
         self.prefix_reuse = prefix_reuse
         self.max_padding, self.cache_dir = max_padding, cache_dir
         self._rates: cost_model.Rates | None = None  # measured on first use (cost_rates)
-        self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._prefix_kv: OrderedDict[tuple[int, ...], Cache] = OrderedDict()
         self._encoded: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
         self._encoded_tokens = 0
         self._encode_lock = threading.Lock()
@@ -391,7 +396,7 @@ class HFModel(LLM):
             out.append((i, Completion(**fields, resource_seconds=share, meta=meta)))
         return out
 
-    def _prefix(self, prefix: list[int], keep: bool = True) -> tuple[Any, float, bool]:
+    def _prefix(self, prefix: list[int], keep: bool = True) -> tuple[Cache, float, bool]:
         """KV cache of a shared prefix (batch of one), the seconds it cost, whether it was found
         kept. Only declared prefixes (documents, a shared corpus) are ``keep``: a common preamble
         found among one call's prompts must not push a corpus out of the kept caches."""

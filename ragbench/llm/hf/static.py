@@ -45,15 +45,19 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ragbench.llm import shared_prefix
-from ragbench.llm.hf.batch import Batch, Decoded
+from ragbench.llm.hf.batch import Batch, Decoded, Stepper
 from ragbench.llm.kv import variants as kv_cache
+from ragbench.types import GenerationRequest
 
 if TYPE_CHECKING:
     import torch
+    from transformers import Cache
+    from transformers.cache_utils import DynamicLayer
 
 MODES = ("auto", "eager", "static")
 # Why auto runs the plain loop (measured on an H200, 8B shapes in bf16, benchmarks/results/
@@ -136,7 +140,12 @@ class FastDecode:
 
     @classmethod
     def choose(
-        cls, model: Any, device: Any, decode: str = "auto", cuda_graphs: bool = True, **kw: Any
+        cls,
+        model: object,
+        device: torch.device,
+        decode: str = "auto",
+        cuda_graphs: bool = True,
+        **kw: Any,
     ) -> FastDecode:
         if decode not in MODES:
             raise ValueError(f"decode must be one of {list(MODES)}, got {decode!r}")
@@ -148,7 +157,7 @@ class FastDecode:
         reason = model_reason(model)
         return cls(decode, not reason, reason, capture, **kw)
 
-    def why_not(self, requests: Any, kv: Any) -> str:
+    def why_not(self, requests: Sequence[GenerationRequest], kv: kv_cache.KVVariant | None) -> str:
         """Why this call runs the plain loop ("" when it takes the static path)."""
         if not self.static:
             return self.reason
@@ -171,24 +180,27 @@ class FastDecode:
             return "eager"
         return "static+graphs" if self.capture else "static"
 
-    def run(self, dec: Any, batch: Batch) -> Decoded:
+    def run(self, dec: Stepper, batch: Batch) -> Decoded:
         """Decode ``batch`` after its prefill on a static cache: its prefill's ``DynamicCache``
         layers are released once copied; ``record``: the logits of the first ``record`` tokens
         of each row are kept (``Decoded.probes``)."""
         requests, logits, record = batch.requests, batch.logits, batch.record
+        assert logits is not None  # a prefill's batch
         n = len(requests)
         used = batch.mask.shape[1]
         most = max(r.max_new_tokens for r in requests)
         rows, slots = bucket_rows(n), bucket_slots(used + most)
-        prefix = batch.extra.get("shared_prefix")
-        k0 = batch.cache.layers[0].keys  # an empty tensor of its kind: heads, head dim, dtype
+        prefix = cast("shared_prefix.SharedPrefix | None", batch.extra.get("shared_prefix"))
+        # the plain cache's layers (``why_not``): an empty tensor of its kind: heads, head dim, dtype
+        k0 = cast("list[DynamicLayer]", batch.cache.layers)[0].keys
+        assert k0 is not None  # the prefill filled it
         like = k0.new_empty((0, k0.shape[1], 0, k0.shape[3]))
         del k0
         state, made = self._state(dec, rows, slots, prefix, like, len(batch.cache.layers))
         first = dec.pick(logits, requests, [None] * n)
         probes = [logits[:n].float().clone()] if record > 0 else []
         state.load(batch.cache, batch.mask, batch.positions, first, dec.pad_id)
-        meta: dict[str, Any] = {
+        meta: dict[str, object] = {
             "path": "static",
             "requested": self.requested,
             "rows_bucket": rows,
@@ -253,7 +265,15 @@ class FastDecode:
                 break
         return generated, done, steps
 
-    def _state(self, dec: Any, rows: int, slots: int, prefix: Any, like: Any, layers: int):
+    def _state(
+        self,
+        dec: Stepper,
+        rows: int,
+        slots: int,
+        prefix: shared_prefix.SharedPrefix | None,
+        like: torch.Tensor,
+        layers: int,
+    ) -> tuple[_State, bool]:
         """A kept static cache for (rows, slots, shared prefix), or a new one (least recent
         dropped first, within ``MAX_STATES`` and ``STATE_MEMORY_SHARE``)."""
         import torch
@@ -352,7 +372,7 @@ class _State:
 
     def __init__(
         self,
-        dec: Any,
+        dec: Stepper,
         rows: int,
         slots: int,
         like: torch.Tensor,
@@ -379,15 +399,15 @@ class _State:
         self.prefix = prefix  # held: a captured step reads the prefix tensors it was captured with
         self.bytes = self.bytes_for(rows, slots, like, layers)
         self.capture = False
-        self.graph: Any = None  # the captured step (a torch.cuda.CUDAGraph), once captured
-        self.graph_out: Any = None
+        self.graph: torch.cuda.CUDAGraph | None = None  # the captured step, once captured
+        self.graph_out: torch.Tensor | None = None
         self.graph_status = "off"
         self.graph_error = ""
-        self.graph_check: dict[str, Any] = {}  # capture_agrees' figures
+        self.graph_check: dict[str, object] = {}  # capture_agrees' figures
 
     def load(
         self,
-        cache: Any,
+        cache: Cache,
         mask: torch.Tensor,
         positions: torch.Tensor,
         first: torch.Tensor,
@@ -396,7 +416,8 @@ class _State:
         """The prefill's KV into slots [0, used) of the first n rows (the DynamicCache's layers
         are released as they are copied), the mask, the first token and the next positions."""
         n, used = mask.shape
-        for i, layer in enumerate(cache.layers):
+        for i, layer in enumerate(cast("list[DynamicLayer]", cache.layers)):  # the plain cache's
+            assert layer.keys is not None and layer.values is not None  # filled by the prefill
             self.keys[i][:n, :, :used].copy_(layer.keys)
             self.values[i][:n, :, :used].copy_(layer.values)
             layer.keys = layer.values = None
@@ -430,7 +451,7 @@ class _State:
 
         return wait
 
-    def _step(self, dec: Any, extra: dict) -> Any:
+    def _step(self, dec: Stepper, extra: dict) -> torch.Tensor:
         """One decode step for every row, all on the device: attend to the new slot, forward,
         pick greedily, record the token and advance position and slot."""
         self.mask.index_fill_(-1, self.slot, 0.0)
@@ -449,9 +470,10 @@ class _State:
         self.slot.add_(1)
         return logits
 
-    def step(self, dec: Any, extra: dict, meta: dict, owner: FastDecode) -> Any:
+    def step(self, dec: Stepper, extra: dict, meta: dict, owner: FastDecode) -> torch.Tensor:
         if self.graph is not None:
             self.graph.replay()
+            assert self.graph_out is not None  # set with the graph
             return self.graph_out
         if not self.capture:
             return self._step(dec, extra)
@@ -482,7 +504,7 @@ class _State:
         for t, s in zip((self.ids, self.pos, self.slot, self.mask), saved, strict=True):
             t.copy_(s)
 
-    def _capture(self, dec: Any, extra: dict, saved: list) -> Any:
+    def _capture(self, dec: Stepper, extra: dict, saved: list) -> torch.Tensor:
         """Run the step eagerly on a side stream (the warm-up capture needs), capture it from the
         same inputs, and replay it: the graph is kept only if its replay gives the eager run's
         tokens and logits within rounding (``capture_agrees``). Either way exactly one step
@@ -540,7 +562,7 @@ def capture_agrees(
     gaps = {r: float(eager[r, a[r]] - eager[r, b[r]]) for r in flipped}
     far = [r for r in flipped if gaps[r] > 2 * float(tol[r])]
     over = (diff > tol).nonzero().flatten().tolist()
-    figures: dict[str, Any] = {
+    figures: dict[str, object] = {
         "max_abs_diff": round(float(diff.max()), 5),
         "tolerance": round(float(tol[diff.argmax()]), 5),  # at the row of the largest difference
         "rows": int(eager.shape[0]),

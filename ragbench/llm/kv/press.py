@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import DynamicCache, PreTrainedModel
 
 _HOOKED = "_ragbench_press_hooks"  # model attribute: the hooks are installed
 
@@ -38,9 +42,9 @@ class Seen:
     ``q_proj``, ``head_dim``, ``scaling``), its input ``hidden`` states ``(batch, positions,
     hidden)`` and its rotary ``position_embeddings`` ``(cos, sin)``."""
 
-    module: Any
-    hidden: Any
-    position_embeddings: Any
+    module: Any  # read by attribute (q_proj, head_dim, scaling): torch's Module types none
+    hidden: torch.Tensor
+    position_embeddings: tuple[torch.Tensor, torch.Tensor]
 
 
 class Press:
@@ -54,7 +58,7 @@ class Press:
         """How many of ``positions`` stored positions each head keeps (all: nothing is scored)."""
         raise NotImplementedError
 
-    def score(self, keys: Any, values: Any, seen: Seen | None) -> Any:
+    def score(self, keys: torch.Tensor, values: torch.Tensor, seen: Seen | None) -> torch.Tensor:
         """``(batch, kv_heads, positions)``, higher kept, for the stored ``keys`` and ``values``
         ``(batch, kv_heads, positions, head_dim)``; ``seen`` is None for an ``every_pass``
         press. Positions that must stay get scores above every other (e.g. ``inf``)."""
@@ -65,7 +69,9 @@ class Press:
         return -1
 
 
-def keep_top(keys: Any, values: Any, score: Any, keep: int) -> tuple[Any, Any]:
+def keep_top(
+    keys: torch.Tensor, values: torch.Tensor, score: torch.Tensor, keep: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each head's ``keep`` best-scored positions of ``keys`` and ``values``, in their order."""
     index = score.topk(keep, dim=-1).indices.sort(dim=-1).values  # (batch, kv_heads, keep)
     index = index[..., None].expand(-1, -1, -1, keys.shape[-1])
@@ -82,7 +88,7 @@ def press_layer_class() -> type[Any]:  # a DynamicLayer subclass, made on first 
         """A ``DynamicLayer`` that a ``Press`` compresses; ``meta`` (optional) gets the stored
         and kept positions after each compression. Positions are counted, not stored."""
 
-        def __init__(self, press: Press, meta: dict[str, Any] | None = None) -> None:
+        def __init__(self, press: Press, meta: dict[str, object] | None = None) -> None:
             super().__init__()
             self.press, self.meta = press, meta
             self.cumulative_length = 0  # positions seen so far (the next query's position)
@@ -96,7 +102,7 @@ def press_layer_class() -> type[Any]:  # a DynamicLayer subclass, made on first 
             return keys, values  # this pass attends to everything kept before it + itself
 
         def compress(self, seen: Seen | None) -> None:
-            assert self.keys is not None  # compressed after an update stored positions
+            assert self.keys is not None and self.values is not None  # after an update stored some
             n = self.keys.shape[-2]
             keep = self.press.kept(n)
             if keep < n:
@@ -124,7 +130,9 @@ def press_layer_class() -> type[Any]:  # a DynamicLayer subclass, made on first 
     return PressLayer
 
 
-def press_cache(press: Press, model: Any, meta: dict[str, Any] | None = None) -> Any:
+def press_cache(
+    press: Press, model: PreTrainedModel, meta: dict[str, object] | None = None
+) -> DynamicCache:
     """A ``DynamicCache`` of ``PressLayer``s pressed by ``press`` (hooks installed on ``model``
     for a press that compresses after the prefill); ``meta`` as ``PressLayer``'s."""
     from transformers import DynamicCache
@@ -140,7 +148,7 @@ def press_cache(press: Press, model: Any, meta: dict[str, Any] | None = None) ->
 # --------------------------------------------------------------------------- the prefill hook
 
 
-def attention_modules(model: Any) -> list[Any]:
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's Llama-style attention modules (a ``q_proj`` and a ``layer_idx``)."""
     return [
         m
@@ -149,7 +157,7 @@ def attention_modules(model: Any) -> list[Any]:
     ]
 
 
-def check_attention(model: Any, press: str, name: str = "") -> None:
+def check_attention(model: torch.nn.Module, press: str, name: str = "") -> None:
     """Raise ValueError when a press that reads the attention modules cannot hook this model."""
     if not attention_modules(model):
         kind = getattr(model.config, "model_type", "?")
@@ -159,7 +167,7 @@ def check_attention(model: Any, press: str, name: str = "") -> None:
         )
 
 
-def _hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+def _hook(module: Any, args: tuple, kwargs: dict, output: object) -> None:
     """After an attention module's forward: compress its layer of a press cache once, at the
     end of the prefill (the pass that saw more than one position)."""
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
@@ -175,7 +183,7 @@ def _hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
     layer.compress(Seen(module, hidden, kwargs["position_embeddings"]))
 
 
-def install_hooks(model: Any, press: str = "") -> None:
+def install_hooks(model: torch.nn.Module, press: str = "") -> None:
     """Forward hooks on every attention module, once per model. They act only on a cache made
     of ``PressLayer``s (any other cache returns at the first checks), so they stay installed."""
     if getattr(model, _HOOKED, False):

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ragbench.llm.kv.press import Press, Seen, press_layer_class
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class SinkPress(Press):
     def kept(self, positions: int) -> int:
         return min(positions, self.sinks + self.window)
 
-    def score(self, keys: Any, values: Any, seen: Seen | None) -> Any:
+    def score(self, keys: torch.Tensor, values: torch.Tensor, seen: Seen | None) -> torch.Tensor:
         import torch
 
         n = keys.shape[-2]

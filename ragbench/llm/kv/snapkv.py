@@ -40,9 +40,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ragbench.llm.kv.press import Press, Seen, press_cache
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import DynamicCache, PreTrainedModel
 
 DEFAULT_RATIO = 0.5  # fraction of the positions before the window kept
 DEFAULT_WINDOW = 32  # observation window: the last prompt positions, which hold the question
@@ -56,7 +60,9 @@ def kept(positions: int, ratio: float, window: int) -> int:
     return min(math.ceil(ratio * before - 1e-9), before) + min(window, positions)
 
 
-def scores(queries: Any, keys: Any, scaling: float, kernel: int = POOL_KERNEL) -> Any:
+def scores(
+    queries: torch.Tensor, keys: torch.Tensor, scaling: float, kernel: int = POOL_KERNEL
+) -> torch.Tensor:
     """SnapKV's scores of the positions before the window, ``(batch, kv_heads, positions -
     window)``: the window's ``queries`` ``(batch, heads, window, head_dim)`` (RoPE applied)
     against every prompt key ``(batch, kv_heads, positions, head_dim)``, causal softmax,
@@ -79,7 +85,12 @@ def scores(queries: Any, keys: Any, scaling: float, kernel: int = POOL_KERNEL) -
     return torch.nn.functional.avg_pool1d(summed, kernel, stride=1, padding=kernel // 2)
 
 
-def window_queries(module: Any, hidden: Any, position_embeddings: Any, window: int) -> Any:
+def window_queries(
+    module: Any,
+    hidden: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    window: int,
+) -> torch.Tensor:
     """The last ``window`` positions' queries, as the layer computes them: ``q_proj`` (and a
     ``q_norm`` where the architecture has one, e.g. Qwen3), then RoPE."""
     from transformers.models.llama.modeling_llama import rotate_half
@@ -107,7 +118,7 @@ class SnapPress(Press):
     def kept(self, positions: int) -> int:
         return kept(positions, self.ratio, self.window)
 
-    def score(self, keys: Any, values: Any, seen: Seen | None) -> Any:
+    def score(self, keys: torch.Tensor, values: torch.Tensor, seen: Seen | None) -> torch.Tensor:
         import torch
 
         assert seen is not None  # compressed from the attention hook, after the prefill
@@ -117,7 +128,9 @@ class SnapPress(Press):
         return torch.nn.functional.pad(before, (0, window), value=float("inf"))  # window kept
 
 
-def make_snap_cache(ratio: float, window: int, model: Any, meta: dict[str, Any]) -> Any:
+def make_snap_cache(
+    ratio: float, window: int, model: PreTrainedModel, meta: dict[str, object]
+) -> DynamicCache:
     """A press cache (``kv/press.py``) pressed by ``SnapPress``; ``meta`` (the request's
     ``meta["kv_cache"]``) gets the prompt's positions and the positions each head kept once
     the prefill compressed it."""

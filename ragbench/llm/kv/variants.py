@@ -41,16 +41,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar, Protocol
 
 from pydantic import Field
 
+from ragbench.llm.base import Capabilities
 from ragbench.llm.kv import snapkv as kv_compress
 from ragbench.llm.kv.press import check_attention, press_cache
 from ragbench.llm.kv.sinks import SinkPress
 from ragbench.ranges import violation
 from ragbench.registry import Registry, did_you_mean, unknown
+
+if TYPE_CHECKING:
+    from transformers import Cache, PreTrainedModel
 
 # bits each quantization backend accepts with transformers 5.x (its QuantizedLayer checks)
 QUANT_BACKENDS: dict[str, tuple[int, ...]] = {"hqq": (1, 2, 3, 4, 8), "quanto": (2, 4)}
@@ -80,7 +85,7 @@ class KVVariant:
         """The benchmark name: ``plain``, ``sinks-4+1024``, ``quantized-hqq-int8``, ..."""
         return self.name
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, object]:
         """The stored form, ``{"name": ..., <parameter>: value, ...}`` (every parameter, at its
         default too): what a config writes under ``kv``, records store and completion-cache
         keys hash. ``kv_from_spec`` reads it back."""
@@ -88,7 +93,7 @@ class KVVariant:
             f.name: getattr(self, f.name) for f in dataclasses.fields(self)
         }
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> dict[str, object]:
         """What a completion records about its cache (``meta["kv_cache"]``), before building."""
         return {"kind": self.name, "label": self.label()}
 
@@ -96,7 +101,7 @@ class KVVariant:
         """Prefill in chunks of this many tokens (None: one pass)."""
         return None
 
-    def check_model(self, model: Any, name: str = "") -> None:
+    def check_model(self, model: PreTrainedModel, name: str = "") -> None:
         """Raise ValueError (before any work starts) when ``model`` cannot keep this cache."""
         if self.full_attention_only and not supported_model(model):
             raise ValueError(
@@ -105,7 +110,9 @@ class KVVariant:
                 "or offloaded"
             )
 
-    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+    def make_cache(
+        self, model: PreTrainedModel, device_type: str
+    ) -> tuple[Cache, dict[str, object]]:
         """(a fresh transformers Cache kept this way, what to record about it in ``meta``)."""
         raise NotImplementedError(f"kv {self.name} builds no cache")
 
@@ -117,7 +124,9 @@ class Plain(KVVariant):
     name: ClassVar[str] = "plain"
     full_attention_only: ClassVar[bool] = False
 
-    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+    def make_cache(
+        self, model: PreTrainedModel, device_type: str
+    ) -> tuple[Cache, dict[str, object]]:
         from transformers import DynamicCache
 
         return DynamicCache(config=model.config), self.meta()
@@ -130,7 +139,9 @@ class Offloaded(KVVariant):
     name: ClassVar[str] = "offloaded"
     full_attention_only: ClassVar[bool] = False
 
-    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+    def make_cache(
+        self, model: PreTrainedModel, device_type: str
+    ) -> tuple[Cache, dict[str, object]]:
         from transformers import DynamicCache
 
         meta = self.meta()
@@ -163,7 +174,9 @@ class Sinks(KVVariant):
         # chunks of the window, so no prompt token sees past sinks + window (see kv_sinks)
         return self.window_tokens
 
-    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+    def make_cache(
+        self, model: PreTrainedModel, device_type: str
+    ) -> tuple[Cache, dict[str, object]]:
         self.check_model(model)
         cache = press_cache(SinkPress(self.sink_tokens, self.window_tokens), model)
         meta = self.meta() | {"sink_tokens": self.sink_tokens, "window_tokens": self.window_tokens}
@@ -192,11 +205,13 @@ class Quantized(KVVariant):
     def label(self) -> str:
         return f"quantized-{self.backend}-int{self.bits}"
 
-    def check_model(self, model: Any, name: str = "") -> None:
+    def check_model(self, model: PreTrainedModel, name: str = "") -> None:
         super().check_model(model, name)
         check_backend_installed(self.backend)
 
-    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+    def make_cache(
+        self, model: PreTrainedModel, device_type: str
+    ) -> tuple[Cache, dict[str, object]]:
         from transformers import QuantizedCache
 
         self.check_model(model)
@@ -228,11 +243,13 @@ class SnapKV(KVVariant):
     def label(self) -> str:
         return f"snapkv-{self.ratio:g}-w{self.window}"
 
-    def check_model(self, model: Any, name: str = "") -> None:
+    def check_model(self, model: PreTrainedModel, name: str = "") -> None:
         super().check_model(model, name)
         check_attention(model, self.name, name)
 
-    def make_cache(self, model: Any, device_type: str) -> tuple[Any, dict[str, Any]]:
+    def make_cache(
+        self, model: PreTrainedModel, device_type: str
+    ) -> tuple[Cache, dict[str, object]]:
         self.check_model(model)
         meta = self.meta()
         return kv_compress.make_snap_cache(self.ratio, self.window, model, meta), meta
@@ -251,7 +268,7 @@ KV_CACHES = Registry(
 )
 
 
-def kv_from_spec(spec: Any = None) -> KVVariant:
+def kv_from_spec(spec: object = None) -> KVVariant:
     """The variant a config or a stored record names: ``None`` (plain), a name (``"sinks"``:
     its defaults), a mapping ``{"name": ..., <parameter>: value}`` (``spec()``'s form; a
     parameter left out or null takes the class's default) or a variant itself. Unknown names
@@ -285,12 +302,19 @@ def kv_from_spec(spec: Any = None) -> KVVariant:
     return cls(**given)
 
 
-def variant_of(request: Any) -> KVVariant:
+class HasKV(Protocol):
+    """A request or a config's strategy point: anything with a ``kv``."""
+
+    @property
+    def kv(self) -> KVVariant | None: ...
+
+
+def variant_of(request: HasKV) -> KVVariant:
     """A request's variant (``GenerationRequest.kv``; None is plain)."""
     return request.kv if request.kv is not None else Plain()
 
 
-def variants_run(capabilities: Any, params: Any) -> tuple[str, ...]:
+def variants_run(capabilities: Capabilities, params: Mapping[str, object]) -> tuple[str, ...]:
     """The variants a backend keeps, from its ``capabilities`` (``ragbench.llm.base``) and the
     model ``params`` it is built with: all where it runs them (or simulates them, when asked:
     ``simulate_kv_cache: true``), else plain only. What ``refuse_variants`` checks against."""
@@ -298,7 +322,9 @@ def variants_run(capabilities: Any, params: Any) -> tuple[str, ...]:
     return tuple(KV_CACHES) if capabilities.kv_variants or simulated else ("plain",)
 
 
-def refuse_variants(requests: Any, backend: str, supported: Any = ("plain",)) -> None:
+def refuse_variants(
+    requests: Iterable[HasKV], backend: str, supported: Collection[str] = ("plain",)
+) -> None:
     """Raise ValueError for a request (or a config's strategy point: anything with a ``kv``)
     whose KV-cache variant this backend cannot keep, naming what it supports and where the
     variants run (the transformers backend). Pure."""
@@ -312,7 +338,7 @@ def refuse_variants(requests: Any, backend: str, supported: Any = ("plain",)) ->
             )
 
 
-def supported_model(model: Any) -> bool:
+def supported_model(model: PreTrainedModel) -> bool:
     """Sinks, quantized and SnapKV caches evict, quantize or compress every layer alike: full
     attention only."""
     types = getattr(model.config.get_text_config(decoder=True), "layer_types", None)
@@ -338,7 +364,7 @@ def check_backend_installed(backend: str) -> None:
 # --------------------------------------------------------------------------- measured bytes
 
 
-def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+def tensor_bytes(obj: object, seen: set[int] | None = None) -> int:
     """Bytes of every tensor reachable from ``obj`` (tensors, tensor subclasses such as quanto's
     packed ``QTensor``, lists, tuples, dicts and plain objects), each counted once, in its real
     dtype: ``numel x element_size``. Wrapper tensor subclasses are opened with
@@ -367,7 +393,7 @@ def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
 _LAYER_DATA = ("keys", "values", "_quantized_keys", "_quantized_values")
 
 
-def cache_bytes(cache: Any) -> int:
+def cache_bytes(cache: Cache) -> int:
     """Measured bytes of a transformers ``Cache``: its layers' key/value tensors (and the
     quantized codes and metadata of a quantized layer) in their real dtypes."""
     seen: set[int] = set()
