@@ -247,6 +247,16 @@ def _joined(value: Any) -> str:
     return "".join(str(v) for v in value) if isinstance(value, list) else str(value or "")
 
 
+# text field -> its redaction, keyed by everything the redaction reads (flags, the notebook's own
+# values, ``secrets.state()``): papermill saves the whole notebook before and after each cell and
+# every save is redacted, so without it an executed notebook's earlier outputs were redacted again
+# at each of its cells (a notebook of 30 cells spent about half its run time in redaction)
+_REDACTED: dict[tuple[Any, ...], str] = {}
+_REDACTED_MAX_CHARS = 1 << 24  # texts held at most (then forgotten at once)
+_redacted_lock = threading.Lock()
+_redacted_chars = 0
+
+
 def _redact_text_field(
     value: Any, html: bool = False, code: bool = False, known: set[str] | None = None
 ) -> Any:
@@ -256,18 +266,31 @@ def _redact_text_field(
     in it JavaScript (``scrub.by_html_part``: masked, never HTML-escaped). ``code``: a code
     cell's source, where a quoted literal of a credential name is masked whatever it looks like
     (``secrets.mask_code_literals``). ``known``: more values to mask (the notebook's own)."""
-    found = tuple(known or ())
+    found = tuple(sorted(known or ()))
 
     def redact(text: str, escaped: bool) -> str:
         text = secrets.mask_code_literals(text) if code else text
         return redact_keeping_links(text, escaped=escaped, known=found)
 
     def edit(text: str) -> str:
+        key = (text, html, code, found, secrets.state())
+        done = _REDACTED.get(key)
+        if done is not None:
+            return done
         if html:
-            return by_html_part(
+            out = by_html_part(
                 text, lambda part, esc: outside_data_uris(part, lambda p: redact(p, esc))
             )
-        return outside_data_uris(text, lambda p: redact(p, False))
+        else:
+            out = outside_data_uris(text, lambda p: redact(p, False))
+        global _redacted_chars
+        with _redacted_lock:
+            if _redacted_chars + len(text) > _REDACTED_MAX_CHARS:
+                _REDACTED.clear()
+                _redacted_chars = 0
+            _REDACTED[key] = out
+            _redacted_chars += len(text)
+        return out
 
     if isinstance(value, list):
         return edit(_joined(value)).splitlines(keepends=True)
