@@ -150,6 +150,15 @@ def remember(*values: str | None) -> None:
         )
 
 
+def state(environ: Mapping[str, str] | None = None) -> tuple[frozenset[str], frozenset[str]]:
+    """What ``redact_text`` masks besides its text's own patterns and ``known``: the remembered
+    values and the environment's credentials, as a hashable snapshot (a memo of redactions keys on
+    it: a value remembered or exported later changes it)."""
+    with _lock:
+        remembered = frozenset(_remembered)
+    return remembered, frozenset(env_secret_values(environ))
+
+
 def collect(obj: object) -> None:
     """``remember`` every credential inside a config-like value: fields named like credentials,
     header values, URL passwords and secret query values."""

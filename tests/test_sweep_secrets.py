@@ -157,3 +157,29 @@ def test_redact_notebook_masks_text_and_leaves_images_alone():
     assert data["application/json"] == {"token": "***", "n": 3}
     assert out["metadata"]["papermill"]["parameters"] == {"api_key": "***", "x": 1}
     assert nb.cells[0].source.startswith('api_key = "qz-')  # a copy: the input is unchanged
+
+
+def test_a_value_remembered_or_exported_after_a_save_is_masked_in_the_next_save(monkeypatch):
+    """papermill saves a notebook at every cell and each save is redacted from a memo of the
+    fields already redacted: a credential the process learns between two saves (remembered, or
+    in the environment) is masked in the next save's old outputs too, never served unmasked."""
+    from ragbench import secrets
+
+    remembered, exported = "zq-later-remembered-7c1", "zq-later-exported-4b2e"
+    cell = nbformat.v4.new_code_cell(
+        "print(x)",
+        outputs=[
+            nbformat.v4.new_output("stream", text=f"{remembered} {exported}\n"),
+            nbformat.v4.new_output("display_data", data={"text/html": f"<b>{remembered}</b>"}),
+        ],
+    )
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    first = json.dumps(redact_notebook(nb))
+    assert remembered in first and exported in first  # nothing says they are credentials yet
+    monkeypatch.setattr(secrets, "_remembered", set(secrets._remembered))  # restored after
+    secrets.remember(remembered)
+    second = json.dumps(redact_notebook(nb))
+    assert remembered not in second and exported in second
+    monkeypatch.setenv("LATER_API_KEY", exported)
+    third = json.dumps(redact_notebook(nb))
+    assert remembered not in third and exported not in third

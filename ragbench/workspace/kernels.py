@@ -203,26 +203,31 @@ def redact_notebook(nb: Mapping[str, Any]) -> dict[str, Any]:
     for cell in cells:
         if cell.get("cell_type") == "code":
             known |= secrets.code_secrets(_joined(cell.get("source", "")))
+    state = secrets.state()  # once: it reads the whole environment
     for cell in cells:
         if "source" in cell:  # code: a quoted credential is masked whatever it looks like
             code = cell.get("cell_type") == "code"
-            cell["source"] = _redact_text_field(cell["source"], code=code, known=known)
+            cell["source"] = _redact_text_field(cell["source"], code=code, known=known, state=state)
         for output in cell.get("outputs", []):
-            _redact_output(output, known)
+            _redact_output(output, known, state)
     return out
 
 
-def _redact_output(output: dict[str, Any], known: set[str]) -> None:
+def _redact_output(
+    output: dict[str, Any],
+    known: set[str],
+    state: tuple[frozenset[str], frozenset[str]] | None = None,
+) -> None:
     """One output redacted in place: stream text, an error's ename, evalue and traceback (line
     by line: IPython colours them with ANSI codes), display data by MIME type."""
     if "text" in output:
-        output["text"] = _redact_text_field(output["text"], known=known)
+        output["text"] = _redact_text_field(output["text"], known=known, state=state)
     for key in ("ename", "evalue"):
         if isinstance(output.get(key), str):
             output[key] = secrets.redact_text(output[key], known=known)
     if isinstance(output.get("traceback"), list):
         output["traceback"] = [
-            _redact_text_field(line, known=known) for line in output["traceback"]
+            _redact_text_field(line, known=known, state=state) for line in output["traceback"]
         ]
     data = output.get("data")
     if not isinstance(data, dict):
@@ -231,7 +236,9 @@ def _redact_output(output: dict[str, Any], known: set[str]) -> None:
         if "json" in mime:  # application/json, application/vnd.*+json
             data[mime] = _masked(secrets.redact(value), known)
         elif _TEXT_MIME.fullmatch(mime):
-            data[mime] = _redact_text_field(value, html=mime == "text/html", known=known)
+            data[mime] = _redact_text_field(
+                value, html=mime == "text/html", known=known, state=state
+            )
 
 
 def _masked(value: object, known: set[str]) -> object:
@@ -252,27 +259,56 @@ def _joined(value: object) -> str:
     return "".join(str(v) for v in value) if isinstance(value, list) else str(value or "")
 
 
+# text field -> its redaction, keyed by everything the redaction reads (flags, the notebook's own
+# values, ``secrets.state()``): papermill saves the whole notebook before and after each cell and
+# every save is redacted, so without it an executed notebook's earlier outputs were redacted again
+# at each of its cells (a notebook of 30 cells spent about half its run time in redaction)
+_REDACTED: dict[tuple[Any, ...], str] = {}
+_REDACTED_MAX_CHARS = 1 << 24  # texts held at most (then forgotten at once)
+_redacted_lock = threading.Lock()
+_redacted_chars = 0
+
+
 def _redact_text_field(
-    value: object, html: bool = False, code: bool = False, known: set[str] | None = None
+    value: object,
+    html: bool = False,
+    code: bool = False,
+    known: set[str] | None = None,
+    state: tuple[frozenset[str], frozenset[str]] | None = None,
 ) -> object:
     """A notebook text field, a string or a list of lines: redacted as one text (a credential or
     a data: URI may span the split), then split back into lines. Links without credentials keep
     their spelling (``scrub.redact_keeping_links``). ``html``: the field is HTML, each <script>
     in it JavaScript (``scrub.by_html_part``: masked, never HTML-escaped). ``code``: a code
     cell's source, where a quoted literal of a credential name is masked whatever it looks like
-    (``secrets.mask_code_literals``). ``known``: more values to mask (the notebook's own)."""
-    found = tuple(known or ())
+    (``secrets.mask_code_literals``). ``known``: more values to mask (the notebook's own).
+    ``state``: ``secrets.state()`` if the caller has it (the memo's key)."""
+    found = tuple(sorted(known or ()))
+    state = secrets.state() if state is None else state
 
     def redact(text: str, escaped: bool) -> str:
         text = secrets.mask_code_literals(text) if code else text
         return redact_keeping_links(text, escaped=escaped, known=found)
 
     def edit(text: str) -> str:
+        key = (text, html, code, found, state)
+        done = _REDACTED.get(key)
+        if done is not None:
+            return done
         if html:
-            return by_html_part(
+            out = by_html_part(
                 text, lambda part, esc: outside_data_uris(part, lambda p: redact(p, esc))
             )
-        return outside_data_uris(text, lambda p: redact(p, False))
+        else:
+            out = outside_data_uris(text, lambda p: redact(p, False))
+        global _redacted_chars
+        with _redacted_lock:
+            if _redacted_chars + len(text) > _REDACTED_MAX_CHARS:
+                _REDACTED.clear()
+                _redacted_chars = 0
+            _REDACTED[key] = out
+            _redacted_chars += len(text)
+        return out
 
     if isinstance(value, list):
         return edit(_joined(value)).splitlines(keepends=True)
