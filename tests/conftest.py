@@ -102,3 +102,15 @@ def _secrets_per_module():
     with secrets._lock:
         secrets._remembered.clear()
         secrets._remembered.update(before)
+
+
+@pytest.fixture
+def ctrl_c():
+    """Ctrl-C raises ``KeyboardInterrupt`` in this test, however the suite was started: a suite
+    run as a background job (``make test &``, ``nohup``) inherits SIGINT ignored, and a test that
+    interrupts itself would then wait in vain (it did in a ``nohup .ci/run &`` rehearsal)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -837,7 +837,7 @@ def test_negative_usage_from_the_server_is_estimated_and_the_run_goes_on(serve, 
     assert len(said) == 1 and "prompt_tokens -1000" in said[0]
 
 
-def test_an_interrupted_batch_keeps_its_finished_completions_and_the_next_call_runs(serve):
+def test_an_interrupted_batch_keeps_its_finished_completions_and_the_next_call_runs(serve, ctrl_c):
     """Ctrl-C in the calling thread: the queued requests are never sent, the ones in flight are
     waited for, every finished completion rides on the KeyboardInterrupt (``.partial``); the
     backend's next call is not stopped by it."""

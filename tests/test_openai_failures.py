@@ -306,7 +306,7 @@ def pool_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")}
 
 
-def test_one_ctrl_c_cuts_the_requests_in_flight_within_two_seconds(serve):
+def test_one_ctrl_c_cuts_the_requests_in_flight_within_two_seconds(serve, ctrl_c):
     srv = serve(hang(30))
     llm = client(srv, max_concurrency=2, stream=False, timeout=8.0)
     main = threading.main_thread().ident
