@@ -28,9 +28,17 @@ class Net(torch.nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("shape", [(1, 48), (5, 48), (2, 7, 48), (300, 48)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_packed_forward_equals_f_linear_and_packs_only_decode_sized_inputs(shape, dtype):
+def test_packed_forward_equals_f_linear_and_packs_only_decode_sized_inputs(shape, dtype, threads):
     if not cpu_linear.available(dtype):
         pytest.skip(f"oneDNN does not run {dtype} here")
     net = Net().to(dtype)
@@ -44,8 +52,9 @@ def test_packed_forward_equals_f_linear_and_packs_only_decode_sized_inputs(shape
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
     else:  # bf16 rounds each layer's output: compare at its precision
         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=0.5)
-    low = cpu_linear.MIN_ROWS[str(dtype).removeprefix("torch.")]
-    assert low == (3 if dtype == torch.float32 else 1)  # bf16: one row pays too
+    low = cpu_linear.min_rows(dtype)
+    # bf16: one row pays too; fp32 from one row where torch runs threads (MKL's gemv does not)
+    assert low == (3 if dtype == torch.float32 and threads == 1 else 1)
     assert (packed.packed_calls > 0) == (low <= rows <= cpu_linear.MAX_ROWS)
     assert "forward" not in vars(net.a) and "forward" not in vars(net.b)  # restored
 
@@ -149,3 +158,28 @@ def test_weights_are_transposed_only_in_fp32_on_the_cpu():
         model = _tiny_llama(dtype)
         assert cpu_linear.transpose_weights(model, torch.device(device), dtype) == {}
         assert all(m.weight.is_contiguous() for m in cpu_linear.linears(model))
+
+
+def test_siblings_are_packed_as_their_group_and_give_each_ones_values(threads):
+    model = _tiny_llama()
+    groups = cpu_linear.transpose_weights(model, torch.device("cpu"), torch.float32)
+    packed = PackedLinears.auto(model, "cpu", torch.float32, None, groups.values())
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv = cpu_linear.group_of(groups, attn, cpu_linear.GROUPS[0])
+    # at load: each group packed as one weight, its members not (only the plain loop reads
+    # theirs, packed on first use), the others each on their own
+    assert id(qkv) in packed._packed and id(attn.q_proj) not in packed._packed
+    assert id(attn.o_proj) in packed._packed and id(mlp.down_proj) in packed._packed
+    for rows in (1, 5):
+        h = torch.randn(rows, 32, generator=torch.Generator().manual_seed(rows))
+        assert packed.takes(h, qkv.weight) == (rows >= cpu_linear.min_rows(torch.float32))
+        if not packed.takes(h, qkv.weight):  # one row on one thread: the gemv (tested above)
+            continue
+        one = packed.fused(qkv, h)
+        apart = torch.cat(
+            [packed.linear(m, h) for m in (attn.q_proj, attn.k_proj, attn.v_proj)], -1
+        )
+        assert torch.equal(one, apart)  # each output the same dot product, siblings beside it
+        torch.testing.assert_close(one, torch.nn.functional.linear(h, qkv.weight))
+    assert id(attn.q_proj) in packed._packed  # packed on first use

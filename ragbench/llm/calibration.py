@@ -93,7 +93,7 @@ LoopTimer = Callable[[int], float]
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 6  # bump when the probes or the cost model change: old files are ignored
+CALIBRATION_VERSION = 7  # bump when the probes or the cost model change: old files are ignored
 
 # ------------------------------------------------------------------------ measuring (torch)
 
@@ -424,6 +424,7 @@ def measure(
     loop_timer: LoopTimer | None = None,
     *,
     known: dict[str, list[float]] | None = None,
+    share: CpuShare | None = None,
 ) -> Rates:
     """Time the probes of ``probe_plan(longest)`` on ``decoder``'s model and fit the rates.
 
@@ -434,8 +435,10 @@ def measure(
     of probes already timed (a calibration to a shorter length, :func:`rates_for`; by probe
     name, ``LOOP`` for the loop probe): they are not timed again. The longest prefill is held
     out of the fit and predicted by it: that relative error is ``meta["validation"]["error"]``;
-    a probe the fit misses by more than ``RETIME_ERROR`` is timed again (:func:`_retime`), and
-    the returned rates are then fitted on every probe.
+    a probe the fit misses by more than ``RETIME_ERROR`` is timed again (:func:`_retime`) unless
+    it ran on its threads' whole share of the CPU (``share``, :class:`CpuShare`: the real timer's
+    own on a CPU; a test's clock passes one), and the returned rates are then fitted on every
+    probe.
 
     A decode step of the decoder's loop is more than its forward pass: the loop picks the token,
     checks the stop conditions (detokenising), grows the mask, and waits for the device each step.
@@ -450,7 +453,7 @@ def measure(
     plan = probe_plan(min(longest or DEFAULT_LONGEST["cpu"], window_of(decoder)))
     shared_ok = True
     if timer is None:
-        timer, loop_timer, shared_ok = _device_timers(decoder, loop_timer)
+        timer, loop_timer, shared_ok, share = _device_timers(decoder, loop_timer)
     probes = _probes(plan, shared_ok)
     known = known or {}
     samples = {name: list(known.get(name, ())) for name in probes}
@@ -463,12 +466,14 @@ def measure(
         _time_rounds(samples, probes, timer, loop_timer, rounds, device)
         rates, meta = _fit_samples(plan, samples)
         for _ in range(RETIMES):
-            again = _retime(rates, meta, probes, samples)
+            again = _retime(rates, meta, probes, samples, share)
             if not again:
                 break
             for name in again:
                 samples[name].append(timer(*probes[name]))
             rates, meta = _fit_samples(plan, samples)
+    if share is not None:
+        meta["cpu_share"] = share.report(probes)
     meta["reused"] = reused
     meta["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return replace(rates, meta=meta)
@@ -508,24 +513,69 @@ AGREE = 0.05  # samples within this of one another agree: another one would chan
 MAX_SAMPLES = 3  # and never past this many samples
 
 
+STEADY_SHARE = 0.85  # a prefill whose process had this share of its threads' cores ran steady
+
+
+class CpuShare:
+    """Which CPU prefill probes ran on their threads' whole share of the cores.
+
+    On a CPU, what makes a probe slow by chance is other work on its cores: another process, a
+    virtual machine's stolen time. That shows as the probe's process CPU time falling short of
+    its wall time x its threads (at most the cores). Measured on this project's 2-core machine
+    (AMD EPYC, 2 threads), SmolLM2's 1k-8k prefills ran at 0.96-0.99 of that alone, 0.59-0.66
+    beside one busy process (and took 1.7-2.7x as long), 0.27-0.43 beside a 4-worker test run.
+    A probe that ran steady cannot get faster by timing it again, so where the fit misses it, the
+    miss is the fit's shape and :func:`_retime` does not spend another long prefill on it (the 8k
+    probe, ~30 s on that machine, was timed twice on every quiet first run: its miss is the
+    model's shape there, 25% at 8k). Hand-written: no library times work against its CPU share.
+    A process that runs other threads of its own meanwhile would count theirs too; the
+    calibration runs alone (the run waits for it)."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = max(1, threads)
+        self.shares: dict[tuple[int, int, int, bool], list[float]] = {}
+
+    def record(self, probe: tuple[int, int, int, bool], wall: float, cpu: float) -> None:
+        """A timed probe's wall and process CPU seconds."""
+        self.shares.setdefault(probe, []).append(cpu / wall / self.threads if wall > 0 else 0.0)
+
+    def steady(self, probe: tuple[int, int, int, bool], samples: list[float]) -> bool:
+        """Whether the fastest of ``samples`` (the probe's estimate) ran steady."""
+        shares = self.shares.get(probe, [])
+        if len(shares) != len(samples) or not samples:  # samples lent by an earlier calibration
+            return False
+        return shares[samples.index(min(samples))] >= STEADY_SHARE
+
+    def report(self, probes: dict[str, tuple[int, int, int, bool]]) -> dict[str, list[float]]:
+        """Each timed probe's shares (for the calibration's meta), by probe name."""
+        return {
+            name: [round(s, 3) for s in self.shares[args]]
+            for name, args in probes.items()
+            if args in self.shares
+        }
+
+
 def _device_timers(
     decoder: Decoder, loop_timer: LoopTimer | None
-) -> tuple[ProbeTimer, LoopTimer, bool]:
-    """(timer, loop timer, shared-prefix attention supported) on ``decoder``'s device."""
+) -> tuple[ProbeTimer, LoopTimer, bool, CpuShare | None]:
+    """(timer, loop timer, shared-prefix attention supported, the prefills' CPU shares: None
+    off the CPU) on ``decoder``'s device."""
     import torch
 
     gen = torch.Generator().manual_seed(0)  # deterministic token ids; values do not matter
     kv: dict[tuple[int, int], object] = {}  # random KV tensors by (rows, positions), made once
+    on_cpu = getattr(decoder.device, "type", "cpu") == "cpu"
+    share = CpuShare(min(torch.get_num_threads(), os.cpu_count() or 1)) if on_cpu else None
 
     def timer(new: int, past: int, rows: int, shared: bool) -> float:
-        return _forward(decoder, gen, kv, (new, past, rows, shared))
+        return _forward(decoder, gen, kv, (new, past, rows, shared), share)
 
     if loop_timer is None:
 
         def loop_timer(steps: int) -> float:
             return _loop_step(decoder, gen, steps)
 
-    return timer, loop_timer, _shared_supported(decoder)
+    return timer, loop_timer, _shared_supported(decoder), share
 
 
 def _probes(plan: ProbePlan, shared_ok: bool) -> dict[str, tuple[int, int, int, bool]]:
@@ -626,14 +676,20 @@ def _shared_slopes(
 
 
 def _retime(
-    rates: Rates, meta: dict[str, Any], probes: dict[str, tuple], samples: dict[str, list]
+    rates: Rates,
+    meta: dict[str, Any],
+    probes: dict[str, tuple],
+    samples: dict[str, list],
+    share: CpuShare | None = None,
 ) -> list[str]:
     """The prefills on an empty cache to time once more: those the fit (``rates``, on every
     probe) misses by more than ``RETIME_ERROR``, and when the held-out check misses by more than
     ``WARN_ERROR`` (it would warn), the held-out probe and the longest fitted one; each while
-    :func:`_unsettled`. A long prefill is timed once at first (:func:`_rounds_for`), again only where it disagrees with
-    the rest: on a shared 2-core CPU one 4k-token prefill took 15.2 s against 12.5 s in the run
-    before, which alone put the held-out 7k prediction 56% off."""
+    :func:`_unsettled` and not steady (``share``: its fastest sample ran on its threads' whole
+    share of the CPU, :class:`CpuShare`). A long prefill is timed once at first
+    (:func:`_rounds_for`), again only where it disagrees with the rest: on a shared 2-core CPU
+    one 4k-token prefill took 15.2 s against 12.5 s in the run before, which alone put the
+    held-out 7k prediction 56% off."""
     plain = {
         name: args for name, args in probes.items() if name.startswith("prefill/") and not args[1]
     }
@@ -646,7 +702,12 @@ def _retime(
     ]
     if meta["validation"]["error"] > WARN_ERROR:
         again += [longest, fitted]
-    return [name for name in dict.fromkeys(again) if _unsettled(samples[name])]
+    return [
+        name
+        for name in dict.fromkeys(again)
+        if _unsettled(samples[name])
+        and not (share is not None and share.steady(probes[name], samples[name]))
+    ]
 
 
 def _unsettled(samples: list[float]) -> bool:
@@ -727,13 +788,18 @@ def _random_cache(
 
 
 def _forward(
-    decoder: Decoder, gen: torch.Generator, kv: dict, probe: tuple[int, int, int, bool]
+    decoder: Decoder,
+    gen: torch.Generator,
+    kv: dict,
+    probe: tuple[int, int, int, bool],
+    share: CpuShare | None = None,
 ) -> float:
     """Seconds of one forward pass of ``probe`` = (new tokens, past cached positions, rows,
     shared: the past is a shared prefix), through the same arguments the decoder uses. A decode
     step (one new token) on a decoder whose path steps by itself (the fused CPU step,
     ``hf/fused.py``) is timed on that path: transformers' forward would charge it the
-    ``DynamicCache`` copies it does not make."""
+    ``DynamicCache`` copies it does not make. ``share``: where a forward pass's process CPU time
+    is recorded (:class:`CpuShare`)."""
     import contextlib
 
     import torch
@@ -760,7 +826,7 @@ def _forward(
     with attention, packed:
         if step is not None:
             return step(decoder, cache, mask[:, :lead], positions - 1, extra, ids[:, 0])
-        t0 = decoder.now()
+        cpu, t0 = time.process_time(), decoder.now()
         decoder.model(
             input_ids=ids,
             attention_mask=mask,
@@ -770,4 +836,7 @@ def _forward(
             **decoder.last_logits_only,
             **extra,
         )
-        return decoder.now() - t0
+        seconds = decoder.now() - t0
+        if share is not None:
+            share.record(probe, seconds, time.process_time() - cpu)
+        return seconds
