@@ -158,28 +158,3 @@ def test_weights_are_transposed_only_in_fp32_on_the_cpu():
         model = _tiny_llama(dtype)
         assert cpu_linear.transpose_weights(model, torch.device(device), dtype) == {}
         assert all(m.weight.is_contiguous() for m in cpu_linear.linears(model))
-
-
-def test_siblings_are_packed_as_their_group_and_give_each_ones_values(threads):
-    model = _tiny_llama()
-    groups = cpu_linear.transpose_weights(model, torch.device("cpu"), torch.float32)
-    packed = PackedLinears.auto(model, "cpu", torch.float32, None, groups.values())
-    layer = model.model.layers[0]
-    attn, mlp = layer.self_attn, layer.mlp
-    qkv = cpu_linear.group_of(groups, attn, cpu_linear.GROUPS[0])
-    # at load: each group packed as one weight, its members not (only the plain loop reads
-    # theirs, packed on first use), the others each on their own
-    assert id(qkv) in packed._packed and id(attn.q_proj) not in packed._packed
-    assert id(attn.o_proj) in packed._packed and id(mlp.down_proj) in packed._packed
-    for rows in (1, 5):
-        h = torch.randn(rows, 32, generator=torch.Generator().manual_seed(rows))
-        assert packed.takes(h, qkv.weight) == (rows >= cpu_linear.min_rows(torch.float32))
-        if not packed.takes(h, qkv.weight):  # one row on one thread: the gemv (tested above)
-            continue
-        one = packed.fused(qkv, h)
-        apart = torch.cat(
-            [packed.linear(m, h) for m in (attn.q_proj, attn.k_proj, attn.v_proj)], -1
-        )
-        assert torch.equal(one, apart)  # each output the same dot product, siblings beside it
-        torch.testing.assert_close(one, torch.nn.functional.linear(h, qkv.weight))
-    assert id(attn.q_proj) in packed._packed  # packed on first use

@@ -14,12 +14,13 @@ One row (a decode step of one question) in fp32: MKL's gemv runs on one thread w
 thread count, oneDNN's packed multiply on all of them. With 2 threads (quiet, AMD EPYC, the 30
 layers' shapes), one row took 20.2 ms packed against 27.9 ms for the transposed gemv below (q/k/v
 side by side 2.8 vs 4.3, o 1.6 vs 3.4, gate/up side by side 10.2 vs 11.4, down 5.5 vs 8.8; the
-output head 4.3 vs 5.2), and SmolLM2's whole decode step at a 1k context 43.9 ms against 56.0
-(fastest of 10, alternating; medians 48.8 vs 63.1; ``benchmarks/llm.py``'s ``one_row_gemv``
-path). On one thread the gemv wins (q/k/v 4.6 vs 5.7, gate/up 11.6 vs 17.4). So fp32 packs from
-one row where torch runs two or more threads, from three on one (``min_rows``); groups of
-siblings are packed as one weight each (``PackedLinears.fused``: the fused step's one multiply
-per group).
+output head 4.3 vs 5.2). On one thread the gemv wins (q/k/v 4.6 vs 5.7, gate/up 11.6 vs 17.4).
+So fp32 packs from one row where torch runs two or more threads, from three on one
+(``min_rows``), each sibling on its own packed weight: packing q/k/v and gate/up as one weight
+each was ~3% faster on SmolLM2's whole step, within the noise, and cost a third packed copy of
+their weights (the plain loop's short prefills pack theirs anyway; +243 MB peak in a compare);
+SmolLM2's step at a 1k context: ``benchmarks/llm.py``'s ``one_row_gemv`` path beside the default
+one.
 
 bf16 (``dtype: bfloat16`` on the CPU): ``F.linear`` in bf16 takes a slow path for a few rows
 (one row: 37 ms of CPU time for SmolLM2's linears against 47 ms in fp32, for half the bytes),
@@ -48,8 +49,7 @@ one thread; benchmarks/llm.py), and a prefill's gemm is as fast either way.
 which read the same input, side by side in one matrix each (``Fused``): the fused decode step
 (``hf/fused.py``) multiplies each group at once (fewer, longer streams: the small matrices ran at
 7-11 GB/s), while the model's own modules keep their views, so transformers' forward and the
-fused step compute the same values bit for bit (packed too: each output is the same dot product
-whether its siblings are beside it or not; tested on 1 and 2 threads).
+fused step compute the same values bit for bit (tested on 1 and 2 threads).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -149,12 +149,9 @@ class PackedLinears:
         device: torch.device | str,
         dtype: torch.dtype,
         enabled: bool | None,
-        groups: Iterable[Fused] = (),
     ) -> PackedLinears | None:
         """``enabled``: True packs where possible, False never, None (auto) packs fp32 and bf16
-        models on the CPU whose linear weights fit ``AUTO_LIMIT_BYTES``. None when not packed.
-        ``groups``: the siblings stored side by side (``transpose_weights``), packed as one
-        weight each (``pack_all``)."""
+        models on the CPU whose linear weights fit ``AUTO_LIMIT_BYTES``. None when not packed."""
         if enabled is False or getattr(device, "type", str(device)) != "cpu":
             return None
         if not available(dtype):
@@ -168,25 +165,17 @@ class PackedLinears:
         size = sum(m.weight.numel() * m.weight.element_size() for m in linears(model))
         if enabled is None and size > AUTO_LIMIT_BYTES:
             return None
-        return cls(model).pack_all(groups)
+        return cls(model).pack_all()
 
-    def pack_all(self, groups: Iterable[Fused] = ()) -> PackedLinears:
+    def pack_all(self) -> PackedLinears:
         """Pack every weight now (at load: ~0.7 s for SmolLM2-135M's 513 MiB on 2 cores), so the
-        first batch's time and cost do not include it. Siblings in ``groups`` are packed as their
-        group's one weight, what the fused decode step multiplies (``fused``); their own packed
-        weights, which only the plain loop reads, are made on first use."""
-        grouped = set()
-        for group in groups:
-            self._pack(group, group.weight)
-            grouped.add(group.weight.untyped_storage().data_ptr())
+        first batch's time and cost do not include it."""
         for module in linears(self.model):
-            if module.weight.untyped_storage().data_ptr() not in grouped:
-                self._pack(module, module.weight)
+            self._pack(module, module.weight)
         return self
 
-    def _pack(self, owner: object, w: torch.Tensor) -> torch.Tensor:
-        """``w`` (the weight of ``owner``: a module or a ``Fused`` group) packed, once per
-        version of it."""
+    def _pack(self, owner: torch.nn.Module, w: torch.Tensor) -> torch.Tensor:
+        """``w`` (the weight of ``owner``) packed, once per version of it."""
         key = (w.data_ptr(), w._version)
         hit = self._packed.get(id(owner))
         if hit is None or hit[1] != key:
@@ -221,15 +210,6 @@ class PackedLinears:
                 x, self._pack(module, module.weight), module.bias, "none", [], ""
             )
         return torch.nn.functional.linear(x, module.weight, module.bias)
-
-    def fused(self, group: Fused, x: torch.Tensor) -> torch.Tensor:
-        """The outputs of a ``Fused`` group of siblings on ``x`` (``takes`` it), side by side:
-        one multiply on the group's packed weight (packed on first use)."""
-        import torch
-
-        self.packed_calls += 1
-        packed = self._pack(group, group.weight)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, group.bias, "none", [], "")
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:

@@ -20,7 +20,7 @@ at 900 positions and 180 MB at 4k, into fresh memory) and in transformers' per-s
   per-step mask building), the attention reads the filled slots only, no module hooks;
 - runs the linears through the packed weights where they pay (``cpu_linear.py``: every decode
   call in bf16, whose ``F.linear`` is slow for a few rows, and in fp32 with two or more threads;
-  batched rows in fp32 on one), q/k/v and gate/up each as one multiply.
+  batched rows in fp32 on one).
 
 In float32 the logits are bitwise the plain loop's (tested): the same ops on the same values in
 the same order, so the greedy answers are the same. ``torch.compile`` was not used: compiling
@@ -238,10 +238,8 @@ class FusedEngine:
         import torch
 
         fused, modules = group
-        if fused is None:
+        if fused is None or (self.packed is not None and self.packed.takes(x, fused.weight)):
             return [self.linear(m, x) for m in modules]
-        if self.packed is not None and self.packed.takes(x, fused.weight):
-            return self.packed.fused(fused, x).split(fused.sizes, -1)
         return torch.nn.functional.linear(x, fused.weight, fused.bias).split(fused.sizes, -1)
 
 

@@ -128,9 +128,7 @@ class HFModel(LLM):
         # rows' decode steps), then packed (a few rows'): cpu_linear.py
         loaded_dtype = cast("torch.dtype", self.dtype)  # load_model's: a torch.dtype
         groups = transpose_weights(self.model, self.device, loaded_dtype)
-        packed = PackedLinears.auto(
-            self.model, self.device, loaded_dtype, packed_linear, groups.values()
-        )
+        packed = PackedLinears.auto(self.model, self.device, loaded_dtype, packed_linear)
         self.decoder = Decoder.for_model(
             self.model, self.tokenizer, packed, decode, cuda_graphs, groups=groups
         )
