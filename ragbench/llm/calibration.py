@@ -525,11 +525,11 @@ class CpuShare:
     (AMD EPYC, 2 threads), SmolLM2's 1k-8k prefills ran at 0.96-0.99 of that alone, 0.59-0.66
     beside one busy process (and took 1.7-2.7x as long), 0.27-0.43 beside a 4-worker test run.
     A probe that ran steady cannot get faster by timing it again, so where the fit misses it, the
-    miss is the fit's shape and :func:`_retime` does not spend another long prefill on it (the 8k
-    probe, ~30 s on that machine, was timed twice on every quiet first run: its miss is the
-    model's shape there, 25% at 8k). Hand-written: no library times work against its CPU share.
-    A process that runs other threads of its own meanwhile would count theirs too; the
-    calibration runs alone (the run waits for it)."""
+    miss is the fit's shape and :func:`_retime` does not spend another long prefill on it: on that
+    machine, quiet, SmolLM2's held-out 8k prefill (~31 s) missed by 25% and 15% on two first
+    compares and by 7% on a third, so it was timed again for nothing. Hand-written: no library
+    times work against its CPU share. Other threads of the same process would count as its own;
+    the calibration runs while the command only prints (``compare``) or before the run starts."""
 
     def __init__(self, threads: int) -> None:
         self.threads = max(1, threads)
