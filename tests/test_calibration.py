@@ -7,6 +7,7 @@ import pytest
 
 from ragbench.llm import calibration
 from ragbench.llm.cost_model import Rates, fit, split_seconds
+from ragbench.llm.cpu_share import CpuShare
 
 # CPU-like: a decode step costs about a 30-token prefill, attention is cheap at short lengths
 RATES = Rates(a=0.02, b=0.002, c=2e-6, d0=0.06, d1=2e-5, d_row=0.01)
@@ -283,7 +284,7 @@ class ShapedClock(CpuLikeClock):
     seconds to ``share``: the whole of its 2 threads, or half of it for the first timing of
     ``busy_at`` (a neighbour took a core)."""
 
-    def __init__(self, share: calibration.CpuShare, busy_at: int = 0) -> None:
+    def __init__(self, share: CpuShare, busy_at: int = 0) -> None:
         super().__init__()
         self.share, self.busy_at = share, busy_at
 
@@ -295,7 +296,7 @@ class ShapedClock(CpuLikeClock):
 
 
 def test_a_steady_miss_is_the_fits_shape_and_is_not_timed_again():
-    steady = ShapedClock(calibration.CpuShare(threads=2))
+    steady = ShapedClock(CpuShare(threads=2))
     rates = calibration.measure(
         None, longest=8192, rounds=1, timer=steady.timer, share=steady.share
     )
@@ -305,12 +306,12 @@ def test_a_steady_miss_is_the_fits_shape_and_is_not_timed_again():
     assert steady.calls[(8192, 0, 1)] == steady.calls[(4096, 0, 1)] == 1
     assert rates.meta["cpu_share"]["prefill/8192/0/1"] == [1.0]
     # the same miss while a neighbour held a core during the 8k prefill: timed again, as before
-    busy = ShapedClock(calibration.CpuShare(threads=2), busy_at=8192)
+    busy = ShapedClock(CpuShare(threads=2), busy_at=8192)
     calibration.measure(None, longest=8192, rounds=1, timer=busy.timer, share=busy.share)
     assert busy.calls[(8192, 0, 1)] == 2
     assert busy.share.shares[(8192, 0, 1, False)] == [0.5, 1.0]
     # without CPU shares (a GPU, or a clock that reports none) a miss is timed again
-    blind = ShapedClock(calibration.CpuShare(threads=2))
+    blind = ShapedClock(CpuShare(threads=2))
     calibration.measure(None, longest=8192, rounds=1, timer=blind.timer)
     assert blind.calls[(8192, 0, 1)] == 2
 
