@@ -13,7 +13,9 @@
   ``torch.sum`` over a buffer far larger than the caches) against the decode step at 1k and 4k
   context, each decode path side by side (``default``: the model's path, fused on the CPU,
   ``hf/fused.py``; ``eager``: the plain loop on the same weights; ``before``, where the load
-  changed the weight layout: the plain loop on the usual layout, what ragbench ran before),
+  changed the weight layout: the plain loop on the usual layout, what ragbench ran before;
+  ``one_row_gemv`` where fp32 one-row calls take the packed weights, torch on 2+ threads: the
+  default path with them on MKL's gemv instead, as before ``cpu_linear.min_rows``),
   alternating; the same greedy tokens required. Writes ``decode_ms_per_token``,
   ``weight_read_floor_ms`` and ``decode_over_floor`` (the default path at 1k) and the same for
   bf16 (``dtype: bfloat16``, on the CPU) beside llama.cpp's quoted 18 ms per token.
