@@ -470,7 +470,9 @@ def test_cuda_batch_and_accounting(tiny_dir):
 def smollm2():
     model = HFModel("smollm2-135m-instruct", device="cpu")
     # calibrated to this module's longest request (the 1k needle: under 1,200 prompt tokens + 32
-    # new), not to the 2,048 tokens a first call probes to (a third more probing for no check)
+    # new), not to the 2,048 tokens a first call probes to (twice the probing time, for no
+    # check); test_kv_*, test_pipeline_models and test_question_gen ask for the same length,
+    # so a session's SmolLM2 tests share this one calibration
     model.cost_rates(longest=1232)
     return model
 
