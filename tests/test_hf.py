@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 
 import pytest
 
@@ -685,3 +686,28 @@ def test_safetensors_are_preferred_when_both_formats_are_present(tiny_dir, tmp_p
     for allow in (False, True):
         loaded = load_model(str(both), device="cpu", allow_pickle_weights=allow)
         assert torch.equal(_logits(loaded), _logits(safe))
+
+
+def test_a_generate_call_calibrates_as_far_as_its_longest_request(tiny_dir, tmp_path, monkeypatch):
+    """A model used outside a run (a notebook, the judge) calibrates to the call's longest
+    request (at least ``CALL_MIN_LONGEST``: 64 here, the tiny model's window is 256), not a fixed
+    2,048 tokens, and a later call that reaches further measures the longer probes; the
+    calibration is nobody's latency."""
+    from ragbench.llm.hf import model as hf_model
+
+    monkeypatch.setattr(hf_model, "CALL_MIN_LONGEST", 64)
+    model = HFModel(str(tiny_dir), device="cpu", cache_dir=tmp_path)
+    prompt = _text(10, 1)
+    assert model.count_tokens(prompt) + 4 < 64
+    t0 = time.perf_counter()
+    [short] = model.generate([GenerationRequest(prompt, max_new_tokens=4)])
+    took = time.perf_counter() - t0
+    assert model.cost_rates().meta["key"]["probed_tokens"] == 64
+    assert short.latency_seconds < took / 2  # the first call's calibration is not in its wait
+    long_prompt = _text(120, 2)
+    need = model.count_tokens(long_prompt) + 8
+    assert 64 < need < 256
+    model.generate([GenerationRequest(long_prompt, max_new_tokens=8)])
+    rates = model.cost_rates()
+    assert rates.meta["key"]["probed_tokens"] >= need
+    assert rates.meta["reused_from"]  # the 64-token calibration's probes were lent, not retimed
