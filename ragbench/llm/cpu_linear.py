@@ -18,9 +18,11 @@ output head 4.3 vs 5.2). On one thread the gemv wins (q/k/v 4.6 vs 5.7, gate/up 
 So fp32 packs from one row where torch runs two or more threads, from three on one
 (``min_rows``), each sibling on its own packed weight: packing q/k/v and gate/up as one weight
 each was ~3% faster on SmolLM2's whole step, within the noise, and cost a third packed copy of
-their weights (the plain loop's short prefills pack theirs anyway; +243 MB peak in a compare);
-SmolLM2's step at a 1k context: ``benchmarks/llm.py``'s ``one_row_gemv`` path beside the default
-one.
+their weights (the plain loop's short prefills pack theirs anyway; +243 MB peak in a compare).
+The linears' gain shows less in SmolLM2's whole step, whose other work (attention, norms, the
+step's Python) is as large: ``benchmarks/llm.py`` (quiet, load 1.0-1.6, best of 3) 48.0 ms
+against 48.3 with the gemv at a 1k context and 62.7 against 66.1 at 4k; alternating 8 times at
+1k, 44.8 against 47.2 (medians 48.3 and 49.7).
 
 bf16 (``dtype: bfloat16`` on the CPU): ``F.linear`` in bf16 takes a slow path for a few rows
 (one row: 37 ms of CPU time for SmolLM2's linears against 47 ms in fp32, for half the bytes),
