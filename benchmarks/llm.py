@@ -13,7 +13,9 @@
   ``torch.sum`` over a buffer far larger than the caches) against the decode step at 1k and 4k
   context, each decode path side by side (``default``: the model's path, fused on the CPU,
   ``hf/fused.py``; ``eager``: the plain loop on the same weights; ``before``, where the load
-  changed the weight layout: the plain loop on the usual layout, what ragbench ran before),
+  changed the weight layout: the plain loop on the usual layout, what ragbench ran before;
+  ``one_row_gemv`` where fp32 one-row calls take the packed weights, torch on 2+ threads: the
+  default path with them on MKL's gemv instead, as before ``cpu_linear.min_rows``),
   alternating; the same greedy tokens required. Writes ``decode_ms_per_token``,
   ``weight_read_floor_ms`` and ``decode_over_floor`` (the default path at 1k) and the same for
   bf16 (``dtype: bfloat16``, on the CPU) beside llama.cpp's quoted 18 ms per token.
@@ -32,6 +34,7 @@ flags and the load average are recorded beside each figure). Usage: ``python ben
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -54,6 +57,7 @@ from ragbench.assets import essays_dir, smollm2_gguf  # noqa: E402
 from ragbench.cost.accounting import forward_flops  # noqa: E402
 from ragbench.devices import cpu_flags  # noqa: E402
 from ragbench.io import atomic_write_text  # noqa: E402
+from ragbench.llm import cpu_linear  # noqa: E402
 from ragbench.llm.calibration import cpu_name  # noqa: E402
 from ragbench.llm.gguf import convert_gguf  # noqa: E402
 from ragbench.llm.hf.decode import Decoder  # noqa: E402
@@ -377,6 +381,20 @@ def usual_layout(model: HFModel) -> HFModel:
     return model
 
 
+GEMV = "one_row_gemv"  # the decode path as before fp32 packed its one-row calls
+
+
+@contextlib.contextmanager
+def one_row_gemv():
+    """fp32's one-row calls on MKL's gemv, as on one thread (``cpu_linear.min_rows``)."""
+    saved = dict(cpu_linear.MIN_ROWS_THREADED)
+    cpu_linear.MIN_ROWS_THREADED.update(cpu_linear.MIN_ROWS)
+    try:
+        yield
+    finally:
+        cpu_linear.MIN_ROWS_THREADED.update(saved)
+
+
 def bench_decode(
     model: HFModel, contexts: list[int], new_tokens: int = 32, repeats: int = 3
 ) -> dict:
@@ -398,6 +416,9 @@ def bench_decode(
     if model.decoder.groups:  # the layout was changed at load: the usual one beside it
         decoders["before"] = usual_layout(HFModel(MODEL, device=device, dtype=dtype)).decoder
     paths = {name: dataclasses.replace(d, eos_ids=frozenset()) for name, d in decoders.items()}
+    if model.decoder.packed is not None and cpu_linear.min_rows(model.dtype) == 1:
+        # the default path with fp32's one-row calls on MKL's gemv (before packing them)
+        paths[GEMV] = paths["default"]
     weights = weight_bytes(model.model)
     out: dict = {"dtype": dtype, "weight_bytes": weights}
     out["default_path"] = model.decoder.fast.path if model.decoder.fast else "eager"
@@ -412,6 +433,7 @@ def bench_decode(
             "weight_read_floor_ms": first["weight_read_floor_ms"],
             "decode_over_floor": best["over_floor"],
             "before_ms_per_token": first["paths"].get("before", best)["ms_per_token"],
+            "one_row_gemv_ms_per_token": first["paths"].get(GEMV, {}).get("ms_per_token"),
             "at_context_tokens": first["context_tokens"],
         }
     )
@@ -427,7 +449,8 @@ def _decode_context(model, paths, n, new_tokens, repeats, weights) -> dict:
     texts: set[str] = set()
     for i in range(repeats):
         for name in list(paths) if i % 2 == 0 else list(paths)[::-1]:
-            seconds, text = _decode_once(paths[name], ids, new_tokens)
+            with one_row_gemv() if name == GEMV else contextlib.nullcontext():
+                seconds, text = _decode_once(paths[name], ids, new_tokens)
             runs[name].append(seconds)
             texts.add(text)
     floor = weights / bandwidth

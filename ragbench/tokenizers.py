@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ragbench.assets import asset_path, cache_dir
-from ragbench.devices import quiet_transformers
+from ragbench.devices import gguf_parsed_once, quiet_transformers
 from ragbench.models import PRESETS
 from ragbench.registry import Choice, Registry, unknown
 
@@ -161,7 +161,8 @@ def _load_gguf(gguf: Path):
     folder = cache_dir() / "tokenizers" / f"{gguf.stem}-{key}"
     if (folder / "tokenizer.json").exists():
         return _load_hf(str(folder))
-    tok = _load_hf(str(gguf.parent), gguf_file=gguf.name)
+    with gguf_parsed_once():  # its config and its tokenizer: one parse
+        tok = _load_hf(str(gguf.parent), gguf_file=gguf.name)
     import os
     import tempfile
 

@@ -7,6 +7,7 @@ import pytest
 
 from ragbench.llm import calibration
 from ragbench.llm.cost_model import Rates, fit, split_seconds
+from ragbench.llm.cpu_share import CpuShare
 
 # CPU-like: a decode step costs about a 30-token prefill, attention is cheap at short lengths
 RATES = Rates(a=0.02, b=0.002, c=2e-6, d0=0.06, d1=2e-5, d_row=0.01)
@@ -275,6 +276,44 @@ def test_a_long_prefill_is_timed_once_unless_it_disagrees_with_the_fit():
     assert rates.forward(4096) == pytest.approx(RATES.forward(4096), rel=0.01)
     assert rates.meta["samples"]["prefill/4096/0/1"][0] > 1.3 * RATES.forward(4096)
     assert rates.meta["validation"]["error"] < 0.01
+
+
+class ShapedClock(CpuLikeClock):
+    """A CPU whose 8k prefill takes 30% more than ``RATES`` model (the fit's shape misses it, as
+    SmolLM2's 8k prefill on this project's 2-core machine), reporting each prefill's process CPU
+    seconds to ``share``: the whole of its 2 threads, or half of it for the first timing of
+    ``busy_at`` (a neighbour took a core)."""
+
+    def __init__(self, share: CpuShare, busy_at: int = 0) -> None:
+        super().__init__()
+        self.share, self.busy_at = share, busy_at
+
+    def timer(self, new: int, past: int, rows: int, shared: bool) -> float:
+        seconds = super().timer(new, past, rows, shared) * (1.3 if new == 8192 else 1.0)
+        busy = new == self.busy_at and self.calls[(new, past, rows)] == 1
+        self.share.record((new, past, rows, shared), seconds, seconds * (1.0 if busy else 2.0))
+        return seconds
+
+
+def test_a_steady_miss_is_the_fits_shape_and_is_not_timed_again():
+    steady = ShapedClock(CpuShare(threads=2))
+    rates = calibration.measure(
+        None, longest=8192, rounds=1, timer=steady.timer, share=steady.share
+    )
+    # the held-out 8k misses by more than the warning's 10%, but every prefill ran on both of
+    # its cores: another timing cannot make it faster, so neither long prefill is timed again
+    assert rates.meta["validation"]["error"] > calibration.WARN_ERROR
+    assert steady.calls[(8192, 0, 1)] == steady.calls[(4096, 0, 1)] == 1
+    assert rates.meta["cpu_share"]["prefill/8192/0/1"] == [1.0]
+    # the same miss while a neighbour held a core during the 8k prefill: timed again, as before
+    busy = ShapedClock(CpuShare(threads=2), busy_at=8192)
+    calibration.measure(None, longest=8192, rounds=1, timer=busy.timer, share=busy.share)
+    assert busy.calls[(8192, 0, 1)] == 2
+    assert busy.share.shares[(8192, 0, 1, False)] == [0.5, 1.0]
+    # without CPU shares (a GPU, or a clock that reports none) a miss is timed again
+    blind = ShapedClock(CpuShare(threads=2))
+    calibration.measure(None, longest=8192, rounds=1, timer=blind.timer)
+    assert blind.calls[(8192, 0, 1)] == 2
 
 
 def test_the_cache_lends_a_shorter_calibrations_probes(tmp_path, monkeypatch, capsys):

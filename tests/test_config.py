@@ -371,7 +371,9 @@ def test_output_dir_outside_the_config_folder_and_the_cwd_is_one_line(tmp_path, 
     assert "output_dir" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing written at all
     # the command line's --output-dir is a path of the working directory: allowed
-    path = write(folder, GOOD.replace("[200]", "[400]") + "output_dir: out\n")
+    # (the hash embedder: where the run writes is the point, not MiniLM's load)
+    run_cfg = GOOD.replace("[200]", "[400]") + "retrieval: {embedder: hash}\noutput_dir: out\n"
+    path = write(folder, run_cfg)
     result = CliRunner().invoke(app, ["run", str(path), "--quiet", "--output-dir", "cli-out"])
     assert result.exit_code == 0, result.output
     assert list((work / "cli-out").glob("t-*/manifest.json"))

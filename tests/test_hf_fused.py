@@ -82,12 +82,22 @@ def _bitwise(a: list[dict], b: list[dict]) -> None:
             assert torch.equal(p, q)  # bit for bit, not merely close
 
 
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """torch on 1 and 2 threads: fp32's one-row calls take the packed weights on 2 or more
+    (``cpu_linear.min_rows``), the transposed gemv on one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(
     ("rows", "shared"),
     [(slice(0, 1), True), (slice(0, 4), True), (slice(4, 7), True), (slice(4, 7), False)],
     ids=["one-row", "padded-batch", "shared-prefix", "copied-prefix"],
 )
-def test_fused_steps_give_the_plain_loops_logits_bit_for_bit(pair, rows, shared):
+def test_fused_steps_give_the_plain_loops_logits_bit_for_bit(pair, rows, shared, threads):
     eager, fused = pair
     requests = _requests()[rows]
     record = max(r.max_new_tokens for r in requests)  # every step of every row

@@ -195,6 +195,9 @@ def test_smollm2_snapkv_halves_the_prefix_and_keeps_the_essay_needle():
     from ragbench.strategies.base import Resources
 
     model = HFModel("smollm2-135m-instruct", device="cpu")
+    # calibrated to 1,232 tokens (the suite's longest SmolLM2 request, test_hf's 1k needle: one
+    # calibration file serves every such test of a session), not the default 2,048
+    model.cost_rates(longest=1232)
     p = get_preset("smollm2-135m-instruct")
     [example] = build(context_lengths=[1024], depth_percents=[50], tokenizer=model.name)
     res = Resources(llm=model, max_new_tokens=32)

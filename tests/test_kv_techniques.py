@@ -269,6 +269,9 @@ def test_smollm2_kv_variants_measured_against_the_formula():
     from ragbench.models import get_preset
 
     model = HFModel("smollm2-135m-instruct", device="cpu")
+    # calibrated to 1,232 tokens (the suite's longest SmolLM2 request, test_hf's 1k needle: one
+    # calibration file serves every such test of a session), not the default 2,048
+    model.cost_rates(longest=1232)
     p = get_preset("smollm2-135m-instruct")
     doc = " ".join(["The special magic number is 7463343."] + ["Grass is green."] * 60)
     q = "\n\nWhat is the special magic number mentioned in the text?"

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 import pytest
-from browser import screenshot_html, table_layout
+from browser import screenshot_html, table_layouts
 from test_docs import build_folder
 
 from ragbench.workspace.kernels import execute_notebook
@@ -156,6 +156,27 @@ def executed(tmp_path_factory):
     return _Executed(tmp_path_factory.mktemp("notebooks"))
 
 
+class _Rendered(dict):
+    """name -> the executed notebook rendered without code (``ragbench render --no-code``), once
+    for every test that reads that page."""
+
+    def __init__(self, executed: _Executed, folder: Path) -> None:
+        super().__init__()
+        self.executed, self.folder = executed, folder
+
+    def __missing__(self, name: str) -> Path:
+        html = render_notebook(
+            self.executed[name], self.folder / f"{name}.html", include_code=False
+        )
+        self[name] = html
+        return html
+
+
+@pytest.fixture(scope="module")
+def rendered(executed, tmp_path_factory):
+    return _Rendered(executed, tmp_path_factory.mktemp("rendered"))
+
+
 def _images(path: Path) -> list[bytes]:
     nb = nbformat.read(path, as_version=4)
     return [
@@ -287,15 +308,13 @@ def test_your_documents_ingests_runs_every_strategy_and_compares(executed):
 
 
 @pytest.mark.slow
-def test_rendered_quickstart_shows_its_figures_in_chromium(executed, tmp_path):
+def test_rendered_quickstart_shows_its_figures_in_chromium(executed, rendered, tmp_path):
     import shutil
 
     import numpy as np
     from PIL import Image
 
-    html = render_notebook(
-        executed["00_quickstart"], tmp_path / "quickstart.html", include_code=False
-    )
+    html = rendered["00_quickstart"]
     page = html.read_text(encoding="utf-8")
     assert page.count('src="data:image/png;base64,') >= 2
     assert str(Path.home()) not in page
@@ -339,8 +358,8 @@ def test_the_first_output_after_the_run_is_the_verdict(executed, name):
 
 
 @pytest.mark.slow
-def test_rendered_quickstart_opens_with_the_verdict(executed, tmp_path):
-    html = render_notebook(executed["00_quickstart"], tmp_path / "q.html", include_code=False)
+def test_rendered_quickstart_opens_with_the_verdict(rendered):
+    html = rendered["00_quickstart"]
     page = html.read_text(encoding="utf-8")
     header = page.index("ragbench-provenance")
     verdict = page.index("Verdict:</strong>")
@@ -348,18 +367,29 @@ def test_rendered_quickstart_opens_with_the_verdict(executed, tmp_path):
     assert header < verdict < first_table < page.index('src="data:image/png;base64,')
 
 
+@pytest.fixture(scope="module")
+def layouts():
+    """``browser.table_layouts``: one Chromium measures every page (None without chromium)."""
+    import shutil
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        yield None
+        return
+    with table_layouts(chromium) as measure:
+        yield measure
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_rendered_tables_fit_the_page_and_read_numbers_in_chromium(executed, name, tmp_path):
+def test_rendered_tables_fit_the_page_and_read_numbers_in_chromium(rendered, layouts, name):
     """Every table of the rendered page fits its output area in a 1,000 px wide window (none
     clipped or scrolled sideways, the page itself neither), and no cell reads inf, nan or
     <NA> where a number is expected (a break-even never reached reads "never")."""
-    import shutil
-
-    html = render_notebook(executed[name], tmp_path / f"{name}.html", include_code=False)
-    if shutil.which("chromium") is None:
+    html = rendered[name]
+    if layouts is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
-    layout = table_layout(html, window=(1000, 1600))
+    layout = layouts(html, (1000, 1600))
     assert layout["tables"], "no table on the page"
     clipped = [t for t in layout["tables"] if t["width"] > t["container"]]
     assert clipped == [], [(t["header"], t["width"], t["container"]) for t in clipped]

@@ -171,6 +171,12 @@ def test_embedded_model_prefix_reuse_off_recomputes_every_prompt_with_the_same_a
 
     with_reuse = HFModel("smollm2-135m-instruct", device="cpu")
     without = HFModel("smollm2-135m-instruct", device="cpu", prefix_reuse=False)
+    # both calibrated (one calibration: prefix reuse is not in its key) to the longest request
+    # asked here, not to the 2,048 tokens a first call probes to (a third more probing)
+    longest = 6 + max(
+        with_reuse.prompt_tokens(GenerationRequest(prompt=prefix + q)) for q in questions
+    )
+    assert with_reuse.cost_rates(longest) is without.cost_rates(longest)
     # the completion cache keys on the identity: one setting's accounting never serves the other
     assert "prefix_reuse" not in with_reuse.identity()
     assert without.identity() == {**with_reuse.identity(), "prefix_reuse": False}

@@ -81,6 +81,7 @@ from ragbench import assets
 from ragbench.io import atomic_write_text
 from ragbench.llm import shared_prefix
 from ragbench.llm.cost_model import Rates, fit, relative_error
+from ragbench.llm.cpu_share import CpuShare
 from ragbench.llm.hf.decode import Decoder
 from ragbench.types import GenerationRequest
 
@@ -93,7 +94,7 @@ LoopTimer = Callable[[int], float]
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 6  # bump when the probes or the cost model change: old files are ignored
+CALIBRATION_VERSION = 7  # bump when the probes or the cost model change: old files are ignored
 
 # ------------------------------------------------------------------------ measuring (torch)
 
@@ -424,6 +425,7 @@ def measure(
     loop_timer: LoopTimer | None = None,
     *,
     known: dict[str, list[float]] | None = None,
+    share: CpuShare | None = None,
 ) -> Rates:
     """Time the probes of ``probe_plan(longest)`` on ``decoder``'s model and fit the rates.
 
@@ -434,8 +436,9 @@ def measure(
     of probes already timed (a calibration to a shorter length, :func:`rates_for`; by probe
     name, ``LOOP`` for the loop probe): they are not timed again. The longest prefill is held
     out of the fit and predicted by it: that relative error is ``meta["validation"]["error"]``;
-    a probe the fit misses by more than ``RETIME_ERROR`` is timed again (:func:`_retime`), and
-    the returned rates are then fitted on every probe.
+    a probe the fit misses by more than ``RETIME_ERROR`` is timed again (:func:`_retime`) unless
+    it ran on its threads' whole CPU share (``share``: the real timer's on a CPU, or a test's),
+    and the returned rates are then fitted on every probe.
 
     A decode step of the decoder's loop is more than its forward pass: the loop picks the token,
     checks the stop conditions (detokenising), grows the mask, and waits for the device each step.
@@ -450,7 +453,7 @@ def measure(
     plan = probe_plan(min(longest or DEFAULT_LONGEST["cpu"], window_of(decoder)))
     shared_ok = True
     if timer is None:
-        timer, loop_timer, shared_ok = _device_timers(decoder, loop_timer)
+        timer, loop_timer, shared_ok, share = _device_timers(decoder, loop_timer)
     probes = _probes(plan, shared_ok)
     known = known or {}
     samples = {name: list(known.get(name, ())) for name in probes}
@@ -463,12 +466,14 @@ def measure(
         _time_rounds(samples, probes, timer, loop_timer, rounds, device)
         rates, meta = _fit_samples(plan, samples)
         for _ in range(RETIMES):
-            again = _retime(rates, meta, probes, samples)
+            again = _retime(rates, meta, probes, samples, share)
             if not again:
                 break
             for name in again:
                 samples[name].append(timer(*probes[name]))
             rates, meta = _fit_samples(plan, samples)
+    if share is not None:
+        meta["cpu_share"] = share.report(probes)
     meta["reused"] = reused
     meta["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return replace(rates, meta=meta)
@@ -510,22 +515,25 @@ MAX_SAMPLES = 3  # and never past this many samples
 
 def _device_timers(
     decoder: Decoder, loop_timer: LoopTimer | None
-) -> tuple[ProbeTimer, LoopTimer, bool]:
-    """(timer, loop timer, shared-prefix attention supported) on ``decoder``'s device."""
+) -> tuple[ProbeTimer, LoopTimer, bool, CpuShare | None]:
+    """(timer, loop timer, shared-prefix attention supported, the prefills' CPU shares: None
+    off the CPU) on ``decoder``'s device."""
     import torch
 
     gen = torch.Generator().manual_seed(0)  # deterministic token ids; values do not matter
     kv: dict[tuple[int, int], object] = {}  # random KV tensors by (rows, positions), made once
+    on_cpu = getattr(decoder.device, "type", "cpu") == "cpu"
+    share = CpuShare(min(torch.get_num_threads(), os.cpu_count() or 1)) if on_cpu else None
 
     def timer(new: int, past: int, rows: int, shared: bool) -> float:
-        return _forward(decoder, gen, kv, (new, past, rows, shared))
+        return _forward(decoder, gen, kv, (new, past, rows, shared), share)
 
     if loop_timer is None:
 
         def loop_timer(steps: int) -> float:
             return _loop_step(decoder, gen, steps)
 
-    return timer, loop_timer, _shared_supported(decoder)
+    return timer, loop_timer, _shared_supported(decoder), share
 
 
 def _probes(plan: ProbePlan, shared_ok: bool) -> dict[str, tuple[int, int, int, bool]]:
@@ -626,14 +634,20 @@ def _shared_slopes(
 
 
 def _retime(
-    rates: Rates, meta: dict[str, Any], probes: dict[str, tuple], samples: dict[str, list]
+    rates: Rates,
+    meta: dict[str, Any],
+    probes: dict[str, tuple],
+    samples: dict[str, list],
+    share: CpuShare | None = None,
 ) -> list[str]:
     """The prefills on an empty cache to time once more: those the fit (``rates``, on every
     probe) misses by more than ``RETIME_ERROR``, and when the held-out check misses by more than
     ``WARN_ERROR`` (it would warn), the held-out probe and the longest fitted one; each while
-    :func:`_unsettled`. A long prefill is timed once at first (:func:`_rounds_for`), again only where it disagrees with
-    the rest: on a shared 2-core CPU one 4k-token prefill took 15.2 s against 12.5 s in the run
-    before, which alone put the held-out 7k prediction 56% off."""
+    :func:`_unsettled` and not steady (``share``: its fastest sample ran on its threads' whole
+    share of the CPU, :class:`CpuShare`). A long prefill is timed once at first
+    (:func:`_rounds_for`), again only where it disagrees with the rest: on a shared 2-core CPU
+    one 4k-token prefill took 15.2 s against 12.5 s in the run before, which alone put the
+    held-out 7k prediction 56% off."""
     plain = {
         name: args for name, args in probes.items() if name.startswith("prefill/") and not args[1]
     }
@@ -646,7 +660,12 @@ def _retime(
     ]
     if meta["validation"]["error"] > WARN_ERROR:
         again += [longest, fitted]
-    return [name for name in dict.fromkeys(again) if _unsettled(samples[name])]
+    return [
+        name
+        for name in dict.fromkeys(again)
+        if _unsettled(samples[name])
+        and not (share is not None and share.steady(probes[name], samples[name]))
+    ]
 
 
 def _unsettled(samples: list[float]) -> bool:
@@ -727,13 +746,18 @@ def _random_cache(
 
 
 def _forward(
-    decoder: Decoder, gen: torch.Generator, kv: dict, probe: tuple[int, int, int, bool]
+    decoder: Decoder,
+    gen: torch.Generator,
+    kv: dict,
+    probe: tuple[int, int, int, bool],
+    share: CpuShare | None = None,
 ) -> float:
     """Seconds of one forward pass of ``probe`` = (new tokens, past cached positions, rows,
     shared: the past is a shared prefix), through the same arguments the decoder uses. A decode
     step (one new token) on a decoder whose path steps by itself (the fused CPU step,
     ``hf/fused.py``) is timed on that path: transformers' forward would charge it the
-    ``DynamicCache`` copies it does not make."""
+    ``DynamicCache`` copies it does not make. ``share``: where a forward pass's process CPU time
+    is recorded (:class:`CpuShare`)."""
     import contextlib
 
     import torch
@@ -760,7 +784,7 @@ def _forward(
     with attention, packed:
         if step is not None:
             return step(decoder, cache, mask[:, :lead], positions - 1, extra, ids[:, 0])
-        t0 = decoder.now()
+        cpu, t0 = time.process_time(), decoder.now()
         decoder.model(
             input_ids=ids,
             attention_mask=mask,
@@ -770,4 +794,7 @@ def _forward(
             **decoder.last_logits_only,
             **extra,
         )
-        return decoder.now() - t0
+        seconds = decoder.now() - t0
+        if share is not None:
+            share.record(probe, seconds, time.process_time() - cpu)
+        return seconds

@@ -1,14 +1,28 @@
 """Linear weights laid out for decode steps on the CPU: packed once for a few rows (fp32 or bf16,
-oneDNN: ``PackedLinears``), and stored transposed, siblings side by side, for one or two rows
-(fp32: ``transpose_weights``).
+oneDNN: ``PackedLinears``; from one row where torch runs two or more threads), and stored
+transposed, siblings side by side, for one or two rows on one thread (fp32: ``transpose_weights``).
 
 A decode step multiplies a few rows (one per question still decoding) by every weight matrix.
 ``torch.nn.functional.linear`` hands that to MKL's sgemm, which re-packs the whole weight matrix
 into its blocked layout on every call; with 3-64 rows the packing costs more than the multiply.
 Measured on this project's 2-core machine with SmolLM2-135M's 211 weight matrices (one decode
 step's linears, one thread): 10 rows take 121 ms through ``F.linear`` against 40 ms for one row
-(which takes MKL's gemv path, no packing), and 64 ms with the weights packed once. In fp32, rows
->= 128 (prefills) and rows <= 2 gain nothing and keep ``F.linear``.
+(which takes MKL's gemv path, no packing), and 64 ms with the weights packed once. Rows >= 128
+(prefills) gain nothing and keep ``F.linear``.
+
+One row (a decode step of one question) in fp32: MKL's gemv runs on one thread whatever torch's
+thread count, oneDNN's packed multiply on all of them. With 2 threads (quiet, AMD EPYC, the 30
+layers' shapes), one row took 20.2 ms packed against 27.9 ms for the transposed gemv below (q/k/v
+side by side 2.8 vs 4.3, o 1.6 vs 3.4, gate/up side by side 10.2 vs 11.4, down 5.5 vs 8.8; the
+output head 4.3 vs 5.2). On one thread the gemv wins (q/k/v 4.6 vs 5.7, gate/up 11.6 vs 17.4).
+So fp32 packs from one row where torch runs two or more threads, from three on one
+(``min_rows``), each sibling on its own packed weight: packing q/k/v and gate/up as one weight
+each was ~3% faster on SmolLM2's whole step, within the noise, and cost a third packed copy of
+their weights (the plain loop's short prefills pack theirs anyway; +243 MB peak in a compare).
+The linears' gain shows less in SmolLM2's whole step, whose other work (attention, norms, the
+step's Python) is as large: ``benchmarks/llm.py`` (quiet, load 1.0-1.6, best of 3) 48.0 ms
+against 48.3 with the gemv at a 1k context and 62.7 against 66.1 at 4k; alternating 8 times at
+1k, 44.8 against 47.2 (medians 48.3 and 49.7).
 
 bf16 (``dtype: bfloat16`` on the CPU): ``F.linear`` in bf16 takes a slow path for a few rows
 (one row: 37 ms of CPU time for SmolLM2's linears against 47 ms in fp32, for half the bytes),
@@ -27,17 +41,17 @@ packs only fp32 and bf16 models on the CPU up to ``AUTO_LIMIT_BYTES`` of linear 
 Results are the same multiply in another summation order: differences of ~1e-6 relative, like
 those between batch sizes; greedy answers stay those of ``model.generate`` (tested).
 
-One or two rows in fp32 (a decode step of one question): ``F.linear(x, W)`` with ``W`` stored
-as usual (out x in) runs MKL's dot-product gemv, a horizontal reduction per output over rows of
-576 floats, and read SmolLM2's 538 MB in 47 ms on one core (11 GB/s) where ``torch.sum`` reads
-24 GB/s. Stored transposed (in x out, contiguous) and handed to ``F.linear`` as its (out x in)
-view, the same call becomes ``x @ Wt``, the gemv that streams whole rows into an accumulator:
-38 ms (AMD EPYC, one thread; benchmarks/llm.py), and a prefill's gemm is as fast either way.
+One or two rows in fp32 on one thread: ``F.linear(x, W)`` with ``W`` stored as usual (out x in)
+runs MKL's dot-product gemv, a horizontal reduction per output over rows of 576 floats, and read
+SmolLM2's 538 MB in 47 ms on one core (11 GB/s) where ``torch.sum`` reads 24 GB/s. Stored
+transposed (in x out, contiguous) and handed to ``F.linear`` as its (out x in) view, the same
+call becomes ``x @ Wt``, the gemv that streams whole rows into an accumulator: 38 ms (AMD EPYC,
+one thread; benchmarks/llm.py), and a prefill's gemm is as fast either way.
 ``transpose_weights`` does that in place (no copy kept) at load, and stores q/k/v and gate/up,
 which read the same input, side by side in one matrix each (``Fused``): the fused decode step
 (``hf/fused.py``) multiplies each group at once (fewer, longer streams: the small matrices ran at
 7-11 GB/s), while the model's own modules keep their views, so transformers' forward and the
-fused step compute the same values bit for bit.
+fused step compute the same values bit for bit (tested on 1 and 2 threads).
 """
 
 from __future__ import annotations
@@ -55,7 +69,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 96  # rows (tokens) per call up to which the packed weights run
-MIN_ROWS = {"float32": 3, "bfloat16": 1}  # and from which, by dtype (see the docstring)
+MIN_ROWS = {"float32": 3, "bfloat16": 1}  # and from which, by dtype, on one thread ...
+MIN_ROWS_THREADED = {"float32": 1, "bfloat16": 1}  # ... and on more (see the docstring)
 AUTO_LIMIT_BYTES = 4 << 30  # auto packs models with at most this many bytes of linear weights
 _BATCH_HINT = 16  # oneDNN picks the packed layout for about this many rows
 # sibling linears that read the same input, stored side by side (``transpose_weights``)
@@ -78,6 +93,15 @@ def linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def min_rows(dtype: torch.dtype) -> int | None:
+    """The fewest rows a call of ``dtype`` runs on the packed weights with torch's current
+    thread count (None: the dtype is never packed)."""
+    import torch
+
+    table = MIN_ROWS_THREADED if torch.get_num_threads() > 1 else MIN_ROWS
+    return table.get(_dtype_name(dtype))
 
 
 def available(dtype: torch.dtype | None = None) -> bool:
@@ -108,7 +132,7 @@ class PackedLinears:
     all at once).
 
     ``with packed.active(): model(...)`` routes every ``nn.Linear`` forward whose input has
-    ``MIN_ROWS[dtype]``..``MAX_ROWS`` rows through the packed weights, all others through
+    ``min_rows(dtype)``..``MAX_ROWS`` rows through the packed weights, all others through
     ``F.linear``; ``packed.linear(module, x)`` is the same choice for one call (the fused decode
     step's, ``hf/fused.py``). The packed copies follow the weights they were made from: a weight
     replaced or changed in place (``data_ptr`` or version differs) is packed again.
@@ -149,27 +173,27 @@ class PackedLinears:
         """Pack every weight now (at load: ~0.7 s for SmolLM2-135M's 513 MiB on 2 cores), so the
         first batch's time and cost do not include it."""
         for module in linears(self.model):
-            self._weight(module)
+            self._pack(module, module.weight)
         return self
 
-    def _weight(self, module: torch.nn.Linear) -> torch.Tensor:
-        w = module.weight
+    def _pack(self, owner: torch.nn.Module, w: torch.Tensor) -> torch.Tensor:
+        """``w`` (the weight of ``owner``) packed, once per version of it."""
         key = (w.data_ptr(), w._version)
-        hit = self._packed.get(id(module))
+        hit = self._packed.get(id(owner))
         if hit is None or hit[1] != key:
             import torch
 
             with self._lock:
                 packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), _BATCH_HINT)
-                self._packed[id(module)] = hit = (packed, key)
+                self._packed[id(owner)] = hit = (packed, key)
         return hit[0]
 
     @staticmethod
     def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
-        """Whether an input ``x`` runs on the packed weights: decode-sized for its dtype (see
-        ``MIN_ROWS``), of the weight's dtype, on the CPU."""
+        """Whether an input ``x`` runs on the packed weights: decode-sized for its dtype and
+        torch's thread count (``min_rows``), of the weight's dtype, on the CPU."""
         rows = x.numel() // x.shape[-1] if x.dim() else 0
-        low = MIN_ROWS.get(_dtype_name(x.dtype))
+        low = min_rows(x.dtype)
         return (
             low is not None
             and low <= rows <= MAX_ROWS
@@ -185,7 +209,7 @@ class PackedLinears:
         if self.takes(x, module.weight):
             self.packed_calls += 1
             return torch.ops.mkldnn._linear_pointwise(
-                x, self._weight(module), module.bias, "none", [], ""
+                x, self._pack(module, module.weight), module.bias, "none", [], ""
             )
         return torch.nn.functional.linear(x, module.weight, module.bias)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragbench import assets
-from ragbench.devices import quiet_transformers
+from ragbench.devices import gguf_parsed_once, quiet_transformers
 from ragbench.io import atomic_write_text, sha256_file
 
 CONVERT_MARKER = "ragbench-converted.json"
@@ -80,10 +80,13 @@ def convert_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | No
     tmp = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     tmp.mkdir(parents=True)
     try:
-        model: Any = AutoModelForCausalLM.from_pretrained(  # a PreTrainedModel
-            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
-        )
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        with gguf_parsed_once():
+            model: Any = AutoModelForCausalLM.from_pretrained(  # a PreTrainedModel
+                str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+            )
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(gguf_path.parent), gguf_file=gguf_path.name
+            )
         # save_pretrained refuses a GGUF-loaded model ("quantized with gguf ... not
         # serializable"); the weights are already dequantised, so drop the quantizer markers.
         model.hf_quantizer = None

@@ -18,8 +18,9 @@ at 900 positions and 180 MB at 4k, into fresh memory) and in transformers' per-s
   rotary embedding, activation, and the attention function of its implementation: sdpa, eager,
   or ``shared_prefix``'s), without the model-level forward: the mask is one buffer, sliced (no
   per-step mask building), the attention reads the filled slots only, no module hooks;
-- runs the linears through the packed weights where they pay (``cpu_linear.py``: batched rows in
-  fp32; every decode call in bf16, whose ``F.linear`` is slow for a few rows).
+- runs the linears through the packed weights where they pay (``cpu_linear.py``: every decode
+  call in bf16, whose ``F.linear`` is slow for a few rows, and in fp32 with two or more threads;
+  batched rows in fp32 on one).
 
 In float32 the logits are bitwise the plain loop's (tested): the same ops on the same values in
 the same order, so the greedy answers are the same. ``torch.compile`` was not used: compiling

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from transformers import Cache
 
 ENCODED_CACHE_TOKENS = 1 << 20  # token ids HFModel.encode keeps, most recent texts first
+CALL_MIN_LONGEST = 512  # a generate call calibrates to its longest request, at least this far
 
 # --------------------------------------------------------------------------- the backend
 
@@ -215,13 +216,18 @@ class HFModel(LLM):
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         import torch
 
-        self.cost_rates()  # measured on first use: before the clock starts, not in anyone's queue
         t_submit = self.decoder.now()  # every request of the call was submitted now
         ids, declared = [], []
         for r in requests:
             text, special = self.render(r)
             ids.append(self.encode(text, special))
             declared.append(self._declared_prefix(r, text, special, ids[-1]))
+        # measured on first use, probed as far as this call reaches (a run asks for its longest
+        # request up front): not in anyone's wait, so the clock skips it
+        t_rates = self.decoder.now()
+        longest = max(len(i) + r.max_new_tokens for i, r in zip(ids, requests, strict=True))
+        self.cost_rates(longest=max(longest, CALL_MIN_LONGEST))
+        t_submit += self.decoder.now() - t_rates
         rows: dict[int, dict[str, Any]] = {}  # request index -> Completion fields
         work: dict[int, dict[str, Any]] = {}  # request index -> what it would cost alone
         batches: list[dict[str, Any]] = []  # per padded batch: its time and padding waste
@@ -318,9 +324,10 @@ class HFModel(LLM):
 
     def cost_rates(self, longest: int | None = None) -> cost_model.Rates:
         """This model's measured per-device rates (``calibration.py``), probed to ``longest``
-        prompt tokens (the run's longest prompt; None: the default range, or whatever range was
-        asked for before): measured on first use, then read from the on-disk cache. A longer
-        ``longest`` than the rates in hand were probed to measures again."""
+        prompt tokens (the run's longest prompt; a ``generate`` call's own longest request, at
+        least ``CALL_MIN_LONGEST``; None: the default range, or whatever range was asked for
+        before): measured on first use, then read from the on-disk cache. A longer ``longest``
+        than the rates in hand were probed to measures again (timing only the longer probes)."""
         have = getattr(self, "_rates", None)
         probed = ((have.meta or {}).get("key") or {}).get("probed_tokens") if have else None
         if have is None or (longest is not None and probed is not None and longest > probed):
