@@ -330,7 +330,13 @@ class HFModel(LLM):
         than the rates in hand were probed to measures again (timing only the longer probes)."""
         have = getattr(self, "_rates", None)
         probed = ((have.meta or {}).get("key") or {}).get("probed_tokens") if have else None
-        if have is None or (longest is not None and probed is not None and longest > probed):
+        # the length a calibration for ``longest`` probes (within the window), not ``longest``:
+        # at the window, a longer request needs nothing more
+        need = None
+        if longest is not None and probed is not None:
+            device = getattr(self.decoder.device, "type", "cpu")
+            need = calibration.probed_length(longest, calibration.window_of(self.decoder), device)
+        if have is None or (need is not None and probed is not None and need > probed):
             have = self._rates = calibration.rates_for(
                 self.decoder, self.weights, self.cache_dir, longest=longest
             )
