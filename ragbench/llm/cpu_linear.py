@@ -17,8 +17,9 @@ side by side 2.8 vs 4.3, o 1.6 vs 3.4, gate/up side by side 10.2 vs 11.4, down 5
 output head 4.3 vs 5.2). On one thread the gemv wins (q/k/v 4.6 vs 5.7, gate/up 11.6 vs 17.4).
 So fp32 packs from one row where torch runs two or more threads, from three on one
 (``min_rows``), each sibling on its own packed weight: packing q/k/v and gate/up as one weight
-each was ~3% faster on SmolLM2's whole step, within the noise, and cost a third packed copy of
-their weights (the plain loop's short prefills pack theirs anyway; +243 MB peak in a compare).
+each was ~3% faster on SmolLM2's whole step, within the noise, and needs a third packed copy of
+their weights (the plain loop's short prefills pack theirs anyway: a cold compare with it
+peaked 243 MB above one without).
 The linears' gain shows less in SmolLM2's whole step, whose other work (attention, norms, the
 step's Python) is as large: ``benchmarks/llm.py`` (quiet, load 1.0-1.6, best of 3) 48.0 ms
 against 48.3 with the gemv at a 1k context and 62.7 against 66.1 at 4k; alternating 8 times at
@@ -173,19 +174,20 @@ class PackedLinears:
         """Pack every weight now (at load: ~0.7 s for SmolLM2-135M's 513 MiB on 2 cores), so the
         first batch's time and cost do not include it."""
         for module in linears(self.model):
-            self._pack(module, module.weight)
+            self._weight(module)
         return self
 
-    def _pack(self, owner: torch.nn.Module, w: torch.Tensor) -> torch.Tensor:
-        """``w`` (the weight of ``owner``) packed, once per version of it."""
+    def _weight(self, module: torch.nn.Linear) -> torch.Tensor:
+        """``module``'s weight packed, once per version of it."""
+        w = module.weight
         key = (w.data_ptr(), w._version)
-        hit = self._packed.get(id(owner))
+        hit = self._packed.get(id(module))
         if hit is None or hit[1] != key:
             import torch
 
             with self._lock:
                 packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), _BATCH_HINT)
-                self._packed[id(owner)] = hit = (packed, key)
+                self._packed[id(module)] = hit = (packed, key)
         return hit[0]
 
     @staticmethod
@@ -209,7 +211,7 @@ class PackedLinears:
         if self.takes(x, module.weight):
             self.packed_calls += 1
             return torch.ops.mkldnn._linear_pointwise(
-                x, self._pack(module, module.weight), module.bias, "none", [], ""
+                x, self._weight(module), module.bias, "none", [], ""
             )
         return torch.nn.functional.linear(x, module.weight, module.bias)
 

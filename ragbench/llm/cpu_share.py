@@ -18,7 +18,7 @@ class CpuShare:
     A probe that ran steady cannot get faster by timing it again, so where the fit misses it, the
     miss is the fit's shape and the calibration (``calibration.py``) does not time that long
     prefill again: on that machine, quiet, SmolLM2's held-out 8k prefill (~31 s) missed by 25%
-    and 15% on two first compares and by 7% on a third, and was timed again for nothing. Hand-written: no library
+    and 15% on two first compares, and was timed again for nothing. Hand-written: no library
     times work against its CPU share. Other threads of the same process would count as its own;
     the calibration runs while the command only prints (``compare``) or before the run starts."""
 
